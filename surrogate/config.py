@@ -1,0 +1,356 @@
+"""Typed, validated training configurations: the model, the cluster, the parallel layout.
+
+Conventions (pinned by tests):
+
+- **World size** = dp x tp x pp x cp. Expert parallelism is carved out of dp x cp, as in
+  Megatron-LM (``expert_model_parallel_size`` divides the data x context parallel group) and
+  torchtitan (``ep`` borrows from ``dp_shard x cp``): dense layers see ``dp`` data-parallel
+  replicas, expert layers see ``ep`` expert shards times ``dp x cp / ep`` expert replicas. The
+  Playbook text writes the world size as dp x tp x pp x cp x ep with its ``dp`` counting only
+  expert *replicas*: Playbook dp x ep = our dp (tp, pp and cp mean the same in both), so a
+  Playbook layout dp=4 ep=2 is our dp=8 ep=2. For dense models (ep = 1) the two agree.
+- **Global batch** in tokens = dp x grad_accum x mbs x seq_len. Context parallelism splits each
+  sequence over cp ranks, so it does not multiply the batch.
+- The micro-batch ``mbs`` counts sequences per data-parallel rank per micro-step.
+
+Every rule raises :class:`~surrogate.errors.ConfigError` saying what must hold and what was given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from typing import Any, Literal, get_args
+
+from surrogate.errors import ConfigError
+from surrogate.frameworks import get_framework
+from surrogate.hardware import GPUSpec, canonical_gpu_name, get_gpu
+
+Recompute = Literal["none", "selective", "full"]
+Dtype = Literal["bf16", "fp8"]
+RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
+DTYPES: tuple[str, ...] = get_args(Dtype)
+
+
+def _positive_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
+    if value < minimum:
+        raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value}")
+
+
+def _check_ints(obj: Any, names: tuple[str, ...], *, minimum: int = 1) -> None:
+    owner = type(obj).__name__
+    for n in names:
+        _positive_int(owner, n, getattr(obj, n), minimum=minimum)
+
+
+def _check_bool(obj: Any, name: str) -> None:
+    value = getattr(obj, name)
+    if not isinstance(value, bool):
+        raise ConfigError(f"{type(obj).__name__}.{name} must be true or false, got {value!r}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelConfig:
+    """A decoder-only transformer (Llama style: GQA attention, SwiGLU MLP, RMSNorm, no biases)."""
+
+    num_layers: int
+    hidden_size: int
+    ffn_hidden_size: int
+    """Width of the SwiGLU MLP (Hugging Face ``intermediate_size``)."""
+    num_heads: int
+    num_kv_heads: int
+    """Key/value heads (GQA); equal to num_heads for multi-head attention."""
+    vocab_size: int
+    seq_len: int
+    """Tokens per sequence."""
+    tie_embeddings: bool = False
+    num_experts: int = 0
+    """Routed experts per MoE layer; 0 for a dense model."""
+    experts_topk: int = 0
+    """Experts each token is routed to (MoE only)."""
+    moe_ffn_hidden_size: int = 0
+    """Width of one expert's MLP; 0 means ffn_hidden_size (MoE only)."""
+    name: str = "custom"
+
+    def __post_init__(self) -> None:
+        _check_ints(
+            self,
+            ("num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads",
+             "vocab_size", "seq_len"),
+        )
+        _check_ints(self, ("num_experts", "experts_topk", "moe_ffn_hidden_size"), minimum=0)
+        _check_bool(self, "tie_embeddings")
+        if self.hidden_size % self.num_heads:
+            raise ConfigError(
+                f"hidden_size must be divisible by num_heads, got hidden_size={self.hidden_size} "
+                f"num_heads={self.num_heads}"
+            )
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"num_heads must be divisible by num_kv_heads, got num_heads={self.num_heads} "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.num_experts == 1:
+            raise ConfigError("num_experts must be 0 (dense) or >= 2, got 1")
+        if self.is_moe and not 1 <= self.experts_topk <= self.num_experts:
+            raise ConfigError(
+                f"experts_topk must be between 1 and num_experts={self.num_experts}, "
+                f"got {self.experts_topk}"
+            )
+        if not self.is_moe and (self.experts_topk or self.moe_ffn_hidden_size):
+            raise ConfigError(
+                "experts_topk and moe_ffn_hidden_size need num_experts >= 2, got "
+                f"num_experts={self.num_experts} experts_topk={self.experts_topk} "
+                f"moe_ffn_hidden_size={self.moe_ffn_hidden_size}"
+            )
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts >= 2
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+    @property
+    def expert_ffn_hidden_size(self) -> int:
+        """Width of one expert's MLP (MoE); ffn_hidden_size when not given."""
+        return self.moe_ffn_hidden_size or self.ffn_hidden_size
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterConfig:
+    """Where the run happens: a GPU type from :data:`surrogate.hardware.GPUS` and a node count."""
+
+    gpu: str = "H100-SXM-80GB"
+    gpus_per_node: int = 8
+    num_nodes: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu", canonical_gpu_name(str(self.gpu)))
+        _check_ints(self, ("gpus_per_node", "num_nodes"))
+
+    @property
+    def num_gpus(self) -> int:
+        return self.gpus_per_node * self.num_nodes
+
+    @property
+    def spec(self) -> GPUSpec:
+        return get_gpu(self.gpu)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutConfig:
+    """The parallel layout and training recipe of one run."""
+
+    dp: int = 1
+    tp: int = 1
+    pp: int = 1
+    cp: int = 1
+    ep: int = 1
+    vpp: int = 1
+    """Virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1)."""
+    mbs: int = 1
+    """Micro-batch size in sequences per data-parallel rank."""
+    grad_accum: int = 1
+    """Micro-batches per optimizer step."""
+    zero_stage: int = 0
+    recompute: Recompute = "none"
+    sequence_parallel: bool = False
+    dtype: Dtype = "bf16"
+    framework: str = "nanotron"
+    """Implementation whose runs are described. The default is nanotron because the bundled
+    measurements (the Playbook sweep) are nanotron runs."""
+    framework_version: str | None = None
+    """Implementation version where it matters (nanotron: 'pre-pp-fix' or 'pp-fix');
+    None means the newest known."""
+
+    def __post_init__(self) -> None:
+        _check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum"))
+        _check_ints(self, ("zero_stage",), minimum=0)
+        _check_bool(self, "sequence_parallel")
+        if self.zero_stage > 3:
+            raise ConfigError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
+        if self.recompute not in RECOMPUTE_MODES:
+            raise ConfigError(
+                f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}"
+            )
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        traits = get_framework(self.framework)
+        object.__setattr__(self, "framework", traits.name)
+        if self.zero_stage not in traits.zero_stages:
+            raise ConfigError(
+                f"framework {traits.name} implements zero_stage "
+                f"{' or '.join(map(str, traits.zero_stages))}, got {self.zero_stage}"
+            )
+        if self.framework_version is None:
+            object.__setattr__(self, "framework_version", traits.versions[-1])
+        elif self.framework_version not in traits.versions:
+            raise ConfigError(
+                f"framework_version for {traits.name} must be one of "
+                f"{', '.join(traits.versions)}, got {self.framework_version!r}"
+            )
+        if self.vpp > 1 and self.pp == 1:
+            raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
+
+    @property
+    def model_parallel_size(self) -> int:
+        return self.tp * self.pp * self.cp
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingConfig:
+    """A whole run: model, cluster and layout, validated against each other."""
+
+    model: ModelConfig
+    cluster: ClusterConfig = field(default_factory=ClusterConfig)
+    layout: LayoutConfig = field(default_factory=LayoutConfig)
+    global_batch_seqs: int | None = None
+    """If given, the global batch (sequences) the layout must produce."""
+
+    def __post_init__(self) -> None:
+        m, c, lay = self.model, self.cluster, self.layout
+        world = lay.dp * lay.tp * lay.pp * lay.cp
+        if world != c.num_gpus:
+            raise ConfigError(
+                f"dp * tp * pp * cp must equal the number of GPUs ({c.num_gpus} = "
+                f"{c.num_nodes} nodes x {c.gpus_per_node}), got dp={lay.dp} tp={lay.tp} "
+                f"pp={lay.pp} cp={lay.cp} ({world})"
+            )
+        for heads_name in ("num_heads", "num_kv_heads"):
+            heads = getattr(m, heads_name)
+            if heads % lay.tp:
+                raise ConfigError(
+                    f"{heads_name} must be divisible by tp, got {heads_name}={heads} tp={lay.tp}"
+                )
+        stages = lay.pp * lay.vpp
+        if m.num_layers < stages:
+            raise ConfigError(
+                f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
+                f"num_layers={m.num_layers} pp={lay.pp} vpp={lay.vpp} ({stages})"
+            )
+        if lay.vpp > 1 and m.num_layers % stages:
+            raise ConfigError(
+                f"num_layers must be divisible by pp * vpp for interleaved pipelines, got "
+                f"num_layers={m.num_layers} pp={lay.pp} vpp={lay.vpp} ({stages})"
+            )
+        if m.seq_len % lay.cp:
+            raise ConfigError(
+                f"seq_len must be divisible by cp, got seq_len={m.seq_len} cp={lay.cp}"
+            )
+        if lay.ep > 1:
+            if not m.is_moe:
+                raise ConfigError(f"ep > 1 needs an MoE model (num_experts >= 2), got ep={lay.ep}")
+            if m.num_experts % lay.ep:
+                raise ConfigError(
+                    f"num_experts must be divisible by ep, got num_experts={m.num_experts} "
+                    f"ep={lay.ep}"
+                )
+            if (lay.dp * lay.cp) % lay.ep:
+                raise ConfigError(
+                    f"ep must divide dp * cp (experts are sharded over the data and context "
+                    f"parallel ranks), got dp={lay.dp} cp={lay.cp} ep={lay.ep}"
+                )
+        c.spec.peak_flops(lay.dtype)  # raises if the GPU lacks the dtype
+        if self.global_batch_seqs is not None:
+            _positive_int("TrainingConfig", "global_batch_seqs", self.global_batch_seqs)
+            if self.batch_seqs != self.global_batch_seqs:
+                raise ConfigError(
+                    f"dp * grad_accum * mbs must equal the global batch of "
+                    f"{self.global_batch_seqs} sequences, got dp={lay.dp} "
+                    f"grad_accum={lay.grad_accum} mbs={lay.mbs} ({self.batch_seqs})"
+                )
+
+    @property
+    def batch_seqs(self) -> int:
+        """Global batch in sequences: dp x grad_accum x mbs."""
+        return self.layout.dp * self.layout.grad_accum * self.layout.mbs
+
+    @property
+    def batch_tokens(self) -> int:
+        """Global batch in tokens: dp x grad_accum x mbs x seq_len."""
+        return self.batch_seqs * self.model.seq_len
+
+
+MODEL_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelConfig) if f.name != "name")
+CLUSTER_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ClusterConfig))
+LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LayoutConfig))
+CONFIG_COLUMNS: tuple[str, ...] = MODEL_FIELDS + CLUSTER_FIELDS + LAYOUT_FIELDS
+"""The flat column names of one configuration (``predict --from-csv``, sweep tables)."""
+
+_INT_FIELDS = frozenset(
+    f.name for cls in (ModelConfig, ClusterConfig, LayoutConfig) for f in fields(cls)
+    if f.type in ("int", int)
+)
+_BOOL_FIELDS = frozenset({"tie_embeddings", "sequence_parallel"})
+_TRUE = frozenset({"true", "1", "yes", "y", "t"})
+_FALSE = frozenset({"false", "0", "no", "n", "f"})
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and value != value) or value == ""
+
+
+def _coerce(name: str, value: Any) -> Any:
+    """Turn a CSV/JSON/YAML cell into the field's type, strictly (8.0 -> 8, 8.5 -> error)."""
+    if name in _BOOL_FIELDS:
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ConfigError(f"{name} must be true or false, got {value!r}")
+    if name in _INT_FIELDS:
+        if isinstance(value, bool):
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+        if not number.is_integer():
+            raise ConfigError(f"{name} must be an integer, got {value!r}")
+        return int(number)
+    return str(value).strip()
+
+
+def config_from_flat(row: dict[str, Any], **defaults: Any) -> TrainingConfig:
+    """Build a :class:`TrainingConfig` from one flat row of :data:`CONFIG_COLUMNS`.
+
+    Missing optional columns take the dataclass defaults (or ``defaults``); unknown keys are
+    ignored so that a sweep row with outcome columns can be passed as is. A missing required
+    model column raises ConfigError. ``global_batch_seqs`` is honoured if present.
+    """
+    values = {**defaults, **{k: v for k, v in row.items() if not _missing(v)}}
+    parts: dict[str, dict[str, Any]] = {}
+    for cls, key in ((ModelConfig, "model"), (ClusterConfig, "cluster"), (LayoutConfig, "layout")):
+        kwargs: dict[str, Any] = {}
+        for f in fields(cls):
+            if f.name in values:
+                kwargs[f.name] = _coerce(f.name, values[f.name])
+        parts[key] = kwargs
+    if "num_kv_heads" not in parts["model"] and "num_heads" in parts["model"]:
+        parts["model"]["num_kv_heads"] = parts["model"]["num_heads"]
+    missing = [n for n in MODEL_FIELDS[:7] if n not in parts["model"]]
+    if missing:
+        raise ConfigError(f"a configuration needs the model columns {', '.join(missing)}")
+    gbs = values.get("global_batch_seqs")
+    return TrainingConfig(
+        model=ModelConfig(**parts["model"]),
+        cluster=ClusterConfig(**parts["cluster"]),
+        layout=LayoutConfig(**parts["layout"]),
+        global_batch_seqs=None if gbs is None else _coerce("num_layers", gbs),
+    )
+
+
+def config_to_flat(cfg: TrainingConfig) -> dict[str, Any]:
+    """The inverse of :func:`config_from_flat`: one flat dict over :data:`CONFIG_COLUMNS`."""
+    out: dict[str, Any] = {}
+    for part in (cfg.model, cfg.cluster, cfg.layout):
+        for f in fields(part):
+            if f.name != "name":
+                out[f.name] = getattr(part, f.name)
+    return out

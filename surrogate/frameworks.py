@@ -1,0 +1,72 @@
+"""Training frameworks whose runs the surrogate describes, and the traits the analytic model needs.
+
+A framework changes what a layout costs: which optimizer-state layout it keeps, whether it
+accumulates gradients in fp32, which ZeRO stages it implements. Each trait names its source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from surrogate.errors import ConfigError
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkTraits:
+    name: str
+    fp32_grad_accumulation: bool
+    """Keeps a persistent fp32 gradient-accumulation buffer beside the bf16 gradients
+    (+4 bytes per parameter, sharded like the gradients)."""
+    zero_stages: tuple[int, ...]
+    """ZeRO stages the framework implements."""
+    versions: tuple[str, ...]
+    """Known implementation versions, oldest first; the last is the default."""
+    source: str
+
+
+FRAMEWORKS: dict[str, FrameworkTraits] = {
+    t.name: t
+    for t in (
+        FrameworkTraits(
+            name="nanotron",
+            fp32_grad_accumulation=True,
+            zero_stages=(0, 1),
+            versions=("pre-pp-fix", "pp-fix"),
+            source=(
+                "huggingface/nanotron: FP32GradientAccumulator (accumulate_grad_in_fp32=True in "
+                "every Playbook run), ZeROs 0 and 1 (optim/zero.py); 'pp-fix' marks the pipeline "
+                "engine optimisation of the Playbook's after_pp_fix column"
+            ),
+        ),
+        FrameworkTraits(
+            name="megatron",
+            fp32_grad_accumulation=True,
+            zero_stages=(0, 1, 3),
+            versions=("core",),
+            source=(
+                "NVIDIA/Megatron-LM arguments.py: accumulate_allreduce_grads_in_fp32 is forced on "
+                "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3"
+            ),
+        ),
+        FrameworkTraits(
+            name="torchtitan",
+            fp32_grad_accumulation=False,
+            zero_stages=(0, 1, 2, 3),
+            versions=("main",),
+            source=(
+                "pytorch/torchtitan: FSDP2 keeps sharded fp32 parameters and reduces gradients "
+                "into them (no extra accumulation buffer); reshard_after_forward=False is ZeRO-2"
+            ),
+        ),
+    )
+}
+
+
+def get_framework(name: str) -> FrameworkTraits:
+    """Traits of ``name``; raises ConfigError naming the known frameworks."""
+    try:
+        return FRAMEWORKS[name.strip().lower()]
+    except KeyError:
+        raise ConfigError(
+            f"framework must be one of {', '.join(sorted(FRAMEWORKS))}, got {name!r}"
+        ) from None

@@ -1,0 +1,125 @@
+"""Model presets and the reader of Hugging Face ``config.json`` files.
+
+Sources:
+- Playbook models: nanotron ``scripts/scaling_benchmarks.py`` as listed in
+  ``../shared/data/MANIFEST.md`` (vocabulary 131,072, sequence 4,096; 1.34B and 3.57B tie
+  their embeddings).
+- Llama 3: Dubey et al. 2024, "The Llama 3 Herd of Models", Table 3, and the released
+  ``config.json`` files (vocabulary 128,256, 8 key-value heads, context 8,192).
+- Mixtral 8x7B: Jiang et al. 2024, "Mixtral of Experts", Table 1 (8 experts, top-2,
+  context 32,768, vocabulary 32,000).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from surrogate.config import ModelConfig
+from surrogate.errors import ConfigError
+
+
+def _playbook(name: str, layers: int, hidden: int, ffn: int, heads: int, tied: bool) -> ModelConfig:
+    return ModelConfig(
+        name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_heads=heads,
+        num_kv_heads=heads, vocab_size=131072, seq_len=4096, tie_embeddings=tied,
+    )
+
+
+def _llama3(name: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelConfig:
+    return ModelConfig(
+        name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_heads=heads,
+        num_kv_heads=8, vocab_size=128256, seq_len=8192, tie_embeddings=False,
+    )
+
+
+PRESETS: dict[str, ModelConfig] = {
+    m.name: m
+    for m in (
+        _playbook("playbook-1.34b", 16, 2048, 8192, 32, True),
+        _playbook("playbook-3.57b", 28, 3072, 8192, 32, True),
+        _playbook("playbook-8.86b", 32, 4096, 14336, 32, False),
+        _playbook("playbook-80b", 80, 8192, 28672, 64, False),
+        _playbook("playbook-469b", 126, 16384, 53248, 128, False),
+        _llama3("llama3-8b", 32, 4096, 14336, 32),
+        _llama3("llama3-70b", 80, 8192, 28672, 64),
+        _llama3("llama3-405b", 126, 16384, 53248, 128),
+        ModelConfig(
+            name="mixtral-8x7b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
+            num_heads=32, num_kv_heads=8, vocab_size=32000, seq_len=32768,
+            tie_embeddings=False, num_experts=8, experts_topk=2, moe_ffn_hidden_size=14336,
+        ),
+    )
+}
+
+ALIASES: dict[str, str] = {
+    "1.34b": "playbook-1.34b", "1.34g": "playbook-1.34b",
+    "3.57b": "playbook-3.57b", "3.57g": "playbook-3.57b",
+    "8.86b": "playbook-8.86b", "8.86g": "playbook-8.86b",
+    "80b": "playbook-80b", "80g": "playbook-80b",
+    "469b": "playbook-469b", "469g": "playbook-469b",
+    "8b": "llama3-8b", "70b": "llama3-70b", "405b": "llama3-405b",
+    "mixtral": "mixtral-8x7b",
+}
+
+
+def get_preset(name: str) -> ModelConfig:
+    """The preset called ``name`` (or an alias such as ``8b`` or ``1.34G``)."""
+    key = name.strip().lower()
+    key = ALIASES.get(key, key)
+    if key not in PRESETS:
+        raise ConfigError(
+            f"model must be one of {', '.join(PRESETS)} (or an alias: {', '.join(ALIASES)}), "
+            f"got {name!r}"
+        )
+    return PRESETS[key]
+
+
+def playbook_model(run_name: str) -> ModelConfig:
+    """The model of a Playbook run name such as ``8.86G_dp8_..._gqa8`` (MANIFEST.md shapes)."""
+    prefix = run_name.split("_", 1)[0]
+    base = get_preset(prefix)
+    if run_name.endswith("_gqa8"):
+        base = replace(base, num_kv_heads=8)
+    return base
+
+
+def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> ModelConfig:
+    """Read a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen-style keys).
+
+    ``seq_len`` defaults to ``max_position_embeddings``.
+    """
+    p = Path(path)
+    try:
+        cfg: dict[str, Any] = json.loads(p.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"--hf-config must name an existing file, got {str(p)!r}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"{p}: a Hugging Face config.json holds a JSON object")
+    need = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
+            "vocab_size")
+    missing = [k for k in need if k not in cfg]
+    if missing:
+        raise ConfigError(f"{p}: a Hugging Face config needs the keys {', '.join(missing)}")
+    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
+    max_pos = cfg.get("max_position_embeddings")
+    if seq_len is None and max_pos is None:
+        raise ConfigError(f"{p}: no max_position_embeddings; give the sequence length (--seq-len)")
+    return ModelConfig(
+        name=str(cfg.get("_name_or_path") or p.parent.name or "hf-config"),
+        num_layers=int(cfg["num_hidden_layers"]),
+        hidden_size=int(cfg["hidden_size"]),
+        ffn_hidden_size=int(cfg["intermediate_size"]),
+        num_heads=int(cfg["num_attention_heads"]),
+        num_kv_heads=int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
+        vocab_size=int(cfg["vocab_size"]),
+        seq_len=int(seq_len if seq_len is not None else max_pos),  # type: ignore[arg-type]
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        num_experts=experts if experts >= 2 else 0,
+        experts_topk=int(cfg.get("num_experts_per_tok") or 0) if experts >= 2 else 0,
+        moe_ffn_hidden_size=int(cfg.get("moe_intermediate_size") or 0) if experts >= 2 else 0,
+    )
