@@ -1,0 +1,62 @@
+"""Configurations as numeric columns: the input of every analytic function.
+
+A :data:`Cols` maps each name of :data:`surrogate.config.CONFIG_COLUMNS` (strings encoded as
+numbers, below) plus the GPU's and framework's traits to a float64 array with one element per
+configuration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from surrogate.config import RECOMPUTE_MODES, TrainingConfig
+from surrogate.frameworks import get_framework
+from surrogate.hardware import GIB
+
+Array = NDArray[np.float64]
+Cols = Mapping[str, Array]
+
+RECOMPUTE_CODE = {name: float(i) for i, name in enumerate(RECOMPUTE_MODES)}
+"""none -> 0, selective -> 1, full -> 2."""
+
+_NUMERIC = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
+    "seq_len", "num_experts", "experts_topk", "gpus_per_node", "num_nodes",
+    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
+)
+
+
+def config_row(cfg: TrainingConfig) -> dict[str, float]:
+    """One configuration as the numbers the analytic model reads."""
+    m, c, lay = cfg.model, cfg.cluster, cfg.layout
+    gpu = c.spec
+    fw = get_framework(lay.framework)
+    row = {name: float(getattr(m if hasattr(m, name) else c if hasattr(c, name) else lay, name))
+           for name in _NUMERIC}
+    row.update(
+        tie_embeddings=float(m.tie_embeddings),
+        moe_ffn_hidden_size=float(m.expert_ffn_hidden_size),
+        sequence_parallel=float(lay.sequence_parallel),
+        recompute=RECOMPUTE_CODE[lay.recompute],
+        fp8=float(lay.dtype == "fp8"),
+        peak_flops=gpu.peak_flops(lay.dtype),
+        memory_bytes=gpu.memory_gib * GIB,
+        intra_node_bw=gpu.intra_node_bw_bytes_per_s,
+        inter_node_bw=gpu.inter_node_bw_bytes_per_s,
+        intra_node_latency_s=gpu.intra_node_latency_s,
+        inter_node_latency_s=gpu.inter_node_latency_s,
+        fp32_grad_accumulation=float(fw.fp32_grad_accumulation),
+        framework_version_rank=float(fw.versions.index(lay.framework_version or fw.versions[-1])),
+    )
+    return row
+
+
+def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:
+    """Stack configurations into columns (each a float64 array of len(configs))."""
+    rows = [config_row(cfg) for cfg in configs]
+    if not rows:
+        return {}
+    return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}

@@ -1,0 +1,3 @@
+"""`surrogate ingest`, `surrogate data fetch`, `surrogate data summary` (datasets issue)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""`surrogate microbench`: run the standard microbenchmark suite (microbenchmarks issue)."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""`surrogate predict`."""
+
+from __future__ import annotations
