@@ -1,0 +1,93 @@
+"""How fast the hardware runs the two things a training step is made of: GEMMs and collectives.
+
+The analytic model asks a :class:`PerfModel`. :class:`SpecPerfModel` answers from the hardware
+table alone (datasheet bandwidths, one assumed GEMM efficiency); a calibration profile fitted
+to microbenchmarks (``surrogate.profile``) answers from measurements.
+
+Collective sizes follow the nccl-tests conventions (NVIDIA/nccl-tests doc/PERFORMANCE.md):
+``size_bytes`` is the buffer of one rank (all_reduce, broadcast, send_recv) or the *total*
+gathered/scattered buffer (all_gather output, reduce_scatter input, all_to_all buffer);
+algbw = size / time and busbw = algbw x factor, factor 2(n-1)/n for all_reduce, (n-1)/n for
+all_gather, reduce_scatter and all_to_all, 1 for broadcast and send_recv. With a ring the
+time is therefore latency + size x factor / link bandwidth.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+import numpy as np
+
+from surrogate.analytic.inputs import Array, Cols
+
+CollectiveOp = Literal[
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"
+]
+COLLECTIVE_OPS: tuple[str, ...] = (
+    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"
+)
+
+
+def bus_factor(op: str, group_size: Array | float) -> Array:
+    """nccl-tests busbw / algbw factor of ``op`` for groups of ``group_size`` ranks."""
+    n = np.asarray(group_size, dtype=np.float64)
+    if op == "all_reduce":
+        return 2 * (n - 1) / n
+    if op in ("all_gather", "reduce_scatter", "all_to_all"):
+        return (n - 1) / n
+    if op in ("broadcast", "send_recv"):
+        return np.ones_like(n)
+    raise ValueError(f"op must be one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
+
+
+def ring_steps(op: str, group_size: Array | float) -> Array:
+    """Latency-bound steps of a ring implementation: 2(n-1) for all_reduce, n-1 otherwise."""
+    n = np.asarray(group_size, dtype=np.float64)
+    if op == "all_reduce":
+        return 2 * (n - 1)
+    if op in ("broadcast", "send_recv"):
+        return np.ones_like(n)
+    return n - 1
+
+
+class PerfModel(Protocol):
+    """What the analytic model needs to know of the hardware's speed."""
+
+    name: str
+    """Shown by ``surrogate predict`` (which profile, or 'datasheet')."""
+
+    def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
+        """Achieved / dense-peak FLOP/s of an (m x k) @ (k x n) GEMM in the config's dtype."""
+        ...
+
+    def collective_time_s(
+        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols
+    ) -> Array:
+        """Seconds for one ``op`` of ``size_bytes`` over ``group_size`` ranks; ``inter_node``
+        (0/1) says whether the group spans nodes. Zero where group_size <= 1."""
+        ...
+
+
+class SpecPerfModel:
+    """Datasheet figures: a ring over the slowest link, with a fixed GEMM efficiency.
+
+    ``gemm_efficiency_frac`` = 0.70 is an assumption (well-shaped BF16 GEMMs on Hopper reach
+    roughly 70-80% of the dense peak; see the XLA tables in ``../shared/data/microbench/xla``);
+    a calibration profile replaces it with measured, shape-dependent values.
+    """
+
+    name = "datasheet"
+
+    def __init__(self, gemm_efficiency_frac: float = 0.70) -> None:
+        self.gemm_efficiency_frac = gemm_efficiency_frac
+
+    def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
+        return np.full(np.broadcast(m, n, k).shape, self.gemm_efficiency_frac)
+
+    def collective_time_s(
+        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols
+    ) -> Array:
+        bw = np.where(inter_node > 0, c["inter_node_bw"], c["intra_node_bw"])
+        lat = np.where(inter_node > 0, c["inter_node_latency_s"], c["intra_node_latency_s"])
+        t = ring_steps(op, group_size) * lat + size_bytes * bus_factor(op, group_size) / bw
+        return np.where(group_size > 1, t, 0.0)
