@@ -34,6 +34,8 @@ class GPUSpec:
     """Dense BF16 tensor-core peak, FLOP/s. MFU is measured against this peak."""
     fp8_dense_flops: float | None
     """Dense FP8 tensor-core peak, FLOP/s; None where the GPU has no FP8 tensor cores."""
+    hbm_bw_bytes_per_s: float
+    """HBM bandwidth (memory-bound kernels: norms, activations, optimizer step)."""
     intra_node_bw_bytes_per_s: float
     """GPU-to-GPU bandwidth inside a node (NVLink, or PCIe where none), per direction."""
     inter_node_bw_bytes_per_s: float
@@ -58,7 +60,7 @@ class GPUSpec:
 
 _H100_SXM_SRC = (
     "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM BF16 1,979 TFLOPS and FP8 3,958 TFLOPS "
-    "with sparsity (dense: half), 80 GB HBM3, NVLink 900 GB/s bidirectional; DGX H100 datasheet: "
+    "with sparsity (dense: half), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s bidirectional; DGX H100 datasheet: "
     "8x ConnectX-7 400 Gb/s, one per GPU"
 )
 
@@ -67,6 +69,7 @@ GPUS: dict[str, GPUSpec] = {
     for g in (
         GPUSpec(
             name="H100-SXM-80GB",
+            hbm_bw_bytes_per_s=3.35e12,
             memory_gib=80.0,
             bf16_dense_flops=989.4e12,
             fp8_dense_flops=1978.9e12,
@@ -76,6 +79,7 @@ GPUS: dict[str, GPUSpec] = {
         ),
         GPUSpec(
             name="H100-PCIe-80GB",
+            hbm_bw_bytes_per_s=2.0e12,
             memory_gib=80.0,
             bf16_dense_flops=756.5e12,
             fp8_dense_flops=1513e12,
@@ -83,12 +87,13 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA H100 datasheet (2023): PCIe BF16 1,513 / FP8 3,026 TFLOPS with sparsity, "
-                "80 GB HBM2e; PCIe Gen5 x16 128 GB/s bidirectional (NVLink bridges pair GPUs "
+                "80 GB HBM2e at 2.0 TB/s; PCIe Gen5 x16 128 GB/s bidirectional (NVLink bridges pair GPUs "
                 "only, so a node-wide group is bounded by PCIe); 400 Gb/s NIC per GPU assumed"
             ),
         ),
         GPUSpec(
             name="H200-SXM-141GB",
+            hbm_bw_bytes_per_s=4.8e12,
             memory_gib=141.0,
             bf16_dense_flops=989.4e12,
             fp8_dense_flops=1978.9e12,
@@ -96,23 +101,25 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 / FP8 3,958 TFLOPS "
-                "with sparsity, 141 GB HBM3e, NVLink 900 GB/s bidirectional; DGX H200: 8x 400 Gb/s"
+                "with sparsity, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s bidirectional; DGX H200: 8x 400 Gb/s"
             ),
         ),
         GPUSpec(
             name="A100-SXM-40GB",
+            hbm_bw_bytes_per_s=1.555e12,
             memory_gib=40.0,
             bf16_dense_flops=312e12,
             fp8_dense_flops=None,
             intra_node_bw_bytes_per_s=300e9,
             inter_node_bw_bytes_per_s=25e9,
             source=(
-                "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense, 40 GB HBM2, "
+                "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense, 40 GB HBM2 at 1,555 GB/s, "
                 "NVLink 600 GB/s bidirectional; DGX A100: 8x HDR 200 Gb/s, one per GPU"
             ),
         ),
         GPUSpec(
             name="A100-SXM-80GB",
+            hbm_bw_bytes_per_s=2.039e12,
             memory_gib=80.0,
             bf16_dense_flops=312e12,
             fp8_dense_flops=None,
@@ -120,11 +127,12 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=25e9,
             source=(
                 "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense, 80 GB "
-                "HBM2e, NVLink 600 GB/s bidirectional; DGX A100 80GB: 8x HDR 200 Gb/s"
+                "HBM2e at 2,039 GB/s, NVLink 600 GB/s bidirectional; DGX A100 80GB: 8x HDR 200 Gb/s"
             ),
         ),
         GPUSpec(
             name="B200-SXM-180GB",
+            hbm_bw_bytes_per_s=8.0e12,
             memory_gib=180.0,
             bf16_dense_flops=2250e12,
             fp8_dense_flops=4500e12,
@@ -132,7 +140,7 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA HGX B200 specifications (2024): BF16 4.5 / FP8 9 PFLOPS with sparsity "
-                "(dense: half), 180 GB HBM3e per GPU in DGX B200 (1,440 GB for 8), NVLink 5 "
+                "(dense: half), 180 GB HBM3e per GPU in DGX B200 (1,440 GB for 8) at 8 TB/s, NVLink 5 "
                 "1.8 TB/s bidirectional; DGX B200: 8x ConnectX-7 400 Gb/s"
             ),
         ),

@@ -84,16 +84,12 @@ def hardware_flops_per_token(c: Cols) -> Array:
     """FLOPs executed, counting recomputation.
 
     Full recomputation reruns each layer's forward (1/3 of 6 N + 12 L h s): a 4/3 factor
-    (Korthikanti et al. 2022, sec. 5, and the Playbook). Selective recomputation reruns only the
-    attention core, 4 L h s per token forward (Korthikanti et al. 2022, sec. 4.2: QK^T and
-    softmax-V).
+    (Korthikanti et al. 2022, sec. 5, and the Playbook). Selective recomputation
+    (Korthikanti et al. 2022, sec. 4.2) recomputes only the attention scores, which flash
+    attention (assumed throughout) recomputes in its backward anyway: no extra FLOPs here.
     """
     base = model_flops_per_token(c)
-    attn_core_fwd = 4 * c["num_layers"] * c["hidden_size"] * c["seq_len"]
-    extra = np.where(
-        c["recompute"] == 2, base / 3, np.where(c["recompute"] == 1, attn_core_fwd, 0.0)
-    )
-    return base + extra
+    return np.where(c["recompute"] == 2, base * 4 / 3, base)
 
 
 def mfu(tokens_per_s_per_gpu: Array, c: Cols) -> Array:

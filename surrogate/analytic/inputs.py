@@ -44,11 +44,13 @@ def config_row(cfg: TrainingConfig) -> dict[str, float]:
         fp8=float(lay.dtype == "fp8"),
         peak_flops=gpu.peak_flops(lay.dtype),
         memory_bytes=gpu.memory_gib * GIB,
+        hbm_bw=gpu.hbm_bw_bytes_per_s,
         intra_node_bw=gpu.intra_node_bw_bytes_per_s,
         inter_node_bw=gpu.inter_node_bw_bytes_per_s,
         intra_node_latency_s=gpu.intra_node_latency_s,
         inter_node_latency_s=gpu.inter_node_latency_s,
         fp32_grad_accumulation=float(fw.fp32_grad_accumulation),
+        is_nanotron=float(fw.name == "nanotron"),
         framework_version_rank=float(fw.versions.index(lay.framework_version or fw.versions[-1])),
     )
     return row

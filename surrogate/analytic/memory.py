@@ -1,0 +1,192 @@
+"""Per-GPU memory of the most loaded rank, as a breakdown in bytes.
+
+Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3 and Fig. 1): mixed-precision AdamW
+keeps bf16 weights (2 bytes/param), bf16 gradients (2), and fp32 master weights plus two
+fp32 moments (12): 16 bytes per parameter. Frameworks that accumulate gradients in fp32
+(nanotron, Megatron; ``surrogate.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
+states, ZeRO-2 also the gradients, ZeRO-3 also the weights, over the dp x cp ranks (over
+dp x cp / ep for expert weights). Seed figures: 7B with ZeRO-3 on 8 GPUs = 14 GB; 80B on
+32 GPUs = 40 GB (Playbook).
+
+Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+Transformer Models", sec. 4, eq. 1-2), rederived for the Llama block with flash attention
+(Dao 2022: the s x s scores are never stored, so the 5 a s / h term vanishes), GQA and a
+SwiGLU MLP, in bf16, for T = mbs x seq_len / cp tokens on a rank:
+
+- replicated across tp unless sequence parallel: the inputs of the two RMSNorms and of the
+  QKV and MLP projections, 4 x 2 T h bytes;
+- split by tp: Q and the attention output (2 x 2 T h), K and V (2 x 2 T h_kv), and the MLP's
+  gate and up outputs, SiLU(gate) and its product with up (4 x 2 T ffn) (nanotron's
+  ``GLUActivation``; Megatron's ``bias_swiglu`` keeps the same four).
+
+Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too. Full
+recomputation keeps only each layer's input (2 T h, / tp with sequence parallelism) plus one
+layer's activations while it is recomputed. Selective recomputation stores what flash
+attention already avoids storing, so it changes nothing here.
+
+Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
+interleaved, see ``pipeline``); the last stage holds one, plus the logits.
+
+Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),
+their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
+gradient (4) and that gradient cast to bf16 (2) coexist: 16 bytes per logit.
+
+Backward working set: a layer's backward creates gradients of its activations about as large
+as the activations themselves (``transient``: one layer's worth, Korthikanti's per-layer term).
+
+Model selection, stated plainly: the logits count (16 rather than the 10 of the forward pass)
+and the backward working set were chosen among alternatives by comparing with the Playbook's
+measured peak memory; so was rejecting the hypothesis that nanotron keeps the all-gathered
+inputs of sequence-parallel projections (it overshot by 2-3x at tp >= 16). The README reports
+the accuracy with this caveat.
+
+Overheads, explicit terms (assumptions, documented so they can be checked):
+- ``buffers``: gradient-reduction buckets (2 x 25 MiB in fp32, the DDP default) and the
+  all-gather buffer of one layer's weights under ZeRO-3 (x2 for prefetch);
+- ``allocator``: the PyTorch caching allocator rounds blocks up and fragments; we count
+  ``ALLOCATOR_OVERHEAD_FRAC`` of everything else (reserved vs allocated);
+- ``cuda_context``: the CUDA context, cuBLAS workspace and NCCL's own buffers, outside
+  PyTorch's allocator (``CUDA_CONTEXT_BYTES``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surrogate.analytic import pipeline
+from surrogate.analytic.flops import (
+    attention_params_per_layer,
+    embedding_params,
+    expert_params_per_layer,
+    mlp_params_per_layer,
+)
+from surrogate.analytic.inputs import Array, Cols
+from surrogate.hardware import GIB
+
+ALLOCATOR_OVERHEAD_FRAC = 0.10
+"""Reserved / allocated - 1 assumed for PyTorch's caching allocator."""
+CUDA_CONTEXT_BYTES = 1.0 * GIB
+"""CUDA context + cuBLAS workspace + NCCL buffers, outside torch's allocator."""
+DDP_BUCKET_BYTES = 2 * 25 * 2**20 * 4
+"""Two 25 MiB gradient buckets in fp32 (torch DDP ``bucket_cap_mb`` default)."""
+
+BREAKDOWN_TERMS: tuple[str, ...] = (
+    "weights", "gradients", "optimizer", "activations", "transient", "logits", "buffers",
+    "allocator", "cuda_context",
+)
+"""Keys of :func:`memory_breakdown`, in display order; they sum to ``total``."""
+
+
+def _sharding(c: Cols) -> tuple[Array, Array]:
+    """Ranks over which dense and expert states are sharded by ZeRO: dp x cp, dp x cp / ep."""
+    dense = c["dp"] * c["cp"]
+    return dense, dense / c["ep"]
+
+
+def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Array, Array]:
+    """(dense, expert) parameters held by one rank of a stage with ``layers`` layers.
+
+    Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
+    embedding and head); norm weights and the MoE router are replicated. Experts are split by
+    ep x tp. With pp > 1 the last stage holds its own output head even when the embeddings are
+    tied (nanotron and Megatron untie them across stages).
+    """
+    h, tp = c["hidden_size"], c["tp"]
+    moe = c["num_experts"] >= 2
+    split = attention_params_per_layer(c) + np.where(moe, 0.0, mlp_params_per_layer(c))
+    replicated = 2 * h + np.where(moe, h * c["num_experts"], 0.0)
+    dense = layers * (split / tp + replicated)
+    vocab = embedding_params(c) / tp
+    if first:
+        dense = dense + vocab
+    if last:
+        tied_here = np.where(c["pp"] > 1, 0.0, c["tie_embeddings"])
+        dense = dense + (1 - tied_here) * vocab + h
+    experts = layers * expert_params_per_layer(c) / (c["ep"] * tp)
+    return dense, experts
+
+
+def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
+    """Weights, gradients and optimizer states of ``dense`` + ``experts`` parameters on a rank."""
+    shard_dense, shard_expert = _sharding(c)
+    z = c["zero_stage"]
+
+    def sharded(bytes_per_param: Array | float, from_stage: int) -> Array:
+        on = z >= from_stage
+        return bytes_per_param * (
+            np.where(on, dense / shard_dense, dense) + np.where(on, experts / shard_expert, experts)
+        )
+
+    grad_bytes = 2 + 4 * c["fp32_grad_accumulation"]
+    return {
+        "weights": sharded(2.0, 3),
+        "gradients": sharded(grad_bytes, 2),
+        "optimizer": sharded(12.0, 1),
+    }
+
+
+def activation_bytes_per_layer(c: Cols) -> Array:
+    """Bytes one layer keeps for one micro-batch on one rank (module docstring)."""
+    tokens = c["mbs"] * c["seq_len"] / c["cp"]
+    h, tp = c["hidden_size"], c["tp"]
+    kv = c["num_kv_heads"] * h / c["num_heads"]
+    moe = c["num_experts"] >= 2
+    ffn = np.where(moe, c["experts_topk"] * c["moe_ffn_hidden_size"], c["ffn_hidden_size"])
+    sp = (c["sequence_parallel"] > 0) & (tp > 1)
+    replicated = 4 * 2 * tokens * h
+    split = (2 * 2 * tokens * h + 2 * 2 * tokens * kv + 4 * 2 * tokens * ffn) / tp
+    full = np.where(sp, replicated / tp, replicated) + split
+    layer_input = np.where(sp, 2 * tokens * h / tp, 2 * tokens * h)
+    return np.where(c["recompute"] == 2, layer_input, full)
+
+
+def _backward_working_set(c: Cols) -> Array:
+    """One layer's activation gradients during its backward; with full recomputation, also
+    the layer's recomputed activations."""
+    c_none = {**c, "recompute": np.zeros_like(c["recompute"])}
+    one_layer = activation_bytes_per_layer(c_none)
+    return np.where(c["recompute"] == 2, 2 * one_layer, one_layer)
+
+
+def logits_bytes(c: Cols) -> Array:
+    """Logits of one micro-batch on the last stage at the loss (16 bytes each, see module)."""
+    tokens = c["mbs"] * c["seq_len"] / c["cp"]
+    return 16.0 * tokens * c["vocab_size"] / c["tp"]
+
+
+def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:
+    layers = pipeline.first_stage_layers(c) if first else pipeline.last_stage_layers(c)
+    dense, experts = stage_params(c, layers, first=first, last=last)
+    out = model_state_bytes(c, dense, experts)
+    inflight = pipeline.first_stage_inflight(c) if first else np.ones_like(layers)
+    out["activations"] = layers * inflight * activation_bytes_per_layer(c)
+    out["transient"] = _backward_working_set(c)
+    out["logits"] = logits_bytes(c) if last else np.zeros_like(layers)
+    layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
+    zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
+    out["buffers"] = DDP_BUCKET_BYTES + zero3_gather
+    held = sum(out[k] for k in BREAKDOWN_TERMS[:7])
+    out["allocator"] = ALLOCATOR_OVERHEAD_FRAC * held
+    out["cuda_context"] = np.full_like(layers, CUDA_CONTEXT_BYTES)
+    out["total"] = held + out["allocator"] + out["cuda_context"]
+    return out
+
+
+def memory_breakdown(c: Cols) -> dict[str, Array]:
+    """Bytes per term on the most loaded rank (first or last pipeline stage), plus ``total``
+    and ``stage`` (0 = first stage, 1 = last stage)."""
+    first = _stage_breakdown(c, first=True, last=False)
+    last = _stage_breakdown(c, first=False, last=True)
+    single = _stage_breakdown(c, first=True, last=True)
+    pick_last = last["total"] > first["total"]
+    piped = c["pp"] > 1
+    out = {
+        k: np.where(piped, np.where(pick_last, last[k], first[k]), single[k]) for k in first
+    }
+    out["stage"] = np.where(piped & pick_last, 1.0, 0.0)
+    return out
+
+
+def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
+    """What ``torch.cuda.max_memory_reserved`` would report: everything but the CUDA context."""
+    return breakdown["total"] - breakdown["cuda_context"]

@@ -1,0 +1,76 @@
+"""Pipeline parallelism: how layers are split into stages, the bubble, micro-batches in flight.
+
+Sources: Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training on GPU
+Clusters Using Megatron-LM"), sec. 2.2: 1F1B bubble (p - 1) / (m + p - 1) of the step, and the
+interleaved schedule with v model chunks per rank dividing the bubble by v; Korthikanti et al.
+2022, sec. 4.2.3: under 1F1B the first stage holds the activations of p micro-batches, and
+under the interleaved schedule (1 + (p - 1) / (p v)) times that.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surrogate.analytic.inputs import Array, Cols
+
+
+def microbatches(c: Cols) -> Array:
+    """Micro-batches per step per pipeline (the m of the bubble formula): grad_accum."""
+    return c["grad_accum"]
+
+
+def bubble_fraction(c: Cols) -> Array:
+    """Idle fraction of a step: ((p - 1) / v) / (m + (p - 1) / v); (p-1)/(m+p-1) when v = 1."""
+    idle = (c["pp"] - 1) / c["vpp"]
+    return idle / (microbatches(c) + idle)
+
+
+def step_slots(c: Cols) -> Array:
+    """Micro-batch slots on the critical path of a step: m + (p - 1) / v."""
+    return microbatches(c) + (c["pp"] - 1) / c["vpp"]
+
+
+def first_stage_inflight(c: Cols) -> Array:
+    """Micro-batches whose activations the first stage holds at once.
+
+    1F1B: min(p, m) (Korthikanti et al. 2022, sec. 4.2.3); interleaved: that times
+    1 + (p - 1) / (p v). Without pipelining, one.
+    """
+    m, p, v = microbatches(c), c["pp"], c["vpp"]
+    base = np.minimum(p, m)
+    return np.where(v > 1, base * (1 + (p - 1) / (p * v)), base)
+
+
+def _nanotron_layer_cost(c: Cols) -> tuple[Array, Array]:
+    h = c["hidden_size"]
+    layer_cost = 4 * h * h + 3 * h * c["ffn_hidden_size"]
+    return layer_cost, c["num_layers"] * layer_cost + c["vocab_size"] * h
+
+
+def first_stage_layers(c: Cols) -> Array:
+    """Transformer layers on the first pipeline stage.
+
+    Megatron and torchtitan split evenly (first stage: ceil(L / p)). nanotron balances a
+    compute cost per block (nanotron ``get_block_compute_costs``: 4 h^2 + 3 h ffn per layer,
+    V h for the output head, 0 for the embedding) and moves to the next rank once the cumulative
+    cost exceeds rank/p of the total, so its first stage takes floor(total / (p c)) + 1 layers.
+    """
+    L, p = c["num_layers"], c["pp"]
+    even = np.ceil(L / p)
+    layer_cost, total = _nanotron_layer_cost(c)
+    nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
+    return np.where(p == 1, L, np.where(c["is_nanotron"] > 0, nano, even))
+
+
+def last_stage_layers(c: Cols) -> Array:
+    """Transformer layers on the last stage.
+
+    Even split: L - (p - 1) ceil(L / p), at least 0. nanotron: rank p - 2 closes after
+    floor((p - 1) total / (p c)) + 1 layers (the same greedy rule), the last rank takes the rest.
+    """
+    L, p = c["num_layers"], c["pp"]
+    even_rest = np.maximum(L - (p - 1) * np.ceil(L / p), 0)
+    layer_cost, total = _nanotron_layer_cost(c)
+    before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
+    nano_rest = L - before_last
+    return np.where(p == 1, L, np.where(c["is_nanotron"] > 0, nano_rest, even_rest))
