@@ -27,13 +27,13 @@ _LAZY = {
     "TrainingConfig": "surrogate.config",
     "ConfigError": "surrogate.errors",
     "SurrogateError": "surrogate.errors",
-    "predict": "surrogate.predict",
+    "predict": "surrogate.prediction",
 }
 
 if TYPE_CHECKING:
     from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
     from surrogate.errors import ConfigError, SurrogateError
-    from surrogate.predict import predict
+    from surrogate.prediction import predict
 
 
 def __getattr__(name: str) -> Any:

@@ -48,9 +48,10 @@ MEASUREMENT_COLUMNS: tuple[str, ...] = (
 - memory: GiB (2**30 bytes), peaks over the run as the framework's allocator reports them.
 """
 OUTCOME_COLUMNS: tuple[str, ...] = ("status", *MEASUREMENT_COLUMNS)
-PROVENANCE_COLUMNS: tuple[str, ...] = ("source", "run_id", "date", "hardware")
+PROVENANCE_COLUMNS: tuple[str, ...] = ("source", "run_id", "date", "hardware", "model_name")
 """``source``: where the row comes from (e.g. ``hf_ultrascale_playbook``); ``run_id``: the run's
-name within the source; ``date``: ISO-8601 text or missing; ``hardware``: free text."""
+name within the source; ``date``: ISO-8601 text or missing; ``hardware``: free text;
+``model_name``: the model as the source names it (e.g. ``8.86G``), or missing."""
 SWEEP_COLUMNS: tuple[str, ...] = (*CONFIG_COLUMNS, *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS)
 KEY_COLUMNS: tuple[str, str] = ("source", "run_id")
 
@@ -92,6 +93,7 @@ def sweep_row(
     run_id: str,
     date: str | None = None,
     hardware: str | None = None,
+    model_name: str | None = None,
     **measurements: float | None,
 ) -> dict[str, Any]:
     """One row of the table from a validated configuration, a status, measurements and
@@ -106,7 +108,7 @@ def sweep_row(
     for name in MEASUREMENT_COLUMNS:
         value = measurements.get(name)
         row[name] = math.nan if value is None else float(value)
-    row.update(source=source, run_id=run_id, date=date, hardware=hardware)
+    row.update(source=source, run_id=run_id, date=date, hardware=hardware, model_name=model_name)
     return row
 
 
@@ -181,7 +183,7 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         for i, v in enumerate(out[col]):
             if not isinstance(v, str) or not v.strip():
                 bad(i, f"{col} must be a non-empty string, got {v!r}")
-    for col in ("date", "hardware"):
+    for col in ("date", "hardware", "model_name"):
         for i, v in enumerate(out[col]):
             if not _is_missing(v) and not isinstance(v, str):
                 bad(i, f"{col} must be text or missing, got {v!r}")
@@ -196,7 +198,7 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     config = pd.DataFrame(flat_rows, columns=list(CONFIG_COLUMNS))
     for col in CONFIG_COLUMNS:
         out[col] = config[col].to_numpy()
-    for col in ("date", "hardware"):
+    for col in ("date", "hardware", "model_name"):
         out[col] = out[col].map(lambda v: None if _is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
         if _dtype(col) == "object":

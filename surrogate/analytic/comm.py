@@ -1,0 +1,111 @@
+"""Communication per training step, for each parallel dimension: bytes and time.
+
+Rank order (Megatron-LM ``parallel_state``; torchtitan ``ParallelDims``): tp innermost, then
+cp, then dp (ep inside dp x cp), then pp outermost. A group spans nodes when its stride times
+its size exceeds the GPUs of a node: tp when tp > gpus_per_node, cp when tp cp > g, dp when
+tp cp dp > g; pipeline neighbours are tp cp dp ranks apart.
+
+Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 bytes):
+
+- TP (Shoeybi et al. 2019 sec. 3; Korthikanti et al. 2022 sec. 4.2.2): per layer, two
+  all-reduces of 2 T h bytes forward and two backward; with sequence parallelism each becomes
+  an all-gather plus a reduce-scatter of the same total size. Not overlapped (exposed).
+- CP (ring attention, Liu et al. 2023): per layer, cp - 1 exchanges of the K and V chunks
+  (2 x 2 T h_kv / tp bytes) forward and twice that backward (K, V and their gradients);
+  overlapped with the attention computation, exposed only where longer.
+- EP (Lepikhin et al. 2020, GShard): per MoE layer, two all-to-alls (dispatch, combine) of
+  2 T k h bytes forward and two backward. Exposed.
+- PP (Narayanan et al. 2021): per micro-batch each stage boundary sends the activation
+  (2 T h, / tp with sequence parallelism) forward and its gradient backward; on the critical
+  path once per pipeline slot.
+- DP (Li et al. 2020, PyTorch DDP; Rajbhandari et al. 2020, ZeRO): once per step the
+  gradients (4 bytes per parameter when accumulated in fp32, else 2) are all-reduced (ZeRO-0)
+  or reduce-scattered (ZeRO >= 1), overlapped with the last micro-batch's backward; ZeRO-1/2
+  then all-gather the updated bf16 weights (exposed). ZeRO-3 all-gathers each layer's weights
+  forward and backward every micro-batch and reduce-scatters its gradients, prefetched under
+  the compute (exposed only where longer).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.perf import PerfModel
+
+
+def tokens_per_rank(c: Cols) -> Array:
+    """Tokens of one micro-batch on one rank: mbs x seq_len / cp."""
+    return c["mbs"] * c["seq_len"] / c["cp"]
+
+
+def spans_nodes(c: Cols) -> dict[str, Array]:
+    """1.0 where the group of each dimension spans nodes (module docstring)."""
+    g = c["gpus_per_node"]
+    tp, cp, dp = c["tp"], c["cp"], c["dp"]
+    return {
+        "tp": (tp > g).astype(np.float64),
+        "cp": (tp * cp > g).astype(np.float64),
+        "ep": (tp * c["ep"] > g).astype(np.float64),
+        "dp": (tp * cp * dp > g).astype(np.float64),
+        "pp": (tp * cp * dp >= g).astype(np.float64),
+    }
+
+
+def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
+    """Exposed TP communication of one layer, one micro-batch, forward and backward."""
+    size = 2 * tokens_per_rank(c) * c["hidden_size"]
+    inter = spans_nodes(c)["tp"]
+    ar = perf.collective_time_s("all_reduce", size, c["tp"], inter, c)
+    ag = perf.collective_time_s("all_gather", size, c["tp"], inter, c)
+    rs = perf.collective_time_s("reduce_scatter", size, c["tp"], inter, c)
+    sp = c["sequence_parallel"] > 0
+    return 4 * np.where(sp, ag + rs, ar)
+
+
+def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
+    """Ring-attention K/V exchange of one layer, one micro-batch, forward and backward."""
+    kv = c["num_kv_heads"] * c["hidden_size"] / c["num_heads"]
+    chunk = 2 * 2 * tokens_per_rank(c) * kv / c["tp"]
+    pair = perf.collective_time_s("send_recv", chunk, np.full_like(chunk, 2.0),
+                                  spans_nodes(c)["cp"], c)
+    return np.where(c["cp"] > 1, 3 * (c["cp"] - 1) * pair, 0.0)
+
+
+def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
+    """Expert all-to-alls of one MoE layer, one micro-batch, forward and backward."""
+    size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
+    t = perf.collective_time_s("all_to_all", size, c["ep"], spans_nodes(c)["ep"], c)
+    return np.where((c["ep"] > 1) & (c["num_experts"] >= 2), 4 * t, 0.0)
+
+
+def pp_time_per_slot_s(c: Cols, perf: PerfModel) -> Array:
+    """Activation send forward plus gradient send backward of one micro-batch slot."""
+    size = 2 * tokens_per_rank(c) * c["hidden_size"]
+    size = np.where((c["sequence_parallel"] > 0) & (c["tp"] > 1), size / c["tp"], size)
+    t = perf.collective_time_s("send_recv", size, np.full_like(size, 2.0), spans_nodes(c)["pp"], c)
+    return np.where(c["pp"] > 1, 2 * t, 0.0)
+
+
+def dp_times_s(
+    c: Cols, perf: PerfModel, dense_params: Array, expert_params: Array
+) -> dict[str, Array]:
+    """Gradient reduction and weight gathers of ZeRO, per step (ZeRO-3: per micro-batch too).
+
+    Returns ``grad_reduce`` (overlappable with the last backward), ``param_gather`` (ZeRO-1/2,
+    exposed), ``zero3_per_microbatch`` (prefetched under compute).
+    """
+    group = c["dp"] * c["cp"]
+    inter = spans_nodes(c)["dp"]
+    # Expert gradients really reduce over dp x cp / ep replicas; one group is an approximation.
+    params = dense_params + expert_params
+    grad_bytes = params * np.where(c["fp32_grad_accumulation"] > 0, 4.0, 2.0)
+    z = c["zero_stage"]
+    ar = perf.collective_time_s("all_reduce", grad_bytes, group, inter, c)
+    rs = perf.collective_time_s("reduce_scatter", grad_bytes, group, inter, c)
+    ag = perf.collective_time_s("all_gather", 2 * params, group, inter, c)
+    return {
+        "grad_reduce": np.where(z == 0, ar, rs),
+        "param_gather": np.where((z == 1) | (z == 2), ag, 0.0),
+        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs, 0.0),
+    }

@@ -1,0 +1,160 @@
+"""Step time, tokens/s per GPU and MFU: compute, exposed communication, bubble, optimizer.
+
+Step (1F1B, Narayanan et al. 2021): the slowest stage runs m + (p - 1) / v micro-batch slots;
+each slot costs the stage's compute for one micro-batch plus its exposed TP, CP and EP
+communication, its memory-bound kernels and the gradient accumulation. Once per step add the
+pipeline sends on the critical path, the part of the DP gradient reduction the last backward
+does not hide, ZeRO-1/2's weight all-gather, and the optimizer step.
+
+Compute: GEMM FLOPs at the efficiency the :class:`~surrogate.analytic.perf.PerfModel` gives
+for each projection's shape (QKV, attention output, MLP in and out, output head; the flash
+attention core at the efficiency of a T x seq x head_dim GEMM).
+
+Memory-bound kernels (assumptions, documented): norms, rotary, SwiGLU, residual adds move
+about 3 x the layer's activation bytes through HBM per micro-batch (forward and backward);
+fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch; the AdamW
+step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32 gradient,
+master weight and two moments).
+
+Overlap assumptions: TP and EP are exposed; CP is hidden under the attention core where it is
+shorter; the DP gradient reduction is hidden under the last micro-batch's backward (2/3 of
+its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where shorter.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from surrogate.analytic import comm, memory, pipeline
+from surrogate.analytic.flops import model_flops_per_token
+from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.perf import PerfModel
+
+ELEMENTWISE_TRAFFIC_FACTOR = 3.0
+"""HBM bytes moved by memory-bound kernels per byte of stored activation (assumption)."""
+GRAD_ACCUM_BYTES_PER_PARAM = 10.0
+"""fp32 accumulation: read the bf16 gradient (2) and the fp32 buffer (4), write it back (4)."""
+OPTIMIZER_BYTES_PER_PARAM = 30.0
+"""AdamW: read and write master weight and two moments (24), read the gradient (4), write the
+bf16 weight (2)."""
+BACKWARD_SHARE = 2.0 / 3.0
+"""Backward share of a micro-batch's compute (2 of 3 matmuls per weight)."""
+
+
+def _recompute_factor(c: Cols) -> Array:
+    return np.where(c["recompute"] == 2, 4.0 / 3.0, 1.0)
+
+
+def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
+    """(seconds, attention-core seconds) of one layer, one micro-batch, forward + backward."""
+    T = comm.tokens_per_rank(c)
+    h, tp, s = c["hidden_size"], c["tp"], c["seq_len"]
+    kv = c["num_kv_heads"] * h / c["num_heads"]
+    moe = c["num_experts"] >= 2
+    ffn = np.where(moe, c["moe_ffn_hidden_size"], c["ffn_hidden_size"])
+    # MoE: each token visits top-k experts; with ep the experts (and their tokens) are spread
+    # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
+    ffn_tokens = np.where(moe, T * c["experts_topk"], T)
+    peak = c["peak_flops"]
+    # 6 x (m n k) FLOPs per GEMM for forward + backward.
+    gemms = (
+        (T, (h + 2 * kv) / tp, h),   # QKV projection
+        (T, h, h / tp),              # attention output projection
+        (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
+        (ffn_tokens, h, ffn / tp),   # down projection
+    )
+    seconds = np.zeros_like(T)
+    for m, n, k in gemms:
+        flops = 6 * m * n * k
+        seconds = seconds + flops / (peak * perf.gemm_efficiency(m, n, k, c))
+    # Attention core: 12 h s FLOPs per token over tp ranks (flops.model_flops_per_token).
+    head_dim = h / c["num_heads"]
+    attn_flops = 12 * T * h * s / tp
+    attn_s = attn_flops / (peak * perf.gemm_efficiency(T, s, head_dim, c))
+    return (seconds + attn_s) * _recompute_factor(c), attn_s
+
+
+def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
+    """Output head of one micro-batch, forward + backward (not recomputed)."""
+    T = comm.tokens_per_rank(c)
+    n, k = c["vocab_size"] / c["tp"], c["hidden_size"]
+    return 6 * T * n * k / (c["peak_flops"] * perf.gemm_efficiency(T, n, k, c))
+
+
+def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
+    """Seconds per step by term, plus ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``,
+    ``bubble_frac`` and ``stage_compute_s`` (one micro-batch on the slowest stage)."""
+    layer_s, attn_s = layer_compute_s(c, perf)
+    first_layers = pipeline.first_stage_layers(c)
+    last_layers = pipeline.last_stage_layers(c)
+    head_s = lm_head_compute_s(c, perf)
+    piped = c["pp"] > 1
+    first_s = first_layers * layer_s + np.where(piped, 0.0, head_s)
+    last_s = last_layers * layer_s + head_s
+    slow_is_last = piped & (last_s > first_s)
+    stage_layers = np.where(slow_is_last, last_layers, first_layers)
+    compute_mb = np.where(slow_is_last, last_s, first_s)
+
+    tp_mb = stage_layers * comm.tp_time_per_layer_s(c, perf)
+    cp_mb = stage_layers * np.maximum(comm.cp_time_per_layer_s(c, perf) - attn_s, 0.0)
+    moe_layers = np.where(c["num_experts"] >= 2, stage_layers, 0.0)
+    ep_mb = moe_layers * comm.ep_time_per_layer_s(c, perf)
+
+    act_bytes = stage_layers * memory.activation_bytes_per_layer(
+        {**c, "recompute": np.zeros_like(c["recompute"])}
+    )
+    dense, experts = _stage_params(c, stage_layers, slow_is_last)
+    params = dense + experts
+    memory_mb = (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes
+                 + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
+
+    dp = comm.dp_times_s(c, perf, dense, experts)
+    zero3_mb = np.maximum(dp["zero3_per_microbatch"] - compute_mb, 0.0)
+    slot = compute_mb + tp_mb + cp_mb + ep_mb + memory_mb + zero3_mb
+
+    slots = pipeline.step_slots(c)
+    m = pipeline.microbatches(c)
+    bubble = (slots - m) * slot
+    pp_s = slots * comm.pp_time_per_slot_s(c, perf)
+    dp_exposed = np.maximum(dp["grad_reduce"] - BACKWARD_SHARE * compute_mb, 0.0)
+    updated = np.where(c["zero_stage"] >= 1, params / (c["dp"] * c["cp"]), params)
+    optimizer_s = OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"]
+
+    out = {
+        "compute": m * compute_mb,
+        "tp_comm": m * tp_mb,
+        "cp_comm": m * cp_mb,
+        "ep_comm": m * ep_mb,
+        "memory_bound": m * memory_mb,
+        "zero3_comm": m * zero3_mb,
+        "bubble": bubble,
+        "pp_comm": pp_s,
+        "dp_comm": dp_exposed + dp["param_gather"],
+        "optimizer": optimizer_s,
+    }
+    step = sum(out.values())
+    tokens = c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"]
+    gpus = c["gpus_per_node"] * c["num_nodes"]
+    out["step_time_s"] = step
+    out["tokens_per_s_per_gpu"] = tokens / step / gpus
+    out["mfu"] = out["tokens_per_s_per_gpu"] * model_flops_per_token(c) / c["peak_flops"]
+    out["bubble_frac"] = pipeline.bubble_fraction(c)
+    out["stage_compute_s"] = compute_mb
+    return out
+
+
+def _stage_params(c: Cols, layers: Array, is_last: Array) -> tuple[Array, Array]:
+    """(dense, expert) parameters of the slowest stage's rank."""
+    first = memory.stage_params(c, layers, first=True, last=False)
+    last = memory.stage_params(c, layers, first=False, last=True)
+    single = memory.stage_params(c, layers, first=True, last=True)
+    piped = c["pp"] > 1
+    pick = [np.where(piped, np.where(is_last, lt, ft), st) for ft, lt, st in zip(first, last, single)]
+    return pick[0], pick[1]
+
+
+STEP_TERMS: tuple[str, ...] = (
+    "compute", "tp_comm", "cp_comm", "ep_comm", "memory_bound", "zero3_comm", "bubble",
+    "pp_comm", "dp_comm", "optimizer",
+)
+"""Keys of :func:`step_breakdown` that sum to ``step_time_s``, in display order."""

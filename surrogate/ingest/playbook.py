@@ -1,0 +1,191 @@
+"""The Ultra-Scale Playbook results table (``bench_final2_mfu2.csv``) as sweep rows.
+
+Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
+
+- ``status`` Success / OOM / Other -> completed / oom / fail (:mod:`surrogate.ingest.status`).
+- Model shape: the name's prefix (``8.86G``) gives the preset of
+  :func:`surrogate.presets.playbook_model` (the table has no MLP width); hidden_size,
+  num_layers, num_heads, vocab_size and seq_len come from the row and must agree with the name
+  (13 runs use a 49,152 vocabulary, ``vocab49k`` in their name). ``num_kv_heads`` and
+  ``tie_word_embeddings`` are empty on runs that did not complete: they come from the name
+  (``_gqa8``: 8 key-value heads) and the MANIFEST (1.34G and 3.57G tie), checked against the
+  row where it has them.
+- Layout: dp, tp, pp, mbs, ``batch_accum`` -> grad_accum, zero_stage; ``tp_mode``
+  REDUCE_SCATTER -> sequence_parallel; ``after_pp_fix`` -> framework_version ``pp-fix`` /
+  ``pre-pp-fix``; nodes x 8 H100-SXM-80GB. The ``gbs`` column is not used: it counts sequences
+  on completed runs and tokens on the others.
+- Measurements: ``tok/s/gpu``; step_time_s = global batch tokens / (tok/s/gpu x GPUs), derived
+  (the table has no step time); ``mfu`` (percent) -> mfu_reported; ``mTFLOPs`` ->
+  tflops_per_gpu_reported; ``Mem Alloc (GB)`` / ``Mem Res (GB)`` -> peak_mem_*_gib: the values
+  are GiB despite the header (a ZeRO-0 1.34G run holds 20 bytes per parameter at its peak,
+  1,342,245,248 x 20 B = 25.00 GiB = 26.84 GB, and the table says 25.07 for every such run).
+  mfu is recomputed under the project's definition (:func:`surrogate.sweeps.recompute_mfu`).
+- run_id = ``<job_id>/<name>``: one Slurm job ran several configurations, so job_id repeats.
+- date: the ``date`` column, else the timestamp in ``log_file``, else missing.
+
+Rows that break a configuration rule (e.g. pp > num_layers, heads % tp != 0) are counted skips.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from surrogate.config import TrainingConfig, config_from_flat
+from surrogate.errors import ConfigError, DataError
+from surrogate.ingest.report import IngestReport
+from surrogate.ingest.status import status_from_label
+from surrogate.presets import playbook_model
+from surrogate.sweeps import empty_sweeps, recompute_mfu, sweep_row, validate_sweeps
+
+SOURCE = "hf_ultrascale_playbook"
+HARDWARE = "8x H100 80GB SXM per node, NVLink inside a node, AWS EFA between nodes"
+GPU = "H100-SXM-80GB"
+GPUS_PER_NODE = 8
+
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "job_id", "name", "nodes", "seq_len", "mbs", "batch_accum", "dp", "tp", "pp", "tp_mode",
+    "hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size",
+    "tie_word_embeddings", "zero_stage", "status", "tok/s/gpu", "mTFLOPs", "Mem Alloc (GB)",
+    "Mem Res (GB)", "mfu", "after_pp_fix", "date", "log_file",
+)
+HEADER_MARKERS: tuple[str, ...] = ("job_id", "tok/s/gpu", "after_pp_fix")
+"""Header fields that identify the format (used by :mod:`surrogate.ingest.detect`)."""
+
+_LOG_TIMESTAMP = re.compile(r"-(\d{4}-\d{2}-\d{2})-(\d{2})-(\d{2})-(\d{2})-")
+_MEASURED = {
+    "tokens_per_s_per_gpu": "tok/s/gpu",
+    "mfu_reported": "mfu",
+    "tflops_per_gpu_reported": "mTFLOPs",
+    "peak_mem_allocated_gib": "Mem Alloc (GB)",
+    "peak_mem_reserved_gib": "Mem Res (GB)",
+}
+
+
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _as_bool(name: str, value: Any) -> bool:
+    text = str(value).strip().lower()
+    if text in ("true", "1", "1.0"):
+        return True
+    if text in ("false", "0", "0.0"):
+        return False
+    raise ConfigError(f"{name} must be true or false, got {value!r}")
+
+
+def _date(row: dict[str, Any]) -> str | None:
+    if not _missing(row["date"]) and str(row["date"]).strip():
+        return str(row["date"]).strip()
+    m = _LOG_TIMESTAMP.search(str(row["log_file"]))
+    if m:
+        return f"{m.group(1)} {m.group(2)}:{m.group(3)}:{m.group(4)}"
+    return None
+
+
+def _config(row: dict[str, Any]) -> TrainingConfig:
+    """The row's configuration; ConfigError says which rule or which disagreement."""
+    name = str(row["name"])
+    preset = playbook_model(name)
+    for col in ("hidden_size", "num_layers", "num_heads"):
+        if int(row[col]) != getattr(preset, col):
+            raise ConfigError(
+                f"{col} must match the model of the name {name!r} ({getattr(preset, col)}), "
+                f"got {row[col]}"
+            )
+    kv_heads = preset.num_kv_heads
+    if not _missing(row["num_kv_heads"]) and float(row["num_kv_heads"]) != kv_heads:
+        raise ConfigError(
+            f"num_kv_heads must match the name {name!r} ({kv_heads}), got {row['num_kv_heads']}"
+        )
+    tied = preset.tie_embeddings
+    if not _missing(row["tie_word_embeddings"]) and _as_bool(
+        "tie_word_embeddings", row["tie_word_embeddings"]
+    ) != tied:
+        raise ConfigError(
+            f"tie_word_embeddings must match the model of {name!r} ({tied}), "
+            f"got {row['tie_word_embeddings']}"
+        )
+    tp_mode = str(row["tp_mode"]).strip().upper()
+    if tp_mode not in ("REDUCE_SCATTER", "ALL_REDUCE"):
+        raise ConfigError(f"tp_mode must be REDUCE_SCATTER or ALL_REDUCE, got {row['tp_mode']!r}")
+    return config_from_flat({
+        "num_layers": row["num_layers"], "hidden_size": row["hidden_size"],
+        "ffn_hidden_size": preset.ffn_hidden_size, "num_heads": row["num_heads"],
+        "num_kv_heads": kv_heads, "vocab_size": row["vocab_size"], "seq_len": row["seq_len"],
+        "tie_embeddings": tied,
+        "gpu": GPU, "gpus_per_node": GPUS_PER_NODE, "num_nodes": row["nodes"],
+        "dp": row["dp"], "tp": row["tp"], "pp": row["pp"], "mbs": row["mbs"],
+        "grad_accum": row["batch_accum"], "zero_stage": row["zero_stage"],
+        "sequence_parallel": tp_mode == "REDUCE_SCATTER",
+        "framework": "nanotron",
+        "framework_version": (
+            "pp-fix" if _as_bool("after_pp_fix", row["after_pp_fix"]) else "pre-pp-fix"
+        ),
+    })
+
+
+def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
+    """Read the Playbook CSV into sweep rows; every row not taken is a counted skip."""
+    p = Path(path)
+    report = IngestReport(files=[str(p)])
+    try:
+        raw = pd.read_csv(p, dtype={"name": str, "log_file": str, "date": str, "status": str})
+    except FileNotFoundError:
+        raise DataError(f"Playbook table {str(p)!r} does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise DataError(f"{p}: not a readable CSV table ({e})") from None
+    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
+    if missing:
+        raise DataError(f"{p}: a Playbook table needs the columns {', '.join(missing)}")
+    rows: list[dict[str, Any]] = []
+    first_line: dict[str, int] = {}
+    for i, row in enumerate(raw.to_dict("records")):
+        line = i + 2  # 1-based, after the header line
+        report.rows_read += 1
+        run_id = f"{row['job_id']}/{row['name']}"
+        if run_id in first_line:
+            report.skip(str(p), line, f"repeats run {run_id} of line {first_line[run_id]}")
+            continue
+        first_line[run_id] = line
+        verdict = status_from_label(str(row["status"]), where="status")
+        if verdict.status is None:
+            report.skip(str(p), line, verdict.evidence)
+            continue
+        try:
+            cfg = _config(row)
+        except (ConfigError, ValueError, TypeError) as e:
+            report.skip(str(p), line, f"invalid configuration: {e}")
+            continue
+        measured: dict[str, float | None] = {}
+        bad = None
+        for col, src in _MEASURED.items():
+            value = pd.to_numeric(row[src], errors="coerce")
+            if _missing(row[src]):
+                measured[col] = None
+            elif _missing(value) or not math.isfinite(value) or value <= 0:
+                bad = f"{src} must be a positive number or empty, got {row[src]!r}"
+                break
+            else:
+                measured[col] = float(value)
+        if bad:
+            report.skip(str(p), line, bad)
+            continue
+        tps = measured["tokens_per_s_per_gpu"]
+        if tps is not None:
+            measured["step_time_s"] = cfg.batch_tokens / (tps * cfg.cluster.num_gpus)
+        rows.append(sweep_row(
+            cfg, status=verdict.status, source=SOURCE, run_id=run_id,
+            date=_date(row), hardware=HARDWARE, model_name=str(row["name"]).split("_", 1)[0],
+            **measured,
+        ))
+    if not rows:
+        return empty_sweeps(), report
+    df = validate_sweeps(pd.DataFrame.from_records(rows), where=str(p))
+    df["mfu"] = recompute_mfu(df)
+    return df, report

@@ -1,0 +1,174 @@
+"""The microbenchmark table: one row per measurement of a GEMM or a collective.
+
+Every parser of measured speeds (nccl-tests logs, XLA's perf tables, the project's own
+``microbench`` JSON lines) produces this table, and calibration (``surrogate.calibrate``) reads
+it. Sizes follow the nccl-tests conventions documented in ``surrogate.analytic.perf``:
+``size_bytes`` is one rank's buffer for all_reduce, broadcast and send_recv, and the total
+gathered / scattered buffer for all_gather, reduce_scatter and all_to_all; algbw = size / time,
+busbw = algbw x ``bus_factor(op, group_size)``.
+
+Missing values are NaN (GEMM rows have no size or group; collective rows no shape).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+import pandas as pd
+
+from surrogate.errors import DataError
+
+GEMM_OP: Final = "gemm"
+MICROBENCH_OPS: Final[tuple[str, ...]] = (
+    GEMM_OP, "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",
+)
+LAYOUTS: Final[tuple[str, ...]] = ("contiguous", "strided")
+"""How a sub-group's ranks are laid out: consecutive ranks (tp-like) or every world/g-th
+rank (dp-like, spanning nodes first)."""
+
+FLOAT_COLUMNS: Final[tuple[str, ...]] = (
+    "m", "n", "k", "batch", "size_bytes", "group_size", "nodes",
+    "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+)
+STRING_COLUMNS: Final[tuple[str, ...]] = (
+    "op", "dtype", "hardware", "source", "run_id", "file", "date", "detail",
+)
+MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
+    "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size", "nodes", "layout",
+    "in_place", "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+    "hardware", "source", "run_id", "file", "date", "detail",
+)
+"""Column order. Provenance: ``source`` (xla, nccl-tests, microbench), ``run_id`` (one
+measurement campaign), ``file`` (the file it was read from), ``date`` (ISO date when known,
+else empty), ``detail`` (what distinguishes rows that share a shape, e.g. XLA's dtype key)."""
+
+DEDUP_KEY: Final[tuple[str, ...]] = (
+    "source", "run_id", "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size",
+    "nodes", "layout", "in_place", "detail",
+)
+"""Rows equal on these columns are one measurement; an append keeps the newer one."""
+
+
+def hardware_from_device_name(name: str) -> str:
+    """The hardware table key (``surrogate.hardware``) of a device name as drivers print it.
+
+    ``NVIDIA H100 80GB HBM3`` is the SXM part (the PCIe H100 has HBM2e and says PCIe);
+    names we cannot place are returned stripped, so they are kept rather than guessed.
+    """
+    u = name.upper()
+    if "H100" in u:
+        return "H100-PCIe-80GB" if "PCIE" in u else "H100-SXM-80GB"
+    if "H200" in u:
+        return "H200-SXM-141GB"
+    if "A100" in u:
+        return "A100-SXM-40GB" if "40GB" in u else "A100-SXM-80GB"
+    if "B200" in u:
+        return "B200-SXM-180GB"
+    return name.strip()
+
+
+def empty_microbench() -> pd.DataFrame:
+    """A table with the schema's columns and no rows."""
+    return normalise_microbench(pd.DataFrame({c: [] for c in MICROBENCH_COLUMNS}))
+
+
+def rows_to_microbench(rows: list[dict[str, object]]) -> pd.DataFrame:
+    """A normalised table from row dicts; columns a row leaves out are missing (NaN or empty)."""
+    if not rows:
+        return empty_microbench()
+    df = pd.DataFrame(rows)
+    for c in MICROBENCH_COLUMNS:
+        if c not in df.columns:
+            df[c] = float("nan") if c in FLOAT_COLUMNS else None if c in ("layout", "in_place") \
+                else ""
+    return normalise_microbench(df[list(MICROBENCH_COLUMNS)])
+
+
+def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
+    """Coerce column types (floats, strings, nullable layout and in_place) and order columns.
+
+    Raises DataError naming the missing columns. Extra columns are an error too: the table
+    is one schema, and a column we would not write back must not vanish silently.
+    """
+    missing = [c for c in MICROBENCH_COLUMNS if c not in df.columns]
+    extra = [c for c in df.columns if c not in MICROBENCH_COLUMNS]
+    if missing or extra:
+        raise DataError(
+            f"a microbenchmark table has exactly the columns {', '.join(MICROBENCH_COLUMNS)}; "
+            f"missing {missing or 'none'}, unexpected {extra or 'none'}"
+        )
+    out = pd.DataFrame(index=df.index)
+    for c in MICROBENCH_COLUMNS:
+        col = df[c]
+        if c in FLOAT_COLUMNS:
+            try:
+                out[c] = pd.to_numeric(col, errors="raise").astype("float64")
+            except (ValueError, TypeError) as e:
+                raise DataError(f"column {c!r} must be numeric (NaN where missing): {e}") from e
+        elif c == "layout":
+            out[c] = col.astype("object").where(col.notna(), None)
+        elif c == "in_place":
+            out[c] = col.astype("boolean") if len(col) else pd.Series([], dtype="boolean")
+        else:
+            out[c] = col.fillna("").astype(str)
+    return out.reset_index(drop=True)
+
+
+def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
+    """Normalise ``df`` and check the schema's rules; raises DataError on the first broken rule
+    with the offending row. Returns the normalised table."""
+    t = normalise_microbench(df)
+
+    def fail(mask: pd.Series, rule: str) -> None:
+        if bool(mask.any()):
+            i = int(np.flatnonzero(mask.to_numpy())[0])
+            row = t.iloc[i]
+            raise DataError(
+                f"microbenchmark row {i}: {rule}; got op={row['op']!r} dtype={row['dtype']!r} "
+                f"m={row['m']} n={row['n']} k={row['k']} size_bytes={row['size_bytes']} "
+                f"group_size={row['group_size']} time_s={row['time_s']} "
+                f"(source={row['source']!r} file={row['file']!r})"
+            )
+
+    fail(~t["op"].isin(MICROBENCH_OPS), f"op must be one of {', '.join(MICROBENCH_OPS)}")
+    fail(t["dtype"] == "", "dtype must be given")
+    fail(t["source"] == "", "source must be given")
+    fail(t["hardware"] == "", "hardware must be given")
+    fail(~(t["time_s"] > 0), "time_s must be a positive number of seconds")
+    gemm = t["op"] == GEMM_OP
+    shape = t[["m", "n", "k", "batch"]]
+    fail(gemm & ~(shape >= 1).all(axis=1), "a GEMM needs m, n, k, batch >= 1")
+    fail(gemm & ~(t["flops_per_s"] > 0), "a GEMM needs flops_per_s > 0")
+    fail(gemm & t["size_bytes"].notna(), "a GEMM has no size_bytes (NaN)")
+    coll = ~gemm
+    fail(coll & ~(t["size_bytes"] > 0), "a collective needs size_bytes > 0")
+    fail(coll & ~(t["group_size"] >= 2), "a collective needs group_size >= 2")
+    fail(coll & shape.notna().any(axis=1), "a collective has no m, n, k, batch (NaN)")
+    fail(coll & ~(t["algbw_bytes_per_s"] > 0), "a collective needs algbw_bytes_per_s > 0")
+    fail(~(t["nodes"] >= 1), "nodes must be >= 1")
+    layout_ok = t["layout"].isna() | t["layout"].isin(LAYOUTS)
+    fail(~layout_ok, f"layout must be one of {', '.join(LAYOUTS)} or missing")
+    return t
+
+
+def append_microbench(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+    """Append ``df`` to the table at ``path`` (created if absent), atomically.
+
+    Rows equal on :data:`DEDUP_KEY` are one measurement: the newly appended one replaces the
+    stored one. Returns the table as written.
+    """
+    from surrogate.tableio import read_table, write_table_atomic
+
+    new = validate_microbench(df)
+    p = Path(path)
+    if p.exists():
+        old = validate_microbench(read_table(p))
+        both = pd.concat([old, new], ignore_index=True) if len(old) else new
+    else:
+        both = new
+    key = both[list(DEDUP_KEY)].astype(str)  # NaN/None compare equal once stringified
+    out = both.loc[~key.duplicated(keep="last")].reset_index(drop=True)
+    write_table_atomic(out, p)
+    return out
