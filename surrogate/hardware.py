@@ -29,7 +29,8 @@ class GPUSpec:
     name: str
     """Canonical name, the key of the table (e.g. ``H100-SXM-80GB``)."""
     memory_gib: float
-    """HBM capacity in GiB (2**30 bytes)."""
+    """Device memory the driver exposes, GiB (2**30 bytes): ``nvidia-smi``'s total where known
+    (H100 80GB: 81,559 MiB = 79.65 GiB), else the nominal capacity."""
     bf16_dense_flops: float
     """Dense BF16 tensor-core peak, FLOP/s. MFU is measured against this peak."""
     fp8_dense_flops: float | None
@@ -70,7 +71,7 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec(
             name="H100-SXM-80GB",
             hbm_bw_bytes_per_s=3.35e12,
-            memory_gib=80.0,
+            memory_gib=81559 / 1024,
             bf16_dense_flops=989.4e12,
             fp8_dense_flops=1978.9e12,
             intra_node_bw_bytes_per_s=450e9,
@@ -80,7 +81,7 @@ GPUS: dict[str, GPUSpec] = {
         GPUSpec(
             name="H100-PCIe-80GB",
             hbm_bw_bytes_per_s=2.0e12,
-            memory_gib=80.0,
+            memory_gib=81559 / 1024,
             bf16_dense_flops=756.5e12,
             fp8_dense_flops=1513e12,
             intra_node_bw_bytes_per_s=64e9,

@@ -1,3 +1,183 @@
-"""`surrogate predict`."""
+"""`surrogate predict`: one configuration from flags or a YAML/JSON file, or a CSV of them."""
 
 from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from surrogate.cli.app import app
+from surrogate.errors import ConfigError
+
+
+def _load_config_file(path: Path) -> dict[str, Any]:
+    """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON."""
+    if not path.exists():
+        raise ConfigError(f"--config must name an existing file, got {str(path)!r}")
+    text = path.read_text()
+    try:
+        if path.suffix.lower() == ".json":
+            data = json.loads(text)
+        else:
+            import yaml
+
+            data = yaml.safe_load(text)
+    except Exception as e:
+        raise ConfigError(f"{path}: cannot parse ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a configuration file holds a mapping of column: value")
+    flat: dict[str, Any] = {}
+    for key, value in data.items():  # accept nested {model: {...}, cluster: {...}, layout: {...}}
+        if isinstance(value, dict) and key in ("model", "cluster", "layout"):
+            flat.update(value)
+        else:
+            flat[key] = value
+    return flat
+
+
+def build_config(
+    preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
+) -> Any:
+    """Merge preset < config file < flags into one TrainingConfig."""
+    from dataclasses import asdict
+
+    from surrogate.config import MODEL_FIELDS, config_from_flat
+    from surrogate.presets import get_preset, model_from_hf_config
+
+    values: dict[str, Any] = {}
+    preset = preset or file_values.pop("model", None)
+    if hf_config is not None:
+        seq = flags.get("seq_len") or file_values.get("seq_len")
+        values.update(asdict(model_from_hf_config(hf_config, seq_len=seq)))
+    elif preset is not None:
+        values.update(asdict(get_preset(str(preset))))
+    values.update(file_values)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    missing = [f for f in MODEL_FIELDS[:7] if f not in values and f != "num_kv_heads"]
+    if missing:
+        raise ConfigError(
+            "give a model: --model PRESET, --hf-config FILE, --config FILE or the shape flags "
+            f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})"
+        )
+    return config_from_flat(values)
+
+
+def _print_table(pred: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from surrogate.hardware import GIB
+
+    cfg = pred.config
+    m, c, lay = cfg.model, cfg.cluster, cfg.layout
+    console = Console()
+    console.print(
+        f"[bold]{m.name}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
+        f"pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
+        f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute} "
+        f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
+        f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
+    )
+    console.print(f"prediction: {pred.source} model, hardware speed: {pred.perf_model}")
+    mem = Table(title="Memory of the most loaded GPU (GiB)")
+    mem.add_column("term")
+    mem.add_column("GiB", justify="right")
+    for k, v in pred.memory_bytes.items():
+        if k != "total":
+            mem.add_row(k, f"{v / GIB:.2f}")
+    mem.add_row("[bold]total[/]", f"[bold]{pred.memory_bytes['total'] / GIB:.2f}[/]")
+    mem.add_row("capacity", f"{pred.capacity_bytes / GIB:.2f}")
+    console.print(mem)
+    verdict = "[green]fits[/]" if pred.fits else "[red]OOM[/]"
+    console.print(f"verdict: {verdict} (p_oom={pred.p_oom:.2f})")
+    step = Table(title="Step time (s)")
+    step.add_column("term")
+    step.add_column("s", justify="right")
+    step.add_column("share", justify="right")
+    for k, v in pred.step_s.items():
+        if v > 0:
+            step.add_row(k, f"{v:.4f}", f"{v / pred.step_time_s:.1%}")
+    step.add_row("[bold]step[/]", f"[bold]{pred.step_time_s:.4f}[/]", "100%")
+    console.print(step)
+    interval = ""
+    if pred.mfu_lo == pred.mfu_lo:  # not NaN
+        interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
+    console.print(
+        f"tokens/s per GPU: {pred.tokens_per_s_per_gpu:,.0f}   MFU: {pred.mfu:.1%}{interval}   "
+        f"bubble: {pred.bubble_frac:.1%}"
+    )
+
+
+@app.command("predict")
+def predict_cmd(
+    model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")] = None,
+    hf_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json to read the model from.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON file of configuration columns.")] = None,
+    from_csv: Annotated[Path | None, typer.Option(help="CSV of configurations, one per row.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output CSV for --from-csv (default: stdout).")] = None,
+    profile: Annotated[Path | None, typer.Option(help="Calibration profile JSON (default: the GPU's own, else datasheet).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    num_layers: Annotated[int | None, typer.Option(help="Model shape flags override the preset.")] = None,
+    hidden_size: Annotated[int | None, typer.Option()] = None,
+    ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
+    num_heads: Annotated[int | None, typer.Option()] = None,
+    num_kv_heads: Annotated[int | None, typer.Option()] = None,
+    vocab_size: Annotated[int | None, typer.Option()] = None,
+    seq_len: Annotated[int | None, typer.Option()] = None,
+    tie_embeddings: Annotated[bool | None, typer.Option("--tie-embeddings/--no-tie-embeddings")] = None,
+    num_experts: Annotated[int | None, typer.Option()] = None,
+    experts_topk: Annotated[int | None, typer.Option()] = None,
+    moe_ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
+    gpu: Annotated[str | None, typer.Option(help="GPU, e.g. H100-SXM-80GB, H100, A100-40GB, B200.")] = None,
+    gpus_per_node: Annotated[int | None, typer.Option()] = None,
+    nodes: Annotated[int | None, typer.Option("--nodes", "--num-nodes")] = None,
+    dp: Annotated[int | None, typer.Option()] = None,
+    tp: Annotated[int | None, typer.Option()] = None,
+    pp: Annotated[int | None, typer.Option()] = None,
+    cp: Annotated[int | None, typer.Option()] = None,
+    ep: Annotated[int | None, typer.Option()] = None,
+    vpp: Annotated[int | None, typer.Option()] = None,
+    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (sequences).")] = None,
+    grad_accum: Annotated[int | None, typer.Option()] = None,
+    zero: Annotated[int | None, typer.Option("--zero", "--zero-stage")] = None,
+    recompute: Annotated[str | None, typer.Option(help="none, selective or full.")] = None,
+    sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel")] = None,
+    dtype: Annotated[str | None, typer.Option(help="bf16 or fp8.")] = None,
+    framework: Annotated[str | None, typer.Option(help="nanotron, torchtitan or megatron.")] = None,
+    framework_version: Annotated[str | None, typer.Option()] = None,
+    global_batch_seqs: Annotated[int | None, typer.Option(help="Check the layout yields this global batch (sequences).")] = None,
+) -> None:
+    """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
+    from surrogate.prediction import predict, predict_frame
+
+    if from_csv is not None:
+        from surrogate.tableio import read_table, write_table_atomic
+
+        result = predict_frame(read_table(from_csv), profile=profile)
+        if out is None:
+            result.to_csv(sys.stdout, index=False)
+        else:
+            write_table_atomic(result, out)
+            bad = int((result["error"] != "").sum())
+            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
+        return
+    flags = dict(
+        num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
+        num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
+        tie_embeddings=tie_embeddings, num_experts=num_experts, experts_topk=experts_topk,
+        moe_ffn_hidden_size=moe_ffn_hidden_size, gpu=gpu, gpus_per_node=gpus_per_node,
+        num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
+        grad_accum=grad_accum, zero_stage=zero, recompute=recompute,
+        sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
+        framework_version=framework_version, global_batch_seqs=global_batch_seqs,
+    )
+    file_values = _load_config_file(config) if config is not None else {}
+    cfg = build_config(model, hf_config, file_values, flags)
+    pred = predict(cfg, profile=profile)
+    if as_json:
+        typer.echo(json.dumps(pred.to_dict(), indent=2))
+    else:
+        _print_table(pred)
