@@ -19,6 +19,7 @@ Every rule raises :class:`~surrogate.errors.ConfigError` saying what must hold a
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
 from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
@@ -317,14 +318,14 @@ def _coerce(name: str, value: Any) -> Any:
     return str(value).strip()
 
 
-def config_from_flat(row: dict[str, Any], **defaults: Any) -> TrainingConfig:
+def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
     """Build a :class:`TrainingConfig` from one flat row of :data:`CONFIG_COLUMNS`.
 
     Missing optional columns take the dataclass defaults (or ``defaults``); unknown keys are
     ignored so that a sweep row with outcome columns can be passed as is. A missing required
     model column raises ConfigError. ``global_batch_seqs`` is honoured if present.
     """
-    values = {**defaults, **{k: v for k, v in row.items() if not _missing(v)}}
+    values = {**defaults, **{str(k): v for k, v in row.items() if not _missing(v)}}
     parts: dict[str, dict[str, Any]] = {}
     for cls, key in ((ModelConfig, "model"), (ClusterConfig, "cluster"), (LayoutConfig, "layout")):
         kwargs: dict[str, Any] = {}

@@ -61,7 +61,8 @@ class GPUSpec:
 
 _H100_SXM_SRC = (
     "NVIDIA H100 Tensor Core GPU datasheet (2023): SXM BF16 1,979 TFLOPS and FP8 3,958 TFLOPS "
-    "with sparsity (dense: half), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s bidirectional; DGX H100 datasheet: "
+    "with sparsity (dense: half), 80 GB HBM3 at 3.35 TB/s, NVLink 900 GB/s bidirectional; DGX "
+    "H100 datasheet: "
     "8x ConnectX-7 400 Gb/s, one per GPU"
 )
 
@@ -88,7 +89,8 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA H100 datasheet (2023): PCIe BF16 1,513 / FP8 3,026 TFLOPS with sparsity, "
-                "80 GB HBM2e at 2.0 TB/s; PCIe Gen5 x16 128 GB/s bidirectional (NVLink bridges pair GPUs "
+                "80 GB HBM2e at 2.0 TB/s; PCIe Gen5 x16 128 GB/s bidirectional (NVLink bridges "
+                "pair GPUs "
                 "only, so a node-wide group is bounded by PCIe); 400 Gb/s NIC per GPU assumed"
             ),
         ),
@@ -102,7 +104,8 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA H200 Tensor Core GPU datasheet (2024): SXM BF16 1,979 / FP8 3,958 TFLOPS "
-                "with sparsity, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s bidirectional; DGX H200: 8x 400 Gb/s"
+                "with sparsity, 141 GB HBM3e at 4.8 TB/s, NVLink 900 GB/s bidirectional; DGX "
+                "H200: 8x 400 Gb/s"
             ),
         ),
         GPUSpec(
@@ -114,7 +117,8 @@ GPUS: dict[str, GPUSpec] = {
             intra_node_bw_bytes_per_s=300e9,
             inter_node_bw_bytes_per_s=25e9,
             source=(
-                "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense, 40 GB HBM2 at 1,555 GB/s, "
+                "NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense, 40 GB HBM2 "
+                "at 1,555 GB/s, "
                 "NVLink 600 GB/s bidirectional; DGX A100: 8x HDR 200 Gb/s, one per GPU"
             ),
         ),
@@ -141,7 +145,8 @@ GPUS: dict[str, GPUSpec] = {
             inter_node_bw_bytes_per_s=50e9,
             source=(
                 "NVIDIA HGX B200 specifications (2024): BF16 4.5 / FP8 9 PFLOPS with sparsity "
-                "(dense: half), 180 GB HBM3e per GPU in DGX B200 (1,440 GB for 8) at 8 TB/s, NVLink 5 "
+                "(dense: half), 180 GB HBM3e per GPU in DGX B200 (1,440 GB for 8) at 8 TB/s, "
+                "NVLink 5 "
                 "1.8 TB/s bidirectional; DGX B200: 8x ConnectX-7 400 Gb/s"
             ),
         ),

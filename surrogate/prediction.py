@@ -1,4 +1,4 @@
-"""``surrogate.predict`` (this module: ``surrogate.prediction``): one configuration or a table of them in, predictions out.
+"""``surrogate.predict``: one configuration or a table of them in, predictions out.
 
 The analytic model (``surrogate.analytic``) answers with the hardware speed of a
 :class:`~surrogate.analytic.perf.PerfModel`: a calibration profile when one is given, the
@@ -186,8 +186,9 @@ def predict_frame(
         values["pred_step_time_s"].append(p.step_time_s)
         values["pred_peak_mem_gib"].append(p.peak_mem_gib)
     if ok_rows:
+        ok_index = out.index[ok_rows]
         for col, vals in values.items():
-            out.iloc[ok_rows, out.columns.get_loc(col)] = vals
+            out.loc[ok_index, col] = vals
     out["error"] = errors
     return out
 

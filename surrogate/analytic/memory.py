@@ -165,7 +165,7 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:
     layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
     zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
     out["buffers"] = DDP_BUCKET_BYTES + zero3_gather
-    held = sum(out[k] for k in BREAKDOWN_TERMS[:7])
+    held = np.sum([out[k] for k in BREAKDOWN_TERMS[:7]], axis=0)
     out["allocator"] = ALLOCATOR_OVERHEAD_FRAC * held
     out["cuda_context"] = np.full_like(layers, CUDA_CONTEXT_BYTES)
     out["total"] = held + out["allocator"] + out["cuda_context"]

@@ -24,6 +24,7 @@ its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where s
 from __future__ import annotations
 
 import numpy as np
+from numpy.typing import NDArray
 
 from surrogate.analytic import comm, memory, pipeline
 from surrogate.analytic.flops import model_flops_per_token
@@ -143,13 +144,18 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     return out
 
 
-def _stage_params(c: Cols, layers: Array, is_last: Array) -> tuple[Array, Array]:
+def _stage_params(
+    c: Cols, layers: Array, is_last: NDArray[np.bool_]
+) -> tuple[Array, Array]:
     """(dense, expert) parameters of the slowest stage's rank."""
     first = memory.stage_params(c, layers, first=True, last=False)
     last = memory.stage_params(c, layers, first=False, last=True)
     single = memory.stage_params(c, layers, first=True, last=True)
     piped = c["pp"] > 1
-    pick = [np.where(piped, np.where(is_last, lt, ft), st) for ft, lt, st in zip(first, last, single)]
+    pick = [
+        np.where(piped, np.where(is_last, lt, ft), st)
+        for ft, lt, st in zip(first, last, single, strict=True)
+    ]
     return pick[0], pick[1]
 
 
