@@ -17,7 +17,6 @@ import argparse
 import os
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from scipy.stats import spearmanr
 
@@ -87,9 +86,12 @@ def main() -> None:
         print(f"{k:>20}: {v:.4f}" if k not in ("runs", "completed") else f"{k:>20}: {v:.0f}")
     if args.by:
         key = {"model": "hidden_size", "nodes": "num_nodes", "tp": "tp", "pp": "pp"}[args.by]
-        rows = {g: metrics(part) for g, part in res.groupby(key) if (part.status == "completed").any()}
+        rows = {
+            g: metrics(part)
+            for g, part in res.groupby(key)
+            if (part.status == "completed").any()
+        }
         print(pd.DataFrame(rows).T.round(3).to_string())
-    np.seterr(all="ignore")
 
 
 if __name__ == "__main__":

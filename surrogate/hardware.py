@@ -54,7 +54,9 @@ class GPUSpec:
             return self.bf16_dense_flops
         if dtype == "fp8":
             if self.fp8_dense_flops is None:
-                raise ConfigError(f"dtype 'fp8' needs a GPU with FP8 tensor cores, got gpu={self.name}")
+                raise ConfigError(
+                    f"dtype 'fp8' needs a GPU with FP8 tensor cores, got gpu={self.name}"
+                )
             return self.fp8_dense_flops
         raise ConfigError(f"dtype must be one of 'bf16', 'fp8', got {dtype!r}")
 
