@@ -126,6 +126,11 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     return pd.Series(mfu(tps, to_cols(configs)), index=df.index, dtype="float64")
 
 
+def _indices(mask: Any) -> list[int]:
+    """Row positions where a boolean mask holds."""
+    return [int(i) for i in np.flatnonzero(mask)]
+
+
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
 
@@ -154,7 +159,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         errors.append(f"row {row}: {message}")
 
     flat_rows: list[dict[str, Any]] = []
-    for i, record in enumerate(out[list(CONFIG_COLUMNS)].to_dict("records")):
+    records: list[dict[str, Any]] = out[list(CONFIG_COLUMNS)].to_dict("records")  # type: ignore[assignment]
+    for i, record in enumerate(records):
         try:
             flat_rows.append(config_to_flat(config_from_flat(record)))
         except ConfigError as e:
@@ -163,17 +169,17 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     for col in MEASUREMENT_COLUMNS:
         values = pd.to_numeric(out[col], errors="coerce")
         not_numeric = values.isna() & out[col].notna()
-        for i in np.flatnonzero(not_numeric.to_numpy()):
+        for i in _indices(not_numeric.to_numpy()):
             bad(int(i), f"{col} must be a number or missing (NaN), got {out[col].iloc[i]!r}")
         non_positive = values <= 0
-        for i in np.flatnonzero(non_positive.to_numpy()):
+        for i in _indices(non_positive.to_numpy()):
             bad(int(i), f"{col} must be > 0 or missing (NaN, never 0 or -1), "
                         f"got {values.iloc[i]!r}")
         infinite = np.isinf(values.to_numpy(dtype=np.float64))
-        for i in np.flatnonzero(infinite):
+        for i in _indices(infinite):
             bad(int(i), f"{col} must be finite, got {values.iloc[i]!r}")
         out[col] = values.astype("float64")
-    for i in np.flatnonzero((out["mfu"] > 1).to_numpy()):
+    for i in _indices((out["mfu"] > 1).to_numpy()):
         bad(int(i), f"mfu must be a fraction in (0, 1], got {out['mfu'].iloc[i]!r} "
                     "(a percentage belongs in mfu_reported)")
     for i, s in enumerate(out["status"]):
@@ -188,7 +194,7 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
             if not _is_missing(v) and not isinstance(v, str):
                 bad(i, f"{col} must be text or missing, got {v!r}")
     dup = out.duplicated(list(KEY_COLUMNS), keep="first")
-    for i in np.flatnonzero(dup.to_numpy()):
+    for i in _indices(dup.to_numpy()):
         bad(int(i), f"(source, run_id) must be unique, got a second "
                     f"({out['source'].iloc[i]!r}, {out['run_id'].iloc[i]!r})")
     if errors:
@@ -201,19 +207,20 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     for col in ("date", "hardware", "model_name"):
         out[col] = out[col].map(lambda v: None if _is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
-        if _dtype(col) == "object":
-            out[col] = out[col].astype("object")
-        else:
-            out[col] = out[col].astype(_dtype(col))
+        out[col] = out[col].astype(_dtype(col))  # type: ignore[call-overload]
     return out[list(SWEEP_COLUMNS)]
 
 
-def frame_from_rows(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
-    """A validated sweep table from rows made by :func:`sweep_row`."""
+def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -> pd.DataFrame:
+    """A validated sweep table from rows made by :func:`sweep_row`, with ``mfu`` recomputed
+    from each row's throughput (:func:`recompute_mfu`)."""
     records = list(rows)
     if not records:
         return empty_sweeps()
-    return validate_sweeps(pd.DataFrame.from_records(records, columns=list(SWEEP_COLUMNS)))
+    df = validate_sweeps(pd.DataFrame.from_records(records, columns=list(SWEEP_COLUMNS)),
+                         where=where)
+    df["mfu"] = recompute_mfu(df)
+    return df
 
 
 def read_sweeps(path: str | Path) -> pd.DataFrame:
@@ -230,6 +237,11 @@ def write_sweeps(df: pd.DataFrame, path: str | Path) -> None:
     write_table_atomic(validate_sweeps(df, where=f"table to write to {path}"), path)
 
 
+def _row_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
+    """A row's values with NaN and None made comparable."""
+    return tuple(None if _is_missing(v) else v for v in row)
+
+
 @dataclass(frozen=True, kw_only=True)
 class AppendResult:
     """What :func:`append_sweeps` did."""
@@ -237,13 +249,17 @@ class AppendResult:
     added: int
     """Rows whose (source, run_id) was new."""
     replaced: int
-    """Rows whose (source, run_id) was already present; the new row replaced the old one."""
+    """Rows whose (source, run_id) was already present with other values; the new row
+    replaced the old one."""
+    unchanged: int = 0
+    """Rows whose (source, run_id) was already present with the same values."""
     total: int
     """Rows in the table after the append."""
     replaced_keys: tuple[tuple[str, str], ...] = ()
 
     def summary(self) -> str:
-        line = f"added {self.added}, replaced {self.replaced}, table now holds {self.total} rows"
+        line = (f"added {self.added}, replaced {self.replaced}, unchanged {self.unchanged}, "
+                f"table now holds {self.total} rows")
         if self.replaced_keys:
             shown = ", ".join(f"{s}/{r}" for s, r in self.replaced_keys[:5])
             more = " ..." if len(self.replaced_keys) > 5 else ""
@@ -264,13 +280,40 @@ def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
     new_keys = set(zip(new["source"], new["run_id"], strict=True))
     old_keys = list(zip(old["source"], old["run_id"], strict=True))
     replaced_mask = np.array([k in new_keys for k in old_keys], dtype=bool)
-    replaced_keys = tuple(k for k, r in zip(old_keys, replaced_mask, strict=True) if r)
+    old_rows = {k: _row_key(r) for k, r in zip(old_keys, old.itertuples(index=False), strict=True)
+                if k in new_keys}
+    same = {k for k, r in zip(zip(new["source"], new["run_id"], strict=True),
+                              new.itertuples(index=False), strict=True)
+            if k in old_rows and old_rows[k] == _row_key(r)}
+    replaced_keys = tuple(k for k, r in zip(old_keys, replaced_mask, strict=True)
+                          if r and k not in same)
     kept = old.loc[~replaced_mask]
     combined = new if kept.empty else pd.concat([kept, new], ignore_index=True)
     write_sweeps(combined, p)
     return AppendResult(
-        added=len(new) - len(replaced_keys),
+        added=len(new) - len(replaced_keys) - len(same),
         replaced=len(replaced_keys),
+        unchanged=len(same),
         total=len(combined),
         replaced_keys=replaced_keys,
     )
+
+
+def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
+    """Runs per (source, model, nodes) and status, one column per status plus the total."""
+    model = df["model_name"].where(
+        df["model_name"].notna(),
+        "L" + df["num_layers"].astype(str) + "-h" + df["hidden_size"].astype(str),
+    )
+    counts = (
+        df.assign(model=model)
+        .groupby(["source", "model", "num_nodes", "status"])
+        .size()
+        .unstack("status", fill_value=0)
+    )
+    for s in STATUSES:
+        if s not in counts.columns:
+            counts[s] = 0
+    counts = counts[list(STATUSES)]
+    counts["runs"] = counts.sum(axis=1)
+    return counts.reset_index()

@@ -40,7 +40,7 @@ from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
 from surrogate.presets import playbook_model
-from surrogate.sweeps import empty_sweeps, recompute_mfu, sweep_row, validate_sweeps
+from surrogate.sweeps import frame_from_rows, sweep_row
 
 SOURCE = "hf_ultrascale_playbook"
 HARDWARE = "8x H100 80GB SXM per node, NVLink inside a node, AWS EFA between nodes"
@@ -145,7 +145,8 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
         raise DataError(f"{p}: a Playbook table needs the columns {', '.join(missing)}")
     rows: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
-    for i, row in enumerate(raw.to_dict("records")):
+    records: list[dict[str, Any]] = raw.to_dict("records")  # type: ignore[assignment]
+    for i, row in enumerate(records):
         line = i + 2  # 1-based, after the header line
         report.rows_read += 1
         run_id = f"{row['job_id']}/{row['name']}"
@@ -184,8 +185,4 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             date=_date(row), hardware=HARDWARE, model_name=str(row["name"]).split("_", 1)[0],
             **measured,
         ))
-    if not rows:
-        return empty_sweeps(), report
-    df = validate_sweeps(pd.DataFrame.from_records(rows), where=str(p))
-    df["mfu"] = recompute_mfu(df)
-    return df, report
+    return frame_from_rows(rows, where=str(p)), report

@@ -1,0 +1,61 @@
+"""Which tool wrote a file: the format names ``surrogate ingest --format`` accepts.
+
+Detection reads the file's name and first megabyte and looks for text only that tool writes;
+anything ambiguous or unknown raises, naming the formats, so that ``--format`` can settle it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, get_args
+
+from surrogate.errors import DataError
+
+Format = Literal[
+    "playbook", "nanotron", "torchtitan", "megatron", "nccl-tests", "xla", "microbench-jsonl"
+]
+FORMATS: tuple[str, ...] = get_args(Format)
+SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron")
+MICROBENCH_FORMATS: tuple[str, ...] = ("nccl-tests", "xla", "microbench-jsonl")
+_HEAD_BYTES = 1 << 20
+
+
+def check_format(name: str) -> Format:
+    """``name`` if it is a known format; ConfigError-like DataError otherwise."""
+    if name not in FORMATS:
+        raise DataError(f"--format must be one of {', '.join(FORMATS)}, got {name!r}")
+    return name  # type: ignore[return-value]
+
+
+def detect_format(path: str | Path) -> Format:
+    """The format of ``path``; DataError if the file is missing or its format unknown."""
+    from surrogate.ingest import megatron, nanotron, playbook, torchtitan
+
+    p = Path(path)
+    try:
+        with p.open("rb") as f:
+            head = f.read(_HEAD_BYTES).decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        raise DataError(f"{str(p)!r} does not exist") from None
+    except IsADirectoryError:
+        raise DataError(f"{str(p)!r} is a directory, not a file") from None
+    suffix = p.suffix.lower()
+    first_line = head.split("\n", 1)[0]
+    if suffix == ".csv" and all(m in first_line for m in playbook.HEADER_MARKERS):
+        return "playbook"
+    if suffix in (".txtpb", ".pbtxt"):
+        return "xla"
+    if suffix == ".jsonl":
+        return "microbench-jsonl"
+    if all(m in head for m in nanotron.MARKERS):
+        return "nanotron"
+    if any(m in head for m in torchtitan.MARKERS) or torchtitan.STEP_LINE.search(head):
+        return "torchtitan"
+    if any(m in head for m in megatron.MARKERS):
+        return "megatron"
+    if "busbw" in head and "algbw" in head:
+        return "nccl-tests"
+    raise DataError(
+        f"cannot tell the format of {str(p)!r}: it matches none of {', '.join(FORMATS)}; "
+        "give --format"
+    )

@@ -1,0 +1,167 @@
+"""``surrogate ingest``: expand paths, detect formats, run the parsers, write one table.
+
+Sweep formats (training runs) go to :func:`surrogate.sweeps.append_sweeps`; microbenchmark
+formats go to the parsers of the microbenchmark table (``surrogate.ingest.nccl_tests``,
+``xla_tables``, ``microbench_jsonl``) and ``surrogate.microbench_table.append_microbench``,
+imported only when such a file is ingested. One call writes one table, so sweep and
+microbenchmark files cannot be mixed.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from surrogate.errors import DataError
+from surrogate.ingest.detect import (
+    MICROBENCH_FORMATS,
+    SWEEP_FORMATS,
+    Format,
+    check_format,
+    detect_format,
+)
+from surrogate.ingest.report import IngestReport
+
+CANDIDATE_SUFFIXES = frozenset({".csv", ".out", ".log", ".txt", ".txtpb", ".pbtxt", ".jsonl"})
+"""Files considered inside a directory given to ``ingest`` (``status.txt`` excepted)."""
+
+_MICROBENCH_PARSERS: dict[str, tuple[str, str]] = {
+    "nccl-tests": ("surrogate.ingest.nccl_tests", "parse_nccl_tests"),
+    "xla": ("surrogate.ingest.xla_tables", "parse_xla_table"),
+    "microbench-jsonl": ("surrogate.ingest.microbench_jsonl", "parse_microbench_jsonl"),
+}
+
+Parsed = tuple[pd.DataFrame, IngestReport]
+
+
+@dataclass(frozen=True, kw_only=True)
+class IngestResult:
+    kind: str
+    """"sweep" or "microbench"."""
+    frame: pd.DataFrame
+    report: IngestReport
+    append_summary: str
+
+
+def expand(paths: Sequence[str | Path], report: IngestReport) -> list[Path]:
+    """Files named, and candidate files found (recursively, sorted) in directories named."""
+    out: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            found = sorted(
+                f for f in p.rglob("*")
+                if f.is_file() and f.suffix.lower() in CANDIDATE_SUFFIXES
+                and f.name != "status.txt"
+            )
+            if not found:
+                report.skip(str(p), None, "directory holds no log or table files")
+            out.extend(found)
+        elif p.exists():
+            out.append(p)
+        else:
+            raise DataError(f"{str(p)!r} does not exist")
+    return out
+
+
+def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
+    try:
+        mod = importlib.import_module(module)
+    except ModuleNotFoundError as e:
+        raise DataError(
+            f"format {fmt} needs {module}, which this installation lacks ({e})"
+        ) from None
+    fn = getattr(mod, attr, None)
+    if fn is None:
+        raise DataError(f"format {fmt} needs {module}.{attr}, which this installation lacks")
+    return fn  # type: ignore[no-any-return]
+
+
+def parse_file(path: Path, fmt: Format, given: Mapping[str, Any]) -> Parsed:
+    """Run the parser of ``fmt`` on ``path``."""
+    if fmt == "playbook":
+        if given:
+            raise DataError(
+                "--set fills what a log lacks; the Playbook table carries its own configuration, "
+                f"got --set {', '.join(given)}"
+            )
+        from surrogate.ingest.playbook import parse_playbook
+
+        return parse_playbook(path)
+    if fmt == "nanotron":
+        from surrogate.ingest.nanotron import parse_nanotron
+
+        return parse_nanotron(path, given=dict(given))
+    if fmt == "torchtitan":
+        from surrogate.ingest.torchtitan import parse_torchtitan
+
+        return parse_torchtitan(path, given=dict(given))
+    if fmt == "megatron":
+        from surrogate.ingest.megatron import parse_megatron
+
+        return parse_megatron(path, given=dict(given))
+    module, attr = _MICROBENCH_PARSERS[fmt]
+    result: Parsed = _load(module, attr, fmt)(path)
+    return result
+
+
+def ingest(
+    paths: Sequence[str | Path],
+    into: str | Path,
+    *,
+    fmt: str | None = None,
+    given: Mapping[str, Any] | None = None,
+) -> IngestResult:
+    """Parse every file under ``paths`` and append the rows to the table ``into``."""
+    report = IngestReport()
+    forced = check_format(fmt) if fmt else None
+    files = expand(paths, report)
+    explicit = {Path(p) for p in paths}
+    frames: list[pd.DataFrame] = []
+    kinds: dict[str, str] = {}
+    for f in files:
+        try:
+            file_fmt = forced or detect_format(f)
+        except DataError as e:
+            if f in explicit:
+                raise
+            report.files.append(str(f))
+            report.skip(str(f), None, f"unknown format ({e})")
+            continue
+        kind = "sweep" if file_fmt in SWEEP_FORMATS else "microbench"
+        assert file_fmt in SWEEP_FORMATS or file_fmt in MICROBENCH_FORMATS
+        kinds.setdefault(kind, str(f))
+        df, rep = parse_file(f, file_fmt, given or {})
+        report.merge(rep)
+        if not df.empty:
+            frames.append(df)
+    if len(kinds) > 1:
+        raise DataError(
+            "one ingest writes one table: sweep files (e.g. "
+            f"{kinds['sweep']}) and microbenchmark files (e.g. {kinds['microbench']}) "
+            "must be ingested separately"
+        )
+    kind = next(iter(kinds), "sweep")
+    if kind == "sweep":
+        from surrogate.sweeps import append_sweeps, empty_sweeps
+
+        frame = pd.concat(frames, ignore_index=True) if frames else empty_sweeps()
+        if frame.empty:
+            return IngestResult(kind=kind, frame=frame, report=report,
+                                append_summary=f"nothing to add to {into}")
+        result = append_sweeps(frame, into)
+        return IngestResult(kind=kind, frame=frame, report=report,
+                            append_summary=result.summary())
+    append = _load("surrogate.microbench_table", "append_microbench", "microbenchmark table")
+    if not frames:
+        return IngestResult(kind=kind, frame=pd.DataFrame(), report=report,
+                            append_summary=f"nothing to add to {into}")
+    frame = pd.concat(frames, ignore_index=True)
+    outcome = append(frame, into)
+    summary = outcome.summary() if hasattr(outcome, "summary") else str(outcome)
+    return IngestResult(kind=kind, frame=frame, report=report, append_summary=summary)

@@ -1,0 +1,191 @@
+"""torchtitan training logs and their TOML job configs.
+
+The per-step line (pytorch/torchtitan ``train.py``/``metrics.py``; older versions wrote
+``wps`` and no ``tflops``)::
+
+    [rank0]:[titan] 2025-01-10 12:00:05,123 - root - INFO - step: 10  loss:  7.6543
+        grad_norm:  1.2345  memory: 43.64GiB(45.94%)  tps: 6,530  tflops: 378.16  mfu: 38.24%
+
+(one line in the log, often with ANSI colours, which are removed). ``memory`` is the peak
+*reserved* memory in GiB (torchtitan's ``max_reserved_gib``); ``tps`` is tokens per second per
+GPU; ``tflops`` and ``mfu`` use torchtitan's own FLOPs count and peak and are kept as
+``tflops_per_gpu_reported`` and ``mfu_reported`` (percent); ``mfu`` is recomputed.
+
+The configuration comes from the job TOML (``--job.config_file``) beside the log (the only
+``*.toml`` there, else ``config.toml``, ``train.toml`` or ``job_config.toml``), completed by
+``ingest --set``:
+
+- ``[model] name, flavor``: llama3 8B / 70B / 405B map to the presets ``llama3-*``; other
+  models need ``--set model=...`` or the shape columns.
+- ``[training] local_batch_size`` (older ``batch_size``) -> mbs, ``seq_len``, ``steps``,
+  ``global_batch_size`` (if > 0) -> grad_accum = global / (local x dp).
+- ``[parallelism]`` dp = replicate x shard degrees (shard -1 fills the world, which then
+  needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (shard > 1) is
+  ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
+  ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
+- ``[activation_checkpoint] mode`` none / selective / full -> recompute.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from surrogate.errors import DataError
+from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
+from surrogate.ingest.report import IngestReport
+from surrogate.sweeps import frame_from_rows
+
+SOURCE = "torchtitan"
+MARKERS: tuple[str, ...] = ("[titan]",)
+_STEP = re.compile(
+    r"step:\s*(\d+)\s+loss:\s*(\S+)(?P<rest>.*)$", re.MULTILINE
+)
+_MEMORY = re.compile(r"memory:\s*([\d.]+)GiB")
+_TPS = re.compile(r"\b(?:tps|wps):\s*([\d,.]+[KMG]?)")
+_TFLOPS = re.compile(r"\btflops:\s*([\d,.]+)")
+_MFU = re.compile(r"\bmfu:\s*([\d.]+)%")
+_DATE = re.compile(r"(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})")
+STEP_LINE = re.compile(r"step:\s*\d+\s+loss:.*\b(?:tps|wps):")
+"""A torchtitan step line (used by :mod:`surrogate.ingest.detect`)."""
+
+FLAVOURS: dict[tuple[str, str], str] = {
+    ("llama3", "8b"): "llama3-8b",
+    ("llama3", "70b"): "llama3-70b",
+    ("llama3", "405b"): "llama3-405b",
+}
+
+
+def config_values(
+    cfg: dict[str, Any], given: dict[str, Any]
+) -> tuple[dict[str, Any], int | None]:
+    """Configuration columns from a torchtitan job config (parsed TOML), and its step count.
+
+    ``given`` is consulted only for the world size when ``data_parallel_shard_degree`` is -1.
+    """
+    model = cfg.get("model", {})
+    training = cfg.get("training", {})
+    par = cfg.get("parallelism", {})
+    ac = cfg.get("activation_checkpoint", {})
+    out: dict[str, Any] = {"framework": "torchtitan", "dtype": "bf16"}
+    key = (str(model.get("name", "")).lower(), str(model.get("flavor", "")).lower())
+    if key in FLAVOURS:
+        out["model"] = FLAVOURS[key]
+    replicate = int(par.get("data_parallel_replicate_degree", 1))
+    shard = int(par.get("data_parallel_shard_degree", -1))
+    tp = int(par.get("tensor_parallel_degree", 1))
+    pp = int(par.get("pipeline_parallel_degree", 1))
+    cp = int(par.get("context_parallel_degree", 1))
+    ep = int(par.get("expert_parallel_degree", 1))
+    if shard == -1:
+        if "num_nodes" not in given:
+            raise DataError(
+                "data_parallel_shard_degree = -1 fills the world, whose size the config does "
+                "not give: pass --set num_nodes=N (and gpus_per_node if not 8)"
+            )
+        world = int(given["num_nodes"]) * int(given.get("gpus_per_node", 8))
+        rest = replicate * tp * pp * cp
+        if world % rest:
+            raise DataError(
+                f"the world size ({world}) must be divisible by replicate x tp x pp x cp "
+                f"({rest}) when data_parallel_shard_degree = -1"
+            )
+        shard = world // rest
+    out.update(dp=replicate * shard, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
+    reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
+    if shard > 1:
+        zero3 = reshard == "always" or (reshard == "default" and pp == 1)
+        out["zero_stage"] = 3 if zero3 else 2
+    else:
+        out["zero_stage"] = 0
+    local = training.get("local_batch_size", training.get("batch_size"))
+    if local is not None:
+        out["mbs"] = int(local)
+    if training.get("seq_len") is not None:
+        out["seq_len"] = int(training["seq_len"])
+    gbs = int(training.get("global_batch_size", -1) or -1)
+    if gbs > 0 and local is not None:
+        per_step = int(local) * out["dp"]
+        if gbs % per_step:
+            raise DataError(
+                f"global_batch_size ({gbs}) must be a multiple of local_batch_size x dp "
+                f"({per_step})"
+            )
+        out["grad_accum"] = gbs // per_step
+    mode = str(ac.get("mode", "none")).lower()
+    if mode in ("none", "selective", "full"):
+        out["recompute"] = mode
+    steps = training.get("steps")
+    return out, int(steps) if steps is not None else None
+
+
+def _config_file(log: Path) -> Path | None:
+    tomls = sorted(log.parent.glob("*.toml"))
+    if len(tomls) == 1:
+        return tomls[0]
+    for name in ("config.toml", "train.toml", "job_config.toml"):
+        if (log.parent / name).exists():
+            return log.parent / name
+    return None
+
+
+def parse_torchtitan(
+    path: str | Path, *, given: dict[str, Any] | None = None
+) -> tuple[pd.DataFrame, IngestReport]:
+    """One torchtitan run (its log and TOML) as a sweep row; unusable runs are counted skips."""
+    log = Path(path)
+    given = dict(given or {})
+    report = IngestReport(files=[str(log)], rows_read=1)
+    text = read_log(log)
+    found: dict[str, Any] = {}
+    steps: int | None = None
+    toml_path = _config_file(log)
+    try:
+        if toml_path is not None:
+            cfg = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+            found, steps = config_values(cfg, given)
+    except tomllib.TOMLDecodeError as e:
+        report.skip(str(log), None, f"{toml_path}: not valid TOML ({e})")
+        return frame_from_rows([]), report
+    except (DataError, ValueError, TypeError) as e:
+        report.skip(str(log), None, f"{toml_path}: {e}")
+        return frame_from_rows([]), report
+    tps: list[float] = []
+    tflops: list[float] = []
+    mfus: list[float] = []
+    mem: list[float] = []
+    last_step = 0
+    for m in _STEP.finditer(text):
+        rest = m.group("rest")
+        line = text.count("\n", 0, m.start()) + 1
+        t = _TPS.search(rest)
+        if t is None:
+            report.skip(str(log), line, "step line without tps/wps")
+            continue
+        last_step = max(last_step, int(m.group(1)))
+        tps.append(human_number(t.group(1)))
+        if (f := _TFLOPS.search(rest)) is not None:
+            tflops.append(human_number(f.group(1)))
+        if (u := _MFU.search(rest)) is not None:
+            mfus.append(float(u.group(1)))
+        if (g := _MEMORY.search(rest)) is not None:
+            mem.append(float(g.group(1)))
+    date = _DATE.search(text)
+    run = LogRun(
+        path=log, log_text=text, default_source=SOURCE, run_id=f"{log.parent.name}/{log.stem}",
+        found=found, iterations_logged=last_step, iterations_expected=steps,
+        status_file_text=read_optional(log.parent / "status.txt"),
+        tokens_per_s_per_gpu=steady(tps),
+        measurements={
+            "tflops_per_gpu_reported": steady(tflops),
+            "mfu_reported": steady(mfus),
+            "peak_mem_reserved_gib": max(mem) if mem else None,
+        },
+        date=date.group(1) if date else None,
+    )
+    row = run_row(run, given, report)
+    return frame_from_rows([row] if row else [], where=str(log)), report
