@@ -26,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
     except SurrogateError as e:
         if debug:
             raise
-        print(f"error: {e}", file=sys.stderr)
+        # One line, whatever the message holds (a YAML parser's error spans several).
+        print("error: " + " ".join(str(e).split()), file=sys.stderr)
         return 2
     except click.exceptions.ClickException as e:
         e.show()
