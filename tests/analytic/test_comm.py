@@ -1,0 +1,92 @@
+"""Communication per step: which groups span nodes, which terms vanish, ring costs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.analytic import comm, flops
+from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.perf import SpecPerfModel
+
+PERF = SpecPerfModel()
+
+
+@pytest.mark.parametrize(
+    "layout,expected",
+    [
+        (dict(dp=8), dict(tp=0, cp=0, dp=0, pp=1)),
+        (dict(dp=16), dict(tp=0, cp=0, dp=1, pp=1)),
+        (dict(dp=2, tp=8), dict(tp=0, cp=0, dp=1, pp=1)),
+        (dict(dp=1, tp=4, cp=2, pp=2), dict(tp=0, cp=0, dp=0, pp=1)),
+        (dict(dp=1, tp=2, cp=2, pp=4), dict(tp=0, cp=0, dp=0, pp=0)),
+        (dict(dp=1, tp=8, cp=2), dict(tp=0, cp=1, dp=1, pp=1)),
+    ],
+)
+def test_groups_span_nodes_by_rank_order(config, layout, expected):
+    c = to_cols([config("llama3-8b", **layout)])
+    spans = comm.spans_nodes(c)
+    assert {k: int(spans[k][0]) for k in expected} == expected
+
+
+def test_tokens_per_rank(cols):
+    assert comm.tokens_per_rank(cols("llama3-8b", dp=4, cp=2, mbs=3))[0] == 3 * 8192 / 2
+
+
+def test_terms_vanish_without_their_dimension(cols):
+    c = cols("llama3-8b", dp=8)
+    assert comm.tp_time_per_layer_s(c, PERF)[0] == 0
+    assert comm.cp_time_per_layer_s(c, PERF)[0] == 0
+    assert comm.ep_time_per_layer_s(c, PERF)[0] == 0
+    assert comm.pp_time_per_slot_s(c, PERF)[0] == 0
+    one = cols("llama3-8b", dp=1, tp=1)
+    dense, experts = flops.total_params(one), np.zeros(1)
+    assert all(v[0] == 0 for v in comm.dp_times_s(one, PERF, dense, experts).values())
+
+
+def test_terms_appear_with_their_dimension(cols):
+    c = cols("mixtral-8x7b", dp=4, tp=2, pp=2, cp=2, ep=4)
+    for f in (comm.tp_time_per_layer_s, comm.cp_time_per_layer_s, comm.ep_time_per_layer_s,
+              comm.pp_time_per_slot_s):
+        assert f(c, PERF)[0] > 0, f.__name__
+
+
+def test_tp_all_reduce_by_hand(cols):
+    # 4 all-reduces of 2 T h bytes over tp=4 inside a node: ring 2(n-1) steps and 2(n-1)/n bytes
+    c = cols("llama3-8b", dp=2, tp=4, mbs=1)
+    size = 2 * 8192 * 4096
+    one = 6 * 10e-6 + size * 1.5 / 450e9
+    assert comm.tp_time_per_layer_s(c, PERF)[0] == pytest.approx(4 * one)
+    sp = cols("llama3-8b", dp=2, tp=4, mbs=1, sequence_parallel=True)
+    ag_rs = 2 * (3 * 10e-6 + size * 0.75 / 450e9)
+    assert comm.tp_time_per_layer_s(sp, PERF)[0] == pytest.approx(4 * ag_rs)
+
+
+def test_sequence_parallel_shrinks_pp_sends(cols):
+    plain = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2), PERF)[0]
+    sp = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2, sequence_parallel=True),
+                                 PERF)[0]
+    assert 0 < sp < plain
+
+
+@pytest.mark.parametrize("framework", ["nanotron", "torchtitan"])
+def test_dp_terms_by_zero_stage(config, framework):
+    stages = (0, 1) if framework == "nanotron" else (0, 1, 2, 3)
+    c = to_cols([config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages])
+    n = flops.total_params(c)
+    dp = comm.dp_times_s(c, PERF, n, np.zeros_like(n))
+    z = c["zero_stage"]
+    assert np.all((dp["param_gather"] > 0) == ((z == 1) | (z == 2)))
+    assert np.all((dp["zero3_per_microbatch"] > 0) == (z == 3))
+    assert dp["grad_reduce"][0] > dp["grad_reduce"][1]  # all-reduce moves twice a scatter
+    if framework == "nanotron":  # fp32 gradients: twice the bytes of torchtitan's bf16
+        titan = to_cols([config("llama3-8b", dp=8, framework="torchtitan")])
+        other = comm.dp_times_s(titan, PERF, n[:1], np.zeros(1))["grad_reduce"][0]
+        assert dp["grad_reduce"][0] > 1.9 * other
+
+
+def test_inter_node_groups_are_slower(config):
+    c = to_cols([config("llama3-8b", dp=8), config("llama3-8b", dp=16)])
+    n = flops.total_params(c)
+    t = comm.dp_times_s(c, PERF, n, np.zeros_like(n))["grad_reduce"]
+    assert t[1] > 5 * t[0]

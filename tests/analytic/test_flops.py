@@ -1,0 +1,104 @@
+"""Parameter counts against published figures; FLOPs per token; the 4/3 of full recompute."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.analytic import flops
+from surrogate.analytic.inputs import RECOMPUTE_CODE, to_cols
+from surrogate.config import ModelConfig
+
+PUBLISHED_TOTAL = [
+    # Dubey et al. 2024 (Llama 3) and the released checkpoints' parameter counts
+    ("llama3-8b", 8.03e9, 0.005),
+    ("llama3-70b", 70.6e9, 0.005),
+    ("llama3-405b", 405.9e9, 0.005),
+    # Jiang et al. 2024 (Mixtral of Experts): 46.7B total
+    ("mixtral-8x7b", 46.7e9, 0.005),
+    # The Playbook names its models by their size: within 1%
+    ("playbook-1.34b", 1.34e9, 0.01),
+    ("playbook-3.57b", 3.57e9, 0.01),
+    ("playbook-8.86b", 8.86e9, 0.01),
+    ("playbook-80b", 80e9, 0.01),
+    ("playbook-469b", 469e9, 0.01),
+]
+
+
+@pytest.mark.parametrize("preset,published,tol", PUBLISHED_TOTAL)
+def test_total_params_match_published(cols, preset, published, tol):
+    got = float(flops.total_params(cols(preset, dp=8))[0])
+    err = abs(got - published) / published
+    print(f"{preset}: {got / 1e9:.3f}B params vs published {published / 1e9:.2f}B, "
+          f"rel. error {err:.3%}")
+    assert err < tol
+
+
+def test_mixtral_active_params_match_published(cols):
+    c = cols("mixtral-8x7b", dp=8)
+    got = float(flops.active_params(c)[0])
+    err = abs(got - 12.9e9) / 12.9e9  # Jiang et al. 2024: 12.9B active per token
+    print(f"mixtral-8x7b: {got / 1e9:.3f}B active vs published 12.9B, rel. error {err:.3%}")
+    assert err < 0.005
+    assert got < flops.total_params(c)[0]
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "playbook-1.34b", "playbook-80b"])
+def test_dense_models_use_all_their_params(cols, preset):
+    c = cols(preset, dp=8)
+    assert flops.active_params(c)[0] == flops.total_params(c)[0]
+    assert flops.expert_params_per_layer(c)[0] == 0
+
+
+def test_param_count_by_hand(cols):
+    # L=2, h=64, ffn=128, 4 heads, 2 kv heads (head_dim 16, kv dim 32), V=100, untied
+    m = ModelConfig(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4,
+                    num_kv_heads=2, vocab_size=100, seq_len=32)
+    c = cols(m, dp=1)
+    attn = 2 * 64 * 64 + 2 * 64 * 32
+    mlp = 3 * 64 * 128
+    assert flops.attention_params_per_layer(c)[0] == attn
+    expected = 2 * (attn + mlp + 2 * 64) + 2 * 100 * 64 + 64
+    assert flops.total_params(c)[0] == expected
+    tied = cols(ModelConfig(**{**m.__dict__, "tie_embeddings": True}), dp=1)
+    assert flops.total_params(tied)[0] == expected - 100 * 64
+
+
+def test_moe_params_by_hand(cols):
+    m = ModelConfig(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4,
+                    num_kv_heads=4, vocab_size=100, seq_len=32, num_experts=4, experts_topk=2,
+                    moe_ffn_hidden_size=32)
+    c = cols(m, dp=1)
+    attn, router, expert = 4 * 64 * 64, 64 * 4, 3 * 64 * 32
+    shared = 2 * (attn + router + 2 * 64) + 2 * 100 * 64 + 64
+    assert flops.total_params(c)[0] == shared + 2 * 4 * expert
+    assert flops.active_params(c)[0] == shared + 2 * 2 * expert
+
+
+@pytest.mark.parametrize("preset", ["llama3-8b", "playbook-3.57b", "mixtral-8x7b"])
+def test_model_flops_per_token_is_6n_plus_12lhs(cols, preset):
+    c = cols(preset, dp=8)
+    n = flops.active_params(c)
+    expected = 6 * n + 12 * c["num_layers"] * c["hidden_size"] * c["seq_len"]
+    np.testing.assert_allclose(flops.model_flops_per_token(c), expected)
+
+
+@pytest.mark.parametrize("preset", ["playbook-1.34b", "llama3-8b", "llama3-70b", "mixtral-8x7b"])
+def test_full_recompute_costs_four_thirds(config, preset):
+    """Seed figure: full recomputation reruns the forward, 4/3 of the model FLOPs."""
+    c = to_cols([config(preset, dp=8, recompute=r) for r in ("none", "selective", "full")])
+    assert list(c["recompute"]) == [RECOMPUTE_CODE[r] for r in ("none", "selective", "full")]
+    ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
+    err = abs(ratio[2] - 4 / 3) / (4 / 3)
+    print(f"{preset}: full-recompute factor {ratio[2]:.6f} vs 4/3, rel. error {err:.2e}")
+    assert err < 1e-12
+    np.testing.assert_allclose(ratio[:2], 1.0)  # selective: flash attention recomputes anyway
+
+
+def test_mfu_formula(cols):
+    c = cols("llama3-8b", dp=8)
+    tokens_per_s = np.array([5000.0])
+    expected = 5000.0 * flops.model_flops_per_token(c) / 989.4e12
+    np.testing.assert_allclose(flops.mfu(tokens_per_s, c), expected)
+    fp8 = cols("llama3-8b", dp=8, dtype="fp8")
+    np.testing.assert_allclose(flops.mfu(tokens_per_s, fp8), expected / 2, rtol=1e-3)

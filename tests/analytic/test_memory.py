@@ -1,0 +1,258 @@
+"""Per-GPU memory: the seed figures, ZeRO sharding, activations, and invariants over grids."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from surrogate.analytic import memory
+from surrogate.analytic.inputs import to_cols
+from surrogate.config import ModelConfig
+from surrogate.frameworks import FRAMEWORKS
+from surrogate.hardware import GIB
+
+STATE_TERMS = ("weights", "gradients", "optimizer")
+LLAMA2_7B = ModelConfig(  # Touvron et al. 2023: 6.74e9 parameters, "7B"
+    name="llama2-7b", num_layers=32, hidden_size=4096, ffn_hidden_size=11008, num_heads=32,
+    num_kv_heads=32, vocab_size=32000, seq_len=4096,
+)
+
+
+def states(parts: dict[str, np.ndarray]) -> np.ndarray:
+    return sum(parts[k] for k in STATE_TERMS)
+
+
+# --- seed figures ----------------------------------------------------------------------------
+
+
+def test_seed_7b_zero3_on_8_gpus_is_14_gb(cols):
+    """Seed: 7B parameters x 16 bytes / 8 GPUs = 14 GB of model states per GPU (ZeRO-3)."""
+    c = cols(LLAMA2_7B, dp=8, zero_stage=3, framework="torchtitan")
+    got = float(states(memory.model_state_bytes(c, np.array([7e9]), np.array([0.0])))[0])
+    err = abs(got - 14e9) / 14e9
+    print(f"7B ZeRO-3 / 8 GPUs, explicit 7e9 params: {got / 1e9:.3f} GB vs 14 GB, "
+          f"rel. error {err:.2e}")
+    assert err < 1e-12
+    # The same through the whole breakdown of a real 7B shape (6.74e9 parameters).
+    built = float(states(memory.memory_breakdown(c))[0])
+    err = abs(built - 14e9) / 14e9
+    print(f"7B ZeRO-3 / 8 GPUs, Llama-2-7B shape: {built / 1e9:.3f} GB vs 14 GB, "
+          f"rel. error {err:.2%}")
+    assert err < 0.05
+
+
+def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
+    """Seed: 80B x 16 bytes / 32 GPUs = 40 GB, the least any layout of 32 GPUs can hold."""
+    c = to_cols([config("80b", dp=32, zero_stage=3, framework="torchtitan")])
+    explicit = float(states(memory.model_state_bytes(c, np.array([80e9]), np.array([0.0])))[0])
+    assert explicit == pytest.approx(40e9, rel=1e-12)
+    layouts = [
+        config("80b", dp=32 // (tp * pp), tp=tp, pp=pp, zero_stage=z, framework=fw)
+        for tp, pp in itertools.product([1, 2, 4, 8], [1, 2, 4])
+        for fw, z in (("torchtitan", 0), ("torchtitan", 1), ("torchtitan", 2),
+                      ("torchtitan", 3), ("megatron", 3), ("nanotron", 1))
+    ]
+    per_gpu = states(memory.memory_breakdown(to_cols(layouts)))
+    best = float(per_gpu.min())
+    err = abs(best - 40e9) / 40e9
+    print(f"80B on 32 GPUs: least model states over {len(layouts)} layouts {best / 1e9:.3f} GB "
+          f"vs 40 GB, rel. error {err:.2%}")
+    assert err < 0.01
+    assert np.all(per_gpu >= 40e9 * 0.99)
+
+
+# --- model states ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", sorted(FRAMEWORKS))
+def test_bytes_per_param_under_each_zero_stage(cols, framework):
+    dp, n = 8, np.array([1e9])
+    accum = 4 * FRAMEWORKS[framework].fp32_grad_accumulation
+    for z in FRAMEWORKS[framework].zero_stages:
+        c = cols("8b", dp=dp, zero_stage=z, framework=framework)
+        s = memory.model_state_bytes(c, n, np.array([0.0]))
+        assert s["weights"][0] == 2e9 / (dp if z >= 3 else 1)
+        assert s["gradients"][0] == (2 + accum) * 1e9 / (dp if z >= 2 else 1)
+        assert s["optimizer"][0] == 12e9 / (dp if z >= 1 else 1)
+
+
+def test_expert_states_shard_over_dp_cp_over_ep(cols):
+    m = "mixtral-8x7b"
+    c = cols(m, dp=8, ep=4, zero_stage=3, framework="torchtitan")
+    s = memory.model_state_bytes(c, np.array([0.0]), np.array([1e9]))
+    assert s["optimizer"][0] == pytest.approx(12e9 / (8 / 4))
+
+
+def test_tp_and_ep_split_parameters(cols):
+    base = cols("mixtral-8x7b", dp=8)
+    split = cols("mixtral-8x7b", dp=2, tp=4, ep=2)
+    d0, e0 = memory.stage_params(base, np.array([32.0]), first=True, last=True)
+    d1, e1 = memory.stage_params(split, np.array([32.0]), first=True, last=True)
+    assert e1[0] == pytest.approx(e0[0] / 8)
+    assert d0[0] / 4 < d1[0] < d0[0] / 3  # norms and the router stay replicated
+
+
+# --- activations -----------------------------------------------------------------------------
+
+ACT_GRID = [
+    dict(model=m, tp=tp, cp=cp, mbs=mbs)
+    for m, tp, cp, mbs in itertools.product(["playbook-1.34b", "llama3-8b", "mixtral-8x7b"],
+                                            [1, 2, 4, 8], [1, 2], [1, 4])
+]
+
+
+def _act(config, recompute="none", sp=False, **kw):
+    kw = dict(kw)
+    model = kw.pop("model")
+    c = to_cols([config(model, dp=1, recompute=recompute, sequence_parallel=sp, **kw)])
+    return float(memory.activation_bytes_per_layer(c)[0]), float(
+        memory.memory_breakdown(c)["activations"][0])
+
+
+@pytest.mark.parametrize("kw", ACT_GRID, ids=str)
+def test_full_recompute_lowers_activations(config, kw):
+    for sp in (False, True):
+        none_layer, none_total = _act(config, "none", sp, **kw)
+        full_layer, full_total = _act(config, "full", sp, **kw)
+        assert full_layer < none_layer and full_total < none_total
+        assert _act(config, "selective", sp, **kw) == (none_layer, none_total)
+
+
+@pytest.mark.parametrize("kw", ACT_GRID, ids=str)
+def test_sequence_parallel_lowers_activations_when_tp_above_1(config, kw):
+    for recompute in ("none", "full"):
+        plain = _act(config, recompute, False, **kw)
+        sp = _act(config, recompute, True, **kw)
+        if kw["tp"] > 1:
+            assert sp[0] < plain[0] and sp[1] < plain[1]
+        else:
+            assert sp == plain
+
+
+def test_activations_by_hand(cols):
+    # T = 2 x 4096 tokens, h = 2048, kv = h (MHA), ffn = 8192, tp = 2, no SP:
+    # replicated 4 x 2 T h; split (2 x 2 T h + 2 x 2 T kv + 4 x 2 T ffn) / tp
+    c = cols("playbook-1.34b", dp=4, tp=2, mbs=2)
+    T, h, ffn = 2 * 4096, 2048, 8192
+    expected = 8 * T * h + (4 * T * h + 4 * T * h + 8 * T * ffn) / 2
+    assert memory.activation_bytes_per_layer(c)[0] == expected
+    full = cols("playbook-1.34b", dp=4, tp=2, mbs=2, recompute="full", sequence_parallel=True)
+    assert memory.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
+
+
+def test_cp_splits_activations_and_logits(cols):
+    one = cols("llama3-8b", dp=8)
+    two = cols("llama3-8b", dp=4, cp=2)
+    act = memory.activation_bytes_per_layer
+    assert act(two)[0] == act(one)[0] / 2
+    assert memory.logits_bytes(two)[0] == memory.logits_bytes(one)[0] / 2
+    assert memory.logits_bytes(one)[0] == 16 * 8192 * 128256
+
+
+# --- the breakdown ---------------------------------------------------------------------------
+
+BREAKDOWN_GRID = [
+    dict(model=m, dp=8 // (tp * pp), tp=tp, pp=pp, zero_stage=z, framework=fw, recompute=r,
+         sequence_parallel=sp, grad_accum=4)
+    for m, (tp, pp), (fw, z), r, sp in itertools.product(
+        ["playbook-1.34b", "llama3-8b"], [(1, 1), (2, 2), (1, 4), (8, 1)],
+        [("nanotron", 0), ("nanotron", 1), ("torchtitan", 2), ("megatron", 3)],
+        ["none", "full"], [False, True],
+    )
+]
+
+
+def test_breakdown_terms_sum_to_total(config):
+    configs = [config(kw.pop("model"), **kw) for kw in (dict(k) for k in BREAKDOWN_GRID)]
+    out = memory.memory_breakdown(to_cols(configs))
+    assert set(memory.BREAKDOWN_TERMS) | {"total", "stage"} == set(out)
+    np.testing.assert_allclose(sum(out[k] for k in memory.BREAKDOWN_TERMS), out["total"],
+                               rtol=1e-12)
+    for k in memory.BREAKDOWN_TERMS:
+        assert np.all(out[k] >= 0), k
+    reserved = memory.torch_reserved_bytes(out)
+    np.testing.assert_allclose(reserved, out["total"] - memory.CUDA_CONTEXT_BYTES)
+    assert np.all(out["cuda_context"] == memory.CUDA_CONTEXT_BYTES)
+    np.testing.assert_allclose(
+        out["allocator"],
+        memory.ALLOCATOR_OVERHEAD_FRAC * (out["total"] - out["allocator"] - out["cuda_context"]),
+    )
+
+
+# --- invariants: memory falls as tp, pp or zero_stage rises ----------------------------------
+
+WORLD = 32
+RECIPES = [
+    dict(mbs=mbs, grad_accum=ga, recompute=r, sequence_parallel=sp)
+    for mbs, ga, r, sp in itertools.product([1, 2], [1, 8], ["none", "full"], [False, True])
+]
+STAGES = [(fw, z) for fw in sorted(FRAMEWORKS) for z in FRAMEWORKS[fw].zero_stages]
+
+
+def _totals(config, model, layouts, **fixed):
+    configs = [config(model, gpus_per_node=8, **lay, **fixed) for lay in layouts]
+    return memory.memory_breakdown(to_cols(configs))
+
+
+def _assert_non_increasing(values, label):
+    values = np.asarray(values)
+    rises = np.diff(values) > 1e-9 * values[:-1]
+    assert not rises.any(), f"{label}: {np.round(values / GIB, 3)} GiB"
+
+
+@pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
+@pytest.mark.parametrize("fw,z", STAGES)
+def test_memory_falls_as_tp_rises(config, model, fw, z):
+    for recipe in RECIPES:
+        layouts = [dict(dp=WORLD // tp, tp=tp) for tp in (1, 2, 4, 8)]
+        out = _totals(config, model, layouts, framework=fw, zero_stage=z, **recipe)
+        _assert_non_increasing(out["total"], f"{model} {fw} zero{z} {recipe} tp=1..8")
+
+
+EVEN_SPLIT = [s for s in STAGES if s[0] != "nanotron"]
+
+
+@pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
+@pytest.mark.parametrize("fw,z", EVEN_SPLIT)
+@pytest.mark.parametrize("dp", [1, 4])
+def test_memory_falls_as_pp_rises(config, model, fw, z, dp):
+    """dp held fixed (the GPUs grow with pp), even stage splits (torchtitan, Megatron).
+
+    Left out on purpose, because there the model says, rightly, that memory need not fall:
+    trading dp for pp under ZeRO >= 1 concentrates the dp-sharded states of the embedding on
+    fewer ranks (see the next test for ZeRO-0); nanotron's cost-balanced split gives the
+    first stage about one extra layer per stage, and under 1F1B it holds pp micro-batches.
+    """
+    for recipe in RECIPES:
+        layouts = [dict(dp=dp, pp=pp) for pp in (1, 2, 4, 8)]
+        out = _totals(config, model, layouts, framework=fw, zero_stage=z, **recipe)
+        _assert_non_increasing(out["total"], f"{model} {fw} zero{z} dp{dp} {recipe} pp=1..8")
+
+
+@pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
+@pytest.mark.parametrize("fw", ["torchtitan", "megatron"])
+def test_memory_falls_as_pp_rises_trading_dp_without_zero(config, model, fw):
+    for recipe in RECIPES:
+        layouts = [dict(dp=WORLD // pp, pp=pp) for pp in (1, 2, 4, 8)]
+        out = _totals(config, model, layouts, framework=fw, zero_stage=0, **recipe)
+        _assert_non_increasing(out["total"], f"{model} {fw} {recipe} pp=1..8 on {WORLD} GPUs")
+
+
+@pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
+@pytest.mark.parametrize("fw", sorted(FRAMEWORKS))
+@pytest.mark.parametrize("dp,tp,pp", [(32, 1, 1), (8, 4, 1), (4, 2, 4), (2, 8, 2)])
+def test_memory_falls_as_zero_stage_rises(config, model, fw, dp, tp, pp):
+    for recipe in RECIPES:
+        layouts = [dict(zero_stage=z) for z in FRAMEWORKS[fw].zero_stages]
+        out = _totals(config, model, layouts, framework=fw, dp=dp, tp=tp, pp=pp, **recipe)
+        _assert_non_increasing(out["total"], f"{model} {fw} dp{dp} tp{tp} pp{pp} {recipe}")
+        _assert_non_increasing(states(out), f"states {model} {fw} dp{dp} tp{tp} pp{pp}")
+
+
+def test_nanotron_keeps_more_than_torchtitan(cols):
+    """The fp32 gradient-accumulation buffer: +4 bytes per parameter (unsharded at ZeRO-1)."""
+    nano = memory.memory_breakdown(cols("llama3-8b", dp=8, zero_stage=1))
+    titan = memory.memory_breakdown(cols("llama3-8b", dp=8, zero_stage=1, framework="torchtitan"))
+    assert nano["gradients"][0] == pytest.approx(3 * titan["gradients"][0])

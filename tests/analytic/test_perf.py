@@ -1,0 +1,43 @@
+"""The datasheet PerfModel: nccl-tests bus factors, ring steps, a fixed GEMM efficiency."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, ring_steps
+
+
+@pytest.mark.parametrize("n", [2, 4, 8, 64])
+def test_bus_factors(n):
+    assert bus_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
+    for op in ("all_gather", "reduce_scatter", "all_to_all"):
+        assert bus_factor(op, n) == pytest.approx((n - 1) / n)
+        assert ring_steps(op, n) == n - 1
+    assert bus_factor("send_recv", n) == bus_factor("broadcast", n) == 1
+    assert ring_steps("all_reduce", n) == 2 * (n - 1)
+
+
+def test_unknown_op():
+    with pytest.raises(ValueError, match=r"op must be one of all_reduce, .*got 'gossip'"):
+        bus_factor("gossip", 8)
+
+
+def test_collective_time_by_hand():
+    c = {"intra_node_bw": np.array([100e9]), "inter_node_bw": np.array([10e9]),
+         "intra_node_latency_s": np.array([1e-5]), "inter_node_latency_s": np.array([2e-5])}
+    perf = SpecPerfModel()
+    size = np.array([1e9])
+    intra = perf.collective_time_s("all_reduce", size, np.array([4.0]), np.array([0.0]), c)
+    assert intra[0] == pytest.approx(6 * 1e-5 + 1e9 * 1.5 / 100e9)
+    inter = perf.collective_time_s("all_gather", size, np.array([4.0]), np.array([1.0]), c)
+    assert inter[0] == pytest.approx(3 * 2e-5 + 1e9 * 0.75 / 10e9)
+    for op in COLLECTIVE_OPS:
+        assert perf.collective_time_s(op, size, np.array([1.0]), np.array([0.0]), c)[0] == 0
+
+
+def test_gemm_efficiency_is_the_setting():
+    perf = SpecPerfModel(gemm_efficiency_frac=0.5)
+    eff = perf.gemm_efficiency(np.ones(3), np.ones(3), np.ones(3), {})
+    np.testing.assert_array_equal(eff, 0.5)
+    assert SpecPerfModel().gemm_efficiency_frac == 0.70 and SpecPerfModel.name == "datasheet"

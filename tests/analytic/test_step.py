@@ -1,0 +1,114 @@
+"""Step time: the terms sum to the step, MFU is a sane fraction, tokens/s closes the batch."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from surrogate.analytic import pipeline, step
+from surrogate.analytic.flops import model_flops_per_token
+from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.perf import SpecPerfModel
+
+PERF = SpecPerfModel()
+
+# Sane configurations: 8 to 64 H100s, dense and MoE, every parallel dimension.
+LAYOUTS = [
+    dict(dp=8), dict(dp=4, tp=2), dict(dp=2, tp=4, sequence_parallel=True),
+    dict(dp=2, tp=2, pp=2), dict(dp=4, pp=4, vpp=2), dict(dp=4, cp=2, tp=2),
+    dict(dp=16, tp=4), dict(dp=4, tp=8, pp=2, sequence_parallel=True),
+]
+RECIPES = [
+    dict(mbs=mbs, grad_accum=ga, zero_stage=z, framework=fw, recompute=r)
+    for mbs, ga, (fw, z), r in itertools.product(
+        [1, 2], [1, 8], [("nanotron", 0), ("nanotron", 1), ("torchtitan", 2),
+                         ("torchtitan", 3), ("megatron", 1)], ["none", "full"])
+]
+
+
+def _grid(config):
+    configs = [config(m, **lay, **rec)
+               for m, lay, rec in itertools.product(["playbook-1.34b", "llama3-8b"], LAYOUTS,
+                                                    RECIPES)]
+    configs += [config("mixtral-8x7b", dp=8, ep=ep, **rec) for ep in (1, 2, 8)
+                for rec in RECIPES if rec["zero_stage"] < 3]
+    return configs
+
+
+@pytest.fixture(scope="module")
+def grid(config):
+    configs = _grid(config)
+    return configs, to_cols(configs)
+
+
+def test_step_terms_sum_to_step_time(grid):
+    _, c = grid
+    out = step.step_breakdown(c, PERF)
+    np.testing.assert_allclose(sum(out[k] for k in step.STEP_TERMS), out["step_time_s"],
+                               rtol=1e-12)
+    for k in step.STEP_TERMS:
+        assert np.all(out[k] >= 0), k
+        assert np.all(np.isfinite(out[k])), k
+    assert np.all(out["compute"] > 0)
+
+
+def test_mfu_is_a_fraction_for_sane_configs(grid):
+    _, c = grid
+    mfu = step.step_breakdown(c, PERF)["mfu"]
+    print(f"MFU over {len(mfu)} configurations: {mfu.min():.1%} .. {mfu.max():.1%}")
+    assert np.all((mfu > 0) & (mfu < 1))
+    # no more than the GEMM efficiency the datasheet model assumes
+    assert np.all(mfu <= PERF.gemm_efficiency_frac + 1e-9)
+
+
+def test_tokens_per_s_times_gpus_times_step_is_the_batch(grid):
+    configs, c = grid
+    out = step.step_breakdown(c, PERF)
+    gpus = np.array([cfg.cluster.num_gpus for cfg in configs])
+    batch = np.array([cfg.batch_tokens for cfg in configs])
+    np.testing.assert_allclose(out["tokens_per_s_per_gpu"] * gpus * out["step_time_s"], batch,
+                               rtol=1e-12)
+    np.testing.assert_allclose(
+        out["mfu"], out["tokens_per_s_per_gpu"] * model_flops_per_token(c) / c["peak_flops"])
+
+
+def test_bubble_term_and_fraction(grid):
+    _, c = grid
+    out = step.step_breakdown(c, PERF)
+    np.testing.assert_allclose(out["bubble_frac"], pipeline.bubble_fraction(c))
+    assert np.all(out["bubble"][c["pp"] == 1] == 0)
+    assert np.all(out["pp_comm"][c["pp"] == 1] == 0)
+    assert np.all(out["bubble"][c["pp"] > 1] > 0)
+
+
+def test_terms_vanish_without_their_dimension(grid):
+    _, c = grid
+    out = step.step_breakdown(c, PERF)
+    assert np.all(out["tp_comm"][c["tp"] == 1] == 0)
+    assert np.all(out["cp_comm"][c["cp"] == 1] == 0)
+    assert np.all(out["ep_comm"][c["ep"] == 1] == 0)
+    assert np.all(out["zero3_comm"][c["zero_stage"] < 3] == 0)
+    assert np.all(out["tp_comm"][c["tp"] > 1] > 0)
+
+
+def test_full_recompute_costs_a_third_more_layer_compute(config):
+    c = to_cols([config("llama3-8b", dp=8, recompute=r) for r in ("none", "full")])
+    layer_s, _ = step.layer_compute_s(c, PERF)
+    assert layer_s[1] / layer_s[0] == pytest.approx(4 / 3)
+    out = step.step_breakdown(c, PERF)
+    assert out["compute"][0] < out["compute"][1] < 4 / 3 * out["compute"][0] + 1e-12
+    assert out["mfu"][1] < out["mfu"][0]
+
+
+def test_more_microbatches_shrink_the_bubble(config):
+    c = to_cols([config("llama3-8b", dp=1, pp=8, grad_accum=m) for m in (1, 4, 16, 64)])
+    out = step.step_breakdown(c, PERF)
+    assert np.all(np.diff(out["bubble_frac"]) < 0)
+    assert np.all(np.diff(out["mfu"]) > 0)
+
+
+def test_step_terms_are_the_display_order():
+    assert step.STEP_TERMS[0] == "compute"
+    assert len(set(step.STEP_TERMS)) == len(step.STEP_TERMS)

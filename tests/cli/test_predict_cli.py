@@ -1,0 +1,200 @@
+"""`surrogate predict`: flags, files, JSON output, CSV batches, and errors as one line + exit 2."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from surrogate.cli import main
+from surrogate.config import CONFIG_COLUMNS, config_to_flat
+from surrogate.errors import ConfigError
+from surrogate.prediction import PRED_COLUMNS
+
+FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
+         "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1"]
+LAYOUT = dict(gpu="H100-SXM-80GB", num_nodes=4, dp=8, tp=4, pp=1, mbs=2, grad_accum=16,
+              zero_stage=1)
+
+
+def run_json(capsys, argv):
+    assert main(argv) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_flags_print_the_tables(capsys):
+    assert main(FLAGS) == 0
+    out = capsys.readouterr().out
+    assert "llama3-8b" in out and "dp=8 tp=4 pp=1" in out
+    assert "Memory of the most" in out
+    for term in ("weights", "optimizer", "activations", "total", "capacity"):
+        assert term in out
+    assert "verdict: fits" in out
+    assert "Step time" in out and "compute" in out
+    assert "MFU:" in out and "tokens/s per GPU" in out
+
+
+def test_json_output(capsys):
+    d = run_json(capsys, [*FLAGS, "--json"])
+    assert {"memory_gib", "step_time_s", "mfu", "p_oom"} <= set(d)
+    assert 0 < d["mfu"] < 1 and d["p_oom"] == 0 and d["pred_status"] == "completed"
+    assert d["config"]["tp"] == 4 and d["config"]["num_layers"] == 32
+    assert d["memory_gib"]["total"] < d["capacity_gib"]
+
+
+def test_oom_verdict(capsys):
+    argv = ["predict", "--model", "70b", "--dp", "8", "--zero", "0"]
+    assert main(argv) == 0
+    assert "verdict: OOM" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        (["--tp", "8"], r"error: dp \* tp \* pp \* cp must equal the number of GPUs \(32"),
+        (["--gpu", "V100"], r"error: gpu must be one of "),
+        (["--zero", "3"], r"error: framework nanotron implements zero_stage 0 or 1, got 3"),
+        (["--framework", "deepspeed"], r"error: framework must be one of "),
+        (["--gpu", "A100", "--dtype", "fp8"], r"error: dtype 'fp8' needs a GPU with FP8"),
+        (["--global-batch-seqs", "100"], r"error: dp \* grad_accum \* mbs must equal the "
+                                         r"global batch of 100 sequences"),
+        (["--model", "7b"], r"error: model must be one of "),
+    ],
+)
+def test_invalid_config_is_one_line_and_exit_2(capsys, argv, match):
+    assert main([*FLAGS, *argv]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:")
+    assert captured.out == ""
+    assert re.match(match, lines[0]), lines[0]
+
+
+def test_debug_reraises():
+    with pytest.raises(ConfigError, match=r"dp \* tp \* pp \* cp must equal"):
+        main([*FLAGS, "--tp", "8", "--debug"])
+
+
+def test_no_model_is_an_error(capsys):
+    assert main(["predict", "--dp", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: give a model: --model PRESET, --hf-config FILE")
+    assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("fmt", ["yaml", "json"])
+@pytest.mark.parametrize("nested", [False, True])
+def test_config_files(tmp_path, capsys, fmt, nested):
+    data = {"model": "8b", **LAYOUT}
+    if nested:
+        data = {
+            "model": {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336,
+                      "num_heads": 32, "num_kv_heads": 8, "vocab_size": 128256,
+                      "seq_len": 8192},
+            "cluster": {"gpu": "H100", "num_nodes": 4},
+            "layout": {k: v for k, v in LAYOUT.items() if k not in ("gpu", "num_nodes")},
+        }
+    path = tmp_path / f"run.{fmt}"
+    path.write_text(yaml.safe_dump(data) if fmt == "yaml" else json.dumps(data))
+    from_file = run_json(capsys, ["predict", "--config", str(path), "--json"])
+    from_flags = run_json(capsys, [*FLAGS, "--json"])
+    assert from_file["config"] == from_flags["config"]
+    assert from_file["mfu"] == pytest.approx(from_flags["mfu"])
+    # flags override the file
+    over = run_json(capsys, ["predict", "--config", str(path), "--mbs", "1", "--json"])
+    assert over["config"]["mbs"] == 1
+
+
+@pytest.mark.parametrize(
+    "name,content,match",
+    [
+        ("bad.yaml", "dp: [1, 2", r"error: .*bad\.yaml: cannot parse"),
+        ("list.json", "[1, 2]", r"error: .*list\.json: a configuration file holds a mapping"),
+        ("float.yaml", "model: 8b\nnum_nodes: 4\ndp: 8.5\ntp: 4", r"error: dp must be an "
+                                                                   r"integer, got 8\.5"),
+    ],
+)
+def test_config_file_errors(tmp_path, capsys, name, content, match):
+    path = tmp_path / name
+    path.write_text(content)
+    assert main(["predict", "--config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(match, err), err
+
+
+def test_missing_config_file(tmp_path, capsys):
+    assert main(["predict", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert capsys.readouterr().err.startswith("error: --config must name an existing file")
+
+
+def test_hf_config(tmp_path, capsys):
+    hf = {"num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
+          "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+          "max_position_embeddings": 8192}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    argv = ["predict", "--hf-config", str(path),
+            *FLAGS[3:], "--json"]  # the layout flags, without --model
+    d = run_json(capsys, argv)
+    ref = run_json(capsys, [*FLAGS, "--json"])
+    assert d["config"] == ref["config"]
+    short = run_json(capsys, [*argv, "--seq-len", "4096"])
+    assert short["config"]["seq_len"] == 4096
+    assert main(["predict", "--hf-config", str(tmp_path / "none.json")]) == 2
+    assert capsys.readouterr().err.startswith("error: --hf-config must name an existing file")
+
+
+def test_from_csv(tmp_path, capsys):
+    d = run_json(capsys, [*FLAGS, "--json"])
+    good = d["config"]
+    rows = [good, dict(good, tp=3), dict(good, mbs=1), dict(good, dp=8.5)]
+    src, dst = tmp_path / "in.csv", tmp_path / "out" / "pred.csv"
+    pd.DataFrame(rows).to_csv(src, index=False)
+    assert main(["predict", "--from-csv", str(src), "--out", str(dst)]) == 0
+    assert "wrote 4 rows" in capsys.readouterr().err
+    out = pd.read_csv(dst, keep_default_na=False, na_values=[""])
+    assert list(out.columns) == [*CONFIG_COLUMNS, *PRED_COLUMNS, "error"]
+    assert out["error"].fillna("").iloc[[0, 2]].eq("").all()
+    assert out["error"].iloc[1].startswith("dp * tp * pp * cp must equal the number of GPUs")
+    assert out["error"].iloc[3] == "dp must be an integer, got 8.5"
+    assert out["pred_mfu"].iloc[0] == pytest.approx(d["mfu"])
+    assert out["pred_status"].iloc[0] == "completed" and out["pred_mfu"].iloc[2] > 0
+    assert out["pred_mfu"].iloc[[1, 3]].isna().all()
+
+
+def test_from_csv_to_stdout(tmp_path, capsys):
+    from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
+    from surrogate.presets import get_preset
+
+    cfg = TrainingConfig(model=get_preset("1.34b"), cluster=ClusterConfig(),
+                         layout=LayoutConfig(dp=8))
+    src = tmp_path / "in.csv"
+    pd.DataFrame([config_to_flat(cfg)]).to_csv(src, index=False)
+    assert main(["predict", "--from-csv", str(src)]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split(",")
+    assert header[-len(PRED_COLUMNS) - 1:] == [*PRED_COLUMNS, "error"]
+
+
+def test_from_csv_missing_file(tmp_path, capsys):
+    assert main(["predict", "--from-csv", str(tmp_path / "none.csv")]) == 2
+    assert capsys.readouterr().err.startswith("error: table ")
+
+
+def test_console_script():
+    beside_python = Path(sys.executable).with_name("surrogate")
+    exe = shutil.which("surrogate") or (str(beside_python) if beside_python.exists() else None)
+    if exe is None:
+        pytest.skip("the surrogate console script is not installed on PATH")
+    ok = subprocess.run([exe, *FLAGS, "--json"], capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0, ok.stderr
+    assert 0 < json.loads(ok.stdout)["mfu"] < 1
+    bad = subprocess.run([exe, *FLAGS, "--tp", "8"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2
+    assert bad.stderr.count("\n") == 1 and bad.stderr.startswith("error: dp * tp * pp * cp")

@@ -1,0 +1,289 @@
+"""Typed configurations: conventions, every validation rule, flat-row coercion."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from surrogate.config import (
+    CONFIG_COLUMNS,
+    ClusterConfig,
+    LayoutConfig,
+    ModelConfig,
+    TrainingConfig,
+    config_from_flat,
+    config_to_flat,
+)
+from surrogate.errors import ConfigError, SurrogateError
+from surrogate.presets import PRESETS, get_preset
+
+SMALL = dict(
+    num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_heads=16, num_kv_heads=8,
+    vocab_size=32000, seq_len=2048,
+)
+MOE = dict(SMALL, num_experts=8, experts_topk=2, moe_ffn_hidden_size=1024)
+
+
+def training(model: dict | None = None, *, num_nodes: int = 1, gpu: str = "H100",
+             global_batch_seqs: int | None = None, **layout) -> TrainingConfig:
+    return TrainingConfig(
+        model=ModelConfig(**(model or SMALL)),
+        cluster=ClusterConfig(gpu=gpu, num_nodes=num_nodes),
+        layout=LayoutConfig(**layout),
+        global_batch_seqs=global_batch_seqs,
+    )
+
+
+# --- conventions -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dp,tp,pp,cp", [(8, 1, 1, 1), (2, 2, 2, 1), (1, 4, 1, 2), (2, 1, 2, 2)])
+def test_world_size_is_dp_tp_pp_cp(dp, tp, pp, cp):
+    cfg = training(dp=dp, tp=tp, pp=pp, cp=cp)
+    assert cfg.layout.dp * cfg.layout.tp * cfg.layout.pp * cfg.layout.cp == cfg.cluster.num_gpus
+    assert cfg.layout.model_parallel_size == tp * pp * cp
+
+
+def test_ep_is_carved_out_of_dp_cp_and_does_not_multiply_the_world():
+    # Playbook dp=2 ep=4 on 8 GPUs is our dp=8 ep=4: the world stays dp x tp x pp x cp.
+    cfg = training(MOE, dp=8, ep=4)
+    assert cfg.cluster.num_gpus == 8
+    cfg = training(MOE, dp=4, cp=2, ep=8)  # ep may span dp x cp
+    assert cfg.layout.ep == 8
+
+
+@pytest.mark.parametrize("dp,cp,mbs,grad_accum", [(8, 1, 1, 1), (4, 2, 2, 8), (2, 4, 3, 5)])
+def test_global_batch_tokens_is_dp_grad_accum_mbs_seq_len(dp, cp, mbs, grad_accum):
+    cfg = training(dp=dp, cp=cp, mbs=mbs, grad_accum=grad_accum)
+    assert cfg.batch_seqs == dp * grad_accum * mbs
+    assert cfg.batch_tokens == dp * grad_accum * mbs * SMALL["seq_len"]  # cp does not multiply
+
+
+def test_defaults_and_canonical_names():
+    lay = LayoutConfig(framework=" TorchTitan ")
+    assert lay.framework == "torchtitan"
+    assert lay.framework_version == "main"
+    assert LayoutConfig().framework_version == "pp-fix"  # newest nanotron version
+    assert ClusterConfig(gpu="h100").gpu == "H100-SXM-80GB"
+    m = ModelConfig(**MOE)
+    assert m.is_moe and m.head_dim == 64 and m.expert_ffn_hidden_size == 1024
+    assert ModelConfig(**dict(MOE, moe_ffn_hidden_size=0)).expert_ffn_hidden_size == 4096
+
+
+def test_configs_are_frozen_and_keyword_only():
+    lay = LayoutConfig()
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        lay.dp = 2  # type: ignore[misc]
+    with pytest.raises(TypeError):
+        LayoutConfig(2)  # type: ignore[misc]
+
+
+def test_config_error_is_a_value_error_and_a_surrogate_error():
+    assert issubclass(ConfigError, ValueError) and issubclass(ConfigError, SurrogateError)
+
+
+# --- ModelConfig rules -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(num_layers=8.5), r"ModelConfig\.num_layers must be an integer >= 1, got 8\.5"),
+        (dict(num_layers="8"), r"ModelConfig\.num_layers must be an integer >= 1, got '8'"),
+        (dict(hidden_size=True), r"ModelConfig\.hidden_size must be an integer >= 1, got True"),
+        (dict(num_layers=0), r"ModelConfig\.num_layers must be an integer >= 1, got 0"),
+        (dict(seq_len=-4), r"ModelConfig\.seq_len must be an integer >= 1, got -4"),
+        (dict(num_experts=-1), r"ModelConfig\.num_experts must be an integer >= 0, got -1"),
+        (dict(tie_embeddings="yes"), r"ModelConfig\.tie_embeddings must be true or false"),
+        (dict(hidden_size=1000), r"hidden_size must be divisible by num_heads, got "
+                                 r"hidden_size=1000 num_heads=16"),
+        (dict(num_kv_heads=3), r"num_heads must be divisible by num_kv_heads, got num_heads=16 "
+                               r"num_kv_heads=3"),
+        (dict(num_experts=1), r"num_experts must be 0 \(dense\) or >= 2, got 1"),
+        (dict(num_experts=8, experts_topk=0), r"experts_topk must be between 1 and "
+                                              r"num_experts=8, got 0"),
+        (dict(num_experts=8, experts_topk=9), r"experts_topk must be between 1 and "
+                                              r"num_experts=8, got 9"),
+        (dict(experts_topk=2), r"experts_topk and moe_ffn_hidden_size need num_experts >= 2"),
+        (dict(moe_ffn_hidden_size=512), r"need num_experts >= 2, got num_experts=0"),
+    ],
+)
+def test_model_rules(change, match):
+    with pytest.raises(ConfigError, match=match):
+        ModelConfig(**{**SMALL, **change})
+
+
+# --- ClusterConfig and LayoutConfig rules ----------------------------------------------------
+
+
+def test_unknown_gpu():
+    with pytest.raises(ConfigError, match=r"gpu must be one of .*H100-SXM-80GB.*got 'V100'"):
+        ClusterConfig(gpu="V100")
+
+
+@pytest.mark.parametrize("name", ["gpus_per_node", "num_nodes"])
+def test_cluster_counts_are_positive(name):
+    with pytest.raises(ConfigError, match=rf"ClusterConfig\.{name} must be an integer >= 1, got 0"):
+        ClusterConfig(**{name: 0})
+
+
+@pytest.mark.parametrize("name", ["dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum"])
+@pytest.mark.parametrize("value", [0, -1, 2.5])
+def test_layout_degrees_are_positive_integers(name, value):
+    with pytest.raises(ConfigError, match=rf"LayoutConfig\.{name} must be an integer >= 1"):
+        LayoutConfig(**{name: value})
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(zero_stage=4), r"zero_stage must be 0, 1, 2 or 3, got 4"),
+        (dict(zero_stage=-1), r"LayoutConfig\.zero_stage must be an integer >= 0, got -1"),
+        (dict(recompute="partial"), r"recompute must be one of none, selective, full, "
+                                    r"got 'partial'"),
+        (dict(dtype="fp16"), r"dtype must be one of bf16, fp8, got 'fp16'"),
+        (dict(sequence_parallel=1), r"LayoutConfig\.sequence_parallel must be true or false, "
+                                    r"got 1"),
+        (dict(framework="deepspeed"), r"framework must be one of megatron, nanotron, "
+                                      r"torchtitan, got 'deepspeed'"),
+        (dict(zero_stage=3), r"framework nanotron implements zero_stage 0 or 1, got 3"),
+        (dict(framework="megatron", zero_stage=2), r"framework megatron implements zero_stage "
+                                                   r"0 or 1 or 3, got 2"),
+        (dict(framework_version="v2"), r"framework_version for nanotron must be one of "
+                                       r"pre-pp-fix, pp-fix, got 'v2'"),
+        (dict(framework="torchtitan", framework_version="pp-fix"),
+         r"framework_version for torchtitan must be one of main, got 'pp-fix'"),
+        (dict(vpp=2), r"vpp > 1 needs pp > 1, got pp=1 vpp=2"),
+    ],
+)
+def test_layout_rules(change, match):
+    with pytest.raises(ConfigError, match=match):
+        LayoutConfig(**change)
+
+
+# --- TrainingConfig rules (the parts against each other) -------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,match",
+    [
+        (dict(dp=4, tp=4), r"dp \* tp \* pp \* cp must equal the number of GPUs \(8 = 1 nodes x "
+                           r"8\), got dp=4 tp=4 pp=1 cp=1 \(16\)"),
+        (dict(num_nodes=2, dp=8), r"number of GPUs \(16 = 2 nodes x 8\).*\(8\)"),
+        (dict(model=dict(SMALL, num_heads=16, num_kv_heads=2), dp=2, tp=4),
+         r"num_kv_heads must be divisible by tp, got num_kv_heads=2 tp=4"),
+        (dict(model=dict(SMALL, hidden_size=1536, num_heads=12, num_kv_heads=12), dp=1, tp=8),
+         r"num_heads must be divisible by tp, got num_heads=12 tp=8"),
+        (dict(model=dict(SMALL, num_layers=2), dp=2, pp=4),
+         r"num_layers must be >= pp \* vpp .*got num_layers=2 pp=4 vpp=1 \(4\)"),
+        (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2),
+         r"num_layers must be divisible by pp \* vpp for interleaved pipelines, got "
+         r"num_layers=6 pp=2 vpp=2 \(4\)"),
+        (dict(model=dict(SMALL, seq_len=1004), dp=1, cp=8),
+         r"seq_len must be divisible by cp, got seq_len=1004 cp=8"),
+        (dict(dp=8, ep=2), r"ep > 1 needs an MoE model \(num_experts >= 2\), got ep=2"),
+        (dict(model=dict(MOE, num_experts=6), dp=8, ep=4),
+         r"num_experts must be divisible by ep, got num_experts=6 ep=4"),
+        (dict(model=MOE, dp=2, tp=4, ep=4),
+         r"ep must divide dp \* cp .*got dp=2 cp=1 ep=4"),
+        (dict(gpu="A100-SXM-80GB", dp=8, dtype="fp8"),
+         r"dtype 'fp8' needs a GPU with FP8 tensor cores, got gpu=A100-SXM-80GB"),
+        (dict(dp=8, mbs=2, grad_accum=4, global_batch_seqs=32),
+         r"dp \* grad_accum \* mbs must equal the global batch of 32 sequences, got dp=8 "
+         r"grad_accum=4 mbs=2 \(64\)"),
+        (dict(dp=8, global_batch_seqs=0),
+         r"TrainingConfig\.global_batch_seqs must be an integer >= 1, got 0"),
+    ],
+)
+def test_training_rules(kwargs, match):
+    with pytest.raises(ConfigError, match=match):
+        training(**kwargs)
+
+
+def test_a_matching_global_batch_and_fp8_on_hopper_are_accepted():
+    cfg = training(dp=8, mbs=2, grad_accum=4, global_batch_seqs=64, dtype="fp8")
+    assert cfg.batch_seqs == 64
+
+
+# --- flat rows (CSV, YAML, JSON) -------------------------------------------------------------
+
+ISSUE_COLUMNS = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
+    "seq_len", "tie_embeddings", "gpu", "gpus_per_node", "num_nodes", "dp", "tp", "pp", "cp",
+    "ep", "vpp", "mbs", "grad_accum", "zero_stage", "recompute", "sequence_parallel", "dtype",
+    "framework", "framework_version",
+)
+
+
+def test_config_columns_hold_the_issue_columns_and_moe_fields():
+    assert set(ISSUE_COLUMNS) <= set(CONFIG_COLUMNS)
+    assert {"num_experts", "experts_topk", "moe_ffn_hidden_size"} <= set(CONFIG_COLUMNS)
+    assert len(set(CONFIG_COLUMNS)) == len(CONFIG_COLUMNS)
+    assert "name" not in CONFIG_COLUMNS
+
+
+def row(**change) -> dict:
+    return {**SMALL, "dp": 8, **change}
+
+
+def test_from_flat_coerces_strictly_and_fills_defaults():
+    cfg = config_from_flat(row(num_layers=8.0, hidden_size="1024", tie_embeddings="Yes",
+                               sequence_parallel="0", num_kv_heads=float("nan"), status="oom"))
+    assert cfg.model.num_layers == 8 and isinstance(cfg.model.num_layers, int)
+    assert cfg.model.tie_embeddings is True and cfg.layout.sequence_parallel is False
+    assert cfg.model.num_kv_heads == cfg.model.num_heads  # NaN means missing -> MHA
+    assert cfg.layout.framework == "nanotron" and cfg.cluster.gpu == "H100-SXM-80GB"
+    assert config_from_flat(row(global_batch_seqs=8.0)).global_batch_seqs == 8
+
+
+def test_from_flat_takes_keyword_defaults_under_the_row():
+    cfg = config_from_flat(row(), framework="torchtitan", zero_stage=3)
+    assert (cfg.layout.framework, cfg.layout.zero_stage) == ("torchtitan", 3)
+    assert config_from_flat(row(zero_stage=0), zero_stage=1).layout.zero_stage == 0
+
+
+@pytest.mark.parametrize(
+    "change,match",
+    [
+        (dict(num_layers=8.5), r"num_layers must be an integer, got 8\.5"),
+        (dict(dp="8.5"), r"dp must be an integer, got '8\.5'"),
+        (dict(tp="two"), r"tp must be an integer, got 'two'"),
+        (dict(mbs=True), r"mbs must be an integer, got True"),
+        (dict(tie_embeddings="maybe"), r"tie_embeddings must be true or false, got 'maybe'"),
+        (dict(sequence_parallel=2), r"sequence_parallel must be true or false, got 2"),
+        (dict(global_batch_seqs=4.5), r"must be an integer, got 4\.5"),
+        (dict(gpu="TPUv5"), r"gpu must be one of .*got 'TPUv5'"),
+        (dict(framework="jax"), r"framework must be one of .*got 'jax'"),
+    ],
+)
+def test_from_flat_errors(change, match):
+    with pytest.raises(ConfigError, match=match):
+        config_from_flat(row(**change))
+
+
+def test_from_flat_needs_the_model_shape():
+    r = row()
+    del r["vocab_size"], r["seq_len"]
+    with pytest.raises(ConfigError, match=r"a configuration needs the model columns "
+                                          r"vocab_size, seq_len"):
+        config_from_flat(r)
+
+
+@pytest.mark.parametrize("preset", sorted(PRESETS))
+def test_to_flat_round_trips(preset):
+    model = get_preset(preset)
+    layout = LayoutConfig(dp=4, tp=2, mbs=2, grad_accum=3, zero_stage=1,
+                          recompute="selective", sequence_parallel=True)
+    cfg = TrainingConfig(model=model, cluster=ClusterConfig(), layout=layout)
+    flat = config_to_flat(cfg)
+    assert tuple(flat) == CONFIG_COLUMNS
+    back = config_from_flat(flat)
+    assert back.layout == cfg.layout and back.cluster == cfg.cluster
+    assert dataclasses.replace(back.model, name=model.name) == model
+    # a row that went through a CSV arrives as strings and floats
+    as_text = {k: (str(v) if not isinstance(v, int) or isinstance(v, bool) else float(v))
+               for k, v in flat.items() if v is not None}
+    assert config_from_flat(as_text).layout == cfg.layout
+    assert not math.isnan(float(flat["dp"]))

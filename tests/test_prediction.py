@@ -1,0 +1,131 @@
+"""``surrogate.predict`` on one configuration and on a DataFrame."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import surrogate
+from surrogate.analytic.memory import BREAKDOWN_TERMS
+from surrogate.analytic.perf import SpecPerfModel
+from surrogate.analytic.step import STEP_TERMS
+from surrogate.config import (
+    CONFIG_COLUMNS,
+    ClusterConfig,
+    LayoutConfig,
+    TrainingConfig,
+    config_to_flat,
+)
+from surrogate.hardware import GIB
+from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame, resolve_perf_model
+from surrogate.presets import get_preset
+
+
+def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:
+    layout = {"dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16, "zero_stage": 1, **layout}
+    return TrainingConfig(model=get_preset(model), cluster=ClusterConfig(num_nodes=nodes),
+                          layout=LayoutConfig(**layout))
+
+
+def test_pred_columns_are_the_issue_columns():
+    assert PRED_COLUMNS == ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
+                            "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib")
+
+
+def test_predict_one_config():
+    p = surrogate.predict(cfg())
+    assert isinstance(p, Prediction)
+    assert set(p.memory_bytes) == {*BREAKDOWN_TERMS, "total"}
+    assert p.memory_bytes["total"] == pytest.approx(sum(p.memory_bytes[k]
+                                                        for k in BREAKDOWN_TERMS))
+    assert tuple(p.step_s) == STEP_TERMS
+    assert sum(p.step_s.values()) == pytest.approx(p.step_time_s)
+    assert 0 < p.mfu < 1 and p.fits and p.status == "completed" and p.p_oom == 0
+    assert math.isnan(p.mfu_lo) and math.isnan(p.mfu_hi)
+    assert p.capacity_bytes == pytest.approx(cfg().cluster.spec.memory_gib * GIB)
+    assert p.peak_mem_gib == pytest.approx(p.memory_bytes["total"] / GIB)
+    assert p.peak_reserved_gib == pytest.approx(p.peak_mem_gib - 1.0)
+    assert p.tokens_per_s_per_gpu * 32 * p.step_time_s == pytest.approx(cfg().batch_tokens)
+    # the GPU's shipped calibration profile if there is one, else the datasheet
+    assert p.perf_model == resolve_perf_model("H100-SXM-80GB").name and p.source == "analytic"
+
+
+def test_predict_oom():
+    p = surrogate.predict(cfg("70b", nodes=1, dp=8, tp=1, zero_stage=0))
+    assert p.p_oom == 1 and not p.fits and p.status == "oom"
+    assert p.peak_mem_gib > 80
+
+
+def test_to_dict_is_json_ready():
+    d = surrogate.predict(cfg()).to_dict()
+    back = json.loads(json.dumps(d))
+    assert back["config"] == config_to_flat(cfg())
+    assert {"memory_gib", "step_time_s", "mfu", "p_oom", "pred_status", "fits"} <= set(back)
+    assert back["step_time_s"]["total"] == pytest.approx(sum(
+        v for k, v in back["step_time_s"].items() if k != "total"))
+    assert back["mfu_lo"] is None and back["mfu_hi"] is None
+
+
+def test_a_given_perf_model_is_used():
+    slow = SpecPerfModel(gemm_efficiency_frac=0.35)
+    slow.name = "half-speed"
+    fast = surrogate.predict(cfg())
+    p = surrogate.predict(cfg(), profile=slow)
+    assert p.perf_model == "half-speed" and p.mfu < fast.mfu
+    assert resolve_perf_model("H100-SXM-80GB", slow) is slow
+
+
+def frame() -> pd.DataFrame:
+    rows = [config_to_flat(cfg()), config_to_flat(cfg("70b", nodes=1, dp=8, tp=1, zero_stage=0))]
+    bad = dict(rows[0], tp=3)
+    odd = dict(rows[0], dp=8.5)
+    return pd.DataFrame([rows[0], bad, rows[1], odd])
+
+
+def test_predict_frame_keeps_inputs_and_reports_errors_per_row():
+    df = frame()
+    out = surrogate.predict(df)
+    assert list(out.columns) == [*df.columns, *PRED_COLUMNS, "error"]
+    pd.testing.assert_frame_equal(out[list(df.columns)], df)
+    assert out["error"].iloc[0] == "" and out["error"].iloc[2] == ""
+    assert out["error"].iloc[1].startswith("dp * tp * pp * cp must equal the number of GPUs")
+    assert out["error"].iloc[3] == "dp must be an integer, got 8.5"
+    assert list(out["pred_status"]) == ["completed", None, "oom", None]
+    assert out.loc[[1, 3], ["p_oom", "pred_mfu", "pred_peak_mem_gib"]].isna().all().all()
+    single = surrogate.predict(cfg())
+    assert out["pred_mfu"].iloc[0] == pytest.approx(single.mfu)
+    assert out["pred_step_time_s"].iloc[0] == pytest.approx(single.step_time_s)
+    assert out["pred_peak_mem_gib"].iloc[0] == pytest.approx(single.peak_mem_gib)
+    assert out["p_oom"].iloc[2] == 1
+    assert out[["pred_mfu_lo", "pred_mfu_hi"]].isna().all().all()
+
+
+def test_predict_frame_mixed_gpus_keep_row_order():
+    rows = [config_to_flat(cfg()), dict(config_to_flat(cfg()), gpu="A100-SXM-80GB"),
+            config_to_flat(cfg(mbs=1))]
+    out = predict_frame(pd.DataFrame(rows))
+    assert (out["error"] == "").all()
+    expected = [surrogate.predict(cfg()).mfu,
+                surrogate.predict(TrainingConfig(
+                    model=get_preset("8b"), cluster=ClusterConfig(gpu="A100", num_nodes=4),
+                    layout=cfg().layout)).mfu,
+                surrogate.predict(cfg(mbs=1)).mfu]
+    np.testing.assert_allclose(out["pred_mfu"], expected)
+
+
+def test_predict_frame_all_rows_bad_and_empty():
+    out = predict_frame(pd.DataFrame([{"num_layers": 2}]))
+    assert out["error"].iloc[0].startswith("a configuration needs the model columns")
+    assert out["pred_mfu"].isna().all()
+    empty = predict_frame(pd.DataFrame(columns=list(CONFIG_COLUMNS)))
+    assert len(empty) == 0 and "error" in empty.columns
+
+
+def test_import_is_lazy():
+    assert surrogate.TrainingConfig is TrainingConfig
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        _ = surrogate.nope  # type: ignore[attr-defined]
