@@ -18,8 +18,8 @@ Every rule raises :class:`~surrogate.errors.ConfigError` saying what must hold a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
