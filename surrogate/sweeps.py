@@ -174,13 +174,13 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         non_positive = values <= 0
         for i in _indices(non_positive.to_numpy()):
             bad(int(i), f"{col} must be > 0 or missing (NaN, never 0 or -1), "
-                        f"got {values.iloc[i]!r}")
+                        f"got {float(values.iloc[i])!r}")
         infinite = np.isinf(values.to_numpy(dtype=np.float64))
         for i in _indices(infinite):
-            bad(int(i), f"{col} must be finite, got {values.iloc[i]!r}")
+            bad(int(i), f"{col} must be finite, got {float(values.iloc[i])!r}")
         out[col] = values.astype("float64")
     for i in _indices((out["mfu"] > 1).to_numpy()):
-        bad(int(i), f"mfu must be a fraction in (0, 1], got {out['mfu'].iloc[i]!r} "
+        bad(int(i), f"mfu must be a fraction in (0, 1], got {float(out['mfu'].iloc[i])!r} "
                     "(a percentage belongs in mfu_reported)")
     for i, s in enumerate(out["status"]):
         if s not in STATUSES:

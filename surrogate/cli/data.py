@@ -36,7 +36,7 @@ def ingest_cmd(
     given = parse_assignments(set_values or [])
     result = ingest(paths, into, fmt=fmt, given=given)
     typer.echo(result.report.summary())
-    typer.echo(f"{into}: {result.append_summary}")
+    typer.echo(result.append_summary)
     return 0
 
 
@@ -134,7 +134,7 @@ def _microbench_coverage(path: Path) -> str:
         raise DataError(f"{path}: a microbenchmark table needs an 'op' column")
     size_cols = [c for c in df.columns if c.endswith("_bytes") or c in ("size", "m", "n", "k")]
     agg = df.groupby("op").size().rename("rows").to_frame()
-    for c in size_cols[:3]:
+    for c in size_cols:
         agg[f"{c} min"] = df.groupby("op")[c].min()
         agg[f"{c} max"] = df.groupby("op")[c].max()
     return f"microbenchmark table {path}: {len(df)} rows\n{agg.reset_index().to_string(index=False)}"

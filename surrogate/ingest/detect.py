@@ -47,7 +47,7 @@ def detect_format(path: str | Path) -> Format:
         return "xla"
     if suffix == ".jsonl":
         return "microbench-jsonl"
-    if all(m in head for m in nanotron.MARKERS):
+    if all(m in head for m in nanotron.MARKERS) or nanotron.LOGGER_PREFIX.search(head):
         return "nanotron"
     if any(m in head for m in torchtitan.MARKERS) or torchtitan.STEP_LINE.search(head):
         return "torchtitan"

@@ -19,7 +19,6 @@ import pandas as pd
 
 from surrogate.errors import DataError
 from surrogate.ingest.detect import (
-    MICROBENCH_FORMATS,
     SWEEP_FORMATS,
     Format,
     check_format,
@@ -122,7 +121,7 @@ def ingest(
     forced = check_format(fmt) if fmt else None
     files = expand(paths, report)
     explicit = {Path(p) for p in paths}
-    frames: list[pd.DataFrame] = []
+    planned: list[tuple[Path, Format]] = []
     kinds: dict[str, str] = {}
     for f in files:
         try:
@@ -133,19 +132,20 @@ def ingest(
             report.files.append(str(f))
             report.skip(str(f), None, f"unknown format ({e})")
             continue
-        kind = "sweep" if file_fmt in SWEEP_FORMATS else "microbench"
-        assert file_fmt in SWEEP_FORMATS or file_fmt in MICROBENCH_FORMATS
-        kinds.setdefault(kind, str(f))
-        df, rep = parse_file(f, file_fmt, given or {})
-        report.merge(rep)
-        if not df.empty:
-            frames.append(df)
+        kinds.setdefault("sweep" if file_fmt in SWEEP_FORMATS else "microbench", str(f))
+        planned.append((f, file_fmt))
     if len(kinds) > 1:
         raise DataError(
             "one ingest writes one table: sweep files (e.g. "
             f"{kinds['sweep']}) and microbenchmark files (e.g. {kinds['microbench']}) "
             "must be ingested separately"
         )
+    frames: list[pd.DataFrame] = []
+    for f, file_fmt in planned:
+        df, rep = parse_file(f, file_fmt, given or {})
+        report.merge(rep)
+        if not df.empty:
+            frames.append(df)
     kind = next(iter(kinds), "sweep")
     if kind == "sweep":
         from surrogate.sweeps import append_sweeps, empty_sweeps
@@ -156,7 +156,7 @@ def ingest(
                                 append_summary=f"nothing to add to {into}")
         result = append_sweeps(frame, into)
         return IngestResult(kind=kind, frame=frame, report=report,
-                            append_summary=result.summary())
+                            append_summary=f"{into}: {result.summary()}")
     append = _load("surrogate.microbench_table", "append_microbench", "microbenchmark table")
     if not frames:
         return IngestResult(kind=kind, frame=pd.DataFrame(), report=report,

@@ -34,6 +34,9 @@ from surrogate.sweeps import frame_from_rows
 SOURCE = "bench_cluster"
 MARKERS: tuple[str, ...] = ("elapsed_time_per_iteration_ms", "tokens_per_sec_per_gpu")
 """Text that identifies a nanotron log (used by :mod:`surrogate.ingest.detect`)."""
+LOGGER_PREFIX = re.compile(r"\[(?:INFO|WARNING|ERROR|DEBUG)\|DP=\d+\|PP=\d+\|TP=\d+")
+"""nanotron's log-record prefix, present even in a run that died before its first
+iteration."""
 
 _ITERATION = re.compile(r"iteration: (\d+) / (\d+) \|(.*)$", re.MULTILINE)
 _MEMORY = re.compile(

@@ -1,0 +1,68 @@
+"""Megatron-LM logs (fixture in Megatron's arguments / iteration / memory format)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surrogate.ingest.megatron import config_values, parse_arguments, parse_megatron
+
+LOG = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_megatron" / "gpt_8b" / (
+    "train_2nodes.log")
+
+
+def test_arguments_block() -> None:
+    args = parse_arguments(LOG.read_text())
+    assert args["tensor_model_parallel_size"] == "2" and args["fp8"] == "None"
+    values, iters = config_values(args)
+    assert iters == 30
+    assert values["grad_accum"] == 32 and values["zero_stage"] == 1
+    assert values["tie_embeddings"] is False and values["num_kv_heads"] == "8"
+    assert "experts_topk" not in values  # moe_router_topk is printed for dense models too
+
+
+def test_completed_run() -> None:
+    df, report = parse_megatron(LOG)
+    assert report.skips == []
+    r = df.iloc[0]
+    assert r["status"] == "completed"
+    assert (r["dp"], r["tp"], r["pp"], r["num_nodes"], r["grad_accum"]) == (4, 2, 2, 2, 32)
+    assert r["sequence_parallel"] and r["recompute"] == "none" and r["dtype"] == "bf16"
+    assert r["step_time_s"] == pytest.approx(8.8723)  # median of 8,875.0 and 8,869.6 ms
+    assert r["tokens_per_s_per_gpu"] == pytest.approx(128 * 8192 / (8.8723 * 16))
+    assert r["tflops_per_gpu_reported"] == pytest.approx(372.9)
+    assert r["peak_mem_allocated_gib"] == pytest.approx(43812.27 / 1024)
+    assert r["peak_mem_reserved_gib"] == pytest.approx(47018.0 / 1024)
+    assert r["date"] == "2024-11-20 09:15:31"
+
+
+def test_without_arguments_block_flags_give_the_config(tmp_path: Path) -> None:
+    text = LOG.read_text()
+    start, end = text.index("---"), text.index("end of arguments")
+    log = tmp_path / "run.log"
+    log.write_text(text[:start] + text[text.index("\n", end) + 1:])
+    df, report = parse_megatron(log)
+    assert df.empty and "needs the model columns" in report.skips[0].reason
+    given = {"model": "8b", "dp": "4", "tp": "2", "pp": "2", "grad_accum": "32",
+             "framework": "megatron"}
+    df, report = parse_megatron(log, given=given)
+    assert report.skips == [] and len(df) == 1
+    assert df["status"].iloc[0] == "completed"  # 30 of 30 iterations from the lines
+
+
+def test_batch_disagreeing_with_config_is_a_counted_skip(tmp_path: Path) -> None:
+    log = tmp_path / "run.log"
+    log.write_text(LOG.read_text().replace("global batch size:   128", "global batch size:   256"))
+    df, report = parse_megatron(log)
+    assert df.empty and "must equal dp x grad_accum x mbs x seq_len" in report.skips[0].reason
+
+
+def test_oom_run(tmp_path: Path) -> None:
+    text = LOG.read_text()
+    cut = text.index(" [2024-11-20 09:17:00]")
+    log = tmp_path / "run.log"
+    log.write_text(text[:cut] + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+                   "2.00 GiB.\n")
+    df, _ = parse_megatron(log)
+    assert df["status"].iloc[0] == "oom"

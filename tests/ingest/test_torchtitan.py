@@ -1,0 +1,70 @@
+"""torchtitan logs and TOML configs (fixture in torchtitan's log format, with its colours)."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from surrogate.ingest.torchtitan import parse_torchtitan
+
+RUN = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_torchtitan" / "llama3_8b"
+LOG = RUN / "train.log"
+
+
+def test_completed_run() -> None:
+    df, report = parse_torchtitan(LOG, given={"num_nodes": "1"})
+    assert report.skips == []
+    r = df.iloc[0]
+    assert r["status"] == "completed"
+    assert (r["num_layers"], r["num_kv_heads"], r["vocab_size"], r["seq_len"]) == (
+        32, 8, 128256, 8192)
+    assert (r["dp"], r["tp"], r["zero_stage"], r["recompute"], r["mbs"]) == (
+        8, 1, 3, "selective", 1)
+    assert r["framework"] == "torchtitan"
+    assert r["tokens_per_s_per_gpu"] == 6547.0  # median of 6,531 and 6,563
+    assert r["mfu_reported"] == pytest.approx(38.335)
+    assert r["tflops_per_gpu_reported"] == pytest.approx(379.145)
+    assert r["peak_mem_reserved_gib"] == 47.57
+    assert r["peak_mem_allocated_gib"] != r["peak_mem_allocated_gib"]  # not logged: NaN
+    assert r["step_time_s"] == pytest.approx(8192 * 8 / (6547.0 * 8))
+    assert r["date"] == "2025-03-04 10:12:01"
+
+
+def test_fill_the_world_needs_the_node_count() -> None:
+    df, report = parse_torchtitan(LOG)
+    assert df.empty
+    assert "data_parallel_shard_degree = -1" in report.skips[0].reason
+    assert "--set num_nodes=N" in report.skips[0].reason
+
+
+def test_fsdp_with_pp_is_zero2_and_global_batch_gives_accumulation(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    toml = run / "llama3_8b.toml"
+    text = toml.read_text().replace("pipeline_parallel_degree = 1", "pipeline_parallel_degree = 2")
+    text = text.replace("steps = 20", "steps = 20\nglobal_batch_size = 32")
+    toml.write_text(text)
+    df, _ = parse_torchtitan(run / "train.log", given={"num_nodes": "2"})
+    r = df.iloc[0]
+    assert (r["dp"], r["pp"], r["zero_stage"], r["grad_accum"], r["num_nodes"]) == (8, 2, 2, 4, 2)
+
+
+def test_bad_toml_is_a_counted_skip(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    (run / "llama3_8b.toml").write_text("[training\n")
+    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1"})
+    assert df.empty and "not valid TOML" in report.skips[0].reason
+
+
+def test_unknown_flavour_needs_model_flag(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    toml = run / "llama3_8b.toml"
+    toml.write_text(toml.read_text().replace('flavor = "8B"', 'flavor = "debugmodel"'))
+    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1"})
+    assert df.empty and "needs the model columns" in report.skips[0].reason
+    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1", "model": "8b"})
+    assert len(df) == 1
