@@ -17,8 +17,11 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
 - Measurements: ``tok/s/gpu``; step_time_s = global batch tokens / (tok/s/gpu x GPUs), derived
   (the table has no step time); ``mfu`` (percent) -> mfu_reported; ``mTFLOPs`` ->
   tflops_per_gpu_reported; ``Mem Alloc (GB)`` / ``Mem Res (GB)`` -> peak_mem_*_gib: the values
-  are GiB despite the header (a ZeRO-0 1.34G run holds 20 bytes per parameter at its peak,
-  1,342,245,248 x 20 B = 25.00 GiB = 26.84 GB, and the table says 25.07 for every such run).
+  are GiB despite the header: every ZeRO-0 1.34G run at tp = pp = 1 says 25.07 whatever its
+  dp and mbs (a static peak), and 20 bytes per parameter (bf16 weights and gradients, fp32
+  master weights, fp32 accumulator, Adam) give 1,342,244,864 x 20 B = 25.00 GiB = 26.84 GB;
+  in GB the 25.07 would be a fractional 18.7 bytes per parameter
+  (``benchmarks/playbook_ingest.py`` prints this).
   mfu is recomputed under the project's definition (:func:`surrogate.sweeps.recompute_mfu`).
 - run_id = ``<job_id>/<name>``: one Slurm job ran several configurations, so job_id repeats.
 - date: the ``date`` column, else the timestamp in ``log_file``, else missing.

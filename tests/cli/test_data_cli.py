@@ -79,3 +79,18 @@ def test_summary_of_a_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str
     out = capsys.readouterr().out
     assert "present  hf_ultrascale_playbook" in out and "missing  xla_matmul_perf_table" in out
     assert "read 9 rows" in out and "hf_ultrascale_playbook" in out
+
+
+def test_summary_of_microbench_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    table = tmp_path / "mb.csv"
+    table.write_text("op,size_bytes,time_s\nall_reduce,8,1e-5\nall_reduce,1024,2e-5\n"
+                     "all_gather,64,1e-5\n")
+    sweeps = tmp_path / "s.parquet"
+    assert main(["ingest", str(PLAYBOOK), "--into", str(sweeps)]) == 0
+    assert main(["data", "summary", "--sweeps", str(sweeps), "--microbench", str(table)]) == 0
+    out = capsys.readouterr().out
+    assert "microbenchmark table" in out and "all_reduce" in out and "1024" in out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("x\n1\n")
+    assert main(["data", "summary", "--sweeps", str(sweeps), "--microbench", str(bad)]) == 2
+    assert "a microbenchmark table needs an 'op' column" in capsys.readouterr().err
