@@ -12,6 +12,7 @@ Missing values are NaN (GEMM rows have no size or group; collective rows no shap
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
@@ -40,7 +41,9 @@ MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
     "in_place", "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
     "hardware", "source", "run_id", "file", "date", "detail",
 )
-"""Column order. Provenance: ``source`` (xla, nccl-tests, microbench), ``run_id`` (one
+"""Column order. ``nodes`` is the number of nodes the measured group spans (1: inside a node),
+so calibration can tell intra- from inter-node collectives. Provenance: ``source`` (xla,
+nccl-tests, microbench), ``run_id`` (one
 measurement campaign), ``file`` (the file it was read from), ``date`` (ISO date when known,
 else empty), ``detail`` (what distinguishes rows that share a shape, e.g. XLA's dtype key)."""
 
@@ -153,22 +156,78 @@ def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
     return t
 
 
-def append_microbench(df: pd.DataFrame, path: str | Path) -> pd.DataFrame:
+@dataclass(frozen=True, kw_only=True)
+class MicrobenchAppend:
+    """What :func:`append_microbench` did."""
+
+    path: str
+    rows_before: int
+    rows_given: int
+    rows_replaced: int
+    """Stored rows that a given row replaced (same :data:`DEDUP_KEY`)."""
+    rows_after: int
+    table: pd.DataFrame = field(repr=False)
+
+    def summary(self) -> str:
+        dup_given = self.rows_given - (self.rows_after - self.rows_before + self.rows_replaced)
+        return (f"{self.path}: {self.rows_before} rows before, {self.rows_given} given "
+                f"({self.rows_replaced} replaced stored rows, {dup_given} repeated within the "
+                f"input and kept once), {self.rows_after} rows now")
+
+
+def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     """Append ``df`` to the table at ``path`` (created if absent), atomically.
 
     Rows equal on :data:`DEDUP_KEY` are one measurement: the newly appended one replaces the
-    stored one. Returns the table as written.
+    stored one (and within ``df`` the last one wins).
     """
     from surrogate.tableio import read_table, write_table_atomic
 
     new = validate_microbench(df)
     p = Path(path)
-    if p.exists():
-        old = validate_microbench(read_table(p))
-        both = pd.concat([old, new], ignore_index=True) if len(old) else new
-    else:
-        both = new
-    key = both[list(DEDUP_KEY)].astype(str)  # NaN/None compare equal once stringified
-    out = both.loc[~key.duplicated(keep="last")].reset_index(drop=True)
+    old = validate_microbench(read_table(p)) if p.exists() else empty_microbench()
+    both = pd.concat([old, new], ignore_index=True) if len(old) else new
+    keep = ~both.duplicated(subset=list(DEDUP_KEY), keep="last")  # NaN equals NaN here
+    out = both.loc[keep].reset_index(drop=True)
     write_table_atomic(out, p)
-    return out
+    replaced = int((~keep.iloc[: len(old)]).sum()) if len(old) else 0
+    return MicrobenchAppend(path=str(p), rows_before=len(old), rows_given=len(new),
+                            rows_replaced=replaced, rows_after=len(out), table=out)
+
+
+def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[str]]:
+    """One table from microbenchmark tables (.parquet, .csv) and raw outputs: nccl-tests logs
+    (.log, .txt, .md), XLA perf tables (.txtpb) and ``microbench`` JSON lines (.jsonl).
+
+    Returns the table and one summary line per raw file (what was read and skipped).
+    """
+    from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+    from surrogate.ingest.nccl_tests import parse_nccl_tests
+    from surrogate.ingest.xla_tables import parse_xla_table
+    from surrogate.tableio import read_table
+
+    frames: list[pd.DataFrame] = []
+    summaries: list[str] = []
+    for path in paths:
+        p = Path(path)
+        suffix = p.suffix.lower()
+        if suffix in (".parquet", ".pq", ".csv"):
+            frames.append(validate_microbench(read_table(p)))
+            continue
+        if suffix == ".txtpb":
+            df, rep = parse_xla_table(p)
+        elif suffix == ".jsonl":
+            df, rep = parse_microbench_jsonl(p)
+        elif suffix in (".log", ".txt", ".md"):
+            df, rep = parse_nccl_tests(p)
+        else:
+            raise DataError(f"{p}: a microbenchmark input is .parquet/.csv (table), .jsonl "
+                            f"(microbench), .txtpb (XLA) or .log/.txt/.md (nccl-tests), got "
+                            f"{suffix or 'no suffix'!r}")
+        frames.append(df)
+        summaries.append(f"{p.name}: " + rep.summary(max_lines=3))
+    if not frames:
+        raise DataError("no microbenchmark input given")
+    nonempty = [f for f in frames if len(f)]
+    table = pd.concat(nonempty, ignore_index=True) if nonempty else empty_microbench()
+    return validate_microbench(table), summaries

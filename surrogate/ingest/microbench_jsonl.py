@@ -5,7 +5,8 @@ before). Fields (schema ``surrogate.microbench/1``):
 
 - ``schema``, ``status`` (``ok``, ``timeout`` or ``error``) and ``message`` (why it failed);
 - the measurement: ``op``, ``dtype``, ``m``, ``n``, ``k``, ``batch`` (GEMM), ``size_bytes``,
-  ``group_size``, ``layout``, ``in_place`` (collectives), ``time_s``, ``flops_per_s``,
+  ``group_size``, ``nodes`` (that the group spans), ``layout``, ``in_place`` (collectives),
+  ``time_s``, ``flops_per_s``,
   ``algbw_bytes_per_s``, ``busbw_bytes_per_s`` (null where they do not apply);
 - ``fingerprint``: ``gpu_name``, ``gpu_count``, ``world_size``, ``nodes``, ``driver``,
   ``cuda``, ``nccl``, ``torch``, ``backend``, ``hostname_hash``, ``date``, ``run_id``.
@@ -29,8 +30,8 @@ from surrogate.microbench_table import hardware_from_device_name, rows_to_microb
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"
 MEASUREMENT_FIELDS: Final[tuple[str, ...]] = (
-    "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size", "layout", "in_place",
-    "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+    "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size", "nodes", "layout",
+    "in_place", "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
 )
 FINGERPRINT_FIELDS: Final[tuple[str, ...]] = (
     "gpu_name", "gpu_count", "world_size", "nodes", "driver", "cuda", "nccl", "torch",
@@ -51,7 +52,7 @@ def record_to_row(rec: dict[str, Any], *, file: str) -> dict[str, object]:
     row: dict[str, object] = {
         "op": str(rec["op"]), "dtype": str(rec["dtype"]),
         "layout": rec.get("layout"), "in_place": rec.get("in_place"),
-        "nodes": _num(fp["nodes"]),
+        "nodes": _num(rec["nodes"] if rec.get("nodes") is not None else fp["nodes"]),
         "hardware": hardware_from_device_name(str(fp["gpu_name"])),
         "source": SOURCE, "run_id": str(fp["run_id"]), "file": file,
         "date": str(fp.get("date", ""))[:10],

@@ -81,7 +81,7 @@ def parse_nccl_tests(
     report = IngestReport(files=[str(p)])
     text = "\n".join(lines)
     the_op = op or _op_from_text(text) or _op_from_name(p.name)
-    if the_op not in _OP_NAMES.values():
+    if the_op is None or the_op not in _OP_NAMES.values():
         raise DataError(
             f"{p}: cannot tell which collective this nccl-tests output measures (no '*_perf' "
             f"command in the file, no op in its name); give op= one of "

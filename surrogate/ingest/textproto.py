@@ -16,12 +16,12 @@ import ast
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Union
+from typing import TypeAlias
 
 from surrogate.errors import DataError
 
-Scalar = Union[int, float, bool, str]
-Value = Union[Scalar, "Message"]
+Scalar: TypeAlias = int | float | bool | str
+Value: TypeAlias = "Scalar | Message"
 
 _TOKEN = re.compile(
     r"""

@@ -111,8 +111,10 @@ def _collective_row(e: Message, key: str, hw: str, fname: str) -> dict[str, obje
         if not pairs:
             raise ValueError("collective-permute without source_target_pairs")
         group, concurrent = 2, len(pairs)
-        layout = "contiguous" if all(abs(s - t) == 1 for s, t in pairs) else (
-            "strided" if len({abs(s - t) for s, t in pairs}) == 1 else None)
+        ring = 1 + max(max(p) for p in pairs)
+        dist = {(t - s) % ring for s, t in pairs}  # a ring's wrap-around is a neighbour too
+        layout = "contiguous" if dist <= {1, ring - 1} else (
+            "strided" if len(dist) == 1 else None)
         detail = "collective-permute pairs " + ",".join(f"{s}->{t}" for s, t in pairs)
     else:
         devs = instr.messages("iota_collective_device_list")
