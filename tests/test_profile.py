@@ -1,0 +1,87 @@
+"""Calibration profiles: PerfModel behaviour, JSON round trip, the shipped H100 profile."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from surrogate.analytic.perf import COLLECTIVE_OPS, PerfModel
+from surrogate.errors import DataError
+from surrogate.profile import CalibrationProfile, default_profile, load_profile
+
+
+@pytest.fixture(scope="module")
+def h100() -> CalibrationProfile:
+    p = default_profile("H100")
+    assert p is not None
+    return p
+
+
+def test_shipped_profile_is_a_perf_model(h100: CalibrationProfile) -> None:
+    model: PerfModel = h100
+    assert model.name.startswith("H100-SXM-80GB")
+    assert default_profile("A100") is None
+
+
+def test_gemm_efficiency_in_unit_interval_and_saturating(h100: CalibrationProfile) -> None:
+    g = 2.0 ** np.arange(4, 17)
+    m, n, k = (a.ravel() for a in np.meshgrid(g, g, g, indexing="ij"))
+    for fp8 in (0.0, 1.0):
+        eff = h100.gemm_efficiency(m, n, k, {"fp8": np.full(m.shape, fp8)})
+        assert eff.shape == m.shape and ((eff > 0) & (eff <= 1)).all()
+    big = h100.gemm_efficiency(np.array([4096.0, 65536.0]), np.array([4096.0, 65536.0]),
+                               np.array([4096.0, 65536.0]), {})
+    assert big[1] == pytest.approx(big[0])  # beyond the grid the edge value holds
+
+
+@pytest.mark.parametrize("op", COLLECTIVE_OPS)
+@pytest.mark.parametrize(("group", "inter"), [(2, 0), (4, 0), (8, 0), (16, 1), (64, 1)])
+def test_collective_times_monotone_in_size(h100: CalibrationProfile, op: str, group: int,
+                                           inter: int) -> None:
+    s = np.asarray(2.0 ** np.arange(0, 40), dtype=np.float64)
+    t = h100.collective_time_s(op, s, np.full(s.shape, group), np.full(s.shape, inter), {})
+    assert (t > 0).all() and (np.diff(t) >= 0).all()
+
+
+def test_group_of_one_costs_nothing(h100: CalibrationProfile) -> None:
+    t = h100.collective_time_s("all_reduce", np.array([1e6, 1e6]), np.array([1.0, 8.0]),
+                               np.array([0.0, 0.0]), {})
+    assert t[0] == 0.0 and t[1] > 0
+
+
+def test_labels_measured_and_extrapolated(h100: CalibrationProfile) -> None:
+    inter = {c.op: c.provenance for c in h100.collectives if c.inter_node}
+    assert inter.pop("all_reduce") == "measured"
+    assert set(inter.values()) == {"extrapolated"}
+    assert h100.gemm["fp8"].provenance == "extrapolated"
+    assert {s["source"] for s in h100.sources} == {"xla", "nccl-tests"}
+
+
+def test_round_trip(tmp_path: Path, h100: CalibrationProfile) -> None:
+    p = tmp_path / "prof.json"
+    h100.save(p)
+    again = load_profile(p)
+    s = np.asarray(2.0 ** np.arange(5, 35, 3), dtype=np.float64)
+    for op in COLLECTIVE_OPS:
+        a = h100.collective_time_s(op, s, np.full(s.shape, 8.0), np.zeros(s.shape), {})
+        b = again.collective_time_s(op, s, np.full(s.shape, 8.0), np.zeros(s.shape), {})
+        np.testing.assert_allclose(a, b, rtol=1e-5)
+    assert again.to_json()["gemm"] == h100.to_json()["gemm"]
+
+
+def test_load_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="does not exist"):
+        load_profile(tmp_path / "none.json")
+    p = tmp_path / "bad.json"
+    p.write_text(json.dumps({"schema_version": 99}))
+    with pytest.raises(DataError, match="schema_version 1"):
+        load_profile(p)
+    p.write_text(json.dumps({"schema_version": 1, "name": "x", "gpu": "y",
+                             "collectives": [{"op": "all_reduce", "group_size": 2,
+                                              "inter_node": False, "provenance": "measured",
+                                              "sizes_bytes": [2, 1], "times_s": [1, 2]}]}))
+    with pytest.raises(DataError, match="sizes must increase"):
+        load_profile(p)
