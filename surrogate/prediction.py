@@ -124,33 +124,53 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     return out
 
 
-def _predict_configs(
-    configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None
-) -> list[Prediction]:
-    preds: list[Prediction | None] = [None] * len(configs)
+def analytic_for(
+    configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
+    """Columns, analytic outputs and the PerfModel name of each configuration, in order
+    (configurations are grouped by GPU so that each group uses its GPU's profile)."""
+    n = len(configs)
     by_gpu: dict[str, list[int]] = {}
     for i, cfg in enumerate(configs):
         by_gpu.setdefault(cfg.cluster.gpu, []).append(i)
+    cols: dict[str, np.ndarray] = {}
+    outs: dict[str, np.ndarray] = {}
+    names = [""] * n
     for gpu, idx in by_gpu.items():
         perf = resolve_perf_model(gpu, profile)
         c = to_cols([configs[i] for i in idx])
         out = analytic_columns(c, perf)
-        for j, i in enumerate(idx):
-            preds[i] = Prediction(
-                config=configs[i],
-                memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
-                capacity_bytes=float(c["memory_bytes"][j]),
-                step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
-                step_time_s=float(out["step_time_s"][j]),
-                tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][j]),
-                mfu=float(out["mfu"][j]),
-                mfu_lo=float("nan"),
-                mfu_hi=float("nan"),
-                p_oom=float(out["p_oom"][j]),
-                bubble_frac=float(out["bubble_frac"][j]),
-                perf_model=perf.name,
-            )
-    return [p for p in preds if p is not None]
+        for target, part in ((cols, c), (outs, out)):
+            for k, v in part.items():
+                target.setdefault(k, np.full(n, np.nan))[idx] = v
+        for i in idx:
+            names[i] = perf.name
+    return cols, outs, names
+
+
+def _predict_configs(
+    configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None
+) -> list[Prediction]:
+    if not configs:
+        return []
+    c, out, names = analytic_for(configs, profile)
+    return [
+        Prediction(
+            config=cfg,
+            memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
+            capacity_bytes=float(c["memory_bytes"][j]),
+            step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
+            step_time_s=float(out["step_time_s"][j]),
+            tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][j]),
+            mfu=float(out["mfu"][j]),
+            mfu_lo=float("nan"),
+            mfu_hi=float("nan"),
+            p_oom=float(out["p_oom"][j]),
+            bubble_frac=float(out["bubble_frac"][j]),
+            perf_model=names[j],
+        )
+        for j, cfg in enumerate(configs)
+    ]
 
 
 def predict_frame(

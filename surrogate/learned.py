@@ -1,0 +1,289 @@
+"""The learned surrogate: LightGBM models that correct the analytic model with real runs.
+
+- status: a multiclass classifier of completed / oom / fail (timeouts count as fail), giving
+  ``p_oom`` and ``p_fail``;
+- throughput: a regressor of log(measured / analytic tokens/s per GPU) on completed runs, so
+  a prediction is the analytic estimate times a learned factor and stays sensible outside the
+  training data (the factor is bounded by what was seen; the physics carries the rest);
+- memory: the same for peak reserved memory;
+- uncertainty: conformalised quantile regression (Romano et al. 2019, "Conformalized Quantile
+  Regression") of the throughput factor: 10% and 90% quantile models, widened by the 80%
+  quantile of their out-of-fold conformity scores over grouped folds, so that the interval is
+  ``coverage`` wide on unseen cells and wider where the quantile models disagree.
+
+scikit-learn conventions: ``__init__`` stores settings, ``fit`` learns, fitted attributes end in
+``_``. :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar
+(features, versions, training-data hash, metrics); no pickle.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surrogate.errors import DataError, NoModelError
+from surrogate.features import FEATURE_NAMES
+
+if TYPE_CHECKING:
+    import lightgbm as lgb
+    import pandas as pd
+
+FORMAT = "surrogate.model/1"
+STATUS_CLASSES: tuple[str, ...] = ("completed", "oom", "fail")
+DEFAULT_PARAMS: dict[str, Any] = {
+    "n_estimators": 400,
+    "learning_rate": 0.05,
+    "num_leaves": 31,
+    "min_child_samples": 10,
+    "subsample": 0.8,
+    "subsample_freq": 1,
+    "colsample_bytree": 0.8,
+    "reg_lambda": 1.0,
+}
+"""LightGBM settings when none are tuned (``training`` tunes them with optuna)."""
+_FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose": -1}
+_MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
+
+
+def data_hash(runs: pd.DataFrame) -> str:
+    """sha256 of the training rows (sorted by source and run_id), identifying the data."""
+    cols = sorted(runs.columns)
+    frame = runs[cols].sort_values([c for c in ("source", "run_id") if c in cols] or cols)
+    return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
+
+
+def status_labels(status: pd.Series) -> np.ndarray:
+    """completed -> 0, oom -> 1, fail and timeout -> 2."""
+    mapping = {"completed": 0, "oom": 1, "fail": 2, "timeout": 2}
+    unknown = set(status.unique()) - set(mapping)
+    if unknown:
+        raise DataError(f"status must be one of {', '.join(mapping)}, got {sorted(unknown)}")
+    return status.map(mapping).to_numpy(dtype=np.int64)
+
+
+def cell_groups(runs: pd.DataFrame) -> np.ndarray:
+    """Group label per run for grouped folds: the (model shape, node count) cell."""
+    key = runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str) + "@" + runs[
+        "num_nodes"
+    ].astype(str)
+    return key.to_numpy()
+
+
+class SurrogateModel:
+    """Status, throughput and memory models with an MFU interval (module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        status_params: dict[str, Any] | None = None,
+        mfu_params: dict[str, Any] | None = None,
+        mem_params: dict[str, Any] | None = None,
+        coverage: float = 0.8,
+        n_folds: int = 5,
+        seed: int = 0,
+    ) -> None:
+        self.status_params = status_params
+        self.mfu_params = mfu_params
+        self.mem_params = mem_params
+        self.coverage = coverage
+        self.n_folds = n_folds
+        self.seed = seed
+
+    # ---------------------------------------------------------------- fitting
+    def _params(self, given: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+        return {**DEFAULT_PARAMS, **(given or {}), **_FIXED, "random_state": self.seed, **extra}
+
+    def fit(self, runs: pd.DataFrame, *, profile: Any = None) -> SurrogateModel:
+        """Learn from a sweep table (``surrogate.sweeps`` columns). Rows need a status; the
+        regressors use completed runs with a measured throughput / peak reserved memory."""
+        import lightgbm as lgb
+        from sklearn.model_selection import GroupKFold
+
+        from surrogate.config import config_from_flat
+        from surrogate.features import build_features
+
+        if len(runs) == 0:
+            raise DataError("cannot fit on an empty sweep table")
+        runs = runs.reset_index(drop=True)
+        y_status = status_labels(runs["status"])
+        X, out = build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+        done = (y_status == 0) & (runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) > 0)
+        y_mfu = np.log(runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) / out[
+            "tokens_per_s_per_gpu"
+        ])
+        mem_ok = (y_status == 0) & (runs["peak_mem_reserved_gib"].to_numpy(dtype=float) > 0)
+        y_mem = np.log(runs["peak_mem_reserved_gib"].to_numpy(dtype=float) * 2**30 / out[
+            "mem_reserved"
+        ])
+        if done.sum() < 2 * self.n_folds:
+            raise DataError(
+                f"need at least {2 * self.n_folds} completed runs with a throughput, got "
+                f"{int(done.sum())}"
+            )
+        present = np.unique(y_status)
+        status = lgb.LGBMClassifier(**self._params(self.status_params))
+        status.fit(X, y_status)
+        self.status_classes_ = [STATUS_CLASSES[i] for i in present]
+        self.status_model_ = status.booster_
+        mfu = lgb.LGBMRegressor(**self._params(self.mfu_params))
+        mfu.fit(X[done], y_mfu[done])
+        self.mfu_model_ = mfu.booster_
+        mem = lgb.LGBMRegressor(**self._params(self.mem_params))
+        mem.fit(X[mem_ok], y_mem[mem_ok])
+        self.mem_model_ = mem.booster_
+
+        alpha = (1 - self.coverage) / 2
+        Xd, yd = X[done].reset_index(drop=True), y_mfu[done]
+        groups = cell_groups(runs[done].reset_index(drop=True))
+        n_splits = min(self.n_folds, len(np.unique(groups)))
+        if n_splits < 2:
+            raise DataError("need runs from at least two (model, nodes) cells for the interval")
+        scores = np.empty(len(yd))
+        def quantile(a: float) -> lgb.LGBMRegressor:
+            return lgb.LGBMRegressor(**self._params(self.mfu_params, objective="quantile", alpha=a))
+
+        for train, test in GroupKFold(n_splits=n_splits).split(Xd, yd, groups):
+            lo, hi = quantile(alpha), quantile(1 - alpha)
+            lo.fit(Xd.iloc[train], yd[train])
+            hi.fit(Xd.iloc[train], yd[train])
+            q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
+            scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
+        level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
+        self.conformal_q_ = float(np.quantile(scores, level))
+        lo, hi = quantile(alpha), quantile(1 - alpha)
+        lo.fit(Xd, yd)
+        hi.fit(Xd, yd)
+        self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
+        self.feature_names_ = list(FEATURE_NAMES)
+        self.data_hash_ = data_hash(runs)
+        self.n_train_ = {"runs": len(runs), "completed": int(done.sum()),
+                         "with_memory": int(mem_ok.sum())}
+        self.metrics_: dict[str, Any] = {}
+        return self
+
+    # ------------------------------------------------------------- predicting
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "status_model_"):
+            raise NoModelError("this SurrogateModel is not fitted: call fit() or load() first")
+
+    def predict_from_features(
+        self, X: pd.DataFrame, out: dict[str, np.ndarray]
+    ) -> dict[str, np.ndarray]:
+        """Predictions from features and the analytic outputs they came from."""
+        self._check_fitted()
+        if list(X.columns) != self.feature_names_:
+            raise DataError("features do not match the model's feature_names_")
+        probs = np.asarray(self.status_model_.predict(X))
+        p = np.zeros((len(X), len(STATUS_CLASSES)))
+        for j, name in enumerate(self.status_classes_):
+            p[:, STATUS_CLASSES.index(name)] = probs[:, j] if probs.ndim == 2 else probs
+        factor = np.exp(np.asarray(self.mfu_model_.predict(X)))
+        lo = np.exp(np.asarray(self.mfu_lo_model_.predict(X)) - self.conformal_q_)
+        hi = np.exp(np.asarray(self.mfu_hi_model_.predict(X)) + self.conformal_q_)
+        lo, hi = np.minimum(lo, factor), np.maximum(hi, factor)
+        mem = out["mem_reserved"] * np.exp(np.asarray(self.mem_model_.predict(X)))
+        return {
+            "p_completed": p[:, 0],
+            "p_oom": p[:, 1],
+            "p_fail": p[:, 2],
+            "pred_status": np.array(STATUS_CLASSES, dtype=object)[p.argmax(axis=1)],
+            "pred_mfu": out["mfu"] * factor,
+            "pred_mfu_lo": out["mfu"] * lo,
+            "pred_mfu_hi": out["mfu"] * hi,
+            "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
+            "pred_step_time_s": out["step_time_s"] / factor,
+            "pred_peak_mem_gib": mem / 2**30,
+        }
+
+    def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
+        """Predictions for TrainingConfigs (arrays keyed like ``predict --from-csv`` columns)."""
+        from surrogate.features import build_features
+
+        X, out = build_features(list(configs), profile)
+        return self.predict_from_features(X, out)
+
+    # ------------------------------------------------------------ persistence
+    def save(self, directory: str | Path) -> Path:
+        """Write ``<name>.txt`` LightGBM models and ``model.json`` into ``directory``."""
+        import lightgbm as lgb
+
+        import surrogate
+
+        self._check_fitted()
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        boosters = self._boosters()
+        for name, booster in boosters.items():
+            booster.save_model(str(d / f"{name}.txt"))
+        sidecar = {
+            "format": FORMAT,
+            "feature_names": self.feature_names_,
+            "status_classes": self.status_classes_,
+            "conformal_q": self.conformal_q_,
+            "coverage": self.coverage,
+            "seed": self.seed,
+            "params": {"status": self.status_params, "mfu": self.mfu_params,
+                       "mem": self.mem_params},
+            "data_hash": self.data_hash_,
+            "n_train": self.n_train_,
+            "metrics": self.metrics_,
+            "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
+                         "python": platform.python_version()},
+        }
+        tmp = d / "model.json.tmp"
+        tmp.write_text(json.dumps(sidecar, indent=2, sort_keys=True))
+        tmp.replace(d / "model.json")
+        return d
+
+    def _boosters(self) -> dict[str, lgb.Booster]:
+        return {"status": self.status_model_, "mfu": self.mfu_model_,
+                "mfu_lo": self.mfu_lo_model_, "mfu_hi": self.mfu_hi_model_,
+                "mem": self.mem_model_}
+
+    @classmethod
+    def load(cls, directory: str | Path) -> SurrogateModel:
+        """Read a model written by :meth:`save`; NoModelError if absent, DataError if broken."""
+        import lightgbm as lgb
+
+        d = Path(directory)
+        side = d / "model.json"
+        if not side.exists():
+            raise NoModelError(f"no model in {str(d)!r} (model.json missing)")
+        try:
+            meta = json.loads(side.read_text())
+        except json.JSONDecodeError as e:
+            raise DataError(f"{side}: not valid JSON ({e.msg})") from None
+        if meta.get("format") != FORMAT:
+            raise DataError(f"{side}: format must be {FORMAT!r}, got {meta.get('format')!r}")
+        if meta["feature_names"] != list(FEATURE_NAMES):
+            raise DataError(
+                f"{side}: the model was trained on other features than this version computes; "
+                "retrain it (surrogate train)"
+            )
+        model = cls(coverage=meta["coverage"], seed=meta["seed"],
+                    status_params=meta["params"]["status"], mfu_params=meta["params"]["mfu"],
+                    mem_params=meta["params"]["mem"])
+        boosters = {}
+        for name in _MODEL_FILES:
+            path = d / f"{name}.txt"
+            if not path.exists():
+                raise DataError(f"{d}: model file {name}.txt missing")
+            boosters[name] = lgb.Booster(model_file=str(path))
+        model.status_model_ = boosters["status"]
+        model.mfu_model_ = boosters["mfu"]
+        model.mfu_lo_model_ = boosters["mfu_lo"]
+        model.mfu_hi_model_ = boosters["mfu_hi"]
+        model.mem_model_ = boosters["mem"]
+        model.status_classes_ = list(meta["status_classes"])
+        model.conformal_q_ = float(meta["conformal_q"])
+        model.feature_names_ = list(meta["feature_names"])
+        model.data_hash_ = meta["data_hash"]
+        model.n_train_ = meta["n_train"]
+        model.metrics_ = meta.get("metrics", {})
+        return model
