@@ -201,6 +201,20 @@ class SurrogateModel:
             "pred_peak_mem_gib": mem / 2**30,
         }
 
+    def explain(self, X: pd.DataFrame, *, top: int = 8) -> list[dict[str, float]]:
+        """Per row, the ``top`` largest SHAP contributions (LightGBM ``pred_contrib``) to the
+        throughput correction log(measured / analytic), plus ``bias`` (the mean correction)."""
+        self._check_fitted()
+        contrib = np.asarray(self.mfu_model_.predict(X, pred_contrib=True))
+        names = [*self.feature_names_, "bias"]
+        rows = []
+        for values in contrib:
+            order = np.argsort(-np.abs(values[:-1]))[:top]
+            row = {names[i]: float(values[i]) for i in order}
+            row["bias"] = float(values[-1])
+            rows.append(row)
+        return rows
+
     def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
         """Predictions for TrainingConfigs (arrays keyed like ``predict --from-csv`` columns)."""
         from surrogate.features import build_features

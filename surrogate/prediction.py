@@ -2,15 +2,20 @@
 
 The analytic model (``surrogate.analytic``) answers with the hardware speed of a
 :class:`~surrogate.analytic.perf.PerfModel`: a calibration profile when one is given, the
-default profile of the GPU when one ships, the datasheet otherwise. Its OOM verdict is a hard
-0/1 and it gives no MFU interval (``pred_mfu_lo``/``pred_mfu_hi`` are NaN): those come with
-the learned models.
+default profile of the GPU when one ships, the datasheet otherwise. A learned
+:class:`~surrogate.learned.SurrogateModel` then corrects it (``model="default"``: the model
+shipped in the package; a directory or a fitted model; ``None`` for the analytic model alone).
+Alone, the analytic OOM verdict is a hard 0/1 and there is no MFU interval
+(``pred_mfu_lo``/``pred_mfu_hi`` are NaN). When no learned model is available, predictions
+fall back to the analytic model with a warning.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
@@ -27,11 +32,20 @@ from surrogate.hardware import GIB
 if TYPE_CHECKING:
     import pandas as pd
 
+    from surrogate.learned import SurrogateModel
+
+DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "models" / "default"
+"""Where the bundled model lives (LightGBM text files + ``model.json``)."""
+
 PRED_COLUMNS: tuple[str, ...] = (
     "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
     "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
 )
-"""Columns ``predict --from-csv`` adds to the input columns (and ``error``)."""
+"""Columns ``predict --from-csv`` adds to the input columns (and ``error``).
+
+``pred_peak_mem_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
+GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``); the
+device total adds the CUDA context (``Prediction.peak_mem_gib``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +68,15 @@ class Prediction:
     perf_model: str
     """Which hardware speed was used: a profile's name or 'datasheet'."""
     source: str = "analytic"
+    """'analytic', or 'learned' when a SurrogateModel corrected the analytic estimate."""
+    p_fail: float = float("nan")
+    pred_status: str | None = None
+    """The learned status (completed / oom / fail); None: the analytic verdict."""
+    analytic_mfu: float = float("nan")
+    learned_reserved_gib: float = float("nan")
+    explanation: dict[str, float] | None = None
+    """With ``explain=True`` and a learned model: the largest SHAP contributions to
+    log(measured / analytic throughput), by feature."""
 
     @property
     def fits(self) -> bool:
@@ -61,15 +84,23 @@ class Prediction:
 
     @property
     def status(self) -> str:
+        if self.pred_status is not None:
+            return self.pred_status
         return "completed" if self.fits else "oom"
 
     @property
     def peak_mem_gib(self) -> float:
+        """Device memory of the most loaded GPU, GiB: the analytic total, CUDA context included
+        (with a learned model: its reserved-memory prediction plus the context)."""
+        if self.learned_reserved_gib == self.learned_reserved_gib:
+            return self.learned_reserved_gib + self.memory_bytes["cuda_context"] / GIB
         return self.memory_bytes["total"] / GIB
 
     @property
     def peak_reserved_gib(self) -> float:
         """What ``torch.cuda.max_memory_reserved`` would report (no CUDA context)."""
+        if self.learned_reserved_gib == self.learned_reserved_gib:
+            return self.learned_reserved_gib
         return (self.memory_bytes["total"] - self.memory_bytes["cuda_context"]) / GIB
 
     def to_dict(self) -> dict[str, Any]:
@@ -84,7 +115,11 @@ class Prediction:
             "capacity_gib": self.capacity_bytes / GIB,
             "fits": self.fits,
             "p_oom": self.p_oom,
+            "p_fail": None if np.isnan(self.p_fail) else self.p_fail,
             "pred_status": self.status,
+            "peak_reserved_gib": self.peak_reserved_gib,
+            "analytic_mfu": None if np.isnan(self.analytic_mfu) else self.analytic_mfu,
+            "explanation": self.explanation,
             "step_time_s": self.step_s | {"total": self.step_time_s},
             "bubble_frac": self.bubble_frac,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -148,39 +183,108 @@ def analytic_for(
     return cols, outs, names
 
 
+@cache
+def _bundled_model() -> SurrogateModel | None:
+    from surrogate.errors import NoModelError
+    from surrogate.learned import SurrogateModel
+
+    try:
+        return SurrogateModel.load(DEFAULT_MODEL_DIR)
+    except NoModelError:
+        return None
+
+
+def resolve_model(model: SurrogateModel | str | Path | None) -> SurrogateModel | None:
+    """The learned model to use: ``"default"`` is the bundled one (None, with a warning, when
+    the package ships none); a path is loaded; None means the analytic model alone."""
+    if model is None:
+        return None
+    if isinstance(model, str) and model == "default":
+        bundled = _bundled_model()
+        if bundled is None:
+            warnings.warn(
+                "no learned model is bundled; predictions are the analytic model's alone "
+                "(train one with `surrogate train`)",
+                stacklevel=3,
+            )
+        return bundled
+    if isinstance(model, str | Path):
+        from surrogate.learned import SurrogateModel
+
+        return SurrogateModel.load(model)
+    return model
+
+
 def _predict_configs(
-    configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None
+    configs: Sequence[TrainingConfig],
+    profile: str | Path | PerfModel | None,
+    model: SurrogateModel | None,
+    *,
+    explain: bool = False,
 ) -> list[Prediction]:
     if not configs:
         return []
     c, out, names = analytic_for(configs, profile)
-    return [
-        Prediction(
+    learned: dict[str, np.ndarray] = {}
+    contrib: list[dict[str, float]] = []
+    if model is not None:
+        from surrogate.features import features_from_analytic
+
+        X = features_from_analytic(c, out)
+        learned = model.predict_from_features(X, out)
+        if explain:
+            contrib = model.explain(X)
+    preds = []
+    for j, cfg in enumerate(configs):
+        base = dict(
             config=cfg,
             memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
             capacity_bytes=float(c["memory_bytes"][j]),
             step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
-            step_time_s=float(out["step_time_s"][j]),
-            tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][j]),
-            mfu=float(out["mfu"][j]),
-            mfu_lo=float("nan"),
-            mfu_hi=float("nan"),
-            p_oom=float(out["p_oom"][j]),
             bubble_frac=float(out["bubble_frac"][j]),
             perf_model=names[j],
+            analytic_mfu=float(out["mfu"][j]),
         )
-        for j, cfg in enumerate(configs)
-    ]
+        if learned:
+            preds.append(Prediction(
+                **base,  # type: ignore[arg-type]
+                step_time_s=float(learned["pred_step_time_s"][j]),
+                tokens_per_s_per_gpu=float(learned["pred_tokens_per_s_per_gpu"][j]),
+                mfu=float(learned["pred_mfu"][j]),
+                mfu_lo=float(learned["pred_mfu_lo"][j]),
+                mfu_hi=float(learned["pred_mfu_hi"][j]),
+                p_oom=float(learned["p_oom"][j]),
+                p_fail=float(learned["p_fail"][j]),
+                pred_status=str(learned["pred_status"][j]),
+                learned_reserved_gib=float(learned["pred_peak_mem_gib"][j]),
+                source="learned",
+                explanation=contrib[j] if contrib else None,
+            ))
+        else:
+            preds.append(Prediction(
+                **base,  # type: ignore[arg-type]
+                step_time_s=float(out["step_time_s"][j]),
+                tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][j]),
+                mfu=float(out["mfu"][j]),
+                mfu_lo=float("nan"),
+                mfu_hi=float("nan"),
+                p_oom=float(out["p_oom"][j]),
+            ))
+    return preds
 
 
 def predict_frame(
-    df: pd.DataFrame, *, profile: str | Path | PerfModel | None = None
+    df: pd.DataFrame,
+    *,
+    profile: str | Path | PerfModel | None = None,
+    model: SurrogateModel | str | Path | None = "default",
 ) -> pd.DataFrame:
     """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`; optional ones take their
     defaults). Returns the input columns plus :data:`PRED_COLUMNS` and ``error``: a row that
     fails validation gets its message there and NaN predictions; the others are predicted."""
     import pandas as pd
 
+    learned = resolve_model(model)
     configs: list[TrainingConfig] = []
     ok_rows: list[int] = []
     errors: list[str] = [""] * len(df)
@@ -194,7 +298,7 @@ def predict_frame(
     for col in PRED_COLUMNS:
         out[col] = np.nan
     out["pred_status"] = pd.Series([None] * len(df), index=df.index, dtype="object")
-    preds = _predict_configs(configs, profile)
+    preds = _predict_configs(configs, profile, learned)
     values: dict[str, list[Any]] = {col: [] for col in PRED_COLUMNS}
     for p in preds:
         values["p_oom"].append(p.p_oom)
@@ -204,7 +308,7 @@ def predict_frame(
         values["pred_mfu_hi"].append(p.mfu_hi)
         values["pred_tokens_per_s_per_gpu"].append(p.tokens_per_s_per_gpu)
         values["pred_step_time_s"].append(p.step_time_s)
-        values["pred_peak_mem_gib"].append(p.peak_mem_gib)
+        values["pred_peak_mem_gib"].append(p.peak_reserved_gib)
     if ok_rows:
         ok_index = out.index[ok_rows]
         for col, vals in values.items():
@@ -215,20 +319,33 @@ def predict_frame(
 
 @overload
 def predict(
-    config: TrainingConfig, *, profile: str | Path | PerfModel | None = None
+    config: TrainingConfig,
+    *,
+    profile: str | Path | PerfModel | None = None,
+    model: SurrogateModel | str | Path | None = "default",
+    explain: bool = False,
 ) -> Prediction: ...
 @overload
 def predict(
-    config: pd.DataFrame, *, profile: str | Path | PerfModel | None = None
+    config: pd.DataFrame,
+    *,
+    profile: str | Path | PerfModel | None = None,
+    model: SurrogateModel | str | Path | None = "default",
+    explain: bool = False,
 ) -> pd.DataFrame: ...
 def predict(
-    config: TrainingConfig | pd.DataFrame, *, profile: str | Path | PerfModel | None = None
+    config: TrainingConfig | pd.DataFrame,
+    *,
+    profile: str | Path | PerfModel | None = None,
+    model: SurrogateModel | str | Path | None = "default",
+    explain: bool = False,
 ) -> Prediction | pd.DataFrame:
     """Predict one :class:`TrainingConfig` (a :class:`Prediction`) or every row of a DataFrame
-    (see :func:`predict_frame`)."""
+    (see :func:`predict_frame`). ``model``: see :func:`resolve_model`; ``explain`` adds the
+    learned correction's largest SHAP contributions to a single prediction."""
     if isinstance(config, TrainingConfig):
-        return _predict_configs([config], profile)[0]
-    return predict_frame(config, profile=profile)
+        return _predict_configs([config], profile, resolve_model(model), explain=explain)[0]
+    return predict_frame(config, profile=profile, model=model)
 
 
 __all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "Prediction", "predict", "predict_frame"]

@@ -82,6 +82,14 @@ def _print_table(pred: Any) -> None:
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
     )
     console.print(f"prediction: {pred.source} model, hardware speed: {pred.perf_model}")
+    if pred.source == "learned":
+        console.print(
+            f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
+            f"(x{pred.mfu / pred.analytic_mfu:.2f}); peak reserved memory "
+            f"{pred.peak_reserved_gib:.1f} GiB learned vs "
+            f"{(pred.memory_bytes['total'] - pred.memory_bytes['cuda_context']) / GIB:.1f} GiB "
+            "analytic; the tables below are the analytic breakdown"
+        )
     mem = Table(title="Memory of the most loaded GPU (GiB)")
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
@@ -91,17 +99,21 @@ def _print_table(pred: Any) -> None:
     mem.add_row("[bold]total[/]", f"[bold]{pred.memory_bytes['total'] / GIB:.2f}[/]")
     mem.add_row("capacity", f"{pred.capacity_bytes / GIB:.2f}")
     console.print(mem)
-    verdict = "[green]fits[/]" if pred.fits else "[red]OOM[/]"
-    console.print(f"verdict: {verdict} (p_oom={pred.p_oom:.2f})")
-    step = Table(title="Step time (s)")
+    verdict = {"completed": "[green]fits[/]", "oom": "[red]OOM[/]"}.get(pred.status, "[red]fails[/]")
+    p_fail = "" if pred.p_fail != pred.p_fail else f", p_fail={pred.p_fail:.2f}"
+    console.print(f"verdict: {verdict} (p_oom={pred.p_oom:.2f}{p_fail})")
+    analytic_step = sum(pred.step_s.values())
+    step = Table(title="Step time, analytic breakdown (s)")
     step.add_column("term")
     step.add_column("s", justify="right")
     step.add_column("share", justify="right")
     for k, v in pred.step_s.items():
         if v > 0:
-            step.add_row(k, f"{v:.4f}", f"{v / pred.step_time_s:.1%}")
-    step.add_row("[bold]step[/]", f"[bold]{pred.step_time_s:.4f}[/]", "100%")
+            step.add_row(k, f"{v:.4f}", f"{v / analytic_step:.1%}")
+    step.add_row("[bold]step[/]", f"[bold]{analytic_step:.4f}[/]", "100%")
     console.print(step)
+    if pred.source == "learned":
+        console.print(f"step time, learned: {pred.step_time_s:.4f} s")
     interval = ""
     if pred.mfu_lo == pred.mfu_lo:  # not NaN
         interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
@@ -109,6 +121,13 @@ def _print_table(pred: Any) -> None:
         f"tokens/s per GPU: {pred.tokens_per_s_per_gpu:,.0f}   MFU: {pred.mfu:.1%}{interval}   "
         f"bubble: {pred.bubble_frac:.1%}"
     )
+    if pred.explanation:
+        why = Table(title="Largest contributions to log(measured / analytic throughput)")
+        why.add_column("feature")
+        why.add_column("contribution", justify="right")
+        for name, value in pred.explanation.items():
+            why.add_row(name, f"{value:+.3f}")
+        console.print(why)
 
 
 @app.command("predict")
@@ -120,6 +139,9 @@ def predict_cmd(
     out: Annotated[Path | None, typer.Option(help="Output CSV for --from-csv (default: stdout).")] = None,
     profile: Annotated[Path | None, typer.Option(help="Calibration profile JSON (default: the GPU's own, else datasheet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    analytic: Annotated[bool, typer.Option("--analytic", help="The analytic model alone, without the learned correction.")] = False,
+    model_dir: Annotated[Path | None, typer.Option(help="A trained model directory (default: the bundled model).")] = None,
+    explain: Annotated[bool, typer.Option("--explain", help="Show the learned correction and its largest contributions.")] = False,
     num_layers: Annotated[int | None, typer.Option(help="Model shape flags override the preset.")] = None,
     hidden_size: Annotated[int | None, typer.Option()] = None,
     ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
@@ -153,10 +175,11 @@ def predict_cmd(
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
     from surrogate.prediction import predict, predict_frame
 
+    model_arg: Path | str | None = None if analytic else (model_dir or "default")
     if from_csv is not None:
         from surrogate.tableio import read_table, write_table_atomic
 
-        result = predict_frame(read_table(from_csv), profile=profile)
+        result = predict_frame(read_table(from_csv), profile=profile, model=model_arg)
         if out is None:
             result.to_csv(sys.stdout, index=False)
         else:
@@ -176,7 +199,7 @@ def predict_cmd(
     )
     file_values = _load_config_file(config) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
-    pred = predict(cfg, profile=profile)
+    pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
     if as_json:
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:

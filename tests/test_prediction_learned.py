@@ -1,0 +1,78 @@
+"""surrogate.predict with the bundled learned model, and its fallback to the analytic model."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import pandas as pd
+import pytest
+
+import surrogate
+from surrogate import prediction
+from surrogate.cli import main
+from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig, config_to_flat
+from surrogate.presets import get_preset
+
+pytestmark = pytest.mark.skipif(
+    not (prediction.DEFAULT_MODEL_DIR / "model.json").exists(), reason="no bundled model"
+)
+
+
+def cfg(**layout: int) -> TrainingConfig:
+    base = dict(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)
+    return TrainingConfig(
+        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
+        layout=LayoutConfig(**{**base, **layout}),
+    )
+
+
+def test_default_is_the_learned_model_with_an_interval():
+    p = surrogate.predict(cfg())
+    assert p.source == "learned"
+    assert p.mfu_lo <= p.mfu <= p.mfu_hi
+    assert 0 <= p.p_oom <= 1 and 0 <= p.p_fail <= 1
+    assert p.status in ("completed", "oom", "fail")
+    analytic = surrogate.predict(cfg(), model=None)
+    assert analytic.source == "analytic" and p.analytic_mfu == pytest.approx(analytic.mfu)
+
+
+def test_frame_has_intervals_for_valid_rows():
+    rows = [config_to_flat(cfg()), dict(config_to_flat(cfg()), tp=3)]
+    out = surrogate.predict(pd.DataFrame(rows))
+    assert out["error"].iloc[1].startswith("dp * tp * pp * cp")
+    first = out.iloc[0]
+    assert first["pred_mfu_lo"] <= first["pred_mfu"] <= first["pred_mfu_hi"]
+    assert first["pred_mfu"] == pytest.approx(surrogate.predict(cfg()).mfu)
+
+
+def test_explain_gives_contributions():
+    p = surrogate.predict(cfg(), explain=True)
+    assert p.explanation is not None and "bias" in p.explanation
+    assert len(p.explanation) == 9
+
+
+def test_falls_back_to_analytic_with_a_warning(tmp_path, monkeypatch):
+    monkeypatch.setattr(prediction, "DEFAULT_MODEL_DIR", tmp_path)
+    prediction._bundled_model.cache_clear()
+    try:
+        with pytest.warns(UserWarning, match="no learned model is bundled"):
+            p = surrogate.predict(cfg())
+        assert p.source == "analytic"
+    finally:
+        prediction._bundled_model.cache_clear()
+
+
+def test_cli_learned_analytic_and_explain(capsys):
+    flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
+             "--grad-accum", "16", "--zero", "1"]
+    assert main([*flags, "--json"]) == 0
+    learned = json.loads(capsys.readouterr().out)
+    assert learned["source"] == "learned" and learned["mfu_lo"] <= learned["mfu"]
+    assert main([*flags, "--json", "--analytic"]) == 0
+    assert json.loads(capsys.readouterr().out)["source"] == "analytic"
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert main([*flags, "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "learned correction" in out and "Largest contributions" in out
