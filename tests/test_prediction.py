@@ -25,7 +25,6 @@ from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame, resolv
 from surrogate.presets import get_preset
 
 
-
 @pytest.fixture(autouse=True)
 def analytic_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests pin the analytic model's behaviour; the learned path has its own tests."""
