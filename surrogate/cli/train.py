@@ -1,0 +1,118 @@
+"""`surrogate train` and `surrogate evaluate`: thin faces of the ``training`` program."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from surrogate.cli.app import app
+
+if TYPE_CHECKING:
+    from training.evaluate import ProtocolResult
+
+
+def _print_results(results: dict[str, ProtocolResult]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    from training.evaluate import PROTOCOLS, format_metric
+
+    console = Console()
+    for name, r in results.items():
+        table = Table(title=f"{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs)")
+        table.add_column("metric")
+        table.add_column("learned", justify="right")
+        table.add_column("analytic", justify="right")
+        for k, v in r.metrics.items():
+            table.add_row(k, format_metric(k, v), format_metric(k, r.analytic_metrics[k]))
+        console.print(table)
+
+
+def _json_results(results: dict[str, ProtocolResult]) -> dict[str, Any]:
+    def clean(d: dict[str, float]) -> dict[str, float | None]:
+        return {k: (None if v != v else v) for k, v in d.items()}
+
+    return {p: {"learned": clean(r.metrics), "analytic": clean(r.analytic_metrics)}
+            for p, r in results.items()}
+
+
+@app.command("train")
+def train_cmd(
+    sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) to train on besides the Playbook data (repeatable).")] = None,
+    no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(help="Public data directory (default: SURROGATE_DATA_DIR, ../shared/data, the cache).")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Directory to save the model in.")] = Path("mlruns/model"),
+    n_trials: Annotated[int, typer.Option(help="optuna trials per study (0: library defaults, no tuning).")] = 30,
+    seed: Annotated[int, typer.Option(help="Seed of the sampler, the folds and LightGBM.")] = 0,
+    storage: Annotated[str, typer.Option(help="optuna storage URL; a rerun resumes its studies.")] = "sqlite:///mlruns/optuna.db",
+    protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Evaluation protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
+    max_estimators: Annotated[int, typer.Option(help="Upper bound of n_estimators in the search.")] = 600,
+    timeout: Annotated[float | None, typer.Option(help="Stop each study after this many seconds.")] = None,
+    no_track: Annotated[bool, typer.Option("--no-track", help="Do not record the training in MLflow.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
+    ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
+    from training.evaluate import DEFAULT_PROTOCOLS
+    from training.train import train
+
+    result = train(
+        list(sweeps or []), out, n_trials, seed, playbook=not no_playbook, data_dir=data_dir,
+        storage=storage, protocols=tuple(protocol or DEFAULT_PROTOCOLS),
+        max_estimators=max_estimators, timeout_s=timeout, track=not no_track,
+        progress=not as_json,
+    )
+    tracked = result.tracked
+    if as_json:
+        typer.echo(json.dumps({
+            "out_dir": str(result.out_dir),
+            "params": result.params,
+            "tuning": {t: {"study_name": r.study_name, "best_value": r.best_value,
+                           "n_complete": r.n_complete, "n_pruned": r.n_pruned}
+                       for t, r in result.tuning.items()},
+            "evaluation": _json_results(result.evaluation),
+            "mlflow": None if tracked is None else {
+                "tracking_uri": tracked.tracking_uri, "run_id": tracked.run_id,
+                "model": tracked.model_name, "version": tracked.model_version},
+            "seconds": result.seconds,
+        }, indent=2))
+        return
+    _print_results(result.evaluation)
+    for t, r in result.tuning.items():
+        typer.echo(f"tuned {t}: best grouped-CV score {r.best_value:.4f} over {r.n_complete} "
+                   f"complete and {r.n_pruned} pruned trials (study {r.study_name})")
+    typer.echo(f"saved the model to {result.out_dir} in {result.seconds:.0f} s")
+    if tracked is not None:
+        typer.echo(f"MLflow: run {tracked.run_id} at {tracked.tracking_uri}, registered as "
+                   f"{tracked.model_name} version {tracked.model_version}")
+
+
+@app.command("evaluate")
+def evaluate_cmd(
+    sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) besides the Playbook data (repeatable).")] = None,
+    no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(help="Public data directory.")] = None,
+    model_dir: Annotated[Path | None, typer.Option("--model-dir", help="Take the LightGBM settings from this saved model (default: library defaults).")] = None,
+    protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the folds and LightGBM.")] = 0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Refit the surrogate under each protocol and print held-out accuracy (learned vs the
+    analytic model alone)."""
+    from surrogate.learned import SurrogateModel
+    from training.evaluate import DEFAULT_PROTOCOLS, evaluate
+    from training.train import load_runs
+
+    runs = load_runs(list(sweeps or []), playbook=not no_playbook, data_dir=data_dir)
+    params: dict[str, dict[str, Any] | None] | None = None
+    if model_dir is not None:
+        m = SurrogateModel.load(model_dir)
+        params = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
+    results = evaluate(runs, tuple(protocol or DEFAULT_PROTOCOLS), params=params, seed=seed)
+    if as_json:
+        typer.echo(json.dumps(_json_results(results), indent=2))
+    else:
+        _print_results(results)

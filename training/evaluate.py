@@ -1,0 +1,230 @@
+"""Accuracy of the learned surrogate under protocols that hide part of the data.
+
+Protocols (each refits :class:`~surrogate.learned.SurrogateModel` on the training part and
+predicts the rest; the metrics pool the held-out predictions of all splits):
+
+- ``cv``: 5-fold cross-validation over runs, plain (shuffled ``KFold``, not grouped): a test run
+  usually has neighbours of the same model and node count in the training part. This is the
+  protocol the issue's plain-LightGBM baseline figures refer to.
+- ``cv_cells``: 5-fold cross-validation grouped by (model, nodes) cell, so whole cells are
+  unseen (harder; not run by default).
+- ``lomo``: leave one model size out: train on the other sizes, test on it, for each size.
+- ``nodes``: train on runs of at most 16 nodes, test on 32 and 64 nodes.
+
+Metrics (:func:`accuracy_metrics`): on completed runs, MFU MAPE over runs with MFU >= 10%,
+median APE over all, Spearman's rank correlation and MAE in MFU points; top-1 regret per
+(model, nodes) cell: (best measured MFU - measured MFU of the run predicted best) / best
+measured MFU, among the completed runs of the cell; OOM recall and precision of
+``pred_status == "oom"`` against measured oom among completed + oom runs (failed runs left
+out); peak reserved memory MAPE on completed runs; coverage of the 80% MFU interval. The same
+metrics of the analytic model alone (``analytic_predictions``) give the baseline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surrogate.errors import DataError
+from surrogate.learned import SurrogateModel, cell_groups
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+PROTOCOLS: dict[str, str] = {
+    "cv": "5-fold CV over runs (plain, shuffled)",
+    "cv_cells": "5-fold CV grouped by (model, nodes) cell",
+    "lomo": "leave one model size out",
+    "nodes": "train <= 16 nodes, test 32 and 64",
+}
+DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
+PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
+                              "pred_peak_mem_gib")
+NODES_TRAIN_MAX = 16
+
+
+def model_key(runs: pd.DataFrame) -> np.ndarray:
+    """The model size of each run (its shape), for leave-one-model-out."""
+    return (runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str)).to_numpy()
+
+
+def splits(runs: pd.DataFrame, protocol: str, *, seed: int = 0,
+           n_folds: int = 5) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) positional indices of ``runs`` for ``protocol``."""
+    from sklearn.model_selection import GroupKFold, KFold
+
+    idx = np.arange(len(runs))
+    if protocol == "cv":
+        yield from KFold(n_splits=n_folds, shuffle=True, random_state=seed).split(idx)
+    elif protocol == "cv_cells":
+        groups = cell_groups(runs)
+        n = min(n_folds, len(np.unique(groups)))
+        yield from GroupKFold(n_splits=n).split(idx, groups=groups)
+    elif protocol == "lomo":
+        key = model_key(runs)
+        for size in np.unique(key):
+            yield idx[key != size], idx[key == size]
+    elif protocol == "nodes":
+        nodes = runs["num_nodes"].to_numpy()
+        test = np.isin(nodes, (32, 64))
+        yield idx[nodes <= NODES_TRAIN_MAX], idx[test]
+    else:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
+
+
+def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None) -> pd.DataFrame:
+    """The analytic model's answers in the learned model's columns (baseline)."""
+    import pandas as pd
+
+    from surrogate.config import config_from_flat
+    from surrogate.features import build_features
+    from surrogate.hardware import GIB
+
+    _, out = build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+    return pd.DataFrame({
+        "p_oom": out["p_oom"],
+        "pred_status": np.where(out["p_oom"] > 0.5, "oom", "completed"),
+        "pred_mfu": out["mfu"],
+        "pred_mfu_lo": np.nan,
+        "pred_mfu_hi": np.nan,
+        "pred_peak_mem_gib": out["mem_reserved"] / GIB,
+    }, index=runs.index)
+
+
+def _regret(done: pd.DataFrame) -> np.ndarray:
+    regrets = []
+    for _, cell in done.groupby(cell_groups(done)):
+        if len(cell) < 2:
+            continue
+        best = float(cell["mfu"].max())
+        chosen = float(cell["mfu"].to_numpy()[int(np.argmax(cell["pred_mfu"].to_numpy()))])
+        regrets.append((best - chosen) / best)
+    return np.asarray(regrets, dtype=float)
+
+
+def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
+    """Metrics of a table of runs with prediction columns (module docstring)."""
+    from scipy.stats import spearmanr
+
+    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    ape = ((done["pred_mfu"] - done["mfu"]).abs() / done["mfu"]).to_numpy()
+    big = done["mfu"].to_numpy() >= 0.10
+    judged = res[res["status"].isin(["completed", "oom"])]
+    true_oom = (judged["status"] == "oom").to_numpy()
+    pred_oom = (judged["pred_status"] == "oom").to_numpy()
+    hits = float((true_oom & pred_oom).sum())
+    mem = done[done["peak_mem_reserved_gib"] > 0]
+    mem_ape = ((mem["pred_peak_mem_gib"] - mem["peak_mem_reserved_gib"]).abs()
+               / mem["peak_mem_reserved_gib"]).to_numpy()
+    inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
+    regret = _regret(done)
+    nan = float("nan")
+    return {
+        "runs": float(len(res)),
+        "completed": float(len(done)),
+        "mfu_mape_ge10": float(ape[big].mean()) if big.any() else nan,
+        "mfu_median_ape": float(np.median(ape)) if len(ape) else nan,
+        "mfu_spearman": float(spearmanr(done["pred_mfu"], done["mfu"]).statistic)
+        if len(done) > 2 else nan,
+        "mfu_mae_points": float(100 * np.mean(np.abs(done["pred_mfu"] - done["mfu"])))
+        if len(done) else nan,
+        "regret_median": float(np.median(regret)) if len(regret) else nan,
+        "regret_max": float(regret.max()) if len(regret) else nan,
+        "regret_cells": float(len(regret)),
+        "oom_recall": hits / float(true_oom.sum()) if true_oom.any() else nan,
+        "oom_precision": hits / float(pred_oom.sum()) if pred_oom.any() else nan,
+        "memory_mape": float(mem_ape.mean()) if len(mem_ape) else nan,
+        "interval_coverage": float(inside.mean())
+        if len(done) and done["pred_mfu_lo"].notna().any() else nan,
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProtocolResult:
+    """A protocol's pooled held-out predictions and their metrics (learned and analytic)."""
+
+    protocol: str
+    predictions: pd.DataFrame
+    """The test runs (each once) with the learned model's prediction columns."""
+    metrics: dict[str, float]
+    analytic_metrics: dict[str, float]
+    n_splits: int
+
+
+def evaluate_protocol(
+    runs: pd.DataFrame,
+    protocol: str,
+    *,
+    params: dict[str, dict[str, Any] | None] | None = None,
+    seed: int = 0,
+    n_folds: int = 5,
+    profile: Any = None,
+) -> ProtocolResult:
+    """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
+    pooled test parts."""
+    import pandas as pd
+
+    runs = runs.reset_index(drop=True)
+    params = params or {}
+    parts: list[pd.DataFrame] = []
+    n = 0
+    for train, test in splits(runs, protocol, seed=seed, n_folds=n_folds):
+        if len(train) == 0 or len(test) == 0:
+            continue
+        model = SurrogateModel(status_params=params.get("status"), mfu_params=params.get("mfu"),
+                               mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
+        model.fit(runs.iloc[train], profile=profile)
+        test_runs = runs.iloc[test]
+        pred = model.predict_from_features(*_features(test_runs, profile))
+        part = test_runs.copy()
+        for k in PRED_KEYS:
+            part[k] = pred[k]
+        parts.append(part)
+        n += 1
+    if not parts:
+        raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
+    res = pd.concat(parts).sort_index()
+    base = pd.concat([res.drop(columns=list(PRED_KEYS)),
+                      analytic_predictions(res, profile=profile)], axis=1)
+    return ProtocolResult(protocol=protocol, predictions=res, metrics=accuracy_metrics(res),
+                          analytic_metrics=accuracy_metrics(base), n_splits=n)
+
+
+def _features(runs: pd.DataFrame, profile: Any) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
+    from surrogate.config import config_from_flat
+    from surrogate.features import build_features
+
+    return build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+
+
+def evaluate(
+    runs: pd.DataFrame,
+    protocols: Sequence[str] = DEFAULT_PROTOCOLS,
+    **kwargs: Any,
+) -> dict[str, ProtocolResult]:
+    """:func:`evaluate_protocol` for each protocol."""
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        raise DataError(f"protocols must be among {', '.join(PROTOCOLS)}, got {unknown}")
+    return {p: evaluate_protocol(runs, p, **kwargs) for p in protocols}
+
+
+def metrics_frame(result: ProtocolResult) -> pd.DataFrame:
+    """Rows: metrics; columns: learned, analytic."""
+    import pandas as pd
+
+    return pd.DataFrame({"learned": result.metrics, "analytic": result.analytic_metrics})
+
+
+def format_metric(name: str, value: float) -> str:
+    """Counts as integers, rank correlation and MAE as numbers, the rest as percentages."""
+    if value != value:  # NaN
+        return "-"
+    if name in ("runs", "completed", "regret_cells"):
+        return f"{value:.0f}"
+    if name in ("mfu_spearman", "mfu_mae_points"):
+        return f"{value:.3f}"
+    return f"{100 * value:.1f}%"

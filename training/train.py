@@ -1,0 +1,185 @@
+"""Train the learned surrogate: load sweep tables, tune, evaluate, fit, save, record.
+
+1. Load the sweep tables: the shared Playbook file (``sweeps/hf_ultrascale_playbook/
+   bench_final2_mfu2.csv`` under the data directory) unless ``playbook=False``, plus any
+   sweep tables given (``surrogate ingest`` output: runs of another framework or GPU).
+2. Tune the throughput corrector and the status classifier with optuna
+   (:mod:`training.tune`; ``n_trials=0`` keeps the library defaults).
+3. Evaluate the tuned settings under the protocols of :mod:`training.evaluate`.
+   The hyperparameters were tuned on all the data, test parts included, so the figures are
+   slightly optimistic about the settings (not about the fitted models, which never see their
+   test part).
+4. Fit the final :class:`~surrogate.learned.SurrogateModel` on all the runs, store the metrics
+   in its sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from surrogate.errors import DataError
+from surrogate.learned import DEFAULT_PARAMS, SurrogateModel, cell_groups
+from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
+from training.tune import DEFAULT_STORAGE, TuneResult, prepare, tune
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from training.tracking import TrackedRun
+
+PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
+DEFAULT_OUT_DIR = Path("mlruns/model")
+
+
+def load_runs(
+    sweep_paths: Sequence[str | Path] = (),
+    *,
+    playbook: bool = True,
+    data_dir: str | Path | None = None,
+) -> pd.DataFrame:
+    """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
+    import pandas as pd
+
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.sweeps import read_sweeps
+
+    frames = []
+    if playbook:
+        from surrogate.ingest.playbook import parse_playbook
+
+        path = resolve_data_dir(data_dir) / PLAYBOOK_PATH
+        if not path.exists():
+            raise DataError(
+                f"the Playbook sweep is not at {str(path)!r}: run `surrogate data fetch`, set "
+                "SURROGATE_DATA_DIR, or pass --no-playbook with --sweeps"
+            )
+        frames.append(parse_playbook(path)[0])
+    for p in sweep_paths:
+        frames.append(read_sweeps(p))
+    if not frames:
+        raise DataError("no training data: give --sweeps tables or keep the Playbook data")
+    return pd.concat(frames, ignore_index=True)
+
+
+def data_summary(runs: pd.DataFrame) -> dict[str, Any]:
+    """Counts that identify what a model was trained on."""
+    counts = runs["status"].value_counts()
+    return {
+        "runs": len(runs),
+        **{f"status_{s}": int(counts.get(s, 0)) for s in ("completed", "oom", "fail", "timeout")},
+        "cells": len(set(cell_groups(runs))),
+        "model_sizes": sorted({f"{h}/{n}" for h, n in zip(runs["hidden_size"],
+                                                          runs["num_layers"], strict=True)}),
+        "node_counts": sorted(int(n) for n in runs["num_nodes"].unique()),
+        "sources": sorted(str(s) for s in runs["source"].unique()),
+        "gpus": sorted(str(g) for g in runs["gpu"].unique()),
+    }
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainResult:
+    """What :func:`train` produced."""
+
+    model: SurrogateModel
+    out_dir: Path
+    params: dict[str, dict[str, Any] | None]
+    tuning: dict[str, TuneResult] = field(default_factory=dict)
+    evaluation: dict[str, ProtocolResult] = field(default_factory=dict)
+    tracked: TrackedRun | None = None
+    seconds: float = 0.0
+
+
+def train(
+    sweep_paths: Sequence[str | Path] = (),
+    out_dir: str | Path = DEFAULT_OUT_DIR,
+    n_trials: int = 30,
+    seed: int = 0,
+    *,
+    runs: pd.DataFrame | None = None,
+    playbook: bool = True,
+    data_dir: str | Path | None = None,
+    storage: str | None = DEFAULT_STORAGE,
+    protocols: Sequence[str] = DEFAULT_PROTOCOLS,
+    max_estimators: int = 600,
+    n_folds: int = 5,
+    track: bool = True,
+    timeout_s: float | None = None,
+    progress: bool = True,
+    profile: Any = None,
+) -> TrainResult:
+    """Load, tune (``n_trials`` per study), evaluate, fit, save to ``out_dir`` and record.
+
+    ``runs`` replaces loading (a sweep table already in memory); ``storage=None`` keeps the
+    optuna studies in memory; ``track=False`` skips MLflow.
+    """
+    start = time.monotonic()
+    if runs is None:
+        runs = load_runs(sweep_paths, playbook=playbook, data_dir=data_dir)
+    runs = runs.reset_index(drop=True)
+    if n_trials < 0:
+        raise ValueError(f"n_trials must be >= 0, got {n_trials}")
+    capped = {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]), max_estimators)}
+    params: dict[str, dict[str, Any] | None] = {"status": capped, "mfu": capped, "mem": capped}
+    tuning: dict[str, TuneResult] = {}
+    if n_trials > 0:
+        data = prepare(runs, profile=profile)
+        for target in ("mfu", "status"):
+            result = tune(data, target, n_trials=n_trials, seed=seed, storage=storage,
+                          n_folds=n_folds, max_estimators=max_estimators,
+                          timeout_s=timeout_s, progress=progress)
+            tuning[target] = result
+            params[target] = result.best_params
+    evaluation = evaluate(runs, protocols, params=params, seed=seed, n_folds=n_folds,
+                          profile=profile)
+    model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
+                           mem_params=params["mem"], n_folds=n_folds, seed=seed)
+    model.fit(runs, profile=profile)
+    model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
+                      for p, r in evaluation.items()}
+    out = model.save(out_dir)
+    tracked = None
+    if track:
+        tracked = _track(runs, model, out, params, tuning, evaluation, n_trials=n_trials,
+                         seed=seed, max_estimators=max_estimators, n_folds=n_folds)
+    return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
+                       evaluation=evaluation, tracked=tracked,
+                       seconds=time.monotonic() - start)
+
+
+def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
+           params: dict[str, dict[str, Any] | None], tuning: dict[str, TuneResult],
+           evaluation: dict[str, ProtocolResult], **settings: Any) -> TrackedRun:
+    from training import plots
+    from training.tracking import log_training
+
+    flat = dict(settings)
+    for name, p in params.items():
+        for k, v in (p or {}).items():
+            flat[f"{name}.{k}"] = v
+    figures = {"feature_importance": plots.feature_importance(model)}
+    for protocol, r in evaluation.items():
+        title = f"held out: {protocol}"
+        figures[f"{protocol}_mfu_pred_vs_measured"] = plots.mfu_scatter(r.predictions, title)
+        figures[f"{protocol}_p_oom_calibration"] = plots.oom_calibration(r.predictions, title)
+        figures[f"{protocol}_interval_coverage"] = plots.interval_coverage(
+            r.predictions, title, nominal=model.coverage)
+    metrics: dict[str, dict[str, float]] = {}
+    for protocol, r in evaluation.items():
+        metrics[protocol] = r.metrics
+        metrics[f"{protocol}.analytic"] = r.analytic_metrics
+    return log_training(
+        params=flat,
+        data_summary=data_summary(runs),
+        data_hash=model.data_hash_,
+        tuning={t: {"study_name": r.study_name, "storage": r.storage,
+                    "best_value": r.best_value, "n_complete": r.n_complete,
+                    "n_pruned": r.n_pruned, "best_params": r.best_params,
+                    "top_trials": r.top_trials} for t, r in tuning.items()},
+        metrics=metrics,
+        model_dir=out,
+        figures=figures,
+    )
