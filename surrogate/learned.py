@@ -219,6 +219,7 @@ class SurrogateModel:
         """Predictions for TrainingConfigs (arrays keyed like ``predict --from-csv`` columns)."""
         from surrogate.features import build_features
 
+        self._check_fitted()  # before the features, which fail on an empty list
         X, out = build_features(list(configs), profile)
         return self.predict_from_features(X, out)
 

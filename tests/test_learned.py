@@ -1,0 +1,111 @@
+"""SurrogateModel on a real subset of the Playbook sweep: determinism, persistence, errors."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from surrogate.config import config_from_flat
+from surrogate.errors import DataError, NoModelError
+from surrogate.features import build_features
+from surrogate.learned import STATUS_CLASSES, SurrogateModel, cell_groups
+
+SMALL = {"n_estimators": 20, "num_leaves": 15}  # fast fits
+
+
+def _model():
+    return SurrogateModel(status_params=SMALL, mfu_params=SMALL, mem_params=SMALL, seed=3)
+
+
+@pytest.fixture(scope="module")
+def fitted(playbook_subset):
+    assert len(np.unique(cell_groups(playbook_subset))) >= 2
+    return _model().fit(playbook_subset)
+
+
+@pytest.fixture(scope="module")
+def configs(playbook_subset):
+    return [config_from_flat(r) for r in playbook_subset.head(60).to_dict("records")]
+
+
+def _same(a, b):
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k].dtype == object:
+            assert list(a[k]) == list(b[k]), k
+        else:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+def test_same_data_and_seed_give_identical_predictions(fitted, playbook_subset, configs):
+    again = _model().fit(playbook_subset)
+    _same(fitted.predict(configs), again.predict(configs))
+    assert again.data_hash_ == fitted.data_hash_
+
+
+def test_save_load_round_trip(fitted, configs, tmp_path):
+    fitted.metrics_ = {"cv": {"mfu_mape_ge10": 0.1}}
+    fitted.save(tmp_path / "m")
+    loaded = SurrogateModel.load(tmp_path / "m")
+    _same(fitted.predict(configs), loaded.predict(configs))
+    assert loaded.metrics_ == {"cv": {"mfu_mape_ge10": 0.1}}
+    assert loaded.status_params == SMALL and loaded.seed == 3
+    assert not list((tmp_path / "m").glob("*.pkl"))
+
+
+def test_predictions_are_coherent(fitted, configs):
+    p = fitted.predict(configs)
+    np.testing.assert_allclose(p["p_completed"] + p["p_oom"] + p["p_fail"], 1.0, atol=1e-9)
+    assert set(p["pred_status"]) <= set(STATUS_CLASSES)
+    assert (p["pred_mfu_lo"] <= p["pred_mfu"]).all()
+    assert (p["pred_mfu"] <= p["pred_mfu_hi"]).all()
+    assert (p["pred_mfu_lo"] < p["pred_mfu_hi"]).all()
+    assert (p["pred_peak_mem_gib"] > 0).all() and (p["pred_step_time_s"] > 0).all()
+
+
+def test_unfitted_model_raises():
+    with pytest.raises(NoModelError, match="not fitted"):
+        SurrogateModel().predict([])
+
+
+def test_missing_directory_raises(tmp_path):
+    with pytest.raises(NoModelError, match="model.json missing"):
+        SurrogateModel.load(tmp_path / "nowhere")
+
+
+def test_broken_sidecars_raise(fitted, tmp_path):
+    d = fitted.save(tmp_path / "m")
+    side = d / "model.json"
+    meta = json.loads(side.read_text())
+    side.write_text(json.dumps(meta | {"format": "other/9"}))
+    with pytest.raises(DataError, match="format must be"):
+        SurrogateModel.load(d)
+    side.write_text(json.dumps(meta | {"feature_names": ["a", "b"]}))
+    with pytest.raises(DataError, match="other features"):
+        SurrogateModel.load(d)
+    side.write_text("{not json")
+    with pytest.raises(DataError, match="not valid JSON"):
+        SurrogateModel.load(d)
+    side.write_text(json.dumps(meta))
+    (d / "mem.txt").unlink()
+    with pytest.raises(DataError, match=r"mem\.txt missing"):
+        SurrogateModel.load(d)
+
+
+def test_feature_mismatch_raises(fitted, configs):
+    X, out = build_features(configs)
+    with pytest.raises(DataError, match="features do not match"):
+        fitted.predict_from_features(X[list(X.columns)[::-1]], out)
+
+
+def test_bad_training_tables_raise(playbook_subset):
+    with pytest.raises(DataError, match="empty"):
+        _model().fit(playbook_subset.iloc[:0])
+    bad = playbook_subset.copy()
+    bad.loc[0, "status"] = "crashed"
+    with pytest.raises(DataError, match="status must be one of"):
+        _model().fit(bad)
+    with pytest.raises(DataError, match="completed runs"):
+        _model().fit(playbook_subset[playbook_subset["status"] != "completed"].head(50))
