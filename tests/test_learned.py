@@ -71,7 +71,7 @@ def test_unfitted_model_raises():
 
 
 def test_missing_directory_raises(tmp_path):
-    with pytest.raises(NoModelError, match="model.json missing"):
+    with pytest.raises(NoModelError, match=r"model\.json missing"):
         SurrogateModel.load(tmp_path / "nowhere")
 
 

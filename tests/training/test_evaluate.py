@@ -1,0 +1,125 @@
+"""Evaluation protocols and metrics: splits as documented, metrics on hand-made (synthetic)
+tables with known answers, one protocol end to end on real runs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from surrogate.errors import DataError
+from training.evaluate import (
+    PRED_KEYS,
+    accuracy_metrics,
+    evaluate,
+    evaluate_protocol,
+    format_metric,
+    model_key,
+    splits,
+)
+
+SMALL = {"n_estimators": 15, "num_leaves": 7}
+
+
+def test_cv_covers_every_run_once(playbook_subset):
+    tests = [t for _, t in splits(playbook_subset, "cv")]
+    assert len(tests) == 5
+    assert sorted(np.concatenate(tests)) == list(range(len(playbook_subset)))
+
+
+def test_lomo_holds_out_each_model_size(playbook_subset):
+    key = model_key(playbook_subset)
+    held = []
+    for train, test in splits(playbook_subset, "lomo"):
+        assert len(set(key[test])) == 1 and key[test][0] not in set(key[train])
+        held.append(key[test][0])
+    assert sorted(held) == sorted(set(key))
+
+
+def test_nodes_trains_small_tests_large(playbook_subset):
+    ((train, test),) = list(splits(playbook_subset, "nodes"))
+    nodes = playbook_subset["num_nodes"].to_numpy()
+    assert nodes[train].max() <= 16 and set(nodes[test]) <= {32, 64}
+
+
+def test_cv_cells_never_splits_a_cell(playbook_subset):
+    from surrogate.learned import cell_groups
+
+    groups = cell_groups(playbook_subset)
+    for train, test in splits(playbook_subset, "cv_cells"):
+        assert not set(groups[train]) & set(groups[test])
+
+
+def test_unknown_protocol_raises(playbook_subset):
+    with pytest.raises(ValueError, match="protocol must be one of"):
+        list(splits(playbook_subset, "random"))
+    with pytest.raises(DataError, match="protocols must be among"):
+        evaluate(playbook_subset, ["random"])
+
+
+def _synthetic_runs() -> pd.DataFrame:
+    """Synthetic: one (model, nodes) cell of three completed runs, one oom, one fail."""
+    return pd.DataFrame({
+        "hidden_size": 4096, "num_layers": 32, "num_nodes": 1,
+        "status": ["completed", "completed", "completed", "oom", "fail"],
+        "mfu": [0.40, 0.30, 0.05, np.nan, np.nan],
+        "peak_mem_reserved_gib": [50.0, 60.0, 70.0, np.nan, np.nan],
+    })
+
+
+def test_metrics_of_perfect_predictions():
+    res = _synthetic_runs()
+    res["pred_mfu"] = res["mfu"].fillna(0.2)
+    res["pred_mfu_lo"] = res["pred_mfu"] * 0.9
+    res["pred_mfu_hi"] = res["pred_mfu"] * 1.1
+    res["pred_status"] = ["completed", "completed", "completed", "oom", "completed"]
+    res["p_oom"] = [0.0, 0.0, 0.0, 1.0, 0.0]
+    res["pred_peak_mem_gib"] = res["peak_mem_reserved_gib"]
+    m = accuracy_metrics(res)
+    assert m["completed"] == 3 and m["runs"] == 5
+    assert m["mfu_mape_ge10"] == 0 and m["mfu_median_ape"] == 0 and m["mfu_mae_points"] == 0
+    assert m["mfu_spearman"] == pytest.approx(1.0)
+    assert m["regret_median"] == 0 and m["regret_max"] == 0 and m["regret_cells"] == 1
+    assert m["oom_recall"] == 1 and m["oom_precision"] == 1
+    assert m["memory_mape"] == 0 and m["interval_coverage"] == 1
+
+
+def test_metrics_of_wrong_predictions():
+    res = _synthetic_runs()
+    res["pred_mfu"] = [0.20, 0.45, 0.05, 0.1, 0.1]  # picks the 0.30 run as best
+    res["pred_mfu_lo"] = np.nan
+    res["pred_mfu_hi"] = np.nan
+    res["pred_status"] = ["oom", "completed", "completed", "completed", "oom"]
+    res["p_oom"] = [1.0, 0.0, 0.0, 0.0, 1.0]
+    res["pred_peak_mem_gib"] = res["peak_mem_reserved_gib"] * 1.1
+    m = accuracy_metrics(res)
+    assert m["mfu_mape_ge10"] == pytest.approx((0.5 + 0.5) / 2)  # the 0.05 run is excluded
+    assert m["mfu_median_ape"] == pytest.approx(0.5)
+    assert m["mfu_mae_points"] == pytest.approx(100 * (0.20 + 0.15 + 0) / 3)
+    assert m["regret_max"] == pytest.approx((0.40 - 0.30) / 0.40)
+    assert m["oom_recall"] == 0 and m["oom_precision"] == 0  # the failed run is not judged
+    assert m["memory_mape"] == pytest.approx(0.1)
+    assert math.isnan(m["interval_coverage"])
+
+
+def test_format_metric():
+    assert format_metric("runs", 12.0) == "12"
+    assert format_metric("mfu_spearman", 0.91234) == "0.912"
+    assert format_metric("memory_mape", 0.0512) == "5.1%"
+    assert format_metric("oom_recall", float("nan")) == "-"
+
+
+def test_nodes_protocol_end_to_end(playbook_subset):
+    params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
+    r = evaluate_protocol(playbook_subset, "nodes", params=params)
+    large = playbook_subset["num_nodes"].isin([32, 64])
+    assert r.n_splits == 1 and len(r.predictions) == int(large.sum())
+    for k in PRED_KEYS:
+        assert k in r.predictions
+    assert 0 < r.metrics["mfu_median_ape"] < 1
+    assert 0 <= r.metrics["interval_coverage"] <= 1
+    assert math.isnan(r.analytic_metrics["interval_coverage"])
+    again = evaluate_protocol(playbook_subset, "nodes", params=params)
+    assert again.metrics == r.metrics

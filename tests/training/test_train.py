@@ -1,0 +1,64 @@
+"""train(): load, tune, evaluate, fit, save, and record in the local SQLite MLflow store."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.config import config_from_flat
+from surrogate.errors import DataError
+from surrogate.learned import SurrogateModel
+from surrogate.sweeps import write_sweeps
+from training.train import data_summary, load_runs, train
+
+FAST = dict(n_trials=1, max_estimators=15, protocols=("nodes",), progress=False)
+
+
+def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
+    result = train(runs=playbook_subset, out_dir=tmp_path / "m", storage=None, track=False,
+                   seed=2, **FAST)
+    loaded = SurrogateModel.load(tmp_path / "m")
+    assert set(loaded.metrics_) == {"nodes"}
+    assert loaded.metrics_["nodes"]["learned"] == result.evaluation["nodes"].metrics
+    assert set(result.tuning) == {"mfu", "status"}
+    assert loaded.mfu_params == result.tuning["mfu"].best_params
+    configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
+    np.testing.assert_array_equal(loaded.predict(configs)["pred_mfu"],
+                                  result.model.predict(configs)["pred_mfu"])
+    again = train(runs=playbook_subset, out_dir=tmp_path / "m2", storage=None, track=False,
+                  seed=2, **FAST)
+    np.testing.assert_array_equal(again.model.predict(configs)["pred_mfu"],
+                                  result.model.predict(configs)["pred_mfu"])
+
+
+def test_train_records_in_the_default_sqlite_store(playbook_subset, tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.chdir(tmp_path)
+    result = train(runs=playbook_subset, out_dir="model", n_trials=0, max_estimators=15,
+                   protocols=("nodes",), progress=False)
+    assert result.tracked is not None and result.tracked.model_version == "1"
+    assert result.tracked.tracking_uri == "sqlite:///mlruns/mlflow.db"
+    assert (tmp_path / "mlruns" / "mlflow.db").exists()
+    run_dir = tmp_path / "mlruns" / "artifacts" / result.tracked.run_id / "artifacts"
+    assert (run_dir / "model" / "model.json").exists()
+    assert (run_dir / "plots" / "feature_importance.png").exists()
+    assert (run_dir / "plots" / "nodes_p_oom_calibration.png").exists()
+    assert not result.tuning  # n_trials=0: library defaults
+
+
+def test_load_runs(playbook_subset, tmp_path):
+    path = tmp_path / "mine.parquet"
+    write_sweeps(playbook_subset.head(30), path)
+    only_mine = load_runs([path], playbook=False)
+    assert len(only_mine) == 30
+    with pytest.raises(DataError, match="no training data"):
+        load_runs([], playbook=False)
+    with pytest.raises(DataError, match="Playbook sweep is not at"):
+        load_runs([], data_dir=tmp_path)
+
+
+def test_data_summary(playbook_subset):
+    s = data_summary(playbook_subset)
+    assert s["runs"] == 400
+    assert s["status_completed"] + s["status_oom"] + s["status_fail"] == 400
+    assert s["model_sizes"] == ["2048/16", "4096/32"] and 64 in s["node_counts"]

@@ -1,0 +1,80 @@
+"""optuna tuning: grouped scores, pruning, determinism for a seed, resuming from storage."""
+
+from __future__ import annotations
+
+import numpy as np
+import optuna
+import pytest
+
+from training.tune import Prepared, cv_score, prepare, tune
+
+SMALL = {"n_estimators": 10, "num_leaves": 7}
+
+
+@pytest.fixture(scope="module")
+def data(playbook_subset) -> Prepared:
+    return prepare(playbook_subset)
+
+
+def test_prepare_matches_the_table(data, playbook_subset):
+    assert len(data.X) == len(playbook_subset)
+    done = (playbook_subset["status"] == "completed").to_numpy()
+    np.testing.assert_array_equal(data.done, done & (playbook_subset["tokens_per_s_per_gpu"] > 0))
+    assert np.isfinite(data.y_mfu[data.done]).all() and np.isnan(data.y_mfu[~data.done]).all()
+    assert len(np.unique(data.groups)) >= 5
+
+
+@pytest.mark.parametrize("target", ["mfu", "status"])
+def test_cv_score_is_deterministic_and_positive(data, target):
+    a = cv_score(target, SMALL, data, seed=1)
+    assert a == cv_score(target, SMALL, data, seed=1)
+    assert a > 0
+
+
+class _PruneNow:
+    """A trial whose pruner always says stop."""
+
+    def __init__(self) -> None:
+        self.reported: list[tuple[float, int]] = []
+
+    def report(self, value: float, step: int) -> None:
+        self.reported.append((value, step))
+
+    def should_prune(self) -> bool:
+        return True
+
+
+def test_cv_score_reports_each_fold_and_prunes(data):
+    trial = _PruneNow()
+    with pytest.raises(optuna.TrialPruned):
+        cv_score("mfu", SMALL, data, trial=trial)  # type: ignore[arg-type]
+    assert trial.reported[0][1] == 0 and len(trial.reported) == 1
+
+
+def test_same_seed_same_study(data):
+    a = tune(data, "mfu", n_trials=3, seed=5, storage=None, max_estimators=15, progress=False)
+    b = tune(data, "mfu", n_trials=3, seed=5, storage=None, max_estimators=15, progress=False)
+    assert a.best_params == b.best_params and a.best_value == b.best_value
+    assert [t["params"] for t in a.top_trials] == [t["params"] for t in b.top_trials]
+    assert a.best_params["n_estimators"] <= 15
+
+
+def test_resumes_from_its_storage(data, tmp_path):
+    storage = f"sqlite:///{tmp_path}/sub/optuna.db"
+    first = tune(data, "status", n_trials=2, seed=0, storage=storage, max_estimators=10,
+                 progress=False)
+    assert first.n_complete + first.n_pruned == 2
+    resumed = tune(data, "status", n_trials=3, seed=0, storage=storage, max_estimators=10,
+                   progress=False)
+    assert resumed.study_name == first.study_name
+    assert resumed.n_complete + resumed.n_pruned == 3
+    study = optuna.load_study(study_name=first.study_name, storage=storage)
+    assert len(study.trials) == 3
+    assert resumed.best_value <= first.best_value
+
+
+def test_bad_arguments_raise(data):
+    with pytest.raises(ValueError, match="target must be one of"):
+        tune(data, "speed", n_trials=1, storage=None)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="n_trials must be at least 1"):
+        tune(data, "mfu", n_trials=0, storage=None)
