@@ -1,0 +1,252 @@
+"""Ready-to-run launch files for a layout: a torchtitan TOML, a torchrun command, a Slurm script.
+
+The TOML uses the names of torchtitan's ``JobConfig`` (pytorch/torchtitan
+``torchtitan/config/job_config.py``): ``[training] local_batch_size, global_batch_size,
+seq_len, steps``; ``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
+fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
+pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
+expert_parallel_degree``; ``[activation_checkpoint] mode``. It reads back through
+:func:`surrogate.ingest.torchtitan.config_values` to the same layout (pipeline runs excepted:
+see :func:`torchtitan_toml`).
+
+Safety: every value written into a script is either an integer taken from a validated
+:class:`~surrogate.config.TrainingConfig`, a name matching :data:`SAFE_NAME`, or a path checked
+by :func:`check_path` and quoted with :func:`shlex.quote`; nothing read from an input file
+reaches a shell unchecked. Files are written atomically (temporary file, then rename).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+
+from surrogate.config import TrainingConfig
+from surrogate.errors import ConfigError
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
+"""Run and job names: letters, digits, ``_ . -``; no leading dot or dash."""
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+-][A-Za-z0-9_./+@-]*$")
+TORCHTITAN_FLAVOURS: dict[str, tuple[str, str]] = {
+    "llama3-8b": ("llama3", "8B"),
+    "llama3-70b": ("llama3", "70B"),
+    "llama3-405b": ("llama3", "405B"),
+}
+"""Presets torchtitan ships as model flavours (``[model] name, flavor``)."""
+RDZV_PORT = 29500
+CONFIG_FILE = "config.toml"
+LAUNCH_FILE = "launch.sh"
+SBATCH_FILE = "job.sbatch"
+
+
+def check_name(name: str) -> str:
+    """``name`` if it is a safe run/job name; ConfigError otherwise."""
+    if not isinstance(name, str) or not SAFE_NAME.match(name):
+        raise ConfigError(
+            "a run name must be 1-100 letters, digits, '_', '.' or '-' and start with a letter "
+            f"or digit, got {name!r}"
+        )
+    return name
+
+
+def check_path(path: str | Path) -> str:
+    """``path`` as a string if it is made of safe characters (no spaces, quotes, ``$``, ``;``,
+    newlines...); ConfigError otherwise. Safe paths are still quoted where they are used."""
+    text = str(path)
+    if not _SAFE_PATH.match(text) or ".." in Path(text).parts:
+        raise ConfigError(
+            "a path written into a launch script may hold only letters, digits and "
+            f"'_ . / + - @' (and no '..'), got {text!r}"
+        )
+    return text
+
+
+def launch_problem(cfg: TrainingConfig) -> str | None:
+    """Why ``cfg`` cannot be written as a torchtitan run, or None if it can."""
+    lay = cfg.layout
+    if lay.framework != "torchtitan":
+        return f"launch files are torchtitan configs; the layout is for {lay.framework}"
+    if lay.zero_stage == 1:
+        return "torchtitan's FSDP2 has no ZeRO-1 mode (zero_stage 0, 2 or 3)"
+    if lay.zero_stage > 1 and lay.dp == 1:
+        return "FSDP (zero_stage 2 or 3) needs dp > 1"
+    if lay.tp > 1 and not lay.sequence_parallel:
+        return "torchtitan's tensor parallelism always runs with sequence parallelism"
+    if lay.dtype != "bf16":
+        return "only bf16 launch files are written"
+    return None
+
+
+def _toml_string(value: str) -> str:
+    if not SAFE_NAME.match(value):
+        raise ConfigError(f"a TOML string value must match {SAFE_NAME.pattern}, got {value!r}")
+    return f'"{value}"'
+
+
+def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
+                    dump_folder: str = "./outputs") -> str:
+    """The torchtitan job TOML of ``cfg``.
+
+    Batch mapping: without pipeline parallelism ``local_batch_size`` = mbs and
+    ``global_batch_size`` = mbs x dp x grad_accum (torchtitan accumulates the difference). With
+    it, one optimizer step is ``grad_accum`` pipeline micro-batches: ``local_batch_size`` =
+    mbs x grad_accum and ``pipeline_parallel_microbatch_size`` = mbs. (The torchtitan ingest
+    reads ``local_batch_size`` as mbs, so a pipeline TOML reads back as mbs x grad_accum with
+    grad_accum 1.)"""
+    problem = launch_problem(cfg)
+    if problem:
+        raise ConfigError(f"cannot write a torchtitan config: {problem}")
+    check_name(run_name)
+    if steps < 1:
+        raise ConfigError(f"steps must be >= 1, got {steps}")
+    m, lay = cfg.model, cfg.layout
+    flavour = TORCHTITAN_FLAVOURS.get(m.name)
+    local = lay.mbs * (lay.grad_accum if lay.pp > 1 else 1)
+    replicate, shard = (lay.dp, 1) if lay.zero_stage == 0 else (1, lay.dp)
+    reshard = {0: "default", 2: "never", 3: "always"}[lay.zero_stage]
+    lines = [
+        f"# surrogate launch config: {run_name}",
+        f"# layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} "
+        f"mbs={lay.mbs} grad_accum={lay.grad_accum} zero_stage={lay.zero_stage} "
+        f"recompute={lay.recompute} on {cfg.cluster.num_nodes} x {cfg.cluster.gpus_per_node} "
+        f"{cfg.cluster.gpu}",
+    ]
+    if flavour is None:
+        lines.append(
+            f"# model shape (register it as a torchtitan flavour): num_layers={m.num_layers} "
+            f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
+            f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}")
+    name, flav = flavour or ("llama3", "custom")
+    lines += [
+        "",
+        "[job]",
+        f"dump_folder = {_path_str(dump_folder)}",
+        f"description = {_toml_string(run_name)}",
+        "",
+        "[model]",
+        f"name = {_toml_string(name)}",
+        f"flavor = {_toml_string(flav)}",
+        "",
+        "[training]",
+        f"local_batch_size = {local}",
+        f"global_batch_size = {local * lay.dp * (1 if lay.pp > 1 else lay.grad_accum)}",
+        f"seq_len = {m.seq_len}",
+        f"steps = {steps}",
+        "",
+        "[parallelism]",
+        f"data_parallel_replicate_degree = {replicate}",
+        f"data_parallel_shard_degree = {shard}",
+        f"fsdp_reshard_after_forward = {_toml_string(reshard)}",
+        f"tensor_parallel_degree = {lay.tp}",
+        f"pipeline_parallel_degree = {lay.pp}",
+        f"context_parallel_degree = {lay.cp}",
+        f"expert_parallel_degree = {lay.ep}",
+    ]
+    if lay.pp > 1:
+        schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
+        lines += [
+            f"pipeline_parallel_schedule = {_toml_string(schedule)}",
+            f"pipeline_parallel_microbatch_size = {lay.mbs}",
+            f"pipeline_parallel_layers_per_stage = {m.num_layers // (lay.pp * lay.vpp)}",
+        ]
+    lines += [
+        "",
+        "[activation_checkpoint]",
+        f"mode = {_toml_string(lay.recompute)}",
+        "",
+        "[metrics]",
+        "log_freq = 1",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _path_str(path: str) -> str:
+    check_path(path)
+    return f'"{path}"'  # safe characters only: no escaping needed in a TOML basic string
+
+
+def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:
+    """The torchrun command line (one node: ``--standalone``; several: a c10d rendezvous on
+    ``$MASTER_ADDR``, which the caller or Slurm script sets)."""
+    c = cfg.cluster
+    path = shlex.quote(check_path(config_path))
+    if c.num_nodes == 1:
+        rdzv = "--standalone"
+    else:
+        rdzv = (f'--rdzv_backend c10d --rdzv_endpoint "${{MASTER_ADDR:?}}:{RDZV_PORT}" '
+                '--rdzv_id "${RDZV_ID:-surrogate}"')
+    return (f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
+            f"{rdzv} -m torchtitan.train --job.config_file {path}")
+
+
+def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path,
+                  time_limit: str = "00:30:00") -> str:
+    """A Slurm batch script running the torchrun command on every node (log: train-<job>.log
+    in the submission directory, where ``surrogate ingest`` finds it beside the TOML)."""
+    check_name(job_name)
+    if not re.fullmatch(r"\d{1,3}:\d{2}:\d{2}", time_limit):
+        raise ConfigError(f"time limit must be HH:MM:SS, got {time_limit!r}")
+    c = cfg.cluster
+    command = torchrun_command(cfg, config_path).replace(
+        '"${RDZV_ID:-surrogate}"', '"$SLURM_JOB_ID"')
+    return "\n".join([
+        "#!/bin/bash",
+        f"#SBATCH --job-name={job_name}",
+        f"#SBATCH --nodes={int(c.num_nodes)}",
+        "#SBATCH --ntasks-per-node=1",
+        f"#SBATCH --gpus-per-node={int(c.gpus_per_node)}",
+        "#SBATCH --exclusive",
+        f"#SBATCH --time={time_limit}",
+        "#SBATCH --output=train-%j.log",
+        "set -euo pipefail",
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
+        f"srun {command}",
+        "",
+    ])
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchFiles:
+    directory: Path
+    config: Path
+    launch: Path
+    sbatch: Path
+    command: str
+
+
+def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: str,
+                       steps: int = 50) -> LaunchFiles:
+    """Write ``config.toml``, ``launch.sh`` (torchrun) and ``job.sbatch`` into ``directory``.
+
+    The scripts refer to the TOML by its name relative to the directory they run in."""
+    check_name(run_name)
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    toml_text = torchtitan_toml(cfg, run_name=run_name, steps=steps)
+    command = torchrun_command(cfg, CONFIG_FILE)
+    launch = "\n".join([
+        "#!/bin/bash",
+        f"# {run_name}: run from this directory (several nodes: set MASTER_ADDR on each)",
+        "set -euo pipefail",
+        'cd "$(dirname "$0")"',
+        f"{command} 2>&1 | tee train.log",
+        "",
+    ])
+    sbatch = sbatch_script(cfg, job_name=run_name, config_path=CONFIG_FILE)
+    paths = (d / CONFIG_FILE, d / LAUNCH_FILE, d / SBATCH_FILE)
+    for path, text in zip(paths, (toml_text, launch, sbatch), strict=True):
+        _write_atomic(path, text, executable=path.suffix != ".toml")
+    return LaunchFiles(directory=d, config=paths[0], launch=paths[1], sbatch=paths[2],
+                       command=command)
+
+
+def _write_atomic(path: Path, text: str, *, executable: bool = False) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text, encoding="utf-8")
+    if executable:
+        os.chmod(tmp, 0o755)
+    tmp.replace(path)

@@ -1,0 +1,340 @@
+"""Searching a :class:`~surrogate.space.LayoutSpace` against the surrogate with optuna.
+
+- Single objective (TPE, Bergstra et al. 2011): maximise the predicted MFU.
+- Multi-objective (NSGA-II, Deb et al. 2002): predicted MFU against the OOM risk, or against the
+  number of GPUs when the space holds several node counts.
+
+Invalid points (a rule of :mod:`surrogate.config` or :mod:`surrogate.space` broken) and
+infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin) are
+optuna *constraints* (``constraints_func``: a value > 0 is a violation), so the samplers learn
+to avoid them instead of seeing a fake objective. A study lives in any optuna storage: an RDB
+URL (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it.
+
+Scoring is vectorised: :func:`score_configs` runs the analytic model once over all
+configurations and the learned model once over all features. When the space is small enough it
+is scored whole and :func:`search` reports whether optuna found the same best.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from surrogate.config import TrainingConfig, config_to_flat
+from surrogate.errors import ConfigError
+from surrogate.hardware import GIB
+from surrogate.space import (
+    DEFAULT_ENUMERATION_LIMIT,
+    DIMENSIONS,
+    LayoutSpace,
+    layout_key,
+    layout_label,
+)
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+
+    from surrogate.analytic.perf import PerfModel
+    from surrogate.learned import SurrogateModel
+
+Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
+SCORE_COLUMNS: tuple[str, ...] = (
+    "layout", "num_gpus", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
+    "pred_step_time_s", "pred_peak_mem_gib", "capacity_gib", "p_oom", "p_fail", "p_completed",
+    "analytic_mfu", "analytic_fits", "feasible",
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Limits:
+    """What a layout must satisfy besides being valid."""
+
+    max_p_oom: float = 0.2
+    """Largest acceptable predicted OOM probability."""
+    memory_margin_frac: float = 0.0
+    """Keep this fraction of the GPU memory free: predicted peak <= (1 - margin) x capacity."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.max_p_oom <= 1.0:
+            raise ConfigError(f"max_p_oom must be between 0 and 1, got {self.max_p_oom}")
+        if not 0.0 <= self.memory_margin_frac < 1.0:
+            raise ConfigError(
+                f"memory margin must be in [0, 1), got {self.memory_margin_frac}")
+
+
+def score_configs(
+    configs: Sequence[TrainingConfig],
+    *,
+    model: SurrogateModel | str | Path | None = "default",
+    profile: str | Path | PerfModel | None = None,
+    limits: Limits | None = None,
+) -> pd.DataFrame:
+    """Predictions for every configuration in one vectorised pass: the flat configuration,
+    :data:`SCORE_COLUMNS` and ``key`` (:func:`surrogate.space.layout_key`).
+
+    ``pred_peak_mem_gib`` is the device peak (reserved memory plus the CUDA context). Without a
+    learned model (``model=None``) p_oom is the analytic 0/1 verdict and the interval is NaN."""
+    import pandas as pd
+
+    from surrogate.features import features_from_analytic
+    from surrogate.prediction import analytic_for, resolve_model
+
+    limits = limits or Limits()
+    if not configs:
+        return pd.DataFrame(columns=[*SCORE_COLUMNS, "key"])
+    c, out, _ = analytic_for(configs, profile)
+    learned = resolve_model(model)
+    context = out["mem_cuda_context"]
+    cap = c["memory_bytes"]
+    analytic_fits = out["mem_total"] <= cap
+    if learned is not None:
+        pred = learned.predict_from_features(features_from_analytic(c, out), out)
+        peak = pred["pred_peak_mem_gib"] * GIB + context
+        cols = {k: pred[k] for k in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
+                                     "pred_tokens_per_s_per_gpu", "pred_step_time_s", "p_oom",
+                                     "p_fail", "p_completed")}
+    else:
+        peak = out["mem_total"]
+        nan = np.full(len(configs), np.nan)
+        cols = {"pred_mfu": out["mfu"], "pred_mfu_lo": nan, "pred_mfu_hi": nan,
+                "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
+                "pred_step_time_s": out["step_time_s"], "p_oom": out["p_oom"], "p_fail": nan,
+                "p_completed": 1.0 - out["p_oom"]}
+    frame = pd.DataFrame([config_to_flat(cfg) for cfg in configs])
+    frame["layout"] = [layout_label(cfg) for cfg in configs]
+    frame["num_gpus"] = [cfg.cluster.num_gpus for cfg in configs]
+    for k, v in cols.items():
+        frame[k] = np.asarray(v, dtype=float)
+    frame["pred_peak_mem_gib"] = peak / GIB
+    frame["capacity_gib"] = cap / GIB
+    frame["analytic_mfu"] = out["mfu"]
+    frame["analytic_fits"] = analytic_fits
+    frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
+        peak <= (1.0 - limits.memory_margin_frac) * cap)
+    frame["key"] = [layout_key(cfg) for cfg in configs]
+    return frame
+
+
+def rank(scored: pd.DataFrame) -> pd.DataFrame:
+    """Feasible layouts first, by predicted MFU (ties: fewer GPUs, then lower OOM risk)."""
+    order = scored.assign(_inf=~scored["feasible"]).sort_values(
+        ["_inf", "pred_mfu", "num_gpus", "p_oom"], ascending=[True, False, True, True],
+        kind="mergesort")
+    return order.drop(columns="_inf").reset_index(drop=True)
+
+
+@dataclass(kw_only=True)
+class SearchResult:
+    """What a search found."""
+
+    top: pd.DataFrame
+    """The best feasible layouts (ranked :func:`score_configs` rows), at most k."""
+    pareto: pd.DataFrame | None
+    """Multi-objective modes: the feasible Pareto front, else None."""
+    configs: dict[tuple[Any, ...], TrainingConfig]
+    """The configuration of each key in ``top`` and ``pareto``."""
+    n_trials: int
+    n_invalid: int
+    n_infeasible: int
+    study_name: str | None
+    enumerated: int | None = None
+    """Valid layouts scored by enumeration (None: the space was too large)."""
+    enum_best: pd.Series | None = None
+    optuna_found_enum_best: bool | None = None
+    """Whether optuna's best is the enumerated best (None when not enumerated or no optuna)."""
+    notes: list[str] = field(default_factory=list)
+
+
+CONSTRAINT_NAMES: tuple[str, ...] = ("invalid", "oom_risk", "memory_gib")
+"""Trial constraints (> 0 violates): rule broken, p_oom over the limit, GiB over the margin."""
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    value = trial.user_attrs.get("constraints")
+    return [1.0, 1.0, 1.0] if value is None else list(value)
+
+
+def search(
+    space: LayoutSpace,
+    *,
+    model: SurrogateModel | str | Path | None = "default",
+    profile: str | Path | PerfModel | None = None,
+    limits: Limits | None = None,
+    objective: Objective = "mfu",
+    n_trials: int = 200,
+    top_k: int = 5,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    enumerate_limit: int = DEFAULT_ENUMERATION_LIMIT,
+    use_optuna: bool = True,
+) -> SearchResult:
+    """Search ``space`` (module docstring). ``use_optuna=False`` scores the enumerated space
+    alone (ConfigError if it is too large to enumerate)."""
+    import pandas as pd
+
+    from surrogate.prediction import resolve_model
+
+    limits = limits or Limits()
+    if objective == "mfu-vs-gpus" and len(space.node_counts) < 2:
+        raise ConfigError("objective mfu-vs-gpus needs a range of node counts, got one")
+    learned = resolve_model(model)
+    scored_rows: list[pd.DataFrame] = []
+    configs: dict[tuple[Any, ...], TrainingConfig] = {}
+    result = SearchResult(top=pd.DataFrame(), pareto=None, configs=configs, n_trials=0,
+                          n_invalid=0, n_infeasible=0, study_name=None)
+
+    enum_frame: pd.DataFrame | None = None
+    if space.is_enumerable(enumerate_limit):
+        every = space.enumerate(enumerate_limit)
+        result.enumerated = len(every)
+        if every:
+            enum_frame = rank(score_configs(every, model=learned, profile=profile,
+                                            limits=limits))
+            configs.update({layout_key(c): c for c in every})
+            scored_rows.append(enum_frame)
+            if enum_frame["feasible"].iloc[0]:
+                result.enum_best = enum_frame.iloc[0]
+    elif not use_optuna:
+        space.enumerate(enumerate_limit)  # raises, saying why
+
+    opt_best_key: tuple[Any, ...] | None = None
+    if use_optuna and n_trials > 0:
+        known = None if enum_frame is None else _score_cache(enum_frame)
+        study, found = _run_study(space, learned, profile, limits, objective, n_trials, storage,
+                                  study_name, seed, known)
+        result.study_name = study.study_name
+        result.n_trials = len(study.trials)
+        result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
+        result.n_infeasible = sum(
+            1 for t in study.trials
+            if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
+        configs.update({layout_key(c): c for c in found})
+        if found:
+            opt_frame = rank(score_configs(found, model=learned, profile=profile, limits=limits))
+            scored_rows.append(opt_frame)
+            if opt_frame["feasible"].iloc[0]:
+                opt_best_key = opt_frame["key"].iloc[0]
+            if objective != "mfu":
+                result.pareto = _pareto(opt_frame, objective)
+    elif objective != "mfu" and enum_frame is not None:
+        result.pareto = _pareto(enum_frame, objective)
+
+    if result.enum_best is not None and use_optuna and n_trials > 0:
+        result.optuna_found_enum_best = opt_best_key == result.enum_best["key"]
+    if not scored_rows:
+        raise ConfigError("the space holds no valid layout: loosen the limits")
+    every_scored = rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"))
+    feasible = every_scored[every_scored["feasible"]]
+    if feasible.empty:
+        result.notes.append(
+            f"no layout meets the limits (p_oom <= {limits.max_p_oom}, memory margin "
+            f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones")
+        feasible = every_scored
+    result.top = feasible.head(top_k).reset_index(drop=True)
+    return result
+
+
+def _score_cache(
+    frame: pd.DataFrame,
+) -> dict[tuple[Any, ...], tuple[float, float, float, float, float]]:
+    cols = ["pred_mfu", "p_oom", "pred_peak_mem_gib", "capacity_gib", "num_gpus"]
+    return {key: tuple(float(v) for v in vals)  # type: ignore[misc]
+            for key, vals in zip(frame["key"], frame[cols].to_numpy(), strict=True)}
+
+
+def _pareto(frame: pd.DataFrame, objective: Objective) -> pd.DataFrame:
+    """Feasible rows not dominated in (max pred_mfu, min p_oom | min num_gpus)."""
+    second = "p_oom" if objective == "mfu-vs-oom" else "num_gpus"
+    f = frame[frame["feasible"]].sort_values(["pred_mfu", second], ascending=[False, True])
+    keep, best_second = [], math.inf
+    for idx, row in f.iterrows():
+        if row[second] < best_second:
+            keep.append(idx)
+            best_second = row[second]
+    return f.loc[keep].reset_index(drop=True)
+
+
+def _run_study(
+    space: LayoutSpace,
+    learned: SurrogateModel | None,
+    profile: str | Path | PerfModel | None,
+    limits: Limits,
+    objective: Objective,
+    n_trials: int,
+    storage: str | None,
+    study_name: str | None,
+    seed: int,
+    known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
+) -> tuple[optuna.Study, list[TrainingConfig]]:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    choices = space.choices()
+    # optuna >= 5 reads constraints set on the trial; older versions take constraints_func.
+    native = hasattr(optuna.trial.Trial, "set_constraint")
+    extra: dict[str, Any] = {} if native else {"constraints_func": _constraints}
+    sampler: optuna.samplers.BaseSampler
+    if objective == "mfu":
+        sampler = optuna.samplers.TPESampler(seed=seed, **extra,
+                                             n_startup_trials=min(20, max(1, n_trials // 4)))
+        directions: list[Literal["minimize", "maximize"]] = ["maximize"]
+    else:
+        sampler = optuna.samplers.NSGAIISampler(seed=seed, **extra,
+                                                population_size=min(50, max(4, n_trials // 4)))
+        directions = ["maximize", "minimize"]
+
+    def constrain(trial: optuna.Trial, values: list[float]) -> None:
+        trial.set_user_attr("constraints", values)
+        if native:
+            for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
+                trial.set_constraint(name, value)
+    if storage is not None and storage.startswith("sqlite:///"):
+        Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                directions=directions, load_if_exists=study_name is not None)
+    # Scores of the enumerated space, when there is one: the same numbers, looked up.
+    cache = dict(known or {})
+    found: dict[tuple[Any, ...], TrainingConfig] = {}
+
+    def run(trial: optuna.Trial) -> float | tuple[float, float]:
+        point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS}
+        try:
+            cfg = space.build(point)
+        except ConfigError as e:
+            trial.set_user_attr("invalid", str(e))
+            constrain(trial, [1.0, 0.0, 0.0])
+            return 0.0 if objective == "mfu" else (0.0, 1.0 if objective == "mfu-vs-oom"
+                                                   else float(space.node_counts[-1]))
+        key = layout_key(cfg)
+        if key not in cache:
+            s = score_configs([cfg], model=learned, profile=profile, limits=limits).iloc[0]
+            cache[key] = (float(s["pred_mfu"]), float(s["p_oom"]), float(s["pred_peak_mem_gib"]),
+                          float(s["capacity_gib"]), float(s["num_gpus"]))
+        found[key] = cfg
+        mfu, p_oom, peak, cap, gpus = (float(v) for v in cache[key])
+        constrain(trial, [0.0, p_oom - limits.max_p_oom,
+                          peak - (1.0 - limits.memory_margin_frac) * cap])
+        trial.set_user_attr("layout", layout_label(cfg))
+        if objective == "mfu":
+            return mfu
+        return mfu, p_oom if objective == "mfu-vs-oom" else gpus
+
+    study.optimize(run, n_trials=n_trials)
+    return study, list(found.values())
+
+
+def scored_to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """JSON-ready rows (NaN -> None; the key dropped)."""
+    rows = []
+    for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records"):
+        rows.append({str(k): (None if isinstance(v, float) and v != v else
+                              v.item() if isinstance(v, np.generic) else v)
+                     for k, v in rec.items()})
+    return rows

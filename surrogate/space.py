@@ -1,0 +1,271 @@
+"""The layout space: every valid parallel layout of one model on one cluster for one batch.
+
+A :class:`LayoutSpace` fixes the model, the GPU, the GPUs per node, the allowed node counts and
+the global batch (sequences), and spans the free choices: tp, pp, cp, ep (MoE), vpp, mbs,
+zero_stage, recompute, sequence_parallel and framework. The rest is derived, following the
+conventions of :mod:`surrogate.config`: dp = GPUs / (tp x pp x cp) and grad_accum = global
+batch / (dp x mbs), which must both be integers. A point that breaks a rule is invalid
+(:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.search` treats that as a
+constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
+
+Extra rules of the space beyond :class:`~surrogate.config.TrainingConfig`'s:
+
+- ZeRO stages above 0 need dp > 1 (there is nothing to shard over a single replica);
+- sequence_parallel needs tp > 1 (it splits the tensor-parallel region's activations), and
+  torchtitan's tensor parallelism always uses it (its ``parallelize`` plans);
+- vpp > 1 needs pp > 1; ep > 1 needs an MoE model.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from surrogate.config import (
+    RECOMPUTE_MODES,
+    ClusterConfig,
+    LayoutConfig,
+    ModelConfig,
+    TrainingConfig,
+)
+from surrogate.errors import ConfigError
+from surrogate.frameworks import FRAMEWORKS, get_framework
+
+DIMENSIONS: tuple[str, ...] = (
+    "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
+    "sequence_parallel", "framework",
+)
+"""The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them."""
+
+DEFAULT_ENUMERATION_LIMIT = 200_000
+
+
+def divisors(n: int) -> list[int]:
+    """The positive divisors of ``n``, ascending."""
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def batch_seqs_from_tokens(tokens: int, seq_len: int) -> int:
+    """A global batch in tokens as whole sequences; ConfigError if it does not divide."""
+    if tokens <= 0 or tokens % seq_len:
+        raise ConfigError(
+            f"the global batch in tokens must be a positive multiple of seq_len ({seq_len}), "
+            f"got {tokens}"
+        )
+    return tokens // seq_len
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutSpace:
+    """Every layout of ``model`` on ``gpus_per_node`` x ``node_counts`` GPUs for one batch."""
+
+    model: ModelConfig
+    global_batch_seqs: int
+    """Sequences per optimizer step (dp x grad_accum x mbs)."""
+    gpu: str = "H100-SXM-80GB"
+    gpus_per_node: int = 8
+    node_counts: tuple[int, ...] = (1,)
+    """Allowed node counts; more than one makes the GPU count a choice."""
+    frameworks: tuple[str, ...] = ("nanotron",)
+    zero_stages: tuple[int, ...] | None = None
+    """Allowed ZeRO stages; None: every stage some allowed framework implements."""
+    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_cp: int | None = None
+    """Upper bound on cp (None: no bound beyond the rules)."""
+    max_vpp: int = 4
+    max_mbs: int = 64
+    dtype: str = "bf16"
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Dimensions pinned to one value (e.g. {"tp": 8})."""
+
+    def __post_init__(self) -> None:
+        if self.global_batch_seqs < 1:
+            raise ConfigError(f"global batch must be >= 1 sequence, got {self.global_batch_seqs}")
+        if not self.node_counts or any(n < 1 for n in self.node_counts):
+            raise ConfigError(f"node counts must be >= 1, got {list(self.node_counts)}")
+        object.__setattr__(self, "node_counts", tuple(sorted(set(self.node_counts))))
+        names = tuple(get_framework(f).name for f in self.frameworks)
+        if not names:
+            raise ConfigError(f"give at least one framework ({', '.join(FRAMEWORKS)})")
+        object.__setattr__(self, "frameworks", names)
+        bad = [r for r in self.recompute_modes if r not in RECOMPUTE_MODES]
+        if bad or not self.recompute_modes:
+            raise ConfigError(
+                f"recompute modes must be among {', '.join(RECOMPUTE_MODES)}, got "
+                f"{list(self.recompute_modes)}"
+            )
+        if self.zero_stages is not None:
+            implemented = {s for f in names for s in get_framework(f).zero_stages}
+            if not self.zero_stages or not set(self.zero_stages) <= implemented:
+                raise ConfigError(
+                    f"zero stages must be among those of {', '.join(names)} "
+                    f"({sorted(implemented)}), got {list(self.zero_stages)}"
+                )
+        unknown = set(self.fixed) - set(DIMENSIONS)
+        if unknown:
+            raise ConfigError(
+                f"fixed dimensions must be among {', '.join(DIMENSIONS)}, got {sorted(unknown)}"
+            )
+        if self.max_mbs < 1 or self.max_vpp < 1:
+            raise ConfigError(f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, "
+                              f"{self.max_vpp}")
+
+    # ------------------------------------------------------------ dimensions
+    @property
+    def allowed_zero_stages(self) -> tuple[int, ...]:
+        if self.zero_stages is not None:
+            return tuple(sorted(set(self.zero_stages)))
+        return tuple(sorted({s for f in self.frameworks for s in get_framework(f).zero_stages}))
+
+    def choices(self) -> dict[str, list[Any]]:
+        """Per dimension the values a point may take (a superset of the valid ones: a given
+        combination may still be invalid). Fixed dimensions have one value."""
+        worlds = [n * self.gpus_per_node for n in self.node_counts]
+        world_divs = sorted({d for w in worlds for d in divisors(w)})
+        m = self.model
+        tp = [d for d in world_divs if m.num_heads % d == 0 and m.num_kv_heads % d == 0]
+        pp = [d for d in world_divs if d <= m.num_layers]
+        cp = [d for d in world_divs if m.seq_len % d == 0
+              and (self.max_cp is None or d <= self.max_cp)]
+        ep = [d for d in divisors(m.num_experts) if d in world_divs] if m.is_moe else [1]
+        vpp = [v for v in range(1, self.max_vpp + 1) if m.num_layers % v == 0]
+        mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
+        out: dict[str, list[Any]] = {
+            "num_nodes": list(self.node_counts), "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+            "vpp": vpp, "mbs": mbs, "zero_stage": list(self.allowed_zero_stages),
+            "recompute": list(self.recompute_modes),
+            "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
+        }
+        for name, value in self.fixed.items():
+            out[name] = [value]
+        return out
+
+    # ----------------------------------------------------------------- points
+    def build(self, point: Mapping[str, Any]) -> TrainingConfig:
+        """The configuration of one point (a value per :data:`DIMENSIONS`); ConfigError when
+        the point breaks a rule, saying which."""
+        p = {**point, **self.fixed}
+        nodes, tp, pp, cp = int(p["num_nodes"]), int(p["tp"]), int(p["pp"]), int(p["cp"])
+        world = nodes * self.gpus_per_node
+        if world % (tp * pp * cp):
+            raise ConfigError(
+                f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} pp={pp} "
+                f"cp={cp} ({tp * pp * cp})"
+            )
+        dp = world // (tp * pp * cp)
+        mbs = int(p["mbs"])
+        if self.global_batch_seqs % (dp * mbs):
+            raise ConfigError(
+                f"dp * mbs must divide the global batch ({self.global_batch_seqs} sequences), "
+                f"got dp={dp} mbs={mbs} ({dp * mbs})"
+            )
+        zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
+        if zero > 0 and dp == 1:
+            raise ConfigError(f"zero_stage > 0 needs dp > 1, got dp=1 zero_stage={zero}")
+        if sp and tp == 1:
+            raise ConfigError("sequence_parallel needs tp > 1, got tp=1")
+        framework = str(p["framework"])
+        if framework == "torchtitan" and tp > 1 and not sp:
+            raise ConfigError("torchtitan's tensor parallelism always runs with sequence "
+                              f"parallelism, got tp={tp} sequence_parallel=False")
+        if zero not in get_framework(framework).zero_stages:
+            raise ConfigError(f"framework {framework} has no zero_stage {zero}")
+        layout = LayoutConfig(
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=int(p["ep"]), vpp=int(p["vpp"]), mbs=mbs,
+            grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
+            recompute=str(p["recompute"]), sequence_parallel=sp,  # type: ignore[arg-type]
+            dtype=self.dtype, framework=framework,  # type: ignore[arg-type]
+        )
+        cluster = ClusterConfig(gpu=self.gpu, gpus_per_node=self.gpus_per_node, num_nodes=nodes)
+        return TrainingConfig(model=self.model, cluster=cluster, layout=layout,
+                              global_batch_seqs=self.global_batch_seqs)
+
+    def size_bound(self) -> int:
+        """The number of points of :meth:`choices` (an upper bound on the valid layouts)."""
+        return math.prod(len(v) for v in self.choices().values())
+
+    def points(self) -> Iterator[dict[str, Any]]:
+        """Every point of the product of :meth:`choices`, skipping combinations that cannot
+        multiply to the GPU count (the cheap rule) before anything else is tried."""
+        ch = self.choices()
+        for nodes in ch["num_nodes"]:
+            world = nodes * self.gpus_per_node
+            for tp in ch["tp"]:
+                for pp in ch["pp"]:
+                    for cp in ch["cp"]:
+                        if world % (tp * pp * cp):
+                            continue
+                        for rest in _product(ch, ("ep", "vpp", "mbs", "zero_stage", "recompute",
+                                                  "sequence_parallel", "framework")):
+                            yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp, **rest}
+
+    def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
+        """Every valid layout; ConfigError if the space holds more than ``limit`` points."""
+        bound = self.size_bound()
+        if bound > limit:
+            raise ConfigError(
+                f"the space has up to {bound:,} points, more than the enumeration limit "
+                f"({limit:,}); narrow it or search it with optuna"
+            )
+        out: list[TrainingConfig] = []
+        for point in self.points():
+            try:
+                out.append(self.build(point))
+            except ConfigError:
+                continue
+        return out
+
+    def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
+        return self.size_bound() <= limit
+
+    def with_nodes(self, node_counts: Sequence[int]) -> LayoutSpace:
+        return replace(self, node_counts=tuple(node_counts))
+
+
+def point_of(cfg: TrainingConfig) -> dict[str, Any]:
+    """The point (a value per :data:`DIMENSIONS`) of a configuration."""
+    lay = cfg.layout
+    return {
+        "num_nodes": cfg.cluster.num_nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
+        "ep": lay.ep, "vpp": lay.vpp, "mbs": lay.mbs, "zero_stage": lay.zero_stage,
+        "recompute": lay.recompute, "sequence_parallel": lay.sequence_parallel,
+        "framework": lay.framework,
+    }
+
+
+def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
+    """A hashable identity of a layout (its point and the derived dp, grad_accum)."""
+    p = point_of(cfg)
+    return (*(p[d] for d in DIMENSIONS), cfg.layout.dp, cfg.layout.grad_accum)
+
+
+def layout_label(cfg: TrainingConfig) -> str:
+    """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras."""
+    lay = cfg.layout
+    parts = [f"dp{lay.dp}", f"tp{lay.tp}", f"pp{lay.pp}"]
+    if lay.cp > 1:
+        parts.append(f"cp{lay.cp}")
+    if lay.ep > 1:
+        parts.append(f"ep{lay.ep}")
+    if lay.vpp > 1:
+        parts.append(f"vpp{lay.vpp}")
+    parts += [f"mbs{lay.mbs}", f"ga{lay.grad_accum}", f"z{lay.zero_stage}"]
+    if lay.recompute != "none":
+        parts.append(f"rc-{lay.recompute}")
+    if lay.sequence_parallel:
+        parts.append("sp")
+    return " ".join(parts)
+
+
+def _product(ch: Mapping[str, list[Any]], names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
+    if not names:
+        yield {}
+        return
+    head, rest = names[0], names[1:]
+    for value in ch[head]:
+        for tail in _product(ch, rest):
+            yield {head: value, **tail}
