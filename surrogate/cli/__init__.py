@@ -10,7 +10,7 @@ import sys
 
 import click
 
-from surrogate.cli import data, microbench, predict, train  # noqa: F401  (register commands)
+from surrogate.cli import data, microbench, predict, search, train  # noqa: F401  (register commands)
 from surrogate.cli.app import app
 from surrogate.errors import SurrogateError
 

@@ -1,0 +1,369 @@
+"""`surrogate search`, `propose`, `score-round` and `heatmap`: find layouts, close the loop."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from surrogate.cli.app import app
+from surrogate.errors import ConfigError
+
+ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")]
+HfOpt = Annotated[Path | None, typer.Option(help="A Hugging Face config.json to read the model from.")]
+SeqOpt = Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")]
+GpuOpt = Annotated[str, typer.Option(help="GPU, e.g. H100-SXM-80GB, A100-40GB, B200.")]
+GpnOpt = Annotated[int, typer.Option(help="GPUs per node.")]
+NodesOpt = Annotated[str, typer.Option("--nodes", help="Node count, list (1,2,4) or range of powers of two (1-8).")]
+TokOpt = Annotated[int | None, typer.Option(help="Global batch in tokens.")]
+SeqsOpt = Annotated[int | None, typer.Option(help="Global batch in sequences.")]
+FwOpt = Annotated[str, typer.Option("--framework", help="Allowed frameworks, comma-separated.")]
+ZeroOpt = Annotated[str | None, typer.Option("--zero", help="Allowed ZeRO stages, e.g. 0,1.")]
+RcOpt = Annotated[str, typer.Option("--recompute", help="Allowed recompute modes, comma-separated.")]
+MarginOpt = Annotated[float, typer.Option(help="Keep this fraction of GPU memory free (0-1).")]
+OomOpt = Annotated[float, typer.Option(help="Largest acceptable predicted OOM probability.")]
+CpOpt = Annotated[int | None, typer.Option(help="Largest context-parallel degree.")]
+VppOpt = Annotated[int, typer.Option(help="Largest virtual pipeline degree.")]
+MbsOpt = Annotated[int, typer.Option(help="Largest micro-batch (sequences).")]
+ModelDirOpt = Annotated[Path | None, typer.Option(help="A trained model directory (default: the bundled model).")]
+AnalyticOpt = Annotated[bool, typer.Option("--analytic", help="The analytic model alone.")]
+
+
+def parse_nodes(text: str) -> tuple[int, ...]:
+    """``4`` -> (4,); ``1,2,4`` -> (1, 2, 4); ``1-8`` -> the powers of two from 1 to 8."""
+    try:
+        if "-" in text:
+            lo, hi = (int(x) for x in text.split("-", 1))
+            if lo < 1 or hi < lo:
+                raise ValueError
+            out = [n for n in (2**i for i in range(hi.bit_length() + 1)) if lo <= n <= hi]
+            return tuple(sorted({lo, hi, *out}))
+        return tuple(sorted({int(x) for x in text.split(",")}))
+    except ValueError:
+        raise ConfigError(
+            f"--nodes must be a count (4), a list (1,2,4) or a range (1-8), got {text!r}"
+        ) from None
+
+
+def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
+    if text is None:
+        return None
+    try:
+        return tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
+
+
+def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
+                 shape: dict[str, Any]) -> Any:
+    """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
+    from dataclasses import asdict
+
+    from surrogate.config import ModelConfig
+    from surrogate.presets import get_preset, model_from_hf_config
+
+    values: dict[str, Any] = {}
+    if hf_config is not None:
+        values.update(asdict(model_from_hf_config(hf_config, seq_len=seq_len)))
+    elif preset is not None:
+        values.update(asdict(get_preset(preset)))
+    values.update({k: v for k, v in shape.items() if v is not None})
+    if seq_len is not None:
+        values["seq_len"] = seq_len
+    need = ("num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "vocab_size", "seq_len")
+    missing = [n for n in need if n not in values]
+    if missing:
+        raise ConfigError("give a model: --model PRESET, --hf-config FILE or the shape flags "
+                          f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})")
+    values.setdefault("num_kv_heads", values["num_heads"])
+    return ModelConfig(**values)
+
+
+def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
+                global_batch_tokens: int | None, global_batch_seqs: int | None, framework: str,
+                zero: str | None, recompute: str, max_cp: int | None, max_vpp: int,
+                max_mbs: int) -> Any:
+    from surrogate.space import LayoutSpace, batch_seqs_from_tokens
+
+    if (global_batch_tokens is None) == (global_batch_seqs is None):
+        raise ConfigError("give the global batch: --global-batch-tokens or --global-batch-seqs "
+                          "(one of them)")
+    seqs = global_batch_seqs if global_batch_seqs is not None else batch_seqs_from_tokens(
+        int(global_batch_tokens or 0), model.seq_len)
+    return LayoutSpace(
+        model=model, global_batch_seqs=seqs, gpu=gpu, gpus_per_node=gpus_per_node,
+        node_counts=parse_nodes(nodes),
+        frameworks=tuple(f.strip() for f in framework.split(",") if f.strip()),
+        zero_stages=_ints(zero, "--zero"),
+        recompute_modes=tuple(r.strip() for r in recompute.split(",") if r.strip()),
+        max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
+    )
+
+
+def _table(title: str, frame: Any) -> Any:
+    from rich.table import Table
+
+    t = Table(title=title)
+    for col in ("#", "nodes", "layout", "pred MFU (80% interval)", "tokens/s/GPU", "step s",
+                "peak GiB", "p_oom"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for i, r in enumerate(frame.to_dict("records"), start=1):
+        interval = "" if r["pred_mfu_lo"] != r["pred_mfu_lo"] else (
+            f" ({r['pred_mfu_lo']:.1%}-{r['pred_mfu_hi']:.1%})")
+        t.add_row(str(i), str(r["num_nodes"]), str(r["layout"]), f"{r['pred_mfu']:.1%}{interval}",
+                  f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}",
+                  f"{r['pred_peak_mem_gib']:.1f}", f"{r['p_oom']:.2f}")
+    return t
+
+
+@app.command("search")
+def search_cmd(
+    model: ModelOpt = None,
+    hf_config: HfOpt = None,
+    seq_len: SeqOpt = None,
+    num_layers: Annotated[int | None, typer.Option(help="Model shape flags override the preset.")] = None,
+    hidden_size: Annotated[int | None, typer.Option()] = None,
+    ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
+    num_heads: Annotated[int | None, typer.Option()] = None,
+    num_kv_heads: Annotated[int | None, typer.Option()] = None,
+    vocab_size: Annotated[int | None, typer.Option()] = None,
+    num_experts: Annotated[int | None, typer.Option()] = None,
+    experts_topk: Annotated[int | None, typer.Option()] = None,
+    gpu: GpuOpt = "H100-SXM-80GB",
+    gpus_per_node: GpnOpt = 8,
+    nodes: NodesOpt = "1",
+    global_batch_tokens: TokOpt = None,
+    global_batch_seqs: SeqsOpt = None,
+    framework: FwOpt = "nanotron",
+    zero: ZeroOpt = None,
+    recompute: RcOpt = "none,selective,full",
+    memory_margin: MarginOpt = 0.0,
+    max_p_oom: OomOpt = 0.2,
+    max_cp: CpOpt = None,
+    max_vpp: VppOpt = 4,
+    max_mbs: MbsOpt = 64,
+    objective: Annotated[str, typer.Option(help="mfu (TPE), mfu-vs-oom or mfu-vs-gpus (NSGA-II).")] = "mfu",
+    trials: Annotated[int, typer.Option(help="optuna trials (0: enumeration only).")] = 200,
+    storage: Annotated[str | None, typer.Option(help="optuna storage URL, e.g. sqlite:///study.db (parallel workers share it).")] = None,
+    study_name: Annotated[str | None, typer.Option(help="Study name (resumed if it exists in --storage).")] = None,
+    seed: Annotated[int, typer.Option()] = 0,
+    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
+    model_dir: ModelDirOpt = None,
+    analytic: AnalyticOpt = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    launch_dir: Annotated[Path | None, typer.Option(help="Write torchtitan TOML + torchrun + sbatch per top layout here.")] = None,
+) -> None:
+    """Find the best layouts for a model, cluster and global batch (and what the rules of thumb pick)."""
+    from surrogate.rules import CITATION, rules_pick
+    from surrogate.search import Limits, score_configs, scored_to_records, search
+
+    if objective not in ("mfu", "mfu-vs-oom", "mfu-vs-gpus"):
+        raise ConfigError(f"--objective must be mfu, mfu-vs-oom or mfu-vs-gpus, got {objective!r}")
+    m = model_config(model, hf_config, seq_len, dict(
+        num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
+        num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size,
+        num_experts=num_experts, experts_topk=experts_topk))
+    space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
+                        global_batch_tokens=global_batch_tokens,
+                        global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
+                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
+    limits = Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin)
+    learned: Any = None if analytic else (model_dir or "default")
+    result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
+                    n_trials=trials, top_k=top_k, storage=storage, study_name=study_name,
+                    seed=seed)
+    rules_cfg = rules_pick(space)
+    rules_row = score_configs([rules_cfg], model=learned, limits=limits)
+    written: list[str] = []
+    if launch_dir is not None:
+        from surrogate.launch import launch_problem, write_launch_files
+
+        for i, key in enumerate(result.top["key"], start=1):
+            cfg = result.configs[key]
+            problem = launch_problem(cfg)
+            if problem:
+                written.append(f"#{i}: not written ({problem})")
+                continue
+            name = f"top{i:02d}-" + str(result.top["layout"].iloc[i - 1]).replace(" ", "_")
+            files = write_launch_files(cfg, launch_dir / name, run_name=name)
+            written.append(f"#{i}: {files.directory}")
+    summary = {
+        "space": {"model": m.name, "global_batch_seqs": space.global_batch_seqs,
+                  "node_counts": list(space.node_counts), "points": space.size_bound(),
+                  "enumerated_valid": result.enumerated},
+        "optuna": {"trials": result.n_trials, "invalid": result.n_invalid,
+                   "infeasible": result.n_infeasible, "study": result.study_name,
+                   "found_enumerated_best": result.optuna_found_enum_best},
+        "top": scored_to_records(result.top),
+        "pareto": None if result.pareto is None else scored_to_records(result.pareto),
+        "rules_of_thumb": {"source": CITATION, **scored_to_records(rules_row)[0]},
+        "launch": written, "notes": result.notes,
+    }
+    if as_json:
+        typer.echo(json.dumps(summary, indent=2, default=str))
+        return
+    from rich.console import Console
+
+    console = Console()
+    console.print(f"[bold]{m.name}[/] on {','.join(map(str, space.node_counts))} x "
+                  f"{gpus_per_node} {space.gpu}, global batch {space.global_batch_seqs} seqs x "
+                  f"{m.seq_len} tokens; {space.size_bound():,} points"
+                  + (f", {result.enumerated:,} valid layouts scored" if result.enumerated
+                     is not None else ", too many to enumerate"))
+    if result.n_trials:
+        same = {True: "found the enumerated best", False: "did not find the enumerated best",
+                None: "(no enumeration to compare)"}[result.optuna_found_enum_best]
+        console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
+                      f"{result.n_infeasible} over the limits); {same}")
+    for note in result.notes:
+        console.print(f"[yellow]{note}[/]")
+    console.print(_table("Best predicted layouts", result.top))
+    if result.pareto is not None:
+        console.print(_table(f"Pareto front ({objective})", result.pareto))
+    console.print(_table("Rules of thumb pick (Playbook)", rules_row))
+    for line in written:
+        console.print(line)
+
+
+@app.command("propose")
+def propose_cmd(
+    round_dir: Annotated[Path, typer.Option("--round", help="New round directory to write (refused if it exists).")],
+    k: Annotated[int, typer.Option("--k", help="Runs to propose.")] = 16,
+    model: ModelOpt = None,
+    hf_config: HfOpt = None,
+    seq_len: SeqOpt = None,
+    gpu: GpuOpt = "H100-SXM-80GB",
+    gpus_per_node: GpnOpt = 8,
+    nodes: NodesOpt = "1",
+    global_batch_tokens: TokOpt = None,
+    global_batch_seqs: SeqsOpt = None,
+    framework: FwOpt = "torchtitan",
+    zero: ZeroOpt = None,
+    recompute: RcOpt = "none,selective,full",
+    memory_margin: MarginOpt = 0.0,
+    max_p_oom: Annotated[float, typer.Option(help="Drop candidates above this OOM risk (1: keep all).")] = 1.0,
+    max_cp: CpOpt = None,
+    max_vpp: VppOpt = 4,
+    max_mbs: MbsOpt = 64,
+    runs: Annotated[Path | None, typer.Option(help="Your sweep table so far (not proposed again; its best MFU is the incumbent).")] = None,
+    boundary_frac: Annotated[float, typer.Option(help="Share of runs near the OOM boundary.")] = 0.25,
+    model_dir: ModelDirOpt = None,
+    round_number: Annotated[int | None, typer.Option(help="Round number (default: next after the sibling rounds).")] = None,
+    steps: Annotated[int, typer.Option(help="Training steps per proposed run.")] = 50,
+) -> None:
+    """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
+    from surrogate.active import Acquisition, propose
+    from surrogate.search import Limits
+
+    m = model_config(model, hf_config, seq_len, {})
+    space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
+                        global_batch_tokens=global_batch_tokens,
+                        global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
+                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
+    table = None
+    if runs is not None:
+        from surrogate.tableio import read_table
+
+        table = read_table(runs)
+    out = propose(space, round_dir, k=k, model=model_dir or "default",
+                  limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
+                  acquisition=Acquisition(boundary_frac=boundary_frac), runs=table,
+                  round_number=round_number, steps=steps)
+    typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "
+               f"them, then `surrogate ingest {out}/logs` and `surrogate score-round --round "
+               f"{out} --runs TABLE` before `surrogate train`")
+
+
+@app.command("score-round")
+def score_round_cmd(
+    round_dir: Annotated[Path, typer.Option("--round", help="A round directory written by propose.")],
+    runs: Annotated[Path, typer.Option(help="Sweep table holding the round's ingested runs (and earlier ones).")],
+    model_dir: Annotated[Path | None, typer.Option(help="The proposing model's directory, if it moved.")] = None,
+    mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log to MLflow ($MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = True,
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+) -> None:
+    """Score a round's runs against the model that proposed them (before retraining) and log it."""
+    from surrogate.active import load_round_model, log_round, read_round, score_round
+    from surrogate.tableio import read_table
+
+    record = read_round(round_dir)
+    if model_dir is not None:
+        record["model"] = {**record["model"], "path": str(model_dir)}
+    proposer = load_round_model(record)
+    metrics, _ = score_round(record, read_table(runs), model=proposer)
+    run_id = log_round(record, metrics) if mlflow else None
+    if as_json:
+        typer.echo(json.dumps({"round": record["round"], "metrics": metrics,
+                               "mlflow_run_id": run_id}, indent=2))
+        return
+    typer.echo(f"round {record['round']}: " + ", ".join(
+        f"{k} {v:.3g}" for k, v in metrics.items()))
+    if run_id:
+        typer.echo(f"logged to MLflow run {run_id}")
+
+
+@app.command("heatmap")
+def heatmap_cmd(
+    out: Annotated[Path, typer.Option(help="Output path without suffix: writes OUT.png and OUT.html.")],
+    models: Annotated[str, typer.Option(help="Comma-separated presets.")] = "1.34b,3.57b,8.86b,80b,469b",
+    nodes: Annotated[str, typer.Option(help="Node counts (list or range).")] = "1,2,4,8,16,32,64",
+    global_batch_seqs: Annotated[int, typer.Option(help="Global batch (sequences); the Playbook used 256 x 4096 tokens.")] = 256,
+    gpu: GpuOpt = "H100-SXM-80GB",
+    gpus_per_node: GpnOpt = 8,
+    framework: FwOpt = "nanotron",
+    zero: ZeroOpt = None,
+    recompute: Annotated[str, typer.Option(help="Allowed recompute modes (Playbook: none).")] = "none",
+    max_cp: Annotated[int, typer.Option(help="Largest cp (Playbook: 1).")] = 1,
+    max_vpp: Annotated[int, typer.Option(help="Largest vpp (Playbook: 1).")] = 1,
+    max_p_oom: OomOpt = 0.2,
+    measured: Annotated[Path | None, typer.Option(help="Sweep table (or the Playbook CSV) for the measured figure beside.")] = None,
+    model_dir: ModelDirOpt = None,
+    analytic: AnalyticOpt = False,
+) -> None:
+    """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
+    from surrogate.heatmap import draw_png, measured_grid, predicted_grid, write_html
+    from surrogate.presets import get_preset
+    from surrogate.search import Limits
+
+    presets = [get_preset(name) for name in models.split(",")]
+    options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
+               "frameworks": tuple(framework.split(",")), "zero_stages": _ints(zero, "--zero"),
+               "recompute_modes": tuple(recompute.split(",")), "max_cp": max_cp,
+               "max_vpp": max_vpp}
+    grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
+                          space_options=options,
+                          model=None if analytic else (model_dir or "default"),
+                          limits=Limits(max_p_oom=max_p_oom),
+                          progress=lambda s: typer.echo(s, err=True))
+    grids = {"predicted (surrogate search)": grid}
+    if measured is not None:
+        from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
+        from surrogate.tableio import read_table
+
+        table = read_table(measured)
+        if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
+                and "num_nodes" not in table.columns:
+            table, _ = parse_playbook(measured)
+        meas = measured_grid(table)
+        names = {get_preset(mm).name: mm for mm in meas["model"].unique()
+                 if _is_preset(mm)}
+        meas["model"] = [next((p.name for p in presets if names.get(p.name) == mm), mm)
+                         for mm in meas["model"]]
+        grids["measured"] = meas
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = draw_png(grids, out.with_suffix(".png"))
+    page = write_html(grids, out.with_suffix(".html"),
+                      title="Best configuration by model size and number of nodes")
+    typer.echo(f"wrote {png} and {page}")
+
+
+def _is_preset(name: str) -> bool:
+    from surrogate.presets import get_preset
+
+    try:
+        get_preset(name)
+    except ConfigError:
+        return False
+    return True
