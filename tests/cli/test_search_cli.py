@@ -1,0 +1,85 @@
+"""`surrogate search`, `propose`, `score-round` and `heatmap` from the command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from surrogate.cli import main
+from surrogate.cli.search import parse_nodes
+from surrogate.errors import ConfigError
+
+SMALL = ["--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16", "--max-cp", "1",
+         "--max-vpp", "1", "--max-mbs", "2", "--recompute", "none"]
+
+
+def test_search_json_has_top_rules_and_enumeration_check(capsys: pytest.CaptureFixture[str],
+                                                         tmp_path: Path) -> None:
+    code = main(["search", *SMALL, "--trials", "40", "--json", "--top-k", "3",
+                 "--framework", "torchtitan", "--launch-dir", str(tmp_path / "launch")])
+    assert code == 0
+    out = json.loads(capsys.readouterr().out)
+    assert len(out["top"]) == 3
+    assert out["top"][0]["pred_mfu"] >= out["top"][-1]["pred_mfu"]
+    assert out["space"]["enumerated_valid"] > 0
+    assert out["optuna"]["found_enumerated_best"] in (True, False)
+    assert "Playbook" in out["rules_of_thumb"]["source"]
+    assert any((tmp_path / "launch").rglob("config.toml"))
+
+
+def test_search_table(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", *SMALL, "--trials", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "Best predicted layouts" in text and "Rules of thumb" in text
+
+
+def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["search", "--model", "1.34b", "--nodes", "1"]) == 2
+    assert "give the global batch" in capsys.readouterr().err
+    assert main(["search", *SMALL, "--objective", "speed"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--objective must be" in err
+    assert main(["search", "--nodes", "1", "--global-batch-seqs", "8"]) == 2
+    assert "give a model" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="--nodes must be"):
+        parse_nodes("a-b")
+    assert parse_nodes("1-8") == (1, 2, 4, 8)
+    assert parse_nodes("3,1") == (1, 3)
+
+
+def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    rnd = tmp_path / "round-1"
+    args = ["propose", "--round", str(rnd), "--k", "3", *SMALL]
+    assert main(args) == 0
+    assert (rnd / "proposals.csv").exists()
+    assert main(args) == 2
+    assert "never overwritten" in capsys.readouterr().err
+    proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
+    runs = proposals.assign(run_id=proposals["name"] + "/train-1", status="completed",
+                            mfu=0.3, source="synthetic")
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    capsys.readouterr()
+    assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv"),
+                 "--no-mlflow", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["metrics"]["measured"] == 3 and out["metrics"]["best_mfu_so_far"] == 0.3
+
+
+def test_heatmap_png_and_html(tmp_path: Path) -> None:
+    runs = pd.DataFrame({  # synthetic measured table
+        "model_name": ["playbook-1.34b"], "num_nodes": [1], "status": ["completed"],
+        "mfu": [0.3], "num_layers": [16], "hidden_size": [2048], "ffn_hidden_size": [8192],
+        "num_heads": [32], "vocab_size": [131072], "seq_len": [4096], "dp": [8],
+        "mbs": [2], "grad_accum": [1], "source": ["synthetic"]})
+    runs.to_csv(tmp_path / "measured.csv", index=False)
+    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--models", "1.34b",
+                 "--nodes", "1,2", "--global-batch-seqs", "16",
+                 "--measured", str(tmp_path / "measured.csv")]) == 0
+    assert (tmp_path / "fig.png").stat().st_size > 1000
+    page = (tmp_path / "fig.html").read_text()
+    assert "measured" in page and "dp8" in page and "<table>" in page

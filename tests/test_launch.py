@@ -1,0 +1,102 @@
+"""Launch files: torchtitan TOML that round-trips through the torchtitan ingest reader, quoted
+commands, and injection attempts rejected."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
+from surrogate.errors import ConfigError
+from surrogate.ingest.torchtitan import config_values
+from surrogate.launch import (
+    check_name,
+    check_path,
+    launch_problem,
+    sbatch_script,
+    torchrun_command,
+    torchtitan_toml,
+    write_launch_files,
+)
+from surrogate.presets import get_preset
+from surrogate.space import LayoutSpace
+
+
+def cfg(**layout: object) -> TrainingConfig:
+    base = dict(dp=8, tp=2, pp=1, mbs=2, grad_accum=4, zero_stage=3, sequence_parallel=True,
+                framework="torchtitan", recompute="selective")
+    return TrainingConfig(model=get_preset("8b"), cluster=ClusterConfig(num_nodes=2),
+                          layout=LayoutConfig(**{**base, **layout}))  # type: ignore[arg-type]
+
+
+def test_toml_round_trips_through_the_torchtitan_reader() -> None:
+    space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(2,),
+                        frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+    checked = 0
+    for c in space.enumerate():
+        if launch_problem(c) or c.layout.pp > 1:
+            continue
+        values, steps = config_values(tomllib.loads(torchtitan_toml(c, run_name="r")), {})
+        lay = c.layout
+        assert steps == 50
+        assert values["model"] == "llama3-8b"
+        for name in ("dp", "tp", "pp", "cp", "ep", "mbs", "grad_accum", "zero_stage",
+                     "recompute", "sequence_parallel"):
+            assert values[name] == getattr(lay, name), name
+        checked += 1
+    assert checked > 20
+
+
+def test_pipeline_toml_keeps_micro_batches_in_one_step() -> None:
+    c = cfg(dp=4, tp=2, pp=2, vpp=2, zero_stage=2)
+    doc = tomllib.loads(torchtitan_toml(c, run_name="pp"))
+    par, training = doc["parallelism"], doc["training"]
+    assert par["pipeline_parallel_degree"] == 2
+    assert par["pipeline_parallel_schedule"] == "Interleaved1F1B"
+    assert par["pipeline_parallel_microbatch_size"] == 2
+    assert training["local_batch_size"] == 2 * 4
+    assert training["global_batch_size"] == c.batch_seqs
+
+
+def test_unlaunchable_layouts_are_refused() -> None:
+    with pytest.raises(ConfigError, match="no ZeRO-1 mode"):
+        torchtitan_toml(cfg(zero_stage=1), run_name="z1")
+    with pytest.raises(ConfigError, match="launch files are torchtitan configs"):
+        torchtitan_toml(cfg(framework="nanotron", zero_stage=1), run_name="n")
+    with pytest.raises(ConfigError, match="always runs with sequence parallelism"):
+        torchtitan_toml(cfg(sequence_parallel=False), run_name="sp")
+
+
+@pytest.mark.parametrize("name", ["a;rm -rf /", "$(reboot)", "x y", "-rf", "", "a\nb", "`id`",
+                                  "a'b", "../up"])
+def test_injection_in_names_is_rejected(name: str) -> None:
+    with pytest.raises(ConfigError, match="a run name must be"):
+        check_name(name)
+    with pytest.raises(ConfigError):
+        sbatch_script(cfg(), job_name=name, config_path="config.toml")
+
+
+@pytest.mark.parametrize("path", ["a b.toml", "x;id", "$HOME/x", "../etc/passwd", "a\nb",
+                                  "q'uote", 'd"q'])
+def test_injection_in_paths_is_rejected(path: str) -> None:
+    with pytest.raises(ConfigError, match="a path written into a launch script"):
+        check_path(path)
+    with pytest.raises(ConfigError):
+        torchrun_command(cfg(), path)
+
+
+def test_commands_and_files(tmp_path: Path) -> None:
+    one = torchrun_command(cfg(), "runs/config.toml")
+    assert "--standalone" not in one and "--nnodes 2 --nproc_per_node 8" in one
+    assert one.endswith("--job.config_file runs/config.toml")
+    script = sbatch_script(cfg(), job_name="job-1", config_path="config.toml",
+                           time_limit="01:00:00")
+    assert "#SBATCH --nodes=2" in script and "#SBATCH --job-name=job-1" in script
+    with pytest.raises(ConfigError, match="HH:MM:SS"):
+        sbatch_script(cfg(), job_name="j", config_path="c.toml", time_limit="1h; id")
+    files = write_launch_files(cfg(), tmp_path / "run-1", run_name="run-1")
+    assert tomllib.loads(files.config.read_text())["job"]["description"] == "run-1"
+    assert files.launch.stat().st_mode & 0o111
+    assert "tee train.log" in files.launch.read_text()

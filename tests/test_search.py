@@ -1,0 +1,79 @@
+"""optuna search against the surrogate: constraints, RDB storage, enumeration agreement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surrogate.errors import ConfigError
+from surrogate.presets import get_preset
+from surrogate.search import Limits, rank, score_configs, search
+from surrogate.space import LayoutSpace
+
+TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
+            max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
+
+
+def tiny() -> LayoutSpace:
+    return LayoutSpace(**TINY)  # type: ignore[arg-type]
+
+
+def test_score_configs_is_one_vectorised_pass_with_intervals() -> None:
+    configs = tiny().enumerate()
+    scored = score_configs(configs)
+    assert len(scored) == len(configs)
+    done = scored.dropna(subset=["pred_mfu_lo"])
+    assert len(done) == len(scored)
+    assert (done["pred_mfu_lo"] <= done["pred_mfu"]).all()
+    assert (done["pred_mfu"] <= done["pred_mfu_hi"]).all()
+    ranked = rank(scored)
+    feasible = ranked[ranked["feasible"]]
+    assert feasible["pred_mfu"].is_monotonic_decreasing
+
+
+def test_optuna_finds_the_enumerated_best_on_a_small_space() -> None:
+    space = tiny()
+    n = len(space.enumerate())
+    result = search(space, n_trials=4 * space.size_bound(), seed=0)
+    assert result.enumerated == n
+    assert result.optuna_found_enum_best is True
+    assert result.top["key"].iloc[0] == result.enum_best["key"]  # type: ignore[index]
+    assert result.n_invalid > 0  # invalid points were met and handled as constraints
+
+
+def test_rdb_storage_is_shared_by_workers(tmp_path: Path) -> None:
+    """Two searches on one sqlite study: the second resumes it (as parallel workers would)."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    search(tiny(), n_trials=6, storage=url, study_name="shared", seed=1)
+    search(tiny(), n_trials=5, storage=url, study_name="shared", seed=2)
+    study = optuna.load_study(study_name="shared", storage=url)
+    assert len(study.trials) == 11
+
+
+def test_limits_make_layouts_infeasible() -> None:
+    strict = search(tiny(), limits=Limits(memory_margin_frac=0.99), n_trials=0,
+                    use_optuna=False)
+    assert not strict.top["feasible"].any()
+    assert strict.notes and "no layout meets the limits" in strict.notes[0]
+
+
+def test_multi_objective_pareto_front() -> None:
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    result = search(space, objective="mfu-vs-gpus", n_trials=30, seed=0)
+    front = result.pareto
+    assert front is not None and len(front) >= 1
+    # along the front, more MFU costs more GPUs (no point dominates another)
+    assert front["num_gpus"].is_monotonic_decreasing
+    with pytest.raises(ConfigError, match="needs a range of node counts"):
+        search(tiny(), objective="mfu-vs-gpus", n_trials=1)
+
+
+def test_errors() -> None:
+    with pytest.raises(ConfigError, match="max_p_oom must be between 0 and 1"):
+        Limits(max_p_oom=2.0)
+    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    with pytest.raises(ConfigError, match="enumeration limit"):
+        search(big, use_optuna=False, enumerate_limit=100)

@@ -1,0 +1,90 @@
+"""The layout space: every point it yields is valid, the derived dp and grad_accum hold, and
+the space's own rules and limits are enforced with clear errors."""
+
+from __future__ import annotations
+
+import pytest
+
+from surrogate.config import ModelConfig
+from surrogate.errors import ConfigError
+from surrogate.presets import get_preset
+from surrogate.space import LayoutSpace, batch_seqs_from_tokens, divisors, layout_key, point_of
+
+SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
+             max_vpp=2, max_mbs=4)
+
+
+def test_divisors() -> None:
+    assert divisors(12) == [1, 2, 3, 4, 6, 12]
+    assert divisors(1) == [1]
+
+
+def test_enumeration_yields_valid_layouts_with_the_batch() -> None:
+    space = LayoutSpace(**SMALL)  # type: ignore[arg-type]
+    configs = space.enumerate()
+    assert configs
+    keys = {layout_key(c) for c in configs}
+    assert len(keys) == len(configs)  # no duplicates
+    for cfg in configs:
+        lay = cfg.layout
+        assert lay.dp * lay.tp * lay.pp * lay.cp == 8
+        assert lay.dp * lay.grad_accum * lay.mbs == 32
+        assert lay.zero_stage == 0 or lay.dp > 1
+        assert lay.tp > 1 or not lay.sequence_parallel
+        assert lay.cp <= 2 and lay.vpp <= 2 and lay.mbs <= 4
+        assert space.build(point_of(cfg)) == cfg
+
+
+def test_every_valid_point_is_enumerated() -> None:
+    """The enumeration is complete: brute force over the product agrees."""
+    space = LayoutSpace(**SMALL)  # type: ignore[arg-type]
+    brute = 0
+    for point in space.points():
+        try:
+            space.build(point)
+            brute += 1
+        except ConfigError:
+            pass
+    assert brute == len(space.enumerate())
+
+
+def test_moe_space_has_ep_dividing_dp_cp_and_experts() -> None:
+    moe = ModelConfig(name="tiny-moe", num_layers=4, hidden_size=512, ffn_hidden_size=1024,
+                      num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024,
+                      num_experts=4, experts_topk=2)
+    configs = LayoutSpace(model=moe, global_batch_seqs=16, max_cp=1, max_vpp=1,
+                          recompute_modes=("none",)).enumerate()
+    eps = {c.layout.ep for c in configs}
+    assert eps == {1, 2, 4}
+    assert all((c.layout.dp * c.layout.cp) % c.layout.ep == 0 for c in configs)
+
+
+def test_torchtitan_tp_always_has_sequence_parallel() -> None:
+    space = LayoutSpace(**{**SMALL, "frameworks": ("torchtitan",)})  # type: ignore[arg-type]
+    assert all(c.layout.sequence_parallel for c in space.enumerate() if c.layout.tp > 1)
+
+
+def test_build_errors_say_what_must_hold() -> None:
+    space = LayoutSpace(**SMALL)  # type: ignore[arg-type]
+    point = dict(num_nodes=1, tp=4, pp=4, cp=1, ep=1, vpp=1, mbs=1, zero_stage=0,
+                 recompute="none", sequence_parallel=False, framework="nanotron")
+    with pytest.raises(ConfigError, match=r"tp \* pp \* cp must divide the number of GPUs"):
+        space.build(point)
+    with pytest.raises(ConfigError, match="zero_stage > 0 needs dp > 1"):
+        space.build({**point, "tp": 8, "pp": 1, "zero_stage": 1})
+    with pytest.raises(ConfigError, match="dp \\* mbs must divide the global batch"):
+        space.build({**point, "tp": 1, "pp": 1, "mbs": 32})
+
+
+def test_limits_and_size_errors() -> None:
+    with pytest.raises(ConfigError, match="zero stages must be among"):
+        LayoutSpace(**{**SMALL, "zero_stages": (3,)})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="recompute modes must be among"):
+        LayoutSpace(**{**SMALL, "recompute_modes": ("some",)})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="framework must be one of"):
+        LayoutSpace(**{**SMALL, "frameworks": ("deepspeed",)})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="more than the enumeration limit"):
+        LayoutSpace(**SMALL).enumerate(limit=10)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="positive multiple of seq_len"):
+        batch_seqs_from_tokens(1000, 4096)
+    assert batch_seqs_from_tokens(1 << 20, 4096) == 256
