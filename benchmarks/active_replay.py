@@ -1,0 +1,235 @@
+"""Replay the active-learning loop on the Playbook sweep and print how fast it finds the best.
+
+    python benchmarks/active_replay.py [--data-dir DIR] [--cells 8.86G@4,80G@16] [--max-runs 12]
+                                       [--batch 2] [--seeds 20] [--no-mlflow]
+
+For each (model, nodes) cell of the Playbook table: a SurrogateModel is trained on the *other*
+cells only (cheap settings, cached per cell under ``--cache-dir``); the loop then proposes
+``--batch`` runs per round among the cell's configurations present in the table (running one =
+reading its measured outcome), adds them to the training data and retrains, until a run within
+2% (relative) of the cell's best measured MFU is found or ``--max-runs`` runs are spent.
+
+A configuration's outcome is its best completed MFU over the table's repeats (a few
+configurations were run more than once), status completed if any repeat completed; the cell's
+best is the best of these. Baselines: random picks (``--seeds`` permutations; also the exact
+expectation (N+1)/(H+1) for N configurations with H hits), the Playbook's rules of thumb
+(:func:`surrogate.rules.rules_order` walked until a hit) and the initial model's greedy ranking
+without the loop (predicted MFU x p_completed). Prints one row per cell and the share of cells
+hit within 8 runs; logs the table and summary to MLflow (experiment ``surrogate-active-replay``)
+unless ``--no-mlflow``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from surrogate.active import Acquisition, select
+from surrogate.config import TrainingConfig, config_from_flat, config_to_flat
+from surrogate.datasource import data_dir
+from surrogate.errors import NoModelError
+from surrogate.ingest.playbook import parse_playbook
+from surrogate.learned import SurrogateModel, data_hash
+from surrogate.rules import rules_order
+from surrogate.search import Limits, score_configs
+
+CHEAP = {"n_estimators": 100}
+TOLERANCE = 0.02
+BUDGET = 8
+
+
+def cell_key(df: pd.DataFrame) -> pd.Series:
+    return df["model_name"].astype(str) + "@" + df["num_nodes"].astype(str)
+
+
+def fit_cached(runs: pd.DataFrame, cache: Path | None, seed: int = 0) -> SurrogateModel:
+    """A cheap SurrogateModel of ``runs``, loaded from ``cache`` when the same data was fitted."""
+    digest = hashlib.sha256((data_hash(runs) + json.dumps(CHEAP)).encode()).hexdigest()[:16]
+    if cache is not None:
+        d = cache / digest
+        try:
+            return SurrogateModel.load(d)
+        except NoModelError:
+            pass
+    model = SurrogateModel(status_params=CHEAP, mfu_params=CHEAP, mem_params=CHEAP, n_folds=3,
+                           seed=seed).fit(runs)
+    if cache is not None:
+        model.save(cache / digest)
+    return model
+
+
+def candidates_of(cell: pd.DataFrame) -> tuple[list[TrainingConfig], pd.DataFrame]:
+    """One candidate per distinct configuration: best completed MFU over its repeats."""
+    ids = cell.apply(lambda r: json.dumps(config_to_flat(config_from_flat(r)), sort_keys=True),
+                     axis=1)
+    cell = cell.assign(_id=ids.to_numpy())
+    rows = []
+    for cid, group in cell.groupby("_id", sort=True):
+        done = group[group["status"] == "completed"]
+        status = "completed" if len(done) else group["status"].mode().iloc[0]
+        rows.append({"_id": cid, "status": status,
+                     "mfu": float(done["mfu"].max()) if len(done) else np.nan})
+    outcome = pd.DataFrame(rows)
+    configs = [config_from_flat(json.loads(c)) for c in outcome["_id"]]
+    return configs, outcome
+
+
+def runs_until_hit(order: list[int], hit: np.ndarray) -> int | None:
+    for n, i in enumerate(order, start=1):
+        if hit[i]:
+            return n
+    return None
+
+
+def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
+                cache: Path | None) -> dict[str, Any]:
+    in_cell = cell_key(runs) == name
+    cell, others = runs[in_cell], runs[~in_cell].reset_index(drop=True)
+    configs, outcome = candidates_of(cell)
+    best = float(outcome["mfu"].max())
+    hit = (outcome["mfu"] >= (1 - TOLERANCE) * best).fillna(False).to_numpy()
+    n, h = len(configs), int(hit.sum())
+    row: dict[str, Any] = {"cell": name, "configs": n, "hits": h, "best_mfu": best}
+    if h == 0:  # no run of the cell completed: nothing to find
+        return row
+
+    model = fit_cached(others, cache)
+    limits = Limits(max_p_oom=1.0)
+    scored = score_configs(configs, model=model, limits=limits)
+    greedy = np.argsort(-(scored["pred_mfu"] * scored["p_completed"]).to_numpy(), kind="stable")
+    row["greedy"] = runs_until_hit([int(i) for i in greedy], hit)
+    row["rules"] = runs_until_hit(rules_order(configs), hit)
+    rng = np.random.default_rng(0)
+    random_counts = [runs_until_hit(list(rng.permutation(n)), hit) for _ in range(args.seeds)]
+    row["random_mean"] = float(np.mean(random_counts))
+    row["random_within_8"] = float(np.mean([c is not None and c <= BUDGET
+                                            for c in random_counts]))
+    row["random_expected"] = (n + 1) / (h + 1)
+
+    acq = Acquisition(boundary_frac=args.boundary_frac)
+    ran: list[int] = []
+    found: int | None = None
+    rounds = 0
+    while len(ran) < args.max_runs and rounds < args.max_rounds and found is None:
+        done = outcome.iloc[ran]
+        done = done[done["status"] == "completed"]
+        incumbent = float(done["mfu"].max()) if len(done) else None
+        k = min(args.batch, args.max_runs - len(ran))
+        picks = select(scored, configs, k, best_measured=incumbent,
+                       already_run=[configs[i] for i in ran], acquisition=acq)
+        rounds += 1
+        for i, _reason, _value in picks:
+            ran.append(i)
+            if hit[i] and found is None:
+                found = len(ran)
+        if found is None and len(ran) < args.max_runs:
+            observed_ids = set(outcome["_id"].iloc[ran])
+            ids = cell.apply(lambda r: json.dumps(config_to_flat(config_from_flat(r)),
+                                                  sort_keys=True), axis=1)
+            seen = cell[ids.isin(observed_ids).to_numpy()]
+            model = fit_cached(pd.concat([others, seen], ignore_index=True), None)
+            scored = score_configs(configs, model=model, limits=limits)
+    row["loop"] = found
+    row["loop_runs_spent"] = len(ran)
+    row["loop_rounds"] = rounds
+    return row
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--data-dir", default=None)
+    ap.add_argument("--cells", default=None, help="comma-separated cells, e.g. 8.86G@4,80G@16")
+    ap.add_argument("--max-runs", type=int, default=12)
+    ap.add_argument("--max-rounds", type=int, default=1000)
+    ap.add_argument("--batch", type=int, default=2, help="runs proposed per round")
+    ap.add_argument("--boundary-frac", type=float, default=0.0,
+                    help="share of each round for OOM-boundary runs (the goal here is the best)")
+    ap.add_argument("--seeds", type=int, default=20)
+    ap.add_argument("--cache-dir", default="benchmarks/.cache/active_replay")
+    ap.add_argument("--no-mlflow", action="store_true")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    path = data_dir(args.data_dir) / "sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv"
+    runs, _ = parse_playbook(path)
+    cells = sorted(cell_key(runs).unique(),
+                   key=lambda c: (float(c.split("@")[0].rstrip("G")), int(c.split("@")[1])))
+    if args.cells:
+        wanted = args.cells.split(",")
+        unknown = set(wanted) - set(cells)
+        if unknown:
+            raise SystemExit(f"unknown cells {sorted(unknown)}; cells are {', '.join(cells)}")
+        cells = [c for c in cells if c in wanted]
+    cache = Path(args.cache_dir) if args.cache_dir else None
+    rows = []
+    for name in cells:
+        t = time.perf_counter()
+        row = replay_cell(name, runs, args, cache)
+        row["seconds"] = round(time.perf_counter() - t, 1)
+        rows.append(row)
+        if row["hits"] == 0:
+            print(f"{name:>9}: no completed run, skipped", flush=True)
+            continue
+        print(f"{name:>9}: loop {row['loop']}  rules {row['rules']}  greedy {row['greedy']}  "
+              f"random {row['random_mean']:.1f}  ({row['seconds']} s)", flush=True)
+    table = pd.DataFrame(rows)
+    skipped = table[table["hits"] == 0]["cell"].tolist()
+    table = table[table["hits"] > 0].reset_index(drop=True)
+    for col in ("greedy", "rules", "loop"):
+        table[col] = pd.to_numeric(table[col], errors="coerce")
+    within = {
+        "loop": float(np.mean([not pd.isna(r) and r <= BUDGET for r in table["loop"]])),
+        "greedy": float(np.mean([not pd.isna(r) and r <= BUDGET for r in table["greedy"]])),
+        "rules": float(np.mean([not pd.isna(r) and r <= BUDGET for r in table["rules"]])),
+        "random": float(table["random_within_8"].mean()),
+    }
+    elapsed = time.perf_counter() - t0
+    pd.set_option("display.width", 200)
+    print(f"\nruns until one within {TOLERANCE:.0%} (relative) of the cell's best measured MFU "
+          f"(loop: {args.batch} per round, retrained each round, at most {args.max_runs}; "
+          f"NaN: not found)")
+    print(table.drop(columns=["random_within_8"]).to_string(index=False, float_format="%.3f"))
+    if skipped:
+        print(f"cells without a completed run (not counted): {', '.join(skipped)}")
+    print(f"\nshare of {len(table)} cells hit within {BUDGET} runs: "
+          + ", ".join(f"{k} {v:.0%}" for k, v in within.items()))
+    print(f"median runs: loop {table['loop'].median()}, rules {table['rules'].median()}, "
+          f"greedy {table['greedy'].median()}, random (mean over seeds) "
+          f"{table['random_mean'].median():.1f}")
+    print(f"total time {elapsed:.0f} s")
+    if not args.no_mlflow:
+        log_mlflow(table, within, vars(args), elapsed)
+
+
+def log_mlflow(table: pd.DataFrame, within: dict[str, float], params: dict[str, Any],
+               elapsed: float) -> None:
+    import tempfile
+
+    import mlflow
+
+    from surrogate.active import tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("surrogate-active-replay")
+    with mlflow.start_run(run_name="playbook-replay"):
+        mlflow.log_params({k: v for k, v in params.items() if v is not None})
+        mlflow.log_metrics({f"within_{BUDGET}.{k}": v for k, v in within.items()}
+                           | {"cells": float(len(table)), "seconds": elapsed})
+        with tempfile.TemporaryDirectory() as tmp:
+            out = Path(tmp) / "active_replay.csv"
+            table.to_csv(out, index=False)
+            mlflow.log_artifact(str(out))
+    print(f"logged to MLflow ({uri}, experiment surrogate-active-replay)")
+
+
+if __name__ == "__main__":
+    main()
