@@ -108,7 +108,7 @@ def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
     record["model"]["data_hash"] = "0" * 64
     with pytest.raises(DataError, match="is not the one that proposed round 1"):
         load_round_model(record)
-    with pytest.raises(DataError, match="round.json missing"):
+    with pytest.raises(DataError, match=r"round\.json missing"):
         read_round(tmp_path)
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "round.json").write_text("{")
