@@ -88,8 +88,10 @@ def _cells(grid: pd.DataFrame) -> list[Cell]:
         grid["model"], grid["num_nodes"], grid["mfu"], grid["layout"], strict=True)]
 
 
-def _pivot(grid: pd.DataFrame) -> tuple[list[str], list[int]]:
-    cells = _cells(grid)
+def _axes(grids: dict[str, pd.DataFrame]) -> tuple[list[str], list[int]]:
+    """Rows (models, in the order the first grid lists them) and columns (node counts) shared
+    by every grid, so that the figures side by side line up."""
+    cells = [c for g in grids.values() for c in _cells(g)]
     models = list(dict.fromkeys(c[0] for c in cells))
     nodes = sorted({c[1] for c in cells})
     return models, nodes
@@ -105,8 +107,8 @@ def draw_png(grids: dict[str, pd.DataFrame], path: str | Path) -> Path:
 
     fig, axes = plt.subplots(1, len(grids), figsize=(9 * len(grids), 7), squeeze=False)
     vmax = max(float(g["mfu"].max()) for g in grids.values() if len(g)) if grids else 1.0
+    models, nodes = _axes(grids)
     for ax, (title, grid) in zip(axes[0], grids.items(), strict=True):
-        models, nodes = _pivot(grid)
         values = np.full((len(models), len(nodes)), np.nan)
         labels = [["" for _ in nodes] for _ in models]
         for model, n, value, layout in _cells(grid):
@@ -151,8 +153,8 @@ def write_html(grids: dict[str, pd.DataFrame], path: str | Path, *, title: str) 
              "<style>body{font-family:sans-serif}table{border-collapse:collapse;margin:1em}"
              "td,th{border:1px solid #999;padding:4px;font-size:12px;text-align:center}"
              "</style>", f"<h1>{html.escape(title)}</h1>"]
+    models, nodes = _axes(grids)
     for name, grid in grids.items():
-        models, nodes = _pivot(grid)
         cells = {(c[0], c[1]): c for c in _cells(grid)}
         parts.append(f"<h2>{html.escape(name)}</h2><table><tr><th>model \\ nodes</th>"
                      + "".join(f"<th>{n}</th>" for n in nodes) + "</tr>")
