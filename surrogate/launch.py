@@ -92,9 +92,8 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     Batch mapping: without pipeline parallelism ``local_batch_size`` = mbs and
     ``global_batch_size`` = mbs x dp x grad_accum (torchtitan accumulates the difference). With
     it, one optimizer step is ``grad_accum`` pipeline micro-batches: ``local_batch_size`` =
-    mbs x grad_accum and ``pipeline_parallel_microbatch_size`` = mbs. (The torchtitan ingest
-    reads ``local_batch_size`` as mbs, so a pipeline TOML reads back as mbs x grad_accum with
-    grad_accum 1.)"""
+    mbs x grad_accum and ``pipeline_parallel_microbatch_size`` = mbs (the torchtitan ingest
+    reads both back to the same mbs and grad_accum)."""
     problem = launch_problem(cfg)
     if problem:
         raise ConfigError(f"cannot write a torchtitan config: {problem}")

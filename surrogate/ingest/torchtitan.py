@@ -18,7 +18,9 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
 - ``[model] name, flavor``: llama3 8B / 70B / 405B map to the presets ``llama3-*``; other
   models need ``--set model=...`` or the shape columns.
 - ``[training] local_batch_size`` (older ``batch_size``) -> mbs, ``seq_len``, ``steps``,
-  ``global_batch_size`` (if > 0) -> grad_accum = global / (local x dp).
+  ``global_batch_size`` (if > 0) -> grad_accum = global / (local x dp). With pipeline
+  parallelism, ``[parallelism] pipeline_parallel_microbatch_size`` is the mbs and the local
+  batch holds local / mbs of them: grad_accum = (local / mbs) x global / (local x dp).
 - ``[parallelism]`` dp = replicate x shard degrees (shard -1 fills the world, which then
   needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (shard > 1) is
   ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
@@ -103,8 +105,22 @@ def config_values(
     else:
         out["zero_stage"] = 0
     local = training.get("local_batch_size", training.get("batch_size"))
+    # With pipeline parallelism torchtitan splits the local batch into pipeline micro-batches
+    # of pipeline_parallel_microbatch_size: those are our mbs and (times any gradient
+    # accumulation steps) our grad_accum.
+    pp_mbs = par.get("pipeline_parallel_microbatch_size")
+    split = 1
     if local is not None:
         out["mbs"] = int(local)
+        if pp > 1 and pp_mbs is not None:
+            if int(local) % int(pp_mbs):
+                raise DataError(
+                    f"local_batch_size ({local}) must be a multiple of "
+                    f"pipeline_parallel_microbatch_size ({pp_mbs})"
+                )
+            out["mbs"] = int(pp_mbs)
+            split = int(local) // int(pp_mbs)
+            out["grad_accum"] = split
     if training.get("seq_len") is not None:
         out["seq_len"] = int(training["seq_len"])
     gbs = int(training.get("global_batch_size", -1) or -1)
@@ -115,7 +131,7 @@ def config_values(
                 f"global_batch_size ({gbs}) must be a multiple of local_batch_size x dp "
                 f"({per_step})"
             )
-        out["grad_accum"] = gbs // per_step
+        out["grad_accum"] = split * (gbs // per_step)
     mode = str(ac.get("mode", "none")).lower()
     if mode in ("none", "selective", "full"):
         out["recompute"] = mode
