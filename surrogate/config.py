@@ -195,6 +195,11 @@ class LayoutConfig:
             )
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
+        if self.vpp > 1 and not traits.interleaved_pipeline:
+            raise ConfigError(
+                f"framework {traits.name} has no interleaved pipeline schedule: vpp must be 1, "
+                f"got vpp={self.vpp}"
+            )
 
     @property
     def model_parallel_size(self) -> int:

@@ -21,6 +21,8 @@ class FrameworkTraits:
     """ZeRO stages the framework implements."""
     versions: tuple[str, ...]
     """Known implementation versions, oldest first; the last is the default."""
+    interleaved_pipeline: bool
+    """Has an interleaved (virtual-stage) pipeline schedule, i.e. allows vpp > 1."""
     source: str
 
 
@@ -32,10 +34,14 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=True,
             zero_stages=(0, 1),
             versions=("pre-pp-fix", "pp-fix"),
+            interleaved_pipeline=False,
             source=(
                 "huggingface/nanotron: FP32GradientAccumulator (accumulate_grad_in_fp32=True in "
                 "every Playbook run), ZeROs 0 and 1 (optim/zero.py); 'pp-fix' marks the pipeline "
-                "engine optimisation of the Playbook's after_pp_fix column"
+                "engine optimisation of the Playbook's after_pp_fix column; its pipeline "
+                "engines are "
+                "all-forward-all-backward and 1F1B (parallel/pipeline_parallel/engine.py), no "
+                "interleaved schedule"
             ),
         ),
         FrameworkTraits(
@@ -43,6 +49,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=True,
             zero_stages=(0, 1, 3),
             versions=("core",),
+            interleaved_pipeline=True,
             source=(
                 "NVIDIA/Megatron-LM arguments.py: accumulate_allreduce_grads_in_fp32 is forced on "
                 "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3"
@@ -53,6 +60,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=False,
             zero_stages=(0, 1, 2, 3),
             versions=("main",),
+            interleaved_pipeline=True,
             source=(
                 "pytorch/torchtitan: FSDP2 keeps sharded fp32 parameters and reduces gradients "
                 "into them (no extra accumulation buffer); reshard_after_forward=False is ZeRO-2"

@@ -156,6 +156,8 @@ def test_layout_degrees_are_positive_integers(name, value):
         (dict(framework="torchtitan", framework_version="pp-fix"),
          r"framework_version for torchtitan must be one of main, got 'pp-fix'"),
         (dict(vpp=2), r"vpp > 1 needs pp > 1, got pp=1 vpp=2"),
+        (dict(pp=2, vpp=2), r"framework nanotron has no interleaved pipeline schedule: "
+                            r"vpp must be 1, got vpp=2"),
     ],
 )
 def test_layout_rules(change, match):
@@ -178,7 +180,7 @@ def test_layout_rules(change, match):
          r"num_heads must be divisible by tp, got num_heads=12 tp=8"),
         (dict(model=dict(SMALL, num_layers=2), dp=2, pp=4),
          r"num_layers must be >= pp \* vpp .*got num_layers=2 pp=4 vpp=1 \(4\)"),
-        (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2),
+        (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2, framework="megatron"),
          r"num_layers must be divisible by pp \* vpp for interleaved pipelines, got "
          r"num_layers=6 pp=2 vpp=2 \(4\)"),
         (dict(model=dict(SMALL, seq_len=1004), dp=1, cp=8),

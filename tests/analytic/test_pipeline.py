@@ -28,7 +28,9 @@ def test_bubble_matches_the_seed_formula_over_a_grid(config):
 
 @pytest.mark.parametrize("pp,vpp,m", [(2, 2, 4), (4, 2, 8), (4, 4, 1), (8, 2, 16)])
 def test_interleaving_divides_the_idle_part_by_vpp(config, pp, vpp, m):
-    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, vpp=vpp, grad_accum=m)])
+    c = to_cols(
+        [config("playbook-1.34b", dp=1, pp=pp, vpp=vpp, grad_accum=m, framework="megatron")]
+    )
     idle = (pp - 1) / vpp
     assert pipeline.bubble_fraction(c)[0] == pytest.approx(idle / (m + idle))
     plain = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)])
@@ -42,7 +44,7 @@ def test_first_stage_holds_min_p_m_microbatches(config, pp, m):
 
 
 def test_interleaved_inflight_factor(config):
-    c = to_cols([config("playbook-1.34b", dp=1, pp=4, vpp=2, grad_accum=8)])
+    c = to_cols([config("playbook-1.34b", dp=1, pp=4, vpp=2, grad_accum=8, framework="megatron")])
     assert pipeline.first_stage_inflight(c)[0] == pytest.approx(4 * (1 + 3 / 8))
 
 
