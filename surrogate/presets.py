@@ -86,6 +86,37 @@ def playbook_model(run_name: str) -> ModelConfig:
     return base
 
 
+MODEL_SHAPE_FIELDS: tuple[str, ...] = (
+    "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "vocab_size", "seq_len",
+)
+"""The model columns that have no default (num_kv_heads defaults to num_heads)."""
+
+
+def model_values(
+    preset: str | None, hf_config: str | Path | None, *, seq_len: int | None = None
+) -> dict[str, Any]:
+    """The model columns of a Hugging Face config (which wins) or a preset, as a dict that
+    flags can then override; empty when neither is given."""
+    from dataclasses import asdict
+
+    if hf_config is not None:
+        return asdict(model_from_hf_config(hf_config, seq_len=seq_len))
+    if preset is not None:
+        return asdict(get_preset(str(preset)))
+    return {}
+
+
+def require_model_shape(values: dict[str, Any], *, sources: str) -> None:
+    """Raise ConfigError naming the missing shape flags; ``sources`` lists where a model can
+    come from (e.g. '--model PRESET, --hf-config FILE')."""
+    missing = [n for n in MODEL_SHAPE_FIELDS if n not in values]
+    if missing:
+        raise ConfigError(
+            f"give a model: {sources} or the shape flags "
+            f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})"
+        )
+
+
 def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> ModelConfig:
     """Read a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen-style keys).
 

@@ -42,26 +42,15 @@ def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
     """Merge preset < config file < flags into one TrainingConfig."""
-    from dataclasses import asdict
+    from surrogate.config import config_from_flat
+    from surrogate.presets import model_values, require_model_shape
 
-    from surrogate.config import MODEL_FIELDS, config_from_flat
-    from surrogate.presets import get_preset, model_from_hf_config
-
-    values: dict[str, Any] = {}
     preset = preset or file_values.pop("model", None)
-    if hf_config is not None:
-        seq = flags.get("seq_len") or file_values.get("seq_len")
-        values.update(asdict(model_from_hf_config(hf_config, seq_len=seq)))
-    elif preset is not None:
-        values.update(asdict(get_preset(str(preset))))
+    seq = flags.get("seq_len") or file_values.get("seq_len")
+    values = model_values(preset, hf_config, seq_len=seq)
     values.update(file_values)
     values.update({k: v for k, v in flags.items() if v is not None})
-    missing = [f for f in MODEL_FIELDS[:7] if f not in values and f != "num_kv_heads"]
-    if missing:
-        raise ConfigError(
-            "give a model: --model PRESET, --hf-config FILE, --config FILE or the shape flags "
-            f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})"
-        )
+    require_model_shape(values, sources="--model PRESET, --hf-config FILE, --config FILE")
     return config_from_flat(values)
 
 

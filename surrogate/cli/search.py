@@ -59,24 +59,14 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
 def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
                  shape: dict[str, Any]) -> Any:
     """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
-    from dataclasses import asdict
-
     from surrogate.config import ModelConfig
-    from surrogate.presets import get_preset, model_from_hf_config
+    from surrogate.presets import model_values, require_model_shape
 
-    values: dict[str, Any] = {}
-    if hf_config is not None:
-        values.update(asdict(model_from_hf_config(hf_config, seq_len=seq_len)))
-    elif preset is not None:
-        values.update(asdict(get_preset(preset)))
+    values = model_values(preset, hf_config, seq_len=seq_len)
     values.update({k: v for k, v in shape.items() if v is not None})
     if seq_len is not None:
         values["seq_len"] = seq_len
-    need = ("num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "vocab_size", "seq_len")
-    missing = [n for n in need if n not in values]
-    if missing:
-        raise ConfigError("give a model: --model PRESET, --hf-config FILE or the shape flags "
-                          f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})")
+    require_model_shape(values, sources="--model PRESET, --hf-config FILE")
     values.setdefault("num_kv_heads", values["num_heads"])
     return ModelConfig(**values)
 
