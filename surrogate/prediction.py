@@ -273,6 +273,30 @@ def _predict_configs(
     return preds
 
 
+def _prediction_columns(
+    configs: Sequence[TrainingConfig],
+    profile: str | Path | PerfModel | None,
+    model: SurrogateModel | None,
+) -> dict[str, np.ndarray]:
+    """:data:`PRED_COLUMNS` as arrays, straight from the vectorised models (no per-row objects)."""
+    c, out, _ = analytic_for(configs, profile)
+    if model is not None:
+        from surrogate.features import features_from_analytic
+
+        learned = model.predict_from_features(features_from_analytic(c, out), out)
+        return {col: learned[col] for col in PRED_COLUMNS}
+    return {
+        "p_oom": out["p_oom"],
+        "pred_status": np.where(out["p_oom"] < 0.5, "completed", "oom").astype(object),
+        "pred_mfu": out["mfu"],
+        "pred_mfu_lo": np.full(len(configs), np.nan),
+        "pred_mfu_hi": np.full(len(configs), np.nan),
+        "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
+        "pred_step_time_s": out["step_time_s"],
+        "pred_peak_mem_gib": out["mem_reserved"] / GIB,
+    }
+
+
 def predict_frame(
     df: pd.DataFrame,
     *,
@@ -298,20 +322,9 @@ def predict_frame(
     for col in PRED_COLUMNS:
         out[col] = np.nan
     out["pred_status"] = pd.Series([None] * len(df), index=df.index, dtype="object")
-    preds = _predict_configs(configs, profile, learned)
-    values: dict[str, list[Any]] = {col: [] for col in PRED_COLUMNS}
-    for p in preds:
-        values["p_oom"].append(p.p_oom)
-        values["pred_status"].append(p.status)
-        values["pred_mfu"].append(p.mfu)
-        values["pred_mfu_lo"].append(p.mfu_lo)
-        values["pred_mfu_hi"].append(p.mfu_hi)
-        values["pred_tokens_per_s_per_gpu"].append(p.tokens_per_s_per_gpu)
-        values["pred_step_time_s"].append(p.step_time_s)
-        values["pred_peak_mem_gib"].append(p.peak_reserved_gib)
     if ok_rows:
         ok_index = out.index[ok_rows]
-        for col, vals in values.items():
+        for col, vals in _prediction_columns(configs, profile, learned).items():
             out.loc[ok_index, col] = vals
     out["error"] = errors
     return out
