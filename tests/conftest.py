@@ -1,4 +1,4 @@
-"""Shared fixtures: the public Playbook sweep (skipped when the data is absent)."""
+"""Shared fixtures: the public Playbook sweep and microbenchmark data (skipped when absent)."""
 
 from __future__ import annotations
 
@@ -28,3 +28,13 @@ def playbook_subset(playbook_runs: pd.DataFrame) -> pd.DataFrame:
     two = playbook_runs[playbook_runs["hidden_size"].isin([2048, 4096])]
     return two.sample(400, random_state=0).reset_index(drop=True)
 
+
+@pytest.fixture
+def mbench_data_dir() -> Path:
+    """The public data directory, if it holds the microbenchmark files."""
+    from surrogate.datasource import data_dir
+
+    d = data_dir()
+    if not (d / "microbench").is_dir():
+        pytest.skip(f"public microbenchmark data not found under {d} (SURROGATE_DATA_DIR)")
+    return d

@@ -16,16 +16,6 @@ from surrogate.microbench_table import rows_to_microbench
 H100 = get_gpu("H100")
 
 
-@pytest.fixture
-def mbench_data_dir() -> Path:
-    from surrogate.datasource import data_dir
-
-    d = data_dir()
-    if not (d / "microbench").is_dir():
-        pytest.skip(f"public microbenchmark data not found under {d} (SURROGATE_DATA_DIR)")
-    return d
-
-
 def _eff(m: float, n: float, k: float) -> float:
     return 0.8 / (1 + 100 / m + 200 / n + 50 / k + 1e7 / (m * n * k))
 

@@ -15,16 +15,6 @@ FIX = Path(__file__).parent / "fixtures"
 EXCERPT = FIX / "mbench_nccl_2node_excerpt.log"
 
 
-@pytest.fixture
-def mbench_data_dir() -> Path:
-    from surrogate.datasource import data_dir
-
-    d = data_dir()
-    if not (d / "microbench").is_dir():
-        pytest.skip(f"public microbenchmark data not found under {d} (SURROGATE_DATA_DIR)")
-    return d
-
-
 def test_excerpt_rows_both_halves_and_conventions() -> None:
     df, rep = parse_nccl_tests(EXCERPT)
     validate_microbench(df)

@@ -14,16 +14,6 @@ from surrogate.microbench_table import validate_microbench
 FIX = Path(__file__).parent / "fixtures"
 
 
-@pytest.fixture
-def mbench_data_dir() -> Path:
-    from surrogate.datasource import data_dir
-
-    d = data_dir()
-    if not (d / "microbench").is_dir():
-        pytest.skip(f"public microbenchmark data not found under {d} (SURROGATE_DATA_DIR)")
-    return d
-
-
 def test_matmul_excerpt() -> None:
     df, rep = parse_xla_table(FIX / "mbench_xla_matmul_excerpt.txtpb")
     validate_microbench(df)
