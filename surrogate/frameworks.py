@@ -66,6 +66,20 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "into them (no extra accumulation buffer); reshard_after_forward=False is ZeRO-2"
             ),
         ),
+        FrameworkTraits(
+            name="llm-foundry",
+            fp32_grad_accumulation=False,
+            zero_stages=(0, 2, 3),
+            versions=("composer-fsdp1",),
+            interleaved_pipeline=False,
+            source=(
+                "mosaicml/llm-foundry (scripts/train/benchmarking) on mosaicml/composer's "
+                "PyTorch FSDP (FSDP1) wrapper: with amp the sharded parameters stay fp32 and "
+                "gradients are reduced into fp32 sharded gradients, with no separate "
+                "accumulation buffer; sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD "
+                "are ZeRO 0 / 2 / 3; no tensor or pipeline parallelism"
+            ),
+        ),
     )
 }
 

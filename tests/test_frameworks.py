@@ -32,8 +32,8 @@ def test_lookup_is_case_and_space_insensitive():
 
 
 def test_unknown_framework():
-    with pytest.raises(ConfigError, match=r"framework must be one of megatron, nanotron, "
-                                          r"torchtitan, got 'colossal'"):
+    with pytest.raises(ConfigError, match=r"framework must be one of llm-foundry, megatron, "
+                                          r"nanotron, torchtitan, got 'colossal'"):
         get_framework("colossal")
 
 

@@ -28,13 +28,19 @@ def ingest_cmd(
         typer.Option("--set", help="KEY=VALUE for what a log lacks (a configuration column, "
                      "model=PRESET, source, hardware, date). Repeatable."),
     ] = None,
+    network: Annotated[
+        bool,
+        typer.Option("--network", help="Read a Playbook table's per-run network measurements "
+                     "(all-reduce, all-gather, reduce-scatter bandwidths) into a microbenchmark "
+                     "table instead of its runs into a sweep table."),
+    ] = False,
 ) -> int:
     """Parse training logs, sweep tables or microbenchmark output into a table."""
     from surrogate.ingest.dispatch import ingest
     from surrogate.ingest.runconfig import parse_assignments
 
     given = parse_assignments(set_values or [])
-    result = ingest(paths, into, fmt=fmt, given=given)
+    result = ingest(paths, into, fmt=fmt, given=given, network=network)
     typer.echo(result.report.summary())
     typer.echo(result.append_summary)
     return 0

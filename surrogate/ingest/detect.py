@@ -12,10 +12,11 @@ from typing import Literal, get_args
 from surrogate.errors import DataError
 
 Format = Literal[
-    "playbook", "nanotron", "torchtitan", "megatron", "nccl-tests", "xla", "microbench-jsonl"
+    "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
+    "microbench-jsonl",
 ]
 FORMATS: tuple[str, ...] = get_args(Format)
-SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron")
+SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron", "llm-foundry")
 MICROBENCH_FORMATS: tuple[str, ...] = ("nccl-tests", "xla", "microbench-jsonl")
 _HEAD_BYTES = 1 << 20
 
@@ -29,7 +30,7 @@ def check_format(name: str) -> Format:
 
 def detect_format(path: str | Path) -> Format:
     """The format of ``path``; DataError if the file is missing or its format unknown."""
-    from surrogate.ingest import megatron, nanotron, playbook, torchtitan
+    from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan
 
     p = Path(path)
     try:
@@ -47,6 +48,8 @@ def detect_format(path: str | Path) -> Format:
         return "xla"
     if suffix == ".jsonl":
         return "microbench-jsonl"
+    if any(llmfoundry.is_table_header(line) for line in head.splitlines()):
+        return "llm-foundry"
     if all(m in head for m in nanotron.MARKERS) or nanotron.LOGGER_PREFIX.search(head):
         return "nanotron"
     if any(m in head for m in torchtitan.MARKERS) or torchtitan.STEP_LINE.search(head):

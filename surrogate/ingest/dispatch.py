@@ -4,7 +4,9 @@ Sweep formats (training runs) go to :func:`surrogate.sweeps.append_sweeps`; micr
 formats go to the parsers of the microbenchmark table (``surrogate.ingest.nccl_tests``,
 ``xla_tables``, ``microbench_jsonl``) and ``surrogate.microbench_table.append_microbench``,
 imported only when such a file is ingested. One call writes one table, so sweep and
-microbenchmark files cannot be mixed.
+microbenchmark files cannot be mixed. ``network=True`` reads a Playbook table's per-run network
+measurements (:mod:`surrogate.ingest.playbook_network`) into a microbenchmark table instead of
+its runs into a sweep table.
 """
 
 from __future__ import annotations
@@ -26,7 +28,9 @@ from surrogate.ingest.detect import (
 )
 from surrogate.ingest.report import IngestReport
 
-CANDIDATE_SUFFIXES = frozenset({".csv", ".out", ".log", ".txt", ".txtpb", ".pbtxt", ".jsonl"})
+CANDIDATE_SUFFIXES = frozenset(
+    {".csv", ".out", ".log", ".txt", ".txtpb", ".pbtxt", ".jsonl", ".md"}
+)
 """Files considered inside a directory given to ``ingest`` (``status.txt`` excepted)."""
 
 _MICROBENCH_PARSERS: dict[str, tuple[str, str]] = {
@@ -81,17 +85,37 @@ def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def parse_file(path: Path, fmt: Format, given: Mapping[str, Any]) -> Parsed:
-    """Run the parser of ``fmt`` on ``path``."""
+def parse_file(
+    path: Path, fmt: Format, given: Mapping[str, Any], *, network: bool = False
+) -> Parsed:
+    """Run the parser of ``fmt`` on ``path`` (``network``: the Playbook network columns)."""
+    if network and fmt != "playbook":
+        raise DataError(
+            "--network reads the per-run network measurements of a Playbook table; "
+            f"{path} is {fmt} output"
+        )
     if fmt == "playbook":
         if given:
             raise DataError(
                 "--set fills what a log lacks; the Playbook table carries its own configuration, "
                 f"got --set {', '.join(given)}"
             )
+        if network:
+            from surrogate.ingest.playbook_network import parse_playbook_network
+
+            return parse_playbook_network(path)
         from surrogate.ingest.playbook import parse_playbook
 
         return parse_playbook(path)
+    if fmt == "llm-foundry":
+        if given:
+            raise DataError(
+                "--set fills what a log lacks; the llm-foundry tables carry their own "
+                f"configuration, got --set {', '.join(given)}"
+            )
+        from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+        return parse_llmfoundry(path)
     if fmt == "nanotron":
         from surrogate.ingest.nanotron import parse_nanotron
 
@@ -115,8 +139,13 @@ def ingest(
     *,
     fmt: str | None = None,
     given: Mapping[str, Any] | None = None,
+    network: bool = False,
 ) -> IngestResult:
-    """Parse every file under ``paths`` and append the rows to the table ``into``."""
+    """Parse every file under ``paths`` and append the rows to the table ``into``.
+
+    ``network``: every file must be a Playbook table, whose network measurements go to a
+    microbenchmark table.
+    """
     report = IngestReport()
     forced = check_format(fmt) if fmt else None
     files = expand(paths, report)
@@ -132,7 +161,13 @@ def ingest(
             report.files.append(str(f))
             report.skip(str(f), None, f"unknown format ({e})")
             continue
-        kinds.setdefault("sweep" if file_fmt in SWEEP_FORMATS else "microbench", str(f))
+        if network and file_fmt != "playbook":
+            raise DataError(
+                "--network reads the per-run network measurements of a Playbook table; "
+                f"{f} is {file_fmt} output"
+            )
+        sweep = file_fmt in SWEEP_FORMATS and not network
+        kinds.setdefault("sweep" if sweep else "microbench", str(f))
         planned.append((f, file_fmt))
     if len(kinds) > 1:
         raise DataError(
@@ -142,7 +177,7 @@ def ingest(
         )
     frames: list[pd.DataFrame] = []
     for f, file_fmt in planned:
-        df, rep = parse_file(f, file_fmt, given or {})
+        df, rep = parse_file(f, file_fmt, given or {}, network=network)
         report.merge(rep)
         if not df.empty:
             frames.append(df)
