@@ -32,6 +32,7 @@ import pandas as pd
 
 from surrogate.analytic.perf import COLLECTIVE_OPS, bus_factor
 from surrogate.errors import DataError
+from surrogate.fabric import fit_fabric
 from surrogate.hardware import canonical_gpu_name, get_gpu
 from surrogate.microbench_table import GEMM_OP, validate_microbench
 from surrogate.profile import CalibrationProfile, CollectiveCurve, GemmCurve
@@ -255,7 +256,21 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
         measured.append(fit_collective_curve(rows, op, g, inter))
         used[rows.index] = True
     all_curves = _complete(measured, gpu)
-    if not any(c.inter_node for c in all_curves):
+    fabric = fit_fabric(coll, spec.inter_node_bw_bytes_per_s, spec.inter_node_latency_s)
+    if fabric is not None:
+        laws = "; ".join(
+            f"{cv.op}: {len(cv.nodes)} node counts "
+            f"({', '.join(f'{n:g}' for n in cv.nodes)}), beyond them law {cv.law}"
+            + (" (chosen by held-out node counts: "
+               + ", ".join(f"{k} {v:.3f}" for k, v in sorted(cv.law_scores.items(),
+                                                              key=lambda kv: kv[1])) + ")"
+               if cv.law_scores else " (fewer than 3 node counts: nothing to choose on)")
+            for cv in fabric.curves.values())
+        notes_out.append(
+            "Inter-node collectives: time = latency + size x bus factor / (ranks per node x "
+            f"{spec.inter_node_bw_bytes_per_s:.3g} B/s per NIC x fabric efficiency by node "
+            f"count) (surrogate.fabric); {laws}; ops without a curve use all_reduce's")
+    elif not any(c.inter_node for c in all_curves):
         notes_out.append("no inter-node measurement: inter-node collectives use the datasheet "
                          "model")
     notes_out.append(
@@ -270,5 +285,5 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
         name=name or f"{gpu} calibrated", gpu=gpu,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         gemm=curves, collectives=tuple(all_curves), sources=sources,
-        excluded=ex.as_list(), notes=tuple(notes_out),
+        excluded=ex.as_list(), notes=tuple(notes_out), fabric=fabric,
     )

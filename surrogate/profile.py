@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from functools import lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -33,8 +34,9 @@ from typing import Any, Literal
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor
+from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
 from surrogate.errors import DataError
+from surrogate.fabric import Fabric
 
 SCHEMA_VERSION = 1
 Provenance = Literal["measured", "extrapolated"]
@@ -191,6 +193,9 @@ class CalibrationProfile:
     excluded: tuple[dict[str, Any], ...] = ()
     """Rows not used, with the reason and count."""
     notes: tuple[str, ...] = ()
+    fabric: Fabric | None = None
+    """The network between nodes as a function of scale (``surrogate.fabric``); when set it
+    answers every collective whose group spans nodes, else the inter-node curves do."""
     schema_version: int = SCHEMA_VERSION
     _index: dict[tuple[str, bool], list[CollectiveCurve]] = field(
         default_factory=dict, init=False, repr=False)
@@ -226,16 +231,23 @@ class CalibrationProfile:
         return best, float(bus_factor(op, group_size) / bus_factor(op, best.group_size))
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols
+        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        ranks_per_node: Array | None = None,
     ) -> Array:
         size, group, inter = np.broadcast_arrays(
             np.asarray(size_bytes, dtype=np.float64), np.asarray(group_size, dtype=np.float64),
             np.asarray(inter_node, dtype=np.float64))
         out = np.zeros(size.shape)
         fallback = np.zeros(size.shape, dtype=bool)
+        if self.fabric is not None and bool(np.any(inter > 0)):
+            across = (inter > 0) & (group > 1)
+            local = np.broadcast_to(local_ranks(group, c, ranks_per_node), size.shape)
+            t = self.fabric.time_s(op, size, group, local, c)
+            out = np.where(across, np.broadcast_to(t, size.shape), out)
+            inter = np.where(across, -1.0, inter)  # answered
         for g, x in {(float(a), float(b)) for a, b in zip(group.ravel(), inter.ravel(),
                                                           strict=True)}:
-            if g <= 1:
+            if g <= 1 or x < 0:
                 continue
             mask = (group == g) & (inter == x)
             try:
@@ -245,7 +257,8 @@ class CalibrationProfile:
                 continue
             out[mask] = cv(size[mask]) * factor
         if fallback.any():
-            spec = SpecPerfModel().collective_time_s(op, size, group, inter, c)
+            spec = SpecPerfModel().collective_time_s(op, size, group, np.abs(inter), c,
+                                                     ranks_per_node)
             out = np.where(fallback, spec, out)
         return out
 
@@ -255,6 +268,7 @@ class CalibrationProfile:
             "schema_version": self.schema_version, "name": self.name, "gpu": self.gpu,
             "created": self.created, "notes": list(self.notes), "sources": list(self.sources),
             "excluded": list(self.excluded),
+            "fabric": None if self.fabric is None else self.fabric.to_json(),
             "gemm": {d: cv.to_json() for d, cv in self.gemm.items()},
             "collectives": [cv.to_json() for cv in self.collectives],
         }
@@ -271,6 +285,7 @@ class CalibrationProfile:
                 collectives=tuple(CollectiveCurve.from_json(v) for v in d["collectives"]),
                 sources=tuple(d.get("sources", ())), excluded=tuple(d.get("excluded", ())),
                 notes=tuple(d.get("notes", ())),
+                fabric=Fabric.from_json(d["fabric"]) if d.get("fabric") else None,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, DataError):
@@ -295,13 +310,31 @@ class CalibrationProfile:
             raise
 
 
+def shipped_profiles() -> list[str]:
+    """Names of the profiles shipped in the package (``surrogate/data/profiles``)."""
+    folder = resources.files("surrogate").joinpath("data", "profiles")
+    return sorted(f.name.removesuffix(".json") for f in folder.iterdir()
+                  if f.name.endswith(".json"))
+
+
+@lru_cache(maxsize=8)
+def _shipped(name: str) -> CalibrationProfile:
+    res = resources.files("surrogate").joinpath("data", "profiles", f"{name}.json")
+    return CalibrationProfile.from_json(json.loads(res.read_text()))
+
+
 def load_profile(path: str | Path) -> CalibrationProfile:
-    """Read a profile written by ``surrogate calibrate``; DataError if missing or malformed."""
+    """Read a profile written by ``surrogate calibrate``, or a shipped one by name
+    (:func:`shipped_profiles`); DataError if missing or malformed. Shipped profiles are
+    cached and shared: treat them as read-only."""
     p = Path(path)
+    if not p.exists() and p.suffix == "" and str(path) in shipped_profiles():
+        return _shipped(str(path))
     try:
         d = json.loads(p.read_text())
     except FileNotFoundError:
-        raise DataError(f"calibration profile {str(p)!r} does not exist") from None
+        raise DataError(f"calibration profile {str(p)!r} does not exist (a file, or one of "
+                        f"the shipped profiles: {', '.join(shipped_profiles())})") from None
     except json.JSONDecodeError as e:
         raise DataError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(d, dict):
@@ -314,8 +347,7 @@ def default_profile(gpu_name: str) -> CalibrationProfile | None:
     or None when none is shipped."""
     from surrogate.hardware import canonical_gpu_name
 
-    res = resources.files("surrogate").joinpath("data", "profiles",
-                                                f"{canonical_gpu_name(gpu_name)}.json")
-    if not res.is_file():
+    name = canonical_gpu_name(gpu_name)
+    if not resources.files("surrogate").joinpath("data", "profiles", f"{name}.json").is_file():
         return None
-    return CalibrationProfile.from_json(json.loads(res.read_text()))
+    return _shipped(name)

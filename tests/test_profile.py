@@ -85,3 +85,22 @@ def test_load_errors(tmp_path: Path) -> None:
                                               "sizes_bytes": [2, 1], "times_s": [1, 2]}]}))
     with pytest.raises(DataError, match="sizes must increase"):
         load_profile(p)
+
+
+def test_two_named_profiles_ship_with_a_fabric() -> None:
+    from surrogate.profile import shipped_profiles
+
+    assert {"H100-SXM-80GB", "hf-playbook-cluster"} <= set(shipped_profiles())
+    healthy, playbook = load_profile("H100-SXM-80GB"), load_profile("hf-playbook-cluster")
+    assert healthy.fabric is not None and playbook.fabric is not None
+    nodes = np.array([2.0, 64.0, 1024.0])
+    flat = healthy.fabric.efficiency("all_reduce", nodes)
+    assert flat[0] == pytest.approx(flat[2])  # one measured node count: held flat
+    measured = playbook.fabric.efficiency("all_reduce", nodes)
+    assert measured[0] > 5 * measured[1] > 5 * measured[2]  # that cluster's collapse
+    assert playbook.fabric.curves["all_reduce"].law_scores  # chosen on held-out counts
+
+
+def test_unknown_profile_names_the_shipped_ones() -> None:
+    with pytest.raises(DataError, match="hf-playbook-cluster"):
+        load_profile("no-such-profile")

@@ -52,13 +52,28 @@ def spans_nodes(c: Cols) -> dict[str, Array]:
     }
 
 
+def ranks_per_node(c: Cols) -> dict[str, Array]:
+    """Ranks of one group of each dimension that share a node (their NICs carry the group's
+    inter-node traffic): the group size, capped by the node's GPUs over the dimension's stride
+    (rank order in the module docstring); a pipeline pair across nodes has one rank a node."""
+    g = c["gpus_per_node"]
+    tp, cp, dp = c["tp"], c["cp"], c["dp"]
+
+    def share(size: Array, stride: Array) -> Array:
+        return np.maximum(np.minimum(size, g / stride), 1.0)
+
+    return {"tp": np.minimum(tp, g), "cp": share(cp, tp), "ep": share(c["ep"], tp),
+            "dp": share(dp, tp * cp), "pp": np.ones_like(tp)}
+
+
 def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     """Exposed TP communication of one layer, one micro-batch, forward and backward."""
     size = 2 * tokens_per_rank(c) * c["hidden_size"]
     inter = spans_nodes(c)["tp"]
-    ar = perf.collective_time_s("all_reduce", size, c["tp"], inter, c)
-    ag = perf.collective_time_s("all_gather", size, c["tp"], inter, c)
-    rs = perf.collective_time_s("reduce_scatter", size, c["tp"], inter, c)
+    local = ranks_per_node(c)["tp"]
+    ar = perf.collective_time_s("all_reduce", size, c["tp"], inter, c, local)
+    ag = perf.collective_time_s("all_gather", size, c["tp"], inter, c, local)
+    rs = perf.collective_time_s("reduce_scatter", size, c["tp"], inter, c, local)
     sp = c["sequence_parallel"] > 0
     return 4 * np.where(sp, ag + rs, ar)
 
@@ -68,14 +83,15 @@ def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     kv = c["num_kv_heads"] * c["hidden_size"] / c["num_heads"]
     chunk = 2 * 2 * tokens_per_rank(c) * kv / c["tp"]
     pair = perf.collective_time_s("send_recv", chunk, np.full_like(chunk, 2.0),
-                                  spans_nodes(c)["cp"], c)
+                                  spans_nodes(c)["cp"], c, np.ones_like(chunk))
     return np.where(c["cp"] > 1, 3 * (c["cp"] - 1) * pair, 0.0)
 
 
 def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     """Expert all-to-alls of one MoE layer, one micro-batch, forward and backward."""
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
-    t = perf.collective_time_s("all_to_all", size, c["ep"], spans_nodes(c)["ep"], c)
+    t = perf.collective_time_s("all_to_all", size, c["ep"], spans_nodes(c)["ep"], c,
+                               ranks_per_node(c)["ep"])
     return np.where((c["ep"] > 1) & (c["num_experts"] >= 2), 4 * t, 0.0)
 
 
@@ -83,7 +99,8 @@ def pp_time_per_slot_s(c: Cols, perf: PerfModel) -> Array:
     """Activation send forward plus gradient send backward of one micro-batch slot."""
     size = 2 * tokens_per_rank(c) * c["hidden_size"]
     size = np.where((c["sequence_parallel"] > 0) & (c["tp"] > 1), size / c["tp"], size)
-    t = perf.collective_time_s("send_recv", size, np.full_like(size, 2.0), spans_nodes(c)["pp"], c)
+    t = perf.collective_time_s("send_recv", size, np.full_like(size, 2.0), spans_nodes(c)["pp"], c,
+                               np.ones_like(size))
     return np.where(c["pp"] > 1, 2 * t, 0.0)
 
 
@@ -97,13 +114,14 @@ def dp_times_s(
     """
     group = c["dp"] * c["cp"]
     inter = spans_nodes(c)["dp"]
+    local = ranks_per_node(c)["dp"]
     # Expert gradients really reduce over dp x cp / ep replicas; one group is an approximation.
     params = dense_params + expert_params
     grad_bytes = params * np.where(c["fp32_grad_accumulation"] > 0, 4.0, 2.0)
     z = c["zero_stage"]
-    ar = perf.collective_time_s("all_reduce", grad_bytes, group, inter, c)
-    rs = perf.collective_time_s("reduce_scatter", grad_bytes, group, inter, c)
-    ag = perf.collective_time_s("all_gather", 2 * params, group, inter, c)
+    ar = perf.collective_time_s("all_reduce", grad_bytes, group, inter, c, local)
+    rs = perf.collective_time_s("reduce_scatter", grad_bytes, group, inter, c, local)
+    ag = perf.collective_time_s("all_gather", 2 * params, group, inter, c, local)
     return {
         "grad_reduce": np.where(z == 0, ar, rs),
         "param_gather": np.where((z == 1) | (z == 2), ag, 0.0),

@@ -61,15 +61,31 @@ class PerfModel(Protocol):
         ...
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols
+        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        ranks_per_node: Array | None = None,
     ) -> Array:
         """Seconds for one ``op`` of ``size_bytes`` over ``group_size`` ranks; ``inter_node``
-        (0/1) says whether the group spans nodes. Zero where group_size <= 1."""
+        (0/1) says whether the group spans nodes, ``ranks_per_node`` how many of its ranks
+        share a node (None: as many as fit, up to the node's GPUs). Zero where
+        group_size <= 1."""
         ...
+
+
+def local_ranks(group_size: Array, c: Cols, ranks_per_node: Array | None) -> Array:
+    """``ranks_per_node`` or, when not given, the group packed into nodes of
+    ``gpus_per_node`` (8 when the columns do not say)."""
+    if ranks_per_node is not None:
+        return np.asarray(ranks_per_node, dtype=np.float64)
+    g = np.asarray(c.get("gpus_per_node", 8.0), dtype=np.float64)
+    return np.asarray(np.minimum(np.asarray(group_size, dtype=np.float64), g), dtype=np.float64)
 
 
 class SpecPerfModel:
     """Datasheet figures: a ring over the slowest link, with a fixed GEMM efficiency.
+
+    Across nodes the slowest link of a ring is the network, and a group with g ranks on each
+    node drives g NICs in parallel (NCCL runs one ring channel per NIC), so its bus bandwidth
+    is g x the per-GPU network rate, at most the NVLink rate.
 
     ``gemm_efficiency_frac`` = 0.70 is an assumption (well-shaped BF16 GEMMs on Hopper reach
     roughly 70-80% of the dense peak; see the XLA tables in ``../shared/data/microbench/xla``);
@@ -85,9 +101,12 @@ class SpecPerfModel:
         return np.full(np.broadcast(m, n, k).shape, self.gemm_efficiency_frac)
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols
+        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        ranks_per_node: Array | None = None,
     ) -> Array:
-        bw = np.where(inter_node > 0, c["inter_node_bw"], c["intra_node_bw"])
+        g = local_ranks(group_size, c, ranks_per_node)
+        network = np.minimum(g * c["inter_node_bw"], c["intra_node_bw"])
+        bw = np.where(inter_node > 0, network, c["intra_node_bw"])
         lat = np.where(inter_node > 0, c["inter_node_latency_s"], c["intra_node_latency_s"])
         t = ring_steps(op, group_size) * lat + size_bytes * bus_factor(op, group_size) / bw
         return np.where(group_size > 1, t, 0.0)

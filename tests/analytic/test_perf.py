@@ -30,8 +30,13 @@ def test_collective_time_by_hand():
     size = np.array([1e9])
     intra = perf.collective_time_s("all_reduce", size, np.array([4.0]), np.array([0.0]), c)
     assert intra[0] == pytest.approx(6 * 1e-5 + 1e9 * 1.5 / 100e9)
-    inter = perf.collective_time_s("all_gather", size, np.array([4.0]), np.array([1.0]), c)
+    # one rank a node: one NIC per rank; four ranks a node: four NICs (capped by NVLink)
+    inter = perf.collective_time_s("all_gather", size, np.array([4.0]), np.array([1.0]), c,
+                                   np.array([1.0]))
     assert inter[0] == pytest.approx(3 * 2e-5 + 1e9 * 0.75 / 10e9)
+    packed = perf.collective_time_s("all_gather", size, np.array([16.0]), np.array([1.0]), c,
+                                    np.array([4.0]))
+    assert packed[0] == pytest.approx(15 * 2e-5 + 1e9 * 15 / 16 / 40e9)
     for op in COLLECTIVE_OPS:
         assert perf.collective_time_s(op, size, np.array([1.0]), np.array([0.0]), c)[0] == 0
 
