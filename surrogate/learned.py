@@ -13,7 +13,15 @@
 
 scikit-learn conventions: ``__init__`` stores settings, ``fit`` learns, fitted attributes end in
 ``_``. :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar
-(features, versions, training-data hash, metrics); no pickle.
+(features, versions, training-data hash, metrics, domain); no pickle.
+
+Features are dimensionless physics (``surrogate.features``), and each training run is explained
+under its own cluster (``surrogate.clusters``). Off the training domain
+(``surrogate.domain``: an unseen GPU or framework, or a scale beyond the data) the throughput
+and memory corrections shrink toward the analytic answer by the domain weight w
+(factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
+by 1 + distance in doublings (at most 4) around the shrunk answer and always holds the analytic
+answer and the unshrunk learned interval; ``extrapolation`` says along what.
 """
 
 from __future__ import annotations
@@ -27,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, Domain
 from surrogate.errors import DataError, NoModelError
 from surrogate.features import FEATURE_NAMES
 
@@ -34,7 +43,7 @@ if TYPE_CHECKING:
     import lightgbm as lgb
     import pandas as pd
 
-FORMAT = "surrogate.model/1"
+FORMAT = "surrogate.model/2"
 STATUS_CLASSES: tuple[str, ...] = ("completed", "oom", "fail")
 DEFAULT_PARAMS: dict[str, Any] = {
     "n_estimators": 400,
@@ -48,6 +57,9 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 """LightGBM settings when none are tuned (``training`` tunes them with optuna)."""
 _FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose": -1}
+_CATEGORICAL = ["framework_code"]
+"""Features LightGBM treats as categories (fit argument ``categorical_feature``)."""
+_MAX_WIDEN = 4.0
 _MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
 _SMALL_BATCH = 2048
 """Below this many rows a booster predicts on one thread: starting OpenMP threads costs
@@ -98,7 +110,9 @@ class SurrogateModel:
         coverage: float = 0.8,
         n_folds: int = 5,
         seed: int = 0,
+        shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
     ) -> None:
+        self.shrink_doublings = shrink_doublings
         self.status_params = status_params
         self.mfu_params = mfu_params
         self.mem_params = mem_params
@@ -116,14 +130,13 @@ class SurrogateModel:
         import lightgbm as lgb
         from sklearn.model_selection import GroupKFold
 
-        from surrogate.config import config_from_flat
-        from surrogate.features import build_features
+        from surrogate.features import features_for_runs
 
         if len(runs) == 0:
             raise DataError("cannot fit on an empty sweep table")
         runs = runs.reset_index(drop=True)
         y_status = status_labels(runs["status"])
-        X, out = build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+        X, out, cols = features_for_runs(runs, profile)
         done = (y_status == 0) & (runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) > 0)
         y_mfu = np.log(runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) / out[
             "tokens_per_s_per_gpu"
@@ -139,14 +152,14 @@ class SurrogateModel:
             )
         present = np.unique(y_status)
         status = lgb.LGBMClassifier(**self._params(self.status_params))
-        status.fit(X, y_status)
+        status.fit(X, y_status, categorical_feature=_CATEGORICAL)
         self.status_classes_ = [STATUS_CLASSES[i] for i in present]
         self.status_model_ = status.booster_
         mfu = lgb.LGBMRegressor(**self._params(self.mfu_params))
-        mfu.fit(X[done], y_mfu[done])
+        mfu.fit(X[done], y_mfu[done], categorical_feature=_CATEGORICAL)
         self.mfu_model_ = mfu.booster_
         mem = lgb.LGBMRegressor(**self._params(self.mem_params))
-        mem.fit(X[mem_ok], y_mem[mem_ok])
+        mem.fit(X[mem_ok], y_mem[mem_ok], categorical_feature=_CATEGORICAL)
         self.mem_model_ = mem.booster_
 
         alpha = (1 - self.coverage) / 2
@@ -161,17 +174,18 @@ class SurrogateModel:
 
         for train, test in GroupKFold(n_splits=n_splits).split(Xd, yd, groups):
             lo, hi = quantile(alpha), quantile(1 - alpha)
-            lo.fit(Xd.iloc[train], yd[train])
-            hi.fit(Xd.iloc[train], yd[train])
+            lo.fit(Xd.iloc[train], yd[train], categorical_feature=_CATEGORICAL)
+            hi.fit(Xd.iloc[train], yd[train], categorical_feature=_CATEGORICAL)
             q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
             scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
         level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
         self.conformal_q_ = float(np.quantile(scores, level))
         lo, hi = quantile(alpha), quantile(1 - alpha)
-        lo.fit(Xd, yd)
-        hi.fit(Xd, yd)
+        lo.fit(Xd, yd, categorical_feature=_CATEGORICAL)
+        hi.fit(Xd, yd, categorical_feature=_CATEGORICAL)
         self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
         self.feature_names_ = list(FEATURE_NAMES)
+        self.domain_ = Domain.from_cols(cols, self.shrink_doublings)
         self.data_hash_ = data_hash(runs)
         self.n_train_ = {"runs": len(runs), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
@@ -184,32 +198,51 @@ class SurrogateModel:
             raise NoModelError("this SurrogateModel is not fitted: call fit() or load() first")
 
     def predict_from_features(
-        self, X: pd.DataFrame, out: dict[str, np.ndarray]
-    ) -> dict[str, np.ndarray]:
-        """Predictions from features and the analytic outputs they came from."""
+        self, X: pd.DataFrame, out: dict[str, np.ndarray], cols: dict[str, np.ndarray],
+        *, shrink_doublings: float | None = None,
+    ) -> dict[str, Any]:
+        """Predictions from features, the analytic outputs and the analytic columns they came
+        from (module doc: shrinkage off the domain). ``shrink_doublings`` overrides the
+        model's own (evaluation compares settings on one fit)."""
         self._check_fitted()
         if list(X.columns) != self.feature_names_:
             raise DataError("features do not match the model's feature_names_")
+        where = self.domain_.assess(cols, shrink_doublings)
+        w = where.weight
         probs = _booster_predict(self.status_model_, X)
         p = np.zeros((len(X), len(STATUS_CLASSES)))
         for j, name in enumerate(self.status_classes_):
             p[:, STATUS_CLASSES.index(name)] = probs[:, j] if probs.ndim == 2 else probs
-        factor = np.exp(_booster_predict(self.mfu_model_, X))
-        lo = np.exp(_booster_predict(self.mfu_lo_model_, X) - self.conformal_q_)
-        hi = np.exp(_booster_predict(self.mfu_hi_model_, X) + self.conformal_q_)
-        lo, hi = np.minimum(lo, factor), np.maximum(hi, factor)
-        mem = out["mem_reserved"] * np.exp(_booster_predict(self.mem_model_, X))
+        p_oom = w * p[:, 1] + (1 - w) * out["p_oom"]
+        p_fail = w * p[:, 2]
+        p_done = np.clip(1.0 - p_oom - p_fail, 0.0, 1.0)
+        stacked = np.stack([p_done, p_oom, p_fail], axis=1)
+        f = _booster_predict(self.mfu_model_, X)
+        q_lo = _booster_predict(self.mfu_lo_model_, X) - self.conformal_q_
+        q_hi = _booster_predict(self.mfu_hi_model_, X) + self.conformal_q_
+        q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
+        center = w * f
+        outside = where.distance > 0
+        widen = 1.0 + np.minimum(where.distance, _MAX_WIDEN)
+        lo = np.where(outside, np.minimum(np.minimum(center + (q_lo - f) * widen, q_lo), 0.0),
+                      q_lo)
+        hi = np.where(outside, np.maximum(np.maximum(center + (q_hi - f) * widen, q_hi), 0.0),
+                      q_hi)
+        factor = np.exp(center)
+        mem = out["mem_reserved"] * np.exp(w * _booster_predict(self.mem_model_, X))
         return {
-            "p_completed": p[:, 0],
-            "p_oom": p[:, 1],
-            "p_fail": p[:, 2],
-            "pred_status": np.array(STATUS_CLASSES, dtype=object)[p.argmax(axis=1)],
+            "p_completed": p_done,
+            "p_oom": p_oom,
+            "p_fail": p_fail,
+            "pred_status": np.array(STATUS_CLASSES, dtype=object)[stacked.argmax(axis=1)],
             "pred_mfu": out["mfu"] * factor,
-            "pred_mfu_lo": out["mfu"] * lo,
-            "pred_mfu_hi": out["mfu"] * hi,
+            "pred_mfu_lo": out["mfu"] * np.exp(lo),
+            "pred_mfu_hi": out["mfu"] * np.exp(hi),
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
             "pred_step_time_s": out["step_time_s"] / factor,
             "pred_peak_mem_gib": mem / 2**30,
+            "domain_weight": w,
+            "extrapolation": np.array(where.reasons, dtype=object),
         }
 
     def explain(self, X: pd.DataFrame, *, top: int = 8) -> list[dict[str, float]]:
@@ -228,11 +261,10 @@ class SurrogateModel:
 
     def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
         """Predictions for TrainingConfigs (arrays keyed like ``predict --from-csv`` columns)."""
-        from surrogate.features import build_features
+        from surrogate.features import build_features_cols
 
         self._check_fitted()  # before the features, which fail on an empty list
-        X, out = build_features(list(configs), profile)
-        return self.predict_from_features(X, out)
+        return self.predict_from_features(*build_features_cols(list(configs), profile))
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path) -> Path:
@@ -257,6 +289,7 @@ class SurrogateModel:
             "params": {"status": self.status_params, "mfu": self.mfu_params,
                        "mem": self.mem_params},
             "data_hash": self.data_hash_,
+            "domain": self.domain_.to_json(),
             "n_train": self.n_train_,
             "metrics": self.metrics_,
             "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
@@ -310,6 +343,8 @@ class SurrogateModel:
         model.conformal_q_ = float(meta["conformal_q"])
         model.feature_names_ = list(meta["feature_names"])
         model.data_hash_ = meta["data_hash"]
+        model.domain_ = Domain.from_json(meta["domain"])
+        model.shrink_doublings = model.domain_.shrink_doublings
         model.n_train_ = meta["n_train"]
         model.metrics_ = meta.get("metrics", {})
         return model

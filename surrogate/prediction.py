@@ -13,7 +13,7 @@ fall back to the analytic model with a warning.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -39,13 +39,14 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "models" / "default"
 
 PRED_COLUMNS: tuple[str, ...] = (
     "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
+    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "extrapolation",
 )
 """Columns ``predict --from-csv`` adds to the input columns (and ``error``).
 
 ``pred_peak_mem_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
 GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``); the
-device total adds the CUDA context (``Prediction.peak_mem_gib``)."""
+device total adds the CUDA context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty
+where the learned model has data, else what lies outside it (``surrogate.domain``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +78,12 @@ class Prediction:
     explanation: dict[str, float] | None = None
     """With ``explain=True`` and a learned model: the largest SHAP contributions to
     log(measured / analytic throughput), by feature."""
+    extrapolation: str = ""
+    """Empty inside the learned model's data; else what lies outside it (the correction then
+    shrinks toward the analytic answer by ``domain_weight`` and the interval widens)."""
+    domain_weight: float = float("nan")
+    """Share of the learned correction kept (1 inside the data, 0 for an unseen GPU or
+    framework); NaN for the analytic model alone."""
 
     @property
     def fits(self) -> bool:
@@ -120,6 +127,9 @@ class Prediction:
             "peak_reserved_gib": self.peak_reserved_gib,
             "analytic_mfu": None if np.isnan(self.analytic_mfu) else self.analytic_mfu,
             "explanation": self.explanation,
+            "extrapolates": bool(self.extrapolation),
+            "extrapolation": self.extrapolation,
+            "domain_weight": None if np.isnan(self.domain_weight) else self.domain_weight,
             "step_time_s": self.step_s | {"total": self.step_time_s},
             "bubble_frac": self.bubble_frac,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -160,20 +170,36 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
 
 
 def analytic_for(
-    configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
+    configs: Sequence[TrainingConfig],
+    profile: str | Path | PerfModel | Sequence[Any] | None = None,
+    *,
+    extra: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-    """Columns, analytic outputs and the PerfModel name of each configuration, in order
-    (configurations are grouped by GPU so that each group uses its GPU's profile)."""
+    """Columns, analytic outputs and the PerfModel name of each configuration, in order.
+
+    ``profile`` is one profile for every configuration or a sequence of one per
+    configuration; ``extra`` adds per-configuration columns the PerfModel may read (e.g.
+    ``net_scale``). Configurations are grouped by (GPU, profile) so that each group uses its
+    own PerfModel."""
     n = len(configs)
-    by_gpu: dict[str, list[int]] = {}
+    per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
+    if per_config and len(profile) != n:  # type: ignore[arg-type]
+        raise ValueError(f"one profile per configuration: got {len(profile)} for {n}")  # type: ignore[arg-type]
+    groups: dict[tuple[str, int], list[int]] = {}
+    keys: dict[int, Any] = {}
     for i, cfg in enumerate(configs):
-        by_gpu.setdefault(cfg.cluster.gpu, []).append(i)
+        prof = profile[i] if per_config else profile  # type: ignore[index]
+        key = id(prof) if not isinstance(prof, str | Path) else hash(str(prof))
+        keys[key] = prof
+        groups.setdefault((cfg.cluster.gpu, key), []).append(i)
     cols: dict[str, np.ndarray] = {}
     outs: dict[str, np.ndarray] = {}
     names = [""] * n
-    for gpu, idx in by_gpu.items():
-        perf = resolve_perf_model(gpu, profile)
+    for (gpu, key), idx in groups.items():
+        perf = resolve_perf_model(gpu, keys[key])
         c = to_cols([configs[i] for i in idx])
+        for name, values in (extra or {}).items():
+            c[name] = np.asarray(values, dtype=np.float64)[idx]
         out = analytic_columns(c, perf)
         for target, part in ((cols, c), (outs, out)):
             for k, v in part.items():
@@ -231,7 +257,7 @@ def _predict_configs(
         from surrogate.features import features_from_analytic
 
         X = features_from_analytic(c, out)
-        learned = model.predict_from_features(X, out)
+        learned = model.predict_from_features(X, out, c)
         if explain:
             contrib = model.explain(X)
     preds = []
@@ -259,6 +285,8 @@ def _predict_configs(
                 learned_reserved_gib=float(learned["pred_peak_mem_gib"][j]),
                 source="learned",
                 explanation=contrib[j] if contrib else None,
+                extrapolation=str(learned["extrapolation"][j]),
+                domain_weight=float(learned["domain_weight"][j]),
             ))
         else:
             preds.append(Prediction(
@@ -283,7 +311,7 @@ def _prediction_columns(
     if model is not None:
         from surrogate.features import features_from_analytic
 
-        learned = model.predict_from_features(features_from_analytic(c, out), out)
+        learned = model.predict_from_features(features_from_analytic(c, out), out, c)
         return {col: learned[col] for col in PRED_COLUMNS}
     return {
         "p_oom": out["p_oom"],
@@ -294,6 +322,7 @@ def _prediction_columns(
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
         "pred_step_time_s": out["step_time_s"],
         "pred_peak_mem_gib": out["mem_reserved"] / GIB,
+        "extrapolation": np.full(len(configs), "", dtype=object),
     }
 
 
@@ -322,6 +351,7 @@ def predict_frame(
     for col in PRED_COLUMNS:
         out[col] = np.nan
     out["pred_status"] = pd.Series([None] * len(df), index=df.index, dtype="object")
+    out["extrapolation"] = pd.Series([""] * len(df), index=df.index, dtype="object")
     if ok_rows:
         ok_index = out.index[ok_rows]
         for col, vals in _prediction_columns(configs, profile, learned).items():

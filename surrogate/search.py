@@ -47,7 +47,7 @@ Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
 SCORE_COLUMNS: tuple[str, ...] = (
     "layout", "num_gpus", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
     "pred_step_time_s", "pred_peak_mem_gib", "capacity_gib", "p_oom", "p_fail", "p_completed",
-    "analytic_mfu", "analytic_fits", "feasible",
+    "analytic_mfu", "analytic_fits", "feasible", "extrapolation",
 )
 
 
@@ -94,11 +94,12 @@ def score_configs(
     cap = c["memory_bytes"]
     analytic_fits = out["mem_total"] <= cap
     if learned is not None:
-        pred = learned.predict_from_features(features_from_analytic(c, out), out)
+        pred = learned.predict_from_features(features_from_analytic(c, out), out, c)
         peak = pred["pred_peak_mem_gib"] * GIB + context
         cols = {k: pred[k] for k in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
                                      "pred_tokens_per_s_per_gpu", "pred_step_time_s", "p_oom",
                                      "p_fail", "p_completed")}
+        extrapolation = pred["extrapolation"]
     else:
         peak = out["mem_total"]
         nan = np.full(len(configs), np.nan)
@@ -106,6 +107,7 @@ def score_configs(
                 "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
                 "pred_step_time_s": out["step_time_s"], "p_oom": out["p_oom"], "p_fail": nan,
                 "p_completed": 1.0 - out["p_oom"]}
+        extrapolation = np.full(len(configs), "", dtype=object)
     frame = pd.DataFrame([config_to_flat(cfg) for cfg in configs])
     frame["layout"] = [layout_label(cfg) for cfg in configs]
     frame["num_gpus"] = [cfg.cluster.num_gpus for cfg in configs]
@@ -117,6 +119,7 @@ def score_configs(
     frame["analytic_fits"] = analytic_fits
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
         peak <= (1.0 - limits.memory_margin_frac) * cap)
+    frame["extrapolation"] = extrapolation
     frame["key"] = [layout_key(cfg) for cfg in configs]
     return frame
 

@@ -9,7 +9,7 @@ import pytest
 
 from surrogate.config import config_from_flat
 from surrogate.errors import DataError, NoModelError
-from surrogate.features import build_features
+from surrogate.features import build_features_cols
 from surrogate.learned import STATUS_CLASSES, SurrogateModel, cell_groups
 
 SMALL = {"n_estimators": 20, "num_leaves": 15}  # fast fits
@@ -95,9 +95,9 @@ def test_broken_sidecars_raise(fitted, tmp_path):
 
 
 def test_feature_mismatch_raises(fitted, configs):
-    X, out = build_features(configs)
+    X, out, cols = build_features_cols(configs)
     with pytest.raises(DataError, match="features do not match"):
-        fitted.predict_from_features(X[list(X.columns)[::-1]], out)
+        fitted.predict_from_features(X[list(X.columns)[::-1]], out, cols)
 
 
 def test_bad_training_tables_raise(playbook_subset):
@@ -109,3 +109,19 @@ def test_bad_training_tables_raise(playbook_subset):
         _model().fit(bad)
     with pytest.raises(DataError, match="completed runs"):
         _model().fit(playbook_subset[playbook_subset["status"] != "completed"].head(50))
+
+
+def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
+    """Off its data the learned prediction is the physics, widened and labelled."""
+    from dataclasses import replace
+
+    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None))
+             for c in configs[:5]]
+    X, out, cols = build_features_cols(titan)
+    pred = fitted.predict_from_features(X, out, cols)
+    assert (pred["domain_weight"] == 0).all()
+    assert pred["pred_mfu"] == pytest.approx(out["mfu"])
+    assert (pred["pred_mfu_lo"] <= out["mfu"]).all() and (out["mfu"] <= pred["pred_mfu_hi"]).all()
+    assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
+    inside = fitted.predict_from_features(*build_features_cols(configs[:5]))
+    assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])

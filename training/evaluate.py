@@ -42,7 +42,7 @@ PROTOCOLS: dict[str, str] = {
 }
 DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
 PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                              "pred_peak_mem_gib")
+                              "pred_peak_mem_gib", "domain_weight")
 NODES_TRAIN_MAX = 16
 
 
@@ -79,11 +79,10 @@ def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None) -> pd.DataF
     """The analytic model's answers in the learned model's columns (baseline)."""
     import pandas as pd
 
-    from surrogate.config import config_from_flat
-    from surrogate.features import build_features
+    from surrogate.features import features_for_runs
     from surrogate.hardware import GIB
 
-    _, out = build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+    _, out, _ = features_for_runs(runs, profile)
     return pd.DataFrame({
         "p_oom": out["p_oom"],
         "pred_status": np.where(out["p_oom"] > 0.5, "oom", "completed"),
@@ -91,6 +90,7 @@ def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None) -> pd.DataF
         "pred_mfu_lo": np.nan,
         "pred_mfu_hi": np.nan,
         "pred_peak_mem_gib": out["mem_reserved"] / GIB,
+        "domain_weight": 0.0,
     }, index=runs.index)
 
 
@@ -162,9 +162,10 @@ def evaluate_protocol(
     seed: int = 0,
     n_folds: int = 5,
     profile: Any = None,
+    shrink_doublings: float | None = None,
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
-    pooled test parts."""
+    pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default)."""
     import pandas as pd
 
     runs = runs.reset_index(drop=True)
@@ -178,7 +179,8 @@ def evaluate_protocol(
                                mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
         model.fit(runs.iloc[train], profile=profile)
         test_runs = runs.iloc[test]
-        pred = model.predict_from_features(*_features(test_runs, profile))
+        pred = model.predict_from_features(*_features(test_runs, profile),
+                                           shrink_doublings=shrink_doublings)
         part = test_runs.copy()
         for k in PRED_KEYS:
             part[k] = pred[k]
@@ -193,11 +195,11 @@ def evaluate_protocol(
                           analytic_metrics=accuracy_metrics(base), n_splits=n)
 
 
-def _features(runs: pd.DataFrame, profile: Any) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
-    from surrogate.config import config_from_flat
-    from surrogate.features import build_features
+def _features(runs: pd.DataFrame, profile: Any) -> tuple[
+        pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
+    from surrogate.features import features_for_runs
 
-    return build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+    return features_for_runs(runs, profile)
 
 
 def evaluate(

@@ -57,7 +57,12 @@ def load_runs(
                 f"the Playbook sweep is not at {str(path)!r}: run `surrogate data fetch`, set "
                 "SURROGATE_DATA_DIR, or pass --no-playbook with --sweeps"
             )
-        frames.append(parse_playbook(path)[0])
+        from surrogate.clusters import attach_net_scale
+        from surrogate.ingest.playbook import SOURCE
+        from surrogate.ingest.playbook_network import parse_playbook_network
+
+        frames.append(attach_net_scale(parse_playbook(path)[0],
+                                       parse_playbook_network(path)[0], SOURCE))
     for p in sweep_paths:
         frames.append(read_sweeps(p))
     if not frames:

@@ -58,13 +58,12 @@ class Prepared:
 
 def prepare(runs: pd.DataFrame, *, profile: Any = None) -> Prepared:
     """Features and targets of a sweep table, as :meth:`SurrogateModel.fit` computes them."""
-    from surrogate.config import config_from_flat
-    from surrogate.features import build_features
+    from surrogate.features import features_for_runs
 
     if len(runs) == 0:
         raise DataError("cannot tune on an empty sweep table")
     runs = runs.reset_index(drop=True)
-    X, out = build_features([config_from_flat(r) for r in runs.to_dict("records")], profile)
+    X, out, _ = features_for_runs(runs, profile)
     y_status = status_labels(runs["status"])
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=float)
     done = (y_status == 0) & (tps > 0)

@@ -13,14 +13,19 @@ import numpy as np
 from numpy.typing import NDArray
 
 from surrogate.config import RECOMPUTE_MODES, TrainingConfig
-from surrogate.frameworks import get_framework
-from surrogate.hardware import GIB
+from surrogate.frameworks import FRAMEWORKS, get_framework
+from surrogate.hardware import GIB, GPUS
 
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
 
 RECOMPUTE_CODE = {name: float(i) for i, name in enumerate(RECOMPUTE_MODES)}
 """none -> 0, selective -> 1, full -> 2."""
+FRAMEWORK_VERSIONS: tuple[str, ...] = tuple(
+    f"{fw.name}/{v}" for fw in FRAMEWORKS.values() for v in fw.versions)
+"""Every known (framework, version) as ``name/version``; ``framework_code`` is the index."""
+GPU_NAMES: tuple[str, ...] = tuple(GPUS)
+"""The hardware table's GPUs; ``gpu_code`` is the index."""
 
 _NUMERIC = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
@@ -52,6 +57,9 @@ def config_row(cfg: TrainingConfig) -> dict[str, float]:
         fp32_grad_accumulation=float(fw.fp32_grad_accumulation),
         is_nanotron=float(fw.name == "nanotron"),
         framework_version_rank=float(fw.versions.index(lay.framework_version or fw.versions[-1])),
+        gpu_code=float(GPU_NAMES.index(c.gpu)),
+        framework_code=float(FRAMEWORK_VERSIONS.index(
+            f"{fw.name}/{lay.framework_version or fw.versions[-1]}")),
     )
     return row
 

@@ -56,6 +56,7 @@ def build_config(
 
 def _print_table(pred: Any) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from surrogate.hardware import GIB
@@ -79,6 +80,13 @@ def _print_table(pred: Any) -> None:
             f"{(pred.memory_bytes['total'] - pred.memory_bytes['cuda_context']) / GIB:.1f} GiB "
             "analytic; the tables below are the analytic breakdown"
         )
+        if pred.extrapolation:
+            console.print(
+                f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; the learned "
+                f"correction keeps {pred.domain_weight:.0%} of itself (the rest is the "
+                "analytic answer) and the interval is widened", highlight=False)
+        else:
+            console.print("inside the learned model's data (no extrapolation)")
     mem = Table(title="Memory of the most loaded GPU (GiB)")
     mem.add_column("term")
     mem.add_column("GiB", justify="right")

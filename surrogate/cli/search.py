@@ -210,6 +210,12 @@ def search_cmd(
     for note in result.notes:
         console.print(f"[yellow]{note}[/]")
     console.print(_table("Best predicted layouts", result.top))
+    outside = sorted({str(x) for x in result.top.get("extrapolation", []) if x})
+    if outside:
+        from rich.markup import escape
+
+        console.print("[yellow]these predictions extrapolate[/] (the learned correction "
+                      "shrinks toward the analytic answer): " + escape(" | ".join(outside)))
     if result.pareto is not None:
         console.print(_table(f"Pareto front ({objective})", result.pareto))
     console.print(_table("Rules of thumb pick (Playbook)", rules_row))

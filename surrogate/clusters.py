@@ -1,0 +1,65 @@
+"""Which cluster a run ran on, so that training explains each run under its own network.
+
+A learned correction must learn what physics misses, not what one cluster's network did. So
+every training run's analytic prediction uses the calibration profile of the cluster it ran on
+(:data:`SOURCE_PROFILES`: the Playbook's runs use the shipped ``hf-playbook-cluster`` profile,
+whose fabric efficiency is that cluster's measured curve over node count) and, where the run
+measured its own collective bandwidth (a ``net_scale`` column: its measured efficiency over the
+profile's curve at its node count, ``surrogate.fabric.run_scales``), that measurement. Runs
+of other sources use the profile given to training (a user's own calibration), else their
+GPU's default profile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from surrogate.analytic.perf import PerfModel
+
+SOURCE_PROFILES: dict[str, str] = {"hf_ultrascale_playbook": "hf-playbook-cluster"}
+"""Sweep ``source`` -> the shipped profile of the cluster its runs ran on."""
+
+
+def run_context(
+    runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
+) -> tuple[list[Any], dict[str, np.ndarray]]:
+    """Per run: the profile to explain it with, and extra analytic columns (``net_scale``,
+    1 where the run measured nothing)."""
+    sources = runs["source"].astype(str).tolist() if "source" in runs else [""] * len(runs)
+    profiles: list[Any] = [SOURCE_PROFILES.get(s, profile) for s in sources]
+    scale = np.ones(len(runs))
+    if "net_scale" in runs:
+        given = runs["net_scale"].to_numpy(dtype=np.float64)
+        scale = np.where(np.isfinite(given) & (given > 0), given, 1.0)
+    return profiles, {"net_scale": scale}
+
+
+def measured_net_scale(network: pd.DataFrame, source: str) -> pd.Series:
+    """Per ``run_id`` of ``network`` (microbenchmark rows the runs of ``source`` measured
+    themselves): the run's ``net_scale`` under its cluster's shipped profile."""
+    import pandas as pd
+
+    from surrogate.fabric import run_scales
+    from surrogate.profile import load_profile
+
+    fabric = load_profile(SOURCE_PROFILES[source]).fabric
+    if fabric is None:
+        return pd.Series(dtype=float)
+    return run_scales(network, fabric)
+
+
+def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> pd.DataFrame:
+    """``runs`` with a ``net_scale`` column for its rows of ``source`` that measured their
+    network (NaN elsewhere: the profile's curve applies)."""
+    scale = measured_net_scale(network, source)
+    out = runs.copy()
+    mine = out["source"] == source
+    prior = out.get("net_scale", np.nan)
+    out["net_scale"] = np.where(mine, out["run_id"].map(scale), prior)
+    return out

@@ -1,0 +1,41 @@
+"""The learned model's domain: unseen categories fall back to physics, scale shrinks."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from surrogate.analytic.inputs import to_cols
+from surrogate.domain import Domain
+from tests.analytic.conftest import build_config
+
+
+def _cols(*configs):
+    return to_cols(list(configs))
+
+
+def test_inside_outside_and_unseen_categories():
+    train = _cols(build_config("8b", dp=8), build_config("8b", dp=16))
+    dom = Domain.from_cols(train, shrink_doublings=2.0)
+    assert dom.gpus == ("H100-SXM-80GB",) and dom.frameworks == ("nanotron/pp-fix",)
+    test = _cols(build_config("8b", dp=8), build_config("8b", dp=64),
+                 build_config("8b", dp=8, framework="torchtitan"),
+                 build_config("8b", dp=8, gpu="A100-SXM-80GB"))
+    a = dom.assess(test)
+    assert a.weight[0] == 1.0 and a.reasons[0] == ""
+    assert a.distance[1] == pytest.approx(2.0)  # 64 GPUs vs 16 seen: two doublings
+    assert a.weight[1] == pytest.approx(math.exp(-1.0))
+    assert "num_gpus 64 > 16 seen (2.0 doublings)" in a.reasons[1]
+    assert a.weight[2] == 0.0 and "framework torchtitan/main never seen" in a.reasons[2]
+    assert a.weight[3] == 0.0 and "GPU A100-SXM-80GB never seen" in a.reasons[3]
+    unshrunk = dom.assess(test, shrink_doublings=math.inf).weight
+    assert unshrunk.tolist() == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_round_trip():
+    dom = Domain.from_cols(_cols(build_config("8b", dp=8)))
+    again = Domain.from_json(dom.to_json())
+    assert again == dom
+    assert np.isfinite(list(again.ranges.values())).all()
