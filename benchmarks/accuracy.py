@@ -3,6 +3,13 @@ model alone (protocols and metrics: ``training/evaluate.py``).
 
     python benchmarks/accuracy.py [--protocol cv --protocol lomo ...] [--model-dir DIR]
                                   [--sweeps TABLE ...] [--no-playbook] [--data-dir DIR]
+                                  [--shrink 0.5 --shrink 2 ...] [--transfer] [--track]
+
+``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
+them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
+paper's Table 4 against the MFU Meta reported (``training/transfer.py``). ``--shrink`` runs the
+protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
+``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``).
 
 Without ``--model-dir`` the LightGBM settings are the library defaults; with it, the settings
 stored in that model's sidecar (e.g. those ``surrogate train`` tuned).
@@ -30,6 +37,9 @@ def main() -> None:
     ap.add_argument("--no-playbook", action="store_true")
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shrink", type=float, action="append", default=None)
+    ap.add_argument("--transfer", action="store_true")
+    ap.add_argument("--track", action="store_true")
     args = ap.parse_args()
     runs = load_runs(args.sweeps, playbook=not args.no_playbook, data_dir=args.data_dir)
     params: dict[str, Any] | None = None
@@ -39,16 +49,80 @@ def main() -> None:
     print(f"{len(runs)} runs; LightGBM settings: "
           f"{'from ' + str(args.model_dir) if params else 'library defaults'}")
     start = time.perf_counter()
-    results = evaluate(runs, tuple(args.protocol or DEFAULT_PROTOCOLS), params=params,
-                       seed=args.seed)
-    for name, r in results.items():
-        table = pd.DataFrame({
-            "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
-            "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
-        })
-        print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs)")
-        print(table.to_string())
+    logged: dict[str, float] = {}
+    for shrink in args.shrink or [None]:
+        tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
+        results = evaluate(runs, tuple(args.protocol or DEFAULT_PROTOCOLS), params=params,
+                           seed=args.seed, shrink_doublings=shrink)
+        for name, r in results.items():
+            table = pd.DataFrame({
+                "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
+                "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
+            })
+            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
+            print(table.to_string())
+            key = name if shrink is None else f"{name}_shrink{shrink:g}"
+            logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
+            logged |= {f"{key}/analytic_{k}": v for k, v in r.analytic_metrics.items()}
+    if args.transfer:
+        logged |= transfer(runs, params, args.data_dir, args.seed)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
+    if args.track:
+        track(logged)
+
+
+def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,
+             seed: int) -> dict[str, float]:
+    """Print and return the other-cluster and Llama 3 405B figures."""
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from training.transfer import llama3_405b_table, other_cluster
+
+    p = params or {}
+    model = SurrogateModel(status_params=p.get("status"), mfu_params=p.get("mfu"),
+                           mem_params=p.get("mem"), seed=seed).fit(runs)
+    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    other = parse_llmfoundry(path)[0]
+    out: dict[str, float] = {}
+    print(f"\nother cluster: {len(other)} MPT runs (llm-foundry FSDP; "
+          + ", ".join(f"{g} {n}" for g, n in other["gpu"].value_counts().items())
+          + "); k-shot: mean of 3 draws, scored on the runs not drawn")
+    rows = {}
+    for r in other_cluster(runs, other, params=params, seed=seed, fitted=model):
+        for k in ("mfu_mape_ge10", "mfu_median_ape", "mfu_spearman", "interval_coverage"):
+            rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])
+            rows[k][f"{r.setting} analytic"] = format_metric(k, r.analytic_metrics[k])
+            out[f"other_cluster_{r.setting}/{k}"] = r.metrics[k]
+            out[f"other_cluster_{r.setting}/analytic_{k}"] = r.analytic_metrics[k]
+    print(pd.DataFrame(rows).T.to_string())
+    table = llama3_405b_table(model)
+    print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)")
+    shown = table.drop(columns="extrapolation").copy()
+    for col in ("reported_mfu", "learned_mfu", "learned_lo", "learned_hi", "analytic_mfu",
+                "learned_err", "analytic_err"):
+        shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
+    print(shown.to_string(index=False))
+    print("extrapolates along: " + " | ".join(sorted(set(table["extrapolation"]))))
+    for i, r in table.iterrows():
+        out[f"llama3_405b_{i}/learned_err"] = float(r["learned_err"])
+        out[f"llama3_405b_{i}/analytic_err"] = float(r["analytic_err"])
+    return out
+
+
+def track(metrics: dict[str, float]) -> None:
+    """Log the figures as one MLflow run of the experiment ``surrogate-accuracy``."""
+    import mlflow
+
+    from training.tracking import _experiment_id, _finite, tracking_uri
+
+    uri = tracking_uri()
+    if uri.startswith("sqlite:///"):
+        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    mlflow.set_tracking_uri(uri)
+    with mlflow.start_run(experiment_id=_experiment_id(uri, "surrogate-accuracy"),
+                          run_name="benchmarks/accuracy.py"):
+        mlflow.log_metrics(_finite(metrics))
+    print(f"logged {len(metrics)} figures to MLflow at {uri}")
 
 
 if __name__ == "__main__":

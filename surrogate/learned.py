@@ -237,7 +237,7 @@ class SurrogateModel:
             "pred_status": np.array(STATUS_CLASSES, dtype=object)[stacked.argmax(axis=1)],
             "pred_mfu": out["mfu"] * factor,
             "pred_mfu_lo": out["mfu"] * np.exp(lo),
-            "pred_mfu_hi": out["mfu"] * np.exp(hi),
+            "pred_mfu_hi": np.minimum(out["mfu"] * np.exp(hi), 1.0),  # MFU cannot pass 100%
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
             "pred_step_time_s": out["step_time_s"] / factor,
             "pred_peak_mem_gib": mem / 2**30,

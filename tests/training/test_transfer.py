@@ -1,0 +1,44 @@
+"""Transfer: the Llama 3 405B layouts, runs explained under their own cluster."""
+
+from __future__ import annotations
+
+import pytest
+
+import surrogate
+
+
+def test_far_outside_the_data_the_bundled_model_says_so_and_keeps_to_physics():
+    """Llama 3 405B on 8,192 GPUs with torchtitan: a framework and a scale never seen."""
+    from training.transfer import llama3_405b_configs
+
+    cfg = llama3_405b_configs()[0]
+    learned = surrogate.predict(cfg, model="default")
+    analytic = surrogate.predict(cfg, model=None)
+    assert learned.domain_weight == 0.0
+    assert learned.mfu == pytest.approx(analytic.mfu)
+    assert "num_gpus 8192 > 512 seen" in learned.extrapolation
+    assert "framework torchtitan/main never seen" in learned.extrapolation
+    assert learned.mfu_lo <= analytic.mfu <= learned.mfu_hi
+    d = learned.to_dict()
+    assert d["extrapolates"] is True and d["domain_weight"] == 0.0
+
+
+def test_training_runs_are_explained_under_their_own_cluster():
+    import pandas as pd
+
+    from surrogate.clusters import run_context
+
+    runs = pd.DataFrame({"source": ["hf_ultrascale_playbook", "mine"],
+                         "net_scale": [0.5, float("nan")]})
+    profiles, extra = run_context(runs, "my.json")
+    assert profiles == ["hf-playbook-cluster", "my.json"]
+    assert extra["net_scale"].tolist() == [0.5, 1.0]
+
+
+def test_llama3_table_lists_the_reported_figures():
+    from training.transfer import LLAMA3_405B_REPORTED, llama3_405b_configs, llama3_405b_table
+
+    table = llama3_405b_table(None)
+    assert table["reported_mfu"].tolist() == [r["reported_mfu"] for r in LLAMA3_405B_REPORTED]
+    assert (table["learned_mfu"] == table["analytic_mfu"]).all()
+    assert [c.cluster.num_gpus for c in llama3_405b_configs()] == [8192, 16384, 16384]

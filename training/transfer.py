@@ -1,0 +1,148 @@
+"""Transfer protocols: another cluster zero-shot and k-shot, and published runs at 16K GPUs.
+
+- ``other_cluster``: MosaicML's published MPT runs (llm-foundry / Composer FSDP on H100 and
+  A100; ``surrogate.ingest.llmfoundry``) predicted by a model fitted on the training runs
+  alone (zero-shot), then by models fitted with ``k`` of them added (k-shot, several random
+  draws), scored on the rest. The analytic model alone on the same runs is the baseline.
+- ``llama3_405b``: the three Llama 3 405B layouts of Table 4 of the Llama 3 paper (Dubey et
+  al. 2024, "The Llama 3 Herd of Models"), with the MFU Meta *reported* for each.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from training.evaluate import PRED_KEYS, accuracy_metrics, analytic_predictions
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from surrogate.learned import SurrogateModel
+
+LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
+    {"gpus": 8192, "dp": 64, "cp": 1, "seq_len": 8192, "grad_accum": 32, "reported_mfu": 0.43},
+    {"gpus": 16384, "dp": 128, "cp": 1, "seq_len": 8192, "grad_accum": 16, "reported_mfu": 0.41},
+    {"gpus": 16384, "dp": 8, "cp": 16, "seq_len": 131072, "grad_accum": 16,
+     "reported_mfu": 0.38},
+)
+"""Table 4 of the Llama 3 paper: tp 8, pp 16, micro-batch 1, sequence parallelism, FSDP
+without resharding after forward (ZeRO-2); BF16 MFU as reported by Meta."""
+
+
+def llama3_405b_configs() -> list[Any]:
+    """The Table 4 layouts as TrainingConfigs (torchtitan traits: FSDP2, ZeRO-2)."""
+    from dataclasses import replace
+
+    from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
+    from surrogate.presets import get_preset
+
+    base = get_preset("llama3-405b")
+    out = []
+    for row in LLAMA3_405B_REPORTED:
+        model = replace(base, seq_len=row["seq_len"])
+        out.append(TrainingConfig(
+            model=model,
+            cluster=ClusterConfig(gpu="H100-SXM-80GB", num_nodes=row["gpus"] // 8),
+            layout=LayoutConfig(dp=row["dp"], tp=8, pp=16, cp=row["cp"], mbs=1,
+                                grad_accum=row["grad_accum"], zero_stage=2,
+                                sequence_parallel=True, framework="torchtitan"),
+        ))
+    return out
+
+
+def llama3_405b_table(model: SurrogateModel | None) -> pd.DataFrame:
+    """Reported vs predicted MFU (learned, analytic) for the Table 4 layouts."""
+    import pandas as pd
+
+    from surrogate.prediction import predict
+
+    rows = []
+    for cfg, rep in zip(llama3_405b_configs(), LLAMA3_405B_REPORTED, strict=True):
+        analytic = predict(cfg, model=None)
+        learned = predict(cfg, model=model) if model is not None else analytic
+        rows.append({
+            "gpus": rep["gpus"], "dp": rep["dp"], "cp": rep["cp"], "seq_len": rep["seq_len"],
+            "reported_mfu": rep["reported_mfu"], "learned_mfu": learned.mfu,
+            "learned_lo": learned.mfu_lo, "learned_hi": learned.mfu_hi,
+            "analytic_mfu": analytic.mfu,
+            "learned_err": learned.mfu / rep["reported_mfu"] - 1,
+            "analytic_err": analytic.mfu / rep["reported_mfu"] - 1,
+            "extrapolation": learned.extrapolation,
+        })
+    return pd.DataFrame(rows)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TransferResult:
+    """Metrics of one setting (``zero-shot`` or ``k=10`` ...) on the other cluster's runs."""
+
+    setting: str
+    metrics: dict[str, float]
+    analytic_metrics: dict[str, float]
+    draws: int
+
+
+def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
+    from surrogate.features import features_for_runs
+
+    pred = model.predict_from_features(*features_for_runs(runs))
+    out = runs.copy()
+    for k in PRED_KEYS:
+        out[k] = pred[k]
+    return out
+
+
+def _analytic(runs: pd.DataFrame) -> pd.DataFrame:
+    return runs.drop(columns=[k for k in PRED_KEYS if k in runs]).join(
+        analytic_predictions(runs))
+
+
+def _mean(dicts: Sequence[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.nanmean([d[k] for d in dicts])) for k in dicts[0]}
+
+
+def other_cluster(
+    train_runs: pd.DataFrame,
+    other: pd.DataFrame,
+    *,
+    ks: Sequence[int] = (10, 50),
+    draws: int = 3,
+    params: dict[str, dict[str, Any] | None] | None = None,
+    seed: int = 0,
+    fitted: SurrogateModel | None = None,
+) -> list[TransferResult]:
+    """Zero-shot, then k-shot for each ``k`` (mean over ``draws`` random draws of k runs)."""
+    import pandas as pd
+
+    from surrogate.learned import SurrogateModel
+
+    params = params or {}
+
+    def fit(runs: pd.DataFrame) -> SurrogateModel:
+        return SurrogateModel(status_params=params.get("status"),
+                              mfu_params=params.get("mfu"), mem_params=params.get("mem"),
+                              seed=seed).fit(runs)
+
+    other = other.reset_index(drop=True)
+    base = fitted if fitted is not None else fit(train_runs)
+    results = [TransferResult(setting="zero-shot",
+                              metrics=accuracy_metrics(_scored(base, other)),
+                              analytic_metrics=accuracy_metrics(_analytic(other)), draws=1)]
+    rng = np.random.default_rng(seed)
+    for k in ks:
+        if k >= len(other):
+            continue
+        learned, analytic = [], []
+        for _ in range(draws):
+            pick = rng.choice(len(other), size=k, replace=False)
+            rest = np.setdiff1d(np.arange(len(other)), pick)
+            model = fit(pd.concat([train_runs, other.iloc[pick]], ignore_index=True))
+            learned.append(accuracy_metrics(_scored(model, other.iloc[rest])))
+            analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
+        results.append(TransferResult(setting=f"k={k}", metrics=_mean(learned),
+                                      analytic_metrics=_mean(analytic), draws=draws))
+    return results
