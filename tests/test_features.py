@@ -39,8 +39,8 @@ def test_playbook_features_are_finite_and_in_order(playbook_runs):
 
 
 def test_features_scale_free_in_cluster_size(playbook_runs):
-    """Doubling dp (and the nodes with it) on an all-intra-node-free layout keeps the
-    dimensionless shape features of the work per rank."""
+    """Eight times the dp (and the nodes with it) leaves the features of the work per rank
+    unchanged: the cluster's size is not a feature."""
     row = playbook_runs[(playbook_runs["num_nodes"] == 2)].iloc[0].to_dict()
     big = {**row, "num_nodes": row["num_nodes"] * 8, "dp": row["dp"] * 8}
     X, _ = build_features([config_from_flat(row), config_from_flat(big)])

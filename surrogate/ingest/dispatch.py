@@ -85,21 +85,30 @@ def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-def parse_file(
-    path: Path, fmt: Format, given: Mapping[str, Any], *, network: bool = False
-) -> Parsed:
-    """Run the parser of ``fmt`` on ``path`` (``network``: the Playbook network columns)."""
+_TABLE_FORMATS = {"playbook": "the Playbook table carries its own",
+                  "llm-foundry": "the llm-foundry tables carry their own"}
+"""Sweep formats whose files carry every configuration column (no --set)."""
+
+
+def _check_network(path: Path, fmt: str, network: bool) -> None:
     if network and fmt != "playbook":
         raise DataError(
             "--network reads the per-run network measurements of a Playbook table; "
             f"{path} is {fmt} output"
         )
+
+
+def parse_file(
+    path: Path, fmt: Format, given: Mapping[str, Any], *, network: bool = False
+) -> Parsed:
+    """Run the parser of ``fmt`` on ``path`` (``network``: the Playbook network columns)."""
+    _check_network(path, fmt, network)
+    if fmt in _TABLE_FORMATS and given:
+        raise DataError(
+            f"--set fills what a log lacks; {_TABLE_FORMATS[fmt]} "
+            f"configuration, got --set {', '.join(given)}"
+        )
     if fmt == "playbook":
-        if given:
-            raise DataError(
-                "--set fills what a log lacks; the Playbook table carries its own configuration, "
-                f"got --set {', '.join(given)}"
-            )
         if network:
             from surrogate.ingest.playbook_network import parse_playbook_network
 
@@ -108,11 +117,6 @@ def parse_file(
 
         return parse_playbook(path)
     if fmt == "llm-foundry":
-        if given:
-            raise DataError(
-                "--set fills what a log lacks; the llm-foundry tables carry their own "
-                f"configuration, got --set {', '.join(given)}"
-            )
         from surrogate.ingest.llmfoundry import parse_llmfoundry
 
         return parse_llmfoundry(path)
@@ -161,11 +165,7 @@ def ingest(
             report.files.append(str(f))
             report.skip(str(f), None, f"unknown format ({e})")
             continue
-        if network and file_fmt != "playbook":
-            raise DataError(
-                "--network reads the per-run network measurements of a Playbook table; "
-                f"{f} is {file_fmt} output"
-            )
+        _check_network(f, file_fmt, network)
         sweep = file_fmt in SWEEP_FORMATS and not network
         kinds.setdefault("sweep" if sweep else "microbench", str(f))
         planned.append((f, file_fmt))

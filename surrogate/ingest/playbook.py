@@ -82,7 +82,26 @@ def _as_bool(name: str, value: Any) -> bool:
     raise ConfigError(f"{name} must be true or false, got {value!r}")
 
 
-def _date(row: dict[str, Any]) -> str | None:
+def read_table(path: Path, *, needs: tuple[str, ...], what: str,
+               **read_csv: Any) -> pd.DataFrame:
+    """The Playbook CSV at ``path`` with text-typed identity columns (``read_csv`` adds pandas
+    options); DataError if it is missing, unreadable, or lacks a column of ``needs`` (``what``,
+    e.g. "a Playbook table needs", opens that message)."""
+    dtype = {"name": str, "log_file": str, "date": str, "status": str,
+             **read_csv.pop("dtype", {})}
+    try:
+        raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, **read_csv)
+    except FileNotFoundError:
+        raise DataError(f"Playbook table {str(path)!r} does not exist") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: not a readable CSV table ({e})") from None
+    missing = [c for c in needs if c not in raw.columns]
+    if missing:
+        raise DataError(f"{path}: {what} the columns {', '.join(missing)}")
+    return raw
+
+
+def run_date(row: dict[str, Any]) -> str | None:
     if not _missing(row["date"]) and str(row["date"]).strip():
         return str(row["date"]).strip()
     m = _LOG_TIMESTAMP.search(str(row["log_file"]))
@@ -137,15 +156,7 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read the Playbook CSV into sweep rows; every row not taken is a counted skip."""
     p = Path(path)
     report = IngestReport(files=[str(p)])
-    try:
-        raw = pd.read_csv(p, dtype={"name": str, "log_file": str, "date": str, "status": str})
-    except FileNotFoundError:
-        raise DataError(f"Playbook table {str(p)!r} does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{p}: not a readable CSV table ({e})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise DataError(f"{p}: a Playbook table needs the columns {', '.join(missing)}")
+    raw = read_table(p, needs=REQUIRED_COLUMNS, what="a Playbook table needs")
     rows: list[dict[str, Any]] = []
     first_line: dict[str, int] = {}
     records: list[dict[str, Any]] = raw.to_dict("records")  # type: ignore[assignment]
@@ -185,7 +196,7 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             measured["step_time_s"] = cfg.batch_tokens / (tps * cfg.cluster.num_gpus)
         rows.append(sweep_row(
             cfg, status=verdict.status, source=SOURCE, run_id=run_id,
-            date=_date(row), hardware=HARDWARE, model_name=str(row["name"]).split("_", 1)[0],
+            date=run_date(row), hardware=HARDWARE, model_name=str(row["name"]).split("_", 1)[0],
             **measured,
         ))
     return frame_from_rows(rows, where=str(p)), report

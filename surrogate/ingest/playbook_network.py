@@ -61,9 +61,7 @@ from typing import Any, Final
 import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
-from surrogate.errors import DataError
-from surrogate.ingest.playbook import GPU, GPUS_PER_NODE, SOURCE
-from surrogate.ingest.playbook import _date as playbook_date
+from surrogate.ingest.playbook import GPU, GPUS_PER_NODE, SOURCE, read_table, run_date
 from surrogate.ingest.report import IngestReport
 from surrogate.microbench_table import rows_to_microbench
 
@@ -103,19 +101,10 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
     """
     p = Path(path)
     report = IngestReport(files=[str(p)])
-    try:
-        # only an empty field is missing: "n/a" or "NaN" in a value column is a counted skip
-        raw = pd.read_csv(p, dtype={"name": str, "log_file": str, "date": str, "status": str,
-                                    **{c: str for c in NETWORK_COLUMNS}},
-                          keep_default_na=False, na_values=[""])
-    except FileNotFoundError:
-        raise DataError(f"Playbook table {str(p)!r} does not exist") from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
-        raise DataError(f"{p}: not a readable CSV table ({e})") from None
-    missing = [c for c in REQUIRED_COLUMNS if c not in raw.columns]
-    if missing:
-        raise DataError(f"{p}: the Playbook network measurements need the columns "
-                        f"{', '.join(missing)}")
+    # only an empty field is missing: "n/a" or "NaN" in a value column is a counted skip
+    raw = read_table(p, needs=REQUIRED_COLUMNS, what="the Playbook network measurements need",
+                     dtype={c: str for c in NETWORK_COLUMNS}, keep_default_na=False,
+                     na_values=[""])
     rows: list[dict[str, object]] = []
     first_line: dict[str, int] = {}
     records: list[dict[str, Any]] = raw.to_dict("records")  # type: ignore[assignment]
@@ -135,7 +124,7 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
                                           f"got {row['nodes']!r}")
             continue
         completed = str(row["status"]).strip().lower() == _COMPLETED
-        date = playbook_date(row) or ""
+        date = run_date(row) or ""
         for col, (op, intra) in NETWORK_COLUMNS.items():
             raw_value = row[col]
             if _empty(raw_value):
