@@ -20,8 +20,8 @@ under its own cluster (``surrogate.clusters``). Off the training domain
 (``surrogate.domain``: an unseen GPU or framework, or a scale beyond the data) the throughput
 and memory corrections shrink toward the analytic answer by the domain weight w
 (factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
-by 1 + distance in doublings (at most 4) around the shrunk answer and always holds the analytic
-answer and the unshrunk learned interval; ``extrapolation`` says along what.
+by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
+the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
 """
 
 from __future__ import annotations
@@ -203,7 +203,7 @@ class SurrogateModel:
     ) -> dict[str, Any]:
         """Predictions from features, the analytic outputs and the analytic columns they came
         from (module doc: shrinkage off the domain). ``shrink_doublings`` overrides the
-        model's own (evaluation compares settings on one fit)."""
+        model's own (``training.evaluate.evaluate_shrinks`` compares settings on one fit)."""
         self._check_fitted()
         if list(X.columns) != self.feature_names_:
             raise DataError("features do not match the model's feature_names_")

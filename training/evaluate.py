@@ -166,11 +166,27 @@ def evaluate_protocol(
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default)."""
+    return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
+                            n_folds=n_folds, profile=profile)[shrink_doublings]
+
+
+def evaluate_shrinks(
+    runs: pd.DataFrame,
+    protocol: str,
+    shrinks: Sequence[float | None],
+    *,
+    params: dict[str, dict[str, Any] | None] | None = None,
+    seed: int = 0,
+    n_folds: int = 5,
+    profile: Any = None,
+) -> dict[float | None, ProtocolResult]:
+    """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
+    split (the shrinkage acts at prediction time only)."""
     import pandas as pd
 
     runs = runs.reset_index(drop=True)
     params = params or {}
-    parts: list[pd.DataFrame] = []
+    parts: dict[float | None, list[pd.DataFrame]] = {s: [] for s in shrinks}
     n = 0
     for train, test in splits(runs, protocol, seed=seed, n_folds=n_folds):
         if len(train) == 0 or len(test) == 0:
@@ -179,20 +195,27 @@ def evaluate_protocol(
                                mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
         model.fit(runs.iloc[train], profile=profile)
         test_runs = runs.iloc[test]
-        pred = model.predict_from_features(*_features(test_runs, profile),
-                                           shrink_doublings=shrink_doublings)
-        part = test_runs.copy()
-        for k in PRED_KEYS:
-            part[k] = pred[k]
-        parts.append(part)
+        features = _features(test_runs, profile)
+        for shrink in shrinks:
+            pred = model.predict_from_features(*features, shrink_doublings=shrink)
+            part = test_runs.copy()
+            for k in PRED_KEYS:
+                part[k] = pred[k]
+            parts[shrink].append(part)
         n += 1
-    if not parts:
+    if n == 0:
         raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
-    res = pd.concat(parts).sort_index()
-    base = pd.concat([res.drop(columns=list(PRED_KEYS)),
-                      analytic_predictions(res, profile=profile)], axis=1)
-    return ProtocolResult(protocol=protocol, predictions=res, metrics=accuracy_metrics(res),
-                          analytic_metrics=accuracy_metrics(base), n_splits=n)
+    first = pd.concat(parts[shrinks[0]]).sort_index()
+    base = pd.concat([first.drop(columns=list(PRED_KEYS)),
+                      analytic_predictions(first, profile=profile)], axis=1)
+    analytic = accuracy_metrics(base)
+    out: dict[float | None, ProtocolResult] = {}
+    for shrink, pieces in parts.items():
+        res = pd.concat(pieces).sort_index()
+        out[shrink] = ProtocolResult(protocol=protocol, predictions=res,
+                                     metrics=accuracy_metrics(res), analytic_metrics=analytic,
+                                     n_splits=n)
+    return out
 
 
 def _features(runs: pd.DataFrame, profile: Any) -> tuple[

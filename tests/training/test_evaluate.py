@@ -123,3 +123,18 @@ def test_nodes_protocol_end_to_end(playbook_subset):
     assert math.isnan(r.analytic_metrics["interval_coverage"])
     again = evaluate_protocol(playbook_subset, "nodes", params=params)
     assert again.metrics == r.metrics
+
+
+def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subset):
+    """No shrinking keeps the learned answer beyond the data; a tiny scale returns the
+    analytic one there; the default equals evaluate_protocol's."""
+    from training.evaluate import evaluate_shrinks
+
+    params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
+    by = evaluate_shrinks(playbook_subset, "nodes", (None, math.inf, 1e-9), params=params)
+    assert by[None].metrics == evaluate_protocol(playbook_subset, "nodes", params=params).metrics
+    assert (by[math.inf].predictions["domain_weight"] == 1).all()
+    tiny = by[1e-9].predictions
+    outside = tiny["domain_weight"] < 1e-6
+    assert outside.any()
+    assert by[None].analytic_metrics == by[1e-9].analytic_metrics
