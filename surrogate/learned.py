@@ -90,6 +90,18 @@ def status_labels(status: pd.Series) -> np.ndarray:
     return status.map(mapping).to_numpy(dtype=np.int64)
 
 
+def source_weights(runs: pd.DataFrame) -> np.ndarray:
+    """Per run: (runs of the largest source) / (runs of its source), so that every source
+    weighs as much as the largest in the fit and a user's few runs of their own cluster are
+    not drowned by thousands of Playbook runs. One source: all 1.
+
+    Chosen by measurement against unweighted runs: MosaicML's MPT runs play the user's, k of
+    them added to the Playbook's (``python benchmarks/accuracy.py --transfer`` prints both,
+    README "The learned model")."""
+    counts = runs["source"].map(runs["source"].value_counts()).to_numpy(dtype=np.float64)
+    return np.asarray(counts.max() / counts, dtype=np.float64)
+
+
 def cell_groups(runs: pd.DataFrame) -> np.ndarray:
     """Group label per run for grouped folds: the (model shape, node count) cell."""
     key = runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str) + "@" + runs[
@@ -111,8 +123,10 @@ class SurrogateModel:
         n_folds: int = 5,
         seed: int = 0,
         shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
+        balance_sources: bool = True,
     ) -> None:
         self.shrink_doublings = shrink_doublings
+        self.balance_sources = balance_sources
         self.status_params = status_params
         self.mfu_params = mfu_params
         self.mem_params = mem_params
@@ -124,9 +138,12 @@ class SurrogateModel:
     def _params(self, given: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
         return {**DEFAULT_PARAMS, **(given or {}), **_FIXED, "random_state": self.seed, **extra}
 
-    def fit(self, runs: pd.DataFrame, *, profile: Any = None) -> SurrogateModel:
+    def fit(self, runs: pd.DataFrame, *, profile: Any = None,
+            sample_weight: np.ndarray | None = None) -> SurrogateModel:
         """Learn from a sweep table (``surrogate.sweeps`` columns). Rows need a status; the
-        regressors use completed runs with a measured throughput / peak reserved memory."""
+        regressors use completed runs with a measured throughput / peak reserved memory.
+        ``sample_weight`` (one per run) weighs every model's loss; by default each source's
+        runs weigh 1 or, with ``balance_sources``, :func:`source_weights`."""
         import lightgbm as lgb
         from sklearn.model_selection import GroupKFold
 
@@ -137,6 +154,12 @@ class SurrogateModel:
         runs = runs.reset_index(drop=True)
         y_status = status_labels(runs["status"])
         X, out, cols = features_for_runs(runs, profile)
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight, dtype=np.float64)
+        else:
+            sw = source_weights(runs) if self.balance_sources else np.ones(len(runs))
+        if sw.shape != (len(runs),) or not (np.isfinite(sw) & (sw > 0)).all():
+            raise DataError(f"sample_weight must hold one positive number per run ({len(runs)})")
         done = (y_status == 0) & (runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) > 0)
         y_mfu = np.log(runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) / out[
             "tokens_per_s_per_gpu"
@@ -152,18 +175,19 @@ class SurrogateModel:
             )
         present = np.unique(y_status)
         status = lgb.LGBMClassifier(**self._params(self.status_params))
-        status.fit(X, y_status, categorical_feature=_CATEGORICAL)
+        status.fit(X, y_status, sample_weight=sw, categorical_feature=_CATEGORICAL)
         self.status_classes_ = [STATUS_CLASSES[i] for i in present]
         self.status_model_ = status.booster_
         mfu = lgb.LGBMRegressor(**self._params(self.mfu_params))
-        mfu.fit(X[done], y_mfu[done], categorical_feature=_CATEGORICAL)
+        mfu.fit(X[done], y_mfu[done], sample_weight=sw[done], categorical_feature=_CATEGORICAL)
         self.mfu_model_ = mfu.booster_
         mem = lgb.LGBMRegressor(**self._params(self.mem_params))
-        mem.fit(X[mem_ok], y_mem[mem_ok], categorical_feature=_CATEGORICAL)
+        mem.fit(X[mem_ok], y_mem[mem_ok], sample_weight=sw[mem_ok],
+                categorical_feature=_CATEGORICAL)
         self.mem_model_ = mem.booster_
 
         alpha = (1 - self.coverage) / 2
-        Xd, yd = X[done].reset_index(drop=True), y_mfu[done]
+        Xd, yd, wd = X[done].reset_index(drop=True), y_mfu[done], sw[done]
         groups = cell_groups(runs[done].reset_index(drop=True))
         n_splits = min(self.n_folds, len(np.unique(groups)))
         if n_splits < 2:
@@ -174,15 +198,16 @@ class SurrogateModel:
 
         for train, test in GroupKFold(n_splits=n_splits).split(Xd, yd, groups):
             lo, hi = quantile(alpha), quantile(1 - alpha)
-            lo.fit(Xd.iloc[train], yd[train], categorical_feature=_CATEGORICAL)
-            hi.fit(Xd.iloc[train], yd[train], categorical_feature=_CATEGORICAL)
+            for q in (lo, hi):
+                q.fit(Xd.iloc[train], yd[train], sample_weight=wd[train],
+                      categorical_feature=_CATEGORICAL)
             q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
             scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
         level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
         self.conformal_q_ = float(np.quantile(scores, level))
         lo, hi = quantile(alpha), quantile(1 - alpha)
-        lo.fit(Xd, yd, categorical_feature=_CATEGORICAL)
-        hi.fit(Xd, yd, categorical_feature=_CATEGORICAL)
+        for q in (lo, hi):
+            q.fit(Xd, yd, sample_weight=wd, categorical_feature=_CATEGORICAL)
         self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
         self.feature_names_ = list(FEATURE_NAMES)
         self.domain_ = Domain.from_cols(cols, self.shrink_doublings)
@@ -286,6 +311,7 @@ class SurrogateModel:
             "conformal_q": self.conformal_q_,
             "coverage": self.coverage,
             "seed": self.seed,
+            "balance_sources": self.balance_sources,
             "params": {"status": self.status_params, "mfu": self.mfu_params,
                        "mem": self.mem_params},
             "data_hash": self.data_hash_,
@@ -326,6 +352,7 @@ class SurrogateModel:
                 "retrain it (surrogate train)"
             )
         model = cls(coverage=meta["coverage"], seed=meta["seed"],
+                    balance_sources=bool(meta.get("balance_sources", True)),
                     status_params=meta["params"]["status"], mfu_params=meta["params"]["mfu"],
                     mem_params=meta["params"]["mem"])
         boosters = {}

@@ -125,3 +125,18 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
     inside = fitted.predict_from_features(*build_features_cols(configs[:5]))
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])
+
+
+def test_source_weights_balance_sources():
+    import pandas as pd
+
+    from surrogate.learned import source_weights
+
+    runs = pd.DataFrame({"source": ["a"] * 6 + ["b"] * 2})
+    assert source_weights(runs).tolist() == [1.0] * 6 + [3.0, 3.0]
+    assert source_weights(runs.head(6)).tolist() == [1.0] * 6
+
+
+def test_sample_weight_must_match_the_runs(playbook_subset):
+    with pytest.raises(DataError, match="one positive number per run"):
+        SurrogateModel().fit(playbook_subset, sample_weight=np.ones(3))

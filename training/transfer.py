@@ -115,17 +115,18 @@ def other_cluster(
     seed: int = 0,
     fitted: SurrogateModel | None = None,
 ) -> list[TransferResult]:
-    """Zero-shot, then k-shot for each ``k`` (mean over ``draws`` random draws of k runs)."""
+    """Zero-shot, then k-shot for each ``k`` (mean over ``draws`` random draws of k runs), with
+    the model's default source balancing (``k=10``) and without it (``k=10 unweighted``)."""
     import pandas as pd
 
     from surrogate.learned import SurrogateModel
 
     params = params or {}
 
-    def fit(runs: pd.DataFrame) -> SurrogateModel:
+    def fit(runs: pd.DataFrame, balance: bool = True) -> SurrogateModel:
         return SurrogateModel(status_params=params.get("status"),
                               mfu_params=params.get("mfu"), mem_params=params.get("mem"),
-                              seed=seed).fit(runs)
+                              seed=seed, balance_sources=balance).fit(runs)
 
     other = other.reset_index(drop=True)
     base = fitted if fitted is not None else fit(train_runs)
@@ -136,13 +137,17 @@ def other_cluster(
     for k in ks:
         if k >= len(other):
             continue
-        learned, analytic = [], []
+        learned: dict[bool, list[dict[str, float]]] = {True: [], False: []}
+        analytic = []
         for _ in range(draws):
             pick = rng.choice(len(other), size=k, replace=False)
             rest = np.setdiff1d(np.arange(len(other)), pick)
-            model = fit(pd.concat([train_runs, other.iloc[pick]], ignore_index=True))
-            learned.append(accuracy_metrics(_scored(model, other.iloc[rest])))
+            train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
+            for balance in (True, False):
+                model = fit(train, balance)
+                learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest])))
             analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
-        results.append(TransferResult(setting=f"k={k}", metrics=_mean(learned),
-                                      analytic_metrics=_mean(analytic), draws=draws))
+        for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
+            results.append(TransferResult(setting=name, metrics=_mean(learned[balance]),
+                                          analytic_metrics=_mean(analytic), draws=draws))
     return results
