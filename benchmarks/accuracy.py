@@ -9,7 +9,9 @@ model alone (protocols and metrics: ``training/evaluate.py``).
 them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
 paper's Table 4 against the MFU Meta reported (``training/transfer.py``). ``--shrink`` runs the
 protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
-``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``).
+``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
+DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
+in the run ``analytic baseline DATA``).
 
 Without ``--model-dir`` the LightGBM settings are the library defaults; with it, the settings
 stored in that model's sidecar (e.g. those ``surrogate train`` tuned).
@@ -50,6 +52,7 @@ def main() -> None:
           f"{'from ' + str(args.model_dir) if params else 'library defaults'}")
     start = time.perf_counter()
     logged: dict[str, float] = {}
+    baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)
@@ -64,17 +67,23 @@ def main() -> None:
             print(table.to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
-            logged |= {f"{key}/analytic_{k}": v for k, v in r.analytic_metrics.items()}
+            baseline |= {f"{key}/{k}": v for k, v in r.analytic_metrics.items()}
     if args.transfer:
-        logged |= transfer(runs, params, args.data_dir, args.seed)
+        more, more_baseline = transfer(runs, params, args.data_dir, args.seed)
+        logged |= more
+        baseline |= more_baseline
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
-        track(logged)
+        from surrogate.learned import data_hash
+        from training.tracking import data_label
+
+        track(logged, baseline, label=data_label(runs["source"], args.sweeps),
+              data_hash=data_hash(runs))
 
 
 def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,
-             seed: int) -> dict[str, float]:
-    """Print and return the other-cluster and Llama 3 405B figures."""
+             seed: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Print and return the other-cluster and Llama 3 405B figures: learned, analytic."""
     from surrogate.datasource import data_dir as resolve_data_dir
     from surrogate.ingest.llmfoundry import parse_llmfoundry
     from training.transfer import llama3_405b_table, other_cluster
@@ -85,6 +94,7 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     other = parse_llmfoundry(path)[0]
     out: dict[str, float] = {}
+    analytic: dict[str, float] = {}
     print(f"\nother cluster: {len(other)} MPT runs (llm-foundry FSDP; "
           + ", ".join(f"{g} {n}" for g, n in other["gpu"].value_counts().items())
           + "); k-shot: mean of 3 draws, scored on the runs not drawn")
@@ -94,7 +104,7 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
             rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])
             rows[k][f"{r.setting} analytic"] = format_metric(k, r.analytic_metrics[k])
             out[f"other_cluster_{r.setting}/{k}"] = r.metrics[k]
-            out[f"other_cluster_{r.setting}/analytic_{k}"] = r.analytic_metrics[k]
+            analytic[f"other_cluster_{r.setting}/{k}"] = r.analytic_metrics[k]
     print(pd.DataFrame(rows).T.to_string())
     table = llama3_405b_table(model)
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)")
@@ -105,25 +115,36 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     print(shown.to_string(index=False))
     print("extrapolates along: " + " | ".join(sorted(set(table["extrapolation"]))))
     for i, r in table.iterrows():
-        out[f"llama3_405b_{i}/learned_err"] = float(r["learned_err"])
-        out[f"llama3_405b_{i}/analytic_err"] = float(r["analytic_err"])
-    return out
+        out[f"llama3_405b_{i}/mfu_err"] = float(r["learned_err"])
+        analytic[f"llama3_405b_{i}/mfu_err"] = float(r["analytic_err"])
+    return out, analytic
 
 
-def track(metrics: dict[str, float]) -> None:
-    """Log the figures as one MLflow run of the experiment ``surrogate-accuracy``."""
-    import mlflow
+def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
+          data_hash: str) -> None:
+    """Log the figures as a run of the experiment ``surrogate-accuracy`` and the analytic
+    model's as that data's ``analytic baseline`` run (updated in place)."""
+    from datetime import UTC, datetime
 
-    from training.tracking import _experiment_id, _finite, tracking_uri
+    from surrogate import tracking
 
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    with mlflow.start_run(experiment_id=_experiment_id(uri, "surrogate-accuracy"),
-                          run_name="benchmarks/accuracy.py"):
-        mlflow.log_metrics(_finite(metrics))
-    print(f"logged {len(metrics)} figures to MLflow at {uri}")
+    exp_id = tracking.experiment(
+        "surrogate-accuracy",
+        description="One run per `python benchmarks/accuracy.py --track`; the analytic model's "
+                    "figures on the same data are the `analytic baseline` runs.")
+    client = tracking.client()
+    run = client.create_run(exp_id, run_name=f"accuracy {datetime.now(UTC):%Y-%m-%d} {label}",
+                            tags={tracking.KIND_TAG: "accuracy", "data_hash": data_hash,
+                                  "data_label": label})
+    tracking.log_metrics(run.info.run_id, metrics)
+    client.set_terminated(run.info.run_id)
+    base_id, _ = tracking.run_for(exp_id, f"analytic baseline {label}",
+                                  {tracking.KIND_TAG: "analytic-baseline", "data_label": label,
+                                   "data_hash": data_hash})
+    tracking.log_metrics(base_id, baseline)
+    client.set_terminated(base_id)
+    print(f"logged {len(metrics)} figures and {len(baseline)} baseline figures to MLflow at "
+          f"{tracking.tracking_uri()}")
 
 
 if __name__ == "__main__":

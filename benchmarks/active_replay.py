@@ -213,17 +213,15 @@ def log_mlflow(table: pd.DataFrame, within: dict[str, float], params: dict[str, 
 
     import mlflow
 
-    from surrogate.active import tracking_uri
+    from surrogate import tracking
 
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_experiment("surrogate-active-replay")
-    with mlflow.start_run(run_name="playbook-replay"):
+    uri = tracking.connect()
+    exp_id = tracking.experiment("surrogate-active-replay")
+    with mlflow.start_run(experiment_id=exp_id, run_name="playbook replay",
+                          tags={tracking.KIND_TAG: "accuracy"}):
         mlflow.log_params({k: v for k, v in params.items() if v is not None})
-        mlflow.log_metrics({f"within_{BUDGET}.{k}": v for k, v in within.items()}
-                           | {"cells": float(len(table)), "seconds": elapsed})
+        mlflow.log_metrics({f"within_{BUDGET}/{k}": v for k, v in within.items()}
+                           | {"replay/cells": float(len(table)), "replay/seconds": elapsed})
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "active_replay.csv"
             table.to_csv(out, index=False)

@@ -21,7 +21,9 @@ The loop (``surrogate propose`` -> run -> ``surrogate ingest`` -> ``surrogate sc
 
 3. :func:`score_round`: the round's ingested runs against the proposing model's predictions
    (prospective accuracy) and the best MFU found so far; :func:`log_round` sends them to
-   MLflow, one experiment for the loop and one run per round, metrics stepped by round.
+   MLflow: one experiment per campaign (the directory holding its rounds), one run per round
+   found again by its tags, metrics stepped by round, figures, and a run drawing accuracy
+   against rounds beside the analytic baseline.
 """
 
 from __future__ import annotations
@@ -50,9 +52,10 @@ if TYPE_CHECKING:
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
-EXPERIMENT = "surrogate-active-learning"
+EXPERIMENT = "active learning: {campaign}"
+"""The MLflow experiment of a campaign."""
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
-"""The same default as ``training/tracking.py``: ``$MLFLOW_TRACKING_URI`` wins."""
+"""The default of :mod:`surrogate.tracking`: ``$MLFLOW_TRACKING_URI`` wins."""
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
 
 
@@ -165,11 +168,13 @@ def select(
 
 # ------------------------------------------------------------------ round files
 def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
-    """What identifies the proposing model in ``round.json``."""
+    """What identifies the proposing model in ``round.json``: where it was, the data it was
+    trained on and, for a saved model, its own sha256 (``saved_sha256_``: a model retrained on
+    the same data with other settings is another model)."""
     if model is None:
         return {"path": None, "kind": "analytic", "data_hash": None}
     return {"path": where, "kind": "learned", "data_hash": model.data_hash_,
-            "n_train": model.n_train_}
+            "model_sha256": getattr(model, "saved_sha256_", None), "n_train": model.n_train_}
 
 
 def next_round_number(round_dir: Path) -> int:
@@ -183,6 +188,23 @@ def next_round_number(round_dir: Path) -> int:
             except (ValueError, KeyError, TypeError, json.JSONDecodeError):
                 continue
     return max(numbers) + 1
+
+
+def check_new_round_dir(round_dir: str | Path) -> Path:
+    """``round_dir`` as a Path if a new round can be written there (absent or an empty
+    directory, in a writable place); ConfigError otherwise. :func:`propose` checks before it
+    scores the space, so a taken directory costs nothing."""
+    from surrogate.outputs import check_writable_dir
+
+    final = Path(round_dir)
+    if final.exists() and not final.is_dir():
+        raise ConfigError(f"--round must be a new directory, got the file {str(final)!r}")
+    if final.is_dir() and any(final.iterdir()):
+        raise ConfigError(
+            f"round directory {str(final)!r} already exists and is not empty: a round is never "
+            "overwritten; give a new --round directory")
+    check_writable_dir(final.parent, flag="--round")
+    return final
 
 
 def write_round(
@@ -202,11 +224,7 @@ def write_round(
 
     from surrogate.launch import write_launch_files
 
-    final = Path(round_dir)
-    if (final / ROUND_FILE).exists() or (final.exists() and any(final.iterdir())):
-        raise ConfigError(
-            f"round directory {str(final)!r} already exists and is not empty: a round is never "
-            "overwritten; give a new --round directory")
+    final = check_new_round_dir(round_dir)
     number = round_number if round_number is not None else next_round_number(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -266,18 +284,30 @@ def read_round(round_dir: str | Path) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ scoring a round
 def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
-    """The model that proposed a round; DataError if it has been replaced since."""
+    """The model that proposed a round; DataError if it has been replaced since.
+
+    The model is identified by its own sha256 (which a retraining on the same data with other
+    settings changes too) and by the hash of its training data; rounds proposed before the
+    sha256 was recorded, by the latter alone."""
     from surrogate.prediction import resolve_model
 
-    info = record["model"]
-    if info.get("kind") == "analytic":
+    info = record.get("model")
+    if not isinstance(info, Mapping) or "kind" not in info:
+        raise DataError(f"round {record.get('round')!r}: round.json names no proposing model")
+    if info["kind"] == "analytic":
         return None
-    model = resolve_model(info["path"])
-    if model is None or model.data_hash_ != info["data_hash"]:
-        raise DataError(
-            f"the model at {info['path']!r} is not the one that proposed round {record['round']} "
-            f"(data_hash {info['data_hash'][:12]}...): score a round before retraining over it, "
-            "or pass the proposing model's directory")
+    model = resolve_model(info.get("path"))
+    checks = [("data_hash", info.get("data_hash"), getattr(model, "data_hash_", None))]
+    if info.get("model_sha256") is not None:  # absent from older rounds
+        checks.append(("model sha256", info["model_sha256"],
+                       getattr(model, "saved_sha256_", None)))
+    for key, recorded, found in checks:
+        if model is None or found != recorded:
+            raise DataError(
+                f"the model at {info.get('path')!r} is not the one that proposed round "
+                f"{record.get('round')} ({key} {str(recorded)[:12]}..., found "
+                f"{str(found)[:12]}...): score a round before retraining over it, or pass the "
+                "proposing model's directory (--model-dir)")
     return model
 
 
@@ -288,9 +318,17 @@ def score_round(
     table) by run name (the first part of ``run_id``) or by configuration.
 
     Returns metrics (proposed, measured, status accuracy, MFU error of completed runs, interval
-    coverage, the round's best MFU and the best MFU of ``runs`` so far) and the matched rows."""
+    coverage, the round's best MFU and the best MFU of ``runs`` so far) and the matched rows.
+    DataError if ``runs`` lacks the outcome columns or none of its runs is of this round
+    (nothing to score is not a score of zero)."""
     from surrogate.search import score_configs
 
+    missing = [c for c in ("status", "mfu") if c not in runs.columns]
+    if missing:
+        raise DataError(
+            f"the runs table must be a sweep table with the columns status and mfu (what "
+            f"`surrogate ingest` writes), got no {' or '.join(missing)} among its columns "
+            f"{', '.join(map(str, runs.columns[:12]))}{' ...' if len(runs.columns) > 12 else ''}")
     names = {p["name"]: p for p in record["proposals"]}
     by_key = {layout_key(config_from_flat(p["config"])): p["name"] for p in record["proposals"]}
     matched = []
@@ -310,7 +348,10 @@ def score_round(
     done_all = runs[runs["status"] == "completed"]
     metrics["best_mfu_so_far"] = float(done_all["mfu"].max()) if len(done_all) else math.nan
     if frame.empty:
-        return metrics, frame
+        raise DataError(
+            f"none of the {len(runs)} runs matches a proposal of round {record['round']} (by run "
+            f"name, e.g. {next(iter(names), '?')}/..., or by configuration): ingest the round's "
+            "logs into the table first (surrogate ingest ROUND/logs --into TABLE)")
     configs = [config_from_flat(r) for r in frame.to_dict("records")]
     pred = score_configs(configs, model=model)
     frame = frame.reset_index(drop=True)
@@ -331,30 +372,164 @@ def score_round(
 
 
 def tracking_uri() -> str:
-    return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+    from surrogate.tracking import tracking_uri as uri
+
+    return uri()
+
+
+ROUND_METRICS = {
+    "mfu_mape": "round/prospective_mfu_mape", "status_accuracy":
+    "round/prospective_status_accuracy", "interval_coverage": "round/interval_coverage",
+    "oom_rate": "round/oom_rate", "proposed": "runs/proposed", "measured": "runs/measured",
+    "best_mfu_round": "best/mfu_in_round", "best_mfu_so_far": "best/mfu_so_far"}
+""":func:`score_round` figures as MLflow names them: ``round/`` the proposing model's accuracy
+on the runs it had not seen (prospective), ``runs/`` counts, ``best/`` the best MFU measured;
+each section is a group of charts in MLflow's chart view."""
+BASELINE_METRICS = ("mfu_mape", "status_accuracy")
+"""The analytic model's figures of a round that the ``analytic baseline`` run draws."""
+
+
+def campaign_of(round_dir: str | Path) -> str:
+    """A campaign is the directory that numbers its rounds (:func:`next_round_number`)."""
+    return Path(round_dir).resolve().parent.name or "rounds"
+
+
+def campaign_records(round_dir: str | Path) -> list[dict[str, Any]]:
+    """The records of the other rounds beside ``round_dir``, by round number."""
+    here = Path(round_dir).resolve()
+    out = []
+    for f in sorted(here.parent.glob(f"*/{ROUND_FILE}")):
+        if f.parent == here:
+            continue
+        try:
+            out.append(read_round(f.parent))
+        except DataError:
+            continue
+    return sorted(out, key=lambda r: int(r.get("round", 0)))
 
 
 def log_round(record: Mapping[str, Any], metrics: Mapping[str, float], *,
-              experiment: str = EXPERIMENT) -> str:
-    """Log one round to MLflow (one run per round, metrics at step = round); the run id."""
-    import mlflow
+              campaign: str | None = None, matched: pd.DataFrame | None = None,
+              analytic: tuple[Mapping[str, float], pd.DataFrame] | None = None,
+              earlier: Sequence[Mapping[str, Any]] = ()) -> str:
+    """Log a scored round to MLflow; the id of its run.
 
-    uri = tracking_uri()
-    if uri.startswith("sqlite:///"):
-        Path(uri[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
-    mlflow.set_tracking_uri(uri)
-    if mlflow.get_experiment_by_name(experiment) is None:
-        mlflow.create_experiment(experiment)
-    mlflow.set_experiment(experiment)
+    The experiment is ``active learning: <campaign>`` (default: the goal's model and GPU). The
+    round's run, ``round 03``, is found again by its tags, so scoring a round again updates it:
+    metrics ``round/<figure>`` at step = round, the proposing model's lineage as tags (its data
+    hash and, when the registry holds it, its registered version, which is tagged back with
+    the round), ``round.json``, the matched runs and the figures of :mod:`surrogate.round_plots`.
+    Then the run ``accuracy over rounds`` is brought up to date with every round's figures
+    and ``analytic baseline`` with the analytic model's (``analytic``: :func:`score_round`
+    with ``model=None``), so the chart view draws accuracy against rounds."""
+    import tempfile
+
+    from surrogate import round_plots, tracking
+
     step = int(record["round"])
-    with mlflow.start_run(run_name=f"round-{step:02d}") as run:
-        mlflow.set_tag("proposing_model_data_hash", str(record["model"].get("data_hash")))
-        mlflow.log_params({"round": step, "k": len(record["proposals"]),
-                           **{f"goal.{k}": v for k, v in record["goal"].items()}})
-        finite = {k: float(v) for k, v in metrics.items() if v == v and abs(v) != math.inf}
-        mlflow.log_metrics(finite | {"round": float(step)}, step=step)
-        mlflow.log_dict(dict(record), "round.json")
-        return str(run.info.run_id)
+    goal = record.get("goal", {})
+    campaign = campaign or f"{goal.get('model', 'model')} on {goal.get('gpu', 'gpu')}"
+    exp_id = tracking.experiment(
+        EXPERIMENT.format(campaign=campaign),
+        description=(f"Active-learning campaign {campaign!r}: one run per scored round "
+                     "(`round NN`), `accuracy over rounds` (the proposing models' prospective "
+                     "accuracy, step = round) and `analytic baseline` (the analytic model on the "
+                     "same runs)."),
+        tags={"campaign": campaign})
+    key = {tracking.KIND_TAG: "round", "campaign": campaign, "round": str(step)}
+    run_id, _ = tracking.run_for(exp_id, f"round {step:02d}", key)
+    client = tracking.client()
+    info = record.get("model", {})
+    tags = {"proposing_model.kind": str(info.get("kind")),
+            "proposing_model.data_hash": str(info.get("data_hash")),
+            "proposing_model.path": str(info.get("path"))}
+    version = _model_version(client, info.get("data_hash"), campaign, step)
+    if version is not None:
+        tags["proposing_model.version"] = version
+    if analytic is not None:
+        tags |= {f"analytic.{k}": f"{analytic[0][k]:.6g}" for k in BASELINE_METRICS
+                 if k in analytic[0] and analytic[0][k] == analytic[0][k]}
+    for k, v in tags.items():
+        client.set_tag(run_id, k, v)
+    params = {"round": step, "k": len(record["proposals"]),
+              **{f"goal.{k}": v for k, v in goal.items()}}
+    have = client.get_run(run_id).data.params
+    from mlflow.entities import Param
+
+    new = [Param(k, str(v)) for k, v in params.items() if k not in have]
+    if new:
+        client.log_batch(run_id, params=new)
+    latest = client.get_run(run_id).data.metrics
+    changed = {ROUND_METRICS.get(k, f"round/{k}"): v for k, v in metrics.items()}
+    tracking.log_metrics(run_id, {k: v for k, v in changed.items() if latest.get(k) != v},
+                         step=step)  # a value scored again and unchanged is not repeated
+    client.log_dict(run_id, dict(record), ROUND_FILE)
+    title = f"round {step:02d}"
+    frame = matched if matched is not None else None
+    if frame is not None:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "runs.csv"
+            frame.to_csv(path, index=False)
+            client.log_artifact(run_id, str(path))
+        figures = {
+            "predicted_vs_measured": round_plots.predicted_vs_measured(
+                frame, title, None if analytic is None else analytic[1]),
+            "interval_coverage": round_plots.interval_coverage(frame, title),
+            "layout_space": round_plots.layout_space(record, frame, earlier),
+        }
+        for name, fig in figures.items():
+            client.log_figure(run_id, fig, f"plots/{name}.png")
+    client.set_terminated(run_id)
+    _sync_trends(exp_id, campaign)
+    return run_id
+
+
+def _model_version(client: Any, data_hash: Any, campaign: str, step: int) -> str | None:
+    """The registered version of the proposing model (by data hash), tagged with the round."""
+    from mlflow.exceptions import MlflowException
+
+    from surrogate.tracking import REGISTERED_MODEL
+
+    if not data_hash:
+        return None
+    try:
+        versions = client.search_model_versions(
+            f"name = '{REGISTERED_MODEL}' and tags.data_hash = '{data_hash}'")
+    except MlflowException:
+        return None
+    if not versions:
+        return None
+    v = max(versions, key=lambda m: int(m.version))
+    entry = f"{campaign} round {step:02d}"
+    rounds = [r for r in str(v.tags.get("proposed_rounds", "")).split("; ") if r]
+    if entry not in rounds:
+        client.set_model_version_tag(REGISTERED_MODEL, v.version, "proposed_rounds",
+                                     "; ".join([*rounds, entry]))
+    return str(v.version)
+
+
+def _sync_trends(exp_id: str, campaign: str) -> None:
+    """Rebuild ``accuracy over rounds`` and ``analytic baseline`` from the round runs."""
+    from mlflow.entities import ViewType
+
+    from surrogate import tracking
+
+    runs = tracking.client().search_runs(
+        [exp_id], filter_string=f"tags.`{tracking.KIND_TAG}` = 'round'",
+        run_view_type=ViewType.ACTIVE_ONLY, max_results=1000)
+    learned: dict[int, dict[str, float]] = {}
+    baseline: dict[int, dict[str, float]] = {}
+    for r in runs:
+        step = int(r.data.tags["round"])
+        learned[step] = dict(r.data.metrics)
+        baseline[step] = {ROUND_METRICS[k]: float(r.data.tags[f"analytic.{k}"])
+                          for k in BASELINE_METRICS if f"analytic.{k}" in r.data.tags}
+    tracking.sync_history(exp_id, "accuracy over rounds",
+                          {tracking.KIND_TAG: "trend", "campaign": campaign}, learned)
+    if any(baseline.values()):
+        tracking.sync_history(exp_id, "analytic baseline",
+                              {tracking.KIND_TAG: "analytic-baseline", "campaign": campaign},
+                              baseline)
 
 
 # ------------------------------------------------------------------ the propose step
@@ -378,6 +553,7 @@ def propose(
     from surrogate.prediction import resolve_model
     from surrogate.search import Limits, score_configs
 
+    check_new_round_dir(round_dir)  # before the work, not after it
     acq = acquisition or Acquisition()
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)

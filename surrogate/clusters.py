@@ -63,3 +63,23 @@ def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> 
     prior = out.get("net_scale", np.nan)
     out["net_scale"] = np.where(mine, out["run_id"].map(scale), prior)
     return out
+
+
+PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
+"""The Playbook sweep under the data directory (``surrogate.datasource.data_dir``)."""
+
+
+def playbook_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
+    """The Playbook's runs, each with the network bandwidth it measured (``net_scale``)."""
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.errors import DataError
+    from surrogate.ingest.playbook import SOURCE, parse_playbook
+    from surrogate.ingest.playbook_network import parse_playbook_network
+
+    path = resolve_data_dir(data_dir) / PLAYBOOK_PATH
+    if not path.exists():
+        raise DataError(
+            f"the Playbook sweep is not at {str(path)!r}: run `surrogate data fetch`, set "
+            "SURROGATE_DATA_DIR, or pass --no-playbook with --sweeps"
+        )
+    return attach_net_scale(parse_playbook(path)[0], parse_playbook_network(path)[0], SOURCE)

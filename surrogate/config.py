@@ -32,11 +32,22 @@ RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
+MAX_COUNT = 2**53
+"""Largest count (of layers, ranks, tokens, ...) a configuration may hold: the analytic model
+computes in float64, whose integers are exact up to 2**53 (9.0e15, some 300 times the tokens
+of the largest published training sets), and tables store int64. Beyond it a count would be
+rounded or overflow, so it is an error, not a prediction."""
+_MAX_TEXT = f"2**53 = {MAX_COUNT:,}"
+
+
 def _positive_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value!r}")
     if value < minimum:
         raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value}")
+    if value > MAX_COUNT:
+        raise ConfigError(f"{owner}.{name} must be at most {_MAX_TEXT} (counts are exact in "
+                          f"float64 up to there), got {value:,}")
 
 
 def _check_ints(obj: Any, names: tuple[str, ...], *, minimum: int = 1) -> None:
@@ -51,9 +62,27 @@ def _check_bool(obj: Any, name: str) -> None:
         raise ConfigError(f"{type(obj).__name__}.{name} must be true or false, got {value!r}")
 
 
+MLA_FIELDS: tuple[str, ...] = (
+    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+)
+ARCHITECTURE_FIELDS: tuple[str, ...] = (
+    "head_dim", "shared_expert_ffn_hidden_size", "num_dense_layers", *MLA_FIELDS,
+)
+"""Model columns describing the variants of the Llama block (ModelConfig docstring); each 0
+by default, so tables written before they existed read as Llama blocks."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
-    """A decoder-only transformer (Llama style: GQA attention, SwiGLU MLP, RMSNorm, no biases)."""
+    """A decoder-only transformer (Llama style: GQA attention, SwiGLU MLP, RMSNorm, no biases).
+
+    The fields after ``moe_ffn_hidden_size`` describe the variants of the families
+    :func:`surrogate.hf_config.model_from_hf_config` reads; their defaults (0) give the Llama
+    block:
+    an explicit ``head_dim`` (Gemma, Qwen3), shared experts and leading dense layers
+    (Qwen2-MoE, DeepSeek) and multi-head latent attention (DeepSeek-V2/V3, when
+    ``kv_lora_rank`` > 0; DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1).
+    """
 
     num_layers: int
     hidden_size: int
@@ -72,6 +101,28 @@ class ModelConfig:
     """Experts each token is routed to (MoE only)."""
     moe_ffn_hidden_size: int = 0
     """Width of one expert's MLP; 0 means ffn_hidden_size (MoE only)."""
+    head_dim: int = 0
+    """Width of one query, key and value head; 0 means hidden_size / num_heads. Gemma and Qwen3
+    set it so that num_heads x head_dim differs from hidden_size (HF ``head_dim``)."""
+    shared_expert_ffn_hidden_size: int = 0
+    """Width of the shared-expert MLP every token passes through beside its routed experts
+    (MoE only; DeepSeek ``n_shared_experts x moe_intermediate_size``, Qwen2-MoE
+    ``shared_expert_intermediate_size``); 0 for none."""
+    num_dense_layers: int = 0
+    """Leading layers whose MLP is dense (width ffn_hidden_size) instead of experts (MoE only;
+    DeepSeek ``first_k_dense_replace``)."""
+    q_lora_rank: int = 0
+    """MLA: rank of the compressed query (0: queries are projected directly from the hidden
+    state, as in DeepSeek-V2-Lite)."""
+    kv_lora_rank: int = 0
+    """MLA: rank of the compressed key-value latent; > 0 selects multi-head latent attention."""
+    qk_nope_head_dim: int = 0
+    """MLA: per-head query/key width without rotary embedding."""
+    qk_rope_head_dim: int = 0
+    """MLA: per-head query/key width carrying the rotary embedding (the key part is shared by
+    all heads)."""
+    v_head_dim: int = 0
+    """MLA: per-head value width."""
     name: str = "custom"
 
     def __post_init__(self) -> None:
@@ -81,8 +132,9 @@ class ModelConfig:
              "vocab_size", "seq_len"),
         )
         _check_ints(self, ("num_experts", "experts_topk", "moe_ffn_hidden_size"), minimum=0)
+        _check_ints(self, ARCHITECTURE_FIELDS, minimum=0)
         _check_bool(self, "tie_embeddings")
-        if self.hidden_size % self.num_heads:
+        if not self.head_dim and not self.is_mla and self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"hidden_size must be divisible by num_heads, got hidden_size={self.hidden_size} "
                 f"num_heads={self.num_heads}"
@@ -105,14 +157,60 @@ class ModelConfig:
                 f"num_experts={self.num_experts} experts_topk={self.experts_topk} "
                 f"moe_ffn_hidden_size={self.moe_ffn_hidden_size}"
             )
+        self._check_architecture()
+
+    def _check_architecture(self) -> None:
+        """The variant fields (head_dim, shared experts, dense layers, MLA) agree."""
+        if not self.is_moe and (self.shared_expert_ffn_hidden_size or self.num_dense_layers):
+            raise ConfigError(
+                "shared_expert_ffn_hidden_size and num_dense_layers need num_experts >= 2, got "
+                f"num_experts={self.num_experts} shared_expert_ffn_hidden_size="
+                f"{self.shared_expert_ffn_hidden_size} num_dense_layers={self.num_dense_layers}"
+            )
+        if self.num_dense_layers >= self.num_layers:
+            raise ConfigError(
+                f"num_dense_layers must be < num_layers (an MoE model has MoE layers), got "
+                f"num_dense_layers={self.num_dense_layers} num_layers={self.num_layers}"
+            )
+        mla = {n: getattr(self, n) for n in MLA_FIELDS}
+        if not self.is_mla:
+            if any(mla.values()):
+                given = " ".join(f"{n}={v}" for n, v in mla.items() if v)
+                raise ConfigError(f"the MLA fields need kv_lora_rank >= 1, got kv_lora_rank=0 "
+                                  f"{given}")
+            return
+        for n in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+            _positive_int(type(self).__name__, n, mla[n])
+        if self.head_dim:
+            raise ConfigError(f"head_dim must be 0 with MLA (its widths are qk_nope_head_dim, "
+                              f"qk_rope_head_dim and v_head_dim), got head_dim={self.head_dim}")
+        if self.num_kv_heads != self.num_heads:
+            raise ConfigError(
+                f"MLA has one key and value per head: num_kv_heads must equal num_heads, got "
+                f"num_kv_heads={self.num_kv_heads} num_heads={self.num_heads}"
+            )
 
     @property
     def is_moe(self) -> bool:
         return self.num_experts >= 2
 
     @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
+    def is_mla(self) -> bool:
+        """Multi-head latent attention (DeepSeek-V2/V3)."""
+        return self.kv_lora_rank > 0
+
+    @property
+    def attention_head_dim(self) -> int:
+        """Query/key width of one head: head_dim, or hidden_size / num_heads when 0; with MLA
+        qk_nope_head_dim + qk_rope_head_dim."""
+        if self.is_mla:
+            return self.qk_nope_head_dim + self.qk_rope_head_dim
+        return self.head_dim or self.hidden_size // self.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """Value width of one head (v_head_dim with MLA, else attention_head_dim)."""
+        return self.v_head_dim if self.is_mla else self.attention_head_dim
 
     @property
     def expert_ffn_hidden_size(self) -> int:
@@ -260,6 +358,17 @@ class TrainingConfig:
                     f"parallel ranks), got dp={lay.dp} cp={lay.cp} ep={lay.ep}"
                 )
         c.spec.peak_flops(lay.dtype)  # raises if the GPU lacks the dtype
+        if c.num_gpus > MAX_COUNT:
+            raise ConfigError(
+                f"the number of GPUs gpus_per_node * num_nodes must be at most {_MAX_TEXT} "
+                f"(counts are exact in float64 up to there), got gpus_per_node="
+                f"{c.gpus_per_node} num_nodes={c.num_nodes} ({c.num_gpus:,})")
+        if self.batch_tokens > MAX_COUNT:
+            raise ConfigError(
+                f"the global batch dp * grad_accum * mbs * seq_len must be at most {_MAX_TEXT} "
+                f"tokens (counts are exact in float64 up to there), got dp={lay.dp} "
+                f"grad_accum={lay.grad_accum} mbs={lay.mbs} seq_len={m.seq_len} "
+                f"({self.batch_tokens:,})")
         if self.global_batch_seqs is not None:
             _positive_int("TrainingConfig", "global_batch_seqs", self.global_batch_seqs)
             if self.batch_seqs != self.global_batch_seqs:
@@ -321,6 +430,12 @@ def _coerce(name: str, value: Any) -> Any:
             raise ConfigError(f"{name} must be an integer, got {value!r}")
         return int(number)
     return str(value).strip()
+
+
+def coerce_column(name: str, value: Any) -> Any:
+    """A value of the configuration column ``name`` in its field's type, strictly: ``dp=abc``
+    is a ConfigError ("dp must be an integer") where it is given, not a puzzle later."""
+    return _coerce(name, value)
 
 
 def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:

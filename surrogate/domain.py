@@ -13,11 +13,17 @@ the physics under it, so it shrinks toward the analytic answer and its interval 
 The learned correction keeps the weight ``exp(-distance / shrink_doublings)`` of itself (1
 inside, 0 for an unseen category); ``shrink_doublings`` is chosen by the evaluation protocols
 that hold out scale (``benchmarks/accuracy.py --shrink``), not by one case.
+
+Beyond the learned model's data lies what nobody has run: :data:`PRACTICE_LIMITS` bounds each
+scale a little past the largest published training runs, and :func:`beyond_practice` says
+where a configuration passes them. Its reasons join the same ``extrapolation`` text, with the
+analytic model alone too: a possible but unheard-of configuration is predicted, with a word.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +31,44 @@ import numpy as np
 
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS, GPU_NAMES
 from surrogate.features import DOMAIN_AXES, domain_values
+
+PRACTICE_LIMITS: dict[str, float] = {
+    "num_gpus": 2.0**18,
+    "total_params": 2.0**41,
+    "seq_len": 2.0**21,
+    "batch_tokens": 2.0**27,
+    "vocab_size": 2.0**20,
+}
+"""Each a power of two past the largest published figure: 16,384 H100 for Llama 3 405B (Dubey
+et al. 2024, "The Llama 3 Herd of Models", sec. 3.3) and clusters of 100,000+ GPUs announced
+since (limit 262,144 GPUs); Switch-C's 1.6 T parameters (Fedus et al. 2022) (2.2e12);
+training contexts of 128K (Llama 3) to 1M tokens (2,097,152); global batches of 16M tokens
+(Llama 3) to 63M (DeepSeek-V3: 15,360 x 4,096; DeepSeek-AI 2024) (134M tokens); vocabularies
+of 256K (Gemma; Gemma Team 2024) (1,048,576)."""
+
+
+def beyond_practice(c: dict[str, np.ndarray]) -> list[str]:
+    """Per configuration of columns ``c``: '' or where it passes :data:`PRACTICE_LIMITS`, e.g.
+    'vocab_size 1e+12 > 1.049e+06, beyond any published training run'."""
+    vals = {
+        "num_gpus": c["gpus_per_node"] * c["num_nodes"],
+        "total_params": domain_values(c)["total_params"],
+        "seq_len": c["seq_len"],
+        "batch_tokens": c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"],
+        "vocab_size": c["vocab_size"],
+    }
+    parts: list[list[str]] = [[] for _ in range(len(c["seq_len"]))]
+    for axis, limit in PRACTICE_LIMITS.items():
+        v = np.asarray(vals[axis], dtype=np.float64)
+        for k in np.flatnonzero(v > limit).tolist():
+            parts[k].append(f"{axis} {v[k]:.4g} > {limit:.4g}, beyond any published training "
+                            "run")
+    return ["; ".join(p) for p in parts]
+
+
+def join_reasons(*reasons: Sequence[str]) -> list[str]:
+    """Row-wise '; '-join of several reason lists, skipping empty ones."""
+    return ["; ".join(r for r in row if r) for row in zip(*reasons, strict=True)]
 
 DEFAULT_SHRINK_DOUBLINGS = 2.0
 """The correction keeps e^-1/2 of itself one doubling beyond the data. Chosen among 0.5, 1,

@@ -33,7 +33,11 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.analytic.comm import spans_nodes
-from surrogate.analytic.flops import model_flops_per_token, total_params
+from surrogate.analytic.flops import (
+    attention_flops_per_token,
+    model_flops_per_token,
+    total_params,
+)
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import TrainingConfig
@@ -102,8 +106,7 @@ def features_from_analytic(
         "log_hidden_per_tp": np.log(h / tp),
         "log_ffn_per_tp": np.log(ffn / tp),
         "log_mlp_intensity": np.log(intensity),
-        "attention_flops_frac": 12 * c["num_layers"] * h * c["seq_len"]
-        / model_flops_per_token(c),
+        "attention_flops_frac": attention_flops_per_token(c) / model_flops_per_token(c),
         "kv_heads_frac": c["num_kv_heads"] / c["num_heads"],
         "mem_reserved_frac": out["mem_reserved"] / cap,
         "analytic_mfu": out["mfu"],

@@ -23,7 +23,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from surrogate.config import TrainingConfig
+from surrogate.config import ARCHITECTURE_FIELDS, TrainingConfig
 from surrogate.errors import ConfigError
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -116,7 +116,8 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         lines.append(
             f"# model shape (register it as a torchtitan flavour): num_layers={m.num_layers} "
             f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
-            f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}")
+            f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}"
+            + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n)))
     name, flav = flavour or ("llama3", "custom")
     lines += [
         "",

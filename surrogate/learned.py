@@ -13,7 +13,8 @@
 
 scikit-learn conventions: ``__init__`` stores settings, ``fit`` learns, fitted attributes end in
 ``_``. :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar
-(features, versions, training-data hash, metrics, domain); no pickle.
+(features, versions, training-data hash, metrics, domain, the sha256 of every file, checked on
+load); no pickle.
 
 Features are dimensionless physics (``surrogate.features``), and each training run is explained
 under its own cluster (``surrogate.clusters``). Off the training domain
@@ -35,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, Domain
+from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, Domain, beyond_practice, join_reasons
 from surrogate.errors import DataError, NoModelError
 from surrogate.features import FEATURE_NAMES
 
@@ -108,6 +109,83 @@ def cell_groups(runs: pd.DataFrame) -> np.ndarray:
         "num_nodes"
     ].astype(str)
     return key.to_numpy()
+
+
+# ------------------------------------------------------------------ integrity of saved models
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _sidecar_digest(meta: dict[str, Any]) -> str:
+    """sha256 of the sidecar's content, its own ``sidecar_sha256`` left out (canonical JSON:
+    sorted keys, no spaces; a float prints the same after a JSON round trip)."""
+    body = {k: v for k, v in meta.items() if k != "sidecar_sha256"}
+    return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
+
+
+def _write_sidecar(d: Path, sidecar: dict[str, Any]) -> str:
+    """Record the sha256 of every model file and of the sidecar itself, then write
+    ``model.json`` atomically (a temporary file and a rename); the sidecar's sha256."""
+    sidecar = dict(sidecar)
+    sidecar["file_sha256"] = {f"{n}.txt": _sha256((d / f"{n}.txt").read_bytes())
+                              for n in _MODEL_FILES}
+    sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
+    tmp = d / "model.json.tmp"
+    tmp.write_text(json.dumps(sidecar, indent=2, sort_keys=True))
+    tmp.replace(d / "model.json")
+    return str(sidecar["sidecar_sha256"])
+
+
+def verified_texts(d: Path, meta: dict[str, Any]) -> dict[str, str]:
+    """The LightGBM text of each model file in ``d``, each checked against the sha256 the
+    sidecar ``meta`` records (and the sidecar against its own), before LightGBM parses it:
+    LightGBM trusts its input, so an edited leaf would change predictions silently and a
+    truncated file can crash the interpreter (segfault, abort) where no error can be caught.
+
+    A sidecar without hashes (saved before they were recorded) is refused rather than trusted:
+    its files cannot be told from damaged ones. Retrain, or vouch for the files with
+    :func:`record_hashes`."""
+    side = d / "model.json"
+    hashes = meta.get("file_sha256")
+    if not isinstance(hashes, dict) or "sidecar_sha256" not in meta:
+        raise DataError(
+            f"{side} records no sha256 of the model files (saved by an older surrogate), so a "
+            "damaged file cannot be told from a sound one: retrain the model (surrogate train), "
+            "or, if you trust its files, record their hashes with "
+            "surrogate.learned.record_hashes(DIRECTORY)")
+    if meta["sidecar_sha256"] != _sidecar_digest(meta):
+        raise DataError(f"{side} was changed after the model was saved (its sha256 differs from "
+                        "the one it records): restore it or retrain the model")
+    texts: dict[str, str] = {}
+    for name in _MODEL_FILES:
+        path = d / f"{name}.txt"
+        if not path.exists():
+            raise DataError(f"{d}: model file {name}.txt missing")
+        data = path.read_bytes()
+        if _sha256(data) != hashes.get(path.name):
+            raise DataError(
+                f"model file {path} is damaged: its sha256 differs from the one {side.name} "
+                f"records ({len(data):,} bytes); restore it or retrain the model")
+        texts[name] = data.decode("utf-8")
+    return texts
+
+
+def record_hashes(directory: str | Path) -> Path:
+    """Record in ``directory/model.json`` the sha256 of the model files as they are now.
+
+    For a model saved before :meth:`SurrogateModel.save` recorded hashes (the bundled model's
+    sidecar was updated so): whoever calls this vouches that the files are sound."""
+    d = Path(directory)
+    side = d / "model.json"
+    if not side.exists():
+        raise NoModelError(f"no model in {str(d)!r} (model.json missing)")
+    meta = json.loads(side.read_text())
+    for name in _MODEL_FILES:
+        if not (d / f"{name}.txt").exists():
+            raise DataError(f"{d}: model file {name}.txt missing")
+    meta.pop("sidecar_sha256", None)
+    _write_sidecar(d, meta)
+    return d
 
 
 class SurrogateModel:
@@ -215,6 +293,8 @@ class SurrogateModel:
         self.n_train_ = {"runs": len(runs), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
         self.metrics_: dict[str, Any] = {}
+        # identity as saved: the sidecar's sha256, which covers every file's; set by save/load
+        self.saved_sha256_: str | None = None
         return self
 
     # ------------------------------------------------------------- predicting
@@ -253,7 +333,11 @@ class SurrogateModel:
                       q_lo)
         hi = np.where(outside, np.maximum(np.maximum(center + (q_hi - f) * widen, q_hi), 0.0),
                       q_hi)
-        factor = np.exp(center)
+        # The correction is a ratio learned from runs; the physics bounds it: no run passes 100%
+        # MFU, so the factor stops where the analytic MFU times it reaches 1 (an analytic MFU
+        # above 1 is refused by surrogate.prediction, not hidden here).
+        bound = np.where(out["mfu"] > 0, 1.0 / np.maximum(out["mfu"], 1e-300), np.inf)
+        factor = np.where(out["mfu"] <= 1, np.minimum(np.exp(center), bound), np.exp(center))
         mem = out["mem_reserved"] * np.exp(w * _booster_predict(self.mem_model_, X))
         return {
             "p_completed": p_done,
@@ -261,13 +345,14 @@ class SurrogateModel:
             "p_fail": p_fail,
             "pred_status": np.array(STATUS_CLASSES, dtype=object)[stacked.argmax(axis=1)],
             "pred_mfu": out["mfu"] * factor,
-            "pred_mfu_lo": out["mfu"] * np.exp(lo),
+            "pred_mfu_lo": np.minimum(out["mfu"] * np.exp(lo), out["mfu"] * factor),
             "pred_mfu_hi": np.minimum(out["mfu"] * np.exp(hi), 1.0),  # MFU cannot pass 100%
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
             "pred_step_time_s": out["step_time_s"] / factor,
             "pred_peak_mem_gib": mem / 2**30,
             "domain_weight": w,
-            "extrapolation": np.array(where.reasons, dtype=object),
+            "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
+                                      dtype=object),
         }
 
     def explain(self, X: pd.DataFrame, *, top: int = 8) -> list[dict[str, float]]:
@@ -304,7 +389,7 @@ class SurrogateModel:
         boosters = self._boosters()
         for name, booster in boosters.items():
             booster.save_model(str(d / f"{name}.txt"))
-        sidecar = {
+        sidecar: dict[str, Any] = {
             "format": FORMAT,
             "feature_names": self.feature_names_,
             "status_classes": self.status_classes_,
@@ -321,9 +406,7 @@ class SurrogateModel:
             "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
                          "python": platform.python_version()},
         }
-        tmp = d / "model.json.tmp"
-        tmp.write_text(json.dumps(sidecar, indent=2, sort_keys=True))
-        tmp.replace(d / "model.json")
+        self.saved_sha256_ = _write_sidecar(d, sidecar)
         return d
 
     def _boosters(self) -> dict[str, lgb.Booster]:
@@ -333,7 +416,11 @@ class SurrogateModel:
 
     @classmethod
     def load(cls, directory: str | Path) -> SurrogateModel:
-        """Read a model written by :meth:`save`; NoModelError if absent, DataError if broken."""
+        """Read a model written by :meth:`save`; NoModelError if absent, DataError if broken.
+
+        Every file is checked against the sha256 its sidecar records before LightGBM parses it
+        (:func:`verified_texts`): a damaged file is a DataError naming it, not a silently
+        different prediction or a crash of the interpreter."""
         import lightgbm as lgb
 
         d = Path(directory)
@@ -344,23 +431,30 @@ class SurrogateModel:
             meta = json.loads(side.read_text())
         except json.JSONDecodeError as e:
             raise DataError(f"{side}: not valid JSON ({e.msg})") from None
-        if meta.get("format") != FORMAT:
-            raise DataError(f"{side}: format must be {FORMAT!r}, got {meta.get('format')!r}")
-        if meta["feature_names"] != list(FEATURE_NAMES):
+        except (OSError, UnicodeDecodeError) as e:
+            raise DataError(f"{side}: cannot read it ({e})") from None
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
+            raise DataError(f"{side}: format must be {FORMAT!r}, got {got!r}")
+        if meta.get("feature_names") != list(FEATURE_NAMES):
             raise DataError(
                 f"{side}: the model was trained on other features than this version computes; "
                 "retrain it (surrogate train)"
             )
+        texts = verified_texts(d, meta)
+        try:
+            return cls._from_verified(meta, {n: lgb.Booster(model_str=t) for n, t in texts.items()})
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{side}: malformed sidecar ({type(e).__name__}: {e})") from None
+
+    @classmethod
+    def _from_verified(cls, meta: dict[str, Any], boosters: dict[str, lgb.Booster]
+                       ) -> SurrogateModel:
+        """A model from a verified sidecar and its boosters."""
         model = cls(coverage=meta["coverage"], seed=meta["seed"],
                     balance_sources=bool(meta.get("balance_sources", True)),
                     status_params=meta["params"]["status"], mfu_params=meta["params"]["mfu"],
                     mem_params=meta["params"]["mem"])
-        boosters = {}
-        for name in _MODEL_FILES:
-            path = d / f"{name}.txt"
-            if not path.exists():
-                raise DataError(f"{d}: model file {name}.txt missing")
-            boosters[name] = lgb.Booster(model_file=str(path))
         model.status_model_ = boosters["status"]
         model.mfu_model_ = boosters["mfu"]
         model.mfu_lo_model_ = boosters["mfu_lo"]
@@ -374,4 +468,5 @@ class SurrogateModel:
         model.shrink_doublings = model.domain_.shrink_doublings
         model.n_train_ = meta["n_train"]
         model.metrics_ = meta.get("metrics", {})
+        model.saved_sha256_ = str(meta["sidecar_sha256"])
         return model

@@ -179,17 +179,21 @@ def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     """Append ``df`` to the table at ``path`` (created if absent), atomically.
 
     Rows equal on :data:`DEDUP_KEY` are one measurement: the newly appended one replaces the
-    stored one (and within ``df`` the last one wins).
+    stored one (and within ``df`` the last one wins). The whole read-modify-write holds the
+    table's lock (:func:`surrogate.tableio.locked`), so concurrent appends from several
+    processes all land.
     """
-    from surrogate.tableio import read_table, write_table_atomic
+    from surrogate.tableio import locked, read_table, table_format, write_table_atomic
 
     new = validate_microbench(df)
     p = Path(path)
-    old = validate_microbench(read_table(p)) if p.exists() else empty_microbench()
-    both = pd.concat([old, new], ignore_index=True) if len(old) else new
-    keep = ~both.duplicated(subset=list(DEDUP_KEY), keep="last")  # NaN equals NaN here
-    out = both.loc[keep].reset_index(drop=True)
-    write_table_atomic(out, p)
+    table_format(p)
+    with locked(p):
+        old = validate_microbench(read_table(p)) if p.exists() else empty_microbench()
+        both = pd.concat([old, new], ignore_index=True) if len(old) else new
+        keep = ~both.duplicated(subset=list(DEDUP_KEY), keep="last")  # NaN equals NaN here
+        out = both.loc[keep].reset_index(drop=True)
+        write_table_atomic(out, p)
     replaced = int((~keep.iloc[: len(old)]).sum()) if len(old) else 0
     return MicrobenchAppend(path=str(p), rows_before=len(old), rows_given=len(new),
                             rows_replaced=replaced, rows_after=len(out), table=out)

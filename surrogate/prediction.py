@@ -22,11 +22,17 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from surrogate.analytic.inputs import Cols, to_cols
-from surrogate.analytic.memory import BREAKDOWN_TERMS, memory_breakdown, torch_reserved_bytes
+from surrogate.analytic.memory import (
+    BREAKDOWN_TERMS,
+    memory_breakdown,
+    oom_probability,
+    torch_reserved_bytes,
+)
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
 from surrogate.config import CONFIG_COLUMNS, TrainingConfig, config_from_flat
-from surrogate.errors import SurrogateError
+from surrogate.domain import beyond_practice
+from surrogate.errors import ConfigError, SurrogateError
 from surrogate.hardware import GIB
 
 if TYPE_CHECKING:
@@ -46,7 +52,10 @@ PRED_COLUMNS: tuple[str, ...] = (
 ``pred_peak_mem_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
 GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``); the
 device total adds the CUDA context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty
-where the learned model has data, else what lies outside it (``surrogate.domain``)."""
+where the learned model has data and the configuration lies within published practice, else
+what lies outside them (``surrogate.domain``); with the analytic model alone, only the latter."""
+_EMPTY: dict[str, Any] = {"pred_status": None, "extrapolation": ""}
+"""What a row without a prediction holds in the non-numeric :data:`PRED_COLUMNS` (NaN else)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +89,8 @@ class Prediction:
     log(measured / analytic throughput), by feature."""
     extrapolation: str = ""
     """Empty inside the learned model's data; else what lies outside it (the correction then
-    shrinks toward the analytic answer by ``domain_weight`` and the interval widens)."""
+    shrinks toward the analytic answer by ``domain_weight`` and the interval widens), and where
+    the configuration passes anything published (``surrogate.domain.beyond_practice``)."""
     domain_weight: float = float("nan")
     """Share of the learned correction kept (1 inside the data, 0 for an unseen GPU or
     framework); NaN for the analytic model alone."""
@@ -163,10 +173,39 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
     out.update({f"time_{k}": step[k] for k in STEP_TERMS})
     out["mem_reserved"] = torch_reserved_bytes(mem)
-    out["p_oom"] = (mem["total"] > c["memory_bytes"]).astype(np.float64)
+    out["p_oom"] = oom_probability(c, mem)
     for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
         out[k] = step[k]
     return out
+
+
+def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
+    """Per configuration: '' or why its analytic answer is physically impossible (an MFU above
+    100% of the dense peak, no positive finite throughput), saying what must hold.
+
+    An MFU above 100% comes from the MFU convention (6 N + 12 L h s FLOPs per token,
+    ``surrogate.analytic.flops``): N counts an untied input embedding's vocab_size x hidden_size
+    parameters at 6 FLOPs each although a lookup executes none, so where the embedding
+    dominates N (a vocabulary of 10^12) the counted FLOPs are up to twice those executed and
+    the MFU up to twice the GEMM efficiency. Such a configuration is refused, not clamped."""
+    from surrogate.analytic.flops import active_params, embedding_params
+
+    mfu, tps, step = out["mfu"], out["tokens_per_s_per_gpu"], out["step_time_s"]
+    share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
+    reasons = [""] * len(mfu)
+    for k in np.flatnonzero(mfu > 1.0).tolist():
+        why = (f"the untied input embedding (vocab_size={int(c['vocab_size'][k]):,} x "
+               f"hidden_size={int(c['hidden_size'][k]):,}) is {share[k]:.0%} of the parameters "
+               "N, whose 6 N FLOPs per token count a lookup that executes none; the vocabulary "
+               "must be small against the rest of the model") if share[k] > 0.25 else (
+               "the step time is shorter than the counted FLOPs allow (please report this "
+               "configuration)")
+        reasons[k] = (f"MFU must be at most 100% of the dense peak, but this configuration "
+                      f"would reach {mfu[k]:.0%}: {why}")
+    for k in np.flatnonzero(~(np.isfinite(tps) & (tps > 0))).tolist():
+        reasons[k] = (f"tokens/s per GPU must be positive and finite, but the analytic model "
+                      f"gives {tps[k]!r} (step time {step[k]!r} s)")
+    return reasons
 
 
 def analytic_for(
@@ -251,6 +290,10 @@ def _predict_configs(
     if not configs:
         return []
     c, out, names = analytic_for(configs, profile)
+    bad = next((r for r in impossible(c, out) if r), "")
+    if bad:
+        raise ConfigError(bad)
+    practice = beyond_practice(c)
     learned: dict[str, np.ndarray] = {}
     contrib: list[dict[str, float]] = []
     if model is not None:
@@ -297,6 +340,7 @@ def _predict_configs(
                 mfu_lo=float("nan"),
                 mfu_hi=float("nan"),
                 p_oom=float(out["p_oom"][j]),
+                extrapolation=practice[j],
             ))
     return preds
 
@@ -305,14 +349,16 @@ def _prediction_columns(
     configs: Sequence[TrainingConfig],
     profile: str | Path | PerfModel | None,
     model: SurrogateModel | None,
-) -> dict[str, np.ndarray]:
-    """:data:`PRED_COLUMNS` as arrays, straight from the vectorised models (no per-row objects)."""
+) -> tuple[dict[str, np.ndarray], list[str]]:
+    """:data:`PRED_COLUMNS` as arrays, straight from the vectorised models (no per-row
+    objects), and per configuration '' or why it is impossible (:func:`impossible`)."""
     c, out, _ = analytic_for(configs, profile)
+    bad = impossible(c, out)
     if model is not None:
         from surrogate.features import features_from_analytic
 
         learned = model.predict_from_features(features_from_analytic(c, out), out, c)
-        return {col: learned[col] for col in PRED_COLUMNS}
+        return {col: learned[col] for col in PRED_COLUMNS}, bad
     return {
         "p_oom": out["p_oom"],
         "pred_status": np.where(out["p_oom"] < 0.5, "completed", "oom").astype(object),
@@ -322,8 +368,8 @@ def _prediction_columns(
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
         "pred_step_time_s": out["step_time_s"],
         "pred_peak_mem_gib": out["mem_reserved"] / GIB,
-        "extrapolation": np.full(len(configs), "", dtype=object),
-    }
+        "extrapolation": np.array(beyond_practice(c), dtype=object),
+    }, bad
 
 
 def predict_frame(
@@ -334,9 +380,14 @@ def predict_frame(
 ) -> pd.DataFrame:
     """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`; optional ones take their
     defaults). Returns the input columns plus :data:`PRED_COLUMNS` and ``error``: a row that
-    fails validation gets its message there and NaN predictions; the others are predicted."""
+    fails validation gets its message there and NaN predictions; the others are predicted.
+    A column that is a near miss of a configuration column (``zero``, ``grad-accum``) is a
+    ConfigError, not a silently defaulted column."""
     import pandas as pd
 
+    from surrogate.configfile import check_table_columns
+
+    check_table_columns(df.columns, where="the configuration table")
     learned = resolve_model(model)
     configs: list[TrainingConfig] = []
     ok_rows: list[int] = []
@@ -354,8 +405,14 @@ def predict_frame(
     out["extrapolation"] = pd.Series([""] * len(df), index=df.index, dtype="object")
     if ok_rows:
         ok_index = out.index[ok_rows]
-        for col, vals in _prediction_columns(configs, profile, learned).items():
+        columns, bad = _prediction_columns(configs, profile, learned)
+        for col, vals in columns.items():
             out.loc[ok_index, col] = vals
+        for pos, reason in zip(ok_rows, bad, strict=True):
+            if reason:  # an impossible answer is an error, never a prediction
+                errors[pos] = reason
+                for col in PRED_COLUMNS:
+                    out.loc[out.index[pos], col] = _EMPTY.get(col, np.nan)
     out["error"] = errors
     return out
 

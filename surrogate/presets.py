@@ -1,4 +1,5 @@
-"""Model presets and the reader of Hugging Face ``config.json`` files.
+"""Model presets, and where a command's model comes from (a preset or a Hugging Face
+``config.json``, read by :mod:`surrogate.hf_config`).
 
 Sources:
 - Playbook models: nanotron ``scripts/scaling_benchmarks.py`` as listed in
@@ -12,13 +13,18 @@ Sources:
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from surrogate.config import ModelConfig
 from surrogate.errors import ConfigError
+from surrogate.hf_config import model_from_hf_config
+
+__all__ = [
+    "ALIASES", "MODEL_SHAPE_FIELDS", "PRESETS", "get_preset", "model_from_hf_config",
+    "model_values", "playbook_model", "require_model_shape",
+]
 
 
 def _playbook(name: str, layers: int, hidden: int, ffn: int, heads: int, tied: bool) -> ModelConfig:
@@ -115,42 +121,3 @@ def require_model_shape(values: dict[str, Any], *, sources: str) -> None:
             f"give a model: {sources} or the shape flags "
             f"(missing {', '.join('--' + m.replace('_', '-') for m in missing)})"
         )
-
-
-def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> ModelConfig:
-    """Read a Hugging Face ``config.json`` (Llama, Mistral, Mixtral, Qwen-style keys).
-
-    ``seq_len`` defaults to ``max_position_embeddings``.
-    """
-    p = Path(path)
-    try:
-        cfg: dict[str, Any] = json.loads(p.read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"--hf-config must name an existing file, got {str(p)!r}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
-    if not isinstance(cfg, dict):
-        raise ConfigError(f"{p}: a Hugging Face config.json holds a JSON object")
-    need = ("num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads",
-            "vocab_size")
-    missing = [k for k in need if k not in cfg]
-    if missing:
-        raise ConfigError(f"{p}: a Hugging Face config needs the keys {', '.join(missing)}")
-    experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or 0)
-    max_pos = cfg.get("max_position_embeddings")
-    if seq_len is None and max_pos is None:
-        raise ConfigError(f"{p}: no max_position_embeddings; give the sequence length (--seq-len)")
-    return ModelConfig(
-        name=str(cfg.get("_name_or_path") or p.parent.name or "hf-config"),
-        num_layers=int(cfg["num_hidden_layers"]),
-        hidden_size=int(cfg["hidden_size"]),
-        ffn_hidden_size=int(cfg["intermediate_size"]),
-        num_heads=int(cfg["num_attention_heads"]),
-        num_kv_heads=int(cfg.get("num_key_value_heads") or cfg["num_attention_heads"]),
-        vocab_size=int(cfg["vocab_size"]),
-        seq_len=int(seq_len if seq_len is not None else max_pos),  # type: ignore[arg-type]
-        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        num_experts=experts if experts >= 2 else 0,
-        experts_topk=int(cfg.get("num_experts_per_tok") or 0) if experts >= 2 else 0,
-        moe_ffn_hidden_size=int(cfg.get("moe_intermediate_size") or 0) if experts >= 2 else 0,
-    )

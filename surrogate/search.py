@@ -18,6 +18,8 @@ is scored whole and :func:`search` reports whether optuna found the same best.
 from __future__ import annotations
 
 import math
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,13 +84,17 @@ def score_configs(
     learned model (``model=None``) p_oom is the analytic 0/1 verdict and the interval is NaN."""
     import pandas as pd
 
+    from surrogate.domain import beyond_practice
     from surrogate.features import features_from_analytic
-    from surrogate.prediction import analytic_for, resolve_model
+    from surrogate.prediction import analytic_for, impossible, resolve_model
 
     limits = limits or Limits()
     if not configs:
         return pd.DataFrame(columns=[*SCORE_COLUMNS, "key"])
     c, out, _ = analytic_for(configs, profile)
+    bad = next((r for r in impossible(c, out) if r), "")
+    if bad:  # a property of the model's shape: no layout of it can be ranked honestly
+        raise ConfigError(bad)
     learned = resolve_model(model)
     context = out["mem_cuda_context"]
     cap = c["memory_bytes"]
@@ -107,7 +113,7 @@ def score_configs(
                 "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
                 "pred_step_time_s": out["step_time_s"], "p_oom": out["p_oom"], "p_fail": nan,
                 "p_completed": 1.0 - out["p_oom"]}
-        extrapolation = np.full(len(configs), "", dtype=object)
+        extrapolation = np.array(beyond_practice(c), dtype=object)
     frame = pd.DataFrame([config_to_flat(cfg) for cfg in configs])
     frame["layout"] = [layout_label(cfg) for cfg in configs]
     frame["num_gpus"] = [cfg.cluster.num_gpus for cfg in configs]
@@ -208,6 +214,7 @@ def search(
         space.enumerate(enumerate_limit)  # raises, saying why
 
     opt_best_key: tuple[Any, ...] | None = None
+    invalid: list[str] = []  # optuna trials' broken rules
     if use_optuna and n_trials > 0:
         known = None if enum_frame is None else _score_cache(enum_frame)
         study, found = _run_study(space, learned, profile, limits, objective, n_trials, storage,
@@ -219,29 +226,50 @@ def search(
             1 for t in study.trials
             if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
         configs.update({layout_key(c): c for c in found})
+        invalid = [str(t.user_attrs["invalid"]) for t in study.trials
+                   if t.user_attrs.get("invalid")]
         if found:
             opt_frame = rank(score_configs(found, model=learned, profile=profile, limits=limits))
             scored_rows.append(opt_frame)
             if opt_frame["feasible"].iloc[0]:
                 opt_best_key = opt_frame["key"].iloc[0]
-            if objective != "mfu":
-                result.pareto = _pareto(opt_frame, objective)
-    elif objective != "mfu" and enum_frame is not None:
-        result.pareto = _pareto(enum_frame, objective)
 
     if result.enum_best is not None and use_optuna and n_trials > 0:
         result.optuna_found_enum_best = opt_best_key == result.enum_best["key"]
     if not scored_rows:
-        raise ConfigError("the space holds no valid layout: loosen the limits")
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
     every_scored = rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"))
     feasible = every_scored[every_scored["feasible"]]
+    if objective != "mfu":
+        # Over every layout scored: the enumerated space (exact) and optuna's trials. Optuna's
+        # alone may hold no feasible layout when most of its trials are invalid points.
+        result.pareto = _pareto(every_scored, objective)
     if feasible.empty:
         result.notes.append(
             f"no layout meets the limits (p_oom <= {limits.max_p_oom}, memory margin "
-            f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones")
+            f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones"
+            + ("" if objective == "mfu" else " and the Pareto front is empty"))
         feasible = every_scored
     result.top = feasible.head(top_k).reset_index(drop=True)
     return result
+
+
+def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
+    """Why a search found nothing to score: the space and one rule its points break."""
+    example = invalid[:1]
+    if not example and space.is_enumerable(limit):
+        for point in space.points():
+            try:
+                space.build(point)
+            except ConfigError as e:
+                example = [str(e)]
+                break
+    nodes = ",".join(map(str, space.node_counts))
+    return (f"the space holds no valid layout of {space.model.name} on {nodes} x "
+            f"{space.gpus_per_node} {space.gpu} for a global batch of "
+            f"{space.global_batch_seqs} sequences" + (f" (e.g. {example[0]})" if example else "")
+            + ": widen it (other node counts or frameworks, a larger --max-mbs or --max-cp, a "
+            "global batch that more data-parallel degrees divide)")
 
 
 def _score_cache(
@@ -306,7 +334,10 @@ def _run_study(
     cache = dict(known or {})
     found: dict[tuple[Any, ...], TrainingConfig] = {}
 
+    worker = f"{socket.gethostname()}:{os.getpid()}"  # which of several workers ran a trial
+
     def run(trial: optuna.Trial) -> float | tuple[float, float]:
+        trial.set_user_attr("worker", worker)
         point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS}
         try:
             cfg = space.build(point)

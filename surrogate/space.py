@@ -32,6 +32,7 @@ from surrogate.config import (
 )
 from surrogate.errors import ConfigError
 from surrogate.frameworks import FRAMEWORKS, get_framework
+from surrogate.hardware import canonical_gpu_name
 
 DIMENSIONS: tuple[str, ...] = (
     "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
@@ -83,6 +84,9 @@ class LayoutSpace:
     """Dimensions pinned to one value (e.g. {"tp": 8})."""
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu", canonical_gpu_name(self.gpu))  # unknown: say which exist
+        if self.gpus_per_node < 1:
+            raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
         if self.global_batch_seqs < 1:
             raise ConfigError(f"global batch must be >= 1 sequence, got {self.global_batch_seqs}")
         if not self.node_counts or any(n < 1 for n in self.node_counts):

@@ -24,7 +24,13 @@ from typing import Any, Literal, get_args
 import numpy as np
 import pandas as pd
 
-from surrogate.config import CONFIG_COLUMNS, TrainingConfig, config_from_flat, config_to_flat
+from surrogate.config import (
+    ARCHITECTURE_FIELDS,
+    CONFIG_COLUMNS,
+    TrainingConfig,
+    config_from_flat,
+    config_to_flat,
+)
 from surrogate.errors import ConfigError, DataError
 
 Status = Literal["completed", "oom", "fail", "timeout"]
@@ -137,11 +143,16 @@ def _is_missing(value: Any) -> bool:
 
 def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataFrame:
     """Check ``df`` against the schema and return it in canonical form (column order, dtypes,
-    configuration columns as :func:`config_to_flat` writes them).
+    configuration columns as :func:`config_to_flat` writes them). A table that lacks the
+    model-variant columns (:data:`surrogate.config.ARCHITECTURE_FIELDS`, added later) gets
+    their defaults, 0: it was written when every model was a Llama block.
 
     Raises DataError saying what must hold, what was given and in which rows (the first few
     of each kind of problem, and how many in all).
     """
+    absent = [c for c in ARCHITECTURE_FIELDS if c not in df.columns]
+    if absent:  # a table written before these columns existed holds Llama blocks (their 0)
+        df = df.assign(**dict.fromkeys(absent, 0))
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:
@@ -272,10 +283,20 @@ def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
 
     A row whose (source, run_id) is already in the table replaces the old row, and the result
     counts it; ``new_df`` itself must not repeat a key (which of two would win is not ours to
-    guess).
+    guess). The whole read-modify-write holds the table's lock (:func:`surrogate.tableio.locked`),
+    so concurrent appends from several processes all land.
     """
+    from surrogate.tableio import locked, table_format
+
     new = validate_sweeps(new_df, where="rows to append")
     p = Path(path)
+    table_format(p)
+    with locked(p):
+        return _append_locked(new, p)
+
+
+def _append_locked(new: pd.DataFrame, p: Path) -> AppendResult:
+    """The read-modify-write of :func:`append_sweeps`; the caller holds the table's lock."""
     old = read_sweeps(p) if p.exists() else empty_sweeps()
     new_keys = set(zip(new["source"], new["run_id"], strict=True))
     old_keys = list(zip(old["source"], old["run_id"], strict=True))

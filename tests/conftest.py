@@ -1,13 +1,30 @@
-"""Shared fixtures: the public Playbook sweep and microbenchmark data (skipped when absent)."""
+"""Shared fixtures: the public Playbook sweep and microbenchmark data (skipped when absent),
+and a builder of configurations."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
 
+from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
+from surrogate.presets import get_preset
+
 PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
+
+
+@pytest.fixture(autouse=True)
+def _tracking_outside_the_checkout(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every test records to its own MLflow store in a temporary directory, never to the
+    default ``sqlite:///mlruns/mlflow.db`` of the checkout (a test that means the default
+    removes the variable and changes into its tmp_path first)."""
+    store = tmp_path_factory.mktemp("mlflow")
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}/mlflow.db")
 
 
 @pytest.fixture(scope="session")
@@ -38,3 +55,23 @@ def mbench_data_dir() -> Path:
     if not (d / "microbench").is_dir():
         pytest.skip(f"public microbenchmark data not found under {d} (SURROGATE_DATA_DIR)")
     return d
+
+
+def build_config(model: str | ModelConfig = "8b", *, gpu: str = "H100-SXM-80GB",
+                 gpus_per_node: int = 8, **layout: Any) -> TrainingConfig:
+    """A TrainingConfig whose cluster is sized to the layout's world (dp x tp x pp x cp)."""
+    lay = LayoutConfig(**layout)
+    world = lay.dp * lay.tp * lay.pp * lay.cp
+    per_node = min(world, gpus_per_node)
+    return TrainingConfig(
+        model=get_preset(model) if isinstance(model, str) else model,
+        cluster=ClusterConfig(gpu=gpu, gpus_per_node=per_node, num_nodes=world // per_node),
+        layout=lay,
+    )
+
+
+@pytest.fixture(scope="session")
+def config() -> Callable[..., TrainingConfig]:
+    return build_config
+
+

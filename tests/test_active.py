@@ -95,12 +95,28 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
     assert set(matched["name"]) == {p["name"] for p in record["proposals"]}
     config_from_flat(matched.iloc[0].to_dict())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run_id = log_round(record, metrics)
+    run_id = log_round(record, metrics, campaign="test", matched=matched,
+                       analytic=score_round(record, runs, model=None))
     import mlflow
 
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
-    history = client.get_metric_history(run_id, "best_mfu_so_far")
+    history = client.get_metric_history(run_id, "best/mfu_so_far")
     assert [(h.step, h.value) for h in history] == [(1, pytest.approx(0.35))]
+    run = client.get_run(run_id)
+    assert run.info.run_name == "round 01"
+    assert run.data.tags["proposing_model.data_hash"] == record["model"]["data_hash"]
+    assert "round/prospective_mfu_mape" in run.data.metrics
+    assert not any("analytic" in k for k in run.data.metrics)  # the baseline is its own run
+    files = {f.path for f in client.list_artifacts(run_id, "plots")}
+    assert files == {"plots/predicted_vs_measured.png", "plots/interval_coverage.png",
+                     "plots/layout_space.png"}
+    assert (tmp_path / "artifacts").is_dir()  # beside the database, not ./mlruns
+    # scoring again updates the same run; the trend run holds one value per round
+    assert log_round(record, metrics, campaign="test", matched=matched) == run_id
+    exp = client.get_experiment_by_name("active learning: test")
+    names = sorted(r.info.run_name for r in client.search_runs([exp.experiment_id]))
+    assert names == ["accuracy over rounds", "analytic baseline", "round 01"]
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
 def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
@@ -115,3 +131,52 @@ def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
     with pytest.raises(DataError, match="not valid JSON"):
         read_round(tmp_path / "bad")
     json.dumps(record)
+
+
+def _analytic_round(tmp_path: Path) -> dict:
+    return read_round(propose(space(), tmp_path / "r1", k=2, model=None))  # type: ignore[arg-type]
+
+
+def test_scoring_a_round_with_no_matching_run_is_an_error(tmp_path: Path) -> None:
+    record = _analytic_round(tmp_path)
+    other = {**record["proposals"][0]["config"], "grad_accum": 999, "run_id": "x/1",
+             "status": "completed", "mfu": 0.4, "source": "synthetic"}  # another layout's run
+    with pytest.raises(DataError, match=r"none of the 1 runs matches a proposal of round 1"):
+        score_round(record, pd.DataFrame([other]), model=None)
+
+
+def test_scoring_a_table_without_outcomes_is_an_error(tmp_path: Path) -> None:
+    record = _analytic_round(tmp_path)
+    runs = pd.DataFrame([{**p["config"], "run_id": f"{p['name']}/1", "mfu": 0.3}
+                         for p in record["proposals"]])
+    with pytest.raises(DataError, match=r"columns status and mfu .* got no status among"):
+        score_round(record, runs, model=None)
+
+
+def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
+        tmp_path: Path, playbook_subset: pd.DataFrame) -> None:
+    from surrogate.learned import SurrogateModel
+
+    small = {"n_estimators": 10, "num_leaves": 7}
+    model = SurrogateModel(status_params=small, mfu_params=small, mem_params=small)
+    model.fit(playbook_subset).save(tmp_path / "m")
+    record = read_round(propose(space(), tmp_path / "r1", k=1, model=tmp_path / "m"))
+    assert record["model"]["model_sha256"] == model.saved_sha256_
+    assert load_round_model(record).saved_sha256_ == model.saved_sha256_
+    model.conformal_q_ += 0.1  # the same training data, another model
+    model.save(tmp_path / "m")
+    with pytest.raises(DataError, match=r"is not the one that proposed round 1 \(model sha256"):
+        load_round_model(record)
+
+
+def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import surrogate.search
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("scored before checking the round directory")
+
+    monkeypatch.setattr(surrogate.search, "score_configs", never)
+    (tmp_path / "r1").write_text("x")
+    with pytest.raises(ConfigError, match=r"--round must be a new directory, got the file"):
+        propose(space(), tmp_path / "r1", k=2, model=None)  # type: ignore[arg-type]

@@ -24,6 +24,8 @@ SMALL = dict(
     vocab_size=32000, seq_len=2048,
 )
 MOE = dict(SMALL, num_experts=8, experts_topk=2, moe_ffn_hidden_size=1024)
+MLA = dict(SMALL, num_kv_heads=16, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64,
+           v_head_dim=128)
 
 
 def training(model: dict | None = None, *, num_nodes: int = 1, gpu: str = "H100",
@@ -68,7 +70,11 @@ def test_defaults_and_canonical_names():
     assert LayoutConfig().framework_version == "pp-fix"  # newest nanotron version
     assert ClusterConfig(gpu="h100").gpu == "H100-SXM-80GB"
     m = ModelConfig(**MOE)
-    assert m.is_moe and m.head_dim == 64 and m.expert_ffn_hidden_size == 1024
+    assert m.is_moe and m.attention_head_dim == 64 and m.expert_ffn_hidden_size == 1024
+    assert m.head_dim == 0 and m.value_head_dim == 64 and not m.is_mla
+    mla = ModelConfig(**MLA)
+    assert mla.is_mla and (mla.attention_head_dim, mla.value_head_dim) == (192, 128)
+    assert ModelConfig(**dict(SMALL, head_dim=96)).attention_head_dim == 96
     assert ModelConfig(**dict(MOE, moe_ffn_hidden_size=0)).expert_ffn_hidden_size == 4096
 
 
@@ -108,6 +114,19 @@ def test_config_error_is_a_value_error_and_a_surrogate_error():
                                               r"num_experts=8, got 9"),
         (dict(experts_topk=2), r"experts_topk and moe_ffn_hidden_size need num_experts >= 2"),
         (dict(moe_ffn_hidden_size=512), r"need num_experts >= 2, got num_experts=0"),
+        # variants of the Llama block (head_dim, shared experts, dense layers, MLA)
+        (dict(head_dim=-1), r"ModelConfig\.head_dim must be an integer >= 0, got -1"),
+        (dict(shared_expert_ffn_hidden_size=512), r"shared_expert_ffn_hidden_size and "
+                                                  r"num_dense_layers need num_experts >= 2"),
+        (dict(MOE, num_dense_layers=8), r"num_dense_layers must be < num_layers .*got "
+                                        r"num_dense_layers=8 num_layers=8"),
+        (dict(qk_rope_head_dim=64), r"the MLA fields need kv_lora_rank >= 1, got "
+                                    r"kv_lora_rank=0 qk_rope_head_dim=64"),
+        (dict(kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
+         r"ModelConfig\.qk_nope_head_dim must be an integer >= 1, got 0"),
+        (dict(MLA, head_dim=128), r"head_dim must be 0 with MLA"),
+        (dict(MLA, num_kv_heads=4), r"MLA has one key and value per head: num_kv_heads must "
+                                    r"equal num_heads, got num_kv_heads=4 num_heads=16"),
     ],
 )
 def test_model_rules(change, match):
@@ -289,3 +308,23 @@ def test_to_flat_round_trips(preset):
                for k, v in flat.items() if v is not None}
     assert config_from_flat(as_text).layout == cfg.layout
     assert not math.isnan(float(flat["dp"]))
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda: training(dp=8, grad_accum=10**20),
+         r"LayoutConfig\.grad_accum must be at most 2\*\*53 = 9,007,199,254,740,992 .*got "
+         r"100,000,000,000,000,000,000"),
+        (lambda: training(dp=8, grad_accum=10**12),
+         r"the global batch dp \* grad_accum \* mbs \* seq_len must be at most 2\*\*53 .*got "
+         r"dp=8 grad_accum=1000000000000 mbs=1 seq_len=2048 \(16,384,000,000,000,000\)"),
+        (lambda: config_from_flat(dict(SMALL, dp=8, mbs="1e20")),
+         r"mbs must be at most 2\*\*53"),
+    ],
+)
+def test_counts_beyond_float64_integers_are_refused(build, match):
+    """grad_accum 10^20 used to be predicted (a step of 5e19 s); such counts overflow int64
+    tables and are inexact in the float64 analytic model."""
+    with pytest.raises(ConfigError, match=match):
+        build()

@@ -9,7 +9,7 @@ import pytest
 
 from surrogate.analytic.inputs import to_cols
 from surrogate.domain import Domain
-from tests.analytic.conftest import build_config
+from tests.conftest import build_config
 
 
 def _cols(*configs):
@@ -39,3 +39,20 @@ def test_round_trip():
     again = Domain.from_json(dom.to_json())
     assert again == dom
     assert np.isfinite(list(again.ranges.values())).all()
+
+
+def test_beyond_practice_names_each_unheard_of_scale():
+    from dataclasses import replace
+
+    from surrogate.domain import PRACTICE_LIMITS, beyond_practice, join_reasons
+
+    model = build_config("8b", dp=8).model
+    cols = _cols(build_config("8b", dp=8), build_config("8b", dp=8, grad_accum=10**6),
+                 build_config(replace(model, vocab_size=2**21), dp=8))
+    reasons = beyond_practice(cols)
+    assert reasons[0] == ""  # 8 x 8192 tokens: 8 x 8192 x 10^6 below is 6.554e+10
+    assert reasons[1] == "batch_tokens 6.554e+10 > 1.342e+08, beyond any published training run"
+    assert "vocab_size 2.097e+06 > 1.049e+06" in reasons[2]
+    assert set(PRACTICE_LIMITS) == {"num_gpus", "total_params", "seq_len", "batch_tokens",
+                                    "vocab_size"}
+    assert join_reasons(["", "a", ""], ["", "b", "c"]) == ["", "a; b", "c"]

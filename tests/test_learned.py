@@ -140,3 +140,67 @@ def test_source_weights_balance_sources():
 def test_sample_weight_must_match_the_runs(playbook_subset):
     with pytest.raises(DataError, match="one positive number per run"):
         SurrogateModel().fit(playbook_subset, sample_weight=np.ones(3))
+
+
+def _damage(path, how):
+    text = path.read_text()
+    if how == "truncate":
+        path.write_text(text[: len(text) // 3])
+    else:  # one leaf value edited, the file still parses
+        start = text.index("leaf_value=") + len("leaf_value=")
+        path.write_text(text[:start] + "9" + text[start:])
+
+
+@pytest.mark.parametrize(("name", "how"), [("status.txt", "truncate"), ("mfu.txt", "truncate"),
+                                           ("mfu.txt", "edit a leaf")])
+def test_damaged_model_files_are_refused_before_lightgbm_reads_them(fitted, tmp_path, name, how):
+    """A truncated status.txt used to segfault and a truncated mfu.txt abort LightGBM; an
+    edited leaf changed the MFU silently."""
+    d = fitted.save(tmp_path / "m")
+    _damage(d / name, how)
+    with pytest.raises(DataError, match=rf"model file .*{name} is damaged: its sha256 differs"):
+        SurrogateModel.load(d)
+
+
+def test_edited_sidecar_is_refused(fitted, tmp_path):
+    d = fitted.save(tmp_path / "m")
+    meta = json.loads((d / "model.json").read_text())
+    (d / "model.json").write_text(json.dumps(meta | {"conformal_q": 0.0}))
+    with pytest.raises(DataError, match=r"model\.json was changed after the model was saved"):
+        SurrogateModel.load(d)
+
+
+def test_sidecar_without_hashes_is_refused_until_vouched_for(fitted, configs, tmp_path):
+    from surrogate.learned import record_hashes
+
+    d = fitted.save(tmp_path / "m")
+    meta = json.loads((d / "model.json").read_text())
+    del meta["file_sha256"], meta["sidecar_sha256"]
+    (d / "model.json").write_text(json.dumps(meta))
+    with pytest.raises(DataError, match=r"records no sha256 of the model files .* retrain"):
+        SurrogateModel.load(d)
+    record_hashes(d)
+    _same(fitted.predict(configs), SurrogateModel.load(d).predict(configs))
+
+
+def test_bundled_model_files_match_their_hashes():
+    from surrogate.learned import verified_texts
+    from surrogate.prediction import DEFAULT_MODEL_DIR
+
+    side = DEFAULT_MODEL_DIR / "model.json"
+    if not side.exists():
+        pytest.skip("no bundled model")
+    assert set(verified_texts(DEFAULT_MODEL_DIR, json.loads(side.read_text()))) == {
+        "status", "mfu", "mfu_lo", "mfu_hi", "mem"}
+
+
+def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):
+    X, out, cols = build_features_cols(configs)
+    near = {**out, "mfu": np.full(len(configs), 0.99)}
+    pred = fitted.predict_from_features(X, near, cols)
+    raised = pred["pred_tokens_per_s_per_gpu"] / out["tokens_per_s_per_gpu"]
+    unbounded = fitted.predict_from_features(X, out, cols)["pred_mfu"] / out["mfu"]
+    assert (unbounded > 1 / 0.99).any()  # the correction would pass 100% somewhere
+    assert (pred["pred_mfu"] <= 1 + 1e-12).all()
+    np.testing.assert_allclose(pred["pred_mfu"], 0.99 * raised)  # throughput bounded alike
+    assert (pred["pred_mfu_lo"] <= pred["pred_mfu"]).all()

@@ -1,34 +1,15 @@
-"""Model presets, aliases, Playbook run names and Hugging Face config.json files."""
+"""Model presets, aliases and Playbook run names (config.json files: test_hf_config.py)."""
 
 from __future__ import annotations
 
-import json
+from pathlib import Path
 
 import pytest
 
 from surrogate.errors import ConfigError
-from surrogate.presets import ALIASES, PRESETS, get_preset, model_from_hf_config, playbook_model
+from surrogate.presets import ALIASES, PRESETS, get_preset, model_values, playbook_model
 
-LLAMA3_8B_HF = {
-    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-    "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 8192,
-    "tie_word_embeddings": False, "rope_theta": 500000.0, "torch_dtype": "bfloat16",
-}
-MIXTRAL_HF = {
-    "architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "hidden_size": 4096,
-    "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32,
-    "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 32768,
-    "num_local_experts": 8, "num_experts_per_tok": 2, "tie_word_embeddings": False,
-}
-
-
-def write(tmp_path, data, name="config.json"):
-    d = tmp_path / "my-model"
-    d.mkdir(exist_ok=True)
-    p = d / name
-    p.write_text(data if isinstance(data, str) else json.dumps(data))
-    return p
+FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 
 
 def test_presets_named_by_the_issue_exist():
@@ -67,46 +48,9 @@ def test_playbook_run_names():
         playbook_model("12G_dp1")
 
 
-def test_hf_config_llama(tmp_path):
-    m = model_from_hf_config(write(tmp_path, LLAMA3_8B_HF))
-    ref = PRESETS["llama3-8b"]
-    assert m.name == "my-model"
-    for f in ("num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads",
-              "vocab_size", "seq_len", "tie_embeddings", "num_experts"):
-        assert getattr(m, f) == getattr(ref, f), f
-    assert model_from_hf_config(write(tmp_path, LLAMA3_8B_HF), seq_len=4096).seq_len == 4096
-
-
-def test_hf_config_mixtral(tmp_path):
-    m = model_from_hf_config(write(tmp_path, dict(MIXTRAL_HF, _name_or_path="mistralai/x")))
-    assert m.name == "mistralai/x"
-    assert (m.num_experts, m.experts_topk, m.expert_ffn_hidden_size) == (8, 2, 14336)
-    assert m.is_moe and m.seq_len == 32768
-
-
-def test_hf_config_defaults(tmp_path):
-    cfg = {k: v for k, v in LLAMA3_8B_HF.items() if k != "num_key_value_heads"}
-    m = model_from_hf_config(write(tmp_path, dict(cfg, tie_word_embeddings=True)))
-    assert m.num_kv_heads == m.num_heads and m.tie_embeddings and not m.is_moe
-
-
-@pytest.mark.parametrize(
-    "content,match",
-    [
-        ("{not json", r"config\.json: not valid JSON \(.* at line 1\)"),
-        ("[1, 2]", r"config\.json: a Hugging Face config\.json holds a JSON object"),
-        ({"hidden_size": 8}, r"a Hugging Face config needs the keys num_hidden_layers, "
-                             r"intermediate_size, num_attention_heads, vocab_size"),
-        ({k: v for k, v in LLAMA3_8B_HF.items() if k != "max_position_embeddings"},
-         r"no max_position_embeddings; give the sequence length \(--seq-len\)"),
-        (dict(LLAMA3_8B_HF, num_key_value_heads=5), r"num_heads must be divisible by num_kv_heads"),
-    ],
-)
-def test_hf_config_errors(tmp_path, content, match):
-    with pytest.raises(ConfigError, match=match):
-        model_from_hf_config(write(tmp_path, content))
-
-
-def test_hf_config_missing_file(tmp_path):
-    with pytest.raises(ConfigError, match=r"--hf-config must name an existing file, got '.*nope"):
-        model_from_hf_config(tmp_path / "nope.json")
+def test_model_values_takes_the_hf_config_over_the_preset(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text((FIXTURES / "gemma-7b.json").read_text())
+    values = model_values("8b", path, seq_len=4096)
+    assert values["head_dim"] == 256 and values["hidden_size"] == 3072
+    assert model_values("8b", None)["hidden_size"] == 4096 and model_values(None, None) == {}

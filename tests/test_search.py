@@ -77,3 +77,26 @@ def test_errors() -> None:
     big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
     with pytest.raises(ConfigError, match="enumeration limit"):
         search(big, use_optuna=False, enumerate_limit=100)
+
+
+def test_pareto_front_covers_every_scored_layout() -> None:
+    """With 3 optuna trials (mostly invalid points) the front used to be empty: it was drawn
+    from optuna's trials alone although the whole space had been scored."""
+    from surrogate.search import _pareto
+
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    result = search(space, model=None, objective="mfu-vs-gpus", n_trials=3, seed=0)
+    exact = _pareto(rank(score_configs(space.enumerate(), model=None)), "mfu-vs-gpus")
+    assert result.pareto is not None and len(result.pareto) >= 1
+    assert list(result.pareto["key"]) == list(exact["key"])
+
+
+def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
+    with pytest.raises(ConfigError, match=r"gpu must be one of A100-SXM-40GB, .* got 'H900'"):
+        LayoutSpace(**{**TINY, "gpu": "H900"})  # type: ignore[arg-type]
+    odd = LayoutSpace(**{**TINY, "global_batch_seqs": 3, "frameworks": ("torchtitan",),
+                         "zero_stages": (3,)})  # type: ignore[arg-type]  # ZeRO needs dp > 1
+    with pytest.raises(ConfigError, match=r"the space holds no valid layout of playbook-1\.34b on "
+                                          r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
+                                          r"\(e\.g\. .+ must .+\): widen it"):
+        search(odd, model=None, n_trials=5)

@@ -9,7 +9,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from surrogate.config import CONFIG_COLUMNS, LayoutConfig, TrainingConfig
+from surrogate.config import ARCHITECTURE_FIELDS, CONFIG_COLUMNS, LayoutConfig, TrainingConfig
 from surrogate.errors import DataError
 from surrogate.presets import get_preset
 from surrogate.sweeps import (
@@ -104,6 +104,24 @@ def test_write_read_round_trip_parquet_and_csv(tmp_path: Path) -> None:
         write_sweeps(df, tmp_path / name)
         back = read_sweeps(tmp_path / name)
         pd.testing.assert_frame_equal(back, df, check_dtype=False)
+
+
+def test_tables_from_before_the_model_variant_columns_read_as_llama_blocks(
+        tmp_path: Path) -> None:
+    df = _table()
+    old = df.drop(columns=list(ARCHITECTURE_FIELDS))
+    old.to_csv(tmp_path / "old.csv", index=False)
+    pd.testing.assert_frame_equal(read_sweeps(tmp_path / "old.csv"), df, check_dtype=False)
+
+
+def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.csv"
+    _table().to_csv(path, index=False)
+    header, body = path.read_text().split("\n", 1)
+    path.write_text(header + ",status\n" + body.replace("\n", ",oom\n", 1))
+    with pytest.raises(DataError, match=r"t\.csv: each column must appear once in the header, "
+                                        r"got 'status' again"):
+        read_sweeps(path)
 
 
 def test_write_is_refused_without_leaving_a_file(tmp_path: Path) -> None:

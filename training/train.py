@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from training.tracking import TrackedRun
 
-PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 DEFAULT_OUT_DIR = Path("mlruns/model")
 
 
@@ -44,25 +43,13 @@ def load_runs(
     """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
     import pandas as pd
 
-    from surrogate.datasource import data_dir as resolve_data_dir
     from surrogate.sweeps import read_sweeps
 
     frames = []
     if playbook:
-        from surrogate.ingest.playbook import parse_playbook
+        from surrogate.clusters import playbook_runs
 
-        path = resolve_data_dir(data_dir) / PLAYBOOK_PATH
-        if not path.exists():
-            raise DataError(
-                f"the Playbook sweep is not at {str(path)!r}: run `surrogate data fetch`, set "
-                "SURROGATE_DATA_DIR, or pass --no-playbook with --sweeps"
-            )
-        from surrogate.clusters import attach_net_scale
-        from surrogate.ingest.playbook import SOURCE
-        from surrogate.ingest.playbook_network import parse_playbook_network
-
-        frames.append(attach_net_scale(parse_playbook(path)[0],
-                                       parse_playbook_network(path)[0], SOURCE))
+        frames.append(playbook_runs(data_dir))
     for p in sweep_paths:
         frames.append(read_sweeps(p))
     if not frames:
@@ -148,8 +135,9 @@ def train(
     out = model.save(out_dir)
     tracked = None
     if track:
-        tracked = _track(runs, model, out, params, tuning, evaluation, n_trials=n_trials,
-                         seed=seed, max_estimators=max_estimators, n_folds=n_folds)
+        tracked = _track(runs, model, out, params, tuning, evaluation,
+                         sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
+                         max_estimators=max_estimators, n_folds=n_folds)
     return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
                        evaluation=evaluation, tracked=tracked,
                        seconds=time.monotonic() - start)
@@ -157,9 +145,10 @@ def train(
 
 def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
            params: dict[str, dict[str, Any] | None], tuning: dict[str, TuneResult],
-           evaluation: dict[str, ProtocolResult], **settings: Any) -> TrackedRun:
+           evaluation: dict[str, ProtocolResult], *, sweep_paths: Sequence[str | Path],
+           **settings: Any) -> TrackedRun:
     from training import plots
-    from training.tracking import log_training
+    from training.tracking import data_label, log_training, rounds_in
 
     flat = dict(settings)
     for name, p in params.items():
@@ -168,14 +157,11 @@ def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
     figures = {"feature_importance": plots.feature_importance(model)}
     for protocol, r in evaluation.items():
         title = f"held out: {protocol}"
-        figures[f"{protocol}_mfu_pred_vs_measured"] = plots.mfu_scatter(r.predictions, title)
-        figures[f"{protocol}_p_oom_calibration"] = plots.oom_calibration(r.predictions, title)
-        figures[f"{protocol}_interval_coverage"] = plots.interval_coverage(
+        figures[f"{protocol}/mfu_pred_vs_measured"] = plots.mfu_scatter(r.predictions, title)
+        figures[f"{protocol}/p_oom_calibration"] = plots.oom_calibration(r.predictions, title)
+        figures[f"{protocol}/interval_coverage"] = plots.interval_coverage(
             r.predictions, title, nominal=model.coverage)
-    metrics: dict[str, dict[str, float]] = {}
-    for protocol, r in evaluation.items():
-        metrics[protocol] = r.metrics
-        metrics[f"{protocol}.analytic"] = r.analytic_metrics
+    rounds = rounds_in(runs["run_id"]) if "run_id" in runs.columns else []
     return log_training(
         params=flat,
         data_summary=data_summary(runs),
@@ -184,7 +170,10 @@ def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
                     "best_value": r.best_value, "n_complete": r.n_complete,
                     "n_pruned": r.n_pruned, "best_params": r.best_params,
                     "top_trials": r.top_trials} for t, r in tuning.items()},
-        metrics=metrics,
+        metrics={p: r.metrics for p, r in evaluation.items()},
+        baseline={p: r.analytic_metrics for p, r in evaluation.items()},
+        label=data_label(runs["source"], sweep_paths),
+        lineage={"data.rounds": ",".join(map(str, rounds))} if rounds else None,
         model_dir=out,
         figures=figures,
     )

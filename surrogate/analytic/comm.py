@@ -11,8 +11,8 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   all-reduces of 2 T h bytes forward and two backward; with sequence parallelism each becomes
   an all-gather plus a reduce-scatter of the same total size. Not overlapped (exposed).
 - CP (ring attention, Liu et al. 2023): per layer, cp - 1 exchanges of the K and V chunks
-  (2 x 2 T h_kv / tp bytes) forward and twice that backward (K, V and their gradients);
-  overlapped with the attention computation, exposed only where longer.
+  (2 x 2 T h_kv / tp bytes, h_kv = kv_heads x head_dim) forward and twice that backward (K, V
+  and their gradients); overlapped with the attention computation, exposed only where longer.
 - EP (Lepikhin et al. 2020, GShard): per MoE layer, two all-to-alls (dispatch, combine) of
   2 T k h bytes forward and two backward. Exposed.
 - PP (Narayanan et al. 2021): per micro-batch each stage boundary sends the activation
@@ -80,8 +80,10 @@ def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
 
 def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     """Ring-attention K/V exchange of one layer, one micro-batch, forward and backward."""
-    kv = c["num_kv_heads"] * c["hidden_size"] / c["num_heads"]
-    chunk = 2 * 2 * tokens_per_rank(c) * kv / c["tp"]
+    # K and V of the rank's tokens: kv_heads x (qk_head_dim + v_head_dim) wide (2 x h_kv for
+    # a Llama block; with MLA the keys and values of every head)
+    kv = c["num_kv_heads"] * (c["qk_head_dim"] + c["v_head_dim"])
+    chunk = 2 * tokens_per_rank(c) * kv / c["tp"]
     pair = perf.collective_time_s("send_recv", chunk, np.full_like(chunk, 2.0),
                                   spans_nodes(c)["cp"], c, np.ones_like(chunk))
     return np.where(c["cp"] > 1, 3 * (c["cp"] - 1) * pair, 0.0)

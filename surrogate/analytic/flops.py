@@ -1,17 +1,39 @@
 """Parameter counts and FLOPs per token.
 
 Model: Llama-style decoder (Touvron et al. 2023; Dubey et al. 2024): per layer a GQA attention
-block (q and o projections h x h, k and v projections h x (kv_heads x head_dim), no biases),
-a SwiGLU MLP (three h x ffn matrices; Shazeer 2020) or, for MoE layers, ``num_experts`` such
-MLPs of width ``moe_ffn_hidden_size`` plus an h x num_experts router (Jiang et al. 2024), two
-RMSNorm weight vectors; a final RMSNorm; an input embedding V x h and an output head V x h
-unless tied.
+block (q and o projections h x (heads x head_dim), k and v projections h x (kv_heads x
+head_dim), no biases; head_dim = h / heads unless the model gives it, as Gemma and Qwen3 do), a
+SwiGLU MLP (three h x ffn matrices; Shazeer 2020; Gemma's GeGLU has the same three) or, for MoE
+layers, ``num_experts`` such MLPs of width ``moe_ffn_hidden_size`` plus an h x num_experts
+router (Jiang et al. 2024), two RMSNorm weight vectors; a final RMSNorm; an input embedding
+V x h and an output head V x h unless tied.
+
+Variants, as the Hugging Face transformers modeling files build them
+(``src/transformers/models/<family>/modeling_<family>.py``):
+
+- shared experts: one always-active MLP beside the routed experts of every MoE layer, as wide
+  as the shared experts together (``Qwen2MoeSparseMoeBlock.shared_expert``, width
+  ``shared_expert_intermediate_size``; ``DeepseekV3MoE.shared_experts``, width
+  ``moe_intermediate_size x n_shared_experts``);
+- leading dense layers: the first ``num_dense_layers`` layers of an MoE model have a dense MLP
+  of width ffn_hidden_size and no router (DeepSeek ``first_k_dense_replace``);
+- multi-head latent attention, MLA (DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1.2-2.1.3, eq.
+  9-14; ``DeepseekV3Attention``): queries h -> q_lora_rank (RMSNorm) -> heads x (nope + rope),
+  or h -> heads x (nope + rope) when q_lora_rank = 0; keys and values h -> kv_lora_rank + rope
+  (the rope part is one key shared by all heads), RMSNorm, kv_lora_rank -> heads x
+  (nope + v); output heads x v -> h.
+
+Not counted, each under 0.01% of the parameters: Qwen2's q/k/v biases, Qwen3's per-head q/k
+RMSNorms, Qwen2-MoE's shared-expert gate (h x 1), DeepSeek-V3's expert-score correction bias.
 
 MFU definition (the Ultra-Scale Playbook's, after llm-foundry): model FLOPs per token
 = 6 x N + 12 x num_layers x hidden_size x seq_len, with N the parameters a token uses
 (all of them for a dense model; for MoE the shared ones plus top-k experts). The second term is
 the attention score and value products (2 x 2 x s x h per layer forward, x3 for forward and
-backward), counted without a causal discount. MFU = tokens/s/GPU x FLOPs per token / dense peak.
+backward), counted without a causal discount. Where the heads are not h wide in all (Gemma,
+Qwen3, MLA) it is 6 x L x s x heads x (qk_head_dim + v_head_dim): the scores over the
+query/key width, the values over the value width; with heads x head_dim = h both are 12 L h s.
+MFU = tokens/s/GPU x FLOPs per token / dense peak.
 """
 
 from __future__ import annotations
@@ -22,15 +44,38 @@ from surrogate.analytic.inputs import Array, Cols
 
 
 def attention_params_per_layer(c: Cols) -> Array:
-    """q, k, v, o projections with GQA: 2 h^2 + 2 h (kv_heads x head_dim)."""
-    h = c["hidden_size"]
-    kv_dim = c["num_kv_heads"] * h / c["num_heads"]
-    return 2 * h * h + 2 * h * kv_dim
+    """GQA: q and o projections 2 h (heads x head_dim), k and v 2 h (kv_heads x head_dim)
+    (2 h^2 + 2 h kv_dim for a Llama block). MLA: the projections and latent norms of the
+    module docstring."""
+    h, heads = c["hidden_size"], c["num_heads"]
+    q_dim = heads * c["qk_head_dim"]
+    gqa = 2 * h * q_dim + 2 * h * (c["num_kv_heads"] * c["qk_head_dim"])
+    q_rank, kv_rank, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
+    mla_q = np.where(q_rank > 0, h * q_rank + q_rank + q_rank * q_dim, h * q_dim)
+    mla_kv_down = h * (kv_rank + rope) + kv_rank  # W_DKV and W_KR, then the latent RMSNorm
+    mla_kv_up = kv_rank * heads * (c["qk_head_dim"] - rope + c["v_head_dim"])  # W_UK, W_UV
+    mla_out = heads * c["v_head_dim"] * h
+    return np.where(kv_rank > 0, mla_q + mla_kv_down + mla_kv_up + mla_out, gqa)
 
 
 def mlp_params_per_layer(c: Cols) -> Array:
     """Dense SwiGLU MLP: gate, up and down projections, 3 h ffn."""
     return 3 * c["hidden_size"] * c["ffn_hidden_size"]
+
+
+def shared_expert_params_per_layer(c: Cols) -> Array:
+    """The shared-expert MLP of one MoE layer, 3 h shared_ffn; 0 without one."""
+    return 3 * c["hidden_size"] * c["shared_expert_ffn_hidden_size"]
+
+
+def router_params_per_layer(c: Cols) -> Array:
+    """The h x num_experts router of one MoE layer; 0 for a dense model."""
+    return np.where(c["num_experts"] >= 2, c["hidden_size"] * c["num_experts"], 0.0)
+
+
+def moe_layers(c: Cols) -> Array:
+    """Layers with experts: all but the leading ``num_dense_layers`` of an MoE model."""
+    return np.where(c["num_experts"] >= 2, c["num_layers"] - c["num_dense_layers"], 0.0)
 
 
 def expert_params_per_layer(c: Cols) -> Array:
@@ -41,12 +86,14 @@ def expert_params_per_layer(c: Cols) -> Array:
     )
 
 
-def dense_params_per_layer(c: Cols) -> Array:
-    """Parameters of one layer outside the experts: attention, MLP or router, two norms."""
-    h = c["hidden_size"]
-    moe = c["num_experts"] >= 2
-    ffn_or_router = np.where(moe, h * c["num_experts"], mlp_params_per_layer(c))
-    return attention_params_per_layer(c) + ffn_or_router + 2 * h
+def _layer_stack_params(c: Cols, experts_per_moe_layer: Array) -> Array:
+    """All layers: attention and two norms each, a dense MLP on the dense layers, router,
+    shared expert and ``experts_per_moe_layer`` on the MoE layers."""
+    n_moe = moe_layers(c)
+    per_moe_layer = (router_params_per_layer(c) + shared_expert_params_per_layer(c)
+                     + experts_per_moe_layer)
+    return (c["num_layers"] * (attention_params_per_layer(c) + 2 * c["hidden_size"])
+            + (c["num_layers"] - n_moe) * mlp_params_per_layer(c) + n_moe * per_moe_layer)
 
 
 def embedding_params(c: Cols) -> Array:
@@ -61,8 +108,8 @@ def lm_head_params(c: Cols) -> Array:
 
 def total_params(c: Cols) -> Array:
     """All parameters, every expert included."""
-    per_layer = dense_params_per_layer(c) + expert_params_per_layer(c)
-    return c["num_layers"] * per_layer + embedding_params(c) + lm_head_params(c) + c["hidden_size"]
+    stack = _layer_stack_params(c, expert_params_per_layer(c))
+    return stack + embedding_params(c) + lm_head_params(c) + c["hidden_size"]
 
 
 def active_params(c: Cols) -> Array:
@@ -71,13 +118,20 @@ def active_params(c: Cols) -> Array:
         c["num_experts"] >= 2, c["experts_topk"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
         0.0,
     )
-    per_layer = dense_params_per_layer(c) + experts_used
-    return c["num_layers"] * per_layer + embedding_params(c) + lm_head_params(c) + c["hidden_size"]
+    stack = _layer_stack_params(c, experts_used)
+    return stack + embedding_params(c) + lm_head_params(c) + c["hidden_size"]
+
+
+def attention_flops_per_token(c: Cols) -> Array:
+    """Attention scores and values, forward and backward: 6 L s heads (qk_head_dim +
+    v_head_dim), which is 12 L h s for a Llama block (module docstring)."""
+    widths = c["num_heads"] * (c["qk_head_dim"] + c["v_head_dim"])
+    return 6 * c["num_layers"] * c["seq_len"] * widths
 
 
 def model_flops_per_token(c: Cols) -> Array:
     """6 N + 12 L h s: the Playbook / llm-foundry MFU numerator (module docstring)."""
-    return 6 * active_params(c) + 12 * c["num_layers"] * c["hidden_size"] * c["seq_len"]
+    return 6 * active_params(c) + attention_flops_per_token(c)
 
 
 def hardware_flops_per_token(c: Cols) -> Array:

@@ -2,7 +2,9 @@
 
 A :data:`Cols` maps each name of :data:`surrogate.config.CONFIG_COLUMNS` (strings encoded as
 numbers, below) plus the GPU's and framework's traits to a float64 array with one element per
-configuration.
+configuration. The model-variant fields enter as the widths they give: ``qk_head_dim`` and
+``v_head_dim`` (hidden_size / num_heads for a Llama block), ``moe_ffn_hidden_size`` (the
+expert width in use), and the MLA ranks, shared-expert width and dense-layer count as given.
 """
 
 from __future__ import annotations
@@ -44,6 +46,14 @@ def config_row(cfg: TrainingConfig) -> dict[str, float]:
     row.update(
         tie_embeddings=float(m.tie_embeddings),
         moe_ffn_hidden_size=float(m.expert_ffn_hidden_size),
+        # attention and MoE variants (ModelConfig): head widths as used, 0 where absent
+        qk_head_dim=float(m.attention_head_dim),
+        v_head_dim=float(m.value_head_dim),
+        q_lora_rank=float(m.q_lora_rank),
+        kv_lora_rank=float(m.kv_lora_rank),
+        qk_rope_head_dim=float(m.qk_rope_head_dim),
+        shared_expert_ffn_hidden_size=float(m.shared_expert_ffn_hidden_size),
+        num_dense_layers=float(m.num_dense_layers),
         sequence_parallel=float(lay.sequence_parallel),
         recompute=RECOMPUTE_CODE[lay.recompute],
         fp8=float(lay.dtype == "fp8"),
@@ -65,8 +75,14 @@ def config_row(cfg: TrainingConfig) -> dict[str, float]:
 
 
 def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:
-    """Stack configurations into columns (each a float64 array of len(configs))."""
+    """Stack configurations into columns (each a float64 array of len(configs)), with the
+    free parameters of each configuration's framework version (``p_<name>``,
+    :mod:`surrogate.analytic.params`)."""
+    from surrogate.analytic.params import param_columns
+
     rows = [config_row(cfg) for cfg in configs]
     if not rows:
         return {}
-    return {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
+    cols = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
+    cols.update(param_columns([FRAMEWORK_VERSIONS[int(r["framework_code"])] for r in rows]))
+    return cols

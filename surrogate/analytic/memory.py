@@ -24,6 +24,14 @@ recomputation keeps only each layer's input (2 T h, / tp with sequence paralleli
 layer's activations while it is recomputed. Selective recomputation stores what flash
 attention already avoids storing, so it changes nothing here.
 
+Variants (shapes in ``flops``): Q and the attention output are heads x head_dim wide, K and V
+kv_heads x head_dim (h and h_kv for a Llama block). MLA stores Q and K of heads x
+(nope + rope) and V and the output of heads x v_head_dim, split by tp, plus its latents (query
+latent and its norm, key-value latent with the rotary key, and its norm), replicated like the
+projection inputs. An MoE token keeps the MLP activations of its top-k experts and of the
+shared expert; an MoE model's leading dense layers are averaged in per layer (DeepSeek-V2/V3
+size them alike: ffn = (top-k + shared) x the expert width).
+
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
 interleaved, see ``pipeline``); the last stage holds one, plus the logits.
 
@@ -44,7 +52,8 @@ Overheads, explicit terms (assumptions, documented so they can be checked):
 - ``buffers``: gradient-reduction buckets (2 x 25 MiB in fp32, the DDP default) and the
   all-gather buffer of one layer's weights under ZeRO-3 (x2 for prefetch);
 - ``allocator``: the PyTorch caching allocator rounds blocks up and fragments; we count
-  ``ALLOCATOR_OVERHEAD_FRAC`` of everything else (reserved vs allocated);
+  the free parameter ``allocator_overhead_frac`` of everything else (reserved vs allocated;
+  prior 0.10, fitted per framework version: ``surrogate.analytic.params``);
 - ``cuda_context``: the CUDA context, cuBLAS workspace and NCCL's own buffers, outside
   PyTorch's allocator (``CUDA_CONTEXT_BYTES``).
 """
@@ -59,12 +68,14 @@ from surrogate.analytic.flops import (
     embedding_params,
     expert_params_per_layer,
     mlp_params_per_layer,
+    moe_layers,
+    router_params_per_layer,
+    shared_expert_params_per_layer,
 )
 from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.params import param
 from surrogate.hardware import GIB
 
-ALLOCATOR_OVERHEAD_FRAC = 0.10
-"""Reserved / allocated - 1 assumed for PyTorch's caching allocator."""
 CUDA_CONTEXT_BYTES = 1.0 * GIB
 """CUDA context + cuBLAS workspace + NCCL buffers, outside torch's allocator."""
 DDP_BUCKET_BYTES = 2 * 25 * 2**20 * 4
@@ -88,22 +99,40 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Ar
 
     Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
     embedding and head); norm weights and the MoE router are replicated. Experts are split by
-    ep x tp. With pp > 1 the last stage holds its own output head even when the embeddings are
-    tied (nanotron and Megatron untie them across stages).
+    ep x tp; a shared expert is split by tp like a dense MLP (Megatron ``SharedExpertMLP``).
+    An MoE model's leading dense layers (``num_dense_layers``) sit on the first stages. With
+    pp > 1 the last stage holds its own output head even when the embeddings are tied
+    (nanotron and Megatron untie them across stages).
     """
     h, tp = c["hidden_size"], c["tp"]
     moe = c["num_experts"] >= 2
     split = attention_params_per_layer(c) + np.where(moe, 0.0, mlp_params_per_layer(c))
-    replicated = 2 * h + np.where(moe, h * c["num_experts"], 0.0)
+    replicated = 2 * h + router_params_per_layer(c)
     dense = layers * (split / tp + replicated)
+    # MoE variants: a shared expert on each MoE layer; a dense MLP instead of the router (and
+    # experts) on each leading dense layer. Adds exactly 0 for dense models.
+    n_dense = _dense_mlp_layers_on_stage(c, layers, first=first)
+    n_moe = layers - n_dense
+    dense = dense + np.where(
+        moe, n_moe * shared_expert_params_per_layer(c) / tp
+        + n_dense * (mlp_params_per_layer(c) / tp - router_params_per_layer(c)), 0.0)
     vocab = embedding_params(c) / tp
     if first:
         dense = dense + vocab
     if last:
         tied_here = np.where(c["pp"] > 1, 0.0, c["tie_embeddings"])
         dense = dense + (1 - tied_here) * vocab + h
-    experts = layers * expert_params_per_layer(c) / (c["ep"] * tp)
+    experts = n_moe * expert_params_per_layer(c) / (c["ep"] * tp)
     return dense, experts
+
+
+def _dense_mlp_layers_on_stage(c: Cols, layers: Array, *, first: bool) -> Array:
+    """Leading dense layers of an MoE model among a stage's ``layers``: the first stage takes
+    up to all of them; a later (last) stage holds model layers L - layers .. L - 1."""
+    k = np.where(c["num_experts"] >= 2, c["num_dense_layers"], 0.0)
+    if first:
+        return np.minimum(k, layers)
+    return np.clip(k - (c["num_layers"] - layers), 0.0, layers)
 
 
 def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
@@ -129,12 +158,27 @@ def activation_bytes_per_layer(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch on one rank (module docstring)."""
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     h, tp = c["hidden_size"], c["tp"]
-    kv = c["num_kv_heads"] * h / c["num_heads"]
+    q = c["num_heads"] * c["qk_head_dim"]  # queries (and keys with MLA)
+    o = c["num_heads"] * c["v_head_dim"]  # attention output (and values with MLA)
+    kv = c["num_kv_heads"] * c["qk_head_dim"]  # keys, and values, with GQA
+    mla = c["kv_lora_rank"] > 0
+    attn = np.where(mla, 2 * 2 * tokens * q + 2 * 2 * tokens * o,
+                    2 * tokens * q + 2 * tokens * o + 2 * 2 * tokens * kv)
+    # MLA's latents, replicated like the projection inputs (assumption: Megatron keeps the
+    # down projections unsplit): the query latent and its norm, the key-value latent with the
+    # shared rotary key, and its norm.
+    latents = np.where(mla, 2 * tokens * (2 * c["q_lora_rank"] + 2 * c["kv_lora_rank"]
+                                          + c["qk_rope_head_dim"]), 0.0)
     moe = c["num_experts"] >= 2
-    ffn = np.where(moe, c["experts_topk"] * c["moe_ffn_hidden_size"], c["ffn_hidden_size"])
+    # MoE: top-k routed experts plus the shared expert per token; leading dense layers are
+    # averaged in (DeepSeek-V2/V3 size them equal: ffn = (top-k + shared) x expert width).
+    moe_ffn = c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
+    moe_frac = moe_layers(c) / c["num_layers"]
+    ffn = np.where(moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"],
+                   c["ffn_hidden_size"])
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
-    replicated = 4 * 2 * tokens * h
-    split = (2 * 2 * tokens * h + 2 * 2 * tokens * kv + 4 * 2 * tokens * ffn) / tp
+    replicated = 4 * 2 * tokens * h + latents
+    split = (attn + 4 * 2 * tokens * ffn) / tp
     full = np.where(sp, replicated / tp, replicated) + split
     layer_input = np.where(sp, 2 * tokens * h / tp, 2 * tokens * h)
     return np.where(c["recompute"] == 2, layer_input, full)
@@ -159,14 +203,15 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:
     dense, experts = stage_params(c, layers, first=first, last=last)
     out = model_state_bytes(c, dense, experts)
     inflight = pipeline.first_stage_inflight(c) if first else np.ones_like(layers)
-    out["activations"] = layers * inflight * activation_bytes_per_layer(c)
+    out["activations"] = (layers * inflight * activation_bytes_per_layer(c)
+                          * param(c, "activation_scale"))
     out["transient"] = _backward_working_set(c)
     out["logits"] = logits_bytes(c) if last else np.zeros_like(layers)
     layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
     zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
     out["buffers"] = DDP_BUCKET_BYTES + zero3_gather
     held = np.sum([out[k] for k in BREAKDOWN_TERMS[:7]], axis=0)
-    out["allocator"] = ALLOCATOR_OVERHEAD_FRAC * held
+    out["allocator"] = param(c, "allocator_overhead_frac") * held
     out["cuda_context"] = np.full_like(layers, CUDA_CONTEXT_BYTES)
     out["total"] = held + out["allocator"] + out["cuda_context"]
     return out
@@ -190,3 +235,14 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
 def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
     """What ``torch.cuda.max_memory_reserved`` would report: everything but the CUDA context."""
     return breakdown["total"] - breakdown["cuda_context"]
+
+
+def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:
+    """P(the run needs more than the GPU has): log(need) ~ Normal(log(predicted total),
+    ``memory_log_sd``), the fitted error of the memory model (``surrogate.fit_params``)."""
+    from scipy.special import ndtr
+
+    sd = np.asarray(param(c, "memory_log_sd"), dtype=np.float64)
+    z = np.log(breakdown["total"] / c["memory_bytes"]) / np.maximum(sd, 1e-6)
+    return np.asarray(ndtr(z), dtype=np.float64)
+

@@ -17,18 +17,30 @@ step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32
 master weight and two moments).
 
 Overlap assumptions: TP and EP are exposed; CP is hidden under the attention core where it is
-shorter; the DP gradient reduction is hidden under the last micro-batch's backward (2/3 of
-its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where shorter.
+shorter; the DP gradient reduction is hidden under ``dp_overlap`` of the last micro-batch's
+backward (2/3 of its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where
+shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupies: it takes
+1 / (1 - ``nccl_sm_share``) as long for as long as the collective runs (the ``overhead`` term).
+
+Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
+calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
+``tp_comm_scale`` / ``tp_inter_comm_scale`` the TP collectives within / across nodes,
+``pp_comm_scale`` the pipeline sends; ``layer_overhead_s`` per layer and
+``microbatch_overhead_s`` per micro-batch slot are fixed costs (launches, host work), part of
+``overhead`` and of every bubble slot.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 from numpy.typing import NDArray
 
 from surrogate.analytic import comm, memory, pipeline
-from surrogate.analytic.flops import model_flops_per_token
+from surrogate.analytic.flops import model_flops_per_token, moe_layers
 from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.params import param
 from surrogate.analytic.perf import PerfModel
 
 ELEMENTWISE_TRAFFIC_FACTOR = 3.0
@@ -47,39 +59,83 @@ def _recompute_factor(c: Cols) -> Array:
 
 
 def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
-    """(seconds, attention-core seconds) of one layer, one micro-batch, forward + backward."""
+    """(seconds, attention-core seconds) of one layer, one micro-batch, forward + backward.
+
+    GEMM shapes per rank (tp splits heads and MLP widths; the shapes of
+    :mod:`surrogate.analytic.flops`): GQA's fused QKV and output projections, or MLA's down
+    projections (unsplit, every tp rank computes them) and up projections; the SwiGLU MLP, for
+    MoE layers the top-k routed experts plus the shared expert, with an MoE model's leading
+    dense layers averaged in.
+    """
     T = comm.tokens_per_rank(c)
     h, tp, s = c["hidden_size"], c["tp"], c["seq_len"]
-    kv = c["num_kv_heads"] * h / c["num_heads"]
+    q = c["num_heads"] * c["qk_head_dim"]
+    kv = c["num_kv_heads"] * c["qk_head_dim"]
+    o = c["num_heads"] * c["v_head_dim"]
     moe = c["num_experts"] >= 2
     ffn = np.where(moe, c["moe_ffn_hidden_size"], c["ffn_hidden_size"])
     # MoE: each token visits top-k experts; with ep the experts (and their tokens) are spread
     # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
     ffn_tokens = np.where(moe, T * c["experts_topk"], T)
     peak = c["peak_flops"]
-    # 6 x (m n k) FLOPs per GEMM for forward + backward.
-    gemms = (
-        (T, (h + 2 * kv) / tp, h),   # QKV projection
-        (T, h, h / tp),              # attention output projection
+
+    def gemm_s(m: Array, n: Array, k: Array) -> Array:
+        # 6 x (m n k) FLOPs per GEMM for forward + backward.
+        return 6 * m * n * k / (peak * perf.gemm_efficiency(m, n, k, c))
+
+    terms = [gemm_s(m, n, k) for m, n, k in (
+        (T, (q + 2 * kv) / tp, h),   # QKV projection
+        (T, h, o / tp),              # attention output projection
         (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
         (ffn_tokens, h, ffn / tp),   # down projection
-    )
+    )]
+    terms[0] = np.where(c["kv_lora_rank"] > 0, _mla_projections_s(c, gemm_s), terms[0])
     seconds = np.zeros_like(T)
-    for m, n, k in gemms:
-        flops = 6 * m * n * k
-        seconds = seconds + flops / (peak * perf.gemm_efficiency(m, n, k, c))
-    # Attention core: 12 h s FLOPs per token over tp ranks (flops.model_flops_per_token).
-    head_dim = h / c["num_heads"]
-    attn_flops = 12 * T * h * s / tp
-    attn_s = attn_flops / (peak * perf.gemm_efficiency(T, s, head_dim, c))
-    return (seconds + attn_s) * _recompute_factor(c), attn_s
+    for term in terms:
+        seconds = seconds + term
+    seconds = seconds + np.where(moe, _moe_mlp_extra_s(c, gemm_s, terms[2] + terms[3]), 0.0)
+    # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
+    attn_flops = 6 * T * s * (q + o) / tp
+    attn_s = attn_flops / (peak * perf.gemm_efficiency(T, s, c["qk_head_dim"], c))
+    scale = param(c, "gemm_time_scale")
+    return (seconds + attn_s) * _recompute_factor(c) * scale, attn_s * scale
+
+
+def _mla_projections_s(c: Cols, gemm_s: Callable[[Array, Array, Array], Array]) -> Array:
+    """MLA's query, key-value and their up projections (flops.py); rows without MLA get
+    placeholder widths of 1 (their value is discarded)."""
+    T, h, tp = comm.tokens_per_rank(c), c["hidden_size"], c["tp"]
+    q_rank = np.maximum(c["q_lora_rank"], 1.0)
+    kv_rank = np.maximum(c["kv_lora_rank"], 1.0)
+    rope = c["qk_rope_head_dim"]
+    q = c["num_heads"] * c["qk_head_dim"]
+    kv_up = c["num_heads"] * (c["qk_head_dim"] - rope + c["v_head_dim"])
+    queries = np.where(c["q_lora_rank"] > 0,
+                       gemm_s(T, q_rank, h) + gemm_s(T, q / tp, q_rank), gemm_s(T, q / tp, h))
+    return queries + gemm_s(T, kv_rank + rope, h) + gemm_s(T, kv_up / tp, kv_rank)
+
+
+def _moe_mlp_extra_s(
+    c: Cols, gemm_s: Callable[[Array, Array, Array], Array], routed_s: Array
+) -> Array:
+    """What an MoE layer adds to its routed experts' ``routed_s``: the shared expert, and the
+    leading dense layers' MLP in place of experts, averaged over the layers."""
+    T, h, tp = comm.tokens_per_rank(c), c["hidden_size"], c["tp"]
+    shared = c["shared_expert_ffn_hidden_size"]
+    width = np.maximum(shared, 1.0)
+    shared_s = np.where(shared > 0, gemm_s(T, 2 * width / tp, h) + gemm_s(T, h, width / tp), 0.0)
+    ffn = c["ffn_hidden_size"]
+    dense_s = gemm_s(T, 2 * ffn / tp, h) + gemm_s(T, h, ffn / tp)
+    dense_frac = 1 - moe_layers(c) / c["num_layers"]
+    return shared_s + dense_frac * (dense_s - routed_s - shared_s)
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
     """Output head of one micro-batch, forward + backward (not recomputed)."""
     T = comm.tokens_per_rank(c)
     n, k = c["vocab_size"] / c["tp"], c["hidden_size"]
-    return 6 * T * n * k / (c["peak_flops"] * perf.gemm_efficiency(T, n, k, c))
+    eff = perf.gemm_efficiency(T, n, k, c)
+    return 6 * T * n * k / (c["peak_flops"] * eff) * param(c, "gemm_time_scale")
 
 
 def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
@@ -96,8 +152,11 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     stage_layers = np.where(slow_is_last, last_layers, first_layers)
     compute_mb = np.where(slow_is_last, last_s, first_s)
 
-    tp_mb = stage_layers * comm.tp_time_per_layer_s(c, perf)
-    cp_mb = stage_layers * np.maximum(comm.cp_time_per_layer_s(c, perf) - attn_s, 0.0)
+    tp_scale = np.where(comm.spans_nodes(c)["tp"] > 0, param(c, "tp_inter_comm_scale"),
+                        param(c, "tp_comm_scale"))
+    tp_mb = stage_layers * comm.tp_time_per_layer_s(c, perf) * tp_scale
+    cp_layer = comm.cp_time_per_layer_s(c, perf)
+    cp_mb = stage_layers * np.maximum(cp_layer - attn_s, 0.0)
     moe_layers = np.where(c["num_experts"] >= 2, stage_layers, 0.0)
     ep_mb = moe_layers * comm.ep_time_per_layer_s(c, perf)
 
@@ -111,13 +170,22 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
 
     dp = comm.dp_times_s(c, perf, dense, experts)
     zero3_mb = np.maximum(dp["zero3_per_microbatch"] - compute_mb, 0.0)
-    slot = compute_mb + tp_mb + cp_mb + ep_mb + memory_mb + zero3_mb
+    # NCCL kernels that overlap compute take SMs from it (module docstring).
+    share = np.asarray(param(c, "nccl_sm_share"))
+    slowdown = share / (1.0 - np.minimum(share, 0.9))
+    hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
+                 + stage_layers * np.minimum(cp_layer, attn_s))
+    fixed_mb = stage_layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
+    overhead_mb = fixed_mb + slowdown * hidden_mb
+    slot = compute_mb + tp_mb + cp_mb + ep_mb + memory_mb + zero3_mb + overhead_mb
 
     slots = pipeline.step_slots(c)
     m = pipeline.microbatches(c)
     bubble = (slots - m) * slot
-    pp_s = slots * comm.pp_time_per_slot_s(c, perf)
-    dp_exposed = np.maximum(dp["grad_reduce"] - BACKWARD_SHARE * compute_mb, 0.0)
+    pp_s = slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+    window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
+    dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
+    dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
     updated = np.where(c["zero_stage"] >= 1, params / (c["dp"] * c["cp"]), params)
     optimizer_s = OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"]
 
@@ -128,6 +196,7 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
         "ep_comm": m * ep_mb,
         "memory_bound": m * memory_mb,
         "zero3_comm": m * zero3_mb,
+        "overhead": m * overhead_mb + dp_contention,
         "bubble": bubble,
         "pp_comm": pp_s,
         "dp_comm": dp_exposed + dp["param_gather"],
@@ -160,7 +229,7 @@ def _stage_params(
 
 
 STEP_TERMS: tuple[str, ...] = (
-    "compute", "tp_comm", "cp_comm", "ep_comm", "memory_bound", "zero3_comm", "bubble",
-    "pp_comm", "dp_comm", "optimizer",
+    "compute", "tp_comm", "cp_comm", "ep_comm", "memory_bound", "zero3_comm", "overhead",
+    "bubble", "pp_comm", "dp_comm", "optimizer",
 )
 """Keys of :func:`step_breakdown` that sum to ``step_time_s``, in display order."""

@@ -1,20 +1,60 @@
 """Command-line interface: parse, call the library, print a table or JSON, return an exit code.
 
-Every :class:`~surrogate.errors.SurrogateError` becomes one line on stderr and exit code 2;
-``--debug`` (anywhere on the command line) shows the traceback instead.
+Every :class:`~surrogate.errors.SurrogateError`, and every usage error (an unknown command or
+option, a value of the wrong type, a missing value), becomes one line on stderr and exit code
+2; ``--debug`` (anywhere on the command line) shows the traceback instead.
 """
 
 from __future__ import annotations
 
 import sys
 
-import click
+import typer
 
 from surrogate.cli import data, microbench, predict, search, train  # noqa: F401  (register commands)
 from surrogate.cli.app import app
 from surrogate.errors import SurrogateError
 
+try:  # typer >= 0.2x parses with its own copy of click; older typer with the click package
+    from typer._click import exceptions as _click_exceptions
+except ImportError:  # pragma: no cover - older typer
+    from click import exceptions as _click_exceptions  # type: ignore[no-redef]
+
+_CLICK_ERROR: type[Exception] = _click_exceptions.ClickException
+_NO_ARGS_IS_HELP: type[Exception] | None = getattr(_click_exceptions, "NoArgsIsHelpError", None)
+_EXIT: tuple[type[BaseException], ...] = (typer.Exit, getattr(_click_exceptions, "Exit", typer.Exit))
+_ABORT: tuple[type[BaseException], ...] = (typer.Abort,
+                                           getattr(_click_exceptions, "Abort", typer.Abort))
+
 __all__ = ["app", "main"]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _given(args: list[str], e: Exception) -> str | None:
+    """The text given on the command line for the option a BadParameter names, if found."""
+    param = getattr(e, "param", None)
+    names = [*getattr(param, "opts", ()), *getattr(param, "secondary_opts", ())]
+    for i, arg in enumerate(args):
+        for name in names:
+            if arg == name and i + 1 < len(args):
+                return args[i + 1]
+            if arg.startswith(name + "="):
+                return arg[len(name) + 1:]
+    return None
+
+
+def _usage_error_line(e: Exception, args: list[str]) -> str:
+    """``error: MESSAGE, got 'VALUE' (see 'surrogate CMD --help')`` for a click usage error."""
+    message = _one_line(e.format_message())  # type: ignore[attr-defined]
+    given = _given(args, e)
+    if given is not None:
+        message = f"{message.rstrip('.')}, got {given!r}"
+    ctx = getattr(e, "ctx", None)
+    where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    return f"error: {message}{where}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,14 +67,19 @@ def main(argv: list[str] | None = None) -> int:
         if debug:
             raise
         # One line, whatever the message holds (a YAML parser's error spans several).
-        print("error: " + " ".join(str(e).split()), file=sys.stderr)
+        print("error: " + _one_line(str(e)), file=sys.stderr)
         return 2
-    except click.exceptions.ClickException as e:
-        e.show()
-        return e.exit_code
-    except click.exceptions.Exit as e:
-        return e.exit_code
-    except click.exceptions.Abort:
+    except _CLICK_ERROR as e:
+        if _NO_ARGS_IS_HELP is not None and isinstance(e, _NO_ARGS_IS_HELP):
+            e.show()  # type: ignore[attr-defined]  # a bare group: its help, as click does
+            return 2
+        if debug:
+            raise
+        print(_usage_error_line(e, args), file=sys.stderr)
+        return 2
+    except _EXIT as e:
+        return int(getattr(e, "exit_code", 0) or 0)
+    except _ABORT:
         print("aborted", file=sys.stderr)
         return 130
     return result if isinstance(result, int) else 0

@@ -12,11 +12,12 @@ from __future__ import annotations
 import subprocess
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from surrogate.cli.app import app
+from surrogate.errors import ConfigError
 
 
 def _count_lines(path: Path) -> int:
@@ -107,21 +108,41 @@ def microbench_cmd(
 
 @app.command("calibrate")
 def calibrate_cmd(
-    tables: Annotated[list[Path], typer.Argument(
-        help="Microbenchmark tables (.parquet/.csv) or raw outputs (.jsonl, .txtpb, .log).")],
-    gpu: Annotated[str, typer.Option(help="GPU of the profile (hardware table key or alias).")],
-    out: Annotated[Path, typer.Option(help="Profile JSON to write.")],
+    out: Annotated[Path, typer.Option(
+        help="Profile JSON to write (or, with --runs, the fitted parameters' JSON).")],
+    tables: Annotated[list[Path] | None, typer.Argument(
+        help="Microbenchmark tables (.parquet/.csv) or raw outputs (.jsonl, .txtpb, .log).",
+        show_default=False)] = None,
+    gpu: Annotated[str, typer.Option(
+        help="GPU of the profile (hardware table key or alias).")] = "",
     name: Annotated[str, typer.Option(help="Profile name shown by predict.")] = "",
     note: Annotated[list[str] | None, typer.Option(
         help="A note stored in the profile (repeatable), e.g. how the data was taken.")] = None,
+    runs: Annotated[list[str] | None, typer.Option(
+        help="Fit the analytic model's free parameters instead, per framework version, on "
+             "these sweep tables ('playbook': the Playbook's runs). Repeatable.")] = None,
+    profile: Annotated[str, typer.Option(
+        help="With --runs: calibration profile of the runs' cluster (default: each run's "
+             "own where known, else its GPU's default).")] = "",
+    group_by: Annotated[str, typer.Option(
+        help="With --runs: the column whose groups grouped cross-validation leaves out.")]
+        = "model_name",
 ) -> int:
-    """Fit a calibration profile (GEMM efficiency, collective times) from microbenchmarks."""
+    """Fit a calibration profile (GEMM efficiency, collective times) from microbenchmarks,
+    or, with --runs, the analytic model's free parameters from measured runs."""
     from rich.console import Console
 
+    console = Console(stderr=True)
+    if runs:
+        if tables:
+            raise ConfigError("give microbenchmark tables or --runs, not both")
+        return _calibrate_runs(runs, out, profile or None, group_by, console)
+    if not tables or not gpu:
+        raise ConfigError("calibrating a profile needs microbenchmark TABLES and --gpu "
+                         "(or --runs to fit the analytic model's parameters)")
     from surrogate.calibrate import fit_profile
     from surrogate.microbench_table import read_microbench_inputs
 
-    console = Console(stderr=True)
     table, summaries = read_microbench_inputs(list(tables))
     for line in summaries:
         console.print(line, highlight=False)
@@ -136,3 +157,42 @@ def calibrate_cmd(
     for e in profile.excluded:
         console.print(f"  not used: {e['rows']} x {e['reason']}", highlight=False)
     return 0
+
+
+def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by: str,
+                    console: Any) -> int:
+    import numpy as np
+    import pandas as pd
+
+    from surrogate.clusters import playbook_runs
+    from surrogate.errors import DataError
+    from surrogate.fit_params import PARAMETERS, fit_runs, held_out_figures, write_sets
+    from surrogate.sweeps import read_sweeps
+
+    frames = [playbook_runs() if s == "playbook" else read_sweeps(s) for s in sources]
+    table = pd.concat(frames, ignore_index=True)
+    with console.status(f"fitting the analytic model's parameters on {len(table)} runs "
+                        f"(and once per {group_by} left out)"):
+        result = fit_runs(table, profile, group_by=group_by)
+    if not result["sets"]:
+        raise DataError("no framework version has enough measured runs to fit its parameters")
+    write_sets(result, out, source=", ".join(sources))
+    from rich.table import Table
+
+    for fv, entry in result["sets"].items():
+        table_out = Table(title=f"{fv}: {entry['runs']['time']} runs (time), "
+                                f"{entry['runs']['memory']} (memory)")
+        for col in ("parameter", "value", "unit", "sd", f"sd over {group_by} folds"):
+            table_out.add_column(col, overflow="fold")
+        for k, v in entry["values"].items():
+            sd = entry["sd"].get(k, float("nan"))
+            fold = entry.get("fold_sd", {}).get(k, float("nan"))
+            table_out.add_row(k, f"{v:.4g}", PARAMETERS[k].unit, f"{sd:.2g}", f"{fold:.2g}")
+        console.print(table_out)
+    figures = held_out_figures(table, result["held_out"])
+    if np.isfinite(figures.get("mfu_mape_ge10", np.nan)):
+        console.print(f"held out by {group_by}: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in figures.items()), highlight=False)
+    console.print(f"wrote {out}", highlight=False)
+    return 0
+

@@ -10,32 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
-from surrogate.errors import ConfigError
 
 
 def _load_config_file(path: Path) -> dict[str, Any]:
-    """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON."""
-    if not path.exists():
-        raise ConfigError(f"--config must name an existing file, got {str(path)!r}")
-    text = path.read_text()
-    try:
-        if path.suffix.lower() == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
+    """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON;
+    unknown or repeated keys are errors (:func:`surrogate.configfile.read_config_file`)."""
+    from surrogate.configfile import read_config_file
 
-            data = yaml.safe_load(text)
-    except Exception as e:
-        raise ConfigError(f"{path}: cannot parse ({e})") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: a configuration file holds a mapping of column: value")
-    flat: dict[str, Any] = {}
-    for key, value in data.items():  # accept nested {model: {...}, cluster: {...}, layout: {...}}
-        if isinstance(value, dict) and key in ("model", "cluster", "layout"):
-            flat.update(value)
-        else:
-            flat[key] = value
-    return flat
+    return read_config_file(path)
 
 
 def build_config(
@@ -54,6 +36,11 @@ def build_config(
     return config_from_flat(values)
 
 
+def _rate(tokens_per_s: float) -> str:
+    """Thousands separated, with significant digits below 10 (0.0294, never a bare 0)."""
+    return f"{tokens_per_s:,.0f}" if tokens_per_s >= 10 else f"{tokens_per_s:.3g}"
+
+
 def _print_table(pred: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -65,13 +52,13 @@ def _print_table(pred: Any) -> None:
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
     console = Console()
     console.print(
-        f"[bold]{m.name}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
+        f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
         f"pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
         f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute} "
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
     )
-    console.print(f"prediction: {pred.source} model, hardware speed: {pred.perf_model}")
+    console.print(f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}")
     if pred.source == "learned":
         console.print(
             f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
@@ -87,6 +74,8 @@ def _print_table(pred: Any) -> None:
                 "analytic answer) and the interval is widened", highlight=False)
         else:
             console.print("inside the learned model's data (no extrapolation)")
+    elif pred.extrapolation:
+        console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}", highlight=False)
     mem = Table(title="Memory of the most loaded GPU (GiB)")
     mem.add_column("term")
     mem.add_column("GiB", justify="right")
@@ -115,7 +104,7 @@ def _print_table(pred: Any) -> None:
     if pred.mfu_lo == pred.mfu_lo:  # not NaN
         interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
     console.print(
-        f"tokens/s per GPU: {pred.tokens_per_s_per_gpu:,.0f}   MFU: {pred.mfu:.1%}{interval}   "
+        f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: {pred.mfu:.1%}{interval}   "
         f"bubble: {pred.bubble_frac:.1%}"
     )
     if pred.explanation:
@@ -174,9 +163,18 @@ def predict_cmd(
 
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     if from_csv is not None:
-        from surrogate.tableio import read_table, write_table_atomic
+        from surrogate.tableio import read_table, table_format, write_table_atomic
 
-        result = predict_frame(read_table(from_csv), profile=profile, model=model_arg)
+        if out is not None:  # before predicting every row, not after
+            from surrogate.outputs import check_output_file
+
+            table_format(out)
+            check_output_file(out, flag="--out")
+        from surrogate.configfile import check_table_columns
+
+        table = read_table(from_csv)
+        check_table_columns(table.columns, where=str(from_csv))  # names the file
+        result = predict_frame(table, profile=profile, model=model_arg)
         if out is None:
             result.to_csv(sys.stdout, index=False)
         else:

@@ -93,6 +93,7 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
 
 
 def _table(title: str, frame: Any) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
@@ -102,7 +103,7 @@ def _table(title: str, frame: Any) -> Any:
     for i, r in enumerate(frame.to_dict("records"), start=1):
         interval = "" if r["pred_mfu_lo"] != r["pred_mfu_lo"] else (
             f" ({r['pred_mfu_lo']:.1%}-{r['pred_mfu_hi']:.1%})")
-        t.add_row(str(i), str(r["num_nodes"]), str(r["layout"]), f"{r['pred_mfu']:.1%}{interval}",
+        t.add_row(str(i), str(r["num_nodes"]), escape(str(r["layout"])), f"{r['pred_mfu']:.1%}{interval}",
                   f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}",
                   f"{r['pred_peak_mem_gib']:.1f}", f"{r['p_oom']:.2f}")
     return t
@@ -151,6 +152,10 @@ def search_cmd(
 
     if objective not in ("mfu", "mfu-vs-oom", "mfu-vs-gpus"):
         raise ConfigError(f"--objective must be mfu, mfu-vs-oom or mfu-vs-gpus, got {objective!r}")
+    if launch_dir is not None:
+        from surrogate.outputs import check_writable_dir
+
+        check_writable_dir(launch_dir, flag="--launch-dir")
     m = model_config(model, hf_config, seq_len, dict(
         num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
         num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size,
@@ -195,9 +200,10 @@ def search_cmd(
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
-    console.print(f"[bold]{m.name}[/] on {','.join(map(str, space.node_counts))} x "
+    console.print(f"[bold]{escape(m.name)}[/] on {','.join(map(str, space.node_counts))} x "
                   f"{gpus_per_node} {space.gpu}, global batch {space.global_batch_seqs} seqs x "
                   f"{m.seq_len} tokens; {space.size_bound():,} points"
                   + (f", {result.enumerated:,} valid layouts scored" if result.enumerated
@@ -208,19 +214,17 @@ def search_cmd(
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
     for note in result.notes:
-        console.print(f"[yellow]{note}[/]")
+        console.print(f"[yellow]{escape(note)}[/]")
     console.print(_table("Best predicted layouts", result.top))
     outside = sorted({str(x) for x in result.top.get("extrapolation", []) if x})
     if outside:
-        from rich.markup import escape
-
         console.print("[yellow]these predictions extrapolate[/] (the learned correction "
                       "shrinks toward the analytic answer): " + escape(" | ".join(outside)))
     if result.pareto is not None:
         console.print(_table(f"Pareto front ({objective})", result.pareto))
     console.print(_table("Rules of thumb pick (Playbook)", rules_row))
     for line in written:
-        console.print(line)
+        console.print(escape(line))
 
 
 @app.command("propose")
@@ -278,18 +282,34 @@ def score_round_cmd(
     runs: Annotated[Path, typer.Option(help="Sweep table holding the round's ingested runs (and earlier ones).")],
     model_dir: Annotated[Path | None, typer.Option(help="The proposing model's directory, if it moved.")] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log to MLflow ($MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = True,
+    campaign: Annotated[str | None, typer.Option(help="MLflow experiment 'active learning: CAMPAIGN' (default: the name of the directory holding the rounds).")] = None,
     as_json: Annotated[bool, typer.Option("--json")] = False,
 ) -> None:
-    """Score a round's runs against the model that proposed them (before retraining) and log it."""
-    from surrogate.active import load_round_model, log_round, read_round, score_round
+    """Score a round's runs against the model that proposed them (before retraining) and log it
+    (scoring a round again updates its MLflow run)."""
+    from surrogate.active import (
+        campaign_of,
+        campaign_records,
+        load_round_model,
+        log_round,
+        read_round,
+        score_round,
+    )
     from surrogate.tableio import read_table
 
     record = read_round(round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     proposer = load_round_model(record)
-    metrics, _ = score_round(record, read_table(runs), model=proposer)
-    run_id = log_round(record, metrics) if mlflow else None
+    table = read_table(runs)
+    metrics, matched = score_round(record, table, model=proposer)
+    run_id = None
+    if mlflow:
+        analytic = score_round(record, table, model=None) if proposer is not None else None
+        run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
+                           matched=matched, analytic=analytic,
+                           earlier=[r for r in campaign_records(round_dir)
+                                    if int(r["round"]) < int(record["round"])])
     if as_json:
         typer.echo(json.dumps({"round": record["round"], "metrics": metrics,
                                "mlflow_run_id": run_id}, indent=2))
@@ -320,9 +340,12 @@ def heatmap_cmd(
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
     from surrogate.heatmap import draw_png, measured_grid, predicted_grid, write_html
+    from surrogate.outputs import check_output_file
     from surrogate.presets import get_preset
     from surrogate.search import Limits
 
+    for suffix in (".png", ".html"):
+        check_output_file(out.with_suffix(suffix), flag="--out")
     presets = [get_preset(name) for name in models.split(",")]
     options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
                "frameworks": tuple(framework.split(",")), "zero_stages": _ints(zero, "--zero"),

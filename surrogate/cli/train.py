@@ -53,12 +53,15 @@ def train_cmd(
     timeout: Annotated[float | None, typer.Option(help="Stop each study after this many seconds.")] = None,
     no_track: Annotated[bool, typer.Option("--no-track", help="Do not record the training in MLflow.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    force: Annotated[bool, typer.Option("--force", help="Replace what --out already holds.")] = False,
 ) -> None:
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
+    from surrogate.outputs import check_output_dir
     from training.evaluate import DEFAULT_PROTOCOLS
     from training.train import train
 
+    check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
     result = train(
         list(sweeps or []), out, n_trials, seed, playbook=not no_playbook, data_dir=data_dir,
         storage=storage, protocols=tuple(protocol or DEFAULT_PROTOCOLS),

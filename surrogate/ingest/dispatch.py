@@ -150,6 +150,11 @@ def ingest(
     ``network``: every file must be a Playbook table, whose network measurements go to a
     microbenchmark table.
     """
+    from surrogate.outputs import check_output_file
+    from surrogate.tableio import table_format
+
+    table_format(into)  # before any parsing: a bad --into must not cost the user a parse
+    check_output_file(into, flag="--into")
     report = IngestReport()
     forced = check_format(fmt) if fmt else None
     files = expand(paths, report)

@@ -44,6 +44,7 @@ from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
 from surrogate.presets import playbook_model
 from surrogate.sweeps import frame_from_rows, sweep_row
+from surrogate.tableio import check_csv_header
 
 SOURCE = "hf_ultrascale_playbook"
 HARDWARE = "8x H100 80GB SXM per node, NVLink inside a node, AWS EFA between nodes"
@@ -90,6 +91,7 @@ def read_table(path: Path, *, needs: tuple[str, ...], what: str,
     dtype = {"name": str, "log_file": str, "date": str, "status": str,
              **read_csv.pop("dtype", {})}
     try:
+        check_csv_header(path)
         raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, **read_csv)
     except FileNotFoundError:
         raise DataError(f"Playbook table {str(path)!r} does not exist") from None

@@ -10,7 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from surrogate.config import CONFIG_COLUMNS, MODEL_FIELDS, TrainingConfig, config_from_flat
+from surrogate.config import (
+    CONFIG_COLUMNS,
+    MODEL_FIELDS,
+    TrainingConfig,
+    coerce_column,
+    config_from_flat,
+)
 from surrogate.errors import ConfigError, DataError
 
 PROVENANCE_KEYS: tuple[str, ...] = ("source", "date", "hardware", "model_name")
@@ -29,6 +35,11 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
             raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
         if key not in GIVEN_KEYS:
             raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}")
+        if key in CONFIG_COLUMNS:
+            try:
+                coerce_column(key, value.strip())
+            except ConfigError as e:
+                raise ConfigError(f"--set {e}") from None
         if key in out and out[key] != value.strip():
             raise ConfigError(f"--set {key} given twice: {out[key]!r} and {value.strip()!r}")
         out[key] = value.strip()

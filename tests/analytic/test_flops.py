@@ -102,3 +102,42 @@ def test_mfu_formula(cols):
     np.testing.assert_allclose(flops.mfu(tokens_per_s, c), expected)
     fp8 = cols("llama3-8b", dp=8, dtype="fp8")
     np.testing.assert_allclose(flops.mfu(tokens_per_s, fp8), expected / 2, rtol=1e-3)
+
+
+# Variants of the Llama block (flops module docstring), by hand on small shapes.
+TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
+            vocab_size=100, seq_len=32)
+
+
+def test_explicit_head_dim_by_hand(cols):
+    # Gemma-style: 4 heads of 32 on a 64-wide model (heads x head_dim = 128 != h)
+    c = cols(ModelConfig(**TINY, head_dim=32), dp=1)
+    attn = 2 * 64 * (4 * 32) + 2 * 64 * (2 * 32)
+    assert flops.attention_params_per_layer(c)[0] == attn
+    assert flops.total_params(c)[0] == 2 * (attn + 3 * 64 * 128 + 2 * 64) + 2 * 100 * 64 + 64
+    # scores and values over 4 x 32 per token and layer, x 6: not 12 L h s
+    assert flops.attention_flops_per_token(c)[0] == 6 * 2 * 32 * 4 * (32 + 32)
+
+
+def test_mla_params_by_hand(cols):
+    mla = dict(TINY, num_kv_heads=4, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
+               qk_rope_head_dim=4, v_head_dim=8)
+    q = 64 * 16 + 16 + 16 * 4 * (8 + 4)   # W_DQ, its norm, W_UQ and W_QR
+    kv = 64 * (8 + 4) + 8 + 8 * 4 * (8 + 8)  # W_DKV and W_KR, the latent norm, W_UK and W_UV
+    out = 4 * 8 * 64
+    assert flops.attention_params_per_layer(cols(ModelConfig(**mla), dp=1))[0] == q + kv + out
+    direct = cols(ModelConfig(**dict(mla, q_lora_rank=0)), dp=1)  # DeepSeek-V2-Lite: no W_DQ
+    assert flops.attention_params_per_layer(direct)[0] == 64 * 4 * 12 + kv + out
+    assert flops.attention_flops_per_token(direct)[0] == 6 * 2 * 32 * 4 * (12 + 8)
+
+
+def test_shared_experts_and_leading_dense_layers_by_hand(cols):
+    m = ModelConfig(**dict(TINY, num_layers=3, num_kv_heads=4), num_experts=4, experts_topk=2,
+                    moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
+                    num_dense_layers=1)
+    c = cols(m, dp=1)
+    attn, dense_mlp = 4 * 64 * 64, 3 * 64 * 128
+    router, shared, expert = 64 * 4, 3 * 64 * 64, 3 * 64 * 32
+    common = 3 * (attn + 2 * 64) + dense_mlp + 2 * (router + shared) + 2 * 100 * 64 + 64
+    assert flops.total_params(c)[0] == common + 2 * 4 * expert
+    assert flops.active_params(c)[0] == common + 2 * 2 * expert

@@ -142,6 +142,46 @@ def test_activations_by_hand(cols):
     assert memory.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
 
 
+def test_variant_activations_by_hand(cols):
+    """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
+    T, h = 2 * 32, 64
+    base = dict(num_layers=4, hidden_size=h, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
+                vocab_size=100, seq_len=32)
+    c = cols(ModelConfig(**base, head_dim=32), dp=1, mbs=2)  # Q, out 4 x 32; K, V 2 x 32
+    expected = 8 * T * h + 2 * T * 128 + 2 * T * 128 + 4 * T * 64 + 8 * T * 128
+    assert memory.activation_bytes_per_layer(c)[0] == expected
+    mla = ModelConfig(**dict(base, num_kv_heads=4), q_lora_rank=16, kv_lora_rank=8,
+                      qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+    c = cols(mla, dp=1, mbs=2)  # Q, K 4 x 12; V, out 4 x 8; latents 2 x 16 + 2 x 8 + 4
+    latents = 2 * T * (2 * 16 + 2 * 8 + 4)
+    expected = 8 * T * h + latents + 4 * T * 48 + 4 * T * 32 + 8 * T * 128
+    assert memory.activation_bytes_per_layer(c)[0] == expected
+    moe = ModelConfig(**dict(base, num_kv_heads=4), num_experts=4, experts_topk=2,
+                      moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
+                      num_dense_layers=1)
+    c = cols(moe, dp=1, mbs=2)  # MLP width per token: 3/4 x (2 x 32 + 64) + 1/4 x 128
+    expected = 8 * T * h + 4 * T * h + 4 * T * h + 8 * T * 128
+    assert memory.activation_bytes_per_layer(c)[0] == expected
+
+
+def test_leading_dense_layers_sit_on_the_first_stage(cols):
+    m = ModelConfig(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_heads=4,
+                    num_kv_heads=4, vocab_size=100, seq_len=32, num_experts=4, experts_topk=2,
+                    moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64, num_dense_layers=2)
+    c = cols(m, dp=1, pp=2, framework="megatron")  # even split: layers 0-1, then 2-3
+    two = np.array([2.0])
+    attn_norms, dense_mlp = 4 * 64 * 64 + 2 * 64, 3 * 64 * 128
+    router, shared, experts = 64 * 4, 3 * 64 * 64, 4 * 3 * 64 * 32
+    dense, expert = memory.stage_params(c, two, first=True, last=False)
+    assert (dense[0], expert[0]) == (2 * (attn_norms + dense_mlp) + 100 * 64, 0)
+    dense, expert = memory.stage_params(c, two, first=False, last=True)
+    assert (dense[0], expert[0]) == (2 * (attn_norms + router + shared) + 100 * 64 + 64,
+                                     2 * experts)
+    _, expert = memory.stage_params(cols(m, dp=1), np.array([4.0]), first=True,
+                                            last=True)
+    assert expert[0] == 2 * experts
+
+
 def test_cp_splits_activations_and_logits(cols):
     one = cols("llama3-8b", dp=8)
     two = cols("llama3-8b", dp=4, cp=2)
@@ -166,7 +206,8 @@ BREAKDOWN_GRID = [
 
 def test_breakdown_terms_sum_to_total(config):
     configs = [config(kw.pop("model"), **kw) for kw in (dict(k) for k in BREAKDOWN_GRID)]
-    out = memory.memory_breakdown(to_cols(configs))
+    c = to_cols(configs)
+    out = memory.memory_breakdown(c)
     assert set(memory.BREAKDOWN_TERMS) | {"total", "stage"} == set(out)
     np.testing.assert_allclose(sum(out[k] for k in memory.BREAKDOWN_TERMS), out["total"],
                                rtol=1e-12)
@@ -177,7 +218,8 @@ def test_breakdown_terms_sum_to_total(config):
     assert np.all(out["cuda_context"] == memory.CUDA_CONTEXT_BYTES)
     np.testing.assert_allclose(
         out["allocator"],
-        memory.ALLOCATOR_OVERHEAD_FRAC * (out["total"] - out["allocator"] - out["cuda_context"]),
+        c["p_allocator_overhead_frac"]
+        * (out["total"] - out["allocator"] - out["cuda_context"]),
     )
 
 

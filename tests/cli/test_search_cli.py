@@ -83,3 +83,43 @@ def test_heatmap_png_and_html(tmp_path: Path) -> None:
     assert (tmp_path / "fig.png").stat().st_size > 1000
     page = (tmp_path / "fig.html").read_text()
     assert "measured" in page and "dp8" in page and "<table>" in page
+
+
+def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from surrogate.active import propose
+    from surrogate.presets import get_preset
+    from surrogate.space import LayoutSpace
+
+    db = tmp_path / "mlflow.db"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
+    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
+                        frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    rnd = propose(space, tmp_path / "round-1", k=2, model=None)  # type: ignore[arg-type]
+    pd.DataFrame({"run_id": ["elsewhere/1"], "status": ["completed"], "mfu": [0.3],
+                  "source": ["synthetic"]}).to_csv(tmp_path / "runs.csv", index=False)
+    assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: none of the 1 runs matches a proposal of round 1")
+    assert err.count("\n") == 1 and not db.exists()
+
+
+def test_names_with_rich_markup_print_as_text(capsys: pytest.CaptureFixture[str],
+                                               tmp_path: Path) -> None:
+    hf = {"model_type": "llama", "_name_or_path": "evil[/]model[red]", "num_hidden_layers": 16,
+          "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
+          "vocab_size": 131072, "max_position_embeddings": 4096, "tie_word_embeddings": True}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(hf))
+    argv = ["search", "--hf-config", str(path), *SMALL[2:], "--trials", "0", "--analytic"]
+    assert main(argv) == 0
+    assert "evil[/]model[red] on 1 x 8" in capsys.readouterr().out
+
+
+def test_search_unknown_gpu_names_the_known_ones(capsys: pytest.CaptureFixture[str]) -> None:
+    """Used to say "loosen the limits"."""
+    assert main(["search", *SMALL, "--gpu", "H900", "--analytic"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: gpu must be one of A100-SXM-40GB") and "got 'H900'" in err
+    assert err.count("\n") == 1

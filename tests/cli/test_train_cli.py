@@ -48,3 +48,18 @@ def test_evaluate_unknown_protocol_is_one_line_exit_2(sweep_file, capsys):
     argv = ["evaluate", "--no-playbook", "--sweeps", str(sweep_file), "--protocol", "bogus"]
     assert main(argv) == 2
     assert "protocols must be among" in capsys.readouterr().err
+
+
+def test_train_checks_its_output_before_any_work(tmp_path, capsys):
+    """Used to fail with a traceback after 38 s of training."""
+    argv = ["train", "--no-playbook", "--no-track", "--out"]  # no data: the work would fail too
+    (tmp_path / "file").write_text("x")
+    assert main([*argv, str(tmp_path / "file")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: --out must be a directory, got the file") and err.count("\n") == 1
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "model.json").write_text("{}")
+    assert main([*argv, str(tmp_path / "old")]) == 2
+    assert "already holds model.json: give --force" in capsys.readouterr().err
+    assert main([*argv, str(tmp_path / "old"), "--force"]) == 2
+    assert capsys.readouterr().err.startswith("error: no training data")

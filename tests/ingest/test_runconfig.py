@@ -28,6 +28,8 @@ def test_parse_assignments() -> None:
         (["tp="], "--set takes KEY=VALUE"),
         (["tensor=8"], "--set key must be one of .* got 'tensor'"),
         (["tp=8", "tp=4"], "--set tp given twice: '8' and '4'"),
+        (["dp=abc"], "--set dp must be an integer, got 'abc'"),  # was reported as a conflict
+        (["sequence_parallel=maybe"], "--set sequence_parallel must be true or false"),
     ],
 )
 def test_parse_assignments_errors(items: list[str], match: str) -> None:

@@ -42,8 +42,22 @@ def test_train_records_in_the_default_sqlite_store(playbook_subset, tmp_path, mo
     run_dir = tmp_path / "mlruns" / "artifacts" / result.tracked.run_id / "artifacts"
     assert (run_dir / "model" / "model.json").exists()
     assert (run_dir / "plots" / "feature_importance.png").exists()
-    assert (run_dir / "plots" / "nodes_p_oom_calibration.png").exists()
+    assert (run_dir / "plots" / "nodes" / "p_oom_calibration.png").exists()
     assert not result.tuning  # n_trials=0: library defaults
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri="sqlite:///mlruns/mlflow.db")
+    run = client.get_run(result.tracked.run_id)
+    assert run.info.run_name.startswith("train 20") and run.info.run_name.endswith(" playbook")
+    assert run.data.tags["surrogate.kind"] == "training"
+    assert "nodes/mfu_mape_ge10" in run.data.metrics
+    assert not any("analytic" in k for k in run.data.metrics)
+    baseline = client.get_run(result.tracked.baseline_run_id)
+    assert baseline.info.run_name == "analytic baseline playbook"
+    assert set(baseline.data.metrics) <= set(run.data.metrics)  # same names, same charts
+    version = client.get_model_version("surrogate", result.tracked.model_version)
+    assert version.tags["data_hash"] == result.model.data_hash_
+    assert version.tags["training_run"] == result.tracked.run_id
 
 
 def test_load_runs(playbook_subset, tmp_path):

@@ -1,0 +1,169 @@
+"""The analytic model's free parameters: one typed place, each with its prior and source.
+
+Everything else in :mod:`surrogate.analytic` is derived (FLOPs, bytes, collective sizes) or
+measured (the calibration profile's GEMM and collective curves). What remains is a handful of
+numbers no microbenchmark gives: how much of a framework's communication overlaps compute, its
+fixed costs per layer and per micro-batch (kernel launches, Python, synchronisation), how far a
+real training loop's kernels and collectives run from the microbenchmarks', and how much the
+caching allocator reserves beyond what is allocated. Each has a prior (the value used when
+nothing was fitted) with a source, a width, and bounds; ``surrogate calibrate --runs`` fits them
+per framework version by least squares on measured runs (:mod:`surrogate.fit_params`), and the
+fitted sets ship in ``surrogate/data/analytic_params.json``.
+
+The analytic functions read them as columns named ``p_<name>`` (one value per configuration,
+so one batch can mix frameworks); a column that is absent takes the prior.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+import numpy as np
+from numpy.typing import NDArray
+
+Array = NDArray[np.float64]
+Cols = Mapping[str, Array]
+
+Kind = Literal["time", "memory", "error"]
+
+
+@dataclass(frozen=True)
+class FreeParameter:
+    """One free parameter of the analytic model."""
+
+    name: str
+    prior: float
+    """Value used where nothing was fitted."""
+    prior_width: float
+    """Prior standard deviation in the fitted space: of log(value) for positive parameters,
+    of logit(value) for fractions."""
+    lower: float
+    upper: float
+    unit: str
+    kind: Kind
+    source: str
+
+    @property
+    def is_fraction(self) -> bool:
+        return self.lower == 0.0 and self.upper == 1.0
+
+    def to_free(self, value: float | Array) -> Array:
+        """Value -> the unbounded space the fit works in (log, or logit for fractions)."""
+        v = np.asarray(value, dtype=np.float64)
+        if self.is_fraction:
+            v = np.clip(v, 1e-6, 1 - 1e-6)
+            return np.asarray(np.log(v / (1 - v)))
+        return np.asarray(np.log(np.maximum(v, 1e-12)))
+
+    def from_free(self, z: float | Array) -> Array:
+        z = np.asarray(z, dtype=np.float64)
+        if self.is_fraction:
+            return np.asarray(1.0 / (1.0 + np.exp(-z)))
+        return np.asarray(np.clip(np.exp(z), self.lower, self.upper))
+
+
+FREE_PARAMETERS: tuple[FreeParameter, ...] = (
+    FreeParameter(
+        "gemm_time_scale", 1.0, 0.15, 0.8, 3.0, "x", "time",
+        "GEMM time in a training loop over the profile's microbenchmark at the same shape "
+        "(epilogues, strided layouts, clocks under sustained load); prior 1: the profile is "
+        "taken as it was measured.",
+    ),
+    FreeParameter(
+        "tp_comm_scale", 1.0, 0.5, 0.2, 20.0, "x", "time",
+        "Intra-node TP/SP collectives (all-gather/reduce-scatter of activations) over the "
+        "profile's microbenchmark time at that size; prior 1. A framework that overlaps them "
+        "with GEMMs (nanotron tp_async_comm, async TP) fits below 1.",
+    ),
+    FreeParameter(
+        "tp_inter_comm_scale", 1.0, 1.0, 0.2, 50.0, "x", "time",
+        "The same for TP groups that span nodes, which run many mid-size collectives over the "
+        "network where the profile measured large ones; prior 1.",
+    ),
+    FreeParameter(
+        "pp_comm_scale", 1.0, 1.0, 0.2, 1000.0, "x", "time",
+        "Pipeline send/receive time over the profile's point-to-point time (both directions, "
+        "every slot): includes the synchronisation of blocking sends; prior 1.",
+    ),
+    FreeParameter(
+        "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",
+        "Share of the last micro-batch's backward that hides the DP gradient reduction "
+        "(bucketed reduction launched as gradients are ready, Li et al. 2020, 'PyTorch "
+        "Distributed', sec. 3.2); prior 0.9.",
+    ),
+    FreeParameter(
+        "nccl_sm_share", 16 / 132, 0.5, 0.0, 1.0, "fraction", "time",
+        "Share of the GPU's SMs NCCL kernels occupy while they overlap compute, which then "
+        "runs at peak x (1 - share): 16 channels of one SM each on a 132-SM H100 (NCCL's "
+        "default NCCL_MAX_NCHANNELS-bound ring/tree use); prior 16/132.",
+    ),
+    FreeParameter(
+        "layer_overhead_s", 3e-4, 1.5, 1e-6, 0.1, "s per layer per micro-batch", "time",
+        "Fixed cost of one layer's forward and backward beyond its kernels' work: about 30 "
+        "kernel launches at ~10 us each (CUDA launch latency, NVIDIA CUDA C++ Best Practices "
+        "Guide) when the host cannot run ahead; prior 0.3 ms.",
+    ),
+    FreeParameter(
+        "microbatch_overhead_s", 2e-3, 1.5, 1e-6, 10.0, "s per micro-batch slot", "time",
+        "Fixed cost of one micro-batch slot of a stage (data loading, loss, pipeline "
+        "bookkeeping, synchronisation); prior 2 ms.",
+    ),
+    FreeParameter(
+        "allocator_overhead_frac", 0.10, 0.7, 0.0, 1.0, "fraction", "memory",
+        "PyTorch caching allocator: reserved / allocated - 1 (block rounding and "
+        "fragmentation); prior 0.10.",
+    ),
+    FreeParameter(
+        "activation_scale", 1.0, 0.2, 0.3, 3.0, "x", "memory",
+        "Stored activations over the derived count (Korthikanti et al. 2022, rederived in "
+        "surrogate.analytic.memory): framework temporaries kept alive; prior 1.",
+    ),
+    FreeParameter(
+        "memory_log_sd", 0.10, 0.0, 1e-3, 2.0, "log", "error",
+        "Standard deviation of log(measured / predicted peak memory) (not fitted by least "
+        "squares: the fitted memory residuals' spread); turns the memory estimate into "
+        "p_oom. Prior 0.10: the memory model's order of error before any fit.",
+    ),
+)
+"""Every free parameter of the analytic model."""
+
+PARAMETERS: dict[str, FreeParameter] = {p.name: p for p in FREE_PARAMETERS}
+PRIORS: dict[str, float] = {p.name: p.prior for p in FREE_PARAMETERS}
+
+
+def param(c: Cols, name: str) -> Array | float:
+    """The value of free parameter ``name`` for each configuration of ``c`` (its column
+    ``p_<name>``), or its prior."""
+    col = c.get(f"p_{name}")
+    return PARAMETERS[name].prior if col is None else col
+
+
+@cache
+def fitted_sets() -> dict[str, dict[str, Any]]:
+    """The shipped fitted parameter sets, by ``framework/version`` (empty if none ship)."""
+    path = resources.files("surrogate") / "data" / "analytic_params.json"
+    if not path.is_file():
+        return {}
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return dict(data.get("sets", {}))
+
+
+def values_for(framework_version: str) -> dict[str, float]:
+    """Parameter values for ``framework/version``: the shipped fit where one exists, else the
+    priors."""
+    fitted = fitted_sets().get(framework_version, {}).get("values", {})
+    return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
+
+
+def param_columns(framework_versions: list[str]) -> dict[str, Array]:
+    """``p_<name>`` columns for configurations of the given ``framework/version`` each."""
+    table = {fv: values_for(fv) for fv in set(framework_versions)}
+    return {
+        f"p_{name}": np.array([table[fv][name] for fv in framework_versions], dtype=np.float64)
+        for name in PRIORS
+    }

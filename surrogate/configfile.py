@@ -1,0 +1,159 @@
+"""The keys a configuration is written with: YAML/JSON files of one, and columns of tables.
+
+A misspelt key must not silently fall back to a default (``zero: 1`` read as ZeRO-0), so a
+configuration file may hold only configuration columns, each once, and an unknown key is an
+error naming the nearest valid one: the column a command-line flag or Hugging Face spelling
+stands for (``grad-accum``, ``zero``, ``num_attention_heads``), else the closest name by
+:func:`difflib.get_close_matches`. A table of configurations may carry other columns
+(outcomes, notes), but not one that is a near miss of a configuration column.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from surrogate.config import CLUSTER_FIELDS, CONFIG_COLUMNS, LAYOUT_FIELDS, MODEL_FIELDS
+from surrogate.errors import ConfigError
+
+CONFIG_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "name", "global_batch_seqs")
+"""The keys of a flat configuration: the columns, the model's ``name`` and the optional global
+batch check (:func:`surrogate.config.config_from_flat`)."""
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "model": (*MODEL_FIELDS, "name"),
+    "cluster": CLUSTER_FIELDS,
+    "layout": (*LAYOUT_FIELDS, "global_batch_seqs"),
+}
+"""The keys of each section of a nested configuration file."""
+FILE_KEYS: tuple[str, ...] = (*CONFIG_KEYS, *SECTION_KEYS)
+"""Top-level keys of a configuration file (``model`` may also name a preset)."""
+KEY_ALIASES: dict[str, str] = {
+    "zero": "zero_stage", "nodes": "num_nodes",
+    "num_hidden_layers": "num_layers", "intermediate_size": "ffn_hidden_size",
+    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
+    "tie_word_embeddings": "tie_embeddings", "max_position_embeddings": "seq_len",
+    "moe_intermediate_size": "moe_ffn_hidden_size", "num_experts_per_tok": "experts_topk",
+    "num_local_experts": "num_experts",
+}
+"""Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys."""
+
+
+def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str | None:
+    """The valid key ``key`` most likely means: its flag spelling with dashes, an alias of
+    :data:`KEY_ALIASES`, else the closest by difflib (similarity >= ``cutoff``); None if none."""
+    plain = key.strip().lower().replace("-", "_")
+    if plain in valid:
+        return plain
+    alias = KEY_ALIASES.get(plain)
+    if alias in valid:
+        return alias
+    close = difflib.get_close_matches(plain, list(valid), n=1, cutoff=cutoff)
+    return close[0] if close else None
+
+
+def check_keys(keys: Iterable[Any], valid: Sequence[str], *, where: str) -> None:
+    """ConfigError for the first of ``keys`` not in ``valid``, naming the nearest valid one."""
+    for key in keys:
+        if key in valid:
+            continue
+        hint = nearest_key(str(key), valid)
+        if hint is not None:
+            raise ConfigError(f"{where}: unknown key {key!r}; did you mean {hint!r}? (keys must "
+                              "be configuration columns)")
+        raise ConfigError(f"{where}: unknown key {key!r}; keys must be configuration columns: "
+                          f"{', '.join(valid)}")
+
+
+def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
+    """ConfigError if a table of configurations has a column that is a near miss of a
+    configuration column (``zero``, ``grad-accum``, ``num_layer``): it would be ignored and
+    the column's default used. Other extra columns pass through."""
+    names = [str(c) for c in columns]
+    for name in names:
+        if name in CONFIG_KEYS:
+            continue
+        hint = nearest_key(name, CONFIG_KEYS, cutoff=0.85)
+        if hint is not None and hint not in names:
+            raise ConfigError(f"{where}: column {name!r} is not a configuration column; did "
+                              f"you mean {hint!r}? (it would be ignored and {hint} defaulted)")
+
+
+def _yaml_loader() -> type:
+    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last)."""
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if repeated:
+                    raise ConfigError(f"each key must appear once, got {key!r} twice (line "
+                                      f"{key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
+def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: a key given twice is a ConfigError (the
+    parser would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"each key must appear once, got {key!r} twice")
+        out[key] = value
+    return out
+
+
+def read_config_file(path: str | Path) -> dict[str, Any]:
+    """A flat mapping of configuration keys from a YAML or JSON file (``.json``: JSON), flat
+    or nested under ``model:``, ``cluster:``, ``layout:``; ``model`` may name a preset.
+
+    ConfigError if the file is missing or unparsable, a key is unknown (with the nearest valid
+    one), or a key is given twice (in the file, or in two sections).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config must name an existing file, got {str(p)!r}")
+    try:
+        text = p.read_text()
+        if p.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
+        else:
+            import yaml
+
+            data = yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+    except Exception as e:  # parsers raise many types; name the file
+        raise ConfigError(f"{p}: cannot parse ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a configuration file holds a mapping of column: value")
+    check_keys(data, FILE_KEYS, where=str(p))
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTION_KEYS and isinstance(value, Mapping):
+            for k in value:
+                home = [s for s, keys in SECTION_KEYS.items() if k in keys]
+                if home and key not in home:
+                    raise ConfigError(f"{p}: {k!r} belongs under {home[0]}:, not {key}:")
+            check_keys(value, SECTION_KEYS[key], where=f"{p} ({key})")
+            items = list(value.items())
+        elif key in ("cluster", "layout"):
+            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {value!r}")
+        else:
+            items = [(key, value)]
+        for k, v in items:
+            if k in flat:
+                raise ConfigError(f"{p}: {k!r} is given twice (once under a section)")
+            flat[k] = v
+    return flat

@@ -1,0 +1,350 @@
+"""Fit the analytic model's free parameters (:mod:`surrogate.analytic.params`) to measured runs.
+
+Time parameters: least squares on log(predicted step time / measured step time) over the
+completed runs, plus one prior term per parameter ((z - z_prior) / width in the fitted space,
+log or logit), so a parameter the data cannot identify stays at its prior; the data residuals
+are weighed by their fitted spread, so each prior counts as one typical measurement. Memory parameters:
+the same on log(predicted / measured peak reserved memory). Each framework version is fitted on
+its own runs (its parameters are traits of its implementation).
+
+Uncertainty: the standard deviation of each fitted value from the Gauss-Newton covariance at
+the optimum (residual variance x (J^T J)^-1, mapped back through the log/logit), and, by
+:func:`grouped_cv`, the spread of the values fitted with each group left out.
+
+OOM: the fitted memory residuals' standard deviation ``memory_log_sd`` turns the memory
+estimate into a probability, p_oom = P(log measured > log capacity) under a normal error
+(:func:`surrogate.analytic.memory.oom_probability`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from surrogate.analytic.inputs import Array
+from surrogate.analytic.memory import memory_breakdown, torch_reserved_bytes
+from surrogate.analytic.params import PARAMETERS, FreeParameter
+from surrogate.analytic.perf import PerfModel
+from surrogate.analytic.step import step_breakdown
+from surrogate.errors import DataError
+
+TIME_PARAMETERS: tuple[str, ...] = tuple(
+    p.name for p in PARAMETERS.values() if p.kind == "time")
+MEMORY_PARAMETERS: tuple[str, ...] = tuple(
+    p.name for p in PARAMETERS.values() if p.kind == "memory")
+ROBUST_LOSS = "soft_l1"
+ROBUST_SCALE = 0.2
+NOISE_FLOOR = 1e-3
+"""Smallest spread of log residuals the data are weighed by (exact synthetic data)."""
+MIN_RUNS = 20
+"""Fewest measured runs a framework version needs before its parameters are fitted."""
+
+
+@dataclass
+class Block:
+    """Runs that share one PerfModel: their columns and their measured targets (NaN where not
+    measured)."""
+
+    cols: dict[str, Array]
+    perf: PerfModel
+    step_time_s: Array
+    reserved_bytes: Array
+
+    def take(self, mask: np.ndarray) -> Block:
+        return Block({k: v[mask] for k, v in self.cols.items()}, self.perf,
+                     self.step_time_s[mask], self.reserved_bytes[mask])
+
+    def __len__(self) -> int:
+        return len(self.step_time_s)
+
+
+@dataclass
+class ParameterFit:
+    """Fitted values of some parameters, their standard deviations, and the fit's residuals."""
+
+    values: dict[str, float]
+    sd: dict[str, float]
+    runs: int
+    log_rmse: float
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _with(cols: dict[str, Array], values: dict[str, float]) -> dict[str, Array]:
+    n = len(next(iter(cols.values())))
+    return {**cols, **{f"p_{k}": np.full(n, v) for k, v in values.items()}}
+
+
+def predicted_step_s(block: Block, values: dict[str, float]) -> Array:
+    return step_breakdown(_with(block.cols, values), block.perf)["step_time_s"]
+
+
+def predicted_reserved(block: Block, values: dict[str, float]) -> Array:
+    return torch_reserved_bytes(memory_breakdown(_with(block.cols, values)))
+
+
+Predictor = Callable[[Block, dict[str, float]], Array]
+
+
+def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, target: str,
+         fixed: dict[str, float]) -> ParameterFit:
+    params: list[FreeParameter] = [PARAMETERS[n] for n in names]
+    ys = [getattr(b, target) for b in blocks]
+    masks = [np.isfinite(y) & (y > 0) for y in ys]
+    runs = int(sum(m.sum() for m in masks))
+    if runs == 0:
+        raise DataError(f"no runs with a measured {target} to fit {', '.join(names)} on")
+    z0 = np.array([float(p.to_free(p.prior)) for p in params])
+    widths = np.array([p.prior_width for p in params])
+
+    def values_of(z: np.ndarray) -> dict[str, float]:
+        return {**fixed, **{p.name: float(p.from_free(zi)) for p, zi in zip(params, z,
+                                                                            strict=True)}}
+
+    def data_residuals(z: np.ndarray) -> np.ndarray:
+        vals = values_of(z)
+        parts = [np.log(predict(b, vals)[m] / y[m]) for b, y, m in zip(blocks, ys, masks,
+                                                                          strict=True)]
+        return np.concatenate(parts)
+
+    noise = 1.0
+
+    def residuals(z: np.ndarray) -> np.ndarray:
+        return np.concatenate([data_residuals(z) / noise, (z - z0) / widths])
+
+    # Twice: the data residuals are weighed by their own spread (first guessed at 1, then the
+    # first fit's), so a prior counts as one measurement of typical error.
+    sol = least_squares(residuals, z0, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
+                        f_scale=ROBUST_SCALE)
+    noise = max(float(np.sqrt(np.mean(data_residuals(sol.x) ** 2))), NOISE_FLOOR)
+    sol = least_squares(residuals, sol.x, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
+                        f_scale=ROBUST_SCALE)
+    data = data_residuals(sol.x)
+    sigma2 = float(np.mean(data**2))
+    J = sol.jac
+    try:
+        cov = np.linalg.inv(J.T @ J) * sigma2
+    except np.linalg.LinAlgError:
+        cov = np.full((len(params), len(params)), np.nan)
+    values = values_of(sol.x)
+    sd = {}
+    for i, p in enumerate(params):
+        # Delta method: d value / d z.
+        v = values[p.name]
+        dv = v * (1 - v) if p.is_fraction else v
+        sd[p.name] = float(abs(dv) * np.sqrt(max(cov[i, i], 0.0)))
+    return ParameterFit({p.name: values[p.name] for p in params}, sd, runs,
+                        float(np.sqrt(sigma2)))
+
+
+def fit_time(blocks: Sequence[Block], names: Sequence[str] = TIME_PARAMETERS,
+             fixed: dict[str, float] | None = None) -> ParameterFit:
+    """Fit time parameters ``names`` on the blocks' measured step times."""
+    return _fit(blocks, names, predicted_step_s, "step_time_s", dict(fixed or {}))
+
+
+def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS,
+               fixed: dict[str, float] | None = None) -> ParameterFit:
+    """Fit memory parameters on measured peak reserved memory; ``extra['memory_log_sd']`` is
+    the standard deviation of the fitted log residuals (what turns memory into p_oom)."""
+    fit = _fit(blocks, names, predicted_reserved, "reserved_bytes", dict(fixed or {}))
+    fit.extra["memory_log_sd"] = fit.log_rmse
+    return fit
+
+
+def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
+               fit: Callable[[Sequence[Block]], ParameterFit],
+               predict: Predictor) -> tuple[list[Array], list[ParameterFit]]:
+    """Leave each group out: fit on the rest, predict the group. ``groups`` holds one label
+    array per block. Returns the held-out predictions (one array per block, NaN where a run's
+    group was never held out) and each fold's fit."""
+    labels = sorted({g for arr in groups for g in np.unique(arr)}, key=str)
+    preds = [np.full(len(b), np.nan) for b in blocks]
+    fits = []
+    for g in labels:
+        train = [b.take(arr != g) for b, arr in zip(blocks, groups, strict=True)]
+        test_masks = [arr == g for arr in groups]
+        f = fit([b for b in train if len(b)])
+        fits.append(f)
+        for i, (b, m) in enumerate(zip(blocks, test_masks, strict=True)):
+            if m.any():
+                preds[i][m] = predict(b.take(m), f.values)
+    return preds, fits
+
+
+MIN_FIT_MFU = 0.10
+"""Time parameters are fitted on completed runs of measured MFU >= 10%: the healthy runs the
+model describes. Below, the Playbook's runs are dominated by failure modes the physics does not
+model (a pipeline or TP across nodes at 1-5% MFU, up to 30x slower than any term predicts);
+fitted with them the parameters bend healthy predictions (leave-one-model-out MFU MAPE on
+runs of MFU >= 10%: 41% fitted on all runs vs 22% on these, Spearman over all completed runs
+0.85 vs 0.70; ``python benchmarks/analytic_vs_playbook.py --fit-on all`` prints both)."""
+
+
+def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[np.ndarray]]:
+    """Blocks of ``runs`` (a sweep table) explained under their own clusters
+    (:func:`surrogate.clusters.run_context`), one per (PerfModel, framework version), and the
+    row indices of ``runs`` each block holds."""
+    from surrogate.clusters import run_context
+    from surrogate.config import config_from_flat
+    from surrogate.hardware import GIB
+    from surrogate.prediction import resolve_perf_model
+
+    profiles, extra = run_context(runs, profile)
+    records = runs.to_dict("records")
+    configs = [config_from_flat(r) for r in records]
+    keyed: dict[tuple[str, str, str], list[int]] = {}
+    for i, cfg in enumerate(configs):
+        fv = f"{cfg.layout.framework}/{cfg.layout.framework_version or ''}"
+        keyed.setdefault((cfg.cluster.gpu, str(profiles[i]), fv), []).append(i)
+    from surrogate.analytic.inputs import to_cols
+
+    blocks, rows = [], []
+    for (gpu, _, _), idx in keyed.items():
+        sel = np.array(idx)
+        c = to_cols([configs[i] for i in idx])
+        for name, values in extra.items():
+            c[name] = np.asarray(values, dtype=np.float64)[sel]
+        sub = runs.iloc[sel]
+        done = (sub["status"] == "completed").to_numpy()
+        tokens = c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"]
+        gpus = c["gpus_per_node"] * c["num_nodes"]
+        tps = sub["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
+        step = np.where(done, tokens / (tps * gpus), np.nan)
+        reserved = np.where(done, sub["peak_mem_reserved_gib"].to_numpy(dtype=np.float64) * GIB,
+                            np.nan)
+        blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved))
+        rows.append(sel)
+    return blocks, rows
+
+
+def framework_version_of(block: Block) -> str:
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+    return FRAMEWORK_VERSIONS[int(block.cols["framework_code"][0])]
+
+
+def healthy(block: Block, mfu: np.ndarray) -> Block:
+    """The block with step times only for runs of measured MFU >= :data:`MIN_FIT_MFU`."""
+    keep = np.isfinite(mfu) & (mfu >= MIN_FIT_MFU)
+    return Block(block.cols, block.perf, np.where(keep, block.step_time_s, np.nan),
+                 block.reserved_bytes)
+
+
+def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
+             all_runs: bool = False) -> dict[str, Any]:
+    """Fit every framework version's parameters on ``runs``; report grouped cross-validation.
+
+    Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
+    their standard deviations, the fold-to-fold spread, the runs used, and the memory error
+    ``memory_log_sd``; ``cv`` holds the held-out predictions' figures."""
+    blocks, rows = blocks_for_runs(runs, profile)
+    mfu_all = runs["mfu"].to_numpy(dtype=np.float64)
+    by_fv: dict[str, list[int]] = {}
+    for i, b in enumerate(blocks):
+        by_fv.setdefault(framework_version_of(b), []).append(i)
+    groups_all = runs[group_by].astype(str).to_numpy() if group_by in runs else None
+    sets: dict[str, Any] = {}
+    held_step = np.full(len(runs), np.nan)
+    held_mem = np.full(len(runs), np.nan)
+    held_sd = np.full(len(runs), np.nan)
+    for fv, ids in sorted(by_fv.items()):
+        bs = [blocks[i] for i in ids]
+        fit_bs = bs if all_runs else [healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids,
+                                                                                   strict=True)]
+        n_time = sum(int(np.isfinite(b.step_time_s).sum()) for b in fit_bs)
+        n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
+        if min(n_time, n_mem) < MIN_RUNS:
+            continue
+        t = fit_time(fit_bs)
+        m = fit_memory(bs)
+        entry: dict[str, Any] = {
+            "values": {**t.values, **m.values, "memory_log_sd": m.extra["memory_log_sd"]},
+            "sd": {**t.sd, **m.sd},
+            "runs": {"time": t.runs, "memory": m.runs},
+            "log_rmse": {"time": t.log_rmse, "memory": m.log_rmse},
+        }
+        if groups_all is not None:
+            gs = [groups_all[rows[i]] for i in ids]
+            if len({g for arr in gs for g in arr}) >= 2:
+                tp, tf = grouped_cv(fit_bs, gs, fit_time, predicted_step_s)
+                mp, mf = grouped_cv(bs, gs, fit_memory, predicted_reserved)
+                entry["fold_sd"] = {
+                    k: float(np.std([f.values[k] for f in tf + mf if k in f.values]))
+                    for k in entry["sd"]}
+                for i, p_t, p_m in zip(ids, tp, mp, strict=True):
+                    held_step[rows[i]] = p_t
+                    held_mem[rows[i]] = p_m
+                # Every fold's memory error, for the held-out OOM probabilities.
+                labels = sorted({g for arr in gs for g in np.unique(arr)}, key=str)
+                for g, f in zip(labels, mf, strict=True):
+                    for i, arr in zip(ids, gs, strict=True):
+                        held_sd[rows[i][arr == g]] = f.extra["memory_log_sd"]
+        sets[fv] = entry
+    return {"sets": sets, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
+                                       "memory_log_sd": held_sd},
+            "group_by": group_by}
+
+
+def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
+    """Write the fitted sets of :func:`fit_runs` as the JSON :mod:`surrogate.analytic.params`
+    reads (``surrogate/data/analytic_params.json`` ships one)."""
+    import json
+    from datetime import UTC, datetime
+    from pathlib import Path
+
+    doc = {
+        "format": "surrogate.analytic_params/1",
+        "source": source,
+        "fitted": datetime.now(UTC).strftime("%Y-%m-%d"),
+        "method": (f"per framework version: least squares ({ROBUST_LOSS}, scale "
+                   f"{ROBUST_SCALE}) on log step time of completed runs of MFU >= "
+                   f"{MIN_FIT_MFU:.0%} and on log peak reserved memory of all completed runs, "
+                   "with one prior term per parameter; sd: Gauss-Newton; fold_sd: spread over "
+                   f"leave-one-{result['group_by']}-out folds"),
+        "sets": result["sets"],
+    }
+    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+
+def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, float]:
+    """The targets' figures of held-out predictions (:func:`fit_runs`): MFU MAPE on completed
+    runs of MFU >= 10%, Spearman's rank correlation of throughput on all completed runs, peak
+    reserved memory MAPE, and OOM recall and precision at p_oom > 0.5 (completed vs oom)."""
+    from scipy.special import ndtr
+    from scipy.stats import spearmanr
+
+    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES
+    from surrogate.hardware import GIB, get_gpu
+
+    done = (runs["status"] == "completed").to_numpy()
+    tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
+    gpus = (runs["gpus_per_node"] * runs["num_nodes"]).to_numpy(float)
+    measured = tokens / (runs["tokens_per_s_per_gpu"].to_numpy(float) * gpus)
+    pred = held_out["step_time_s"]
+    ok = done & np.isfinite(pred) & np.isfinite(measured)
+    ape = np.abs(measured / pred - 1)  # = |predicted MFU / measured MFU - 1|
+    big = ok & (runs["mfu"].to_numpy(float) >= MIN_FIT_MFU)
+    out = {"mfu_mape_ge10": float(np.mean(ape[big])) if big.any() else float("nan"),
+           "mfu_median_ape": float(np.median(ape[ok])) if ok.any() else float("nan")}
+    if ok.sum() >= 3:
+        out["spearman"] = float(spearmanr(1 / pred[ok], 1 / measured[ok]).statistic)
+    mem = held_out["reserved_bytes"]
+    got = runs["peak_mem_reserved_gib"].to_numpy(float) * GIB
+    mok = done & np.isfinite(mem) & np.isfinite(got)
+    if mok.any():
+        out["memory_mape"] = float(np.mean(np.abs(mem[mok] / got[mok] - 1)))
+    judged = runs["status"].isin(["completed", "oom"]).to_numpy() & np.isfinite(mem)
+    if judged.any():
+        capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
+        sd = np.maximum(held_out["memory_log_sd"], 1e-6)
+        p_oom = ndtr(np.log((mem + CUDA_CONTEXT_BYTES) / capacity) / sd)
+        truth = (runs["status"] == "oom").to_numpy()[judged]
+        said = p_oom[judged] > 0.5
+        hit = float((truth & said).sum())
+        out["oom_recall"] = hit / max(float(truth.sum()), 1.0)
+        out["oom_precision"] = hit / max(float(said.sum()), 1.0)
+    return out

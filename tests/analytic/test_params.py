@@ -1,0 +1,56 @@
+"""Free parameters: one typed place, columns per framework version, priors where none fitted."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.analytic import params, step
+from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.perf import SpecPerfModel
+
+
+def test_every_parameter_has_a_prior_inside_its_bounds_and_a_source():
+    for p in params.FREE_PARAMETERS:
+        assert p.lower <= p.prior <= p.upper, p.name
+        assert p.source and p.unit, p.name
+        if p.kind != "error":
+            assert p.prior_width > 0, p.name
+
+
+@pytest.mark.parametrize("p", params.FREE_PARAMETERS, ids=lambda p: p.name)
+def test_free_space_round_trips(p):
+    v = np.array([p.prior, (p.prior + p.upper) / 2])
+    np.testing.assert_allclose(p.from_free(p.to_free(v)), v, rtol=1e-9)
+
+
+def test_columns_carry_the_fitted_set_of_each_framework_version(config):
+    shipped = params.fitted_sets()
+    assert "nanotron/pp-fix" in shipped  # fitted on the Playbook (surrogate calibrate --runs)
+    c = to_cols([config("playbook-1.34b", dp=8, framework="nanotron"),
+                 config("playbook-1.34b", dp=8, framework="torchtitan")])
+    fitted = shipped["nanotron/pp-fix"]["values"]
+    assert c["p_layer_overhead_s"][0] == pytest.approx(fitted["layer_overhead_s"])
+    # no torchtitan runs were fitted: its priors
+    assert c["p_layer_overhead_s"][1] == params.PRIORS["layer_overhead_s"]
+
+
+def test_absent_columns_take_the_prior(config):
+    c = to_cols([config("playbook-1.34b", dp=8)])
+    bare = {k: v for k, v in c.items() if not k.startswith("p_")}
+    priors = {**bare, **{f"p_{k}": np.array([v]) for k, v in params.PRIORS.items()}}
+    perf = SpecPerfModel()
+    assert step.step_breakdown(bare, perf)["step_time_s"] == pytest.approx(
+        step.step_breakdown(priors, perf)["step_time_s"])
+
+
+def test_fixed_costs_add_per_layer_and_micro_batch(config):
+    c = to_cols([config("playbook-1.34b", dp=8, grad_accum=4)])
+    perf = SpecPerfModel()
+    base = step.step_breakdown({**c, "p_layer_overhead_s": np.array([0.0]),
+                                "p_microbatch_overhead_s": np.array([0.0])}, perf)
+    more = step.step_breakdown({**c, "p_layer_overhead_s": np.array([1e-3]),
+                                "p_microbatch_overhead_s": np.array([1e-2])}, perf)
+    layers, m = c["num_layers"][0], c["grad_accum"][0]
+    assert more["step_time_s"][0] - base["step_time_s"][0] == pytest.approx(
+        m * (layers * 1e-3 + 1e-2))

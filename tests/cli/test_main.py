@@ -1,0 +1,50 @@
+"""`surrogate.cli.main`: usage errors are one line on stderr and exit 2, whichever click parses."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from surrogate.cli import main
+
+PREDICT = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8"]
+
+
+@pytest.mark.parametrize(
+    "argv,match",
+    [
+        ([*PREDICT, "--tp", "2.5"], r"error: Invalid value for '--tp': .*integer.*, got '2\.5' "
+                                    r"\(see 'surrogate predict --help'\)"),
+        ([*PREDICT, "--tp=abc"], r"error: Invalid value for '--tp': .*, got 'abc'"),
+        ([*PREDICT, "--foo", "3"], r"error: No such option: --foo"),
+        (["nosuch"], r"error: No such command 'nosuch'\. \(see 'surrogate --help'\)"),
+        (["data", "nosuch"], r"error: No such command 'nosuch'\. \(see 'surrogate data --help'\)"),
+        ([*PREDICT, "--tp"], r"error: Option '--tp' requires an argument"),
+        ([*PREDICT, "--sequence-parallel=yes"], r"error: Option '--sequence-parallel' does not "
+                                                r"take a value"),
+        (["search", "--model", "8b", "--trials", "many"], r"error: Invalid value for '--trials'"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(capsys, argv, match):
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1, captured.err
+    assert re.match(match, captured.err), captured.err
+    assert captured.out == ""
+
+
+def test_debug_shows_the_usage_error():
+    with pytest.raises(Exception, match=r"Input should be a valid integer"):
+        main([*PREDICT, "--tp", "abc", "--debug"])
+
+
+def test_help_exits_0(capsys):
+    assert main(["--help"]) == 0
+    assert main(["predict", "--help"]) == 0
+    assert "--tp" in capsys.readouterr().out
+
+
+def test_no_command_shows_the_help_and_exits_2(capsys):
+    assert main([]) == 2
+    assert "predict" in capsys.readouterr().out
