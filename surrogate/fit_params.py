@@ -240,7 +240,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
 
     Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
     their standard deviations, the fold-to-fold spread, the runs used, and the memory error
-    ``memory_log_sd``; ``cv`` holds the held-out predictions' figures."""
+    ``memory_log_sd``; ``held_out`` holds every run's prediction from the fold that left its
+    group out (step time, reserved memory, that fold's memory error)."""
     blocks, rows = blocks_for_runs(runs, profile)
     mfu_all = runs["mfu"].to_numpy(dtype=np.float64)
     by_fv: dict[str, list[int]] = {}
