@@ -103,8 +103,9 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
         for k in ("mfu_mape_ge10", "mfu_median_ape", "mfu_spearman", "interval_coverage"):
             rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])
             rows[k][f"{r.setting} analytic"] = format_metric(k, r.analytic_metrics[k])
-            out[f"other_cluster_{r.setting}/{k}"] = r.metrics[k]
-            analytic[f"other_cluster_{r.setting}/{k}"] = r.analytic_metrics[k]
+            key = "other_cluster_" + r.setting.replace("=", "").replace(" ", "_")  # MLflow's names
+            out[f"{key}/{k}"] = r.metrics[k]
+            analytic[f"{key}/{k}"] = r.analytic_metrics[k]
     print(pd.DataFrame(rows).T.to_string())
     table = llama3_405b_table(model)
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)")

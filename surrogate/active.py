@@ -48,6 +48,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from surrogate.learned import SurrogateModel
+    from surrogate.progress import ProgressFn
 
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
@@ -544,24 +545,31 @@ def propose(
     runs: pd.DataFrame | None = None,
     round_number: int | None = None,
     steps: int = 50,
+    progress: ProgressFn | None = None,
 ) -> Path:
     """Propose ``k`` runs in ``space`` (a :class:`~surrogate.space.LayoutSpace`, enumerated
     whole) and write the round. ``runs``: the sweep table so far (its layouts are not
     proposed again; its best completed MFU is the incumbent of expected improvement). Only
-    layouts that can be written as torchtitan runs are proposed."""
+    layouts that can be written as torchtitan runs are proposed. ``progress`` hears of each
+    stage (:mod:`surrogate.progress`)."""
     from surrogate.launch import launch_problem
     from surrogate.prediction import resolve_model
+    from surrogate.progress import report
     from surrogate.search import Limits, score_configs
 
     check_new_round_dir(round_dir)  # before the work, not after it
     acq = acquisition or Acquisition()
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)
+    report(progress, "enumerating the layouts torchtitan can launch", 0, 1)
     candidates = [c for c in space.enumerate() if launch_problem(c) is None]
+    report(progress, "enumerating the layouts torchtitan can launch", 1, 1)
     if not candidates:
         raise ConfigError("the space holds no layout that can be launched with torchtitan "
                           "(allow --framework torchtitan and zero stages 0, 2 or 3)")
+    report(progress, f"scoring {len(candidates):,} candidates", 0, 1)
     scored = score_configs(candidates, model=learned, limits=limits)
+    report(progress, f"scoring {len(candidates):,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
     candidates = [c for c, ok in zip(candidates, keep, strict=True) if ok]
     scored = scored[keep].reset_index(drop=True)
@@ -575,9 +583,11 @@ def propose(
                 continue
         done = runs[runs["status"] == "completed"]
         best = float(done["mfu"].max()) if len(done) else None
+    report(progress, f"picking {k} of {len(candidates):,}", 0, 1)
     picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq)
+    report(progress, f"picking {k} of {len(candidates):,}", 1, 1)
     cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-            "pred_step_time_s", "pred_peak_mem_gib", "p_oom", "p_fail")
+            "pred_step_time_s", "pred_peak_mem_gib", "p_oom", "p_fail", "extrapolation")
     chosen = [(candidates[i], reason, {"value": value, **{c: scored[c].iloc[i] for c in cols}})
               for i, reason, value in picks]
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.config import ModelConfig
+from surrogate.progress import ProgressFn, report
 from surrogate.space import LayoutSpace
 
 if TYPE_CHECKING:
@@ -32,9 +33,10 @@ def predicted_grid(
     space_options: dict[str, Any] | None = None,
     model: Any = "default",
     limits: Any = None,
-    progress: Callable[[str], None] | None = None,
+    progress: ProgressFn | None = None,
 ) -> pd.DataFrame:
-    """Best predicted layout per (model, nodes): columns :data:`GRID_COLUMNS`."""
+    """Best predicted layout per (model, nodes): columns :data:`GRID_COLUMNS`; ``progress``
+    hears of each cell (:mod:`surrogate.progress`)."""
     import pandas as pd
 
     from surrogate.errors import ConfigError
@@ -42,7 +44,10 @@ def predicted_grid(
     from surrogate.search import search
 
     learned = resolve_model(model)
-    rows = []
+    rows: list[dict[str, Any]] = []
+    stage = "best predicted layout per model and node count"
+    total = len(models) * len(node_counts)
+    report(progress, stage, 0, total)
     for m in models:
         for nodes in node_counts:
             space = LayoutSpace(model=m, global_batch_seqs=global_batch_seqs,
@@ -57,8 +62,7 @@ def predicted_grid(
             except ConfigError as e:
                 rows.append({"model": m.name, "num_nodes": nodes, "mfu": math.nan,
                              "layout": f"no layout ({e})"[:60]})
-            if progress is not None:
-                progress(f"{m.name} on {nodes} nodes: {rows[-1]['layout']}")
+            report(progress, stage, len(rows), total)
     return pd.DataFrame(rows, columns=list(GRID_COLUMNS))
 
 

@@ -104,7 +104,8 @@ def interval_coverage(matched: pd.DataFrame, title: str, nominal: float = 0.8) -
 
 
 def _log2(values: Any) -> np.ndarray:
-    return np.log2(np.maximum(np.asarray(values, dtype=float), 1.0))
+    out: np.ndarray = np.log2(np.maximum(np.asarray(values, dtype=float), 1.0))
+    return out
 
 
 def layout_space(record: Mapping[str, Any], matched: pd.DataFrame,

@@ -30,6 +30,7 @@ import numpy as np
 from surrogate.config import TrainingConfig, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.hardware import GIB
+from surrogate.progress import ProgressFn, report
 from surrogate.space import (
     DEFAULT_ENUMERATION_LIMIT,
     DIMENSIONS,
@@ -183,9 +184,11 @@ def search(
     seed: int = 0,
     enumerate_limit: int = DEFAULT_ENUMERATION_LIMIT,
     use_optuna: bool = True,
+    progress: ProgressFn | None = None,
 ) -> SearchResult:
     """Search ``space`` (module docstring). ``use_optuna=False`` scores the enumerated space
-    alone (ConfigError if it is too large to enumerate)."""
+    alone (ConfigError if it is too large to enumerate). ``progress`` hears of the enumeration
+    and of each trial (:mod:`surrogate.progress`)."""
     import pandas as pd
 
     from surrogate.prediction import resolve_model
@@ -201,6 +204,7 @@ def search(
 
     enum_frame: pd.DataFrame | None = None
     if space.is_enumerable(enumerate_limit):
+        report(progress, "enumerating and scoring the space", 0, 1)
         every = space.enumerate(enumerate_limit)
         result.enumerated = len(every)
         if every:
@@ -210,6 +214,7 @@ def search(
             scored_rows.append(enum_frame)
             if enum_frame["feasible"].iloc[0]:
                 result.enum_best = enum_frame.iloc[0]
+        report(progress, "enumerating and scoring the space", 1, 1)
     elif not use_optuna:
         space.enumerate(enumerate_limit)  # raises, saying why
 
@@ -218,7 +223,7 @@ def search(
     if use_optuna and n_trials > 0:
         known = None if enum_frame is None else _score_cache(enum_frame)
         study, found = _run_study(space, learned, profile, limits, objective, n_trials, storage,
-                                  study_name, seed, known)
+                                  study_name, seed, known, progress)
         result.study_name = study.study_name
         result.n_trials = len(study.trials)
         result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
@@ -303,6 +308,7 @@ def _run_study(
     study_name: str | None,
     seed: int,
     known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
+    progress: ProgressFn | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
     import optuna
 
@@ -360,7 +366,17 @@ def _run_study(
             return mfu
         return mfu, p_oom if objective == "mfu-vs-oom" else gpus
 
-    study.optimize(run, n_trials=n_trials)
+    stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
+    report(progress, stage, 0, n_trials)
+
+    finished = 0
+
+    def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal finished
+        finished += 1
+        report(progress, stage, finished, n_trials)
+
+    study.optimize(run, n_trials=n_trials, callbacks=[tick])
     return study, list(found.values())
 
 

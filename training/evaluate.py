@@ -30,6 +30,7 @@ import numpy as np
 
 from surrogate.errors import DataError
 from surrogate.learned import SurrogateModel, cell_groups
+from surrogate.progress import ProgressFn, report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,11 +164,14 @@ def evaluate_protocol(
     n_folds: int = 5,
     profile: Any = None,
     shrink_doublings: float | None = None,
+    progress: ProgressFn | None = None,
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
-    pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default)."""
+    pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
+    ``progress``: reports each split, :mod:`surrogate.progress`)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
-                            n_folds=n_folds, profile=profile)[shrink_doublings]
+                            n_folds=n_folds, profile=profile,
+                            progress=progress)[shrink_doublings]
 
 
 def evaluate_shrinks(
@@ -179,6 +183,7 @@ def evaluate_shrinks(
     seed: int = 0,
     n_folds: int = 5,
     profile: Any = None,
+    progress: ProgressFn | None = None,
 ) -> dict[float | None, ProtocolResult]:
     """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
     split (the shrinkage acts at prediction time only)."""
@@ -188,9 +193,11 @@ def evaluate_shrinks(
     params = params or {}
     parts: dict[float | None, list[pd.DataFrame]] = {s: [] for s in shrinks}
     n = 0
-    for train, test in splits(runs, protocol, seed=seed, n_folds=n_folds):
-        if len(train) == 0 or len(test) == 0:
-            continue
+    todo = [(a, b) for a, b in splits(runs, protocol, seed=seed, n_folds=n_folds)
+            if len(a) and len(b)]
+    stage = f"evaluating {protocol}: one refit per split"
+    report(progress, stage, 0, len(todo))
+    for train, test in todo:
         model = SurrogateModel(status_params=params.get("status"), mfu_params=params.get("mfu"),
                                mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
         model.fit(runs.iloc[train], profile=profile)
@@ -203,6 +210,7 @@ def evaluate_shrinks(
                 part[k] = pred[k]
             parts[shrink].append(part)
         n += 1
+        report(progress, stage, n, len(todo))
     if n == 0:
         raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
     first = pd.concat(parts[shrinks[0]]).sort_index()

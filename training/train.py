@@ -125,19 +125,26 @@ def train(
                           timeout_s=timeout_s, progress=progress)
             tuning[target] = result
             params[target] = result.best_params
-    evaluation = evaluate(runs, protocols, params=params, seed=seed, n_folds=n_folds,
-                          profile=profile)
-    model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
-                           mem_params=params["mem"], n_folds=n_folds, seed=seed)
-    model.fit(runs, profile=profile)
-    model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
-                      for p, r in evaluation.items()}
-    out = model.save(out_dir)
-    tracked = None
-    if track:
-        tracked = _track(runs, model, out, params, tuning, evaluation,
-                         sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
-                         max_estimators=max_estimators, n_folds=n_folds)
+    from surrogate.progress import bars
+
+    with bars(progress) as report:  # after tuning: 30-90 s on two cores
+        evaluation = evaluate(runs, protocols, params=params, seed=seed, n_folds=n_folds,
+                              profile=profile, progress=report)
+        report(f"fitting the final model on {len(runs):,} runs", 0, 1)
+        model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
+                               mem_params=params["mem"], n_folds=n_folds, seed=seed)
+        model.fit(runs, profile=profile)
+        model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
+                          for p, r in evaluation.items()}
+        out = model.save(out_dir)
+        report(f"fitting the final model on {len(runs):,} runs", 1, 1)
+        tracked = None
+        if track:
+            report("recording in MLflow (metrics, plots, model files)", 0, 1)
+            tracked = _track(runs, model, out, params, tuning, evaluation,
+                             sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
+                             max_estimators=max_estimators, n_folds=n_folds)
+            report("recording in MLflow (metrics, plots, model files)", 1, 1)
     return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
                        evaluation=evaluation, tracked=tracked,
                        seconds=time.monotonic() - start)

@@ -229,6 +229,7 @@ def tune(
 def _optimize(study: optuna.Study, objective: Any, remaining: int, total: int,
               timeout_s: float | None, progress: bool, target: str) -> None:
     """``study.optimize`` with a rich progress line: trial, best so far, time left."""
+    from rich.console import Console
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -240,7 +241,8 @@ def _optimize(study: optuna.Study, objective: Any, remaining: int, total: int,
 
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress, transient=False) as bar:
+    with Progress(*columns, disable=not progress, transient=False,
+                  console=Console(stderr=True)) as bar:  # stdout keeps the answer
         task = bar.add_task(f"tuning {target}", total=total, completed=total - remaining)
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:

@@ -92,20 +92,42 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
     )
 
 
-def _table(title: str, frame: Any) -> Any:
+WideOpt = Annotated[bool, typer.Option("--wide", help="Every column, at least 160 characters wide (default: fewer columns below 110).")]
+
+
+def _reason(r: dict[str, Any]) -> str:
+    """Why ``propose`` picked a run, in words."""
+    value = r.get("value")
+    if r.get("reason") == "oom-boundary":
+        return f"OOM edge (p_oom {r['p_oom']:.2f})"
+    if r.get("reason") == "expected-improvement" and value == value and value is not None:
+        return f"MFU gain {100 * float(value):.1f} pts"
+    return str(r.get("reason", ""))
+
+
+def _table(title: str, frame: Any, *, narrow: bool = False, reasons: bool = False) -> Any:
+    """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that the
+    table stays readable at 80 columns; ``reasons`` adds why each was proposed."""
     from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
-    for col in ("#", "nodes", "layout", "pred MFU (80% interval)", "tokens/s/GPU", "step s",
-                "peak GiB", "p_oom"):
-        t.add_column(col, justify="left" if col == "layout" else "right")
+    cols = ["#", "nodes", "layout", "MFU", "80% interval"]
+    cols += [] if narrow else ["tokens/s/GPU", "step s"]
+    cols += ["peak GiB", "p_oom"] + (["why"] if reasons else [])
+    for col in cols:
+        text = col in ("layout", "why")
+        t.add_column(col, justify="left" if text else "right", no_wrap=not text,
+                     overflow="fold", ratio=2 if text else None)
     for i, r in enumerate(frame.to_dict("records"), start=1):
-        interval = "" if r["pred_mfu_lo"] != r["pred_mfu_lo"] else (
-            f" ({r['pred_mfu_lo']:.1%}-{r['pred_mfu_hi']:.1%})")
-        t.add_row(str(i), str(r["num_nodes"]), escape(str(r["layout"])), f"{r['pred_mfu']:.1%}{interval}",
-                  f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}",
-                  f"{r['pred_peak_mem_gib']:.1f}", f"{r['p_oom']:.2f}")
+        lo, hi = r["pred_mfu_lo"], r["pred_mfu_hi"]
+        interval = "" if lo != lo or lo is None else f"{100 * lo:.1f}-{100 * hi:.1f}%"
+        row = [str(i), str(r["num_nodes"]), escape(str(r["layout"])), f"{r['pred_mfu']:.1%}",
+               interval]
+        if not narrow:
+            row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
+        row += [f"{r['pred_peak_mem_gib']:.1f}", f"{r['p_oom']:.2f}"]
+        t.add_row(*row, *([escape(_reason(r))] if reasons else []))
     return t
 
 
@@ -144,6 +166,7 @@ def search_cmd(
     model_dir: ModelDirOpt = None,
     analytic: AnalyticOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    wide: WideOpt = False,
     launch_dir: Annotated[Path | None, typer.Option(help="Write torchtitan TOML + torchrun + sbatch per top layout here.")] = None,
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of thumb pick)."""
@@ -166,9 +189,12 @@ def search_cmd(
                         recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
     limits = Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin)
     learned: Any = None if analytic else (model_dir or "default")
-    result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
-                    n_trials=trials, top_k=top_k, storage=storage, study_name=study_name,
-                    seed=seed)
+    from surrogate.progress import bars
+
+    with bars(not as_json) as report:
+        result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
+                        n_trials=trials, top_k=top_k, storage=storage, study_name=study_name,
+                        seed=seed, progress=report)
     rules_cfg = rules_pick(space)
     rules_row = score_configs([rules_cfg], model=learned, limits=limits)
     written: list[str] = []
@@ -199,10 +225,13 @@ def search_cmd(
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
-    from rich.console import Console
     from rich.markup import escape
 
-    console = Console()
+    from surrogate.cli.display import console as make_console
+    from surrogate.cli.display import extrapolation_line, is_narrow, model_line
+
+    console = make_console(wide=wide)
+    narrow = is_narrow(console, wide)
     console.print(f"[bold]{escape(m.name)}[/] on {','.join(map(str, space.node_counts))} x "
                   f"{gpus_per_node} {space.gpu}, global batch {space.global_batch_seqs} seqs x "
                   f"{m.seq_len} tokens; {space.size_bound():,} points"
@@ -213,16 +242,18 @@ def search_cmd(
                 None: "(no enumeration to compare)"}[result.optuna_found_enum_best]
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
+    console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
     for note in result.notes:
         console.print(f"[yellow]{escape(note)}[/]")
-    console.print(_table("Best predicted layouts", result.top))
-    outside = sorted({str(x) for x in result.top.get("extrapolation", []) if x})
-    if outside:
-        console.print("[yellow]these predictions extrapolate[/] (the learned correction "
-                      "shrinks toward the analytic answer): " + escape(" | ".join(outside)))
+    console.print(_table("Best predicted layouts", result.top, narrow=narrow))
+    if learned is not None:
+        console.print(escape(extrapolation_line(result.top.get("extrapolation", []))),
+                      highlight=False)
     if result.pareto is not None:
-        console.print(_table(f"Pareto front ({objective})", result.pareto))
-    console.print(_table("Rules of thumb pick (Playbook)", rules_row))
+        console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow))
+    console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow))
+    if narrow:
+        console.print("(tokens/s/GPU and step time: --wide or --json)", highlight=False)
     for line in written:
         console.print(escape(line))
 
@@ -252,9 +283,16 @@ def propose_cmd(
     model_dir: ModelDirOpt = None,
     round_number: Annotated[int | None, typer.Option(help="Round number (default: next after the sibling rounds).")] = None,
     steps: Annotated[int, typer.Option(help="Training steps per proposed run.")] = 50,
+    wide: WideOpt = False,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
-    from surrogate.active import Acquisition, propose
+    import pandas as pd
+    from rich.markup import escape
+
+    from surrogate.active import PROPOSALS_FILE, Acquisition, propose
+    from surrogate.cli.display import console as make_console
+    from surrogate.cli.display import extrapolation_line, is_narrow, model_line
+    from surrogate.progress import bars
     from surrogate.search import Limits
 
     m = model_config(model, hf_config, seq_len, {})
@@ -267,10 +305,19 @@ def propose_cmd(
         from surrogate.tableio import read_table
 
         table = read_table(runs)
-    out = propose(space, round_dir, k=k, model=model_dir or "default",
-                  limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
-                  acquisition=Acquisition(boundary_frac=boundary_frac), runs=table,
-                  round_number=round_number, steps=steps)
+    with bars() as report:
+        out = propose(space, round_dir, k=k, model=model_dir or "default",
+                      limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
+                      acquisition=Acquisition(boundary_frac=boundary_frac), runs=table,
+                      round_number=round_number, steps=steps, progress=report)
+    console = make_console(wide=wide)
+    picked = pd.read_csv(out / PROPOSALS_FILE, keep_default_na=False, na_values=[""])
+    console.print(escape(model_line(model_dir or "default", space.gpu, model_dir)),
+                  highlight=False)
+    console.print(_table(f"{out.name}: {len(picked)} proposed runs", picked,
+                         narrow=is_narrow(console, wide), reasons=True))
+    console.print(escape(extrapolation_line(picked.get("extrapolation", pd.Series(
+        [""] * len(picked))).fillna(""))), highlight=False)
     typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "
                f"them, then `surrogate ingest {out}/logs` and `surrogate score-round --round "
                f"{out} --runs TABLE` before `surrogate train`")
@@ -300,24 +347,70 @@ def score_round_cmd(
     record = read_round(round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
+    from surrogate.progress import bars
+
     proposer = load_round_model(record)
     table = read_table(runs)
     metrics, matched = score_round(record, table, model=proposer)
+    analytic = score_round(record, table, model=None) if proposer is not None else None
     run_id = None
     if mlflow:
-        analytic = score_round(record, table, model=None) if proposer is not None else None
-        run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
-                           matched=matched, analytic=analytic,
-                           earlier=[r for r in campaign_records(round_dir)
-                                    if int(r["round"]) < int(record["round"])])
+        with bars(not as_json) as report:
+            report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
+            run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
+                               matched=matched, analytic=analytic,
+                               earlier=[r for r in campaign_records(round_dir)
+                                        if int(r["round"]) < int(record["round"])])
     if as_json:
         typer.echo(json.dumps({"round": record["round"], "metrics": metrics,
+                               "analytic_metrics": None if analytic is None else analytic[0],
                                "mlflow_run_id": run_id}, indent=2))
         return
-    typer.echo(f"round {record['round']}: " + ", ".join(
-        f"{k} {v:.3g}" for k, v in metrics.items()))
+    _print_round(record, metrics, None if analytic is None else analytic[0], run_id)
+
+
+def _print_round(record: dict[str, Any], metrics: dict[str, float],
+                 analytic: dict[str, float] | None, run_id: str | None) -> None:
+    """The round's figures, the proposing model's beside the analytic model's, and where
+    MLflow shows them."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    from surrogate.cli.display import console as make_console
+    from surrogate.tracking import run_url, tracking_uri
+
+    console = make_console()
+    info = record.get("model", {})
+    who = ("the analytic model" if info.get("kind") == "analytic" else
+           f"the learned model at {info.get('path')} (data {str(info.get('data_hash'))[:8]})")
+    console.print(escape(f"round {record['round']}: proposed by {who}"), highlight=False)
+    t = Table(title=f"Round {record['round']}, prospective (runs the model had not seen)")
+    t.add_column("figure")
+    t.add_column("proposing model", justify="right")
+    if analytic is not None:
+        t.add_column("analytic model", justify="right")
+    for k, v in metrics.items():
+        row = [k, _figure(k, v)]
+        if analytic is not None:
+            a = analytic.get(k, float("nan"))
+            row.append(_figure(k, a) if k in ("mfu_mape", "status_accuracy",
+                                              "interval_coverage") else "")
+        t.add_row(*row)
+    console.print(t)
     if run_id:
-        typer.echo(f"logged to MLflow run {run_id}")
+        from surrogate.tracking import client
+
+        exp = client().get_run(run_id).info.experiment_id
+        console.print(escape(f"MLflow: {run_url(tracking_uri(), exp, run_id)}"),
+                      highlight=False)
+
+
+def _figure(name: str, value: float) -> str:
+    if value != value:
+        return "-"
+    if name in ("proposed", "measured"):
+        return f"{value:.0f}"
+    return f"{value:.1%}"
 
 
 @app.command("heatmap")
@@ -351,11 +444,13 @@ def heatmap_cmd(
                "frameworks": tuple(framework.split(",")), "zero_stages": _ints(zero, "--zero"),
                "recompute_modes": tuple(recompute.split(",")), "max_cp": max_cp,
                "max_vpp": max_vpp}
-    grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
-                          space_options=options,
-                          model=None if analytic else (model_dir or "default"),
-                          limits=Limits(max_p_oom=max_p_oom),
-                          progress=lambda s: typer.echo(s, err=True))
+    from surrogate.progress import bars
+
+    with bars() as report:
+        grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
+                              space_options=options,
+                              model=None if analytic else (model_dir or "default"),
+                              limits=Limits(max_p_oom=max_p_oom), progress=report)
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
@@ -375,6 +470,9 @@ def heatmap_cmd(
     png = draw_png(grids, out.with_suffix(".png"))
     page = write_html(grids, out.with_suffix(".html"),
                       title="Best configuration by model size and number of nodes")
+    from surrogate.cli.display import model_line
+
+    typer.echo(model_line(None if analytic else (model_dir or "default"), gpu, model_dir))
     typer.echo(f"wrote {png} and {page}")
 
 

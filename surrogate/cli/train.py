@@ -78,7 +78,9 @@ def train_cmd(
                        for t, r in result.tuning.items()},
             "evaluation": _json_results(result.evaluation),
             "mlflow": None if tracked is None else {
-                "tracking_uri": tracked.tracking_uri, "run_id": tracked.run_id,
+                "tracking_uri": tracked.tracking_uri, "experiment_id": tracked.experiment_id,
+                "run_id": tracked.run_id, "run_name": tracked.run_name,
+                "baseline_run_id": tracked.baseline_run_id,
                 "model": tracked.model_name, "version": tracked.model_version},
             "seconds": result.seconds,
         }, indent=2))
@@ -89,8 +91,11 @@ def train_cmd(
                    f"complete and {r.n_pruned} pruned trials (study {r.study_name})")
     typer.echo(f"saved the model to {result.out_dir} in {result.seconds:.0f} s")
     if tracked is not None:
-        typer.echo(f"MLflow: run {tracked.run_id} at {tracked.tracking_uri}, registered as "
-                   f"{tracked.model_name} version {tracked.model_version}")
+        from surrogate.tracking import run_url
+
+        typer.echo(f"MLflow: {tracked.run_name!r}, "
+                   f"{run_url(tracked.tracking_uri, tracked.experiment_id, tracked.run_id)}; "
+                   f"registered as {tracked.model_name} version {tracked.model_version}")
 
 
 @app.command("evaluate")
@@ -114,7 +119,11 @@ def evaluate_cmd(
     if model_dir is not None:
         m = SurrogateModel.load(model_dir)
         params = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
-    results = evaluate(runs, tuple(protocol or DEFAULT_PROTOCOLS), params=params, seed=seed)
+    from surrogate.progress import bars
+
+    with bars(not as_json) as report:
+        results = evaluate(runs, tuple(protocol or DEFAULT_PROTOCOLS), params=params, seed=seed,
+                           progress=report)
     if as_json:
         typer.echo(json.dumps(_json_results(results), indent=2))
     else:

@@ -30,10 +30,19 @@ def test_search_json_has_top_rules_and_enumeration_check(capsys: pytest.CaptureF
     assert any((tmp_path / "launch").rglob("config.toml"))
 
 
-def test_search_table(capsys: pytest.CaptureFixture[str]) -> None:
+def test_search_table(capsys: pytest.CaptureFixture[str],
+                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")
     assert main(["search", *SMALL, "--trials", "0"]) == 0
     text = capsys.readouterr().out
     assert "Best predicted layouts" in text and "Rules of thumb" in text
+    assert "prediction: learned model (bundled" in text and "hardware speed:" in text
+    assert "extrapolates:" in text
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "┃ tokens/s/GPU" not in text and "--wide" in text  # fewer columns at 80
+    assert "…" not in text  # nothing cut
+    assert main(["search", *SMALL, "--trials", "0", "--wide"]) == 0
+    assert "┃ tokens/s/GPU" in capsys.readouterr().out
 
 
 def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -57,6 +66,10 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     args = ["propose", "--round", str(rnd), "--k", "3", *SMALL]
     assert main(args) == 0
     assert (rnd / "proposals.csv").exists()
+    table = capsys.readouterr().out
+    assert "round-1: 3 proposed runs" in table and "why" in table
+    assert "MFU gain" in table or "OOM edge" in table
+    assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
     proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
@@ -68,6 +81,11 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
                  "--no-mlflow", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"]["measured"] == 3 and out["metrics"]["best_mfu_so_far"] == 0.3
+    assert out["analytic_metrics"]["measured"] == 3
+    assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]) == 0
+    text = capsys.readouterr().out
+    assert "proposing model" in text and "analytic model" in text and "mfu_mape" in text
+    assert "MLflow: run " in text and "mlflow ui --backend-store-uri" in text
 
 
 def test_heatmap_png_and_html(tmp_path: Path) -> None:

@@ -5,8 +5,8 @@ need it, with the reason. Screenshots and logs go to ``$SURROGATE_TEST_ARTIFACTS
 else to pytest's temporary directory: never into the checkout.
 
 Every test module here is marked ``integration`` (``pytestmark``): ``python -m pytest`` leaves
-them out, ``python -m
-pytest -m integration`` runs them alone (``.ci/run`` does, as a step of its own).
+them out, ``python -m pytest -m integration`` runs them alone (``.ci/run`` does, as a step of
+its own).
 """
 
 from __future__ import annotations
@@ -82,6 +82,9 @@ def start_mlflow_server(workdir: Path, backend_uri: str, log_path: Path) -> tupl
          "--backend-store-uri", backend_uri, "--artifacts-destination", str(workdir / "art"),
          "--workers", "1"],
         stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+        # no GenAI job runners (seven processes) and no telemetry: a closed network
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+             "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"},
     )
     log.close()
     url = f"http://127.0.0.1:{port}"
@@ -113,10 +116,12 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path)
 @pytest.fixture(scope="session")
 def postgres(artifacts_dir: Path) -> Iterator[str]:
     """A PostgreSQL server of its own (``initdb`` + ``pg_ctl`` in a temporary directory, a free
-    loopback port): its base URL ``postgresql://USER@127.0.0.1:PORT``. Skips when the binaries
-    (``$PATH``, ``/usr/local/bin``, ``/usr/lib/postgresql/*/bin``) or a driver are absent.
+    loopback port): its base URL ``postgresql+psycopg://USER@127.0.0.1:PORT`` (SQLAlchemy's,
+    with the driver named: SQLAlchemy 2.0 and 2.1 default to different ones). Skips when the
+    binaries (``$PATH``, ``/usr/local/bin``, ``/usr/lib/postgresql/*/bin``) or a driver are
+    absent.
     ``initdb`` refuses to run as root, so as root the cluster belongs to ``nobody``."""
-    pytest.importorskip("psycopg2", reason="pip install -e '.[postgres]' for the driver")
+    pytest.importorskip("psycopg", reason="pip install -e '.[postgres]' for the driver")
     bindir = _postgres_bindir()
     if bindir is None:
         pytest.skip("PostgreSQL server binaries (initdb, pg_ctl, postgres) not found")
@@ -152,7 +157,7 @@ def postgres(artifacts_dir: Path) -> Iterator[str]:
         shutil.rmtree(base, ignore_errors=True)
         pytest.skip(f"pg_ctl start failed: {start.stderr[-800:]} {why}")
     try:
-        yield f"postgresql://{user}@127.0.0.1:{port}"
+        yield f"postgresql+psycopg://{user}@127.0.0.1:{port}"
     finally:
         subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
                         "stop"], capture_output=True, check=False)
@@ -179,13 +184,11 @@ def _postgres_bindir() -> Path | None:
 
 def create_database(base_url: str, name: str) -> str:
     """A new database on the server of :func:`postgres`; its SQLAlchemy URL."""
-    import psycopg2
+    import psycopg
 
-    conn = psycopg2.connect(f"{base_url}/postgres")
-    conn.autocommit = True
-    with conn.cursor() as cur:
-        cur.execute(f'CREATE DATABASE "{name}"')
-    conn.close()
+    libpq_url = base_url.replace("postgresql+psycopg://", "postgresql://")
+    with psycopg.connect(f"{libpq_url}/postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')  # type: ignore[arg-type]
     return f"{base_url}/{name}"
 
 

@@ -4,6 +4,7 @@ to the artifacts directory (``$SURROGATE_TEST_ARTIFACTS`` or pytest's temporary 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +40,7 @@ def browser() -> Iterator[Any]:
 def page(browser: Any, request: pytest.FixtureRequest, artifacts_dir: Path) -> Iterator[Any]:
     """A fresh browser page; whatever it shows when the test ends (passed or not) is saved as
     ``<test name>.png`` in the artifacts directory."""
-    context = browser.new_context(viewport={"width": 1600, "height": 1000})
+    context = browser.new_context(viewport={"width": 1600, "height": 1200})
     pg = context.new_page()
     pg.set_default_timeout(30_000)
     try:
@@ -53,6 +54,11 @@ def page(browser: Any, request: pytest.FixtureRequest, artifacts_dir: Path) -> I
 
 def _open(page: Any, url: str) -> None:
     page.goto(url, wait_until="load")  # MLflow keeps polling: never "networkidle"
+    page.locator("h1, h2").first.wait_for(state="visible")
+    close = page.locator('[aria-label="Close"], [aria-label="close"]')
+    if close.count():  # MLflow's assistant panel hides a third of the page
+        with contextlib.suppress(Exception):
+            close.first.click(timeout=2_000)
 
 
 def test_the_campaign_page_lists_its_runs(populated_server, page, artifacts_dir):
@@ -83,6 +89,8 @@ def test_the_chart_view_draws_accuracy_against_rounds(populated_server, page, ar
     # a line chart: Plotly draws each run's history over the steps as a path of class js-line
     page.locator("path.js-line").first.wait_for(state="attached")
     assert page.locator("path.js-line").count() >= 2
+    title.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)
     shot = artifacts_dir / "campaign-charts.png"
     page.screenshot(path=str(shot))
     print(f"screenshot: {shot}")

@@ -121,8 +121,12 @@ def test_nodes_protocol_end_to_end(playbook_subset):
     assert 0 < r.metrics["mfu_median_ape"] < 1
     assert 0 <= r.metrics["interval_coverage"] <= 1
     assert math.isnan(r.analytic_metrics["interval_coverage"])
-    again = evaluate_protocol(playbook_subset, "nodes", params=params)
+    heard = []  # the progress a command draws: each split, then done
+    again = evaluate_protocol(playbook_subset, "nodes", params=params,
+                              progress=lambda *a: heard.append(a))
     assert again.metrics == r.metrics
+    assert heard == [("evaluating nodes: one refit per split", 0, 1),
+                     ("evaluating nodes: one refit per split", 1, 1)]
 
 
 def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subset):

@@ -1,0 +1,58 @@
+"""What the commands print around their tables: a console that keeps tables readable at 80
+columns (fewer columns when narrow, all of them with ``--wide``), and the summary lines that say
+which model and which hardware speed answered and whether any prediction extrapolates."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+NARROW_COLUMNS = 110
+"""Below this terminal width the layout tables drop their secondary columns."""
+WIDE_COLUMNS = 160
+"""``--wide`` prints at least this wide (a pipe or a file: nothing is cut)."""
+
+
+def console(*, wide: bool = False) -> Console:
+    """The stdout console; with ``wide`` at least :data:`WIDE_COLUMNS` wide."""
+    from rich.console import Console
+
+    out = Console()
+    return Console(width=WIDE_COLUMNS) if wide and out.width < WIDE_COLUMNS else out
+
+
+def is_narrow(out: Console, wide: bool) -> bool:
+    return not wide and out.width < NARROW_COLUMNS
+
+
+def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
+    """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
+    for a model argument of :func:`surrogate.prediction.resolve_model` ("default", a path, a
+    model or None) and the GPU whose default profile sets the hardware speed."""
+    from surrogate.prediction import resolve_model, resolve_perf_model
+
+    learned = resolve_model(model)
+    speed = resolve_perf_model(gpu).name
+    if learned is None:
+        return f"prediction: analytic model alone; hardware speed: {speed}"
+    if where is None:
+        where = "bundled" if isinstance(model, str) and model == "default" else str(model)
+    n = (learned.n_train_ or {}).get("runs")
+    runs = f", {n:,} runs" if isinstance(n, int) else ""
+    return (f"prediction: learned model ({where}{runs}, data {learned.data_hash_[:8]}); "
+            f"hardware speed: {speed}")
+
+
+def extrapolation_line(values: Iterable[Any]) -> str:
+    """Whether any of the predictions extrapolates, and along what."""
+    seen = [str(v) for v in values]
+    hits = [v for v in seen if v and v.lower() not in ("nan", "none")]
+    if not hits:
+        return f"extrapolates: no (all {len(seen)} inside the learned model's data)"
+    along = sorted({part.strip() for v in hits for part in v.split(";") if part.strip()})
+    return (f"extrapolates: {len(hits)} of {len(seen)} (the learned correction shrinks toward "
+            "the analytic answer) along " + "; ".join(along))
