@@ -3,9 +3,9 @@
 Time parameters: least squares on log(predicted step time / measured step time) over the
 completed runs, plus one prior term per parameter ((z - z_prior) / width in the fitted space,
 log or logit), so a parameter the data cannot identify stays at its prior; the data residuals
-are weighed by their fitted spread, so each prior counts as one typical measurement. Memory parameters:
-the same on log(predicted / measured peak reserved memory). Each framework version is fitted on
-its own runs (its parameters are traits of its implementation).
+are weighed by their fitted spread, so each prior counts as one typical measurement. Memory
+parameters: the same on log(predicted / measured peak reserved memory). Each framework version
+is fitted on its own runs (its parameters are traits of its implementation).
 
 Uncertainty: the standard deviation of each fitted value from the Gauss-Newton covariance at
 the optimum (residual variance x (J^T J)^-1, mapped back through the log/logit), and, by
@@ -178,7 +178,8 @@ def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
 MIN_FIT_MFU = 0.10
 """Time parameters are fitted on completed runs of measured MFU >= 10%: the healthy runs the
 model describes. Below, the Playbook's runs are dominated by failure modes the physics does not
-model (a pipeline or TP across nodes at 1-5% MFU, up to 30x slower than any term predicts);
+model (a pipeline or TP across nodes at 1-5% MFU; nanotron pre-pp-fix runs with a pipeline
+across nodes are a median 27x slower than the model without fixed costs predicts);
 fitted with them the parameters bend healthy predictions (leave-one-model-out MFU MAPE on
 runs of MFU >= 10%: 41% fitted on all runs vs 22% on these, Spearman over all completed runs
 0.85 vs 0.70; ``python benchmarks/analytic_vs_playbook.py --fit-on all`` prints both)."""
@@ -315,10 +316,9 @@ def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, fl
     """The targets' figures of held-out predictions (:func:`fit_runs`): MFU MAPE on completed
     runs of MFU >= 10%, Spearman's rank correlation of throughput on all completed runs, peak
     reserved memory MAPE, and OOM recall and precision at p_oom > 0.5 (completed vs oom)."""
-    from scipy.special import ndtr
     from scipy.stats import spearmanr
 
-    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES
+    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
     from surrogate.hardware import GIB, get_gpu
 
     done = (runs["status"] == "completed").to_numpy()
@@ -341,8 +341,9 @@ def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, fl
     judged = runs["status"].isin(["completed", "oom"]).to_numpy() & np.isfinite(mem)
     if judged.any():
         capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
-        sd = np.maximum(held_out["memory_log_sd"], 1e-6)
-        p_oom = ndtr(np.log((mem + CUDA_CONTEXT_BYTES) / capacity) / sd)
+        p_oom = oom_probability({"memory_bytes": capacity,
+                                 "p_memory_log_sd": held_out["memory_log_sd"]},
+                                {"total": mem + CUDA_CONTEXT_BYTES})
         truth = (runs["status"] == "oom").to_numpy()[judged]
         said = p_oom[judged] > 0.5
         hit = float((truth & said).sum())
