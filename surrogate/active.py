@@ -42,6 +42,7 @@ import numpy as np
 
 from surrogate.config import RECOMPUTE_MODES, TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.jsonsafe import json_safe
 from surrogate.space import layout_key, layout_label
 
 if TYPE_CHECKING:
@@ -55,8 +56,6 @@ PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
 EXPERIMENT = "active learning: {campaign}"
 """The MLflow experiment of a campaign."""
-DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
-"""The default of :mod:`surrogate.tracking`: ``$MLFLOW_TRACKING_URI`` wins."""
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
 
 
@@ -76,27 +75,17 @@ class Acquisition:
             raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
 
 
-def _phi(z: np.ndarray) -> np.ndarray:
-    out: np.ndarray = np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
-    return out
-
-
-def _cdf(z: np.ndarray) -> np.ndarray:
-    from scipy.special import ndtr
-
-    out: np.ndarray = np.asarray(ndtr(z), dtype=float)
-    return out
-
-
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     """EI of each row's MFU over ``best``, times its probability of completing."""
+    from scipy.stats import norm
+
     mu = scored["pred_mfu"].to_numpy(dtype=float)
     lo = scored["pred_mfu_lo"].to_numpy(dtype=float)
     hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
     sigma = np.where(np.isfinite(hi - lo), (hi - lo) / (2 * _Z80), 0.0)
     sigma = np.maximum(sigma, 1e-4)
     z = (mu - best) / sigma
-    ei = sigma * _phi(z) + (mu - best) * _cdf(z)
+    ei = sigma * norm.pdf(z) + (mu - best) * norm.cdf(z)
     p_ok = scored["p_completed"].to_numpy(dtype=float)
     return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
 
@@ -238,7 +227,7 @@ def write_round(
                 " ", "_")
             files = write_launch_files(cfg, tmp / LOGS_DIR / name, run_name=name, steps=steps)
             flat = config_to_flat(cfg) | {"global_batch_seqs": cfg.batch_seqs}
-            clean = {k: _plain(v) for k, v in scores.items()}
+            clean = {k: json_safe(v) for k, v in scores.items()}
             rows.append({"name": name, "reason": reason, "layout": layout_label(cfg), **flat,
                          **clean})
             records.append({"name": name, "reason": reason, "config": flat, "predicted": clean,
@@ -253,7 +242,7 @@ def write_round(
                             "diversity_scale": acquisition.diversity_scale},
             "proposals": records,
         }
-        (tmp / ROUND_FILE).write_text(json.dumps(record, indent=2, default=_plain))
+        (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))
         if final.exists():
             final.rmdir()  # empty (checked above)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -262,14 +251,6 @@ def write_round(
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return final
-
-
-def _plain(v: Any) -> Any:
-    if isinstance(v, np.generic):
-        v = v.item()
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 def read_round(round_dir: str | Path) -> dict[str, Any]:
@@ -552,7 +533,8 @@ def propose(
     proposed again; its best completed MFU is the incumbent of expected improvement). Only
     layouts that can be written as torchtitan runs are proposed. ``progress`` hears of each
     stage (:mod:`surrogate.progress`)."""
-    from surrogate.launch import launch_problem
+    from surrogate.frameworks import get_framework
+    from surrogate.launch import LAUNCH_FRAMEWORK, launch_problem
     from surrogate.prediction import resolve_model
     from surrogate.progress import report
     from surrogate.search import Limits, score_configs
@@ -565,8 +547,10 @@ def propose(
     candidates = [c for c in space.enumerate() if launch_problem(c) is None]
     report(progress, "enumerating the layouts torchtitan can launch", 1, 1)
     if not candidates:
-        raise ConfigError("the space holds no layout that can be launched with torchtitan "
-                          "(allow --framework torchtitan and zero stages 0, 2 or 3)")
+        stages = " or ".join(map(str, get_framework(LAUNCH_FRAMEWORK).zero_stages))
+        raise ConfigError(f"the space holds no layout that can be launched with "
+                          f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
+                          f"stages {stages})")
     report(progress, f"scoring {len(candidates):,} candidates", 0, 1)
     scored = score_configs(candidates, model=learned, limits=limits)
     report(progress, f"scoring {len(candidates):,} candidates", 1, 1)

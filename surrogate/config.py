@@ -23,12 +23,12 @@ from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
+from surrogate.frameworks import RECOMPUTE_MODES as RECOMPUTE_MODES  # re-exported
+from surrogate.frameworks import Recompute as Recompute
 from surrogate.frameworks import get_framework
 from surrogate.hardware import GPUSpec, canonical_gpu_name, get_gpu
 
-Recompute = Literal["none", "selective", "full"]
 Dtype = Literal["bf16", "fp8"]
-RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 DTYPES: tuple[str, ...] = get_args(Dtype)
 
 
@@ -279,24 +279,18 @@ class LayoutConfig:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         traits = get_framework(self.framework)
         object.__setattr__(self, "framework", traits.name)
-        if self.zero_stage not in traits.zero_stages:
-            raise ConfigError(
-                f"framework {traits.name} implements zero_stage "
-                f"{' or '.join(map(str, traits.zero_stages))}, got {self.zero_stage}"
-            )
+        if self.vpp > 1 and self.pp == 1:
+            raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
+        problem = traits.unsupported(tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
+                                     vpp=self.vpp, zero_stage=self.zero_stage)
+        if problem:
+            raise ConfigError(problem)
         if self.framework_version is None:
             object.__setattr__(self, "framework_version", traits.versions[-1])
         elif self.framework_version not in traits.versions:
             raise ConfigError(
                 f"framework_version for {traits.name} must be one of "
                 f"{', '.join(traits.versions)}, got {self.framework_version!r}"
-            )
-        if self.vpp > 1 and self.pp == 1:
-            raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
-        if self.vpp > 1 and not traits.interleaved_pipeline:
-            raise ConfigError(
-                f"framework {traits.name} has no interleaved pipeline schedule: vpp must be 1, "
-                f"got vpp={self.vpp}"
             )
 
     @property

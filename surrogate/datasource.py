@@ -1,35 +1,41 @@
 """Where the public measurement data lives, and fetching it with checksums.
 
 The data directory is, first found: ``--data-dir``; ``$SURROGATE_DATA_DIR``; ``../shared/data``
-beside the repository (development and CI); the user cache ``~/.cache/surrogate/data``
-(``$SURROGATE_CACHE_DIR`` overrides it), where ``surrogate data fetch`` puts the files listed in
-``datasets/sources.toml``. Fetching verifies each file's sha256 before it appears under its
-name, so a failed or tampered download never leaves a file behind.
+beside a source checkout (development and CI); the user cache (:func:`cache_dir`:
+``~/.cache/surrogate/data`` on Linux, the platform's cache directory elsewhere, by
+platformdirs; ``$SURROGATE_CACHE_DIR`` overrides it), where ``surrogate data fetch`` puts the
+files listed in the package's ``data/sources.toml``. Fetching (pooch) verifies each file's
+sha256 before it appears under its name, so a failed or tampered download never leaves a file
+behind.
 """
 
 from __future__ import annotations
 
-import hashlib
+import logging
 import os
-import tempfile
+import re
+import shutil
 import tomllib
-import urllib.error
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from surrogate.errors import DataError
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
-SOURCES_TOML = REPO_ROOT / "datasets" / "sources.toml"
-_CHUNK_BYTES = 1 << 20
+SOURCES_TOML = Path(__file__).resolve().parent / "data" / "sources.toml"
+"""The public files the project reads, shipped with the package."""
+_CHECKOUT = Path(__file__).resolve().parents[1]
 
 
 def cache_dir() -> Path:
     """The user cache for fetched data."""
     env = os.environ.get("SURROGATE_CACHE_DIR")
-    return Path(env) if env else Path.home() / ".cache" / "surrogate" / "data"
+    if env:
+        return Path(env)
+    import platformdirs
+
+    return platformdirs.user_cache_path("surrogate") / "data"
 
 
 def data_dir(explicit: str | Path | None = None) -> Path:
@@ -46,8 +52,8 @@ def data_dir(explicit: str | Path | None = None) -> Path:
         if not p.is_dir():
             raise DataError(f"SURROGATE_DATA_DIR must be an existing directory, got {env!r}")
         return p
-    beside = REPO_ROOT.parent / "shared" / "data"
-    if beside.is_dir():
+    beside = _CHECKOUT.parent / "shared" / "data"
+    if (_CHECKOUT / "pyproject.toml").is_file() and beside.is_dir():
         return beside
     return cache_dir()
 
@@ -100,14 +106,6 @@ def load_sources(path: str | Path = SOURCES_TOML) -> list[Source]:
     return out
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while chunk := f.read(_CHUNK_BYTES):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 @dataclass(frozen=True, kw_only=True)
 class FetchResult:
     name: str
@@ -120,40 +118,66 @@ class FetchResult:
 def fetch_one(source: Source, dest_dir: Path, *, timeout_s: float = 60.0) -> FetchResult:
     """Download ``source`` into ``dest_dir`` unless a verified copy is there.
 
-    The download goes to a temporary file in the target directory, is hashed, and is renamed
-    into place only if the sha256 matches; otherwise it is deleted and DataError raised.
-    """
+    pooch downloads to a temporary file in the target directory, hashes it, and moves it into
+    place only if the sha256 matches; otherwise it deletes it and DataError is raised. A copy
+    with another checksum is downloaded again."""
+    import pooch
+
     target = dest_dir / PurePosixPath(source.path)
-    if target.exists() and sha256_of(target) == source.sha256:
-        return FetchResult(name=source.name, path=target, action="present",
-                           size_bytes=target.stat().st_size)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
-    tmp = Path(tmp_name)
-    h = hashlib.sha256()
-    size = 0
+    actions: list[str] = []
+
+    def note(fname: str, action: str, _: object) -> str:
+        actions.append(action)  # "fetch": the verified copy was there
+        return fname
+
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(
-            source.url, timeout=timeout_s
-        ) as resp:
-            while chunk := resp.read(_CHUNK_BYTES):
-                h.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-        digest = h.hexdigest()
-        if digest != source.sha256:
-            raise DataError(
-                f"{source.name}: the sha256 of {source.url} must be {source.sha256}, got "
-                f"{digest} ({size} bytes); nothing was written"
-            )
-        os.replace(tmp, target)
-    except (urllib.error.URLError, OSError) as e:
-        tmp.unlink(missing_ok=True)
+        with _quiet(pooch.get_logger()):
+            pooch.retrieve(
+                source.url, known_hash=f"sha256:{source.sha256}", fname=target.name,
+                path=target.parent, processor=note,
+                downloader=_downloader(source.url, timeout_s))
+    except ValueError as e:  # pooch: the downloaded file's hash differs (or a bad URL)
+        got = re.search(r"but got ([0-9a-f]{64})", str(e))
+        if got is None:
+            raise DataError(f"{source.name}: cannot download {source.url}: {e}") from None
+        raise DataError(
+            f"{source.name}: the sha256 of {source.url} must be {source.sha256}, got "
+            f"{got.group(1)}; nothing was written") from None
+    except OSError as e:  # requests' errors are OSErrors: unreachable, HTTP 404, ...
         raise DataError(f"{source.name}: cannot download {source.url}: {e}") from None
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return FetchResult(name=source.name, path=target, action="downloaded", size_bytes=size)
+    present = actions == ["fetch"]
+    return FetchResult(name=source.name, path=target,
+                       action="present" if present else "downloaded",
+                       size_bytes=target.stat().st_size)
+
+
+def _downloader(url: str, timeout_s: float) -> Callable[[str, str, object], None]:
+    """pooch's downloader for ``url``, and a copy for ``file://`` URLs (a local mirror)."""
+    import pooch
+
+    if url.startswith("file://"):
+        return _copy_file_url
+    if url.startswith(("http://", "https://")):
+        return pooch.HTTPDownloader(timeout=timeout_s, progressbar=False)  # type: ignore[no-any-return]
+    return pooch.choose_downloader(url)  # type: ignore[no-any-return]
+
+
+def _copy_file_url(url: str, output_file: str, _: object) -> None:
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname
+
+    shutil.copyfile(url2pathname(urlparse(url).path), output_file)
+
+
+@contextmanager
+def _quiet(logger: logging.Logger) -> Iterator[None]:
+    """pooch logs each download on stderr; the command prints its own line per file."""
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 def fetch(

@@ -1,14 +1,33 @@
-"""Training frameworks whose runs the surrogate describes, and the traits the analytic model needs.
+"""Training frameworks whose runs the surrogate describes: every rule a framework imposes.
 
-A framework changes what a layout costs: which optimizer-state layout it keeps, whether it
-accumulates gradients in fp32, which ZeRO stages it implements. Each trait names its source.
+A framework changes what a layout costs (which optimizer-state layout it keeps, whether it
+accumulates gradients in fp32) and which layouts exist at all (ZeRO stages, pipeline schedules,
+context and expert parallelism, recomputation modes, sequence parallelism). All of it lives in
+:class:`FrameworkTraits`, each framework's entry naming its source; the rest of the package
+reads the traits and keeps no list of its own. The rules apply at two levels:
+
+- :meth:`FrameworkTraits.unsupported`: what the framework does not implement (ZeRO-1 in
+  torchtitan, tensor parallelism in llm-foundry). :class:`~surrogate.config.LayoutConfig`
+  raises it: such a configuration describes no run.
+- :meth:`FrameworkTraits.runs_as_another`: a layout the framework would run as another one
+  (torchtitan's tensor parallelism without sequence parallelism, ZeRO sharding over a single
+  replica, a recomputation mode its configuration cannot express). A configuration may still
+  describe it (the analytic model computes it, old tables hold it), but the layout space
+  (:mod:`surrogate.space`) proposes only the layout that actually runs and the launch files
+  (:mod:`surrogate.launch`) are written only for it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal, get_args
 
 from surrogate.errors import ConfigError
+
+Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
+"""Activation recomputation: none, selective (Korthikanti et al. 2022: the attention core) or
+full (each layer's forward again in the backward)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -21,10 +40,80 @@ class FrameworkTraits:
     """ZeRO stages the framework implements."""
     versions: tuple[str, ...]
     """Known implementation versions, oldest first; the last is the default."""
-    interleaved_pipeline: bool
-    """Has an interleaved (virtual-stage) pipeline schedule, i.e. allows vpp > 1."""
+    tensor_parallel: bool
+    """Has tensor parallelism (tp > 1)."""
+    pipeline_schedule: str | None
+    """Its (non-interleaved) pipeline schedule, named as its configuration names it; None: no
+    pipeline parallelism (pp must be 1)."""
+    interleaved_schedule: str | None
+    """Its interleaved (virtual-stage) pipeline schedule, as its configuration names it; None:
+    vpp must be 1."""
+    context_parallel: bool
+    """Has context parallelism (cp > 1)."""
+    expert_parallel: bool
+    """Has expert parallelism (ep > 1)."""
+    recompute_modes: tuple[str, ...]
+    """Recomputation modes its configuration expresses. All four frameworks run flash
+    attention, which recomputes the attention scores anyway (what selective recomputation
+    saves), so where a framework has no selective mode a 'selective' layout runs as 'none'."""
+    sequence_parallel_with_tp: tuple[bool, ...]
+    """The sequence_parallel settings its tensor parallelism runs with: (False, True) where it
+    is an option, (True,) where its tensor-parallel plans always shard the sequence."""
     source: str
 
+    @property
+    def pipeline_parallel(self) -> bool:
+        """Has pipeline parallelism (pp > 1)."""
+        return self.pipeline_schedule is not None
+
+    @property
+    def interleaved_pipeline(self) -> bool:
+        """Has an interleaved pipeline schedule, i.e. allows vpp > 1."""
+        return self.interleaved_schedule is not None
+
+    def unsupported(self, *, tp: int, pp: int, cp: int, ep: int, vpp: int,
+                    zero_stage: int) -> str | None:
+        """What of the layout the framework does not implement, or None."""
+        if zero_stage not in self.zero_stages:
+            return (f"framework {self.name} implements zero_stage "
+                    f"{' or '.join(map(str, self.zero_stages))}, got {zero_stage}")
+        for degree, value, has in (("tp", tp, self.tensor_parallel),
+                                   ("pp", pp, self.pipeline_parallel),
+                                   ("cp", cp, self.context_parallel),
+                                   ("ep", ep, self.expert_parallel)):
+            if value > 1 and not has:
+                return (f"framework {self.name} has no {_NAMES[degree]}: {degree} must be 1, "
+                        f"got {degree}={value}")
+        if vpp > 1 and not self.interleaved_pipeline:
+            return (f"framework {self.name} has no interleaved pipeline schedule: vpp must be 1, "
+                    f"got vpp={vpp}")
+        return None
+
+    def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
+                        zero_stage: int, recompute: str, sequence_parallel: bool) -> str | None:
+        """Why the framework cannot run the layout as described (what it does not implement,
+        or the other layout it would run instead), or None: the layouts a search proposes and
+        launch files are written for."""
+        problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage)
+        if problem:
+            return problem
+        if zero_stage > 0 and dp == 1:
+            return (f"zero_stage > 0 needs dp > 1 (one replica has nothing to shard), got dp=1 "
+                    f"zero_stage={zero_stage}")
+        if sequence_parallel and tp == 1:
+            return "sequence_parallel needs tp > 1, got tp=1"
+        if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
+            always = "always" if self.sequence_parallel_with_tp == (True,) else "never"
+            return (f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
+                    f"got tp={tp} sequence_parallel={sequence_parallel}")
+        if recompute not in self.recompute_modes:
+            return (f"framework {self.name} expresses recompute "
+                    f"{' or '.join(self.recompute_modes)}, got {recompute!r}")
+        return None
+
+
+_NAMES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
+          "cp": "context parallelism", "ep": "expert parallelism"}
 
 FRAMEWORKS: dict[str, FrameworkTraits] = {
     t.name: t
@@ -34,14 +123,22 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=True,
             zero_stages=(0, 1),
             versions=("pre-pp-fix", "pp-fix"),
-            interleaved_pipeline=False,
+            tensor_parallel=True,
+            pipeline_schedule="1f1b",
+            interleaved_schedule=None,
+            context_parallel=True,
+            expert_parallel=True,
+            recompute_modes=("none", "full"),
+            sequence_parallel_with_tp=(False, True),
             source=(
                 "huggingface/nanotron: FP32GradientAccumulator (accumulate_grad_in_fp32=True in "
                 "every Playbook run), ZeROs 0 and 1 (optim/zero.py); 'pp-fix' marks the pipeline "
                 "engine optimisation of the Playbook's after_pp_fix column; its pipeline "
-                "engines are "
-                "all-forward-all-backward and 1F1B (parallel/pipeline_parallel/engine.py), no "
-                "interleaved schedule"
+                "engines are all-forward-all-backward and 1F1B "
+                "(parallel/pipeline_parallel/engine.py), no interleaved schedule; "
+                "ParallelismArgs: tp_mode ALL_REDUCE or REDUCE_SCATTER (sequence parallelism), "
+                "recompute_layer (full recomputation, no selective mode), "
+                "context_parallel_size, expert_parallel_size"
             ),
         ),
         FrameworkTraits(
@@ -49,21 +146,41 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=True,
             zero_stages=(0, 1, 3),
             versions=("core",),
-            interleaved_pipeline=True,
+            tensor_parallel=True,
+            pipeline_schedule="1F1B",
+            interleaved_schedule="interleaved 1F1B",
+            context_parallel=True,
+            expert_parallel=True,
+            recompute_modes=("none", "selective", "full"),
+            sequence_parallel_with_tp=(False, True),
             source=(
                 "NVIDIA/Megatron-LM arguments.py: accumulate_allreduce_grads_in_fp32 is forced on "
-                "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3"
+                "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3; "
+                "--num-layers-per-virtual-pipeline-stage selects the interleaved 1F1B schedule; "
+                "--context-parallel-size, --expert-model-parallel-size, "
+                "--recompute-granularity selective|full, --sequence-parallel"
             ),
         ),
         FrameworkTraits(
             name="torchtitan",
             fp32_grad_accumulation=False,
-            zero_stages=(0, 1, 2, 3),
+            zero_stages=(0, 2, 3),
             versions=("main",),
-            interleaved_pipeline=True,
+            tensor_parallel=True,
+            pipeline_schedule="1F1B",
+            interleaved_schedule="Interleaved1F1B",
+            context_parallel=True,
+            expert_parallel=True,
+            recompute_modes=("none", "selective", "full"),
+            sequence_parallel_with_tp=(True,),
             source=(
                 "pytorch/torchtitan: FSDP2 keeps sharded fp32 parameters and reduces gradients "
-                "into them (no extra accumulation buffer); reshard_after_forward=False is ZeRO-2"
+                "into them (no extra accumulation buffer); data_parallel_shard_degree with "
+                "fsdp_reshard_after_forward 'always' is ZeRO-3, 'never' ZeRO-2, and FSDP2 has "
+                "no ZeRO-1 mode; pipeline_parallel_schedule '1F1B' / 'Interleaved1F1B'; "
+                "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
+                "none / selective / full; its tensor-parallel plans (parallelize.py) always "
+                "shard the norms' sequence (SequenceParallel)"
             ),
         ),
         FrameworkTraits(
@@ -71,13 +188,21 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp32_grad_accumulation=False,
             zero_stages=(0, 2, 3),
             versions=("composer-fsdp1",),
-            interleaved_pipeline=False,
+            tensor_parallel=False,
+            pipeline_schedule=None,
+            interleaved_schedule=None,
+            context_parallel=False,
+            expert_parallel=True,
+            recompute_modes=("none", "full"),
+            sequence_parallel_with_tp=(False, True),
             source=(
                 "mosaicml/llm-foundry (scripts/train/benchmarking) on mosaicml/composer's "
                 "PyTorch FSDP (FSDP1) wrapper: with amp the sharded parameters stay fp32 and "
                 "gradients are reduced into fp32 sharded gradients, with no separate "
                 "accumulation buffer; sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD "
-                "are ZeRO 0 / 2 / 3; no tensor or pipeline parallelism"
+                "are ZeRO 0 / 2 / 3; activation_checkpointing on or off; no tensor, pipeline "
+                "or context parallelism; MoE layers through MegaBlocks shard experts over the "
+                "data-parallel ranks (moe_world_size)"
             ),
         ),
     )

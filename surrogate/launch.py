@@ -7,7 +7,10 @@ fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
 expert_parallel_degree``; ``[activation_checkpoint] mode``. It reads back through
 :func:`surrogate.ingest.torchtitan.config_values` to the same layout (pipeline runs excepted:
-see :func:`torchtitan_toml`).
+see :func:`torchtitan_toml`). tomli-w writes it (strings escaped), after comment lines that
+give the layout; the schedule names come from the framework's traits
+(:mod:`surrogate.frameworks`), which also decide which layouts can be written
+(:func:`launch_problem`).
 
 Safety: every value written into a script is either an integer taken from a validated
 :class:`~surrogate.config.TrainingConfig`, a name matching :data:`SAFE_NAME`, or a path checked
@@ -22,9 +25,13 @@ import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import tomli_w
 
 from surrogate.config import ARCHITECTURE_FIELDS, TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.frameworks import get_framework
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 """Run and job names: letters, digits, ``_ . -``; no leading dot or dash."""
@@ -63,26 +70,28 @@ def check_path(path: str | Path) -> str:
     return text
 
 
+LAUNCH_FRAMEWORK = "torchtitan"
+"""The framework launch files are written for."""
+LAUNCH_DTYPES: tuple[str, ...] = ("bf16",)
+"""Dtypes the writer knows torchtitan's settings for (fp8 needs its float8 converters)."""
+
+
 def launch_problem(cfg: TrainingConfig) -> str | None:
-    """Why ``cfg`` cannot be written as a torchtitan run, or None if it can."""
+    """Why ``cfg`` cannot be written as a torchtitan run, or None if it can: what torchtitan
+    does not run as described (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another`),
+    or a dtype the writer does not handle."""
     lay = cfg.layout
-    if lay.framework != "torchtitan":
-        return f"launch files are torchtitan configs; the layout is for {lay.framework}"
-    if lay.zero_stage == 1:
-        return "torchtitan's FSDP2 has no ZeRO-1 mode (zero_stage 0, 2 or 3)"
-    if lay.zero_stage > 1 and lay.dp == 1:
-        return "FSDP (zero_stage 2 or 3) needs dp > 1"
-    if lay.tp > 1 and not lay.sequence_parallel:
-        return "torchtitan's tensor parallelism always runs with sequence parallelism"
-    if lay.dtype != "bf16":
-        return "only bf16 launch files are written"
+    if lay.framework != LAUNCH_FRAMEWORK:
+        return f"launch files are {LAUNCH_FRAMEWORK} configs; the layout is for {lay.framework}"
+    problem = get_framework(lay.framework).runs_as_another(
+        dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
+        zero_stage=lay.zero_stage, recompute=lay.recompute,
+        sequence_parallel=lay.sequence_parallel)
+    if problem:
+        return problem
+    if lay.dtype not in LAUNCH_DTYPES:
+        return f"only {' or '.join(LAUNCH_DTYPES)} launch files are written, got {lay.dtype}"
     return None
-
-
-def _toml_string(value: str) -> str:
-    if not SAFE_NAME.match(value):
-        raise ConfigError(f"a TOML string value must match {SAFE_NAME.pattern}, got {value!r}")
-    return f'"{value}"'
 
 
 def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
@@ -100,12 +109,14 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     check_name(run_name)
     if steps < 1:
         raise ConfigError(f"steps must be >= 1, got {steps}")
+    check_path(dump_folder)
     m, lay = cfg.model, cfg.layout
+    traits = get_framework(lay.framework)
     flavour = TORCHTITAN_FLAVOURS.get(m.name)
     local = lay.mbs * (lay.grad_accum if lay.pp > 1 else 1)
     replicate, shard = (lay.dp, 1) if lay.zero_stage == 0 else (1, lay.dp)
     reshard = {0: "default", 2: "never", 3: "always"}[lay.zero_stage]
-    lines = [
+    comments = [
         f"# surrogate launch config: {run_name}",
         f"# layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} "
         f"mbs={lay.mbs} grad_accum={lay.grad_accum} zero_stage={lay.zero_stage} "
@@ -113,59 +124,42 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         f"{cfg.cluster.gpu}",
     ]
     if flavour is None:
-        lines.append(
+        comments.append(
             f"# model shape (register it as a torchtitan flavour): num_layers={m.num_layers} "
             f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
             f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}"
             + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n)))
     name, flav = flavour or ("llama3", "custom")
-    lines += [
-        "",
-        "[job]",
-        f"dump_folder = {_path_str(dump_folder)}",
-        f"description = {_toml_string(run_name)}",
-        "",
-        "[model]",
-        f"name = {_toml_string(name)}",
-        f"flavor = {_toml_string(flav)}",
-        "",
-        "[training]",
-        f"local_batch_size = {local}",
-        f"global_batch_size = {local * lay.dp * (1 if lay.pp > 1 else lay.grad_accum)}",
-        f"seq_len = {m.seq_len}",
-        f"steps = {steps}",
-        "",
-        "[parallelism]",
-        f"data_parallel_replicate_degree = {replicate}",
-        f"data_parallel_shard_degree = {shard}",
-        f"fsdp_reshard_after_forward = {_toml_string(reshard)}",
-        f"tensor_parallel_degree = {lay.tp}",
-        f"pipeline_parallel_degree = {lay.pp}",
-        f"context_parallel_degree = {lay.cp}",
-        f"expert_parallel_degree = {lay.ep}",
-    ]
+    parallelism: dict[str, Any] = {
+        "data_parallel_replicate_degree": replicate,
+        "data_parallel_shard_degree": shard,
+        "fsdp_reshard_after_forward": reshard,
+        "tensor_parallel_degree": lay.tp,
+        "pipeline_parallel_degree": lay.pp,
+        "context_parallel_degree": lay.cp,
+        "expert_parallel_degree": lay.ep,
+    }
     if lay.pp > 1:
-        schedule = "Interleaved1F1B" if lay.vpp > 1 else "1F1B"
-        lines += [
-            f"pipeline_parallel_schedule = {_toml_string(schedule)}",
-            f"pipeline_parallel_microbatch_size = {lay.mbs}",
-            f"pipeline_parallel_layers_per_stage = {m.num_layers // (lay.pp * lay.vpp)}",
-        ]
-    lines += [
-        "",
-        "[activation_checkpoint]",
-        f"mode = {_toml_string(lay.recompute)}",
-        "",
-        "[metrics]",
-        "log_freq = 1",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _path_str(path: str) -> str:
-    check_path(path)
-    return f'"{path}"'  # safe characters only: no escaping needed in a TOML basic string
+        parallelism |= {
+            "pipeline_parallel_schedule": (traits.interleaved_schedule if lay.vpp > 1
+                                           else traits.pipeline_schedule),
+            "pipeline_parallel_microbatch_size": lay.mbs,
+            "pipeline_parallel_layers_per_stage": m.num_layers // (lay.pp * lay.vpp),
+        }
+    doc = {
+        "job": {"dump_folder": dump_folder, "description": run_name},
+        "model": {"name": name, "flavor": flav},
+        "training": {
+            "local_batch_size": local,
+            "global_batch_size": local * lay.dp * (1 if lay.pp > 1 else lay.grad_accum),
+            "seq_len": m.seq_len,
+            "steps": steps,
+        },
+        "parallelism": parallelism,
+        "activation_checkpoint": {"mode": lay.recompute},
+        "metrics": {"log_freq": 1},
+    }
+    return "\n".join(comments) + "\n\n" + tomli_w.dumps(doc)
 
 
 def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:

@@ -37,6 +37,7 @@ from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
 from surrogate.errors import DataError
 from surrogate.fabric import Fabric
+from surrogate.jsonsafe import json_safe
 
 SCHEMA_VERSION = 1
 Provenance = Literal["measured", "extrapolated"]
@@ -145,8 +146,9 @@ class CollectiveCurve:
         return np.where(beyond, self.times_s[-1] * s / self.sizes_bytes[-1], t)
 
     def to_json(self) -> dict[str, Any]:
-        def num(x: float) -> float | None:
-            return None if not math.isfinite(x) else float(f"{x:.6g}")
+        def num(x: float) -> float | None:  # 6 significant digits; NaN, inf -> null
+            rounded: float | None = json_safe(float(f"{x:.6g}"))
+            return rounded
 
         return {
             "op": self.op, "group_size": self.group_size, "inter_node": self.inter_node,

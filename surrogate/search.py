@@ -332,8 +332,10 @@ def _run_study(
         if native:
             for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
                 trial.set_constraint(name, value)
-    if storage is not None and storage.startswith("sqlite:///"):
-        Path(storage[len("sqlite:///"):]).parent.mkdir(parents=True, exist_ok=True)
+    if storage is not None:
+        from surrogate.stores import ensure_sqlite_dir
+
+        ensure_sqlite_dir(storage)
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=directions, load_if_exists=study_name is not None)
     # Scores of the enumerated space, when there is one: the same numbers, looked up.

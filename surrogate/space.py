@@ -8,12 +8,12 @@ batch / (dp x mbs), which must both be integers. A point that breaks a rule is i
 (:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.search` treats that as a
 constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
 
-Extra rules of the space beyond :class:`~surrogate.config.TrainingConfig`'s:
-
-- ZeRO stages above 0 need dp > 1 (there is nothing to shard over a single replica);
-- sequence_parallel needs tp > 1 (it splits the tensor-parallel region's activations), and
-  torchtitan's tensor parallelism always uses it (its ``parallelize`` plans);
-- vpp > 1 needs pp > 1; ep > 1 needs an MoE model.
+Beyond :class:`~surrogate.config.TrainingConfig`'s rules, the space holds only layouts that
+their framework runs as described (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another`:
+ZeRO sharding needs dp > 1, sequence parallelism needs tp > 1 and is paired with tp as the
+framework pairs it, recomputation modes the framework expresses), so every torchtitan layout
+of the space can be written as launch files (:mod:`surrogate.launch`). Its choices per
+dimension are narrowed to what some allowed framework implements.
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ class LayoutSpace:
     frameworks: tuple[str, ...] = ("nanotron",)
     zero_stages: tuple[int, ...] | None = None
     """Allowed ZeRO stages; None: every stage some allowed framework implements."""
-    recompute_modes: tuple[str, ...] = ("none", "selective", "full")
+    recompute_modes: tuple[str, ...] | None = None
+    """Allowed recompute modes; None: every mode some allowed framework expresses."""
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int | None = None
     """Upper bound on cp (None: no bound beyond the rules)."""
@@ -96,12 +97,13 @@ class LayoutSpace:
         if not names:
             raise ConfigError(f"give at least one framework ({', '.join(FRAMEWORKS)})")
         object.__setattr__(self, "frameworks", names)
-        bad = [r for r in self.recompute_modes if r not in RECOMPUTE_MODES]
-        if bad or not self.recompute_modes:
-            raise ConfigError(
-                f"recompute modes must be among {', '.join(RECOMPUTE_MODES)}, got "
-                f"{list(self.recompute_modes)}"
-            )
+        if self.recompute_modes is not None:
+            expressed = _expressed_recompute_modes(names)
+            if not self.recompute_modes or not set(self.recompute_modes) <= set(expressed):
+                raise ConfigError(
+                    f"recompute modes must be among those of {', '.join(names)} "
+                    f"({', '.join(expressed)}), got {list(self.recompute_modes)}"
+                )
         if self.zero_stages is not None:
             implemented = {s for f in names for s in get_framework(f).zero_stages}
             if not self.zero_stages or not set(self.zero_stages) <= implemented:
@@ -125,23 +127,36 @@ class LayoutSpace:
             return tuple(sorted(set(self.zero_stages)))
         return tuple(sorted({s for f in self.frameworks for s in get_framework(f).zero_stages}))
 
+    @property
+    def allowed_recompute_modes(self) -> tuple[str, ...]:
+        if self.recompute_modes is not None:
+            return tuple(dict.fromkeys(self.recompute_modes))
+        return _expressed_recompute_modes(self.frameworks)
+
     def choices(self) -> dict[str, list[Any]]:
         """Per dimension the values a point may take (a superset of the valid ones: a given
         combination may still be invalid). Fixed dimensions have one value."""
         worlds = [n * self.gpus_per_node for n in self.node_counts]
         world_divs = sorted({d for w in worlds for d in divisors(w)})
         m = self.model
-        tp = [d for d in world_divs if m.num_heads % d == 0 and m.num_kv_heads % d == 0]
-        pp = [d for d in world_divs if d <= m.num_layers]
+        traits = [get_framework(f) for f in self.frameworks]
+
+        tp = [d for d in world_divs if m.num_heads % d == 0 and m.num_kv_heads % d == 0
+              and (d == 1 or any(t.tensor_parallel for t in traits))]
+        pp = [d for d in world_divs if d <= m.num_layers
+              and (d == 1 or any(t.pipeline_parallel for t in traits))]
         cp = [d for d in world_divs if m.seq_len % d == 0
-              and (self.max_cp is None or d <= self.max_cp)]
-        ep = [d for d in divisors(m.num_experts) if d in world_divs] if m.is_moe else [1]
-        vpp = [v for v in range(1, self.max_vpp + 1) if m.num_layers % v == 0]
+              and (self.max_cp is None or d <= self.max_cp)
+              and (d == 1 or any(t.context_parallel for t in traits))]
+        ep = [d for d in divisors(m.num_experts) if d in world_divs
+              and (d == 1 or any(t.expert_parallel for t in traits))] if m.is_moe else [1]
+        vpp = [v for v in range(1, self.max_vpp + 1) if m.num_layers % v == 0
+               and (v == 1 or any(t.interleaved_pipeline for t in traits))]
         mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
         out: dict[str, list[Any]] = {
             "num_nodes": list(self.node_counts), "tp": tp, "pp": pp, "cp": cp, "ep": ep,
             "vpp": vpp, "mbs": mbs, "zero_stage": list(self.allowed_zero_stages),
-            "recompute": list(self.recompute_modes),
+            "recompute": list(self.allowed_recompute_modes),
             "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
         }
         for name, value in self.fixed.items():
@@ -168,21 +183,18 @@ class LayoutSpace:
                 f"got dp={dp} mbs={mbs} ({dp * mbs})"
             )
         zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
-        if zero > 0 and dp == 1:
-            raise ConfigError(f"zero_stage > 0 needs dp > 1, got dp=1 zero_stage={zero}")
-        if sp and tp == 1:
-            raise ConfigError("sequence_parallel needs tp > 1, got tp=1")
-        framework = str(p["framework"])
-        if framework == "torchtitan" and tp > 1 and not sp:
-            raise ConfigError("torchtitan's tensor parallelism always runs with sequence "
-                              f"parallelism, got tp={tp} sequence_parallel=False")
-        if zero not in get_framework(framework).zero_stages:
-            raise ConfigError(f"framework {framework} has no zero_stage {zero}")
+        ep, vpp, recompute = int(p["ep"]), int(p["vpp"]), str(p["recompute"])
+        framework = get_framework(str(p["framework"]))
+        problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
+                                            zero_stage=zero, recompute=recompute,
+                                            sequence_parallel=sp)
+        if problem:
+            raise ConfigError(problem)
         layout = LayoutConfig(
-            dp=dp, tp=tp, pp=pp, cp=cp, ep=int(p["ep"]), vpp=int(p["vpp"]), mbs=mbs,
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
             grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
-            recompute=str(p["recompute"]), sequence_parallel=sp,  # type: ignore[arg-type]
-            dtype=self.dtype, framework=framework,  # type: ignore[arg-type]
+            recompute=recompute, sequence_parallel=sp,  # type: ignore[arg-type]
+            dtype=self.dtype, framework=framework.name,  # type: ignore[arg-type]
         )
         cluster = ClusterConfig(gpu=self.gpu, gpus_per_node=self.gpus_per_node, num_nodes=nodes)
         return TrainingConfig(model=self.model, cluster=cluster, layout=layout,
@@ -263,6 +275,11 @@ def layout_label(cfg: TrainingConfig) -> str:
     if lay.sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
+
+
+def _expressed_recompute_modes(frameworks: Sequence[str]) -> tuple[str, ...]:
+    return tuple(r for r in RECOMPUTE_MODES
+                 if any(r in get_framework(f).recompute_modes for f in frameworks))
 
 
 def _product(ch: Mapping[str, list[Any]], names: tuple[str, ...]) -> Iterator[dict[str, Any]]:

@@ -24,8 +24,10 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING
+
+from surrogate.extras import require
+from surrogate.stores import ensure_sqlite_dir, sqlite_path
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -49,15 +51,10 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    prefix = "sqlite:///"
-    return Path(uri[len(prefix):]) if uri.startswith(prefix) else None
-
-
 def artifact_location(uri: str) -> str | None:
     """Where a new experiment keeps its artifacts: beside a SQLite database, else the server's
     choice (None)."""
-    db = _sqlite_path(uri)
+    db = sqlite_path(uri)
     if db is None:
         return None
     return (db.parent / "artifacts").resolve().as_uri()
@@ -69,13 +66,12 @@ def connect() -> str:
     MLflow prints "View run ... at URL" on stdout when a run ends on a server, which would break
     ``--json`` output: that is turned off (unless the variable is set), and the commands say
     where they logged (:func:`run_url`)."""
+    require("mlflow")  # absent: one line naming the extra that installs it
     import mlflow
 
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
     uri = tracking_uri()
-    db = _sqlite_path(uri)
-    if db is not None:
-        db.parent.mkdir(parents=True, exist_ok=True)
+    ensure_sqlite_dir(uri)
     mlflow.set_tracking_uri(uri)
     return uri
 
@@ -101,6 +97,7 @@ def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str
 
 
 def client() -> MlflowClient:
+    require("mlflow")
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=connect())

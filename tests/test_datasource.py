@@ -68,22 +68,32 @@ def test_fetch_refuses_a_checksum_mismatch_and_leaves_nothing(server: str, tmp_p
     assert [p for p in dest.rglob("*") if p.is_file()] == []
 
 
-def test_fetch_replaces_a_corrupt_copy(tmp_path: Path) -> None:
-    src = tmp_path / "table.csv"
-    src.write_bytes(PAYLOAD)
+def test_fetch_replaces_a_corrupt_copy(server: str, tmp_path: Path) -> None:
     dest = tmp_path / "cache"
     target = dest / "sweeps/t/table.csv"
     target.parent.mkdir(parents=True)
     target.write_bytes(b"truncated")
-    r = fetch_one(_source(src.as_uri()), dest)
+    r = fetch_one(_source(f"{server}/table.csv"), dest)
     assert r.action == "downloaded" and target.read_bytes() == PAYLOAD
+    assert [p.name for p in target.parent.iterdir()] == ["table.csv"]  # no temporary left
 
 
 def test_fetch_unreachable(server: str, tmp_path: Path) -> None:
     dest = tmp_path / "cache"
-    with pytest.raises(DataError, match=r"t: cannot download .*/missing.csv: HTTP Error 404"):
+    with pytest.raises(DataError, match=r"t: cannot download .*/missing.csv: 404"):
         fetch_one(_source(f"{server}/missing.csv"), dest)
     assert [p for p in dest.rglob("*") if p.is_file()] == []
+
+
+def test_the_source_list_ships_inside_the_package() -> None:
+    """An installed surrogate (a wheel) has no datasets/ folder: the list is package data,
+    and datasets/sources.toml in the checkout is a link to it, not a second copy."""
+    import surrogate
+
+    assert SOURCES_TOML.parent == Path(surrogate.__file__).parent / "data"
+    beside = Path(surrogate.__file__).parents[1] / "datasets" / "sources.toml"
+    if beside.exists():  # a checkout
+        assert beside.resolve() == SOURCES_TOML.resolve()
 
 
 @pytest.mark.parametrize(

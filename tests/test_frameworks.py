@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from surrogate.config import LayoutConfig
@@ -23,7 +25,13 @@ def test_known_traits():
     assert get_framework("megatron").fp32_grad_accumulation
     assert not get_framework("torchtitan").fp32_grad_accumulation
     assert get_framework("nanotron").zero_stages == (0, 1)
-    assert get_framework("torchtitan").zero_stages == (0, 1, 2, 3)
+    assert get_framework("torchtitan").zero_stages == (0, 2, 3)  # FSDP2 has no ZeRO-1
+    assert get_framework("torchtitan").sequence_parallel_with_tp == (True,)
+    assert get_framework("torchtitan").interleaved_schedule == "Interleaved1F1B"
+    assert get_framework("nanotron").recompute_modes == ("none", "full")
+    assert not get_framework("nanotron").interleaved_pipeline
+    assert not get_framework("llm-foundry").tensor_parallel
+    assert not get_framework("llm-foundry").pipeline_parallel
     assert get_framework("nanotron").versions == ("pre-pp-fix", "pp-fix")
 
 
@@ -56,3 +64,47 @@ def test_layout_versions(name):
         assert LayoutConfig(framework=name, framework_version=v).framework_version == v
     with pytest.raises(ConfigError, match=rf"framework_version for {name} must be one of "):
         LayoutConfig(framework=name, framework_version="no-such-version")
+
+
+@pytest.mark.parametrize(
+    ("layout", "match"),
+    [
+        (dict(framework="llm-foundry", dp=4, tp=2),
+         r"framework llm-foundry has no tensor parallelism: tp must be 1, got tp=2"),
+        (dict(framework="llm-foundry", dp=4, pp=2),
+         r"framework llm-foundry has no pipeline parallelism: pp must be 1, got pp=2"),
+        (dict(framework="llm-foundry", dp=4, cp=2),
+         r"framework llm-foundry has no context parallelism: cp must be 1, got cp=2"),
+        (dict(framework="torchtitan", zero_stage=1),
+         r"framework torchtitan implements zero_stage 0 or 2 or 3, got 1"),
+    ],
+)
+def test_layout_refuses_what_the_framework_does_not_implement(layout, match):
+    with pytest.raises(ConfigError, match=match):
+        LayoutConfig(**layout)
+
+
+_LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="none",
+               sequence_parallel=True)
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "match"),
+    [
+        ("torchtitan", dict(sequence_parallel=False),
+         r"torchtitan's tensor parallelism always runs with sequence parallelism, got tp=2 "
+         r"sequence_parallel=False"),
+        ("torchtitan", dict(dp=1, tp=8, zero_stage=2),
+         r"zero_stage > 0 needs dp > 1 \(one replica has nothing to shard\), got dp=1"),
+        ("megatron", dict(tp=1, dp=8), r"sequence_parallel needs tp > 1, got tp=1"),
+        ("nanotron", dict(recompute="selective"),
+         r"framework nanotron expresses recompute none or full, got 'selective'"),
+        ("nanotron", dict(pp=2, vpp=2),
+         r"framework nanotron has no interleaved pipeline schedule: vpp must be 1, got vpp=2"),
+    ],
+)
+def test_runs_as_another_says_why(name, change, match):
+    assert FRAMEWORKS[name].runs_as_another(**_LAYOUT) is None
+    problem = FRAMEWORKS[name].runs_as_another(**{**_LAYOUT, **change})
+    assert problem is not None
+    assert re.search(match, problem), problem

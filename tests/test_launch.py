@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
+from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.frameworks import FRAMEWORKS
 from surrogate.ingest.torchtitan import config_values
 from surrogate.launch import (
     check_name,
@@ -21,7 +22,7 @@ from surrogate.launch import (
     write_launch_files,
 )
 from surrogate.presets import get_preset
-from surrogate.space import LayoutSpace
+from surrogate.space import LayoutSpace, layout_label
 
 
 def cfg(**layout: object) -> TrainingConfig:
@@ -49,6 +50,47 @@ def test_toml_round_trips_through_the_torchtitan_reader() -> None:
     assert checked > 20
 
 
+def test_every_torchtitan_layout_of_the_space_can_be_launched() -> None:
+    """The space holds only layouts torchtitan runs as described (ZeRO 0/2/3, sequence
+    parallelism with tp, its schedules), so search never ranks one that launch refuses."""
+    moe = ModelConfig(name="tiny-moe", num_layers=8, hidden_size=512, ffn_hidden_size=1024,
+                      num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024,
+                      num_experts=4, experts_topk=2)
+    for model in (get_preset("8b"), moe):
+        space = LayoutSpace(model=model, global_batch_seqs=16, node_counts=(1, 2),
+                            frameworks=("torchtitan",), max_cp=2, max_vpp=2, max_mbs=2)
+        configs = space.enumerate()
+        assert {c.layout.zero_stage for c in configs} == {0, 2, 3}
+        assert {c.layout.vpp for c in configs} == {1, 2}
+        assert {c.layout.cp for c in configs} == {1, 2}
+        for c in configs:
+            assert launch_problem(c) is None, (layout_label(c), launch_problem(c))
+            assert tomllib.loads(torchtitan_toml(c, run_name="r"))["parallelism"]
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_the_space_of_each_framework_holds_what_it_runs(name: str) -> None:
+    """For every framework the enumerated layouts are the ones it runs as described, and the
+    writer accepts exactly the torchtitan ones."""
+    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
+                        frameworks=(name,), max_cp=2, max_vpp=2, max_mbs=2)
+    traits = FRAMEWORKS[name]
+    configs = space.enumerate()
+    assert configs
+    for c in configs:
+        lay = c.layout
+        assert traits.runs_as_another(
+            dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
+            zero_stage=lay.zero_stage, recompute=lay.recompute,
+            sequence_parallel=lay.sequence_parallel) is None
+        assert (launch_problem(c) is None) == (name == "torchtitan")
+    assert {c.layout.recompute for c in configs} == set(traits.recompute_modes)
+    assert {c.layout.zero_stage for c in configs} == set(traits.zero_stages)
+    assert (max(c.layout.tp for c in configs) > 1) == traits.tensor_parallel
+    assert (max(c.layout.pp for c in configs) > 1) == traits.pipeline_parallel
+    assert (max(c.layout.vpp for c in configs) > 1) == traits.interleaved_pipeline
+
+
 def test_pipeline_toml_keeps_micro_batches_in_one_step() -> None:
     c = cfg(dp=4, tp=2, pp=2, vpp=2, zero_stage=2)
     doc = tomllib.loads(torchtitan_toml(c, run_name="pp"))
@@ -61,8 +103,13 @@ def test_pipeline_toml_keeps_micro_batches_in_one_step() -> None:
 
 
 def test_unlaunchable_layouts_are_refused() -> None:
-    with pytest.raises(ConfigError, match="no ZeRO-1 mode"):
-        torchtitan_toml(cfg(zero_stage=1), run_name="z1")
+    with pytest.raises(ConfigError, match="framework torchtitan implements zero_stage 0 or 2 "
+                                          "or 3, got 1"):
+        cfg(zero_stage=1)  # FSDP2 has no ZeRO-1: not even a configuration
+    with pytest.raises(ConfigError, match="zero_stage > 0 needs dp > 1"):
+        torchtitan_toml(cfg(dp=1, tp=8, pp=2, grad_accum=64), run_name="z3")
+    with pytest.raises(ConfigError, match="only bf16 launch files are written, got fp8"):
+        torchtitan_toml(cfg(dtype="fp8"), run_name="fp8")
     with pytest.raises(ConfigError, match="launch files are torchtitan configs"):
         torchtitan_toml(cfg(framework="nanotron", zero_stage=1), run_name="n")
     with pytest.raises(ConfigError, match="always runs with sequence parallelism"):

@@ -97,10 +97,12 @@ def log_training(
     ``lineage`` more tags for the run and the model version; ``figures`` saved under
     ``plots/<name>.png``. The run is named ``run_name`` or ``train <date> <label>``.
     """
+    from surrogate import tracking
+    from surrogate.extras import require
+
+    require("mlflow", extra="train")  # absent: one line naming the extra that installs it
     import mlflow
     from mlflow.exceptions import MlflowException
-
-    from surrogate import tracking
 
     uri = tracking.connect()
     exp_id = tracking.experiment(experiment, description=_DESCRIPTION)

@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from surrogate.errors import DataError
 from surrogate.learned import SurrogateModel, cell_groups, data_hash, status_labels
+from surrogate.stores import ensure_sqlite_dir
 
 if TYPE_CHECKING:
     import optuna
@@ -146,12 +146,6 @@ class TuneResult:
     """The best completed trials: number, value, params."""
 
 
-def _ensure_sqlite_dir(storage: str) -> None:
-    prefix = "sqlite:///"
-    if storage.startswith(prefix) and storage[len(prefix):] not in ("", ":memory:"):
-        Path(storage[len(prefix):]).parent.mkdir(parents=True, exist_ok=True)
-
-
 def study_name_for(target: Target, data: Prepared, seed: int) -> str:
     """Same target, data and seed -> same study (so a rerun resumes it)."""
     return f"surrogate-{target}-{data.data_hash[:12]}-seed{seed}"
@@ -175,6 +169,9 @@ def tune(
     ``storage=None`` keeps the study in memory. Ctrl-C stops it; the finished trials stay in
     the storage and the same call resumes.
     """
+    from surrogate.extras import require
+
+    require("optuna", extra="train", purpose="tuning")  # absent: names the extra
     import optuna
     from optuna.trial import TrialState
 
@@ -184,7 +181,7 @@ def tune(
         raise ValueError(f"n_trials must be at least 1, got {n_trials}")
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     if storage is not None:
-        _ensure_sqlite_dir(storage)
+        ensure_sqlite_dir(storage)
     name = study_name or study_name_for(target, data, seed)
     study = optuna.create_study(
         storage=storage, study_name=name, load_if_exists=True, direction="minimize",

@@ -54,7 +54,8 @@ def fetch_cmd(
     ] = None,
     sources: Annotated[
         Path | None,
-        typer.Option("--sources", help="Sources TOML (default: datasets/sources.toml)."),
+        typer.Option("--sources", help="Sources TOML (default: the list shipped with surrogate, "
+                     "surrogate/data/sources.toml)."),
     ] = None,
     only: Annotated[
         list[str] | None,

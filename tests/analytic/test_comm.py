@@ -8,6 +8,7 @@ import pytest
 from surrogate.analytic import comm, flops
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
+from surrogate.frameworks import FRAMEWORKS
 
 PERF = SpecPerfModel()
 
@@ -71,7 +72,7 @@ def test_sequence_parallel_shrinks_pp_sends(cols):
 
 @pytest.mark.parametrize("framework", ["nanotron", "torchtitan"])
 def test_dp_terms_by_zero_stage(config, framework):
-    stages = (0, 1) if framework == "nanotron" else (0, 1, 2, 3)
+    stages = FRAMEWORKS[framework].zero_stages
     c = to_cols([config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages])
     n = flops.total_params(c)
     dp = comm.dp_times_s(c, PERF, n, np.zeros_like(n))
