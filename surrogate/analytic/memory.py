@@ -37,16 +37,17 @@ interleaved, see ``pipeline``); the last stage holds one, plus the logits.
 
 Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),
 their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
-gradient (4) and that gradient cast to bf16 (2) coexist: 16 bytes per logit.
+gradient (4) and that gradient cast to bf16 (2) can coexist: at most 16 bytes per logit, the
+prior of the free parameter ``logit_bytes``; frameworks free some before others are made, so
+it is fitted per framework version (``surrogate.analytic.params``).
 
 Backward working set: a layer's backward creates gradients of its activations about as large
 as the activations themselves (``transient``: one layer's worth, Korthikanti's per-layer term).
 
-Model selection, stated plainly: the logits count (16 rather than the 10 of the forward pass)
-and the backward working set were chosen among alternatives by comparing with the Playbook's
-measured peak memory; so was rejecting the hypothesis that nanotron keeps the all-gathered
-inputs of sequence-parallel projections (it overshot by 2-3x at tp >= 16). The README reports
-the accuracy with this caveat.
+Model selection, stated plainly: the backward working set was chosen among alternatives by
+comparing with the Playbook's measured peak memory; so was rejecting the hypothesis that
+nanotron keeps the all-gathered inputs of sequence-parallel projections (it overshot by 2-3x
+at tp >= 16). The README reports the accuracy with this caveat.
 
 Overheads, explicit terms (assumptions, documented so they can be checked):
 - ``buffers``: gradient-reduction buckets (2 x 25 MiB in fp32, the DDP default) and the
@@ -193,9 +194,10 @@ def _backward_working_set(c: Cols) -> Array:
 
 
 def logits_bytes(c: Cols) -> Array:
-    """Logits of one micro-batch on the last stage at the loss (16 bytes each, see module)."""
+    """Logits of one micro-batch on the last stage at the loss (``logit_bytes`` each, see
+    the module docstring)."""
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
-    return 16.0 * tokens * c["vocab_size"] / c["tp"]
+    return param(c, "logit_bytes") * tokens * c["vocab_size"] / c["tp"]
 
 
 def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:

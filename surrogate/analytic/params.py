@@ -124,6 +124,12 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "surrogate.analytic.memory): framework temporaries kept alive; prior 1.",
     ),
     FreeParameter(
+        "logit_bytes", 16.0, 0.25, 4.0, 24.0, "B/logit", "memory",
+        "Bytes per output logit alive at the loss (surrogate.analytic.memory: bf16 logits, "
+        "their fp32 copy, the fp32 softmax and its gradient in both precisions: 16); "
+        "frameworks that fuse or chunk the cross entropy keep fewer. Prior 16, log-width 0.25.",
+    ),
+    FreeParameter(
         "memory_log_sd", 0.10, 0.0, 1e-3, 2.0, "log", "error",
         "Standard deviation of log(measured / predicted peak memory) (not fitted by least "
         "squares: the fitted memory residuals' spread); turns the memory estimate into "

@@ -188,7 +188,8 @@ def test_cp_splits_activations_and_logits(cols):
     act = memory.activation_bytes_per_layer
     assert act(two)[0] == act(one)[0] / 2
     assert memory.logits_bytes(two)[0] == memory.logits_bytes(one)[0] / 2
-    assert memory.logits_bytes(one)[0] == 16 * 8192 * 128256
+    per_logit = one["p_logit_bytes"][0]
+    assert memory.logits_bytes(one)[0] == per_logit * 8192 * 128256
 
 
 # --- the breakdown ---------------------------------------------------------------------------
