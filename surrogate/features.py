@@ -39,6 +39,7 @@ from surrogate.analytic.flops import (
     total_params,
 )
 from surrogate.analytic.perf import PerfModel
+from surrogate.analytic.run import analytic_for
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import TrainingConfig
 
@@ -157,8 +158,6 @@ def build_features_cols(
     """Features, analytic outputs and the analytic columns of ``configs``. ``profile`` is one
     profile for all or one per configuration; ``extra`` adds per-configuration columns the
     PerfModel reads (``net_scale``)."""
-    from surrogate.prediction import analytic_for
-
     c, out, _ = analytic_for(configs, profile, extra=extra)
     return features_from_analytic(c, out), out, c
 

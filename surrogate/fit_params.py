@@ -189,10 +189,10 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
     (:func:`surrogate.clusters.run_context`), one per (PerfModel, framework version), and the
     row indices of ``runs`` each block holds."""
+    from surrogate.analytic.run import resolve_perf_model
     from surrogate.clusters import run_context
     from surrogate.config import config_from_flat
     from surrogate.hardware import GIB
-    from surrogate.prediction import resolve_perf_model
 
     profiles, extra = run_context(runs, profile)
     records = runs.to_dict("records")

@@ -370,11 +370,11 @@ class SurrogateModel:
         return rows
 
     def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
-        """Predictions for TrainingConfigs (arrays keyed like ``predict --from-csv`` columns)."""
-        from surrogate.features import build_features_cols
+        """Predictions for TrainingConfigs: :func:`surrogate.scoring.score`'s columns."""
+        from surrogate.scoring import score
 
-        self._check_fitted()  # before the features, which fail on an empty list
-        return self.predict_from_features(*build_features_cols(list(configs), profile))
+        self._check_fitted()
+        return score(list(configs), model=self, profile=profile).columns
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path) -> Path:

@@ -13,7 +13,7 @@ fall back to the analytic model with a warning.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -21,19 +21,13 @@ from typing import TYPE_CHECKING, Any, overload
 
 import numpy as np
 
-from surrogate.analytic.inputs import Cols, to_cols
-from surrogate.analytic.memory import (
-    BREAKDOWN_TERMS,
-    memory_breakdown,
-    oom_probability,
-    torch_reserved_bytes,
-)
-from surrogate.analytic.perf import PerfModel, SpecPerfModel
-from surrogate.analytic.step import STEP_TERMS, step_breakdown
+from surrogate.analytic.memory import BREAKDOWN_TERMS
+from surrogate.analytic.perf import PerfModel
+from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import CONFIG_COLUMNS, TrainingConfig, config_from_flat
-from surrogate.domain import beyond_practice
 from surrogate.errors import ConfigError, SurrogateError
 from surrogate.hardware import GIB
+from surrogate.scoring import score
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -77,13 +71,15 @@ class Prediction:
     bubble_frac: float
     perf_model: str
     """Which hardware speed was used: a profile's name or 'datasheet'."""
+    peak_reserved_gib: float
+    """What ``torch.cuda.max_memory_reserved`` would report on the most loaded GPU (no CUDA
+    context): ``pred_peak_mem_gib`` of :mod:`surrogate.scoring`."""
+    pred_status: str
+    """completed / oom (/ fail with a learned model)."""
     source: str = "analytic"
     """'analytic', or 'learned' when a SurrogateModel corrected the analytic estimate."""
     p_fail: float = float("nan")
-    pred_status: str | None = None
-    """The learned status (completed / oom / fail); None: the analytic verdict."""
     analytic_mfu: float = float("nan")
-    learned_reserved_gib: float = float("nan")
     explanation: dict[str, float] | None = None
     """With ``explain=True`` and a learned model: the largest SHAP contributions to
     log(measured / analytic throughput), by feature."""
@@ -91,9 +87,9 @@ class Prediction:
     """Empty inside the learned model's data; else what lies outside it (the correction then
     shrinks toward the analytic answer by ``domain_weight`` and the interval widens), and where
     the configuration passes anything published (``surrogate.domain.beyond_practice``)."""
-    domain_weight: float = float("nan")
+    domain_weight: float = 0.0
     """Share of the learned correction kept (1 inside the data, 0 for an unseen GPU or
-    framework); NaN for the analytic model alone."""
+    framework, 0 for the analytic model alone)."""
 
     @property
     def fits(self) -> bool:
@@ -101,24 +97,13 @@ class Prediction:
 
     @property
     def status(self) -> str:
-        if self.pred_status is not None:
-            return self.pred_status
-        return "completed" if self.fits else "oom"
+        return self.pred_status
 
     @property
     def peak_mem_gib(self) -> float:
-        """Device memory of the most loaded GPU, GiB: the analytic total, CUDA context included
-        (with a learned model: its reserved-memory prediction plus the context)."""
-        if self.learned_reserved_gib == self.learned_reserved_gib:
-            return self.learned_reserved_gib + self.memory_bytes["cuda_context"] / GIB
-        return self.memory_bytes["total"] / GIB
-
-    @property
-    def peak_reserved_gib(self) -> float:
-        """What ``torch.cuda.max_memory_reserved`` would report (no CUDA context)."""
-        if self.learned_reserved_gib == self.learned_reserved_gib:
-            return self.learned_reserved_gib
-        return (self.memory_bytes["total"] - self.memory_bytes["cuda_context"]) / GIB
+        """Device memory of the most loaded GPU, GiB: ``peak_reserved_gib`` plus the CUDA
+        context (``pred_device_mem_gib`` of :mod:`surrogate.scoring`)."""
+        return self.peak_reserved_gib + self.memory_bytes["cuda_context"] / GIB
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: configuration, breakdowns (GiB and seconds) and headline figures."""
@@ -139,7 +124,7 @@ class Prediction:
             "explanation": self.explanation,
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
-            "domain_weight": None if np.isnan(self.domain_weight) else self.domain_weight,
+            "domain_weight": self.domain_weight,
             "step_time_s": self.step_s | {"total": self.step_time_s},
             "bubble_frac": self.bubble_frac,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -147,105 +132,6 @@ class Prediction:
             "mfu_lo": None if np.isnan(self.mfu_lo) else self.mfu_lo,
             "mfu_hi": None if np.isnan(self.mfu_hi) else self.mfu_hi,
         }
-
-
-def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
-    """The PerfModel for ``gpu``: ``profile`` (a path or an object) if given, else the GPU's
-    default calibration profile if one ships, else the datasheet."""
-    if profile is not None and not isinstance(profile, str | Path):
-        return profile
-    try:
-        from surrogate import profile as profiles
-    except ImportError:  # calibration not installed: datasheet figures
-        return SpecPerfModel()
-    if profile is not None:
-        loaded: PerfModel = profiles.load_profile(profile)
-        return loaded
-    default: PerfModel | None = profiles.default_profile(gpu)
-    return default if default is not None else SpecPerfModel()
-
-
-def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
-    """Run the analytic model on columns: memory terms (``mem_*`` bytes), step terms
-    (``time_*`` seconds) and the headline outputs."""
-    mem = memory_breakdown(c)
-    step = step_breakdown(c, perf)
-    out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
-    out.update({f"time_{k}": step[k] for k in STEP_TERMS})
-    out["mem_reserved"] = torch_reserved_bytes(mem)
-    out["p_oom"] = oom_probability(c, mem)
-    for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
-        out[k] = step[k]
-    return out
-
-
-def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
-    """Per configuration: '' or why its analytic answer is physically impossible (an MFU above
-    100% of the dense peak, no positive finite throughput), saying what must hold.
-
-    An MFU above 100% comes from the MFU convention (6 N + 12 L h s FLOPs per token,
-    ``surrogate.analytic.flops``): N counts an untied input embedding's vocab_size x hidden_size
-    parameters at 6 FLOPs each although a lookup executes none, so where the embedding
-    dominates N (a vocabulary of 10^12) the counted FLOPs are up to twice those executed and
-    the MFU up to twice the GEMM efficiency. Such a configuration is refused, not clamped."""
-    from surrogate.analytic.flops import active_params, embedding_params
-
-    mfu, tps, step = out["mfu"], out["tokens_per_s_per_gpu"], out["step_time_s"]
-    share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
-    reasons = [""] * len(mfu)
-    for k in np.flatnonzero(mfu > 1.0).tolist():
-        why = (f"the untied input embedding (vocab_size={int(c['vocab_size'][k]):,} x "
-               f"hidden_size={int(c['hidden_size'][k]):,}) is {share[k]:.0%} of the parameters "
-               "N, whose 6 N FLOPs per token count a lookup that executes none; the vocabulary "
-               "must be small against the rest of the model") if share[k] > 0.25 else (
-               "the step time is shorter than the counted FLOPs allow (please report this "
-               "configuration)")
-        reasons[k] = (f"MFU must be at most 100% of the dense peak, but this configuration "
-                      f"would reach {mfu[k]:.0%}: {why}")
-    for k in np.flatnonzero(~(np.isfinite(tps) & (tps > 0))).tolist():
-        reasons[k] = (f"tokens/s per GPU must be positive and finite, but the analytic model "
-                      f"gives {tps[k]!r} (step time {step[k]!r} s)")
-    return reasons
-
-
-def analytic_for(
-    configs: Sequence[TrainingConfig],
-    profile: str | Path | PerfModel | Sequence[Any] | None = None,
-    *,
-    extra: Mapping[str, np.ndarray] | None = None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-    """Columns, analytic outputs and the PerfModel name of each configuration, in order.
-
-    ``profile`` is one profile for every configuration or a sequence of one per
-    configuration; ``extra`` adds per-configuration columns the PerfModel may read (e.g.
-    ``net_scale``). Configurations are grouped by (GPU, profile) so that each group uses its
-    own PerfModel."""
-    n = len(configs)
-    per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
-    if per_config and len(profile) != n:  # type: ignore[arg-type]
-        raise ValueError(f"one profile per configuration: got {len(profile)} for {n}")  # type: ignore[arg-type]
-    groups: dict[tuple[str, int], list[int]] = {}
-    keys: dict[int, Any] = {}
-    for i, cfg in enumerate(configs):
-        prof = profile[i] if per_config else profile  # type: ignore[index]
-        key = id(prof) if not isinstance(prof, str | Path) else hash(str(prof))
-        keys[key] = prof
-        groups.setdefault((cfg.cluster.gpu, key), []).append(i)
-    cols: dict[str, np.ndarray] = {}
-    outs: dict[str, np.ndarray] = {}
-    names = [""] * n
-    for (gpu, key), idx in groups.items():
-        perf = resolve_perf_model(gpu, keys[key])
-        c = to_cols([configs[i] for i in idx])
-        for name, values in (extra or {}).items():
-            c[name] = np.asarray(values, dtype=np.float64)[idx]
-        out = analytic_columns(c, perf)
-        for target, part in ((cols, c), (outs, out)):
-            for k, v in part.items():
-                target.setdefault(k, np.full(n, np.nan))[idx] = v
-        for i in idx:
-            names[i] = perf.name
-    return cols, outs, names
 
 
 @cache
@@ -287,89 +173,40 @@ def _predict_configs(
     *,
     explain: bool = False,
 ) -> list[Prediction]:
+    """:class:`Prediction` objects from :func:`surrogate.scoring.score`; an impossible answer
+    is a ConfigError."""
     if not configs:
         return []
-    c, out, names = analytic_for(configs, profile)
-    bad = next((r for r in impossible(c, out) if r), "")
+    s = score(configs, model=model, profile=profile, explain=explain)
+    bad = next((r for r in s.columns["error"] if r), "")
     if bad:
         raise ConfigError(bad)
-    practice = beyond_practice(c)
-    learned: dict[str, np.ndarray] = {}
-    contrib: list[dict[str, float]] = []
-    if model is not None:
-        from surrogate.features import features_from_analytic
-
-        X = features_from_analytic(c, out)
-        learned = model.predict_from_features(X, out, c)
-        if explain:
-            contrib = model.explain(X)
+    col, out, learned = s.columns, s.analytic, model is not None
     preds = []
     for j, cfg in enumerate(configs):
-        base = dict(
+        preds.append(Prediction(
             config=cfg,
             memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
-            capacity_bytes=float(c["memory_bytes"][j]),
+            capacity_bytes=float(s.cols["memory_bytes"][j]),
             step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
             bubble_frac=float(out["bubble_frac"][j]),
-            perf_model=names[j],
-            analytic_mfu=float(out["mfu"][j]),
-        )
-        if learned:
-            preds.append(Prediction(
-                **base,  # type: ignore[arg-type]
-                step_time_s=float(learned["pred_step_time_s"][j]),
-                tokens_per_s_per_gpu=float(learned["pred_tokens_per_s_per_gpu"][j]),
-                mfu=float(learned["pred_mfu"][j]),
-                mfu_lo=float(learned["pred_mfu_lo"][j]),
-                mfu_hi=float(learned["pred_mfu_hi"][j]),
-                p_oom=float(learned["p_oom"][j]),
-                p_fail=float(learned["p_fail"][j]),
-                pred_status=str(learned["pred_status"][j]),
-                learned_reserved_gib=float(learned["pred_peak_mem_gib"][j]),
-                source="learned",
-                explanation=contrib[j] if contrib else None,
-                extrapolation=str(learned["extrapolation"][j]),
-                domain_weight=float(learned["domain_weight"][j]),
-            ))
-        else:
-            preds.append(Prediction(
-                **base,  # type: ignore[arg-type]
-                step_time_s=float(out["step_time_s"][j]),
-                tokens_per_s_per_gpu=float(out["tokens_per_s_per_gpu"][j]),
-                mfu=float(out["mfu"][j]),
-                mfu_lo=float("nan"),
-                mfu_hi=float("nan"),
-                p_oom=float(out["p_oom"][j]),
-                extrapolation=practice[j],
-            ))
+            perf_model=s.perf_models[j],
+            analytic_mfu=float(col["analytic_mfu"][j]),
+            step_time_s=float(col["pred_step_time_s"][j]),
+            tokens_per_s_per_gpu=float(col["pred_tokens_per_s_per_gpu"][j]),
+            mfu=float(col["pred_mfu"][j]),
+            mfu_lo=float(col["pred_mfu_lo"][j]),
+            mfu_hi=float(col["pred_mfu_hi"][j]),
+            p_oom=float(col["p_oom"][j]),
+            p_fail=float(col["p_fail"][j]),
+            pred_status=str(col["pred_status"][j]),
+            peak_reserved_gib=float(col["pred_peak_mem_gib"][j]),
+            source="learned" if learned else "analytic",
+            explanation=s.explanations[j] if s.explanations else None,
+            extrapolation=str(col["extrapolation"][j]),
+            domain_weight=float(col["domain_weight"][j]),
+        ))
     return preds
-
-
-def _prediction_columns(
-    configs: Sequence[TrainingConfig],
-    profile: str | Path | PerfModel | None,
-    model: SurrogateModel | None,
-) -> tuple[dict[str, np.ndarray], list[str]]:
-    """:data:`PRED_COLUMNS` as arrays, straight from the vectorised models (no per-row
-    objects), and per configuration '' or why it is impossible (:func:`impossible`)."""
-    c, out, _ = analytic_for(configs, profile)
-    bad = impossible(c, out)
-    if model is not None:
-        from surrogate.features import features_from_analytic
-
-        learned = model.predict_from_features(features_from_analytic(c, out), out, c)
-        return {col: learned[col] for col in PRED_COLUMNS}, bad
-    return {
-        "p_oom": out["p_oom"],
-        "pred_status": np.where(out["p_oom"] < 0.5, "completed", "oom").astype(object),
-        "pred_mfu": out["mfu"],
-        "pred_mfu_lo": np.full(len(configs), np.nan),
-        "pred_mfu_hi": np.full(len(configs), np.nan),
-        "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
-        "pred_step_time_s": out["step_time_s"],
-        "pred_peak_mem_gib": out["mem_reserved"] / GIB,
-        "extrapolation": np.array(beyond_practice(c), dtype=object),
-    }, bad
 
 
 def predict_frame(
@@ -405,10 +242,10 @@ def predict_frame(
     out["extrapolation"] = pd.Series([""] * len(df), index=df.index, dtype="object")
     if ok_rows:
         ok_index = out.index[ok_rows]
-        columns, bad = _prediction_columns(configs, profile, learned)
-        for col, vals in columns.items():
-            out.loc[ok_index, col] = vals
-        for pos, reason in zip(ok_rows, bad, strict=True):
+        columns = score(configs, model=learned, profile=profile).columns
+        for col in PRED_COLUMNS:
+            out.loc[ok_index, col] = columns[col]
+        for pos, reason in zip(ok_rows, columns["error"], strict=True):
             if reason:  # an impossible answer is an error, never a prediction
                 errors[pos] = reason
                 for col in PRED_COLUMNS:

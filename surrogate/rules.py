@@ -64,7 +64,7 @@ def analytic_fits(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
 ) -> np.ndarray:
     """Whether each configuration fits in memory by the analytic model alone."""
-    from surrogate.prediction import analytic_for
+    from surrogate.analytic.run import analytic_for
 
     if not configs:
         return np.zeros(0, dtype=bool)

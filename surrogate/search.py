@@ -29,7 +29,6 @@ import numpy as np
 
 from surrogate.config import TrainingConfig, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.hardware import GIB
 from surrogate.progress import ProgressFn, report
 from surrogate.space import (
     DEFAULT_ENUMERATION_LIMIT,
@@ -49,8 +48,9 @@ if TYPE_CHECKING:
 Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
 SCORE_COLUMNS: tuple[str, ...] = (
     "layout", "num_gpus", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-    "pred_step_time_s", "pred_peak_mem_gib", "capacity_gib", "p_oom", "p_fail", "p_completed",
-    "analytic_mfu", "analytic_fits", "feasible", "extrapolation",
+    "pred_step_time_s", "pred_peak_mem_gib", "pred_device_mem_gib", "capacity_gib", "p_oom",
+    "p_fail", "p_completed", "analytic_mfu", "analytic_fits", "feasible", "extrapolation",
+    "domain_weight",
 )
 
 
@@ -78,55 +78,34 @@ def score_configs(
     profile: str | Path | PerfModel | None = None,
     limits: Limits | None = None,
 ) -> pd.DataFrame:
-    """Predictions for every configuration in one vectorised pass: the flat configuration,
-    :data:`SCORE_COLUMNS` and ``key`` (:func:`surrogate.space.layout_key`).
+    """:func:`surrogate.scoring.score` of every configuration, with what ranking needs: the
+    flat configuration, ``layout``, ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
+    (:func:`surrogate.space.layout_key`). ``feasible``: p_oom within the limit and the device
+    peak (``pred_device_mem_gib``) within the GPU's memory less the margin.
 
-    ``pred_peak_mem_gib`` is the device peak (reserved memory plus the CUDA context). Without a
-    learned model (``model=None``) p_oom is the analytic 0/1 verdict and the interval is NaN."""
+    A model whose shape makes every layout's answer impossible is a ConfigError: no layout of
+    it can be ranked honestly."""
     import pandas as pd
 
-    from surrogate.domain import beyond_practice
-    from surrogate.features import features_from_analytic
-    from surrogate.prediction import analytic_for, impossible, resolve_model
+    from surrogate.prediction import resolve_model
+    from surrogate.scoring import score
 
     limits = limits or Limits()
     if not configs:
         return pd.DataFrame(columns=[*SCORE_COLUMNS, "key"])
-    c, out, _ = analytic_for(configs, profile)
-    bad = next((r for r in impossible(c, out) if r), "")
-    if bad:  # a property of the model's shape: no layout of it can be ranked honestly
+    s = score(configs, model=resolve_model(model), profile=profile)
+    bad = next((r for r in s.columns["error"] if r), "")
+    if bad:
         raise ConfigError(bad)
-    learned = resolve_model(model)
-    context = out["mem_cuda_context"]
-    cap = c["memory_bytes"]
-    analytic_fits = out["mem_total"] <= cap
-    if learned is not None:
-        pred = learned.predict_from_features(features_from_analytic(c, out), out, c)
-        peak = pred["pred_peak_mem_gib"] * GIB + context
-        cols = {k: pred[k] for k in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                                     "pred_tokens_per_s_per_gpu", "pred_step_time_s", "p_oom",
-                                     "p_fail", "p_completed")}
-        extrapolation = pred["extrapolation"]
-    else:
-        peak = out["mem_total"]
-        nan = np.full(len(configs), np.nan)
-        cols = {"pred_mfu": out["mfu"], "pred_mfu_lo": nan, "pred_mfu_hi": nan,
-                "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
-                "pred_step_time_s": out["step_time_s"], "p_oom": out["p_oom"], "p_fail": nan,
-                "p_completed": 1.0 - out["p_oom"]}
-        extrapolation = np.array(beyond_practice(c), dtype=object)
     frame = pd.DataFrame([config_to_flat(cfg) for cfg in configs])
     frame["layout"] = [layout_label(cfg) for cfg in configs]
     frame["num_gpus"] = [cfg.cluster.num_gpus for cfg in configs]
-    for k, v in cols.items():
-        frame[k] = np.asarray(v, dtype=float)
-    frame["pred_peak_mem_gib"] = peak / GIB
-    frame["capacity_gib"] = cap / GIB
-    frame["analytic_mfu"] = out["mfu"]
-    frame["analytic_fits"] = analytic_fits
+    for k, v in s.columns.items():
+        if k != "error":
+            frame[k] = v
+    frame["analytic_fits"] = s.analytic["mem_total"] <= s.cols["memory_bytes"]
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
-        peak <= (1.0 - limits.memory_margin_frac) * cap)
-    frame["extrapolation"] = extrapolation
+        frame["pred_device_mem_gib"] <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
     frame["key"] = [layout_key(cfg) for cfg in configs]
     return frame
 
@@ -280,7 +259,7 @@ def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
 def _score_cache(
     frame: pd.DataFrame,
 ) -> dict[tuple[Any, ...], tuple[float, float, float, float, float]]:
-    cols = ["pred_mfu", "p_oom", "pred_peak_mem_gib", "capacity_gib", "num_gpus"]
+    cols = ["pred_mfu", "p_oom", "pred_device_mem_gib", "capacity_gib", "num_gpus"]
     return {key: tuple(float(v) for v in vals)  # type: ignore[misc]
             for key, vals in zip(frame["key"], frame[cols].to_numpy(), strict=True)}
 
@@ -357,7 +336,7 @@ def _run_study(
         key = layout_key(cfg)
         if key not in cache:
             s = score_configs([cfg], model=learned, profile=profile, limits=limits).iloc[0]
-            cache[key] = (float(s["pred_mfu"]), float(s["p_oom"]), float(s["pred_peak_mem_gib"]),
+            cache[key] = (float(s["pred_mfu"]), float(s["p_oom"]), float(s["pred_device_mem_gib"]),
                           float(s["capacity_gib"]), float(s["num_gpus"]))
         found[key] = cfg
         mfu, p_oom, peak, cap, gpus = (float(v) for v in cache[key])

@@ -21,7 +21,8 @@ from surrogate.config import (
     config_to_flat,
 )
 from surrogate.hardware import GIB
-from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame, resolve_perf_model
+from surrogate.analytic.run import resolve_perf_model
+from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame
 from surrogate.presets import get_preset
 
 

@@ -31,6 +31,7 @@ import numpy as np
 from surrogate.errors import DataError
 from surrogate.learned import SurrogateModel, cell_groups
 from surrogate.progress import ProgressFn, report
+from surrogate.scoring import score_runs
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -78,21 +79,7 @@ def splits(runs: pd.DataFrame, protocol: str, *, seed: int = 0,
 
 def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None) -> pd.DataFrame:
     """The analytic model's answers in the learned model's columns (baseline)."""
-    import pandas as pd
-
-    from surrogate.features import features_for_runs
-    from surrogate.hardware import GIB
-
-    _, out, _ = features_for_runs(runs, profile)
-    return pd.DataFrame({
-        "p_oom": out["p_oom"],
-        "pred_status": np.where(out["p_oom"] > 0.5, "oom", "completed"),
-        "pred_mfu": out["mfu"],
-        "pred_mfu_lo": np.nan,
-        "pred_mfu_hi": np.nan,
-        "pred_peak_mem_gib": out["mem_reserved"] / GIB,
-        "domain_weight": 0.0,
-    }, index=runs.index)
+    return score_runs(runs, profile=profile)[list(PRED_KEYS)]
 
 
 def _regret(done: pd.DataFrame) -> np.ndarray:
@@ -202,12 +189,11 @@ def evaluate_shrinks(
                                mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
         model.fit(runs.iloc[train], profile=profile)
         test_runs = runs.iloc[test]
-        features = _features(test_runs, profile)
         for shrink in shrinks:
-            pred = model.predict_from_features(*features, shrink_doublings=shrink)
+            pred = score_runs(test_runs, model=model, profile=profile, shrink_doublings=shrink)
             part = test_runs.copy()
             for k in PRED_KEYS:
-                part[k] = pred[k]
+                part[k] = pred[k].to_numpy()
             parts[shrink].append(part)
         n += 1
         report(progress, stage, n, len(todo))
@@ -224,13 +210,6 @@ def evaluate_shrinks(
                                      metrics=accuracy_metrics(res), analytic_metrics=analytic,
                                      n_splits=n)
     return out
-
-
-def _features(runs: pd.DataFrame, profile: Any) -> tuple[
-        pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    from surrogate.features import features_for_runs
-
-    return features_for_runs(runs, profile)
 
 
 def evaluate(

@@ -87,12 +87,12 @@ class TransferResult:
 
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
-    from surrogate.features import features_for_runs
+    from surrogate.scoring import score_runs
 
-    pred = model.predict_from_features(*features_for_runs(runs))
+    pred = score_runs(runs, model=model)
     out = runs.copy()
     for k in PRED_KEYS:
-        out[k] = pred[k]
+        out[k] = pred[k].to_numpy()
     return out
 
 

@@ -1,0 +1,120 @@
+"""The analytic model run over configurations: columns in, memory and step-time terms out.
+
+One pass for any number of configurations, grouped by (GPU, calibration profile) so each group
+uses its own hardware speed (:class:`~surrogate.analytic.perf.PerfModel`). Everything that
+predicts (``surrogate.scoring``) and the learned model's features (``surrogate.features``)
+start here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from surrogate.analytic.inputs import Cols, to_cols
+from surrogate.analytic.memory import memory_breakdown, oom_probability, torch_reserved_bytes
+from surrogate.analytic.perf import PerfModel, SpecPerfModel
+from surrogate.analytic.step import STEP_TERMS, step_breakdown
+from surrogate.config import TrainingConfig
+
+
+def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
+    """The PerfModel for ``gpu``: ``profile`` (a path or an object) if given, else the GPU's
+    default calibration profile if one ships, else the datasheet."""
+    if profile is not None and not isinstance(profile, str | Path):
+        return profile
+    try:
+        from surrogate import profile as profiles
+    except ImportError:  # calibration not installed: datasheet figures
+        return SpecPerfModel()
+    if profile is not None:
+        loaded: PerfModel = profiles.load_profile(profile)
+        return loaded
+    default: PerfModel | None = profiles.default_profile(gpu)
+    return default if default is not None else SpecPerfModel()
+
+
+def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
+    """Run the analytic model on columns: memory terms (``mem_*`` bytes), step terms
+    (``time_*`` seconds) and the headline outputs."""
+    mem = memory_breakdown(c)
+    step = step_breakdown(c, perf)
+    out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
+    out.update({f"time_{k}": step[k] for k in STEP_TERMS})
+    out["mem_reserved"] = torch_reserved_bytes(mem)
+    out["p_oom"] = oom_probability(c, mem)
+    for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
+        out[k] = step[k]
+    return out
+
+
+def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
+    """Per configuration: '' or why its analytic answer is physically impossible (an MFU above
+    100% of the dense peak, no positive finite throughput), saying what must hold.
+
+    An MFU above 100% comes from the MFU convention (6 N + 12 L h s FLOPs per token,
+    ``surrogate.analytic.flops``): N counts an untied input embedding's vocab_size x hidden_size
+    parameters at 6 FLOPs each although a lookup executes none, so where the embedding
+    dominates N (a vocabulary of 10^12) the counted FLOPs are up to twice those executed and
+    the MFU up to twice the GEMM efficiency. Such a configuration is refused, not clamped."""
+    from surrogate.analytic.flops import active_params, embedding_params
+
+    mfu, tps, step = out["mfu"], out["tokens_per_s_per_gpu"], out["step_time_s"]
+    share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
+    reasons = [""] * len(mfu)
+    for k in np.flatnonzero(mfu > 1.0).tolist():
+        why = (f"the untied input embedding (vocab_size={int(c['vocab_size'][k]):,} x "
+               f"hidden_size={int(c['hidden_size'][k]):,}) is {share[k]:.0%} of the parameters "
+               "N, whose 6 N FLOPs per token count a lookup that executes none; the vocabulary "
+               "must be small against the rest of the model") if share[k] > 0.25 else (
+               "the step time is shorter than the counted FLOPs allow (please report this "
+               "configuration)")
+        reasons[k] = (f"MFU must be at most 100% of the dense peak, but this configuration "
+                      f"would reach {mfu[k]:.0%}: {why}")
+    for k in np.flatnonzero(~(np.isfinite(tps) & (tps > 0))).tolist():
+        reasons[k] = (f"tokens/s per GPU must be positive and finite, but the analytic model "
+                      f"gives {tps[k]!r} (step time {step[k]!r} s)")
+    return reasons
+
+
+def analytic_for(
+    configs: Sequence[TrainingConfig],
+    profile: str | Path | PerfModel | Sequence[Any] | None = None,
+    *,
+    extra: Mapping[str, np.ndarray] | None = None,
+) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
+    """Columns, analytic outputs and the PerfModel name of each configuration, in order.
+
+    ``profile`` is one profile for every configuration or a sequence of one per
+    configuration; ``extra`` adds per-configuration columns the PerfModel may read (e.g.
+    ``net_scale``). Configurations are grouped by (GPU, profile) so that each group uses its
+    own PerfModel."""
+    n = len(configs)
+    per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
+    if per_config and len(profile) != n:  # type: ignore[arg-type]
+        raise ValueError(f"one profile per configuration: got {len(profile)} for {n}")  # type: ignore[arg-type]
+    groups: dict[tuple[str, int], list[int]] = {}
+    keys: dict[int, Any] = {}
+    for i, cfg in enumerate(configs):
+        prof = profile[i] if per_config else profile  # type: ignore[index]
+        key = id(prof) if not isinstance(prof, str | Path) else hash(str(prof))
+        keys[key] = prof
+        groups.setdefault((cfg.cluster.gpu, key), []).append(i)
+    cols: dict[str, np.ndarray] = {}
+    outs: dict[str, np.ndarray] = {}
+    names = [""] * n
+    for (gpu, key), idx in groups.items():
+        perf = resolve_perf_model(gpu, keys[key])
+        c = to_cols([configs[i] for i in idx])
+        for name, values in (extra or {}).items():
+            c[name] = np.asarray(values, dtype=np.float64)[idx]
+        out = analytic_columns(c, perf)
+        for target, part in ((cols, c), (outs, out)):
+            for k, v in part.items():
+                target.setdefault(k, np.full(n, np.nan))[idx] = v
+        for i in idx:
+            names[i] = perf.name
+    return cols, outs, names
