@@ -108,8 +108,9 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: configuration, breakdowns (GiB and seconds) and headline figures."""
         from surrogate.config import config_to_flat
+        from surrogate.jsonsafe import json_safe
 
-        return {
+        return json_safe({
             "config": config_to_flat(self.config),
             "source": self.source,
             "perf_model": self.perf_model,
@@ -117,10 +118,10 @@ class Prediction:
             "capacity_gib": self.capacity_bytes / GIB,
             "fits": self.fits,
             "p_oom": self.p_oom,
-            "p_fail": None if np.isnan(self.p_fail) else self.p_fail,
+            "p_fail": self.p_fail,
             "pred_status": self.status,
             "peak_reserved_gib": self.peak_reserved_gib,
-            "analytic_mfu": None if np.isnan(self.analytic_mfu) else self.analytic_mfu,
+            "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
@@ -129,9 +130,9 @@ class Prediction:
             "bubble_frac": self.bubble_frac,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
             "mfu": self.mfu,
-            "mfu_lo": None if np.isnan(self.mfu_lo) else self.mfu_lo,
-            "mfu_hi": None if np.isnan(self.mfu_hi) else self.mfu_hi,
-        }
+            "mfu_lo": self.mfu_lo,
+            "mfu_hi": self.mfu_hi,
+        })
 
 
 @cache

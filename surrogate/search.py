@@ -25,8 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from surrogate.config import TrainingConfig, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.progress import ProgressFn, report
@@ -289,6 +287,9 @@ def _run_study(
     known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
     progress: ProgressFn | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
+    from surrogate.extras import require
+
+    require("optuna")
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -363,9 +364,7 @@ def _run_study(
 
 def scored_to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows (NaN -> None; the key dropped)."""
-    rows = []
-    for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records"):
-        rows.append({str(k): (None if isinstance(v, float) and v != v else
-                              v.item() if isinstance(v, np.generic) else v)
-                     for k, v in rec.items()})
-    return rows
+    from surrogate.jsonsafe import json_safe
+
+    return [{str(k): json_safe(v) for k, v in rec.items()}
+            for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records")]
