@@ -110,7 +110,7 @@ class Prediction:
         from surrogate.config import config_to_flat
         from surrogate.jsonsafe import json_safe
 
-        return json_safe({
+        out: dict[str, Any] = json_safe({
             "config": config_to_flat(self.config),
             "source": self.source,
             "perf_model": self.perf_model,
@@ -133,6 +133,7 @@ class Prediction:
             "mfu_lo": self.mfu_lo,
             "mfu_hi": self.mfu_hi,
         })
+        return out
 
 
 @cache
