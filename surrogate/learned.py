@@ -11,10 +11,18 @@
   quantile of their out-of-fold conformity scores over grouped folds, so that the interval is
   ``coverage`` wide on unseen cells and wider where the quantile models disagree.
 
-scikit-learn conventions: ``__init__`` stores settings, ``fit`` learns, fitted attributes end in
-``_``. :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar
-(features, versions, training-data hash, metrics, domain, the sha256 of every file, checked on
-load); no pickle.
+scikit-learn conventions: ``__init__`` stores settings, which ``get_params`` / ``set_params``
+read and write (so ``sklearn.base.clone`` works); ``fit(X)`` learns from a runs table and returns
+the model; fitted attributes end in ``_``; a method that needs a fitted model raises
+:class:`NotFittedError`, both scikit-learn's and the project's :class:`NoModelError`. The
+model does not subclass ``sklearn.base.BaseEstimator``: importing scikit-learn takes about 2 s,
+which ``surrogate predict`` must not pay. The features and targets a fit learns from are
+prepared once per table (:func:`training_data`), and a training that fits many times on parts
+of one table takes those parts of it (:meth:`TrainingData.take`).
+
+:meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar (features,
+versions, training-data hash, metrics, domain, the sha256 of every file, checked on load); no
+pickle.
 
 Features are dimensionless physics (``surrogate.features``), and each training run is explained
 under its own cluster (``surrogate.clusters``). Off the training domain
@@ -27,10 +35,13 @@ the analytic answer and the unshrunk learned interval; ``extrapolation`` says al
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import inspect
 import json
 import platform
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -58,7 +69,7 @@ DEFAULT_PARAMS: dict[str, Any] = {
 }
 """LightGBM settings when none are tuned (``training`` tunes them with optuna)."""
 _FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose": -1}
-_CATEGORICAL = ["framework_code"]
+CATEGORICAL = ["framework_code"]
 """Features LightGBM treats as categories (fit argument ``categorical_feature``)."""
 _MAX_WIDEN = 4.0
 _MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
@@ -109,6 +120,121 @@ def cell_groups(runs: pd.DataFrame) -> np.ndarray:
         "num_nodes"
     ].astype(str)
     return key.to_numpy()
+
+
+def booster_params(given: dict[str, Any] | None, seed: int, **extra: Any) -> dict[str, Any]:
+    """The LightGBM settings of a fit: :data:`DEFAULT_PARAMS` overridden by ``given`` (tuned),
+    then the fixed ones (deterministic, one thread) and the seed; tuning scores these too."""
+    return {**DEFAULT_PARAMS, **(given or {}), **_FIXED, "random_state": seed, **extra}
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingData:
+    """A runs table turned into what the models learn from, once (:func:`training_data`).
+
+    Every feature and target is a function of its own run only, so the rows of a part are the
+    part's own preparation (:meth:`take`): an evaluation or a tuning study that fits on many
+    parts of one table prepares it once."""
+
+    runs: pd.DataFrame
+    """The runs (``surrogate.sweeps`` columns), indexed 0..n-1."""
+    profile: Any
+    """The calibration profile the features were computed under (None: each run's cluster's,
+    ``surrogate.clusters.run_context``)."""
+    X: pd.DataFrame
+    """Features (:data:`surrogate.features.FEATURE_NAMES`), one row per run."""
+    analytic: dict[str, np.ndarray]
+    """The analytic model's outputs for each run (``tokens_per_s_per_gpu``, ``mem_reserved``
+    bytes, ...)."""
+    cols: dict[str, np.ndarray]
+    """The analytic model's input columns (the training domain is read from them)."""
+    y_status: np.ndarray
+    """0 completed, 1 oom, 2 fail and timeout (:func:`status_labels`)."""
+    done: np.ndarray
+    """Completed runs with a measured throughput: the rows of the throughput models."""
+    y_mfu: np.ndarray
+    """log(measured / analytic tokens/s per GPU) where ``done``, NaN elsewhere."""
+    mem_ok: np.ndarray
+    """Completed runs with a measured peak reserved memory: the rows of the memory model."""
+    y_mem: np.ndarray
+    """log(measured / analytic peak reserved memory) where ``mem_ok``, NaN elsewhere."""
+    groups: np.ndarray
+    """(model, nodes) cell of each run (:func:`cell_groups`), for grouped folds."""
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+    def take(self, rows: np.ndarray) -> TrainingData:
+        """The part of the table at positions ``rows``, as :func:`training_data` would
+        prepare it (without computing anything again)."""
+        rows = np.asarray(rows)
+        return TrainingData(
+            runs=self.runs.iloc[rows].reset_index(drop=True), profile=self.profile,
+            X=self.X.iloc[rows].reset_index(drop=True),
+            analytic={k: v[rows] for k, v in self.analytic.items()},
+            cols={k: v[rows] for k, v in self.cols.items()},
+            y_status=self.y_status[rows], done=self.done[rows], y_mfu=self.y_mfu[rows],
+            mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows])
+
+    def sample_weight(self, *, balance_sources: bool = True) -> np.ndarray:
+        """One weight per run: :func:`source_weights` of these runs (each part is balanced
+        over its own sources), or all 1."""
+        return source_weights(self.runs) if balance_sources else np.ones(len(self.runs))
+
+    @functools.cached_property
+    def data_hash(self) -> str:
+        """:func:`data_hash` of the runs."""
+        return data_hash(self.runs)
+
+
+def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
+    """Features and targets of a runs table, computed once (:class:`TrainingData`).
+
+    The targets are the runs' own measurements relative to the analytic model's answer for
+    them, each run explained under its own cluster (``surrogate.features.features_for_runs``):
+    the status code, log(measured / analytic tokens/s per GPU) and log(measured / analytic
+    peak reserved memory)."""
+    from surrogate.features import features_for_runs
+
+    if len(runs) == 0:
+        raise DataError("cannot learn from an empty sweep table")
+    runs = runs.reset_index(drop=True)
+    y_status = status_labels(runs["status"])
+    X, out, cols = features_for_runs(runs, profile)
+    tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
+    mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
+    done = (y_status == 0) & (tps > 0)
+    mem_ok = (y_status == 0) & (mem_gib > 0)
+    y_mfu = np.full(len(runs), np.nan)
+    y_mfu[done] = np.log(tps[done] / out["tokens_per_s_per_gpu"][done])
+    y_mem = np.full(len(runs), np.nan)
+    y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / out["mem_reserved"][mem_ok])
+    return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
+                        y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
+                        groups=cell_groups(runs))
+
+
+@functools.cache
+def not_fitted_error() -> type[NoModelError]:
+    """:class:`NotFittedError`, made on first use.
+
+    It is both the project's :class:`~surrogate.errors.NoModelError` (the CLI prints it as one
+    line) and scikit-learn's ``NotFittedError`` (what scikit-learn's tools and their users
+    catch). Made when first raised or imported rather than at import: importing scikit-learn
+    takes about 2 s."""
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+
+    return type("NotFittedError", (NoModelError, SklearnNotFittedError), {
+        "__module__": __name__,
+        "__doc__": "A SurrogateModel that is not fitted was asked to predict, explain or save.",
+    })
+
+
+def __getattr__(name: str) -> Any:
+    """``NotFittedError``, made on first use (:func:`not_fitted_error`)."""
+    if name == "NotFittedError":
+        return not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # ------------------------------------------------------------------ integrity of saved models
@@ -189,7 +315,15 @@ def record_hashes(directory: str | Path) -> Path:
 
 
 class SurrogateModel:
-    """Status, throughput and memory models with an MFU interval (module docstring)."""
+    """Status, throughput and memory models with an MFU interval (module docstring).
+
+    Settings (scikit-learn's "parameters", read by :meth:`get_params`): LightGBM settings per
+    model (None: :data:`DEFAULT_PARAMS`), the interval's ``coverage`` and its ``n_folds``
+    grouped folds, the ``seed``, the domain's ``shrink_doublings`` and whether to
+    ``balance_sources``. Fitted attributes: the boosters (``status_model_``, ``mfu_model_``,
+    ``mfu_lo_model_``, ``mfu_hi_model_``, ``mem_model_``), ``status_classes_``,
+    ``conformal_q_``, ``feature_names_``, ``domain_``, ``data_hash_``, ``n_train_``,
+    ``metrics_`` and ``saved_sha256_``."""
 
     def __init__(
         self,
@@ -203,104 +337,161 @@ class SurrogateModel:
         shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
         balance_sources: bool = True,
     ) -> None:
-        self.shrink_doublings = shrink_doublings
-        self.balance_sources = balance_sources
         self.status_params = status_params
         self.mfu_params = mfu_params
         self.mem_params = mem_params
         self.coverage = coverage
         self.n_folds = n_folds
         self.seed = seed
+        self.shrink_doublings = shrink_doublings
+        self.balance_sources = balance_sources
+
+    # ------------------------------------------------------- scikit-learn API
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
+                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The constructor's settings, by name (``deep`` is accepted for scikit-learn: no
+        setting is itself an estimator)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> SurrogateModel:
+        """Change settings by name; they take effect at the next :meth:`fit`."""
+        valid = self._param_names()
+        for name, value in params.items():
+            if name not in valid:
+                raise ValueError(f"SurrogateModel has no setting {name!r}; its settings are "
+                                 f"{', '.join(valid)}")
+            setattr(self, name, value)
+        return self
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "status_model_")
+
+    def __sklearn_tags__(self) -> Any:
+        """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
+        (scikit-learn >= 1.6; asked only by scikit-learn, so importing it here costs nothing
+        more): it learns from a table of runs (strings, categories, NaN for what was not
+        measured) whose own columns are the targets (no ``y``), and is neither a plain
+        classifier nor a plain regressor."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False),
+                    input_tags=InputTags(string=True, categorical=True, allow_nan=True),
+                    requires_fit=True)
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default
+                    for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
+        return f"{type(self).__name__}({', '.join(changed)})"
 
     # ---------------------------------------------------------------- fitting
-    def _params(self, given: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
-        return {**DEFAULT_PARAMS, **(given or {}), **_FIXED, "random_state": self.seed, **extra}
-
-    def fit(self, runs: pd.DataFrame, *, profile: Any = None,
+    def fit(self, X: pd.DataFrame | TrainingData, y: None = None, *, profile: Any = None,
             sample_weight: np.ndarray | None = None) -> SurrogateModel:
-        """Learn from a sweep table (``surrogate.sweeps`` columns). Rows need a status; the
-        regressors use completed runs with a measured throughput / peak reserved memory.
-        ``sample_weight`` (one per run) weighs every model's loss; by default each source's
-        runs weigh 1 or, with ``balance_sources``, :func:`source_weights`."""
+        """Learn from the runs of a sweep table (``surrogate.sweeps`` columns); the model.
+
+        ``X`` is the runs table, or the :class:`TrainingData` :func:`training_data` made of it
+        (or a part of one, :meth:`TrainingData.take`). ``y`` must be None: the targets are the
+        runs' own columns (``status``, ``tokens_per_s_per_gpu``, ``peak_mem_reserved_gib``,
+        read relative to the analytic model's answer, :func:`training_data`), so they come
+        with ``X``; the argument keeps scikit-learn's ``fit(X, y)`` signature. Rows need a
+        status; the regressors use completed runs with a measured throughput / peak reserved
+        memory. ``profile``: the calibration profile of the features of a table (a
+        :class:`TrainingData` carries its own). ``sample_weight`` (one per run) weighs every
+        model's loss; by default each source's runs weigh 1 or, with ``balance_sources``,
+        :func:`source_weights`."""
         import lightgbm as lgb
-        from sklearn.model_selection import GroupKFold
 
-        from surrogate.features import features_for_runs
-
-        if len(runs) == 0:
-            raise DataError("cannot fit on an empty sweep table")
-        runs = runs.reset_index(drop=True)
-        y_status = status_labels(runs["status"])
-        X, out, cols = features_for_runs(runs, profile)
+        if y is not None:
+            raise DataError(
+                "y must be None: the targets are the runs' own columns (status, "
+                "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X")
+        if isinstance(X, TrainingData):
+            if profile is not None:
+                raise ValueError("profile must be None when X is a TrainingData: give it to "
+                                 "training_data(), which computed the features under it")
+            data = X
+        else:
+            data = training_data(X, profile=profile)
         if sample_weight is not None:
             sw = np.asarray(sample_weight, dtype=np.float64)
         else:
-            sw = source_weights(runs) if self.balance_sources else np.ones(len(runs))
-        if sw.shape != (len(runs),) or not (np.isfinite(sw) & (sw > 0)).all():
-            raise DataError(f"sample_weight must hold one positive number per run ({len(runs)})")
-        done = (y_status == 0) & (runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) > 0)
-        y_mfu = np.log(runs["tokens_per_s_per_gpu"].to_numpy(dtype=float) / out[
-            "tokens_per_s_per_gpu"
-        ])
-        mem_ok = (y_status == 0) & (runs["peak_mem_reserved_gib"].to_numpy(dtype=float) > 0)
-        y_mem = np.log(runs["peak_mem_reserved_gib"].to_numpy(dtype=float) * 2**30 / out[
-            "mem_reserved"
-        ])
+            sw = data.sample_weight(balance_sources=self.balance_sources)
+        if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
+            raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
+        done, mem_ok = data.done, data.mem_ok
         if done.sum() < 2 * self.n_folds:
             raise DataError(
                 f"need at least {2 * self.n_folds} completed runs with a throughput, got "
                 f"{int(done.sum())}"
             )
-        present = np.unique(y_status)
-        status = lgb.LGBMClassifier(**self._params(self.status_params))
-        status.fit(X, y_status, sample_weight=sw, categorical_feature=_CATEGORICAL)
-        self.status_classes_ = [STATUS_CLASSES[i] for i in present]
-        self.status_model_ = status.booster_
-        mfu = lgb.LGBMRegressor(**self._params(self.mfu_params))
-        mfu.fit(X[done], y_mfu[done], sample_weight=sw[done], categorical_feature=_CATEGORICAL)
-        self.mfu_model_ = mfu.booster_
-        mem = lgb.LGBMRegressor(**self._params(self.mem_params))
-        mem.fit(X[mem_ok], y_mem[mem_ok], sample_weight=sw[mem_ok],
-                categorical_feature=_CATEGORICAL)
-        self.mem_model_ = mem.booster_
-
-        alpha = (1 - self.coverage) / 2
-        Xd, yd, wd = X[done].reset_index(drop=True), y_mfu[done], sw[done]
-        groups = cell_groups(runs[done].reset_index(drop=True))
-        n_splits = min(self.n_folds, len(np.unique(groups)))
-        if n_splits < 2:
+        if len(np.unique(data.groups[done])) < 2:  # checked before anything is fitted
             raise DataError("need runs from at least two (model, nodes) cells for the interval")
-        scores = np.empty(len(yd))
-        def quantile(a: float) -> lgb.LGBMRegressor:
-            return lgb.LGBMRegressor(**self._params(self.mfu_params, objective="quantile", alpha=a))
 
-        for train, test in GroupKFold(n_splits=n_splits).split(Xd, yd, groups):
-            lo, hi = quantile(alpha), quantile(1 - alpha)
-            for q in (lo, hi):
-                q.fit(Xd.iloc[train], yd[train], sample_weight=wd[train],
-                      categorical_feature=_CATEGORICAL)
-            q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
-            scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
-        level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
-        self.conformal_q_ = float(np.quantile(scores, level))
-        lo, hi = quantile(alpha), quantile(1 - alpha)
-        for q in (lo, hi):
-            q.fit(Xd, yd, sample_weight=wd, categorical_feature=_CATEGORICAL)
-        self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
+        def settings(given: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+            return booster_params(given, self.seed, **extra)
+
+        X_all = data.X
+        status = lgb.LGBMClassifier(**settings(self.status_params))
+        status.fit(X_all, data.y_status, sample_weight=sw, categorical_feature=CATEGORICAL)
+        self.status_classes_ = [STATUS_CLASSES[i] for i in np.unique(data.y_status)]
+        self.status_model_ = status.booster_
+        mfu = lgb.LGBMRegressor(**settings(self.mfu_params))
+        mfu.fit(X_all[done], data.y_mfu[done], sample_weight=sw[done],
+                categorical_feature=CATEGORICAL)
+        self.mfu_model_ = mfu.booster_
+        mem = lgb.LGBMRegressor(**settings(self.mem_params))
+        mem.fit(X_all[mem_ok], data.y_mem[mem_ok], sample_weight=sw[mem_ok],
+                categorical_feature=CATEGORICAL)
+        self.mem_model_ = mem.booster_
+        self._fit_interval(data.take(np.flatnonzero(done)), sw[done], settings)
         self.feature_names_ = list(FEATURE_NAMES)
-        self.domain_ = Domain.from_cols(cols, self.shrink_doublings)
-        self.data_hash_ = data_hash(runs)
-        self.n_train_ = {"runs": len(runs), "completed": int(done.sum()),
+        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings)
+        self.data_hash_ = data.data_hash
+        self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
         self.metrics_: dict[str, Any] = {}
         # identity as saved: the sidecar's sha256, which covers every file's; set by save/load
         self.saved_sha256_: str | None = None
         return self
 
+    def _fit_interval(self, done: TrainingData, wd: np.ndarray,
+                      settings: Callable[..., dict[str, Any]]) -> None:
+        """The conformalised quantile models of the throughput factor (module docstring), on
+        the completed runs ``done`` weighted ``wd``."""
+        import lightgbm as lgb
+        from sklearn.model_selection import GroupKFold
+
+        alpha = (1 - self.coverage) / 2
+        Xd, yd, groups = done.X, done.y_mfu, done.groups
+        n_splits = min(self.n_folds, len(np.unique(groups)))  # >= 2, checked by fit
+
+        def quantile(a: float) -> lgb.LGBMRegressor:
+            return lgb.LGBMRegressor(**settings(self.mfu_params, objective="quantile", alpha=a))
+
+        scores = np.empty(len(yd))
+        for train, test in GroupKFold(n_splits=n_splits).split(Xd, yd, groups):
+            lo, hi = quantile(alpha), quantile(1 - alpha)
+            for q in (lo, hi):
+                q.fit(Xd.iloc[train], yd[train], sample_weight=wd[train],
+                      categorical_feature=CATEGORICAL)
+            q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
+            scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
+        level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
+        self.conformal_q_ = float(np.quantile(scores, level))
+        lo, hi = quantile(alpha), quantile(1 - alpha)
+        for q in (lo, hi):
+            q.fit(Xd, yd, sample_weight=wd, categorical_feature=CATEGORICAL)
+        self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
+
     # ------------------------------------------------------------- predicting
     def _check_fitted(self) -> None:
-        if not hasattr(self, "status_model_"):
-            raise NoModelError("this SurrogateModel is not fitted: call fit() or load() first")
+        if not self.__sklearn_is_fitted__():
+            raise not_fitted_error()(
+                "this SurrogateModel is not fitted: call fit() or load() first")
 
     def predict_from_features(
         self, X: pd.DataFrame, out: dict[str, np.ndarray], cols: dict[str, np.ndarray],
@@ -396,6 +587,7 @@ class SurrogateModel:
             "conformal_q": self.conformal_q_,
             "coverage": self.coverage,
             "seed": self.seed,
+            "n_folds": self.n_folds,
             "balance_sources": self.balance_sources,
             "params": {"status": self.status_params, "mfu": self.mfu_params,
                        "mem": self.mem_params},
@@ -451,7 +643,10 @@ class SurrogateModel:
     def _from_verified(cls, meta: dict[str, Any], boosters: dict[str, lgb.Booster]
                        ) -> SurrogateModel:
         """A model from a verified sidecar and its boosters."""
+        domain = Domain.from_json(meta["domain"])
         model = cls(coverage=meta["coverage"], seed=meta["seed"],
+                    n_folds=int(meta.get("n_folds", 5)),  # not recorded before: the default
+                    shrink_doublings=domain.shrink_doublings,
                     balance_sources=bool(meta.get("balance_sources", True)),
                     status_params=meta["params"]["status"], mfu_params=meta["params"]["mfu"],
                     mem_params=meta["params"]["mem"])
@@ -464,8 +659,7 @@ class SurrogateModel:
         model.conformal_q_ = float(meta["conformal_q"])
         model.feature_names_ = list(meta["feature_names"])
         model.data_hash_ = meta["data_hash"]
-        model.domain_ = Domain.from_json(meta["domain"])
-        model.shrink_doublings = model.domain_.shrink_doublings
+        model.domain_ = domain
         model.n_train_ = meta["n_train"]
         model.metrics_ = meta.get("metrics", {})
         model.saved_sha256_ = str(meta["sidecar_sha256"])

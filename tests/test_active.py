@@ -76,22 +76,33 @@ def test_already_run_layouts_are_not_proposed_again() -> None:
     assert not set(first) & set(again)
 
 
+@pytest.mark.slow
 def test_score_round_on_synthetic_measurements(tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
     out = propose(space(), tmp_path / "r1", k=3)
     record = read_round(out)
-    rows = []
-    for i, p in enumerate(record["proposals"]):  # synthetic outcomes, made up by this test
-        status = "oom" if i == 2 else "completed"
-        rows.append({**p["config"], "run_id": f"{p['name']}/train-1", "status": status,
-                     "mfu": 0.3 + 0.05 * i if status == "completed" else np.nan,
-                     "source": "synthetic"})
-    runs = pd.DataFrame(rows)
     model = load_round_model(record)
+    configs = [config_from_flat(p["config"]) for p in record["proposals"]]
+    predicted = score_configs(configs, model=model)
+    # Synthetic outcomes, made up so the figures are known: the first two runs end as the
+    # model said (oom where p_oom >= 0.5), the third the other way; a completed run measures
+    # 1.25 x the predicted MFU, an error of 0.25 / 1.25 = 20% of the measurement.
+    said_oom = (predicted["p_oom"] >= 0.5).to_numpy()
+    rows = []
+    for i, p in enumerate(record["proposals"]):
+        oom = bool(said_oom[i]) != (i == 2)
+        mfu = np.nan if oom else 1.25 * float(predicted["pred_mfu"].iloc[i])
+        rows.append({**p["config"], "run_id": f"{p['name']}/train-1",
+                     "status": "oom" if oom else "completed", "mfu": mfu, "source": "synthetic"})
+    runs = pd.DataFrame(rows)
+    assert (runs["status"] == "completed").any()
     metrics, matched = score_round(record, runs, model=model)
     assert metrics["measured"] == 3 and metrics["proposed"] == 3
-    assert metrics["best_mfu_so_far"] == pytest.approx(0.35)
-    assert 0 <= metrics["status_accuracy"] <= 1 and metrics["mfu_mape"] >= 0
+    assert metrics["status_accuracy"] == pytest.approx(2 / 3)
+    assert metrics["mfu_mape"] == pytest.approx(0.2)
+    assert metrics["oom_rate"] == pytest.approx((runs["status"] == "oom").mean())
+    best = float(runs["mfu"].max())
+    assert metrics["best_mfu_so_far"] == metrics["best_mfu_round"] == pytest.approx(best)
     assert set(matched["name"]) == {p["name"] for p in record["proposals"]}
     config_from_flat(matched.iloc[0].to_dict())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -101,7 +112,7 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
 
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
     history = client.get_metric_history(run_id, "best/mfu_so_far")
-    assert [(h.step, h.value) for h in history] == [(1, pytest.approx(0.35))]
+    assert [(h.step, h.value) for h in history] == [(1, pytest.approx(best))]
     run = client.get_run(run_id)
     assert run.info.run_name == "round 01"
     assert run.data.tags["proposing_model.data_hash"] == record["model"]["data_hash"]

@@ -1,4 +1,5 @@
-"""SurrogateModel on a real subset of the Playbook sweep: determinism, persistence, errors."""
+"""SurrogateModel on a real subset of the Playbook sweep: determinism, persistence, errors,
+scikit-learn's estimator conventions, and the training data prepared once."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import numpy as np
 import pytest
 
 from surrogate.config import config_from_flat
-from surrogate.errors import DataError, NoModelError
+from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS
+from surrogate.errors import DataError, NoModelError, SurrogateError
 from surrogate.features import build_features_cols
-from surrogate.learned import STATUS_CLASSES, SurrogateModel, cell_groups
+from surrogate.learned import STATUS_CLASSES, SurrogateModel, cell_groups, training_data
 
 SMALL = {"n_estimators": 20, "num_leaves": 15}  # fast fits
 
@@ -40,7 +42,8 @@ def _same(a, b):
 
 
 def test_same_data_and_seed_give_identical_predictions(fitted, playbook_subset, configs):
-    again = _model().fit(playbook_subset)
+    again = _model()
+    assert again.fit(playbook_subset) is again  # fit returns the model
     _same(fitted.predict(configs), again.predict(configs))
     assert again.data_hash_ == fitted.data_hash_
 
@@ -51,7 +54,7 @@ def test_save_load_round_trip(fitted, configs, tmp_path):
     loaded = SurrogateModel.load(tmp_path / "m")
     _same(fitted.predict(configs), loaded.predict(configs))
     assert loaded.metrics_ == {"cv": {"mfu_mape_ge10": 0.1}}
-    assert loaded.status_params == SMALL and loaded.seed == 3
+    assert loaded.get_params() == fitted.get_params()
     assert not list((tmp_path / "m").glob("*.pkl"))
 
 
@@ -65,9 +68,92 @@ def test_predictions_are_coherent(fitted, configs):
     assert (p["pred_peak_mem_gib"] > 0).all() and (p["pred_step_time_s"] > 0).all()
 
 
-def test_unfitted_model_raises():
-    with pytest.raises(NoModelError, match="not fitted"):
-        SurrogateModel().predict([])
+def test_unfitted_model_raises_scikit_learns_and_the_projects_error(configs, tmp_path):
+    from sklearn.exceptions import NotFittedError as SklearnNotFittedError
+    from sklearn.utils.validation import check_is_fitted
+
+    from surrogate.learned import NotFittedError
+
+    assert issubclass(NotFittedError, SklearnNotFittedError)
+    assert issubclass(NotFittedError, NoModelError) and issubclass(NotFittedError, SurrogateError)
+    model = SurrogateModel()
+    X, out, cols = build_features_cols(configs[:2])
+    for call in (lambda: model.predict([]), lambda: model.predict_from_features(X, out, cols),
+                 lambda: model.explain(X), lambda: model.save(tmp_path / "m")):
+        with pytest.raises(NotFittedError, match="not fitted: call fit"):
+            call()
+    with pytest.raises(SklearnNotFittedError):
+        check_is_fitted(model)
+    assert not (tmp_path / "m").exists()
+
+
+def test_fitted_model_passes_scikit_learns_check(fitted):
+    from sklearn.utils.validation import check_is_fitted
+
+    check_is_fitted(fitted)
+
+
+def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
+    from sklearn.base import clone
+
+    params = fitted.get_params()
+    assert params == {"status_params": SMALL, "mfu_params": SMALL, "mem_params": SMALL,
+                      "coverage": 0.8, "n_folds": 5, "seed": 3,
+                      "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
+                      "balance_sources": True}
+    assert SurrogateModel(**params).get_params() == params
+    copy = clone(fitted)
+    assert type(copy) is SurrogateModel and copy.get_params() == params
+    assert not hasattr(copy, "status_model_") and not hasattr(copy, "conformal_q_")
+    changed = SurrogateModel().set_params(seed=7, coverage=0.9)
+    assert changed.seed == 7 and changed.coverage == 0.9
+    assert repr(changed) == "SurrogateModel(coverage=0.9, seed=7)"
+    with pytest.raises(ValueError, match="no setting 'n_trees'; its settings are status_params"):
+        SurrogateModel().set_params(n_trees=3)
+
+
+def test_fit_takes_no_separate_targets(playbook_subset):
+    with pytest.raises(DataError, match="y must be None: the targets are the runs' own columns"):
+        _model().fit(playbook_subset, playbook_subset["tokens_per_s_per_gpu"])
+
+
+def test_a_part_of_the_prepared_data_is_the_parts_own_preparation(playbook_subset):
+    rows = np.arange(3, 400, 7)
+    part = training_data(playbook_subset).take(rows)
+    own = training_data(playbook_subset.iloc[rows])
+    assert part.runs.equals(own.runs) and part.X.equals(own.X)
+    for name in ("y_status", "done", "y_mfu", "mem_ok", "y_mem", "groups"):
+        np.testing.assert_array_equal(getattr(part, name), getattr(own, name), err_msg=name)
+    for k in own.analytic:
+        np.testing.assert_array_equal(part.analytic[k], own.analytic[k], err_msg=k)
+    for k in own.cols:
+        np.testing.assert_array_equal(part.cols[k], own.cols[k], err_msg=k)
+    assert part.data_hash == own.data_hash
+
+
+def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
+    data = training_data(playbook_subset)
+    runs = data.runs
+    completed = (runs["status"] == "completed").to_numpy()
+    np.testing.assert_array_equal(data.done, completed & (runs["tokens_per_s_per_gpu"] > 0))
+    np.testing.assert_array_equal(data.mem_ok, completed & (runs["peak_mem_reserved_gib"] > 0))
+    np.testing.assert_array_equal(data.y_status, runs["status"].map(
+        {"completed": 0, "oom": 1, "fail": 2, "timeout": 2}))
+    i = int(np.flatnonzero(data.done & data.mem_ok)[0])
+    assert data.y_mfu[i] == np.log(runs["tokens_per_s_per_gpu"][i]
+                                   / data.analytic["tokens_per_s_per_gpu"][i])
+    assert data.y_mem[i] == np.log(runs["peak_mem_reserved_gib"][i] * 2**30
+                                   / data.analytic["mem_reserved"][i])
+    assert np.isnan(data.y_mfu[~data.done]).all() and np.isnan(data.y_mem[~data.mem_ok]).all()
+
+
+def test_fit_on_prepared_data_is_fit_on_the_table(fitted, playbook_subset, configs):
+    data = training_data(playbook_subset)
+    again = _model().fit(data)
+    _same(fitted.predict(configs), again.predict(configs))
+    assert again.data_hash_ == fitted.data_hash_
+    with pytest.raises(ValueError, match="profile must be None when X is a TrainingData"):
+        _model().fit(data, profile="other.json")
 
 
 def test_missing_directory_raises(tmp_path):
@@ -109,13 +195,20 @@ def test_bad_training_tables_raise(playbook_subset):
         _model().fit(bad)
     with pytest.raises(DataError, match="completed runs"):
         _model().fit(playbook_subset[playbook_subset["status"] != "completed"].head(50))
+    cells = cell_groups(playbook_subset)
+    biggest = playbook_subset[cells == max(set(cells), key=list(cells).count)]
+    model = _model()
+    with pytest.raises(DataError, match=r"at least two \(model, nodes\) cells"):
+        model.fit(biggest)
+    assert not model.__sklearn_is_fitted__()  # refused before anything was fitted
 
 
 def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     """Off its data the learned prediction is the physics, widened and labelled."""
     from dataclasses import replace
 
-    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None))
+    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
+                                       zero_stage=0))  # torchtitan has no ZeRO-1
              for c in configs[:5]]
     X, out, cols = build_features_cols(titan)
     pred = fitted.predict_from_features(X, out, cols)

@@ -16,6 +16,7 @@ def store(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return tmp_path / "db"
 
 
+@pytest.mark.slow
 def test_experiments_runs_and_histories(store: Path) -> None:
     exp = tracking.experiment("demo", description="what it holds")
     assert tracking.experiment("demo", description="what it holds") == exp  # found again

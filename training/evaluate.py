@@ -1,7 +1,9 @@
 """Accuracy of the learned surrogate under protocols that hide part of the data.
 
 Protocols (each refits :class:`~surrogate.learned.SurrogateModel` on the training part and
-predicts the rest; the metrics pool the held-out predictions of all splits):
+predicts the rest; the metrics pool the held-out predictions of all splits). The features and
+targets of the table are prepared once (:func:`surrogate.learned.training_data`) and each fit
+takes its part of them:
 
 - ``cv``: 5-fold cross-validation over runs, plain (shuffled ``KFold``, not grouped): a test run
   usually has neighbours of the same model and node count in the training part. This is the
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel, cell_groups
+from surrogate.learned import SurrogateModel, TrainingData, cell_groups, training_data
 from surrogate.progress import ProgressFn, report
 from surrogate.scoring import score_runs
 
@@ -143,7 +145,7 @@ class ProtocolResult:
 
 
 def evaluate_protocol(
-    runs: pd.DataFrame,
+    runs: pd.DataFrame | TrainingData,
     protocol: str,
     *,
     params: dict[str, dict[str, Any] | None] | None = None,
@@ -155,14 +157,15 @@ def evaluate_protocol(
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
-    ``progress``: reports each split, :mod:`surrogate.progress`)."""
+    ``progress``: reports each split, :mod:`surrogate.progress`). ``runs``: the table, or
+    :func:`~surrogate.learned.training_data` of it (then ``profile`` must be its own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
                             n_folds=n_folds, profile=profile,
                             progress=progress)[shrink_doublings]
 
 
 def evaluate_shrinks(
-    runs: pd.DataFrame,
+    runs: pd.DataFrame | TrainingData,
     protocol: str,
     shrinks: Sequence[float | None],
     *,
@@ -176,7 +179,8 @@ def evaluate_shrinks(
     split (the shrinkage acts at prediction time only)."""
     import pandas as pd
 
-    runs = runs.reset_index(drop=True)
+    data = _prepared(runs, profile)
+    runs, profile = data.runs, data.profile
     params = params or {}
     parts: dict[float | None, list[pd.DataFrame]] = {s: [] for s in shrinks}
     n = 0
@@ -187,7 +191,7 @@ def evaluate_shrinks(
     for train, test in todo:
         model = SurrogateModel(status_params=params.get("status"), mfu_params=params.get("mfu"),
                                mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
-        model.fit(runs.iloc[train], profile=profile)
+        model.fit(data.take(train))
         test_runs = runs.iloc[test]
         for shrink in shrinks:
             pred = score_runs(test_runs, model=model, profile=profile, shrink_doublings=shrink)
@@ -212,16 +216,28 @@ def evaluate_shrinks(
     return out
 
 
+def _prepared(runs: pd.DataFrame | TrainingData, profile: Any) -> TrainingData:
+    if not isinstance(runs, TrainingData):
+        return training_data(runs, profile=profile)
+    if profile is not None and profile is not runs.profile:
+        raise ValueError("profile must be None or the TrainingData's own: its features were "
+                         "computed under that one")
+    return runs
+
+
 def evaluate(
-    runs: pd.DataFrame,
+    runs: pd.DataFrame | TrainingData,
     protocols: Sequence[str] = DEFAULT_PROTOCOLS,
+    *,
+    profile: Any = None,
     **kwargs: Any,
 ) -> dict[str, ProtocolResult]:
-    """:func:`evaluate_protocol` for each protocol."""
+    """:func:`evaluate_protocol` for each protocol, the table prepared once for all."""
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown:
         raise DataError(f"protocols must be among {', '.join(PROTOCOLS)}, got {unknown}")
-    return {p: evaluate_protocol(runs, p, **kwargs) for p in protocols}
+    data = _prepared(runs, profile)
+    return {p: evaluate_protocol(data, p, **kwargs) for p in protocols}
 
 
 def metrics_frame(result: ProtocolResult) -> pd.DataFrame:

@@ -11,6 +11,9 @@
    test part).
 4. Fit the final :class:`~surrogate.learned.SurrogateModel` on all the runs, store the metrics
    in its sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
+
+The features and targets are computed once (:func:`surrogate.learned.training_data`); the
+tuning folds, the evaluation splits and the final fit each take their part of them.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
-from surrogate.learned import DEFAULT_PARAMS, SurrogateModel, cell_groups
+from surrogate.learned import DEFAULT_PARAMS, SurrogateModel, cell_groups, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
-from training.tune import DEFAULT_STORAGE, TuneResult, prepare, tune
+from training.tune import DEFAULT_STORAGE, TuneResult, tune
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,8 +120,8 @@ def train(
     capped = {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]), max_estimators)}
     params: dict[str, dict[str, Any] | None] = {"status": capped, "mfu": capped, "mem": capped}
     tuning: dict[str, TuneResult] = {}
+    data = training_data(runs, profile=profile)  # features and targets, once for every fit
     if n_trials > 0:
-        data = prepare(runs, profile=profile)
         for target in ("mfu", "status"):
             result = tune(data, target, n_trials=n_trials, seed=seed, storage=storage,
                           n_folds=n_folds, max_estimators=max_estimators,
@@ -128,12 +131,12 @@ def train(
     from surrogate.progress import bars
 
     with bars(progress) as report:  # after tuning: 30-90 s on two cores
-        evaluation = evaluate(runs, protocols, params=params, seed=seed, n_folds=n_folds,
-                              profile=profile, progress=report)
+        evaluation = evaluate(data, protocols, params=params, seed=seed, n_folds=n_folds,
+                              progress=report)
         report(f"fitting the final model on {len(runs):,} runs", 0, 1)
         model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
                                mem_params=params["mem"], n_folds=n_folds, seed=seed)
-        model.fit(runs, profile=profile)
+        model.fit(data)
         model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
                           for p, r in evaluation.items()}
         out = model.save(out_dir)

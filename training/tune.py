@@ -27,50 +27,15 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel, cell_groups, data_hash, status_labels
+from surrogate.learned import CATEGORICAL, TrainingData, booster_params, source_weights
 from surrogate.stores import ensure_sqlite_dir
 
 if TYPE_CHECKING:
     import optuna
-    import pandas as pd
 
 Target = Literal["mfu", "status"]
 TARGETS: tuple[Target, ...] = ("mfu", "status")
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
-
-
-@dataclass(frozen=True, kw_only=True)
-class Prepared:
-    """A sweep table turned into what the models learn from (computed once per table)."""
-
-    X: pd.DataFrame
-    """Features (:data:`surrogate.features.FEATURE_NAMES`), one row per run."""
-    y_status: np.ndarray
-    """0 completed, 1 oom, 2 fail (:func:`surrogate.learned.status_labels`)."""
-    y_mfu: np.ndarray
-    """log(measured / analytic tokens/s per GPU); NaN where not completed."""
-    done: np.ndarray
-    """Completed runs with a measured throughput."""
-    groups: np.ndarray
-    """(model, nodes) cell of each run."""
-    data_hash: str
-
-
-def prepare(runs: pd.DataFrame, *, profile: Any = None) -> Prepared:
-    """Features and targets of a sweep table, as :meth:`SurrogateModel.fit` computes them."""
-    from surrogate.features import features_for_runs
-
-    if len(runs) == 0:
-        raise DataError("cannot tune on an empty sweep table")
-    runs = runs.reset_index(drop=True)
-    X, out, _ = features_for_runs(runs, profile)
-    y_status = status_labels(runs["status"])
-    tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=float)
-    done = (y_status == 0) & (tps > 0)
-    y_mfu = np.full(len(runs), np.nan)
-    y_mfu[done] = np.log(tps[done] / out["tokens_per_s_per_gpu"][done])
-    return Prepared(X=X, y_status=y_status, y_mfu=y_mfu, done=done, groups=cell_groups(runs),
-                    data_hash=data_hash(runs))
 
 
 def suggest_params(trial: optuna.Trial, *, max_estimators: int = 600) -> dict[str, Any]:
@@ -88,19 +53,24 @@ def suggest_params(trial: optuna.Trial, *, max_estimators: int = 600) -> dict[st
     }
 
 
-def _fold_score(target: Target, params: dict[str, Any], data: Prepared, train: np.ndarray,
+def _fold_score(target: Target, params: dict[str, Any], data: TrainingData, train: np.ndarray,
                 test: np.ndarray, seed: int) -> float:
+    """The score of one fold's model, fitted as :meth:`SurrogateModel.fit` fits it: the same
+    settings, the same categorical features, the training part's :func:`source_weights`."""
     import lightgbm as lgb
     from sklearn.metrics import log_loss
 
-    settings = SurrogateModel(seed=seed)._params(params)  # the settings the final fit uses
+    settings = booster_params(params, seed)
+    weight = source_weights(data.runs.iloc[train])
     if target == "mfu":
         reg = lgb.LGBMRegressor(**settings)
-        reg.fit(data.X.iloc[train], data.y_mfu[train])
+        reg.fit(data.X.iloc[train], data.y_mfu[train], sample_weight=weight,
+                categorical_feature=CATEGORICAL)
         pred = np.asarray(reg.predict(data.X.iloc[test]))
         return float(np.mean(np.abs(pred - data.y_mfu[test])))
     clf = lgb.LGBMClassifier(**settings)
-    clf.fit(data.X.iloc[train], data.y_status[train])
+    clf.fit(data.X.iloc[train], data.y_status[train], sample_weight=weight,
+            categorical_feature=CATEGORICAL)
     proba = np.asarray(clf.predict_proba(data.X.iloc[test]))
     full = np.full((len(test), 3), 1e-6)
     full[:, np.asarray(clf.classes_, dtype=int)] = proba
@@ -108,7 +78,7 @@ def _fold_score(target: Target, params: dict[str, Any], data: Prepared, train: n
     return float(log_loss(data.y_status[test], full, labels=[0, 1, 2]))
 
 
-def cv_score(target: Target, params: dict[str, Any], data: Prepared, *, n_folds: int = 5,
+def cv_score(target: Target, params: dict[str, Any], data: TrainingData, *, n_folds: int = 5,
              seed: int = 0, trial: optuna.Trial | None = None) -> float:
     """Mean grouped-K-fold score of ``params`` (lower is better); reports each fold's running
     mean to ``trial`` and raises :class:`optuna.TrialPruned` when the pruner says so."""
@@ -146,13 +116,13 @@ class TuneResult:
     """The best completed trials: number, value, params."""
 
 
-def study_name_for(target: Target, data: Prepared, seed: int) -> str:
+def study_name_for(target: Target, data: TrainingData, seed: int) -> str:
     """Same target, data and seed -> same study (so a rerun resumes it)."""
     return f"surrogate-{target}-{data.data_hash[:12]}-seed{seed}"
 
 
 def tune(
-    data: Prepared,
+    data: TrainingData,
     target: Target,
     *,
     n_trials: int,

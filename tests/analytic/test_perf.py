@@ -7,15 +7,31 @@ import pytest
 
 from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, ring_steps
 
+# nccl-tests' PERFORMANCE.md: busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for
+# all_gather, reduce_scatter and alltoall, 1 for broadcast and send/recv; a ring takes 2(n-1)
+# steps for all_reduce and n-1 for the others. Worked out for each n:
+#            n  all_reduce  its steps  all_gather & co  their steps
+BY_HAND = [(2, 1.0, 2, 0.5, 1),
+           (4, 1.5, 6, 0.75, 3),
+           (8, 1.75, 14, 0.875, 7),
+           (64, 1.96875, 126, 0.984375, 63)]
 
-@pytest.mark.parametrize("n", [2, 4, 8, 64])
-def test_bus_factors(n):
-    assert bus_factor("all_reduce", n) == pytest.approx(2 * (n - 1) / n)
+
+@pytest.mark.parametrize(("n", "all_reduce", "all_reduce_steps", "gather", "gather_steps"),
+                         BY_HAND)
+def test_bus_factors_and_ring_steps(n, all_reduce, all_reduce_steps, gather, gather_steps):
+    assert bus_factor("all_reduce", n) == all_reduce
+    assert ring_steps("all_reduce", n) == all_reduce_steps
     for op in ("all_gather", "reduce_scatter", "all_to_all"):
-        assert bus_factor(op, n) == pytest.approx((n - 1) / n)
-        assert ring_steps(op, n) == n - 1
+        assert bus_factor(op, n) == gather
+        assert ring_steps(op, n) == gather_steps
     assert bus_factor("send_recv", n) == bus_factor("broadcast", n) == 1
-    assert ring_steps("all_reduce", n) == 2 * (n - 1)
+
+
+def test_bus_factors_are_per_group():
+    sizes = np.array([n for n, *_ in BY_HAND])
+    np.testing.assert_array_equal(bus_factor("all_reduce", sizes), [r[1] for r in BY_HAND])
+    np.testing.assert_array_equal(ring_steps("all_gather", sizes), [r[4] for r in BY_HAND])
 
 
 def test_unknown_op():

@@ -24,6 +24,7 @@ def test_unknown_op_is_one_line_error(capsys: pytest.CaptureFixture[str]) -> Non
     assert "--ops must be among" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_quick_cpu_run(tmp_path: Path) -> None:
     code = main(["microbench", "--quick", "--ops", "all_reduce", "--no-gemm", "--out-dir",
                  str(tmp_path)])

@@ -237,6 +237,7 @@ def test_from_csv_missing_file(tmp_path, capsys):
     assert capsys.readouterr().err.startswith("error: table ")
 
 
+@pytest.mark.slow
 def test_console_script():
     beside_python = Path(sys.executable).with_name("surrogate")
     exe = shutil.which("surrogate") or (str(beside_python) if beside_python.exists() else None)

@@ -59,6 +59,7 @@ def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> 
     assert parse_nodes("3,1") == (1, 3)
 
 
+@pytest.mark.slow
 def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")

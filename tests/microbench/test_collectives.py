@@ -36,6 +36,7 @@ def test_layouts() -> None:
     assert message_sizes(parse_bytes("4KiB"), parse_bytes("1M")) == [2**i for i in range(12, 21)]
 
 
+@pytest.mark.slow
 def test_gloo_two_processes(tmp_path: Path) -> None:
     out = tmp_path / "c.jsonl"
     r = _torchrun(tmp_path, "--min-bytes", "4KiB", "--max-bytes", "8KiB", "--warmup", "1",
@@ -52,6 +53,7 @@ def test_gloo_two_processes(tmp_path: Path) -> None:
     assert df["run_id"].nunique() == 1
 
 
+@pytest.mark.slow
 def test_hung_peer_times_out_and_keeps_earlier_measurements(tmp_path: Path) -> None:
     out = tmp_path / "c.jsonl"
     r = _torchrun(tmp_path, "--ops", "all_reduce,all_gather", "--min-bytes", "4KiB",

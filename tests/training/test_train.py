@@ -31,6 +31,7 @@ def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
                                   result.model.predict(configs)["pred_mfu"])
 
 
+@pytest.mark.slow
 def test_train_records_in_the_default_sqlite_store(playbook_subset, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)

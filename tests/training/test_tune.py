@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import numpy as np
 import optuna
 import pytest
 
-from training.tune import Prepared, cv_score, prepare, tune
+from surrogate.learned import TrainingData, training_data
+from training.tune import cv_score, tune
 
 SMALL = {"n_estimators": 10, "num_leaves": 7}
 
 
 @pytest.fixture(scope="module")
-def data(playbook_subset) -> Prepared:
-    return prepare(playbook_subset)
-
-
-def test_prepare_matches_the_table(data, playbook_subset):
-    assert len(data.X) == len(playbook_subset)
-    done = (playbook_subset["status"] == "completed").to_numpy()
-    np.testing.assert_array_equal(data.done, done & (playbook_subset["tokens_per_s_per_gpu"] > 0))
-    assert np.isfinite(data.y_mfu[data.done]).all() and np.isnan(data.y_mfu[~data.done]).all()
-    assert len(np.unique(data.groups)) >= 5
+def data(playbook_subset) -> TrainingData:
+    return training_data(playbook_subset)
 
 
 @pytest.mark.parametrize("target", ["mfu", "status"])
