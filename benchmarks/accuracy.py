@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.learned import SurrogateModel
+from surrogate.learned import SurrogateModel, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, PROTOCOLS, evaluate_shrinks, format_metric
 from training.train import load_runs
 
@@ -54,9 +54,10 @@ def main() -> None:
     logged: dict[str, float] = {}
     baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
+    data = training_data(runs)  # features and targets once, sliced per split
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)
-        by_shrink = evaluate_shrinks(runs, name, shrinks, params=params, seed=args.seed)
+        by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed)
         for shrink, r in by_shrink.items():
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             table = pd.DataFrame({
