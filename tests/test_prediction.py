@@ -12,6 +12,7 @@ import pytest
 import surrogate
 from surrogate.analytic.memory import BREAKDOWN_TERMS
 from surrogate.analytic.perf import SpecPerfModel
+from surrogate.analytic.run import resolve_perf_model
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import (
     CONFIG_COLUMNS,
@@ -21,7 +22,6 @@ from surrogate.config import (
     config_to_flat,
 )
 from surrogate.hardware import GIB
-from surrogate.analytic.run import resolve_perf_model
 from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame
 from surrogate.presets import get_preset
 
