@@ -12,12 +12,24 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from surrogate.config import CLUSTER_FIELDS, CONFIG_COLUMNS, LAYOUT_FIELDS, MODEL_FIELDS
+import numpy as np
+
+from surrogate.config import (
+    CLUSTER_FIELDS,
+    CONFIG_COLUMNS,
+    LAYOUT_FIELDS,
+    MAX_COUNT,
+    MODEL_FIELDS,
+)
 from surrogate.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CONFIG_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "name", "global_batch_seqs")
 """The keys of a flat configuration: the columns, the model's ``name`` and the optional global
@@ -37,8 +49,26 @@ KEY_ALIASES: dict[str, str] = {
     "tie_word_embeddings": "tie_embeddings", "max_position_embeddings": "seq_len",
     "moe_intermediate_size": "moe_ffn_hidden_size", "num_experts_per_tok": "experts_topk",
     "num_local_experts": "num_experts",
+    # Megatron-LM arguments
+    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
+    "micro_batch_size": "mbs", "global_batch_size": "global_batch_seqs",
+    "seq_length": "seq_len", "num_query_groups": "num_kv_heads",
+    "moe_router_topk": "experts_topk", "recompute_granularity": "recompute",
+    # torchtitan's parallelism degrees
+    "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp",
+    "context_parallel_degree": "cp", "expert_parallel_degree": "ep",
+    # nanotron, the Playbook table, DeepSpeed and common spellings
+    "batch_accumulation_per_replica": "grad_accum", "batch_accum": "grad_accum",
+    "sequence_length": "seq_len", "gradient_accumulation_steps": "grad_accum",
+    "train_micro_batch_size_per_gpu": "mbs", "micro_batch": "mbs",
+    "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
+    "data_parallel_size": "dp", "max_seq_len": "seq_len", "zero_optimization_stage": "zero_stage",
 }
-"""Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys."""
+"""Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys, and
+the frameworks' names for the same setting; a file key or table column spelt so is refused
+with the column it means (in a table it would otherwise be ignored and the column
+defaulted)."""
 
 
 def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str | None:
@@ -79,6 +109,53 @@ def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
         if hint is not None and hint not in names:
             raise ConfigError(f"{where}: column {name!r} is not a configuration column; did "
                               f"you mean {hint!r}? (it would be ignored and {hint} defaulted)")
+
+
+def _too_large(key: str, value: Any) -> str | None:
+    """Why the integer ``value`` of ``key`` is refused (above 2**53), or None."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        return None
+    number = int(value)
+    if abs(number) <= MAX_COUNT:
+        return None
+    owner = next((f"{cls}." for cls, names in (("ModelConfig", MODEL_FIELDS),
+                                                ("ClusterConfig", CLUSTER_FIELDS),
+                                                ("LayoutConfig", LAYOUT_FIELDS))
+                  if key in names), "")
+    try:
+        given = f"{number:,}"
+        if len(given) > 60:
+            given = f"an integer of {len(str(abs(number))):,} digits"
+    except ValueError:  # beyond Python's limit on converting integers to text
+        given = f"an integer of about {math.log10(abs(number)):,.0f} digits"
+    return (f"{owner}{key} must be at most 2**53 = {MAX_COUNT:,} (counts are exact in float64 "
+            f"up to there), got {given}")
+
+
+def check_counts(values: Mapping[str, Any], *, where: str | None = None) -> None:
+    """ConfigError for an integer above 2**53 (``mbs: 10^400``, ``--vocab-size 2**53+1``,
+    from a file or a flag). The configuration reads counts through float64, which would round
+    2**53 + 1 down to an accepted 2**53 and fail with an OverflowError beyond 10^308, instead
+    of saying what must hold."""
+    for key, value in values.items():
+        why = _too_large(str(key), value)
+        if why is not None:
+            raise ConfigError(f"{where}: {why}" if where else why)
+
+
+def check_table_counts(table: pd.DataFrame, *, where: str) -> None:
+    """:func:`check_counts` for every cell of a table's configuration columns, naming the
+    row (1 = the first under the header). A column the CSV reader made float64 is left to
+    the configuration's own checks (its values are already what float64 holds)."""
+    import pandas as pd
+
+    for column in table.columns:
+        if column not in CONFIG_KEYS or pd.api.types.is_float_dtype(table[column]):
+            continue
+        for row, value in enumerate(table[column].tolist(), start=1):
+            why = _too_large(str(column), value)
+            if why is not None:
+                raise ConfigError(f"{where}, row {row}: {why}")
 
 
 def _yaml_loader() -> type:
@@ -156,4 +233,5 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             if k in flat:
                 raise ConfigError(f"{p}: {k!r} is given twice (once under a section)")
             flat[k] = v
+    check_counts(flat, where=str(p))
     return flat

@@ -186,9 +186,12 @@ def model_type_of(cfg: dict[str, Any], path: Path) -> str:
 def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> ModelConfig:
     """The model of a Hugging Face ``config.json`` (families and rules: module docstring).
 
-    ``seq_len`` defaults to ``max_position_embeddings``.
+    ``seq_len`` (an integer >= 1, else a ConfigError) defaults to ``max_position_embeddings``.
     """
     p = Path(path)
+    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
+                                or seq_len < 1):
+        raise ConfigError(f"seq_len must be an integer >= 1, got {seq_len!r}")
     cfg = read_json_object(p)
     family = model_type_of(cfg, p)
     cfg = {**cfg, "model_type": family}

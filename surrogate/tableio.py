@@ -15,10 +15,10 @@ from __future__ import annotations
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
 import pandas as pd
 
@@ -66,38 +66,68 @@ def locked(path: str | Path, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[N
 
 def read_table(path: str | Path) -> pd.DataFrame:
     """Read a Parquet or CSV table; a clear DataError if missing, unreadable, or a CSV whose
-    header repeats a column (:func:`check_csv_header`)."""
+    header repeats a column or whose rows hold values without a column
+    (:func:`check_csv_header`)."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"table {str(p)!r} does not exist")
-    if p.suffix.lower() not in (".parquet", ".pq"):
-        check_csv_header(p)
+    parquet = p.suffix.lower() in (".parquet", ".pq")
+    header = [] if parquet else check_csv_header(p)
     try:
-        if p.suffix.lower() in (".parquet", ".pq"):
+        if parquet:
             return pd.read_parquet(p)
-        return pd.read_csv(p)
+        # the header's columns only: trailing commas must not shift the values (pandas would
+        # take a first column for the index)
+        return pd.read_csv(p, usecols=range(len(header)) if header else None)
     except Exception as e:  # pyarrow and pandas raise many types; name the file
         raise DataError(f"cannot read table {str(p)!r}: {e}") from e
 
 
-def check_csv_header(path: str | Path) -> None:
-    """DataError if the header of the CSV file at ``path`` names a column twice: pandas would
-    rename the second ``NAME.1`` and every reader would silently take the first."""
+def check_csv_header(path: str | Path) -> list[str]:
+    """DataError if the header of the CSV file at ``path`` names a column twice (pandas would
+    rename the second ``NAME.1`` and every reader would silently take the first), or a row
+    holds more values than the header names columns (pandas would silently make the first
+    column the index and shift every value one column left). Empty values past the header's
+    columns (a spreadsheet's trailing commas) are allowed: read the file with
+    ``usecols=range(len(header))``, as :func:`read_table` does. Returns the header."""
     import csv
 
     try:
         with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
-            header = next(csv.reader(f), [])
+            reader = csv.reader(f)
+            header = next(reader, [])
+            seen: set[str] = set()
+            for i, name in enumerate(header, start=1):
+                if name in seen:
+                    raise DataError(f"{path}: each column must appear once in the header, got "
+                                    f"{name!r} again as column {i}")
+                seen.add(name)
+            for row in reader:
+                if len(row) > len(header) and any(v.strip() for v in row[len(header):]):
+                    raise DataError(
+                        f"{path}: line {reader.line_num} holds {len(row)} values, but the header "
+                        f"names {len(header)} columns (a value without a column)")
     except FileNotFoundError:
         raise
     except (OSError, csv.Error) as e:
         raise DataError(f"cannot read table {str(path)!r}: {e}") from e
-    seen: set[str] = set()
-    for i, name in enumerate(header, start=1):
-        if name in seen:
-            raise DataError(f"{path}: each column must appear once in the header, got {name!r} "
-                            f"again as column {i}")
-        seen.add(name)
+    return header
+
+
+def write_csv(df: pd.DataFrame, target: str | Path | IO[str]) -> None:
+    """Write ``df`` as CSV (no index) that reads back as written. Python's csv module quotes
+    a cell only for the delimiter, the quote and the line terminator's characters, so a cell
+    holding a bare carriage return would go out unquoted and every reader would end the row
+    there; a table holding one is written with every text cell quoted."""
+    import csv
+
+    def has_cr(values: Iterable[Any]) -> bool:
+        return any(isinstance(v, str) and "\r" in v for v in values)
+
+    texts = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
+    quote = has_cr(df.columns) or any(has_cr(df[c]) for c in texts)
+    df.to_csv(target, index=False,
+              quoting=csv.QUOTE_NONNUMERIC if quote else csv.QUOTE_MINIMAL)
 
 
 def write_table_atomic(df: pd.DataFrame, path: str | Path) -> None:
@@ -114,7 +144,7 @@ def write_table_atomic(df: pd.DataFrame, path: str | Path) -> None:
         with suppress(FileNotFoundError):  # a new table keeps the umask's mode
             os.chmod(tmp, stat.S_IMODE(os.stat(p).st_mode))
         if fmt == "csv":
-            df.to_csv(tmp, index=False)
+            write_csv(df, tmp)
         else:
             df.to_parquet(tmp, index=False)
         os.replace(tmp, p)

@@ -29,6 +29,10 @@ _ABORT: tuple[type[BaseException], ...] = (typer.Abort,
 __all__ = ["app", "main"]
 
 
+_SHOWN = 80
+"""Longest value a usage error quotes whole (a 5,000-digit number is cut)."""
+
+
 def _one_line(text: str) -> str:
     return " ".join(text.split())
 
@@ -51,7 +55,9 @@ def _usage_error_line(e: Exception, args: list[str]) -> str:
     message = _one_line(e.format_message())  # type: ignore[attr-defined]
     given = _given(args, e)
     if given is not None:
-        message = f"{message.rstrip('.')}, got {given!r}"
+        shown = repr(given) if len(given) <= _SHOWN else (
+            f"{given[:_SHOWN // 2]!r}... ({len(given):,} characters)")
+        message = f"{message.rstrip('.')}, got {shown}"
     ctx = getattr(e, "ctx", None)
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
     return f"error: {message}{where}"

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from surrogate.cli.app import app
 from surrogate.errors import ConfigError
@@ -74,7 +75,7 @@ def microbench_cmd(
     total_s = sum(s.estimate_s for s in steps)
     device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}" if cuda else "CPU"
     console.print(f"[bold]{len(steps)} step(s)[/], {sum(s.records for s in steps)} measurements "
-                  f"on {device}; estimated {total_s / 60:.1f} min"
+                  f"on {escape(device)}; estimated {total_s / 60:.1f} min"
                   + ("" if cuda else " at GPU speed (a CPU run is slower)"))
     if print_commands:
         for s in steps:
@@ -86,7 +87,7 @@ def microbench_cmd(
                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
                   console=console) as progress:
         for s in steps:
-            task = progress.add_task(s.name, total=s.records)
+            task = progress.add_task(escape(s.name), total=s.records)
             start = _count_lines(s.out)
             proc = subprocess.Popen(list(s.argv), stdout=subprocess.DEVNULL,
                                     stderr=subprocess.PIPE, text=True)
@@ -99,7 +100,7 @@ def microbench_cmd(
                 failed.append(f"{s.name} (exit {proc.returncode}): "
                               f"{err[-1] if err else 'no message'}")
     for written in sorted({s.out for s in steps}):
-        console.print(f"wrote {written}")
+        console.print(f"wrote {escape(str(written))}", highlight=False)
     if failed:
         raise MeasurementError(
             "some steps failed, their other measurements are kept: " + "; ".join(failed))
@@ -145,17 +146,17 @@ def calibrate_cmd(
 
     table, summaries = read_microbench_inputs(list(tables))
     for line in summaries:
-        console.print(line, highlight=False)
-    profile = fit_profile(table, gpu, name=name or None, notes=tuple(note or ()))
-    profile.save(out)
-    measured = sum(c.provenance == "measured" for c in profile.collectives)
-    console.print(
+        console.print(escape(line), highlight=False)
+    fitted = fit_profile(table, gpu, name=name or None, notes=tuple(note or ()))
+    fitted.save(out)
+    measured = sum(c.provenance == "measured" for c in fitted.collectives)
+    console.print(escape(
         f"wrote {out}: GEMM dtypes "
-        + ", ".join(f"{d} ({c.provenance})" for d, c in profile.gemm.items())
-        + f"; {measured} measured and {len(profile.collectives) - measured} extrapolated "
-          "collective curves", highlight=False)
-    for e in profile.excluded:
-        console.print(f"  not used: {e['rows']} x {e['reason']}", highlight=False)
+        + ", ".join(f"{d} ({c.provenance})" for d, c in fitted.gemm.items())
+        + f"; {measured} measured and {len(fitted.collectives) - measured} extrapolated "
+          "collective curves"), highlight=False)
+    for e in fitted.excluded:
+        console.print(escape(f"  not used: {e['rows']} x {e['reason']}"), highlight=False)
     return 0
 
 
@@ -164,15 +165,16 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     import numpy as np
     import pandas as pd
 
+    from surrogate.analytic.params import PARAMETERS
     from surrogate.clusters import playbook_runs
     from surrogate.errors import DataError
-    from surrogate.fit_params import PARAMETERS, fit_runs, held_out_figures, write_sets
+    from surrogate.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.sweeps import read_sweeps
 
     frames = [playbook_runs() if s == "playbook" else read_sweeps(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)
-    with console.status(f"fitting the analytic model's parameters on {len(table)} runs "
-                        f"(and once per {group_by} left out)"):
+    with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "
+                               f"runs (and once per {group_by} left out)")):
         result = fit_runs(table, profile, group_by=group_by)
     if not result["sets"]:
         raise DataError("no framework version has enough measured runs to fit its parameters")
@@ -180,8 +182,8 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     from rich.table import Table
 
     for fv, entry in result["sets"].items():
-        table_out = Table(title=f"{fv}: {entry['runs']['time']} runs (time), "
-                                f"{entry['runs']['memory']} (memory)")
+        table_out = Table(title=escape(f"{fv}: {entry['runs']['time']} runs (time), "
+                                       f"{entry['runs']['memory']} (memory)"))
         for col in ("parameter", "value", "unit", "sd", f"sd over {group_by} folds"):
             table_out.add_column(col, overflow="fold")
         for k, v in entry["values"].items():
@@ -191,8 +193,8 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
         console.print(table_out)
     figures = held_out_figures(table, result["held_out"])
     if np.isfinite(figures.get("mfu_mape_ge10", np.nan)):
-        console.print(f"held out by {group_by}: " + ", ".join(
-            f"{k} {v:.3f}" for k, v in figures.items()), highlight=False)
-    console.print(f"wrote {out}", highlight=False)
+        console.print(escape(f"held out by {group_by}: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in figures.items())), highlight=False)
+    console.print(f"wrote {escape(str(out))}", highlight=False)
     return 0
 

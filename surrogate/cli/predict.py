@@ -24,11 +24,16 @@ def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
     """Merge preset < config file < flags into one TrainingConfig."""
-    from surrogate.config import config_from_flat
+    from surrogate.config import coerce_column, config_from_flat
+    from surrogate.configfile import check_counts
     from surrogate.presets import model_values, require_model_shape
 
+    check_counts(flags)
     preset = preset or file_values.pop("model", None)
-    seq = flags.get("seq_len") or file_values.get("seq_len")
+    seq = flags.get("seq_len")
+    file_seq = file_values.get("seq_len")
+    if seq is None and file_seq not in (None, "") and file_seq == file_seq:  # not NaN
+        seq = coerce_column("seq_len", file_seq)  # as config_from_flat reads the file's
     values = model_values(preset, hf_config, seq_len=seq)
     values.update(file_values)
     values.update({k: v for k, v in flags.items() if v is not None})
@@ -163,20 +168,21 @@ def predict_cmd(
 
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     if from_csv is not None:
-        from surrogate.tableio import read_table, table_format, write_table_atomic
+        from surrogate.tableio import read_table, table_format, write_csv, write_table_atomic
 
         if out is not None:  # before predicting every row, not after
             from surrogate.outputs import check_output_file
 
             table_format(out)
             check_output_file(out, flag="--out")
-        from surrogate.configfile import check_table_columns
+        from surrogate.configfile import check_table_columns, check_table_counts
 
         table = read_table(from_csv)
         check_table_columns(table.columns, where=str(from_csv))  # names the file
+        check_table_counts(table, where=str(from_csv))
         result = predict_frame(table, profile=profile, model=model_arg)
         if out is None:
-            result.to_csv(sys.stdout, index=False)
+            write_csv(result, sys.stdout)
         else:
             write_table_atomic(result, out)
             bad = int((result["error"] != "").sum())

@@ -56,6 +56,52 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
         raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
+def _at_least(minimum: int, **values: int | None) -> None:
+    """ConfigError naming the first option below ``minimum`` (``top_k=0``: ``--top-k``)."""
+    for name, value in values.items():
+        if value is not None and value < minimum:
+            flag = "--" + name.replace("_", "-")
+            raise ConfigError(f"{flag} must be >= {minimum}, got {value}")
+
+
+def check_storage(url: str) -> None:
+    """``--storage`` names a database optuna can open: a SQLAlchemy URL whose dialect and
+    driver are installed (``sqlite:///study.db``, ``postgresql+psycopg://...``); ConfigError
+    otherwise, before any work (optuna would fail with a SQLAlchemy traceback)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as e:
+        raise ConfigError(
+            f"--storage must be a database URL optuna can open, e.g. sqlite:///study.db or "
+            f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})") from None
+
+
+def check_round(record: Any, round_dir: Path) -> dict[str, Any]:
+    """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
+    file must not end in a KeyError or score under a round number that is not one)."""
+    from surrogate.errors import DataError
+
+    where = f"{round_dir / 'round.json'}"
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a round file holds a JSON object, got "
+                        f"{type(record).__name__}")
+    number = record.get("round")
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise DataError(f"{where}: round must be an integer >= 1, got {number!r}")
+    proposals = record.get("proposals")
+    if not isinstance(proposals, list) or not proposals or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str)
+            and isinstance(p.get("config"), dict) for p in proposals):
+        raise DataError(f"{where}: proposals must be a non-empty list of objects with a name "
+                        "and a config (what `surrogate propose` writes)")
+    if not isinstance(record.get("model"), dict):
+        raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
+    return record
+
+
 def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
                  shape: dict[str, Any]) -> Any:
     """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
@@ -175,6 +221,10 @@ def search_cmd(
 
     if objective not in ("mfu", "mfu-vs-oom", "mfu-vs-gpus"):
         raise ConfigError(f"--objective must be mfu, mfu-vs-oom or mfu-vs-gpus, got {objective!r}")
+    _at_least(0, trials=trials)
+    _at_least(1, top_k=top_k)
+    if storage is not None:
+        check_storage(storage)
     if launch_dir is not None:
         from surrogate.outputs import check_writable_dir
 
@@ -189,12 +239,20 @@ def search_cmd(
                         recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
     limits = Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin)
     learned: Any = None if analytic else (model_dir or "default")
+    from sqlalchemy.exc import SQLAlchemyError
+
     from surrogate.progress import bars
 
-    with bars(not as_json) as report:
-        result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
-                        n_trials=trials, top_k=top_k, storage=storage, study_name=study_name,
-                        seed=seed, progress=report)
+    try:
+        with bars(not as_json) as report:
+            result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
+                            n_trials=trials, top_k=top_k, storage=storage,
+                            study_name=study_name, seed=seed, progress=report)
+    except SQLAlchemyError as e:  # the database of --storage: unreachable, refused, locked
+        from surrogate.errors import DataError
+
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise DataError(f"the optuna storage {storage!r} failed: {message}") from e
     rules_cfg = rules_pick(space)
     rules_row = score_configs([rules_cfg], model=learned, limits=limits)
     written: list[str] = []
@@ -286,6 +344,7 @@ def propose_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
+    _at_least(1, round_number=round_number)
     import pandas as pd
     from rich.markup import escape
 
@@ -344,7 +403,7 @@ def score_round_cmd(
     )
     from surrogate.tableio import read_table
 
-    record = read_round(round_dir)
+    record = check_round(read_round(round_dir), round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     from surrogate.progress import bars

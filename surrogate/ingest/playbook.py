@@ -38,7 +38,7 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.config import TrainingConfig, config_from_flat
+from surrogate.config import TrainingConfig, coerce_column, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
@@ -91,8 +91,9 @@ def read_table(path: Path, *, needs: tuple[str, ...], what: str,
     dtype = {"name": str, "log_file": str, "date": str, "status": str,
              **read_csv.pop("dtype", {})}
     try:
-        check_csv_header(path)
-        raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, **read_csv)
+        header = check_csv_header(path)  # trailing commas must not shift the values
+        raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, usecols=range(len(header)) or None,
+                                        **read_csv)
     except FileNotFoundError:
         raise DataError(f"Playbook table {str(path)!r} does not exist") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -117,13 +118,14 @@ def _config(row: dict[str, Any]) -> TrainingConfig:
     name = str(row["name"])
     preset = playbook_model(name)
     for col in ("hidden_size", "num_layers", "num_heads"):
-        if int(row[col]) != getattr(preset, col):
+        if coerce_column(col, row[col]) != getattr(preset, col):
             raise ConfigError(
                 f"{col} must match the model of the name {name!r} ({getattr(preset, col)}), "
                 f"got {row[col]}"
             )
     kv_heads = preset.num_kv_heads
-    if not _missing(row["num_kv_heads"]) and float(row["num_kv_heads"]) != kv_heads:
+    if not _missing(row["num_kv_heads"]) and coerce_column("num_kv_heads",
+                                                           row["num_kv_heads"]) != kv_heads:
         raise ConfigError(
             f"num_kv_heads must match the name {name!r} ({kv_heads}), got {row['num_kv_heads']}"
         )
@@ -176,7 +178,7 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             continue
         try:
             cfg = _config(row)
-        except (ConfigError, ValueError, TypeError) as e:
+        except (ConfigError, ValueError, TypeError, OverflowError) as e:  # int(inf) overflows
             report.skip(str(p), line, f"invalid configuration: {e}")
             continue
         measured: dict[str, float | None] = {}

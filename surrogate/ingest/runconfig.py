@@ -34,10 +34,21 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         if not sep or not key or not value.strip():
             raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
         if key not in GIVEN_KEYS:
-            raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}")
+            from surrogate.configfile import nearest_key
+
+            hint = nearest_key(key, GIVEN_KEYS)
+            raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}"
+                              + (f"; did you mean {hint!r}?" if hint else ""))
         if key in CONFIG_COLUMNS:
             try:
                 coerce_column(key, value.strip())
+            except ConfigError as e:
+                raise ConfigError(f"--set {e}") from None
+        if key == "model":  # a preset name, checked before any file is parsed
+            from surrogate.presets import get_preset
+
+            try:
+                get_preset(value.strip())
             except ConfigError as e:
                 raise ConfigError(f"--set {e}") from None
         if key in out and out[key] != value.strip():
