@@ -18,6 +18,7 @@ Every rule raises :class:`~surrogate.errors.ConfigError` saying what must hold a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, Literal, get_args
@@ -46,8 +47,9 @@ def _positive_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> Non
     if value < minimum:
         raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value}")
     if value > MAX_COUNT:
+        got = f"{value:,}" if value < 10**30 else f"a {len(str(value))}-digit number"
         raise ConfigError(f"{owner}.{name} must be at most {_MAX_TEXT} (counts are exact in "
-                          f"float64 up to there), got {value:,}")
+                          f"float64 up to there), got {got}")
 
 
 def _check_ints(obj: Any, names: tuple[str, ...], *, minimum: int = 1) -> None:
@@ -402,6 +404,12 @@ def _missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and value != value) or value == ""
 
 
+def _short(value: Any) -> str:
+    """``repr(value)``, shortened past 80 characters (a 5,000-digit cell is not echoed)."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:60]}... ({len(text)} characters)"
+
+
 def _coerce(name: str, value: Any) -> Any:
     """Turn a CSV/JSON/YAML cell into the field's type, strictly (8.0 -> 8, 8.5 -> error)."""
     if name in _BOOL_FIELDS:
@@ -416,12 +424,19 @@ def _coerce(name: str, value: Any) -> Any:
     if name in _INT_FIELDS:
         if isinstance(value, bool):
             raise ConfigError(f"{name} must be an integer, got {value!r}")
+        if isinstance(value, numbers.Integral):
+            return int(value)  # exact: no float on the way (2**53 + 1 stays itself)
+        if isinstance(value, str):
+            try:
+                return int(value.strip())  # exact for any length of digits
+            except ValueError:
+                pass
         try:
             number = float(value)
-        except (TypeError, ValueError):
-            raise ConfigError(f"{name} must be an integer, got {value!r}") from None
+        except (TypeError, ValueError, OverflowError):
+            raise ConfigError(f"{name} must be an integer, got {_short(value)}") from None
         if not number.is_integer():
-            raise ConfigError(f"{name} must be an integer, got {value!r}")
+            raise ConfigError(f"{name} must be an integer, got {_short(value)}")
         return int(number)
     return str(value).strip()
 

@@ -328,3 +328,23 @@ def test_counts_beyond_float64_integers_are_refused(build, match):
     tables and are inexact in the float64 analytic model."""
     with pytest.raises(ConfigError, match=match):
         build()
+
+
+@pytest.mark.parametrize("mbs", [2**53 + 1, str(2**53 + 1), 10**400, "1" * 400])
+def test_integers_past_float64_are_refused_not_rounded(mbs):
+    row = {**config_to_flat(TrainingConfig(model=get_preset("8b"),
+                                           cluster=ClusterConfig(num_nodes=1),
+                                           layout=LayoutConfig(dp=8))), "mbs": mbs}
+    with pytest.raises(ConfigError, match=r"mbs must be at most 2\*\*53") as e:
+        config_from_flat(row)
+    assert "9,007,199,254,740,992)" not in str(e.value).split("got")[-1]  # not rounded
+    assert len(str(e.value)) < 200
+
+
+def test_exact_integers_are_kept_exactly():
+    from surrogate.config import coerce_column
+
+    assert coerce_column("vocab_size", str(2**53)) == 2**53
+    assert coerce_column("dp", " 8 ") == 8 and coerce_column("dp", 8.0) == 8
+    with pytest.raises(ConfigError, match="dp must be an integer"):
+        coerce_column("dp", "8.5")
