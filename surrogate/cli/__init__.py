@@ -75,6 +75,14 @@ def main(argv: list[str] | None = None) -> int:
         # One line, whatever the message holds (a YAML parser's error spans several).
         print("error: " + _one_line(str(e)), file=sys.stderr)
         return 2
+    except ModuleNotFoundError as e:  # an optional dependency a command imported directly
+        from surrogate.extras import missing_extra_message
+
+        msg = missing_extra_message(e)
+        if msg is None or debug:
+            raise
+        print("error: " + msg, file=sys.stderr)
+        return 2
     except _CLICK_ERROR as e:
         if _NO_ARGS_IS_HELP is not None and isinstance(e, _NO_ARGS_IS_HELP):
             e.show()  # type: ignore[attr-defined]  # a bare group: its help, as click does
@@ -93,4 +101,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def entry() -> None:
     """Console-script entry point."""
+    from surrogate.cli import lean_imports
+
+    lean_imports.ONE_COMMAND_PROCESS = True  # one command, then exit
     sys.exit(main())

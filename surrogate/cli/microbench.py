@@ -43,7 +43,9 @@ def microbench_cmd(
                                             "a CPU).")] = 0,
 ) -> int:
     """Run the standard microbenchmark suite on this machine's devices."""
-    import torch
+    from surrogate.extras import require
+
+    torch = require("torch")
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
 

@@ -164,6 +164,9 @@ def predict_cmd(
     global_batch_seqs: Annotated[int | None, typer.Option(help="Check the layout yields this global batch (sequences).")] = None,
 ) -> None:
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
+    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
+
+    import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
     from surrogate.prediction import predict, predict_frame
 
     model_arg: Path | str | None = None if analytic else (model_dir or "default")

@@ -172,7 +172,7 @@ def _table(title: str, frame: Any, *, narrow: bool = False, reasons: bool = Fals
                interval]
         if not narrow:
             row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
-        row += [f"{r['pred_peak_mem_gib']:.1f}", f"{r['p_oom']:.2f}"]
+        row += [f"{r['pred_device_mem_gib']:.1f}", f"{r['p_oom']:.2f}"]
         t.add_row(*row, *([escape(_reason(r))] if reasons else []))
     return t
 

@@ -57,7 +57,11 @@ def train_cmd(
 ) -> None:
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
+    from surrogate.extras import require
     from surrogate.outputs import check_output_dir
+
+    for module in ("optuna", "mlflow"):  # before any data is read, not after
+        require(module, extra="train", purpose="surrogate train")
     from training.evaluate import DEFAULT_PROTOCOLS
     from training.train import train
 
