@@ -258,10 +258,30 @@ def read_round(round_dir: str | Path) -> dict[str, Any]:
     if not path.exists():
         raise DataError(f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)")
     try:
-        data: dict[str, Any] = json.loads(path.read_text())
+        data = json.loads(path.read_text())
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e.msg})") from None
-    return data
+    return _check_round(data, path)
+
+
+def _check_round(record: Any, where: Path) -> dict[str, Any]:
+    """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
+    file must not end in a KeyError or score under a round number that is not one)."""
+    if not isinstance(record, dict):
+        raise DataError(f"{where}: a round file holds a JSON object, got "
+                        f"{type(record).__name__}")
+    number = record.get("round")
+    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
+        raise DataError(f"{where}: round must be an integer >= 1, got {number!r}")
+    proposals = record.get("proposals")
+    if not isinstance(proposals, list) or not proposals or not all(
+            isinstance(p, dict) and isinstance(p.get("name"), str)
+            and isinstance(p.get("config"), dict) for p in proposals):
+        raise DataError(f"{where}: proposals must be a non-empty list of objects with a name "
+                        "and a config (what `surrogate propose` writes)")
+    if not isinstance(record.get("model"), dict):
+        raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
+    return record
 
 
 # ------------------------------------------------------------------ scoring a round

@@ -144,6 +144,19 @@ def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
     json.dumps(record)
 
 
+@pytest.mark.parametrize(("text", "match"), [
+    ("[]", "holds a JSON object, got list"),
+    ('{"round": "one", "proposals": [], "model": {}}', "round must be an integer >= 1"),
+    ('{"round": 0, "proposals": [], "model": {}}', "round must be an integer >= 1"),
+    ('{"round": 1, "proposals": [{"name": "a"}], "model": {}}', "proposals must be"),
+    ('{"round": 1, "proposals": [{"name": "a", "config": {}}]}', "names no proposing model"),
+])
+def test_read_round_refuses_what_is_not_a_round(tmp_path: Path, text: str, match: str) -> None:
+    (tmp_path / "round.json").write_text(text)
+    with pytest.raises(DataError, match=match):
+        read_round(tmp_path)
+
+
 def _analytic_round(tmp_path: Path) -> dict:
     return read_round(propose(space(), tmp_path / "r1", k=2, model=None))  # type: ignore[arg-type]
 

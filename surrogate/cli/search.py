@@ -79,29 +79,6 @@ def check_storage(url: str) -> None:
             f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})") from None
 
 
-def check_round(record: Any, round_dir: Path) -> dict[str, Any]:
-    """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
-    file must not end in a KeyError or score under a round number that is not one)."""
-    from surrogate.errors import DataError
-
-    where = f"{round_dir / 'round.json'}"
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: a round file holds a JSON object, got "
-                        f"{type(record).__name__}")
-    number = record.get("round")
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise DataError(f"{where}: round must be an integer >= 1, got {number!r}")
-    proposals = record.get("proposals")
-    if not isinstance(proposals, list) or not proposals or not all(
-            isinstance(p, dict) and isinstance(p.get("name"), str)
-            and isinstance(p.get("config"), dict) for p in proposals):
-        raise DataError(f"{where}: proposals must be a non-empty list of objects with a name "
-                        "and a config (what `surrogate propose` writes)")
-    if not isinstance(record.get("model"), dict):
-        raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
-    return record
-
-
 def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
                  shape: dict[str, Any]) -> Any:
     """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
@@ -403,7 +380,7 @@ def score_round_cmd(
     )
     from surrogate.tableio import read_table
 
-    record = check_round(read_round(round_dir), round_dir)
+    record = read_round(round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     from surrogate.progress import bars
