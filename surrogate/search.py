@@ -313,8 +313,9 @@ def _run_study(
             for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
                 trial.set_constraint(name, value)
     if storage is not None:
-        from surrogate.stores import ensure_sqlite_dir
+        from surrogate.stores import check_storage, ensure_sqlite_dir
 
+        check_storage(storage)
         ensure_sqlite_dir(storage)
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=directions, load_if_exists=study_name is not None)

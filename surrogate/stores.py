@@ -27,3 +27,22 @@ def ensure_sqlite_dir(url: str) -> None:
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def check_storage(url: str) -> None:
+    """``url`` names a database optuna can open: a SQLAlchemy URL whose dialect and driver are
+    installed (``sqlite:///study.db``, ``postgresql+psycopg://...``); ConfigError otherwise,
+    before any work (optuna would fail with a SQLAlchemy traceback)."""
+    from surrogate.errors import ConfigError
+    from surrogate.extras import require
+
+    require("optuna")  # brings SQLAlchemy
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+
+    try:
+        make_url(url).get_dialect().import_dbapi()
+    except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as e:
+        raise ConfigError(
+            f"--storage must be a database URL optuna can open, e.g. sqlite:///study.db or "
+            f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})") from None

@@ -64,21 +64,6 @@ def _at_least(minimum: int, **values: int | None) -> None:
             raise ConfigError(f"{flag} must be >= {minimum}, got {value}")
 
 
-def check_storage(url: str) -> None:
-    """``--storage`` names a database optuna can open: a SQLAlchemy URL whose dialect and
-    driver are installed (``sqlite:///study.db``, ``postgresql+psycopg://...``); ConfigError
-    otherwise, before any work (optuna would fail with a SQLAlchemy traceback)."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError, NoSuchModuleError
-
-    try:
-        make_url(url).get_dialect().import_dbapi()
-    except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as e:
-        raise ConfigError(
-            f"--storage must be a database URL optuna can open, e.g. sqlite:///study.db or "
-            f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})") from None
-
-
 def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
                  shape: dict[str, Any]) -> Any:
     """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
@@ -201,7 +186,9 @@ def search_cmd(
     _at_least(0, trials=trials)
     _at_least(1, top_k=top_k)
     if storage is not None:
-        check_storage(storage)
+        from surrogate.stores import check_storage
+
+        check_storage(storage)  # before the space is built and scored
     if launch_dir is not None:
         from surrogate.outputs import check_writable_dir
 
