@@ -118,15 +118,17 @@ def score(
         if explain:
             explanations = model.explain(X)
     else:
-        nan = np.full(n, np.nan)
+        def nan() -> np.ndarray:
+            return np.full(n, np.nan)
+
         columns = {
             "p_completed": 1.0 - out["p_oom"],
             "p_oom": out["p_oom"],
-            "p_fail": nan,
+            "p_fail": nan(),
             "pred_status": np.where(out["p_oom"] < 0.5, "completed", "oom").astype(object),
             "pred_mfu": out["mfu"],
-            "pred_mfu_lo": nan,
-            "pred_mfu_hi": nan.copy(),
+            "pred_mfu_lo": nan(),
+            "pred_mfu_hi": nan(),
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
             "pred_step_time_s": out["step_time_s"],
             "pred_peak_mem_gib": out["mem_reserved"] / GIB,
