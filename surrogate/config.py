@@ -19,8 +19,9 @@ Every rule raises :class:`~surrogate.errors.ConfigError` saying what must hold a
 from __future__ import annotations
 
 import numbers
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
+from types import SimpleNamespace
 from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
@@ -300,6 +301,70 @@ class LayoutConfig:
         return self.tp * self.pp * self.cp
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One rule a whole configuration obeys, written once for one configuration and for
+    columns of many (``surrogate.config_table``): ``broken`` reads the counts of
+    :data:`CROSS_COUNTS` as attributes (ints, or float64 arrays) and returns whether, or
+    where, the rule is broken, with ``&``, ``|`` and comparisons only; ``message`` says what
+    must hold and what was given, for one configuration."""
+
+    broken: Callable[[Any], Any]
+    message: Callable[[Any], str]
+
+
+CROSS_COUNTS: tuple[str, ...] = (
+    "num_layers", "num_heads", "num_kv_heads", "seq_len", "num_experts", "gpus_per_node",
+    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp",
+)
+"""The counts the rules between model, cluster and layout read."""
+
+
+def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
+    """The counts of :data:`CROSS_COUNTS` of one configuration, as attributes."""
+    m, c, lay = cfg.model, cfg.cluster, cfg.layout
+    return SimpleNamespace(
+        num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
+        seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
+        num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
+        vpp=lay.vpp)
+
+
+def _heads_rule(name: str) -> Rule:
+    return Rule(
+        lambda v: getattr(v, name) % v.tp != 0,
+        lambda v: f"{name} must be divisible by tp, got {name}={getattr(v, name)} tp={v.tp}")
+
+
+CROSS_RULES: tuple[Rule, ...] = (
+    Rule(lambda v: v.dp * v.tp * v.pp * v.cp != v.gpus_per_node * v.num_nodes,
+         lambda v: (f"dp * tp * pp * cp must equal the number of GPUs "
+                    f"({v.gpus_per_node * v.num_nodes} = {v.num_nodes} nodes x "
+                    f"{v.gpus_per_node}), got dp={v.dp} tp={v.tp} pp={v.pp} cp={v.cp} "
+                    f"({v.dp * v.tp * v.pp * v.cp})")),
+    _heads_rule("num_heads"),
+    _heads_rule("num_kv_heads"),
+    Rule(lambda v: v.num_layers < v.pp * v.vpp,
+         lambda v: (f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
+                    f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
+    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0),
+         lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines, got "
+                    f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
+    Rule(lambda v: v.seq_len % v.cp != 0,
+         lambda v: f"seq_len must be divisible by cp, got seq_len={v.seq_len} cp={v.cp}"),
+    Rule(lambda v: (v.ep > 1) & (v.num_experts < 2),
+         lambda v: f"ep > 1 needs an MoE model (num_experts >= 2), got ep={v.ep}"),
+    Rule(lambda v: (v.ep > 1) & (v.num_experts % v.ep != 0),
+         lambda v: (f"num_experts must be divisible by ep, got num_experts={v.num_experts} "
+                    f"ep={v.ep}")),
+    Rule(lambda v: (v.ep > 1) & ((v.dp * v.cp) % v.ep != 0),
+         lambda v: (f"ep must divide dp * cp (experts are sharded over the data and context "
+                    f"parallel ranks), got dp={v.dp} cp={v.cp} ep={v.ep}")),
+)
+"""The rules between model, cluster and layout, in the order they are checked. Then: the GPU
+has the dtype, and the GPU count, global batch and ``global_batch_seqs`` are within range."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
     """A whole run: model, cluster and layout, validated against each other."""
@@ -312,47 +377,10 @@ class TrainingConfig:
 
     def __post_init__(self) -> None:
         m, c, lay = self.model, self.cluster, self.layout
-        world = lay.dp * lay.tp * lay.pp * lay.cp
-        if world != c.num_gpus:
-            raise ConfigError(
-                f"dp * tp * pp * cp must equal the number of GPUs ({c.num_gpus} = "
-                f"{c.num_nodes} nodes x {c.gpus_per_node}), got dp={lay.dp} tp={lay.tp} "
-                f"pp={lay.pp} cp={lay.cp} ({world})"
-            )
-        for heads_name in ("num_heads", "num_kv_heads"):
-            heads = getattr(m, heads_name)
-            if heads % lay.tp:
-                raise ConfigError(
-                    f"{heads_name} must be divisible by tp, got {heads_name}={heads} tp={lay.tp}"
-                )
-        stages = lay.pp * lay.vpp
-        if m.num_layers < stages:
-            raise ConfigError(
-                f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
-                f"num_layers={m.num_layers} pp={lay.pp} vpp={lay.vpp} ({stages})"
-            )
-        if lay.vpp > 1 and m.num_layers % stages:
-            raise ConfigError(
-                f"num_layers must be divisible by pp * vpp for interleaved pipelines, got "
-                f"num_layers={m.num_layers} pp={lay.pp} vpp={lay.vpp} ({stages})"
-            )
-        if m.seq_len % lay.cp:
-            raise ConfigError(
-                f"seq_len must be divisible by cp, got seq_len={m.seq_len} cp={lay.cp}"
-            )
-        if lay.ep > 1:
-            if not m.is_moe:
-                raise ConfigError(f"ep > 1 needs an MoE model (num_experts >= 2), got ep={lay.ep}")
-            if m.num_experts % lay.ep:
-                raise ConfigError(
-                    f"num_experts must be divisible by ep, got num_experts={m.num_experts} "
-                    f"ep={lay.ep}"
-                )
-            if (lay.dp * lay.cp) % lay.ep:
-                raise ConfigError(
-                    f"ep must divide dp * cp (experts are sharded over the data and context "
-                    f"parallel ranks), got dp={lay.dp} cp={lay.cp} ep={lay.ep}"
-                )
+        counts = counts_view(self)
+        for rule in CROSS_RULES:
+            if rule.broken(counts):
+                raise ConfigError(rule.message(counts))
         c.spec.peak_flops(lay.dtype)  # raises if the GPU lacks the dtype
         if c.num_gpus > MAX_COUNT:
             raise ConfigError(

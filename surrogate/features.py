@@ -42,6 +42,7 @@ from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.run import analytic_for
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import TrainingConfig
+from surrogate.config_table import FlatTable
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -138,7 +139,7 @@ def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def build_features(
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
     extra: dict[str, np.ndarray] | None = None,
@@ -150,12 +151,13 @@ def build_features(
 
 
 def build_features_cols(
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
     extra: dict[str, np.ndarray] | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
-    """Features, analytic outputs and the analytic columns of ``configs``. ``profile`` is one
+    """Features, analytic outputs and the analytic columns of ``configs`` (validated
+    configurations or their flat table, ``surrogate.config_table``). ``profile`` is one
     profile for all or one per configuration; ``extra`` adds per-configuration columns the
     PerfModel reads (``net_scale``)."""
     c, out, _ = analytic_for(configs, profile, extra=extra)
@@ -168,8 +170,8 @@ def features_for_runs(
     """Features of a sweep table's runs, each explained under its own cluster
     (:func:`surrogate.clusters.run_context`)."""
     from surrogate.clusters import run_context
-    from surrogate.config import config_from_flat
+    from surrogate.config_table import valid_table
 
-    configs = [config_from_flat(r) for r in runs.to_dict("records")]
+    table = valid_table(runs, where="runs to explain")
     profiles, extra = run_context(runs, profile)
-    return build_features_cols(configs, profiles, extra=extra)
+    return build_features_cols(table, profiles, extra=extra)

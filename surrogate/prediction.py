@@ -24,8 +24,8 @@ import numpy as np
 from surrogate.analytic.memory import BREAKDOWN_TERMS
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS
-from surrogate.config import CONFIG_COLUMNS, TrainingConfig, config_from_flat
-from surrogate.errors import ConfigError, SurrogateError
+from surrogate.config import CONFIG_COLUMNS, TrainingConfig
+from surrogate.errors import ConfigError
 from surrogate.hardware import GIB
 from surrogate.scoring import score
 
@@ -222,36 +222,34 @@ def predict_frame(
     fails validation gets its message there and NaN predictions; the others are predicted.
     A column that is a near miss of a configuration column (``zero``, ``grad-accum``) is a
     ConfigError, not a silently defaulted column."""
-    import pandas as pd
 
+    from surrogate.config_table import validate_table
     from surrogate.configfile import check_table_columns
 
     check_table_columns(df.columns, where="the configuration table")
     learned = resolve_model(model)
-    configs: list[TrainingConfig] = []
-    ok_rows: list[int] = []
-    errors: list[str] = [""] * len(df)
-    for pos, row in enumerate(df.to_dict("records")):
-        try:
-            configs.append(config_from_flat(row))
-            ok_rows.append(pos)
-        except SurrogateError as e:
-            errors[pos] = str(e)
-    out = df.copy()
-    for col in PRED_COLUMNS:
-        out[col] = np.nan
-    out["pred_status"] = pd.Series([None] * len(df), index=df.index, dtype="object")
-    out["extrapolation"] = pd.Series([""] * len(df), index=df.index, dtype="object")
+    checked = validate_table(df)
+    ok_rows = checked.rows.tolist()
+    errors = list(checked.errors)
+    n = len(df)
+    answers: dict[str, np.ndarray] = {col: np.full(n, np.nan) for col in PRED_COLUMNS}
+    answers["pred_status"] = np.full(n, None, dtype=object)
+    answers["extrapolation"] = np.full(n, "", dtype=object)
     if ok_rows:
-        ok_index = out.index[ok_rows]
-        columns = score(configs, model=learned, profile=profile).columns
+        columns = score(checked.table, model=learned, profile=profile).columns
+        impossible = [(pos, reason) for pos, reason in zip(ok_rows, columns["error"],
+                                                            strict=True) if reason]
         for col in PRED_COLUMNS:
-            out.loc[ok_index, col] = columns[col]
-        for pos, reason in zip(ok_rows, columns["error"], strict=True):
-            if reason:  # an impossible answer is an error, never a prediction
-                errors[pos] = reason
-                for col in PRED_COLUMNS:
-                    out.loc[out.index[pos], col] = _EMPTY.get(col, np.nan)
+            answers[col][checked.rows] = columns[col]
+        for pos, reason in impossible:  # an impossible answer is an error, not a prediction
+            errors[pos] = reason
+            for col in PRED_COLUMNS:
+                answers[col][pos] = _EMPTY.get(col, np.nan)
+    import pandas as pd
+
+    out = df.copy()
+    for col in PRED_COLUMNS:  # a Series keeps None as None in the text columns
+        out[col] = pd.Series(answers[col], index=df.index, dtype=answers[col].dtype)
     out["error"] = errors
     return out
 

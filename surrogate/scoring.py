@@ -39,6 +39,7 @@ import numpy as np
 
 from surrogate.analytic.run import analytic_for, impossible
 from surrogate.config import TrainingConfig
+from surrogate.config_table import FlatTable, table_len
 from surrogate.domain import beyond_practice
 from surrogate.hardware import GIB
 
@@ -83,7 +84,7 @@ class Scores:
 
 
 def score(
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     *,
     model: SurrogateModel | None = None,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
@@ -91,7 +92,9 @@ def score(
     shrink_doublings: float | None = None,
     explain: bool = False,
 ) -> Scores:
-    """Score ``configs`` (module docstring for the columns).
+    """Score ``configs``: validated configurations, or their flat table
+    (:func:`surrogate.config_table.validate_table` checks a DataFrame of them column-wise);
+    see the module docstring for the columns.
 
     ``model``: a fitted :class:`~surrogate.learned.SurrogateModel`, or None for the analytic
     model alone (``surrogate.prediction.resolve_model`` turns "default" or a path into one).
@@ -99,7 +102,7 @@ def score(
     ``extra``: per-configuration columns the hardware model reads (``net_scale``: a run's own
     measured bandwidth). ``shrink_doublings`` overrides the learned model's shrinkage off its
     domain (evaluation compares settings); ``explain`` adds SHAP contributions."""
-    n = len(configs)
+    n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
                       perf_models=[])
@@ -154,11 +157,11 @@ def score_runs(
     (:func:`surrogate.clusters.run_context`: the cluster's profile and the bandwidth the run
     measured); the columns indexed like ``runs``."""
     from surrogate.clusters import run_context
-    from surrogate.config import config_from_flat
+    from surrogate.config_table import valid_table
 
-    configs = [config_from_flat(r) for r in runs.to_dict("records")]
+    table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
-    return score(configs, model=model, profile=profiles, extra=extra,
+    return score(table, model=model, profile=profiles, extra=extra,
                  shrink_doublings=shrink_doublings).frame(index=runs.index)
 
 

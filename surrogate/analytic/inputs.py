@@ -10,13 +10,15 @@ expert width in use), and the MLA ranks, shared-expert width and dense-layer cou
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.config import RECOMPUTE_MODES, TrainingConfig
+from surrogate.config import MODEL_FIELDS, RECOMPUTE_MODES, ModelConfig, TrainingConfig
+from surrogate.config_table import FlatTable, flat_table, per_group, table_len
 from surrogate.frameworks import FRAMEWORKS, get_framework
-from surrogate.hardware import GIB, GPUS
+from surrogate.hardware import GIB, GPUS, get_gpu
 
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
@@ -33,56 +35,75 @@ _NUMERIC = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
     "seq_len", "num_experts", "experts_topk", "gpus_per_node", "num_nodes",
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
+    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "shared_expert_ffn_hidden_size",
+    "num_dense_layers", "tie_embeddings", "sequence_parallel",
 )
+"""Configuration columns the analytic model reads as they are."""
 
 
-def config_row(cfg: TrainingConfig) -> dict[str, float]:
-    """One configuration as the numbers the analytic model reads."""
-    m, c, lay = cfg.model, cfg.cluster, cfg.layout
-    gpu = c.spec
-    fw = get_framework(lay.framework)
-    row = {name: float(getattr(m if hasattr(m, name) else c if hasattr(c, name) else lay, name))
-           for name in _NUMERIC}
-    row.update(
-        tie_embeddings=float(m.tie_embeddings),
-        moe_ffn_hidden_size=float(m.expert_ffn_hidden_size),
-        # attention and MoE variants (ModelConfig): head widths as used, 0 where absent
-        qk_head_dim=float(m.attention_head_dim),
-        v_head_dim=float(m.value_head_dim),
-        q_lora_rank=float(m.q_lora_rank),
-        kv_lora_rank=float(m.kv_lora_rank),
-        qk_rope_head_dim=float(m.qk_rope_head_dim),
-        shared_expert_ffn_hidden_size=float(m.shared_expert_ffn_hidden_size),
-        num_dense_layers=float(m.num_dense_layers),
-        sequence_parallel=float(lay.sequence_parallel),
-        recompute=RECOMPUTE_CODE[lay.recompute],
-        fp8=float(lay.dtype == "fp8"),
-        peak_flops=gpu.peak_flops(lay.dtype),
-        memory_bytes=gpu.memory_gib * GIB,
-        hbm_bw=gpu.hbm_bw_bytes_per_s,
-        intra_node_bw=gpu.intra_node_bw_bytes_per_s,
-        inter_node_bw=gpu.inter_node_bw_bytes_per_s,
-        intra_node_latency_s=gpu.intra_node_latency_s,
-        inter_node_latency_s=gpu.inter_node_latency_s,
-        fp32_grad_accumulation=float(fw.fp32_grad_accumulation),
-        is_nanotron=float(fw.name == "nanotron"),
-        framework_version_rank=float(fw.versions.index(lay.framework_version or fw.versions[-1])),
-        gpu_code=float(GPU_NAMES.index(c.gpu)),
-        framework_code=float(FRAMEWORK_VERSIONS.index(
-            f"{fw.name}/{lay.framework_version or fw.versions[-1]}")),
-    )
-    return row
+def _model_widths(m: ModelConfig) -> tuple[float, float, float]:
+    """The widths a model's variant fields give: query/key and value head widths, expert MLP
+    width (ModelConfig's properties)."""
+    return (float(m.attention_head_dim), float(m.value_head_dim),
+            float(m.expert_ffn_hidden_size))
+
+
+def _gpu_traits(gpu: str, dtype: str) -> tuple[float, ...]:
+    spec = get_gpu(gpu)
+    return (spec.peak_flops(dtype), spec.memory_gib * GIB, spec.hbm_bw_bytes_per_s,
+            spec.intra_node_bw_bytes_per_s, spec.inter_node_bw_bytes_per_s,
+            spec.intra_node_latency_s, spec.inter_node_latency_s,
+            float(GPU_NAMES.index(spec.name)))
+
+
+_GPU_COLUMNS = ("peak_flops", "memory_bytes", "hbm_bw", "intra_node_bw", "inter_node_bw",
+                "intra_node_latency_s", "inter_node_latency_s", "gpu_code")
+
+
+def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
+    fw = get_framework(framework)
+    v = version or fw.versions[-1]
+    return (float(fw.fp32_grad_accumulation), float(fw.name == "nanotron"),
+            float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")))
+
+
+_FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "is_nanotron", "framework_version_rank",
+                      "framework_code")
+
+
+def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
+            columns: tuple[str, ...]) -> dict[str, Array]:
+    """Columns of ``fn`` evaluated once per distinct value of the table's ``names``."""
+    codes, answers = per_group([table[k] for k in names], fn)
+    values = np.array(answers, dtype=np.float64).reshape(len(answers), len(columns))[codes]
+    return {name: values[:, j] for j, name in enumerate(columns)}
+
+
+def cols_from_table(table: FlatTable) -> dict[str, Array]:
+    """The analytic model's columns of validated configurations given as a flat table
+    (:mod:`surrogate.config_table`), with the free parameters of each configuration's
+    framework version (``p_<name>``, :mod:`surrogate.analytic.params`). Derived values (head
+    widths, the GPU's and framework's traits) are computed once per distinct model, GPU and
+    framework."""
+    from surrogate.analytic.params import param_columns
+
+    if table_len(table) == 0:
+        return {}
+    cols = {name: table[name].astype(np.float64) for name in _NUMERIC}
+    widths = _traits(table, MODEL_FIELDS, lambda *m: _model_widths(
+        ModelConfig(**dict(zip(MODEL_FIELDS, m, strict=True)))),
+        ("qk_head_dim", "v_head_dim", "moe_ffn_hidden_size"))
+    cols.update(widths)
+    cols["recompute"] = _traits(table, ("recompute",), lambda r: (RECOMPUTE_CODE[r],),
+                                ("recompute",))["recompute"]
+    cols["fp8"] = (table["dtype"] == "fp8").astype(np.float64)
+    cols.update(_traits(table, ("gpu", "dtype"), _gpu_traits, _GPU_COLUMNS))
+    cols.update(_traits(table, ("framework", "framework_version"), _framework_traits,
+                        _FRAMEWORK_COLUMNS))
+    cols.update(param_columns(cols["framework_code"]))
+    return cols
 
 
 def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:
-    """Stack configurations into columns (each a float64 array of len(configs)), with the
-    free parameters of each configuration's framework version (``p_<name>``,
-    :mod:`surrogate.analytic.params`)."""
-    from surrogate.analytic.params import param_columns
-
-    rows = [config_row(cfg) for cfg in configs]
-    if not rows:
-        return {}
-    cols = {k: np.array([r[k] for r in rows], dtype=np.float64) for k in rows[0]}
-    cols.update(param_columns([FRAMEWORK_VERSIONS[int(r["framework_code"])] for r in rows]))
-    return cols
+    """:func:`cols_from_table` of validated configurations."""
+    return cols_from_table(flat_table(configs))

@@ -166,10 +166,12 @@ def values_for(framework_version: str) -> dict[str, float]:
     return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
 
 
-def param_columns(framework_versions: list[str]) -> dict[str, Array]:
-    """``p_<name>`` columns for configurations of the given ``framework/version`` each."""
-    table = {fv: values_for(fv) for fv in set(framework_versions)}
-    return {
-        f"p_{name}": np.array([table[fv][name] for fv in framework_versions], dtype=np.float64)
-        for name in PRIORS
-    }
+def param_columns(framework_codes: Array) -> dict[str, Array]:
+    """``p_<name>`` columns for configurations of the given ``framework_code`` each (the
+    index of ``framework/version`` in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS`)."""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+    codes = np.asarray(framework_codes, dtype=np.int64)
+    table = np.array([[values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
+                     dtype=np.float64)[codes]
+    return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}

@@ -14,11 +14,12 @@ from typing import Any
 
 import numpy as np
 
-from surrogate.analytic.inputs import Cols, to_cols
+from surrogate.analytic.inputs import Cols, cols_from_table
 from surrogate.analytic.memory import memory_breakdown, oom_probability, torch_reserved_bytes
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
 from surrogate.config import TrainingConfig
+from surrogate.config_table import FlatTable, flat_table, group_codes, table_len, take
 
 
 def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
@@ -81,40 +82,51 @@ def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
 
 
 def analytic_for(
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
     extra: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
     """Columns, analytic outputs and the PerfModel name of each configuration, in order.
 
+    ``configs``: validated configurations, or their flat table (``surrogate.config_table``).
     ``profile`` is one profile for every configuration or a sequence of one per
     configuration; ``extra`` adds per-configuration columns the PerfModel may read (e.g.
     ``net_scale``). Configurations are grouped by (GPU, profile) so that each group uses its
     own PerfModel."""
-    n = len(configs)
+    table = configs if isinstance(configs, dict) else flat_table(configs)
+    n = table_len(table)
     per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
     if per_config and len(profile) != n:  # type: ignore[arg-type]
         raise ValueError(f"one profile per configuration: got {len(profile)} for {n}")  # type: ignore[arg-type]
-    groups: dict[tuple[str, int], list[int]] = {}
     keys: dict[int, Any] = {}
-    for i, cfg in enumerate(configs):
-        prof = profile[i] if per_config else profile  # type: ignore[index]
-        key = id(prof) if not isinstance(prof, str | Path) else hash(str(prof))
-        keys[key] = prof
-        groups.setdefault((cfg.cluster.gpu, key), []).append(i)
+    profiles = list(profile) if per_config else [profile]  # type: ignore[arg-type]
+    for prof in profiles:
+        keys[_profile_key(prof)] = prof
+    key_of = np.array([_profile_key(p) for p in profiles], dtype=np.int64)
+    key_col = key_of if per_config else np.full(n, key_of[0])
+    codes, groups = group_codes([table["gpu"], key_col])
     cols: dict[str, np.ndarray] = {}
     outs: dict[str, np.ndarray] = {}
-    names = [""] * n
-    for (gpu, key), idx in groups.items():
+    names = np.empty(n, dtype=object)
+    whole = len(groups) == 1
+    for g, (gpu, key) in enumerate(groups):
+        idx = np.arange(n) if whole else np.flatnonzero(codes == g)
         perf = resolve_perf_model(gpu, keys[key])
-        c = to_cols([configs[i] for i in idx])
+        c = cols_from_table(table if whole else take(table, idx))
         for name, values in (extra or {}).items():
             c[name] = np.asarray(values, dtype=np.float64)[idx]
         out = analytic_columns(c, perf)
-        for target, part in ((cols, c), (outs, out)):
-            for k, v in part.items():
-                target.setdefault(k, np.full(n, np.nan))[idx] = v
-        for i in idx:
-            names[i] = perf.name
-    return cols, outs, names
+        if whole:
+            cols, outs = c, out
+        else:
+            for target, part in ((cols, c), (outs, out)):
+                for k, v in part.items():
+                    target.setdefault(k, np.full(n, np.nan))[idx] = v
+        names[idx] = perf.name
+    return cols, outs, names.tolist()
+
+
+def _profile_key(prof: Any) -> int:
+    """One key per profile: its path's text, or the object itself."""
+    return hash(str(prof)) if isinstance(prof, str | Path) else id(prof)
