@@ -12,14 +12,18 @@ Missing values are NaN (GEMM rows have no size or group; collective rows no shap
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Any, Final
 
-import numpy as np
 import pandas as pd
 
 from surrogate.errors import DataError
+
+if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
+    import pandera.pandas as pa
 
 GEMM_OP: Final = "gemm"
 MICROBENCH_OPS: Final[tuple[str, ...]] = (
@@ -119,41 +123,109 @@ def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
     return out.reset_index(drop=True)
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """One rule of the table: ``must`` says what must hold (it is also the pandera check's
+    name); ``holds`` is True on the rows where it does."""
+
+    column: str | None
+    """The column checked, or None for a check of whole rows."""
+    must: str
+    holds: Callable[[Any], pd.Series]
+
+
+def _gemm(t: pd.DataFrame) -> pd.Series:
+    return t["op"] == GEMM_OP
+
+
+def _shape(t: pd.DataFrame) -> pd.DataFrame:
+    return t[["m", "n", "k", "batch"]]
+
+
+_RULES: Final[tuple[_Rule, ...]] = (
+    _Rule("op", f"op must be one of {', '.join(MICROBENCH_OPS)}", lambda s: s.isin(MICROBENCH_OPS)),
+    _Rule("dtype", "dtype must be given", lambda s: s != ""),
+    _Rule("source", "source must be given", lambda s: s != ""),
+    _Rule("hardware", "hardware must be given", lambda s: s != ""),
+    _Rule("time_s", "time_s must be a positive number of seconds", lambda s: s > 0),
+    _Rule(None, "a GEMM needs m, n, k, batch >= 1",
+          lambda t: ~(_gemm(t) & ~(_shape(t) >= 1).all(axis=1))),
+    _Rule(None, "a GEMM needs flops_per_s > 0", lambda t: ~(_gemm(t) & ~(t["flops_per_s"] > 0))),
+    _Rule(None, "a GEMM has no size_bytes (NaN)", lambda t: ~(_gemm(t) & t["size_bytes"].notna())),
+    _Rule(None, "a collective needs size_bytes > 0",
+          lambda t: _gemm(t) | (t["size_bytes"] > 0)),
+    _Rule(None, "a collective needs group_size >= 2",
+          lambda t: _gemm(t) | (t["group_size"] >= 2)),
+    _Rule(None, "a collective has no m, n, k, batch (NaN)",
+          lambda t: _gemm(t) | _shape(t).isna().all(axis=1)),
+    _Rule(None, "a collective needs algbw_bytes_per_s > 0",
+          lambda t: _gemm(t) | (t["algbw_bytes_per_s"] > 0)),
+    _Rule("nodes", "nodes must be >= 1", lambda s: s >= 1),
+    _Rule("layout", f"layout must be one of {', '.join(LAYOUTS)} or missing",
+          lambda s: s.isna() | s.isin(LAYOUTS)),
+)
+"""The rules of :func:`validate_microbench`, in the order they are reported."""
+
+
+@functools.cache
+def microbench_schema() -> pa.DataFrameSchema:
+    """The rules of :func:`validate_microbench` as a pandera schema, for a table that
+    :func:`normalise_microbench` has typed. Built on first use, as importing pandera takes a
+    while and ``surrogate predict`` needs none of it."""
+    import pandera.pandas as pa
+
+    def check(rule: _Rule) -> pa.Check:
+        return pa.Check(rule.holds, name=rule.must, ignore_na=False)
+
+    return pa.DataFrameSchema(
+        {c: pa.Column(checks=[check(r) for r in _RULES if r.column == c], nullable=True)
+         for c in MICROBENCH_COLUMNS if any(r.column == c for r in _RULES)},
+        checks=[check(r) for r in _RULES if r.column is None],
+    )
+
+
+def _failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
+    """pandera's failure cases of ``df`` under ``schema``, every check run (none if it holds),
+    whatever pandera's configuration says: its switches must not let a bad table through."""
+    import pandera.pandas as pa
+    from pandera.config import ValidationDepth, config_context
+
+    with config_context(validation_enabled=True,
+                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+        try:
+            schema.validate(df, lazy=True)
+        except pa.errors.SchemaErrors as e:
+            cases: pd.DataFrame = e.failure_cases
+            return cases
+    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
+
+
 def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
-    """Normalise ``df`` and check the schema's rules; raises DataError on the first broken rule
-    with the offending row. Returns the normalised table."""
+    """Normalise ``df`` and check the schema's rules (:func:`microbench_schema`); raises
+    DataError naming the first broken rule (in :data:`_RULES`'s order) and its first offending
+    row. Returns the normalised table."""
     t = normalise_microbench(df)
-
-    def fail(mask: pd.Series, rule: str) -> None:
-        if bool(mask.any()):
-            i = int(np.flatnonzero(mask.to_numpy())[0])
-            row = t.iloc[i]
-            raise DataError(
-                f"microbenchmark row {i}: {rule}; got op={row['op']!r} dtype={row['dtype']!r} "
-                f"m={row['m']} n={row['n']} k={row['k']} size_bytes={row['size_bytes']} "
-                f"group_size={row['group_size']} time_s={row['time_s']} "
-                f"(source={row['source']!r} file={row['file']!r})"
-            )
-
-    fail(~t["op"].isin(MICROBENCH_OPS), f"op must be one of {', '.join(MICROBENCH_OPS)}")
-    fail(t["dtype"] == "", "dtype must be given")
-    fail(t["source"] == "", "source must be given")
-    fail(t["hardware"] == "", "hardware must be given")
-    fail(~(t["time_s"] > 0), "time_s must be a positive number of seconds")
-    gemm = t["op"] == GEMM_OP
-    shape = t[["m", "n", "k", "batch"]]
-    fail(gemm & ~(shape >= 1).all(axis=1), "a GEMM needs m, n, k, batch >= 1")
-    fail(gemm & ~(t["flops_per_s"] > 0), "a GEMM needs flops_per_s > 0")
-    fail(gemm & t["size_bytes"].notna(), "a GEMM has no size_bytes (NaN)")
-    coll = ~gemm
-    fail(coll & ~(t["size_bytes"] > 0), "a collective needs size_bytes > 0")
-    fail(coll & ~(t["group_size"] >= 2), "a collective needs group_size >= 2")
-    fail(coll & shape.notna().any(axis=1), "a collective has no m, n, k, batch (NaN)")
-    fail(coll & ~(t["algbw_bytes_per_s"] > 0), "a collective needs algbw_bytes_per_s > 0")
-    fail(~(t["nodes"] >= 1), "nodes must be >= 1")
-    layout_ok = t["layout"].isna() | t["layout"].isin(LAYOUTS)
-    fail(~layout_ok, f"layout must be one of {', '.join(LAYOUTS)} or missing")
-    return t
+    order = {rule.must: k for k, rule in enumerate(_RULES)}
+    cases = _failure_cases(microbench_schema(), t)
+    first = min(
+        ((order.get(str(check), len(_RULES)) if pd.notna(row) else -1,
+          int(row) if pd.notna(row) else -1, f"{column}: {check} ({case})")
+         for check, column, row, case in zip(cases["check"], cases["column"], cases["index"],
+                                             cases["failure_case"], strict=True)),
+        default=None,
+    )
+    if first is None:
+        return t
+    rule, i, what = first
+    if rule < 0 or rule == len(_RULES):  # a check raised, or a failure no rule of ours names
+        raise DataError(f"microbenchmark table: could not check {what}")
+    row = t.iloc[i]
+    raise DataError(
+        f"microbenchmark row {i}: {_RULES[rule].must}; got op={row['op']!r} "
+        f"dtype={row['dtype']!r} m={row['m']} n={row['n']} k={row['k']} "
+        f"size_bytes={row['size_bytes']} group_size={row['group_size']} time_s={row['time_s']} "
+        f"(source={row['source']!r} file={row['file']!r})"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

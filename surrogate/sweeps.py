@@ -15,11 +15,12 @@ atomic (:func:`surrogate.tableio.write_table_atomic`) and say what they added an
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
@@ -32,6 +33,9 @@ from surrogate.config import (
     config_to_flat,
 )
 from surrogate.errors import ConfigError, DataError
+
+if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
+    import pandera.pandas as pa
 
 Status = Literal["completed", "oom", "fail", "timeout"]
 STATUSES: tuple[str, ...] = get_args(Status)
@@ -132,13 +136,131 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     return pd.Series(mfu(tps, to_cols(configs)), index=df.index, dtype="float64")
 
 
-def _indices(mask: Any) -> list[int]:
-    """Row positions where a boolean mask holds."""
-    return [int(i) for i in np.flatnonzero(mask)]
-
-
 def _is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
+
+def _numbers(s: pd.Series) -> pd.Series:
+    """``s`` as float64, NaN where a value is missing or not a number."""
+    return pd.to_numeric(s, errors="coerce").astype("float64")
+
+
+def _each(test: Callable[[Any], bool]) -> Callable[[pd.Series], pd.Series]:
+    """A column check that applies ``test`` to every value, missing ones included."""
+    return lambda s: s.map(test).astype(bool)
+
+
+@dataclass(frozen=True)
+class _Rule:
+    """One check of a column and what its message says: ``must`` is formatted with the value
+    as given (``raw``) and as a number (``number``)."""
+
+    column: str
+    name: str
+    holds: Callable[[pd.Series], pd.Series]
+    """True where a value is fine; missing values are the rule's to judge."""
+    must: str
+
+
+def _rules() -> tuple[_Rule, ...]:
+    """The column checks, in the order their problems are listed."""
+    rules: list[_Rule] = []
+    for col in MEASUREMENT_COLUMNS:
+        rules += [
+            _Rule(col, f"{col} is a number", lambda s: ~(_numbers(s).isna() & s.notna()),
+                  "must be a number or missing (NaN), got {raw!r}"),
+            _Rule(col, f"{col} > 0", lambda s: ~(_numbers(s) <= 0),
+                  "must be > 0 or missing (NaN, never 0 or -1), got {number!r}"),
+            _Rule(col, f"{col} is finite", lambda s: ~np.isinf(_numbers(s)),
+                  "must be finite, got {number!r}"),
+        ]
+    rules.append(_Rule("mfu", "mfu <= 1", lambda s: ~(_numbers(s) > 1),
+                       "must be a fraction in (0, 1], got {number!r} "
+                       "(a percentage belongs in mfu_reported)"))
+    rules.append(_Rule("status", "status is known", _each(lambda v: v in STATUSES),
+                       f"must be one of {', '.join(STATUSES)}, got {{raw!r}}"))
+    for col in ("source", "run_id"):
+        rules.append(_Rule(col, f"{col} is text", _each(lambda v: isinstance(v, str)
+                                                         and bool(v.strip())),
+                           "must be a non-empty string, got {raw!r}"))
+    for col in ("date", "hardware", "model_name"):
+        rules.append(_Rule(col, f"{col} is text", _each(lambda v: _is_missing(v)
+                                                        or isinstance(v, str)),
+                           "must be text or missing, got {raw!r}"))
+    return tuple(rules)
+
+
+_RULES = _rules()
+
+
+@functools.cache
+def sweep_schema() -> pa.DataFrameSchema:
+    """The column checks of :func:`validate_sweeps` and the uniqueness of (source, run_id) as a
+    pandera schema. It judges values only: columns, configurations and dtypes are
+    :func:`validate_sweeps`'s. Built on first use, as importing pandera takes a while."""
+    import pandera.pandas as pa
+
+    checks: dict[str, list[pa.Check]] = {c: [] for c in SWEEP_COLUMNS}
+    for rule in _RULES:
+        checks[rule.column].append(pa.Check(rule.holds, name=rule.name, ignore_na=False))
+    return pa.DataFrameSchema(
+        {c: pa.Column(checks=checks[c], nullable=True) for c in SWEEP_COLUMNS if checks[c]},
+        unique=list(KEY_COLUMNS),
+        report_duplicates="exclude_first",
+    )
+
+
+_UNIQUE = "multiple_fields_uniqueness"
+"""pandera's name for a failure of ``DataFrameSchema(unique=...)``."""
+
+
+def _failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
+    """pandera's failure cases of ``df`` under ``schema``, every check run (none if it holds),
+    whatever pandera's configuration says: its switches must not let a bad table through."""
+    import pandera.pandas as pa
+    from pandera.config import ValidationDepth, config_context
+
+    with config_context(validation_enabled=True,
+                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+        try:
+            schema.validate(df, lazy=True)
+        except pa.errors.SchemaErrors as e:
+            cases: pd.DataFrame = e.failure_cases
+            return cases
+    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
+
+
+def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
+    """(rule, row, what) of every failed check of :func:`sweep_schema`, in message order: rule
+    by rule as :data:`_RULES` lists them, then the uniqueness of (source, run_id) (rule
+    ``len(_RULES)``), then failures no rule names (one above), each rule's rows ascending.
+    ``what`` describes a failure no rule names; row -1: the check raised, ``what`` says how."""
+    order = {rule.name: k for k, rule in enumerate(_RULES)}
+    order[_UNIQUE] = len(_RULES)
+    cases = _failure_cases(sweep_schema(), out)
+    found = set()  # a check of several columns reports each of them; one problem per row
+    for check, column, row, case in zip(cases["check"], cases["column"], cases["index"],
+                                        cases["failure_case"], strict=True):
+        if pd.isna(row):  # the check raised: pandera gives the error instead of rows
+            found.add((len(_RULES) + 1, -1, f"{column}: {check} ({case})"))
+        elif str(check) in order:
+            found.add((order[str(check)], int(row), ""))
+        else:
+            found.add((len(_RULES) + 1, int(row), f"{column}: {check}"))
+    return sorted(found)
+
+
+def _describe(out: pd.DataFrame, rule: int, row: int, what: str) -> str:
+    """The message of one problem from :func:`_value_problems`."""
+    if rule < len(_RULES):
+        r = _RULES[rule]
+        raw = out[r.column].iloc[row]
+        number = float(_numbers(out[r.column]).iloc[row]) if "{number" in r.must else None
+        return f"row {row}: {r.column} {r.must.format(raw=raw, number=number)}"
+    if rule == len(_RULES):
+        return (f"row {row}: (source, run_id) must be unique, got a second "
+                f"({out['source'].iloc[row]!r}, {out['run_id'].iloc[row]!r})")
+    return f"row {row}: {what} does not hold" if row >= 0 else f"could not check {what}"
 
 
 def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataFrame:
@@ -147,8 +269,9 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     model-variant columns (:data:`surrogate.config.ARCHITECTURE_FIELDS`, added later) gets
     their defaults, 0: it was written when every model was a Llama block.
 
-    Raises DataError saying what must hold, what was given and in which rows (the first few
-    of each kind of problem, and how many in all).
+    Values are checked by :func:`sweep_schema` (pandera), each row's configuration by
+    :func:`surrogate.config.config_from_flat`. Raises DataError saying what must hold, what was
+    given and in which rows (the first few problems, configurations first, and how many in all).
     """
     absent = [c for c in ARCHITECTURE_FIELDS if c not in df.columns]
     if absent:  # a table written before these columns existed holds Llama blocks (their 0)
@@ -165,53 +288,23 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
                         f"{'; '.join(parts)}")
     out = df.reset_index(drop=True).copy()
     errors: list[str] = []
-
-    def bad(row: int, message: str) -> None:
-        errors.append(f"row {row}: {message}")
-
     flat_rows: list[dict[str, Any]] = []
     records: list[dict[str, Any]] = out[list(CONFIG_COLUMNS)].to_dict("records")  # type: ignore[assignment]
     for i, record in enumerate(records):
         try:
             flat_rows.append(config_to_flat(config_from_flat(record)))
         except ConfigError as e:
-            bad(i, str(e))
+            errors.append(f"row {i}: {e}")
             flat_rows.append(record)
+    problems = _value_problems(out)
+    if errors or problems:
+        count = len(errors) + len(problems)
+        shown = errors[:_MAX_ERRORS_SHOWN] + [
+            _describe(out, *p) for p in problems[: max(0, _MAX_ERRORS_SHOWN - len(errors))]]
+        more = f" (and {count - _MAX_ERRORS_SHOWN} more)" if count > _MAX_ERRORS_SHOWN else ""
+        raise DataError(f"{where}: {count} problem(s): {'; '.join(shown)}{more}")
     for col in MEASUREMENT_COLUMNS:
-        values = pd.to_numeric(out[col], errors="coerce")
-        not_numeric = values.isna() & out[col].notna()
-        for i in _indices(not_numeric.to_numpy()):
-            bad(int(i), f"{col} must be a number or missing (NaN), got {out[col].iloc[i]!r}")
-        non_positive = values <= 0
-        for i in _indices(non_positive.to_numpy()):
-            bad(int(i), f"{col} must be > 0 or missing (NaN, never 0 or -1), "
-                        f"got {float(values.iloc[i])!r}")
-        infinite = np.isinf(values.to_numpy(dtype=np.float64))
-        for i in _indices(infinite):
-            bad(int(i), f"{col} must be finite, got {float(values.iloc[i])!r}")
-        out[col] = values.astype("float64")
-    for i in _indices((out["mfu"] > 1).to_numpy()):
-        bad(int(i), f"mfu must be a fraction in (0, 1], got {float(out['mfu'].iloc[i])!r} "
-                    "(a percentage belongs in mfu_reported)")
-    for i, s in enumerate(out["status"]):
-        if s not in STATUSES:
-            bad(i, f"status must be one of {', '.join(STATUSES)}, got {s!r}")
-    for col in ("source", "run_id"):
-        for i, v in enumerate(out[col]):
-            if not isinstance(v, str) or not v.strip():
-                bad(i, f"{col} must be a non-empty string, got {v!r}")
-    for col in ("date", "hardware", "model_name"):
-        for i, v in enumerate(out[col]):
-            if not _is_missing(v) and not isinstance(v, str):
-                bad(i, f"{col} must be text or missing, got {v!r}")
-    dup = out.duplicated(list(KEY_COLUMNS), keep="first")
-    for i in _indices(dup.to_numpy()):
-        bad(int(i), f"(source, run_id) must be unique, got a second "
-                    f"({out['source'].iloc[i]!r}, {out['run_id'].iloc[i]!r})")
-    if errors:
-        shown = "; ".join(errors[:_MAX_ERRORS_SHOWN])
-        more = f" (and {len(errors) - _MAX_ERRORS_SHOWN} more)" if len(errors) > 5 else ""
-        raise DataError(f"{where}: {len(errors)} problem(s): {shown}{more}")
+        out[col] = _numbers(out[col])
     config = pd.DataFrame(flat_rows, columns=list(CONFIG_COLUMNS))
     for col in CONFIG_COLUMNS:
         out[col] = config[col].to_numpy()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
+import pandera.pandas as pa
 import pytest
 
 from surrogate.errors import DataError
@@ -12,6 +15,7 @@ from surrogate.microbench_table import (
     append_microbench,
     empty_microbench,
     hardware_from_device_name,
+    microbench_schema,
     rows_to_microbench,
     validate_microbench,
 )
@@ -49,6 +53,37 @@ def test_validation_says_what_must_hold(change: dict[str, object], match: str) -
     row.update(change)
     with pytest.raises(DataError, match=match):
         validate_microbench(rows_to_microbench([row]))
+
+
+def test_the_first_broken_rule_is_reported_with_its_first_row() -> None:
+    rows = [_coll(1024, 1e-5, run) for run in "abcd"]
+    rows[1].update(layout="diagonal")  # the last rule, in an earlier row
+    rows[2].update(group_size=1.0)
+    rows[3].update(group_size=1.0, op="allreduce")  # the first rule, in the last row
+    with pytest.raises(DataError) as e:
+        validate_microbench(rows_to_microbench(rows))
+    assert str(e.value) == (
+        "microbenchmark row 3: op must be one of gemm, all_reduce, all_gather, reduce_scatter, "
+        "all_to_all, broadcast, send_recv; got op='allreduce' dtype='f32' m=nan n=nan k=nan "
+        "size_bytes=1024.0 group_size=1.0 time_s=1e-05 (source='test' file='')"
+    )
+    rows[3].update(op="all_reduce")
+    with pytest.raises(DataError, match=r"^microbenchmark row 2: a collective needs group_size"):
+        validate_microbench(rows_to_microbench(rows))
+
+
+def test_rules_are_a_pandera_schema_and_a_large_clean_table_passes() -> None:
+    assert isinstance(microbench_schema(), pa.DataFrameSchema)
+    assert microbench_schema() is microbench_schema()  # built once
+    table = rows_to_microbench([_coll(1024.0 * (i + 1), 1e-5) for i in range(3000)])
+    assert validate_microbench(table).equals(table)
+
+
+def test_importing_the_module_leaves_pandera_unimported() -> None:
+    code = "import sys, surrogate.microbench_table; print('pandera' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_schema_columns_are_exact() -> None:

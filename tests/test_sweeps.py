@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import pandera.pandas as pa
 import pytest
+from pandera.config import config_context
 
 from surrogate.config import ARCHITECTURE_FIELDS, CONFIG_COLUMNS, LayoutConfig, TrainingConfig
 from surrogate.errors import DataError
@@ -21,6 +25,7 @@ from surrogate.sweeps import (
     read_sweeps,
     recompute_mfu,
     sweep_row,
+    sweep_schema,
     sweep_summary,
     validate_sweeps,
     write_sweeps,
@@ -89,6 +94,66 @@ def test_validation_rejects_duplicate_keys() -> None:
     df = pd.concat([_table(), _table()], ignore_index=True)
     with pytest.raises(DataError, match=r"\(source, run_id\) must be unique"):
         validate_sweeps(df)
+
+
+def _several_problems() -> pd.DataFrame:
+    df = _table(_row("a"), _row("b"), _row("c"), _row("d")).astype(object)
+    df.loc[0, ["status", "step_time_s"]] = ["crashed", "slow"]
+    df.loc[1, ["mfu", "run_id"]] = [38.0, ""]
+    df.loc[2, "tp"] = 3
+    df.loc[3, ["date", "step_time_s", "run_id"]] = [20240101, -1.0, "a"]
+    return df
+
+
+def test_validation_lists_the_first_problems_configurations_first_then_rule_by_rule() -> None:
+    with pytest.raises(DataError) as e:
+        validate_sweeps(_several_problems(), where="t.csv")
+    assert str(e.value) == (
+        "t.csv: 8 problem(s): "
+        "row 2: dp * tp * pp * cp must equal the number of GPUs (8 = 1 nodes x 8), "
+        "got dp=8 tp=3 pp=1 cp=1 (24); "
+        "row 0: step_time_s must be a number or missing (NaN), got 'slow'; "
+        "row 3: step_time_s must be > 0 or missing (NaN, never 0 or -1), got -1.0; "
+        "row 1: mfu must be a fraction in (0, 1], got 38.0 (a percentage belongs in mfu_reported); "
+        "row 0: status must be one of completed, oom, fail, timeout, got 'crashed' (and 3 more)"
+    )
+
+
+def test_validation_lists_text_and_key_problems_after_the_values() -> None:
+    df = _several_problems()
+    df.loc[:2, "status"] = "completed"
+    df.loc[:3, ["step_time_s", "mfu"]] = [float("nan"), 0.5]
+    df.loc[2, "tp"] = 1
+    with pytest.raises(DataError) as e:
+        validate_sweeps(df)
+    assert str(e.value) == (
+        "sweep table: 3 problem(s): row 1: run_id must be a non-empty string, got ''; "
+        "row 3: date must be text or missing, got 20240101; "
+        "row 3: (source, run_id) must be unique, got a second ('test', 'a')"
+    )
+
+
+def test_value_checks_are_a_pandera_schema_that_pandera_settings_cannot_switch_off() -> None:
+    assert isinstance(sweep_schema(), pa.DataFrameSchema)
+    assert sweep_schema() is sweep_schema()  # built once
+    df = _table().astype({"status": object})
+    df.loc[0, "status"] = "crashed"
+    with config_context(validation_enabled=False), pytest.raises(DataError, match="crashed"):
+        validate_sweeps(df)
+
+
+def test_a_clean_table_of_thousands_of_rows_validates_unchanged() -> None:
+    df = _table(*(_row(f"r{i}", status=("completed", "oom")[i % 2],
+                       step_time_s=1.0 + i % 7, date="2025-01-01") for i in range(3000)))
+    assert len(df) == 3000
+    pd.testing.assert_frame_equal(validate_sweeps(df), df)
+
+
+def test_importing_the_module_leaves_pandera_unimported() -> None:
+    code = "import sys, surrogate.sweeps; print('pandera' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=True)
+    assert done.stdout.strip() == "False"
 
 
 def test_validation_canonicalises_config(tmp_path: Path) -> None:
