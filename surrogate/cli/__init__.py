@@ -2,7 +2,10 @@
 
 Every :class:`~surrogate.errors.SurrogateError`, and every usage error (an unknown command or
 option, a value of the wrong type, a missing value), becomes one line on stderr and exit code
-2; ``--debug`` (anywhere on the command line) shows the traceback instead.
+2; ``--debug`` (anywhere on the command line) shows the traceback instead. That holds for the
+plugin commands of the programs (``train``, ``evaluate``, ``microbench``) too, which
+:mod:`surrogate.cli.app` loads from entry points only when one of them, or the help, is asked
+for.
 """
 
 from __future__ import annotations
@@ -11,8 +14,8 @@ import sys
 
 import typer
 
-from surrogate.cli import data, microbench, predict, search, train  # noqa: F401  (register commands)
-from surrogate.cli.app import app
+from surrogate.cli import calibrate, data, predict, search  # noqa: F401  (register commands)
+from surrogate.cli.app import app, ensure_plugins
 from surrogate.errors import SurrogateError
 
 try:  # typer >= 0.2x parses with its own copy of click; older typer with the click package
@@ -67,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    ensure_plugins(args)
     try:
         result = app(args=args, prog_name="surrogate", standalone_mode=False)
     except SurrogateError as e:

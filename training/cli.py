@@ -1,4 +1,12 @@
-"""`surrogate train` and `surrogate evaluate`: thin faces of the ``training`` program."""
+"""`surrogate train` and `surrogate evaluate`: the ``training`` program's commands.
+
+The library never imports this program: pyproject.toml declares :func:`register` under the
+``surrogate.commands`` entry-point group, and ``surrogate.cli`` calls it when a command it
+does not have itself is asked for (or for the help that lists every command).
+"""
+
+# typer option declarations read best one per line (as in surrogate/cli/, pyproject.toml)
+# ruff: noqa: E501
 
 from __future__ import annotations
 
@@ -7,8 +15,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-
-from surrogate.cli.app import app
 
 if TYPE_CHECKING:
     from training.evaluate import ProtocolResult
@@ -39,7 +45,6 @@ def _json_results(results: dict[str, ProtocolResult]) -> dict[str, Any]:
             for p, r in results.items()}
 
 
-@app.command("train")
 def train_cmd(
     sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) to train on besides the Playbook data (repeatable).")] = None,
     no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
@@ -102,7 +107,6 @@ def train_cmd(
                    f"registered as {tracked.model_name} version {tracked.model_version}")
 
 
-@app.command("evaluate")
 def evaluate_cmd(
     sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) besides the Playbook data (repeatable).")] = None,
     no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
@@ -132,3 +136,9 @@ def evaluate_cmd(
         typer.echo(json.dumps(_json_results(results), indent=2))
     else:
         _print_results(results)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``train`` and ``evaluate`` to ``app`` (the ``surrogate.commands`` entry point)."""
+    app.command("train")(train_cmd)
+    app.command("evaluate")(evaluate_cmd)
