@@ -214,12 +214,15 @@ def _gpu_has_dtype(gpu: str, dtype: str) -> bool:
     return True
 
 
-def validate_table(df: pd.DataFrame) -> CheckedTable:
+def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     """Validate every row of ``df`` (columns among :data:`CONFIG_COLUMNS`, optional ones
     defaulted, others ignored) as :func:`~surrogate.config.config_from_flat` would, and give
-    the valid rows' canonical values as columns (module docstring)."""
+    the valid rows' canonical values as columns (module docstring). ``messages=False`` skips
+    the row-by-row message of a row that breaks a rule (its error is :data:`BROKEN`): a
+    generated table (a layout space) needs the verdicts only."""
     n = len(df)
-    slow = np.zeros(n, dtype=bool)
+    slow = np.zeros(n, dtype=bool)  # rows config_from_flat settles
+    broken = np.zeros(n, dtype=bool)  # rows that break a rule
     v: dict[str, np.ndarray] = {}
     for name in CONFIG_COLUMNS:
         v[name], missing = _cells(df, name, slow)
@@ -235,10 +238,17 @@ def validate_table(df: pd.DataFrame) -> CheckedTable:
     if len(fast):
         sub = {k: a[fast] for k, a in v.items()}
         bad, canonical = _canonical(sub)
-        slow[fast[bad | _broken(sub)]] = True
+        cross, inexact = _cross_rules(sub)
+        broken[fast[bad | cross]] = True
+        slow[fast[inexact & ~(bad | cross)]] = True
         for k, a in canonical.items():
             v[k][fast] = a
     errors = [""] * n
+    if messages:
+        slow |= broken
+    else:
+        for pos in np.flatnonzero(broken).tolist():
+            errors[pos] = BROKEN
     slow_rows = np.flatnonzero(slow)
     records = df.iloc[slow_rows].to_dict("records") if len(slow_rows) else []
     for pos, record in zip(slow_rows.tolist(), records, strict=True):
@@ -253,6 +263,10 @@ def validate_table(df: pd.DataFrame) -> CheckedTable:
     return CheckedTable(table=take(v, rows), rows=rows, errors=errors)
 
 
+BROKEN = "breaks a rule of surrogate.config"
+"""The error of a row :func:`validate_table` judged without its message."""
+
+
 def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     """The flat table of a DataFrame every row of which must be a valid configuration (a
     sweep table's runs); DataError naming the first row that is not."""
@@ -263,17 +277,19 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     return checked.table
 
 
-def _broken(v: FlatTable) -> np.ndarray:
-    """Where a cross rule breaks, or a product leaves the exact range of the column path."""
+def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
+    """Where a cross rule breaks, and where a product leaves the range in which float64
+    columns are exact (config_from_flat then decides)."""
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
-    big = np.zeros(len(c.dp), dtype=bool)
+    inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):
-        big |= product >= _EXACT_PRODUCT
+        inexact |= product >= _EXACT_PRODUCT
+    broken = np.zeros(len(c.dp), dtype=bool)
     with np.errstate(all="ignore"):  # a degree of 0 breaks a layout rule anyway
         for rule in CROSS_RULES:
-            big |= np.asarray(rule.broken(c), dtype=bool)
-    return big
+            broken |= np.asarray(rule.broken(c), dtype=bool)
+    return broken & ~inexact, inexact
 
 
 def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
@@ -304,5 +320,5 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return bad, canonical
 
 
-__all__ = ["CheckedTable", "FlatTable", "flat_table", "group_codes", "per_group", "take",
+__all__ = ["BROKEN", "CheckedTable", "FlatTable", "flat_table", "group_codes", "per_group", "take",
            "valid_table", "validate_table"]

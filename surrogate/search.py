@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from surrogate.config import TrainingConfig, config_to_flat
+from surrogate.config import TrainingConfig, config_from_flat
+from surrogate.config_table import FlatTable, flat_table, table_len
 from surrogate.errors import ConfigError
 from surrogate.progress import ProgressFn, report
 from surrogate.space import (
@@ -33,7 +34,9 @@ from surrogate.space import (
     DIMENSIONS,
     LayoutSpace,
     layout_key,
+    layout_keys,
     layout_label,
+    layout_labels,
 )
 
 if TYPE_CHECKING:
@@ -70,14 +73,15 @@ class Limits:
 
 
 def score_configs(
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     *,
     model: SurrogateModel | str | Path | None = "default",
     profile: str | Path | PerfModel | None = None,
     limits: Limits | None = None,
 ) -> pd.DataFrame:
-    """:func:`surrogate.scoring.score` of every configuration, with what ranking needs: the
-    flat configuration, ``layout``, ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
+    """:func:`surrogate.scoring.score` of every configuration (validated ones, or their flat
+    table: :meth:`LayoutSpace.table`), with what ranking needs: the flat configuration,
+    ``layout``, ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
     (:func:`surrogate.space.layout_key`). ``feasible``: p_oom within the limit and the device
     peak (``pred_device_mem_gib``) within the GPU's memory less the margin.
 
@@ -89,22 +93,23 @@ def score_configs(
     from surrogate.scoring import score
 
     limits = limits or Limits()
-    if not configs:
+    table = configs if isinstance(configs, dict) else flat_table(configs)
+    if table_len(table) == 0:
         return pd.DataFrame(columns=[*SCORE_COLUMNS, "key"])
-    s = score(configs, model=resolve_model(model), profile=profile)
+    s = score(table, model=resolve_model(model), profile=profile)
     bad = next((r for r in s.columns["error"] if r), "")
     if bad:
         raise ConfigError(bad)
-    frame = pd.DataFrame([config_to_flat(cfg) for cfg in configs])
-    frame["layout"] = [layout_label(cfg) for cfg in configs]
-    frame["num_gpus"] = [cfg.cluster.num_gpus for cfg in configs]
+    frame = pd.DataFrame(table)
+    frame["layout"] = layout_labels(table)
+    frame["num_gpus"] = table["gpus_per_node"] * table["num_nodes"]
     for k, v in s.columns.items():
         if k != "error":
             frame[k] = v
     frame["analytic_fits"] = s.analytic["mem_total"] <= s.cols["memory_bytes"]
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
         frame["pred_device_mem_gib"] <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
-    frame["key"] = [layout_key(cfg) for cfg in configs]
+    frame["key"] = layout_keys(table)
     return frame
 
 
@@ -182,12 +187,11 @@ def search(
     enum_frame: pd.DataFrame | None = None
     if space.is_enumerable(enumerate_limit):
         report(progress, "enumerating and scoring the space", 0, 1)
-        every = space.enumerate(enumerate_limit)
-        result.enumerated = len(every)
-        if every:
+        every = space.table(enumerate_limit)
+        result.enumerated = table_len(every)
+        if result.enumerated:
             enum_frame = rank(score_configs(every, model=learned, profile=profile,
                                             limits=limits))
-            configs.update({layout_key(c): c for c in every})
             scored_rows.append(enum_frame)
             if enum_frame["feasible"].iloc[0]:
                 result.enum_best = enum_frame.iloc[0]
@@ -233,6 +237,11 @@ def search(
             + ("" if objective == "mfu" else " and the Pareto front is empty"))
         feasible = every_scored
     result.top = feasible.head(top_k).reset_index(drop=True)
+    shown = [result.top] if result.pareto is None else [result.top, result.pareto]
+    for frame in shown:  # enumerated layouts are rows of a table: their configurations
+        for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
+            if key not in configs:
+                configs[key] = config_from_flat(row, global_batch_seqs=space.global_batch_seqs)
     return result
 
 
@@ -264,14 +273,13 @@ def _score_cache(
 
 def _pareto(frame: pd.DataFrame, objective: Objective) -> pd.DataFrame:
     """Feasible rows not dominated in (max pred_mfu, min p_oom | min num_gpus)."""
+    import numpy as np
+
     second = "p_oom" if objective == "mfu-vs-oom" else "num_gpus"
     f = frame[frame["feasible"]].sort_values(["pred_mfu", second], ascending=[False, True])
-    keep, best_second = [], math.inf
-    for idx, row in f.iterrows():
-        if row[second] < best_second:
-            keep.append(idx)
-            best_second = row[second]
-    return f.loc[keep].reset_index(drop=True)
+    values = f[second].to_numpy(dtype=np.float64)
+    best_before = np.minimum.accumulate(np.concatenate([[math.inf], values[:-1]]))
+    return f[values < best_before].reset_index(drop=True)
 
 
 def _run_study(

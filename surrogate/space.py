@@ -23,13 +23,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
+
 from surrogate.config import (
+    CONFIG_COLUMNS,
+    LAYOUT_FIELDS,
+    MODEL_FIELDS,
     RECOMPUTE_MODES,
     ClusterConfig,
     LayoutConfig,
     ModelConfig,
     TrainingConfig,
 )
+from surrogate.config_table import FlatTable, per_group, validate_table
 from surrogate.errors import ConfigError
 from surrogate.frameworks import FRAMEWORKS, get_framework
 from surrogate.hardware import canonical_gpu_name
@@ -219,14 +225,17 @@ class LayoutSpace:
                                                   "sequence_parallel", "framework")):
                             yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp, **rest}
 
-    def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
-        """Every valid layout; ConfigError if the space holds more than ``limit`` points."""
+    def _check_bound(self, limit: int) -> None:
         bound = self.size_bound()
         if bound > limit:
             raise ConfigError(
                 f"the space has up to {bound:,} points, more than the enumeration limit "
                 f"({limit:,}); narrow it or search it with optuna"
             )
+
+    def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
+        """Every valid layout; ConfigError if the space holds more than ``limit`` points."""
+        self._check_bound(limit)
         out: list[TrainingConfig] = []
         for point in self.points():
             try:
@@ -234,6 +243,42 @@ class LayoutSpace:
             except ConfigError:
                 continue
         return out
+
+    def table(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> FlatTable:
+        """Every valid layout as a flat table (:mod:`surrogate.config_table`), in the order of
+        :meth:`enumerate`, without one TrainingConfig per point: the points are generated as
+        columns, :meth:`build`'s derivations and framework rules applied to them (each
+        distinct framework signature judged once), then the table validated column-wise."""
+        import pandas as pd
+
+        self._check_bound(limit)
+        ch = self.choices()
+        heads = [(n, tp, pp, cp) for n in ch["num_nodes"] for tp in ch["tp"]
+                 for pp in ch["pp"] for cp in ch["cp"]
+                 if (n * self.gpus_per_node) % (tp * pp * cp) == 0]
+        rest = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel", "framework")
+        if not heads:
+            return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
+        grid = np.meshgrid(np.arange(len(heads)), *(np.arange(len(ch[k])) for k in rest),
+                           indexing="ij")
+        index = [g.ravel() for g in grid]
+        head = np.array(heads, dtype=np.int64)[index[0]]
+        p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
+        for k, i in zip(rest, index[1:], strict=True):
+            p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
+        p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
+        keep = self.global_batch_seqs % (p["dp"] * p["mbs"]) == 0
+        p = {k: a[keep] for k, a in p.items()}
+        p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
+        runs = _runs_as_described(p)
+        p = {k: a[runs] for k, a in p.items()}
+        n = len(p["dp"])
+        frame = {k: np.full(n, getattr(self.model, k)) for k in MODEL_FIELDS}
+        frame.update(gpu=np.full(n, self.gpu, dtype=object),
+                     gpus_per_node=np.full(n, self.gpus_per_node), dtype=np.full(n, self.dtype),
+                     framework_version=np.full(n, None, dtype=object))
+        frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p})
+        return validate_table(pd.DataFrame(frame), messages=False).table
 
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit
@@ -259,22 +304,62 @@ def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
     return (*(p[d] for d in DIMENSIONS), cfg.layout.dp, cfg.layout.grad_accum)
 
 
+def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
+    """:func:`layout_key` of every configuration of a flat table."""
+    return list(zip(*(table[k].tolist() for k in (*DIMENSIONS, "dp", "grad_accum")),
+                    strict=True))
+
+
 def layout_label(cfg: TrainingConfig) -> str:
     """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras."""
     lay = cfg.layout
-    parts = [f"dp{lay.dp}", f"tp{lay.tp}", f"pp{lay.pp}"]
-    if lay.cp > 1:
-        parts.append(f"cp{lay.cp}")
-    if lay.ep > 1:
-        parts.append(f"ep{lay.ep}")
-    if lay.vpp > 1:
-        parts.append(f"vpp{lay.vpp}")
-    parts += [f"mbs{lay.mbs}", f"ga{lay.grad_accum}", f"z{lay.zero_stage}"]
-    if lay.recompute != "none":
-        parts.append(f"rc-{lay.recompute}")
-    if lay.sequence_parallel:
+    return _label(lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
+                  lay.zero_stage, lay.recompute, lay.sequence_parallel)
+
+
+_LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
+                 "recompute", "sequence_parallel")
+
+
+def layout_labels(table: FlatTable) -> list[str]:
+    """:func:`layout_label` of every configuration of a flat table."""
+    return [_label(*values) for values in zip(*(table[k].tolist() for k in _LABEL_FIELDS),
+                                                strict=True)]
+
+
+def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad_accum: int,
+           zero_stage: int, recompute: str, sequence_parallel: bool) -> str:
+    parts = [f"dp{dp}", f"tp{tp}", f"pp{pp}"]
+    if cp > 1:
+        parts.append(f"cp{cp}")
+    if ep > 1:
+        parts.append(f"ep{ep}")
+    if vpp > 1:
+        parts.append(f"vpp{vpp}")
+    parts += [f"mbs{mbs}", f"ga{grad_accum}", f"z{zero_stage}"]
+    if recompute != "none":
+        parts.append(f"rc-{recompute}")
+    if sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
+
+
+def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
+    """Where each point's framework runs it as described
+    (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged once
+    per distinct signature: it compares degrees with 1 only, so each degree d enters as
+    min(d, 2)."""
+    degrees = ("dp", "tp", "pp", "cp", "ep", "vpp")
+    names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
+
+    def runs(framework: str, *values: Any) -> bool:
+        kwargs = dict(zip(names, values, strict=True))
+        return get_framework(framework).runs_as_another(**kwargs) is None
+
+    codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
+                                p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
+    verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
+    return verdicts
 
 
 def _expressed_recompute_modes(frameworks: Sequence[str]) -> tuple[str, ...]:

@@ -44,6 +44,9 @@ def assert_same_as_rows(df: pd.DataFrame) -> None:
     errors, flats = row_by_row(df)
     assert checked.errors == errors
     assert checked.rows.tolist() == [i for i, e in enumerate(errors) if not e]
+    quiet = validate_table(df, messages=False)  # verdicts alone: the same rows
+    assert quiet.rows.tolist() == checked.rows.tolist()
+    assert [bool(e) for e in quiet.errors] == [bool(e) for e in errors]
     for j, i in enumerate(checked.rows):
         got = {k: checked.table[k][j] for k in CONFIG_COLUMNS}
         got = {k: (v.item() if isinstance(v, np.generic) else v) for k, v in got.items()}

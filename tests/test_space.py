@@ -5,10 +5,19 @@ from __future__ import annotations
 
 import pytest
 
-from surrogate.config import ModelConfig
+from surrogate.config import CONFIG_COLUMNS, ModelConfig, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.presets import get_preset
-from surrogate.space import LayoutSpace, batch_seqs_from_tokens, divisors, layout_key, point_of
+from surrogate.space import (
+    LayoutSpace,
+    batch_seqs_from_tokens,
+    divisors,
+    layout_key,
+    layout_keys,
+    layout_label,
+    layout_labels,
+    point_of,
+)
 
 SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
              max_vpp=2, max_mbs=4)
@@ -88,3 +97,26 @@ def test_limits_and_size_errors() -> None:
     with pytest.raises(ConfigError, match="positive multiple of seq_len"):
         batch_seqs_from_tokens(1000, 4096)
     assert batch_seqs_from_tokens(1 << 20, 4096) == 256
+
+
+@pytest.mark.parametrize(("model", "nodes", "frameworks"), [
+    ("llama3-8b", (1, 2), ("nanotron", "torchtitan", "megatron")),
+    ("mixtral-8x7b", (2,), ("megatron", "torchtitan")),
+])
+def test_the_table_holds_the_enumerated_layouts_in_order(model, nodes, frameworks) -> None:
+    space = LayoutSpace(model=get_preset(model), global_batch_seqs=256, node_counts=nodes,
+                        frameworks=frameworks, max_mbs=4, max_vpp=2)
+    every = space.enumerate()
+    table = space.table()
+    assert len(table["dp"]) == len(every) > 100
+    flats = [config_to_flat(cfg) for cfg in every]
+    for k in CONFIG_COLUMNS:
+        assert table[k].tolist() == [f[k] for f in flats], k
+    assert layout_keys(table) == [layout_key(cfg) for cfg in every]
+    assert layout_labels(table) == [layout_label(cfg) for cfg in every]
+
+
+def test_a_space_without_layouts_gives_an_empty_table() -> None:
+    space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
+                        fixed={"tp": 8, "pp": 2})  # tp x pp = 16 does not divide 8 GPUs
+    assert space.enumerate() == [] and len(space.table()["dp"]) == 0
