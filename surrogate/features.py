@@ -125,7 +125,10 @@ def features_from_analytic(
         f[f"time_{term}_frac"] = out[f"time_{term}"] / step
     for term in _COMM_TERMS:
         f[f"{term}_to_compute"] = out[f"time_{term}"] / compute
-    return pd.DataFrame({name: f[name] for name in FEATURE_NAMES})
+    n = len(cap)
+    block = np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=np.float64), n)
+                             for name in FEATURE_NAMES])  # one float block: one allocation
+    return pd.DataFrame(block, columns=list(FEATURE_NAMES), copy=False)
 
 
 def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

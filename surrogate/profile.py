@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
@@ -77,10 +77,14 @@ class GemmCurve:
         e, cm, cn, ck, c0 = self.smooth
         return e / (1.0 + cm / m + cn / n + ck / k + c0 / (m * n * k))
 
+    @cached_property
+    def _log2_axes(self) -> list[Array]:
+        return [np.log2(a) for a in (self.m_axis, self.n_axis, self.k_axis)]
+
     def __call__(self, m: Array, n: Array, k: Array) -> Array:
         m, n, k = (np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(m, n, k))
         m, n, k = (np.maximum(v, 1.0) for v in (m, n, k))
-        axes = [np.log2(a) for a in (self.m_axis, self.n_axis, self.k_axis)]
+        axes = self._log2_axes
         xs = [np.log2(v) for v in (m, n, k)]
         clamped = [np.clip(x, a[0], a[-1]) for x, a in zip(xs, axes, strict=True)]
         (ml, mh, mw), (nl, nh, nw), (kl, kh, kw) = (

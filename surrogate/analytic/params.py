@@ -169,9 +169,15 @@ def values_for(framework_version: str) -> dict[str, float]:
 def param_columns(framework_codes: Array) -> dict[str, Array]:
     """``p_<name>`` columns for configurations of the given ``framework_code`` each (the
     index of ``framework/version`` in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS`)."""
+    table = _param_table()[np.asarray(framework_codes, dtype=np.int64)]
+    return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
+
+
+@cache
+def _param_table() -> Array:
+    """:func:`values_for` of every known framework version, one row each, in
+    ``FRAMEWORK_VERSIONS`` order (the shipped sets are read once, as :func:`fitted_sets`)."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
 
-    codes = np.asarray(framework_codes, dtype=np.int64)
-    table = np.array([[values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
-                     dtype=np.float64)[codes]
-    return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
+    return np.array([[values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
+                    dtype=np.float64)

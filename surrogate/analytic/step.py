@@ -32,8 +32,6 @@ calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention tim
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 from numpy.typing import NDArray
 
@@ -78,56 +76,71 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
     ffn_tokens = np.where(moe, T * c["experts_topk"], T)
     peak = c["peak_flops"]
-
-    def gemm_s(m: Array, n: Array, k: Array) -> Array:
-        # 6 x (m n k) FLOPs per GEMM for forward + backward.
-        return 6 * m * n * k / (peak * perf.gemm_efficiency(m, n, k, c))
-
-    terms = [gemm_s(m, n, k) for m, n, k in (
-        (T, (q + 2 * kv) / tp, h),   # QKV projection
-        (T, h, o / tp),              # attention output projection
-        (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
-        (ffn_tokens, h, ffn / tp),   # down projection
-    )]
-    terms[0] = np.where(c["kv_lora_rank"] > 0, _mla_projections_s(c, gemm_s), terms[0])
-    seconds = np.zeros_like(T)
-    for term in terms:
-        seconds = seconds + term
-    seconds = seconds + np.where(moe, _moe_mlp_extra_s(c, gemm_s, terms[2] + terms[3]), 0.0)
+    shapes = {
+        "qkv": (T, (q + 2 * kv) / tp, h),      # QKV projection
+        "out": (T, h, o / tp),                 # attention output projection
+        "gate_up": (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
+        "down": (ffn_tokens, h, ffn / tp),     # down projection
+        **_mla_shapes(c), **_moe_extra_shapes(c),
+        "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
+    }
+    eff = _gemm_efficiencies(shapes, perf, c)
+    # 6 x (m n k) FLOPs per GEMM for forward + backward.
+    g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
+    # MLA's query, key-value and their up projections (flops.py) replace the QKV projection;
+    # rows without MLA get placeholder widths of 1 (their value is discarded).
+    queries = np.where(c["q_lora_rank"] > 0, g["mla_q_down"] + g["mla_q_up"], g["mla_q"])
+    qkv = np.where(c["kv_lora_rank"] > 0, queries + g["mla_kv_down"] + g["mla_kv_up"], g["qkv"])
+    routed = g["gate_up"] + g["down"]
+    seconds = qkv + g["out"] + routed
+    # An MoE layer adds the shared expert to its routed experts, and its leading dense layers
+    # have a dense MLP in place of experts, averaged over the layers.
+    shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
+                      g["shared_gate_up"] + g["shared_down"], 0.0)
+    dense_frac = 1 - moe_layers(c) / c["num_layers"]
+    extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
+    seconds = seconds + np.where(moe, extra, 0.0)
     # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
     attn_flops = 6 * T * s * (q + o) / tp
-    attn_s = attn_flops / (peak * perf.gemm_efficiency(T, s, c["qk_head_dim"], c))
+    attn_s = attn_flops / (peak * eff["attention"])
     scale = param(c, "gemm_time_scale")
     return (seconds + attn_s) * _recompute_factor(c) * scale, attn_s * scale
 
 
-def _mla_projections_s(c: Cols, gemm_s: Callable[[Array, Array, Array], Array]) -> Array:
-    """MLA's query, key-value and their up projections (flops.py); rows without MLA get
-    placeholder widths of 1 (their value is discarded)."""
+Shape = tuple[Array, Array, Array]
+
+
+def _gemm_efficiencies(shapes: dict[str, Shape], perf: PerfModel, c: Cols) -> dict[str, Array]:
+    """The PerfModel's efficiency of every GEMM shape, in one call over the stacked shapes."""
+    names = list(shapes)
+    m, n, k = (np.stack(np.broadcast_arrays(*(shapes[g][j] for g in names)))
+               for j in range(3))
+    eff = perf.gemm_efficiency(m, n, k, c)
+    return {name: eff[i] for i, name in enumerate(names)}
+
+
+def _mla_shapes(c: Cols) -> dict[str, Shape]:
+    """MLA's projections (flops.py): the query down and up projections (or the direct query
+    projection without a query rank), the key-value down and up projections. Rows without MLA
+    get placeholder widths of 1."""
     T, h, tp = comm.tokens_per_rank(c), c["hidden_size"], c["tp"]
     q_rank = np.maximum(c["q_lora_rank"], 1.0)
     kv_rank = np.maximum(c["kv_lora_rank"], 1.0)
     rope = c["qk_rope_head_dim"]
     q = c["num_heads"] * c["qk_head_dim"]
     kv_up = c["num_heads"] * (c["qk_head_dim"] - rope + c["v_head_dim"])
-    queries = np.where(c["q_lora_rank"] > 0,
-                       gemm_s(T, q_rank, h) + gemm_s(T, q / tp, q_rank), gemm_s(T, q / tp, h))
-    return queries + gemm_s(T, kv_rank + rope, h) + gemm_s(T, kv_up / tp, kv_rank)
+    return {"mla_q_down": (T, q_rank, h), "mla_q_up": (T, q / tp, q_rank),
+            "mla_q": (T, q / tp, h), "mla_kv_down": (T, kv_rank + rope, h),
+            "mla_kv_up": (T, kv_up / tp, kv_rank)}
 
 
-def _moe_mlp_extra_s(
-    c: Cols, gemm_s: Callable[[Array, Array, Array], Array], routed_s: Array
-) -> Array:
-    """What an MoE layer adds to its routed experts' ``routed_s``: the shared expert, and the
-    leading dense layers' MLP in place of experts, averaged over the layers."""
+def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
+    """The shared expert's MLP (placeholder width 1 without one) and a dense layer's MLP."""
     T, h, tp = comm.tokens_per_rank(c), c["hidden_size"], c["tp"]
-    shared = c["shared_expert_ffn_hidden_size"]
-    width = np.maximum(shared, 1.0)
-    shared_s = np.where(shared > 0, gemm_s(T, 2 * width / tp, h) + gemm_s(T, h, width / tp), 0.0)
+    width = np.maximum(c["shared_expert_ffn_hidden_size"], 1.0)
     ffn = c["ffn_hidden_size"]
-    dense_s = gemm_s(T, 2 * ffn / tp, h) + gemm_s(T, h, ffn / tp)
-    dense_frac = 1 - moe_layers(c) / c["num_layers"]
-    return shared_s + dense_frac * (dense_s - routed_s - shared_s)
+    return {"shared_gate_up": (T, 2 * width / tp, h), "shared_down": (T, h, width / tp),
+            "dense_gate_up": (T, 2 * ffn / tp, h), "dense_down": (T, h, ffn / tp)}
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
