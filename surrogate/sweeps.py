@@ -29,10 +29,10 @@ from surrogate.config import (
     ARCHITECTURE_FIELDS,
     CONFIG_COLUMNS,
     TrainingConfig,
-    config_from_flat,
     config_to_flat,
 )
-from surrogate.errors import ConfigError, DataError
+from surrogate.config_table import valid_table, validate_table
+from surrogate.errors import DataError
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -127,13 +127,13 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     definition: tokens/s/GPU x (6 N + 12 L h s) / dense peak of the row's dtype
     (:mod:`surrogate.analytic.flops`). NaN where the throughput is missing."""
     from surrogate.analytic.flops import mfu
-    from surrogate.analytic.inputs import to_cols
+    from surrogate.analytic.inputs import cols_from_table
 
     if df.empty:
         return pd.Series([], dtype="float64", index=df.index)
-    configs = [config_from_flat(r) for r in df[list(CONFIG_COLUMNS)].to_dict("records")]
+    table = valid_table(df[list(CONFIG_COLUMNS)], where="runs whose MFU is recomputed")
     tps = df["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
-    return pd.Series(mfu(tps, to_cols(configs)), index=df.index, dtype="float64")
+    return pd.Series(mfu(tps, cols_from_table(table)), index=df.index, dtype="float64")
 
 
 def _is_missing(value: Any) -> bool:
@@ -287,15 +287,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         raise DataError(f"{where}: the columns must be those of the sweep schema; "
                         f"{'; '.join(parts)}")
     out = df.reset_index(drop=True).copy()
-    errors: list[str] = []
-    flat_rows: list[dict[str, Any]] = []
-    records: list[dict[str, Any]] = out[list(CONFIG_COLUMNS)].to_dict("records")  # type: ignore[assignment]
-    for i, record in enumerate(records):
-        try:
-            flat_rows.append(config_to_flat(config_from_flat(record)))
-        except ConfigError as e:
-            errors.append(f"row {i}: {e}")
-            flat_rows.append(record)
+    checked = validate_table(out[list(CONFIG_COLUMNS)])
+    errors = [f"row {i}: {e}" for i, e in enumerate(checked.errors) if e]
     problems = _value_problems(out)
     if errors or problems:
         count = len(errors) + len(problems)
@@ -305,9 +298,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         raise DataError(f"{where}: {count} problem(s): {'; '.join(shown)}{more}")
     for col in MEASUREMENT_COLUMNS:
         out[col] = _numbers(out[col])
-    config = pd.DataFrame(flat_rows, columns=list(CONFIG_COLUMNS))
     for col in CONFIG_COLUMNS:
-        out[col] = config[col].to_numpy()
+        out[col] = checked.table[col]
     for col in ("date", "hardware", "model_name"):
         out[col] = out[col].map(lambda v: None if _is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
