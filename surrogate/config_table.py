@@ -171,6 +171,13 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, n
         return np.where(exact, f, fill).astype(np.int64), missing
     if name in _BOOL and pd.api.types.is_bool_dtype(dtype):
         return col.to_numpy(dtype=bool, copy=True), np.zeros(n, dtype=bool)
+    if name in _TEXT and n > 64 and pd.api.types.infer_dtype(col, skipna=True) in (
+            "string", "empty"):  # text and missing cells only: judge each distinct one once
+        codes, uniques = pd.factorize(col, use_na_sentinel=False)
+        odd = np.zeros(len(uniques), dtype=bool)
+        values, missing = _object_cells(list(uniques), name, default, odd)
+        if not odd.any():  # else (pd.NA, say) cell by cell below, as config_from_flat reads it
+            return values[codes], missing[codes]
     return _object_cells(col.tolist(), name, default, slow)
 
 

@@ -251,17 +251,21 @@ class CalibrationProfile:
             t = self.fabric.time_s(op, size, group, local, c)
             out = np.where(across, np.broadcast_to(t, size.shape), out)
             inter = np.where(across, -1.0, inter)  # answered
-        for g, x in {(float(a), float(b)) for a, b in zip(group.ravel(), inter.ravel(),
-                                                          strict=True)}:
-            if g <= 1 or x < 0:
+        side = np.sign(inter)  # -1: answered above; 0: inside a node; 1: across nodes
+        for g in np.unique(group).tolist():
+            if g <= 1:
                 continue
-            mask = (group == g) & (inter == x)
-            try:
-                cv, factor = self.curve(op, round(g), x > 0)
-            except LookupError:
-                fallback |= mask
-                continue
-            out[mask] = cv(size[mask]) * factor
+            in_group = group == g
+            for x in (0.0, 1.0):
+                mask = in_group & (side == x)
+                if not mask.any():
+                    continue
+                try:
+                    cv, factor = self.curve(op, round(g), x > 0)
+                except LookupError:
+                    fallback |= mask
+                    continue
+                out[mask] = cv(size[mask]) * factor
         if fallback.any():
             spec = SpecPerfModel().collective_time_s(op, size, group, np.abs(inter), c,
                                                      ranks_per_node)
