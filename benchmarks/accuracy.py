@@ -26,7 +26,8 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.learned import SurrogateModel, training_data
+from surrogate.learned import SurrogateModel
+from surrogate.training_data import training_data
 from training.evaluate import DEFAULT_PROTOCOLS, PROTOCOLS, evaluate_shrinks, format_metric
 from training.train import load_runs
 
@@ -75,7 +76,7 @@ def main() -> None:
         baseline |= more_baseline
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
-        from surrogate.learned import data_hash
+        from surrogate.training_data import data_hash
         from training.tracking import data_label
 
         track(logged, baseline, label=data_label(runs["source"], args.sweeps),

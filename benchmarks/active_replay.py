@@ -36,9 +36,10 @@ from surrogate.config import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.datasource import data_dir
 from surrogate.errors import NoModelError
 from surrogate.ingest.playbook import parse_playbook
-from surrogate.learned import SurrogateModel, data_hash
+from surrogate.learned import SurrogateModel
 from surrogate.rules import rules_order
 from surrogate.search import Limits, score_configs
+from surrogate.training_data import data_hash
 
 CHEAP = {"n_estimators": 100}
 TOLERANCE = 0.02

@@ -1,4 +1,5 @@
-"""The learned surrogate: LightGBM models that correct the analytic model with real runs.
+"""The learned surrogate: LightGBM models that correct the analytic model with real runs
+(the estimator :class:`SurrogateModel`).
 
 - status: a multiclass classifier of completed / oom / fail (timeouts count as fail), giving
   ``p_oom`` and ``p_fail``;
@@ -17,12 +18,12 @@ the model; fitted attributes end in ``_``; a method that needs a fitted model ra
 :class:`NotFittedError`, both scikit-learn's and the project's :class:`NoModelError`. The
 model does not subclass ``sklearn.base.BaseEstimator``: importing scikit-learn takes about 2 s,
 which ``surrogate predict`` must not pay. The features and targets a fit learns from are
-prepared once per table (:func:`training_data`), and a training that fits many times on parts
-of one table takes those parts of it (:meth:`TrainingData.take`).
+prepared once per table (``surrogate.training_data``), and a training that fits many times on
+parts of one table takes those parts of it (:meth:`TrainingData.take`).
 
 :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar (features,
-versions, training-data hash, metrics, domain, the sha256 of every file, checked on load); no
-pickle.
+versions, training-data hash, metrics, domain, the sha256 of every file, checked on load by
+``surrogate.model_files``); no pickle.
 
 Features are dimensionless physics (``surrogate.features``), and each training run is explained
 under its own cluster (``surrogate.clusters``). Off the training domain
@@ -36,12 +37,10 @@ the analytic answer and the unshrunk learned interval; ``extrapolation`` says al
 from __future__ import annotations
 
 import functools
-import hashlib
 import inspect
 import json
 import platform
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -50,6 +49,8 @@ import numpy as np
 from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, Domain, beyond_practice, join_reasons
 from surrogate.errors import DataError, NoModelError
 from surrogate.features import FEATURE_NAMES
+from surrogate.model_files import verified_texts, write_sidecar
+from surrogate.training_data import TrainingData, training_data
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -72,7 +73,6 @@ _FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose":
 CATEGORICAL = ["framework_code"]
 """Features LightGBM treats as categories (fit argument ``categorical_feature``)."""
 _MAX_WIDEN = 4.0
-_MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
 _SMALL_BATCH = 2048
 """Below this many rows a booster predicts on one thread: starting OpenMP threads costs
 more than the trees (5-8 ms against 0.1 ms for one row, measured on 2 cores)."""
@@ -86,132 +86,10 @@ def _booster_predict(booster: lgb.Booster, X: pd.DataFrame, **kwargs: Any) -> np
     return np.asarray(booster.predict(arr, num_threads=threads, **kwargs))
 
 
-def data_hash(runs: pd.DataFrame) -> str:
-    """sha256 of the training rows (sorted by source and run_id), identifying the data."""
-    cols = sorted(runs.columns)
-    frame = runs[cols].sort_values([c for c in ("source", "run_id") if c in cols] or cols)
-    return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
-
-
-def status_labels(status: pd.Series) -> np.ndarray:
-    """completed -> 0, oom -> 1, fail and timeout -> 2."""
-    mapping = {"completed": 0, "oom": 1, "fail": 2, "timeout": 2}
-    unknown = set(status.unique()) - set(mapping)
-    if unknown:
-        raise DataError(f"status must be one of {', '.join(mapping)}, got {sorted(unknown)}")
-    return status.map(mapping).to_numpy(dtype=np.int64)
-
-
-def source_weights(runs: pd.DataFrame) -> np.ndarray:
-    """Per run: (runs of the largest source) / (runs of its source), so that every source
-    weighs as much as the largest in the fit and a user's few runs of their own cluster are
-    not drowned by thousands of Playbook runs. One source: all 1.
-
-    Chosen by measurement against unweighted runs: MosaicML's MPT runs play the user's, k of
-    them added to the Playbook's (``python benchmarks/accuracy.py --transfer`` prints both,
-    README "The learned model")."""
-    counts = runs["source"].map(runs["source"].value_counts()).to_numpy(dtype=np.float64)
-    return np.asarray(counts.max() / counts, dtype=np.float64)
-
-
-def cell_groups(runs: pd.DataFrame) -> np.ndarray:
-    """Group label per run for grouped folds: the (model shape, node count) cell."""
-    key = runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str) + "@" + runs[
-        "num_nodes"
-    ].astype(str)
-    return key.to_numpy()
-
-
 def booster_params(given: dict[str, Any] | None, seed: int, **extra: Any) -> dict[str, Any]:
     """The LightGBM settings of a fit: :data:`DEFAULT_PARAMS` overridden by ``given`` (tuned),
     then the fixed ones (deterministic, one thread) and the seed; tuning scores these too."""
     return {**DEFAULT_PARAMS, **(given or {}), **_FIXED, "random_state": seed, **extra}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainingData:
-    """A runs table turned into what the models learn from, once (:func:`training_data`).
-
-    Every feature and target is a function of its own run only, so the rows of a part are the
-    part's own preparation (:meth:`take`): an evaluation or a tuning study that fits on many
-    parts of one table prepares it once."""
-
-    runs: pd.DataFrame
-    """The runs (``surrogate.sweeps`` columns), indexed 0..n-1."""
-    profile: Any
-    """The calibration profile the features were computed under (None: each run's cluster's,
-    ``surrogate.clusters.run_context``)."""
-    X: pd.DataFrame
-    """Features (:data:`surrogate.features.FEATURE_NAMES`), one row per run."""
-    analytic: dict[str, np.ndarray]
-    """The analytic model's outputs for each run (``tokens_per_s_per_gpu``, ``mem_reserved``
-    bytes, ...)."""
-    cols: dict[str, np.ndarray]
-    """The analytic model's input columns (the training domain is read from them)."""
-    y_status: np.ndarray
-    """0 completed, 1 oom, 2 fail and timeout (:func:`status_labels`)."""
-    done: np.ndarray
-    """Completed runs with a measured throughput: the rows of the throughput models."""
-    y_mfu: np.ndarray
-    """log(measured / analytic tokens/s per GPU) where ``done``, NaN elsewhere."""
-    mem_ok: np.ndarray
-    """Completed runs with a measured peak reserved memory: the rows of the memory model."""
-    y_mem: np.ndarray
-    """log(measured / analytic peak reserved memory) where ``mem_ok``, NaN elsewhere."""
-    groups: np.ndarray
-    """(model, nodes) cell of each run (:func:`cell_groups`), for grouped folds."""
-
-    def __len__(self) -> int:
-        return len(self.runs)
-
-    def take(self, rows: np.ndarray) -> TrainingData:
-        """The part of the table at positions ``rows``, as :func:`training_data` would
-        prepare it (without computing anything again)."""
-        rows = np.asarray(rows)
-        return TrainingData(
-            runs=self.runs.iloc[rows].reset_index(drop=True), profile=self.profile,
-            X=self.X.iloc[rows].reset_index(drop=True),
-            analytic={k: v[rows] for k, v in self.analytic.items()},
-            cols={k: v[rows] for k, v in self.cols.items()},
-            y_status=self.y_status[rows], done=self.done[rows], y_mfu=self.y_mfu[rows],
-            mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows])
-
-    def sample_weight(self, *, balance_sources: bool = True) -> np.ndarray:
-        """One weight per run: :func:`source_weights` of these runs (each part is balanced
-        over its own sources), or all 1."""
-        return source_weights(self.runs) if balance_sources else np.ones(len(self.runs))
-
-    @functools.cached_property
-    def data_hash(self) -> str:
-        """:func:`data_hash` of the runs."""
-        return data_hash(self.runs)
-
-
-def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
-    """Features and targets of a runs table, computed once (:class:`TrainingData`).
-
-    The targets are the runs' own measurements relative to the analytic model's answer for
-    them, each run explained under its own cluster (``surrogate.features.features_for_runs``):
-    the status code, log(measured / analytic tokens/s per GPU) and log(measured / analytic
-    peak reserved memory)."""
-    from surrogate.features import features_for_runs
-
-    if len(runs) == 0:
-        raise DataError("cannot learn from an empty sweep table")
-    runs = runs.reset_index(drop=True)
-    y_status = status_labels(runs["status"])
-    X, out, cols = features_for_runs(runs, profile)
-    tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
-    mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
-    done = (y_status == 0) & (tps > 0)
-    mem_ok = (y_status == 0) & (mem_gib > 0)
-    y_mfu = np.full(len(runs), np.nan)
-    y_mfu[done] = np.log(tps[done] / out["tokens_per_s_per_gpu"][done])
-    y_mem = np.full(len(runs), np.nan)
-    y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / out["mem_reserved"][mem_ok])
-    return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
-                        y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
-                        groups=cell_groups(runs))
 
 
 @functools.cache
@@ -235,83 +113,6 @@ def __getattr__(name: str) -> Any:
     if name == "NotFittedError":
         return not_fitted_error()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-# ------------------------------------------------------------------ integrity of saved models
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
-def _sidecar_digest(meta: dict[str, Any]) -> str:
-    """sha256 of the sidecar's content, its own ``sidecar_sha256`` left out (canonical JSON:
-    sorted keys, no spaces; a float prints the same after a JSON round trip)."""
-    body = {k: v for k, v in meta.items() if k != "sidecar_sha256"}
-    return _sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode())
-
-
-def _write_sidecar(d: Path, sidecar: dict[str, Any]) -> str:
-    """Record the sha256 of every model file and of the sidecar itself, then write
-    ``model.json`` atomically (a temporary file and a rename); the sidecar's sha256."""
-    sidecar = dict(sidecar)
-    sidecar["file_sha256"] = {f"{n}.txt": _sha256((d / f"{n}.txt").read_bytes())
-                              for n in _MODEL_FILES}
-    sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
-    tmp = d / "model.json.tmp"
-    tmp.write_text(json.dumps(sidecar, indent=2, sort_keys=True))
-    tmp.replace(d / "model.json")
-    return str(sidecar["sidecar_sha256"])
-
-
-def verified_texts(d: Path, meta: dict[str, Any]) -> dict[str, str]:
-    """The LightGBM text of each model file in ``d``, each checked against the sha256 the
-    sidecar ``meta`` records (and the sidecar against its own), before LightGBM parses it:
-    LightGBM trusts its input, so an edited leaf would change predictions silently and a
-    truncated file can crash the interpreter (segfault, abort) where no error can be caught.
-
-    A sidecar without hashes (saved before they were recorded) is refused rather than trusted:
-    its files cannot be told from damaged ones. Retrain, or vouch for the files with
-    :func:`record_hashes`."""
-    side = d / "model.json"
-    hashes = meta.get("file_sha256")
-    if not isinstance(hashes, dict) or "sidecar_sha256" not in meta:
-        raise DataError(
-            f"{side} records no sha256 of the model files (saved by an older surrogate), so a "
-            "damaged file cannot be told from a sound one: retrain the model (surrogate train), "
-            "or, if you trust its files, record their hashes with "
-            "surrogate.learned.record_hashes(DIRECTORY)")
-    if meta["sidecar_sha256"] != _sidecar_digest(meta):
-        raise DataError(f"{side} was changed after the model was saved (its sha256 differs from "
-                        "the one it records): restore it or retrain the model")
-    texts: dict[str, str] = {}
-    for name in _MODEL_FILES:
-        path = d / f"{name}.txt"
-        if not path.exists():
-            raise DataError(f"{d}: model file {name}.txt missing")
-        data = path.read_bytes()
-        if _sha256(data) != hashes.get(path.name):
-            raise DataError(
-                f"model file {path} is damaged: its sha256 differs from the one {side.name} "
-                f"records ({len(data):,} bytes); restore it or retrain the model")
-        texts[name] = data.decode("utf-8")
-    return texts
-
-
-def record_hashes(directory: str | Path) -> Path:
-    """Record in ``directory/model.json`` the sha256 of the model files as they are now.
-
-    For a model saved before :meth:`SurrogateModel.save` recorded hashes (the bundled model's
-    sidecar was updated so): whoever calls this vouches that the files are sound."""
-    d = Path(directory)
-    side = d / "model.json"
-    if not side.exists():
-        raise NoModelError(f"no model in {str(d)!r} (model.json missing)")
-    meta = json.loads(side.read_text())
-    for name in _MODEL_FILES:
-        if not (d / f"{name}.txt").exists():
-            raise DataError(f"{d}: model file {name}.txt missing")
-    meta.pop("sidecar_sha256", None)
-    _write_sidecar(d, meta)
-    return d
 
 
 class SurrogateModel:
@@ -402,7 +203,7 @@ class SurrogateModel:
         memory. ``profile``: the calibration profile of the features of a table (a
         :class:`TrainingData` carries its own). ``sample_weight`` (one per run) weighs every
         model's loss; by default each source's runs weigh 1 or, with ``balance_sources``,
-        :func:`source_weights`."""
+        :func:`surrogate.training_data.source_weights`."""
         import lightgbm as lgb
 
         if y is not None:
@@ -598,7 +399,7 @@ class SurrogateModel:
             "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
                          "python": platform.python_version()},
         }
-        self.saved_sha256_ = _write_sidecar(d, sidecar)
+        self.saved_sha256_ = write_sidecar(d, sidecar)
         return d
 
     def _boosters(self) -> dict[str, lgb.Booster]:
@@ -611,8 +412,8 @@ class SurrogateModel:
         """Read a model written by :meth:`save`; NoModelError if absent, DataError if broken.
 
         Every file is checked against the sha256 its sidecar records before LightGBM parses it
-        (:func:`verified_texts`): a damaged file is a DataError naming it, not a silently
-        different prediction or a crash of the interpreter."""
+        (:func:`surrogate.model_files.verified_texts`): a damaged file is a DataError naming
+        it, not a silently different prediction or a crash of the interpreter."""
         import lightgbm as lgb
 
         d = Path(directory)

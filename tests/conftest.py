@@ -1,17 +1,21 @@
 """Shared fixtures: the public Playbook sweep and microbenchmark data (skipped when absent),
-and a builder of configurations."""
+a builder of configurations, and a small SurrogateModel fitted on the Playbook subset."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pandas as pd
 import pytest
 
 from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
 from surrogate.presets import get_preset
+
+if TYPE_CHECKING:
+    from surrogate.learned import SurrogateModel
 
 PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 
@@ -75,3 +79,39 @@ def config() -> Callable[..., TrainingConfig]:
     return build_config
 
 
+SMALL_BOOSTERS = {"n_estimators": 20, "num_leaves": 15}  # fast fits
+
+
+def small_model() -> SurrogateModel:
+    """An unfitted SurrogateModel of small boosters (:data:`SMALL_BOOSTERS`), seed 3."""
+    from surrogate.learned import SurrogateModel
+
+    return SurrogateModel(status_params=SMALL_BOOSTERS, mfu_params=SMALL_BOOSTERS,
+                          mem_params=SMALL_BOOSTERS, seed=3)
+
+
+@pytest.fixture(scope="module")
+def fitted(playbook_subset: pd.DataFrame) -> SurrogateModel:
+    """:func:`small_model` fitted on the Playbook subset (once per test module)."""
+    from surrogate.training_data import cell_groups
+
+    assert len(np.unique(cell_groups(playbook_subset))) >= 2
+    return small_model().fit(playbook_subset)
+
+
+@pytest.fixture(scope="module")
+def configs(playbook_subset: pd.DataFrame) -> list[TrainingConfig]:
+    """The configurations of the first 60 runs of the Playbook subset."""
+    from surrogate.config import config_from_flat
+
+    return [config_from_flat(r) for r in playbook_subset.head(60).to_dict("records")]
+
+
+def same_predictions(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    """Assert two prediction tables (column name -> array) are identical."""
+    assert a.keys() == b.keys()
+    for k in a:
+        if a[k].dtype == object:
+            assert list(a[k]) == list(b[k]), k
+        else:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=k)

@@ -1,5 +1,5 @@
 """SurrogateModel on a real subset of the Playbook sweep: determinism, persistence, errors,
-scikit-learn's estimator conventions, and the training data prepared once."""
+scikit-learn's estimator conventions, and fitting on training data prepared once."""
 
 from __future__ import annotations
 
@@ -8,43 +8,18 @@ import json
 import numpy as np
 import pytest
 
-from surrogate.config import config_from_flat
 from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS
 from surrogate.errors import DataError, NoModelError, SurrogateError
 from surrogate.features import build_features_cols
-from surrogate.learned import STATUS_CLASSES, SurrogateModel, cell_groups, training_data
-
-SMALL = {"n_estimators": 20, "num_leaves": 15}  # fast fits
-
-
-def _model():
-    return SurrogateModel(status_params=SMALL, mfu_params=SMALL, mem_params=SMALL, seed=3)
-
-
-@pytest.fixture(scope="module")
-def fitted(playbook_subset):
-    assert len(np.unique(cell_groups(playbook_subset))) >= 2
-    return _model().fit(playbook_subset)
-
-
-@pytest.fixture(scope="module")
-def configs(playbook_subset):
-    return [config_from_flat(r) for r in playbook_subset.head(60).to_dict("records")]
-
-
-def _same(a, b):
-    assert a.keys() == b.keys()
-    for k in a:
-        if a[k].dtype == object:
-            assert list(a[k]) == list(b[k]), k
-        else:
-            np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+from surrogate.learned import STATUS_CLASSES, SurrogateModel
+from surrogate.training_data import cell_groups, training_data
+from tests.conftest import SMALL_BOOSTERS, same_predictions, small_model
 
 
 def test_same_data_and_seed_give_identical_predictions(fitted, playbook_subset, configs):
-    again = _model()
+    again = small_model()
     assert again.fit(playbook_subset) is again  # fit returns the model
-    _same(fitted.predict(configs), again.predict(configs))
+    same_predictions(fitted.predict(configs), again.predict(configs))
     assert again.data_hash_ == fitted.data_hash_
 
 
@@ -52,7 +27,7 @@ def test_save_load_round_trip(fitted, configs, tmp_path):
     fitted.metrics_ = {"cv": {"mfu_mape_ge10": 0.1}}
     fitted.save(tmp_path / "m")
     loaded = SurrogateModel.load(tmp_path / "m")
-    _same(fitted.predict(configs), loaded.predict(configs))
+    same_predictions(fitted.predict(configs), loaded.predict(configs))
     assert loaded.metrics_ == {"cv": {"mfu_mape_ge10": 0.1}}
     assert loaded.get_params() == fitted.get_params()
     assert not list((tmp_path / "m").glob("*.pkl"))
@@ -97,7 +72,8 @@ def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
     from sklearn.base import clone
 
     params = fitted.get_params()
-    assert params == {"status_params": SMALL, "mfu_params": SMALL, "mem_params": SMALL,
+    assert params == {"status_params": SMALL_BOOSTERS, "mfu_params": SMALL_BOOSTERS,
+                      "mem_params": SMALL_BOOSTERS,
                       "coverage": 0.8, "n_folds": 5, "seed": 3,
                       "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
                       "balance_sources": True}
@@ -114,46 +90,16 @@ def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
 
 def test_fit_takes_no_separate_targets(playbook_subset):
     with pytest.raises(DataError, match="y must be None: the targets are the runs' own columns"):
-        _model().fit(playbook_subset, playbook_subset["tokens_per_s_per_gpu"])
-
-
-def test_a_part_of_the_prepared_data_is_the_parts_own_preparation(playbook_subset):
-    rows = np.arange(3, 400, 7)
-    part = training_data(playbook_subset).take(rows)
-    own = training_data(playbook_subset.iloc[rows])
-    assert part.runs.equals(own.runs) and part.X.equals(own.X)
-    for name in ("y_status", "done", "y_mfu", "mem_ok", "y_mem", "groups"):
-        np.testing.assert_array_equal(getattr(part, name), getattr(own, name), err_msg=name)
-    for k in own.analytic:
-        np.testing.assert_array_equal(part.analytic[k], own.analytic[k], err_msg=k)
-    for k in own.cols:
-        np.testing.assert_array_equal(part.cols[k], own.cols[k], err_msg=k)
-    assert part.data_hash == own.data_hash
-
-
-def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
-    data = training_data(playbook_subset)
-    runs = data.runs
-    completed = (runs["status"] == "completed").to_numpy()
-    np.testing.assert_array_equal(data.done, completed & (runs["tokens_per_s_per_gpu"] > 0))
-    np.testing.assert_array_equal(data.mem_ok, completed & (runs["peak_mem_reserved_gib"] > 0))
-    np.testing.assert_array_equal(data.y_status, runs["status"].map(
-        {"completed": 0, "oom": 1, "fail": 2, "timeout": 2}))
-    i = int(np.flatnonzero(data.done & data.mem_ok)[0])
-    assert data.y_mfu[i] == np.log(runs["tokens_per_s_per_gpu"][i]
-                                   / data.analytic["tokens_per_s_per_gpu"][i])
-    assert data.y_mem[i] == np.log(runs["peak_mem_reserved_gib"][i] * 2**30
-                                   / data.analytic["mem_reserved"][i])
-    assert np.isnan(data.y_mfu[~data.done]).all() and np.isnan(data.y_mem[~data.mem_ok]).all()
+        small_model().fit(playbook_subset, playbook_subset["tokens_per_s_per_gpu"])
 
 
 def test_fit_on_prepared_data_is_fit_on_the_table(fitted, playbook_subset, configs):
     data = training_data(playbook_subset)
-    again = _model().fit(data)
-    _same(fitted.predict(configs), again.predict(configs))
+    again = small_model().fit(data)
+    same_predictions(fitted.predict(configs), again.predict(configs))
     assert again.data_hash_ == fitted.data_hash_
     with pytest.raises(ValueError, match="profile must be None when X is a TrainingData"):
-        _model().fit(data, profile="other.json")
+        small_model().fit(data, profile="other.json")
 
 
 def test_missing_directory_raises(tmp_path):
@@ -188,16 +134,16 @@ def test_feature_mismatch_raises(fitted, configs):
 
 def test_bad_training_tables_raise(playbook_subset):
     with pytest.raises(DataError, match="empty"):
-        _model().fit(playbook_subset.iloc[:0])
+        small_model().fit(playbook_subset.iloc[:0])
     bad = playbook_subset.copy()
     bad.loc[0, "status"] = "crashed"
     with pytest.raises(DataError, match="status must be one of"):
-        _model().fit(bad)
+        small_model().fit(bad)
     with pytest.raises(DataError, match="completed runs"):
-        _model().fit(playbook_subset[playbook_subset["status"] != "completed"].head(50))
+        small_model().fit(playbook_subset[playbook_subset["status"] != "completed"].head(50))
     cells = cell_groups(playbook_subset)
     biggest = playbook_subset[cells == max(set(cells), key=list(cells).count)]
-    model = _model()
+    model = small_model()
     with pytest.raises(DataError, match=r"at least two \(model, nodes\) cells"):
         model.fit(biggest)
     assert not model.__sklearn_is_fitted__()  # refused before anything was fitted
@@ -220,71 +166,9 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])
 
 
-def test_source_weights_balance_sources():
-    import pandas as pd
-
-    from surrogate.learned import source_weights
-
-    runs = pd.DataFrame({"source": ["a"] * 6 + ["b"] * 2})
-    assert source_weights(runs).tolist() == [1.0] * 6 + [3.0, 3.0]
-    assert source_weights(runs.head(6)).tolist() == [1.0] * 6
-
-
 def test_sample_weight_must_match_the_runs(playbook_subset):
     with pytest.raises(DataError, match="one positive number per run"):
         SurrogateModel().fit(playbook_subset, sample_weight=np.ones(3))
-
-
-def _damage(path, how):
-    text = path.read_text()
-    if how == "truncate":
-        path.write_text(text[: len(text) // 3])
-    else:  # one leaf value edited, the file still parses
-        start = text.index("leaf_value=") + len("leaf_value=")
-        path.write_text(text[:start] + "9" + text[start:])
-
-
-@pytest.mark.parametrize(("name", "how"), [("status.txt", "truncate"), ("mfu.txt", "truncate"),
-                                           ("mfu.txt", "edit a leaf")])
-def test_damaged_model_files_are_refused_before_lightgbm_reads_them(fitted, tmp_path, name, how):
-    """A truncated status.txt used to segfault and a truncated mfu.txt abort LightGBM; an
-    edited leaf changed the MFU silently."""
-    d = fitted.save(tmp_path / "m")
-    _damage(d / name, how)
-    with pytest.raises(DataError, match=rf"model file .*{name} is damaged: its sha256 differs"):
-        SurrogateModel.load(d)
-
-
-def test_edited_sidecar_is_refused(fitted, tmp_path):
-    d = fitted.save(tmp_path / "m")
-    meta = json.loads((d / "model.json").read_text())
-    (d / "model.json").write_text(json.dumps(meta | {"conformal_q": 0.0}))
-    with pytest.raises(DataError, match=r"model\.json was changed after the model was saved"):
-        SurrogateModel.load(d)
-
-
-def test_sidecar_without_hashes_is_refused_until_vouched_for(fitted, configs, tmp_path):
-    from surrogate.learned import record_hashes
-
-    d = fitted.save(tmp_path / "m")
-    meta = json.loads((d / "model.json").read_text())
-    del meta["file_sha256"], meta["sidecar_sha256"]
-    (d / "model.json").write_text(json.dumps(meta))
-    with pytest.raises(DataError, match=r"records no sha256 of the model files .* retrain"):
-        SurrogateModel.load(d)
-    record_hashes(d)
-    _same(fitted.predict(configs), SurrogateModel.load(d).predict(configs))
-
-
-def test_bundled_model_files_match_their_hashes():
-    from surrogate.learned import verified_texts
-    from surrogate.prediction import DEFAULT_MODEL_DIR
-
-    side = DEFAULT_MODEL_DIR / "model.json"
-    if not side.exists():
-        pytest.skip("no bundled model")
-    assert set(verified_texts(DEFAULT_MODEL_DIR, json.loads(side.read_text()))) == {
-        "status", "mfu", "mfu_lo", "mfu_hi", "mem"}
 
 
 def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):

@@ -2,7 +2,7 @@
 
 Protocols (each refits :class:`~surrogate.learned.SurrogateModel` on the training part and
 predicts the rest; the metrics pool the held-out predictions of all splits). The features and
-targets of the table are prepared once (:func:`surrogate.learned.training_data`) and each fit
+targets of the table are prepared once (:func:`surrogate.training_data.training_data`) and each fit
 takes its part of them:
 
 - ``cv``: 5-fold cross-validation over runs, plain (shuffled ``KFold``, not grouped): a test run
@@ -31,9 +31,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel, TrainingData, cell_groups, training_data
+from surrogate.learned import SurrogateModel
 from surrogate.progress import ProgressFn, report
 from surrogate.scoring import score_runs
+from surrogate.training_data import TrainingData, cell_groups, training_data
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -158,7 +159,7 @@ def evaluate_protocol(
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
     ``progress``: reports each split, :mod:`surrogate.progress`). ``runs``: the table, or
-    :func:`~surrogate.learned.training_data` of it (then ``profile`` must be its own)."""
+    :func:`~surrogate.training_data.training_data` of it (then ``profile`` must be its own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
                             n_folds=n_folds, profile=profile,
                             progress=progress)[shrink_doublings]

@@ -12,7 +12,7 @@
 4. Fit the final :class:`~surrogate.learned.SurrogateModel` on all the runs, store the metrics
    in its sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
 
-The features and targets are computed once (:func:`surrogate.learned.training_data`); the
+The features and targets are computed once (:func:`surrogate.training_data.training_data`); the
 tuning folds, the evaluation splits and the final fit each take their part of them.
 """
 
@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
-from surrogate.learned import DEFAULT_PARAMS, SurrogateModel, cell_groups, training_data
+from surrogate.learned import DEFAULT_PARAMS, SurrogateModel
+from surrogate.training_data import cell_groups, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
 from training.tune import DEFAULT_STORAGE, TuneResult, tune
 

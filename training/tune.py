@@ -27,8 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import CATEGORICAL, TrainingData, booster_params, source_weights
+from surrogate.learned import CATEGORICAL, booster_params
 from surrogate.stores import ensure_sqlite_dir
+from surrogate.training_data import TrainingData, source_weights
 
 if TYPE_CHECKING:
     import optuna

@@ -45,7 +45,7 @@ def test_nodes_trains_small_tests_large(playbook_subset):
 
 
 def test_cv_cells_never_splits_a_cell(playbook_subset):
-    from surrogate.learned import cell_groups
+    from surrogate.training_data import cell_groups
 
     groups = cell_groups(playbook_subset)
     for train, test in splits(playbook_subset, "cv_cells"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from surrogate.learned import TrainingData, training_data
+from surrogate.training_data import TrainingData, training_data
 from training.tune import cv_score, tune
 
 SMALL = {"n_estimators": 10, "num_leaves": 7}
