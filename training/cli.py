@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from training.tune import MAX_ESTIMATORS
+
 if TYPE_CHECKING:
     from training.evaluate import ProtocolResult
 
@@ -54,7 +56,7 @@ def train_cmd(
     seed: Annotated[int, typer.Option(help="Seed of the sampler, the folds and LightGBM.")] = 0,
     storage: Annotated[str, typer.Option(help="optuna storage URL; a rerun resumes its studies.")] = "sqlite:///mlruns/optuna.db",
     protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Evaluation protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
-    max_estimators: Annotated[int, typer.Option(help="Upper bound of n_estimators in the search.")] = 600,
+    max_estimators: Annotated[int, typer.Option(help="Upper bound of n_estimators (trees per booster) in the search.")] = MAX_ESTIMATORS,
     timeout: Annotated[float | None, typer.Option(help="Stop each study after this many seconds.")] = None,
     no_track: Annotated[bool, typer.Option("--no-track", help="Do not record the training in MLflow.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,

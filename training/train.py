@@ -28,7 +28,7 @@ from surrogate.errors import DataError
 from surrogate.learned import DEFAULT_PARAMS, SurrogateModel
 from surrogate.training_data import cell_groups, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
-from training.tune import DEFAULT_STORAGE, TuneResult, tune
+from training.tune import DEFAULT_STORAGE, MAX_ESTIMATORS, TuneResult, tune
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,7 +100,7 @@ def train(
     data_dir: str | Path | None = None,
     storage: str | None = DEFAULT_STORAGE,
     protocols: Sequence[str] = DEFAULT_PROTOCOLS,
-    max_estimators: int = 600,
+    max_estimators: int = MAX_ESTIMATORS,
     n_folds: int = 5,
     track: bool = True,
     timeout_s: float | None = None,
