@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 import pandas as pd
 
 from surrogate.errors import DataError
+from surrogate.tableio import failure_cases
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -184,29 +185,13 @@ def microbench_schema() -> pa.DataFrameSchema:
     )
 
 
-def _failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
-    """pandera's failure cases of ``df`` under ``schema``, every check run (none if it holds),
-    whatever pandera's configuration says: its switches must not let a bad table through."""
-    import pandera.pandas as pa
-    from pandera.config import ValidationDepth, config_context
-
-    with config_context(validation_enabled=True,
-                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
-        try:
-            schema.validate(df, lazy=True)
-        except pa.errors.SchemaErrors as e:
-            cases: pd.DataFrame = e.failure_cases
-            return cases
-    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
-
-
 def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
     """Normalise ``df`` and check the schema's rules (:func:`microbench_schema`); raises
     DataError naming the first broken rule (in :data:`_RULES`'s order) and its first offending
     row. Returns the normalised table."""
     t = normalise_microbench(df)
     order = {rule.must: k for k, rule in enumerate(_RULES)}
-    cases = _failure_cases(microbench_schema(), t)
+    cases = failure_cases(microbench_schema(), t)
     first = min(
         ((order.get(str(check), len(_RULES)) if pd.notna(row) else -1,
           int(row) if pd.notna(row) else -1, f"{column}: {check} ({case})")

@@ -33,6 +33,7 @@ from surrogate.config import (
 )
 from surrogate.config_table import valid_table, validate_table
 from surrogate.errors import DataError
+from surrogate.tableio import failure_cases
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -214,22 +215,6 @@ _UNIQUE = "multiple_fields_uniqueness"
 """pandera's name for a failure of ``DataFrameSchema(unique=...)``."""
 
 
-def _failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
-    """pandera's failure cases of ``df`` under ``schema``, every check run (none if it holds),
-    whatever pandera's configuration says: its switches must not let a bad table through."""
-    import pandera.pandas as pa
-    from pandera.config import ValidationDepth, config_context
-
-    with config_context(validation_enabled=True,
-                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
-        try:
-            schema.validate(df, lazy=True)
-        except pa.errors.SchemaErrors as e:
-            cases: pd.DataFrame = e.failure_cases
-            return cases
-    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
-
-
 def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
     """(rule, row, what) of every failed check of :func:`sweep_schema`, in message order: rule
     by rule as :data:`_RULES` lists them, then the uniqueness of (source, run_id) (rule
@@ -237,7 +222,7 @@ def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
     ``what`` describes a failure no rule names; row -1: the check raised, ``what`` says how."""
     order = {rule.name: k for k, rule in enumerate(_RULES)}
     order[_UNIQUE] = len(_RULES)
-    cases = _failure_cases(sweep_schema(), out)
+    cases = failure_cases(sweep_schema(), out)
     found = set()  # a check of several columns reports each of them; one problem per row
     for check, column, row, case in zip(cases["check"], cases["column"], cases["index"],
                                         cases["failure_case"], strict=True):

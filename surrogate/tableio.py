@@ -1,4 +1,5 @@
-"""Reading and atomically writing tables (Parquet or CSV), and locking them for appends.
+"""Reading and atomically writing tables (Parquet or CSV), locking them for appends, and
+running the pandera schemas that check them (:func:`failure_cases`).
 
 Writes go to a temporary file in the table's directory and are renamed over it, so a crash
 never leaves a half-written table; the new file keeps the mode bits of the one it replaces
@@ -18,11 +19,14 @@ import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
 from surrogate.errors import DataError
+
+if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
+    import pandera.pandas as pa
 
 TableFormat = Literal["parquet", "csv"]
 TABLE_SUFFIXES: dict[str, TableFormat] = {".parquet": "parquet", ".pq": "parquet",
@@ -151,3 +155,19 @@ def write_table_atomic(df: pd.DataFrame, path: str | Path) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
+    """pandera's failure cases of ``df`` under ``schema``, every check run (none if it holds),
+    whatever pandera's configuration says: its switches must not let a bad table through."""
+    import pandera.pandas as pa
+    from pandera.config import ValidationDepth, config_context
+
+    with config_context(validation_enabled=True,
+                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+        try:
+            schema.validate(df, lazy=True)
+        except pa.errors.SchemaErrors as e:
+            cases: pd.DataFrame = e.failure_cases
+            return cases
+    return pd.DataFrame(columns=["column", "check", "failure_case", "index"])
