@@ -108,6 +108,8 @@ def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[An
 
     codes = np.zeros(n, dtype=np.int64)
     for a in arrays:  # combine column by column, renumbering so the codes stay small
+        if a.dtype != object and a.min() == a.max():
+            continue  # one value (a search space's model columns): it splits no group
         column, uniques = pd.factorize(a, use_na_sentinel=False)
         codes, _ = pd.factorize(codes * len(uniques) + column)
     _, first = np.unique(codes, return_index=True)  # codes number rows by first appearance
