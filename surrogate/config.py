@@ -429,7 +429,13 @@ _FALSE = frozenset({"false", "0", "no", "n", "f"})
 
 
 def _missing(value: Any) -> bool:
-    return value is None or (isinstance(value, float) and value != value) or value == ""
+    """None, NaN, '' and the missing markers of pandas' nullable columns (pd.NA, NaT)."""
+    if value is None or isinstance(value, str | float):
+        return value is None or value == "" or value != value
+    try:
+        return bool(value != value)  # NaT; a number or a word is itself
+    except TypeError:  # pd.NA: its comparisons are NA, whose truth is ambiguous
+        return True
 
 
 def _short(value: Any) -> str:

@@ -158,13 +158,15 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, n
             np.ones(n, dtype=bool)
     col = df[name]
     dtype = col.dtype
-    if name in _INT and pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu":
+    if (name in _INT and pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu"
+            and not col.hasnans):  # a nullable Int64 column with NA reads as floats, below
         raw = col.to_numpy()
         big = (raw > _EXACT_COUNT) | (raw < -_EXACT_COUNT)
         slow |= big
         return np.where(big, 0, raw).astype(np.int64), np.zeros(n, dtype=bool)
-    if name in _INT and pd.api.types.is_float_dtype(dtype):
-        f = col.to_numpy(dtype=np.float64)
+    if name in _INT and (pd.api.types.is_float_dtype(dtype)
+                         or (pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu")):
+        f = col.to_numpy(dtype=np.float64, na_value=np.nan)
         missing = np.isnan(f)
         with np.errstate(invalid="ignore"):
             exact = np.isfinite(f) & (np.floor(f) == f) & (np.abs(f) <= _EXACT_COUNT)

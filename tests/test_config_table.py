@@ -163,3 +163,14 @@ def test_group_codes_keep_none_and_agree_between_small_and_large_tables():
     assert codes[:4].tolist() == [0, 1, 0, 2]
     small_codes, small_rows = group_codes([text[:4], counts[:4]])
     assert small_rows == rows and small_codes.tolist() == codes[:4].tolist()
+
+
+def test_nullable_columns_read_their_missing_cells_as_missing():
+    df = pd.DataFrame([BASE[0]] * 3)
+    df["dp"] = df["dp"].astype("Int64")
+    df["gpu"] = df["gpu"].astype("string")
+    assert_same_as_rows(df)
+    df.loc[1, "dp"] = pd.NA  # the default dp (1) then breaks the world size
+    df.loc[2, "gpu"] = pd.NA  # the default GPU
+    assert_same_as_rows(df)
+    assert validate_table(df).errors[1].startswith("dp * tp * pp * cp must equal")

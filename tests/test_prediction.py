@@ -168,3 +168,13 @@ def test_far_out_but_possible_configs_are_predicted_with_a_warning():
     frame = predict_frame(pd.DataFrame([config_to_flat(cfg(mbs=10**8))]))
     assert frame["extrapolation"].iloc[0].startswith("batch_tokens")
     assert frame["pred_status"].iloc[0] == "oom"  # a memory no GPU has: the answer is OOM
+
+
+def test_predict_frame_answers_by_position_whatever_the_index():
+    df = frame()
+    plain = surrogate.predict(df)
+    df.index = [5, 5, 7, 7]  # repeated labels: answers still go to their own rows
+    out = surrogate.predict(df)
+    assert list(out["error"]) == list(plain["error"])
+    np.testing.assert_array_equal(out["pred_mfu"].to_numpy(), plain["pred_mfu"].to_numpy())
+    assert list(out["pred_status"]) == list(plain["pred_status"])
