@@ -181,8 +181,9 @@ model describes. Below, the Playbook's runs are dominated by failure modes the p
 model (a pipeline or TP across nodes at 1-5% MFU; nanotron pre-pp-fix runs with a pipeline
 across nodes are a median 27x slower than the model without fixed costs predicts);
 fitted with them the parameters bend healthy predictions (leave-one-model-out MFU MAPE on
-runs of MFU >= 10%: 41% fitted on all runs vs 22% on these, Spearman over all completed runs
-0.85 vs 0.70; ``python benchmarks/analytic_vs_playbook.py --fit-on all`` prints both)."""
+runs of MFU >= 10%: 26.5% fitted on all runs vs 21.7% on these, Spearman over all completed
+runs 0.92 vs 0.70, with ``pp_slot_latency_s``; 41% vs 22% and 0.85 vs 0.70 before it;
+``python benchmarks/analytic_vs_playbook.py --fit-on all`` prints both)."""
 
 
 def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[np.ndarray]]:

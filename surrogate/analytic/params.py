@@ -91,6 +91,13 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "every slot): includes the synchronisation of blocking sends; prior 1.",
     ),
     FreeParameter(
+        "pp_slot_latency_s", 1e-3, 2.0, 1e-6, 5.0, "s", "time",
+        "Fixed cost, per micro-batch slot and per pipeline neighbour across a node boundary, of "
+        "the blocking send/receive handshake between stages (a latency, not a bandwidth: the "
+        "Playbook's cross-node pipelines lose a constant time per slot whatever the message "
+        "size); prior 1 ms.",
+    ),
+    FreeParameter(
         "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",
         "Share of the last micro-batch's backward that hides the DP gradient reduction "
         "(bucketed reduction launched as gradients are ready, Li et al. 2020, 'PyTorch "

@@ -25,7 +25,8 @@ shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupie
 Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
 calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
 ``tp_comm_scale`` / ``tp_inter_comm_scale`` the TP collectives within / across nodes,
-``pp_comm_scale`` the pipeline sends; ``layer_overhead_s`` per layer and
+``pp_comm_scale`` the pipeline sends, ``pp_slot_latency_s`` is the wait per slot and per
+pipeline neighbour across a node boundary; ``layer_overhead_s`` per layer and
 ``microbatch_overhead_s`` per micro-batch slot are fixed costs (launches, host work), part of
 ``overhead`` and of every bubble slot.
 """
@@ -195,7 +196,10 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     slots = pipeline.step_slots(c)
     m = pipeline.microbatches(c)
     bubble = (slots - m) * slot
-    pp_s = slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+    # a stage waits on each neighbour across a node boundary every slot: inner stages have two
+    neighbours = np.minimum(c["pp"] - 1.0, 2.0) * comm.spans_nodes(c)["pp"]
+    pp_s = slots * (comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+                    + neighbours * param(c, "pp_slot_latency_s"))
     window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)

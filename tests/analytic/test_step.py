@@ -139,3 +139,16 @@ def test_layer_gemms_are_the_parameter_count(config, family):
     got = L * layer_s / time_per_flop
     print(f"{family}: layer GEMM FLOPs {got[0]:.4g} vs parameters {expected[0]:.4g}")
     np.testing.assert_allclose(got, expected, rtol=1e-9)
+
+
+@pytest.mark.parametrize(("pp", "neighbours"), [(2, 1), (4, 2), (8, 2)])
+def test_cross_node_pipelines_wait_a_fixed_time_per_slot_and_neighbour(cols, pp, neighbours):
+    c = dict(cols("llama3-8b", dp=8, pp=pp, grad_accum=4))  # dp 8 fills a node: pp spans nodes
+    quiet = step.step_breakdown({**c, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"]
+    waits = step.step_breakdown({**c, "p_pp_slot_latency_s": np.full(1, 0.5)}, PERF)["pp_comm"]
+    assert waits - quiet == pytest.approx(pipeline.step_slots(c) * neighbours * 0.5)
+    inside = dict(cols("llama3-8b", dp=1, pp=pp, grad_accum=4))  # one node: no wait
+    for latency in (0.0, 0.5):
+        assert step.step_breakdown({**inside, "p_pp_slot_latency_s": np.full(1, latency)},
+                                   PERF)["pp_comm"] == pytest.approx(
+            step.step_breakdown({**inside, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"])
