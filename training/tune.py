@@ -39,9 +39,10 @@ TARGETS: tuple[Target, ...] = ("mfu", "status")
 DEFAULT_STORAGE = "sqlite:///mlruns/optuna.db"
 MAX_ESTIMATORS = 100
 """Upper bound of n_estimators (trees per booster, per class for the status model) in the
-search. A bound on prediction cost: the bundled model trained under 600 held ~2,800 trees and
-scored ~12,000 configurations/s; under 100 it holds ~530, about five times faster, with held-out
-accuracy within a point either way (README, "Speed")."""
+search. A bound on prediction cost: the bundled model trained under 600 held 2,779 trees and
+its boosters scored 11,600-14,300 configurations/s; under 100 the first retrain held 529 trees
+(82,000-84,000/s) with held-out accuracy within a point either way, the bundled one 595
+(60,000-68,000/s) (README, "Speed")."""
 
 
 def suggest_params(trial: optuna.Trial, *, max_estimators: int = MAX_ESTIMATORS) -> dict[str, Any]:
