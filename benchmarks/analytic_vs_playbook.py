@@ -17,7 +17,7 @@ Spearman's rank correlation of throughput (all completed runs), peak reserved me
 are left out). Targets (issue "The analytic model, calibrated"): MAPE <= 20%, Spearman >= 0.9,
 memory MAPE <= 8%, OOM recall >= 97% at precision >= 95%.
 
-    python benchmarks/analytic_vs_playbook.py [--fit-on healthy|all] [--by model|nodes|tp|pp]
+    python benchmarks/analytic_vs_playbook.py [--fit-on all|healthy] [--by model|nodes|tp|pp]
 """
 
 from __future__ import annotations
@@ -55,14 +55,15 @@ def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fit-on", choices=["healthy", "all"], default="healthy",
-                    help="fit time parameters on runs of MFU >= 10%% (default) or on all")
+    ap.add_argument("--fit-on", choices=["all", "healthy"], default="all",
+                    help="fit time parameters on all completed runs (default) or on those of "
+                         "MFU >= 10%%")
     ap.add_argument("--by", choices=["model", "nodes", "tp", "pp"], default=None,
                     help="also print the held-out figures per group")
     args = ap.parse_args()
     runs = playbook_runs()
     print(f"{len(runs)} Playbook runs, {int((runs.status == 'completed').sum())} completed")
-    held = fit_runs(runs, all_runs=args.fit_on == "all")["held_out"]
+    held = fit_runs(runs, fit_on=args.fit_on)["held_out"]
     rows = {
         "priors": held_out_figures(runs, predictions(runs, dict(PRIORS))),
         "shipped": held_out_figures(runs, predictions(runs, None)),

@@ -66,3 +66,19 @@ def test_no_measured_runs_is_a_clear_error(synthetic_block):
     empty = Block(b.cols, b.perf, np.full(len(b), np.nan), b.reserved_bytes)
     with pytest.raises(DataError, match="no runs with a measured step_time_s"):
         fit_time([empty], ["layer_overhead_s"])
+
+
+def test_a_floor_binding_no_run_at_its_prior_is_still_fitted(config):
+    """The pipelined layer floor has no gradient at its prior (it binds no run there): the fit
+    starts where it binds (``FreeParameter.fit_start``) and recovers it (synthetic runs)."""
+    true = {**PRIORS, "pp_layer_floor_per_tp_s": 4e-3}
+    configs = [config("playbook-1.34b", dp=8 // tp // pp, tp=tp, pp=pp, mbs=mbs, grad_accum=ga)
+               for tp in (1, 2, 4) for pp in (2, 4) for mbs in (1, 4, 16) for ga in (4, 16)
+               if tp * pp <= 8]
+    n = len(configs)
+    c = {**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in true.items()}}
+    b = Block(c, SpecPerfModel(), np.zeros(n), np.zeros(n))
+    b.step_time_s = predicted_step_s(b, true)
+    assert not np.allclose(b.step_time_s, predicted_step_s(b, PRIORS))  # the floor binds some
+    fit = fit_time([b], ["pp_layer_floor_per_tp_s"])
+    assert fit.values["pp_layer_floor_per_tp_s"] == pytest.approx(4e-3, rel=0.02)

@@ -47,6 +47,9 @@ class FreeParameter:
     unit: str
     kind: Kind
     source: str
+    fit_start: float | None = None
+    """Where least squares starts (None: the prior). A floor has no gradient where it binds no
+    run, so it starts where it binds some."""
 
     @property
     def is_fraction(self) -> bool:
@@ -96,6 +99,22 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "the blocking send/receive handshake between stages (a latency, not a bandwidth: the "
         "Playbook's cross-node pipelines lose a constant time per slot whatever the message "
         "size); prior 1 ms.",
+    ),
+    FreeParameter(
+        "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
+        "Least time one layer's forward and backward takes per micro-batch in a pipelined run, "
+        "whatever its work (surrogate.analytic.step: a floor, not an added cost; the "
+        "Playbook's nanotron pipelines run no faster than about 8 ms per layer at tp 2); prior "
+        "0.1 ms, wide: a framework whose pipelines show no floor keeps it negligible.",
+        fit_start=2e-3,
+    ),
+    FreeParameter(
+        "pp_layer_floor_per_tp_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch per TP "
+        "rank", "time",
+        "The same floor's growth with the tensor-parallel degree (the Playbook's nanotron "
+        "pp-fix pipelines: about 15 ms per layer at tp 4 and 23 ms at tp 8); prior 0.1 ms, "
+        "wide.",
+        fit_start=2e-3,
     ),
     FreeParameter(
         "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",

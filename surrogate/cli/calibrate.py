@@ -38,6 +38,9 @@ def calibrate_cmd(
     group_by: Annotated[str, typer.Option(
         help="With --runs: the column whose groups grouped cross-validation leaves out.")]
         = "model_name",
+    fit_on: Annotated[str, typer.Option(
+        help="With --runs: fit time parameters on 'all' completed runs or on the 'healthy' "
+             "ones (measured MFU >= 10%).")] = "all",
 ) -> int:
     """Fit a calibration profile (GEMM efficiency, collective times) from microbenchmarks,
     or, with --runs, the analytic model's free parameters from measured runs."""
@@ -47,7 +50,9 @@ def calibrate_cmd(
     if runs:
         if tables:
             raise ConfigError("give microbenchmark tables or --runs, not both")
-        return _calibrate_runs(runs, out, profile or None, group_by, console)
+        if fit_on not in ("all", "healthy"):
+            raise ConfigError(f"--fit-on must be 'all' or 'healthy', got {fit_on!r}")
+        return _calibrate_runs(runs, out, profile or None, group_by, fit_on, console)
     if not tables or not gpu:
         raise ConfigError("calibrating a profile needs microbenchmark TABLES and --gpu "
                          "(or --runs to fit the analytic model's parameters)")
@@ -71,7 +76,7 @@ def calibrate_cmd(
 
 
 def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by: str,
-                    console: Any) -> int:
+                    fit_on: Any, console: Any) -> int:
     import numpy as np
     import pandas as pd
 
@@ -85,7 +90,7 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     table = pd.concat(frames, ignore_index=True)
     with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "
                                f"runs (and once per {group_by} left out)")):
-        result = fit_runs(table, profile, group_by=group_by)
+        result = fit_runs(table, profile, group_by=group_by, fit_on=fit_on)
     if not result["sets"]:
         raise DataError("no framework version has enough measured runs to fit its parameters")
     write_sets(result, out, source=", ".join(sources))

@@ -152,3 +152,31 @@ def test_cross_node_pipelines_wait_a_fixed_time_per_slot_and_neighbour(cols, pp,
         assert step.step_breakdown({**inside, "p_pp_slot_latency_s": np.full(1, latency)},
                                    PERF)["pp_comm"] == pytest.approx(
             step.step_breakdown({**inside, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"])
+
+
+FLOOR = {"p_pp_layer_floor_s": np.full(1, 0.02), "p_pp_layer_floor_per_tp_s": np.full(1, 0.01)}
+
+
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_a_pipelined_slot_lasts_at_least_its_layer_floor(cols, tp):
+    for mbs in (1, 2):
+        c = {**cols("playbook-1.34b", dp=8 // tp // 2, tp=tp, pp=2, mbs=mbs, grad_accum=8),
+             **FLOOR}
+        out = step.step_breakdown(c, PERF)
+        floor = pipeline.first_stage_layers(c) * (0.02 + tp * 0.01)
+        assert out["stage_compute_s"] < floor  # the floor binds: the slot is flat in mbs
+        slot = out["bubble"] / (pipeline.step_slots(c) - pipeline.microbatches(c))
+        np.testing.assert_allclose(slot, floor, rtol=1e-9)
+
+
+def test_the_layer_floor_is_no_added_cost_and_spares_unpipelined_runs(cols):
+    huge = {"p_pp_layer_floor_s": np.full(1, 1.0), "p_pp_layer_floor_per_tp_s": np.zeros(1)}
+    flat = dict(cols("llama3-8b", dp=8, mbs=2, grad_accum=4))
+    assert step.step_breakdown({**flat, **huge}, PERF)["step_time_s"] == pytest.approx(
+        step.step_breakdown(flat, PERF)["step_time_s"])
+    piped = dict(cols("llama3-8b", dp=4, pp=2, mbs=8, grad_accum=4))
+    none = {"p_pp_layer_floor_s": np.full(1, 1e-6), "p_pp_layer_floor_per_tp_s": np.full(1, 1e-6)}
+    low = {"p_pp_layer_floor_s": np.full(1, 1e-5), "p_pp_layer_floor_per_tp_s": np.full(1, 1e-5)}
+    # under the work, the floor changes nothing (a maximum, not a sum)
+    assert step.step_breakdown({**piped, **low}, PERF)["step_time_s"] == pytest.approx(
+        step.step_breakdown({**piped, **none}, PERF)["step_time_s"])
