@@ -3,12 +3,15 @@ model alone (protocols and metrics: ``training/evaluate.py``).
 
     python benchmarks/accuracy.py [--protocol cv --protocol lomo ...] [--model-dir DIR]
                                   [--sweeps TABLE ...] [--no-playbook] [--data-dir DIR]
-                                  [--shrink 0.5 --shrink 2 ...] [--transfer] [--track]
+                                  [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
+                                  [--transfer] [--track]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
 them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
 paper's Table 4 against the MFU Meta reported (``training/transfer.py``). ``--shrink`` runs the
 protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
+``--shape-weight`` sets the share of the correction kept for an unseen model shape
+(``surrogate.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
 in the run ``analytic baseline DATA``).
@@ -41,6 +44,7 @@ def main() -> None:
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shrink", type=float, action="append", default=None)
+    ap.add_argument("--shape-weight", type=float, default=None)
     ap.add_argument("--transfer", action="store_true")
     ap.add_argument("--track", action="store_true")
     args = ap.parse_args()
@@ -55,10 +59,13 @@ def main() -> None:
     logged: dict[str, float] = {}
     baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
+    settings = ({} if args.shape_weight is None
+                else {"unseen_shape_weight": args.shape_weight})
     data = training_data(runs)  # features and targets once, sliced per split
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)
-        by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed)
+        by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed,
+                                     settings=settings)
         for shrink, r in by_shrink.items():
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             table = pd.DataFrame({

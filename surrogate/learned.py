@@ -46,7 +46,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, Domain, beyond_practice, join_reasons
+from surrogate.domain import (
+    DEFAULT_SHRINK_DOUBLINGS,
+    UNSEEN_SHAPE_WEIGHT,
+    Domain,
+    beyond_practice,
+    join_reasons,
+)
 from surrogate.errors import DataError, NoModelError
 from surrogate.features import FEATURE_NAMES
 from surrogate.model_files import verified_texts, write_sidecar
@@ -120,7 +126,8 @@ class SurrogateModel:
 
     Settings (scikit-learn's "parameters", read by :meth:`get_params`): LightGBM settings per
     model (None: :data:`DEFAULT_PARAMS`), the interval's ``coverage`` and its ``n_folds``
-    grouped folds, the ``seed``, the domain's ``shrink_doublings`` and whether to
+    grouped folds, the ``seed``, the domain's ``shrink_doublings`` and
+    ``unseen_shape_weight`` and whether to
     ``balance_sources``. Fitted attributes: the boosters (``status_model_``, ``mfu_model_``,
     ``mfu_lo_model_``, ``mfu_hi_model_``, ``mem_model_``), ``status_classes_``,
     ``conformal_q_``, ``feature_names_``, ``domain_``, ``data_hash_``, ``n_train_``,
@@ -136,6 +143,7 @@ class SurrogateModel:
         n_folds: int = 5,
         seed: int = 0,
         shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
+        unseen_shape_weight: float = UNSEEN_SHAPE_WEIGHT,
         balance_sources: bool = True,
     ) -> None:
         self.status_params = status_params
@@ -145,6 +153,7 @@ class SurrogateModel:
         self.n_folds = n_folds
         self.seed = seed
         self.shrink_doublings = shrink_doublings
+        self.unseen_shape_weight = unseen_shape_weight
         self.balance_sources = balance_sources
 
     # ------------------------------------------------------- scikit-learn API
@@ -250,7 +259,8 @@ class SurrogateModel:
         self.mem_model_ = mem.booster_
         self._fit_interval(data.take(np.flatnonzero(done)), sw[done], settings)
         self.feature_names_ = list(FEATURE_NAMES)
-        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings)
+        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
+                                        self.unseen_shape_weight)
         self.data_hash_ = data.data_hash
         self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
@@ -448,6 +458,7 @@ class SurrogateModel:
         model = cls(coverage=meta["coverage"], seed=meta["seed"],
                     n_folds=int(meta.get("n_folds", 5)),  # not recorded before: the default
                     shrink_doublings=domain.shrink_doublings,
+                    unseen_shape_weight=domain.unseen_shape_weight,
                     balance_sources=bool(meta.get("balance_sources", True)),
                     status_params=meta["params"]["status"], mfu_params=meta["params"]["mfu"],
                     mem_params=meta["params"]["mem"])

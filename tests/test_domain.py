@@ -34,6 +34,30 @@ def test_inside_outside_and_unseen_categories():
     assert unshrunk.tolist() == [1.0, 1.0, 0.0, 0.0]
 
 
+def test_an_unseen_model_shape_keeps_part_of_the_correction_and_is_no_extrapolation():
+    train = _cols(build_config("playbook-1.34b", dp=8), build_config("playbook-8.86b", dp=8))
+    dom = Domain.from_cols(train, shrink_doublings=2.0, unseen_shape_weight=0.5)
+    # 3.57b lies between 1.34b and 8.86b on every scale axis, but no training run had its shape
+    a = dom.assess(_cols(build_config("playbook-8.86b", dp=8), build_config("playbook-3.57b", dp=8),
+                         build_config("playbook-3.57b", dp=16)))
+    assert a.unseen_shape is not None and a.unseen_shape.tolist() == [False, True, True]
+    assert a.weight[0] == 1.0 and a.weight[1] == 0.5 and a.reasons[1] == ""
+    assert a.weight[2] == pytest.approx(0.5 * math.exp(-0.5))  # and one doubling of GPUs
+    full = Domain.from_cols(train, unseen_shape_weight=1.0).assess(
+        _cols(build_config("playbook-3.57b", dp=8)))
+    assert full.weight.tolist() == [1.0]
+
+
+def test_a_domain_saved_without_shapes_weighs_no_shape():
+    dom = Domain.from_cols(_cols(build_config("playbook-1.34b", dp=8),
+                                 build_config("playbook-8.86b", dp=8)))
+    old = {k: v for k, v in dom.to_json().items() if k not in ("shapes", "unseen_shape_weight")}
+    again = Domain.from_json(old)
+    assert again.shapes is None
+    a = again.assess(_cols(build_config("playbook-3.57b", dp=8)))
+    assert a.unseen_shape is None and a.weight.tolist() == [1.0]
+
+
 def test_round_trip():
     dom = Domain.from_cols(_cols(build_config("8b", dp=8)))
     again = Domain.from_json(dom.to_json())

@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS
+from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
 from surrogate.errors import DataError, NoModelError, SurrogateError
 from surrogate.features import build_features_cols
 from surrogate.learned import STATUS_CLASSES, SurrogateModel
@@ -76,7 +76,7 @@ def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
                       "mem_params": SMALL_BOOSTERS,
                       "coverage": 0.8, "n_folds": 5, "seed": 3,
                       "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
-                      "balance_sources": True}
+                      "unseen_shape_weight": UNSEEN_SHAPE_WEIGHT, "balance_sources": True}
     assert SurrogateModel(**params).get_params() == params
     copy = clone(fitted)
     assert type(copy) is SurrogateModel and copy.get_params() == params

@@ -76,3 +76,25 @@ def test_cli_learned_analytic_and_explain(capsys):
         assert main([*flags, "--explain"]) == 0
     out = capsys.readouterr().out
     assert "learned correction" in out and "Largest contributions" in out
+
+
+def test_an_unseen_model_shape_between_the_data_keeps_half_the_correction(tmp_path, capsys):
+    """A 3.57B-like model with a wider MLP: inside every range of the bundled model's data but
+    a shape no training run had (``surrogate.domain.UNSEEN_SHAPE_WEIGHT``)."""
+    import yaml
+
+    from surrogate.domain import UNSEEN_SHAPE_WEIGHT
+
+    model = {"num_layers": 28, "hidden_size": 3072, "ffn_hidden_size": 10240, "num_heads": 32,
+             "num_kv_heads": 32, "vocab_size": 128256, "seq_len": 4096}
+    layout = {"dp": 4, "tp": 2, "mbs": 2, "grad_accum": 16, "zero_stage": 1}
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"model": model, "cluster": {"num_nodes": 1},
+                                    "layout": layout}))
+    assert main(["predict", "--config", str(path), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["source"] == "learned" and not d["extrapolates"]
+    assert d["domain_weight"] == pytest.approx(UNSEEN_SHAPE_WEIGHT)
+    assert main(["predict", "--config", str(path)]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"keeps {UNSEEN_SHAPE_WEIGHT:.0%} of itself" in out and "model shape" in out

@@ -155,14 +155,16 @@ def evaluate_protocol(
     profile: Any = None,
     shrink_doublings: float | None = None,
     progress: ProgressFn | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
-    ``progress``: reports each split, :mod:`surrogate.progress`). ``runs``: the table, or
+    ``progress``: reports each split, :mod:`surrogate.progress`; ``settings``: other
+    SurrogateModel settings, e.g. ``unseen_shape_weight``). ``runs``: the table, or
     :func:`~surrogate.training_data.training_data` of it (then ``profile`` must be its own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
-                            n_folds=n_folds, profile=profile,
-                            progress=progress)[shrink_doublings]
+                            n_folds=n_folds, profile=profile, progress=progress,
+                            settings=settings)[shrink_doublings]
 
 
 def evaluate_shrinks(
@@ -175,6 +177,7 @@ def evaluate_shrinks(
     n_folds: int = 5,
     profile: Any = None,
     progress: ProgressFn | None = None,
+    settings: dict[str, Any] | None = None,
 ) -> dict[float | None, ProtocolResult]:
     """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
     split (the shrinkage acts at prediction time only)."""
@@ -191,7 +194,8 @@ def evaluate_shrinks(
     report(progress, stage, 0, len(todo))
     for train, test in todo:
         model = SurrogateModel(status_params=params.get("status"), mfu_params=params.get("mfu"),
-                               mem_params=params.get("mem"), n_folds=n_folds, seed=seed)
+                               mem_params=params.get("mem"), n_folds=n_folds, seed=seed,
+                               **(settings or {}))
         model.fit(data.take(train))
         test_runs = runs.iloc[test]
         for shrink in shrinks:

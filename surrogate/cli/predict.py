@@ -77,6 +77,11 @@ def _print_table(pred: Any) -> None:
                 f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; the learned "
                 f"correction keeps {pred.domain_weight:.0%} of itself (the rest is the "
                 "analytic answer) and the interval is widened", highlight=False)
+        elif pred.domain_weight < 1:
+            console.print(
+                "inside the learned model's ranges (no extrapolation), but no training run had "
+                f"this model shape: the learned correction keeps {pred.domain_weight:.0%} of "
+                "itself (the rest is the analytic answer)", highlight=False)
         else:
             console.print("inside the learned model's data (no extrapolation)")
     elif pred.extrapolation:
