@@ -80,3 +80,18 @@ def test_beyond_practice_names_each_unheard_of_scale():
     assert set(PRACTICE_LIMITS) == {"num_gpus", "total_params", "seq_len", "batch_tokens",
                                     "vocab_size"}
     assert join_reasons(["", "a", ""], ["", "b", "c"]) == ["", "a; b", "c"]
+
+
+def test_unseen_shapes_match_a_row_by_row_check():
+    from surrogate.domain import shape_keys
+
+    train = _cols(build_config("playbook-1.34b", dp=8), build_config("playbook-8.86b", dp=8))
+    dom = Domain.from_cols(train)
+    names = ["playbook-1.34b", "playbook-3.57b", "playbook-8.86b", "llama3-8b", "mixtral-8x7b",
+             "llama3-70b"]
+    order = np.random.default_rng(0).integers(0, len(names), 60)
+    test = _cols(*[build_config(names[i], dp=8) for i in order])
+    seen = set(dom.shapes or ())
+    expected = [tuple(row) not in seen for row in shape_keys(test).tolist()]
+    got = dom.unseen_shapes(test)
+    assert got is not None and got.tolist() == expected and any(expected) and not all(expected)
