@@ -82,3 +82,10 @@ def test_a_floor_binding_no_run_at_its_prior_is_still_fitted(config):
     assert not np.allclose(b.step_time_s, predicted_step_s(b, PRIORS))  # the floor binds some
     fit = fit_time([b], ["pp_layer_floor_per_tp_s"])
     assert fit.values["pp_layer_floor_per_tp_s"] == pytest.approx(4e-3, rel=0.02)
+
+
+def test_fit_runs_refuses_an_unknown_fit_on():
+    from surrogate.fit_params import fit_runs
+
+    with pytest.raises(ValueError, match="fit_on must be 'all' or 'healthy'"):
+        fit_runs(None, fit_on="most")  # type: ignore[arg-type]

@@ -267,3 +267,10 @@ def test_calibrate_prints_paths_with_markup_as_text(tmp_path, capsys):
                  str(out)]) == 0
     err = "".join(capsys.readouterr().err.split())  # rich folds a long path
     assert f"wrote{out}" in err and out.exists()
+
+
+def test_calibrate_runs_names_the_fit_on_choices(tmp_path, capsys):
+    one_line_error(capsys, ["calibrate", "--runs", "playbook", "--fit-on", "most",
+                            "--out", str(tmp_path / "p.json")],
+                   r"--fit-on must be 'all' or 'healthy', got 'most'")
+    assert not (tmp_path / "p.json").exists()
