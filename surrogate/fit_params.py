@@ -264,8 +264,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
     held_sd = np.full(len(runs), np.nan)
     for fv, ids in sorted(by_fv.items()):
         bs = [blocks[i] for i in ids]
-        fit_bs = bs if fit_on == "all" else [healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids,
-                                                                                   strict=True)]
+        fit_bs = bs if fit_on == "all" else [
+            healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids, strict=True)]
         n_time = sum(int(np.isfinite(b.step_time_s).sum()) for b in fit_bs)
         n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
         if min(n_time, n_mem) < MIN_RUNS:
