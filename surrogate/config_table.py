@@ -247,7 +247,7 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
         slow |= ~missing
     fast = np.flatnonzero(~slow)
     if len(fast):
-        sub = {k: a[fast] for k, a in v.items()}
+        sub = v if len(fast) == n else {k: a[fast] for k, a in v.items()}
         bad, canonical = _canonical(sub)
         cross, inexact = _cross_rules(sub)
         broken[fast[bad | cross]] = True
@@ -271,7 +271,7 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
         for k in CONFIG_COLUMNS:  # counts are at most 2**53 (MAX_COUNT): they fit int64
             v[k][pos] = flat[k]
     rows = np.flatnonzero(np.array([not e for e in errors], dtype=bool))
-    return CheckedTable(table=take(v, rows), rows=rows, errors=errors)
+    return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
 
 
 BROKEN = "breaks a rule of surrogate.config"

@@ -54,6 +54,46 @@ def _interp_axis(axis: Array, x: Array) -> tuple[Any, Any, Array]:
     return lo, hi, np.clip(w, 0.0, 1.0)
 
 
+_DEDUP_MIN_SIZE = 65_536
+"""From this many GEMM shapes on, a curve is evaluated once per distinct shape: a search's
+millions of layouts share a few thousand shapes."""
+
+
+def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, Array],
+                                                             Array] | None:
+    """The distinct (m, n, k) triples and, per element, the index of its triple; None when
+    fewer than half of them repeat (evaluating them all is then as cheap). Hash-based
+    (``pandas.factorize``), so linear in the number of shapes: on one int64 key when the
+    dimensions are whole numbers that pack into 63 bits (GEMM shapes are), else column by
+    column."""
+    import pandas as pd
+
+    flat = [v.ravel() for v in (m, n, k)]
+    with np.errstate(invalid="ignore"):  # NaN and inf cast to garbage, then fail the test
+        ints = [v.astype(np.int64) for v in flat]
+    bits = [int(i.max()).bit_length() if len(i) else 0 for i in ints]
+    if sum(bits) <= 63 and all(bool(np.all(i == v)) for i, v in zip(ints, flat, strict=True)):
+        inverse, keys = pd.factorize((ints[0] << (bits[1] + bits[2])) | (ints[1] << bits[2])
+                                     | ints[2])
+        triple = tuple(np.asarray(a, dtype=np.float64) for a in (
+            keys >> (bits[1] + bits[2]), (keys >> bits[2]) & (2**bits[1] - 1),
+            keys & (2**bits[2] - 1)))
+    else:
+        codes, uniques = zip(*(pd.factorize(v, use_na_sentinel=False) for v in flat),
+                             strict=True)
+        sizes = [len(u) for u in uniques]
+        if float(sizes[0]) * sizes[1] * sizes[2] >= 2.0**62:
+            return None
+        joint = (codes[0].astype(np.int64) * sizes[1] + codes[1]) * sizes[2] + codes[2]
+        inverse, keys = pd.factorize(joint)
+        triple = (np.asarray(uniques[0])[keys // (sizes[1] * sizes[2])],
+                  np.asarray(uniques[1])[keys // sizes[2] % sizes[1]],
+                  np.asarray(uniques[2])[keys % sizes[2]])
+    if 2 * len(keys) > m.size:
+        return None
+    return triple, inverse  # type: ignore[return-value]
+
+
 @dataclass(frozen=True, kw_only=True, eq=False)
 class GemmCurve:
     """GEMM efficiency of one dtype (see the module doc for the rule)."""
@@ -84,6 +124,14 @@ class GemmCurve:
     def __call__(self, m: Array, n: Array, k: Array) -> Array:
         m, n, k = (np.asarray(v, dtype=np.float64) for v in np.broadcast_arrays(m, n, k))
         m, n, k = (np.maximum(v, 1.0) for v in (m, n, k))
+        if m.size >= _DEDUP_MIN_SIZE:
+            distinct = _distinct_shapes(m, n, k)
+            if distinct is not None:
+                (um, un, uk), inverse = distinct
+                return np.asarray(self._evaluate(um, un, uk)[inverse].reshape(m.shape))
+        return self._evaluate(m, n, k)
+
+    def _evaluate(self, m: Array, n: Array, k: Array) -> Array:
         axes = self._log2_axes
         xs = [np.log2(v) for v in (m, n, k)]
         clamped = [np.clip(x, a[0], a[-1]) for x, a in zip(xs, axes, strict=True)]

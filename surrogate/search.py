@@ -78,10 +78,12 @@ def score_configs(
     model: SurrogateModel | str | Path | None = "default",
     profile: str | Path | PerfModel | None = None,
     limits: Limits | None = None,
+    labels: bool = True,
 ) -> pd.DataFrame:
     """:func:`surrogate.scoring.score` of every configuration (validated ones, or their flat
     table: :meth:`LayoutSpace.table`), with what ranking needs: the flat configuration,
-    ``layout``, ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
+    ``layout`` (left out with ``labels=False``: a search labels only the rows it shows),
+    ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
     (:func:`surrogate.space.layout_key`). ``feasible``: p_oom within the limit and the device
     peak (``pred_device_mem_gib``) within the GPU's memory less the margin.
 
@@ -101,7 +103,8 @@ def score_configs(
     if bad:
         raise ConfigError(bad)
     frame = pd.DataFrame(table)
-    frame["layout"] = layout_labels(table)
+    if labels:
+        frame["layout"] = layout_labels(table)
     frame["num_gpus"] = table["gpus_per_node"] * table["num_nodes"]
     for k, v in s.columns.items():
         if k != "error":
@@ -191,7 +194,7 @@ def search(
         result.enumerated = table_len(every)
         if result.enumerated:
             enum_frame = rank(score_configs(every, model=learned, profile=profile,
-                                            limits=limits))
+                                            limits=limits, labels=False))
             scored_rows.append(enum_frame)
             if enum_frame["feasible"].iloc[0]:
                 result.enum_best = enum_frame.iloc[0]
@@ -236,13 +239,24 @@ def search(
             f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones"
             + ("" if objective == "mfu" else " and the Pareto front is empty"))
         feasible = every_scored
-    result.top = feasible.head(top_k).reset_index(drop=True)
+    result.top = _labelled(feasible.head(top_k).reset_index(drop=True))
+    if result.pareto is not None:
+        result.pareto = _labelled(result.pareto)
     shown = [result.top] if result.pareto is None else [result.top, result.pareto]
     for frame in shown:  # enumerated layouts are rows of a table: their configurations
         for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
             if key not in configs:
                 configs[key] = config_from_flat(row, global_batch_seqs=space.global_batch_seqs)
     return result
+
+
+def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``layout`` labels (score_configs' column, before ``num_gpus``), for
+    rows scored without them."""
+    frame = frame.drop(columns="layout", errors="ignore")
+    table = {str(k): frame[k].to_numpy() for k in frame.columns}
+    frame.insert(list(frame.columns).index("num_gpus"), "layout", layout_labels(table))
+    return frame
 
 
 def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:

@@ -37,6 +37,33 @@ def test_gemm_efficiency_in_unit_interval_and_saturating(h100: CalibrationProfil
     assert big[1] == pytest.approx(big[0])  # beyond the grid the edge value holds
 
 
+def test_many_shapes_are_evaluated_once_each(h100: CalibrationProfile) -> None:
+    """A large batch (a search) is evaluated per distinct shape: the same answer as shape by
+    shape, whole or fractional, beyond 63 packed bits, NaN."""
+    curve = h100.gemm["bf16"]
+    rng = np.random.default_rng(0)
+    size = 200_000
+    cases = {
+        "whole": [rng.choice([1.0, 512, 4096, 2.0**22], size), rng.choice([128.0, 14336], size),
+                  rng.choice([4096.0, 3, 1e5], size)],
+        "fractional": [rng.choice([0.5, 512, 4096.5], size), rng.choice([128.0, 7.25], size),
+                       rng.choice([4096.0, 3], size)],
+        "wide": [rng.choice([1.0, 2.0**40], size), rng.choice([2.0**30, 8], size),
+                 rng.choice([4096.0, 3], size)],
+    }
+    cases["fractional"][0][7] = np.nan
+    for name, (m, n, k) in cases.items():
+        one_by_one = np.array([curve(a, b, c) for a, b, c in zip(m[:50], n[:50], k[:50],
+                                                                strict=True)])
+        batch = curve(m, n, k)
+        assert batch.shape == (size,), name
+        np.testing.assert_array_equal(batch[:50], one_by_one, err_msg=name)
+        for value in np.unique(np.stack([m, n, k]), axis=1).T[:20]:  # repeats agree
+            same = (m == value[0]) & (n == value[1]) & (k == value[2])
+            if same.any():
+                assert np.unique(batch[same]).size == 1, name
+
+
 @pytest.mark.parametrize("op", COLLECTIVE_OPS)
 @pytest.mark.parametrize(("group", "inter"), [(2, 0), (4, 0), (8, 0), (16, 1), (64, 1)])
 def test_collective_times_monotone_in_size(h100: CalibrationProfile, op: str, group: int,

@@ -9,7 +9,7 @@ import pytest
 from surrogate.errors import ConfigError
 from surrogate.presets import get_preset
 from surrogate.search import Limits, rank, score_configs, search
-from surrogate.space import LayoutSpace
+from surrogate.space import LayoutSpace, layout_label
 
 TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
@@ -30,6 +30,19 @@ def test_score_configs_is_one_vectorised_pass_with_intervals() -> None:
     ranked = rank(scored)
     feasible = ranked[ranked["feasible"]]
     assert feasible["pred_mfu"].is_monotonic_decreasing
+
+
+def test_search_labels_the_rows_it_shows() -> None:
+    """The enumeration is scored without labels (a search of millions of layouts shows a
+    handful); the rows shown carry them, where score_configs puts them."""
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    assert "layout" not in score_configs(space.enumerate(), labels=False)
+    result = search(space, model=None, objective="mfu-vs-gpus", n_trials=0, use_optuna=False)
+    labelled = score_configs(space.enumerate(), model=None)
+    for frame in (result.top, result.pareto):
+        assert frame is not None and len(frame) >= 1
+        assert list(frame.columns) == [*labelled.columns]
+        assert list(frame["layout"]) == [layout_label(result.configs[k]) for k in frame["key"]]
 
 
 def test_optuna_finds_the_enumerated_best_on_a_small_space() -> None:
