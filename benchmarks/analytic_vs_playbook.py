@@ -43,13 +43,14 @@ def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str
     shipped parameters of each run's framework version)."""
     blocks, rows = blocks_for_runs(runs)
     out = {k: np.full(len(runs), np.nan)
-           for k in ("step_time_s", "reserved_bytes", "memory_log_sd")}
+           for k in ("step_time_s", "reserved_bytes", "memory_log_sd", "oom_log_margin")}
     for b, idx in zip(blocks, rows, strict=True):
         vals = values if values is not None else {
             k[2:]: float(v[0]) for k, v in b.cols.items() if k.startswith("p_")}
         out["step_time_s"][idx] = predicted_step_s(b, vals)
         out["reserved_bytes"][idx] = predicted_reserved(b, vals)
         out["memory_log_sd"][idx] = vals["memory_log_sd"]
+        out["oom_log_margin"][idx] = vals["oom_log_margin"]
     return out
 
 

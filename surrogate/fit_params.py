@@ -12,8 +12,10 @@ the optimum (residual variance x (J^T J)^-1, mapped back through the log/logit),
 :func:`grouped_cv`, the spread of the values fitted with each group left out.
 
 OOM: the fitted memory residuals' standard deviation ``memory_log_sd`` turns the memory
-estimate into a probability, p_oom = P(log measured > log capacity) under a normal error
-(:func:`surrogate.analytic.memory.oom_probability`).
+estimate into a probability under a normal error, and ``oom_log_margin``, fitted by maximum
+likelihood on the completed and out-of-memory runs with that error, places the boundary where
+the framework's runs met it: p_oom = Phi((log(predicted / capacity) + margin) / sd)
+(:func:`surrogate.analytic.memory.oom_probability`, :func:`fit_oom_margin`).
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ class Block:
     perf: PerfModel
     step_time_s: Array
     reserved_bytes: Array
+    oom: Array | None = None
+    """1 where the run ran out of memory, 0 where it completed, NaN otherwise (None: unknown)."""
 
     def take(self, mask: np.ndarray) -> Block:
         return Block({k: v[mask] for k, v in self.cols.items()}, self.perf,
-                     self.step_time_s[mask], self.reserved_bytes[mask])
+                     self.step_time_s[mask], self.reserved_bytes[mask],
+                     None if self.oom is None else self.oom[mask])
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -151,10 +156,53 @@ def fit_time(blocks: Sequence[Block], names: Sequence[str] = TIME_PARAMETERS,
 def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS,
                fixed: dict[str, float] | None = None) -> ParameterFit:
     """Fit memory parameters on measured peak reserved memory; ``extra['memory_log_sd']`` is
-    the standard deviation of the fitted log residuals (what turns memory into p_oom)."""
+    the standard deviation of the fitted log residuals, ``extra['oom_log_margin']`` the OOM
+    boundary fitted with it (:func:`fit_oom_margin`): together they turn memory into p_oom."""
     fit = _fit(blocks, names, predicted_reserved, "reserved_bytes", dict(fixed or {}))
     fit.extra["memory_log_sd"] = fit.log_rmse
+    fit.extra["oom_log_margin"] = fit_oom_margin(
+        blocks, {**(fixed or {}), **fit.values}, fit.log_rmse)
     return fit
+
+
+MIN_OOM_LABELS = 5
+"""Fewest runs of each outcome (completed, out of memory) :func:`fit_oom_margin` fits on."""
+
+
+def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float) -> float:
+    """The ``oom_log_margin`` that makes the completed and out-of-memory runs of ``blocks``
+    most likely under p_oom = Phi((log(predicted total / capacity) + margin) / sd) (a probit
+    with its slope fixed by the memory error ``sd``); the prior (0) with fewer than
+    :data:`MIN_OOM_LABELS` runs of either outcome."""
+    from scipy.optimize import minimize_scalar
+    from scipy.special import log_ndtr
+
+    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES
+
+    z, y = [], []
+    for b in blocks:
+        if b.oom is None:
+            continue
+        known = np.isfinite(b.oom)
+        if not known.any():
+            continue
+        total = predicted_reserved(b.take(known), values) + CUDA_CONTEXT_BYTES
+        z.append(np.log(total / b.cols["memory_bytes"][known]))
+        y.append(b.oom[known] > 0.5)
+    prior = PARAMETERS["oom_log_margin"]
+    if not z:
+        return prior.prior
+    zs, ys = np.concatenate(z), np.concatenate(y)
+    if min(int(ys.sum()), int((~ys).sum())) < MIN_OOM_LABELS:
+        return prior.prior
+    scale = max(sd, NOISE_FLOOR)
+
+    def nll(margin: float) -> float:
+        t = (zs + margin) / scale
+        return -float(np.sum(np.where(ys, log_ndtr(t), log_ndtr(-t))))
+
+    best = minimize_scalar(nll, bounds=(prior.lower, prior.upper), method="bounded")
+    return float(best.x)
 
 
 def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
@@ -222,7 +270,9 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
         step = np.where(done, tokens / (tps * gpus), np.nan)
         reserved = np.where(done, sub["peak_mem_reserved_gib"].to_numpy(dtype=np.float64) * GIB,
                             np.nan)
-        blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved))
+        status = sub["status"].to_numpy()
+        oom = np.where(status == "oom", 1.0, np.where(done, 0.0, np.nan))
+        blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved, oom))
         rows.append(sel)
     return blocks, rows
 
@@ -237,7 +287,7 @@ def healthy(block: Block, mfu: np.ndarray) -> Block:
     """The block with step times only for runs of measured MFU >= :data:`MIN_FIT_MFU`."""
     keep = np.isfinite(mfu) & (mfu >= MIN_FIT_MFU)
     return Block(block.cols, block.perf, np.where(keep, block.step_time_s, np.nan),
-                 block.reserved_bytes)
+                 block.reserved_bytes, block.oom)
 
 
 def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
@@ -262,6 +312,7 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
     held_step = np.full(len(runs), np.nan)
     held_mem = np.full(len(runs), np.nan)
     held_sd = np.full(len(runs), np.nan)
+    held_margin = np.full(len(runs), np.nan)
     for fv, ids in sorted(by_fv.items()):
         bs = [blocks[i] for i in ids]
         fit_bs = bs if fit_on == "all" else [
@@ -273,7 +324,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
         t = fit_time(fit_bs)
         m = fit_memory(bs)
         entry: dict[str, Any] = {
-            "values": {**t.values, **m.values, "memory_log_sd": m.extra["memory_log_sd"]},
+            "values": {**t.values, **m.values, "memory_log_sd": m.extra["memory_log_sd"],
+                       "oom_log_margin": m.extra["oom_log_margin"]},
             "sd": {**t.sd, **m.sd},
             "runs": {"time": t.runs, "memory": m.runs},
             "log_rmse": {"time": t.log_rmse, "memory": m.log_rmse},
@@ -289,14 +341,16 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
                 for i, p_t, p_m in zip(ids, tp, mp, strict=True):
                     held_step[rows[i]] = p_t
                     held_mem[rows[i]] = p_m
-                # Every fold's memory error, for the held-out OOM probabilities.
+                # Every fold's memory error and OOM margin, for the held-out OOM probabilities.
                 labels = sorted({g for arr in gs for g in np.unique(arr)}, key=str)
                 for g, f in zip(labels, mf, strict=True):
                     for i, arr in zip(ids, gs, strict=True):
                         held_sd[rows[i][arr == g]] = f.extra["memory_log_sd"]
+                        held_margin[rows[i][arr == g]] = f.extra["oom_log_margin"]
         sets[fv] = entry
     return {"sets": sets, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
-                                       "memory_log_sd": held_sd},
+                                       "memory_log_sd": held_sd,
+                                       "oom_log_margin": held_margin},
             "group_by": group_by, "fit_on": fit_on}
 
 
@@ -352,8 +406,10 @@ def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, fl
     judged = runs["status"].isin(["completed", "oom"]).to_numpy() & np.isfinite(mem)
     if judged.any():
         capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
+        margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
         p_oom = oom_probability({"memory_bytes": capacity,
-                                 "p_memory_log_sd": held_out["memory_log_sd"]},
+                                 "p_memory_log_sd": held_out["memory_log_sd"],
+                                 "p_oom_log_margin": margin},
                                 {"total": mem + CUDA_CONTEXT_BYTES})
         truth = (runs["status"] == "oom").to_numpy()[judged]
         said = p_oom[judged] > 0.5

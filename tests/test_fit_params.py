@@ -11,6 +11,7 @@ from surrogate.analytic.perf import SpecPerfModel
 from surrogate.fit_params import (
     Block,
     fit_memory,
+    fit_oom_margin,
     fit_time,
     grouped_cv,
     predicted_reserved,
@@ -49,6 +50,30 @@ def test_memory_fit_recovers_the_allocator_overhead(synthetic_block):
     fit = fit_memory([b], ["allocator_overhead_frac"])
     assert fit.values["allocator_overhead_frac"] == pytest.approx(0.2, rel=0.02)
     assert fit.extra["memory_log_sd"] < 1e-3
+
+
+def test_oom_margin_is_the_boundary_the_labels_show(synthetic_block):
+    """Completed / out-of-memory labels drawn from p_oom = Phi((log(need / capacity) + 0.15)
+    / 0.1) (synthetic: capacities spread around each run's need) give back the margin; too
+    few labels of one outcome keep the prior."""
+    from scipy.special import ndtr
+
+    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES
+
+    b, _ = synthetic_block
+    reps = 25
+    cols = {k: np.tile(v, reps) for k, v in b.cols.items()}
+    big = Block(cols, b.perf, np.tile(b.step_time_s, reps), np.tile(b.reserved_bytes, reps))
+    rng = np.random.default_rng(0)
+    need = predicted_reserved(big, TRUE) + CUDA_CONTEXT_BYTES
+    shift = rng.uniform(-0.4, 0.4, len(big))
+    big.cols["memory_bytes"] = need * np.exp(shift)
+    big.oom = (rng.uniform(size=len(big)) < ndtr((-shift + 0.15) / 0.1)).astype(float)
+    assert fit_oom_margin([big], TRUE, 0.1) == pytest.approx(0.15, abs=0.03)
+    few = big.oom.copy()
+    few[np.flatnonzero(few == 1)[4:]] = np.nan  # 4 out-of-memory runs left
+    assert fit_oom_margin([big.take(np.isfinite(few))], TRUE, 0.1) == 0.0
+    assert fit_oom_margin([b], TRUE, 0.1) == 0.0  # no labels: the prior
 
 
 def test_grouped_cv_predicts_each_group_from_the_others(synthetic_block):

@@ -240,11 +240,13 @@ def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
 
 
 def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:
-    """P(the run needs more than the GPU has): log(need) ~ Normal(log(predicted total),
-    ``memory_log_sd``), the fitted error of the memory model (``surrogate.fit_params``)."""
+    """P(the run needs more than the GPU has): log(need) ~ Normal(log(predicted total) +
+    ``oom_log_margin``, ``memory_log_sd``): the memory model's fitted error, and where the
+    measured runs of the framework ran out of memory (``surrogate.fit_params``)."""
     from scipy.special import ndtr
 
     sd = np.asarray(param(c, "memory_log_sd"), dtype=np.float64)
-    z = np.log(breakdown["total"] / c["memory_bytes"]) / np.maximum(sd, 1e-6)
+    margin = np.asarray(param(c, "oom_log_margin"), dtype=np.float64)
+    z = (np.log(breakdown["total"] / c["memory_bytes"]) + margin) / np.maximum(sd, 1e-6)
     return np.asarray(ndtr(z), dtype=np.float64)
 

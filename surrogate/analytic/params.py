@@ -41,7 +41,7 @@ class FreeParameter:
     """Value used where nothing was fitted."""
     prior_width: float
     """Prior standard deviation in the fitted space: of log(value) for positive parameters,
-    of logit(value) for fractions."""
+    of logit(value) for fractions, of the value for signed ones."""
     lower: float
     upper: float
     unit: str
@@ -55,9 +55,17 @@ class FreeParameter:
     def is_fraction(self) -> bool:
         return self.lower == 0.0 and self.upper == 1.0
 
+    @property
+    def is_signed(self) -> bool:
+        """A parameter that may be negative (a shift): fitted as it is, within its bounds."""
+        return self.lower < 0.0
+
     def to_free(self, value: float | Array) -> Array:
-        """Value -> the unbounded space the fit works in (log, or logit for fractions)."""
+        """Value -> the unbounded space the fit works in (log, logit for fractions, the value
+        itself for signed parameters)."""
         v = np.asarray(value, dtype=np.float64)
+        if self.is_signed:
+            return v
         if self.is_fraction:
             v = np.clip(v, 1e-6, 1 - 1e-6)
             return np.asarray(np.log(v / (1 - v)))
@@ -65,6 +73,8 @@ class FreeParameter:
 
     def from_free(self, z: float | Array) -> Array:
         z = np.asarray(z, dtype=np.float64)
+        if self.is_signed:
+            return np.asarray(np.clip(z, self.lower, self.upper))
         if self.is_fraction:
             return np.asarray(1.0 / (1.0 + np.exp(-z)))
         return np.asarray(np.clip(np.exp(z), self.lower, self.upper))
@@ -160,6 +170,16 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "Standard deviation of log(measured / predicted peak memory) (not fitted by least "
         "squares: the fitted memory residuals' spread); turns the memory estimate into "
         "p_oom. Prior 0.10: the memory model's order of error before any fit.",
+    ),
+    FreeParameter(
+        "oom_log_margin", 0.0, 0.0, -1.0, 1.0, "log", "error",
+        "Where runs run out of memory, as a shift of log(predicted need / GPU memory): p_oom = "
+        "Phi((log(need / capacity) + margin) / memory_log_sd). Not fitted by least squares: "
+        "by maximum likelihood on completed vs out-of-memory runs (surrogate.fit_params). "
+        "It takes in what the reserved-memory fit cannot see: memory outside torch's "
+        "allocator beyond the CUDA context (NCCL's buffers), transient peaks between two "
+        "measurements, the estimate's bias near capacity. Prior 0: OOM where the estimate "
+        "reaches the capacity.",
     ),
 )
 """Every free parameter of the analytic model."""

@@ -302,3 +302,18 @@ def test_nanotron_keeps_more_than_torchtitan(cols):
     nano = memory.memory_breakdown(cols("llama3-8b", dp=8, zero_stage=0))
     titan = memory.memory_breakdown(cols("llama3-8b", dp=8, zero_stage=0, framework="torchtitan"))
     assert nano["gradients"][0] == pytest.approx(3 * titan["gradients"][0])
+
+
+def test_oom_probability_is_half_where_the_margin_puts_the_boundary():
+    """p_oom = Phi((log(need / capacity) + margin) / sd): a need of capacity x exp(-margin) is
+    even odds; a larger margin means runs fail sooner."""
+    capacity = np.full(3, 80 * GIB)
+    need = capacity * np.exp(np.array([-0.2, 0.0, 0.2]))
+    for margin in (-0.2, 0.0, 0.2):
+        c = {"memory_bytes": capacity, "p_memory_log_sd": np.full(3, 0.1),
+             "p_oom_log_margin": np.full(3, margin)}
+        p = memory.oom_probability(c, {"total": need})
+        assert p[[-0.2, 0.0, 0.2].index(-margin)] == pytest.approx(0.5)
+        assert (np.diff(p) > 0).all()
+    priors = memory.oom_probability({"memory_bytes": capacity}, {"total": need})
+    np.testing.assert_allclose(priors[1], 0.5)  # prior margin 0: at capacity
