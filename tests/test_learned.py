@@ -185,3 +185,50 @@ def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):
     assert np.isclose(pred["pred_mfu"], 1.0)[unbounded > 1.001].all()
     np.testing.assert_allclose(pred["pred_mfu"], near_mfu * raised)  # throughput bounded alike
     assert (pred["pred_mfu_lo"] <= pred["pred_mfu"]).all()
+
+
+def test_status_init_score_is_the_physics_log_probabilities():
+    from scipy.special import expit, softmax
+
+    from surrogate.learned import status_init_score
+
+    p_oom = np.array([0.0, 0.3, 0.9, 1.0])
+    po = np.clip(p_oom, 1e-4, 1 - 1e-4)
+    three = softmax(status_init_score(p_oom, 0.1, [0, 1, 2]), axis=1)
+    np.testing.assert_allclose(three, np.column_stack([(1 - po) * 0.9, po * 0.9,
+                                                       np.full(4, 0.1)]))
+    np.testing.assert_allclose(expit(status_init_score(p_oom, 0.1, [0, 1])), po)
+
+
+def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, configs):
+    """The status classifier is boosted from the analytic verdict: with a learning rate of
+    nothing its p_oom is the analytic p_oom times the share of runs that did not fail
+    otherwise (inside the domain, where w = 1)."""
+    from surrogate.scoring import score
+
+    still = SurrogateModel(status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
+                           mfu_params=SMALL_BOOSTERS, mem_params=SMALL_BOOSTERS, seed=3)
+    still.fit(playbook_subset)
+    assert still.status_fail_rate_ == pytest.approx(
+        np.mean(playbook_subset["status"].isin(["fail", "timeout"])), rel=0.2)
+    learned = score(configs, model=still)
+    analytic = score(configs, model=None)
+    p = np.clip(analytic.columns["p_oom"], 1e-4, 1 - 1e-4) * (1 - still.status_fail_rate_)
+    np.testing.assert_allclose(learned.columns["p_oom"], p, atol=1e-6)
+
+
+def test_a_model_saved_before_the_physics_start_still_loads(fitted, configs, tmp_path):
+    """Sidecars written before the status model's start have no failure share: their
+    boosters' own probabilities are used."""
+    fitted.save(tmp_path / "m")
+    side = tmp_path / "m" / "model.json"
+    meta = json.loads(side.read_text())
+    assert 0 < meta.pop("status_fail_rate") < 1
+    from surrogate.model_files import write_sidecar
+
+    write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
+                                   if k not in ("file_sha256", "sidecar_sha256")})
+    old = SurrogateModel.load(tmp_path / "m")
+    assert old.status_fail_rate_ is None
+    p = old.predict(configs)
+    np.testing.assert_allclose(p["p_completed"] + p["p_oom"] + p["p_fail"], 1.0, atol=1e-9)

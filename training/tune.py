@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import CATEGORICAL, booster_params
+from surrogate.learned import CATEGORICAL, booster_params, fit_status, status_proba
 from surrogate.stores import ensure_sqlite_dir
 from surrogate.training_data import TrainingData, source_weights
 
@@ -75,12 +75,12 @@ def _fold_score(target: Target, params: dict[str, Any], data: TrainingData, trai
                 categorical_feature=CATEGORICAL)
         pred = np.asarray(reg.predict(data.X.iloc[test]))
         return float(np.mean(np.abs(pred - data.y_mfu[test])))
-    clf = lgb.LGBMClassifier(**settings)
-    clf.fit(data.X.iloc[train], data.y_status[train], sample_weight=weight,
-            categorical_feature=CATEGORICAL)
-    proba = np.asarray(clf.predict_proba(data.X.iloc[test]))
+    p_oom = data.analytic["p_oom"]
+    booster, classes, fail_rate = fit_status(data.X.iloc[train], data.y_status[train], weight,
+                                             p_oom[train], settings)
+    proba = status_proba(booster, data.X.iloc[test], p_oom[test], fail_rate, classes)
     full = np.full((len(test), 3), 1e-6)
-    full[:, np.asarray(clf.classes_, dtype=int)] = proba
+    full[:, classes] = proba
     full /= full.sum(axis=1, keepdims=True)
     return float(log_loss(data.y_status[test], full, labels=[0, 1, 2]))
 
