@@ -20,7 +20,7 @@ a DataFrame of configurations and gives each row exactly the answer
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -82,6 +82,16 @@ def _array(name: str, values: Sequence[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = list(values)
     return out
+
+
+def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
+    """A DataFrame of a flat table's columns, text kept as Python objects: pandas' default
+    string dtype would copy every cell into Arrow and back (seconds for a search's million
+    rows)."""
+    import pandas as pd
+
+    return pd.DataFrame({k: pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
+                         for k, v in table.items()})
 
 
 def table_len(table: FlatTable) -> int:

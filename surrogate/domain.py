@@ -62,18 +62,28 @@ def beyond_practice(c: dict[str, np.ndarray]) -> list[str]:
         "batch_tokens": c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"],
         "vocab_size": c["vocab_size"],
     }
-    parts: list[list[str]] = [[] for _ in range(len(c["seq_len"]))]
+    parts: dict[int, list[str]] = {}  # only the rows beyond practice: a search has millions
     for axis, limit in PRACTICE_LIMITS.items():
         v = np.asarray(vals[axis], dtype=np.float64)
         for k in np.flatnonzero(v > limit).tolist():
-            parts[k].append(f"{axis} {v[k]:.4g} > {limit:.4g}, beyond any published training "
-                            "run")
-    return ["; ".join(p) for p in parts]
+            parts.setdefault(k, []).append(
+                f"{axis} {v[k]:.4g} > {limit:.4g}, beyond any published training run")
+    out = [""] * len(c["seq_len"])
+    for k, p in parts.items():
+        out[k] = "; ".join(p)
+    return out
 
 
 def join_reasons(*reasons: Sequence[str]) -> list[str]:
     """Row-wise '; '-join of several reason lists, skipping empty ones."""
-    return ["; ".join(r for r in row if r) for row in zip(*reasons, strict=True)]
+    n = len(reasons[0]) if reasons else 0
+    if any(len(r) != n for r in reasons):
+        raise ValueError("reason lists must be equally long")
+    out = [""] * n
+    rows = sorted({i for r in reasons for i, text in enumerate(r) if text})
+    for i in rows:
+        out[i] = "; ".join(r[i] for r in reasons if r[i])
+    return out
 
 DEFAULT_SHRINK_DOUBLINGS = 2.0
 """The correction keeps e^-1/2 of itself one doubling beyond the data. Chosen among 0.5, 1,

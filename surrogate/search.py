@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from surrogate.config import TrainingConfig, config_from_flat
-from surrogate.config_table import FlatTable, flat_table, table_len
+from surrogate.config_table import FlatTable, flat_table, table_frame, table_len
 from surrogate.errors import ConfigError
 from surrogate.progress import ProgressFn, report
 from surrogate.space import (
@@ -102,7 +102,7 @@ def score_configs(
     bad = next((r for r in s.columns["error"] if r), "")
     if bad:
         raise ConfigError(bad)
-    frame = pd.DataFrame(table)
+    frame = table_frame(table)
     if labels:
         frame["layout"] = layout_labels(table)
     frame["num_gpus"] = table["gpus_per_node"] * table["num_nodes"]
@@ -227,7 +227,8 @@ def search(
         result.optuna_found_enum_best = opt_best_key == result.enum_best["key"]
     if not scored_rows:
         raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
-    every_scored = rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"))
+    every_scored = (scored_rows[0] if len(scored_rows) == 1  # ranked, its keys distinct
+                    else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key")))
     feasible = every_scored[every_scored["feasible"]]
     if objective != "mfu":
         # Over every layout scored: the enumerated space (exact) and optuna's trials. Optuna's

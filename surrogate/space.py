@@ -35,7 +35,7 @@ from surrogate.config import (
     ModelConfig,
     TrainingConfig,
 )
-from surrogate.config_table import FlatTable, per_group, validate_table
+from surrogate.config_table import FlatTable, per_group, table_frame, validate_table
 from surrogate.errors import ConfigError
 from surrogate.frameworks import FRAMEWORKS, get_framework
 from surrogate.hardware import canonical_gpu_name
@@ -278,7 +278,7 @@ class LayoutSpace:
                      gpus_per_node=np.full(n, self.gpus_per_node), dtype=np.full(n, self.dtype),
                      framework_version=np.full(n, None, dtype=object))
         frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p})
-        return validate_table(pd.DataFrame(frame), messages=False).table
+        return validate_table(table_frame(frame), messages=False).table
 
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit

@@ -174,3 +174,15 @@ def test_nullable_columns_read_their_missing_cells_as_missing():
     df.loc[2, "gpu"] = pd.NA  # the default GPU
     assert_same_as_rows(df)
     assert validate_table(df).errors[1].startswith("dp * tp * pp * cp must equal")
+
+
+def test_table_frame_keeps_text_as_python_objects():
+    """A flat table's DataFrame keeps text columns as objects (no copy into Arrow strings) and
+    every value as it was."""
+    from surrogate.config_table import table_frame
+
+    table = {"framework": np.array(["megatron", "torchtitan"], dtype=object),
+             "dp": np.array([8, 16]), "sequence_parallel": np.array([True, False])}
+    frame = table_frame(table)
+    assert frame["framework"].dtype == object
+    assert frame.to_dict("list") == {k: v.tolist() for k, v in table.items()}
