@@ -197,7 +197,7 @@ def search(
                                             limits=limits, labels=False))
             scored_rows.append(enum_frame)
             if enum_frame["feasible"].iloc[0]:
-                result.enum_best = enum_frame.iloc[0]
+                result.enum_best = _labelled(enum_frame.head(1)).iloc[0]
         report(progress, "enumerating and scoring the space", 1, 1)
     elif not use_optuna:
         space.enumerate(enumerate_limit)  # raises, saying why

@@ -43,6 +43,8 @@ def test_search_labels_the_rows_it_shows() -> None:
         assert frame is not None and len(frame) >= 1
         assert list(frame.columns) == [*labelled.columns]
         assert list(frame["layout"]) == [layout_label(result.configs[k]) for k in frame["key"]]
+    assert result.enum_best is not None
+    assert result.enum_best["layout"] == result.top["layout"].iloc[0]
 
 
 def test_optuna_finds_the_enumerated_best_on_a_small_space() -> None:
