@@ -370,7 +370,9 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
         "method": (f"per framework version: least squares ({ROBUST_LOSS}, scale "
                    f"{ROBUST_SCALE}) on log step time of {time_runs} and on log peak "
                    "reserved memory of all completed runs, "
-                   "with one prior term per parameter; sd: Gauss-Newton; fold_sd: spread over "
+                   "with one prior term per parameter; memory_log_sd: the memory fit's "
+                   "residual spread; oom_log_margin: maximum likelihood on completed vs "
+                   "out-of-memory runs; sd: Gauss-Newton; fold_sd: spread over "
                    f"leave-one-{result['group_by']}-out folds"),
         "sets": result["sets"],
     }
