@@ -33,7 +33,9 @@ shared expert; an MoE model's leading dense layers are averaged in per layer (De
 size them alike: ffn = (top-k + shared) x the expert width).
 
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
-interleaved, see ``pipeline``); the last stage holds one, plus the logits.
+interleaved, see ``pipeline``); the last stage holds one under 1F1B, ((v - 1) p + 1) / v
+chunk-sized ones under the interleaved schedule (``pipeline.stage_inflight``), plus the logits.
+Every stage is weighed, the largest reported (``memory_breakdown``, ``stage_memory``).
 
 Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),
 their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
@@ -95,7 +97,8 @@ def _sharding(c: Cols) -> tuple[Array, Array]:
     return dense, dense / c["ep"]
 
 
-def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Array, Array]:
+def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
+                 start: Array | None = None) -> tuple[Array, Array]:
     """(dense, expert) parameters held by one rank of a stage with ``layers`` layers.
 
     Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
@@ -103,7 +106,8 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Ar
     ep x tp; a shared expert is split by tp like a dense MLP (Megatron ``SharedExpertMLP``).
     An MoE model's leading dense layers (``num_dense_layers``) sit on the first stages. With
     pp > 1 the last stage holds its own output head even when the embeddings are tied
-    (nanotron and Megatron untie them across stages).
+    (nanotron and Megatron untie them across stages). ``start``: the stage's first layer
+    (default: 0 for the first stage, L - layers otherwise).
     """
     h, tp = c["hidden_size"], c["tp"]
     moe = c["num_experts"] >= 2
@@ -112,7 +116,9 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Ar
     dense = layers * (split / tp + replicated)
     # MoE variants: a shared expert on each MoE layer; a dense MLP instead of the router (and
     # experts) on each leading dense layer. Adds exactly 0 for dense models.
-    n_dense = _dense_mlp_layers_on_stage(c, layers, first=first)
+    if start is None:
+        start = np.zeros_like(layers) if first else c["num_layers"] - layers
+    n_dense = _dense_mlp_layers_on_stage(c, layers, start)
     n_moe = layers - n_dense
     dense = dense + np.where(
         moe, n_moe * shared_expert_params_per_layer(c) / tp
@@ -127,13 +133,11 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool) -> tuple[Ar
     return dense, experts
 
 
-def _dense_mlp_layers_on_stage(c: Cols, layers: Array, *, first: bool) -> Array:
-    """Leading dense layers of an MoE model among a stage's ``layers``: the first stage takes
-    up to all of them; a later (last) stage holds model layers L - layers .. L - 1."""
+def _dense_mlp_layers_on_stage(c: Cols, layers: Array, start: Array) -> Array:
+    """Leading dense layers of an MoE model among a stage's ``layers``, model layers
+    ``start`` .. ``start + layers - 1``."""
     k = np.where(c["num_experts"] >= 2, c["num_dense_layers"], 0.0)
-    if first:
-        return np.minimum(k, layers)
-    return np.clip(k - (c["num_layers"] - layers), 0.0, layers)
+    return np.clip(k - start, 0.0, layers)
 
 
 def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
@@ -200,11 +204,20 @@ def logits_bytes(c: Cols) -> Array:
     return param(c, "logit_bytes") * tokens * c["vocab_size"] / c["tp"]
 
 
-def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:
-    layers = pipeline.first_stage_layers(c) if first else pipeline.last_stage_layers(c)
-    dense, experts = stage_params(c, layers, first=first, last=last)
+def _stage_breakdown(c: Cols, *, first: bool, last: bool,
+                     stage: Array | float | None = None) -> dict[str, Array]:
+    """The breakdown of the first or the last stage, or of stage index ``stage`` (neither)."""
+    if stage is not None:
+        layers = pipeline.stage_layers(c, stage)
+        start: Array | None = pipeline.stage_start(c, stage)
+        inflight = pipeline.stage_inflight(c, stage)
+    else:
+        layers = pipeline.first_stage_layers(c) if first else pipeline.last_stage_layers(c)
+        start = None
+        inflight = (pipeline.first_stage_inflight(c) if first
+                    else pipeline.stage_inflight(c, c["pp"] - 1))
+    dense, experts = stage_params(c, layers, first=first, last=last, start=start)
     out = model_state_bytes(c, dense, experts)
-    inflight = pipeline.first_stage_inflight(c) if first else np.ones_like(layers)
     out["activations"] = (layers * inflight * activation_bytes_per_layer(c)
                           * param(c, "activation_scale"))
     out["transient"] = _backward_working_set(c)
@@ -220,18 +233,79 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool) -> dict[str, Array]:
 
 
 def memory_breakdown(c: Cols) -> dict[str, Array]:
-    """Bytes per term on the most loaded rank (first or last pipeline stage), plus ``total``
-    and ``stage`` (0 = first stage, 1 = last stage)."""
+    """Bytes per term on the most loaded rank of every pipeline stage, plus ``total`` and
+    ``stage`` (its position: 0 = first stage, 1 = last stage, i / (pp - 1) for stage i).
+
+    The first stage holds the most micro-batches and the embedding, the last one the logits;
+    a stage between them can hold more when its layers weigh more: an MoE model's leading
+    dense layers sit on the first stage, so the next stages' experts outweigh it, and with few
+    micro-batches in flight a stage with one layer more than the first wins
+    (:func:`_heaviest_middle_stage`; ``tests/analytic/test_memory.py`` checks the answer
+    against every stage's)."""
     first = _stage_breakdown(c, first=True, last=False)
     last = _stage_breakdown(c, first=False, last=True)
     single = _stage_breakdown(c, first=True, last=True)
+    index = _heaviest_middle_stage(c)
+    middle = _stage_breakdown(c, first=False, last=False, stage=np.maximum(index, 1.0))
+    has_middle = index >= 1
     pick_last = last["total"] > first["total"]
+    edge = {k: np.where(pick_last, last[k], first[k]) for k in first}
+    pick_middle = has_middle & (middle["total"] > edge["total"])
     piped = c["pp"] > 1
-    out = {
-        k: np.where(piped, np.where(pick_last, last[k], first[k]), single[k]) for k in first
-    }
-    out["stage"] = np.where(piped & pick_last, 1.0, 0.0)
+    out = {k: np.where(piped, np.where(pick_middle, middle[k], edge[k]), single[k])
+           for k in first}
+    position = np.where(pick_middle, index / np.maximum(c["pp"] - 1, 1.0),
+                        np.where(pick_last, 1.0, 0.0))
+    out["stage"] = np.where(piped, position, 0.0)
     return out
+
+
+def _heaviest_middle_stage(c: Cols) -> Array:
+    """Per configuration, the stage strictly between the first and the last whose model
+    states and stored activations weigh most (its other terms are the same at every such
+    stage), or -1 where none can outweigh the first: where pp < 3, and where every layer weighs
+    the same (no MoE model with leading dense layers), since no middle stage then holds more
+    layers than the first (an even split's are equal; nanotron's greedy rule gives stage i
+    floor((i + 1) x) - floor(i x) <= floor(x) + 1 = the first's), nor more micro-batches, nor
+    the embedding."""
+    p = c["pp"]
+    index = np.full(len(p), -1.0)
+    rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
+    if len(rows) == 0:
+        return index
+    sub = {k: np.asarray(v)[rows] if np.ndim(v) else v for k, v in c.items()}
+    act = activation_bytes_per_layer(sub) * param(sub, "activation_scale")
+    best = np.full(len(rows), -np.inf)
+    found = np.full(len(rows), -1.0)
+    for i in range(1, int(np.max(sub["pp"])) - 1):
+        inside = i < sub["pp"] - 1
+        layers = pipeline.stage_layers(sub, i)
+        dense, experts = stage_params(sub, layers, first=False, last=False,
+                                      start=pipeline.stage_start(sub, i))
+        states = model_state_bytes(sub, dense, experts)
+        held = (states["weights"] + states["gradients"] + states["optimizer"]
+                + layers * pipeline.stage_inflight(sub, i) * act)
+        better = inside & (held > best)
+        best = np.where(better, held, best)
+        found = np.where(better, float(i), found)
+    index[rows] = found
+    return index
+
+
+def stage_memory(c: Cols, stage: int) -> dict[str, Array]:
+    """Bytes per term on a rank of pipeline stage ``stage`` (0-based) of each configuration
+    (NaN where ``stage`` >= pp): what :func:`memory_breakdown` takes the largest of."""
+    p = c["pp"]
+    last_stage = p - 1
+    first = _stage_breakdown(c, first=True, last=False, stage=stage)
+    middle = _stage_breakdown(c, first=False, last=False, stage=stage)
+    last = _stage_breakdown(c, first=False, last=True, stage=stage)
+    single = _stage_breakdown(c, first=True, last=True, stage=stage)
+    out = {k: np.where(p == 1, single[k],
+                       np.where(stage == 0, first[k],
+                                np.where(stage == last_stage, last[k], middle[k])))
+           for k in first}
+    return {k: np.where(stage < p, v, np.nan) for k, v in out.items()}
 
 
 def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:

@@ -4,7 +4,10 @@ Sources: Narayanan et al. 2021 ("Efficient Large-Scale Language Model Training o
 Clusters Using Megatron-LM"), sec. 2.2: 1F1B bubble (p - 1) / (m + p - 1) of the step, and the
 interleaved schedule with v model chunks per rank dividing the bubble by v; Korthikanti et al.
 2022, sec. 4.2.3: under 1F1B the first stage holds the activations of p micro-batches, and
-under the interleaved schedule (1 + (p - 1) / (p v)) times that.
+under the interleaved schedule (1 + (p - 1) / (p v)) times that. Stage i of p holds p - i under
+1F1B (its warm-up forwards plus one), and under the interleaved schedule 2 / v fewer chunks'
+worth per stage down the pipeline (Megatron-LM ``schedules.py``: (p - i - 1) x 2 + (v - 1) x p
+warm-up chunks plus one).
 """
 
 from __future__ import annotations
@@ -74,3 +77,34 @@ def last_stage_layers(c: Cols) -> Array:
     before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
     nano_rest = L - before_last
     return np.where(p == 1, L, np.where(c["is_nanotron"] > 0, nano_rest, even_rest))
+
+
+def stage_start(c: Cols, i: Array | float) -> Array:
+    """Index of the first layer of stage ``i`` (0-based): the boundaries of
+    :func:`first_stage_layers` (even split, or nanotron's greedy rule) at every stage."""
+    L, p = c["num_layers"], c["pp"]
+    j = np.asarray(i, dtype=np.float64)
+    layer_cost, total = _nanotron_layer_cost(c)
+    nano = np.minimum(L, np.floor(j * total / (p * layer_cost)) + 1)
+    even = np.minimum(L, j * np.ceil(L / p))
+    inner = np.where(c["is_nanotron"] > 0, nano, even)
+    return np.where(j <= 0, 0.0, np.where(j >= p, L, inner))
+
+
+def stage_layers(c: Cols, i: Array | float) -> Array:
+    """Transformer layers on stage ``i`` (0-based, below pp); stage 0 and stage pp - 1 are
+    :func:`first_stage_layers` and :func:`last_stage_layers`."""
+    j = np.asarray(i, dtype=np.float64)
+    return np.where(c["pp"] == 1, c["num_layers"],
+                    np.maximum(stage_start(c, j + 1) - stage_start(c, j), 0.0))
+
+
+def stage_inflight(c: Cols, i: Array | float) -> Array:
+    """Micro-batches whose activations stage ``i`` holds at once (module docstring): 1F1B
+    min(p - i, m); interleaved p + (p - 1 - 2 i) / v, at most the first stage's
+    (:func:`first_stage_inflight`, which stage 0 equals)."""
+    m, p, v = microbatches(c), c["pp"], c["vpp"]
+    j = np.asarray(i, dtype=np.float64)
+    first = first_stage_inflight(c)
+    interleaved = np.minimum(p + (p - 1 - 2 * j) / v, first)
+    return np.where(j <= 0, first, np.where(v > 1, interleaved, np.minimum(p - j, m)))

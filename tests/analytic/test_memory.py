@@ -317,3 +317,49 @@ def test_oom_probability_is_half_where_the_margin_puts_the_boundary():
         assert (np.diff(p) > 0).all()
     priors = memory.oom_probability({"memory_bytes": capacity}, {"total": need})
     np.testing.assert_allclose(priors[1], 0.5)  # prior margin 0: at capacity
+
+
+def _layouts(config):
+    """Pipelined layouts over frameworks, schedules, depths and micro-batch counts, dense and
+    MoE (Mixtral with three leading dense layers, as DeepSeek's models have)."""
+    from dataclasses import replace
+
+    from surrogate.errors import ConfigError
+    from surrogate.presets import get_preset
+
+    moe = replace(get_preset("mixtral-8x7b"), num_dense_layers=3)
+    out = []
+    for model, fw, pp, vpp, m, mbs in itertools.product(
+            ("playbook-1.34b", "8b", moe), ("nanotron", "megatron", "torchtitan"),
+            (2, 3, 4, 8), (1, 2), (1, 3, 8, 32), (1, 4)):
+        if vpp > 1 and fw == "nanotron":
+            continue
+        try:
+            out.append(config(model, dp=1, pp=pp, vpp=vpp, grad_accum=m, mbs=mbs,
+                              framework=fw))
+        except ConfigError:  # a layout the model's layer count does not admit
+            continue
+    return out
+
+
+def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
+    """The reported peak is the largest of every stage's, stage by stage, over frameworks
+    (nanotron's greedy split), 1F1B and interleaved schedules, dense and MoE models (whose
+    leading dense layers make a middle stage the heaviest)."""
+    from surrogate.analytic import pipeline
+
+    cfgs = _layouts(config)
+    c = to_cols(cfgs)
+    assert len(cfgs) > 200 and (c["vpp"] > 1).any() and (c["num_dense_layers"] > 0).any()
+    peak = memory.memory_breakdown(c)["total"]
+    every = np.stack([memory.stage_memory(c, i)["total"] for i in range(int(c["pp"].max()))])
+    np.testing.assert_allclose(np.nanmax(every, axis=0), peak, rtol=1e-12)
+    middle = memory.memory_breakdown(c)["stage"]
+    assert ((middle > 0) & (middle < 1)).any()  # some peaks are on a middle stage
+    # the stages hold every layer, and stage 0 and the last are the first and last stages
+    layers = np.stack([np.where(i < c["pp"], pipeline.stage_layers(c, i), 0.0)
+                       for i in range(int(c["pp"].max()))])
+    np.testing.assert_array_equal(layers.sum(axis=0), c["num_layers"])
+    np.testing.assert_array_equal(pipeline.stage_layers(c, 0), pipeline.first_stage_layers(c))
+    np.testing.assert_array_equal(pipeline.stage_layers(c, c["pp"] - 1),
+                                  pipeline.last_stage_layers(c))
