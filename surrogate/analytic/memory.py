@@ -246,10 +246,11 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
     last = _stage_breakdown(c, first=False, last=True)
     single = _stage_breakdown(c, first=True, last=True)
     index = _heaviest_middle_stage(c)
-    middle = _stage_breakdown(c, first=False, last=False, stage=np.maximum(index, 1.0))
     has_middle = index >= 1
     pick_last = last["total"] > first["total"]
     edge = {k: np.where(pick_last, last[k], first[k]) for k in first}
+    middle = (_stage_breakdown(c, first=False, last=False, stage=np.maximum(index, 1.0))
+              if has_middle.any() else edge)  # none: most batches (dense models)
     pick_middle = has_middle & (middle["total"] > edge["total"])
     piped = c["pp"] > 1
     out = {k: np.where(piped, np.where(pick_middle, middle[k], edge[k]), single[k])
