@@ -61,36 +61,25 @@ millions of layouts share a few thousand shapes."""
 
 def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, Array],
                                                              Array] | None:
-    """The distinct (m, n, k) triples and, per element, the index of its triple; None when
-    fewer than half of them repeat (evaluating them all is then as cheap). Hash-based
-    (``pandas.factorize``), so linear in the number of shapes: on one int64 key when the
-    dimensions are whole numbers that pack into 63 bits (GEMM shapes are), else column by
-    column."""
+    """The distinct (m, n, k) triples and, per element, the index of its triple, keyed by one
+    packed int64 (``pandas.factorize``: linear in the number of shapes); None where the
+    dimensions are not whole numbers that pack into 63 bits (GEMM shapes are) or fewer than half
+    of them repeat: every shape is then evaluated as it is."""
     import pandas as pd
 
     flat = [v.ravel() for v in (m, n, k)]
     with np.errstate(invalid="ignore"):  # NaN and inf cast to garbage, then fail the test
         ints = [v.astype(np.int64) for v in flat]
     bits = [int(i.max()).bit_length() if len(i) else 0 for i in ints]
-    if sum(bits) <= 63 and all(bool(np.all(i == v)) for i, v in zip(ints, flat, strict=True)):
-        inverse, keys = pd.factorize((ints[0] << (bits[1] + bits[2])) | (ints[1] << bits[2])
-                                     | ints[2])
-        triple = tuple(np.asarray(a, dtype=np.float64) for a in (
-            keys >> (bits[1] + bits[2]), (keys >> bits[2]) & (2**bits[1] - 1),
-            keys & (2**bits[2] - 1)))
-    else:
-        codes, uniques = zip(*(pd.factorize(v, use_na_sentinel=False) for v in flat),
-                             strict=True)
-        sizes = [len(u) for u in uniques]
-        if float(sizes[0]) * sizes[1] * sizes[2] >= 2.0**62:
-            return None
-        joint = (codes[0].astype(np.int64) * sizes[1] + codes[1]) * sizes[2] + codes[2]
-        inverse, keys = pd.factorize(joint)
-        triple = (np.asarray(uniques[0])[keys // (sizes[1] * sizes[2])],
-                  np.asarray(uniques[1])[keys // sizes[2] % sizes[1]],
-                  np.asarray(uniques[2])[keys % sizes[2]])
+    if sum(bits) > 63 or not all(bool(np.all(i == v)) for i, v in zip(ints, flat, strict=True)):
+        return None
+    inverse, keys = pd.factorize((ints[0] << (bits[1] + bits[2])) | (ints[1] << bits[2])
+                                 | ints[2])
     if 2 * len(keys) > m.size:
         return None
+    triple = tuple(np.asarray(a, dtype=np.float64) for a in (
+        keys >> (bits[1] + bits[2]), (keys >> bits[2]) & (2**bits[1] - 1),
+        keys & (2**bits[2] - 1)))
     return triple, inverse  # type: ignore[return-value]
 
 

@@ -262,11 +262,10 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
 
 
 def _heaviest_middle_stage(c: Cols) -> Array:
-    """Per configuration, the stage strictly between the first and the last whose model
-    states and stored activations weigh most (its other terms are the same at every such
-    stage), or -1 where none can outweigh the first: where pp < 3, and where every layer weighs
-    the same (no MoE model with leading dense layers), since no middle stage then holds more
-    layers than the first (an even split's are equal; nanotron's greedy rule gives stage i
+    """Per configuration, the heaviest stage strictly between the first and the last, or -1
+    where none can outweigh the first: where pp < 3, and where every layer weighs the same (no
+    MoE model with leading dense layers), since no middle stage then holds more layers than the
+    first (an even split's are equal; nanotron's greedy rule gives stage i
     floor((i + 1) x) - floor(i x) <= floor(x) + 1 = the first's), nor more micro-batches, nor
     the embedding."""
     p = c["pp"]
@@ -275,21 +274,12 @@ def _heaviest_middle_stage(c: Cols) -> Array:
     if len(rows) == 0:
         return index
     sub = {k: np.asarray(v)[rows] if np.ndim(v) else v for k, v in c.items()}
-    act = activation_bytes_per_layer(sub) * param(sub, "activation_scale")
     best = np.full(len(rows), -np.inf)
-    found = np.full(len(rows), -1.0)
     for i in range(1, int(np.max(sub["pp"])) - 1):
-        inside = i < sub["pp"] - 1
-        layers = pipeline.stage_layers(sub, i)
-        dense, experts = stage_params(sub, layers, first=False, last=False,
-                                      start=pipeline.stage_start(sub, i))
-        states = model_state_bytes(sub, dense, experts)
-        held = (states["weights"] + states["gradients"] + states["optimizer"]
-                + layers * pipeline.stage_inflight(sub, i) * act)
-        better = inside & (held > best)
-        best = np.where(better, held, best)
-        found = np.where(better, float(i), found)
-    index[rows] = found
+        total = _stage_breakdown(sub, first=False, last=False, stage=i)["total"]
+        better = (i < sub["pp"] - 1) & (total > best)
+        best = np.where(better, total, best)
+        index[rows] = np.where(better, float(i), index[rows])
     return index
 
 
