@@ -25,7 +25,9 @@ from types import SimpleNamespace
 from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
+from surrogate.frameworks import PIPELINE_SCHEDULES as PIPELINE_SCHEDULES  # re-exported
 from surrogate.frameworks import RECOMPUTE_MODES as RECOMPUTE_MODES  # re-exported
+from surrogate.frameworks import PipelineSchedule as PipelineSchedule
 from surrogate.frameworks import Recompute as Recompute
 from surrogate.frameworks import get_framework
 from surrogate.hardware import GPUSpec, canonical_gpu_name, get_gpu
@@ -253,6 +255,9 @@ class LayoutConfig:
     ep: int = 1
     vpp: int = 1
     """Virtual pipeline stages per pipeline rank (interleaved 1F1B when > 1)."""
+    pp_schedule: PipelineSchedule = "1f1b"
+    """Pipeline schedule: '1f1b' (interleaved when vpp > 1) or 'afab' (all forwards, then all
+    backwards: every micro-batch's activations held at once)."""
     mbs: int = 1
     """Micro-batch size in sequences per data-parallel rank."""
     grad_accum: int = 1
@@ -280,12 +285,16 @@ class LayoutConfig:
             )
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.pp_schedule not in PIPELINE_SCHEDULES:
+            raise ConfigError(f"pp_schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
+                              f"got {self.pp_schedule!r}")
         traits = get_framework(self.framework)
         object.__setattr__(self, "framework", traits.name)
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
         problem = traits.unsupported(tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
-                                     vpp=self.vpp, zero_stage=self.zero_stage)
+                                     vpp=self.vpp, zero_stage=self.zero_stage,
+                                     pp_schedule=self.pp_schedule)
         if problem:
             raise ConfigError(problem)
         if self.framework_version is None:

@@ -57,7 +57,7 @@ _REQUIRED = MODEL_FIELDS[:7]
 _CLUSTER = ("gpu", "gpus_per_node", "num_nodes")
 _DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum")
 _LAYOUT_TEXT = ("zero_stage", "recompute", "sequence_parallel", "dtype", "framework",
-                "framework_version")
+                "framework_version", "pp_schedule")
 _EXACT_COUNT = 2**31
 """Counts up to here take the column path: their products below stay exact in float64."""
 _EXACT_PRODUCT = 2.0**52

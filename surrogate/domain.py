@@ -4,8 +4,8 @@ A learned correction is trusted where it was trained. Off its data it must never
 the physics under it, so it shrinks toward the analytic answer and its interval widens
 (``surrogate.learned``). The domain is what the training runs covered:
 
-- categories: the GPUs and the (framework, version) pairs seen; a configuration with another
-  is *outside* (distance infinite: the analytic answer, weight 0);
+- categories: the GPUs, the (framework, version) pairs and the pipeline schedules seen; a
+  configuration with another is *outside* (distance infinite: the analytic answer, weight 0);
 - scale: the range of each of :data:`surrogate.features.DOMAIN_AXES` (GPUs, parameters,
   sequence length, tokens per rank); the distance is the largest excess beyond a range, in
   doublings (log2).
@@ -109,6 +109,14 @@ that chose :data:`UNSEEN_SHAPE_WEIGHT` differ in. Attention heads are left out: 
 holds out a head count alone (the Playbook's 80B ran with 8 and 64 KV heads)."""
 
 
+SCHEDULE_NAMES: tuple[str, str] = ("1f1b", "afab")
+"""Pipeline schedules by the analytic column ``pp_afab`` (0 or 1)."""
+
+
+def _schedule(pp_afab: float) -> str:
+    return SCHEDULE_NAMES[int(pp_afab)]
+
+
 def shape_keys(c: dict[str, np.ndarray]) -> np.ndarray:
     """One row per configuration: its :data:`SHAPE_AXES` values (float64)."""
     return np.stack([np.asarray(c[a], dtype=np.float64) for a in SHAPE_AXES], axis=1)
@@ -139,6 +147,9 @@ class Domain:
     shapes: tuple[tuple[float, ...], ...] | None = None
     """The model shapes (:data:`SHAPE_AXES`) of the training runs (None: not recorded)."""
     unseen_shape_weight: float = UNSEEN_SHAPE_WEIGHT
+    schedules: tuple[str, ...] = ("1f1b",)
+    """The pipeline schedules of the training runs (a model saved before they were recorded:
+    '1f1b', the only one then described)."""
 
     @classmethod
     def from_cols(cls, c: dict[str, np.ndarray],
@@ -155,7 +166,8 @@ class Domain:
                    gpus=tuple(sorted(set(gpus))), frameworks=tuple(sorted(set(fws))),
                    shrink_doublings=shrink_doublings, counts=counts,
                    shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
-                   unseen_shape_weight=unseen_shape_weight)
+                   unseen_shape_weight=unseen_shape_weight,
+                   schedules=tuple(sorted({_schedule(a) for a in np.unique(c["pp_afab"])})))
 
     def unseen_shapes(self, c: dict[str, np.ndarray]) -> np.ndarray | None:
         """Whether each configuration's model shape is absent from the training runs'."""
@@ -181,7 +193,7 @@ class Domain:
         vals = domain_values(c)
         n = len(c["gpu_code"])
         dist = np.zeros(n)
-        parts: list[list[str]] = [[] for _ in range(n)]
+        parts: dict[int, list[str]] = {}  # only the rows with a reason: a search has millions
         for axis in DOMAIN_AXES:
             lo, hi = self.ranges[axis]
             v = np.asarray(vals[axis], dtype=np.float64)
@@ -191,32 +203,35 @@ class Domain:
             for k in np.flatnonzero(excess > 1e-9).tolist():
                 side = ">" if v[k] > hi else "<"
                 edge = hi if v[k] > hi else lo
-                parts[k].append(f"{axis} {v[k]:.4g} {side} {edge:.4g} seen "
-                                f"({excess[k]:.1f} doublings)")
-        for i in range(n):
-            gpu = GPU_NAMES[int(c["gpu_code"][i])]
-            fw = FRAMEWORK_VERSIONS[int(c["framework_code"][i])]
-            if gpu not in self.gpus:
-                dist[i] = math.inf
-                parts[i].append(f"GPU {gpu} never seen")
-            if fw not in self.frameworks:
-                dist[i] = math.inf
-                parts[i].append(f"framework {fw} never seen")
+                parts.setdefault(k, []).append(f"{axis} {v[k]:.4g} {side} {edge:.4g} seen "
+                                               f"({excess[k]:.1f} doublings)")
+        for names, seen, what, column in (
+                (GPU_NAMES, self.gpus, "GPU", "gpu_code"),
+                (FRAMEWORK_VERSIONS, self.frameworks, "framework", "framework_code"),
+                (SCHEDULE_NAMES, self.schedules, "pp_schedule", "pp_afab")):
+            codes = np.asarray(c[column]).astype(np.int64)
+            never = np.array([name not in seen for name in names], dtype=bool)[codes]
+            for k in np.flatnonzero(never).tolist():
+                dist[k] = math.inf
+                parts.setdefault(k, []).append(f"{what} {names[codes[k]]} never seen")
         finite = np.where(np.isinf(dist), 0.0, dist)
         weight = np.exp(-finite / tau) if tau > 0 else (dist == 0).astype(np.float64)
         weight = np.where(np.isinf(dist), 0.0, weight)
         unseen = self.unseen_shapes(c)
         if unseen is not None:
             weight = np.where(unseen, self.unseen_shape_weight * weight, weight)
-        return Assessment(weight=weight, distance=dist,
-                          reasons=["; ".join(p) for p in parts], unseen_shape=unseen)
+        reasons = [""] * n
+        for k, p in parts.items():
+            reasons[k] = "; ".join(p)
+        return Assessment(weight=weight, distance=dist, reasons=reasons, unseen_shape=unseen)
 
     def to_json(self) -> dict[str, Any]:
         return {"ranges": {k: list(v) for k, v in self.ranges.items()},
                 "gpus": list(self.gpus), "frameworks": list(self.frameworks),
                 "shrink_doublings": self.shrink_doublings, "counts": self.counts,
                 "shapes": None if self.shapes is None else [list(k) for k in self.shapes],
-                "unseen_shape_weight": self.unseen_shape_weight}
+                "unseen_shape_weight": self.unseen_shape_weight,
+                "schedules": list(self.schedules)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Domain:
@@ -227,4 +242,5 @@ class Domain:
                    shapes=(None if d.get("shapes") is None
                            else tuple(tuple(float(x) for x in k) for k in d["shapes"])),
                    unseen_shape_weight=float(d.get("unseen_shape_weight",
-                                                   UNSEEN_SHAPE_WEIGHT)))
+                                                   UNSEEN_SHAPE_WEIGHT)),
+                   schedules=tuple(d.get("schedules", ("1f1b",))))

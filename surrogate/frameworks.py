@@ -28,6 +28,11 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
 """Activation recomputation: none, selective (Korthikanti et al. 2022: the attention core) or
 full (each layer's forward again in the backward)."""
+PipelineSchedule = Literal["1f1b", "afab"]
+PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
+"""Pipeline schedules (:mod:`surrogate.analytic.pipeline`): one-forward-one-backward
+(PipeDream-Flush, Narayanan et al. 2021; interleaved when vpp > 1) and all-forward-all-backward
+(GPipe, Huang et al. 2019: every micro-batch's forward, then every backward)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,9 +47,13 @@ class FrameworkTraits:
     """Known implementation versions, oldest first; the last is the default."""
     tensor_parallel: bool
     """Has tensor parallelism (tp > 1)."""
-    pipeline_schedule: str | None
-    """Its (non-interleaved) pipeline schedule, named as its configuration names it; None: no
-    pipeline parallelism (pp must be 1)."""
+    pipeline_schedules: dict[str, str]
+    """Its (non-interleaved) pipeline schedules: each of :data:`PIPELINE_SCHEDULES` it has,
+    with the name its configuration gives it; empty: no pipeline parallelism (pp must be 1)."""
+    schedule_without_pipeline: bool = False
+    """Runs its pipeline schedule with pp = 1 too (nanotron's engine drives every step, so
+    all-forward-all-backward holds every micro-batch's activations even without a pipeline);
+    False: with pp = 1 micro-batches run one after the other, as under 1F1B."""
     interleaved_schedule: str | None
     """Its interleaved (virtual-stage) pipeline schedule, as its configuration names it; None:
     vpp must be 1."""
@@ -64,7 +73,7 @@ class FrameworkTraits:
     @property
     def pipeline_parallel(self) -> bool:
         """Has pipeline parallelism (pp > 1)."""
-        return self.pipeline_schedule is not None
+        return bool(self.pipeline_schedules)
 
     @property
     def interleaved_pipeline(self) -> bool:
@@ -72,7 +81,7 @@ class FrameworkTraits:
         return self.interleaved_schedule is not None
 
     def unsupported(self, *, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                    zero_stage: int) -> str | None:
+                    zero_stage: int, pp_schedule: str = "1f1b") -> str | None:
         """What of the layout the framework does not implement, or None."""
         if zero_stage not in self.zero_stages:
             return (f"framework {self.name} implements zero_stage "
@@ -87,14 +96,27 @@ class FrameworkTraits:
         if vpp > 1 and not self.interleaved_pipeline:
             return (f"framework {self.name} has no interleaved pipeline schedule: vpp must be 1, "
                     f"got vpp={vpp}")
+        if pp_schedule != "1f1b":
+            if pp_schedule not in self.pipeline_schedules:
+                return (f"framework {self.name} has no pipeline schedule {pp_schedule!r}: "
+                        f"pp_schedule must be one of {', '.join(self.pipeline_schedules) or '1f1b'}"
+                        f", got {pp_schedule!r}")
+            if vpp > 1:
+                return (f"pp_schedule {pp_schedule!r} has no interleaved form here: vpp must be "
+                        f"1, got vpp={vpp}")
+            if pp == 1 and not self.schedule_without_pipeline:
+                return (f"framework {self.name} runs a pipeline schedule only with pp > 1: "
+                        f"pp_schedule must be '1f1b' when pp=1, got {pp_schedule!r}")
         return None
 
     def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                        zero_stage: int, recompute: str, sequence_parallel: bool) -> str | None:
+                        zero_stage: int, recompute: str, sequence_parallel: bool,
+                        pp_schedule: str = "1f1b") -> str | None:
         """Why the framework cannot run the layout as described (what it does not implement,
         or the other layout it would run instead), or None: the layouts a search proposes and
         launch files are written for."""
-        problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage)
+        problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage,
+                                   pp_schedule=pp_schedule)
         if problem:
             return problem
         if zero_stage > 0 and dp == 1:
@@ -124,7 +146,8 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             zero_stages=(0, 1),
             versions=("pre-pp-fix", "pp-fix"),
             tensor_parallel=True,
-            pipeline_schedule="1f1b",
+            pipeline_schedules={"1f1b": "1f1b", "afab": "afab"},
+            schedule_without_pipeline=True,
             interleaved_schedule=None,
             context_parallel=True,
             expert_parallel=True,
@@ -135,7 +158,9 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "every Playbook run), ZeROs 0 and 1 (optim/zero.py); 'pp-fix' marks the pipeline "
                 "engine optimisation of the Playbook's after_pp_fix column; its pipeline "
                 "engines are all-forward-all-backward and 1F1B "
-                "(parallel/pipeline_parallel/engine.py), no interleaved schedule; "
+                "(parallel/pipeline_parallel/engine.py; ParallelismArgs.pp_engine 'afab' or "
+                "'1f1b'), which drive every training step, pp = 1 included; no interleaved "
+                "schedule; "
                 "ParallelismArgs: tp_mode ALL_REDUCE or REDUCE_SCATTER (sequence parallelism), "
                 "recompute_layer (full recomputation, no selective mode), "
                 "context_parallel_size, expert_parallel_size"
@@ -147,7 +172,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             zero_stages=(0, 1, 3),
             versions=("core",),
             tensor_parallel=True,
-            pipeline_schedule="1F1B",
+            pipeline_schedules={"1f1b": "1F1B"},
             interleaved_schedule="interleaved 1F1B",
             context_parallel=True,
             expert_parallel=True,
@@ -167,7 +192,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             zero_stages=(0, 2, 3),
             versions=("main",),
             tensor_parallel=True,
-            pipeline_schedule="1F1B",
+            pipeline_schedules={"1f1b": "1F1B", "afab": "GPipe"},
             interleaved_schedule="Interleaved1F1B",
             context_parallel=True,
             expert_parallel=True,
@@ -177,7 +202,8 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "pytorch/torchtitan: FSDP2 keeps sharded fp32 parameters and reduces gradients "
                 "into them (no extra accumulation buffer); data_parallel_shard_degree with "
                 "fsdp_reshard_after_forward 'always' is ZeRO-3, 'never' ZeRO-2, and FSDP2 has "
-                "no ZeRO-1 mode; pipeline_parallel_schedule '1F1B' / 'Interleaved1F1B'; "
+                "no ZeRO-1 mode; pipeline_parallel_schedule '1F1B' / 'GPipe' / "
+                "'Interleaved1F1B' (torch.distributed.pipelining, used only with pp > 1); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
                 "none / selective / full; its tensor-parallel plans (parallelize.py) always "
                 "shard the norms' sequence (SequenceParallel)"
@@ -189,7 +215,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             zero_stages=(0, 2, 3),
             versions=("composer-fsdp1",),
             tensor_parallel=False,
-            pipeline_schedule=None,
+            pipeline_schedules={},
             interleaved_schedule=None,
             context_parallel=False,
             expert_parallel=True,

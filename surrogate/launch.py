@@ -6,9 +6,9 @@ seq_len, steps``; ``[parallelism] data_parallel_replicate_degree, data_parallel_
 fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
 expert_parallel_degree``; ``[activation_checkpoint] mode``. It reads back through
-:func:`surrogate.ingest.torchtitan.config_values` to the same layout (pipeline runs excepted:
-see :func:`torchtitan_toml`). tomli-w writes it (strings escaped), after comment lines that
-give the layout; the schedule names come from the framework's traits
+:func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule and
+virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped), after
+comment lines that give the layout; the schedule names come from the framework's traits
 (:mod:`surrogate.frameworks`), which also decide which layouts can be written
 (:func:`launch_problem`).
 
@@ -86,7 +86,7 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     problem = get_framework(lay.framework).runs_as_another(
         dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
         zero_stage=lay.zero_stage, recompute=lay.recompute,
-        sequence_parallel=lay.sequence_parallel)
+        sequence_parallel=lay.sequence_parallel, pp_schedule=lay.pp_schedule)
     if problem:
         return problem
     if lay.dtype not in LAUNCH_DTYPES:
@@ -142,7 +142,7 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     if lay.pp > 1:
         parallelism |= {
             "pipeline_parallel_schedule": (traits.interleaved_schedule if lay.vpp > 1
-                                           else traits.pipeline_schedule),
+                                           else traits.pipeline_schedules[lay.pp_schedule]),
             "pipeline_parallel_microbatch_size": lay.mbs,
             "pipeline_parallel_layers_per_stage": m.num_layers // (lay.pp * lay.vpp),
         }

@@ -14,6 +14,12 @@ ZeRO sharding needs dp > 1, sequence parallelism needs tp > 1 and is paired with
 framework pairs it, recomputation modes the framework expresses), so every torchtitan layout
 of the space can be written as launch files (:mod:`surrogate.launch`). Its choices per
 dimension are narrowed to what some allowed framework implements.
+
+Pipelines run 1F1B (interleaved where vpp > 1). All-forward-all-backward
+(``LayoutConfig.pp_schedule``) is not a choice of the space: under the analytic model it takes
+the same time (the same bubble) and holds more micro-batches' activations, so it never ranks
+above the 1F1B layout it shares everything else with; ``surrogate predict --pp-schedule afab``
+weighs one.
 """
 
 from __future__ import annotations
@@ -193,7 +199,7 @@ class LayoutSpace:
         framework = get_framework(str(p["framework"]))
         problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
                                             zero_stage=zero, recompute=recompute,
-                                            sequence_parallel=sp)
+                                            sequence_parallel=sp)  # under 1F1B (module doc)
         if problem:
             raise ConfigError(problem)
         layout = LayoutConfig(

@@ -252,7 +252,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     """Check ``df`` against the schema and return it in canonical form (column order, dtypes,
     configuration columns as :func:`config_to_flat` writes them). A table that lacks the
     model-variant columns (:data:`surrogate.config.ARCHITECTURE_FIELDS`, added later) gets
-    their defaults, 0: it was written when every model was a Llama block.
+    their defaults, 0: it was written when every model was a Llama block; one that lacks
+    ``pp_schedule`` (added later) gets '1f1b', the only schedule then described.
 
     Values are checked by :func:`sweep_schema` (pandera), each row's configuration by
     :func:`surrogate.config.config_from_flat`. Raises DataError saying what must hold, what was
@@ -261,6 +262,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     absent = [c for c in ARCHITECTURE_FIELDS if c not in df.columns]
     if absent:  # a table written before these columns existed holds Llama blocks (their 0)
         df = df.assign(**dict.fromkeys(absent, 0))
+    if "pp_schedule" not in df.columns:
+        df = df.assign(pp_schedule="1f1b")
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:

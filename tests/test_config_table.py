@@ -77,6 +77,7 @@ CHANGES = {
     "seq_len": [4096, 4095, 2.5],
     "num_layers": [32, 1, 3],
     "global_batch_seqs": [None, 64, 65],
+    "pp_schedule": ["1f1b", "afab", " afab ", "AFAB", "gpipe", None, ""],
 }
 
 

@@ -95,3 +95,22 @@ def test_unseen_shapes_match_a_row_by_row_check():
     expected = [tuple(row) not in seen for row in shape_keys(test).tolist()]
     got = dom.unseen_shapes(test)
     assert got is not None and got.tolist() == expected and any(expected) and not all(expected)
+
+
+def test_an_unseen_pipeline_schedule_falls_back_to_physics():
+    """All-forward-all-backward is a category like a GPU: no training run had it, so the
+    correction steps aside; a domain saved before schedules were recorded saw 1F1B only."""
+    dom = Domain.from_cols(_cols(build_config("8b", dp=4, pp=2), build_config("8b", dp=8)))
+    assert dom.schedules == ("1f1b",)
+    test = _cols(build_config("8b", dp=4, pp=2),
+                 build_config("8b", dp=4, pp=2, pp_schedule="afab"),
+                 build_config("8b", dp=4, pp=2, pp_schedule="afab", gpu="A100-SXM-80GB"))
+    a = dom.assess(test)
+    assert a.weight.tolist() == [1.0, 0.0, 0.0]
+    assert a.reasons[1] == "pp_schedule afab never seen"
+    assert a.reasons[2] == "GPU A100-SXM-80GB never seen; pp_schedule afab never seen"
+    old = {k: v for k, v in dom.to_json().items() if k != "schedules"}
+    assert Domain.from_json(old).schedules == ("1f1b",)
+    both = Domain.from_cols(test)
+    assert both.schedules == ("1f1b", "afab")
+    assert Domain.from_json(both.to_json()) == both

@@ -108,3 +108,30 @@ def test_runs_as_another_says_why(name, change, match):
     problem = FRAMEWORKS[name].runs_as_another(**{**_LAYOUT, **change})
     assert problem is not None
     assert re.search(match, problem), problem
+
+
+def test_pipeline_schedules_each_framework_runs():
+    assert get_framework("nanotron").pipeline_schedules == {"1f1b": "1f1b", "afab": "afab"}
+    assert get_framework("torchtitan").pipeline_schedules == {"1f1b": "1F1B", "afab": "GPipe"}
+    assert get_framework("megatron").pipeline_schedules == {"1f1b": "1F1B"}
+    assert LayoutConfig(pp=2, pp_schedule="afab").pp_schedule == "afab"
+    assert LayoutConfig(pp=1, pp_schedule="afab").pp_schedule == "afab"  # nanotron's engine
+    assert LayoutConfig(pp=4, framework="torchtitan", pp_schedule="afab").pp_schedule == "afab"
+
+
+@pytest.mark.parametrize("layout,message", [
+    (dict(pp=2, framework="megatron", pp_schedule="afab"),
+     "framework megatron has no pipeline schedule 'afab': pp_schedule must be one of 1f1b, "
+     "got 'afab'"),
+    (dict(pp=1, framework="torchtitan", pp_schedule="afab"),
+     "framework torchtitan runs a pipeline schedule only with pp > 1: pp_schedule must be "
+     "'1f1b' when pp=1, got 'afab'"),
+    (dict(pp=2, vpp=2, framework="torchtitan", pp_schedule="afab"),
+     "pp_schedule 'afab' has no interleaved form here: vpp must be 1, got vpp=2"),
+    (dict(framework="llm-foundry", pp_schedule="afab"),
+     "framework llm-foundry has no pipeline schedule 'afab': pp_schedule must be one of 1f1b"),
+    (dict(pp_schedule="gpipe"), "pp_schedule must be one of 1f1b, afab, got 'gpipe'"),
+])
+def test_schedules_a_framework_does_not_run_are_refused(layout, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LayoutConfig(**layout)

@@ -4,12 +4,13 @@ commands, and injection attempts rejected."""
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
-from surrogate.errors import ConfigError
+from surrogate.errors import ConfigError, DataError
 from surrogate.frameworks import FRAMEWORKS
 from surrogate.ingest.torchtitan import config_values
 from surrogate.launch import (
@@ -33,21 +34,46 @@ def cfg(**layout: object) -> TrainingConfig:
 
 
 def test_toml_round_trips_through_the_torchtitan_reader() -> None:
+    """Every launchable layout reads back as itself: pipeline schedules (1F1B, GPipe as
+    all-forward-all-backward) and virtual stages (Interleaved1F1B) included."""
     space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(2,),
-                        frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+                        frameworks=("torchtitan",), max_cp=2, max_vpp=2, max_mbs=4)
     checked = 0
+    schedules: set[tuple[str, int]] = set()
     for c in space.enumerate():
-        if launch_problem(c):
-            continue
-        values, steps = config_values(tomllib.loads(torchtitan_toml(c, run_name="r")), {})
         lay = c.layout
-        assert steps == 50
-        assert values["model"] == "llama3-8b"
-        for name in ("dp", "tp", "pp", "cp", "ep", "mbs", "grad_accum", "zero_stage",
-                     "recompute", "sequence_parallel"):
-            assert values[name] == getattr(lay, name), name
-        checked += 1
+        variants = [c]
+        if lay.pp > 1 and lay.vpp == 1:
+            variants.append(replace(c, layout=replace(lay, pp_schedule="afab")))
+        for v in variants:
+            if launch_problem(v):
+                continue
+            values, steps = config_values(tomllib.loads(torchtitan_toml(v, run_name="r")), {})
+            assert steps == 50
+            assert values["model"] == "llama3-8b"
+            for name in ("dp", "tp", "pp", "cp", "ep", "mbs", "grad_accum", "zero_stage",
+                         "recompute", "sequence_parallel"):
+                assert values[name] == getattr(v.layout, name), name
+            assert values.get("vpp", 1) == v.layout.vpp
+            assert values.get("pp_schedule", "1f1b") == v.layout.pp_schedule
+            schedules.add((v.layout.pp_schedule, v.layout.vpp))
+            checked += 1
     assert checked > 20
+    assert schedules == {("1f1b", 1), ("1f1b", 2), ("afab", 1)}
+
+
+def test_torchtitan_schedules_the_surrogate_does_not_model_are_refused() -> None:
+    doc = tomllib.loads(torchtitan_toml(cfg(dp=4, tp=2, pp=2, zero_stage=2), run_name="p"))
+    doc["parallelism"]["pipeline_parallel_schedule"] = "ZBVZeroBubble"
+    with pytest.raises(DataError, match="pipeline_parallel_schedule 'ZBVZeroBubble' is not "
+                                        "modelled; the surrogate describes 1F1B, GPipe, "
+                                        "Interleaved1F1B"):
+        config_values(doc, {})
+    doc["parallelism"]["pipeline_parallel_schedule"] = "Interleaved1F1B"
+    del doc["parallelism"]["pipeline_parallel_layers_per_stage"]
+    with pytest.raises(DataError, match="pass --set vpp=N"):
+        config_values(doc, {})
+    assert "vpp" not in config_values(doc, {"vpp": 2})[0]  # given: --set decides
 
 
 def test_every_torchtitan_layout_of_the_space_can_be_launched() -> None:

@@ -179,6 +179,13 @@ def test_tables_from_before_the_model_variant_columns_read_as_llama_blocks(
     pd.testing.assert_frame_equal(read_sweeps(tmp_path / "old.csv"), df, check_dtype=False)
 
 
+def test_tables_from_before_the_pipeline_schedule_column_read_as_1f1b(tmp_path: Path) -> None:
+    df = _table()
+    assert (df["pp_schedule"] == "1f1b").all()
+    df.drop(columns=["pp_schedule"]).to_csv(tmp_path / "old.csv", index=False)
+    pd.testing.assert_frame_equal(read_sweeps(tmp_path / "old.csv"), df, check_dtype=False)
+
+
 def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.csv"
     _table().to_csv(path, index=False)

@@ -97,6 +97,7 @@ def cols_from_table(table: FlatTable) -> dict[str, Array]:
     cols["recompute"] = _traits(table, ("recompute",), lambda r: (RECOMPUTE_CODE[r],),
                                 ("recompute",))["recompute"]
     cols["fp8"] = (table["dtype"] == "fp8").astype(np.float64)
+    cols["pp_afab"] = (table["pp_schedule"] == "afab").astype(np.float64)
     cols.update(_traits(table, ("gpu", "dtype"), _gpu_traits, _GPU_COLUMNS))
     cols.update(_traits(table, ("framework", "framework_version"), _framework_traits,
                         _FRAMEWORK_COLUMNS))

@@ -35,7 +35,12 @@ size them alike: ffn = (top-k + shared) x the expert width).
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
 interleaved, see ``pipeline``); the last stage holds one under 1F1B, ((v - 1) p + 1) / v
 chunk-sized ones under the interleaved schedule (``pipeline.stage_inflight``), plus the logits.
-Every stage is weighed, the largest reported (``memory_breakdown``, ``stage_memory``).
+Under all-forward-all-backward every stage holds all m micro-batches, and the last stage also
+keeps what the loss saved for the backward of the m - 1 micro-batches before the one at the
+loss: the fp32 softmax of the vocab-parallel cross entropy (``SAVED_LOGIT_BYTES`` per logit;
+Megatron-LM ``tensor_parallel/cross_entropy.py`` and nanotron ``sharded_cross_entropy`` save
+``exp_logits`` in fp32). Every stage is weighed, the largest reported (``memory_breakdown``,
+``stage_memory``).
 
 Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),
 their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
@@ -83,6 +88,9 @@ CUDA_CONTEXT_BYTES = 1.0 * GIB
 """CUDA context + cuBLAS workspace + NCCL buffers, outside torch's allocator."""
 DDP_BUCKET_BYTES = 2 * 25 * 2**20 * 4
 """Two 25 MiB gradient buckets in fp32 (torch DDP ``bucket_cap_mb`` default)."""
+SAVED_LOGIT_BYTES = 4.0
+"""Bytes per logit the vocab-parallel cross entropy saves for its backward: the fp32 softmax
+(module docstring)."""
 
 BREAKDOWN_TERMS: tuple[str, ...] = (
     "weights", "gradients", "optimizer", "activations", "transient", "logits", "buffers",
@@ -198,10 +206,12 @@ def _backward_working_set(c: Cols) -> Array:
 
 
 def logits_bytes(c: Cols) -> Array:
-    """Logits of one micro-batch on the last stage at the loss (``logit_bytes`` each, see
-    the module docstring)."""
-    tokens = c["mbs"] * c["seq_len"] / c["cp"]
-    return param(c, "logit_bytes") * tokens * c["vocab_size"] / c["tp"]
+    """Logits on the last stage at the loss: one micro-batch's (``logit_bytes`` each, see
+    the module docstring), and under all-forward-all-backward the fp32 softmax the loss saved
+    for each of the m - 1 micro-batches before it."""
+    per_logit = c["mbs"] * c["seq_len"] / c["cp"] * c["vocab_size"] / c["tp"]
+    saved = np.where(c["pp_afab"] > 0, pipeline.microbatches(c) - 1, 0.0) * SAVED_LOGIT_BYTES
+    return (param(c, "logit_bytes") + saved) * per_logit
 
 
 def _stage_breakdown(c: Cols, *, first: bool, last: bool,

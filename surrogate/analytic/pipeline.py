@@ -8,6 +8,14 @@ under the interleaved schedule (1 + (p - 1) / (p v)) times that. Stage i of p ho
 1F1B (its warm-up forwards plus one), and under the interleaved schedule 2 / v fewer chunks'
 worth per stage down the pipeline (Megatron-LM ``schedules.py``: (p - i - 1) x 2 + (v - 1) x p
 warm-up chunks plus one).
+
+All-forward-all-backward (GPipe, Huang et al. 2019, sec. 2.2; nanotron's
+``AllForwardAllBackwardPipelineEngine``, torchtitan's ``GPipe``): every stage runs the forwards
+of all m micro-batches, then their backwards. Its bubble is 1F1B's, (p - 1) / (m + p - 1) (both
+fill and drain the pipeline once per step; Narayanan et al. 2021, sec. 2.2.1), but every stage
+holds all m micro-batches' activations when the backwards begin (GPipe's re-materialisation is
+a separate choice: ``recompute``). nanotron's engine drives every step, so with pp = 1 too
+(``surrogate.frameworks``: the frameworks that allow it).
 """
 
 from __future__ import annotations
@@ -37,11 +45,12 @@ def first_stage_inflight(c: Cols) -> Array:
     """Micro-batches whose activations the first stage holds at once.
 
     1F1B: min(p, m) (Korthikanti et al. 2022, sec. 4.2.3); interleaved: that times
-    1 + (p - 1) / (p v). Without pipelining, one.
+    1 + (p - 1) / (p v). Without pipelining, one. All-forward-all-backward: m.
     """
     m, p, v = microbatches(c), c["pp"], c["vpp"]
     base = np.minimum(p, m)
-    return np.where(v > 1, base * (1 + (p - 1) / (p * v)), base)
+    one_f_one_b = np.where(v > 1, base * (1 + (p - 1) / (p * v)), base)
+    return np.where(c["pp_afab"] > 0, m, one_f_one_b)
 
 
 def _nanotron_layer_cost(c: Cols) -> tuple[Array, Array]:
@@ -102,9 +111,10 @@ def stage_layers(c: Cols, i: Array | float) -> Array:
 def stage_inflight(c: Cols, i: Array | float) -> Array:
     """Micro-batches whose activations stage ``i`` holds at once (module docstring): 1F1B
     min(p - i, m); interleaved p + (p - 1 - 2 i) / v, at most the first stage's
-    (:func:`first_stage_inflight`, which stage 0 equals)."""
+    (:func:`first_stage_inflight`, which stage 0 equals); all-forward-all-backward m."""
     m, p, v = microbatches(c), c["pp"], c["vpp"]
     j = np.asarray(i, dtype=np.float64)
     first = first_stage_inflight(c)
     interleaved = np.minimum(p + (p - 1 - 2 * j) / v, first)
-    return np.where(j <= 0, first, np.where(v > 1, interleaved, np.minimum(p - j, m)))
+    one_f_one_b = np.where(j <= 0, first, np.where(v > 1, interleaved, np.minimum(p - j, m)))
+    return np.where(c["pp_afab"] > 0, m, one_f_one_b)

@@ -58,7 +58,8 @@ def _print_table(pred: Any) -> None:
     console = Console()
     console.print(
         f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
-        f"pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
+        f"pp={lay.pp}{'' if lay.pp_schedule == '1f1b' else ' (' + lay.pp_schedule + ')'} "
+        f"cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
         f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute} "
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
@@ -158,6 +159,7 @@ def predict_cmd(
     cp: Annotated[int | None, typer.Option()] = None,
     ep: Annotated[int | None, typer.Option()] = None,
     vpp: Annotated[int | None, typer.Option()] = None,
+    pp_schedule: Annotated[str | None, typer.Option(help="Pipeline schedule: 1f1b (default; interleaved with vpp > 1) or afab (all forwards, then all backwards).")] = None,
     mbs: Annotated[int | None, typer.Option(help="Micro-batch size (sequences).")] = None,
     grad_accum: Annotated[int | None, typer.Option()] = None,
     zero: Annotated[int | None, typer.Option("--zero", "--zero-stage")] = None,
@@ -201,7 +203,7 @@ def predict_cmd(
         num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
         tie_embeddings=tie_embeddings, num_experts=num_experts, experts_topk=experts_topk,
         moe_ffn_hidden_size=moe_ffn_hidden_size, gpu=gpu, gpus_per_node=gpus_per_node,
-        num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
+        num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, pp_schedule=pp_schedule, mbs=mbs,
         grad_accum=grad_accum, zero_stage=zero, recompute=recompute,
         sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.errors import DataError
+from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.sweeps import frame_from_rows
@@ -54,6 +54,27 @@ def _get(tree: Any, *keys: str) -> Any:
     return tree
 
 
+PP_ENGINES: dict[str, str] = {
+    "1f1b": "1f1b", "oneforwardonebackwardpipelineengine": "1f1b",
+    "afab": "afab", "allforwardallbackwardpipelineengine": "afab",
+}
+"""nanotron's pipeline engines (``ParallelismArgs.pp_engine``: the config's short name or the
+engine's class name, as the Playbook table writes it) -> ``pp_schedule``. nanotron's default
+(none given) is 1F1B (``ParallelismArgs.__post_init__``)."""
+
+
+def pp_schedule_of(engine: Any) -> str:
+    """``pp_schedule`` of a nanotron ``pp_engine`` value (:data:`PP_ENGINES`); missing: 1f1b."""
+    if engine is None or (isinstance(engine, float) and engine != engine) or engine == "":
+        return "1f1b"
+    key = str(engine).strip().lower()
+    if key not in PP_ENGINES:
+        raise ConfigError("pp_engine must be one of 1f1b, afab, "
+                          "OneForwardOneBackwardPipelineEngine or "
+                          f"AllForwardAllBackwardPipelineEngine, got {engine!r}")
+    return PP_ENGINES[key]
+
+
 def config_values(config: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     """Configuration columns from a nanotron config (parsed YAML), and its train_steps."""
     mc = _get(config, "model", "model_config") or {}
@@ -72,6 +93,7 @@ def config_values(config: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     out = {k: v for k, v in names.items() if v is not None}
     if par.get("tp_mode") is not None:
         out["sequence_parallel"] = str(par["tp_mode"]).upper().endswith("REDUCE_SCATTER")
+    out["pp_schedule"] = pp_schedule_of(par.get("pp_engine"))
     if par.get("recompute_layer") is not None:
         out["recompute"] = "full" if par["recompute_layer"] else "none"
     dtype = str(_get(config, "model", "dtype") or "bfloat16")
@@ -95,7 +117,10 @@ def _read_config(log: Path) -> tuple[dict[str, Any], int | None, str | None]:
         return {}, None, f"{path}: not valid YAML ({str(e).splitlines()[0]})"
     if not isinstance(tree, dict):
         return {}, None, f"{path}: a nanotron config holds a mapping"
-    values, steps = config_values(tree)
+    try:
+        values, steps = config_values(tree)
+    except ConfigError as e:
+        return {}, None, f"{path}: {e}"
     return values, steps, None
 
 

@@ -12,8 +12,9 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
   row where it has them.
 - Layout: dp, tp, pp, mbs, ``batch_accum`` -> grad_accum, zero_stage; ``tp_mode``
   REDUCE_SCATTER -> sequence_parallel; ``after_pp_fix`` -> framework_version ``pp-fix`` /
-  ``pre-pp-fix``; nodes x 8 H100-SXM-80GB. The ``gbs`` column is not used: it counts sequences
-  on completed runs and tokens on the others.
+  ``pre-pp-fix``; ``pp_engine`` (nanotron's engine class; empty on the older runs, nanotron's
+  default then: 1F1B) -> pp_schedule; nodes x 8 H100-SXM-80GB. The ``gbs`` column is not
+  used: it counts sequences on completed runs and tokens on the others.
 - Measurements: ``tok/s/gpu``; step_time_s = global batch tokens / (tok/s/gpu x GPUs), derived
   (the table has no step time); ``mfu`` (percent) -> mfu_reported; ``mTFLOPs`` ->
   tflops_per_gpu_reported; ``Mem Alloc (GB)`` / ``Mem Res (GB)`` -> peak_mem_*_gib: the values
@@ -40,6 +41,7 @@ import pandas as pd
 
 from surrogate.config import TrainingConfig, coerce_column, config_from_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.ingest.nanotron import pp_schedule_of
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
 from surrogate.presets import playbook_model
@@ -149,6 +151,7 @@ def _config(row: dict[str, Any]) -> TrainingConfig:
         "dp": row["dp"], "tp": row["tp"], "pp": row["pp"], "mbs": row["mbs"],
         "grad_accum": row["batch_accum"], "zero_stage": row["zero_stage"],
         "sequence_parallel": tp_mode == "REDUCE_SCATTER",
+        "pp_schedule": pp_schedule_of(row.get("pp_engine")),
         "framework": "nanotron",
         "framework_version": (
             "pp-fix" if _as_bool("after_pp_fix", row["after_pp_fix"]) else "pre-pp-fix"

@@ -26,6 +26,11 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
   ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
 - ``[activation_checkpoint] mode`` none / selective / full -> recompute.
+- ``[parallelism] pipeline_parallel_schedule`` (with pp > 1): ``1F1B`` -> pp_schedule 1f1b,
+  ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = num_layers / (pp x
+  ``pipeline_parallel_layers_per_stage``) (or ``--set vpp=N``); the other schedules of
+  torch.distributed.pipelining (zero-bubble, looped BFS, DualPipe) are not modelled: the run
+  is skipped with that reason.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from typing import Any
 import pandas as pd
 
 from surrogate.errors import DataError
+from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.sweeps import frame_from_rows
@@ -67,7 +73,8 @@ def config_values(
 ) -> tuple[dict[str, Any], int | None]:
     """Configuration columns from a torchtitan job config (parsed TOML), and its step count.
 
-    ``given`` is consulted only for the world size when ``data_parallel_shard_degree`` is -1.
+    ``given`` is consulted for the world size when ``data_parallel_shard_degree`` is -1, and
+    for ``vpp``, ``num_layers`` or ``model`` under an interleaved pipeline schedule.
     """
     model = cfg.get("model", {})
     training = cfg.get("training", {})
@@ -98,6 +105,10 @@ def config_values(
             )
         shard = world // rest
     out.update(dp=replicate * shard, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
+    schedule = par.get("pipeline_parallel_schedule")
+    if pp > 1 and schedule is not None:
+        out.update(_schedule_values(str(schedule), par, out.get("model", given.get("model")),
+                                    given, pp))
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
     if shard > 1:
         zero3 = reshard == "always" or (reshard == "default" and pp == 1)
@@ -147,6 +158,37 @@ def _config_file(log: Path) -> Path | None:
         if (log.parent / name).exists():
             return log.parent / name
     return None
+
+
+def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
+                     given: dict[str, Any], pp: int) -> dict[str, Any]:
+    """``pp_schedule`` or ``vpp`` from a pipeline schedule's name (module docstring)."""
+    from surrogate.presets import get_preset
+
+    traits = get_framework("torchtitan")
+    plain = {v.lower(): k for k, v in traits.pipeline_schedules.items()}
+    key = name.strip().lower()
+    if key in plain:
+        return {"pp_schedule": plain[key]}
+    if traits.interleaved_schedule is None or key != traits.interleaved_schedule.lower():
+        known = [*traits.pipeline_schedules.values(), traits.interleaved_schedule]
+        raise DataError(f"pipeline_parallel_schedule {name!r} is not modelled; the surrogate "
+                        f"describes {', '.join(str(k) for k in known)}")
+    if "vpp" in given:
+        return {}
+    per_stage = par.get("pipeline_parallel_layers_per_stage")
+    layers = given.get("num_layers")
+    if layers is None and preset is not None:
+        layers = get_preset(str(preset)).num_layers
+    if per_stage is None or layers is None:
+        raise DataError(f"{name} runs num_layers / (pp x pipeline_parallel_layers_per_stage) "
+                        "virtual stages per rank; the config gives no "
+                        "pipeline_parallel_layers_per_stage or no known model: pass --set vpp=N")
+    stages, rest = divmod(int(layers), int(per_stage))
+    if rest or stages % pp:
+        raise DataError(f"num_layers ({layers}) must be a multiple of pp x "
+                        f"pipeline_parallel_layers_per_stage ({pp} x {per_stage})")
+    return {"vpp": stages // pp}
 
 
 def parse_torchtitan(

@@ -9,6 +9,7 @@ import pytest
 
 from surrogate.analytic import memory
 from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.params import param
 from surrogate.config import ModelConfig
 from surrogate.frameworks import FRAMEWORKS
 from surrogate.hardware import GIB
@@ -329,14 +330,15 @@ def _layouts(config):
 
     moe = replace(get_preset("mixtral-8x7b"), num_dense_layers=3)
     out = []
-    for model, fw, pp, vpp, m, mbs in itertools.product(
+    for model, fw, pp, vpp, m, mbs, schedule in itertools.product(
             ("playbook-1.34b", "8b", moe), ("nanotron", "megatron", "torchtitan"),
-            (2, 3, 4, 8), (1, 2), (1, 3, 8, 32), (1, 4)):
-        if vpp > 1 and fw == "nanotron":
+            (2, 3, 4, 8), (1, 2), (1, 3, 8, 32), (1, 4), ("1f1b", "afab")):
+        if (vpp > 1 and fw == "nanotron") or (schedule == "afab" and (
+                vpp > 1 or schedule not in FRAMEWORKS[fw].pipeline_schedules)):
             continue
         try:
             out.append(config(model, dp=1, pp=pp, vpp=vpp, grad_accum=m, mbs=mbs,
-                              framework=fw))
+                              framework=fw, pp_schedule=schedule))
         except ConfigError:  # a layout the model's layer count does not admit
             continue
     return out
@@ -344,13 +346,14 @@ def _layouts(config):
 
 def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
     """The reported peak is the largest of every stage's, stage by stage, over frameworks
-    (nanotron's greedy split), 1F1B and interleaved schedules, dense and MoE models (whose
-    leading dense layers make a middle stage the heaviest)."""
+    (nanotron's greedy split), 1F1B, interleaved and all-forward-all-backward schedules, dense
+    and MoE models (whose leading dense layers make a middle stage the heaviest)."""
     from surrogate.analytic import pipeline
 
     cfgs = _layouts(config)
     c = to_cols(cfgs)
     assert len(cfgs) > 200 and (c["vpp"] > 1).any() and (c["num_dense_layers"] > 0).any()
+    assert (c["pp_afab"] > 0).any()
     peak = memory.memory_breakdown(c)["total"]
     every = np.stack([memory.stage_memory(c, i)["total"] for i in range(int(c["pp"].max()))])
     np.testing.assert_allclose(np.nanmax(every, axis=0), peak, rtol=1e-12)
@@ -363,3 +366,30 @@ def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
     np.testing.assert_array_equal(pipeline.stage_layers(c, 0), pipeline.first_stage_layers(c))
     np.testing.assert_array_equal(pipeline.stage_layers(c, c["pp"] - 1),
                                   pipeline.last_stage_layers(c))
+
+
+def test_all_forward_all_backward_holds_every_micro_batch(config):
+    """Under all-forward-all-backward every stage holds all m micro-batches' activations (1F1B:
+    p - i), and the last stage the softmax the loss saved for m - 1 of them: 4 bytes per
+    logit (the fp32 exp_logits of the vocab-parallel cross entropy)."""
+    kw = dict(dp=1, pp=4, grad_accum=16, mbs=1, framework="torchtitan")
+    afab = to_cols([config("8b", pp_schedule="afab", **kw)])
+    onef = to_cols([config("8b", **kw)])
+    per_layer = memory.activation_bytes_per_layer(afab) * param(afab, "activation_scale")
+    for i in range(4):
+        a, b = memory.stage_memory(afab, i), memory.stage_memory(onef, i)
+        layers = 32 / 4
+        np.testing.assert_allclose(a["activations"], layers * 16 * per_layer, rtol=1e-12)
+        np.testing.assert_allclose(b["activations"], layers * (4 - i) * per_layer, rtol=1e-12)
+    a, b = memory.stage_memory(afab, 3), memory.stage_memory(onef, 3)
+    logits = afab["mbs"] * afab["seq_len"] * afab["vocab_size"]
+    np.testing.assert_allclose(a["logits"] - b["logits"], 15 * 4.0 * logits, rtol=1e-12)
+    assert memory.memory_breakdown(afab)["total"][0] > memory.memory_breakdown(onef)["total"][0]
+
+
+def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
+    """nanotron's engine drives every step, pp = 1 too: afab then holds every micro-batch."""
+    kw = dict(dp=8, pp=1, grad_accum=8, mbs=1)
+    afab = memory.memory_breakdown(to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)]))
+    onef = memory.memory_breakdown(to_cols([config("playbook-1.34b", **kw)]))
+    np.testing.assert_allclose(afab["activations"], 8 * onef["activations"], rtol=1e-12)

@@ -71,3 +71,14 @@ def test_single_stage_holds_every_layer(config):
     c = to_cols([config("llama3-8b", dp=8)])
     assert pipeline.first_stage_layers(c)[0] == pipeline.last_stage_layers(c)[0] == 32
     assert pipeline.first_stage_inflight(c)[0] == 1
+
+
+@pytest.mark.parametrize("pp,m", GRID)
+def test_all_forward_all_backward_keeps_the_bubble_and_holds_every_micro_batch(config, pp, m):
+    """GPipe (Huang et al. 2019): the 1F1B bubble, all m micro-batches in flight per stage."""
+    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m, pp_schedule="afab")])
+    onef = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)])
+    assert pipeline.bubble_fraction(c)[0] == pipeline.bubble_fraction(onef)[0]
+    assert pipeline.first_stage_inflight(c)[0] == m
+    for i in range(pp):
+        assert pipeline.stage_inflight(c, i)[0] == m

@@ -56,6 +56,22 @@ def test_json_output(capsys):
     assert d["memory_gib"]["total"] < d["capacity_gib"]
 
 
+def test_pipeline_schedule_flag(capsys):
+    """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
+    piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",
+             "--mbs", "1", "--grad-accum", "16", "--zero", "1"]
+    onef = run_json(capsys, [*piped, "--json"])
+    afab = run_json(capsys, [*piped, "--pp-schedule", "afab", "--json"])
+    assert afab["config"]["pp_schedule"] == "afab" and onef["config"]["pp_schedule"] == "1f1b"
+    assert afab["memory_gib"]["activations"] == pytest.approx(
+        16 / 4 * onef["memory_gib"]["activations"])
+    assert afab["step_time_s"] == pytest.approx(onef["step_time_s"])
+    assert main([*piped, "--pp-schedule", "afab"]) == 0
+    assert "pp=4 (afab) cp=1" in capsys.readouterr().out
+    assert main([*piped, "--pp-schedule", "afab", "--framework", "megatron"]) == 2
+    assert "framework megatron has no pipeline schedule 'afab'" in capsys.readouterr().err
+
+
 def test_oom_verdict(capsys):
     argv = ["predict", "--model", "70b", "--dp", "8", "--zero", "0"]
     assert main(argv) == 0

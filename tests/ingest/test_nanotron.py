@@ -126,3 +126,26 @@ def test_bad_yaml_and_bad_iteration_line(tmp_path: Path) -> None:
 def test_missing_log() -> None:
     with pytest.raises(DataError, match=r"log '.*nope.out' does not exist"):
         parse_nanotron(RUNS / "nope.out")
+
+
+@pytest.mark.parametrize(("engine", "schedule"), [("1f1b", "1f1b"), ("afab", "afab"),
+                                                  (None, "1f1b")])
+def test_pipeline_engine_is_the_schedule(tmp_path: Path, engine, schedule) -> None:
+    """``parallelism.pp_engine`` (nanotron's default, 1F1B, when absent) -> pp_schedule."""
+    run = tmp_path / DONE.parent.name
+    shutil.copytree(DONE.parent, run)
+    text = (run / "config.yaml").read_text()
+    text = text.replace("  pp_engine: 1f1b\n", "" if engine is None else f"  pp_engine: {engine}\n")
+    (run / "config.yaml").write_text(text)
+    df, report = parse_nanotron(run / DONE.name)
+    assert report.skips == [] and df.iloc[0]["pp_schedule"] == schedule
+
+
+def test_unknown_pipeline_engine_is_a_counted_skip(tmp_path: Path) -> None:
+    run = tmp_path / DONE.parent.name
+    shutil.copytree(DONE.parent, run)
+    text = (run / "config.yaml").read_text().replace("pp_engine: 1f1b", "pp_engine: zb")
+    (run / "config.yaml").write_text(text)
+    df, report = parse_nanotron(run / DONE.name)
+    assert len(df) == 0 and len(report.skips) == 1
+    assert "pp_engine must be one of 1f1b, afab" in report.skips[0].reason

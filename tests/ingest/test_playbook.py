@@ -44,6 +44,7 @@ def test_excerpt_rows_and_skips() -> None:
         8, 1, 1, 2, 16)
     assert first["sequence_parallel"] and first["tie_embeddings"]
     assert first["framework_version"] == "pp-fix"
+    assert first["pp_schedule"] == "1f1b"  # OneForwardOneBackwardPipelineEngine
     assert first["ffn_hidden_size"] == 8192
     assert first["mfu_reported"] == pytest.approx(39.17811145739493)
     assert first["peak_mem_allocated_gib"] == 25.07 and first["peak_mem_reserved_gib"] == 50.18
@@ -93,6 +94,24 @@ def test_row_disagreeing_with_its_name_is_a_counted_skip(tmp_path: Path) -> None
     assert reasons[2].startswith("repeats run 14113488/1.34G_dp8") and "of line 4" in reasons[2]
     assert "num_kv_heads must match the name" in reasons[0]
     assert "status must be one of" in reasons[1] and "'Weird'" in reasons[1]
+
+
+def test_pipeline_engine_is_the_schedule(tmp_path: Path) -> None:
+    """pp_engine: the engine's class name, or empty (nanotron's default: 1F1B)."""
+    lines = EXCERPT.read_text().splitlines()
+    header, first = lines[0], lines[1]
+    assert ",OneForwardOneBackwardPipelineEngine," in first
+    afab = first.replace(",OneForwardOneBackwardPipelineEngine,",
+                         ",AllForwardAllBackwardPipelineEngine,").replace("14113488", "2")
+    empty = first.replace(",OneForwardOneBackwardPipelineEngine,", ",,").replace("14113488", "3")
+    odd = first.replace(",OneForwardOneBackwardPipelineEngine,", ",ZeroBubble,").replace(
+        "14113488", "4")
+    path = tmp_path / "t.csv"
+    path.write_text("\n".join([header, first, afab, empty, odd]) + "\n")
+    df, report = parse_playbook(path)
+    assert df["pp_schedule"].tolist() == ["1f1b", "afab", "1f1b"]
+    assert [s.line for s in report.skips] == [5]
+    assert "pp_engine must be one of 1f1b, afab" in report.skips[0].reason
 
 
 def test_shared_file_matches_its_source() -> None:
