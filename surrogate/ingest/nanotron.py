@@ -60,7 +60,8 @@ PP_ENGINES: dict[str, str] = {
 }
 """nanotron's pipeline engines (``ParallelismArgs.pp_engine``: the config's short name or the
 engine's class name, as the Playbook table writes it) -> ``pp_schedule``. nanotron's default
-(none given) is 1F1B (``ParallelismArgs.__post_init__``)."""
+(none given) is 1F1B (``ParallelismArgs.__post_init__``); the Playbook's runs that did not
+complete leave the column empty."""
 
 
 def pp_schedule_of(engine: Any) -> str:

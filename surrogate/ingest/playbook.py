@@ -12,9 +12,10 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
   row where it has them.
 - Layout: dp, tp, pp, mbs, ``batch_accum`` -> grad_accum, zero_stage; ``tp_mode``
   REDUCE_SCATTER -> sequence_parallel; ``after_pp_fix`` -> framework_version ``pp-fix`` /
-  ``pre-pp-fix``; ``pp_engine`` (nanotron's engine class; empty on the older runs, nanotron's
-  default then: 1F1B) -> pp_schedule; nodes x 8 H100-SXM-80GB. The ``gbs`` column is not
-  used: it counts sequences on completed runs and tokens on the others.
+  ``pre-pp-fix``; ``pp_engine`` (nanotron's engine class: 1F1B on every completed run; empty
+  on the runs that did not complete, read as nanotron's default, 1F1B) -> pp_schedule; nodes
+  x 8 H100-SXM-80GB. The ``gbs`` column is not used: it counts sequences on completed runs and
+  tokens on the others.
 - Measurements: ``tok/s/gpu``; step_time_s = global batch tokens / (tok/s/gpu x GPUs), derived
   (the table has no step time); ``mfu`` (percent) -> mfu_reported; ``mTFLOPs`` ->
   tflops_per_gpu_reported; ``Mem Alloc (GB)`` / ``Mem Res (GB)`` -> peak_mem_*_gib: the values

@@ -97,7 +97,8 @@ def test_row_disagreeing_with_its_name_is_a_counted_skip(tmp_path: Path) -> None
 
 
 def test_pipeline_engine_is_the_schedule(tmp_path: Path) -> None:
-    """pp_engine: the engine's class name, or empty (nanotron's default: 1F1B)."""
+    """pp_engine: the engine's class name, or empty (runs that did not complete; nanotron's
+    default: 1F1B)."""
     lines = EXCERPT.read_text().splitlines()
     header, first = lines[0], lines[1]
     assert ",OneForwardOneBackwardPipelineEngine," in first
