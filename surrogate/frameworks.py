@@ -19,7 +19,7 @@ reads the traits and keeps no list of its own. The rules apply at two levels:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from surrogate.errors import ConfigError
@@ -47,7 +47,7 @@ class FrameworkTraits:
     """Known implementation versions, oldest first; the last is the default."""
     tensor_parallel: bool
     """Has tensor parallelism (tp > 1)."""
-    pipeline_schedules: dict[str, str]
+    pipeline_schedules: dict[str, str] = field(hash=False)  # traits stay hashable
     """Its (non-interleaved) pipeline schedules: each of :data:`PIPELINE_SCHEDULES` it has,
     with the name its configuration gives it; empty: no pipeline parallelism (pp must be 1)."""
     schedule_without_pipeline: bool = False

@@ -135,3 +135,8 @@ def test_pipeline_schedules_each_framework_runs():
 def test_schedules_a_framework_does_not_run_are_refused(layout, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         LayoutConfig(**layout)
+
+
+def test_traits_are_hashable_values():
+    """Frozen traits can key a cache or a set (the schedule table is left out of the hash)."""
+    assert len({*FRAMEWORKS.values(), *FRAMEWORKS.values()}) == len(FRAMEWORKS)
