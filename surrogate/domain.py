@@ -36,6 +36,7 @@ import numpy as np
 
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS, GPU_NAMES
 from surrogate.features import DOMAIN_AXES, domain_values
+from surrogate.frameworks import PIPELINE_SCHEDULES
 
 PRACTICE_LIMITS: dict[str, float] = {
     "num_gpus": 2.0**18,
@@ -109,12 +110,11 @@ that chose :data:`UNSEEN_SHAPE_WEIGHT` differ in. Attention heads are left out: 
 holds out a head count alone (the Playbook's 80B ran with 8 and 64 KV heads)."""
 
 
-SCHEDULE_NAMES: tuple[str, str] = ("1f1b", "afab")
-"""Pipeline schedules by the analytic column ``pp_afab`` (0 or 1)."""
-
-
-def _schedule(pp_afab: float) -> str:
-    return SCHEDULE_NAMES[int(pp_afab)]
+def schedule_codes(c: dict[str, np.ndarray]) -> np.ndarray:
+    """Each configuration's pipeline schedule as its index in
+    :data:`~surrogate.frameworks.PIPELINE_SCHEDULES` (from the analytic column ``pp_afab``)."""
+    return np.where(np.asarray(c["pp_afab"]) > 0, PIPELINE_SCHEDULES.index("afab"),
+                    PIPELINE_SCHEDULES.index("1f1b"))
 
 
 def shape_keys(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -167,7 +167,8 @@ class Domain:
                    shrink_doublings=shrink_doublings, counts=counts,
                    shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
                    unseen_shape_weight=unseen_shape_weight,
-                   schedules=tuple(sorted({_schedule(a) for a in np.unique(c["pp_afab"])})))
+                   schedules=tuple(sorted(PIPELINE_SCHEDULES[int(k)]
+                                          for k in np.unique(schedule_codes(c)))))
 
     def unseen_shapes(self, c: dict[str, np.ndarray]) -> np.ndarray | None:
         """Whether each configuration's model shape is absent from the training runs'."""
@@ -205,11 +206,11 @@ class Domain:
                 edge = hi if v[k] > hi else lo
                 parts.setdefault(k, []).append(f"{axis} {v[k]:.4g} {side} {edge:.4g} seen "
                                                f"({excess[k]:.1f} doublings)")
-        for names, seen, what, column in (
-                (GPU_NAMES, self.gpus, "GPU", "gpu_code"),
-                (FRAMEWORK_VERSIONS, self.frameworks, "framework", "framework_code"),
-                (SCHEDULE_NAMES, self.schedules, "pp_schedule", "pp_afab")):
-            codes = np.asarray(c[column]).astype(np.int64)
+        for names, seen, what, codes in (
+                (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
+                (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
+                (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c))):
+            codes = np.asarray(codes).astype(np.int64)
             never = np.array([name not in seen for name in names], dtype=bool)[codes]
             for k in np.flatnonzero(never).tolist():
                 dist[k] = math.inf
