@@ -1,0 +1,93 @@
+"""Where the analytic memory model misses the Playbook's measured peak reserved memory.
+
+    python benchmarks/memory_diagnosis.py
+
+With the shipped parameters (``surrogate/data/analytic_params.json``), over the completed
+Playbook runs, three tables:
+
+1. mean log(predicted / measured) reserved memory by framework version, tp and pp;
+2. without a pipeline, per model, tp, ZeRO stage and version (three micro-batch sizes or
+   more): the measured and predicted GiB added per sequence of micro-batch (least-squares
+   slopes over the median of each micro-batch size). Activations do not depend on the ZeRO
+   stage, so the two stages' measured slopes of one model, tp and version should agree;
+3. the floor set by the runs themselves: ZeRO-0 runs without a pipeline that differ only in
+   dp and gradient accumulation (neither changes a ZeRO-0 rank's memory: the same weights,
+   gradients, optimizer states and micro-batch on every rank), as the mean absolute
+   percentage error against the median of their group, next to the model's error on them.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from analytic_vs_playbook import predictions
+
+from surrogate.clusters import playbook_runs
+from surrogate.fit_params import blocks_for_runs
+
+GIB = 2.0**30
+
+
+def measured_and_predicted(runs: pd.DataFrame) -> pd.DataFrame:
+    """Completed runs with a measured reserved memory: ``meas_gib``, ``pred_gib``, ``log_err``."""
+    blocks, rows = blocks_for_runs(runs)
+    measured = np.full(len(runs), np.nan)
+    for b, idx in zip(blocks, rows, strict=True):
+        measured[idx] = b.reserved_bytes
+    predicted = predictions(runs, None)["reserved_bytes"]
+    out = runs.assign(meas_gib=measured / GIB, pred_gib=predicted / GIB,
+                      log_err=np.log(predicted / measured))
+    return out[np.isfinite(out["log_err"])]
+
+
+def slopes(runs: pd.DataFrame) -> pd.DataFrame:
+    """GiB per sequence of micro-batch, measured and predicted, for runs without a pipeline."""
+    rows = []
+    keys = ["model_name", "tp", "zero_stage", "framework_version"]
+    for key, group in runs[runs["pp"] == 1].groupby(keys):
+        per_mbs = group.groupby("mbs")[["meas_gib", "pred_gib"]].median()
+        if len(per_mbs) < 3:
+            continue
+        mbs = per_mbs.index.to_numpy(dtype=np.float64)
+        measured = np.polyfit(mbs, per_mbs["meas_gib"], 1)[0]
+        predicted = np.polyfit(mbs, per_mbs["pred_gib"], 1)[0]
+        rows.append({**dict(zip(keys, key, strict=True)), "mbs_sizes": len(per_mbs),
+                     "measured_gib_per_seq": measured, "predicted_gib_per_seq": predicted,
+                     "ratio": measured / predicted})
+    return pd.DataFrame(rows)
+
+
+def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
+    """(runs, groups, MAPE against the group median, the model's MAPE on the same runs)."""
+    keys = ["model_name", "tp", "mbs", "framework_version"]
+    same = runs[(runs["zero_stage"] == 0) & (runs["pp"] == 1)]
+    grouped = same.groupby(keys)["meas_gib"]
+    same = same.assign(n=grouped.transform("count"), median=grouped.transform("median"))
+    same = same[same["n"] >= 2]
+    floor = float(np.mean(np.abs(same["meas_gib"] / same["median"] - 1)))
+    model = float(np.mean(np.abs(np.exp(same["log_err"]) - 1)))
+    return len(same), same.groupby(keys).ngroups, floor, model
+
+
+def main() -> None:
+    runs = measured_and_predicted(playbook_runs())
+    mape = float(np.mean(np.abs(np.exp(runs["log_err"]) - 1)))
+    print(f"{len(runs)} completed Playbook runs with measured reserved memory; shipped "
+          f"parameters: memory MAPE {mape:.1%}")
+    print("\n1. mean log(predicted / measured) by framework version, tp (rows) and pp (columns)")
+    for version, part in runs.groupby("framework_version"):
+        table = part.pivot_table(index="tp", columns="pp", values="log_err", aggfunc="mean")
+        counts = part.pivot_table(index="tp", columns="pp", values="log_err", aggfunc="count")
+        print(f"\n{version} (runs per cell in brackets)")
+        cells = table.round(2).astype(str) + " (" + counts.fillna(0).astype(int).astype(str) + ")"
+        print(cells.where(table.notna(), "").to_string())
+    print("\n2. without a pipeline: GiB per sequence of micro-batch, measured vs predicted")
+    print(slopes(runs).round(3).to_string(index=False))
+    n, groups, floor, model = repeat_floor(runs)
+    print(f"\n3. ZeRO-0 runs without a pipeline differing only in dp and gradient accumulation: "
+          f"{n} runs in {groups} groups; MAPE against their group's median {floor:.1%} "
+          f"(the model on the same runs: {model:.1%})")
+
+
+if __name__ == "__main__":
+    main()
