@@ -28,7 +28,7 @@ analytic model alone too: a possible but unheard-of configuration is predicted, 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,11 +80,60 @@ def join_reasons(*reasons: Sequence[str]) -> list[str]:
     n = len(reasons[0]) if reasons else 0
     if any(len(r) != n for r in reasons):
         raise ValueError("reason lists must be equally long")
+    given = [r for r in reasons if any(r)]
+    if len(given) <= 1:  # the usual case, even off the domain: nothing to join
+        return list(given[0]) if given else [""] * n
     out = [""] * n
-    rows = sorted({i for r in reasons for i, text in enumerate(r) if text})
+    rows = sorted({i for r in given for i, text in enumerate(r) if text})
     for i in rows:
-        out[i] = "; ".join(r[i] for r in reasons if r[i])
+        out[i] = "; ".join(r[i] for r in given if r[i])
     return out
+
+
+@dataclass(frozen=True)
+class _ReasonColumn:
+    """One kind of reason over n rows: ``codes`` indexes ``texts`` (-1: none)."""
+
+    codes: np.ndarray
+    texts: list[str]
+
+
+def _reason_column(n: int, rows: np.ndarray, keys: np.ndarray,
+                   text: Callable[[Any], str]) -> _ReasonColumn:
+    """The reason ``text(key)`` at ``rows`` (``keys`` one per row), formatted once per
+    distinct key: a search off the domain has millions of rows and few distinct values."""
+    codes = np.full(n, -1, dtype=np.int64)
+    if len(rows) == 0:
+        return _ReasonColumn(codes, [])
+    distinct, inverse = np.unique(keys, return_inverse=True)
+    codes[rows] = inverse.ravel()
+    return _ReasonColumn(codes, [text(k) for k in distinct.tolist()])
+
+
+def _never_seen_text(what: str, names: Sequence[str]) -> Callable[[int], str]:
+    """The reason for a category (``names[code]``) no training run had."""
+    return lambda code: f"{what} {names[code]} never seen"
+
+
+def _joined(n: int, columns: Sequence[_ReasonColumn]) -> list[str]:
+    """Row-wise '; '-join of reason columns, in their order, once per distinct combination."""
+    columns = [col for col in columns if col.texts]
+    if not columns:
+        return [""] * n
+    codes = np.stack([col.codes for col in columns], axis=1)
+    rows = np.flatnonzero((codes >= 0).any(axis=1))
+    key = np.zeros(len(rows), dtype=np.int64)  # the combination's number, kept below len(rows)
+    for j, col in enumerate(columns):
+        key = key * (len(col.texts) + 1) + codes[rows, j] + 1
+        key = np.unique(key, return_inverse=True)[1].ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    texts = np.array(["; ".join(col.texts[k] for col, k in zip(columns, combo, strict=True)
+                                if k >= 0) for combo in codes[rows[first]].tolist()],
+                     dtype=object)
+    out = np.full(n, "", dtype=object)
+    out[rows] = texts[inverse.ravel()]
+    return list(out.tolist())
+
 
 DEFAULT_SHRINK_DOUBLINGS = 2.0
 """The correction keeps e^-1/2 of itself one doubling beyond the data. Chosen among 0.5, 1,
@@ -194,37 +243,44 @@ class Domain:
         vals = domain_values(c)
         n = len(c["gpu_code"])
         dist = np.zeros(n)
-        parts: dict[int, list[str]] = {}  # only the rows with a reason: a search has millions
+        columns: list[_ReasonColumn] = []  # formatted per distinct value: a search has millions
         for axis in DOMAIN_AXES:
             lo, hi = self.ranges[axis]
             v = np.asarray(vals[axis], dtype=np.float64)
             excess = np.maximum(np.log2(np.maximum(v, 1e-300) / hi), np.log2(lo / v))
             excess = np.maximum(excess, 0.0)
             dist = np.maximum(dist, excess)
-            for k in np.flatnonzero(excess > 1e-9).tolist():
-                side = ">" if v[k] > hi else "<"
-                edge = hi if v[k] > hi else lo
-                parts.setdefault(k, []).append(f"{axis} {v[k]:.4g} {side} {edge:.4g} seen "
-                                               f"({excess[k]:.1f} doublings)")
+            rows = np.flatnonzero(excess > 1e-9)
+            columns.append(_reason_column(n, rows, v[rows], self._range_text(axis)))
         for names, seen, what, codes in (
                 (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
                 (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
                 (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c))):
             codes = np.asarray(codes).astype(np.int64)
             never = np.array([name not in seen for name in names], dtype=bool)[codes]
-            for k in np.flatnonzero(never).tolist():
-                dist[k] = math.inf
-                parts.setdefault(k, []).append(f"{what} {names[codes[k]]} never seen")
+            rows = np.flatnonzero(never)
+            dist[rows] = math.inf
+            columns.append(_reason_column(n, rows, codes[rows], _never_seen_text(what, names)))
         finite = np.where(np.isinf(dist), 0.0, dist)
         weight = np.exp(-finite / tau) if tau > 0 else (dist == 0).astype(np.float64)
         weight = np.where(np.isinf(dist), 0.0, weight)
         unseen = self.unseen_shapes(c)
         if unseen is not None:
             weight = np.where(unseen, self.unseen_shape_weight * weight, weight)
-        reasons = [""] * n
-        for k, p in parts.items():
-            reasons[k] = "; ".join(p)
-        return Assessment(weight=weight, distance=dist, reasons=reasons, unseen_shape=unseen)
+        return Assessment(weight=weight, distance=dist, reasons=_joined(n, columns),
+                          unseen_shape=unseen)
+
+    def _range_text(self, axis: str) -> Callable[[float], str]:
+        """The reason for a value ``v`` of ``axis`` outside the range the data covered."""
+        lo, hi = self.ranges[axis]
+
+        def text(v: float) -> str:
+            side, edge = (">", hi) if v > hi else ("<", lo)
+            excess = max(float(np.log2(np.maximum(v, 1e-300) / hi)), float(np.log2(lo / v)),
+                         0.0)  # as assess computes it, so the text rounds alike
+            return f"{axis} {v:.4g} {side} {edge:.4g} seen ({excess:.1f} doublings)"
+
+        return text
 
     def to_json(self) -> dict[str, Any]:
         return {"ranges": {k: list(v) for k, v in self.ranges.items()},

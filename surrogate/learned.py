@@ -369,12 +369,18 @@ class SurrogateModel:
             raise DataError("features do not match the model's feature_names_")
         where = self.domain_.assess(cols, shrink_doublings)
         w = where.weight
+        # The status and memory corrections count w times: where w is 0 (far off the
+        # domain: a search of new scales) their boosters are not run. The throughput's are,
+        # for its interval.
+        weighed = np.flatnonzero(w > 0)
+        X_weighed = X if len(weighed) == len(X) else X.iloc[weighed]
         classes = [STATUS_CLASSES.index(name) for name in self.status_classes_]
-        probs = status_proba(self.status_model_, X, out["p_oom"], self.status_fail_rate_,
-                             classes)
         p = np.zeros((len(X), len(STATUS_CLASSES)))
-        for j, k in enumerate(classes):
-            p[:, k] = probs[:, j]
+        if len(weighed):
+            probs = status_proba(self.status_model_, X_weighed, out["p_oom"][weighed],
+                                 self.status_fail_rate_, classes)
+            for j, k in enumerate(classes):
+                p[weighed, k] = probs[:, j]
         p_oom = w * p[:, 1] + (1 - w) * out["p_oom"]
         p_fail = w * p[:, 2]
         p_done = np.clip(1.0 - p_oom - p_fail, 0.0, 1.0)
@@ -395,7 +401,10 @@ class SurrogateModel:
         # above 1 is refused by surrogate.prediction, not hidden here).
         bound = np.where(out["mfu"] > 0, 1.0 / np.maximum(out["mfu"], 1e-300), np.inf)
         factor = np.where(out["mfu"] <= 1, np.minimum(np.exp(center), bound), np.exp(center))
-        mem = out["mem_reserved"] * np.exp(w * _booster_predict(self.mem_model_, X))
+        mem_log = np.zeros(len(X))
+        if len(weighed):
+            mem_log[weighed] = w[weighed] * _booster_predict(self.mem_model_, X_weighed)
+        mem = out["mem_reserved"] * np.exp(mem_log)
         return {
             "p_completed": p_done,
             "p_oom": p_oom,

@@ -97,6 +97,30 @@ def test_unseen_shapes_match_a_row_by_row_check():
     assert got is not None and got.tolist() == expected and any(expected) and not all(expected)
 
 
+def test_a_batchs_reasons_are_each_rows_own():
+    """Reasons are formatted once per distinct value and combination (a search has millions
+    of rows): in a shuffled batch every row reads what it reads alone, in the same order."""
+    from dataclasses import replace
+
+    from surrogate.domain import join_reasons
+    from surrogate.presets import get_preset
+
+    long = replace(get_preset("8b"), seq_len=16384)
+    dom = Domain.from_cols(_cols(build_config("8b", dp=8), build_config("8b", dp=16)))
+    kinds = [build_config("8b", dp=8), build_config("8b", dp=64),
+             build_config("8b", dp=128, framework="torchtitan"),
+             build_config("8b", dp=8, gpu="A100-SXM-80GB", framework="torchtitan"),
+             build_config(long, dp=256, gpu="A100-SXM-80GB")]
+    order = np.random.default_rng(1).integers(0, len(kinds), 40)
+    batch = dom.assess(_cols(*[kinds[i] for i in order])).reasons
+    alone = [dom.assess(_cols(k)).reasons[0] for k in kinds]
+    assert batch == [alone[i] for i in order]
+    assert alone[0] == "" and alone[4].count("; ") == 3  # num_gpus; seq_len; tokens_per_rank; GPU
+    assert alone[4].index("num_gpus") < alone[4].index("seq_len") < alone[4].index("GPU")
+    assert join_reasons(batch, [""] * 40) == batch
+    assert join_reasons(["a", "", "b"], ["", "", "c"]) == ["a", "", "b; c"]
+
+
 def test_an_unseen_pipeline_schedule_falls_back_to_physics():
     """All-forward-all-backward is a category like a GPU: no training run had it, so the
     correction steps aside; a domain saved before schedules were recorded saw 1F1B only."""

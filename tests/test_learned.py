@@ -166,6 +166,30 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])
 
 
+def test_rows_off_the_domain_skip_boosters_without_changing_any_row(fitted, configs):
+    """Where the domain weight is 0 the status and memory boosters are not run; a batch that
+    mixes such rows with rows on the domain gives every row what it gets in its own batch."""
+    from dataclasses import replace
+
+    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
+                                       zero_stage=0)) for c in configs[:6]]
+    mixed = [c for pair in zip(configs[:6], titan, strict=True) for c in pair]
+    pred = fitted.predict_from_features(*build_features_cols(mixed))
+    inside = fitted.predict_from_features(*build_features_cols(configs[:6]))
+    X, out, cols = build_features_cols(titan)
+    outside = fitted.predict_from_features(X, out, cols)
+    assert (outside["domain_weight"] == 0).all() and (inside["domain_weight"] > 0).all()
+    for k in pred:
+        for part, rows in ((inside, slice(0, None, 2)), (outside, slice(1, None, 2))):
+            if pred[k].dtype == object:
+                assert list(pred[k][rows]) == list(part[k]), k
+            else:
+                np.testing.assert_allclose(pred[k][rows], part[k], rtol=1e-12, err_msg=k)
+    assert outside["p_oom"] == pytest.approx(out["p_oom"])  # the physics' own
+    assert (outside["p_fail"] == 0).all()
+    assert outside["pred_peak_mem_gib"] == pytest.approx(out["mem_reserved"] / 2**30)
+
+
 def test_sample_weight_must_match_the_runs(playbook_subset):
     with pytest.raises(DataError, match="one positive number per run"):
         SurrogateModel().fit(playbook_subset, sample_weight=np.ones(3))
