@@ -276,8 +276,8 @@ class Domain:
 
         def text(v: float) -> str:
             side, edge = (">", hi) if v > hi else ("<", lo)
-            excess = max(float(np.log2(np.maximum(v, 1e-300) / hi)), float(np.log2(lo / v)),
-                         0.0)  # as assess computes it, so the text rounds alike
+            x = np.float64(v)  # numpy's arithmetic, as assess's, so the text rounds alike
+            excess = max(float(np.log2(np.maximum(x, 1e-300) / hi)), float(np.log2(lo / x)), 0.0)
             return f"{axis} {v:.4g} {side} {edge:.4g} seen ({excess:.1f} doublings)"
 
         return text
