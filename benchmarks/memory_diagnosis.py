@@ -23,21 +23,17 @@ import pandas as pd
 from analytic_vs_playbook import predictions
 
 from surrogate.clusters import playbook_runs
-from surrogate.fit_params import blocks_for_runs
 
 GIB = 2.0**30
 
 
 def measured_and_predicted(runs: pd.DataFrame) -> pd.DataFrame:
     """Completed runs with a measured reserved memory: ``meas_gib``, ``pred_gib``, ``log_err``."""
-    blocks, rows = blocks_for_runs(runs)
-    measured = np.full(len(runs), np.nan)
-    for b, idx in zip(blocks, rows, strict=True):
-        measured[idx] = b.reserved_bytes
-    predicted = predictions(runs, None)["reserved_bytes"]
-    out = runs.assign(meas_gib=measured / GIB, pred_gib=predicted / GIB,
+    measured = runs["peak_mem_reserved_gib"].to_numpy(float)
+    predicted = predictions(runs, None)["reserved_bytes"] / GIB
+    out = runs.assign(meas_gib=measured, pred_gib=predicted,
                       log_err=np.log(predicted / measured))
-    return out[np.isfinite(out["log_err"])]
+    return out[(out["status"] == "completed") & np.isfinite(out["log_err"])]
 
 
 def slopes(runs: pd.DataFrame) -> pd.DataFrame:
