@@ -243,7 +243,7 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
     if not curves:
         notes_out.append("no GEMM measurement: GEMM efficiency is the datasheet default")
 
-    coll = t[t["op"] != GEMM_OP]
+    coll = t[t["op"].isin(COLLECTIVE_OPS)]
     measured: list[CollectiveCurve] = []
     keys = pd.DataFrame({"op": coll["op"], "g": coll["group_size"].astype(int),
                          "inter": coll["nodes"] > 1})

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pandas as pd
 
+from surrogate.analytic.perf import COLLECTIVE_OPS
 from surrogate.errors import DataError
 from surrogate.tableio import failure_cases
 
@@ -27,9 +28,18 @@ if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate pr
     import pandera.pandas as pa
 
 GEMM_OP: Final = "gemm"
-MICROBENCH_OPS: Final[tuple[str, ...]] = (
-    GEMM_OP, "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",
+ATTENTION_OPS: Final[tuple[str, ...]] = (
+    "sdpa_fwd", "sdpa_fwd_bwd", "sdpa_causal_fwd", "sdpa_causal_fwd_bwd",
 )
+"""Flash attention (``microbench.attention``): m = n = sequence, k = head width, batch =
+sequences x heads, flops_per_s counted without causal discount."""
+MEMORY_BOUND_OPS: Final[tuple[str, ...]] = (
+    "rmsnorm_fwd_bwd", "swiglu_fwd_bwd", "rope_fwd_bwd", "cross_entropy_fwd_bwd", "adamw_step",
+)
+"""Memory-bound kernels (``microbench.membound``): m x n problem, size_bytes the bytes they
+must move, algbw_bytes_per_s = size_bytes / time_s."""
+MICROBENCH_OPS: Final[tuple[str, ...]] = (GEMM_OP, *COLLECTIVE_OPS, *ATTENTION_OPS,
+                                          *MEMORY_BOUND_OPS)
 LAYOUTS: Final[tuple[str, ...]] = ("contiguous", "strided")
 """How a sub-group's ranks are laid out: consecutive ranks (tp-like) or every world/g-th
 rank (dp-like, spanning nodes first)."""
@@ -139,6 +149,19 @@ def _gemm(t: pd.DataFrame) -> pd.Series:
     return t["op"] == GEMM_OP
 
 
+def _compute(t: pd.DataFrame) -> pd.Series:
+    """Rows timed as FLOPs over a shape: GEMMs and attention."""
+    return _gemm(t) | t["op"].isin(ATTENTION_OPS)
+
+
+def _collective(t: pd.DataFrame) -> pd.Series:
+    return t["op"].isin(COLLECTIVE_OPS)
+
+
+def _memory_bound(t: pd.DataFrame) -> pd.Series:
+    return t["op"].isin(MEMORY_BOUND_OPS)
+
+
 def _shape(t: pd.DataFrame) -> pd.DataFrame:
     return t[["m", "n", "k", "batch"]]
 
@@ -149,18 +172,22 @@ _RULES: Final[tuple[_Rule, ...]] = (
     _Rule("source", "source must be given", lambda s: s != ""),
     _Rule("hardware", "hardware must be given", lambda s: s != ""),
     _Rule("time_s", "time_s must be a positive number of seconds", lambda s: s > 0),
-    _Rule(None, "a GEMM needs m, n, k, batch >= 1",
-          lambda t: ~(_gemm(t) & ~(_shape(t) >= 1).all(axis=1))),
-    _Rule(None, "a GEMM needs flops_per_s > 0", lambda t: ~(_gemm(t) & ~(t["flops_per_s"] > 0))),
-    _Rule(None, "a GEMM has no size_bytes (NaN)", lambda t: ~(_gemm(t) & t["size_bytes"].notna())),
-    _Rule(None, "a collective needs size_bytes > 0",
-          lambda t: _gemm(t) | (t["size_bytes"] > 0)),
+    _Rule(None, "a GEMM or attention row needs m, n, k, batch >= 1",
+          lambda t: ~(_compute(t) & ~(_shape(t) >= 1).all(axis=1))),
+    _Rule(None, "a GEMM or attention row needs flops_per_s > 0",
+          lambda t: ~(_compute(t) & ~(t["flops_per_s"] > 0))),
+    _Rule(None, "a GEMM or attention row has no size_bytes (NaN)",
+          lambda t: ~(_compute(t) & t["size_bytes"].notna())),
+    _Rule(None, "a collective or memory-bound kernel needs size_bytes > 0",
+          lambda t: _compute(t) | (t["size_bytes"] > 0)),
     _Rule(None, "a collective needs group_size >= 2",
-          lambda t: _gemm(t) | (t["group_size"] >= 2)),
+          lambda t: ~_collective(t) | (t["group_size"] >= 2)),
     _Rule(None, "a collective has no m, n, k, batch (NaN)",
-          lambda t: _gemm(t) | _shape(t).isna().all(axis=1)),
-    _Rule(None, "a collective needs algbw_bytes_per_s > 0",
-          lambda t: _gemm(t) | (t["algbw_bytes_per_s"] > 0)),
+          lambda t: ~_collective(t) | _shape(t).isna().all(axis=1)),
+    _Rule(None, "a memory-bound kernel needs m, n >= 1",
+          lambda t: ~_memory_bound(t) | (t[["m", "n"]] >= 1).all(axis=1)),
+    _Rule(None, "a collective or memory-bound kernel needs algbw_bytes_per_s > 0",
+          lambda t: _compute(t) | (t["algbw_bytes_per_s"] > 0)),
     _Rule("nodes", "nodes must be >= 1", lambda s: s >= 1),
     _Rule("layout", f"layout must be one of {', '.join(LAYOUTS)} or missing",
           lambda s: s.isna() | s.isin(LAYOUTS)),

@@ -47,6 +47,8 @@ def test_append_is_deduplicated_and_keeps_the_newest(tmp_path: Path) -> None:
     ({"group_size": 1.0}, "group_size >= 2"),
     ({"layout": "diagonal"}, "layout must be one of"),
     ({"m": 5.0}, "a collective has no m, n, k"),
+    ({"op": "rmsnorm_fwd_bwd"}, "a memory-bound kernel needs m, n >= 1"),
+    ({"op": "sdpa_causal_fwd"}, "a GEMM or attention row needs m, n, k, batch >= 1"),
 ])
 def test_validation_says_what_must_hold(change: dict[str, object], match: str) -> None:
     row = _coll(1024, 1e-5)
@@ -64,7 +66,9 @@ def test_the_first_broken_rule_is_reported_with_its_first_row() -> None:
         validate_microbench(rows_to_microbench(rows))
     assert str(e.value) == (
         "microbenchmark row 3: op must be one of gemm, all_reduce, all_gather, reduce_scatter, "
-        "all_to_all, broadcast, send_recv; got op='allreduce' dtype='f32' m=nan n=nan k=nan "
+        "all_to_all, broadcast, send_recv, sdpa_fwd, sdpa_fwd_bwd, sdpa_causal_fwd, "
+        "sdpa_causal_fwd_bwd, rmsnorm_fwd_bwd, swiglu_fwd_bwd, rope_fwd_bwd, "
+        "cross_entropy_fwd_bwd, adamw_step; got op='allreduce' dtype='f32' m=nan n=nan k=nan "
         "size_bytes=1024.0 group_size=1.0 time_s=1e-05 (source='test' file='')"
     )
     rows[3].update(op="all_reduce")
