@@ -3,11 +3,12 @@
 A learned correction must learn what physics misses, not what one cluster's network did. So
 every training run's analytic prediction uses the calibration profile of the cluster it ran on
 (:data:`SOURCE_PROFILES`: the Playbook's runs use the shipped ``hf-playbook-cluster`` profile,
-whose fabric efficiency is that cluster's measured curve over node count) and, where the run
-measured its own collective bandwidth (a ``net_scale`` column: its measured efficiency over the
-profile's curve at its node count, ``surrogate.fabric.run_scales``), that measurement. Runs
-of other sources use the profile given to training (a user's own calibration), else their
-GPU's default profile.
+whose fabric efficiency is that cluster's measured curve over node count; the project's own
+single-H100 training steps use ``h100-own-measured``, the GEMMs measured on that GPU) and,
+where the run measured its own collective bandwidth (a ``net_scale`` column: its measured
+efficiency over the profile's curve at its node count, ``surrogate.fabric.run_scales``), that
+measurement. Runs of other sources use the profile given to training (a user's own
+calibration), else their GPU's default profile.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ if TYPE_CHECKING:
 
     from surrogate.analytic.perf import PerfModel
 
-SOURCE_PROFILES: dict[str, str] = {"hf_ultrascale_playbook": "hf-playbook-cluster"}
+SOURCE_PROFILES: dict[str, str] = {"hf_ultrascale_playbook": "hf-playbook-cluster",
+                                   "surrogate_h100": "h100-own-measured"}
 """Sweep ``source`` -> the shipped profile of the cluster its runs ran on."""
 
 

@@ -379,14 +379,27 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
+def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
+    """Each run's probability of running out of memory from its held-out memory prediction and
+    its fold's memory error and margin (:func:`fit_runs`); NaN where nothing was held out."""
+    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
+    from surrogate.hardware import GIB, get_gpu
+
+    capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
+    margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
+    p = oom_probability({"memory_bytes": capacity, "p_memory_log_sd": held_out["memory_log_sd"],
+                         "p_oom_log_margin": margin},
+                        {"total": held_out["reserved_bytes"] + CUDA_CONTEXT_BYTES})
+    return np.where(np.isfinite(held_out["reserved_bytes"]), p, np.nan)
+
+
 def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, float]:
     """The targets' figures of held-out predictions (:func:`fit_runs`): MFU MAPE on completed
     runs of MFU >= 10%, Spearman's rank correlation of throughput on all completed runs, peak
     reserved memory MAPE, and OOM recall and precision at p_oom > 0.5 (completed vs oom)."""
     from scipy.stats import spearmanr
 
-    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
-    from surrogate.hardware import GIB, get_gpu
+    from surrogate.hardware import GIB
 
     done = (runs["status"] == "completed").to_numpy()
     tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
@@ -407,12 +420,7 @@ def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, fl
         out["memory_mape"] = float(np.mean(np.abs(mem[mok] / got[mok] - 1)))
     judged = runs["status"].isin(["completed", "oom"]).to_numpy() & np.isfinite(mem)
     if judged.any():
-        capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
-        margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
-        p_oom = oom_probability({"memory_bytes": capacity,
-                                 "p_memory_log_sd": held_out["memory_log_sd"],
-                                 "p_oom_log_margin": margin},
-                                {"total": mem + CUDA_CONTEXT_BYTES})
+        p_oom = held_out_p_oom(runs, held_out)
         truth = (runs["status"] == "oom").to_numpy()[judged]
         said = p_oom[judged] > 0.5
         hit = float((truth & said).sum())

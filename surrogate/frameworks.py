@@ -231,6 +231,26 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "data-parallel ranks (moe_world_size)"
             ),
         ),
+        FrameworkTraits(
+            name="pytorch",
+            fp32_grad_accumulation=False,
+            zero_stages=(0,),
+            versions=("autocast",),
+            tensor_parallel=False,
+            pipeline_schedules={},
+            interleaved_schedule=None,
+            context_parallel=False,
+            expert_parallel=False,
+            recompute_modes=("none", "full"),
+            sequence_parallel_with_tp=(False,),
+            source=(
+                "a plain PyTorch training step on one GPU (microbench/train_step.py, the "
+                "project's own measurements): torchtitan's single-GPU configuration "
+                "(maybe_enable_amp: fp32 parameters and gradients, torch.autocast bf16, fused "
+                "AdamW), no data, tensor, pipeline, context or expert parallelism; full "
+                "recomputation by torch.utils.checkpoint per block"
+            ),
+        ),
     )
 }
 

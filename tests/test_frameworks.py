@@ -41,7 +41,7 @@ def test_lookup_is_case_and_space_insensitive():
 
 def test_unknown_framework():
     with pytest.raises(ConfigError, match=r"framework must be one of llm-foundry, megatron, "
-                                          r"nanotron, torchtitan, got 'colossal'"):
+                                          r"nanotron, pytorch, torchtitan, got 'colossal'"):
         get_framework("colossal")
 
 

@@ -1,4 +1,5 @@
-"""Build the two calibration profiles the package ships, from the public measurements.
+"""Build the three calibration profiles the package ships, from the public measurements and
+the project's own.
 
     python -m training.profiles [--data-dir DIR] [--out-dir surrogate/data/profiles]
 
@@ -11,6 +12,9 @@
   start (1 to 64 nodes of 8 H100 on AWS EFA; ``surrogate.ingest.playbook_network``), whose
   whole-job all-reduce falls from about 340 GB/s busbw on 2 nodes to 13 GB/s on 64; beyond 64
   nodes, the law that best forecast held-out larger node counts.
+- ``h100-own-measured.json``: the GEMMs this project measured on one H100 SXM
+  (``datasets/h100/2026-11-23``), with the public intra-node collectives; the profile under
+  which the project's own single-GPU training steps are explained (``surrogate.clusters``).
 
 Why the healthy fabric is the default: the Playbook cluster's collapse with scale is one
 cluster's network (a user's is better described by their own nccl-tests or
@@ -32,6 +36,9 @@ from surrogate.profile import CalibrationProfile
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
 PLAYBOOK_PROFILE = "hf-playbook-cluster"
+OWN_PROFILE = "h100-own-measured"
+OWN_GEMMS = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23" / "gemm.jsonl"
+"""The project's own GEMM measurements on one H100 SXM (``datasets/h100/2026-11-23``)."""
 _PLAYBOOK_CSV = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 _NOTES_COMMON = (
     "GEMM: XLA default_matmul_perf_table.txtpb key sm_90 (openxla/xla @ dc660322), unbatched "
@@ -80,13 +87,38 @@ def playbook_profile(root: Path) -> CalibrationProfile:
                               "run, 1 to 64 nodes of 8x H100 on AWS EFA"))
 
 
+def own_profile(root: Path) -> CalibrationProfile:
+    from microbench.gemm import GRID_SIDES
+    from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+
+    gemms = parse_microbench_jsonl(OWN_GEMMS)[0]
+    # The regular grid only: the preset models' shapes would multiply the curve's axes (its
+    # table is the product of the distinct m, n and k), and they stay a held-out check of the
+    # curve (benchmarks/h100_own.py).
+    gemms = gemms[gemms[["m", "n", "k"]].isin(GRID_SIDES).all(axis=1)]
+    public = pd.concat(_public_tables(root, gcp=False), ignore_index=True)
+    table = pd.concat([gemms, public[public["op"] != "gemm"]], ignore_index=True)
+    return fit_profile(table, "H100-SXM-80GB",
+                       name=f"{OWN_PROFILE}: GEMMs measured by this project on one H100 SXM",
+                       notes=(
+                           "GEMM: this project's microbench.gemm on one NVIDIA H100 80GB HBM3 "
+                           "(driver 580.159.04, CUDA 13.0, torch 2.11.0; "
+                           "datasets/h100/2026-11-23/gemm.jsonl), bf16 and fp8 "
+                           "(torch._scaled_mm), unbatched, the 6^3 grid of m, n, k in 256..8192 "
+                           "(the preset models' shapes, also measured, are left out of the fit "
+                           "as its check); efficiency = FLOP/s / dense peak",
+                           *_NOTES_COMMON[1:],
+                           "Network: none measured here (one GPU); the datasheet model"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data-dir", type=Path, default=None)
     ap.add_argument("--out-dir", type=Path, default=PROFILES_DIR)
     args = ap.parse_args()
     root = resolve_data_dir(args.data_dir)
-    for name, build in (("H100-SXM-80GB", healthy_profile), (PLAYBOOK_PROFILE, playbook_profile)):
+    for name, build in (("H100-SXM-80GB", healthy_profile), (PLAYBOOK_PROFILE, playbook_profile),
+                        (OWN_PROFILE, own_profile)):
         prof = build(root)
         prof.save(args.out_dir / f"{name}.json")
         print(f"{name}: {prof.name}")

@@ -31,7 +31,8 @@ def calibrate_cmd(
         help="A note stored in the profile (repeatable), e.g. how the data was taken.")] = None,
     runs: Annotated[list[str] | None, typer.Option(
         help="Fit the analytic model's free parameters instead, per framework version, on "
-             "these sweep tables ('playbook': the Playbook's runs). Repeatable.")] = None,
+             "these sweep tables or run records, e.g. microbench.train_step's .jsonl "
+             "('playbook': the Playbook's runs). Repeatable.")] = None,
     profile: Annotated[str, typer.Option(
         help="With --runs: calibration profile of the runs' cluster (default: each run's "
              "own where known, else its GPU's default).")] = "",
@@ -84,9 +85,9 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     from surrogate.clusters import playbook_runs
     from surrogate.errors import DataError
     from surrogate.fit_params import fit_runs, held_out_figures, write_sets
-    from surrogate.sweeps import read_sweeps
+    from surrogate.ingest.dispatch import read_runs
 
-    frames = [playbook_runs() if s == "playbook" else read_sweeps(s) for s in sources]
+    frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)
     with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "
                                f"runs (and once per {group_by} left out)")):

@@ -21,7 +21,7 @@ def ingest_cmd(
     fmt: Annotated[
         str | None,
         typer.Option("--format", help="Force a format: playbook, nanotron, torchtitan, "
-                     "megatron, nccl-tests, xla, microbench-jsonl."),
+                     "megatron, nccl-tests, xla, microbench-jsonl, train-step-jsonl."),
     ] = None,
     set_values: Annotated[
         list[str] | None,

@@ -13,10 +13,11 @@ from surrogate.errors import DataError
 
 Format = Literal[
     "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
-    "microbench-jsonl",
+    "microbench-jsonl", "train-step-jsonl",
 ]
 FORMATS: tuple[str, ...] = get_args(Format)
-SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron", "llm-foundry")
+SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron", "llm-foundry",
+                                  "train-step-jsonl")
 MICROBENCH_FORMATS: tuple[str, ...] = ("nccl-tests", "xla", "microbench-jsonl")
 _HEAD_BYTES = 1 << 20
 
@@ -30,7 +31,7 @@ def check_format(name: str) -> Format:
 
 def detect_format(path: str | Path) -> Format:
     """The format of ``path``; DataError if the file is missing or its format unknown."""
-    from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan
+    from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan, train_step
 
     p = Path(path)
     try:
@@ -47,7 +48,7 @@ def detect_format(path: str | Path) -> Format:
     if suffix in (".txtpb", ".pbtxt"):
         return "xla"
     if suffix == ".jsonl":
-        return "microbench-jsonl"
+        return "train-step-jsonl" if train_step.is_train_step_head(head) else "microbench-jsonl"
     if any(llmfoundry.is_table_header(line) for line in head.splitlines()):
         return "llm-foundry"
     if all(m in head for m in nanotron.MARKERS) or nanotron.LOGGER_PREFIX.search(head):

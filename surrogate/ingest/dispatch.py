@@ -86,7 +86,8 @@ def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
 
 
 _TABLE_FORMATS = {"playbook": "the Playbook table carries its own",
-                  "llm-foundry": "the llm-foundry tables carry their own"}
+                  "llm-foundry": "the llm-foundry tables carry their own",
+                  "train-step-jsonl": "each train-step record carries its own"}
 """Sweep formats whose files carry every configuration column (no --set)."""
 
 
@@ -120,6 +121,10 @@ def parse_file(
         from surrogate.ingest.llmfoundry import parse_llmfoundry
 
         return parse_llmfoundry(path)
+    if fmt == "train-step-jsonl":
+        from surrogate.ingest.train_step import parse_train_step_jsonl
+
+        return parse_train_step_jsonl(path)
     if fmt == "nanotron":
         from surrogate.ingest.nanotron import parse_nanotron
 
@@ -135,6 +140,26 @@ def parse_file(
     module, attr = _MICROBENCH_PARSERS[fmt]
     result: Parsed = _load(module, attr, fmt)(path)
     return result
+
+
+def read_runs(path: str | Path) -> pd.DataFrame:
+    """The runs of one file: a sweep table (Parquet, or CSV with the table's columns) or a file
+    a sweep parser reads (e.g. ``microbench.train_step`` records); DataError otherwise."""
+    from surrogate.sweeps import read_sweeps
+
+    p = Path(path)
+    if p.suffix.lower() == ".parquet":
+        return read_sweeps(p)
+    try:
+        fmt = detect_format(p)
+    except DataError:
+        return read_sweeps(p)
+    if fmt not in SWEEP_FORMATS:
+        raise DataError(f"{p} holds microbenchmark measurements ({fmt}), not runs")
+    if fmt not in _TABLE_FORMATS:
+        raise DataError(f"{p} is a {fmt} log, whose configuration may need --set: ingest it "
+                        "into a sweep table first (surrogate ingest ... --into runs.parquet)")
+    return parse_file(p, fmt, {})[0]
 
 
 def ingest(
