@@ -1,0 +1,189 @@
+"""The project's own H100 measurements (``datasets/h100/2026-11-23``) against the models.
+
+    python benchmarks/h100_own.py
+
+Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env.txt`` there):
+
+1. GEMMs: the time the public profile (``H100-SXM-80GB``: XLA's sm_90 tables) predicts over the
+   measured time, per dtype, on the grid shapes and on the preset models' layer shapes; and the
+   same for ``h100-own-measured`` (fitted on the grid only, so the preset shapes are held out).
+2. Flash attention (torch SDPA, flash backend): its throughput as a share of the dense peak
+   under the analytic model's FLOP count, causal or not, next to the GEMM efficiency the
+   analytic model assumes for the attention core (a T x s x head_dim GEMM of the public
+   profile), and the causal kernel's time over the full one.
+3. Memory-bound kernels: achieved bandwidth over the HBM datasheet rate.
+4. Single-GPU training steps (``microbench.train_step``, framework ``pytorch/autocast``):
+   - the analytic model with its parameters fitted on the other models only (leave one
+     model out, ``surrogate.fit_params.fit_runs``): peak reserved memory MAPE, step-time
+     MAPE, OOM recall and precision, and the share of (model, sequence, recomputation)
+     cases whose largest fitting micro-batch it predicts exactly (both tries at the measured
+     boundary, the largest that fit and the smallest that did not, classified right; the
+     predicted memory grows with the micro-batch, so that makes the predicted boundary
+     exact);
+   - the same figures in-sample with the shipped parameters, with the bundled learned model
+     (the framework is outside its data, so it keeps the analytic answer) and, for
+     reference, the analytic model with the priors (no fit for this framework).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from microbench.attention import TOKENS_PER_HEAD
+from surrogate.config import CONFIG_COLUMNS
+from surrogate.config_table import validate_table
+from surrogate.hardware import GIB, get_gpu
+from surrogate.ingest.dispatch import read_runs
+from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+from surrogate.profile import load_profile
+
+DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
+GPU = "H100-SXM-80GB"
+GRID = (256, 512, 1024, 2048, 4096, 8192)
+
+
+def _stats(ratio: np.ndarray) -> str:
+    return (f"median {np.median(ratio):.3f}, MAPE {np.mean(np.abs(ratio - 1)):.1%}, "
+            f"range {ratio.min():.2f}-{ratio.max():.2f}")
+
+
+def gemm_report() -> None:
+    t = parse_microbench_jsonl(DATA / "gemm.jsonl")[0]
+    spec = get_gpu(GPU)
+    grid = t[["m", "n", "k"]].isin(GRID).all(axis=1)
+    print("1. GEMMs: predicted time / measured time (ratio < 1: the profile is too fast)")
+    for name in (GPU, "h100-own-measured"):
+        prof = load_profile(name)
+        for dtype in ("bf16", "fp8"):
+            for label, sel in (("grid", grid), ("preset shapes", ~grid)):
+                rows = t[sel & (t["dtype"] == dtype)]
+                eff = prof.gemm[dtype](rows["m"].to_numpy(), rows["n"].to_numpy(),
+                                       rows["k"].to_numpy())
+                pred = 2 * rows["m"] * rows["n"] * rows["k"] / (spec.peak_flops(dtype) * eff)
+                ratio = (pred / rows["time_s"]).to_numpy()
+                prov = prof.gemm[dtype].provenance
+                print(f"   {name:18s} {dtype} ({prov}) {label:13s} {len(rows):4d}: {_stats(ratio)}")
+    for dtype in ("bf16", "fp8"):
+        rows = t[t["dtype"] == dtype]
+        eff = rows["flops_per_s"] / spec.peak_flops(dtype)
+        print(f"   measured {dtype} efficiency over the dense peak: median {eff.median():.3f}, "
+              f"max {eff.max():.3f}")
+
+
+def attention_report() -> None:
+    t = parse_microbench_jsonl(DATA / "attention.jsonl")[0]
+    public = load_profile(GPU)
+    peak = get_gpu(GPU).peak_flops("bf16")
+    full = t[t["op"] == "sdpa_fwd_bwd"].set_index(["m", "k", "batch"])
+    causal = t[t["op"] == "sdpa_causal_fwd_bwd"].set_index(["m", "k", "batch"])
+    print("\n2. Flash attention, forward + backward (torch SDPA flash backend, bf16); efficiency "
+          "= the analytic count (12 T s h, no causal discount) / time / dense peak")
+    print(f"   {'seq':>6} {'hd':>4} {'heads':>5} {'full':>6} {'causal':>7} {'causal/full time':>17}"
+          f" {'model (GEMM T x s x hd)':>24}")
+    for (s, d, b), row in full.iterrows():
+        c = causal.loc[(s, d, b)]
+        seqs = max(1, TOKENS_PER_HEAD // int(s))
+        tokens, heads = seqs * int(s), int(b) // seqs
+        model = float(public.gemm["bf16"](np.array([tokens]), np.array([s]), np.array([d]))[0])
+        print(f"   {int(s):6d} {int(d):4d} {heads:5d} {row['flops_per_s'] / peak:6.3f} "
+              f"{c['flops_per_s'] / peak:7.3f} {c['time_s'] / row['time_s']:17.3f} {model:24.3f}")
+
+
+def membound_report() -> None:
+    t = parse_microbench_jsonl(DATA / "membound.jsonl")[0]
+    hbm = get_gpu(GPU).hbm_bw_bytes_per_s
+    print(f"\n3. Memory-bound kernels: achieved bandwidth / HBM datasheet ({hbm / 1e12:.2f} TB/s)")
+    for op, rows in t.groupby("op", sort=False):
+        share = rows["algbw_bytes_per_s"] / hbm
+        print(f"   {op:22s} {len(rows):2d} shapes: median {share.median():.3f}, "
+              f"range {share.min():.3f}-{share.max():.3f}")
+
+
+def load_steps() -> pd.DataFrame:
+    frames = [read_runs(p) for p in sorted(DATA.glob("train_steps_*.jsonl"))]
+    return pd.concat(frames, ignore_index=True)
+
+
+def step_figures(runs: pd.DataFrame, reserved: np.ndarray, step_s: np.ndarray,
+                 p_oom: np.ndarray) -> str:
+    done = (runs["status"] == "completed").to_numpy()
+    meas_mem = runs["peak_mem_reserved_gib"].to_numpy(float) * GIB
+    tokens = (runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
+    meas_step = tokens / runs["tokens_per_s_per_gpu"].to_numpy(float)
+    mem = np.mean(np.abs(reserved[done] / meas_mem[done] - 1))
+    time = np.abs(step_s[done] / meas_step[done] - 1)
+    oom = (runs["status"] == "oom").to_numpy()
+    said = p_oom > 0.5
+    judged = done | oom
+    recall = (said & oom).sum() / max(oom.sum(), 1)
+    precision = (said & oom).sum() / max((said & judged).sum(), 1)
+    exact, cases = boundary_exact(runs, said)
+    return (f"memory MAPE {mem:.1%}; step time MAPE {time.mean():.1%} "
+            f"(median {np.median(time):.1%}, within 10% {np.mean(time <= 0.10):.0%}); "
+            f"OOM recall {recall:.1%} precision {precision:.1%}; "
+            f"largest micro-batch exact in {exact}/{cases} cases")
+
+
+def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
+    """Cases (model, seq, recompute, grad_accum) with a measured boundary (largest fitting
+    micro-batch L and an OOM at L + 1), and how many of them the prediction gets exactly."""
+    exact = cases = 0
+    keys = ["model_name", "seq_len", "recompute", "grad_accum"]
+    for _, g in runs.assign(said=said_oom).groupby(keys):
+        ok = g[g["status"] == "completed"]
+        if ok.empty:
+            continue
+        top = int(ok["mbs"].max())
+        above = g[(g["status"] == "oom") & (g["mbs"] == top + 1)]
+        if above.empty:
+            continue
+        cases += 1
+        at = ok[ok["mbs"] == top]
+        exact += int((~at["said"]).all() and above["said"].all())
+    return exact, cases
+
+
+def steps_report() -> None:
+    from surrogate.fit_params import fit_runs, held_out_p_oom
+    from surrogate.prediction import resolve_model
+    from surrogate.scoring import score
+
+    runs = load_steps()
+    n_ok = int((runs["status"] == "completed").sum())
+    print(f"\n4. Single-GPU training steps: {len(runs)} tries ({n_ok} completed, "
+          f"{int((runs['status'] == 'oom').sum())} out of memory) of "
+          f"{runs['model_name'].nunique()} models, framework pytorch/autocast")
+    result = fit_runs(runs, group_by="model_name")
+    held = result["held_out"]
+    print("   analytic, fitted leaving the run's model out: "
+          + step_figures(runs, held["reserved_bytes"], held["step_time_s"],
+                         held_out_p_oom(runs, held)))
+    table = validate_table(runs[list(CONFIG_COLUMNS)]).table
+    for label, model in (("analytic, shipped fit (in-sample)", None),
+                         ("learned (bundled model)", resolve_model("default"))):
+        s = score(table, model=model, profile="h100-own-measured")
+        print(f"   {label}: " + step_figures(runs, s.columns["pred_peak_mem_gib"] * GIB,
+                                               s.columns["pred_step_time_s"],
+                                               s.columns["p_oom"]))
+    # The priors: every parameter as if nothing had been fitted for this framework.
+    from surrogate.analytic.params import PRIORS
+
+    prior = {f"p_{name}": np.full(len(runs), value) for name, value in PRIORS.items()}
+    s = score(table, profile="h100-own-measured", extra=prior)
+    print("   analytic, priors (no fit): " + step_figures(
+        runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
+        s.columns["p_oom"]))
+
+
+def main() -> None:
+    gemm_report()
+    attention_report()
+    membound_report()
+    steps_report()
+
+
+if __name__ == "__main__":
+    main()
