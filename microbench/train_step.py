@@ -43,12 +43,14 @@ import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from microbench.fingerprint import Fingerprint, collect
 from microbench.records import JsonlWriter
 from microbench.watchdog import Watchdog
+from surrogate.config import MODEL_FIELDS, ModelConfig
+from surrogate.presets import PRESETS
 
 RECORD_SCHEMA = "surrogate.train_step/1"
 GIB = 2.0**30
@@ -56,48 +58,31 @@ FRAMEWORK = "pytorch"
 FRAMEWORK_VERSION = "autocast"
 
 
-@dataclass(frozen=True, kw_only=True)
-class ModelShape:
-    """A Llama-style decoder (the fields are the sweep table's model columns)."""
-
-    name: str
-    num_layers: int
-    hidden_size: int
-    ffn_hidden_size: int
-    num_heads: int
-    num_kv_heads: int
-    vocab_size: int
-    tie_embeddings: bool
-
-    @property
-    def head_dim(self) -> int:
-        return self.hidden_size // self.num_heads
-
-
-MODELS: dict[str, ModelShape] = {
+MODELS: dict[str, ModelConfig] = {
     m.name: m
     for m in (
         # For tests on a CPU.
-        ModelShape(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4,
-                   num_kv_heads=2, vocab_size=256, tie_embeddings=False),
+        ModelConfig(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=128,
+                    num_heads=4, num_kv_heads=2, vocab_size=256, seq_len=64,
+                    tie_embeddings=False),
         # GPT-2-small-sized Llama block, multi-head attention.
-        ModelShape(name="bench-0.15b", num_layers=12, hidden_size=768, ffn_hidden_size=2048,
-                   num_heads=12, num_kv_heads=12, vocab_size=32000, tie_embeddings=False),
+        ModelConfig(name="bench-0.15b", num_layers=12, hidden_size=768, ffn_hidden_size=2048,
+                    num_heads=12, num_kv_heads=12, vocab_size=32000, seq_len=4096,
+                    tie_embeddings=False),
         # Grouped-query attention (4 key-value heads of 16).
-        ModelShape(name="bench-0.5b", num_layers=24, hidden_size=1024, ffn_hidden_size=4096,
-                   num_heads=16, num_kv_heads=4, vocab_size=32000, tie_embeddings=False),
-        # The Playbook's two smallest models (surrogate.presets; tied embeddings).
-        ModelShape(name="playbook-1.34b", num_layers=16, hidden_size=2048, ffn_hidden_size=8192,
-                   num_heads=32, num_kv_heads=32, vocab_size=131072, tie_embeddings=True),
-        ModelShape(name="playbook-3.57b", num_layers=28, hidden_size=3072, ffn_hidden_size=8192,
-                   num_heads=32, num_kv_heads=32, vocab_size=131072, tie_embeddings=True),
+        ModelConfig(name="bench-0.5b", num_layers=24, hidden_size=1024, ffn_hidden_size=4096,
+                    num_heads=16, num_kv_heads=4, vocab_size=32000, seq_len=4096,
+                    tie_embeddings=False),
+        # The Playbook's two smallest models (tied embeddings).
+        PRESETS["playbook-1.34b"],
+        PRESETS["playbook-3.57b"],
     )
 }
 STANDARD_MODELS = ("bench-0.15b", "bench-0.5b", "playbook-1.34b", "playbook-3.57b")
 STANDARD_SEQS = (1024, 2048, 4096)
 
 
-def build_model(shape: ModelShape, *, device: str, recompute: str) -> Any:
+def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
     """The model as a ``torch.nn.Module`` with fp32 parameters on ``device``; on a GPU its
     attention runs on the flash backend only, in the forward and in a recomputed forward."""
     import contextlib
@@ -107,7 +92,7 @@ def build_model(shape: ModelShape, *, device: str, recompute: str) -> Any:
     from torch import nn
     from torch.utils.checkpoint import checkpoint
 
-    hd = shape.head_dim
+    hd = shape.attention_head_dim
     rep = shape.num_heads // shape.num_kv_heads
     if device.startswith("cuda"):
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -182,25 +167,21 @@ def build_model(shape: ModelShape, *, device: str, recompute: str) -> Any:
         return Decoder()
 
 
-def param_count(shape: ModelShape) -> int:
+def param_count(shape: ModelConfig) -> int:
     """Parameters of :func:`build_model` (tied embeddings counted once)."""
-    h, f, hd = shape.hidden_size, shape.ffn_hidden_size, shape.head_dim
+    h, f, hd = shape.hidden_size, shape.ffn_hidden_size, shape.attention_head_dim
     layer = h * hd * (2 * shape.num_heads + 2 * shape.num_kv_heads) + 3 * h * f + 2 * h
     emb = shape.vocab_size * h * (1 if shape.tie_embeddings else 2)
     return shape.num_layers * layer + emb + h
 
 
-def config_row(shape: ModelShape, *, gpu: str, seq_len: int, mbs: int, grad_accum: int,
+def config_row(shape: ModelConfig, *, gpu: str, seq_len: int, mbs: int, grad_accum: int,
                recompute: str) -> dict[str, Any]:
     """The sweep table's configuration columns for one try (one GPU, no parallelism)."""
+    model = replace(shape, seq_len=seq_len)
     return {
-        "num_layers": shape.num_layers, "hidden_size": shape.hidden_size,
-        "ffn_hidden_size": shape.ffn_hidden_size, "num_heads": shape.num_heads,
-        "num_kv_heads": shape.num_kv_heads, "vocab_size": shape.vocab_size, "seq_len": seq_len,
-        "tie_embeddings": shape.tie_embeddings, "num_experts": 0, "experts_topk": 0,
-        "moe_ffn_hidden_size": 0, "head_dim": 0, "shared_expert_ffn_hidden_size": 0,
-        "num_dense_layers": 0, "q_lora_rank": 0, "kv_lora_rank": 0, "qk_nope_head_dim": 0,
-        "qk_rope_head_dim": 0, "v_head_dim": 0, "gpu": gpu, "gpus_per_node": 1,
+        **{f: getattr(model, f) for f in MODEL_FIELDS},
+        "gpu": gpu, "gpus_per_node": 1,
         "num_nodes": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1,
         "pp_schedule": "1f1b", "mbs": mbs, "grad_accum": grad_accum, "zero_stage": 0,
         "recompute": recompute, "sequence_parallel": False, "dtype": "bf16",
@@ -226,7 +207,7 @@ def _free_memory() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def measure(shape: ModelShape, *, seq_len: int, mbs: int, recompute: str,
+def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
             s: Settings) -> dict[str, Any]:
     """Run one try; returns the outcome fields (raises ``torch.OutOfMemoryError`` on OOM)."""
     import torch
@@ -283,7 +264,7 @@ def measure(shape: ModelShape, *, seq_len: int, mbs: int, recompute: str,
     return out
 
 
-def run_case(shape: ModelShape, *, gpu: str, seq_len: int, recompute: str, max_mbs: int,
+def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_mbs: int,
              s: Settings, writer: JsonlWriter, fingerprint: Fingerprint, dog: Watchdog,
              deadline: float, on_timeout: list[Any]) -> bool:
     """Doubling then bisection of the micro-batch for one case; False once the budget is spent
