@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from microbench.attention import TOKENS_PER_HEAD
+from microbench.gemm import GRID_SIDES
 from surrogate.config import CONFIG_COLUMNS
 from surrogate.config_table import validate_table
 from surrogate.hardware import GIB, get_gpu
@@ -42,7 +43,6 @@ from surrogate.profile import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
 GPU = "H100-SXM-80GB"
-GRID = (256, 512, 1024, 2048, 4096, 8192)
 
 
 def _stats(ratio: np.ndarray) -> str:
@@ -53,7 +53,7 @@ def _stats(ratio: np.ndarray) -> str:
 def gemm_report() -> None:
     t = parse_microbench_jsonl(DATA / "gemm.jsonl")[0]
     spec = get_gpu(GPU)
-    grid = t[["m", "n", "k"]].isin(GRID).all(axis=1)
+    grid = t[["m", "n", "k"]].isin(GRID_SIDES).all(axis=1)
     print("1. GEMMs: predicted time / measured time (ratio < 1: the profile is too fast)")
     for name in (GPU, "h100-own-measured"):
         prof = load_profile(name)

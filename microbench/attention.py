@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from microbench.fingerprint import collect
-from microbench.gemm import time_call_s
+from microbench.gemm import int_list, resolve_device, time_call_s
 from microbench.records import JsonlWriter, make_record
 
 STANDARD_SEQS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
@@ -37,22 +37,27 @@ def attention_ops(causal: bool) -> tuple[str, str]:
     return f"{pre}_fwd", f"{pre}_fwd_bwd"
 
 
+def flash_only(device: str) -> Callable[[], Any]:
+    """A context-manager factory: on a GPU, attention on the flash backend only (a shape it
+    cannot run raises instead of running on another backend); on the CPU, no constraint."""
+    import contextlib
+
+    if not device.startswith("cuda"):
+        return contextlib.nullcontext
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
+
+
 def sdpa_calls(b: int, heads: int, s: int, d: int, *, causal: bool,
                device: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """Closures running the attention of ``b`` sequences once: forward, and forward plus
     backward (input gradients, nothing accumulated); operands allocated now. On a GPU the flash
     backend is forced: a shape it cannot run raises instead of running on another backend."""
-    import contextlib
-
     import torch
     import torch.nn.functional as F
 
-    if device.startswith("cuda"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        backend: Any = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)  # noqa: E731
-    else:
-        backend = contextlib.nullcontext
+    backend = flash_only(device)
     q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16,
                            requires_grad=True) for _ in range(3))
     grad = torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16)
@@ -82,17 +87,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
-        else args.device
+    device = resolve_device(args.device)
     cuda = device.startswith("cuda")
-    ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
     fingerprint = collect()
     writer = JsonlWriter(args.out)
     failures = 0
     try:
-        for d in ints(args.head_dims):
-            for heads in ints(args.heads):
-                for s in ints(args.seqs):
+        for d in int_list(args.head_dims):
+            for heads in int_list(args.heads):
+                for s in int_list(args.seqs):
                     b = max(1, args.tokens // s)
                     for causal in (False, True):
                         fwd_op, both_op = attention_ops(causal)

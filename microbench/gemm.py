@@ -131,6 +131,20 @@ def _operands(shape: GemmShape, dtype: str, device: str) -> Callable[[], Any]:
     return lambda: torch.bmm(a, b)
 
 
+def resolve_device(name: str) -> str:
+    """``auto``: ``cuda`` when a GPU is visible, else ``cpu``; any other name as given."""
+    import torch
+
+    if name != "auto":
+        return name
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def int_list(text: str) -> list[int]:
+    """``"512,1024"`` -> ``[512, 1024]`` (empty items skipped)."""
+    return [int(x) for x in text.split(",") if x.strip()]
+
+
 def time_call_s(fn: Callable[[], Any], *, device: str, warmup: int, repeats: int,
                 target_window_s: float = 1e-3) -> float:
     """Median seconds per call of ``fn`` (see the module doc for the method)."""
@@ -239,11 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=120.0)
     args = ap.parse_args(argv)
-
-    import torch
-
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
-        else args.device
+    device = resolve_device(args.device)
     if args.dtypes == "auto":
         dtypes = ["bf16"] + (["fp8"] if device.startswith("cuda") and fp8_supported() else [])
     else:

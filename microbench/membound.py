@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from microbench.fingerprint import collect
-from microbench.gemm import time_call_s
+from microbench.gemm import int_list, resolve_device, time_call_s
 from microbench.records import JsonlWriter, make_record
 from surrogate.microbench_table import MEMORY_BOUND_OPS
 
@@ -98,16 +98,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
-        else args.device
-    ints = lambda text: [int(x) for x in text.split(",") if x.strip()]  # noqa: E731
+    device = resolve_device(args.device)
     fingerprint = collect()
     writer = JsonlWriter(args.out)
     failures = 0
     try:
         for name in KERNELS:
-            widths = ints(args.vocabs) if name == "cross_entropy_fwd_bwd" else ints(args.widths)
-            rows = ints(args.widths) if name == "adamw_step" else ints(args.tokens)
+            widths = int_list(args.vocabs if name == "cross_entropy_fwd_bwd" else args.widths)
+            rows = int_list(args.widths if name == "adamw_step" else args.tokens)
             for m in rows:
                 for n in widths:
                     dtype = "f32" if name == "adamw_step" else "bf16"

@@ -46,7 +46,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from microbench.attention import flash_only
 from microbench.fingerprint import Fingerprint, collect
+from microbench.gemm import int_list, resolve_device
 from microbench.records import JsonlWriter
 from microbench.watchdog import Watchdog
 from surrogate.config import MODEL_FIELDS, ModelConfig
@@ -85,7 +87,6 @@ STANDARD_SEQS = (1024, 2048, 4096)
 def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
     """The model as a ``torch.nn.Module`` with fp32 parameters on ``device``; on a GPU its
     attention runs on the flash backend only, in the forward and in a recomputed forward."""
-    import contextlib
 
     import torch
     import torch.nn.functional as F
@@ -94,12 +95,7 @@ def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
 
     hd = shape.attention_head_dim
     rep = shape.num_heads // shape.num_kv_heads
-    if device.startswith("cuda"):
-        from torch.nn.attention import SDPBackend, sdpa_kernel
-
-        flash: Any = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)  # noqa: E731
-    else:
-        flash = contextlib.nullcontext
+    flash = flash_only(device)
 
     def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
         x1, x2 = x.chunk(2, dim=-1)
@@ -367,8 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from surrogate.microbench_table import hardware_from_device_name
 
-    device = ("cuda" if torch.cuda.is_available() else "cpu") if args.device == "auto" \
-        else args.device
+    device = resolve_device(args.device)
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     unknown = [m for m in models if m not in MODELS]
     if unknown:
@@ -376,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     recomputes = [r.strip() for r in args.recompute.split(",") if r.strip()]
     if not set(recomputes) <= {"none", "full"}:
         ap.error(f"--recompute must be none and/or full, got {args.recompute!r}")
-    seqs = [int(x) for x in args.seqs.split(",") if x.strip()]
+    seqs = int_list(args.seqs)
     for name, v in (("--max-mbs", args.max_mbs), ("--grad-accum", args.grad_accum),
                     ("--steps", args.steps)):
         if v < 1:

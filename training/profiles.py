@@ -90,6 +90,7 @@ def playbook_profile(root: Path) -> CalibrationProfile:
 def own_profile(root: Path) -> CalibrationProfile:
     from microbench.gemm import GRID_SIDES
     from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+    from surrogate.microbench_table import GEMM_OP
 
     gemms = parse_microbench_jsonl(OWN_GEMMS)[0]
     # The regular grid only: the preset models' shapes would multiply the curve's axes (its
@@ -97,7 +98,7 @@ def own_profile(root: Path) -> CalibrationProfile:
     # curve (benchmarks/h100_own.py).
     gemms = gemms[gemms[["m", "n", "k"]].isin(GRID_SIDES).all(axis=1)]
     public = pd.concat(_public_tables(root, gcp=False), ignore_index=True)
-    table = pd.concat([gemms, public[public["op"] != "gemm"]], ignore_index=True)
+    table = pd.concat([gemms, public[public["op"] != GEMM_OP]], ignore_index=True)
     return fit_profile(table, "H100-SXM-80GB",
                        name=f"{OWN_PROFILE}: GEMMs measured by this project on one H100 SXM",
                        notes=(
