@@ -18,6 +18,9 @@ are left out). Targets (issue "The analytic model, calibrated"): MAPE <= 20%, Sp
 memory MAPE <= 8%, OOM recall >= 97% at precision >= 95%.
 
     python benchmarks/analytic_vs_playbook.py [--fit-on all|healthy] [--by model|nodes|tp|pp]
+                                              [--hold-out model|nodes|tp|pp]
+
+``--hold-out`` chooses what the ``held out`` row leaves out in turn (default: each model size).
 """
 
 from __future__ import annotations
@@ -54,25 +57,31 @@ def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str
     return out
 
 
+GROUPS = {"model": "model_name", "nodes": "num_nodes", "tp": "tp", "pp": "pp"}
+"""The run columns the options name."""
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fit-on", choices=["all", "healthy"], default="all",
                     help="fit time parameters on all completed runs (default) or on those of "
                          "MFU >= 10%%")
-    ap.add_argument("--by", choices=["model", "nodes", "tp", "pp"], default=None,
+    ap.add_argument("--by", choices=list(GROUPS), default=None,
                     help="also print the held-out figures per group")
+    ap.add_argument("--hold-out", choices=list(GROUPS), default="model",
+                    help="what the held-out fits leave out in turn (default: each model size)")
     args = ap.parse_args()
     runs = playbook_runs()
     print(f"{len(runs)} Playbook runs, {int((runs.status == 'completed').sum())} completed")
-    held = fit_runs(runs, fit_on=args.fit_on)["held_out"]
+    held = fit_runs(runs, fit_on=args.fit_on, group_by=GROUPS[args.hold_out])["held_out"]
     rows = {
         "priors": held_out_figures(runs, predictions(runs, dict(PRIORS))),
         "shipped": held_out_figures(runs, predictions(runs, None)),
-        f"held out (fit on {args.fit_on})": held_out_figures(runs, held),
+        f"held out by {args.hold_out} (fit on {args.fit_on})": held_out_figures(runs, held),
     }
     print(pd.DataFrame(rows).T.round(3).to_string())
     if args.by:
-        key = {"model": "model_name", "nodes": "num_nodes", "tp": "tp", "pp": "pp"}[args.by]
+        key = GROUPS[args.by]
         per = {g: held_out_figures(part, {k: v[part.index] for k, v in held.items()})
                for g, part in runs.groupby(key)}
         print(pd.DataFrame(per).T.round(3).to_string())

@@ -8,9 +8,11 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
    measured time, per dtype, on the grid shapes and on the preset models' layer shapes; and the
    same for ``h100-own-measured`` (fitted on the grid only, so the preset shapes are held out).
 2. Flash attention (torch SDPA, flash backend): its throughput as a share of the dense peak
-   under the analytic model's FLOP count, causal or not, next to the GEMM efficiency the
-   analytic model assumes for the attention core (a T x s x head_dim GEMM of the public
-   profile), and the causal kernel's time over the full one.
+   under the analytic model's FLOP count, causal or not, the causal kernel's time over the
+   full one, and the GEMM proxy (a T x s x head_dim GEMM of the public profile). The causal
+   column is the attention curve of every shipped H100 profile, which times the attention
+   core of frameworks running FlashAttention-2-class kernels; the proxy times the others
+   (llm-foundry's Triton kernel).
 3. Memory-bound kernels: achieved bandwidth over the HBM datasheet rate.
 4. Single-GPU training steps (``microbench.train_step``, framework ``pytorch/autocast``):
    - the analytic model with its parameters fitted on the other models only (leave one
@@ -82,7 +84,7 @@ def attention_report() -> None:
     print("\n2. Flash attention, forward + backward (torch SDPA flash backend, bf16); efficiency "
           "= the analytic count (12 T s h, no causal discount) / time / dense peak")
     print(f"   {'seq':>6} {'hd':>4} {'heads':>5} {'full':>6} {'causal':>7} {'causal/full time':>17}"
-          f" {'model (GEMM T x s x hd)':>24}")
+          f" {'proxy (GEMM T x s x hd)':>24}")
     for (s, d, b), row in full.iterrows():
         c = causal.loc[(s, d, b)]
         seqs = max(1, TOKENS_PER_HEAD // int(s))

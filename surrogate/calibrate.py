@@ -17,13 +17,18 @@ What is used, and what is not (each exclusion is counted in the profile's ``excl
   from the same op at the nearest group size with equal busbw, else from all_reduce at that
   group size with equal busbw. Inter-node send_recv is a single pair over one NIC, so its
   derived bandwidth is capped at the datasheet network rate per GPU (``hardware``).
+- Attention: bf16 causal flash attention forward plus backward (``sdpa_causal_fwd_bwd``,
+  ``microbench.attention``), as the profile's attention curve (``surrogate.profile``): query
+  rows x heads = sequence x batch, keys = sequence, head width; efficiency = the full-count
+  FLOP/s / the dense bf16 peak. Other attention variants (non-causal, forward only) and the
+  memory-bound kernels are not used by the analytic model.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -38,6 +43,8 @@ from surrogate.microbench_table import GEMM_OP, validate_microbench
 from surrogate.profile import CalibrationProfile, CollectiveCurve, GemmCurve
 
 GEMM_DTYPES = ("bf16", "fp8")
+ATTENTION_OP = "sdpa_causal_fwd_bwd"
+"""The attention measurement the analytic model uses (module doc)."""
 
 
 @dataclass
@@ -243,6 +250,26 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
     if not curves:
         notes_out.append("no GEMM measurement: GEMM efficiency is the datasheet default")
 
+    attn = t[(t["op"] == ATTENTION_OP) & (t["dtype"] == "bf16")]
+    attention = None
+    if not attn.empty:
+        peak = spec.peak_flops("bf16")
+        if (attn["flops_per_s"] > peak).any():
+            ex.add(f"attention: suspect series, some points exceed the dense bf16 peak {peak:.4g}",
+                   len(attn))
+        else:
+            # query rows x heads, keys, head width (surrogate.profile's attention axes)
+            axes = pd.DataFrame({"m": attn["m"] * attn["batch"], "n": attn["m"], "k": attn["k"],
+                                 "flops_per_s": attn["flops_per_s"]})
+            attention = replace(fit_gemm_curve(axes, "bf16", peak),
+                                derived_from=f"{ATTENTION_OP}: causal flash attention")
+            used[attn.index] = True
+            notes_out.append(
+                f"Attention: causal flash attention forward + backward ({ATTENTION_OP}, "
+                f"{len(attn)} points, head widths "
+                f"{', '.join(str(int(k)) for k in sorted(attn['k'].unique()))}, sequences "
+                f"{int(attn['m'].min())}..{int(attn['m'].max())}), counted at the full FLOPs")
+
     coll = t[t["op"].isin(COLLECTIVE_OPS)]
     measured: list[CollectiveCurve] = []
     keys = pd.DataFrame({"op": coll["op"], "g": coll["group_size"].astype(int),
@@ -283,5 +310,5 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
         name=name or f"{gpu} calibrated", gpu=gpu,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
         gemm=curves, collectives=tuple(all_curves), sources=sources,
-        excluded=ex.as_list(), notes=tuple(notes_out), fabric=fabric,
+        excluded=ex.as_list(), notes=tuple(notes_out), fabric=fabric, attention=attention,
     )

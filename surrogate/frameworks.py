@@ -69,6 +69,11 @@ class FrameworkTraits:
     """The sequence_parallel settings its tensor parallelism runs with: (False, True) where it
     is an option, (True,) where its tensor-parallel plans always shard the sequence."""
     source: str
+    flash_attention_2: bool = True
+    """Runs attention with a FlashAttention-2-class kernel (flash-attn 2, PyTorch SDPA's flash
+    backend, or a faster fused one): the analytic model times it by the profile's measured
+    flash-attention curve where the profile has one. False: a kernel nobody measured here,
+    timed by the GEMM proxy (``surrogate.analytic.step``)."""
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -228,8 +233,13 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "accumulation buffer; sharding_strategy NO_SHARD / SHARD_GRAD_OP / FULL_SHARD "
                 "are ZeRO 0 / 2 / 3; activation_checkpointing on or off; no tensor, pipeline "
                 "or context parallelism; MoE layers through MegaBlocks shard experts over the "
-                "data-parallel ranks (moe_world_size)"
+                "data-parallel ranks (moe_world_size). Attention: not FlashAttention-2. The "
+                "benchmark tables (scripts/train/benchmarking/README.md) predate torch 2.0 (the "
+                "README's own TODO) and so FlashAttention-2 (July 2023, ALiBi only from v2.4), "
+                "and MPT's ALiBi ran on llm-foundry's Triton flash-attention kernel "
+                "(attn_impl: triton), which is not measured here"
             ),
+            flash_attention_2=False,
         ),
         FrameworkTraits(
             name="pytorch",

@@ -12,6 +12,15 @@ of :class:`surrogate.analytic.perf.PerfModel`:
   with the smooth model eff = e_max / (1 + c_m/m + c_n/n + c_k/k) (fitted, monotone in each
   side), so a larger
   GEMM never gets a lower efficiency than the edge. Results are clipped to (0, 1].
+- Flash attention (optional; ``attention``): the efficiency of causal flash attention,
+  forward plus backward, counted at the model's full (non-causal) FLOPs, 3 x 4 x s^2 x d per
+  sequence and head (what :mod:`surrogate.analytic.flops` counts), so that a kernel that skips
+  the masked half shows as a higher efficiency. It is a :class:`GemmCurve` over the axes
+  m = query rows x heads of one rank (tokens x heads), n = the sequence the queries attend
+  over, k = the head width, with the GEMM curve's rule (interpolated inside the grid, the
+  smooth model's fall-off below it, the edge value above it). Without one the analytic model
+  takes the attention core's efficiency from the GEMM curve of a (tokens x sequence x head
+  width) product, a proxy.
 - Collective time per (op, group size, intra/inter-node): piecewise-linear interpolation of
   log time in log size through the measured medians (made non-decreasing), the smallest
   measured time below the range (latency floor) and constant algbw beyond it.
@@ -239,6 +248,8 @@ class CalibrationProfile:
     fabric: Fabric | None = None
     """The network between nodes as a function of scale (``surrogate.fabric``); when set it
     answers every collective whose group spans nodes, else the inter-node curves do."""
+    attention: GemmCurve | None = None
+    """Measured causal flash attention (module doc), or None."""
     schema_version: int = SCHEMA_VERSION
     _index: dict[tuple[str, bool], list[CollectiveCurve]] = field(
         default_factory=dict, init=False, repr=False)
@@ -257,6 +268,13 @@ class CalibrationProfile:
         if "fp8" in self.gemm and bool(np.any(fp8 > 0)):
             eff = np.where(fp8 > 0, self.gemm["fp8"](m, n, k), eff)
         return np.broadcast_to(eff, shape).astype(np.float64)
+
+    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
+                             c: Cols) -> Array | None:
+        if self.attention is None:
+            return None
+        shape = np.broadcast(rows, seq, head_dim).shape
+        return np.broadcast_to(self.attention(rows, seq, head_dim), shape).astype(np.float64)
 
     def curve(self, op: str, group_size: int, inter_node: bool) -> tuple[CollectiveCurve, float]:
         """The curve answering (op, group_size, inter_node) and the factor its times are
@@ -317,6 +335,7 @@ class CalibrationProfile:
             "excluded": list(self.excluded),
             "fabric": None if self.fabric is None else self.fabric.to_json(),
             "gemm": {d: cv.to_json() for d, cv in self.gemm.items()},
+            "attention": None if self.attention is None else self.attention.to_json(),
             "collectives": [cv.to_json() for cv in self.collectives],
         }
 
@@ -333,6 +352,7 @@ class CalibrationProfile:
                 sources=tuple(d.get("sources", ())), excluded=tuple(d.get("excluded", ())),
                 notes=tuple(d.get("notes", ())),
                 fabric=Fabric.from_json(d["fabric"]) if d.get("fabric") else None,
+                attention=GemmCurve.from_json(d["attention"]) if d.get("attention") else None,
             )
         except (KeyError, TypeError, ValueError) as e:
             if isinstance(e, DataError):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -111,3 +112,33 @@ def test_public_h100_fit(mbench_data_dir: Path) -> None:
     assert p.gemm["fp8"].provenance == "extrapolated"  # MANIFEST: sm_90 fp8 is suspect
     inter = [c for c in p.collectives if c.inter_node]
     assert [c.op for c in inter if c.provenance == "measured"] == ["all_reduce"]
+
+
+def _attention_rows(scale: float = 1.0) -> pd.DataFrame:
+    """Synthetic causal flash-attention timings (and non-causal ones the fit must ignore)."""
+    rows: list[dict[str, object]] = []
+    for s, d, bh in itertools.product((1024, 4096, 16384), (64, 128), (8, 64)):
+        for op in ("sdpa_causal_fwd_bwd", "sdpa_fwd_bwd"):
+            f = _eff(s * bh, s, d) * H100.bf16_dense_flops * scale
+            rows.append({"op": op, "dtype": "bf16", "m": s, "n": s, "k": d, "batch": bh,
+                         "nodes": 1, "time_s": 12 * bh * s * s * d / f, "flops_per_s": f,
+                         "hardware": "H100-SXM-80GB", "source": "synthetic"})
+    return rows_to_microbench(rows)
+
+
+def test_attention_curve_from_causal_flash_attention() -> None:
+    p = fit_profile(pd.concat([_table(), _attention_rows()], ignore_index=True), "H100")
+    assert p.attention is not None and p.attention.provenance == "measured"
+    assert p.attention.points == 12  # the causal forward + backward rows only
+    # axes: query rows x heads, keys, head width
+    got = p.attention_efficiency(np.array([4096.0 * 64]), np.array([4096.0]),
+                                 np.array([128.0]), {})
+    assert got is not None and got[0] == pytest.approx(_eff(4096 * 64, 4096, 128))
+    assert any(n.startswith("Attention: causal flash attention") for n in p.notes)
+
+
+def test_attention_above_the_peak_is_excluded() -> None:
+    p = fit_profile(pd.concat([_table(), _attention_rows(scale=1e3)], ignore_index=True), "H100")
+    assert p.attention is None
+    assert any(e["reason"].startswith("attention: suspect") for e in p.excluded)
+    assert p.attention_efficiency(np.ones(1), np.ones(1), np.ones(1), {}) is None

@@ -84,7 +84,7 @@ def test_labels_measured_and_extrapolated(h100: CalibrationProfile) -> None:
     assert inter.pop("all_reduce") == "measured"
     assert set(inter.values()) == {"extrapolated"}
     assert h100.gemm["fp8"].provenance == "extrapolated"
-    assert {s["source"] for s in h100.sources} == {"xla", "nccl-tests"}
+    assert {s["source"] for s in h100.sources} == {"xla", "nccl-tests", "microbench"}
 
 
 def test_round_trip(tmp_path: Path, h100: CalibrationProfile) -> None:
@@ -131,3 +131,22 @@ def test_two_named_profiles_ship_with_a_fabric() -> None:
 def test_unknown_profile_names_the_shipped_ones() -> None:
     with pytest.raises(DataError, match="hf-playbook-cluster"):
         load_profile("no-such-profile")
+
+
+def test_every_h100_profile_times_attention_by_our_measurements() -> None:
+    from surrogate.profile import shipped_profiles
+
+    for name in shipped_profiles():
+        attention = load_profile(name).attention
+        assert attention is not None and attention.provenance == "measured", name
+        assert attention.measured.sum() == 28  # 7 sequences x 2 batches x 2 head widths
+    h100 = load_profile("H100-SXM-80GB")
+    rows, seq = np.array([2.0**17, 2.0**17, 2.0**30]), np.array([4096.0, 2.0**20, 2.0**20])
+    eff = h100.attention_efficiency(rows, seq, np.full(3, 128.0), {})
+    assert eff is not None
+    assert 0.3 < eff[0] < eff[1] <= eff[2] < 1  # rises with the sequence; the edge holds above
+
+
+def test_round_trip_keeps_the_attention_curve(tmp_path: Path, h100: CalibrationProfile) -> None:
+    h100.save(tmp_path / "p.json")
+    assert load_profile(tmp_path / "p.json").to_json()["attention"] == h100.to_json()["attention"]

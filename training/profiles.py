@@ -37,8 +37,11 @@ from surrogate.profile import CalibrationProfile
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
 PLAYBOOK_PROFILE = "hf-playbook-cluster"
 OWN_PROFILE = "h100-own-measured"
-OWN_GEMMS = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23" / "gemm.jsonl"
+OWN_DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
+OWN_GEMMS = OWN_DATA / "gemm.jsonl"
 """The project's own GEMM measurements on one H100 SXM (``datasets/h100/2026-11-23``)."""
+OWN_ATTENTION = OWN_DATA / "attention.jsonl"
+"""The project's own flash-attention measurements there: every H100 profile's attention."""
 _PLAYBOOK_CSV = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 _NOTES_COMMON = (
     "GEMM: XLA default_matmul_perf_table.txtpb key sm_90 (openxla/xla @ dc660322), unbatched "
@@ -47,6 +50,8 @@ _NOTES_COMMON = (
     "1 KiB..2 GiB, one 8-GPU node split into concurrent groups of 2/4/8 (value = bytes / median "
     "runtime), plus nccl-tests all_reduce on one DGX H100 (8 GPUs, 8 B..16 GiB)",
     "Broadcast is not in the public data: its curves are extrapolated from all_reduce busbw",
+    "Attention: this project's microbench.attention on one NVIDIA H100 80GB HBM3 (PyTorch "
+    "SDPA's flash backend, FlashAttention-2; datasets/h100/2026-11-23/attention.jsonl)",
 )
 
 
@@ -61,8 +66,14 @@ def _public_tables(root: Path, *, gcp: bool) -> list[pd.DataFrame]:
     return frames
 
 
+def _own_attention() -> pd.DataFrame:
+    from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+
+    return parse_microbench_jsonl(OWN_ATTENTION)[0]
+
+
 def healthy_profile(root: Path) -> CalibrationProfile:
-    table = pd.concat(_public_tables(root, gcp=True), ignore_index=True)
+    table = pd.concat([*_public_tables(root, gcp=True), _own_attention()], ignore_index=True)
     return fit_profile(table, "H100-SXM-80GB",
                        name="H100-SXM-80GB healthy fabric (public XLA sm_90 + nccl-tests)",
                        notes=(*_NOTES_COMMON,
@@ -76,7 +87,8 @@ def playbook_profile(root: Path) -> CalibrationProfile:
     from surrogate.ingest.playbook_network import parse_playbook_network
 
     network = parse_playbook_network(root / _PLAYBOOK_CSV)[0]
-    table = pd.concat([*_public_tables(root, gcp=False), network], ignore_index=True)
+    table = pd.concat([*_public_tables(root, gcp=False), network, _own_attention()],
+                      ignore_index=True)
     return fit_profile(table, "H100-SXM-80GB",
                        name=f"{PLAYBOOK_PROFILE}: the Playbook's H100 + AWS EFA cluster as "
                             "measured",
@@ -98,7 +110,8 @@ def own_profile(root: Path) -> CalibrationProfile:
     # curve (benchmarks/h100_own.py).
     gemms = gemms[gemms[["m", "n", "k"]].isin(GRID_SIDES).all(axis=1)]
     public = pd.concat(_public_tables(root, gcp=False), ignore_index=True)
-    table = pd.concat([gemms, public[public["op"] != GEMM_OP]], ignore_index=True)
+    table = pd.concat([gemms, public[public["op"] != GEMM_OP], _own_attention()],
+                      ignore_index=True)
     return fit_profile(table, "H100-SXM-80GB",
                        name=f"{OWN_PROFILE}: GEMMs measured by this project on one H100 SXM",
                        notes=(

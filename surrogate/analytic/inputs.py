@@ -50,25 +50,26 @@ def _model_widths(m: ModelConfig) -> tuple[float, float, float]:
 
 def _gpu_traits(gpu: str, dtype: str) -> tuple[float, ...]:
     spec = get_gpu(gpu)
-    return (spec.peak_flops(dtype), spec.memory_gib * GIB, spec.hbm_bw_bytes_per_s,
-            spec.intra_node_bw_bytes_per_s, spec.inter_node_bw_bytes_per_s,
+    return (spec.peak_flops(dtype), spec.peak_flops("bf16"), spec.memory_gib * GIB,
+            spec.hbm_bw_bytes_per_s, spec.intra_node_bw_bytes_per_s, spec.inter_node_bw_bytes_per_s,
             spec.intra_node_latency_s, spec.inter_node_latency_s,
             float(GPU_NAMES.index(spec.name)))
 
 
-_GPU_COLUMNS = ("peak_flops", "memory_bytes", "hbm_bw", "intra_node_bw", "inter_node_bw",
-                "intra_node_latency_s", "inter_node_latency_s", "gpu_code")
+_GPU_COLUMNS = ("peak_flops", "peak_flops_bf16", "memory_bytes", "hbm_bw", "intra_node_bw",
+                "inter_node_bw", "intra_node_latency_s", "inter_node_latency_s", "gpu_code")
 
 
 def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
     fw = get_framework(framework)
     v = version or fw.versions[-1]
     return (float(fw.fp32_grad_accumulation), float(fw.name == "nanotron"),
-            float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")))
+            float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
+            float(fw.flash_attention_2))
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "is_nanotron", "framework_version_rank",
-                      "framework_code")
+                      "framework_code", "flash_attention_2")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,

@@ -60,6 +60,14 @@ class PerfModel(Protocol):
         """Achieved / dense-peak FLOP/s of an (m x k) @ (k x n) GEMM in the config's dtype."""
         ...
 
+    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
+                             c: Cols) -> Array | None:
+        """Measured efficiency of causal flash attention, forward + backward, at the full
+        (non-causal) FLOP count, for ``rows`` query rows x heads of one rank attending over
+        ``seq`` keys with heads of ``head_dim``; None where nothing was measured (the analytic
+        model then takes a GEMM proxy)."""
+        ...
+
     def collective_time_s(
         self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
         ranks_per_node: Array | None = None,
@@ -99,6 +107,10 @@ class SpecPerfModel:
 
     def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
         return np.full(np.broadcast(m, n, k).shape, self.gemm_efficiency_frac)
+
+    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
+                             c: Cols) -> Array | None:
+        return None  # no datasheet figure for attention kernels
 
     def collective_time_s(
         self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,

@@ -7,8 +7,11 @@ pipeline sends on the critical path, the part of the DP gradient reduction the l
 does not hide, ZeRO-1/2's weight all-gather, and the optimizer step.
 
 Compute: GEMM FLOPs at the efficiency the :class:`~surrogate.analytic.perf.PerfModel` gives
-for each projection's shape (QKV, attention output, MLP in and out, output head; the flash
-attention core at the efficiency of a T x seq x head_dim GEMM).
+for each projection's shape (QKV, attention output, MLP in and out, output head). The flash
+attention core runs at the profile's measured causal flash-attention efficiency (for T x
+heads / tp query rows over seq keys, counted at the full FLOPs) where the profile has one and
+the framework runs a FlashAttention-2-class kernel (``FrameworkTraits.flash_attention_2``);
+otherwise at the efficiency of a T x seq x head_dim GEMM, a proxy.
 
 Memory-bound kernels (assumptions, documented): norms, rotary, SwiGLU, residual adds move
 about 3 x the layer's activation bytes through HBM per micro-batch (forward and backward);
@@ -113,6 +116,12 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
     attn_flops = 6 * T * s * (q + o) / tp
     attn_s = attn_flops / (peak * eff["attention"])
+    # A measured flash-attention curve replaces the proxy for frameworks that run such a
+    # kernel (in bf16 under fp8 too): T x heads / tp query rows over s keys.
+    measured = perf.attention_efficiency(T * c["num_heads"] / tp, s, c["qk_head_dim"], c)
+    if measured is not None:
+        flash = attn_flops / (c["peak_flops_bf16"] * measured)
+        attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     scale = param(c, "gemm_time_scale")
     return (seconds + attn_s) * _recompute_factor(c) * scale, attn_s * scale
 

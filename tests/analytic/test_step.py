@@ -180,3 +180,30 @@ def test_the_layer_floor_is_no_added_cost_and_spares_unpipelined_runs(cols):
     # under the work, the floor changes nothing (a maximum, not a sum)
     assert step.step_breakdown({**piped, **low}, PERF)["step_time_s"] == pytest.approx(
         step.step_breakdown({**piped, **none}, PERF)["step_time_s"])
+
+
+def test_flash_attention_frameworks_take_the_measured_curve(cols):
+    """Attention runs at the profile's measured flash-attention efficiency (bf16 peak, also
+    under fp8) for FlashAttention-2 frameworks; llm-foundry's unmeasured kernel keeps the
+    GEMM proxy."""
+    from dataclasses import replace
+
+    from surrogate.analytic.params import param
+    from surrogate.profile import load_profile
+
+    measured = load_profile("H100-SXM-80GB")
+    proxy = replace(measured, attention=None)
+    c = cols("8b", dp=8, framework="megatron", zero_stage=0)
+    _, attn = step.layer_compute_s(c, measured)
+    _, attn_proxy = step.layer_compute_s(c, proxy)
+    T, s, heads, d = c["mbs"] * c["seq_len"], c["seq_len"], c["num_heads"], c["qk_head_dim"]
+    eff = measured.attention_efficiency(T * heads, s, d, c)  # tp 1: all heads on the rank
+    flops = 12 * T * s * heads * d  # forward + backward at the full count
+    expected = flops / (c["peak_flops_bf16"] * eff) * param(c, "gemm_time_scale")
+    np.testing.assert_allclose(attn, expected)
+    assert attn[0] < attn_proxy[0]
+    fp8 = cols("8b", dp=8, framework="megatron", zero_stage=0, dtype="fp8")
+    np.testing.assert_allclose(step.layer_compute_s(fp8, measured)[1], attn)
+    foundry = cols("8b", dp=8, framework="llm-foundry", zero_stage=0)
+    np.testing.assert_array_equal(step.layer_compute_s(foundry, measured)[1],
+                                  step.layer_compute_s(foundry, proxy)[1])
