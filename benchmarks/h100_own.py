@@ -12,7 +12,7 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
    full one, and the GEMM proxy (a T x s x head_dim GEMM of the public profile). The causal
    column is the attention curve of every shipped H100 profile, which times the attention
    core of frameworks running FlashAttention-2-class kernels; the proxy times the others
-   (llm-foundry's Triton kernel).
+   (llm-foundry's unmeasured kernels).
 3. Memory-bound kernels: achieved bandwidth over the HBM datasheet rate.
 4. Single-GPU training steps (``microbench.train_step``, framework ``pytorch/autocast``):
    - the analytic model with its parameters fitted on the other models only (leave one

@@ -236,8 +236,9 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "data-parallel ranks (moe_world_size). Attention: not FlashAttention-2. The "
                 "benchmark tables (scripts/train/benchmarking/README.md) predate torch 2.0 (the "
                 "README's own TODO) and so FlashAttention-2 (July 2023, ALiBi only from v2.4), "
-                "and MPT's ALiBi ran on llm-foundry's Triton flash-attention kernel "
-                "(attn_impl: triton), which is not measured here"
+                "so MPT's ALiBi ran on one of llm-foundry's other attention implementations "
+                "(its Triton flash attention, attn_impl: triton, or plain torch; the README "
+                "does not say which), neither measured here"
             ),
             flash_attention_2=False,
         ),

@@ -1,7 +1,7 @@
-"""Calibration profiles: measured GEMM efficiencies and collective times as a ``PerfModel``.
+"""Calibration profiles: measured GEMM, attention and collective times as a ``PerfModel``.
 
 A profile is a small versioned JSON file named after its GPU, written by
-``surrogate calibrate`` (``surrogate.calibrate``) and read here. It answers the two questions
+``surrogate calibrate`` (``surrogate.calibrate``) and read here. It answers the questions
 of :class:`surrogate.analytic.perf.PerfModel`:
 
 - GEMM efficiency (achieved / dense peak FLOP/s) per dtype: trilinear interpolation in

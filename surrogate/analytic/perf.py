@@ -1,8 +1,10 @@
-"""How fast the hardware runs the two things a training step is made of: GEMMs and collectives.
+"""How fast the hardware runs what a training step is made of: GEMMs, flash attention and
+collectives.
 
 The analytic model asks a :class:`PerfModel`. :class:`SpecPerfModel` answers from the hardware
-table alone (datasheet bandwidths, one assumed GEMM efficiency); a calibration profile fitted
-to microbenchmarks (``surrogate.profile``) answers from measurements.
+table alone (datasheet bandwidths, one assumed GEMM efficiency, no attention figure); a
+calibration profile fitted to microbenchmarks (``surrogate.profile``) answers from
+measurements.
 
 Collective sizes follow the nccl-tests conventions (NVIDIA/nccl-tests doc/PERFORMANCE.md):
 ``size_bytes`` is the buffer of one rank (all_reduce, broadcast, send_recv) or the *total*

@@ -70,7 +70,9 @@ def calibrate_cmd(
         f"wrote {out}: GEMM dtypes "
         + ", ".join(f"{d} ({c.provenance})" for d, c in fitted.gemm.items())
         + f"; {measured} measured and {len(fitted.collectives) - measured} extrapolated "
-          "collective curves"), highlight=False)
+          "collective curves; attention "
+        + (f"measured ({fitted.attention.points} points)" if fitted.attention is not None
+           else "not measured (the GEMM proxy)")), highlight=False)
     for e in fitted.excluded:
         console.print(escape(f"  not used: {e['rows']} x {e['reason']}"), highlight=False)
     return 0

@@ -40,7 +40,19 @@ def test_calibrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 0
     prof = json.loads(out.read_text())
     assert prof["gpu"] == "H100-SXM-80GB" and prof["gemm"]["bf16"]["provenance"] == "measured"
-    assert "extrapolated" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert "extrapolated" in err and "attention not measured (the GEMM proxy)" in err
+    assert prof["attention"] is None
+
+
+def test_calibrate_with_our_attention_timings(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture[str]) -> None:
+    own = Path(__file__).resolve().parents[2] / "datasets" / "h100" / "2026-11-23"
+    out = tmp_path / "p.json"
+    assert main(["calibrate", str(FIX / "mbench_xla_matmul_excerpt.txtpb"),
+                 str(own / "attention.jsonl"), "--gpu", "H100", "--out", str(out)]) == 0
+    assert "attention measured (28 points)" in capsys.readouterr().err
+    assert json.loads(out.read_text())["attention"]["provenance"] == "measured"
 
 
 def test_calibrate_wrong_gpu(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
