@@ -75,7 +75,8 @@ def _own_attention() -> pd.DataFrame:
 def healthy_profile(root: Path) -> CalibrationProfile:
     table = pd.concat([*_public_tables(root, gcp=True), _own_attention()], ignore_index=True)
     return fit_profile(table, "H100-SXM-80GB",
-                       name="H100-SXM-80GB healthy fabric (public XLA sm_90 + nccl-tests)",
+                       name="H100-SXM-80GB healthy fabric (public XLA sm_90 + nccl-tests; "
+                            "our flash attention)",
                        notes=(*_NOTES_COMMON,
                               "Network: nccl-tests all_reduce over 16 GPUs on 2 GCP "
                               "a3-megagpu-8g nodes (GPUDirect-TCPXO), the only public "
