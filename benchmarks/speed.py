@@ -6,9 +6,12 @@ Every figure is printed with its aim (issue "One scoring pipeline ...") and as a
 a baseline measured in the same run on the same machine, so that runs on different machines
 compare: the cold CLI against a bare ``python -c "import numpy, pandas"`` (the floor of any
 Python tool that reads tables); batch throughput of the whole pipeline against its own parts
-(building configurations, the analytic model, the LightGBM boosters on prebuilt features).
+(building configurations, the analytic model, the boosters on prebuilt features: compiled by
+lleaves when the ``fast`` extra is installed, and LightGBM's own predict beside them).
 
-Figures: the wall time of a cold ``surrogate predict`` (a fresh process, median of 5); the
+First, with the ``fast`` extra, the bundled model's trees are compiled for this machine (or
+loaded from the cache; the time is printed and counted nowhere else). Figures: the wall time
+of a cold ``surrogate predict`` (a fresh process, median of 5); the
 in-process latency of ``surrogate.predict(TrainingConfig)`` (median of 200); the throughput of
 ``predict_frame`` on ``--rows`` configurations (Playbook rows repeated) with the learned model
 and with the analytic model alone, and of its parts; and, unless ``--skip-train``, the wall
@@ -24,6 +27,7 @@ cores, the search of 10^6 layouts < 10 s.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import subprocess
@@ -36,6 +40,7 @@ from typing import Any
 import pandas as pd
 
 from surrogate.analytic.run import analytic_for
+from surrogate.compiled_trees import COMPILE_MIN_ROWS, cache_root
 from surrogate.config import CONFIG_COLUMNS, config_from_flat
 from surrogate.config_table import validate_table
 from surrogate.features import build_features_cols
@@ -64,6 +69,35 @@ def _aim(value: float, aim: float, *, higher_is_better: bool = False) -> str:
     return f"aim {'>=' if higher_is_better else '<'} {aim:,.4g}: {'met' if met else 'not met'}"
 
 
+def _warm_trees(model: SurrogateModel, runs: pd.DataFrame) -> str:
+    """Which trees the learned model runs, compiling them first if they are not cached (the
+    one-off cost is printed, not counted in the figures below)."""
+    if not model._compiled:
+        return ("LightGBM (compiled trees need the `fast` extra, and "
+                "SURROGATE_COMPILED_TREES not 0)")
+    rows = pd.concat([runs] * -(-COMPILE_MIN_ROWS // len(runs)), ignore_index=True)
+    frame = rows[[c for c in CONFIG_COLUMNS if c in rows.columns]].head(COMPILE_MIN_ROWS)
+    t = time.perf_counter()
+    predict_frame(frame, model=model)
+    took = time.perf_counter() - t
+    print(f"compiled trees (lleaves) loaded or compiled for this machine in {took:.1f} s "
+          f"(once; cached under {cache_root()})")
+    return "compiled by lleaves (surrogate.compiled_trees)"
+
+
+def _lightgbm_only(model_dir: Path) -> SurrogateModel:
+    """The model loaded without compiled trees."""
+    before = os.environ.get("SURROGATE_COMPILED_TREES")
+    os.environ["SURROGATE_COMPILED_TREES"] = "0"
+    try:
+        return SurrogateModel.load(model_dir)
+    finally:
+        if before is None:
+            del os.environ["SURROGATE_COMPILED_TREES"]
+        else:
+            os.environ["SURROGATE_COMPILED_TREES"] = before
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", type=Path, default=None,
@@ -73,6 +107,9 @@ def main() -> None:
     ap.add_argument("--skip-train", action="store_true")
     args = ap.parse_args()
 
+    runs = load_runs()
+    model = SurrogateModel.load(args.model_dir or DEFAULT_MODEL_DIR)
+    trees_path = _warm_trees(model, runs)
     exe = shutil.which("surrogate") or str(Path(sys.executable).parent / "surrogate")
     floor = median_s(lambda: subprocess.run([sys.executable, "-c", "import numpy, pandas"],
                                             check=True, capture_output=True), 5)
@@ -81,8 +118,6 @@ def main() -> None:
           f"({_aim(cold, 1.5)}); baseline `python -c 'import numpy, pandas'` {floor:.3f} s: "
           f"x{cold / floor:.1f}")
 
-    runs = load_runs()
-    model = SurrogateModel.load(args.model_dir or DEFAULT_MODEL_DIR)
     cfg = config_from_flat(runs.iloc[0].to_dict())
     predict(cfg, model=model)
     one = median_s(lambda: predict(cfg, model=model), 200)
@@ -101,6 +136,8 @@ def main() -> None:
     t_cols = median_s(lambda: analytic_for(checked.table), 3)
     X, out, cols = build_features_cols(checked.table)
     t_trees = median_s(lambda: model.predict_from_features(X, out, cols), 3)
+    plain = _lightgbm_only(args.model_dir or DEFAULT_MODEL_DIR)
+    t_plain = median_s(lambda: plain.predict_from_features(X, out, cols), 3)
     print(f"predict_frame, learned model, {n:,} rows: {n / t_frame:,.0f} configs/s "
           f"({_aim(n / t_frame, 100_000, higher_is_better=True)})")
     print(f"predict_frame, analytic model alone: {n / t_analytic:,.0f} configs/s "
@@ -111,6 +148,8 @@ def main() -> None:
           f"analytic model on it {t_cols / t_frame:.0%} ({n / t_cols:,.0f} configs/s), "
           f"learned model on prebuilt features {t_trees / t_frame:.0%} "
           f"({n / t_trees:,.0f} configs/s: the boosters' own bound)")
+    print(f"  the boosters' trees: {trees_path}; LightGBM's own predict on the same features "
+          f"{n / t_plain:,.0f} configs/s (x{t_plain / t_trees:.1f} the time)")
 
     for nodes in ((1024,), (256, 512, 1024)):  # ~10^6 points; ~10^6 valid layouts
         space = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=4096,

@@ -85,13 +85,14 @@ def _array(name: str, values: Sequence[Any]) -> np.ndarray:
 
 
 def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
-    """A DataFrame of a flat table's columns, text kept as Python objects: pandas' default
-    string dtype would copy every cell into Arrow and back (seconds for a search's million
-    rows)."""
+    """A DataFrame of a flat table's columns, text (Python objects or numpy strings) kept as
+    Python objects: pandas' default string dtype would copy every cell into Arrow and back
+    (seconds for a search's million rows)."""
     import pandas as pd
 
-    return pd.DataFrame({k: pd.Series(v, dtype=object, copy=False) if v.dtype == object else v
-                         for k, v in table.items()})
+    return pd.DataFrame({k: pd.Series(v if v.dtype == object else v.astype(object),
+                                      dtype=object, copy=False)
+                         if v.dtype.kind in "OUS" else v for k, v in table.items()})
 
 
 def table_len(table: FlatTable) -> int:
@@ -114,17 +115,41 @@ def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[An
         for i, key in enumerate(rows):
             codes[i] = seen.setdefault(key, len(seen))
         return codes, list(seen)
+    codes, first = distinct_rows(arrays)
+    values = [a[first].tolist() for a in arrays]  # the rows' own values (None stays None)
+    return codes, list(zip(*values, strict=True))
+
+
+def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Per row, the number (0..k-1, by first appearance) of its distinct combination of the
+    values of ``arrays`` (columns of equal length), and the index of each combination's
+    first row. Each column becomes small integers (an integer column its offset from its
+    minimum, any other its ``pandas.factorize`` codes), combined into one mixed-radix key per
+    row, renumbered only when the next column would overflow 62 bits: one hash pass over the
+    rows, not a sort (about 3x faster than ``np.unique`` per column on a million rows)."""
     import pandas as pd
 
-    codes = np.zeros(n, dtype=np.int64)
-    for a in arrays:  # combine column by column, renumbering so the codes stay small
-        if a.dtype != object and a.min() == a.max():
+    n = len(arrays[0])
+    key = np.zeros(n, dtype=np.int64)
+    radix = 1  # every key is < radix
+    for a in arrays:
+        lo = int(a.min()) if a.dtype.kind in "iub" and n else 0
+        if a.dtype.kind in "iub" and (size := int(a.max()) - lo + 1 if n else 1) < 2**31:
+            column = a.astype(np.int64) - lo
+        else:
+            column, uniques = pd.factorize(a, use_na_sentinel=False)
+            size = len(uniques)
+        if size <= 1:
             continue  # one value (a search space's model columns): it splits no group
-        column, uniques = pd.factorize(a, use_na_sentinel=False)
-        codes, _ = pd.factorize(codes * len(uniques) + column)
-    _, first = np.unique(codes, return_index=True)  # codes number rows by first appearance
-    values = [a[first].tolist() for a in arrays]  # the rows' own values (None stays None)
-    return np.asarray(codes, dtype=np.int64), list(zip(*values, strict=True))
+        if radix * size >= 2**62:
+            key, uniq = pd.factorize(key)
+            radix = len(uniq)
+        key = key * size + column
+        radix *= size
+    codes, uniq = pd.factorize(key)  # numbered by first appearance
+    first = np.full(len(uniq), n, dtype=np.int64)
+    np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
+    return np.asarray(codes, dtype=np.int64), first
 
 
 def per_group(arrays: Sequence[np.ndarray], fn: Any) -> tuple[np.ndarray, list[Any]]:
@@ -341,5 +366,5 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     return bad, canonical
 
 
-__all__ = ["BROKEN", "CheckedTable", "FlatTable", "flat_table", "group_codes", "per_group", "take",
-           "valid_table", "validate_table"]
+__all__ = ["BROKEN", "CheckedTable", "FlatTable", "distinct_rows", "flat_table", "group_codes",
+           "per_group", "take", "valid_table", "validate_table"]

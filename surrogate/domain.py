@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS, GPU_NAMES
+from surrogate.config_table import distinct_rows
 from surrogate.features import DOMAIN_AXES, domain_values
 from surrogate.frameworks import PIPELINE_SCHEDULES
 
@@ -133,15 +134,10 @@ def _joined(n: int, columns: Sequence[_ReasonColumn]) -> list[str]:
 
 def _distinct_rows(table: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(first, inverse) of the distinct rows of a 2-D ``table``: the index of each distinct
-    row's first occurrence, and per row the number of its distinct row. One integer code per
-    row from per-column codes, renumbered densely after each column so it stays below the row
-    count (a row-wise ``np.unique`` sorts the whole table: 5x slower on 20,000 rows)."""
-    code = np.zeros(len(table), dtype=np.int64)
-    for j in range(table.shape[1]):
-        values, inverse = np.unique(table[:, j], return_inverse=True)
-        code = np.unique(code * len(values) + inverse.ravel(), return_inverse=True)[1].ravel()
-    _, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-    return first, inverse.ravel()
+    row's first occurrence, and per row the number of its distinct row
+    (:func:`surrogate.config_table.distinct_rows`)."""
+    inverse, first = distinct_rows([table[:, j] for j in range(table.shape[1])])
+    return first, inverse
 
 
 DEFAULT_SHRINK_DOUBLINGS = 2.0

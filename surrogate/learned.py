@@ -48,6 +48,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate import compiled_trees
+from surrogate.compiled_trees import CompiledForest
 from surrogate.domain import (
     DEFAULT_SHRINK_DOUBLINGS,
     UNSEEN_SHAPE_WEIGHT,
@@ -86,10 +88,17 @@ _SMALL_BATCH = 2048
 more than the trees (5-8 ms against 0.1 ms for one row, measured on 2 cores)."""
 
 
-def _booster_predict(booster: lgb.Booster, X: pd.DataFrame, **kwargs: Any) -> np.ndarray:
-    """``booster.predict`` on a float array (skipping LightGBM's DataFrame handling), on one
-    thread for small batches and LightGBM's default (0: OpenMP's) for large ones."""
+def _booster_predict(booster: lgb.Booster, X: pd.DataFrame, *,
+                     compiled: CompiledForest | None = None, **kwargs: Any) -> np.ndarray:
+    """``booster.predict`` on a float array (skipping LightGBM's DataFrame handling): by the
+    booster's ``compiled`` forest where it can (``surrogate.compiled_trees``; not for
+    ``pred_contrib``), else by LightGBM on one thread for small batches and its default (0:
+    OpenMP's) for large ones."""
     arr = X.to_numpy(dtype=np.float64)
+    if compiled is not None and set(kwargs) <= {"raw_score"}:
+        got = compiled.predict(booster, arr, raw_score=bool(kwargs.get("raw_score", False)))
+        if got is not None:
+            return got
     threads = 1 if len(arr) < _SMALL_BATCH else 0
     return np.asarray(booster.predict(arr, num_threads=threads, **kwargs))
 
@@ -129,14 +138,15 @@ def fit_status(X: pd.DataFrame, y: np.ndarray, sample_weight: np.ndarray, p_oom:
 
 
 def status_proba(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray,
-                 fail_rate: float | None, classes: Sequence[int]) -> np.ndarray:
-    """Probabilities of ``classes`` (one column each) from a :func:`fit_status` booster: its
-    raw scores plus the physics it started from. ``fail_rate`` None: a booster fitted without a
-    start (models saved before it had one)."""
+                 fail_rate: float | None, classes: Sequence[int], *,
+                 compiled: CompiledForest | None = None) -> np.ndarray:
+    """Probabilities of ``classes`` (one column each) from a :func:`fit_status` booster (or its
+    ``compiled`` forest): its raw scores plus the physics it started from. ``fail_rate`` None:
+    a booster fitted without a start (models saved before it had one)."""
     if fail_rate is None:
-        probs = _booster_predict(booster, X)
+        probs = _booster_predict(booster, X, compiled=compiled)
         return probs if probs.ndim == 2 else np.column_stack([1 - probs, probs])
-    raw = _booster_predict(booster, X, raw_score=True) + status_init_score(
+    raw = _booster_predict(booster, X, compiled=compiled, raw_score=True) + status_init_score(
         p_oom, fail_rate, classes)
     if raw.ndim == 1:
         p1 = 1.0 / (1.0 + np.exp(-raw))
@@ -185,6 +195,9 @@ class SurrogateModel:
     ``mfu_lo_model_``, ``mfu_hi_model_``, ``mem_model_``), ``status_classes_``,
     ``conformal_q_``, ``feature_names_``, ``domain_``, ``data_hash_``, ``n_train_``,
     ``metrics_`` and ``saved_sha256_``."""
+
+    _compiled: dict[str, CompiledForest] = {}  # noqa: RUF012 (never mutated: replaced)
+    """A loaded model's boosters compiled to native code (``surrogate.compiled_trees``)."""
 
     def __init__(
         self,
@@ -283,6 +296,7 @@ class SurrogateModel:
             sw = np.asarray(sample_weight, dtype=np.float64)
         else:
             sw = data.sample_weight(balance_sources=self.balance_sources)
+        self._compiled = {}  # a loaded model's compiled forests are of its former boosters
         if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
             raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
         done, mem_ok = data.done, data.mem_ok
@@ -378,16 +392,17 @@ class SurrogateModel:
         p = np.zeros((len(X), len(STATUS_CLASSES)))
         if len(weighed):
             probs = status_proba(self.status_model_, X_weighed, out["p_oom"][weighed],
-                                 self.status_fail_rate_, classes)
+                                 self.status_fail_rate_, classes,
+                                 compiled=self._compiled.get("status"))
             for j, k in enumerate(classes):
                 p[weighed, k] = probs[:, j]
         p_oom = w * p[:, 1] + (1 - w) * out["p_oom"]
         p_fail = w * p[:, 2]
         p_done = np.clip(1.0 - p_oom - p_fail, 0.0, 1.0)
         stacked = np.stack([p_done, p_oom, p_fail], axis=1)
-        f = _booster_predict(self.mfu_model_, X)
-        q_lo = _booster_predict(self.mfu_lo_model_, X) - self.conformal_q_
-        q_hi = _booster_predict(self.mfu_hi_model_, X) + self.conformal_q_
+        f = self._trees("mfu", X)
+        q_lo = self._trees("mfu_lo", X) - self.conformal_q_
+        q_hi = self._trees("mfu_hi", X) + self.conformal_q_
         q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
         center = w * f
         outside = where.distance > 0
@@ -403,7 +418,7 @@ class SurrogateModel:
         factor = np.where(out["mfu"] <= 1, np.minimum(np.exp(center), bound), np.exp(center))
         mem_log = np.zeros(len(X))
         if len(weighed):
-            mem_log[weighed] = w[weighed] * _booster_predict(self.mem_model_, X_weighed)
+            mem_log[weighed] = w[weighed] * self._trees("mem", X_weighed)
         mem = out["mem_reserved"] * np.exp(mem_log)
         return {
             "p_completed": p_done,
@@ -420,6 +435,10 @@ class SurrogateModel:
             "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
                                       dtype=object),
         }
+
+    def _trees(self, name: str, X: pd.DataFrame) -> np.ndarray:
+        """Booster ``name`` (a key of :meth:`_boosters`) on ``X``, compiled where it can be."""
+        return _booster_predict(self._boosters()[name], X, compiled=self._compiled.get(name))
 
     def explain(self, X: pd.DataFrame, *, top: int = 8) -> list[dict[str, float]]:
         """Per row, the ``top`` largest SHAP contributions (LightGBM ``pred_contrib``) to the
@@ -511,9 +530,13 @@ class SurrogateModel:
             )
         texts = verified_texts(d, meta)
         try:
-            return cls._from_verified(meta, {n: lgb.Booster(model_str=t) for n, t in texts.items()})
+            model = cls._from_verified(meta, {n: lgb.Booster(model_str=t)
+                                              for n, t in texts.items()})
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"{side}: malformed sidecar ({type(e).__name__}: {e})") from None
+        if compiled_trees.enabled():
+            model._compiled = {n: compiled_trees.CompiledForest(t) for n, t in texts.items()}
+        return model
 
     @classmethod
     def _from_verified(cls, meta: dict[str, Any], boosters: dict[str, lgb.Booster]

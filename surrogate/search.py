@@ -79,13 +79,16 @@ def score_configs(
     profile: str | Path | PerfModel | None = None,
     limits: Limits | None = None,
     labels: bool = True,
+    keys: bool = True,
 ) -> pd.DataFrame:
     """:func:`surrogate.scoring.score` of every configuration (validated ones, or their flat
     table: :meth:`LayoutSpace.table`), with what ranking needs: the flat configuration,
     ``layout`` (left out with ``labels=False``: a search labels only the rows it shows),
     ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
-    (:func:`surrogate.space.layout_key`). ``feasible``: p_oom within the limit and the device
-    peak (``pred_device_mem_gib``) within the GPU's memory less the margin.
+    (:func:`surrogate.space.layout_key`; left out with ``keys=False``: a million Python tuples
+    take a second, and a search without optuna needs only the shown rows' keys).
+    ``feasible``: p_oom within the limit and the device peak (``pred_device_mem_gib``) within
+    the GPU's memory less the margin.
 
     A model whose shape makes every layout's answer impossible is a ConfigError: no layout of
     it can be ranked honestly."""
@@ -112,7 +115,16 @@ def score_configs(
     frame["analytic_fits"] = s.analytic["mem_total"] <= s.cols["memory_bytes"]
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
         frame["pred_device_mem_gib"] <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
-    frame["key"] = layout_keys(table)
+    if keys:
+        frame["key"] = layout_keys(table)
+    return frame
+
+
+def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` (score_configs rows) with its ``key`` column, computed where it is missing."""
+    if "key" not in frame.columns:
+        frame["key"] = layout_keys({k: frame[k].to_numpy() for k in (*DIMENSIONS, "dp",
+                                                                      "grad_accum")})
     return frame
 
 
@@ -194,7 +206,7 @@ def search(
         result.enumerated = table_len(every)
         if result.enumerated:
             enum_frame = rank(score_configs(every, model=learned, profile=profile,
-                                            limits=limits, labels=False))
+                                            limits=limits, labels=False, keys=False))
             scored_rows.append(enum_frame)
             if enum_frame["feasible"].iloc[0]:
                 result.enum_best = _labelled(enum_frame.head(1)).iloc[0]
@@ -205,7 +217,7 @@ def search(
     opt_best_key: tuple[Any, ...] | None = None
     invalid: list[str] = []  # optuna trials' broken rules
     if use_optuna and n_trials > 0:
-        known = None if enum_frame is None else _score_cache(enum_frame)
+        known = None if enum_frame is None else _score_cache(_with_keys(enum_frame))
         study, found = _run_study(space, learned, profile, limits, objective, n_trials, storage,
                                   study_name, seed, known, progress)
         result.study_name = study.study_name
@@ -252,9 +264,9 @@ def search(
 
 
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
-    """``frame`` with its ``layout`` labels (score_configs' column, before ``num_gpus``), for
-    rows scored without them."""
-    frame = frame.drop(columns="layout", errors="ignore")
+    """``frame`` with its ``layout`` labels (score_configs' column, before ``num_gpus``) and
+    its keys, for rows scored without them."""
+    frame = _with_keys(frame.drop(columns="layout", errors="ignore"))
     table = {str(k): frame[k].to_numpy() for k in frame.columns}
     frame.insert(list(frame.columns).index("num_gpus"), "layout", layout_labels(table))
     return frame

@@ -31,6 +31,13 @@ def _tracking_outside_the_checkout(
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{store}/mlflow.db")
 
 
+@pytest.fixture(autouse=True)
+def _lightgbm_trees(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Loaded models predict with LightGBM, never compiling trees into the user cache
+    (tests/test_compiled_trees.py turns compiled trees on, with a cache of its own)."""
+    monkeypatch.setenv("SURROGATE_COMPILED_TREES", "0")
+
+
 @pytest.fixture(scope="session")
 def playbook_runs() -> pd.DataFrame:
     """Every run of the Playbook sweep."""

@@ -89,12 +89,16 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
     ffn_tokens = np.where(moe, T * c["experts_topk"], T)
     peak = c["peak_flops"]
+    # MLA's and MoE's extra GEMMs are evaluated only when some row has them (their values are
+    # discarded on the other rows): a dense batch has 5 shapes per row instead of 14.
+    mla = c["kv_lora_rank"] > 0
+    any_mla, any_moe = bool(mla.any()), bool(np.any(moe))
     shapes = {
         "qkv": (T, (q + 2 * kv) / tp, h),      # QKV projection
         "out": (T, h, o / tp),                 # attention output projection
         "gate_up": (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
         "down": (ffn_tokens, h, ffn / tp),     # down projection
-        **_mla_shapes(c), **_moe_extra_shapes(c),
+        **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }
     eff = _gemm_efficiencies(shapes, perf, c)
@@ -102,17 +106,20 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
     # MLA's query, key-value and their up projections (flops.py) replace the QKV projection;
     # rows without MLA get placeholder widths of 1 (their value is discarded).
-    queries = np.where(c["q_lora_rank"] > 0, g["mla_q_down"] + g["mla_q_up"], g["mla_q"])
-    qkv = np.where(c["kv_lora_rank"] > 0, queries + g["mla_kv_down"] + g["mla_kv_up"], g["qkv"])
+    qkv = g["qkv"]
+    if any_mla:
+        queries = np.where(c["q_lora_rank"] > 0, g["mla_q_down"] + g["mla_q_up"], g["mla_q"])
+        qkv = np.where(mla, queries + g["mla_kv_down"] + g["mla_kv_up"], qkv)
     routed = g["gate_up"] + g["down"]
     seconds = qkv + g["out"] + routed
-    # An MoE layer adds the shared expert to its routed experts, and its leading dense layers
-    # have a dense MLP in place of experts, averaged over the layers.
-    shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
-                      g["shared_gate_up"] + g["shared_down"], 0.0)
-    dense_frac = 1 - moe_layers(c) / c["num_layers"]
-    extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
-    seconds = seconds + np.where(moe, extra, 0.0)
+    if any_moe:
+        # An MoE layer adds the shared expert to its routed experts, and its leading dense
+        # layers have a dense MLP in place of experts, averaged over the layers.
+        shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
+                          g["shared_gate_up"] + g["shared_down"], 0.0)
+        dense_frac = 1 - moe_layers(c) / c["num_layers"]
+        extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
+        seconds = seconds + np.where(moe, extra, 0.0)
     # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
     attn_flops = 6 * T * s * (q + o) / tp
     attn_s = attn_flops / (peak * eff["attention"])
