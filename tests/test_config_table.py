@@ -166,6 +166,37 @@ def test_group_codes_keep_none_and_agree_between_small_and_large_tables():
     assert small_rows == rows and small_codes.tolist() == codes[:4].tolist()
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32), st.integers(1, 6))
+def test_distinct_rows_number_rows_by_first_appearance(seed: int, width: int) -> None:
+    """Against a dict of row tuples, over columns that force the key's renumbering: integers
+    spanning 2^40 (factorized) or 2^30 (three overflow 62 bits), floats with NaN, text with
+    None, booleans."""
+    from surrogate.config_table import distinct_rows
+
+    rng = np.random.default_rng(seed)
+    n = 300
+    makers = [lambda: rng.integers(0, 2**40, n) // rng.choice([1, 2**39], n),
+              lambda: rng.integers(0, 2**30, n),  # three of them overflow 62 bits
+              lambda: rng.choice(np.array([0.5, np.nan, 2.0]), n),
+              lambda: rng.choice(np.array([None, "a", "b"], dtype=object), n),
+              lambda: rng.integers(0, 2, n).astype(bool),
+              lambda: rng.integers(-3, 3, n).astype(np.int32)]
+    arrays = [makers[int(rng.integers(len(makers)))]() for _ in range(width)]
+    seen: dict[tuple[object, ...], int] = {}
+    firsts: list[int] = []
+    expected = []
+    for i, row in enumerate(zip(*(a.tolist() for a in arrays), strict=True)):
+        key = tuple("nan" if isinstance(v, float) and v != v else v for v in row)
+        if key not in seen:
+            seen[key] = len(seen)
+            firsts.append(i)
+        expected.append(seen[key])
+    codes, first = distinct_rows(arrays)
+    assert codes.tolist() == expected
+    assert first.tolist() == firsts
+
+
 def test_nullable_columns_read_their_missing_cells_as_missing():
     df = pd.DataFrame([BASE[0]] * 3)
     df["dp"] = df["dp"].astype("Int64")
@@ -187,3 +218,5 @@ def test_table_frame_keeps_text_as_python_objects():
     frame = table_frame(table)
     assert frame["framework"].dtype == object
     assert frame.to_dict("list") == {k: v.tolist() for k, v in table.items()}
+    numpy_text = table_frame({"dtype": np.full(3, "bf16")})  # a numpy string column
+    assert numpy_text["dtype"].dtype == object and numpy_text["dtype"].tolist() == ["bf16"] * 3
