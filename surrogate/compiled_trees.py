@@ -25,7 +25,6 @@ half file), and smaller batches until then are LightGBM's. Only models read by
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import logging
 import os
@@ -181,12 +180,17 @@ class CompiledForest:
             return model
 
 
-@functools.cache
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
 def _pool() -> ThreadPoolExecutor:
     """The threads that evaluate compiled forests over parts of a batch (the C function
-    releases the GIL)."""
-    return ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                              thread_name_prefix="surrogate-trees")
+    releases the GIL); one pool per process, since a forked child inherits no threads."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        _POOLS[pid] = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                         thread_name_prefix="surrogate-trees")
+    return _POOLS[pid]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -150,3 +150,27 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
                                        rtol=1e-9, atol=1e-12, err_msg=col)
     compiled.fit(playbook_runs.sample(300, random_state=1))
     assert compiled._compiled == {}
+
+
+def _predict_in_child(forest: CompiledForest, booster: lgb.Booster, X: np.ndarray,
+                      queue: object) -> None:
+    queue.put(forest.predict(booster, X))  # type: ignore[attr-defined]
+
+
+def test_a_forked_child_predicts_with_threads_of_its_own() -> None:
+    """A process forked after a batch used the tree threads gets a pool of its own (it
+    inherits none of its parent's threads: reusing their pool would wait forever)."""
+    import multiprocessing
+
+    booster = _synthetic_booster("regression")
+    forest = CompiledForest(booster.model_to_string())
+    X = _rows(2 * COMPILE_MIN_ROWS)
+    assert forest.predict(booster, X) is not None  # the parent's pool now exists
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_predict_in_child, args=(forest, booster, X, queue))
+    child.start()
+    got = queue.get(timeout=60)
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    np.testing.assert_allclose(got, booster.predict(X), rtol=1e-12)
