@@ -10,9 +10,10 @@ for, and one that disagrees is dropped (with its cache file) for LightGBM.
 
 Compiling takes seconds (about 6 s for the bundled model's boosters on 2 cores), so it is done
 once per machine and cached: the object code lies under ``$SURROGATE_CACHE_DIR/compiled-trees``
-(default the user cache, ``~/.cache/surrogate/compiled-trees`` on Linux), named by the sha256
-of the booster's text, the compile options, the lleaves and llvmlite versions and the host CPU
-with its features; lleaves itself checks none of these, nor the file (the sha256 of the object
+(default the user cache, ``~/.cache/surrogate/compiled-trees`` on Linux): a directory per
+forest, named by the sha256 of the booster's text, its score kind and the compile options,
+holding a file per machine, named by the lleaves and llvmlite versions and the host CPU with
+its features. lleaves itself checks none of these, nor the file (the sha256 of the object
 code, recorded beside it, is checked before LLVM loads it). A forest cached on disk is loaded
 by the first batch of any size (about 10 ms, and lleaves' import: a cold ``surrogate predict``
 takes about 0.07 s longer, and every later prediction in the process is faster); one not cached
@@ -75,7 +76,16 @@ def cache_root() -> Path:
     return platformdirs.user_cache_path("surrogate") / "compiled-trees"
 
 
-def _cache_key(text: str, raw_score: bool) -> str:
+def _forest_key(text: str, raw_score: bool) -> str:
+    """The cache directory's name of a forest: its text, score kind and compile options."""
+    parts = [hashlib.sha256(text.encode()).hexdigest(), f"raw={raw_score}", repr(_OPTIONS)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
+def _machine_key() -> str:
+    """The name of a forest's object code on this machine: the lleaves and llvmlite versions
+    and the host CPU with its features (imports llvmlite: only once a forest's directory
+    exists, so that a process finding nothing cached never pays for it)."""
     from importlib.metadata import version
 
     import llvmlite.binding as llvm
@@ -84,8 +94,7 @@ def _cache_key(text: str, raw_score: bool) -> str:
         features = llvm.get_host_cpu_features().flatten()
     except RuntimeError:  # LLVM cannot read them on some hosts
         features = ""
-    parts = [hashlib.sha256(text.encode()).hexdigest(), f"raw={raw_score}", repr(_OPTIONS),
-             f"lleaves={version('lleaves')}", f"llvmlite={version('llvmlite')}",
+    parts = [f"lleaves={version('lleaves')}", f"llvmlite={version('llvmlite')}",
              platform.machine(), llvm.get_host_cpu_name(), features]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
@@ -98,6 +107,7 @@ class CompiledForest:
         self._text = text
         self._models: dict[bool, Any] = {}
         self._unusable: set[bool] = set()
+        self._keys: dict[bool, str] = {}  # computing one costs milliseconds: once per kind
 
     def predict(self, booster: lgb.Booster, arr: np.ndarray, *, raw_score: bool = False
                 ) -> np.ndarray | None:
@@ -120,12 +130,16 @@ class CompiledForest:
 
     def _load(self, booster: lgb.Booster, arr: np.ndarray, raw_score: bool) -> Any | None:
         try:
-            key = _cache_key(self._text, raw_score)
-            root = cache_root()
-            obj = root / f"{key}.o"
-            if not obj.exists() and len(arr) < COMPILE_MIN_ROWS:
-                return None  # not worth compiling for this batch; LightGBM answers
-            model = self._compile_or_read(root, key, obj, raw_score)
+            forest = self._keys.get(raw_score)
+            if forest is None:
+                forest = self._keys[raw_score] = _forest_key(self._text, raw_score)
+            folder = cache_root() / forest
+            if len(arr) < COMPILE_MIN_ROWS and not folder.is_dir():
+                return None  # nothing cached, and not worth compiling: LightGBM answers
+            obj = folder / f"{_machine_key()}.o"
+            if len(arr) < COMPILE_MIN_ROWS and not obj.exists():
+                return None
+            model = self._compile_or_read(folder, obj, raw_score)
         except Exception as e:  # any failure of the optional path falls back to LightGBM
             _log.warning("compiled trees unavailable, LightGBM predicts instead (%s: %s)",
                          type(e).__name__, e)
@@ -144,14 +158,17 @@ class CompiledForest:
         self._models[raw_score] = model
         return model
 
-    def _compile_or_read(self, root: Path, key: str, obj: Path, raw_score: bool) -> Any:
+    def _compile_or_read(self, folder: Path, obj: Path, raw_score: bool) -> Any:
+        """The forest's object code for this machine: read from ``obj`` when its recorded
+        sha256 matches, else compiled and written there (``folder`` also holds the text
+        lleaves reads)."""
         import lleaves
         from filelock import FileLock
 
-        root.mkdir(parents=True, exist_ok=True)
-        text_file = root / f"{key}.txt"
-        digest_file = root / f"{key}.sha256"
-        with FileLock(root / f".{key}.lock"):
+        folder.mkdir(parents=True, exist_ok=True)
+        text_file = folder / "model.txt"
+        digest_file = obj.with_suffix(".sha256")
+        with FileLock(folder / f".{obj.stem}.lock"):
             if not text_file.exists():
                 _write_atomically(text_file, self._text.encode())
             model = lleaves.Model(model_file=str(text_file))
@@ -167,7 +184,7 @@ class CompiledForest:
                 obj.unlink()
             _log.info("compiling %d trees to native code (once; cached as %s)",
                       model.num_trees(), obj)
-            fd, tmp = tempfile.mkstemp(dir=root, prefix=f".{key}.", suffix=".o")
+            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{obj.stem}.", suffix=".o")
             os.close(fd)
             os.unlink(tmp)  # lleaves writes the cache only where no file is
             try:

@@ -59,14 +59,19 @@ def test_compiled_predictions_are_lightgbm_s(objective: str, raw: bool, _cache: 
     got = CompiledForest(booster.model_to_string()).predict(booster, X, raw_score=raw)
     assert got is not None
     np.testing.assert_allclose(got, booster.predict(X, raw_score=raw), rtol=1e-12, atol=1e-12)
-    assert len(list(_cache.glob("*.o"))) == 1
+    assert len(list(_cache.glob("*/*.o"))) == 1
 
 
-def test_small_batches_use_lightgbm_until_the_forest_is_cached(_cache: Path) -> None:
+def test_small_batches_use_lightgbm_until_the_forest_is_cached(
+        _cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     booster = _synthetic_booster("regression")
     text = booster.model_to_string()
+    machine_key = compiled_trees._machine_key
+    calls: list[str] = []
+    monkeypatch.setattr(compiled_trees, "_machine_key",
+                        lambda: calls.append("key") or machine_key())
     assert CompiledForest(text).predict(booster, _rows(10)) is None  # not worth compiling
-    assert not list(_cache.glob("*.o"))
+    assert not _cache.exists() and not calls  # nothing written, llvmlite not even asked
     assert CompiledForest(text).predict(booster, _rows(COMPILE_MIN_ROWS)) is not None
     one = _rows(1)
     got = CompiledForest(text).predict(booster, one)  # a new process: loads the cached file
@@ -80,7 +85,7 @@ def test_a_damaged_cache_file_is_compiled_again(_cache: Path,
     text = booster.model_to_string()
     X = _rows(COMPILE_MIN_ROWS)
     CompiledForest(text).predict(booster, X)
-    (obj,) = _cache.glob("*.o")
+    (obj,) = _cache.glob("*/*.o")
     obj.write_bytes(b"\x7fELF not object code")
     with caplog.at_level(logging.WARNING, logger="surrogate.compiled_trees"):
         got = CompiledForest(text).predict(booster, X)
@@ -98,7 +103,7 @@ def test_a_forest_that_disagrees_with_lightgbm_is_dropped(
     with caplog.at_level(logging.WARNING, logger="surrogate.compiled_trees"):
         assert forest.predict(booster, _rows(COMPILE_MIN_ROWS)) is None
     assert "disagree with LightGBM" in caplog.text
-    assert not list(_cache.glob("*.o"))
+    assert not list(_cache.glob("*/*.o"))
     assert forest.predict(booster, _rows(COMPILE_MIN_ROWS)) is None  # not tried again
 
 
@@ -136,7 +141,7 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
     compiled = SurrogateModel.load(d)
     assert set(compiled._compiled) == {"status", "mfu", "mfu_lo", "mfu_hi", "mem"}
     fast = predict_frame(frame, model=compiled)
-    assert len(list((tmp_path / "compiled-trees").glob("*.o"))) >= 4
+    assert len(list((tmp_path / "compiled-trees").glob("*/*.o"))) >= 4
     monkeypatch.setenv("SURROGATE_COMPILED_TREES", "0")
     plain_model = SurrogateModel.load(d)
     assert plain_model._compiled == {}
