@@ -109,6 +109,11 @@ class CompiledForest:
         self._unusable: set[bool] = set()
         self._keys: dict[bool, str] = {}  # computing one costs milliseconds: once per kind
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled without the native code (a process of its own reloads it from the cache):
+        a loaded model can go to worker processes."""
+        return {**self.__dict__, "_models": {}}
+
     def predict(self, booster: lgb.Booster, arr: np.ndarray, *, raw_score: bool = False
                 ) -> np.ndarray | None:
         """Predictions of ``arr`` (rows x features, float64) by the compiled forest, or None

@@ -157,6 +157,17 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
     assert compiled._compiled == {}
 
 
+def test_a_forest_pickles_without_its_native_code() -> None:
+    import pickle
+
+    booster = _synthetic_booster("regression")
+    forest = CompiledForest(booster.model_to_string())
+    X = _rows(COMPILE_MIN_ROWS)
+    assert forest.predict(booster, X) is not None
+    copy = pickle.loads(pickle.dumps(forest))
+    np.testing.assert_allclose(copy.predict(booster, X), booster.predict(X), rtol=1e-12)
+
+
 def _predict_in_child(forest: CompiledForest, booster: lgb.Booster, X: np.ndarray,
                       queue: object) -> None:
     queue.put(forest.predict(booster, X))  # type: ignore[attr-defined]
