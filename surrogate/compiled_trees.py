@@ -125,8 +125,8 @@ class CompiledForest:
             model = self._load(booster, arr, raw_score)
             if model is None:
                 return None
-        threads = os.cpu_count() or 1
-        if len(arr) < SMALL_BATCH or threads == 1:
+        threads = 1 if len(arr) < SMALL_BATCH else (os.cpu_count() or 1)
+        if threads == 1:
             return np.asarray(model.predict(arr, n_jobs=1))
         # lleaves starts a thread pool per call (about 1 ms a thread); one kept pool serves all
         parts = _pool().map(lambda rows: model.predict(rows, n_jobs=1),
