@@ -135,9 +135,10 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
     from surrogate.config import CONFIG_COLUMNS
     from surrogate.prediction import predict_frame
 
+    monkeypatch.setattr(compiled_trees, "COMPILE_MIN_ROWS", 4096)  # a faster test
     d = fitted.save(tmp_path / "model")
     runs = playbook_runs[[c for c in CONFIG_COLUMNS if c in playbook_runs.columns]]
-    frame = pd.concat([runs] * 2, ignore_index=True).head(COMPILE_MIN_ROWS + 10)
+    frame = pd.concat([runs] * 2, ignore_index=True).head(4096 + 10)
     compiled = SurrogateModel.load(d)
     assert set(compiled._compiled) == {"status", "mfu", "mfu_lo", "mfu_hi", "mem"}
     fast = predict_frame(frame, model=compiled)
