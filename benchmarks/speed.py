@@ -80,8 +80,9 @@ def _warm_trees(model: SurrogateModel, runs: pd.DataFrame) -> str:
     t = time.perf_counter()
     predict_frame(frame, model=model)
     took = time.perf_counter() - t
-    print(f"compiled trees (lleaves) loaded or compiled for this machine in {took:.1f} s "
-          f"(once; cached under {cache_root()})")
+    print(f"compiled trees (lleaves): compiled for this machine or loaded from "
+          f"{cache_root()}, with a first learned predict_frame of {len(frame):,} rows, in "
+          f"{took:.1f} s (not counted below)")
     return "compiled by lleaves (surrogate.compiled_trees)"
 
 
