@@ -126,7 +126,7 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     first row. Each column becomes small integers (an integer column its offset from its
     minimum, any other its ``pandas.factorize`` codes), combined into one mixed-radix key per
     row, renumbered only when the next column would overflow 62 bits: one hash pass over the
-    rows, not a sort (about 3x faster than ``np.unique`` per column on a million rows)."""
+    rows at the end, instead of a factorize or a sort per column."""
     import pandas as pd
 
     n = len(arrays[0])
