@@ -27,7 +27,6 @@ cores, the search of 10^6 layouts < 10 s.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import subprocess
@@ -87,16 +86,10 @@ def _warm_trees(model: SurrogateModel, runs: pd.DataFrame) -> str:
 
 
 def _lightgbm_only(model_dir: Path) -> SurrogateModel:
-    """The model loaded without compiled trees."""
-    before = os.environ.get("SURROGATE_COMPILED_TREES")
-    os.environ["SURROGATE_COMPILED_TREES"] = "0"
-    try:
-        return SurrogateModel.load(model_dir)
-    finally:
-        if before is None:
-            del os.environ["SURROGATE_COMPILED_TREES"]
-        else:
-            os.environ["SURROGATE_COMPILED_TREES"] = before
+    """The model loaded again, its trees left to LightGBM."""
+    plain = SurrogateModel.load(model_dir)
+    plain._compiled = {}
+    return plain
 
 
 def main() -> None:

@@ -26,6 +26,7 @@ half file), and smaller batches until then are LightGBM's. Only models read by
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -45,7 +46,7 @@ _log = logging.getLogger(__name__)
 COMPILE_MIN_ROWS = 100_000
 """Batches of at least this many rows compile a forest not yet cached. Compiling the bundled
 model takes about 6 s and saves about 8 us per row (measured here), so a batch this large wins
-back about a seventh of it at once, a search of 10^6 layouts all of it, and every later process
+back about a seventh of it at once, a search of 10^6 layouts most of it, and every later process
 loads the forests in about 10 ms; a smaller table would wait seconds to save milliseconds."""
 SMALL_BATCH = 2048
 """Below this many rows a forest is evaluated on the calling thread (starting threads costs
@@ -83,10 +84,11 @@ def _forest_key(text: str, raw_score: bool) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
+@functools.cache
 def _machine_key() -> str:
     """The name of a forest's object code on this machine: the lleaves and llvmlite versions
     and the host CPU with its features (imports llvmlite: only once a forest's directory
-    exists, so that a process finding nothing cached never pays for it)."""
+    exists, so that a process finding nothing cached never pays for it); once per process."""
     from importlib.metadata import version
 
     import llvmlite.binding as llvm
