@@ -95,7 +95,7 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     """Print and return the other-cluster and Llama 3 405B figures: learned, analytic."""
     from surrogate.datasource import data_dir as resolve_data_dir
     from surrogate.ingest.llmfoundry import parse_llmfoundry
-    from training.transfer import llama3_405b_table, other_cluster
+    from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, other_cluster
 
     p = params or {}
     model = SurrogateModel(status_params=p.get("status"), mfu_params=p.get("mfu"),
@@ -116,17 +116,24 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
             out[f"{key}/{k}"] = r.metrics[k]
             analytic[f"{key}/{k}"] = r.analytic_metrics[k]
     print(pd.DataFrame(rows).T.to_string())
-    table = llama3_405b_table(model)
-    print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)")
+    table = pd.concat([llama3_405b_table(model, v) for v in LLAMA3_405B_VPP],
+                      ignore_index=True)
+    print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)."
+          "\nvpp 1: the layouts as Table 4 gives them; vpp 2 and 4: with the interleaved "
+          "schedule the paper says it ran (sec. 3.3.2), whose V it does not publish."
+          "\npeak_gib: the predicted peak memory of the most loaded rank (80 GB H100s)")
     shown = table.drop(columns="extrapolation").copy()
     for col in ("reported_mfu", "learned_mfu", "learned_lo", "learned_hi", "analytic_mfu",
                 "learned_err", "analytic_err"):
         shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
+    shown["peak_gib"] = shown["peak_gib"].round(1)
     print(shown.to_string(index=False))
     print("extrapolates along: " + " | ".join(sorted(set(table["extrapolation"]))))
-    for i, r in table.iterrows():
-        out[f"llama3_405b_{i}/mfu_err"] = float(r["learned_err"])
-        analytic[f"llama3_405b_{i}/mfu_err"] = float(r["analytic_err"])
+    for v, part in table.groupby("vpp"):
+        prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
+        for i, (_, r) in enumerate(part.iterrows()):
+            out[f"{prefix}_{i}/mfu_err"] = float(r["learned_err"])
+            analytic[f"{prefix}_{i}/mfu_err"] = float(r["analytic_err"])
     return out, analytic
 
 

@@ -326,7 +326,18 @@ CROSS_COUNTS: tuple[str, ...] = (
     "num_layers", "num_heads", "num_kv_heads", "seq_len", "num_experts", "gpus_per_node",
     "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp",
 )
-"""The counts the rules between model, cluster and layout read."""
+"""The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
+where the framework splits layers into stages by torchtitan's weighted slots, which take any
+layer count (:func:`weighted_split`), else 0."""
+
+
+def weighted_split(framework: str) -> bool:
+    """Whether ``framework`` splits layers into pipeline stages by weighted slots (any layer
+    count fits an interleaved pipeline); False for an unknown name (reported elsewhere)."""
+    try:
+        return get_framework(framework).pipeline_split == "weighted"
+    except ConfigError:
+        return False
 
 
 def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
@@ -336,7 +347,7 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
         num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
         seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
         num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
-        vpp=lay.vpp)
+        vpp=lay.vpp, weighted_split=int(weighted_split(lay.framework)))
 
 
 def _heads_rule(name: str) -> Rule:
@@ -356,9 +367,10 @@ CROSS_RULES: tuple[Rule, ...] = (
     Rule(lambda v: v.num_layers < v.pp * v.vpp,
          lambda v: (f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
                     f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
-    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0),
-         lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines, got "
-                    f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
+    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0) & (v.weighted_split == 0),
+         lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines "
+                    f"(torchtitan's split takes any count), got num_layers={v.num_layers} "
+                    f"pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
     Rule(lambda v: v.seq_len % v.cp != 0,
          lambda v: f"seq_len must be divisible by cp, got seq_len={v.seq_len} cp={v.cp}"),
     Rule(lambda v: (v.ep > 1) & (v.num_experts < 2),

@@ -38,6 +38,7 @@ from surrogate.config import (
     TrainingConfig,
     config_from_flat,
     config_to_flat,
+    weighted_split,
 )
 from surrogate.errors import DataError, SurrogateError
 from surrogate.hardware import get_gpu
@@ -326,7 +327,12 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
 def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
     columns are exact (config_from_flat then decides)."""
+    import pandas as pd
+
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
+    codes, names = pd.factorize(v["framework"])
+    flags = np.array([weighted_split(str(f)) for f in names] + [False], dtype=np.float64)
+    c.weighted_split = flags[np.where(codes >= 0, codes, len(names))]
     inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):

@@ -34,6 +34,15 @@ PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 (PipeDream-Flush, Narayanan et al. 2021; interleaved when vpp > 1) and all-forward-all-backward
 (GPipe, Huang et al. 2019: every micro-batch's forward, then every backward)."""
 
+PipelineSplit = Literal["even", "cost", "weighted"]
+PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
+"""How a framework assigns layers to pipeline stages (:mod:`surrogate.analytic.pipeline`):
+``even``, ceil(L / p) layers per rank, and an interleaved pipeline needs L divisible by
+pp x vpp (Megatron-LM); ``cost``, nanotron's greedy balance of a compute cost per block;
+``weighted``, torchtitan's: the embedding and the output head count as one layer each, and
+L + 2 layer slots are spread evenly over the pp x vpp (virtual) stages, the first ones taking
+one more where they do not divide, so any layer count fits."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class FrameworkTraits:
@@ -69,6 +78,8 @@ class FrameworkTraits:
     """The sequence_parallel settings its tensor parallelism runs with: (False, True) where it
     is an option, (True,) where its tensor-parallel plans always shard the sequence."""
     source: str
+    pipeline_split: PipelineSplit = "even"
+    """How it splits the layers into pipeline stages (:data:`PIPELINE_SPLITS`)."""
     flash_attention_2: bool = True
     """Runs attention with a FlashAttention-2-class kernel (flash-attn 2, PyTorch SDPA's flash
     backend, or a faster fused one): the analytic model times it by the profile's measured
@@ -158,6 +169,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             expert_parallel=True,
             recompute_modes=("none", "full"),
             sequence_parallel_with_tp=(False, True),
+            pipeline_split="cost",
             source=(
                 "huggingface/nanotron: FP32GradientAccumulator (accumulate_grad_in_fp32=True in "
                 "every Playbook run), ZeROs 0 and 1 (optim/zero.py); 'pp-fix' marks the pipeline "
@@ -203,12 +215,16 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             expert_parallel=True,
             recompute_modes=("none", "selective", "full"),
             sequence_parallel_with_tp=(True,),
+            pipeline_split="weighted",
             source=(
                 "pytorch/torchtitan: FSDP2 keeps sharded fp32 parameters and reduces gradients "
                 "into them (no extra accumulation buffer); data_parallel_shard_degree with "
                 "fsdp_reshard_after_forward 'always' is ZeRO-3, 'never' ZeRO-2, and FSDP2 has "
                 "no ZeRO-1 mode; pipeline_parallel_schedule '1F1B' / 'GPipe' / "
-                "'Interleaved1F1B' (torch.distributed.pipelining, used only with pp > 1); "
+                "'Interleaved1F1B' (torch.distributed.pipelining, used only with pp > 1), "
+                "stages split by distributed/pipeline_parallel.py "
+                "_generate_llm_fqn_per_model_part with pipeline_parallel_first_stage_less_layers "
+                "and _last_stage_less_layers 1 (torchtitan 0.3.0 defaults); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
                 "none / selective / full; its tensor-parallel plans (parallelize.py) always "
                 "shard the norms' sequence (SequenceParallel)"

@@ -94,6 +94,33 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     return None
 
 
+def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
+    """``[parallelism]`` keys that make torchtitan split ``num_layers`` into ``stages`` virtual
+    pipeline stages the way the surrogate models it (``surrogate.analytic.pipeline``: the
+    embedding and the head take one layer's slot each, stated explicitly).
+
+    torchtitan 0.3.0 (``distributed/pipeline_parallel.py``) makes ceil((L + 2) /
+    ``pipeline_parallel_layers_per_stage``) virtual stages; where no whole number gives exactly
+    ``stages`` (e.g. 32 layers in 16), the stages' modules are listed instead
+    (``module_fqns_per_model_part``, the names torchtitan's own split uses)."""
+    slots = num_layers + 2
+    out: dict[str, Any] = {"pipeline_parallel_first_stage_less_layers": 1,
+                           "pipeline_parallel_last_stage_less_layers": 1}
+    per_stage = -(-slots // stages)
+    if -(-slots // per_stage) == stages:
+        return out | {"pipeline_parallel_layers_per_stage": per_stage}
+    base, extra = divmod(slots, stages)
+    parts: list[list[str]] = []
+    layer = 0
+    for k in range(stages):
+        take = base + (k < extra) - (k == 0) - (k == stages - 1)
+        names = [f"layers.{i}" for i in range(layer, layer + take)]
+        layer += take
+        parts.append((["tok_embeddings"] if k == 0 else []) + names
+                     + (["norm", "lm_head"] if k == stages - 1 else []))
+    return out | {"module_fqns_per_model_part": parts}
+
+
 def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
                     dump_folder: str = "./outputs") -> str:
     """The torchtitan job TOML of ``cfg``.
@@ -144,7 +171,7 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
             "pipeline_parallel_schedule": (traits.interleaved_schedule if lay.vpp > 1
                                            else traits.pipeline_schedules[lay.pp_schedule]),
             "pipeline_parallel_microbatch_size": lay.mbs,
-            "pipeline_parallel_layers_per_stage": m.num_layers // (lay.pp * lay.vpp),
+            **torchtitan_stage_split(m.num_layers, lay.pp * lay.vpp),
         }
     doc = {
         "job": {"dump_folder": dump_folder, "description": run_name},

@@ -162,8 +162,9 @@ class LayoutSpace:
               and (d == 1 or any(t.context_parallel for t in traits))]
         ep = [d for d in divisors(m.num_experts) if d in world_divs
               and (d == 1 or any(t.expert_parallel for t in traits))] if m.is_moe else [1]
-        vpp = [v for v in range(1, self.max_vpp + 1) if m.num_layers % v == 0
-               and (v == 1 or any(t.interleaved_pipeline for t in traits))]
+        vpp = [v for v in range(1, self.max_vpp + 1) if v == 1 or any(
+               t.interleaved_pipeline and (m.num_layers % v == 0 or t.pipeline_split == "weighted")
+               for t in traits)]
         mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
         out: dict[str, list[Any]] = {
             "num_nodes": list(self.node_counts), "tp": tp, "pp": pp, "cp": cp, "ep": ep,

@@ -200,8 +200,8 @@ def test_layout_rules(change, match):
         (dict(model=dict(SMALL, num_layers=2), dp=2, pp=4),
          r"num_layers must be >= pp \* vpp .*got num_layers=2 pp=4 vpp=1 \(4\)"),
         (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2, framework="megatron"),
-         r"num_layers must be divisible by pp \* vpp for interleaved pipelines, got "
-         r"num_layers=6 pp=2 vpp=2 \(4\)"),
+         r"num_layers must be divisible by pp \* vpp for interleaved pipelines "
+         r"\(torchtitan's split takes any count\), got num_layers=6 pp=2 vpp=2 \(4\)"),
         (dict(model=dict(SMALL, seq_len=1004), dp=1, cp=8),
          r"seq_len must be divisible by cp, got seq_len=1004 cp=8"),
         (dict(dp=8, ep=2), r"ep > 1 needs an MoE model \(num_experts >= 2\), got ep=2"),
@@ -221,6 +221,15 @@ def test_layout_rules(change, match):
 def test_training_rules(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         training(**kwargs)
+
+
+def test_torchtitan_interleaves_any_layer_count():
+    """torchtitan's weighted split takes 6 layers in 2 x 2 virtual stages (Megatron's even
+    split refuses them: test_training_rules)."""
+    cfg = training(dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2, framework="torchtitan")
+    assert cfg.layout.vpp == 2
+    with pytest.raises(ConfigError, match="num_layers must be >= pp"):
+        training(dict(SMALL, num_layers=3), dp=4, pp=2, vpp=2, framework="torchtitan")
 
 
 def test_a_matching_global_batch_and_fp8_on_hopper_are_accepted():

@@ -19,6 +19,7 @@ from surrogate.launch import (
     launch_problem,
     sbatch_script,
     torchrun_command,
+    torchtitan_stage_split,
     torchtitan_toml,
     write_launch_files,
 )
@@ -71,9 +72,12 @@ def test_torchtitan_schedules_the_surrogate_does_not_model_are_refused() -> None
         config_values(doc, {})
     doc["parallelism"]["pipeline_parallel_schedule"] = "Interleaved1F1B"
     del doc["parallelism"]["pipeline_parallel_layers_per_stage"]
-    with pytest.raises(DataError, match="pass --set vpp=N"):
+    assert config_values(doc, {})[0]["vpp"] == 2  # torchtitan's default: 2 stages per rank
+    assert "vpp" not in config_values(doc, {"vpp": 3})[0]  # given: --set decides
+    doc["parallelism"]["pipeline_parallel_layers_per_stage"] = 5  # 34 slots: 7 stages
+    with pytest.raises(DataError, match="needs a multiple of pp, at least 2 per rank, virtual "
+                                        "stages, got 7 for pp=2"):
         config_values(doc, {})
-    assert "vpp" not in config_values(doc, {"vpp": 2})[0]  # given: --set decides
 
 
 def test_every_torchtitan_layout_of_the_space_can_be_launched() -> None:
@@ -173,3 +177,35 @@ def test_commands_and_files(tmp_path: Path) -> None:
     assert tomllib.loads(files.config.read_text())["job"]["description"] == "run-1"
     assert files.launch.stat().st_mode & 0o111
     assert "tee train.log" in files.launch.read_text()
+
+
+@pytest.mark.parametrize("layers,stages", [
+    (32, 2), (32, 4), (32, 8), (32, 16), (126, 16), (126, 32), (126, 64), (61, 8), (6, 4),
+    (80, 40)])
+def test_stage_split_gives_torchtitan_the_modelled_stages(layers: int, stages: int) -> None:
+    """torchtitan 0.3.0 makes ceil((L + 2) / pipeline_parallel_layers_per_stage) virtual
+    stages; where no whole number gives ``stages``, the modules of each are listed: every layer
+    once, in order, with the embedding first and the head last."""
+    keys = torchtitan_stage_split(layers, stages)
+    assert keys["pipeline_parallel_first_stage_less_layers"] == 1
+    assert keys["pipeline_parallel_last_stage_less_layers"] == 1
+    if "pipeline_parallel_layers_per_stage" in keys:
+        assert -(-(layers + 2) // keys["pipeline_parallel_layers_per_stage"]) == stages
+        assert "module_fqns_per_model_part" not in keys
+        return
+    parts = keys["module_fqns_per_model_part"]
+    assert len(parts) == stages
+    flat = [name for part in parts for name in part]
+    assert flat == ["tok_embeddings", *[f"layers.{i}" for i in range(layers)], "norm", "lm_head"]
+    sizes = [len(part) for part in parts]
+    assert max(sizes) - min(sizes) <= 1  # one slot each for the embedding and the head
+
+
+def test_listed_stage_modules_read_back_as_the_same_virtual_stages() -> None:
+    """32 layers in 2 x 8 virtual stages: no whole layers_per_stage gives 16, so the modules
+    are listed, and the torchtitan reader counts them back to vpp 8."""
+    c = cfg(dp=4, tp=2, pp=2, vpp=8, zero_stage=2)
+    doc = tomllib.loads(torchtitan_toml(c, run_name="listed"))
+    assert len(doc["parallelism"]["module_fqns_per_model_part"]) == 16
+    assert "pipeline_parallel_layers_per_stage" not in doc["parallelism"]
+    assert config_values(doc, {})[0]["vpp"] == 8

@@ -120,3 +120,13 @@ def test_a_space_without_layouts_gives_an_empty_table() -> None:
     space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
                         fixed={"tp": 8, "pp": 2})  # tp x pp = 16 does not divide 8 GPUs
     assert space.enumerate() == [] and len(space.table()["dp"]) == 0
+
+
+def test_torchtitan_spaces_interleave_any_layer_count():
+    """Megatron interleaves only where vpp divides the layers; torchtitan's split takes any."""
+    model = ModelConfig(name="odd", num_layers=30, hidden_size=512, ffn_hidden_size=1024,
+                        num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024)
+    for framework, expected in (("megatron", [1, 2, 3]), ("torchtitan", [1, 2, 3, 4])):
+        space = LayoutSpace(model=model, global_batch_seqs=16, node_counts=(1,),
+                            frameworks=(framework,), max_vpp=4)
+        assert space.choices()["vpp"] == expected, framework

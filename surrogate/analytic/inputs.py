@@ -65,11 +65,11 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
     v = version or fw.versions[-1]
     return (float(fw.fp32_grad_accumulation), float(fw.name == "nanotron"),
             float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
-            float(fw.flash_attention_2))
+            float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"))
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "is_nanotron", "framework_version_rank",
-                      "framework_code", "flash_attention_2")
+                      "framework_code", "flash_attention_2", "weighted_pipeline_split")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,

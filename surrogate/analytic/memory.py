@@ -250,8 +250,9 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
     a stage between them can hold more when its layers weigh more: an MoE model's leading
     dense layers sit on the first stage, so the next stages' experts outweigh it, and with few
     micro-batches in flight a stage with one layer more than the first wins
-    (:func:`_heaviest_middle_stage`; ``tests/analytic/test_memory.py`` checks the answer
-    against every stage's)."""
+    (:func:`_heaviest_middle_stage`; so can stage 1 under torchtitan's split, which gives it a
+    layer more than the first; ``tests/analytic/test_memory.py`` checks the answer against
+    every stage's)."""
     first = _stage_breakdown(c, first=True, last=False)
     last = _stage_breakdown(c, first=False, last=True)
     single = _stage_breakdown(c, first=True, last=True)
@@ -274,12 +275,14 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
 def _heaviest_middle_stage(c: Cols) -> Array:
     """Per configuration, the heaviest stage strictly between the first and the last, or -1
     where none can outweigh the first: where pp < 3, and where every layer weighs the same (no
-    MoE model with leading dense layers), since no middle stage then holds more layers than the
-    first (an even split's are equal; nanotron's greedy rule gives stage i
-    floor((i + 1) x) - floor(i x) <= floor(x) + 1 = the first's), nor more micro-batches, nor
-    the embedding."""
+    MoE model with leading dense layers) and the split is even or nanotron's, since no middle
+    stage then holds more layers than the first (an even split's are equal; nanotron's greedy
+    rule gives stage i floor((i + 1) x) - floor(i x) <= floor(x) + 1 = the first's), nor more
+    micro-batches, nor the embedding. Under torchtitan's weighted split stage 1 can hold one
+    layer more than the first, and it is the heaviest middle stage: layers and micro-batches in
+    flight do not grow down the pipeline (``pipeline``)."""
     p = c["pp"]
-    index = np.full(len(p), -1.0)
+    index = np.where((p >= 3) & (c["weighted_pipeline_split"] > 0), 1.0, -1.0)
     rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
     if len(rows) == 0:
         return index

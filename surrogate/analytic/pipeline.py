@@ -9,6 +9,16 @@ under the interleaved schedule (1 + (p - 1) / (p v)) times that. Stage i of p ho
 worth per stage down the pipeline (Megatron-LM ``schedules.py``: (p - i - 1) x 2 + (v - 1) x p
 warm-up chunks plus one).
 
+Stages (``surrogate.frameworks.PIPELINE_SPLITS``): Megatron-LM splits evenly, nanotron by a
+compute cost per block, torchtitan by weighted slots: the embedding and the output head count as
+one layer each (``pipeline_parallel_first_stage_less_layers`` and ``_last_stage_less_layers``,
+1 by default), L + 2 slots are spread over the S = p v virtual stages, floor((L + 2) / S) each
+and one more on the first (L + 2) mod S, and rank i runs virtual stages i, i + p, ...
+(torchtitan 0.3.0, ``distributed/pipeline_parallel.py``, ``_generate_llm_fqn_per_model_part``).
+The Llama 3 paper describes the same balance (Dubey et al. 2024, sec. 3.3.2: one layer fewer on
+the first and the last stage). Under it a middle stage can hold the most layers, so the step and
+the memory weigh stage 1 too (``surrogate.analytic.step``, ``surrogate.analytic.memory``).
+
 All-forward-all-backward (GPipe, Huang et al. 2019, sec. 2.2; nanotron's
 ``AllForwardAllBackwardPipelineEngine``, torchtitan's ``GPipe``): every stage runs the forwards
 of all m micro-batches, then their backwards. Its bubble is 1F1B's, (p - 1) / (m + p - 1) (both
@@ -59,19 +69,42 @@ def _nanotron_layer_cost(c: Cols) -> tuple[Array, Array]:
     return layer_cost, c["num_layers"] * layer_cost + c["vocab_size"] * h
 
 
+def _weighted_slots(c: Cols) -> tuple[Array, Array]:
+    """torchtitan's split (module docstring): slots per virtual stage floor((L + 2) / S), and
+    how many of the first virtual stages take one more, (L + 2) mod S."""
+    stages = c["pp"] * c["vpp"]
+    slots = c["num_layers"] + 2
+    return np.floor(slots / stages), np.mod(slots, stages)
+
+
+def _weighted_rank_layers(c: Cols, i: Array | float) -> Array:
+    """Layers on rank ``i`` under torchtitan's split: the slots of its virtual stages i,
+    i + p, ..., i + (v - 1) p, less the embedding's on rank 0 and the head's on rank p - 1."""
+    p, v = c["pp"], c["vpp"]
+    j = np.asarray(i, dtype=np.float64)
+    base, extra = _weighted_slots(c)
+    longer = np.clip(np.ceil((extra - j) / p), 0.0, v)  # its virtual stages below ``extra``
+    ends = np.where(j <= 0, 1.0, 0.0) + np.where(j >= p - 1, 1.0, 0.0)
+    return np.asarray(v * base + longer - ends, dtype=np.float64)
+
+
 def first_stage_layers(c: Cols) -> Array:
     """Transformer layers on the first pipeline stage.
 
-    Megatron and torchtitan split evenly (first stage: ceil(L / p)). nanotron balances a
-    compute cost per block (nanotron ``get_block_compute_costs``: 4 h^2 + 3 h ffn per layer,
-    V h for the output head, 0 for the embedding) and moves to the next rank once the cumulative
-    cost exceeds rank/p of the total, so its first stage takes floor(total / (p c)) + 1 layers.
+    Megatron splits evenly (first stage: ceil(L / p)). nanotron balances a compute cost per
+    block (nanotron ``get_block_compute_costs``: 4 h^2 + 3 h ffn per layer, V h for the output
+    head, 0 for the embedding) and moves to the next rank once the cumulative cost exceeds
+    rank/p of the total, so its first stage takes floor(total / (p c)) + 1 layers. torchtitan:
+    weighted slots (module docstring).
     """
     L, p = c["num_layers"], c["pp"]
     even = np.ceil(L / p)
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
-    return np.where(p == 1, L, np.where(c["is_nanotron"] > 0, nano, even))
+    split = np.where(c["is_nanotron"] > 0, nano,
+                     np.where(c["weighted_pipeline_split"] > 0, _weighted_rank_layers(c, 0),
+                              even))
+    return np.where(p == 1, L, split)
 
 
 def last_stage_layers(c: Cols) -> Array:
@@ -79,24 +112,32 @@ def last_stage_layers(c: Cols) -> Array:
 
     Even split: L - (p - 1) ceil(L / p), at least 0. nanotron: rank p - 2 closes after
     floor((p - 1) total / (p c)) + 1 layers (the same greedy rule), the last rank takes the rest.
+    torchtitan: weighted slots (module docstring).
     """
     L, p = c["num_layers"], c["pp"]
     even_rest = np.maximum(L - (p - 1) * np.ceil(L / p), 0)
     layer_cost, total = _nanotron_layer_cost(c)
     before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
     nano_rest = L - before_last
-    return np.where(p == 1, L, np.where(c["is_nanotron"] > 0, nano_rest, even_rest))
+    split = np.where(c["is_nanotron"] > 0, nano_rest,
+                     np.where(c["weighted_pipeline_split"] > 0,
+                              _weighted_rank_layers(c, p - 1), even_rest))
+    return np.where(p == 1, L, split)
 
 
 def stage_start(c: Cols, i: Array | float) -> Array:
     """Index of the first layer of stage ``i`` (0-based): the boundaries of
-    :func:`first_stage_layers` (even split, or nanotron's greedy rule) at every stage."""
+    :func:`first_stage_layers` (even split, nanotron's greedy rule, or torchtitan's weighted
+    slots, where it is the first layer of the rank's first virtual stage) at every stage."""
     L, p = c["num_layers"], c["pp"]
     j = np.asarray(i, dtype=np.float64)
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(j * total / (p * layer_cost)) + 1)
     even = np.minimum(L, j * np.ceil(L / p))
-    inner = np.where(c["is_nanotron"] > 0, nano, even)
+    base, extra = _weighted_slots(c)
+    weighted = np.minimum(L, j * base + np.minimum(j, extra) - 1)
+    inner = np.where(c["is_nanotron"] > 0, nano,
+                     np.where(c["weighted_pipeline_split"] > 0, weighted, even))
     return np.where(j <= 0, 0.0, np.where(j >= p, L, inner))
 
 
@@ -104,8 +145,9 @@ def stage_layers(c: Cols, i: Array | float) -> Array:
     """Transformer layers on stage ``i`` (0-based, below pp); stage 0 and stage pp - 1 are
     :func:`first_stage_layers` and :func:`last_stage_layers`."""
     j = np.asarray(i, dtype=np.float64)
-    return np.where(c["pp"] == 1, c["num_layers"],
-                    np.maximum(stage_start(c, j + 1) - stage_start(c, j), 0.0))
+    between = np.maximum(stage_start(c, j + 1) - stage_start(c, j), 0.0)
+    split = np.where(c["weighted_pipeline_split"] > 0, _weighted_rank_layers(c, j), between)
+    return np.where(c["pp"] == 1, c["num_layers"], split)
 
 
 def stage_inflight(c: Cols, i: Array | float) -> Array:

@@ -190,6 +190,13 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     slow_is_last = piped & (last_s > first_s)
     stage_layers = np.where(slow_is_last, last_layers, first_layers)
     compute_mb = np.where(slow_is_last, last_s, first_s)
+    # torchtitan's split can give stage 1 the most layers (``pipeline``); under the others no
+    # middle stage has more than the first, and this picks none.
+    middle_layers = np.where(c["pp"] >= 3, pipeline.stage_layers(c, 1.0), 0.0)
+    slow_is_middle = middle_layers * layer_s > compute_mb
+    stage_layers = np.where(slow_is_middle, middle_layers, stage_layers)
+    compute_mb = np.where(slow_is_middle, middle_layers * layer_s, compute_mb)
+    slow_is_last = slow_is_last & ~slow_is_middle
 
     tp_scale = np.where(comm.spans_nodes(c)["tp"] > 0, param(c, "tp_inter_comm_scale"),
                         param(c, "tp_comm_scale"))
@@ -202,7 +209,7 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     act_bytes = stage_layers * memory.activation_bytes_per_layer(
         {**c, "recompute": np.zeros_like(c["recompute"])}
     )
-    dense, experts = _stage_params(c, stage_layers, slow_is_last)
+    dense, experts = _stage_params(c, stage_layers, slow_is_last, slow_is_middle)
     params = dense + experts
     memory_mb = (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes
                  + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
@@ -263,16 +270,20 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
 
 
 def _stage_params(
-    c: Cols, layers: Array, is_last: NDArray[np.bool_]
+    c: Cols, layers: Array, is_last: NDArray[np.bool_], is_middle: NDArray[np.bool_]
 ) -> tuple[Array, Array]:
-    """(dense, expert) parameters of the slowest stage's rank."""
+    """(dense, expert) parameters of the slowest stage's rank (the first, the last or
+    stage 1)."""
     first = memory.stage_params(c, layers, first=True, last=False)
     last = memory.stage_params(c, layers, first=False, last=True)
     single = memory.stage_params(c, layers, first=True, last=True)
+    middle = (memory.stage_params(c, layers, first=False, last=False,
+                                  start=pipeline.stage_start(c, 1.0))
+              if is_middle.any() else first)
     piped = c["pp"] > 1
     pick = [
-        np.where(piped, np.where(is_last, lt, ft), st)
-        for ft, lt, st in zip(first, last, single, strict=True)
+        np.where(piped, np.where(is_middle, mt, np.where(is_last, lt, ft)), st)
+        for ft, lt, st, mt in zip(first, last, single, middle, strict=True)
     ]
     return pick[0], pick[1]
 

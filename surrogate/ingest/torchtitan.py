@@ -27,8 +27,13 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
 - ``[activation_checkpoint] mode`` none / selective / full -> recompute.
 - ``[parallelism] pipeline_parallel_schedule`` (with pp > 1): ``1F1B`` -> pp_schedule 1f1b,
-  ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = num_layers / (pp x
-  ``pipeline_parallel_layers_per_stage``) (or ``--set vpp=N``); the other schedules of
+  ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = virtual stages / pp, as torchtitan 0.3.0
+  counts them: ceil((num_layers + first_stage_less_layers + last_stage_less_layers) /
+  ``pipeline_parallel_layers_per_stage``), or the length of ``module_fqns_per_model_part``,
+  or 2 per rank when neither is given (or ``--set vpp=N``). The surrogate models torchtitan's
+  default split (``surrogate.analytic.pipeline``: one slot each for the embedding and the
+  head); a run that sets other slots or lists other modules is modelled with it. The other
+  schedules of
   torch.distributed.pipelining (zero-bubble, looped BFS, DualPipe) are not modelled: the run
   is skipped with that reason.
 """
@@ -176,18 +181,26 @@ def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
                         f"describes {', '.join(str(k) for k in known)}")
     if "vpp" in given:
         return {}
+    parts = par.get("module_fqns_per_model_part")
     per_stage = par.get("pipeline_parallel_layers_per_stage")
-    layers = given.get("num_layers")
-    if layers is None and preset is not None:
-        layers = get_preset(str(preset)).num_layers
-    if per_stage is None or layers is None:
-        raise DataError(f"{name} runs num_layers / (pp x pipeline_parallel_layers_per_stage) "
-                        "virtual stages per rank; the config gives no "
-                        "pipeline_parallel_layers_per_stage or no known model: pass --set vpp=N")
-    stages, rest = divmod(int(layers), int(per_stage))
-    if rest or stages % pp:
-        raise DataError(f"num_layers ({layers}) must be a multiple of pp x "
-                        f"pipeline_parallel_layers_per_stage ({pp} x {per_stage})")
+    if parts is not None:
+        stages = len(parts)
+    elif per_stage is None:
+        stages = 2 * pp  # torchtitan's default for a multi-stage schedule: 2 per rank
+    else:
+        layers = given.get("num_layers")
+        if layers is None and preset is not None:
+            layers = get_preset(str(preset)).num_layers
+        if layers is None:
+            raise DataError(f"{name} runs ceil((num_layers + 2) / "
+                            "pipeline_parallel_layers_per_stage) virtual stages; the model is "
+                            "unknown: pass --set vpp=N or --set num_layers=L")
+        slots = (int(layers) + int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+                 + int(par.get("pipeline_parallel_last_stage_less_layers", 1)))
+        stages = -(-slots // int(per_stage))
+    if stages % pp or stages < 2 * pp:
+        raise DataError(f"{name} needs a multiple of pp, at least 2 per rank, virtual stages, "
+                        f"got {stages} for pp={pp}")
     return {"vpp": stages // pp}
 
 

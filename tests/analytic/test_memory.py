@@ -55,7 +55,10 @@ def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
         for fw, z in (("torchtitan", 0), ("torchtitan", 2), ("torchtitan", 3),
                       ("megatron", 3), ("nanotron", 1))
     ]
-    per_gpu = states(memory.memory_breakdown(to_cols(layouts)))
+    # The most loaded rank by model states: with torchtitan's split the rank that needs the
+    # most memory in all can be stage 1, whose extra layer weighs less than the embedding.
+    cols = to_cols(layouts)
+    per_gpu = np.nanmax([states(memory.stage_memory(cols, s)) for s in range(4)], axis=0)
     best = float(per_gpu.min())
     err = abs(best - 40e9) / 40e9
     print(f"80B on 32 GPUs: least model states over {len(layouts)} layouts {best / 1e9:.3f} GB "
@@ -255,19 +258,22 @@ def test_memory_falls_as_tp_rises(config, model, fw, z):
         _assert_non_increasing(out["total"], f"{model} {fw} zero{z} {recipe} tp=1..8")
 
 
-EVEN_SPLIT = [s for s in STAGES if s[0] != "nanotron" and FRAMEWORKS[s[0]].pipeline_parallel]
+EVEN_SPLIT = [s for s in STAGES if FRAMEWORKS[s[0]].pipeline_split == "even"
+              and FRAMEWORKS[s[0]].pipeline_parallel]
 
 
 @pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
 @pytest.mark.parametrize("fw,z", EVEN_SPLIT)
 @pytest.mark.parametrize("dp", [1, 4])
 def test_memory_falls_as_pp_rises(config, model, fw, z, dp):
-    """dp held fixed (the GPUs grow with pp), even stage splits (torchtitan, Megatron).
+    """dp held fixed (the GPUs grow with pp), even stage splits (Megatron).
 
     Left out on purpose, because there the model says, rightly, that memory need not fall:
     trading dp for pp under ZeRO >= 1 concentrates the dp-sharded states of the embedding on
     fewer ranks (see the next test for ZeRO-0); nanotron's cost-balanced split gives the
-    first stage about one extra layer per stage, and under 1F1B it holds pp micro-batches.
+    first stage about one extra layer per stage, and under 1F1B it holds pp micro-batches;
+    torchtitan's weighted split gives stage 1 a layer more than the first where the slots do
+    not divide (llama3-8b: 9 layers x 3 micro-batches at pp 4, 5 x 7 at pp 8).
     """
     for recipe in RECIPES:
         layouts = [dict(dp=dp, pp=pp) for pp in (1, 2, 4, 8)]
@@ -378,7 +384,7 @@ def test_all_forward_all_backward_holds_every_micro_batch(config):
     per_layer = memory.activation_bytes_per_layer(afab) * param(afab, "activation_scale")
     for i in range(4):
         a, b = memory.stage_memory(afab, i), memory.stage_memory(onef, i)
-        layers = 32 / 4
+        layers = (8, 9, 8, 7)[i]  # torchtitan's split of 32 layers + 2 slots (test_pipeline)
         np.testing.assert_allclose(a["activations"], layers * 16 * per_layer, rtol=1e-12)
         np.testing.assert_allclose(b["activations"], layers * (4 - i) * per_layer, rtol=1e-12)
     a, b = memory.stage_memory(afab, 3), memory.stage_memory(onef, 3)

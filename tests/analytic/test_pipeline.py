@@ -9,6 +9,7 @@ import pytest
 
 from surrogate.analytic import pipeline
 from surrogate.analytic.inputs import to_cols
+from surrogate.config import ModelConfig
 
 GRID = [(pp, m) for pp, m in itertools.product([1, 2, 4, 8], [1, 2, 3, 4, 8, 16, 64])]
 
@@ -48,12 +49,45 @@ def test_interleaved_inflight_factor(config):
     assert pipeline.first_stage_inflight(c)[0] == pytest.approx(4 * (1 + 3 / 8))
 
 
-@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
 @pytest.mark.parametrize("pp", [1, 2, 4, 8])
-def test_even_split(config, framework, pp):
-    c = to_cols([config("llama3-8b", dp=1, pp=pp, framework=framework)])  # 32 layers
+def test_even_split(config, pp):
+    c = to_cols([config("llama3-8b", dp=1, pp=pp, framework="megatron")])  # 32 layers
     assert pipeline.first_stage_layers(c)[0] == 32 / pp
     assert pipeline.last_stage_layers(c)[0] == 32 / pp
+
+
+def torchtitan_stages(num_stages, num_layers):
+    """Transformer layers per virtual stage, transcribed from torchtitan 0.3.0's
+    ``_generate_llm_fqn_per_model_part`` (input and output weight 1, the defaults)."""
+    slots = num_layers + 2
+    base, extra = divmod(slots, num_stages)
+    out, current = [], 0
+    for stage in range(num_stages):
+        take = base + (stage < extra) - (stage == 0) - (stage == num_stages - 1)
+        take = min(take, num_layers - current)
+        out.append(take)
+        current += take
+    assert current == num_layers
+    return out
+
+
+@pytest.mark.parametrize("layers,pp,vpp", [
+    (32, 2, 1), (32, 4, 1), (32, 8, 1), (32, 4, 2), (32, 4, 3), (30, 8, 2), (126, 16, 1),
+    (126, 16, 2), (126, 16, 4), (80, 8, 5), (61, 4, 1), (61, 4, 2), (6, 2, 2), (8, 4, 2)])
+def test_torchtitan_weighted_split(config, layers, pp, vpp):
+    """Rank i runs virtual stages i, i + pp, ...; every rank's layers, the first and the last,
+    and the start of each rank's first virtual stage agree with torchtitan's generator."""
+    model = ModelConfig(num_layers=layers, hidden_size=1024, ffn_hidden_size=4096, num_heads=8,
+                        num_kv_heads=8, vocab_size=32000, seq_len=2048)
+    c = to_cols([config(model, dp=1, pp=pp, vpp=vpp, framework="torchtitan")])
+    virtual = torchtitan_stages(pp * vpp, layers)
+    per_rank = [sum(virtual[r::pp]) for r in range(pp)]
+    got = [float(pipeline.stage_layers(c, r)[0]) for r in range(pp)]
+    assert got == per_rank
+    assert pipeline.first_stage_layers(c)[0] == per_rank[0]
+    assert pipeline.last_stage_layers(c)[0] == per_rank[-1]
+    starts = np.cumsum([0, *virtual])[:pp]
+    assert [float(pipeline.stage_start(c, r)[0]) for r in range(pp)] == list(starts)
 
 
 @pytest.mark.parametrize("preset", ["playbook-1.34b", "playbook-8.86b", "playbook-80b"])

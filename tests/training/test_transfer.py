@@ -42,3 +42,18 @@ def test_llama3_table_lists_the_reported_figures():
     assert table["reported_mfu"].tolist() == [r["reported_mfu"] for r in LLAMA3_405B_REPORTED]
     assert (table["learned_mfu"] == table["analytic_mfu"]).all()
     assert [c.cluster.num_gpus for c in llama3_405b_configs()] == [8192, 16384, 16384]
+
+
+def test_llama3_table_with_the_interleaved_schedule():
+    """126 layers in 16 x 2 virtual stages: torchtitan's split takes them, and interleaving
+    halves the idle part of the bubble."""
+    from surrogate.analytic import pipeline
+    from surrogate.analytic.inputs import to_cols
+    from training.transfer import LLAMA3_405B_VPP, llama3_405b_configs, llama3_405b_table
+
+    assert LLAMA3_405B_VPP[0] == 1
+    plain, interleaved = llama3_405b_table(None, 1), llama3_405b_table(None, 2)
+    assert interleaved["vpp"].tolist() == [2, 2, 2]
+    c = to_cols(llama3_405b_configs(2))
+    assert [float(pipeline.stage_layers(c, i)[0]) for i in (0, 1, 15)] == [7.0, 8.0, 7.0]
+    assert (interleaved["analytic_mfu"] > plain["analytic_mfu"]).all()
