@@ -120,7 +120,7 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
                       ignore_index=True)
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)."
           "\nvpp 1: the layouts as Table 4 gives them; vpp 2 and 4: with the interleaved "
-          "schedule the paper says it ran (sec. 3.3.2), whose V it does not publish."
+          "schedule the paper describes (sec. 3.3.2), whose V it does not publish."
           "\npeak_gib: the predicted peak memory of the most loaded rank (80 GB H100s)")
     shown = table.drop(columns="extrapolation").copy()
     for col in ("reported_mfu", "learned_mfu", "learned_lo", "learned_hi", "analytic_mfu",
