@@ -224,7 +224,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "'Interleaved1F1B' (torch.distributed.pipelining, used only with pp > 1), "
                 "stages split by distributed/pipeline_parallel.py "
                 "_generate_llm_fqn_per_model_part with pipeline_parallel_first_stage_less_layers "
-                "and _last_stage_less_layers 1 (torchtitan 0.3.0 defaults); "
+                "and _last_stage_less_layers 1 (the defaults of torchtitan 0.2.2 and 0.3.0); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
                 "none / selective / full; its tensor-parallel plans (parallelize.py) always "
                 "shard the norms' sequence (SequenceParallel)"

@@ -1,11 +1,14 @@
 """Ready-to-run launch files for a layout: a torchtitan TOML, a torchrun command, a Slurm script.
 
 The TOML uses the names of torchtitan's ``JobConfig`` (pytorch/torchtitan
-``torchtitan/config/job_config.py``): ``[training] local_batch_size, global_batch_size,
-seq_len, steps``; ``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
+``torchtitan/config/job_config.py``; every key written is in torchtitan 0.2.2's, the last
+release that reads TOML job configs: 0.3.0 takes a Python config function and command-line
+overrides): ``[training] local_batch_size, global_batch_size, seq_len, steps``;
+``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
 fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
-expert_parallel_degree``; ``[activation_checkpoint] mode``. It reads back through
+expert_parallel_degree`` and the pipeline split (:func:`torchtitan_stage_split`);
+``[activation_checkpoint] mode``. It reads back through
 :func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule and
 virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped), after
 comment lines that give the layout; the schedule names come from the framework's traits
@@ -99,10 +102,11 @@ def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
     pipeline stages the way the surrogate models it (``surrogate.analytic.pipeline``: the
     embedding and the head take one layer's slot each, stated explicitly).
 
-    torchtitan 0.3.0 (``distributed/pipeline_parallel.py``) makes ceil((L + 2) /
+    torchtitan (0.2.2, the last release that reads TOML job configs, and 0.3.0 alike;
+    ``distributed/pipeline_parallel.py``) makes ceil((L + 2) /
     ``pipeline_parallel_layers_per_stage``) virtual stages; where no whole number gives exactly
     ``stages`` (e.g. 32 layers in 16), the stages' modules are listed instead
-    (``module_fqns_per_model_part``, the names torchtitan's own split uses)."""
+    (``module_fqns_per_model_part``, with the names torchtitan 0.2.2's own split uses)."""
     slots = num_layers + 2
     out: dict[str, Any] = {"pipeline_parallel_first_stage_less_layers": 1,
                            "pipeline_parallel_last_stage_less_layers": 1}
@@ -117,7 +121,7 @@ def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
         names = [f"layers.{i}" for i in range(layer, layer + take)]
         layer += take
         parts.append((["tok_embeddings"] if k == 0 else []) + names
-                     + (["norm", "lm_head"] if k == stages - 1 else []))
+                     + (["norm", "output"] if k == stages - 1 else []))
     return out | {"module_fqns_per_model_part": parts}
 
 

@@ -14,7 +14,8 @@ compute cost per block, torchtitan by weighted slots: the embedding and the outp
 one layer each (``pipeline_parallel_first_stage_less_layers`` and ``_last_stage_less_layers``,
 1 by default), L + 2 slots are spread over the S = p v virtual stages, floor((L + 2) / S) each
 and one more on the first (L + 2) mod S, and rank i runs virtual stages i, i + p, ...
-(torchtitan 0.3.0, ``distributed/pipeline_parallel.py``, ``_generate_llm_fqn_per_model_part``).
+(torchtitan 0.2.2 and 0.3.0, ``distributed/pipeline_parallel.py``,
+``_generate_llm_fqn_per_model_part``).
 The Llama 3 paper describes the same balance (Dubey et al. 2024, sec. 3.3.2: one layer fewer on
 the first and the last stage). Under it a middle stage can hold the most layers, so the step and
 the memory weigh stage 1 too (``surrogate.analytic.step``, ``surrogate.analytic.memory``).

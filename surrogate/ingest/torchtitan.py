@@ -27,7 +27,7 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
 - ``[activation_checkpoint] mode`` none / selective / full -> recompute.
 - ``[parallelism] pipeline_parallel_schedule`` (with pp > 1): ``1F1B`` -> pp_schedule 1f1b,
-  ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = virtual stages / pp, as torchtitan 0.3.0
+  ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = virtual stages / pp, as torchtitan 0.2.2
   counts them: ceil((num_layers + first_stage_less_layers + last_stage_less_layers) /
   ``pipeline_parallel_layers_per_stage``), or the length of ``module_fqns_per_model_part``,
   or 2 per rank when neither is given (or ``--set vpp=N``). The surrogate models torchtitan's

@@ -57,7 +57,7 @@ def test_even_split(config, pp):
 
 
 def torchtitan_stages(num_stages, num_layers):
-    """Transformer layers per virtual stage, transcribed from torchtitan 0.3.0's
+    """Transformer layers per virtual stage, transcribed from torchtitan 0.2.2's
     ``_generate_llm_fqn_per_model_part`` (input and output weight 1, the defaults)."""
     slots = num_layers + 2
     base, extra = divmod(slots, num_stages)
