@@ -260,8 +260,13 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
     has_middle = index >= 1
     pick_last = last["total"] > first["total"]
     edge = {k: np.where(pick_last, last[k], first[k]) for k in first}
-    middle = (_stage_breakdown(c, first=False, last=False, stage=np.maximum(index, 1.0))
-              if has_middle.any() else edge)  # none: most batches (dense models)
+    middle = edge  # none: most batches (dense models without torchtitan's split)
+    rows = np.flatnonzero(has_middle)
+    if len(rows):  # weighed only where a middle stage can win
+        part = _stage_breakdown(_rows(c, rows), first=False, last=False, stage=index[rows])
+        middle = {k: v.copy() for k, v in edge.items()}
+        for k, v in part.items():
+            middle[k][rows] = v
     pick_middle = has_middle & (middle["total"] > edge["total"])
     piped = c["pp"] > 1
     out = {k: np.where(piped, np.where(pick_middle, middle[k], edge[k]), single[k])
@@ -270,6 +275,11 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
                         np.where(pick_last, 1.0, 0.0))
     out["stage"] = np.where(piped, position, 0.0)
     return out
+
+
+def _rows(c: Cols, rows: np.ndarray) -> Cols:
+    """The columns of the configurations at positions ``rows`` (scalars kept)."""
+    return {k: np.asarray(v)[rows] if np.ndim(v) else v for k, v in c.items()}
 
 
 def _heaviest_middle_stage(c: Cols) -> Array:
@@ -286,7 +296,7 @@ def _heaviest_middle_stage(c: Cols) -> Array:
     rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
     if len(rows) == 0:
         return index
-    sub = {k: np.asarray(v)[rows] if np.ndim(v) else v for k, v in c.items()}
+    sub = _rows(c, rows)
     best = np.full(len(rows), -np.inf)
     for i in range(1, int(np.max(sub["pp"])) - 1):
         total = _stage_breakdown(sub, first=False, last=False, stage=i)["total"]
