@@ -40,6 +40,7 @@ from surrogate.config import (
     LayoutConfig,
     ModelConfig,
     TrainingConfig,
+    weighted_split,
 )
 from surrogate.config_table import FlatTable, per_group, table_frame, validate_table
 from surrogate.errors import ConfigError
@@ -275,6 +276,14 @@ class LayoutSpace:
             p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
         p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
         keep = self.global_batch_seqs % (p["dp"] * p["mbs"]) == 0
+        # Virtual stages the validation would refuse anyway (vpp > 1 needs pp > 1 and a layer
+        # per virtual stage, and pp x vpp dividing the layers unless the framework's split is
+        # torchtitan's), dropped before the table is built: the same table, sooner.
+        layers, stages = self.model.num_layers, p["pp"] * p["vpp"]
+        weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[
+            index[1 + rest.index("framework")]]
+        keep &= (p["vpp"] == 1) | ((p["pp"] > 1) & (stages <= layers)
+                                   & (weighted | (layers % stages == 0)))
         p = {k: a[keep] for k, a in p.items()}
         p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
         runs = _runs_as_described(p)
