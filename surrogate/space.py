@@ -270,21 +270,25 @@ class LayoutSpace:
         grid = np.meshgrid(np.arange(len(heads)), *(np.arange(len(ch[k])) for k in rest),
                            indexing="ij")
         index = [g.ravel() for g in grid]
-        head = np.array(heads, dtype=np.int64)[index[0]]
+        heads_arr = np.array(heads, dtype=np.int64)
+        at = {k: np.asarray(ch[k])[index[1 + rest.index(k)]] for k in ("vpp", "mbs")}
+        pp = heads_arr[index[0], 2]
+        dp = heads_arr[:, 0] * self.gpus_per_node // np.prod(heads_arr[:, 1:], axis=1)
+        keep = self.global_batch_seqs % (dp[index[0]] * at["mbs"]) == 0
+        # Virtual stages the validation would refuse anyway (vpp > 1 needs pp > 1 and a layer
+        # per virtual stage, and pp x vpp dividing the layers unless the framework's split is
+        # torchtitan's), dropped first, on the grid's indices: the same table, sooner.
+        layers, stages = self.model.num_layers, pp * at["vpp"]
+        weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[
+            index[1 + rest.index("framework")]]
+        keep &= (at["vpp"] == 1) | ((pp > 1) & (stages <= layers)
+                                    & (weighted | (layers % stages == 0)))
+        index = [i[keep] for i in index]
+        head = heads_arr[index[0]]
         p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
         for k, i in zip(rest, index[1:], strict=True):
             p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
         p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
-        keep = self.global_batch_seqs % (p["dp"] * p["mbs"]) == 0
-        # Virtual stages the validation would refuse anyway (vpp > 1 needs pp > 1 and a layer
-        # per virtual stage, and pp x vpp dividing the layers unless the framework's split is
-        # torchtitan's), dropped before the table is built: the same table, sooner.
-        layers, stages = self.model.num_layers, p["pp"] * p["vpp"]
-        weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[
-            index[1 + rest.index("framework")]]
-        keep &= (p["vpp"] == 1) | ((p["pp"] > 1) & (stages <= layers)
-                                   & (weighted | (layers % stages == 0)))
-        p = {k: a[keep] for k, a in p.items()}
         p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
         runs = _runs_as_described(p)
         p = {k: a[runs] for k, a in p.items()}
