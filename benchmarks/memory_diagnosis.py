@@ -13,7 +13,9 @@ Playbook runs, three tables:
 3. the floor set by the runs themselves: ZeRO-0 runs without a pipeline that differ only in
    dp and gradient accumulation (neither changes a ZeRO-0 rank's memory: the same weights,
    gradients, optimizer states and micro-batch on every rank), as the mean absolute
-   percentage error against the median of their group, next to the model's error on them.
+   percentage error against the median of their group, next to the model's error on them;
+4. the memory MAPE by tp (up to 8, one node; 16 and more, across nodes) and pipeline, and the
+   same floor per tp: where the model misses beyond what the runs themselves scatter.
 """
 
 from __future__ import annotations
@@ -65,6 +67,29 @@ def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
     return len(same), same.groupby(keys).ngroups, floor, model
 
 
+def by_tp_band(runs: pd.DataFrame) -> pd.DataFrame:
+    """Memory MAPE per tp band and pipeline (runs, MAPE)."""
+    band = np.where(runs["tp"] >= 16, "tp >= 16", "tp <= 8")
+    pipe = np.where(runs["pp"] > 1, "pp > 1", "pp = 1")
+    ape = np.abs(np.exp(runs["log_err"]) - 1)
+    return ape.groupby([band, pipe]).agg(runs="size", mape="mean")
+
+
+def floor_by_tp(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per tp: ZeRO-0 runs of one model, tp, pp, micro-batch and version (any dp, gradient
+    accumulation): their MAPE against their group's median, and the model's on them."""
+    keys = ["model_name", "tp", "pp", "mbs", "framework_version"]
+    same = runs[runs["zero_stage"] == 0]
+    grouped = same.groupby(keys)["meas_gib"]
+    same = same.assign(n=grouped.transform("count"), median=grouped.transform("median"))
+    same = same[same["n"] >= 2]
+    return pd.DataFrame({
+        "runs": same.groupby("tp").size(),
+        "floor": (same["meas_gib"] / same["median"] - 1).abs().groupby(same["tp"]).mean(),
+        "model": (np.exp(same["log_err"]) - 1).abs().groupby(same["tp"]).mean(),
+    })
+
+
 def main() -> None:
     runs = measured_and_predicted(playbook_runs())
     mape = float(np.mean(np.abs(np.exp(runs["log_err"]) - 1)))
@@ -83,6 +108,11 @@ def main() -> None:
     print(f"\n3. ZeRO-0 runs without a pipeline differing only in dp and gradient accumulation: "
           f"{n} runs in {groups} groups; MAPE against their group's median {floor:.1%} "
           f"(the model on the same runs: {model:.1%})")
+    print("\n4. memory MAPE by tp and pipeline, and per tp the floor of ZeRO-0 runs of one model, "
+          "tp, pp, micro-batch and version (MAPE against their group's median) beside the "
+          "model's error on them")
+    print(by_tp_band(runs).round(3).to_string())
+    print(floor_by_tp(runs).round(3).to_string())
 
 
 if __name__ == "__main__":
