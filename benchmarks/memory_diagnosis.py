@@ -55,16 +55,24 @@ def slopes(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
-    """(runs, groups, MAPE against the group median, the model's MAPE on the same runs)."""
-    keys = ["model_name", "tp", "mbs", "framework_version"]
-    same = runs[(runs["zero_stage"] == 0) & (runs["pp"] == 1)]
+def same_memory_groups(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    """ZeRO-0 runs in groups of two or more that share ``keys`` (dp and gradient accumulation
+    aside, nothing then changes a rank's memory), with ``floor``: each run's absolute
+    deviation from its group's median, and ``model``: the model's absolute error on it."""
+    same = runs[runs["zero_stage"] == 0]
     grouped = same.groupby(keys)["meas_gib"]
     same = same.assign(n=grouped.transform("count"), median=grouped.transform("median"))
     same = same[same["n"] >= 2]
-    floor = float(np.mean(np.abs(same["meas_gib"] / same["median"] - 1)))
-    model = float(np.mean(np.abs(np.exp(same["log_err"]) - 1)))
-    return len(same), same.groupby(keys).ngroups, floor, model
+    return same.assign(floor=(same["meas_gib"] / same["median"] - 1).abs(),
+                       model=(np.exp(same["log_err"]) - 1).abs())
+
+
+def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
+    """(runs, groups, MAPE against the group median, the model's MAPE on the same runs)."""
+    keys = ["model_name", "tp", "mbs", "framework_version"]
+    same = same_memory_groups(runs[runs["pp"] == 1], keys)
+    return (len(same), same.groupby(keys).ngroups, float(same["floor"].mean()),
+            float(same["model"].mean()))
 
 
 def by_tp_band(runs: pd.DataFrame) -> pd.DataFrame:
@@ -78,16 +86,9 @@ def by_tp_band(runs: pd.DataFrame) -> pd.DataFrame:
 def floor_by_tp(runs: pd.DataFrame) -> pd.DataFrame:
     """Per tp: ZeRO-0 runs of one model, tp, pp, micro-batch and version (any dp, gradient
     accumulation): their MAPE against their group's median, and the model's on them."""
-    keys = ["model_name", "tp", "pp", "mbs", "framework_version"]
-    same = runs[runs["zero_stage"] == 0]
-    grouped = same.groupby(keys)["meas_gib"]
-    same = same.assign(n=grouped.transform("count"), median=grouped.transform("median"))
-    same = same[same["n"] >= 2]
-    return pd.DataFrame({
-        "runs": same.groupby("tp").size(),
-        "floor": (same["meas_gib"] / same["median"] - 1).abs().groupby(same["tp"]).mean(),
-        "model": (np.exp(same["log_err"]) - 1).abs().groupby(same["tp"]).mean(),
-    })
+    same = same_memory_groups(runs, ["model_name", "tp", "pp", "mbs", "framework_version"])
+    return same.groupby("tp").agg(runs=("floor", "size"), floor=("floor", "mean"),
+                                  model=("model", "mean"))
 
 
 def main() -> None:

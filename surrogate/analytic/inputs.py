@@ -63,12 +63,12 @@ _GPU_COLUMNS = ("peak_flops", "peak_flops_bf16", "memory_bytes", "hbm_bw", "intr
 def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
     fw = get_framework(framework)
     v = version or fw.versions[-1]
-    return (float(fw.fp32_grad_accumulation), float(fw.name == "nanotron"),
+    return (float(fw.fp32_grad_accumulation), float(fw.pipeline_split == "cost"),
             float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"))
 
 
-_FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "is_nanotron", "framework_version_rank",
+_FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split")
 
 

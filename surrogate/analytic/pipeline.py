@@ -102,7 +102,7 @@ def first_stage_layers(c: Cols) -> Array:
     even = np.ceil(L / p)
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
-    split = np.where(c["is_nanotron"] > 0, nano,
+    split = np.where(c["cost_pipeline_split"] > 0, nano,
                      np.where(c["weighted_pipeline_split"] > 0, _weighted_rank_layers(c, 0),
                               even))
     return np.where(p == 1, L, split)
@@ -120,7 +120,7 @@ def last_stage_layers(c: Cols) -> Array:
     layer_cost, total = _nanotron_layer_cost(c)
     before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
     nano_rest = L - before_last
-    split = np.where(c["is_nanotron"] > 0, nano_rest,
+    split = np.where(c["cost_pipeline_split"] > 0, nano_rest,
                      np.where(c["weighted_pipeline_split"] > 0,
                               _weighted_rank_layers(c, p - 1), even_rest))
     return np.where(p == 1, L, split)
@@ -137,7 +137,7 @@ def stage_start(c: Cols, i: Array | float) -> Array:
     even = np.minimum(L, j * np.ceil(L / p))
     base, extra = _weighted_slots(c)
     weighted = np.minimum(L, j * base + np.minimum(j, extra) - 1)
-    inner = np.where(c["is_nanotron"] > 0, nano,
+    inner = np.where(c["cost_pipeline_split"] > 0, nano,
                      np.where(c["weighted_pipeline_split"] > 0, weighted, even))
     return np.where(j <= 0, 0.0, np.where(j >= p, L, inner))
 
