@@ -15,7 +15,15 @@ Playbook runs, three tables:
    gradients, optimizer states and micro-batch on every rank), as the mean absolute
    percentage error against the median of their group, next to the model's error on them;
 4. the memory MAPE by tp (up to 8, one node; 16 and more, across nodes) and pipeline, and the
-   same floor per tp: where the model misses beyond what the runs themselves scatter.
+   same floor per tp: where the model misses beyond what the runs themselves scatter;
+5. the replicate floor: every run with a twin (the same model shape, tp, pp, micro-batch, ZeRO
+   stage and version, and under ZeRO >= 1 the same dp: nothing else changes a rank's memory)
+   predicted by the median of its twins, leaving itself out, by tp band and pipeline beside the
+   model's error on the same runs, and the twins that disagree most. No model of the layout
+   columns can beat, on these runs, what their own repeats scatter.
+
+Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three
+shapes (64 or 8 key-value heads, vocabulary 131,072 or 49,152).
 """
 
 from __future__ import annotations
@@ -27,6 +35,9 @@ from analytic_vs_playbook import predictions
 from surrogate.clusters import playbook_runs
 
 GIB = 2.0**30
+SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
+         "tie_embeddings"]
+"""The columns that fix a model's shape (``model_name`` alone does not)."""
 
 
 def measured_and_predicted(runs: pd.DataFrame) -> pd.DataFrame:
@@ -42,7 +53,8 @@ def slopes(runs: pd.DataFrame) -> pd.DataFrame:
     """GiB per sequence of micro-batch, measured and predicted, for runs without a pipeline."""
     rows = []
     keys = ["model_name", "tp", "zero_stage", "framework_version"]
-    for key, group in runs[runs["pp"] == 1].groupby(keys):
+    for key, group in runs[runs["pp"] == 1].groupby([*SHAPE, *keys]):
+        key = key[len(SHAPE):]
         per_mbs = group.groupby("mbs")[["meas_gib", "pred_gib"]].median()
         if len(per_mbs) < 3:
             continue
@@ -69,7 +81,7 @@ def same_memory_groups(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
 
 def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
     """(runs, groups, MAPE against the group median, the model's MAPE on the same runs)."""
-    keys = ["model_name", "tp", "mbs", "framework_version"]
+    keys = [*SHAPE, "tp", "mbs", "framework_version"]
     same = same_memory_groups(runs[runs["pp"] == 1], keys)
     return (len(same), same.groupby(keys).ngroups, float(same["floor"].mean()),
             float(same["model"].mean()))
@@ -86,9 +98,42 @@ def by_tp_band(runs: pd.DataFrame) -> pd.DataFrame:
 def floor_by_tp(runs: pd.DataFrame) -> pd.DataFrame:
     """Per tp: ZeRO-0 runs of one model, tp, pp, micro-batch and version (any dp, gradient
     accumulation): their MAPE against their group's median, and the model's on them."""
-    same = same_memory_groups(runs, ["model_name", "tp", "pp", "mbs", "framework_version"])
+    same = same_memory_groups(runs, [*SHAPE, "tp", "pp", "mbs", "framework_version"])
     return same.groupby("tp").agg(runs=("floor", "size"), floor=("floor", "mean"),
                                   model=("model", "mean"))
+
+
+def twins(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs with at least one twin (module doc, table 5), with ``twin_median``: the median
+    measured memory of the others, ``twin``: the run's absolute percentage error against it,
+    and ``model``: the model's absolute percentage error on the run."""
+    dp_key = np.where(runs["zero_stage"] >= 1, runs["dp"], 0)
+    keys = [*SHAPE, "tp", "pp", "mbs", "zero_stage", "framework_version", "dp_key"]
+    runs = runs.assign(dp_key=dp_key)
+    rows = []
+    for _, group in runs.groupby(keys):
+        if len(group) < 2:
+            continue
+        meas = group["meas_gib"].to_numpy()
+        others = [np.median(np.delete(meas, i)) for i in range(len(meas))]
+        rows.append(group.assign(twin_median=others))
+    if not rows:
+        return runs.iloc[:0].assign(twin_median=[], twin=[], model=[])
+    out = pd.concat(rows)
+    return out.assign(twin=(out["twin_median"] / out["meas_gib"] - 1).abs(),
+                      model=(np.exp(out["log_err"]) - 1).abs())
+
+
+def twin_floor(runs: pd.DataFrame) -> pd.DataFrame:
+    """:func:`twins` per tp band and pipeline, and over all: runs, the twins' MAPE, the
+    model's MAPE on the same runs."""
+    t = twins(runs)
+    band = np.where(t["tp"] >= 16, "tp >= 16", "tp <= 8")
+    pipe = np.where(t["pp"] > 1, "pp > 1", "pp = 1")
+    table = t.groupby([band, pipe]).agg(runs=("twin", "size"), twins=("twin", "mean"),
+                                        model=("model", "mean"))
+    table.loc[("all", ""), :] = [len(t), t["twin"].mean(), t["model"].mean()]
+    return table.astype({"runs": int})
 
 
 def main() -> None:
@@ -114,6 +159,16 @@ def main() -> None:
           "model's error on them")
     print(by_tp_band(runs).round(3).to_string())
     print(floor_by_tp(runs).round(3).to_string())
+    t = twins(runs)
+    print(f"\n5. replicate floor: {len(t)} runs with a twin (same shape, tp, pp, micro-batch, "
+          "ZeRO stage, version, and dp under ZeRO >= 1), each predicted by the median of its "
+          "twins (leaving itself out), MAPE beside the model's on the same runs")
+    print(twin_floor(runs).round(3).to_string())
+    worst = t.sort_values("twin", ascending=False).drop_duplicates(
+        [*SHAPE, "tp", "pp", "mbs", "zero_stage", "framework_version", "dp_key"]).head(5)
+    print("the twins that disagree most:")
+    print(worst[["model_name", "tp", "pp", "mbs", "zero_stage", "dp", "num_nodes", "run_id",
+                 "meas_gib", "twin_median", "pred_gib"]].round(2).to_string(index=False))
 
 
 if __name__ == "__main__":
