@@ -34,6 +34,11 @@ and memory corrections shrink toward the analytic answer by the domain weight w
 (factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
 by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
 the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
+
+Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
+:data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
+learns what the memory model misses near the capacity, and must not call a run that needs
+half as much again as the GPU holds anything but out of memory.
 """
 
 from __future__ import annotations
@@ -82,6 +87,11 @@ DEFAULT_PARAMS: dict[str, Any] = {
 _FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose": -1}
 CATEGORICAL = ["framework_code"]
 """Features LightGBM treats as categories (fit argument ``categorical_feature``)."""
+CERTAIN_P_OOM = 0.99
+"""An analytic ``p_oom`` from which the status is the physics' (module doc). With the fitted
+memory error (log sd 0.16-0.19, ``surrogate.analytic.params``) it is reached where the memory
+estimate is about 1.5 x the capacity. Chosen as a certainty, not by its effect: under the
+protocols of ``benchmarks/accuracy.py`` 0.9 and 0.99 give the same verdicts."""
 _MAX_WIDEN = 4.0
 _SMALL_BATCH = 2048
 """Below this many rows a booster predicts on one thread: starting OpenMP threads costs
@@ -385,19 +395,22 @@ class SurrogateModel:
         w = where.weight
         # The status and memory corrections count w times: where w is 0 (far off the
         # domain: a search of new scales) their boosters are not run. The throughput's are,
-        # for its interval.
+        # for its interval. Where the physics is certain of an OOM the status is its own.
         weighed = np.flatnonzero(w > 0)
         X_weighed = X if len(weighed) == len(X) else X.iloc[weighed]
+        w_status = np.where(out["p_oom"] >= CERTAIN_P_OOM, 0.0, w)
+        judged = np.flatnonzero(w_status > 0)
         classes = [STATUS_CLASSES.index(name) for name in self.status_classes_]
         p = np.zeros((len(X), len(STATUS_CLASSES)))
-        if len(weighed):
-            probs = status_proba(self.status_model_, X_weighed, out["p_oom"][weighed],
-                                 self.status_fail_rate_, classes,
+        if len(judged):
+            probs = status_proba(self.status_model_,
+                                 X if len(judged) == len(X) else X.iloc[judged],
+                                 out["p_oom"][judged], self.status_fail_rate_, classes,
                                  compiled=self._compiled.get("status"))
             for j, k in enumerate(classes):
-                p[weighed, k] = probs[:, j]
-        p_oom = w * p[:, 1] + (1 - w) * out["p_oom"]
-        p_fail = w * p[:, 2]
+                p[judged, k] = probs[:, j]
+        p_oom = w_status * p[:, 1] + (1 - w_status) * out["p_oom"]
+        p_fail = w_status * p[:, 2]
         p_done = np.clip(1.0 - p_oom - p_fail, 0.0, 1.0)
         stacked = np.stack([p_done, p_oom, p_fail], axis=1)
         f = self._trees("mfu", X)

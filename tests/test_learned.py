@@ -211,6 +211,28 @@ def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):
     assert (pred["pred_mfu_lo"] <= pred["pred_mfu"]).all()
 
 
+def test_a_certain_oom_keeps_the_physics_status(fitted, configs):
+    """Where the analytic p_oom reaches CERTAIN_P_OOM the classifier is not consulted: the
+    status is the physics' (oom), and the other rows are what they were."""
+    from surrogate.learned import CERTAIN_P_OOM
+
+    X, out, cols = build_features_cols(configs)
+    base = fitted.predict_from_features(X, out, cols)
+    # the rows the classifier calls completed, most confidently first
+    done = np.flatnonzero(base["pred_status"] == "completed")[:5]
+    assert len(done) == 5
+    forced = out["p_oom"].copy()
+    forced[done] = CERTAIN_P_OOM
+    pred = fitted.predict_from_features(X, {**out, "p_oom": forced}, cols)
+    assert list(pred["pred_status"][done]) == ["oom"] * 5
+    np.testing.assert_allclose(pred["p_oom"][done], CERTAIN_P_OOM)
+    assert (pred["p_fail"][done] == 0).all()
+    rest = np.setdiff1d(np.arange(len(configs)), done)
+    for k in ("p_oom", "p_fail", "pred_mfu", "pred_peak_mem_gib"):
+        np.testing.assert_allclose(pred[k][rest], base[k][rest], rtol=1e-12, err_msg=k)
+    np.testing.assert_allclose(pred["pred_mfu"], base["pred_mfu"], rtol=1e-12)
+
+
 def test_status_init_score_is_the_physics_log_probabilities():
     from scipy.special import expit, softmax
 
@@ -227,7 +249,8 @@ def test_status_init_score_is_the_physics_log_probabilities():
 def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, configs):
     """The status classifier is boosted from the analytic verdict: with a learning rate of
     nothing its p_oom is the analytic p_oom times the share of runs that did not fail
-    otherwise (inside the domain, where w = 1)."""
+    otherwise (inside the domain, where w = 1), and the physics' own where it is certain."""
+    from surrogate.learned import CERTAIN_P_OOM
     from surrogate.scoring import score
 
     still = SurrogateModel(status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
@@ -237,7 +260,9 @@ def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, con
         np.mean(playbook_subset["status"].isin(["fail", "timeout"])), rel=0.2)
     learned = score(configs, model=still)
     analytic = score(configs, model=None)
-    p = np.clip(analytic.columns["p_oom"], 1e-4, 1 - 1e-4) * (1 - still.status_fail_rate_)
+    physics = analytic.columns["p_oom"]
+    p = np.where(physics >= CERTAIN_P_OOM, physics,
+                 np.clip(physics, 1e-4, 1 - 1e-4) * (1 - still.status_fail_rate_))
     np.testing.assert_allclose(learned.columns["p_oom"], p, atol=1e-6)
 
 
