@@ -37,8 +37,9 @@ the analytic answer and the unshrunk learned interval; ``extrapolation`` says al
 
 Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
 :data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
-learns what the memory model misses near the capacity, and must not call a run that needs
-half as much again as the GPU holds anything but out of memory.
+learns what the memory model misses near the capacity, and must not call a run whose memory
+estimate lies far beyond the GPU's, by the memory model's own fitted error, anything but out
+of memory.
 """
 
 from __future__ import annotations
@@ -88,10 +89,11 @@ _FIXED = {"deterministic": True, "force_row_wise": True, "n_jobs": 1, "verbose":
 CATEGORICAL = ["framework_code"]
 """Features LightGBM treats as categories (fit argument ``categorical_feature``)."""
 CERTAIN_P_OOM = 0.99
-"""An analytic ``p_oom`` from which the status is the physics' (module doc). With the fitted
-memory error (log sd 0.16-0.19, ``surrogate.analytic.params``) it is reached where the memory
-estimate is about 1.5 x the capacity. Chosen as a certainty, not by its effect: under the
-protocols of ``benchmarks/accuracy.py`` 0.9 and 0.99 give the same verdicts."""
+"""An analytic ``p_oom`` from which the status is the physics' (module doc). With each
+framework's fitted memory error and margin (``surrogate.analytic.memory.oom_probability``) it
+is reached where the memory estimate is 1.54 x the capacity for nanotron pp-fix, 1.27 x for
+pre-pp-fix. Chosen as a certainty, not by its effect: under the protocols of
+``benchmarks/accuracy.py`` 0.9 and 0.99 give the same verdicts."""
 _MAX_WIDEN = 4.0
 _SMALL_BATCH = 2048
 """Below this many rows a booster predicts on one thread: starting OpenMP threads costs
