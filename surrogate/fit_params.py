@@ -290,7 +290,7 @@ def healthy(block: Block, mfu: np.ndarray) -> Block:
                  block.reserved_bytes, block.oom)
 
 
-def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
+def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_name",
              fit_on: FitOn = "all") -> dict[str, Any]:
     """Fit every framework version's parameters on ``runs``; report grouped cross-validation.
 
@@ -299,7 +299,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
     ``memory_log_sd``; ``held_out`` holds every run's prediction from the fold that left its
     group out (step time, reserved memory, that fold's memory error). Time parameters are
     fitted on every completed run (``fit_on="all"``) or on those of MFU >= 10%
-    (``"healthy"``, :data:`MIN_FIT_MFU`)."""
+    (``"healthy"``, :data:`MIN_FIT_MFU`). ``group_by=None``: the fits alone, no
+    cross-validation (``held_out`` is all NaN)."""
     if fit_on not in ("all", "healthy"):
         raise ValueError(f"fit_on must be 'all' or 'healthy', got {fit_on!r}")
     blocks, rows = blocks_for_runs(runs, profile)
@@ -307,7 +308,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str = "model_name",
     by_fv: dict[str, list[int]] = {}
     for i, b in enumerate(blocks):
         by_fv.setdefault(framework_version_of(b), []).append(i)
-    groups_all = runs[group_by].astype(str).to_numpy() if group_by in runs else None
+    groups_all = (runs[group_by].astype(str).to_numpy()
+                  if group_by is not None and group_by in runs else None)
     sets: dict[str, Any] = {}
     held_step = np.full(len(runs), np.nan)
     held_mem = np.full(len(runs), np.nan)
@@ -372,8 +374,9 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
                    "reserved memory of all completed runs, "
                    "with one prior term per parameter; memory_log_sd: the memory fit's "
                    "residual spread; oom_log_margin: maximum likelihood on completed vs "
-                   "out-of-memory runs; sd: Gauss-Newton; fold_sd: spread over "
-                   f"leave-one-{result['group_by']}-out folds"),
+                   "out-of-memory runs; sd: Gauss-Newton"
+                   + ("" if result["group_by"] is None else
+                      f"; fold_sd: spread over leave-one-{result['group_by']}-out folds")),
         "sets": result["sets"],
     }
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")

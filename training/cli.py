@@ -30,7 +30,10 @@ def _print_results(results: dict[str, ProtocolResult]) -> None:
 
     console = Console()
     for name, r in results.items():
-        table = Table(title=f"{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs)")
+        physics = ("physics refit per split" if r.refit_physics
+                   else "shipped physics, fitted on every run")
+        table = Table(title=f"{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs; "
+                            f"{physics})")
         table.add_column("metric")
         table.add_column("learned", justify="right")
         table.add_column("analytic", justify="right")
@@ -43,7 +46,8 @@ def _json_results(results: dict[str, ProtocolResult]) -> dict[str, Any]:
     def clean(d: dict[str, float]) -> dict[str, float | None]:
         return {k: (None if v != v else v) for k, v in d.items()}
 
-    return {p: {"learned": clean(r.metrics), "analytic": clean(r.analytic_metrics)}
+    return {p: {"learned": clean(r.metrics), "analytic": clean(r.analytic_metrics),
+                "refit_physics": r.refit_physics}
             for p, r in results.items()}
 
 
@@ -117,6 +121,7 @@ def evaluate_cmd(
     protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the folds and LightGBM.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+    shipped_physics: Annotated[bool, typer.Option("--shipped-physics", help="Keep the shipped analytic parameters (fitted on every Playbook run, held-out ones included) instead of refitting them on each training part.")] = False,
 ) -> None:
     """Refit the surrogate under each protocol and print held-out accuracy (learned vs the
     analytic model alone)."""
@@ -133,7 +138,7 @@ def evaluate_cmd(
 
     with bars(not as_json) as report:
         results = evaluate(runs, tuple(protocol or DEFAULT_PROTOCOLS), params=params, seed=seed,
-                           progress=report)
+                           progress=report, refit_physics=not shipped_physics)
     if as_json:
         typer.echo(json.dumps(_json_results(results), indent=2))
     else:

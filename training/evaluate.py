@@ -25,11 +25,13 @@ metrics of the analytic model alone (``analytic_predictions``) give the baseline
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.params import using_sets
 from surrogate.errors import DataError
 from surrogate.learned import SurrogateModel
 from surrogate.progress import ProgressFn, report
@@ -143,6 +145,9 @@ class ProtocolResult:
     metrics: dict[str, float]
     analytic_metrics: dict[str, float]
     n_splits: int
+    refit_physics: bool = True
+    """Whether each split refit the analytic parameters on its training part
+    (:func:`physics_of`)."""
 
 
 def evaluate_protocol(
@@ -156,15 +161,35 @@ def evaluate_protocol(
     shrink_doublings: float | None = None,
     progress: ProgressFn | None = None,
     settings: dict[str, Any] | None = None,
+    refit_physics: bool = True,
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
     ``progress``: reports each split, :mod:`surrogate.progress`; ``settings``: other
-    SurrogateModel settings, e.g. ``unseen_shape_weight``). ``runs``: the table, or
+    SurrogateModel settings, e.g. ``unseen_shape_weight``; ``refit_physics``: refit the
+    analytic model's free parameters on each training part too, :func:`physics_of`, the
+    default; False keeps the shipped parameters, which were fitted on every Playbook run, the
+    test runs among them). ``runs``: the table, or
     :func:`~surrogate.training_data.training_data` of it (then ``profile`` must be its own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
                             n_folds=n_folds, profile=profile, progress=progress,
-                            settings=settings)[shrink_doublings]
+                            settings=settings, refit_physics=refit_physics)[shrink_doublings]
+
+
+def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any]]:
+    """The analytic parameter sets of a split that hides its test runs from the physics too:
+    each framework version of ``data`` fitted on the training rows ``train`` alone
+    (``surrogate.fit_params.fit_runs``, no cross-validation), or at its priors where the
+    training part has too few runs to fit it; the sets in use (the shipped ones) of framework
+    versions ``data`` does not hold. (The shipped sets of the versions it holds were fitted on
+    all their runs, the test runs among them.)"""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    from surrogate.analytic.params import sets_in_use
+    from surrogate.fit_params import fit_runs
+
+    held = {FRAMEWORK_VERSIONS[int(c)] for c in np.unique(data.cols["framework_code"])}
+    fitted = fit_runs(data.runs.iloc[train], data.profile, group_by=None)["sets"]
+    return {**{k: v for k, v in sets_in_use().items() if k not in held}, **fitted}
 
 
 def evaluate_shrinks(
@@ -178,6 +203,7 @@ def evaluate_shrinks(
     profile: Any = None,
     progress: ProgressFn | None = None,
     settings: dict[str, Any] | None = None,
+    refit_physics: bool = True,
 ) -> dict[float | None, ProtocolResult]:
     """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
     split (the shrinkage acts at prediction time only)."""
@@ -192,32 +218,38 @@ def evaluate_shrinks(
             if len(a) and len(b)]
     stage = f"evaluating {protocol}: one refit per split"
     report(progress, stage, 0, len(todo))
+    analytic_parts = []
     for train, test in todo:
-        model = SurrogateModel(status_params=params.get("status"), mfu_params=params.get("mfu"),
-                               mem_params=params.get("mem"), n_folds=n_folds, seed=seed,
-                               **(settings or {}))
-        model.fit(data.take(train))
-        test_runs = runs.iloc[test]
-        for shrink in shrinks:
-            pred = score_runs(test_runs, model=model, profile=profile, shrink_doublings=shrink)
-            part = test_runs.copy()
-            for k in PRED_KEYS:
-                part[k] = pred[k].to_numpy()
-            parts[shrink].append(part)
+        sets = physics_of(data, train) if refit_physics else None
+        with nullcontext() if sets is None else using_sets(sets):
+            split = data if sets is None else training_data(runs, profile=profile)
+            model = SurrogateModel(status_params=params.get("status"),
+                                   mfu_params=params.get("mfu"), mem_params=params.get("mem"),
+                                   n_folds=n_folds, seed=seed, **(settings or {}))
+            model.fit(split.take(train))
+            test_runs = runs.iloc[test]
+            for shrink in shrinks:
+                pred = score_runs(test_runs, model=model, profile=profile,
+                                  shrink_doublings=shrink)
+                part = test_runs.copy()
+                for k in PRED_KEYS:
+                    part[k] = pred[k].to_numpy()
+                parts[shrink].append(part)
+            analytic_parts.append(analytic_predictions(test_runs, profile=profile))
         n += 1
         report(progress, stage, n, len(todo))
     if n == 0:
         raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
     first = pd.concat(parts[shrinks[0]]).sort_index()
     base = pd.concat([first.drop(columns=list(PRED_KEYS)),
-                      analytic_predictions(first, profile=profile)], axis=1)
+                      pd.concat(analytic_parts).sort_index()], axis=1)
     analytic = accuracy_metrics(base)
     out: dict[float | None, ProtocolResult] = {}
     for shrink, pieces in parts.items():
         res = pd.concat(pieces).sort_index()
         out[shrink] = ProtocolResult(protocol=protocol, predictions=res,
                                      metrics=accuracy_metrics(res), analytic_metrics=analytic,
-                                     n_splits=n)
+                                     n_splits=n, refit_physics=refit_physics)
     return out
 
 

@@ -17,7 +17,9 @@ so one batch can mix frameworks); a column that is absent takes the prior.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -205,24 +207,55 @@ def fitted_sets() -> dict[str, dict[str, Any]]:
     return dict(data.get("sets", {}))
 
 
+_IN_USE: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar(
+    "surrogate_parameter_sets", default=None)
+
+
+@contextmanager
+def using_sets(sets: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
+    """Within the block, the analytic model reads ``sets`` (by ``framework/version``, each
+    with its ``values``, as :func:`fitted_sets`) in place of the shipped ones; a framework
+    version absent from ``sets`` takes the priors. An evaluation that refits the physics on
+    its training part predicts under its own fit this way, not under the shipped one, which
+    saw the held-out runs."""
+    token = _IN_USE.set({k: dict(v) for k, v in sets.items()})
+    try:
+        yield
+    finally:
+        _IN_USE.reset(token)
+
+
+def sets_in_use() -> dict[str, dict[str, Any]]:
+    """The parameter sets the analytic model reads now: those of :func:`using_sets`, else the
+    shipped ones (:func:`fitted_sets`)."""
+    sets = _IN_USE.get()
+    return fitted_sets() if sets is None else sets
+
+
 def values_for(framework_version: str) -> dict[str, float]:
-    """Parameter values for ``framework/version``: the shipped fit where one exists, else the
-    priors."""
-    fitted = fitted_sets().get(framework_version, {}).get("values", {})
+    """Parameter values for ``framework/version``: its set in use (:func:`sets_in_use`: the
+    shipped fit, unless a block uses others) where one exists, else the priors."""
+    fitted = sets_in_use().get(framework_version, {}).get("values", {})
     return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
 
 
 def param_columns(framework_codes: Array) -> dict[str, Array]:
     """``p_<name>`` columns for configurations of the given ``framework_code`` each (the
     index of ``framework/version`` in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS`)."""
-    table = _param_table()[np.asarray(framework_codes, dtype=np.int64)]
+    table = (_param_table() if _IN_USE.get() is None else _table())[
+        np.asarray(framework_codes, dtype=np.int64)]
     return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
 
 
 @cache
 def _param_table() -> Array:
+    """The shipped sets' :func:`_table`, read once."""
+    return _table()
+
+
+def _table() -> Array:
     """:func:`values_for` of every known framework version, one row each, in
-    ``FRAMEWORK_VERSIONS`` order (the shipped sets are read once, as :func:`fitted_sets`)."""
+    ``FRAMEWORK_VERSIONS`` order."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
 
     return np.array([[values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],

@@ -54,3 +54,17 @@ def test_fixed_costs_add_per_layer_and_micro_batch(config):
     layers, m = c["num_layers"][0], c["grad_accum"][0]
     assert more["step_time_s"][0] - base["step_time_s"][0] == pytest.approx(
         m * (layers * 1e-3 + 1e-2))
+
+
+def test_a_block_can_use_other_sets_and_leaves_the_shipped_ones_after(config):
+    cfgs = [config("playbook-1.34b", dp=8, framework="nanotron"),
+            config("playbook-1.34b", dp=8, framework="torchtitan")]
+    shipped = to_cols(cfgs)["p_layer_overhead_s"]
+    titan = f"torchtitan/{cfgs[1].layout.framework_version}"
+    with params.using_sets({titan: {"values": {"layer_overhead_s": 0.05}}}):
+        inside = to_cols(cfgs)["p_layer_overhead_s"]
+        assert params.sets_in_use().keys() == {titan}
+    # a version the sets leave out takes its priors; the named one its given value
+    assert inside[0] == params.PRIORS["layer_overhead_s"]
+    assert inside[1] == 0.05
+    np.testing.assert_array_equal(to_cols(cfgs)["p_layer_overhead_s"], shipped)

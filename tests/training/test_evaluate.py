@@ -142,3 +142,44 @@ def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subs
     outside = tiny["domain_weight"] < 1e-6
     assert outside.any()
     assert by[None].analytic_metrics == by[1e-9].analytic_metrics
+
+
+def test_physics_of_a_split_is_fitted_on_its_training_rows_alone(playbook_subset):
+    """The sets of a split do not move when the test runs' measurements change; versions the
+    runs do not hold keep the sets in use."""
+    from surrogate.analytic.params import fitted_sets
+    from surrogate.training_data import training_data
+    from training.evaluate import physics_of
+
+    ((train, test),) = list(splits(playbook_subset, "nodes"))
+    sets = physics_of(training_data(playbook_subset), train)
+    altered = playbook_subset.copy()
+    altered.loc[test, "tokens_per_s_per_gpu"] *= 3.0
+    altered.loc[test, "peak_mem_reserved_gib"] *= 0.5
+    again = physics_of(training_data(altered), train)
+    for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix"):
+        assert sets[fv]["values"] == again[fv]["values"]
+        assert sets[fv]["runs"]["time"] <= len(train)
+    assert sets["pytorch/autocast"] == fitted_sets()["pytorch/autocast"]
+
+
+def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_subset):
+    """With the physics refit per split, the shipped parameters of the versions evaluated
+    play no part: replacing them changes nothing. Kept, they do."""
+    from surrogate.analytic.params import using_sets
+
+    params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
+    odd = {fv: {"values": {"gemm_time_scale": 2.5}}
+           for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix")}
+    refit = evaluate_protocol(playbook_subset, "nodes", params=params)
+    assert refit.refit_physics
+    def same(a: dict[str, float], b: dict[str, float]) -> bool:
+        return pd.Series(a).equals(pd.Series(b))  # NaN equals NaN
+
+    with using_sets(odd):
+        assert same(evaluate_protocol(playbook_subset, "nodes", params=params).analytic_metrics,
+                    refit.analytic_metrics)
+        kept = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
+    assert not kept.refit_physics
+    shipped = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
+    assert not same(kept.analytic_metrics, shipped.analytic_metrics)
