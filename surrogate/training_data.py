@@ -6,7 +6,8 @@ The targets are each run's own measurements relative to the analytic model's ans
 memory)), the features the dimensionless physics of ``surrogate.features``, each run explained
 under its own cluster. They are prepared once per table (:func:`training_data`), and a
 training that fits many times on parts of one table takes those parts of it
-(:meth:`TrainingData.take`). Alongside: the hash that identifies the data (:func:`data_hash`),
+(:meth:`TrainingData.take`). Alongside: the hashes that identify the data (:func:`data_hash`;
+:attr:`TrainingData.targets_hash` for what was computed from it),
 the weights that balance its sources (:func:`source_weights`) and the (model, nodes) cells of
 grouped folds (:func:`cell_groups`).
 """
@@ -119,6 +120,16 @@ class TrainingData:
     def data_hash(self) -> str:
         """:func:`data_hash` of the runs."""
         return data_hash(self.runs)
+
+    @functools.cached_property
+    def targets_hash(self) -> str:
+        """sha256 of the features and targets: unlike :attr:`data_hash` it changes with the
+        physics under them (the analytic model, its parameters, the profiles), not only with
+        the runs."""
+        h = hashlib.sha256()
+        for a in (self.X.to_numpy(dtype=np.float64), self.y_status, self.y_mfu, self.y_mem):
+            h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
+        return h.hexdigest()
 
 
 def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:

@@ -124,8 +124,9 @@ class TuneResult:
 
 
 def study_name_for(target: Target, data: TrainingData, seed: int) -> str:
-    """Same target, data and seed -> same study (so a rerun resumes it)."""
-    return f"surrogate-{target}-{data.data_hash[:12]}-seed{seed}"
+    """Same target, data, physics and seed -> same study (so a rerun resumes it); a change of
+    the analytic model changes the targets, and so the study."""
+    return f"surrogate-{target}-{data.data_hash[:12]}-{data.targets_hash[:8]}-seed{seed}"
 
 
 def tune(

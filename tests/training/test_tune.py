@@ -6,7 +6,7 @@ import optuna
 import pytest
 
 from surrogate.training_data import TrainingData, training_data
-from training.tune import cv_score, tune
+from training.tune import cv_score, study_name_for, tune
 
 SMALL = {"n_estimators": 10, "num_leaves": 7}
 
@@ -70,3 +70,16 @@ def test_bad_arguments_raise(data):
         tune(data, "speed", n_trials=1, storage=None)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="n_trials must be at least 1"):
         tune(data, "mfu", n_trials=0, storage=None)
+
+
+def test_a_change_of_physics_is_a_new_study(data):
+    """Same runs under other analytic parameters: other targets, so not the same study."""
+    from surrogate.analytic.params import sets_in_use, using_sets
+
+    assert study_name_for("mfu", training_data(data.runs), 0) == study_name_for("mfu", data, 0)
+    slower = {fv: {"values": {**s["values"], "gemm_time_scale": 2.0}}
+              for fv, s in sets_in_use().items()}
+    with using_sets(slower):
+        other = training_data(data.runs)
+    assert other.data_hash == data.data_hash
+    assert study_name_for("mfu", other, 0) != study_name_for("mfu", data, 0)
