@@ -112,7 +112,14 @@ def _analytic(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _mean(dicts: Sequence[dict[str, float]]) -> dict[str, float]:
-    return {k: float(np.nanmean([d[k] for d in dicts])) for k in dicts[0]}
+    """Each metric's mean over the draws that have it (NaN where none has: e.g. the analytic
+    model's interval coverage)."""
+    out = {}
+    for k in dicts[0]:
+        values = np.array([d[k] for d in dicts], dtype=np.float64)
+        out[k] = float(values[np.isfinite(values)].mean()) if np.isfinite(values).any() \
+            else float("nan")
+    return out
 
 
 def other_cluster(

@@ -57,3 +57,16 @@ def test_llama3_table_with_the_interleaved_schedule():
     c = to_cols(llama3_405b_configs(2))
     assert [float(pipeline.stage_layers(c, i)[0]) for i in (0, 1, 15)] == [7.0, 8.0, 7.0]
     assert (interleaved["analytic_mfu"] > plain["analytic_mfu"]).all()
+
+
+def test_means_over_draws_skip_what_a_draw_lacks_without_a_warning():
+    import math
+    import warnings
+
+    from training.transfer import _mean
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        m = _mean([{"a": 1.0, "b": float("nan")}, {"a": 3.0, "b": float("nan")},
+                   {"a": float("nan"), "b": float("nan")}])
+    assert m["a"] == 2.0 and math.isnan(m["b"])
