@@ -65,9 +65,11 @@ def train_cmd(
     no_track: Annotated[bool, typer.Option("--no-track", help="Do not record the training in MLflow.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace what --out already holds.")] = False,
+    settings_from: Annotated[Path | None, typer.Option("--settings-from", help="Take the LightGBM settings from this saved model instead of tuning (with --n-trials 0), e.g. to retrain the bundled model's settings on new data or physics.")] = None,
 ) -> None:
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
+    from surrogate.errors import ConfigError
     from surrogate.extras import require
     from surrogate.outputs import check_output_dir
 
@@ -77,11 +79,20 @@ def train_cmd(
     from training.train import train
 
     check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
+    settings = None
+    if settings_from is not None:
+        if n_trials > 0:
+            raise ConfigError(f"--settings-from replaces tuning: give --n-trials 0, got "
+                              f"{n_trials}")
+        from surrogate.learned import SurrogateModel
+
+        m = SurrogateModel.load(settings_from)
+        settings = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
     result = train(
         list(sweeps or []), out, n_trials, seed, playbook=not no_playbook, data_dir=data_dir,
         storage=storage, protocols=tuple(protocol or DEFAULT_PROTOCOLS),
         max_estimators=max_estimators, timeout_s=timeout, track=not no_track,
-        progress=not as_json,
+        progress=not as_json, settings=settings,
     )
     tracked = result.tracked
     if as_json:

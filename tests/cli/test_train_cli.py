@@ -63,3 +63,23 @@ def test_train_checks_its_output_before_any_work(tmp_path, capsys):
     assert "already holds model.json: give --force" in capsys.readouterr().err
     assert main([*argv, str(tmp_path / "old"), "--force"]) == 2
     assert capsys.readouterr().err.startswith("error: no training data")
+
+
+def test_train_can_take_a_saved_models_settings_instead_of_tuning(sweep_file, tmp_path, capsys):
+    first, again = tmp_path / "first", tmp_path / "again"
+    base = ["train", "--no-playbook", "--sweeps", str(sweep_file), "--n-trials", "0",
+            "--max-estimators", "15", "--protocol", "nodes", "--no-track", "--json"]
+    assert main([*base, "--out", str(first)]) == 0
+    capsys.readouterr()
+    assert main([*base, "--out", str(again), "--settings-from", str(first)]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["tuning"] == {}
+    a, b = SurrogateModel.load(first), SurrogateModel.load(again)
+    assert (b.status_params, b.mfu_params, b.mem_params) == (
+        a.status_params, a.mfu_params, a.mem_params)
+    tuned = [*base[:4], "--n-trials", "3", "--no-track", "--out", str(tmp_path / "x"),
+             "--settings-from", str(first)]
+    assert main(tuned) == 2
+    err = capsys.readouterr().err
+    assert "--settings-from replaces tuning: give --n-trials 0, got 3" in err
+    assert err.count("\n") == 1
