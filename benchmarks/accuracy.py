@@ -138,7 +138,10 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
         shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
     shown["peak_gib"] = shown["peak_gib"].round(1)
     print(shown.to_string(index=False))
-    print("extrapolates along: " + " | ".join(sorted(set(table["extrapolation"]))))
+    print("extrapolates along (each layout, every vpp alike):")
+    for (gpus, dp, cp), part in table.groupby(["gpus", "dp", "cp"], sort=False):
+        print(f"  {gpus} GPUs, dp {dp}, cp {cp}: "
+              + " | ".join(sorted(set(part["extrapolation"]))))
     for v, part in table.groupby("vpp"):
         prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
         for i, (_, r) in enumerate(part.iterrows()):

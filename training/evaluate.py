@@ -1,9 +1,12 @@
 """Accuracy of the learned surrogate under protocols that hide part of the data.
 
 Protocols (each refits :class:`~surrogate.learned.SurrogateModel` on the training part and
-predicts the rest; the metrics pool the held-out predictions of all splits). The features and
-targets of the table are prepared once (:func:`surrogate.training_data.training_data`) and each fit
-takes its part of them:
+predicts the rest; the metrics pool the held-out predictions of all splits). By default each
+split also refits the analytic model's free parameters on its training part
+(:func:`physics_of`), and computes its features and targets under them; with
+``refit_physics=False`` the features and targets are prepared once under the shipped parameters
+(:func:`surrogate.training_data.training_data`), which saw every run, and each fit takes its
+part of them:
 
 - ``cv``: 5-fold cross-validation over runs, plain (shuffled ``KFold``, not grouped): a test run
   usually has neighbours of the same model and node count in the training part. This is the

@@ -3,7 +3,11 @@
 Rank order (Megatron-LM ``parallel_state``; torchtitan ``ParallelDims``): tp innermost, then
 cp, then dp (ep inside dp x cp), then pp outermost. A group spans nodes when its stride times
 its size exceeds the GPUs of a node: tp when tp > gpus_per_node, cp when tp cp > g, dp when
-tp cp dp > g; pipeline neighbours are tp cp dp ranks apart.
+tp cp dp > g, and the pipeline when tp cp dp pp > g. Pipeline neighbours are tp cp dp ranks
+apart: with a stride below g several stages share a node, and the pipeline still crosses a node
+boundary between two of them wherever its pp stages fill more than one node (nanotron's
+``ParallelContext`` orders its ranks the same way, pp outside dp outside tp). A pipeline slot
+waits on its slowest link, so one boundary puts every slot on the network.
 
 Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 bytes):
 
@@ -48,7 +52,7 @@ def spans_nodes(c: Cols) -> dict[str, Array]:
         "cp": (tp * cp > g).astype(np.float64),
         "ep": (tp * c["ep"] > g).astype(np.float64),
         "dp": (tp * cp * dp > g).astype(np.float64),
-        "pp": (tp * cp * dp >= g).astype(np.float64),
+        "pp": (tp * cp * dp * c["pp"] > g).astype(np.float64),
     }
 
 

@@ -16,11 +16,13 @@ PERF = SpecPerfModel()
 @pytest.mark.parametrize(
     "layout,expected",
     [
-        (dict(dp=8), dict(tp=0, cp=0, dp=0, pp=1)),
+        (dict(dp=8), dict(tp=0, cp=0, dp=0, pp=0)),
         (dict(dp=16), dict(tp=0, cp=0, dp=1, pp=1)),
         (dict(dp=2, tp=8), dict(tp=0, cp=0, dp=1, pp=1)),
         (dict(dp=1, tp=4, cp=2, pp=2), dict(tp=0, cp=0, dp=0, pp=1)),
-        (dict(dp=1, tp=2, cp=2, pp=4), dict(tp=0, cp=0, dp=0, pp=0)),
+        (dict(dp=1, tp=2, cp=2, pp=2), dict(tp=0, cp=0, dp=0, pp=0)),
+        # stride 4: stages 0-1 on one node, 2-3 on the next
+        (dict(dp=1, tp=2, cp=2, pp=4), dict(tp=0, cp=0, dp=0, pp=1)),
         (dict(dp=1, tp=8, cp=2), dict(tp=0, cp=1, dp=1, pp=1)),
     ],
 )
