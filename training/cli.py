@@ -92,7 +92,7 @@ def train_cmd(
         list(sweeps or []), out, n_trials, seed, playbook=not no_playbook, data_dir=data_dir,
         storage=storage, protocols=tuple(protocol or DEFAULT_PROTOCOLS),
         max_estimators=max_estimators, timeout_s=timeout, track=not no_track,
-        progress=not as_json, settings=settings,
+        progress=not as_json, params=settings,
     )
     tracked = result.tracked
     if as_json:

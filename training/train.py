@@ -106,12 +106,12 @@ def train(
     timeout_s: float | None = None,
     progress: bool = True,
     profile: Any = None,
-    settings: dict[str, dict[str, Any] | None] | None = None,
+    params: dict[str, dict[str, Any] | None] | None = None,
 ) -> TrainResult:
     """Load, tune (``n_trials`` per study), evaluate, fit, save to ``out_dir`` and record.
 
     ``runs`` replaces loading (a sweep table already in memory); ``storage=None`` keeps the
-    optuna studies in memory; ``track=False`` skips MLflow; ``settings`` (LightGBM settings by
+    optuna studies in memory; ``track=False`` skips MLflow; ``params`` (LightGBM settings by
     target, status / mfu / mem, e.g. a saved model's) replaces tuning, so ``n_trials`` must
     then be 0.
     """
@@ -121,11 +121,10 @@ def train(
     runs = runs.reset_index(drop=True)
     if n_trials < 0:
         raise ValueError(f"n_trials must be >= 0, got {n_trials}")
-    if settings is not None and n_trials > 0:
-        raise ValueError(f"given settings replace tuning: n_trials must be 0, got {n_trials}")
+    if params is not None and n_trials > 0:
+        raise ValueError(f"given params replace tuning: n_trials must be 0, got {n_trials}")
     capped = {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]), max_estimators)}
-    params: dict[str, dict[str, Any] | None] = {"status": capped, "mfu": capped, "mem": capped}
-    params.update(settings or {})
+    params = {"status": capped, "mfu": capped, "mem": capped, **(params or {})}
     tuning: dict[str, TuneResult] = {}
     data = training_data(runs, profile=profile)  # features and targets, once for every fit
     if n_trials > 0:

@@ -173,6 +173,7 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
            for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix")}
     refit = evaluate_protocol(playbook_subset, "nodes", params=params)
     assert refit.refit_physics
+
     def same(a: dict[str, float], b: dict[str, float]) -> bool:
         return pd.Series(a).equals(pd.Series(b))  # NaN equals NaN
 
