@@ -57,8 +57,7 @@ def main() -> None:
     runs = load_runs(args.sweeps, playbook=not args.no_playbook, data_dir=args.data_dir)
     params: dict[str, Any] | None = None
     if args.model_dir is not None:
-        m = SurrogateModel.load(args.model_dir)
-        params = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
+        params = SurrogateModel.load(args.model_dir).lightgbm_params
     print(f"{len(runs)} runs; LightGBM settings: "
           f"{'from ' + str(args.model_dir) if params else 'library defaults'}")
     start = time.perf_counter()

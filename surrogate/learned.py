@@ -250,6 +250,12 @@ class SurrogateModel:
         setting is itself an estimator)."""
         return {name: getattr(self, name) for name in self._param_names()}
 
+    @property
+    def lightgbm_params(self) -> dict[str, dict[str, Any] | None]:
+        """The LightGBM settings by target (status, mfu, mem), as the evaluation protocols and
+        ``training.train`` take them (``params``) and the sidecar stores them."""
+        return {"status": self.status_params, "mfu": self.mfu_params, "mem": self.mem_params}
+
     def set_params(self, **params: Any) -> SurrogateModel:
         """Change settings by name; they take effect at the next :meth:`fit`."""
         valid = self._param_names()
@@ -502,8 +508,7 @@ class SurrogateModel:
             "seed": self.seed,
             "n_folds": self.n_folds,
             "balance_sources": self.balance_sources,
-            "params": {"status": self.status_params, "mfu": self.mfu_params,
-                       "mem": self.mem_params},
+            "params": self.lightgbm_params,
             "data_hash": self.data_hash_,
             "domain": self.domain_.to_json(),
             "n_train": self.n_train_,

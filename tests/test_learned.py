@@ -30,6 +30,8 @@ def test_save_load_round_trip(fitted, configs, tmp_path):
     same_predictions(fitted.predict(configs), loaded.predict(configs))
     assert loaded.metrics_ == {"cv": {"mfu_mape_ge10": 0.1}}
     assert loaded.get_params() == fitted.get_params()
+    assert loaded.lightgbm_params == {"status": fitted.status_params,
+                                      "mfu": fitted.mfu_params, "mem": fitted.mem_params}
     assert not list((tmp_path / "m").glob("*.pkl"))
 
 

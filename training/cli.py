@@ -79,20 +79,19 @@ def train_cmd(
     from training.train import train
 
     check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
-    settings = None
+    params = None
     if settings_from is not None:
         if n_trials > 0:
             raise ConfigError(f"--settings-from replaces tuning: give --n-trials 0, got "
                               f"{n_trials}")
         from surrogate.learned import SurrogateModel
 
-        m = SurrogateModel.load(settings_from)
-        settings = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
+        params = SurrogateModel.load(settings_from).lightgbm_params
     result = train(
         list(sweeps or []), out, n_trials, seed, playbook=not no_playbook, data_dir=data_dir,
         storage=storage, protocols=tuple(protocol or DEFAULT_PROTOCOLS),
         max_estimators=max_estimators, timeout_s=timeout, track=not no_track,
-        progress=not as_json, params=settings,
+        progress=not as_json, params=params,
     )
     tracked = result.tracked
     if as_json:
@@ -143,8 +142,7 @@ def evaluate_cmd(
     runs = load_runs(list(sweeps or []), playbook=not no_playbook, data_dir=data_dir)
     params: dict[str, dict[str, Any] | None] | None = None
     if model_dir is not None:
-        m = SurrogateModel.load(model_dir)
-        params = {"status": m.status_params, "mfu": m.mfu_params, "mem": m.mem_params}
+        params = SurrogateModel.load(model_dir).lightgbm_params
     from surrogate.progress import bars
 
     with bars(not as_json) as report:
