@@ -309,6 +309,14 @@ class LayoutConfig:
     def model_parallel_size(self) -> int:
         return self.tp * self.pp * self.cp
 
+    def runs_as_another(self) -> str | None:
+        """Why the framework would not run this layout as described, or None
+        (:meth:`surrogate.frameworks.FrameworkTraits.runs_as_another`)."""
+        return get_framework(self.framework).runs_as_another(
+            dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, vpp=self.vpp,
+            zero_stage=self.zero_stage, recompute=self.recompute,
+            sequence_parallel=self.sequence_parallel, pp_schedule=self.pp_schedule)
+
 
 @dataclass(frozen=True)
 class Rule:
@@ -505,9 +513,11 @@ def coerce_column(name: str, value: Any) -> Any:
 def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
     """Build a :class:`TrainingConfig` from one flat row of :data:`CONFIG_COLUMNS`.
 
-    Missing optional columns take the dataclass defaults (or ``defaults``); unknown keys are
-    ignored so that a sweep row with outcome columns can be passed as is. A missing required
-    model column raises ConfigError. ``global_batch_seqs`` is honoured if present.
+    Missing optional columns take the dataclass defaults (or ``defaults``), except a missing
+    ``sequence_parallel``, which takes the framework's: on where its tensor parallelism always
+    shards the sequence (torchtitan) and tp > 1. Unknown keys are ignored so that a sweep row
+    with outcome columns can be passed as is. A missing required model column raises
+    ConfigError. ``global_batch_seqs`` is honoured if present.
     """
     values = {**defaults, **{str(k): v for k, v in row.items() if not _missing(v)}}
     parts: dict[str, dict[str, Any]] = {}
@@ -517,6 +527,11 @@ def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
             if f.name in values:
                 kwargs[f.name] = _coerce(f.name, values[f.name])
         parts[key] = kwargs
+    layout = parts["layout"]
+    if "sequence_parallel" not in layout:
+        traits = get_framework(layout.get("framework", LayoutConfig.framework))
+        layout["sequence_parallel"] = (layout.get("tp", 1) > 1
+                                       and traits.sequence_parallel_with_tp == (True,))
     if "num_kv_heads" not in parts["model"] and "num_heads" in parts["model"]:
         parts["model"]["num_kv_heads"] = parts["model"]["num_heads"]
     missing = [n for n in MODEL_FIELDS[:7] if n not in parts["model"]]

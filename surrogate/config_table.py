@@ -40,7 +40,8 @@ from surrogate.config import (
     config_to_flat,
     weighted_split,
 )
-from surrogate.errors import DataError, SurrogateError
+from surrogate.errors import ConfigError, DataError, SurrogateError
+from surrogate.frameworks import get_framework
 from surrogate.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -271,12 +272,19 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     slow = np.zeros(n, dtype=bool)  # rows config_from_flat settles
     broken = np.zeros(n, dtype=bool)  # rows that break a rule
     v: dict[str, np.ndarray] = {}
+    sp_missing = np.zeros(n, dtype=bool)
     for name in CONFIG_COLUMNS:
         v[name], missing = _cells(df, name, slow)
         if name in _REQUIRED and name != "num_kv_heads":
             slow |= missing
         elif name == "num_kv_heads":  # config_from_flat: as many as num_heads when missing
             v[name] = np.where(missing, v["num_heads"], v[name])
+        elif name == "sequence_parallel":
+            sp_missing = missing
+    if sp_missing.any():  # config_from_flat: the framework's default
+        v["sequence_parallel"] = np.where(
+            sp_missing, (v["tp"] > 1) & _always_sequence_parallel(v["framework"]),
+            v["sequence_parallel"])
     if "global_batch_seqs" in df.columns:  # checked by config_from_flat, row by row
         _, missing = _object_cells(df["global_batch_seqs"].tolist(), "global_batch_seqs",
                                    None, np.zeros(n, dtype=bool))
@@ -308,6 +316,22 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
             v[k][pos] = flat[k]
     rows = np.flatnonzero(np.array([not e for e in errors], dtype=bool))
     return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
+
+
+def _always_sequence_parallel(framework: np.ndarray) -> np.ndarray:
+    """Per row, whether its framework's tensor parallelism always shards the sequence (False
+    for a name no framework has: the row fails its framework check anyway)."""
+    import pandas as pd
+
+    def always(name: object) -> bool:
+        try:
+            return get_framework(str(name)).sequence_parallel_with_tp == (True,)
+        except ConfigError:
+            return False
+
+    codes, names = pd.factorize(framework)
+    flags = np.array([always(f) for f in names] + [False], dtype=bool)
+    return flags[np.where(codes >= 0, codes, len(names))]
 
 
 BROKEN = "breaks a rule of surrogate.config"

@@ -268,6 +268,24 @@ def test_from_flat_coerces_strictly_and_fills_defaults():
     assert config_from_flat(row(global_batch_seqs=8.0)).global_batch_seqs == 8
 
 
+@pytest.mark.parametrize("framework,tp,expected", [
+    ("torchtitan", 2, True),  # its tensor parallelism always shards the sequence
+    ("torchtitan", 1, False),
+    ("nanotron", 2, False),
+    ("megatron", 2, False),
+])
+def test_a_missing_sequence_parallel_takes_the_frameworks_default(framework, tp, expected):
+    cfg = config_from_flat(row(framework=framework, tp=tp, dp=8 // tp))
+    assert cfg.layout.sequence_parallel is expected
+    assert cfg.layout.runs_as_another() is None
+
+
+def test_a_layout_the_framework_runs_otherwise_says_why():
+    cfg = config_from_flat(row(framework="torchtitan", tp=2, dp=4, sequence_parallel=False))
+    assert cfg.layout.sequence_parallel is False  # given: predicted as given
+    assert "always runs with sequence parallelism" in cfg.layout.runs_as_another()
+
+
 def test_from_flat_takes_keyword_defaults_under_the_row():
     cfg = config_from_flat(row(), framework="torchtitan", zero_stage=3)
     assert (cfg.layout.framework, cfg.layout.zero_stage) == ("torchtitan", 3)

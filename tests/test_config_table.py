@@ -69,7 +69,7 @@ CHANGES = {
     "num_experts": [0, 1, 8],
     "experts_topk": [0, 2],
     "recompute": ["none", "full", " selective ", "some", None, ""],
-    "sequence_parallel": [True, False, "true", 1],
+    "sequence_parallel": [True, False, "true", 1, None],  # None: the framework's default
     "dtype": ["bf16", "fp8", "fp16"],
     "gpu": ["H100", "h100-sxm-80gb", "A100", "V100", 7],
     "framework": ["nanotron", "torchtitan", "megatron", " Megatron ", "jax", None],

@@ -56,6 +56,21 @@ def test_json_output(capsys):
     assert d["memory_gib"]["total"] < d["capacity_gib"]
 
 
+def test_sequence_parallelism_follows_the_framework_unless_given(capsys):
+    """torchtitan's tensor parallelism always shards the sequence: that is the default; a
+    layout it would not run is predicted as given, with a note."""
+    titan = [*FLAGS, "--framework", "torchtitan", "--zero", "2"]
+    assert run_json(capsys, [*titan, "--json"])["config"]["sequence_parallel"] is True
+    assert run_json(capsys, [*FLAGS, "--json"])["config"]["sequence_parallel"] is False
+    given = run_json(capsys, [*titan, "--no-sequence-parallel", "--json"])
+    assert given["config"]["sequence_parallel"] is False
+    assert "always runs with sequence parallelism" in given["runs_as_another"]
+    assert main([*titan, "--no-sequence-parallel"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "note: torchtitan would not run this layout as described" in out
+    assert run_json(capsys, [*titan, "--json"])["runs_as_another"] == ""
+
+
 def test_pipeline_schedule_flag(capsys):
     """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
     piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",
