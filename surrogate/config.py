@@ -27,9 +27,9 @@ from typing import Any, Literal, get_args
 from surrogate.errors import ConfigError
 from surrogate.frameworks import PIPELINE_SCHEDULES as PIPELINE_SCHEDULES  # re-exported
 from surrogate.frameworks import RECOMPUTE_MODES as RECOMPUTE_MODES  # re-exported
+from surrogate.frameworks import FrameworkTraits, get_framework
 from surrogate.frameworks import PipelineSchedule as PipelineSchedule
 from surrogate.frameworks import Recompute as Recompute
-from surrogate.frameworks import get_framework
 from surrogate.hardware import GPUSpec, canonical_gpu_name, get_gpu
 
 Dtype = Literal["bf16", "fp8"]
@@ -339,13 +339,26 @@ where the framework splits layers into stages by torchtitan's weighted slots, wh
 layer count (:func:`weighted_split`), else 0."""
 
 
+def framework_flag(framework: str, flag: Callable[[FrameworkTraits], bool]) -> bool:
+    """``flag`` of the traits of ``framework``; False for an unknown name (reported
+    elsewhere)."""
+    try:
+        return flag(get_framework(framework))
+    except ConfigError:
+        return False
+
+
 def weighted_split(framework: str) -> bool:
     """Whether ``framework`` splits layers into pipeline stages by weighted slots (any layer
     count fits an interleaved pipeline); False for an unknown name (reported elsewhere)."""
-    try:
-        return get_framework(framework).pipeline_split == "weighted"
-    except ConfigError:
-        return False
+    return framework_flag(framework, lambda t: t.pipeline_split == "weighted")
+
+
+def always_sequence_parallel(framework: str) -> bool:
+    """Whether ``framework``'s tensor parallelism always shards the sequence
+    (:attr:`~surrogate.frameworks.FrameworkTraits.always_sequence_parallel`); False for an
+    unknown name."""
+    return framework_flag(framework, lambda t: t.always_sequence_parallel)
 
 
 def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
@@ -529,9 +542,8 @@ def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
         parts[key] = kwargs
     layout = parts["layout"]
     if "sequence_parallel" not in layout:
-        traits = get_framework(layout.get("framework", LayoutConfig.framework))
-        layout["sequence_parallel"] = (layout.get("tp", 1) > 1
-                                       and traits.sequence_parallel_with_tp == (True,))
+        layout["sequence_parallel"] = layout.get("tp", 1) > 1 and always_sequence_parallel(
+            layout.get("framework", LayoutConfig.framework))
     if "num_kv_heads" not in parts["model"] and "num_heads" in parts["model"]:
         parts["model"]["num_kv_heads"] = parts["model"]["num_heads"]
     missing = [n for n in MODEL_FIELDS[:7] if n not in parts["model"]]

@@ -20,7 +20,7 @@ a DataFrame of configurations and gives each row exactly the answer
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import MISSING, dataclass, fields
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
@@ -36,12 +36,12 @@ from surrogate.config import (
     LayoutConfig,
     ModelConfig,
     TrainingConfig,
+    always_sequence_parallel,
     config_from_flat,
     config_to_flat,
     weighted_split,
 )
-from surrogate.errors import ConfigError, DataError, SurrogateError
-from surrogate.frameworks import get_framework
+from surrogate.errors import DataError, SurrogateError
 from surrogate.hardware import get_gpu
 
 if TYPE_CHECKING:
@@ -283,7 +283,7 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
             sp_missing = missing
     if sp_missing.any():  # config_from_flat: the framework's default
         v["sequence_parallel"] = np.where(
-            sp_missing, (v["tp"] > 1) & _always_sequence_parallel(v["framework"]),
+            sp_missing, (v["tp"] > 1) & _per_framework(v["framework"], always_sequence_parallel),
             v["sequence_parallel"])
     if "global_batch_seqs" in df.columns:  # checked by config_from_flat, row by row
         _, missing = _object_cells(df["global_batch_seqs"].tolist(), "global_batch_seqs",
@@ -318,19 +318,13 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
 
 
-def _always_sequence_parallel(framework: np.ndarray) -> np.ndarray:
-    """Per row, whether its framework's tensor parallelism always shards the sequence (False
-    for a name no framework has: the row fails its framework check anyway)."""
+def _per_framework(framework: np.ndarray, flag: Callable[[str], bool]) -> np.ndarray:
+    """Per row, ``flag`` of its framework name, evaluated once per distinct name (False where
+    the cell is missing)."""
     import pandas as pd
 
-    def always(name: object) -> bool:
-        try:
-            return get_framework(str(name)).sequence_parallel_with_tp == (True,)
-        except ConfigError:
-            return False
-
     codes, names = pd.factorize(framework)
-    flags = np.array([always(f) for f in names] + [False], dtype=bool)
+    flags = np.array([flag(str(f)) for f in names] + [False], dtype=bool)
     return flags[np.where(codes >= 0, codes, len(names))]
 
 
@@ -351,12 +345,8 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
 def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
     columns are exact (config_from_flat then decides)."""
-    import pandas as pd
-
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
-    codes, names = pd.factorize(v["framework"])
-    flags = np.array([weighted_split(str(f)) for f in names] + [False], dtype=np.float64)
-    c.weighted_split = flags[np.where(codes >= 0, codes, len(names))]
+    c.weighted_split = _per_framework(v["framework"], weighted_split).astype(np.float64)
     inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):

@@ -92,6 +92,12 @@ class FrameworkTraits:
         return bool(self.pipeline_schedules)
 
     @property
+    def always_sequence_parallel(self) -> bool:
+        """Its tensor parallelism always shards the sequence: the default of
+        ``sequence_parallel`` with tp > 1 (:func:`surrogate.config.config_from_flat`)."""
+        return self.sequence_parallel_with_tp == (True,)
+
+    @property
     def interleaved_pipeline(self) -> bool:
         """Has an interleaved pipeline schedule, i.e. allows vpp > 1."""
         return self.interleaved_schedule is not None
@@ -141,7 +147,7 @@ class FrameworkTraits:
         if sequence_parallel and tp == 1:
             return "sequence_parallel needs tp > 1, got tp=1"
         if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
-            always = "always" if self.sequence_parallel_with_tp == (True,) else "never"
+            always = "always" if self.always_sequence_parallel else "never"
             return (f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
                     f"got tp={tp} sequence_parallel={sequence_parallel}")
         if recompute not in self.recompute_modes:
