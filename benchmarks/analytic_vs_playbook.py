@@ -38,6 +38,7 @@ from surrogate.fit_params import (
     held_out_figures,
     predicted_reserved,
     predicted_step_s,
+    values_in_use,
 )
 
 
@@ -48,8 +49,7 @@ def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str
     out = {k: np.full(len(runs), np.nan)
            for k in ("step_time_s", "reserved_bytes", "memory_log_sd", "oom_log_margin")}
     for b, idx in zip(blocks, rows, strict=True):
-        vals = values if values is not None else {
-            k[2:]: float(v[0]) for k, v in b.cols.items() if k.startswith("p_")}
+        vals = values if values is not None else values_in_use(b)
         out["step_time_s"][idx] = predicted_step_s(b, vals)
         out["reserved_bytes"][idx] = predicted_reserved(b, vals)
         out["memory_log_sd"][idx] = vals["memory_log_sd"]

@@ -83,8 +83,19 @@ def _with(cols: dict[str, Array], values: dict[str, float]) -> dict[str, Array]:
     return {**cols, **{f"p_{k}": np.full(n, v) for k, v in values.items()}}
 
 
+def predicted_breakdown(block: Block, values: dict[str, float]) -> dict[str, Array]:
+    """:func:`~surrogate.analytic.step.step_breakdown` of the block's runs with ``values``."""
+    return step_breakdown(_with(block.cols, values), block.perf)
+
+
 def predicted_step_s(block: Block, values: dict[str, float]) -> Array:
-    return step_breakdown(_with(block.cols, values), block.perf)["step_time_s"]
+    return predicted_breakdown(block, values)["step_time_s"]
+
+
+def values_in_use(block: Block) -> dict[str, float]:
+    """The free parameters the block's columns carry: the sets in use (shipped, or those of
+    ``surrogate.analytic.params.using_sets``) of its framework version."""
+    return {k[2:]: float(v[0]) for k, v in block.cols.items() if k.startswith("p_")}
 
 
 def predicted_reserved(block: Block, values: dict[str, float]) -> Array:

@@ -14,8 +14,10 @@ from surrogate.fit_params import (
     fit_oom_margin,
     fit_time,
     grouped_cv,
+    predicted_breakdown,
     predicted_reserved,
     predicted_step_s,
+    values_in_use,
 )
 
 TRUE = {**PRIORS, "layer_overhead_s": 2e-3, "tp_comm_scale": 1.6,
@@ -34,6 +36,14 @@ def synthetic_block(config):
     b.step_time_s = predicted_step_s(b, TRUE)
     b.reserved_bytes = predicted_reserved(b, TRUE)
     return b, np.array([cfg.model.hidden_size for cfg in configs])
+
+
+def test_a_block_carries_the_values_it_is_predicted_with(synthetic_block):
+    b, _ = synthetic_block
+    assert values_in_use(b) == pytest.approx(TRUE)
+    terms = predicted_breakdown(b, values_in_use(b))
+    np.testing.assert_allclose(terms["step_time_s"], b.step_time_s)
+    assert terms["dp_comm"].shape == b.step_time_s.shape
 
 
 def test_time_fit_recovers_the_generating_values(synthetic_block):
