@@ -342,6 +342,31 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     return checked.table
 
 
+RUNS_AS_FIELDS: tuple[str, ...] = (
+    "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
+    "pp_schedule")
+"""The layout fields :meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` reads."""
+
+
+def runs_as_another(table: FlatTable) -> np.ndarray:
+    """Per row of a valid table: why its framework would run it as another layout
+    (:meth:`~surrogate.config.LayoutConfig.runs_as_another`), '' where it runs as given;
+    judged once per distinct layout."""
+    from surrogate.frameworks import get_framework
+
+    def why(framework: str, *values: Any) -> str:
+        kwargs = dict(zip(RUNS_AS_FIELDS, values, strict=True))
+        kwargs["sequence_parallel"] = bool(kwargs["sequence_parallel"])
+        for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage"):
+            kwargs[name] = int(kwargs[name])
+        return get_framework(framework).runs_as_another(**kwargs) or ""
+
+    codes, answers = per_group([table["framework"], *(table[f] for f in RUNS_AS_FIELDS)], why)
+    out = np.empty(len(answers), dtype=object)
+    out[:] = answers
+    return np.asarray(out[codes], dtype=object)
+
+
 def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
     columns are exact (config_from_flat then decides)."""
@@ -387,4 +412,4 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
 
 
 __all__ = ["BROKEN", "CheckedTable", "FlatTable", "distinct_rows", "flat_table", "group_codes",
-           "per_group", "take", "valid_table", "validate_table"]
+           "per_group", "runs_as_another", "take", "valid_table", "validate_table"]

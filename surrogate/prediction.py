@@ -48,6 +48,10 @@ GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib
 device total adds the CUDA context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty
 where the learned model has data and the configuration lies within published practice, else
 what lies outside them (``surrogate.domain``); with the analytic model alone, only the latter."""
+RUNS_AS_ANOTHER = "runs_as_another"
+"""The column ``predict --from-csv`` adds after :data:`PRED_COLUMNS`: why the row's framework
+would run its layout as another one (``Prediction.to_dict``'s key of the same name; the layout
+is still predicted as given), '' where it runs as given or the row is not a configuration."""
 _EMPTY: dict[str, Any] = {"pred_status": None, "extrapolation": ""}
 """What a row without a prediction holds in the non-numeric :data:`PRED_COLUMNS` (NaN else)."""
 
@@ -219,12 +223,13 @@ def predict_frame(
     model: SurrogateModel | str | Path | None = "default",
 ) -> pd.DataFrame:
     """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`; optional ones take their
-    defaults). Returns the input columns plus :data:`PRED_COLUMNS` and ``error``: a row that
-    fails validation gets its message there and NaN predictions; the others are predicted.
+    defaults). Returns the input columns plus :data:`PRED_COLUMNS`, :data:`RUNS_AS_ANOTHER`
+    and ``error``: a row that fails validation gets its message there and NaN predictions; the
+    others are predicted.
     A column that is a near miss of a configuration column (``zero``, ``grad-accum``) is a
     ConfigError, not a silently defaulted column."""
 
-    from surrogate.config_table import validate_table
+    from surrogate.config_table import runs_as_another, validate_table
     from surrogate.configfile import check_table_columns
 
     check_table_columns(df.columns, where="the configuration table")
@@ -236,7 +241,9 @@ def predict_frame(
     answers: dict[str, np.ndarray] = {col: np.full(n, np.nan) for col in PRED_COLUMNS}
     answers["pred_status"] = np.full(n, None, dtype=object)
     answers["extrapolation"] = np.full(n, "", dtype=object)
+    notes = np.full(n, "", dtype=object)
     if ok_rows:
+        notes[checked.rows] = runs_as_another(checked.table)
         columns = score(checked.table, model=learned, profile=profile).columns
         impossible = [(pos, reason) for pos, reason in zip(ok_rows, columns["error"],
                                                             strict=True) if reason]
@@ -244,6 +251,7 @@ def predict_frame(
             answers[col][checked.rows] = columns[col]
         for pos, reason in impossible:  # an impossible answer is an error, not a prediction
             errors[pos] = reason
+            notes[pos] = ""
             for col in PRED_COLUMNS:
                 answers[col][pos] = _EMPTY.get(col, np.nan)
     import pandas as pd
@@ -251,6 +259,7 @@ def predict_frame(
     out = df.copy()
     for col in PRED_COLUMNS:  # a Series keeps None as None in the text columns
         out[col] = pd.Series(answers[col], index=df.index, dtype=answers[col].dtype)
+    out[RUNS_AS_ANOTHER] = pd.Series(notes, index=df.index, dtype=object)
     out["error"] = errors
     return out
 
@@ -286,4 +295,5 @@ def predict(
     return predict_frame(config, profile=profile, model=model)
 
 
-__all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "Prediction", "predict", "predict_frame"]
+__all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "RUNS_AS_ANOTHER", "Prediction", "predict",
+           "predict_frame"]

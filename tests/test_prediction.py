@@ -19,10 +19,11 @@ from surrogate.config import (
     ClusterConfig,
     LayoutConfig,
     TrainingConfig,
+    config_from_flat,
     config_to_flat,
 )
 from surrogate.hardware import GIB
-from surrogate.prediction import PRED_COLUMNS, Prediction, predict_frame
+from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER, Prediction, predict_frame
 from surrogate.presets import get_preset
 
 
@@ -98,8 +99,9 @@ def frame() -> pd.DataFrame:
 def test_predict_frame_keeps_inputs_and_reports_errors_per_row():
     df = frame()
     out = surrogate.predict(df)
-    assert list(out.columns) == [*df.columns, *PRED_COLUMNS, "error"]
+    assert list(out.columns) == [*df.columns, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
     pd.testing.assert_frame_equal(out[list(df.columns)], df)
+    assert list(out[RUNS_AS_ANOTHER]) == ["", "", "", ""]
     assert out["error"].iloc[0] == "" and out["error"].iloc[2] == ""
     assert out["error"].iloc[1].startswith("dp * tp * pp * cp must equal the number of GPUs")
     assert out["error"].iloc[3] == "dp must be an integer, got 8.5"
@@ -111,6 +113,23 @@ def test_predict_frame_keeps_inputs_and_reports_errors_per_row():
     assert out["pred_peak_mem_gib"].iloc[0] == pytest.approx(single.peak_reserved_gib)
     assert out["p_oom"].iloc[2] == 1
     assert out[["pred_mfu_lo", "pred_mfu_hi"]].isna().all().all()
+
+
+def test_predict_frame_says_which_layouts_run_as_another_like_predict():
+    """The column holds what one prediction's ``runs_as_another`` says, row by row: here
+    torchtitan told not to shard the sequence, and ZeRO over one replica."""
+    titan = dict(config_to_flat(cfg()), framework="torchtitan", framework_version="main",
+                 zero_stage=2, sequence_parallel=None)  # missing: the framework's default
+    rows = [titan, dict(titan, sequence_parallel=False),
+            config_to_flat(cfg(nodes=1, dp=1, tp=8, zero_stage=1)), titan]
+    out = predict_frame(pd.DataFrame(rows), model=None)
+    assert (out["error"] == "").all()
+    assert out[RUNS_AS_ANOTHER].iloc[0] == out[RUNS_AS_ANOTHER].iloc[3] == ""
+    assert "always runs with sequence parallelism" in out[RUNS_AS_ANOTHER].iloc[1]
+    assert out[RUNS_AS_ANOTHER].iloc[2].startswith("zero_stage > 0 needs dp > 1")
+    for j, row in enumerate(rows):
+        single = surrogate.predict(config_from_flat(row), model=None)
+        assert out[RUNS_AS_ANOTHER].iloc[j] == single.to_dict()["runs_as_another"]
 
 
 def test_predict_frame_mixed_gpus_keep_row_order():

@@ -16,7 +16,7 @@ import yaml
 from surrogate.cli import main
 from surrogate.config import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.prediction import PRED_COLUMNS
+from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
 
 FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
          "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1"]
@@ -215,7 +215,7 @@ def test_from_csv(tmp_path, capsys):
     assert main(["predict", "--from-csv", str(src), "--out", str(dst)]) == 0
     assert "wrote 4 rows" in capsys.readouterr().err
     out = pd.read_csv(dst, keep_default_na=False, na_values=[""])
-    assert list(out.columns) == [*CONFIG_COLUMNS, *PRED_COLUMNS, "error"]
+    assert list(out.columns) == [*CONFIG_COLUMNS, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
     assert out["error"].fillna("").iloc[[0, 2]].eq("").all()
     assert out["error"].iloc[1].startswith("dp * tp * pp * cp must equal the number of GPUs")
     assert out["error"].iloc[3] == "dp must be an integer, got 8.5"
@@ -234,7 +234,7 @@ def test_from_csv_to_stdout(tmp_path, capsys):
     pd.DataFrame([config_to_flat(cfg)]).to_csv(src, index=False)
     assert main(["predict", "--from-csv", str(src)]) == 0
     header = capsys.readouterr().out.splitlines()[0].split(",")
-    assert header[-len(PRED_COLUMNS) - 1:] == [*PRED_COLUMNS, "error"]
+    assert header[-len(PRED_COLUMNS) - 2:] == [*PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
 
 
 @pytest.mark.parametrize(
