@@ -313,9 +313,13 @@ class LayoutConfig:
         """Why the framework would not run this layout as described, or None
         (:meth:`surrogate.frameworks.FrameworkTraits.runs_as_another`)."""
         return get_framework(self.framework).runs_as_another(
-            dp=self.dp, tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep, vpp=self.vpp,
-            zero_stage=self.zero_stage, recompute=self.recompute,
-            sequence_parallel=self.sequence_parallel, pp_schedule=self.pp_schedule)
+            **{name: getattr(self, name) for name in RUNS_AS_FIELDS})
+
+
+RUNS_AS_FIELDS: tuple[str, ...] = (
+    "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
+    "pp_schedule")
+"""The layout fields :meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` reads."""
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,7 @@ from surrogate.config import (
     CROSS_COUNTS,
     CROSS_RULES,
     MODEL_FIELDS,
+    RUNS_AS_FIELDS,
     ClusterConfig,
     LayoutConfig,
     ModelConfig,
@@ -342,12 +343,6 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     return checked.table
 
 
-RUNS_AS_FIELDS: tuple[str, ...] = (
-    "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
-    "pp_schedule")
-"""The layout fields :meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` reads."""
-
-
 def runs_as_another(table: FlatTable) -> np.ndarray:
     """Per row of a valid table: why its framework would run it as another layout
     (:meth:`~surrogate.config.LayoutConfig.runs_as_another`), '' where it runs as given;
@@ -355,10 +350,8 @@ def runs_as_another(table: FlatTable) -> np.ndarray:
     from surrogate.frameworks import get_framework
 
     def why(framework: str, *values: Any) -> str:
-        kwargs = dict(zip(RUNS_AS_FIELDS, values, strict=True))
-        kwargs["sequence_parallel"] = bool(kwargs["sequence_parallel"])
-        for name in ("dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage"):
-            kwargs[name] = int(kwargs[name])
+        kwargs = {name: v.item() if isinstance(v, np.generic) else v  # ints in the message
+                  for name, v in zip(RUNS_AS_FIELDS, values, strict=True)}
         return get_framework(framework).runs_as_another(**kwargs) or ""
 
     codes, answers = per_group([table["framework"], *(table[f] for f in RUNS_AS_FIELDS)], why)
