@@ -33,14 +33,12 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from memory_diagnosis import SHAPE
 
 from surrogate.clusters import playbook_runs
 from surrogate.learned import SurrogateModel
 from surrogate.scoring import score_runs
 
-SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
-         "tie_embeddings"]
-"""The columns that fix a model's shape (the sweep's "80G" is three shapes)."""
 LAYOUT = [*SHAPE, "num_nodes", "dp", "tp", "pp", "grad_accum", "zero_stage", "framework_version"]
 FALL_GIB = 0.5
 FALL_FRAC = 0.05
