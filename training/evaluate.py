@@ -225,11 +225,14 @@ def evaluate_shrinks(
     for train, test in todo:
         sets = physics_of(data, train) if refit_physics else None
         with nullcontext() if sets is None else using_sets(sets):
-            split = data if sets is None else training_data(runs, profile=profile)
+            # every feature and target is its own run's (TrainingData), so a refit physics
+            # prepares the training part alone: the test part is scored below
+            part_data = (data.take(train) if sets is None
+                         else training_data(runs.iloc[train], profile=profile))
             model = SurrogateModel(status_params=params.get("status"),
                                    mfu_params=params.get("mfu"), mem_params=params.get("mem"),
                                    n_folds=n_folds, seed=seed, **(settings or {}))
-            model.fit(split.take(train))
+            model.fit(part_data)
             test_runs = runs.iloc[test]
             for shrink in shrinks:
                 pred = score_runs(test_runs, model=model, profile=profile,
