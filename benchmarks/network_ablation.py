@@ -35,10 +35,10 @@ from surrogate.fit_params import (
     values_in_use,
 )
 from surrogate.learned import SurrogateModel
+from surrogate.prediction import DEFAULT_MODEL_DIR
 from surrogate.training_data import training_data
 from training.evaluate import evaluate_shrinks, format_metric
 
-DEFAULT_MODEL = Path(__file__).resolve().parents[1] / "surrogate/data/models/default"
 DP_BANDS = (-np.inf, 0.05, 0.2, 0.5, np.inf)
 
 
@@ -82,7 +82,7 @@ def dp_bias(runs: pd.DataFrame) -> pd.DataFrame:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL)
+    ap.add_argument("--model-dir", type=Path, default=DEFAULT_MODEL_DIR)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
     runs = playbook_runs().reset_index(drop=True)
