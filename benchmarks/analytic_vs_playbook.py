@@ -36,6 +36,7 @@ from surrogate.fit_params import (
     blocks_for_runs,
     fit_runs,
     held_out_figures,
+    predicted_logged_reserved,
     predicted_reserved,
     predicted_step_s,
     values_in_use,
@@ -43,15 +44,18 @@ from surrogate.fit_params import (
 
 
 def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str, np.ndarray]:
-    """Step time, reserved memory and memory error of every run with ``values`` (None: the
-    shipped parameters of each run's framework version)."""
+    """Step time, reserved memory (on the rank each run's measurement was logged on, and on
+    the most loaded rank) and memory error of every run with ``values`` (None: the shipped
+    parameters of each run's framework version)."""
     blocks, rows = blocks_for_runs(runs)
     out = {k: np.full(len(runs), np.nan)
-           for k in ("step_time_s", "reserved_bytes", "memory_log_sd", "oom_log_margin")}
+           for k in ("step_time_s", "reserved_bytes", "peak_reserved_bytes", "memory_log_sd",
+                     "oom_log_margin")}
     for b, idx in zip(blocks, rows, strict=True):
         vals = values if values is not None else values_in_use(b)
         out["step_time_s"][idx] = predicted_step_s(b, vals)
-        out["reserved_bytes"][idx] = predicted_reserved(b, vals)
+        out["reserved_bytes"][idx] = predicted_logged_reserved(b, vals)
+        out["peak_reserved_bytes"][idx] = predicted_reserved(b, vals)
         out["memory_log_sd"][idx] = vals["memory_log_sd"]
         out["oom_log_margin"][idx] = vals["oom_log_margin"]
     return out

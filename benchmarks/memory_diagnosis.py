@@ -39,7 +39,7 @@ import pandas as pd
 from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
-from surrogate.analytic.memory import memory_breakdown
+from surrogate.analytic.memory import logged_breakdown, memory_breakdown
 from surrogate.clusters import playbook_runs
 from surrogate.fit_params import blocks_for_runs
 
@@ -156,7 +156,8 @@ def term_bytes(runs: pd.DataFrame) -> pd.DataFrame:
     out = pd.DataFrame(index=runs.index, columns=list(TERMS), dtype=np.float64)
     blocks, rows = blocks_for_runs(runs)
     for block, idx in zip(blocks, rows, strict=True):
-        parts = memory_breakdown(block.cols)  # the block's columns hold the shipped sets
+        # the block's columns hold the shipped sets; the rank each run's memory was logged on
+        parts = logged_breakdown(block.cols, memory_breakdown(block.cols))
         grow = 1 + block.cols["p_allocator_overhead_frac"]
         for name, keys in TERMS.items():
             out.iloc[idx, out.columns.get_loc(name)] = grow * np.sum([parts[k] for k in keys],

@@ -27,19 +27,35 @@ SOURCE_PROFILES: dict[str, str] = {"hf_ultrascale_playbook": "hf-playbook-cluste
                                    "surrogate_h100": "h100-own-measured"}
 """Sweep ``source`` -> the shipped profile of the cluster its runs ran on."""
 
+SOURCE_MEMORY_STAGES: dict[str, float] = {"hf_ultrascale_playbook": 0.0}
+"""Sweep ``source`` -> the pipeline stage (0-based) of the rank whose peak memory its table
+records, where that is not the most loaded rank. The Playbook's table is written by world rank
+0 alone (nanotron ``helpers.log_throughput``: ``write_to_csv`` where ``dist.get_rank(world_pg)
+== 0``, its ``Mem Res (GB)`` that rank's ``torch.cuda.max_memory_reserved()``), and nanotron's
+``ParallelContext`` lays the world ranks out as (ep, pp, dp, tp), so world rank 0 is on the
+first pipeline stage. A run whose most loaded stage is another (the last, holding the logits)
+measured less than its peak: training and calibration compare its measurement with the
+predicted memory of the first stage (``surrogate.analytic.memory.logged_reserved_bytes``),
+while out-of-memory and ``predict`` go by the most loaded stage."""
+
 
 def run_context(
     runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
 ) -> tuple[list[Any], dict[str, np.ndarray]]:
-    """Per run: the profile to explain it with, and extra analytic columns (``net_scale``,
-    1 where the run measured nothing)."""
+    """Per run: the profile to explain it with, and extra analytic columns: ``net_scale``
+    (1 where the run measured nothing) and the pipeline stage its peak memory was logged on
+    (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``, from :data:`SOURCE_MEMORY_STAGES`;
+    NaN: the most loaded stage)."""
+    from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
+
     sources = runs["source"].astype(str).tolist() if "source" in runs else [""] * len(runs)
     profiles: list[Any] = [SOURCE_PROFILES.get(s, profile) for s in sources]
     scale = np.ones(len(runs))
     if "net_scale" in runs:
         given = runs["net_scale"].to_numpy(dtype=np.float64)
         scale = np.where(np.isfinite(given) & (given > 0), given, 1.0)
-    return profiles, {"net_scale": scale}
+    stage = np.array([SOURCE_MEMORY_STAGES.get(s, np.nan) for s in sources], dtype=np.float64)
+    return profiles, {"net_scale": scale, LOGGED_STAGE_COLUMN: stage}
 
 
 def measured_net_scale(network: pd.DataFrame, source: str) -> pd.Series:

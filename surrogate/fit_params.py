@@ -28,7 +28,11 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from surrogate.analytic.inputs import Array
-from surrogate.analytic.memory import memory_breakdown, torch_reserved_bytes
+from surrogate.analytic.memory import (
+    logged_reserved_bytes,
+    memory_breakdown,
+    torch_reserved_bytes,
+)
 from surrogate.analytic.params import PARAMETERS, FreeParameter
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import step_breakdown
@@ -99,7 +103,15 @@ def values_in_use(block: Block) -> dict[str, float]:
 
 
 def predicted_reserved(block: Block, values: dict[str, float]) -> Array:
+    """Peak reserved memory of the most loaded rank (what runs out of memory)."""
     return torch_reserved_bytes(memory_breakdown(_with(block.cols, values)))
+
+
+def predicted_logged_reserved(block: Block, values: dict[str, float]) -> Array:
+    """Peak reserved memory of the rank each run's measurement was logged on
+    (:func:`~surrogate.analytic.memory.logged_reserved_bytes`): what memory is fitted to."""
+    c = _with(block.cols, values)
+    return logged_reserved_bytes(c, memory_breakdown(c))
 
 
 Predictor = Callable[[Block, dict[str, float]], Array]
@@ -169,7 +181,7 @@ def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS
     """Fit memory parameters on measured peak reserved memory; ``extra['memory_log_sd']`` is
     the standard deviation of the fitted log residuals, ``extra['oom_log_margin']`` the OOM
     boundary fitted with it (:func:`fit_oom_margin`): together they turn memory into p_oom."""
-    fit = _fit(blocks, names, predicted_reserved, "reserved_bytes", dict(fixed or {}))
+    fit = _fit(blocks, names, predicted_logged_reserved, "reserved_bytes", dict(fixed or {}))
     fit.extra["memory_log_sd"] = fit.log_rmse
     fit.extra["oom_log_margin"] = fit_oom_margin(
         blocks, {**(fixed or {}), **fit.values}, fit.log_rmse)
@@ -308,7 +320,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
     their standard deviations, the fold-to-fold spread, the runs used, and the memory error
     ``memory_log_sd``; ``held_out`` holds every run's prediction from the fold that left its
-    group out (step time, reserved memory, that fold's memory error). Time parameters are
+    group out (step time, reserved memory on the rank its measurement was logged on and on the
+    most loaded rank, that fold's memory error). Time parameters are
     fitted on every completed run (``fit_on="all"``) or on those of MFU >= 10%
     (``"healthy"``, :data:`MIN_FIT_MFU`). ``group_by=None``: the fits alone, no
     cross-validation (``held_out`` is all NaN)."""
@@ -326,6 +339,7 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     held_mem = np.full(len(runs), np.nan)
     held_sd = np.full(len(runs), np.nan)
     held_margin = np.full(len(runs), np.nan)
+    held_peak = np.full(len(runs), np.nan)
     for fv, ids in sorted(by_fv.items()):
         bs = [blocks[i] for i in ids]
         fit_bs = bs if fit_on == "all" else [
@@ -347,7 +361,7 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
             gs = [groups_all[rows[i]] for i in ids]
             if len({g for arr in gs for g in arr}) >= 2:
                 tp, tf = grouped_cv(fit_bs, gs, fit_time, predicted_step_s)
-                mp, mf = grouped_cv(bs, gs, fit_memory, predicted_reserved)
+                mp, mf = grouped_cv(bs, gs, fit_memory, predicted_logged_reserved)
                 entry["fold_sd"] = {
                     k: float(np.std([f.values[k] for f in tf + mf if k in f.values]))
                     for k in entry["sd"]}
@@ -360,8 +374,12 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                     for i, arr in zip(ids, gs, strict=True):
                         held_sd[rows[i][arr == g]] = f.extra["memory_log_sd"]
                         held_margin[rows[i][arr == g]] = f.extra["oom_log_margin"]
+                        if (arr == g).any():
+                            held_peak[rows[i][arr == g]] = predicted_reserved(
+                                blocks[i].take(arr == g), f.values)
         sets[fv] = entry
     return {"sets": sets, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
+                                       "peak_reserved_bytes": held_peak,
                                        "memory_log_sd": held_sd,
                                        "oom_log_margin": held_margin},
             "group_by": group_by, "fit_on": fit_on}
@@ -394,17 +412,20 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
 
 
 def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
-    """Each run's probability of running out of memory from its held-out memory prediction and
-    its fold's memory error and margin (:func:`fit_runs`); NaN where nothing was held out."""
+    """Each run's probability of running out of memory from its held-out memory prediction
+    (``peak_reserved_bytes``: the most loaded rank's; ``reserved_bytes`` where absent) and its
+    fold's memory error and margin (:func:`fit_runs`); NaN where nothing was held out."""
     from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
     from surrogate.hardware import GIB, get_gpu
+
+    peak = held_out.get("peak_reserved_bytes", held_out["reserved_bytes"])
 
     capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
     margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
     p = oom_probability({"memory_bytes": capacity, "p_memory_log_sd": held_out["memory_log_sd"],
                          "p_oom_log_margin": margin},
-                        {"total": held_out["reserved_bytes"] + CUDA_CONTEXT_BYTES})
-    return np.where(np.isfinite(held_out["reserved_bytes"]), p, np.nan)
+                        {"total": peak + CUDA_CONTEXT_BYTES})
+    return np.where(np.isfinite(peak), p, np.nan)
 
 
 def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, float]:

@@ -155,14 +155,23 @@ def score_runs(
 ) -> pd.DataFrame:
     """:func:`score` a sweep table's runs, each explained under its own cluster
     (:func:`surrogate.clusters.run_context`: the cluster's profile and the bandwidth the run
-    measured); the columns indexed like ``runs``."""
+    measured); the columns indexed like ``runs``, and ``pred_logged_mem_gib``: the predicted
+    peak reserved memory of the rank whose log the run's measurement comes from (the most
+    loaded rank's, ``pred_peak_mem_gib``, unless the source logs another)."""
     from surrogate.clusters import run_context
     from surrogate.config_table import valid_table
 
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
-    return score(table, model=model, profile=profiles, extra=extra,
-                 shrink_doublings=shrink_doublings).frame(index=runs.index)
+    scores = score(table, model=model, profile=profiles, extra=extra,
+                   shrink_doublings=shrink_doublings)
+    frame = scores.frame(index=runs.index)
+    # the prediction of what each run measured: its memory on the rank it was logged on, the
+    # learned factor (pred_peak_mem_gib over the analytic most loaded rank's) applied to it
+    a = scores.analytic
+    frame["pred_logged_mem_gib"] = (frame["pred_peak_mem_gib"].to_numpy()
+                                    * a["mem_reserved_logged"] / a["mem_reserved"])
+    return frame
 
 
 __all__ = ["SCORE_COLUMNS", "Scores", "score", "score_runs"]

@@ -138,7 +138,9 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
     The targets are the runs' own measurements relative to the analytic model's answer for
     them, each run explained under its own cluster (``surrogate.features.features_for_runs``):
     the status code, log(measured / analytic tokens/s per GPU) and log(measured / analytic
-    peak reserved memory)."""
+    peak reserved memory), the latter of the rank the measurement was logged on
+    (``surrogate.clusters.SOURCE_MEMORY_STAGES``): the learned factor corrects a rank's memory,
+    and prediction applies it to the most loaded rank's."""
     from surrogate.features import features_for_runs
 
     if len(runs) == 0:
@@ -153,7 +155,8 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
     y_mfu = np.full(len(runs), np.nan)
     y_mfu[done] = np.log(tps[done] / out["tokens_per_s_per_gpu"][done])
     y_mem = np.full(len(runs), np.nan)
-    y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / out["mem_reserved"][mem_ok])
+    logged = out.get("mem_reserved_logged", out["mem_reserved"])  # the rank that logged it
+    y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / logged[mem_ok])
     return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
                         y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
                         groups=cell_groups(runs))

@@ -94,3 +94,19 @@ def test_analytic_alone_has_no_interval_no_p_fail_and_keeps_no_correction() -> N
 def test_no_configurations_give_empty_columns() -> None:
     s = score([])
     assert len(s) == 0 and all(len(v) == 0 for v in s.columns.values())
+
+
+def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_subset) -> None:
+    """The Playbook logs memory on world rank 0 (the first pipeline stage): scored runs carry
+    that rank's prediction beside the most loaded rank's, the same without a pipeline."""
+    from surrogate.scoring import score_runs
+
+    runs = playbook_subset.iloc[:150]
+    pred = score_runs(runs)
+    logged, peak = pred["pred_logged_mem_gib"], pred["pred_peak_mem_gib"]
+    piped = (runs["pp"] > 1).to_numpy()
+    assert piped.any() and (~piped).any()
+    np.testing.assert_allclose(logged[~piped], peak[~piped], rtol=1e-12)
+    assert (logged <= peak * (1 + 1e-12)).all() and (logged[piped] < peak[piped]).any()
+    other = score_runs(runs.assign(source="mine"))  # a source that logs the peak
+    np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_gib"])

@@ -52,7 +52,7 @@ PROTOCOLS: dict[str, str] = {
 }
 DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
 PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                              "pred_peak_mem_gib", "domain_weight")
+                              "pred_peak_mem_gib", "pred_logged_mem_gib", "domain_weight")
 NODES_TRAIN_MAX = 16
 
 
@@ -113,7 +113,9 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     pred_oom = (judged["pred_status"] == "oom").to_numpy()
     hits = float((true_oom & pred_oom).sum())
     mem = done[done["peak_mem_reserved_gib"] > 0]
-    mem_ape = ((mem["pred_peak_mem_gib"] - mem["peak_mem_reserved_gib"]).abs()
+    # against the prediction for the rank each run's memory was logged on (surrogate.scoring)
+    pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_gib"]
+    mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
     inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
     regret = _regret(done)

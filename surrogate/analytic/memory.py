@@ -306,8 +306,9 @@ def _heaviest_middle_stage(c: Cols) -> Array:
     return index
 
 
-def stage_memory(c: Cols, stage: int) -> dict[str, Array]:
-    """Bytes per term on a rank of pipeline stage ``stage`` (0-based) of each configuration
+def stage_memory(c: Cols, stage: int | Array) -> dict[str, Array]:
+    """Bytes per term on a rank of pipeline stage ``stage`` (0-based; one for all or one per
+    configuration) of each configuration
     (NaN where ``stage`` >= pp): what :func:`memory_breakdown` takes the largest of."""
     p = c["pp"]
     last_stage = p - 1
@@ -325,6 +326,37 @@ def stage_memory(c: Cols, stage: int) -> dict[str, Array]:
 def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
     """What ``torch.cuda.max_memory_reserved`` would report: everything but the CUDA context."""
     return breakdown["total"] - breakdown["cuda_context"]
+
+
+LOGGED_STAGE_COLUMN = "peak_mem_stage"
+"""The analytic column of the 0-based pipeline stage of the rank whose log a run's measured peak
+memory comes from (NaN or absent: the most loaded rank's, the maximum over ranks); training and
+calibration set it per run from the run's source (``surrogate.clusters.run_context``)."""
+
+
+def logged_breakdown(c: Cols, breakdown: dict[str, Array]) -> dict[str, Array]:
+    """The breakdown of the rank whose log a run's measured memory comes from: of stage
+    ``c[LOGGED_STAGE_COLUMN]`` where it is given and a stage of the run (the Playbook's table
+    is written by world rank 0, on the first stage: ``surrogate.clusters``), else
+    ``breakdown`` (:func:`memory_breakdown`: the most loaded stage, which is what runs out of
+    memory and what ``predict`` reports)."""
+    stage = np.asarray(c.get(LOGGED_STAGE_COLUMN, np.nan), dtype=np.float64)
+    stage = np.broadcast_to(stage, np.shape(breakdown["total"]))
+    rows = np.flatnonzero(np.isfinite(stage) & (stage >= 0) & (stage < c["pp"]) & (c["pp"] > 1))
+    if len(rows) == 0:
+        return breakdown
+    part = stage_memory(_rows(c, rows), stage[rows])
+    out = {k: np.array(v, dtype=np.float64, copy=True) for k, v in breakdown.items()}
+    for k, v in part.items():
+        out[k][rows] = v
+    out["stage"][rows] = stage[rows] / np.maximum(c["pp"][rows] - 1, 1.0)
+    return out
+
+
+def logged_reserved_bytes(c: Cols, breakdown: dict[str, Array]) -> Array:
+    """What ``torch.cuda.max_memory_reserved`` reads on the rank whose log a run's
+    measurement comes from (:func:`logged_breakdown`)."""
+    return torch_reserved_bytes(logged_breakdown(c, breakdown))
 
 
 def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:

@@ -15,7 +15,13 @@ from typing import Any
 import numpy as np
 
 from surrogate.analytic.inputs import Cols, cols_from_table
-from surrogate.analytic.memory import memory_breakdown, oom_probability, torch_reserved_bytes
+from surrogate.analytic.memory import (
+    LOGGED_STAGE_COLUMN,
+    logged_reserved_bytes,
+    memory_breakdown,
+    oom_probability,
+    torch_reserved_bytes,
+)
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
 from surrogate.config import TrainingConfig
@@ -40,12 +46,16 @@ def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) 
 
 def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     """Run the analytic model on columns: memory terms (``mem_*`` bytes), step terms
-    (``time_*`` seconds) and the headline outputs."""
+    (``time_*`` seconds) and the headline outputs; where the columns say which pipeline stage
+    a run's memory was logged on (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``), also
+    ``mem_reserved_logged``, the reserved memory of that stage."""
     mem = memory_breakdown(c)
     step = step_breakdown(c, perf)
     out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
     out.update({f"time_{k}": step[k] for k in STEP_TERMS})
     out["mem_reserved"] = torch_reserved_bytes(mem)
+    if LOGGED_STAGE_COLUMN in c:  # runs scored against their measurements
+        out["mem_reserved_logged"] = logged_reserved_bytes(c, mem)
     out["p_oom"] = oom_probability(c, mem)
     for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
         out[k] = step[k]

@@ -374,6 +374,34 @@ def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
                                   pipeline.last_stage_layers(c))
 
 
+def test_the_logged_stage_is_that_stage_and_the_peak_elsewhere(config):
+    """A run whose memory was logged on a given stage is predicted that stage's memory; without
+    a stage (NaN), on one pipeline stage, or a stage the run lacks: the most loaded stage."""
+    cfgs = _layouts(config)
+    c = to_cols(cfgs)
+    peak = memory.memory_breakdown(c)
+    n = len(cfgs)
+    stage = np.where(np.arange(n) % 3 == 0, 0.0, np.where(np.arange(n) % 3 == 1, 1.0, np.nan))
+    logged = memory.logged_breakdown({**c, memory.LOGGED_STAGE_COLUMN: stage}, peak)
+    for i in (0, 1):
+        rows = stage == i
+        np.testing.assert_allclose(logged["total"][rows], memory.stage_memory(c, i)["total"][rows],
+                                   rtol=1e-12)
+    unset = np.isnan(stage)
+    np.testing.assert_array_equal(logged["total"][unset], peak["total"][unset])
+    assert (logged["total"] <= peak["total"] * (1 + 1e-12)).all()
+    assert (logged["total"] < peak["total"]).any()  # the first stage is not always the peak
+    np.testing.assert_allclose(memory.logged_reserved_bytes(
+        {**c, memory.LOGGED_STAGE_COLUMN: stage}, peak), memory.torch_reserved_bytes(logged))
+    # absent, or beyond the run's stages: the peak; the breakdown given is left as it was
+    before = {k: v.copy() for k, v in peak.items()}
+    beyond = memory.logged_breakdown({**c, memory.LOGGED_STAGE_COLUMN: c["pp"]}, peak)
+    np.testing.assert_array_equal(beyond["total"], peak["total"])
+    np.testing.assert_array_equal(memory.logged_breakdown(c, peak)["total"], peak["total"])
+    for k, v in before.items():
+        np.testing.assert_array_equal(peak[k], v)
+
+
 def test_all_forward_all_backward_holds_every_micro_batch(config):
     """Under all-forward-all-backward every stage holds all m micro-batches' activations (1F1B:
     p - i), and the last stage the softmax the loss saved for m - 1 of them: 4 bytes per

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import surrogate
@@ -33,6 +34,9 @@ def test_training_runs_are_explained_under_their_own_cluster():
     profiles, extra = run_context(runs, "my.json")
     assert profiles == ["hf-playbook-cluster", "my.json"]
     assert extra["net_scale"].tolist() == [0.5, 1.0]
+    # the Playbook's table logs memory on the first pipeline stage; another source's: the peak
+    stage = extra["peak_mem_stage"]
+    assert stage[0] == 0.0 and np.isnan(stage[1])
 
 
 def test_llama3_table_lists_the_reported_figures():
