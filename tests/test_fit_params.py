@@ -62,6 +62,26 @@ def test_memory_fit_recovers_the_allocator_overhead(synthetic_block):
     assert fit.extra["memory_log_sd"] < 1e-3
 
 
+def test_memory_is_fitted_on_the_stage_that_logged_it(config):
+    """Synthetic pipelined runs whose 'measurement' is the first stage's memory (as the
+    Playbook's rank 0 logs it) at TRUE: the fit on the logged stage recovers TRUE exactly; the
+    most loaded stage's memory (the last, with the logits) is what OOM goes by, and is more."""
+    from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
+    from surrogate.fit_params import predicted_logged_reserved
+
+    configs = [config("playbook-1.34b", dp=8 // (tp * pp), tp=tp, pp=pp, mbs=mbs, grad_accum=ga)
+               for tp in (1, 2) for pp in (2, 4) for mbs in (1, 4) for ga in (1, 8)]
+    n = len(configs)
+    c = {**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()},
+         LOGGED_STAGE_COLUMN: np.zeros(n)}
+    b = Block(c, SpecPerfModel(), np.full(n, np.nan), np.zeros(n))
+    b.reserved_bytes = predicted_logged_reserved(b, TRUE)
+    assert (b.reserved_bytes < predicted_reserved(b, TRUE)).any()
+    fit = fit_memory([b], ["allocator_overhead_frac"])
+    assert fit.values["allocator_overhead_frac"] == pytest.approx(0.2, rel=0.02)
+    assert fit.extra["memory_log_sd"] < 1e-3
+
+
 def test_oom_margin_is_the_boundary_the_labels_show(synthetic_block):
     """Completed / out-of-memory labels drawn from p_oom = Phi((log(need / capacity) + 0.15)
     / 0.1) (synthetic: capacities spread around each run's need) give back the margin; too
