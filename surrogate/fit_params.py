@@ -419,7 +419,6 @@ def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
     from surrogate.hardware import GIB, get_gpu
 
     peak = held_out.get("peak_reserved_bytes", held_out["reserved_bytes"])
-
     capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
     margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
     p = oom_probability({"memory_bytes": capacity, "p_memory_log_sd": held_out["memory_log_sd"],
