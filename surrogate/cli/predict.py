@@ -168,7 +168,7 @@ def predict_cmd(
     grad_accum: Annotated[int | None, typer.Option()] = None,
     zero: Annotated[int | None, typer.Option("--zero", "--zero-stage")] = None,
     recompute: Annotated[str | None, typer.Option(help="none, selective or full.")] = None,
-    sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel")] = None,
+    sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Sequence parallelism with tp > 1 (default: the framework's).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 or fp8.")] = None,
     framework: Annotated[str | None, typer.Option(help="nanotron, torchtitan or megatron.")] = None,
     framework_version: Annotated[str | None, typer.Option()] = None,

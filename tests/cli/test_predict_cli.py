@@ -71,6 +71,15 @@ def test_sequence_parallelism_follows_the_framework_unless_given(capsys):
     assert run_json(capsys, [*titan, "--json"])["runs_as_another"] == ""
 
 
+def test_sp_is_short_for_sequence_parallel(capsys):
+    """``--sp`` / ``--no-sp`` set what ``--sequence-parallel`` / ``--no-sequence-parallel`` do."""
+    assert run_json(capsys, [*FLAGS, "--sp", "--json"])["config"]["sequence_parallel"] is True
+    titan = [*FLAGS, "--framework", "torchtitan", "--zero", "2"]
+    off = run_json(capsys, [*titan, "--no-sp", "--json"])
+    assert off["config"]["sequence_parallel"] is False
+    assert off == run_json(capsys, [*titan, "--no-sequence-parallel", "--json"])
+
+
 def test_pipeline_schedule_flag(capsys):
     """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
     piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",
