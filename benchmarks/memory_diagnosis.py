@@ -26,7 +26,16 @@ Playbook runs, three tables:
    set, buffers) multiplied by its own non-negative factor, the factors fitted on those runs
    themselves (soft-L1 on log reserved memory, as ``surrogate calibrate`` fits). In-sample and
    with 20 factors where calibration fits 3 per version, it bounds what refitting the scales of
-   the existing terms can reach: below it, the model needs terms it does not have.
+   the existing terms can reach: below it, the model needs terms it does not have;
+7. with a pipeline, the activations the runs imply: (measured - the model's other terms) /
+   its activation term (the allocator's share spread over both), median per version, tp and
+   pp, over the runs whose activations are at least half of the prediction. The first stage
+   holds about L / pp layers for pp micro-batches, so a per-layer miscount would not change
+   with pp at one tp, and would show in both versions (one code, one activation count);
+8. one candidate for what table 7 shows, on the pp-fix pipelines: the activation term
+   rescaled and unsharded stage-boundary tensors (T x h in bf16) kept per micro-batch in
+   flight on the first stage, the factor and the count fitted (soft-L1 on the relative error)
+   in-sample and leaving each model size out, MAPE before and after.
 
 Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three
 shapes (64 or 8 key-value heads, vocabulary 131,072 or 49,152).
@@ -40,6 +49,7 @@ from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
 from surrogate.analytic.memory import logged_breakdown, memory_breakdown
+from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.clusters import playbook_runs
 from surrogate.fit_params import blocks_for_runs
 
@@ -192,6 +202,61 @@ def best_rescaling(runs: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
+def implied_activation_factor(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 7 (module docstring): per pipelined run, (measured - the other terms) /
+    activations, the allocator's share spread over both (:func:`term_bytes`)."""
+    piped = runs[runs["pp"] > 1]
+    terms = term_bytes(piped)
+    act = terms["activations"]
+    others = terms.drop(columns="activations").sum(axis=1)
+    held = piped.assign(factor=(piped["meas_gib"] * GIB - others) / act)
+    return held[act >= 0.5 * piped["pred_gib"] * GIB]
+
+
+def inflight_on_first_stage(runs: pd.DataFrame) -> pd.Series:
+    """Micro-batches whose activations each run's first stage holds (``pipeline``)."""
+    out = pd.Series(np.nan, index=runs.index)
+    blocks, rows = blocks_for_runs(runs)
+    for block, idx in zip(blocks, rows, strict=True):
+        out.iloc[idx] = first_stage_inflight(block.cols)
+    return out
+
+
+def stage_boundary_fit(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 8 (module docstring) on the pp-fix pipelines: the activations rescaled by a
+    factor and an unsharded T x h stage-boundary tensor (bf16) added per micro-batch in flight
+    on the first stage, ``tensors`` of them; the two fitted in-sample and leaving each model
+    size out (fitted on the others); MAPE without and with them."""
+    part = runs[(runs["framework_version"] == "pp-fix") & (runs["pp"] > 1)]
+    tokens = part["mbs"] * part["seq_len"] / part["cp"]
+    extra = (inflight_on_first_stage(part) * tokens * part["hidden_size"] * 2 / GIB).to_numpy()
+    act = (term_bytes(part)["activations"] / GIB).to_numpy()
+    pred, meas = part["pred_gib"].to_numpy(), part["meas_gib"].to_numpy()
+    models = part["model_name"].to_numpy()
+
+    def rel(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        return (pred[rows] + (x[0] - 1) * act[rows] + x[1] * extra[rows]) / meas[rows] - 1
+
+    def fitted(rows: np.ndarray) -> np.ndarray:
+        return least_squares(rel, [1.0, 1.0], args=(rows,), bounds=(0, np.inf),
+                             loss="soft_l1", f_scale=0.1).x
+
+    every = np.ones(len(part), dtype=bool)
+    x = fitted(every)
+    held = np.zeros(len(part))
+    for name in np.unique(models):
+        out = models == name
+        held[out] = rel(fitted(~out), out)
+    return pd.DataFrame([
+        {"fit": "in-sample", "runs": len(part), "activation factor": x[0], "tensors": x[1],
+         "model": np.mean(np.abs(rel(np.array([1.0, 0.0]), every))),
+         "with the terms": np.mean(np.abs(rel(x, every)))},
+        {"fit": "each model size held out", "runs": len(part),
+         "model": np.mean(np.abs(rel(np.array([1.0, 0.0]), every))),
+         "with the terms": np.mean(np.abs(held))},
+    ])
+
+
 def main() -> None:
     runs = measured_and_predicted(playbook_runs())
     mape = float(np.mean(np.abs(np.exp(runs["log_err"]) - 1)))
@@ -228,7 +293,19 @@ def main() -> None:
     print("\n6. the best rescaling of the model's own terms (factors per version and pipeline, "
           "fitted in-sample on those runs), MAPE beside the model's")
     print(best_rescaling(runs).round(3).to_string(index=False, na_rep=""))
-
+    print("\n7. pipelines: (measured - the model's other terms) / its activations, median by "
+          "version, tp (rows) and pp (columns), runs whose activations are >= half the "
+          "prediction (runs per cell in brackets)")
+    implied = implied_activation_factor(runs)
+    for version, part in implied.groupby("framework_version"):
+        table = part.pivot_table(index="tp", columns="pp", values="factor", aggfunc="median")
+        counts = part.pivot_table(index="tp", columns="pp", values="factor", aggfunc="count")
+        print(f"\n{version}")
+        cells = table.round(2).astype(str) + " (" + counts.fillna(0).astype(int).astype(str) + ")"
+        print(cells.where(table.notna(), "").to_string())
+    print("\n8. pp-fix pipelines: the activations rescaled and unsharded T x h stage-boundary "
+          "tensors added per micro-batch in flight on the first stage, both fitted")
+    print(stage_boundary_fit(runs).round(3).to_string(index=False, na_rep=""))
 
 if __name__ == "__main__":
     main()
