@@ -257,18 +257,24 @@ def stage_boundary_fit(runs: pd.DataFrame) -> pd.DataFrame:
     ])
 
 
+def print_tp_by_pp(runs: pd.DataFrame, value: str, how: str) -> None:
+    """Per framework version, ``value`` aggregated by ``how`` over tp (rows) and pp (columns),
+    with the runs per cell in brackets."""
+    for version, part in runs.groupby("framework_version"):
+        table = part.pivot_table(index="tp", columns="pp", values=value, aggfunc=how)
+        counts = part.pivot_table(index="tp", columns="pp", values=value, aggfunc="count")
+        print(f"\n{version} (runs per cell in brackets)")
+        cells = table.round(2).astype(str) + " (" + counts.fillna(0).astype(int).astype(str) + ")"
+        print(cells.where(table.notna(), "").to_string())
+
+
 def main() -> None:
     runs = measured_and_predicted(playbook_runs())
     mape = float(np.mean(np.abs(np.exp(runs["log_err"]) - 1)))
     print(f"{len(runs)} completed Playbook runs with measured reserved memory; shipped "
           f"parameters: memory MAPE {mape:.1%}")
     print("\n1. mean log(predicted / measured) by framework version, tp (rows) and pp (columns)")
-    for version, part in runs.groupby("framework_version"):
-        table = part.pivot_table(index="tp", columns="pp", values="log_err", aggfunc="mean")
-        counts = part.pivot_table(index="tp", columns="pp", values="log_err", aggfunc="count")
-        print(f"\n{version} (runs per cell in brackets)")
-        cells = table.round(2).astype(str) + " (" + counts.fillna(0).astype(int).astype(str) + ")"
-        print(cells.where(table.notna(), "").to_string())
+    print_tp_by_pp(runs, "log_err", "mean")
     print("\n2. without a pipeline: GiB per sequence of micro-batch, measured vs predicted")
     print(slopes(runs).round(3).to_string(index=False))
     n, groups, floor, model = repeat_floor(runs)
@@ -295,17 +301,12 @@ def main() -> None:
     print(best_rescaling(runs).round(3).to_string(index=False, na_rep=""))
     print("\n7. pipelines: (measured - the model's other terms) / its activations, median by "
           "version, tp (rows) and pp (columns), runs whose activations are >= half the "
-          "prediction (runs per cell in brackets)")
-    implied = implied_activation_factor(runs)
-    for version, part in implied.groupby("framework_version"):
-        table = part.pivot_table(index="tp", columns="pp", values="factor", aggfunc="median")
-        counts = part.pivot_table(index="tp", columns="pp", values="factor", aggfunc="count")
-        print(f"\n{version}")
-        cells = table.round(2).astype(str) + " (" + counts.fillna(0).astype(int).astype(str) + ")"
-        print(cells.where(table.notna(), "").to_string())
+          "prediction")
+    print_tp_by_pp(implied_activation_factor(runs), "factor", "median")
     print("\n8. pp-fix pipelines: the activations rescaled and unsharded T x h stage-boundary "
           "tensors added per micro-batch in flight on the first stage, both fitted")
     print(stage_boundary_fit(runs).round(3).to_string(index=False, na_rep=""))
+
 
 if __name__ == "__main__":
     main()
