@@ -3,7 +3,7 @@
     python benchmarks/memory_diagnosis.py
 
 With the shipped parameters (``surrogate/data/analytic_params.json``), over the completed
-Playbook runs, three tables:
+Playbook runs, eight tables:
 
 1. mean log(predicted / measured) reserved memory by framework version, tp and pp;
 2. without a pipeline, per model, tp, ZeRO stage and version (three micro-batch sizes or
