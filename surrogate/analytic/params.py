@@ -107,10 +107,11 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     ),
     FreeParameter(
         "pp_slot_latency_s", 1e-3, 2.0, 1e-6, 5.0, "s", "time",
-        "Fixed cost, per micro-batch slot and per pipeline neighbour across a node boundary, of "
-        "the blocking send/receive handshake between stages (a latency, not a bandwidth: the "
-        "Playbook's cross-node pipelines lose a constant time per slot whatever the message "
-        "size); prior 1 ms.",
+        "Fixed cost of one send/receive handshake between pipeline stages across a node "
+        "boundary, charged min(p - 1, 2) x (m - 1) + (p - 2) times per step "
+        "(``pipeline.cross_node_waits``): a latency, not a bandwidth (the Playbook's "
+        "cross-node pipelines lose a constant time per handshake whatever the message size); "
+        "prior 1 ms.",
     ),
     FreeParameter(
         "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",

@@ -52,6 +52,23 @@ def step_slots(c: Cols) -> Array:
     return microbatches(c) + (c["pp"] - 1) / c["vpp"]
 
 
+def cross_node_waits(c: Cols) -> Array:
+    """Handshake waits on a step's critical path where the pipeline crosses nodes:
+    min(p - 1, 2) x (m - 1) + (p - 2), for p >= 2 (0 without a pipeline).
+
+    A stage waits once per neighbour for every micro-batch after the first, and the first
+    micro-batch waits once at each inner stage on its way through. Measured, not derived: in
+    the Playbook's cross-node nanotron pipelines (pre-pp-fix, 405 completed runs) the time no
+    other term explains is a constant times this count at every p from 2 to 32 and m from 1 to
+    256 (pp 2, m 1 loses nothing; a count of m + p - 1 slots per neighbour charged 2 waits too
+    many at pp 2 and 2 p - 4 too many at depth; the diagnosis of 2026-11-23). A likely cause,
+    not verified: a send that finds its receiver busy completes only after a fixed
+    rendezvous delay, and only the first micro-batch finds each receiver waiting."""
+    p, m = c["pp"], microbatches(c)
+    waits = np.minimum(p - 1.0, 2.0) * np.maximum(m - 1.0, 0.0) + np.maximum(p - 2.0, 0.0)
+    return np.where(p > 1, waits, 0.0)
+
+
 def first_stage_inflight(c: Cols) -> Array:
     """Micro-batches whose activations the first stage holds at once.
 

@@ -3,8 +3,9 @@
 Step (1F1B, Narayanan et al. 2021): the slowest stage runs m + (p - 1) / v micro-batch slots;
 each slot costs the stage's compute for one micro-batch plus its exposed TP, CP and EP
 communication, its memory-bound kernels and the gradient accumulation. Once per step add the
-pipeline sends on the critical path, the part of the DP gradient reduction the last backward
-does not hide, ZeRO-1/2's weight all-gather, and the optimizer step.
+pipeline sends on the critical path and their handshake waits across nodes, the part of the
+DP gradient reduction the last backward does not hide, ZeRO-1/2's weight all-gather, and the
+optimizer step.
 
 Compute: GEMM FLOPs at the efficiency the :class:`~surrogate.analytic.perf.PerfModel` gives
 for each projection's shape (QKV, attention output, MLP in and out, output head). The flash
@@ -28,8 +29,8 @@ shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupie
 Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
 calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
 ``tp_comm_scale`` / ``tp_inter_comm_scale`` the TP collectives within / across nodes,
-``pp_comm_scale`` the pipeline sends, ``pp_slot_latency_s`` is the wait per slot and per
-pipeline neighbour across a node boundary; ``layer_overhead_s`` per layer and
+``pp_comm_scale`` the pipeline sends, ``pp_slot_latency_s`` is the wait of each handshake
+across a node boundary (``pipeline.cross_node_waits``); ``layer_overhead_s`` per layer and
 ``microbatch_overhead_s`` per micro-batch slot are fixed costs (launches, host work), part of
 ``overhead`` and of every bubble slot.
 
@@ -235,10 +236,10 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     slots = pipeline.step_slots(c)
     m = pipeline.microbatches(c)
     bubble = (slots - m) * slot
-    # a stage waits on each neighbour across a node boundary every slot: inner stages have two
-    neighbours = np.minimum(c["pp"] - 1.0, 2.0) * comm.spans_nodes(c)["pp"]
-    pp_s = slots * (comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
-                    + neighbours * param(c, "pp_slot_latency_s"))
+    # handshakes across a node boundary wait a fixed time each (pipeline.cross_node_waits)
+    waits = pipeline.cross_node_waits(c) * comm.spans_nodes(c)["pp"]
+    pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+            + waits * param(c, "pp_slot_latency_s"))
     window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)

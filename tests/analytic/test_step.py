@@ -141,12 +141,18 @@ def test_layer_gemms_are_the_parameter_count(config, family):
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
-@pytest.mark.parametrize(("pp", "neighbours"), [(2, 1), (4, 2), (8, 2)])
-def test_cross_node_pipelines_wait_a_fixed_time_per_slot_and_neighbour(cols, pp, neighbours):
-    c = dict(cols("llama3-8b", dp=8, pp=pp, grad_accum=4))  # dp 8 fills a node: pp spans nodes
+@pytest.mark.parametrize(("pp", "grad_accum", "waits"),
+                         [(2, 1, 0), (2, 4, 3), (4, 4, 2 * 3 + 2), (8, 16, 2 * 15 + 6)])
+def test_cross_node_pipelines_wait_per_neighbour_after_the_first_microbatch(
+    cols, pp, grad_accum, waits
+):
+    """min(p - 1, 2) x (m - 1) + (p - 2) waits (pipeline.cross_node_waits): pp 2 with one
+    micro-batch waits for nothing."""
+    c = dict(cols("llama3-8b", dp=8, pp=pp, grad_accum=grad_accum))  # dp 8 fills a node
     quiet = step.step_breakdown({**c, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"]
-    waits = step.step_breakdown({**c, "p_pp_slot_latency_s": np.full(1, 0.5)}, PERF)["pp_comm"]
-    assert waits - quiet == pytest.approx(pipeline.step_slots(c) * neighbours * 0.5)
+    slow = step.step_breakdown({**c, "p_pp_slot_latency_s": np.full(1, 0.5)}, PERF)["pp_comm"]
+    assert slow - quiet == pytest.approx(waits * 0.5)
+    np.testing.assert_allclose(pipeline.cross_node_waits(c), waits)
     inside = dict(cols("llama3-8b", dp=1, pp=pp, grad_accum=4))  # one node: no wait
     for latency in (0.0, 0.5):
         assert step.step_breakdown({**inside, "p_pp_slot_latency_s": np.full(1, latency)},
