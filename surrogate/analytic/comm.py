@@ -13,7 +13,8 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
 
 - TP (Shoeybi et al. 2019 sec. 3; Korthikanti et al. 2022 sec. 4.2.2): per layer, two
   all-reduces of 2 T h bytes forward and two backward; with sequence parallelism each becomes
-  an all-gather plus a reduce-scatter of the same total size. Not overlapped (exposed).
+  an all-gather plus a reduce-scatter of the same total size. Not overlapped (exposed). Across
+  nodes, each of these rings also pays a latency per step (:func:`tp_ring_steps_per_layer`).
 - CP (ring attention, Liu et al. 2023): per layer, cp - 1 exchanges of the K and V chunks
   (2 x 2 T h_kv / tp bytes, h_kv = kv_heads x head_dim) forward and twice that backward (K, V
   and their gradients); overlapped with the attention computation, exposed only where longer.
@@ -80,6 +81,19 @@ def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     rs = perf.collective_time_s("reduce_scatter", size, c["tp"], inter, c, local)
     sp = c["sequence_parallel"] > 0
     return 4 * np.where(sp, ag + rs, ar)
+
+
+def tp_ring_steps_per_layer(c: Cols) -> Array:
+    """Ring steps of one layer's TP collectives, one micro-batch, forward and backward:
+    8 (tp - 1), with or without sequence parallelism.
+
+    A ring all-gather or reduce-scatter over n ranks takes n - 1 steps and a ring all-reduce
+    2 (n - 1) (Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective Communication
+    Operations in MPICH", sec. 4: time (n - 1) alpha + (n - 1) / n x bytes x beta), so the four
+    all-reduces, or four all-gather plus reduce-scatter pairs, of a layer take 8 (n - 1). Every
+    step of a ring moves all its links at once, so where the ring crosses nodes each step waits
+    on a network link: alpha is the inter-node latency (``tp_inter_step_latency_s``)."""
+    return np.where(c["tp"] > 1, 8.0 * (c["tp"] - 1.0), 0.0)
 
 
 def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:

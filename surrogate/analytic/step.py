@@ -29,6 +29,7 @@ shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupie
 Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
 calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
 ``tp_comm_scale`` / ``tp_inter_comm_scale`` the TP collectives within / across nodes,
+``tp_inter_step_latency_s`` is the latency of each step of a TP ring across nodes,
 ``pp_comm_scale`` the pipeline sends, ``pp_slot_latency_s`` is the wait of each handshake
 across a node boundary (``pipeline.cross_node_waits``); ``layer_overhead_s`` per layer and
 ``microbatch_overhead_s`` per micro-batch slot are fixed costs (launches, host work), part of
@@ -201,7 +202,9 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
 
     tp_scale = np.where(comm.spans_nodes(c)["tp"] > 0, param(c, "tp_inter_comm_scale"),
                         param(c, "tp_comm_scale"))
-    tp_mb = stage_layers * comm.tp_time_per_layer_s(c, perf) * tp_scale
+    tp_latency = (comm.spans_nodes(c)["tp"] * comm.tp_ring_steps_per_layer(c)
+                  * param(c, "tp_inter_step_latency_s"))
+    tp_mb = stage_layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
     cp_mb = stage_layers * np.maximum(cp_layer - attn_s, 0.0)
     moe_layers = np.where(c["num_experts"] >= 2, stage_layers, 0.0)

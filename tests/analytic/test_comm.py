@@ -65,6 +65,14 @@ def test_tp_all_reduce_by_hand(cols):
     assert comm.tp_time_per_layer_s(sp, PERF)[0] == pytest.approx(4 * ag_rs)
 
 
+@pytest.mark.parametrize("sp", [False, True])
+def test_tp_rings_take_8_steps_per_layer_per_extra_rank(cols, sp):
+    """Four all-reduces (2 (n - 1) steps each) or four all-gather + reduce-scatter pairs."""
+    for tp, steps in ((1, 0), (2, 8), (8, 56), (32, 248)):
+        c = cols("playbook-8.86b", dp=1, tp=tp, sequence_parallel=sp and tp > 1)
+        assert comm.tp_ring_steps_per_layer(c)[0] == steps
+
+
 def test_sequence_parallel_shrinks_pp_sends(cols):
     plain = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2), PERF)[0]
     sp = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2, sequence_parallel=True),

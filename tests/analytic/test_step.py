@@ -160,6 +160,21 @@ def test_cross_node_pipelines_wait_per_neighbour_after_the_first_microbatch(
             step.step_breakdown({**inside, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"])
 
 
+def test_tp_rings_across_nodes_wait_per_step(cols):
+    """tp_inter_step_latency_s: 8 (tp - 1) steps per layer and micro-batch, only where the TP
+    group crosses nodes."""
+    def tp_comm(c, latency):
+        return step.step_breakdown({**c, "p_tp_inter_step_latency_s": np.full(1, latency)},
+                                   PERF)["tp_comm"][0]
+
+    across = dict(cols("playbook-8.86b", dp=1, tp=16, grad_accum=3))
+    layers = across["num_layers"][0]
+    assert tp_comm(across, 1e-4) - tp_comm(across, 0.0) == pytest.approx(
+        3 * layers * 8 * 15 * 1e-4)
+    inside = dict(cols("playbook-8.86b", dp=1, tp=8, grad_accum=3))
+    assert tp_comm(inside, 1e-4) == pytest.approx(tp_comm(inside, 0.0))
+
+
 FLOOR = {"p_pp_layer_floor_s": np.full(1, 0.02), "p_pp_layer_floor_per_tp_s": np.full(1, 0.01)}
 
 
