@@ -104,9 +104,10 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "tp_inter_step_latency_s", 1e-5, 3.0, 1e-7, 1e-2, "s per ring step", "time",
         "Latency of one step of a TP ring across nodes (``comm.tp_ring_steps_per_layer``: "
         "8 (tp - 1) steps per layer and micro-batch), beyond the profile's time for the "
-        "collective's bytes: the alpha of the ring's alpha-beta cost, which the profile's "
-        "large-message measurements do not see. Prior 10 us, the order of an inter-node hop "
-        "(network latency plus NCCL's protocol), wide.",
+        "collective: the alpha of the ring's alpha-beta cost, which the fabric curves, "
+        "measured on large messages, do not see (the datasheet path already charges 10 us "
+        "per step; this adds to it). Prior 10 us, the order of an inter-node hop (network "
+        "latency plus NCCL's protocol), wide.",
     ),
     FreeParameter(
         "pp_comm_scale", 1.0, 1.0, 0.2, 1000.0, "x", "time",

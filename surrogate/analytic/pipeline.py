@@ -63,7 +63,9 @@ def cross_node_waits(c: Cols) -> Array:
     256 (pp 2, m 1 loses nothing; a count of m + p - 1 slots per neighbour charged 2 waits too
     many at pp 2 and 2 p - 4 too many at depth; the diagnosis of 2026-11-23). A likely cause,
     not verified: a send that finds its receiver busy completes only after a fixed
-    rendezvous delay, and only the first micro-batch finds each receiver waiting."""
+    rendezvous delay, and only the first micro-batch finds each receiver waiting. Counted per
+    micro-batch whatever the schedule: the runs that measure the wait all have v = 1, and an
+    interleaved schedule's v chunks per micro-batch are not counted apart."""
     p, m = c["pp"], microbatches(c)
     waits = np.minimum(p - 1.0, 2.0) * np.maximum(m - 1.0, 0.0) + np.maximum(p - 2.0, 0.0)
     return np.where(p > 1, waits, 0.0)
