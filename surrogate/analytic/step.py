@@ -200,9 +200,10 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     compute_mb = np.where(slow_is_middle, middle_layers * layer_s, compute_mb)
     slow_is_last = slow_is_last & ~slow_is_middle
 
-    tp_scale = np.where(comm.spans_nodes(c)["tp"] > 0, param(c, "tp_inter_comm_scale"),
+    spans = comm.spans_nodes(c)
+    tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"),
                         param(c, "tp_comm_scale"))
-    tp_latency = (comm.spans_nodes(c)["tp"] * comm.tp_ring_steps_per_layer(c)
+    tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
                   * param(c, "tp_inter_step_latency_s"))
     tp_mb = stage_layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
@@ -240,7 +241,7 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     m = pipeline.microbatches(c)
     bubble = (slots - m) * slot
     # handshakes across a node boundary wait a fixed time each (pipeline.cross_node_waits)
-    waits = pipeline.cross_node_waits(c) * comm.spans_nodes(c)["pp"]
+    waits = pipeline.cross_node_waits(c) * spans["pp"]
     pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
             + waits * param(c, "pp_slot_latency_s"))
     window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
