@@ -32,10 +32,13 @@ Playbook runs, eight tables:
    pp, over the runs whose activations are at least half of the prediction. The first stage
    holds about L / pp layers for pp micro-batches, so a per-layer miscount would not change
    with pp at one tp, and would show in both versions (one code, one activation count);
-8. one candidate for what table 7 shows, on the pp-fix pipelines: the activation term
-   rescaled and unsharded stage-boundary tensors (T x h in bf16) kept per micro-batch in
-   flight on the first stage, the factor and the count fitted (soft-L1 on the relative error)
-   in-sample and leaving each model size out, MAPE before and after.
+8. the shape of the in-flight term (free parameter ``inflight_hidden_tensors``: unsharded
+   T x h bf16 tensors per micro-batch in flight beyond the first): per version, three scales
+   (every other term, the derived activations, the term) refitted for each candidate shape,
+   in-sample and leaving each model size and each pp out. Before the term existed, table 7
+   grew with pp and tp in pp-fix (0.75 at tp 1 pp 2, 1.82 at tp 16 pp 8) and stayed near 1
+   in pre-pp-fix: a term per micro-batch in flight that tp does not split is what that shape
+   asks for. The shipped shape is chosen among these by the held-out columns.
 
 Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three
 shapes (64 or 8 key-value heads, vocabulary 131,072 or 49,152).
@@ -48,7 +51,8 @@ import pandas as pd
 from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
-from surrogate.analytic.memory import logged_breakdown, memory_breakdown
+from surrogate.analytic.memory import inflight_hidden_bytes, logged_breakdown, memory_breakdown
+from surrogate.analytic.params import values_for
 from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.clusters import playbook_runs
 from surrogate.fit_params import blocks_for_runs
@@ -213,48 +217,68 @@ def implied_activation_factor(runs: pd.DataFrame) -> pd.DataFrame:
     return held[act >= 0.5 * piped["pred_gib"] * GIB]
 
 
-def inflight_on_first_stage(runs: pd.DataFrame) -> pd.Series:
-    """Micro-batches whose activations each run's first stage holds (``pipeline``)."""
-    out = pd.Series(np.nan, index=runs.index)
+def inflight_unit_gib(runs: pd.DataFrame) -> pd.Series:
+    """Per run, one unsharded T x h bf16 tensor per micro-batch in flight on the first stage
+    beyond the first, the allocator's share included, in GiB: the unit of the free parameter
+    ``inflight_hidden_tensors``."""
+    unit = pd.Series(np.nan, index=runs.index)
     blocks, rows = blocks_for_runs(runs)
     for block, idx in zip(blocks, rows, strict=True):
-        out.iloc[idx] = first_stage_inflight(block.cols)
-    return out
+        c = block.cols
+        one = inflight_hidden_bytes({**c, "p_inflight_hidden_tensors": np.ones(len(idx))},
+                                    first_stage_inflight(c))
+        unit.iloc[idx] = one * (1 + c["p_allocator_overhead_frac"]) / GIB
+    return unit
 
 
-def stage_boundary_fit(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table 8 (module docstring) on the pp-fix pipelines: the activations rescaled by a
-    factor and an unsharded T x h stage-boundary tensor (bf16) added per micro-batch in flight
-    on the first stage, ``tensors`` of them; the two fitted in-sample and leaving each model
-    size out (fitted on the others); MAPE without and with them."""
-    part = runs[(runs["framework_version"] == "pp-fix") & (runs["pp"] > 1)]
-    tokens = part["mbs"] * part["seq_len"] / part["cp"]
-    extra = (inflight_on_first_stage(part) * tokens * part["hidden_size"] * 2 / GIB).to_numpy()
-    act = (term_bytes(part)["activations"] / GIB).to_numpy()
-    pred, meas = part["pred_gib"].to_numpy(), part["meas_gib"].to_numpy()
-    models = part["model_name"].to_numpy()
+INFLIGHT_FORMS = {
+    "none": lambda runs: 0.0 * runs["pp"],
+    "x (in flight - 1) (shipped)": lambda runs: 1.0 + 0.0 * runs["pp"],
+    "x sqrt(in flight - 1)": lambda runs: 1 / np.sqrt(np.maximum(runs["pp"] - 1, 1)),
+    "x log2(pp) / (in flight - 1)":
+        lambda runs: np.log2(runs["pp"]) / np.maximum(runs["pp"] - 1, 1),
+    "x (in flight - 1) / tp": lambda runs: 1 / runs["tp"],
+}
+"""Table 8's candidate shapes, as a factor on :func:`inflight_unit_gib` (where m >= pp the
+first stage holds pp micro-batches, so pp - 1 stands for in flight - 1)."""
 
-    def rel(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        return (pred[rows] + (x[0] - 1) * act[rows] + x[1] * extra[rows]) / meas[rows] - 1
 
-    def fitted(rows: np.ndarray) -> np.ndarray:
-        return least_squares(rel, [1.0, 1.0], args=(rows,), bounds=(0, np.inf),
-                             loss="soft_l1", f_scale=0.1).x
+def inflight_forms(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 8 (module docstring): per version, the memory MAPE after refitting three scales
+    (every other term, the derived activations, the in-flight term of each shape) by soft-L1
+    on log memory, in-sample and leaving each model size and each pp out."""
+    terms = term_bytes(runs) / GIB
+    unit = inflight_unit_gib(runs)
+    shipped = np.where(runs["pp"] > 1, unit * runs["framework_version"].map(
+        lambda v: values_for(f"nanotron/{v}")["inflight_hidden_tensors"]), 0.0)
+    act = terms["activations"] - shipped
+    other = terms.drop(columns="activations").sum(axis=1)
+    rows = []
+    for version, part in runs.groupby("framework_version"):
+        y = part["meas_gib"].to_numpy()
+        for name, shape in INFLIGHT_FORMS.items():
+            x_term = np.where(part["pp"] > 1, unit[part.index] * shape(part), 0.0)
+            a = np.c_[other[part.index], act[part.index], x_term]
 
-    every = np.ones(len(part), dtype=bool)
-    x = fitted(every)
-    held = np.zeros(len(part))
-    for name in np.unique(models):
-        out = models == name
-        held[out] = rel(fitted(~out), out)
-    return pd.DataFrame([
-        {"fit": "in-sample", "runs": len(part), "activation factor": x[0], "tensors": x[1],
-         "model": np.mean(np.abs(rel(np.array([1.0, 0.0]), every))),
-         "with the terms": np.mean(np.abs(rel(x, every)))},
-        {"fit": "each model size held out", "runs": len(part),
-         "model": np.mean(np.abs(rel(np.array([1.0, 0.0]), every))),
-         "with the terms": np.mean(np.abs(held))},
-    ])
+            def fit(keep: np.ndarray, a: np.ndarray = a, y: np.ndarray = y) -> np.ndarray:
+                res = least_squares(lambda z: np.log(np.maximum(a[keep] @ z, 1e-3) / y[keep]),
+                                    [1.0, 1.0, 1.0], bounds=(0, np.inf), loss="soft_l1",
+                                    f_scale=0.2)
+                return np.asarray(res.x)
+
+            every = np.ones(len(part), dtype=bool)
+            x = fit(every)
+            row = {"version": version, "shape": name,
+                   "tensors": x[2] if name != "none" else np.nan,
+                   "in-sample": np.mean(np.abs(a @ x / y - 1))}
+            for key in ("model_name", "pp"):
+                err = np.zeros(len(part))
+                for value in part[key].unique():
+                    out = (part[key] == value).to_numpy()
+                    err[out] = a[out] @ fit(~out) / y[out] - 1
+                row[f"held out by {key}"] = np.mean(np.abs(err))
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def print_tp_by_pp(runs: pd.DataFrame, value: str, how: str) -> None:
@@ -303,10 +327,9 @@ def main() -> None:
           "version, tp (rows) and pp (columns), runs whose activations are >= half the "
           "prediction")
     print_tp_by_pp(implied_activation_factor(runs), "factor", "median")
-    print("\n8. pp-fix pipelines: the activations rescaled and unsharded T x h stage-boundary "
-          "tensors added per micro-batch in flight on the first stage, both fitted")
-    print(stage_boundary_fit(runs).round(3).to_string(index=False, na_rep=""))
-
+    print("\n8. the in-flight term's shape: memory MAPE after refitting the scales of every other "
+          "term, the activations and the term, per version")
+    print(inflight_forms(runs).round(3).to_string(index=False, na_rep=""))
 
 if __name__ == "__main__":
     main()

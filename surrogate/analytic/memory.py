@@ -42,6 +42,13 @@ Megatron-LM ``tensor_parallel/cross_entropy.py`` and nanotron ``sharded_cross_en
 ``exp_logits`` in fp32). Every stage is weighed, the largest reported (``memory_breakdown``,
 ``stage_memory``).
 
+Pipelined stages also keep, for each micro-batch in flight beyond the first, a fitted
+number of unsharded T x h tensors in bf16 (free parameter ``inflight_hidden_tensors``). This
+term is measured, not derived: the Playbook's nanotron pp-fix pipelines hold about five more
+such tensors per micro-batch than the activation count, a number that does not shrink as tp
+splits the layers (``benchmarks/memory_diagnosis.py`` table 8 compares the shapes); which
+tensors they are in nanotron's engine is not identified.
+
 Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),
 their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
 gradient (4) and that gradient cast to bf16 (2) can coexist: at most 16 bytes per logit, the
@@ -205,6 +212,15 @@ def _backward_working_set(c: Cols) -> Array:
     return np.where(c["recompute"] == 2, 2 * one_layer, one_layer)
 
 
+def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:
+    """What a stage holding ``inflight`` micro-batches keeps beyond the derived activations:
+    ``inflight_hidden_tensors`` unsharded T x h bf16 tensors for each micro-batch in flight
+    beyond the first (module docstring; none without a pipeline under 1F1B)."""
+    tokens = c["mbs"] * c["seq_len"] / c["cp"]
+    extra = np.maximum(inflight - 1.0, 0.0)
+    return param(c, "inflight_hidden_tensors") * 2 * tokens * c["hidden_size"] * extra
+
+
 def logits_bytes(c: Cols) -> Array:
     """Logits on the last stage at the loss: one micro-batch's (``logit_bytes`` each, see
     the module docstring), and under all-forward-all-backward the fp32 softmax the loss saved
@@ -229,7 +245,8 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool,
     dense, experts = stage_params(c, layers, first=first, last=last, start=start)
     out = model_state_bytes(c, dense, experts)
     out["activations"] = (layers * inflight * activation_bytes_per_layer(c)
-                          * param(c, "activation_scale"))
+                          * param(c, "activation_scale")
+                          + inflight_hidden_bytes(c, inflight))
     out["transient"] = _backward_working_set(c)
     out["logits"] = logits_bytes(c) if last else np.zeros_like(layers)
     layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]

@@ -172,6 +172,19 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "surrogate.analytic.memory): framework temporaries kept alive; prior 1.",
     ),
     FreeParameter(
+        "inflight_hidden_tensors", 0.1, 3.0, 1e-3, 20.0, "tensors of T x h per micro-batch",
+        "memory",
+        "Unsharded T x h bf16 tensors (T = the micro-batch's tokens, h = hidden size) a "
+        "pipeline stage keeps for each micro-batch in flight beyond the first, on top of the "
+        "derived activations (surrogate.analytic.memory). Measured, not derived: in the "
+        "Playbook's nanotron pp-fix pipelines the memory the activation count misses grows "
+        "with the micro-batches in flight and does not shrink with tp (diagnosis of "
+        "2026-11-23, benchmarks/memory_diagnosis.py table 8); the cause in nanotron's "
+        "pipeline engine is not identified. Prior 0.1, wide: a framework whose pipelines "
+        "keep nothing extra fits it negligible.",
+        fit_start=2.0,
+    ),
+    FreeParameter(
         "logit_bytes", 16.0, 0.25, 4.0, 24.0, "B/logit", "memory",
         "Bytes per output logit alive at the loss (surrogate.analytic.memory: bf16 logits, "
         "their fp32 copy, the fp32 softmax and its gradient in both precisions: 16); "

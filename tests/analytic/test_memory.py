@@ -413,12 +413,34 @@ def test_all_forward_all_backward_holds_every_micro_batch(config):
     for i in range(4):
         a, b = memory.stage_memory(afab, i), memory.stage_memory(onef, i)
         layers = (8, 9, 8, 7)[i]  # torchtitan's split of 32 layers + 2 slots (test_pipeline)
-        np.testing.assert_allclose(a["activations"], layers * 16 * per_layer, rtol=1e-12)
-        np.testing.assert_allclose(b["activations"], layers * (4 - i) * per_layer, rtol=1e-12)
+        for got, n, c in ((a, 16, afab), (b, 4 - i, onef)):
+            want = layers * n * per_layer + memory.inflight_hidden_bytes(c, np.array([n]))
+            np.testing.assert_allclose(got["activations"], want, rtol=1e-12)
     a, b = memory.stage_memory(afab, 3), memory.stage_memory(onef, 3)
     logits = afab["mbs"] * afab["seq_len"] * afab["vocab_size"]
     np.testing.assert_allclose(a["logits"] - b["logits"], 15 * 4.0 * logits, rtol=1e-12)
     assert memory.memory_breakdown(afab)["total"][0] > memory.memory_breakdown(onef)["total"][0]
+
+
+def test_stages_keep_unsharded_hidden_tensors_per_microbatch_in_flight_beyond_the_first(config):
+    """``inflight_hidden_tensors`` T x h bf16 tensors per micro-batch in flight beyond the
+    first, on every stage: none without a pipeline, the same at every tp, linear in the
+    count, and nothing else in the breakdown moves with it."""
+    kw = dict(dp=1, grad_accum=16, mbs=2, framework="nanotron")
+    k = 5.0
+    for tp, pp in ((1, 1), (1, 4), (4, 4), (8, 8)):
+        c = to_cols([config("8b", tp=tp, pp=pp, **kw)])
+        tokens_h = 2 * c["mbs"] * c["seq_len"] * c["hidden_size"]  # one T x h tensor in bf16
+        with_k = {**c, "p_inflight_hidden_tensors": np.array([k])}
+        none = {**c, "p_inflight_hidden_tensors": np.array([1e-12])}
+        for i in range(pp):
+            a, b = memory.stage_memory(with_k, i), memory.stage_memory(none, i)
+            n = min(pp - i, 16)  # 1F1B: p - i micro-batches in flight on stage i
+            np.testing.assert_allclose(a["activations"] - b["activations"],
+                                       k * tokens_h * (n - 1), rtol=1e-9)
+            for term in memory.BREAKDOWN_TERMS:
+                if term not in ("activations", "allocator"):
+                    np.testing.assert_array_equal(a[term], b[term])
 
 
 def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
@@ -426,4 +448,6 @@ def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
     kw = dict(dp=8, pp=1, grad_accum=8, mbs=1)
     afab = memory.memory_breakdown(to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)]))
     onef = memory.memory_breakdown(to_cols([config("playbook-1.34b", **kw)]))
-    np.testing.assert_allclose(afab["activations"], 8 * onef["activations"], rtol=1e-12)
+    c = to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)])
+    kept = 8 * onef["activations"] + memory.inflight_hidden_bytes(c, np.array([8.0]))
+    np.testing.assert_allclose(afab["activations"], kept, rtol=1e-12)

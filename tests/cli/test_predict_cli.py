@@ -87,8 +87,10 @@ def test_pipeline_schedule_flag(capsys):
     onef = run_json(capsys, [*piped, "--json"])
     afab = run_json(capsys, [*piped, "--pp-schedule", "afab", "--json"])
     assert afab["config"]["pp_schedule"] == "afab" and onef["config"]["pp_schedule"] == "1f1b"
+    # 16 micro-batches in flight on the first stage instead of 4; the few unsharded tensors
+    # per micro-batch beyond the first (tests/analytic/test_memory.py) keep it from exact
     assert afab["memory_gib"]["activations"] == pytest.approx(
-        16 / 4 * onef["memory_gib"]["activations"])
+        16 / 4 * onef["memory_gib"]["activations"], rel=0.01)
     assert afab["step_time_s"] == pytest.approx(onef["step_time_s"])
     assert main([*piped, "--pp-schedule", "afab"]) == 0
     assert "pp=4 (afab) cp=1" in capsys.readouterr().out
