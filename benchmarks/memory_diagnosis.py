@@ -235,12 +235,12 @@ INFLIGHT_FORMS = {
     "none": lambda runs: 0.0 * runs["pp"],
     "x (in flight - 1) (shipped)": lambda runs: 1.0 + 0.0 * runs["pp"],
     "x sqrt(in flight - 1)": lambda runs: 1 / np.sqrt(np.maximum(runs["pp"] - 1, 1)),
-    "x log2(pp) / (in flight - 1)":
-        lambda runs: np.log2(runs["pp"]) / np.maximum(runs["pp"] - 1, 1),
+    "x log2 pp": lambda runs: np.log2(runs["pp"]) / np.maximum(runs["pp"] - 1, 1),
     "x (in flight - 1) / tp": lambda runs: 1 / runs["tp"],
 }
-"""Table 8's candidate shapes, as a factor on :func:`inflight_unit_gib` (where m >= pp the
-first stage holds pp micro-batches, so pp - 1 stands for in flight - 1)."""
+"""Table 8's candidate shapes of the term, named as multiples of an unsharded T x h tensor and
+given as factors on :func:`inflight_unit_gib`, which holds in flight - 1 of them (where m >= pp
+the first stage holds pp micro-batches, so pp - 1 stands for in flight - 1)."""
 
 
 def inflight_forms(runs: pd.DataFrame) -> pd.DataFrame:
@@ -330,6 +330,7 @@ def main() -> None:
     print("\n8. the in-flight term's shape: memory MAPE after refitting the scales of every other "
           "term, the activations and the term, per version")
     print(inflight_forms(runs).round(3).to_string(index=False, na_rep=""))
+
 
 if __name__ == "__main__":
     main()
