@@ -52,7 +52,6 @@ from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
 from surrogate.analytic.memory import inflight_hidden_bytes, logged_breakdown, memory_breakdown
-from surrogate.analytic.params import values_for
 from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.clusters import playbook_runs
 from surrogate.fit_params import blocks_for_runs
@@ -217,18 +216,20 @@ def implied_activation_factor(runs: pd.DataFrame) -> pd.DataFrame:
     return held[act >= 0.5 * piped["pred_gib"] * GIB]
 
 
-def inflight_unit_gib(runs: pd.DataFrame) -> pd.Series:
-    """Per run, one unsharded T x h bf16 tensor per micro-batch in flight on the first stage
-    beyond the first, the allocator's share included, in GiB: the unit of the free parameter
-    ``inflight_hidden_tensors``."""
-    unit = pd.Series(np.nan, index=runs.index)
+def inflight_unit_gib(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per run, ``unit``: one unsharded T x h bf16 tensor per micro-batch in flight on the first
+    stage beyond the first, the allocator's share included, in GiB (the unit of the free
+    parameter ``inflight_hidden_tensors``), and ``shipped``: the GiB its shipped count adds."""
+    out = pd.DataFrame(np.nan, index=runs.index, columns=["unit", "shipped"])
     blocks, rows = blocks_for_runs(runs)
     for block, idx in zip(blocks, rows, strict=True):
         c = block.cols
         one = inflight_hidden_bytes({**c, "p_inflight_hidden_tensors": np.ones(len(idx))},
                                     first_stage_inflight(c))
-        unit.iloc[idx] = one * (1 + c["p_allocator_overhead_frac"]) / GIB
-    return unit
+        unit = one * (1 + c["p_allocator_overhead_frac"]) / GIB
+        out.iloc[idx, 0] = unit
+        out.iloc[idx, 1] = unit * c["p_inflight_hidden_tensors"]
+    return out
 
 
 INFLIGHT_FORMS = {
@@ -248,16 +249,15 @@ def inflight_forms(runs: pd.DataFrame) -> pd.DataFrame:
     (every other term, the derived activations, the in-flight term of each shape) by soft-L1
     on log memory, in-sample and leaving each model size and each pp out."""
     terms = term_bytes(runs) / GIB
-    unit = inflight_unit_gib(runs)
-    shipped = np.where(runs["pp"] > 1, unit * runs["framework_version"].map(
-        lambda v: values_for(f"nanotron/{v}")["inflight_hidden_tensors"]), 0.0)
-    act = terms["activations"] - shipped
+    inflight = inflight_unit_gib(runs)
+    unit = inflight["unit"]
+    act = terms["activations"] - inflight["shipped"]
     other = terms.drop(columns="activations").sum(axis=1)
     rows = []
     for version, part in runs.groupby("framework_version"):
         y = part["meas_gib"].to_numpy()
         for name, shape in INFLIGHT_FORMS.items():
-            x_term = np.where(part["pp"] > 1, unit[part.index] * shape(part), 0.0)
+            x_term = (unit[part.index] * shape(part)).to_numpy()
             a = np.c_[other[part.index], act[part.index], x_term]
 
             def fit(keep: np.ndarray, a: np.ndarray = a, y: np.ndarray = y) -> np.ndarray:
