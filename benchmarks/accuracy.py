@@ -4,7 +4,8 @@ model alone (protocols and metrics: ``training/evaluate.py``).
     python benchmarks/accuracy.py [--protocol cv --protocol lomo ...] [--model-dir DIR]
                                   [--sweeps TABLE ...] [--no-playbook] [--data-dir DIR]
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
-                                  [--transfer] [--track] [--shipped-physics]
+                                  [--survivors-only-memory] [--transfer] [--track]
+                                  [--shipped-physics]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
 them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
@@ -12,6 +13,8 @@ paper's Table 4 against the MFU Meta reported (``training/transfer.py``). ``--sh
 protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
 ``--shape-weight`` sets the share of the correction kept for an unseen model shape
 (``surrogate.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
+``--survivors-only-memory`` fits the memory correction on the completed runs alone, as before
+the runs out of memory were censored targets (``surrogate.learned.fit_memory``).
 Each split refits the analytic model's free parameters on its training part as well
 (``training.evaluate.physics_of``), so no held-out run reaches the physics either;
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook
@@ -50,6 +53,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shrink", type=float, action="append", default=None)
     ap.add_argument("--shape-weight", type=float, default=None)
+    ap.add_argument("--survivors-only-memory", action="store_true")
     ap.add_argument("--transfer", action="store_true")
     ap.add_argument("--shipped-physics", action="store_true")
     ap.add_argument("--track", action="store_true")
@@ -64,8 +68,10 @@ def main() -> None:
     logged: dict[str, float] = {}
     baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
-    settings = ({} if args.shape_weight is None
-                else {"unseen_shape_weight": args.shape_weight})
+    settings: dict[str, Any] = ({} if args.shape_weight is None
+                                else {"unseen_shape_weight": args.shape_weight})
+    if args.survivors_only_memory:
+        settings["censored_memory"] = False
     data = training_data(runs)  # features and targets once, sliced per split
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)

@@ -24,6 +24,12 @@ learned from measured runs, ``surrogate.learned``) need not. Three parts (a few 
    so that pp of them are in flight in every run): the steps, median reserved memory of one
    micro-batch size to that of the next, where the measured reserved memory falls by more than
    0.5 GiB and 5%. A learned correction can only reproduce such falls.
+4. **Survivorship near the capacity.** The Playbook's runs binned by the analytic estimate of
+   their peak reserved memory over the GPU's capacity: how many completed with a measured
+   memory and how many ran out of memory, and the completed runs' mean log(measured /
+   analytic) (the learned memory target, ``surrogate.training_data``). Near the capacity
+   only the runs the estimate over-stated complete, which is why the memory correction reads
+   the runs out of memory as censored targets (``surrogate.learned.fit_memory``).
 """
 
 from __future__ import annotations
@@ -89,6 +95,21 @@ def measured_steps(runs: pd.DataFrame) -> pd.DataFrame:
     return med
 
 
+def survivorship(runs: pd.DataFrame) -> pd.DataFrame:
+    """Part 4: per bin of analytic estimate / capacity, the runs, the completed with a
+    measured memory, the out-of-memory and the completed runs' mean memory target."""
+    from surrogate.training_data import training_data
+
+    data = training_data(runs)
+    ratio = data.analytic["mem_reserved"] / data.cols["memory_bytes"]
+    edges = [0, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.5, 2, 4, np.inf]
+    table = pd.DataFrame({"estimate / capacity": pd.cut(ratio, edges), "y": data.y_mem,
+                          "completed": data.mem_ok, "oom": data.y_status == 1})
+    return table.groupby("estimate / capacity", observed=True).agg(
+        runs=("y", "size"), completed=("completed", "sum"), oom=("oom", "sum"),
+        mean_log_measured_over_analytic=("y", "mean"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model-dir", type=Path, default=None,
@@ -144,6 +165,10 @@ def main() -> None:
     per = measured[measured["step"]].groupby("band").agg(steps=("fell", "size"),
                                                           falls=("fell", "sum"))
     print(per.to_string())
+
+    print("\n4. survivorship: the Playbook's runs by analytic peak reserved memory over the "
+          "capacity; the mean is over the completed runs")
+    print(survivorship(runs).round(3).to_string())
 
 
 if __name__ == "__main__":

@@ -117,6 +117,16 @@ class TrainingData:
         return source_weights(self.runs) if balance_sources else np.ones(len(self.runs))
 
     @functools.cached_property
+    def mem_floor(self) -> np.ndarray:
+        """Where a run ran out of memory, log(GPU capacity / analytic peak reserved memory of
+        the most loaded rank): its need was above the capacity, so the memory correction
+        that prediction applies to that rank is above this (NaN for other runs)."""
+        floor = np.full(len(self.runs), np.nan)
+        oom = self.y_status == 1
+        floor[oom] = np.log(self.cols["memory_bytes"][oom] / self.analytic["mem_reserved"][oom])
+        return floor
+
+    @functools.cached_property
     def data_hash(self) -> str:
         """:func:`data_hash` of the runs."""
         return data_hash(self.runs)

@@ -78,7 +78,8 @@ def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
                       "mem_params": SMALL_BOOSTERS,
                       "coverage": 0.8, "n_folds": 5, "seed": 3,
                       "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
-                      "unseen_shape_weight": UNSEEN_SHAPE_WEIGHT, "balance_sources": True}
+                      "unseen_shape_weight": UNSEEN_SHAPE_WEIGHT, "balance_sources": True,
+                      "censored_memory": True}
     assert SurrogateModel(**params).get_params() == params
     copy = clone(fitted)
     assert type(copy) is SurrogateModel and copy.get_params() == params
@@ -233,6 +234,38 @@ def test_a_certain_oom_keeps_the_physics_status(fitted, configs):
     for k in ("p_oom", "p_fail", "pred_mfu", "pred_peak_mem_gib"):
         np.testing.assert_allclose(pred[k][rest], base[k][rest], rtol=1e-12, err_msg=k)
     np.testing.assert_allclose(pred["pred_mfu"], base["pred_mfu"], rtol=1e-12)
+
+
+def test_memory_correction_reads_runs_out_of_memory_as_censored():
+    """Synthetic runs (generated here) where the physics is right: the need is the analytic
+    estimate times noise, and a run whose need passes the capacity runs out of memory. Fitted
+    on the survivors alone the correction learns "less memory past the capacity" (those that
+    fit are the ones the estimate over-stated), so the predicted memory falls where the
+    estimate crosses the capacity; with the runs out of memory as censored targets it stays
+    near the physics and rises with the estimate."""
+    import pandas as pd
+
+    from surrogate.learned import fit_memory
+
+    rng = np.random.default_rng(0)
+    frac = rng.uniform(0.3, 3.0, 3000)  # analytic estimate / capacity
+    noise = rng.normal(0.0, 0.1, frac.size)
+    oom = frac * np.exp(noise) > 1.0
+    X = pd.DataFrame({"framework_code": np.zeros(frac.size), "mem_reserved_frac": frac})
+    y = np.where(oom, np.nan, noise)
+    floor = np.where(oom, -np.log(frac), np.nan)
+    grid = np.linspace(0.3, 3.0, 55)
+    at = pd.DataFrame({"framework_code": np.zeros(grid.size), "mem_reserved_frac": grid})
+    near = (grid > 0.95) & (grid < 1.3)
+    settings = {**SMALL_BOOSTERS, "min_child_samples": 20, "verbose": -1}
+
+    survivors = fit_memory(X, y, ~oom, np.full(frac.size, np.nan), np.ones(frac.size), settings)
+    assert survivors.predict(at)[near].mean() < -0.1
+    censored = fit_memory(X, y, ~oom, floor, np.ones(frac.size), settings)
+    correction = censored.predict(at)
+    assert abs(correction[near].mean()) < 0.05 and abs(correction[grid > 1.5]).max() < 0.05
+    memory = grid * np.exp(correction)
+    assert (np.diff(memory) > -0.02).all()
 
 
 def test_status_init_score_is_the_physics_log_probabilities():

@@ -14,7 +14,7 @@ def test_a_part_of_the_prepared_data_is_the_parts_own_preparation(playbook_subse
     part = training_data(playbook_subset).take(rows)
     own = training_data(playbook_subset.iloc[rows])
     assert part.runs.equals(own.runs) and part.X.equals(own.X)
-    for name in ("y_status", "done", "y_mfu", "mem_ok", "y_mem", "groups"):
+    for name in ("y_status", "done", "y_mfu", "mem_ok", "y_mem", "mem_floor", "groups"):
         np.testing.assert_array_equal(getattr(part, name), getattr(own, name), err_msg=name)
     for k in own.analytic:
         np.testing.assert_array_equal(part.analytic[k], own.analytic[k], err_msg=k)
@@ -43,6 +43,11 @@ def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
     np.testing.assert_array_equal(logged[~piped], peak[~piped])
     assert (logged[piped] <= peak[piped]).all() and (logged[piped] < peak[piped]).any()
     assert np.isnan(data.y_mfu[~data.done]).all() and np.isnan(data.y_mem[~data.mem_ok]).all()
+    # a run out of memory needed more than the GPU: its memory target is censored from below
+    oom = data.y_status == 1
+    assert oom.any() and np.isnan(data.mem_floor[~oom]).all()
+    np.testing.assert_allclose(data.mem_floor[oom], np.log(
+        data.cols["memory_bytes"][oom] / data.analytic["mem_reserved"][oom]))
 
 
 def test_source_weights_balance_sources():
