@@ -13,7 +13,9 @@
 - uncertainty: conformalised quantile regression (Romano et al. 2019, "Conformalized Quantile
   Regression") of the throughput factor: 10% and 90% quantile models, widened by the 80%
   quantile of their out-of-fold conformity scores over grouped folds, so that the interval is
-  ``coverage`` wide on unseen cells and wider where the quantile models disagree.
+  ``coverage`` wide on unseen cells and wider where the quantile models disagree; and of the
+  peak memory, the same quantile of the memory model's absolute out-of-fold errors in log
+  memory (``mem_conformal_q_``), one width for all.
 
 scikit-learn conventions: ``__init__`` stores settings, which ``get_params`` / ``set_params``
 read and write (so ``sklearn.base.clone`` works); ``fit(X)`` learns from a runs table and returns
@@ -239,9 +241,9 @@ class SurrogateModel:
     reads runs out of memory as censored targets (``censored_memory``, :func:`fit_memory`;
     models saved before it load as False). Fitted attributes: the boosters
     (``status_model_``, ``mfu_model_``, ``mfu_lo_model_``, ``mfu_hi_model_``,
-    ``mem_model_``), ``status_classes_``,
-    ``conformal_q_``, ``feature_names_``, ``domain_``, ``data_hash_``, ``n_train_``,
-    ``metrics_`` and ``saved_sha256_``."""
+    ``mem_model_``), ``status_classes_``, ``conformal_q_``, ``mem_conformal_q_``,
+    ``feature_names_``, ``domain_``, ``data_hash_``, ``n_train_``, ``metrics_`` and
+    ``saved_sha256_``."""
 
     _compiled: dict[str, CompiledForest] = {}  # noqa: RUF012 (never mutated: replaced)
     """A loaded model's boosters compiled to native code (``surrogate.compiled_trees``)."""
@@ -378,6 +380,7 @@ class SurrogateModel:
         floor = data.mem_floor if self.censored_memory else np.full(len(data), np.nan)
         self.mem_model_ = fit_memory(X_all, data.y_mem, mem_ok, floor, sw,
                                      settings(self.mem_params))
+        self.mem_conformal_q_ = self._memory_interval(data, sw, floor, settings)
         self._fit_interval(data.take(np.flatnonzero(done)), sw[done], settings)
         self.feature_names_ = list(FEATURE_NAMES)
         self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
@@ -418,6 +421,30 @@ class SurrogateModel:
         for q in (lo, hi):
             q.fit(Xd, yd, sample_weight=wd, categorical_feature=CATEGORICAL)
         self.mfu_lo_model_, self.mfu_hi_model_ = lo.booster_, hi.booster_
+
+    def _memory_interval(self, data: TrainingData, sw: np.ndarray, floor: np.ndarray,
+                         settings: Callable[..., dict[str, Any]]) -> float:
+        """Half-width, in log memory, of the ``coverage`` interval of the learned peak memory:
+        the conformal quantile of the memory model's absolute out-of-fold errors over grouped
+        folds, on the completed runs with a measured memory (split conformal prediction, Lei
+        et al. 2018, "Distribution-free predictive inference for regression", over folds as
+        in CV+). NaN without such runs in two folds."""
+        from sklearn.model_selection import GroupKFold
+
+        n_splits = min(self.n_folds, len(np.unique(data.groups)))
+        errors = []
+        for train, test in GroupKFold(n_splits=n_splits).split(data.X, groups=data.groups):
+            test = test[data.mem_ok[test]]
+            if not len(test) or not data.mem_ok[train].any():
+                continue
+            booster = fit_memory(_take(data.X, train), data.y_mem[train], data.mem_ok[train],
+                                 floor[train], sw[train], settings(self.mem_params))
+            errors.append(np.abs(data.y_mem[test] - booster.predict(_take(data.X, test))))
+        if len(errors) < 2:
+            return float("nan")
+        scores = np.concatenate(errors)
+        level = min(1.0, np.ceil((len(scores) + 1) * self.coverage) / len(scores))
+        return float(np.quantile(scores, level))
 
     # ------------------------------------------------------------- predicting
     def _check_fitted(self) -> None:
@@ -475,6 +502,13 @@ class SurrogateModel:
         if len(weighed):
             mem_log[weighed] = w[weighed] * self._trees("mem", _take(X, weighed))
         mem = out["mem_reserved"] * np.exp(mem_log)
+        # the memory interval: the conformal half-width around the (shrunk) answer, widened
+        # off the domain like the throughput's and then holding the analytic answer
+        half = self.mem_conformal_q_ * widen
+        mem_lo = mem * np.exp(-half)
+        mem_hi = mem * np.exp(half)
+        mem_lo = np.where(outside, np.minimum(mem_lo, out["mem_reserved"]), mem_lo)
+        mem_hi = np.where(outside, np.maximum(mem_hi, out["mem_reserved"]), mem_hi)
         return {
             "p_completed": p_done,
             "p_oom": p_oom,
@@ -486,6 +520,8 @@ class SurrogateModel:
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
             "pred_step_time_s": out["step_time_s"] / factor,
             "pred_peak_mem_gib": mem / 2**30,
+            "pred_peak_mem_lo_gib": mem_lo / 2**30,
+            "pred_peak_mem_hi_gib": mem_hi / 2**30,
             "domain_weight": w,
             "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
                                       dtype=object),
@@ -535,6 +571,8 @@ class SurrogateModel:
             "status_classes": self.status_classes_,
             "status_fail_rate": self.status_fail_rate_,
             "conformal_q": self.conformal_q_,
+            "mem_conformal_q": (None if np.isnan(self.mem_conformal_q_)
+                                else self.mem_conformal_q_),
             "coverage": self.coverage,
             "seed": self.seed,
             "n_folds": self.n_folds,
@@ -615,6 +653,8 @@ class SurrogateModel:
         fail_rate = meta.get("status_fail_rate")  # absent before the status model had a start
         model.status_fail_rate_ = None if fail_rate is None else float(fail_rate)
         model.conformal_q_ = float(meta["conformal_q"])
+        mem_q = meta.get("mem_conformal_q")  # absent before the memory had an interval
+        model.mem_conformal_q_ = float("nan") if mem_q is None else float(mem_q)
         model.feature_names_ = list(meta["feature_names"])
         model.data_hash_ = meta["data_hash"]
         model.domain_ = domain

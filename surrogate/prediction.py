@@ -39,15 +39,17 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "models" / "default"
 
 PRED_COLUMNS: tuple[str, ...] = (
     "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "extrapolation",
+    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
+    "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation",
 )
 """Columns ``predict --from-csv`` adds to the input columns (and ``error``).
 
 ``pred_peak_mem_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
-GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``); the
-device total adds the CUDA context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty
-where the learned model has data and the configuration lies within published practice, else
-what lies outside them (``surrogate.domain``); with the analytic model alone, only the latter."""
+GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``), with
+its interval from a learned model (NaN analytic alone); the device total adds the CUDA
+context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty where the learned model has
+data and the configuration lies within published practice, else what lies outside them
+(``surrogate.domain``); with the analytic model alone, only the latter."""
 RUNS_AS_ANOTHER = "runs_as_another"
 """The column ``predict --from-csv`` adds after :data:`PRED_COLUMNS`: why the row's framework
 would run its layout as another one (``Prediction.to_dict``'s key of the same name; the layout
@@ -78,6 +80,10 @@ class Prediction:
     peak_reserved_gib: float
     """What ``torch.cuda.max_memory_reserved`` would report on the most loaded GPU (no CUDA
     context): ``pred_peak_mem_gib`` of :mod:`surrogate.scoring`."""
+    peak_reserved_lo_gib: float = float("nan")
+    peak_reserved_hi_gib: float = float("nan")
+    """The interval of ``peak_reserved_gib`` (learned model: ``coverage`` of held-out runs
+    inside; NaN for the analytic model alone)."""
     pred_status: str
     """completed / oom (/ fail with a learned model)."""
     source: str = "analytic"
@@ -125,6 +131,8 @@ class Prediction:
             "p_fail": self.p_fail,
             "pred_status": self.status,
             "peak_reserved_gib": self.peak_reserved_gib,
+            "peak_reserved_lo_gib": self.peak_reserved_lo_gib,
+            "peak_reserved_hi_gib": self.peak_reserved_hi_gib,
             "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
             "runs_as_another": self.config.layout.runs_as_another() or "",
@@ -208,6 +216,8 @@ def _predict_configs(
             p_fail=float(col["p_fail"][j]),
             pred_status=str(col["pred_status"][j]),
             peak_reserved_gib=float(col["pred_peak_mem_gib"][j]),
+            peak_reserved_lo_gib=float(col["pred_peak_mem_lo_gib"][j]),
+            peak_reserved_hi_gib=float(col["pred_peak_mem_hi_gib"][j]),
             source="learned" if learned else "analytic",
             explanation=s.explanations[j] if s.explanations else None,
             extrapolation=str(col["extrapolation"][j]),

@@ -17,6 +17,7 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 - ``pred_peak_mem_gib``: peak memory reserved by PyTorch's caching allocator on the most
   loaded GPU (``torch.cuda.max_memory_reserved``: what frameworks log and the sweep tables
   hold as ``peak_mem_reserved_gib``).
+- ``pred_peak_mem_lo_gib``, ``pred_peak_mem_hi_gib``: its interval (NaN analytic alone).
 - ``pred_device_mem_gib``: the device's peak, ``pred_peak_mem_gib`` plus the CUDA context;
   this is what must fit ``capacity_gib``.
 - ``capacity_gib``: the GPU's memory.
@@ -51,8 +52,9 @@ if TYPE_CHECKING:
 
 SCORE_COLUMNS: tuple[str, ...] = (
     "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "pred_device_mem_gib",
-    "capacity_gib", "analytic_mfu", "domain_weight", "extrapolation", "error",
+    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
+    "pred_peak_mem_hi_gib", "pred_device_mem_gib", "capacity_gib", "analytic_mfu",
+    "domain_weight", "extrapolation", "error",
 )
 """What :func:`score` returns for every configuration (module docstring)."""
 
@@ -117,7 +119,8 @@ def score(
         columns = {k: np.asarray(learned[k]) for k in (
             "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo",
             "pred_mfu_hi", "pred_tokens_per_s_per_gpu", "pred_step_time_s",
-            "pred_peak_mem_gib", "domain_weight", "extrapolation")}
+            "pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib",
+            "domain_weight", "extrapolation")}
         if explain:
             explanations = model.explain(X)
     else:
@@ -135,6 +138,8 @@ def score(
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
             "pred_step_time_s": out["step_time_s"],
             "pred_peak_mem_gib": out["mem_reserved"] / GIB,
+            "pred_peak_mem_lo_gib": nan(),
+            "pred_peak_mem_hi_gib": nan(),
             "domain_weight": np.zeros(n),
             "extrapolation": np.array(beyond_practice(c), dtype=object),
         }

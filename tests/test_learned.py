@@ -43,6 +43,9 @@ def test_predictions_are_coherent(fitted, configs):
     assert (p["pred_mfu"] <= p["pred_mfu_hi"]).all()
     assert (p["pred_mfu_lo"] < p["pred_mfu_hi"]).all()
     assert (p["pred_peak_mem_gib"] > 0).all() and (p["pred_step_time_s"] > 0).all()
+    assert 0 < fitted.mem_conformal_q_ < 1
+    assert (p["pred_peak_mem_lo_gib"] < p["pred_peak_mem_gib"]).all()
+    assert (p["pred_peak_mem_gib"] < p["pred_peak_mem_hi_gib"]).all()
 
 
 def test_unfitted_model_raises_scikit_learns_and_the_projects_error(configs, tmp_path):
@@ -164,6 +167,12 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert (pred["domain_weight"] == 0).all()
     assert pred["pred_mfu"] == pytest.approx(out["mfu"])
     assert (pred["pred_mfu_lo"] <= out["mfu"]).all() and (out["mfu"] <= pred["pred_mfu_hi"]).all()
+    mem = out["mem_reserved"] / 2**30
+    assert pred["pred_peak_mem_gib"] == pytest.approx(mem)
+    # the memory interval widens by 1 + the distance (at most 5x) around the physics
+    half = np.log(pred["pred_peak_mem_hi_gib"] / mem)
+    np.testing.assert_allclose(half, np.log(mem / pred["pred_peak_mem_lo_gib"]))
+    assert (half > fitted.mem_conformal_q_).all() and (half <= 5 * fitted.mem_conformal_q_).all()
     assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
     inside = fitted.predict_from_features(*build_features_cols(configs[:5]))
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])
@@ -316,3 +325,20 @@ def test_a_model_saved_before_the_physics_start_still_loads(fitted, configs, tmp
     assert old.status_fail_rate_ is None
     p = old.predict(configs)
     np.testing.assert_allclose(p["p_completed"] + p["p_oom"] + p["p_fail"], 1.0, atol=1e-9)
+
+
+def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, configs, tmp_path):
+    """Sidecars written before the memory had an interval load with NaN bounds (and as fitted
+    on the completed runs alone), the rest of their predictions unchanged."""
+    from surrogate.model_files import write_sidecar
+
+    fitted.save(tmp_path / "m")
+    meta = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert meta.pop("mem_conformal_q") > 0 and meta.pop("censored_memory") is True
+    write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
+                                   if k not in ("file_sha256", "sidecar_sha256")})
+    old = SurrogateModel.load(tmp_path / "m")
+    assert np.isnan(old.mem_conformal_q_) and old.censored_memory is False
+    p, now = old.predict(configs), fitted.predict(configs)
+    assert np.isnan(p["pred_peak_mem_lo_gib"]).all() and np.isnan(p["pred_peak_mem_hi_gib"]).all()
+    np.testing.assert_array_equal(p["pred_peak_mem_gib"], now["pred_peak_mem_gib"])

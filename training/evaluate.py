@@ -21,7 +21,8 @@ median APE over all, Spearman's rank correlation and MAE in MFU points; top-1 re
 (model, nodes) cell: (best measured MFU - measured MFU of the run predicted best) / best
 measured MFU, among the completed runs of the cell; OOM recall and precision of
 ``pred_status == "oom"`` against measured oom among completed + oom runs (failed runs left
-out); peak reserved memory MAPE on completed runs; coverage of the 80% MFU interval. The same
+out); peak reserved memory MAPE on completed runs; coverage of the 80% MFU interval and of
+the 80% peak memory interval (against the rank each run's memory was logged on). The same
 metrics of the analytic model alone (``analytic_predictions``) give the baseline.
 """
 
@@ -52,7 +53,8 @@ PROTOCOLS: dict[str, str] = {
 }
 DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
 PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                              "pred_peak_mem_gib", "pred_logged_mem_gib", "domain_weight")
+                              "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
+                              "pred_peak_mem_hi_gib", "pred_logged_mem_gib", "domain_weight")
 NODES_TRAIN_MAX = 16
 
 
@@ -118,6 +120,12 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
     inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
+    mem_inside = np.array([])
+    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
+        logged = (pred_mem / mem["pred_peak_mem_gib"]).to_numpy()  # the logged rank's share
+        measured = mem["peak_mem_reserved_gib"].to_numpy()
+        mem_inside = ((mem["pred_peak_mem_lo_gib"].to_numpy() * logged <= measured)
+                      & (measured <= mem["pred_peak_mem_hi_gib"].to_numpy() * logged))
     regret = _regret(done)
     nan = float("nan")
     return {
@@ -137,6 +145,7 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
         "memory_mape": float(mem_ape.mean()) if len(mem_ape) else nan,
         "interval_coverage": float(inside.mean())
         if len(done) and done["pred_mfu_lo"].notna().any() else nan,
+        "memory_interval_coverage": float(mem_inside.mean()) if len(mem_inside) else nan,
     }
 
 

@@ -46,6 +46,13 @@ def _rate(tokens_per_s: float) -> str:
     return f"{tokens_per_s:,.0f}" if tokens_per_s >= 10 else f"{tokens_per_s:.3g}"
 
 
+def _mem_interval(pred: Any) -> str:
+    """' (80% interval LO - HI GiB)' of the learned peak memory, '' without one."""
+    if pred.peak_reserved_lo_gib != pred.peak_reserved_lo_gib:  # NaN
+        return ""
+    return f" (80% interval {pred.peak_reserved_lo_gib:.1f} - {pred.peak_reserved_hi_gib:.1f})"
+
+
 def _print_table(pred: Any) -> None:
     from rich.console import Console
     from rich.markup import escape
@@ -73,7 +80,7 @@ def _print_table(pred: Any) -> None:
         console.print(
             f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
             f"(x{pred.mfu / pred.analytic_mfu:.2f}); peak reserved memory "
-            f"{pred.peak_reserved_gib:.1f} GiB learned vs "
+            f"{pred.peak_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
             f"{(pred.memory_bytes['total'] - pred.memory_bytes['cuda_context']) / GIB:.1f} GiB "
             "analytic; the tables below are the analytic breakdown"
         )

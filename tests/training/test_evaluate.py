@@ -77,7 +77,20 @@ def test_metrics_of_perfect_predictions():
     res["pred_status"] = ["completed", "completed", "completed", "oom", "completed"]
     res["p_oom"] = [0.0, 0.0, 0.0, 1.0, 0.0]
     res["pred_peak_mem_gib"] = res["peak_mem_reserved_gib"]
+    res["pred_peak_mem_lo_gib"] = res["pred_peak_mem_gib"] - 1.0
+    res["pred_peak_mem_hi_gib"] = res["pred_peak_mem_gib"] + 1.0
     m = accuracy_metrics(res)
+    assert m["memory_interval_coverage"] == 1
+    # scored against the rank each run's memory was logged on: a logged rank at half the
+    # most loaded one's memory has half its interval
+    res["pred_logged_mem_gib"] = res["pred_peak_mem_gib"]
+    res["pred_peak_mem_gib"] *= 2
+    res["pred_peak_mem_lo_gib"] *= 2
+    res["pred_peak_mem_hi_gib"] *= 2
+    assert accuracy_metrics(res)["memory_interval_coverage"] == 1
+    res["pred_peak_mem_hi_gib"] = res["pred_peak_mem_gib"] * 1.01
+    res["pred_peak_mem_lo_gib"] = [105.0, 118.0, 150.0, np.nan, np.nan]  # 52.5, 59, 75 logged
+    assert accuracy_metrics(res)["memory_interval_coverage"] == pytest.approx(1 / 3)
     assert m["completed"] == 3 and m["runs"] == 5
     assert m["mfu_mape_ge10"] == 0 and m["mfu_median_ape"] == 0 and m["mfu_mae_points"] == 0
     assert m["mfu_spearman"] == pytest.approx(1.0)
@@ -101,7 +114,7 @@ def test_metrics_of_wrong_predictions():
     assert m["regret_max"] == pytest.approx((0.40 - 0.30) / 0.40)
     assert m["oom_recall"] == 0 and m["oom_precision"] == 0  # the failed run is not judged
     assert m["memory_mape"] == pytest.approx(0.1)
-    assert math.isnan(m["interval_coverage"])
+    assert math.isnan(m["interval_coverage"]) and math.isnan(m["memory_interval_coverage"])
 
 
 def test_format_metric():
@@ -121,6 +134,8 @@ def test_nodes_protocol_end_to_end(playbook_subset):
     assert 0 < r.metrics["mfu_median_ape"] < 1
     assert 0 <= r.metrics["interval_coverage"] <= 1
     assert math.isnan(r.analytic_metrics["interval_coverage"])
+    assert 0 < r.metrics["memory_interval_coverage"] <= 1
+    assert math.isnan(r.analytic_metrics["memory_interval_coverage"])
     heard = []  # the progress a command draws: each split, then done
     again = evaluate_protocol(playbook_subset, "nodes", params=params,
                               progress=lambda *a: heard.append(a))
