@@ -5,7 +5,7 @@
 Every tensor a layer keeps for its backward grows with the micro-batch, so when only the
 micro-batch grows a layout's peak memory cannot fall, nor its probability of running out of
 memory. The analytic model holds that by construction; the learned memory correction (a ratio
-learned from measured runs, ``surrogate.learned``) need not. Three parts (a few seconds):
+learned from measured runs, ``surrogate.learned``) need not. Four parts (8 s):
 
 1. **Predictions.** Every distinct layout of the Playbook sweep (its model shape, nodes, dp, tp,
    pp, gradient accumulation, ZeRO stage and version) predicted at micro-batch 1, 2, 4, ...,

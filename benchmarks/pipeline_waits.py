@@ -94,5 +94,6 @@ def main() -> None:
     print("\nmean |log error|: " + ", ".join(
         f"{name} {errors[name].abs().mean():.3f}" for name in err))
 
+
 if __name__ == "__main__":
     main()
