@@ -335,6 +335,7 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     fitted.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta.pop("mem_conformal_q") > 0 and meta.pop("censored_memory") is True
+    meta.pop("mem_conformal_q_unseen_shape")
     write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
                                    if k not in ("file_sha256", "sidecar_sha256")})
     old = SurrogateModel.load(tmp_path / "m")
@@ -342,3 +343,43 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     p, now = old.predict(configs), fitted.predict(configs)
     assert np.isnan(p["pred_peak_mem_lo_gib"]).all() and np.isnan(p["pred_peak_mem_hi_gib"]).all()
     np.testing.assert_array_equal(p["pred_peak_mem_gib"], now["pred_peak_mem_gib"])
+
+
+def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, configs):
+    """A model shape no training run had gets the memory interval of the folds that held
+    shapes out (never narrower than a seen shape's); a model without that width (saved before
+    it, or trained on too few shapes) keeps the seen-shape width."""
+    import copy
+    from dataclasses import replace
+
+    seen = configs[:5]
+    # 24 layers of the 1.34G's width: between the subset's two sizes, a shape it never had
+    unseen = [replace(c, model=replace(c.model, num_layers=24)) for c in seen]
+
+    def half_widths(model: SurrogateModel, cfgs: list) -> np.ndarray:
+        X, out, cols = build_features_cols(cfgs)
+        pred = model.predict_from_features(X, out, cols)
+        assert (pred["domain_weight"] > 0).all()
+        return np.log(pred["pred_peak_mem_hi_gib"] / pred["pred_peak_mem_gib"])
+
+    # the subset's two shapes: each held out lies beyond the other's range, so no width
+    assert np.isnan(fitted.mem_conformal_q_unseen_shape_)
+    q = fitted.mem_conformal_q_
+    np.testing.assert_allclose(half_widths(fitted, unseen), q)
+    for q_unseen, expect in ((3 * q, 3 * q), (q / 2, q)):
+        model = copy.copy(fitted)
+        model.mem_conformal_q_unseen_shape_ = q_unseen
+        np.testing.assert_allclose(half_widths(model, unseen), expect)
+        np.testing.assert_allclose(half_widths(model, seen), q)
+
+
+def test_the_unseen_shape_width_is_fitted_on_shapes_between_the_others(playbook_runs,
+                                                                       tmp_path):
+    """With four model sizes, the middle two held out lie inside the others' ranges and give
+    the unseen-shape width (it needs two such folds), which the sidecar keeps."""
+    four = playbook_runs[playbook_runs["hidden_size"].isin([2048, 3072, 4096, 8192])]
+    model = small_model().fit(four.sample(500, random_state=1).reset_index(drop=True))
+    assert 0 < model.mem_conformal_q_unseen_shape_ < 1
+    model.save(tmp_path / "m")
+    loaded = SurrogateModel.load(tmp_path / "m")
+    assert loaded.mem_conformal_q_unseen_shape_ == model.mem_conformal_q_unseen_shape_
