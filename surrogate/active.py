@@ -591,8 +591,8 @@ def propose(
     picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq)
     report(progress, f"picking {k} of {len(candidates):,}", 1, 1)
     cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-            "pred_step_time_s", "pred_peak_mem_gib", "pred_device_mem_gib", "p_oom", "p_fail",
-            "extrapolation")
+            "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
+            "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation")
     chosen = [(candidates[i], reason, {"value": value, **{c: scored[c].iloc[i] for c in cols}})
               for i, reason, value in picks]
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,

@@ -49,9 +49,9 @@ if TYPE_CHECKING:
 Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
 SCORE_COLUMNS: tuple[str, ...] = (
     "layout", "num_gpus", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-    "pred_step_time_s", "pred_peak_mem_gib", "pred_device_mem_gib", "capacity_gib", "p_oom",
-    "p_fail", "p_completed", "analytic_mfu", "analytic_fits", "feasible", "extrapolation",
-    "domain_weight",
+    "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib",
+    "pred_device_mem_gib", "capacity_gib", "p_oom", "p_fail", "p_completed", "analytic_mfu",
+    "analytic_fits", "feasible", "extrapolation", "domain_weight",
 )
 
 

@@ -13,6 +13,9 @@ if TYPE_CHECKING:
 
 NARROW_COLUMNS = 110
 """Below this terminal width the layout tables drop their secondary columns."""
+FULL_COLUMNS = 140
+"""From this terminal width (or with ``--wide``) the layout tables add their widest
+column, the peak memory's interval."""
 WIDE_COLUMNS = 160
 """``--wide`` prints at least this wide (a pipe or a file: nothing is cut)."""
 
@@ -27,6 +30,11 @@ def console(*, wide: bool = False) -> Console:
 
 def is_narrow(out: Console, wide: bool) -> bool:
     return not wide and out.width < NARROW_COLUMNS
+
+
+def is_full(out: Console, wide: bool) -> bool:
+    """Whether the layout tables have room for every column (:data:`FULL_COLUMNS`)."""
+    return wide or out.width >= FULL_COLUMNS
 
 
 def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:

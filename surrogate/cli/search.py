@@ -113,16 +113,29 @@ def _reason(r: dict[str, Any]) -> str:
     return str(r.get("reason", ""))
 
 
-def _table(title: str, frame: Any, *, narrow: bool = False, reasons: bool = False) -> Any:
-    """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that the
-    table stays readable at 80 columns; ``reasons`` adds why each was proposed."""
+def _memory_interval(r: dict[str, Any]) -> str:
+    """The device's peak memory interval of a scored row, in GiB ('' without one)."""
+    lo, hi = r.get("pred_peak_mem_lo_gib"), r.get("pred_peak_mem_hi_gib")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    context = r["pred_device_mem_gib"] - r["pred_peak_mem_gib"]
+    return f"{lo + context:.1f}-{hi + context:.1f}"
+
+
+def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
+           reasons: bool = False) -> Any:
+    """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
+    the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
+    ``reasons`` adds why each was proposed. Peak memory is the device's (the CUDA context
+    included), its interval too."""
     from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title)
     cols = ["#", "nodes", "layout", "MFU", "80% interval"]
     cols += [] if narrow else ["tokens/s/GPU", "step s"]
-    cols += ["peak GiB", "p_oom"] + (["why"] if reasons else [])
+    cols += ["peak GiB"] + (["peak 80%"] if full else [])
+    cols += ["p_oom"] + (["why"] if reasons else [])
     for col in cols:
         text = col in ("layout", "why")
         t.add_column(col, justify="left" if text else "right", no_wrap=not text,
@@ -134,7 +147,10 @@ def _table(title: str, frame: Any, *, narrow: bool = False, reasons: bool = Fals
                interval]
         if not narrow:
             row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
-        row += [f"{r['pred_device_mem_gib']:.1f}", f"{r['p_oom']:.2f}"]
+        row += [f"{r['pred_device_mem_gib']:.1f}"]
+        if full:
+            row += [_memory_interval(r)]
+        row += [f"{r['p_oom']:.2f}"]
         t.add_row(*row, *([escape(_reason(r))] if reasons else []))
     return t
 
@@ -250,10 +266,10 @@ def search_cmd(
     from rich.markup import escape
 
     from surrogate.cli.display import console as make_console
-    from surrogate.cli.display import extrapolation_line, is_narrow, model_line
+    from surrogate.cli.display import extrapolation_line, is_full, is_narrow, model_line
 
     console = make_console(wide=wide)
-    narrow = is_narrow(console, wide)
+    narrow, full = is_narrow(console, wide), is_full(console, wide)
     console.print(f"[bold]{escape(m.name)}[/] on {','.join(map(str, space.node_counts))} x "
                   f"{gpus_per_node} {space.gpu}, global batch {space.global_batch_seqs} seqs x "
                   f"{m.seq_len} tokens; {space.size_bound():,} points"
@@ -267,13 +283,13 @@ def search_cmd(
     console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
     for note in result.notes:
         console.print(f"[yellow]{escape(note)}[/]")
-    console.print(_table("Best predicted layouts", result.top, narrow=narrow))
+    console.print(_table("Best predicted layouts", result.top, narrow=narrow, full=full))
     if learned is not None:
         console.print(escape(extrapolation_line(result.top.get("extrapolation", []))),
                       highlight=False)
     if result.pareto is not None:
-        console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow))
-    console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow))
+        console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow, full=full))
+    console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow, full=full))
     if narrow:
         console.print("(tokens/s/GPU and step time: --wide or --json)", highlight=False)
     for line in written:
@@ -314,7 +330,7 @@ def propose_cmd(
 
     from surrogate.active import PROPOSALS_FILE, Acquisition, propose
     from surrogate.cli.display import console as make_console
-    from surrogate.cli.display import extrapolation_line, is_narrow, model_line
+    from surrogate.cli.display import extrapolation_line, is_full, is_narrow, model_line
     from surrogate.progress import bars
     from surrogate.search import Limits
 
@@ -338,7 +354,8 @@ def propose_cmd(
     console.print(escape(model_line(model_dir or "default", space.gpu, model_dir)),
                   highlight=False)
     console.print(_table(f"{out.name}: {len(picked)} proposed runs", picked,
-                         narrow=is_narrow(console, wide), reasons=True))
+                         narrow=is_narrow(console, wide), full=is_full(console, wide),
+                         reasons=True))
     console.print(escape(extrapolation_line(picked.get("extrapolation", pd.Series(
         [""] * len(picked))).fillna(""))), highlight=False)
     typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "

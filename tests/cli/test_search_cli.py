@@ -40,9 +40,11 @@ def test_search_table(capsys: pytest.CaptureFixture[str],
     assert "extrapolates:" in text
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "┃ tokens/s/GPU" not in text and "--wide" in text  # fewer columns at 80
+    assert "peak 80%" not in text
     assert "…" not in text  # nothing cut
     assert main(["search", *SMALL, "--trials", "0", "--wide"]) == 0
-    assert "┃ tokens/s/GPU" in capsys.readouterr().out
+    wide = capsys.readouterr().out
+    assert "┃ tokens/s/GPU" in wide and "peak 80%" in wide
 
 
 def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
@@ -74,6 +76,8 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
     proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
+    assert (proposals["pred_peak_mem_lo_gib"] < proposals["pred_peak_mem_gib"]).all()
+    assert (proposals["pred_peak_mem_gib"] < proposals["pred_peak_mem_hi_gib"]).all()
     runs = proposals.assign(run_id=proposals["name"] + "/train-1", status="completed",
                             mfu=0.3, source="synthetic")
     runs.to_csv(tmp_path / "runs.csv", index=False)
