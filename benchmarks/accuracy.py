@@ -5,7 +5,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--sweeps TABLE ...] [--no-playbook] [--data-dir DIR]
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
-                                  [--shipped-physics]
+                                  [--shipped-physics] [--by COLUMN]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
 them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
@@ -19,6 +19,9 @@ Each split refits the analytic model's free parameters on its training part as w
 (``training.evaluate.physics_of``), so no held-out run reaches the physics either;
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook
 run (the held-out ones among them: the figures of earlier sessions).
+
+``--by COLUMN`` adds, per protocol, the learned model's held-out figures per value of a run
+column (e.g. ``--by model_name``: per held-out size under lomo).
 
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
@@ -39,7 +42,13 @@ import pandas as pd
 
 from surrogate.learned import SurrogateModel
 from surrogate.training_data import training_data
-from training.evaluate import DEFAULT_PROTOCOLS, PROTOCOLS, evaluate_shrinks, format_metric
+from training.evaluate import (
+    DEFAULT_PROTOCOLS,
+    PROTOCOLS,
+    accuracy_metrics,
+    evaluate_shrinks,
+    format_metric,
+)
 from training.train import load_runs
 
 
@@ -57,6 +66,7 @@ def main() -> None:
     ap.add_argument("--transfer", action="store_true")
     ap.add_argument("--shipped-physics", action="store_true")
     ap.add_argument("--track", action="store_true")
+    ap.add_argument("--by", default=None, metavar="COLUMN")
     args = ap.parse_args()
     runs = load_runs(args.sweeps, playbook=not args.no_playbook, data_dir=args.data_dir)
     params: dict[str, Any] | None = None
@@ -88,6 +98,8 @@ def main() -> None:
             })
             print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
             print(table.to_string())
+            if args.by is not None:
+                print(by_column(r.predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
             key += "_shipped_physics" if args.shipped_physics else ""
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
@@ -103,6 +115,20 @@ def main() -> None:
 
         track(logged, baseline, label=data_label(runs["source"], args.sweeps),
               data_hash=data_hash(runs))
+
+
+BY_METRICS = ("completed", "mfu_mape_ge10", "interval_coverage", "memory_mape",
+              "memory_interval_coverage")
+"""The learned model's figures that ``--by`` prints per value."""
+
+
+def by_column(predictions: pd.DataFrame, column: str) -> pd.DataFrame:
+    """:data:`BY_METRICS` of the held-out ``predictions`` per value of their ``column``."""
+    if column not in predictions:
+        raise SystemExit(f"--by {column}: not a column of the runs table")
+    rows = {value: accuracy_metrics(part) for value, part in predictions.groupby(column)}
+    return pd.DataFrame({value: {k: format_metric(k, m[k]) for k in BY_METRICS}
+                         for value, m in rows.items()}).T.rename_axis(f"learned, by {column}")
 
 
 def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,

@@ -454,14 +454,14 @@ class SurrogateModel:
           run (an unseen shape between the data; beyond them prediction widens the interval
           by the distance, as for every configuration).
 
-        On the Playbook's leave-one-model-size-out protocol (``python benchmarks/accuracy.py``)
-        the interval holds 82.9% of the held-out runs' memory, against 70.9% with the
-        seen-shape width for every shape. With the shipped physics, per held-out size: 72%
-        of 3.57G, 89% of 8.86G, 83% of 80G (inside the others' ranges; 61, 80, 66% at the
-        seen-shape width) and 95-100% of 1.34G and 469G (beyond them, widened). Scoring every
-        held-out shape instead, its error divided by its widening, gave 71.9% under the
-        protocol; undivided, about 90% (the widening counted twice). Each is NaN without runs
-        with a memory in two folds."""
+        On the Playbook's leave-one-model-size-out protocol (``python benchmarks/accuracy.py
+        --protocol lomo --by model_name``) the interval holds 82.9% of the held-out runs'
+        memory, against 70.9% with the seen-shape width for every shape: 72.8% of 3.57G, 89.5%
+        of 8.86G, 83.3% of 80G (inside the others' ranges), 87.6% of 1.34G and the 6 of 469G
+        (beyond them, widened). Scoring every held-out shape instead, its error divided by its
+        widening, gave 71.9% under the protocol; undivided, about 90% with the shipped
+        physics (the widening counted twice). Each is NaN without runs with a memory in two
+        folds."""
         from sklearn.model_selection import GroupKFold
 
         def quantile(groups: np.ndarray, as_predicted: bool) -> float:
