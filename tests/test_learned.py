@@ -336,6 +336,7 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
     assert meta.pop("mem_conformal_q") > 0 and meta.pop("censored_memory") is True
     meta.pop("mem_conformal_q_unseen_shape")
+    meta.pop("conformal_q_by_framework")
     write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
                                    if k not in ("file_sha256", "sidecar_sha256")})
     old = SurrogateModel.load(tmp_path / "m")
@@ -383,3 +384,42 @@ def test_the_unseen_shape_width_is_fitted_on_shapes_between_the_others(playbook_
     model.save(tmp_path / "m")
     loaded = SurrogateModel.load(tmp_path / "m")
     assert loaded.mem_conformal_q_unseen_shape_ == model.mem_conformal_q_unseen_shape_
+
+
+def test_the_mfu_interval_widens_by_each_frameworks_own_quantile():
+    """Mondrian conformal: each framework version with enough runs (4 at 80%) gets the
+    conformal quantile of its own runs' scores; one with fewer keeps the pooled one."""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    from surrogate.learned import conformal_quantile, framework_quantiles
+
+    rng = np.random.default_rng(0)  # synthetic conformity scores
+    codes = np.array([0] * 50 + [1] * 10 + [2] * 3)
+    scores = np.concatenate([rng.uniform(0, 0.1, 50), rng.uniform(0.5, 1.0, 10),
+                             rng.uniform(2, 3, 3)])
+    q = framework_quantiles(scores, codes, 0.8)
+    assert set(q) == {FRAMEWORK_VERSIONS[0], FRAMEWORK_VERSIONS[1]}
+    assert q[FRAMEWORK_VERSIONS[0]] == conformal_quantile(scores[:50], 0.8) < 0.1
+    assert 0.5 < q[FRAMEWORK_VERSIONS[1]] == conformal_quantile(scores[50:60], 0.8)
+    assert len(framework_quantiles(scores[:4], codes[:4], 0.8)) == 1  # 4 runs suffice
+
+
+def test_predictions_read_their_frameworks_widening(fitted, configs):
+    """The fitted model's own per-framework widenings, against the pooled one for all."""
+    import copy
+
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+    X, out, cols = build_features_cols(configs[:20])
+    names = [FRAMEWORK_VERSIONS[int(c)] for c in cols["framework_code"]]
+    assert set(fitted.conformal_q_by_framework_) == set(fitted.domain_.frameworks)
+    own = np.array([fitted.conformal_q_by_framework_[n] for n in names])
+    assert (own != fitted.conformal_q_).all()
+    base = fitted.predict_from_features(X, out, cols)
+    pooled_model = copy.copy(fitted)
+    pooled_model.conformal_q_by_framework_ = {}  # as loaded from a sidecar before them
+    pooled = pooled_model.predict_from_features(X, out, cols)
+    free = (base["pred_mfu_hi"] < 1) & (pooled["pred_mfu_hi"] < 1)  # not capped at 100%
+    assert free.any()
+    np.testing.assert_allclose(np.log(base["pred_mfu_hi"] / pooled["pred_mfu_hi"])[free],
+                               (own - fitted.conformal_q_)[free], atol=1e-9)
+    np.testing.assert_array_equal(base["pred_mfu"], pooled["pred_mfu"])
