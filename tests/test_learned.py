@@ -11,7 +11,7 @@ import pytest
 from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
 from surrogate.errors import DataError, NoModelError, SurrogateError
 from surrogate.features import build_features_cols
-from surrogate.learned import STATUS_CLASSES, SurrogateModel
+from surrogate.learned import STATUS_CLASSES, SurrogateModel, by_framework
 from surrogate.training_data import cell_groups, training_data
 from tests.conftest import SMALL_BOOSTERS, same_predictions, small_model
 
@@ -337,6 +337,7 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     assert meta.pop("mem_conformal_q") > 0 and meta.pop("censored_memory") is True
     meta.pop("mem_conformal_q_unseen_shape")
     meta.pop("conformal_q_by_framework")
+    meta.pop("mem_conformal_q_by_framework")
     write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
                                    if k not in ("file_sha256", "sidecar_sha256")})
     old = SurrogateModel.load(tmp_path / "m")
@@ -365,13 +366,33 @@ def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, config
 
     # the subset's two shapes: each held out lies beyond the other's range, so no width
     assert np.isnan(fitted.mem_conformal_q_unseen_shape_)
-    q = fitted.mem_conformal_q_
+    q = by_framework(fitted.mem_conformal_q_by_framework_, fitted.mem_conformal_q_,
+                     build_features_cols(seen)[2]["framework_code"])  # a seen shape's
     np.testing.assert_allclose(half_widths(fitted, unseen), q)
-    for q_unseen, expect in ((3 * q, 3 * q), (q / 2, q)):
+    wide = 3 * q.max()
+    for q_unseen, expect in ((wide, wide), (q.min() / 2, q)):
         model = copy.copy(fitted)
         model.mem_conformal_q_unseen_shape_ = q_unseen
         np.testing.assert_allclose(half_widths(model, unseen), expect)
         np.testing.assert_allclose(half_widths(model, seen), q)
+
+
+def test_the_memory_interval_widens_by_each_frameworks_own_quantile(fitted, configs):
+    import copy
+
+    X, out, cols = build_features_cols(configs[:20])
+    assert set(fitted.mem_conformal_q_by_framework_) == set(fitted.domain_.frameworks)
+    pooled_model = copy.copy(fitted)
+    pooled_model.mem_conformal_q_by_framework_ = {}  # as loaded from a sidecar before them
+    base = fitted.predict_from_features(X, out, cols)
+    pooled = pooled_model.predict_from_features(X, out, cols)
+    own = by_framework(fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"])
+    assert (own > 0).all()
+    np.testing.assert_allclose(np.log(base["pred_peak_mem_hi_gib"] / base["pred_peak_mem_gib"]),
+                               own)
+    np.testing.assert_allclose(
+        np.log(pooled["pred_peak_mem_hi_gib"] / pooled["pred_peak_mem_gib"]),
+        fitted.mem_conformal_q_)
 
 
 def test_the_unseen_shape_width_is_fitted_on_shapes_between_the_others(playbook_runs,
