@@ -523,17 +523,15 @@ class SurrogateModel:
                                      data.mem_ok[train], floor[train], sw[train],
                                      settings(self.mem_params))
                 pred = booster.predict(_take(data.X, test))
-                error = np.abs(data.y_mem[test] - pred)
                 if as_predicted:
                     domain = Domain.from_cols({k: v[train] for k, v in data.cols.items()},
                                               self.shrink_doublings, self.unseen_shape_weight)
                     where = domain.assess({k: v[test] for k, v in data.cols.items()})
                     inside = where.distance == 0
-                    error = np.abs(data.y_mem[test] - where.weight * pred)[inside]
-                    test = test[inside]
-                    if not len(error):
+                    test, pred = test[inside], (where.weight * pred)[inside]
+                    if not len(test):
                         continue
-                errors.append(error)
+                errors.append(np.abs(data.y_mem[test] - pred))
                 codes.append(data.cols["framework_code"][test])
             if len(errors) < 2:
                 return none
