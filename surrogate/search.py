@@ -47,12 +47,6 @@ if TYPE_CHECKING:
     from surrogate.learned import SurrogateModel
 
 Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
-SCORE_COLUMNS: tuple[str, ...] = (
-    "layout", "num_gpus", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-    "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib",
-    "pred_device_mem_gib", "capacity_gib", "p_oom", "p_fail", "p_completed", "analytic_mfu",
-    "analytic_fits", "feasible", "extrapolation", "domain_weight",
-)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -95,12 +89,14 @@ def score_configs(
     import pandas as pd
 
     from surrogate.prediction import resolve_model
-    from surrogate.scoring import score
+    from surrogate.scoring import SCORE_COLUMNS, score
 
     limits = limits or Limits()
     table = configs if isinstance(configs, dict) else flat_table(configs)
     if table_len(table) == 0:
-        return pd.DataFrame(columns=[*SCORE_COLUMNS, "key"])
+        return pd.DataFrame(columns=["layout", "num_gpus",
+                                     *(k for k in SCORE_COLUMNS if k != "error"),
+                                     "analytic_fits", "feasible", "key"])
     s = score(table, model=resolve_model(model), profile=profile)
     bad = next((r for r in s.columns["error"] if r), "")
     if bad:

@@ -32,6 +32,16 @@ def test_score_configs_is_one_vectorised_pass_with_intervals() -> None:
     assert feasible["pred_mfu"].is_monotonic_decreasing
 
 
+def test_no_configuration_scores_to_the_columns_of_some() -> None:
+    """An empty input answers an empty table with every score column a scored one has."""
+    scored = score_configs(tiny().enumerate(), model=None)
+    empty = score_configs([], model=None)
+    assert len(empty) == 0
+    assert set(empty.columns) <= set(scored.columns)
+    assert {"layout", "num_gpus", "pred_status", "pred_mfu", "pred_peak_mem_hi_gib",
+            "analytic_fits", "feasible", "key"} <= set(empty.columns)
+
+
 def test_search_labels_the_rows_it_shows() -> None:
     """The enumeration is scored without labels (a search of millions of layouts shows a
     handful); the rows shown carry them, where score_configs puts them."""
