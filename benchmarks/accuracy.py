@@ -20,8 +20,9 @@ Each split refits the analytic model's free parameters on its training part as w
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook
 run (the held-out ones among them: the figures of earlier sessions).
 
-``--by COLUMN`` adds, per protocol, the learned model's held-out figures per value of a run
-column (e.g. ``--by model_name``: per held-out size under lomo).
+``--by COLUMN`` adds, per protocol, the learned model's held-out figures, and the analytic
+model's MAPE and median APE, per value of a run column (e.g. ``--by model_name``: per held-out
+size under lomo), or per combination of several (``--by pp,num_nodes``).
 
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
@@ -99,7 +100,7 @@ def main() -> None:
             print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
             print(table.to_string())
             if args.by is not None:
-                print(by_column(r.predictions, args.by).to_string())
+                print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
             key += "_shipped_physics" if args.shipped_physics else ""
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
@@ -117,18 +118,32 @@ def main() -> None:
               data_hash=data_hash(runs))
 
 
-BY_METRICS = ("completed", "mfu_mape_ge10", "interval_coverage", "memory_mape",
-              "memory_interval_coverage")
+BY_METRICS = ("completed", "mfu_mape_ge10", "mfu_median_ape", "interval_coverage",
+              "memory_mape", "memory_interval_coverage")
 """The learned model's figures that ``--by`` prints per value."""
+BY_ANALYTIC = ("mfu_mape_ge10", "mfu_median_ape", "memory_mape")
+"""The analytic model's figures printed beside them."""
 
 
-def by_column(predictions: pd.DataFrame, column: str) -> pd.DataFrame:
-    """:data:`BY_METRICS` of the held-out ``predictions`` per value of their ``column``."""
-    if column not in predictions:
-        raise SystemExit(f"--by {column}: not a column of the runs table")
-    rows = {value: accuracy_metrics(part) for value, part in predictions.groupby(column)}
-    return pd.DataFrame({value: {k: format_metric(k, m[k]) for k in BY_METRICS}
-                         for value, m in rows.items()}).T.rename_axis(f"learned, by {column}")
+def by_column(predictions: pd.DataFrame, analytic: pd.DataFrame | None,
+              column: str) -> pd.DataFrame:
+    """:data:`BY_METRICS` of the held-out ``predictions`` per value of their ``column`` (or
+    per combination of values of several, comma-separated), and :data:`BY_ANALYTIC` of the
+    ``analytic`` predictions of the same runs (``analytic ...``)."""
+    columns = [c.strip() for c in column.split(",")]
+    for c in columns:
+        if c not in predictions:
+            raise SystemExit(f"--by {c}: not a column of the runs table")
+    rows = {}
+    for value, part in predictions.groupby(columns if len(columns) > 1 else columns[0]):
+        m = accuracy_metrics(part)
+        rows[value] = {k: format_metric(k, m[k]) for k in BY_METRICS}
+        if analytic is not None:
+            a = accuracy_metrics(analytic.loc[part.index])
+            rows[value] |= {f"analytic {k}": format_metric(k, a[k]) for k in BY_ANALYTIC}
+    table = pd.DataFrame(rows).T
+    table.index.names = columns
+    return table
 
 
 def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,

@@ -162,6 +162,8 @@ class ProtocolResult:
     refit_physics: bool = True
     """Whether each split refit the analytic parameters on its training part
     (:func:`physics_of`)."""
+    analytic_predictions: pd.DataFrame | None = None
+    """The same test runs with the analytic model's prediction columns instead."""
 
 
 def evaluate_protocol(
@@ -266,7 +268,8 @@ def evaluate_shrinks(
         res = pd.concat(pieces).sort_index()
         out[shrink] = ProtocolResult(protocol=protocol, predictions=res,
                                      metrics=accuracy_metrics(res), analytic_metrics=analytic,
-                                     n_splits=n, refit_physics=refit_physics)
+                                     n_splits=n, refit_physics=refit_physics,
+                                     analytic_predictions=base)
     return out
 
 
