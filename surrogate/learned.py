@@ -16,7 +16,7 @@
   ``coverage`` wide on unseen cells and wider where the quantile models disagree, that
   quantile taken per framework version over its own runs (``conformal_q_by_framework_``,
   :func:`framework_quantiles`: a user's few runs of their own framework get the width their
-  own errors ask for, not the Playbook's); and of the
+  own errors ask for, not the Playbook's), and within it per pipeline or none; and of the
   peak memory, the same quantile of the memory model's absolute out-of-fold errors in log
   memory: one width for the model shapes it was trained on (``mem_conformal_q_``, per
   framework version ``mem_conformal_q_by_framework_``) and one,
@@ -239,35 +239,60 @@ def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
     return float(np.quantile(scores, level))
 
 
-def framework_quantiles(scores: np.ndarray, framework_code: np.ndarray,
-                        coverage: float) -> dict[str, float]:
+def stratum_key(framework: str, pipelined: bool) -> str:
+    """The name of a framework version's runs with (pp > 1) or without a pipeline in the
+    per-category quantiles (:func:`framework_quantiles`), e.g. ``'pp-fix pp>1'``."""
+    return f"{framework} {'pp>1' if pipelined else 'pp=1'}"
+
+
+def framework_quantiles(scores: np.ndarray, framework_code: np.ndarray, coverage: float,
+                        pp: np.ndarray | None = None) -> dict[str, float]:
     """Per framework version, the :func:`conformal_quantile` of its own runs' conformity
     ``scores`` (Mondrian conformal prediction: ``coverage`` holds within each category, not
     only over all runs), for the versions with enough runs that it is finite: n + 1 >=
     1 / (1 - coverage) (4 runs at 80%); fewer, and the conformal quantile would be
-    unbounded.
+    unbounded. Given each run's ``pp``, also per version and pipeline or none
+    (:func:`stratum_key`), where those runs are enough.
 
     Measured by ``python benchmarks/accuracy.py --transfer`` against the pooled quantile
     alone: on MPT runs of another cluster and framework added to training, coverage with
     balanced sources 75.4 -> 85.3% at k = 10 and 76.1 -> 89.0% at k = 50, unweighted 88.8 ->
     79.8% and 85.5 -> 85.7%; on the Playbook cv 82.5% both, lomo 81.7 -> 81.4%, nodes 80.3 ->
-    79.0%."""
+    79.0%. Per pipeline or none too (``... --by pp``), the Playbook's runs without a pipeline
+    are covered 73.2 -> 82.1% in cv, 70.5 -> 80.3% in lomo and 48.6 -> 52.1% in the nodes
+    protocol (all runs 82.6 / 81.6 / 78.7%); the MPT runs, all without one, are unchanged."""
     codes = np.asarray(framework_code).astype(np.int64)
     least = int(np.ceil(1.0 / (1.0 - coverage) - 1.0 - 1e-9))
     out = {}
     for code in np.unique(codes):
-        mine = scores[codes == code]
-        if len(mine) >= least:
-            out[FRAMEWORK_VERSIONS[int(code)]] = conformal_quantile(mine, coverage)
+        mine = codes == code
+        name = FRAMEWORK_VERSIONS[int(code)]
+        if mine.sum() >= least:
+            out[name] = conformal_quantile(scores[mine], coverage)
+        if pp is None:
+            continue
+        for pipelined in (False, True):
+            part = mine & ((np.asarray(pp) > 1) == pipelined)
+            if part.sum() >= least:
+                out[stratum_key(name, pipelined)] = conformal_quantile(scores[part], coverage)
     return out
 
 
-def by_framework(quantiles: dict[str, float], pooled: float,
-                 framework_code: np.ndarray) -> np.ndarray:
-    """Per configuration, its framework version's quantile (:func:`framework_quantiles`),
-    else the ``pooled`` one."""
+def by_framework(quantiles: dict[str, float], pooled: float, framework_code: np.ndarray,
+                 pp: np.ndarray | None = None) -> np.ndarray:
+    """Per configuration, the quantile of its framework version and pipeline or none, else of
+    its framework version (:func:`framework_quantiles`), else the ``pooled`` one."""
+    codes = np.asarray(framework_code).astype(np.int64)
     table = np.array([quantiles.get(name, pooled) for name in FRAMEWORK_VERSIONS])
-    return np.asarray(table[np.asarray(framework_code).astype(np.int64)])
+    out = np.asarray(table[codes], dtype=np.float64)
+    if pp is None:
+        return out
+    pipelined = np.asarray(pp) > 1
+    for flag in (False, True):
+        table = np.array([quantiles.get(stratum_key(name, flag), quantiles.get(name, pooled))
+                          for name in FRAMEWORK_VERSIONS])
+        out = np.where(pipelined == flag, table[codes], out)
+    return out
 
 
 def _json_float(x: float) -> float | None:
@@ -470,7 +495,7 @@ class SurrogateModel:
             scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
         self.conformal_q_ = conformal_quantile(scores, self.coverage)
         self.conformal_q_by_framework_ = framework_quantiles(
-            scores, done.cols["framework_code"], self.coverage)
+            scores, done.cols["framework_code"], self.coverage, done.cols["pp"])
         lo, hi = quantile(alpha), quantile(1 - alpha)
         for q in (lo, hi):
             q.fit(Xd, yd, sample_weight=wd, categorical_feature=CATEGORICAL)
@@ -504,17 +529,21 @@ class SurrogateModel:
         physics (the widening counted twice). Each is NaN (empty) without runs with a memory
         in two folds. Per framework version (``... --by framework_version``), the Playbook's
         cv covers 82.0% of pp-fix runs and 87.8% of pre-pp-fix runs at the pooled width, 85.2%
-        and 84.9% at their own (85.0 -> 85.1% in all; nodes 94.1 -> 94.9%, lomo 82.9% both)."""
+        and 84.9% at their own (85.0 -> 85.1% in all; nodes 94.1 -> 94.9%, lomo 82.9% both).
+        Per version and pipeline or none (``... --by pp``), the runs without a pipeline are
+        covered 74.4 -> 83.5% in cv, 71.7 -> 75.7% in lomo (all runs 85.1% and 82.9 -> 84.0%;
+        nodes 95.0%)."""
         from sklearn.model_selection import GroupKFold
 
-        def scores(groups: np.ndarray, as_predicted: bool) -> tuple[np.ndarray, np.ndarray]:
-            """The out-of-fold errors and the framework codes of their runs (none without
-            runs with a memory in two folds)."""
-            none = (np.zeros(0), np.zeros(0))
+        def scores(groups: np.ndarray,
+                   as_predicted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            """The out-of-fold errors, and the framework codes and pp of their runs (none
+            without runs with a memory in two folds)."""
+            none = (np.zeros(0), np.zeros(0), np.zeros(0))
             n_splits = min(self.n_folds, len(np.unique(groups)))
             if n_splits < 2:
                 return none
-            errors, codes = [], []
+            errors, codes, pps = [], [], []
             for train, test in GroupKFold(n_splits=n_splits).split(data.X, groups=groups):
                 test = test[data.mem_ok[test]]
                 if not len(test) or not data.mem_ok[train].any():
@@ -533,16 +562,17 @@ class SurrogateModel:
                         continue
                 errors.append(np.abs(data.y_mem[test] - pred))
                 codes.append(data.cols["framework_code"][test])
+                pps.append(data.cols["pp"][test])
             if len(errors) < 2:
                 return none
-            return np.concatenate(errors), np.concatenate(codes)
+            return np.concatenate(errors), np.concatenate(codes), np.concatenate(pps)
 
-        seen, seen_codes = scores(data.groups, False)
+        seen, seen_codes, seen_pp = scores(data.groups, False)
         shapes = np.unique(shape_keys(data.cols), axis=0, return_inverse=True)[1].ravel()
         unseen = scores(shapes, True)[0]
         nan = float("nan")
         return (conformal_quantile(seen, self.coverage) if len(seen) else nan,
-                framework_quantiles(seen, seen_codes, self.coverage),
+                framework_quantiles(seen, seen_codes, self.coverage, seen_pp),
                 conformal_quantile(unseen, self.coverage) if len(unseen) else nan)
 
     # ------------------------------------------------------------- predicting
@@ -583,7 +613,7 @@ class SurrogateModel:
         stacked = np.stack([p_done, p_oom, p_fail], axis=1)
         f = self._trees("mfu", X)
         q_conf = by_framework(self.conformal_q_by_framework_, self.conformal_q_,
-                              cols["framework_code"])
+                              cols["framework_code"], cols["pp"])
         q_lo = self._trees("mfu_lo", X) - q_conf
         q_hi = self._trees("mfu_hi", X) + q_conf
         q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
@@ -606,7 +636,7 @@ class SurrogateModel:
         # the memory interval: the conformal half-width around the (shrunk) answer, widened
         # off the domain like the throughput's and then holding the analytic answer
         q_mem = by_framework(self.mem_conformal_q_by_framework_, self.mem_conformal_q_,
-                             cols["framework_code"])
+                             cols["framework_code"], cols["pp"])
         if where.unseen_shape is not None and np.isfinite(self.mem_conformal_q_unseen_shape_):
             # never narrower for a shape unseen than for one seen
             q_mem = np.where(where.unseen_shape,

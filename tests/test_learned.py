@@ -11,7 +11,7 @@ import pytest
 from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
 from surrogate.errors import DataError, NoModelError, SurrogateError
 from surrogate.features import build_features_cols
-from surrogate.learned import STATUS_CLASSES, SurrogateModel, by_framework
+from surrogate.learned import STATUS_CLASSES, SurrogateModel, by_framework, stratum_key
 from surrogate.training_data import cell_groups, training_data
 from tests.conftest import SMALL_BOOSTERS, same_predictions, small_model
 
@@ -366,8 +366,9 @@ def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, config
 
     # the subset's two shapes: each held out lies beyond the other's range, so no width
     assert np.isnan(fitted.mem_conformal_q_unseen_shape_)
+    seen_cols = build_features_cols(seen)[2]
     q = by_framework(fitted.mem_conformal_q_by_framework_, fitted.mem_conformal_q_,
-                     build_features_cols(seen)[2]["framework_code"])  # a seen shape's
+                     seen_cols["framework_code"], seen_cols["pp"])  # a seen shape's
     np.testing.assert_allclose(half_widths(fitted, unseen), q)
     wide = 3 * q.max()
     for q_unseen, expect in ((wide, wide), (q.min() / 2, q)):
@@ -381,12 +382,13 @@ def test_the_memory_interval_widens_by_each_frameworks_own_quantile(fitted, conf
     import copy
 
     X, out, cols = build_features_cols(configs[:20])
-    assert set(fitted.mem_conformal_q_by_framework_) == set(fitted.domain_.frameworks)
+    assert set(fitted.domain_.frameworks) <= set(fitted.mem_conformal_q_by_framework_)
     pooled_model = copy.copy(fitted)
     pooled_model.mem_conformal_q_by_framework_ = {}  # as loaded from a sidecar before them
     base = fitted.predict_from_features(X, out, cols)
     pooled = pooled_model.predict_from_features(X, out, cols)
-    own = by_framework(fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"])
+    own = by_framework(fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"],
+                       cols["pp"])
     assert (own > 0).all()
     np.testing.assert_allclose(np.log(base["pred_peak_mem_hi_gib"] / base["pred_peak_mem_gib"]),
                                own)
@@ -424,6 +426,29 @@ def test_the_mfu_interval_widens_by_each_frameworks_own_quantile():
     assert len(framework_quantiles(scores[:4], codes[:4], 0.8)) == 1  # 4 runs suffice
 
 
+def test_runs_with_and_without_a_pipeline_get_their_own_quantiles():
+    """Mondrian per framework version and pipeline or none: a category of 4 runs or more has
+    its own quantile; a configuration of a smaller one reads its version's, else the pooled."""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    from surrogate.learned import conformal_quantile, framework_quantiles
+
+    rng = np.random.default_rng(1)  # synthetic conformity scores
+    codes = np.array([0] * 60 + [1] * 6)
+    pp = np.array([1] * 20 + [4] * 40 + [1] * 3 + [2] * 3)
+    scores = np.concatenate([rng.uniform(0.5, 1.0, 20), rng.uniform(0, 0.1, 40),
+                             rng.uniform(0, 1, 6)])
+    q = framework_quantiles(scores, codes, 0.8, pp)
+    first, second = FRAMEWORK_VERSIONS[0], FRAMEWORK_VERSIONS[1]
+    assert set(q) == {first, stratum_key(first, False), stratum_key(first, True), second}
+    assert q[stratum_key(first, False)] == conformal_quantile(scores[:20], 0.8) > 0.5
+    assert q[stratum_key(first, True)] == conformal_quantile(scores[20:60], 0.8) < 0.1
+    got = by_framework(q, -1.0, np.array([0, 0, 1, 1, 2]), np.array([1, 8, 1, 2, 1]))
+    np.testing.assert_array_equal(got, [q[stratum_key(first, False)],
+                                        q[stratum_key(first, True)], q[second], q[second], -1.0])
+    # without pp, the framework versions' quantiles alone
+    np.testing.assert_array_equal(by_framework(q, -1.0, np.array([0, 1])), [q[first], q[second]])
+
+
 def test_predictions_read_their_frameworks_widening(fitted, configs):
     """The fitted model's own per-framework widenings, against the pooled one for all."""
     import copy
@@ -432,8 +457,11 @@ def test_predictions_read_their_frameworks_widening(fitted, configs):
 
     X, out, cols = build_features_cols(configs[:20])
     names = [FRAMEWORK_VERSIONS[int(c)] for c in cols["framework_code"]]
-    assert set(fitted.conformal_q_by_framework_) == set(fitted.domain_.frameworks)
-    own = np.array([fitted.conformal_q_by_framework_[n] for n in names])
+    assert set(names) <= set(fitted.conformal_q_by_framework_)
+    assert {stratum_key(n, p > 1) for n, p in zip(names, cols["pp"], strict=True)} <= set(
+        fitted.conformal_q_by_framework_)
+    own = np.array([fitted.conformal_q_by_framework_[stratum_key(n, p > 1)]
+                    for n, p in zip(names, cols["pp"], strict=True)])
     assert (own != fitted.conformal_q_).all()
     base = fitted.predict_from_features(X, out, cols)
     pooled_model = copy.copy(fitted)
