@@ -8,8 +8,10 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--shipped-physics] [--by COLUMN]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
-them added to training, 3 draws each) and the three Llama 3 405B layouts of the Llama 3
-paper's Table 4 against the MFU Meta reported (``training/transfer.py``). ``--shrink`` runs the
+them added to training, 3 draws each; then as a user who ran on one node only: k of its
+one-node runs added, scored on its runs of more nodes) and the three Llama 3 405B layouts of
+the Llama 3 paper's Table 4 against the MFU Meta reported (``training/transfer.py``).
+``--shrink`` runs the
 protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
 ``--shape-weight`` sets the share of the correction kept for an unseen model shape
 (``surrogate.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
@@ -163,15 +165,22 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     print(f"\nother cluster: {len(other)} MPT runs (llm-foundry FSDP; "
           + ", ".join(f"{g} {n}" for g, n in other["gpu"].value_counts().items())
           + "); k-shot: mean of 3 draws, scored on the runs not drawn")
-    rows = {}
+    tables: dict[str, dict[str, dict[str, str]]] = {}
     for r in other_cluster(runs, other, params=params, seed=seed, fitted=model):
+        rows = tables.setdefault(r.scales, {})
         for k in ("mfu_mape_ge10", "mfu_median_ape", "mfu_spearman", "interval_coverage"):
             rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])
             rows[k][f"{r.setting} analytic"] = format_metric(k, r.analytic_metrics[k])
             key = "other_cluster_" + r.setting.replace("=", "").replace(" ", "_")  # MLflow's names
+            key += "" if r.scales == "any" else "_from_one_node"
             out[f"{key}/{k}"] = r.metrics[k]
             analytic[f"{key}/{k}"] = r.analytic_metrics[k]
-    print(pd.DataFrame(rows).T.to_string())
+    for scales, rows in tables.items():
+        if scales != "any":
+            n_one = int((other["num_nodes"] == 1).sum())
+            print(f"\nthe same, as a user who ran on one node only: k of its {n_one} one-node "
+                  f"runs added, scored on its {len(other) - n_one} runs of more nodes")
+        print(pd.DataFrame(rows).T.to_string())
     table = pd.concat([llama3_405b_table(model, v) for v in LLAMA3_405B_VPP],
                       ignore_index=True)
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)."

@@ -4,6 +4,9 @@
   A100; ``surrogate.ingest.llmfoundry``) predicted by a model fitted on the training runs
   alone (zero-shot), then by models fitted with ``k`` of them added (k-shot, several random
   draws), scored on the rest. The analytic model alone on the same runs is the baseline.
+  Then as a user who has run on one node only: the ``k`` runs drawn from the one-node runs,
+  scored on every run of more nodes (``scales="one node -> more"``), the scales they have not
+  run.
 - ``llama3_405b``: the three Llama 3 405B layouts of Table 4 of the Llama 3 paper (Dubey et
   al. 2024, "The Llama 3 Herd of Models"), with the MFU Meta *reported* for each.
 """
@@ -94,6 +97,9 @@ class TransferResult:
     metrics: dict[str, float]
     analytic_metrics: dict[str, float]
     draws: int
+    scales: str = "any"
+    """Where the k runs were drawn and what was scored: ``any`` (drawn from all, scored on the
+    rest) or ``one node -> more`` (drawn from the one-node runs, scored on the others)."""
 
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
@@ -133,7 +139,10 @@ def other_cluster(
     fitted: SurrogateModel | None = None,
 ) -> list[TransferResult]:
     """Zero-shot, then k-shot for each ``k`` (mean over ``draws`` random draws of k runs), with
-    the model's default source balancing (``k=10``) and without it (``k=10 unweighted``)."""
+    the model's default source balancing (``k=10``) and without it (``k=10 unweighted``); then
+    zero-shot and k-shot (balanced) with the k runs drawn from ``other``'s one-node runs and
+    every run of more nodes scored (``scales="one node -> more"``; none where ``other`` lacks
+    either kind, or a k is not under the one-node runs' count)."""
     import pandas as pd
 
     from surrogate.learned import SurrogateModel
@@ -167,4 +176,23 @@ def other_cluster(
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
             results.append(TransferResult(setting=name, metrics=_mean(learned[balance]),
                                           analytic_metrics=_mean(analytic), draws=draws))
+    one = np.flatnonzero(other["num_nodes"].to_numpy() == 1)
+    more = other[other["num_nodes"].to_numpy() > 1]
+    if not len(one) or more.empty:
+        return results
+    scales = "one node -> more"
+    analytic_more = accuracy_metrics(_analytic(more))
+    results.append(TransferResult(setting="zero-shot", metrics=accuracy_metrics(
+        _scored(base, more)), analytic_metrics=analytic_more, draws=1, scales=scales))
+    for k in ks:
+        if k >= len(one):
+            continue
+        scored = []
+        for _ in range(draws):
+            pick = rng.choice(one, size=k, replace=False)
+            model = fit(pd.concat([train_runs, other.iloc[pick]], ignore_index=True))
+            scored.append(accuracy_metrics(_scored(model, more)))
+        results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
+                                      analytic_metrics=analytic_more, draws=draws,
+                                      scales=scales))
     return results

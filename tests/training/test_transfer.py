@@ -74,3 +74,27 @@ def test_means_over_draws_skip_what_a_draw_lacks_without_a_warning():
         m = _mean([{"a": 1.0, "b": float("nan")}, {"a": 3.0, "b": float("nan")},
                    {"a": float("nan"), "b": float("nan")}])
     assert m["a"] == 2.0 and math.isnan(m["b"])
+
+
+def test_a_user_with_one_node_of_runs_is_scored_on_their_larger_scales(playbook_subset, fitted):
+    """The one-node setting draws its k runs from the other cluster's one-node runs and
+    scores every run of more nodes, the learned model and the analytic one alike."""
+    from surrogate.datasource import data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from tests.conftest import SMALL_BOOSTERS
+    from training.transfer import other_cluster
+
+    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    if not path.exists():
+        pytest.skip(f"the shared MPT tables are absent ({path})")
+    other = parse_llmfoundry(path)[0]
+    small = {"status": SMALL_BOOSTERS, "mfu": SMALL_BOOSTERS, "mem": SMALL_BOOSTERS}
+    results = other_cluster(playbook_subset, other, ks=(10,), draws=1, params=small,
+                            fitted=fitted)
+    assert [(r.scales, r.setting) for r in results] == [
+        ("any", "zero-shot"), ("any", "k=10"), ("any", "k=10 unweighted"),
+        ("one node -> more", "zero-shot"), ("one node -> more", "k=10")]
+    more = int((other["num_nodes"] > 1).sum())
+    for r in results[3:]:
+        assert r.metrics["runs"] == r.analytic_metrics["runs"] == more
+    assert results[1].metrics["runs"] == len(other) - 10
