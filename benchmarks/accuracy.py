@@ -171,10 +171,15 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
         for k in ("mfu_mape_ge10", "mfu_median_ape", "mfu_spearman", "interval_coverage"):
             rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])
             rows[k][f"{r.setting} analytic"] = format_metric(k, r.analytic_metrics[k])
+            if r.own_physics_metrics is not None:
+                rows[k][f"{r.setting} analytic, own physics"] = format_metric(
+                    k, r.own_physics_metrics[k])
             key = "other_cluster_" + r.setting.replace("=", "").replace(" ", "_")  # MLflow's names
             key += "" if r.scales == "any" else "_from_one_node"
             out[f"{key}/{k}"] = r.metrics[k]
             analytic[f"{key}/{k}"] = r.analytic_metrics[k]
+            if r.own_physics_metrics is not None:
+                analytic[f"{key}_own_physics/{k}"] = r.own_physics_metrics[k]
     for scales, rows in tables.items():
         if scales != "any":
             n_one = int((other["num_nodes"] == 1).sum())

@@ -58,6 +58,7 @@ import inspect
 import json
 import platform
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -380,6 +381,16 @@ class SurrogateModel:
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "status_model_")
 
+    def physics(self) -> AbstractContextManager[None]:
+        """Within the block, the analytic model runs under the parameters this model was
+        trained under: the sets fitted on its training runs for framework versions the
+        shipped ones lacked (``physics_sets_``, ``surrogate.fit_params.own_sets``), over the
+        sets in use. Every prediction with the model is made in it (``surrogate.scoring``)."""
+        from surrogate.analytic.params import sets_in_use, using_sets
+
+        own = getattr(self, "physics_sets_", None)
+        return using_sets({**sets_in_use(), **own}) if own else nullcontext()
+
     def __sklearn_tags__(self) -> Any:
         """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
         (scikit-learn >= 1.6; asked only by scikit-learn, so importing it here costs nothing
@@ -464,6 +475,7 @@ class SurrogateModel:
         self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
                                         self.unseen_shape_weight)
         self.data_hash_ = data.data_hash
+        self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
         self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
         self.metrics_: dict[str, Any] = {}
@@ -712,6 +724,8 @@ class SurrogateModel:
             "mem_conformal_q": _json_float(self.mem_conformal_q_),
             "mem_conformal_q_by_framework": self.mem_conformal_q_by_framework_,
             "mem_conformal_q_unseen_shape": _json_float(self.mem_conformal_q_unseen_shape_),
+            **({"physics_sets": self.physics_sets_} if getattr(self, "physics_sets_", None)
+               else {}),
             "coverage": self.coverage,
             "seed": self.seed,
             "n_folds": self.n_folds,
@@ -800,6 +814,7 @@ class SurrogateModel:
             str(k): float(v) for k, v in meta.get("mem_conformal_q_by_framework", {}).items()}
         mem_q = meta.get("mem_conformal_q_unseen_shape")  # absent before it had its own
         model.mem_conformal_q_unseen_shape_ = float("nan") if mem_q is None else float(mem_q)
+        model.physics_sets_ = dict(meta.get("physics_sets", {}))  # absent: none of its own
         model.feature_names_ = list(meta["feature_names"])
         model.data_hash_ = meta["data_hash"]
         model.domain_ = domain

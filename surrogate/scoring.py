@@ -32,6 +32,7 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -108,7 +109,9 @@ def score(
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
                       perf_models=[])
-    c, out, names = analytic_for(configs, profile, extra=extra)
+    # the analytic model under the parameters the learned one was trained under
+    with nullcontext() if model is None else model.physics():
+        c, out, names = analytic_for(configs, profile, extra=extra)
     context = out["mem_cuda_context"]
     explanations: list[dict[str, float]] = []
     if model is not None:

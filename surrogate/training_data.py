@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from dataclasses import dataclass
+from contextlib import nullcontext
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -95,6 +96,9 @@ class TrainingData:
     """log(measured / analytic peak reserved memory) where ``mem_ok``, NaN elsewhere."""
     groups: np.ndarray
     """(model, nodes) cell of each run (:func:`cell_groups`), for grouped folds."""
+    physics_sets: dict[str, Any] = field(default_factory=dict)
+    """Analytic parameter sets fitted on these runs for framework versions the sets in use
+    lacked (``surrogate.fit_params.own_sets``), under which the features were computed."""
 
     def __len__(self) -> int:
         return len(self.runs)
@@ -109,7 +113,8 @@ class TrainingData:
             analytic={k: v[rows] for k, v in self.analytic.items()},
             cols={k: v[rows] for k, v in self.cols.items()},
             y_status=self.y_status[rows], done=self.done[rows], y_mfu=self.y_mfu[rows],
-            mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows])
+            mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows],
+            physics_sets=self.physics_sets)
 
     def sample_weight(self, *, balance_sources: bool = True) -> np.ndarray:
         """One weight per run: :func:`source_weights` of these runs (each part is balanced
@@ -142,7 +147,8 @@ class TrainingData:
         return h.hexdigest()
 
 
-def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
+def training_data(runs: pd.DataFrame, *, profile: Any = None,
+                  own_physics: bool = True) -> TrainingData:
     """Features and targets of a runs table, computed once (:class:`TrainingData`).
 
     The targets are the runs' own measurements relative to the analytic model's answer for
@@ -150,14 +156,23 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
     the status code, log(measured / analytic tokens/s per GPU) and log(measured / analytic
     peak reserved memory), the latter of the rank the measurement was logged on
     (``surrogate.clusters.SOURCE_MEMORY_STAGES``): the learned factor corrects a rank's memory,
-    and prediction applies it to the most loaded rank's."""
+    and prediction applies it to the most loaded rank's.
+
+    With ``own_physics``, the framework versions the analytic parameter sets in use lack
+    (a user's own) first get theirs fitted on these runs (``surrogate.fit_params.own_sets``),
+    and every run is explained under them: the correction learns what calibrated physics
+    misses, and a model fitted on these data carries the sets (``physics_sets``)."""
+    from surrogate.analytic.params import sets_in_use, using_sets
     from surrogate.features import features_for_runs
+    from surrogate.fit_params import own_sets
 
     if len(runs) == 0:
         raise DataError("cannot learn from an empty sweep table")
     runs = runs.reset_index(drop=True)
     y_status = status_labels(runs["status"])
-    X, out, cols = features_for_runs(runs, profile)
+    sets = own_sets(runs, profile) if own_physics else {}
+    with using_sets({**sets_in_use(), **sets}) if sets else nullcontext():
+        X, out, cols = features_for_runs(runs, profile)
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
     mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
     done = (y_status == 0) & (tps > 0)
@@ -169,4 +184,4 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None) -> TrainingData:
     y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / logged[mem_ok])
     return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
                         y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
-                        groups=cell_groups(runs))
+                        groups=cell_groups(runs), physics_sets=sets)

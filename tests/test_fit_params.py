@@ -144,3 +144,26 @@ def test_fit_runs_refuses_an_unknown_fit_on():
 
     with pytest.raises(ValueError, match="fit_on must be 'all' or 'healthy'"):
         fit_runs(None, fit_on="most")  # type: ignore[arg-type]
+
+
+def test_a_table_of_throughput_alone_fits_the_time_parameters():
+    """llm-foundry's tables publish throughput, not memory: the time parameters are fitted
+    (and held out per model), the memory ones keep their priors."""
+    from surrogate.datasource import data_dir
+    from surrogate.fit_params import MEMORY_PARAMETERS, fit_runs
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    if not path.exists():
+        pytest.skip(f"the shared MPT tables are absent ({path})")
+    runs = parse_llmfoundry(path)[0]
+    runs = runs[runs["model_name"].isin(["mpt-125m", "mpt-350m", "mpt-760m"])]
+    assert runs["peak_mem_reserved_gib"].isna().all()
+    result = fit_runs(runs.reset_index(drop=True), group_by="model_name")
+    (entry,) = result["sets"].values()
+    assert entry["runs"] == {"time": len(runs), "memory": 0}
+    assert not set(MEMORY_PARAMETERS) & set(entry["values"])
+    assert "memory_log_sd" not in entry["values"]
+    held = result["held_out"]
+    assert np.isfinite(held["step_time_s"]).all()
+    assert np.isnan(held["reserved_bytes"]).all()

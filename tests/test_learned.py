@@ -472,3 +472,44 @@ def test_predictions_read_their_frameworks_widening(fitted, configs):
     np.testing.assert_allclose(np.log(base["pred_mfu_hi"] / pooled["pred_mfu_hi"])[free],
                                (own - fitted.conformal_q_)[free], atol=1e-9)
     np.testing.assert_array_equal(base["pred_mfu"], pooled["pred_mfu"])
+
+
+def _mpt_runs():
+    from surrogate.datasource import data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    if not path.exists():
+        pytest.skip(f"the shared MPT tables are absent ({path})")
+    return parse_llmfoundry(path)[0]
+
+
+def test_a_users_framework_gets_its_physics_fitted_and_carried(playbook_subset, tmp_path):
+    """Runs of a framework without shipped parameters (llm-foundry) calibrate its physics
+    before the correction learns; the model carries those parameters, saved and loaded, and
+    predicts under them."""
+    import pandas as pd
+
+    from surrogate.analytic.params import fitted_sets, using_sets
+    from surrogate.scoring import score_runs
+
+    mine = _mpt_runs().sample(40, random_state=0)
+    data = training_data(pd.concat([playbook_subset, mine], ignore_index=True))
+    (version,) = data.physics_sets  # the Playbook's versions ship theirs
+    assert version not in fitted_sets()
+    assert data.take(np.arange(10)).physics_sets == data.physics_sets
+    model = small_model().fit(data)
+    assert model.physics_sets_ == data.physics_sets
+    model.save(tmp_path / "m")
+    loaded = SurrogateModel.load(tmp_path / "m")
+    assert loaded.physics_sets_ == model.physics_sets_
+    with using_sets({**fitted_sets(), **model.physics_sets_}):
+        calibrated = score_runs(mine)["pred_mfu"].to_numpy()  # the analytic model alone
+    np.testing.assert_allclose(score_runs(mine, model=loaded)["analytic_mfu"], calibrated)
+    assert not np.allclose(score_runs(mine)["pred_mfu"], calibrated)
+    # without them (own_physics=False, or the runs of shipped versions alone) none is carried
+    assert training_data(playbook_subset).physics_sets == {}
+    assert training_data(mine, own_physics=False).physics_sets == {}
+    from surrogate.prediction import DEFAULT_MODEL_DIR
+
+    assert SurrogateModel.load(DEFAULT_MODEL_DIR).physics_sets_ == {}  # Playbook runs alone

@@ -100,6 +100,10 @@ class TransferResult:
     scales: str = "any"
     """Where the k runs were drawn and what was scored: ``any`` (drawn from all, scored on the
     rest) or ``one node -> more`` (drawn from the one-node runs, scored on the others)."""
+    own_physics_metrics: dict[str, float] | None = None
+    """The analytic model alone under the parameters fitted on the k runs (their framework's:
+    ``surrogate.fit_params.own_sets``, which the learned model's training fits and carries
+    too), where k reaches ``surrogate.fit_params.MIN_RUNS``."""
 
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
@@ -142,9 +146,15 @@ def other_cluster(
     the model's default source balancing (``k=10``) and without it (``k=10 unweighted``); then
     zero-shot and k-shot (balanced) with the k runs drawn from ``other``'s one-node runs and
     every run of more nodes scored (``scales="one node -> more"``; none where ``other`` lacks
-    either kind, or a k is not under the one-node runs' count)."""
+    either kind, or a k is not under the one-node runs' count). The analytic baseline is the
+    model under the shipped parameters (the priors, for a framework without a fitted set);
+    where k reaches ``surrogate.fit_params.MIN_RUNS``, which is where training fits the k
+    runs' framework its own parameters (``training_data(own_physics=True)``), also under
+    those (``own_physics_metrics``)."""
     import pandas as pd
 
+    from surrogate.analytic.params import using_sets
+    from surrogate.fit_params import MIN_RUNS
     from surrogate.learned import SurrogateModel
 
     params = params or {}
@@ -165,6 +175,7 @@ def other_cluster(
             continue
         learned: dict[bool, list[dict[str, float]]] = {True: [], False: []}
         analytic = []
+        physics: list[dict[str, float]] = []
         for _ in range(draws):
             pick = rng.choice(len(other), size=k, replace=False)
             rest = np.setdiff1d(np.arange(len(other)), pick)
@@ -173,9 +184,13 @@ def other_cluster(
                 model = fit(train, balance)
                 learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest])))
             analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
+            if k >= MIN_RUNS:
+                with using_sets(own_physics(other.iloc[pick])):
+                    physics.append(accuracy_metrics(_analytic(other.iloc[rest])))
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
-            results.append(TransferResult(setting=name, metrics=_mean(learned[balance]),
-                                          analytic_metrics=_mean(analytic), draws=draws))
+            results.append(TransferResult(
+                setting=name, metrics=_mean(learned[balance]), analytic_metrics=_mean(analytic),
+                draws=draws, own_physics_metrics=_mean(physics) if physics else None))
     one = np.flatnonzero(other["num_nodes"].to_numpy() == 1)
     more = other[other["num_nodes"].to_numpy() > 1]
     if not len(one) or more.empty:
@@ -187,12 +202,25 @@ def other_cluster(
     for k in ks:
         if k >= len(one):
             continue
-        scored = []
+        scored, physics = [], []
         for _ in range(draws):
             pick = rng.choice(one, size=k, replace=False)
-            model = fit(pd.concat([train_runs, other.iloc[pick]], ignore_index=True))
-            scored.append(accuracy_metrics(_scored(model, more)))
+            train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
+            scored.append(accuracy_metrics(_scored(fit(train), more)))
+            if k >= MIN_RUNS:
+                with using_sets(own_physics(other.iloc[pick])):
+                    physics.append(accuracy_metrics(_analytic(more)))
         results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
                                       analytic_metrics=analytic_more, draws=draws,
-                                      scales=scales))
+                                      scales=scales,
+                                      own_physics_metrics=_mean(physics) if physics else None))
     return results
+
+
+def own_physics(runs: pd.DataFrame) -> dict[str, Any]:
+    """The parameter sets in use, with those ``runs`` fit for their framework versions that
+    lack one (``surrogate.fit_params.own_sets``, as training does)."""
+    from surrogate.analytic.params import sets_in_use
+    from surrogate.fit_params import own_sets
+
+    return {**sets_in_use(), **own_sets(runs.reset_index(drop=True))}
