@@ -7,8 +7,8 @@ the physics under it, so it shrinks toward the analytic answer and its interval 
 - categories: the GPUs, the (framework, version) pairs and the pipeline schedules seen; a
   configuration with another is *outside* (distance infinite: the analytic answer, weight 0);
 - scale: the range of each of :data:`surrogate.features.DOMAIN_AXES` (GPUs, parameters,
-  sequence length, tokens per rank); the distance is the largest excess beyond a range, in
-  doublings (log2).
+  sequence length, tokens per rank), over all training runs and over each framework version's
+  own; the distance is the largest excess beyond a range, in doublings (log2).
 
 The learned correction keeps the weight ``exp(-distance / shrink_doublings)`` of itself (1
 inside, 0 for an unseen category); ``shrink_doublings`` is chosen by the evaluation protocols
@@ -109,6 +109,13 @@ def _reason_column(n: int, rows: np.ndarray, keys: np.ndarray,
     distinct, inverse = np.unique(keys, return_inverse=True)
     codes[rows] = inverse.ravel()
     return _ReasonColumn(codes, [text(k) for k in distinct.tolist()])
+
+
+def _excess(v: np.ndarray, span: tuple[float, float]) -> np.ndarray:
+    """Doublings by which each value of ``v`` lies beyond ``span`` (0 inside)."""
+    lo, hi = span
+    out = np.maximum(np.log2(np.maximum(v, 1e-300) / hi), np.log2(lo / v))
+    return np.asarray(np.maximum(out, 0.0), dtype=np.float64)
 
 
 def _never_seen_text(what: str, names: Sequence[str]) -> Callable[[int], str]:
@@ -212,6 +219,12 @@ class Domain:
     schedules: tuple[str, ...] = ("1f1b",)
     """The pipeline schedules of the training runs (a model saved before they were recorded:
     '1f1b', the only one then described)."""
+    framework_ranges: dict[str, dict[str, tuple[float, float]]] | None = None
+    """Per framework version, the ranges of its own training runs (None: not recorded). A
+    configuration lies as far off the domain as it lies beyond the ranges of all runs or of
+    its framework's, whichever is farther: a user's runs of one node teach the correction
+    nothing about their framework on 64 (``python benchmarks/accuracy.py --transfer``, "as a
+    user who ran on one node only")."""
 
     @classmethod
     def from_cols(cls, c: dict[str, np.ndarray],
@@ -223,8 +236,15 @@ class Domain:
         counts: dict[str, int] = {}
         for name in (*gpus, *fws):
             counts[name] = counts.get(name, 0) + 1
+        codes = np.asarray(c["framework_code"]).astype(np.int64)
+        per_framework = {
+            FRAMEWORK_VERSIONS[int(k)]: {a: (float(np.min(vals[a][codes == k])),
+                                             float(np.max(vals[a][codes == k])))
+                                         for a in DOMAIN_AXES}
+            for k in np.unique(codes)}
         return cls(ranges={a: (float(np.min(vals[a])), float(np.max(vals[a])))
                            for a in DOMAIN_AXES},
+                   framework_ranges=per_framework,
                    gpus=tuple(sorted(set(gpus))), frameworks=tuple(sorted(set(fws))),
                    shrink_doublings=shrink_doublings, counts=counts,
                    shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
@@ -249,14 +269,21 @@ class Domain:
         n = len(c["gpu_code"])
         dist = np.zeros(n)
         columns: list[_ReasonColumn] = []  # formatted per distinct value: a search has millions
+        fw_codes = np.asarray(c["framework_code"]).astype(np.int64)
         for axis in DOMAIN_AXES:
-            lo, hi = self.ranges[axis]
             v = np.asarray(vals[axis], dtype=np.float64)
-            excess = np.maximum(np.log2(np.maximum(v, 1e-300) / hi), np.log2(lo / v))
-            excess = np.maximum(excess, 0.0)
-            dist = np.maximum(dist, excess)
+            excess = _excess(v, self.ranges[axis])
             rows = np.flatnonzero(excess > 1e-9)
             columns.append(_reason_column(n, rows, v[rows], self._range_text(axis)))
+            for name, ranges in (self.framework_ranges or {}).items():
+                mine = fw_codes == FRAMEWORK_VERSIONS.index(name)
+                own = np.where(mine, _excess(v, ranges[axis]), 0.0)
+                # beyond its framework's runs, farther than beyond all runs: said apart
+                rows = np.flatnonzero(own > excess + 1e-9)
+                columns.append(_reason_column(n, rows, v[rows],
+                                              self._range_text(axis, name)))
+                excess = np.maximum(excess, own)
+            dist = np.maximum(dist, excess)
         for names, seen, what, codes in (
                 (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
                 (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
@@ -275,15 +302,19 @@ class Domain:
         return Assessment(weight=weight, distance=dist, reasons=_joined(n, columns),
                           unseen_shape=unseen)
 
-    def _range_text(self, axis: str) -> Callable[[float], str]:
-        """The reason for a value ``v`` of ``axis`` outside the range the data covered."""
-        lo, hi = self.ranges[axis]
+    def _range_text(self, axis: str, framework: str | None = None) -> Callable[[float], str]:
+        """The reason for a value ``v`` of ``axis`` outside the range the data covered (the
+        runs of ``framework``'s, if given)."""
+        span = self.ranges[axis] if framework is None else (
+            (self.framework_ranges or {})[framework][axis])
+        lo, hi = span
+        whose = "" if framework is None else f" for {framework}"
 
         def text(v: float) -> str:
             side, edge = (">", hi) if v > hi else ("<", lo)
-            x = np.float64(v)  # numpy's arithmetic, as assess's, so the text rounds alike
-            excess = max(float(np.log2(np.maximum(x, 1e-300) / hi)), float(np.log2(lo / x)), 0.0)
-            return f"{axis} {v:.4g} {side} {edge:.4g} seen ({excess:.1f} doublings)"
+            # numpy's arithmetic, as assess's, so the text rounds alike
+            excess = float(_excess(np.array([v], dtype=np.float64), span)[0])
+            return f"{axis} {v:.4g} {side} {edge:.4g} seen{whose} ({excess:.1f} doublings)"
 
         return text
 
@@ -293,7 +324,10 @@ class Domain:
                 "shrink_doublings": self.shrink_doublings, "counts": self.counts,
                 "shapes": None if self.shapes is None else [list(k) for k in self.shapes],
                 "unseen_shape_weight": self.unseen_shape_weight,
-                "schedules": list(self.schedules)}
+                "schedules": list(self.schedules),
+                **({} if self.framework_ranges is None else {"framework_ranges": {
+                    name: {k: list(v) for k, v in r.items()}
+                    for name, r in self.framework_ranges.items()}})}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Domain:
@@ -305,4 +339,7 @@ class Domain:
                            else tuple(tuple(float(x) for x in k) for k in d["shapes"])),
                    unseen_shape_weight=float(d.get("unseen_shape_weight",
                                                    UNSEEN_SHAPE_WEIGHT)),
-                   schedules=tuple(d.get("schedules", ("1f1b",))))
+                   schedules=tuple(d.get("schedules", ("1f1b",))),
+                   framework_ranges=(None if d.get("framework_ranges") is None else {
+                       str(name): {k: (float(v[0]), float(v[1])) for k, v in r.items()}
+                       for name, r in d["framework_ranges"].items()}))

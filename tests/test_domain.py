@@ -138,3 +138,27 @@ def test_an_unseen_pipeline_schedule_falls_back_to_physics():
     both = Domain.from_cols(test)
     assert both.schedules == ("1f1b", "afab")
     assert Domain.from_json(both.to_json()) == both
+
+
+def test_a_framework_is_as_far_off_as_its_own_runs_say():
+    """Runs of one framework up to 64 GPUs and of another on 8 alone: the other's 64-GPU
+    configuration lies three doublings beyond its own runs, and says so; the domain records
+    each framework's ranges, and a domain saved without them measures against all runs."""
+    train = _cols(build_config("8b", dp=8), build_config("8b", dp=64),
+                  build_config("8b", dp=8, framework="torchtitan"))
+    dom = Domain.from_cols(train, shrink_doublings=2.0)
+    assert dom.framework_ranges is not None
+    assert dom.framework_ranges["torchtitan/main"]["num_gpus"] == (8.0, 8.0)
+    test = _cols(build_config("8b", dp=64), build_config("8b", dp=64, framework="torchtitan"),
+                 build_config("8b", dp=128, framework="torchtitan"))
+    a = dom.assess(test)
+    assert a.distance[0] == 0.0 and a.reasons[0] == ""
+    assert a.distance[1] == pytest.approx(3.0)
+    assert a.reasons[1] == "num_gpus 64 > 8 seen for torchtitan/main (3.0 doublings)"
+    # beyond all runs too: the farther reason is its framework's, both are said
+    assert a.distance[2] == pytest.approx(4.0)
+    assert "num_gpus 128 > 64 seen (1.0 doublings)" in a.reasons[2]
+    assert "num_gpus 128 > 8 seen for torchtitan/main (4.0 doublings)" in a.reasons[2]
+    assert Domain.from_json(dom.to_json()) == dom
+    old = {k: v for k, v in dom.to_json().items() if k != "framework_ranges"}
+    assert Domain.from_json(old).assess(test).distance.tolist() == [0.0, 0.0, 1.0]
