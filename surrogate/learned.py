@@ -242,7 +242,7 @@ def conformal_quantile(scores: np.ndarray, coverage: float) -> float:
 
 def stratum_key(framework: str, pipelined: bool) -> str:
     """The name of a framework version's runs with (pp > 1) or without a pipeline in the
-    per-category quantiles (:func:`framework_quantiles`), e.g. ``'pp-fix pp>1'``."""
+    per-category quantiles (:func:`framework_quantiles`), e.g. ``'nanotron/pp-fix pp>1'``."""
     return f"{framework} {'pp>1' if pipelined else 'pp=1'}"
 
 

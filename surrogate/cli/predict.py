@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -18,6 +19,18 @@ def _load_config_file(path: Path) -> dict[str, Any]:
     from surrogate.configfile import read_config_file
 
     return read_config_file(path)
+
+
+def _physics(analytic: bool, model_dir: Path | None) -> AbstractContextManager[None]:
+    """``--analytic --model-dir DIR``: the analytic model under the parameters that model was
+    trained under (those its training runs fitted for a framework without shipped ones,
+    ``SurrogateModel.physics``); otherwise nothing to change."""
+    if not analytic or model_dir is None:
+        return nullcontext()
+    from surrogate.prediction import resolve_model
+
+    model = resolve_model(model_dir)
+    return nullcontext() if model is None else model.physics()
 
 
 def build_config(
@@ -188,6 +201,7 @@ def predict_cmd(
     from surrogate.prediction import predict, predict_frame
 
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
+    physics = _physics(analytic, model_dir)
     if from_csv is not None:
         from surrogate.tableio import read_table, table_format, write_csv, write_table_atomic
 
@@ -201,7 +215,8 @@ def predict_cmd(
         table = read_table(from_csv)
         check_table_columns(table.columns, where=str(from_csv))  # names the file
         check_table_counts(table, where=str(from_csv))
-        result = predict_frame(table, profile=profile, model=model_arg)
+        with physics:
+            result = predict_frame(table, profile=profile, model=model_arg)
         if out is None:
             write_csv(result, sys.stdout)
         else:
@@ -221,7 +236,8 @@ def predict_cmd(
     )
     file_values = _load_config_file(config) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
-    pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
+    with physics:
+        pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
     if as_json:
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:

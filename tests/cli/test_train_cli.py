@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -83,3 +84,44 @@ def test_train_can_take_a_saved_models_settings_instead_of_tuning(sweep_file, tm
     err = capsys.readouterr().err
     assert "--settings-from replaces tuning: give --n-trials 0, got 3" in err
     assert err.count("\n") == 1
+
+
+def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset, tmp_path,
+                                                                 capsys):
+    """Runs of llm-foundry (no shipped parameters) in the training sweeps: the saved model
+    carries their framework's fitted parameters, and `predict --analytic --model-dir` predicts
+    under them, where `--analytic` alone keeps the shipped physics (the priors here)."""
+    import pandas as pd
+
+    from surrogate.config import CONFIG_COLUMNS
+    from surrogate.datasource import data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    if not path.exists():
+        pytest.skip(f"the shared MPT tables are absent ({path})")
+    mine = parse_llmfoundry(path)[0].sample(40, random_state=0)
+    sweeps = tmp_path / "runs.parquet"
+    write_sweeps(pd.concat([playbook_subset, mine], ignore_index=True), sweeps)
+    out_dir = tmp_path / "model"
+    assert main(["train", "--no-playbook", "--sweeps", str(sweeps), "--out", str(out_dir),
+                 "--n-trials", "1", "--max-estimators", "15", "--protocol", "nodes",
+                 "--no-track", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--json"]) == 0
+    capsys.readouterr()
+    assert list(SurrogateModel.load(out_dir).physics_sets_) == ["llm-foundry/composer-fsdp1"]
+    configs = tmp_path / "mpt.csv"
+    mine.head(5)[list(CONFIG_COLUMNS)].to_csv(configs, index=False)
+
+    def mfu(*flags: str) -> list[float]:
+        assert main(["predict", "--from-csv", str(configs), *flags]) == 0
+        return pd.read_csv(io.StringIO(capsys.readouterr().out))["pred_mfu"].tolist()
+
+    shipped = mfu("--analytic")
+    calibrated = mfu("--analytic", "--model-dir", str(out_dir))
+    assert calibrated != pytest.approx(shipped)
+    from surrogate.analytic.params import fitted_sets, using_sets
+    from surrogate.prediction import predict_frame
+
+    with using_sets({**fitted_sets(), **SurrogateModel.load(out_dir).physics_sets_}):
+        expect = predict_frame(pd.read_csv(configs), model=None)["pred_mfu"].tolist()
+    assert calibrated == pytest.approx(expect)
