@@ -276,13 +276,13 @@ class Domain:
             rows = np.flatnonzero(excess > 1e-9)
             columns.append(_reason_column(n, rows, v[rows], self._range_text(axis)))
             for name, ranges in (self.framework_ranges or {}).items():
-                mine = fw_codes == FRAMEWORK_VERSIONS.index(name)
-                own = np.where(mine, _excess(v, ranges[axis]), 0.0)
+                mine = np.flatnonzero(fw_codes == FRAMEWORK_VERSIONS.index(name))
+                own = _excess(v[mine], ranges[axis])
                 # beyond its framework's runs, farther than beyond all runs: said apart
-                rows = np.flatnonzero(own > excess + 1e-9)
+                rows = mine[own > excess[mine] + 1e-9]
                 columns.append(_reason_column(n, rows, v[rows],
                                               self._range_text(axis, name)))
-                excess = np.maximum(excess, own)
+                excess[mine] = np.maximum(excess[mine], own)
             dist = np.maximum(dist, excess)
         for names, seen, what, codes in (
                 (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
