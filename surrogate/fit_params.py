@@ -47,7 +47,13 @@ ROBUST_SCALE = 0.2
 NOISE_FLOOR = 1e-3
 """Smallest spread of log residuals the data are weighed by (exact synthetic data)."""
 MIN_RUNS = 20
-"""Fewest measured runs a framework version needs before its parameters are fitted."""
+"""Fewest measured runs a framework version needs before its parameters are fitted
+(``surrogate calibrate --runs``; the shipped sets)."""
+OWN_MIN_RUNS = 5
+"""Fewest timed runs of a framework without shipped parameters before training fits its own
+(:func:`own_sets`): each parameter's prior weighs as one measurement, so a few runs move the
+few parameters they inform and leave the rest at their priors (:func:`own_sets` gives the
+figures from 10 runs)."""
 
 
 @dataclass
@@ -314,7 +320,7 @@ def healthy(block: Block, mfu: np.ndarray) -> Block:
 
 
 def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_name",
-             fit_on: FitOn = "all") -> dict[str, Any]:
+             fit_on: FitOn = "all", min_runs: int = MIN_RUNS) -> dict[str, Any]:
     """Fit every framework version's parameters on ``runs``; report grouped cross-validation.
 
     Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
@@ -324,7 +330,9 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     most loaded rank, that fold's memory error). Time parameters are
     fitted on every completed run (``fit_on="all"``) or on those of MFU >= 10%
     (``"healthy"``, :data:`MIN_FIT_MFU`). ``group_by=None``: the fits alone, no
-    cross-validation (``held_out`` is all NaN)."""
+    cross-validation (``held_out`` is all NaN). A version is fitted from ``min_runs`` timed
+    runs; its memory parameters from :data:`MIN_RUNS` runs with a memory (else their
+    priors)."""
     if fit_on not in ("all", "healthy"):
         raise ValueError(f"fit_on must be 'all' or 'healthy', got {fit_on!r}")
     blocks, rows = blocks_for_runs(runs, profile)
@@ -346,7 +354,7 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
             healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids, strict=True)]
         n_time = sum(int(np.isfinite(b.step_time_s).sum()) for b in fit_bs)
         n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
-        if n_time < MIN_RUNS:
+        if n_time < min_runs:
             continue
         t = fit_time(fit_bs)
         entry: dict[str, Any] = {"values": dict(t.values), "sd": dict(t.sd),
@@ -395,14 +403,14 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     """Parameter sets fitted on ``runs`` for their framework versions that the sets in use
     (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework, calibrated by
     their own runs before any learned correction (:func:`fit_runs` on those runs, no
-    cross-validation; a version with fewer than :data:`MIN_RUNS` timed runs keeps the
+    cross-validation; a version with fewer than :data:`OWN_MIN_RUNS` timed runs keeps the
     priors). ``{version: {"values": ...}}``, empty where there is nothing to fit.
 
     Measured (``python benchmarks/accuracy.py --transfer``, MPT runs of llm-foundry, 3 draws
-    of 50 added to the Playbook's): the analytic model alone under the 50 runs' own
-    parameters predicts the rest at 9.8% MFU MAPE (Spearman 0.806) against 19.6% (0.762)
-    under the priors; drawn from one-node runs only, the runs of more nodes at 7.8% (0.792)
-    against 19.8% (0.629)."""
+    of k added to the Playbook's): the analytic model alone under the k runs' own parameters
+    predicts the rest at 11.9% MFU MAPE (Spearman 0.764) for k = 10 and 9.8% (0.806) for
+    k = 50, against 19.6-20.1% (0.762-0.766) under the priors; drawn from one-node runs only,
+    the runs of more nodes at 9.5% (0.612) and 7.8% (0.792), against 19.8% (0.629)."""
     from surrogate.analytic.params import sets_in_use
 
     have = set(sets_in_use())
@@ -410,7 +418,8 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     mine = ~version.isin(have).to_numpy()
     if not mine.any():
         return {}
-    fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None)["sets"]
+    fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None,
+                      min_runs=OWN_MIN_RUNS)["sets"]
     return {fv: {"values": dict(entry["values"])} for fv, entry in fitted.items()}
 
 

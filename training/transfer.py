@@ -103,7 +103,7 @@ class TransferResult:
     own_physics_metrics: dict[str, float] | None = None
     """The analytic model alone under the parameters fitted on the k runs (their framework's:
     ``surrogate.fit_params.own_sets``, which the learned model's training fits and carries
-    too), where k reaches ``surrogate.fit_params.MIN_RUNS``."""
+    too), where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``."""
 
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
@@ -148,13 +148,13 @@ def other_cluster(
     every run of more nodes scored (``scales="one node -> more"``; none where ``other`` lacks
     either kind, or a k is not under the one-node runs' count). The analytic baseline is the
     model under the shipped parameters (the priors, for a framework without a fitted set);
-    where k reaches ``surrogate.fit_params.MIN_RUNS``, which is where training fits the k
+    where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``, which is where training fits the k
     runs' framework its own parameters (``training_data(own_physics=True)``), also under
     those (``own_physics_metrics``)."""
     import pandas as pd
 
     from surrogate.analytic.params import using_sets
-    from surrogate.fit_params import MIN_RUNS
+    from surrogate.fit_params import OWN_MIN_RUNS
     from surrogate.learned import SurrogateModel
 
     params = params or {}
@@ -184,7 +184,7 @@ def other_cluster(
                 model = fit(train, balance)
                 learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest])))
             analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
-            if k >= MIN_RUNS:
+            if k >= OWN_MIN_RUNS:
                 with using_sets(own_physics(other.iloc[pick])):
                     physics.append(accuracy_metrics(_analytic(other.iloc[rest])))
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
@@ -207,7 +207,7 @@ def other_cluster(
             pick = rng.choice(one, size=k, replace=False)
             train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
             scored.append(accuracy_metrics(_scored(fit(train), more)))
-            if k >= MIN_RUNS:
+            if k >= OWN_MIN_RUNS:
                 with using_sets(own_physics(other.iloc[pick])):
                     physics.append(accuracy_metrics(_analytic(more)))
         results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
