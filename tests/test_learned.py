@@ -513,3 +513,39 @@ def test_a_users_framework_gets_its_physics_fitted_and_carried(playbook_subset, 
     from surrogate.prediction import DEFAULT_MODEL_DIR
 
     assert SurrogateModel.load(DEFAULT_MODEL_DIR).physics_sets_ == {}  # Playbook runs alone
+
+
+def test_a_correction_its_frameworks_held_out_runs_do_not_bear_out_gives_way():
+    """framework_weights: the least-squares share of the out-of-fold correction, in [0, 1];
+    at 0 the prediction is the physics', its interval holding it and the learned one."""
+
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    from surrogate.learned import framework_weights
+
+    rng = np.random.default_rng(2)  # synthetic corrections
+    oof = rng.normal(0, 0.3, 60)
+    y = np.concatenate([0.6 * oof[:20],  # borne out in part: better than none, kept whole
+                        rng.normal(0, 0.3, 20),  # unrelated: worse than none, gives way
+                        0.3 * oof[40:]])  # over-corrected: its least-squares share, 0.3
+    w = framework_weights(y, oof, np.repeat([0, 1, 2], 20))
+    assert w[FRAMEWORK_VERSIONS[0]] == 1.0
+    assert w[FRAMEWORK_VERSIONS[1]] < 0.5
+    assert w[FRAMEWORK_VERSIONS[2]] == pytest.approx(0.3)
+    assert framework_weights(-oof, oof, np.zeros(60)) == {FRAMEWORK_VERSIONS[0]: 0.0}
+    assert framework_weights(y[:3], oof[:3], np.zeros(3)) == {}  # too few runs: none
+
+
+def test_predictions_give_way_where_the_correction_was_not_borne_out(fitted, configs):
+    import copy
+
+    X, out, cols = build_features_cols(configs[:20])
+    full = fitted.predict_from_features(X, out, cols)
+    assert (full["domain_weight"] == 1).any()
+    none = copy.copy(fitted)
+    none.correction_weight_by_framework_ = {k: 0.0 for k in fitted.domain_.frameworks}
+    p = none.predict_from_features(X, out, cols)
+    np.testing.assert_allclose(p["pred_mfu"], out["mfu"])
+    assert (p["pred_mfu_lo"] <= p["pred_mfu"]).all() and (p["pred_mfu"] <= p["pred_mfu_hi"]).all()
+    assert (p["pred_mfu_lo"] <= full["pred_mfu"] + 1e-12).all()
+    assert (full["pred_mfu"] <= p["pred_mfu_hi"] + 1e-12).all()
+    assert set(fitted.correction_weight_by_framework_) == set(fitted.domain_.frameworks)
