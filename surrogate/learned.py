@@ -43,6 +43,11 @@ and memory corrections shrink toward the analytic answer by the domain weight w
 (factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
 by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
 the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
+Within it, a framework version whose held-out runs the throughput correction predicts no
+better than the physics under it keeps only the share they bear out
+(``correction_weight_by_framework_``, :func:`framework_weights`). A framework without shipped
+analytic parameters gets them fitted on its training runs first, and the model predicts under
+them (``physics_sets_``, :meth:`SurrogateModel.physics`).
 
 Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
 :data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
@@ -354,7 +359,8 @@ class SurrogateModel:
     (``status_model_``, ``mfu_model_``, ``mfu_lo_model_``, ``mfu_hi_model_``,
     ``mem_model_``), ``status_classes_``, ``conformal_q_``, ``conformal_q_by_framework_``,
     ``mem_conformal_q_``, ``mem_conformal_q_by_framework_``,
-    ``mem_conformal_q_unseen_shape_``, ``feature_names_``, ``domain_``, ``data_hash_``,
+    ``mem_conformal_q_unseen_shape_``, ``correction_weight_by_framework_``,
+    ``physics_sets_``, ``feature_names_``, ``domain_``, ``data_hash_``,
     ``n_train_``, ``metrics_`` and ``saved_sha256_``."""
 
     _compiled: dict[str, CompiledForest] = {}  # noqa: RUF012 (never mutated: replaced)
