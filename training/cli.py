@@ -108,12 +108,16 @@ def train_cmd(
                 "baseline_run_id": tracked.baseline_run_id,
                 "model": tracked.model_name, "version": tracked.model_version},
             "seconds": result.seconds,
+            "own_physics": sorted(result.model.physics_sets_),
         }, indent=2))
         return
     _print_results(result.evaluation)
     for t, r in result.tuning.items():
         typer.echo(f"tuned {t}: best grouped-CV score {r.best_value:.4f} over {r.n_complete} "
                    f"complete and {r.n_pruned} pruned trials (study {r.study_name})")
+    for version in sorted(result.model.physics_sets_):
+        typer.echo(f"{version}: no shipped analytic parameters; fitted on its runs, and the "
+                   "model predicts under them")
     typer.echo(f"saved the model to {result.out_dir} in {result.seconds:.0f} s")
     if tracked is not None:
         from surrogate.tracking import run_url

@@ -27,6 +27,7 @@ def test_train_json(sweep_file, tmp_path, capsys):
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["out_dir"] == str(out_dir) and report["mlflow"] is None
+    assert report["own_physics"] == []  # the Playbook's versions ship theirs
     assert set(report["tuning"]) == {"mfu", "status"}
     assert 0 <= report["evaluation"]["nodes"]["learned"]["oom_recall"] <= 1
     assert SurrogateModel.load(out_dir).metrics_["nodes"]["learned"]["runs"] > 0
@@ -107,7 +108,7 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     assert main(["train", "--no-playbook", "--sweeps", str(sweeps), "--out", str(out_dir),
                  "--n-trials", "1", "--max-estimators", "15", "--protocol", "nodes",
                  "--no-track", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--json"]) == 0
-    capsys.readouterr()
+    assert json.loads(capsys.readouterr().out)["own_physics"] == ["llm-foundry/composer-fsdp1"]
     assert list(SurrogateModel.load(out_dir).physics_sets_) == ["llm-foundry/composer-fsdp1"]
     configs = tmp_path / "mpt.csv"
     mine.head(5)[list(CONFIG_COLUMNS)].to_csv(configs, index=False)
