@@ -374,17 +374,19 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
             gs = [groups_all[rows[i]] for i in ids]
             if len({g for arr in gs for g in arr}) >= 2:
                 tp, tf = grouped_cv(fit_bs, gs, fit_time, predicted_step_s)
-                mp, mf = (grouped_cv(bs, gs, fit_memory, predicted_logged_reserved)
-                          if with_memory else ([np.full(len(r), np.nan) for r in tp], []))
+                for i, p_t in zip(ids, tp, strict=True):
+                    held_step[rows[i]] = p_t
+                mf: list[ParameterFit] = []
+                if with_memory:
+                    mp, mf = grouped_cv(bs, gs, fit_memory, predicted_logged_reserved)
+                    for i, p_m in zip(ids, mp, strict=True):
+                        held_mem[rows[i]] = p_m
                 entry["fold_sd"] = {
                     k: float(np.std([f.values[k] for f in tf + mf if k in f.values]))
                     for k in entry["sd"]}
-                for i, p_t, p_m in zip(ids, tp, mp, strict=True):
-                    held_step[rows[i]] = p_t
-                    held_mem[rows[i]] = p_m
                 # Every fold's memory error and OOM margin, for the held-out OOM probabilities.
                 labels = sorted({g for arr in gs for g in np.unique(arr)}, key=str)
-                for g, f in zip(labels if with_memory else [], mf, strict=True):
+                for g, f in zip(labels if mf else [], mf, strict=True):
                     for i, arr in zip(ids, gs, strict=True):
                         held_sd[rows[i][arr == g]] = f.extra["memory_log_sd"]
                         held_margin[rows[i][arr == g]] = f.extra["oom_log_margin"]

@@ -320,8 +320,9 @@ def framework_weights(y: np.ndarray, oof: np.ndarray, framework_code: np.ndarray
 
 def by_framework(quantiles: dict[str, float], pooled: float, framework_code: np.ndarray,
                  pp: np.ndarray | None = None) -> np.ndarray:
-    """Per configuration, the quantile of its framework version and pipeline or none, else of
-    its framework version (:func:`framework_quantiles`), else the ``pooled`` one."""
+    """Per configuration, the value (a conformal quantile, :func:`framework_quantiles`, or a
+    correction's share, :func:`framework_weights`) of its framework version and pipeline or
+    none, else of its framework version, else ``pooled``."""
     codes = np.asarray(framework_code).astype(np.int64)
     table = np.array([quantiles.get(name, pooled) for name in FRAMEWORK_VERSIONS])
     out = np.asarray(table[codes], dtype=np.float64)
