@@ -592,7 +592,8 @@ def propose(
     report(progress, f"picking {k} of {len(candidates):,}", 1, 1)
     cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
             "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
-            "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation")
+            "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation",
+            "correction_share")
     chosen = [(candidates[i], reason, {"value": value, **{c: scored[c].iloc[i] for c in cols}})
               for i, reason, value in picks]
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,

@@ -722,6 +722,7 @@ class SurrogateModel:
             "pred_peak_mem_lo_gib": mem_lo / 2**30,
             "pred_peak_mem_hi_gib": mem_hi / 2**30,
             "domain_weight": w,
+            "correction_share": borne,
             "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
                                       dtype=object),
         }

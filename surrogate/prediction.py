@@ -100,6 +100,10 @@ class Prediction:
     domain_weight: float = 0.0
     """Share of the learned correction kept (1 inside the data, 0 for an unseen GPU or
     framework, 0 for the analytic model alone)."""
+    correction_share: float = 0.0
+    """Share of the learned throughput correction its framework version's held-out runs bear
+    out (1: all of it; 0 for the analytic model alone). The throughput keeps
+    ``domain_weight`` x ``correction_share`` of the correction."""
 
     @property
     def fits(self) -> bool:
@@ -139,6 +143,7 @@ class Prediction:
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
             "domain_weight": self.domain_weight,
+            "correction_share": self.correction_share,
             "step_time_s": self.step_s | {"total": self.step_time_s},
             "bubble_frac": self.bubble_frac,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -222,6 +227,7 @@ def _predict_configs(
             explanation=s.explanations[j] if s.explanations else None,
             extrapolation=str(col["extrapolation"][j]),
             domain_weight=float(col["domain_weight"][j]),
+            correction_share=float(col["correction_share"][j]),
         ))
     return preds
 

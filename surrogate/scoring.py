@@ -24,6 +24,11 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 - ``analytic_mfu``: the analytic model's MFU, before any correction.
 - ``domain_weight``: share of the learned correction kept (1 inside the learned model's data,
   0 for an unseen GPU or framework, and 0 for the analytic model alone).
+- ``correction_share``: share of the learned throughput correction that the held-out runs of
+  the configuration's framework version bear out
+  (``SurrogateModel.correction_weight_by_framework_``: 1 where the correction beat the physics
+  under it on them, less where it gave way to it; 0 for the analytic model alone). The
+  throughput keeps ``domain_weight`` x ``correction_share`` of the correction.
 - ``extrapolation``: '' or what lies outside the learned model's data and published practice.
 - ``error``: '' or why the analytic answer is physically impossible
   (``surrogate.analytic.run.impossible``); such a row is never a prediction.
@@ -55,7 +60,7 @@ SCORE_COLUMNS: tuple[str, ...] = (
     "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
     "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
     "pred_peak_mem_hi_gib", "pred_device_mem_gib", "capacity_gib", "analytic_mfu",
-    "domain_weight", "extrapolation", "error",
+    "domain_weight", "correction_share", "extrapolation", "error",
 )
 """What :func:`score` returns for every configuration (module docstring)."""
 
@@ -123,7 +128,7 @@ def score(
             "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo",
             "pred_mfu_hi", "pred_tokens_per_s_per_gpu", "pred_step_time_s",
             "pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib",
-            "domain_weight", "extrapolation")}
+            "domain_weight", "correction_share", "extrapolation")}
         if explain:
             explanations = model.explain(X)
     else:
@@ -144,6 +149,7 @@ def score(
             "pred_peak_mem_lo_gib": nan(),
             "pred_peak_mem_hi_gib": nan(),
             "domain_weight": np.zeros(n),
+            "correction_share": np.zeros(n),
             "extrapolation": np.array(beyond_practice(c), dtype=object),
         }
     columns["pred_device_mem_gib"] = columns["pred_peak_mem_gib"] + context / GIB

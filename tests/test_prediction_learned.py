@@ -98,3 +98,35 @@ def test_an_unseen_model_shape_between_the_data_keeps_half_the_correction(tmp_pa
     assert main(["predict", "--config", str(path)]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert f"keeps {UNSEEN_SHAPE_WEIGHT:.0%} of itself" in out and "model shape" in out
+
+
+def test_a_correction_that_gave_way_says_so(monkeypatch, capsys):
+    """A framework version whose held-out runs bore out only part of the throughput correction
+    (``SurrogateModel.correction_weight_by_framework_``): predict, --json and search say so."""
+    import copy
+
+    from surrogate.cli.display import gives_way_line
+
+    bundled = prediction.resolve_model("default")
+    assert bundled is not None
+    assert set(bundled.correction_weight_by_framework_.values()) == {1.0}
+    whole = surrogate.predict(cfg())
+    assert whole.correction_share == 1.0
+    gave_way = copy.copy(bundled)
+    gave_way.correction_weight_by_framework_ = {
+        **bundled.correction_weight_by_framework_, "nanotron/pp-fix": 0.25}
+    monkeypatch.setattr(prediction, "_bundled_model", lambda: gave_way)
+    p = surrogate.predict(cfg())
+    assert p.correction_share == 0.25 and p.to_dict()["correction_share"] == 0.25
+    assert p.mfu / p.analytic_mfu == pytest.approx((whole.mfu / whole.analytic_mfu) ** 0.25)
+    assert p.mfu_lo <= min(p.mfu, p.analytic_mfu) and p.mfu_hi >= max(p.mfu, p.analytic_mfu)
+    flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
+             "--grad-accum", "16", "--zero", "1"]
+    assert main(flags) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "gives way" in out and "nanotron/pp-fix" in out and "keeps 25% of itself" in out
+    rows = pd.DataFrame({"correction_share": [1.0, 0.25], "framework": ["nanotron"] * 2,
+                         "framework_version": ["pre-pp-fix", "pp-fix"]})
+    assert "nanotron/pp-fix keeps 25%" in gives_way_line(rows)
+    assert "pre-pp-fix" not in gives_way_line(rows)
+    assert gives_way_line(rows.iloc[:1]) == ""

@@ -35,7 +35,7 @@ _ATTRIBUTE = {
     "pred_tokens_per_s_per_gpu": "tokens_per_s_per_gpu", "pred_step_time_s": "step_time_s",
     "pred_peak_mem_gib": "peak_reserved_gib", "pred_device_mem_gib": "peak_mem_gib",
     "analytic_mfu": "analytic_mfu", "domain_weight": "domain_weight",
-    "extrapolation": "extrapolation",
+    "correction_share": "correction_share", "extrapolation": "extrapolation",
 }
 
 
@@ -86,7 +86,7 @@ def test_analytic_alone_has_no_interval_no_p_fail_and_keeps_no_correction() -> N
     cols = score(_configs()).columns
     assert np.isnan(cols["pred_mfu_lo"]).all() and np.isnan(cols["pred_mfu_hi"]).all()
     assert np.isnan(cols["p_fail"]).all()
-    assert (cols["domain_weight"] == 0).all()
+    assert (cols["domain_weight"] == 0).all() and (cols["correction_share"] == 0).all()
     np.testing.assert_array_equal(cols["pred_mfu"], cols["analytic_mfu"])
     np.testing.assert_allclose(cols["p_completed"], 1 - cols["p_oom"])
 

@@ -1,6 +1,7 @@
 """What the commands print around their tables: a console that keeps tables readable at 80
 columns (fewer columns when narrow, all of them with ``--wide``), and the summary lines that say
-which model and which hardware speed answered and whether any prediction extrapolates."""
+which model and which hardware speed answered, whether any prediction extrapolates, and whether
+the learned correction gave way to the physics for a framework."""
 
 from __future__ import annotations
 
@@ -65,3 +66,22 @@ def extrapolation_line(values: Iterable[Any]) -> str:
     along = sorted({part.strip() for v in hits for part in v.split(";") if part.strip()})
     return (f"extrapolates: {len(hits)} of {len(seen)} (the learned correction shrinks toward "
             "the analytic answer) along " + "; ".join(along))
+
+
+def gives_way_line(rows: Any) -> str:
+    """'' where every row (a table of scores with ``correction_share``, ``framework`` and
+    ``framework_version``) keeps the whole learned throughput correction; else which framework
+    versions keep only the share their held-out training runs bear out."""
+    import pandas as pd
+
+    if "correction_share" not in rows or len(rows) == 0:
+        return ""
+    share = pd.to_numeric(rows["correction_share"], errors="coerce")
+    low = share < 1
+    if not low.any():
+        return ""
+    kept = sorted({f"{fw}/{version} keeps {s:.0%}" for fw, version, s in zip(
+        rows["framework"][low], rows["framework_version"][low], share[low], strict=True)})
+    return ("gives way: on held-out training runs the whole learned throughput correction "
+            "predicted no better than the physics under it (" + "; ".join(kept) + " of it; "
+            "the rest is the analytic answer)")

@@ -109,6 +109,13 @@ def _print_table(pred: Any) -> None:
                 "itself (the rest is the analytic answer)", highlight=False)
         else:
             console.print("inside the learned model's data (no extrapolation)")
+        if pred.correction_share < 1:
+            console.print(
+                f"[yellow]gives way[/]: on the held-out training runs of "
+                f"{escape(lay.framework)}/{escape(lay.framework_version)} the whole learned "
+                "throughput correction predicted no better than the physics under it, so it "
+                f"keeps {pred.correction_share:.0%} of itself there (the rest is the analytic "
+                "answer) and the interval holds both", highlight=False)
     elif pred.extrapolation:
         console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}", highlight=False)
     mem = Table(title="Memory of the most loaded GPU (GiB)")

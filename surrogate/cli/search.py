@@ -266,7 +266,13 @@ def search_cmd(
     from rich.markup import escape
 
     from surrogate.cli.display import console as make_console
-    from surrogate.cli.display import extrapolation_line, is_full, is_narrow, model_line
+    from surrogate.cli.display import (
+        extrapolation_line,
+        gives_way_line,
+        is_full,
+        is_narrow,
+        model_line,
+    )
 
     console = make_console(wide=wide)
     narrow, full = is_narrow(console, wide), is_full(console, wide)
@@ -287,6 +293,8 @@ def search_cmd(
     if learned is not None:
         console.print(escape(extrapolation_line(result.top.get("extrapolation", []))),
                       highlight=False)
+        if gives_way := gives_way_line(result.top):
+            console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
     if result.pareto is not None:
         console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow, full=full))
     console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow, full=full))
@@ -330,7 +338,13 @@ def propose_cmd(
 
     from surrogate.active import PROPOSALS_FILE, Acquisition, propose
     from surrogate.cli.display import console as make_console
-    from surrogate.cli.display import extrapolation_line, is_full, is_narrow, model_line
+    from surrogate.cli.display import (
+        extrapolation_line,
+        gives_way_line,
+        is_full,
+        is_narrow,
+        model_line,
+    )
     from surrogate.progress import bars
     from surrogate.search import Limits
 
@@ -358,6 +372,8 @@ def propose_cmd(
                          reasons=True))
     console.print(escape(extrapolation_line(picked.get("extrapolation", pd.Series(
         [""] * len(picked))).fillna(""))), highlight=False)
+    if gives_way := gives_way_line(picked):
+        console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
     typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "
                f"them, then `surrogate ingest {out}/logs` and `surrogate score-round --round "
                f"{out} --runs TABLE` before `surrogate train`")

@@ -37,7 +37,7 @@ def test_search_table(capsys: pytest.CaptureFixture[str],
     text = capsys.readouterr().out
     assert "Best predicted layouts" in text and "Rules of thumb" in text
     assert "prediction: learned model (bundled" in text and "hardware speed:" in text
-    assert "extrapolates:" in text
+    assert "extrapolates:" in text and "gives way" not in text
     assert max(len(line) for line in text.splitlines()) <= 80
     assert "┃ tokens/s/GPU" not in text and "--wide" in text  # fewer columns at 80
     assert "peak 80%" not in text
@@ -45,6 +45,22 @@ def test_search_table(capsys: pytest.CaptureFixture[str],
     assert main(["search", *SMALL, "--trials", "0", "--wide"]) == 0
     wide = capsys.readouterr().out
     assert "┃ tokens/s/GPU" in wide and "peak 80%" in wide
+
+
+def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    import copy
+
+    from surrogate import prediction
+
+    bundled = prediction.resolve_model("default")
+    assert bundled is not None
+    gave_way = copy.copy(bundled)
+    gave_way.correction_weight_by_framework_ = {"nanotron/pp-fix": 0.5}
+    monkeypatch.setattr(prediction, "_bundled_model", lambda: gave_way)
+    assert main(["search", *SMALL, "--trials", "0", "--wide"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "gives way" in text and "nanotron/pp-fix keeps 50%" in text
 
 
 def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
