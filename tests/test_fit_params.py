@@ -167,3 +167,24 @@ def test_a_table_of_throughput_alone_fits_the_time_parameters():
     held = result["held_out"]
     assert np.isfinite(held["step_time_s"]).all()
     assert np.isnan(held["reserved_bytes"]).all()
+
+
+def test_a_users_runs_calibrate_their_frameworks_physics():
+    """own_sets: the runs' framework versions that no shipped set covers, fitted on them (a
+    table of throughput alone fits its time parameters); too few runs keep the priors."""
+    from surrogate.analytic.params import fitted_sets
+    from surrogate.datasource import data_dir
+    from surrogate.fit_params import OWN_MIN_RUNS, own_sets
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    if not path.exists():
+        pytest.skip(f"the shared MPT tables are absent ({path})")
+    runs = parse_llmfoundry(path)[0].sample(30, random_state=0)
+    sets = own_sets(runs)
+    fv = {f"{f}/{v}" for f, v in zip(runs["framework"], runs["framework_version"], strict=True)}
+    assert set(sets) == fv and not fv & set(fitted_sets())
+    (mine,) = fv
+    assert sets[mine]["values"]["gemm_time_scale"] > 0
+    assert "memory_log_sd" not in sets[mine]["values"]  # no memory published: its priors
+    assert own_sets(runs.iloc[:OWN_MIN_RUNS - 1]) == {}

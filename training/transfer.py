@@ -153,7 +153,6 @@ def other_cluster(
     those (``own_physics_metrics``)."""
     import pandas as pd
 
-    from surrogate.analytic.params import using_sets
     from surrogate.fit_params import OWN_MIN_RUNS
     from surrogate.learned import SurrogateModel
 
@@ -185,7 +184,7 @@ def other_cluster(
                 learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest])))
             analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
             if k >= OWN_MIN_RUNS:
-                with using_sets(own_physics(other.iloc[pick])):
+                with model.physics():  # the k runs' own, as training fitted them
                     physics.append(accuracy_metrics(_analytic(other.iloc[rest])))
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
             results.append(TransferResult(
@@ -206,21 +205,13 @@ def other_cluster(
         for _ in range(draws):
             pick = rng.choice(one, size=k, replace=False)
             train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
-            scored.append(accuracy_metrics(_scored(fit(train), more)))
+            model = fit(train)
+            scored.append(accuracy_metrics(_scored(model, more)))
             if k >= OWN_MIN_RUNS:
-                with using_sets(own_physics(other.iloc[pick])):
+                with model.physics():
                     physics.append(accuracy_metrics(_analytic(more)))
         results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
                                       analytic_metrics=analytic_more, draws=draws,
                                       scales=scales,
                                       own_physics_metrics=_mean(physics) if physics else None))
     return results
-
-
-def own_physics(runs: pd.DataFrame) -> dict[str, Any]:
-    """The parameter sets in use, with those ``runs`` fit for their framework versions that
-    lack one (``surrogate.fit_params.own_sets``, as training does)."""
-    from surrogate.analytic.params import sets_in_use
-    from surrogate.fit_params import own_sets
-
-    return {**sets_in_use(), **own_sets(runs.reset_index(drop=True))}

@@ -98,24 +98,9 @@ def test_a_user_with_one_node_of_runs_is_scored_on_their_larger_scales(playbook_
     for r in results[3:]:
         assert r.metrics["runs"] == r.analytic_metrics["runs"] == more
     assert results[1].metrics["runs"] == len(other) - 10
-
-
-def test_a_users_runs_calibrate_their_frameworks_physics():
-    """own_physics: the shipped sets, plus the k runs' framework version fitted on them (a
-    table of throughput alone fits its time parameters)."""
-    from surrogate.analytic.params import fitted_sets
-    from surrogate.datasource import data_dir
-    from surrogate.ingest.llmfoundry import parse_llmfoundry
-    from training.transfer import own_physics
-
-    path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
-    if not path.exists():
-        pytest.skip(f"the shared MPT tables are absent ({path})")
-    runs = parse_llmfoundry(path)[0].sample(30, random_state=0)
-    sets = own_physics(runs)
-    fv = {f"{f}/{v}" for f, v in zip(runs["framework"], runs["framework_version"], strict=True)}
-    assert set(sets) == set(fitted_sets()) | fv
-    (mine,) = fv
-    assert sets[mine]["values"]["gemm_time_scale"] > 0
-    assert "memory_log_sd" not in sets[mine]["values"]  # no memory published: its priors
-    assert own_physics(runs.iloc[:4]) == fitted_sets()  # too few runs to fit: the priors
+    # k >= OWN_MIN_RUNS: the physics alone under the parameters training fitted on the k runs
+    for r in (results[1], results[2], results[4]):
+        assert r.own_physics_metrics is not None
+        assert r.own_physics_metrics["runs"] == r.analytic_metrics["runs"]
+    same = results[1].own_physics_metrics, results[2].own_physics_metrics  # one draw, one fit
+    assert same[0]["mfu_mape_ge10"] == same[1]["mfu_mape_ge10"]
