@@ -4,7 +4,8 @@
 
 Prints: rows read, ingested and skipped (with reasons); the status mapping; the MFU agreement
 (ours vs the source's ``mfu`` column, and why they differ); the evidence that the memory
-columns are GiB. The same checks are asserted by ``tests/ingest/test_playbook.py``.
+columns are GiB; what ``Mem Alloc (GB)`` holds (allocated after the step, not a peak), as bytes
+per parameter. The same checks are asserted by ``tests/ingest/test_playbook.py``.
 """
 
 from __future__ import annotations
@@ -78,6 +79,38 @@ def main() -> None:
     print(f"  N = {n:,.0f}; 20 N = {20 * n / GIB:.2f} GiB = {20 * n / 1e9:.2f} GB; "
           f"'Mem Alloc (GB)' = {seen} over {len(z0)} "
           "runs -> GiB")
+    allocated_bytes_per_param(done)
+
+
+def allocated_bytes_per_param(done: pd.DataFrame) -> None:
+    """'Mem Alloc (GB)' of completed runs without a pipeline, as bytes per parameter of a
+    rank, by least squares per ZeRO stage and version: a + b / dp (ZeRO-1 shards over dp),
+    plus c unsharded T x h bf16 tensors per micro-batch (T its tokens), beside the memory
+    model's model states (``surrogate.analytic.memory.model_state_bytes``)."""
+    from surrogate.analytic.memory import memory_breakdown
+
+    flat = done[done["pp"] == 1]
+    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")])
+    parts = memory_breakdown(cols)
+    per_rank = parts["weights"] / 2  # bf16 weights, unsharded below ZeRO-3: the rank's params
+    th2 = 2.0 * cols["mbs"] * cols["seq_len"] * cols["hidden_size"]
+    states = parts["weights"] + parts["gradients"] + parts["optimizer"]
+    y = flat["peak_mem_allocated_gib"].to_numpy() * GIB
+    print("\n'Mem Alloc (GB)' (allocated after the step, GiB) of completed runs without a "
+          "pipeline, fitted as bytes per parameter of a rank (least squares in relative error):")
+    for (version, zero), idx in flat.reset_index(drop=True).groupby(
+            ["framework_version", "zero_stage"]).groups.items():
+        i = np.asarray(idx)
+        dp = flat["dp"].to_numpy()[i]
+        x = (np.c_[per_rank[i], th2[i]] if zero == 0
+             else np.c_[per_rank[i], per_rank[i] / dp, th2[i]])
+        coef = np.linalg.lstsq(x / y[i, None], np.ones(len(i)), rcond=None)[0]
+        fit = np.abs(x @ coef / y[i] - 1).mean()
+        model = np.abs(states[i] / y[i] - 1).mean()
+        terms = (f"{coef[0]:.1f} B/param" if zero == 0
+                 else f"{coef[0]:.1f} + {coef[1]:.1f} / dp B/param")
+        print(f"  {version} ZeRO-{zero} ({len(i)} runs): {terms} + {coef[-1]:.1f} T x h "
+              f"tensors; fit off by {fit:.1%}, the model's states by {model:.1%}")
 
 
 if __name__ == "__main__":
