@@ -40,7 +40,8 @@ DEFAULT_MODEL_DIR = Path(__file__).parent / "data" / "models" / "default"
 PRED_COLUMNS: tuple[str, ...] = (
     "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
     "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
-    "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation",
+    "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation", "domain_weight",
+    "correction_share",
 )
 """Columns ``predict --from-csv`` adds to the input columns (and ``error``).
 
@@ -49,7 +50,10 @@ GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib
 its interval from a learned model (NaN analytic alone); the device total adds the CUDA
 context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty where the learned model has
 data and the configuration lies within published practice, else what lies outside them
-(``surrogate.domain``); with the analytic model alone, only the latter."""
+(``surrogate.domain``); with the analytic model alone, only the latter. ``domain_weight``
+and ``correction_share``: how much of the learned correction the row keeps, off the data and
+where its framework's held-out runs gave it only part (``surrogate.scoring``; 0 analytic
+alone)."""
 RUNS_AS_ANOTHER = "runs_as_another"
 """The column ``predict --from-csv`` adds after :data:`PRED_COLUMNS`: why the row's framework
 would run its layout as another one (``Prediction.to_dict``'s key of the same name; the layout

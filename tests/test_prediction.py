@@ -42,7 +42,8 @@ def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:
 def test_pred_columns_are_the_issue_columns():
     assert PRED_COLUMNS == ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
                             "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
-                            "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation")
+                            "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation",
+                            "domain_weight", "correction_share")
 
 
 
