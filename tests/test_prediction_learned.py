@@ -130,3 +130,4 @@ def test_a_correction_that_gave_way_says_so(monkeypatch, capsys):
     assert "nanotron/pp-fix keeps 25%" in gives_way_line(rows)
     assert "pre-pp-fix" not in gives_way_line(rows)
     assert gives_way_line(rows.iloc[:1]) == ""
+    assert "?/? keeps 25%" in gives_way_line(rows[["correction_share"]])

@@ -80,8 +80,11 @@ def gives_way_line(rows: Any) -> str:
     low = share < 1
     if not low.any():
         return ""
-    kept = sorted({f"{fw}/{version} keeps {s:.0%}" for fw, version, s in zip(
-        rows["framework"][low], rows["framework_version"][low], share[low], strict=True)})
+    unknown = pd.Series(["?"] * len(rows), index=share.index)
+    framework = rows.get("framework", unknown)
+    version = rows.get("framework_version", unknown)
+    kept = sorted({f"{fw}/{v} keeps {s:.0%}" for fw, v, s in zip(
+        framework[low], version[low], share[low], strict=True)})
     return ("gives way: on held-out training runs the whole learned throughput correction "
             "predicted no better than the physics under it (" + "; ".join(kept) + " of it; "
             "the rest is the analytic answer)")
