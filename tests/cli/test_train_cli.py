@@ -28,6 +28,9 @@ def test_train_json(sweep_file, tmp_path, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["out_dir"] == str(out_dir) and report["mlflow"] is None
     assert report["own_physics"] == []  # the Playbook's versions ship theirs
+    shares = report["correction_share"]  # per framework version, from its held-out runs
+    assert shares and all(0 <= w <= 1 for w in shares.values())
+    assert shares == SurrogateModel.load(out_dir).correction_weight_by_framework_
     assert set(report["tuning"]) == {"mfu", "status"}
     assert 0 <= report["evaluation"]["nodes"]["learned"]["oom_recall"] <= 1
     assert SurrogateModel.load(out_dir).metrics_["nodes"]["learned"]["runs"] > 0
@@ -108,7 +111,9 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     assert main(["train", "--no-playbook", "--sweeps", str(sweeps), "--out", str(out_dir),
                  "--n-trials", "1", "--max-estimators", "15", "--protocol", "nodes",
                  "--no-track", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--json"]) == 0
-    assert json.loads(capsys.readouterr().out)["own_physics"] == ["llm-foundry/composer-fsdp1"]
+    report = json.loads(capsys.readouterr().out)
+    assert report["own_physics"] == ["llm-foundry/composer-fsdp1"]
+    assert "llm-foundry/composer-fsdp1" in report["correction_share"]
     assert list(SurrogateModel.load(out_dir).physics_sets_) == ["llm-foundry/composer-fsdp1"]
     configs = tmp_path / "mpt.csv"
     mine.head(5)[list(CONFIG_COLUMNS)].to_csv(configs, index=False)
@@ -126,3 +131,22 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     with using_sets({**fitted_sets(), **SurrogateModel.load(out_dir).physics_sets_}):
         expect = predict_frame(pd.read_csv(configs), model=None)["pred_mfu"].tolist()
     assert calibrated == pytest.approx(expect)
+
+
+def test_train_says_where_the_correction_gave_way(tmp_path, capsys, monkeypatch):
+    """The table output names each framework version whose held-out runs bore out only part
+    of the learned correction (the training itself is stubbed: its result is what is read)."""
+    from types import SimpleNamespace
+
+    import training.train
+
+    model = SimpleNamespace(physics_sets_={}, correction_weight_by_framework_={
+        "nanotron/pp-fix": 1.0, "llm-foundry/composer-fsdp1": 0.25})
+    result = SimpleNamespace(tracked=None, evaluation={}, tuning={}, model=model,
+                             out_dir=tmp_path / "m", seconds=1.0)
+    monkeypatch.setattr(training.train, "train", lambda *a, **k: result)
+    assert main(["train", "--no-playbook", "--out", str(tmp_path / "m"), "--n-trials", "0",
+                 "--no-track"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "llm-foundry/composer-fsdp1: on its held-out runs" in out and "keeps 25%" in out
+    assert "nanotron/pp-fix:" not in out
