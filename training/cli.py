@@ -119,11 +119,12 @@ def train_cmd(
     for version in sorted(result.model.physics_sets_):
         typer.echo(f"{version}: no shipped analytic parameters; fitted on its runs, and the "
                    "model predicts under them")
+    from surrogate.cli.display import GAVE_WAY
+
     for version, share in sorted(result.model.correction_weight_by_framework_.items()):
         if share < 1:
-            typer.echo(f"{version}: on its held-out runs the learned throughput correction "
-                       f"predicted no better than the physics under it; it keeps {share:.0%} "
-                       "of itself there")
+            typer.echo(f"{version}: on its held-out runs {GAVE_WAY}; it keeps {share:.0%} of "
+                       "itself there")
     typer.echo(f"saved the model to {result.out_dir} in {result.seconds:.0f} s")
     if tracked is not None:
         from surrogate.tracking import run_url

@@ -68,6 +68,12 @@ def extrapolation_line(values: Iterable[Any]) -> str:
             "the analytic answer) along " + "; ".join(along))
 
 
+GAVE_WAY = ("the whole learned throughput correction predicted no better than the physics "
+            "under it")
+"""Why a framework version keeps only part of the correction
+(``SurrogateModel.correction_weight_by_framework_``), as every command says it."""
+
+
 def gives_way_line(rows: Any) -> str:
     """'' where every row (a table of scores with ``correction_share``, ``framework`` and
     ``framework_version``) keeps the whole learned throughput correction; else which framework
@@ -85,6 +91,5 @@ def gives_way_line(rows: Any) -> str:
     version = rows.get("framework_version", unknown)
     kept = sorted({f"{fw}/{v} keeps {s:.0%}" for fw, v, s in zip(
         framework[low], version[low], share[low], strict=True)})
-    return ("gives way: on held-out training runs the whole learned throughput correction "
-            "predicted no better than the physics under it (" + "; ".join(kept) + " of it; "
-            "the rest is the analytic answer)")
+    return (f"gives way: on held-out training runs {GAVE_WAY} (" + "; ".join(kept)
+            + " of it; the rest is the analytic answer)")

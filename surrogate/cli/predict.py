@@ -110,10 +110,11 @@ def _print_table(pred: Any) -> None:
         else:
             console.print("inside the learned model's data (no extrapolation)")
         if pred.correction_share < 1:
+            from surrogate.cli.display import GAVE_WAY
+
             console.print(
                 f"[yellow]gives way[/]: on the held-out training runs of "
-                f"{escape(lay.framework)}/{escape(lay.framework_version)} the whole learned "
-                "throughput correction predicted no better than the physics under it, so it "
+                f"{escape(lay.framework)}/{escape(lay.framework_version)} {GAVE_WAY}, so it "
                 f"keeps {pred.correction_share:.0%} of itself there (the rest is the analytic "
                 "answer) and the interval holds both", highlight=False)
     elif pred.extrapolation:
