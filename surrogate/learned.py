@@ -63,7 +63,7 @@ import inspect
 import json
 import platform
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -427,10 +427,9 @@ class SurrogateModel:
         trained under: the sets fitted on its training runs for framework versions the
         shipped ones lacked (``physics_sets_``, ``surrogate.fit_params.own_sets``), over the
         sets in use. Every prediction with the model is made in it (``surrogate.scoring``)."""
-        from surrogate.analytic.params import sets_in_use, using_sets
+        from surrogate.analytic.params import using_more_sets
 
-        own = getattr(self, "physics_sets_", None)
-        return using_sets({**sets_in_use(), **own}) if own else nullcontext()
+        return using_more_sets(getattr(self, "physics_sets_", None) or {})
 
     def __sklearn_tags__(self) -> Any:
         """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -162,7 +161,7 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     (a user's own) first get theirs fitted on these runs (``surrogate.fit_params.own_sets``),
     and every run is explained under them: the correction learns what calibrated physics
     misses, and a model fitted on these data carries the sets (``physics_sets``)."""
-    from surrogate.analytic.params import sets_in_use, using_sets
+    from surrogate.analytic.params import using_more_sets
     from surrogate.features import features_for_runs
     from surrogate.fit_params import own_sets
 
@@ -171,7 +170,7 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     runs = runs.reset_index(drop=True)
     y_status = status_labels(runs["status"])
     sets = own_sets(runs, profile) if own_physics else {}
-    with using_sets({**sets_in_use(), **sets}) if sets else nullcontext():
+    with using_more_sets(sets):
         X, out, cols = features_for_runs(runs, profile)
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
     mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)

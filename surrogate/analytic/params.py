@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cache
@@ -246,6 +246,13 @@ def using_sets(sets: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
         yield
     finally:
         _IN_USE.reset(token)
+
+
+def using_more_sets(more: Mapping[str, Mapping[str, Any]]) -> AbstractContextManager[None]:
+    """:func:`using_sets` of the sets in use with ``more`` over them (a framework's own,
+    fitted on its runs: ``surrogate.fit_params.own_sets``); nothing changes where ``more``
+    is empty."""
+    return using_sets({**sets_in_use(), **more}) if more else nullcontext()
 
 
 def sets_in_use() -> dict[str, dict[str, Any]]:
