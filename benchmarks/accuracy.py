@@ -5,7 +5,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--sweeps TABLE ...] [--no-playbook] [--data-dir DIR]
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
-                                  [--shipped-physics] [--by COLUMN]
+                                  [--shipped-physics] [--by COLUMN] [--analytic]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
 them added to training, 3 draws each; then as a user who ran on one node only: k of its
@@ -25,6 +25,12 @@ run (the held-out ones among them: the figures of earlier sessions).
 ``--by COLUMN`` adds, per protocol, the learned model's held-out figures, and the analytic
 model's MAPE and median APE, per value of a run column (e.g. ``--by model_name``: per held-out
 size under lomo), or per combination of several (``--by pp,num_nodes``).
+
+``--analytic`` scores the analytic model alone and fits no learned model (a minute, where the
+learned protocols take several): per protocol its figures with the physics refit per split (the
+same as the ``analytic`` column of a full run), and with ``--transfer`` its zero-shot figures on
+the other cluster (per GPU too) and the Llama 3 405B table: the targets of the analytic model
+alone.
 
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
@@ -49,6 +55,7 @@ from training.evaluate import (
     DEFAULT_PROTOCOLS,
     PROTOCOLS,
     accuracy_metrics,
+    evaluate_analytic,
     evaluate_shrinks,
     format_metric,
 )
@@ -70,7 +77,14 @@ def main() -> None:
     ap.add_argument("--shipped-physics", action="store_true")
     ap.add_argument("--track", action="store_true")
     ap.add_argument("--by", default=None, metavar="COLUMN")
+    ap.add_argument("--analytic", action="store_true")
     args = ap.parse_args()
+    if args.analytic:
+        for flag in ("shrink", "shape_weight", "model_dir"):
+            if getattr(args, flag) is not None:
+                ap.error(f"--analytic fits no learned model: drop --{flag.replace('_', '-')}")
+        if args.survivors_only_memory:
+            ap.error("--analytic fits no learned model: drop --survivors-only-memory")
     runs = load_runs(args.sweeps, playbook=not args.no_playbook, data_dir=args.data_dir)
     params: dict[str, Any] | None = None
     if args.model_dir is not None:
@@ -86,6 +100,16 @@ def main() -> None:
     if args.survivors_only_memory:
         settings["censored_memory"] = False
     data = training_data(runs)  # features and targets once, sliced per split
+    if args.analytic:
+        logged = analytic_only(data, args)
+        print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
+        if args.track:
+            from surrogate.training_data import data_hash
+            from training.tracking import data_label
+
+            track({}, logged, label=data_label(runs["source"], args.sweeps),
+                  data_hash=data_hash(runs))
+        return
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)
         by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed,
@@ -118,6 +142,64 @@ def main() -> None:
 
         track(logged, baseline, label=data_label(runs["source"], args.sweeps),
               data_hash=data_hash(runs))
+
+
+def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
+    """``--analytic``: print the analytic model's figures per protocol (and, with
+    ``--transfer``, on the other cluster and Llama 3 405B); return them by MLflow name."""
+    logged: dict[str, float] = {}
+    for name in args.protocol or DEFAULT_PROTOCOLS:
+        r = evaluate_analytic(data, name, seed=args.seed,
+                              refit_physics=not args.shipped_physics)
+        tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
+               else " (physics refit per split)")
+        print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the analytic "
+              f"model alone{tag}")
+        print(pd.DataFrame({"analytic": {k: format_metric(k, v)
+                                         for k, v in r.metrics.items()}}).to_string())
+        if args.by is not None:
+            print(by_column(r.predictions, None, args.by).to_string())
+        key = name + ("_shipped_physics" if args.shipped_physics else "")
+        logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
+    if args.transfer:
+        logged |= analytic_transfer(args.data_dir)
+    return logged
+
+
+def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
+    """The analytic model alone, zero-shot, on the other cluster (all its runs, and per GPU)
+    and the Llama 3 405B layouts; printed, and returned by MLflow name."""
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, zero_shot_analytic
+
+    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    other = parse_llmfoundry(path)[0]
+    scored = zero_shot_analytic(other)
+    rows = {"all": accuracy_metrics(scored)}
+    rows |= {gpu: accuracy_metrics(part) for gpu, part in scored.groupby("gpu")}
+    keys = ("runs", "completed", "mfu_mape_ge10", "mfu_median_ape", "mfu_spearman")
+    print(f"\nother cluster, zero-shot: {len(other)} MPT runs (llm-foundry FSDP), the analytic "
+          "model alone under the parameters that ship (priors for a framework without a fitted "
+          "set)")
+    print(pd.DataFrame({g: {k: format_metric(k, m[k]) for k in keys}
+                        for g, m in rows.items()}).to_string())
+    out = {f"other_cluster_zero-shot/{k}": rows["all"][k] for k in keys}
+    table = pd.concat([llama3_405b_table(None, v) for v in LLAMA3_405B_VPP], ignore_index=True)
+    print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: the "
+          "analytic model alone); vpp 2 and 4: the interleaved schedule the paper describes "
+          "(sec. 3.3.2), whose V it does not publish")
+    shown = table[["gpus", "dp", "cp", "seq_len", "vpp", "reported_mfu", "analytic_mfu",
+                   "analytic_err", "peak_gib"]].copy()
+    for col in ("reported_mfu", "analytic_mfu", "analytic_err"):
+        shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
+    shown["peak_gib"] = shown["peak_gib"].round(1)
+    print(shown.to_string(index=False))
+    for v, part in table.groupby("vpp"):
+        prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
+        for i, (_, r) in enumerate(part.iterrows()):
+            out[f"{prefix}_{i}/mfu_err"] = float(r["analytic_err"])
+    return out
 
 
 BY_METRICS = ("completed", "mfu_mape_ge10", "mfu_median_ape", "interval_coverage",
@@ -213,7 +295,8 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
 def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
           data_hash: str) -> None:
     """Log the figures as a run of the experiment ``surrogate-accuracy`` and the analytic
-    model's as that data's ``analytic baseline`` run (updated in place)."""
+    model's as that data's ``analytic baseline`` run (updated in place); no learned run where
+    ``metrics`` is empty (``--analytic``)."""
     from datetime import UTC, datetime
 
     from surrogate import tracking
@@ -223,11 +306,13 @@ def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
         description="One run per `python benchmarks/accuracy.py --track`; the analytic model's "
                     "figures on the same data are the `analytic baseline` runs.")
     client = tracking.client()
-    run = client.create_run(exp_id, run_name=f"accuracy {datetime.now(UTC):%Y-%m-%d} {label}",
-                            tags={tracking.KIND_TAG: "accuracy", "data_hash": data_hash,
-                                  "data_label": label})
-    tracking.log_metrics(run.info.run_id, metrics)
-    client.set_terminated(run.info.run_id)
+    if metrics:
+        run = client.create_run(exp_id,
+                                run_name=f"accuracy {datetime.now(UTC):%Y-%m-%d} {label}",
+                                tags={tracking.KIND_TAG: "accuracy", "data_hash": data_hash,
+                                      "data_label": label})
+        tracking.log_metrics(run.info.run_id, metrics)
+        client.set_terminated(run.info.run_id)
     base_id, _ = tracking.run_for(exp_id, f"analytic baseline {label}",
                                   {tracking.KIND_TAG: "analytic-baseline", "data_label": label,
                                    "data_hash": data_hash})

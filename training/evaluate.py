@@ -230,8 +230,7 @@ def evaluate_shrinks(
     params = params or {}
     parts: dict[float | None, list[pd.DataFrame]] = {s: [] for s in shrinks}
     n = 0
-    todo = [(a, b) for a, b in splits(runs, protocol, seed=seed, n_folds=n_folds)
-            if len(a) and len(b)]
+    todo = _usable_splits(runs, protocol, seed=seed, n_folds=n_folds)
     stage = f"evaluating {protocol}: one refit per split"
     report(progress, stage, 0, len(todo))
     analytic_parts = []
@@ -257,8 +256,6 @@ def evaluate_shrinks(
             analytic_parts.append(analytic_predictions(test_runs, profile=profile))
         n += 1
         report(progress, stage, n, len(todo))
-    if n == 0:
-        raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
     first = pd.concat(parts[shrinks[0]]).sort_index()
     base = pd.concat([first.drop(columns=list(PRED_KEYS)),
                       pd.concat(analytic_parts).sort_index()], axis=1)
@@ -271,6 +268,52 @@ def evaluate_shrinks(
                                      n_splits=n, refit_physics=refit_physics,
                                      analytic_predictions=base)
     return out
+
+
+def evaluate_analytic(
+    runs: pd.DataFrame | TrainingData,
+    protocol: str,
+    *,
+    seed: int = 0,
+    n_folds: int = 5,
+    profile: Any = None,
+    progress: ProgressFn | None = None,
+    refit_physics: bool = True,
+) -> ProtocolResult:
+    """The analytic model alone under ``protocol``, no learned model fitted: each split's test
+    runs predicted under the free parameters fitted on its training part (:func:`physics_of`;
+    ``refit_physics=False``: the shipped ones). The figures are those :func:`evaluate_protocol`
+    gives as its analytic baseline; ``metrics`` and ``analytic_metrics`` both hold them."""
+    import pandas as pd
+
+    data = _prepared(runs, profile)
+    runs, profile = data.runs, data.profile
+    todo = _usable_splits(runs, protocol, seed=seed, n_folds=n_folds)
+    stage = f"evaluating {protocol}: the analytic model, its parameters refit per split"
+    report(progress, stage, 0, len(todo))
+    parts = []
+    for n, (train, test) in enumerate(todo, start=1):
+        sets = physics_of(data, train) if refit_physics else None
+        with nullcontext() if sets is None else using_sets(sets):
+            test_runs = runs.iloc[test]
+            parts.append(pd.concat([test_runs, analytic_predictions(test_runs, profile=profile)],
+                                   axis=1))
+        report(progress, stage, n, len(todo))
+    res = pd.concat(parts).sort_index()
+    metrics = accuracy_metrics(res)
+    return ProtocolResult(protocol=protocol, predictions=res, metrics=metrics,
+                          analytic_metrics=metrics, n_splits=len(todo),
+                          refit_physics=refit_physics, analytic_predictions=res)
+
+
+def _usable_splits(runs: pd.DataFrame, protocol: str, *, seed: int,
+                   n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The (train, test) splits of ``protocol`` with both parts non-empty; an error if none."""
+    todo = [(a, b) for a, b in splits(runs, protocol, seed=seed, n_folds=n_folds)
+            if len(a) and len(b)]
+    if not todo:
+        raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
+    return todo
 
 
 def _prepared(runs: pd.DataFrame | TrainingData, profile: Any) -> TrainingData:

@@ -121,6 +121,13 @@ def _analytic(runs: pd.DataFrame) -> pd.DataFrame:
         analytic_predictions(runs))
 
 
+def zero_shot_analytic(other: pd.DataFrame) -> pd.DataFrame:
+    """``other``'s runs with the analytic model's predictions under the parameter sets in use
+    (the shipped ones; the priors for a framework without a fitted set): the zero-shot
+    analytic baseline of :func:`other_cluster`, which fits nothing on ``other``."""
+    return _analytic(other.reset_index(drop=True))
+
+
 def _mean(dicts: Sequence[dict[str, float]]) -> dict[str, float]:
     """Each metric's mean over the draws that have it (NaN where none has: e.g. the analytic
     model's interval coverage)."""

@@ -14,6 +14,7 @@ from training.evaluate import (
     PRED_KEYS,
     accuracy_metrics,
     evaluate,
+    evaluate_analytic,
     evaluate_protocol,
     format_metric,
     model_key,
@@ -199,3 +200,31 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
     assert not kept.refit_physics
     shipped = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
     assert not same(kept.analytic_metrics, shipped.analytic_metrics)
+
+
+def test_analytic_alone_gives_the_protocols_analytic_baseline(playbook_subset):
+    """evaluate_analytic fits no learned model and gives, run for run, the analytic baseline
+    evaluate_protocol prints beside the learned figures, physics refit per split or not."""
+    params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
+    for refit in (True, False):
+        full = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=refit)
+        alone = evaluate_analytic(playbook_subset, "nodes", refit_physics=refit)
+        assert alone.refit_physics is refit
+        assert alone.n_splits == full.n_splits == 1
+        assert pd.Series(alone.metrics).equals(pd.Series(full.analytic_metrics))
+        assert alone.analytic_metrics is alone.metrics
+        assert full.analytic_predictions is not None
+        cols = list(PRED_KEYS)
+        pd.testing.assert_frame_equal(alone.predictions[cols],
+                                      full.analytic_predictions[cols])
+
+
+def test_analytic_alone_reports_progress_and_refuses_an_empty_protocol(playbook_subset):
+    seen: list[tuple[str, int, int]] = []
+    evaluate_analytic(playbook_subset, "lomo", progress=lambda s, d, t: seen.append((s, d, t)))
+    n = len(np.unique(model_key(playbook_subset)))
+    assert [d for _, d, _ in seen] == list(range(n + 1))
+    assert {t for _, _, t in seen} == {n}
+    one_size = playbook_subset[model_key(playbook_subset) == model_key(playbook_subset)[0]]
+    with pytest.raises(DataError, match="no split with both training and test runs"):
+        evaluate_analytic(one_size, "lomo")

@@ -104,3 +104,12 @@ def test_a_user_with_one_node_of_runs_is_scored_on_their_larger_scales(playbook_
         assert r.own_physics_metrics["runs"] == r.analytic_metrics["runs"]
     same = results[1].own_physics_metrics, results[2].own_physics_metrics  # one draw, one fit
     assert same[0]["mfu_mape_ge10"] == same[1]["mfu_mape_ge10"]
+    # the zero-shot analytic baseline alone, as ``accuracy.py --analytic --transfer`` prints it
+    import pandas as pd
+
+    from training.evaluate import accuracy_metrics
+    from training.transfer import zero_shot_analytic
+
+    alone = accuracy_metrics(zero_shot_analytic(other))
+    assert pd.Series(alone).equals(pd.Series(results[0].analytic_metrics))
+    assert alone["runs"] == len(other)
