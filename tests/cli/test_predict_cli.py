@@ -101,7 +101,12 @@ def test_pipeline_schedule_flag(capsys):
 def test_oom_verdict(capsys):
     argv = ["predict", "--model", "70b", "--dp", "8", "--zero", "0"]
     assert main(argv) == 0
-    assert "verdict: OOM" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "verdict: OOM" in out
+    assert "if it ran (the verdict says it would not): tokens/s per GPU" in out
+    assert main(["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "verdict: fits" in out and "if it ran" not in out
 
 
 @pytest.mark.parametrize(
