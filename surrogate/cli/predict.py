@@ -146,10 +146,10 @@ def _print_table(pred: Any) -> None:
     interval = ""
     if pred.mfu_lo == pred.mfu_lo:  # not NaN
         interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
-    # a layout predicted not to run still gets its speed, said to be conditional
-    unless = "" if pred.status == "completed" else "if it ran (the verdict says it would not): "
+    if pred.status != "completed":  # its speed still shows, said to be conditional
+        console.print("its speed if it ran (the verdict says it would not):")
     console.print(
-        f"{unless}tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: {pred.mfu:.1%}{interval}   "
+        f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: {pred.mfu:.1%}{interval}   "
         f"bubble: {pred.bubble_frac:.1%}"
     )
     if pred.explanation:

@@ -103,7 +103,7 @@ def test_oom_verdict(capsys):
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert "verdict: OOM" in out
-    assert "if it ran (the verdict says it would not): tokens/s per GPU" in out
+    assert "its speed if it ran (the verdict says it would not):\ntokens/s per GPU" in out
     assert main(["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4"]) == 0
     out = capsys.readouterr().out
     assert "verdict: fits" in out and "if it ran" not in out
