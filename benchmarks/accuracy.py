@@ -169,12 +169,9 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
 def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
     """The analytic model alone, zero-shot, on the other cluster (all its runs, and per GPU)
     and the Llama 3 405B layouts; printed, and returned by MLflow name."""
-    from surrogate.datasource import data_dir as resolve_data_dir
-    from surrogate.ingest.llmfoundry import parse_llmfoundry
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, zero_shot_analytic
 
-    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
-    other = parse_llmfoundry(path)[0]
+    other = mpt_runs(data_dir)
     scored = zero_shot_analytic(other)
     rows = {"all": accuracy_metrics(scored)}
     rows |= {gpu: accuracy_metrics(part) for gpu, part in scored.groupby("gpu")}
@@ -195,10 +192,25 @@ def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
         shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
     shown["peak_gib"] = shown["peak_gib"].round(1)
     print(shown.to_string(index=False))
+    return out | llama3_figures(table, "analytic_err")
+
+
+def mpt_runs(data_dir: Path | None) -> pd.DataFrame:
+    """The other cluster's runs: MosaicML's MPT tables in the public data folder."""
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    return parse_llmfoundry(path)[0]
+
+
+def llama3_figures(table: pd.DataFrame, column: str) -> dict[str, float]:
+    """The Llama 3 405B table's ``column`` (an error) by MLflow name, per vpp and layout."""
+    out = {}
     for v, part in table.groupby("vpp"):
         prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
-        for i, (_, r) in enumerate(part.iterrows()):
-            out[f"{prefix}_{i}/mfu_err"] = float(r["analytic_err"])
+        for i, value in enumerate(part[column]):
+            out[f"{prefix}_{i}/mfu_err"] = float(value)
     return out
 
 
@@ -233,15 +245,12 @@ def by_column(predictions: pd.DataFrame, analytic: pd.DataFrame | None,
 def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,
              seed: int) -> tuple[dict[str, float], dict[str, float]]:
     """Print and return the other-cluster and Llama 3 405B figures: learned, analytic."""
-    from surrogate.datasource import data_dir as resolve_data_dir
-    from surrogate.ingest.llmfoundry import parse_llmfoundry
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, other_cluster
 
     p = params or {}
     model = SurrogateModel(status_params=p.get("status"), mfu_params=p.get("mfu"),
                            mem_params=p.get("mem"), seed=seed).fit(runs)
-    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
-    other = parse_llmfoundry(path)[0]
+    other = mpt_runs(data_dir)
     out: dict[str, float] = {}
     analytic: dict[str, float] = {}
     print(f"\nother cluster: {len(other)} MPT runs (llm-foundry FSDP; "
@@ -284,11 +293,8 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     for (gpus, dp, cp), part in table.groupby(["gpus", "dp", "cp"], sort=False):
         print(f"  {gpus} GPUs, dp {dp}, cp {cp}: "
               + " | ".join(sorted(set(part["extrapolation"]))))
-    for v, part in table.groupby("vpp"):
-        prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
-        for i, (_, r) in enumerate(part.iterrows()):
-            out[f"{prefix}_{i}/mfu_err"] = float(r["learned_err"])
-            analytic[f"{prefix}_{i}/mfu_err"] = float(r["analytic_err"])
+    out |= llama3_figures(table, "learned_err")
+    analytic |= llama3_figures(table, "analytic_err")
     return out, analytic
 
 

@@ -429,7 +429,7 @@ class SurrogateModel:
         sets in use. Every prediction with the model is made in it (``surrogate.scoring``)."""
         from surrogate.analytic.params import using_more_sets
 
-        return using_more_sets(getattr(self, "physics_sets_", None) or {})
+        return using_more_sets(self.physics_sets_)
 
     def __sklearn_tags__(self) -> Any:
         """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
@@ -674,7 +674,7 @@ class SurrogateModel:
         q_hi = self._trees("mfu_hi", X) + q_conf
         q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
         # the share of the correction its framework's held-out runs bore out (1: all of it)
-        borne = by_framework(getattr(self, "correction_weight_by_framework_", {}), 1.0,
+        borne = by_framework(self.correction_weight_by_framework_, 1.0,
                              cols["framework_code"])
         center = w * borne * f
         outside = where.distance > 0
@@ -775,8 +775,7 @@ class SurrogateModel:
             "mem_conformal_q_by_framework": self.mem_conformal_q_by_framework_,
             "mem_conformal_q_unseen_shape": _json_float(self.mem_conformal_q_unseen_shape_),
             "correction_weight_by_framework": self.correction_weight_by_framework_,
-            **({"physics_sets": self.physics_sets_} if getattr(self, "physics_sets_", None)
-               else {}),
+            **({"physics_sets": self.physics_sets_} if self.physics_sets_ else {}),
             "coverage": self.coverage,
             "seed": self.seed,
             "n_folds": self.n_folds,

@@ -174,7 +174,8 @@ def other_cluster(
     base = fitted if fitted is not None else fit(train_runs)
     results = [TransferResult(setting="zero-shot",
                               metrics=accuracy_metrics(_scored(base, other)),
-                              analytic_metrics=accuracy_metrics(_analytic(other)), draws=1)]
+                              analytic_metrics=accuracy_metrics(zero_shot_analytic(other)),
+                              draws=1)]
     rng = np.random.default_rng(seed)
     for k in ks:
         if k >= len(other):
