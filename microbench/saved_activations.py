@@ -1,0 +1,192 @@
+"""What a framework's transformer block keeps for its backward: the bytes autograd saves, by
+the module that saves them.
+
+Run: ``python -m microbench.saved_activations --out saved.jsonl`` (torchtitan's Llama block at
+the standard shapes; needs ``pip install torchtitan==0.2.2 triton``, which the project does not
+depend on). No GPU is needed: the block runs on the CPU, its tensor parallelism on PyTorch's
+fake process group (``torch.testing._internal.distributed.fake_pg``: one process plays rank 0
+of ``tp``; collectives return tensors of the right shape and move no data).
+
+Method per shape: build the model with one layer, cast its parameters to bf16 (what FSDP2's
+``MixedPrecisionPolicy`` does in the forward), apply the framework's own tensor-parallel plan
+(torchtitan's ``apply_tp``: sequence-parallel norms, the norms' outputs gathered before the
+column-parallel QKV and MLP projections, row-parallel outputs reduce-scattered), run one block's
+forward on a bf16 input of ``mbs x seq_len / tp`` tokens, and record every tensor autograd saves
+(``torch.autograd.graph.saved_tensors_hooks``), once per storage, with the innermost module
+whose forward saved it; parameters, buffers and the block's input are left out. The bytes are
+those of the tensors' storages: what the rank would hold until the backward.
+
+What is device-independent and what is not: which tensors a module's autograd saves, and their
+shapes and dtypes, do not depend on the device, with two exceptions. RMSNorm runs PyTorch's
+composite ``rms_norm`` on a CPU (it keeps an fp32 copy of its input and its fp32 normalised
+output: 8 bytes per element), where a GPU build may run a fused kernel that keeps less; and the
+attention kernel is the CPU flash kernel, which keeps what the GPU flash kernels keep (query,
+key, value, output, log-sum-exp). So the records split the bytes by module, and
+``surrogate.analytic.memory.activation_terms_per_layer`` is compared with them term by term
+(``tests/analytic/test_memory_measured_saves.py``), the norms apart.
+
+Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
+``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
+seq_len, mbs, tp, sequence_parallel), ``saved`` (module, shape, dtype, bytes per storage),
+``bytes_by_module`` and ``fingerprint`` (:mod:`microbench.fingerprint`, backend ``fake``, plus
+the framework's version).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from microbench.fingerprint import collect
+from microbench.records import JsonlWriter
+
+SCHEMA = "surrogate.saved_activations/1"
+STANDARD_SHAPES: tuple[dict[str, int], ...] = tuple(
+    {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": kv, "seq_len": 512, "mbs": mbs,
+     "tp": tp}
+    for kv in (16, 8) for mbs in (1, 2) for tp in (1, 2, 4, 8)
+)
+"""Multi-head and grouped-query attention, two micro-batches, tp 1-8: bytes scale with the
+widths and tokens, so small shapes stand for large ones."""
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One storage autograd saved: the innermost module whose forward saved it first."""
+
+    module: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+
+
+def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
+                    ) -> tuple[list[Saved], Any]:
+    """The storages autograd saves while ``run()`` runs ``block``'s forward, each once, with
+    the innermost submodule of ``block`` running when it was saved (``(block)`` for the block's
+    own code); tensors sharing a storage with the block's parameters and buffers or with
+    ``leave_out`` are not counted. Returns them and ``run()``'s result (keep it alive: the
+    graph holds the saved tensors)."""
+    import torch
+
+    def storage(t: Any) -> Any:
+        return getattr(t, "_local_tensor", t).untyped_storage()
+
+    skip = {storage(t).data_ptr() for t in (*block.parameters(), *block.buffers(), *leave_out)}
+    stack = ["(block)"]
+
+    def enter(name: str) -> Callable[..., None]:
+        return lambda *_: stack.append(name)
+
+    def leave(*_: Any) -> None:  # returns None: a hook's value would replace the output
+        stack.pop()
+
+    handles = []
+    for name, sub in block.named_modules():
+        if name:
+            handles.append(sub.register_forward_pre_hook(enter(name)))
+            handles.append(sub.register_forward_hook(leave))
+    seen: dict[int, Saved] = {}
+
+    def pack(t: Any) -> Any:
+        local = getattr(t, "_local_tensor", t)
+        st = local.untyped_storage()
+        if st.data_ptr() not in skip and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = Saved(module=stack[-1], shape=tuple(local.shape),
+                                        dtype=str(local.dtype).removeprefix("torch."),
+                                        bytes=st.nbytes())
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            out = run()
+    finally:
+        for h in handles:
+            h.remove()
+    return list(seen.values()), out
+
+
+def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                     mbs: int, tp: int) -> tuple[dict[str, Any], list[Saved]]:
+    """torchtitan's Llama 3 block under its tensor-parallel plan on a fake process group of
+    ``tp`` ranks: its configuration and what its forward saves."""
+    import torch
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    try:
+        from torchtitan.models.llama3.infra.parallelize import apply_tp
+        from torchtitan.models.llama3.model.args import TransformerModelArgs
+        from torchtitan.models.llama3.model.model import Transformer
+    except ImportError as e:
+        raise SystemExit(f"measuring torchtitan's block needs torchtitan 0.2.x "
+                         f"(pip install torchtitan==0.2.2 triton): {e}") from None
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    try:
+        args = TransformerModelArgs(dim=hidden_size, n_layers=1, n_heads=num_heads,
+                                    n_kv_heads=num_kv_heads, vocab_size=256,
+                                    max_seq_len=seq_len)
+        model = Transformer(args)
+        with torch.no_grad():
+            model.init_weights()
+        for p in model.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
+            p.data = p.data.to(torch.bfloat16)
+        if tp > 1:
+            apply_tp(model, init_device_mesh("cpu", (tp,)), loss_parallel=True,
+                     enable_float8_tensorwise_tp=False)
+        block = model.layers["0"]
+        x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
+                        requires_grad=True)
+        saved, _out = saved_by_module(block, lambda: block(x, model.freqs_cis, None),
+                                      leave_out=(x, model.freqs_cis))
+        w1 = block.feed_forward.w1.weight
+        config = {"hidden_size": hidden_size, "ffn_hidden_size": int(w1.shape[0]),
+                  "num_heads": num_heads, "num_kv_heads": num_kv_heads, "seq_len": seq_len,
+                  "mbs": mbs, "tp": tp, "sequence_parallel": tp > 1}
+        return config, saved
+    finally:
+        dist.destroy_process_group()
+
+
+def record(framework: str, version: str, config: dict[str, Any], saved: list[Saved],
+           fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """One line of the schema."""
+    by_module: dict[str, int] = {}
+    for s in saved:
+        by_module[s.module] = by_module.get(s.module, 0) + s.bytes
+    return {"schema": SCHEMA, "status": "ok", "framework": framework,
+            "framework_version": version, "config": config,
+            "saved": [asdict(s) for s in saved], "bytes_by_module": by_module,
+            "fingerprint": fingerprint}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
+    args = ap.parse_args(argv)
+    from importlib.metadata import version
+
+    tt_version = version("torchtitan")
+    out = JsonlWriter(args.out)
+    try:
+        for i, shape in enumerate(STANDARD_SHAPES, 1):
+            config, saved = torchtitan_block(**shape)
+            fp = collect(world_size=shape["tp"], backend="fake").to_dict()
+            out.write(record("torchtitan", tt_version, config, saved,
+                             {**fp, "torchtitan": tt_version}))
+            print(f"[{i}/{len(STANDARD_SHAPES)}] {shape}: "
+                  f"{sum(s.bytes for s in saved) / 2**20:.1f} MiB saved", file=sys.stderr)
+    finally:
+        out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

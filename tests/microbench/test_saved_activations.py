@@ -1,0 +1,61 @@
+"""What a block saves for its backward: the counting on a toy block whose saves are known, the
+record, and the message when torchtitan is not installed."""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Any
+
+import pytest
+
+from microbench.saved_activations import SCHEMA, Saved, record, saved_by_module, torchtitan_block
+
+torch = pytest.importorskip("torch")
+
+
+class Toy(torch.nn.Module):
+    """up -> SiLU -> down: SiLU (the block's own code) saves up's output; down saves SiLU's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up = torch.nn.Linear(8, 16, bias=False, dtype=torch.bfloat16)
+        self.down = torch.nn.Linear(16, 8, bias=False, dtype=torch.bfloat16)
+
+    def forward(self, x: Any) -> Any:
+        return self.down(torch.nn.functional.silu(self.up(x)))
+
+
+def test_counts_each_storage_once_with_the_module_that_saved_it():
+    block = Toy()
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    saved, out = saved_by_module(block, lambda: block(x), leave_out=(x,))
+    # up keeps x (left out) and its weight (a parameter); no hook stays behind
+    assert sorted((s.module, s.shape, s.dtype, s.bytes) for s in saved) == [
+        ("(block)", (4, 16), "bfloat16", 4 * 16 * 2),
+        ("down", (4, 16), "bfloat16", 4 * 16 * 2),
+    ]
+    assert out.shape == (4, 8) and not block.up._forward_hooks and not block._forward_pre_hooks
+    out.sum().backward()  # the graph is intact
+    assert x.grad is not None
+
+
+def test_without_leave_out_the_input_counts():
+    block = Toy()
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    saved, _ = saved_by_module(block, lambda: block(x))
+    assert ("up", 4 * 8 * 2) in {(s.module, s.bytes) for s in saved}
+
+
+def test_record_sums_bytes_by_module():
+    saved = [Saved("a", (2,), "bfloat16", 4), Saved("b", (2,), "float32", 8),
+             Saved("a", (4,), "bfloat16", 8)]
+    rec = record("torchtitan", "0.2.2", {"tp": 2}, saved, {"backend": "fake"})
+    assert rec["schema"] == SCHEMA and rec["bytes_by_module"] == {"a": 12, "b": 8}
+    assert rec["saved"][1] == {"module": "b", "shape": (2,), "dtype": "float32", "bytes": 8}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is not None,
+                    reason="torchtitan is installed here")
+def test_without_torchtitan_it_says_what_to_install():
+    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
+        torchtitan_block(hidden_size=64, num_heads=4, num_kv_heads=4, seq_len=16, mbs=1, tp=2)
