@@ -85,6 +85,13 @@ class FrameworkTraits:
     backend, or a faster fused one): the analytic model times it by the profile's measured
     flash-attention curve where the profile has one. False: a kernel nobody measured here,
     timed by the GEMM proxy (``surrogate.analytic.step``)."""
+    saves_gathered_tp_inputs: bool = False
+    """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
+    keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors
+    per layer whatever tp is. False: they keep their 1 / tp shard and gather it again in the
+    backward (Megatron-LM's sequence parallelism, Korthikanti et al. 2022 sec. 4.2.2; nanotron
+    with ``tp_linear_async_communication``, which the Playbook's runs log). Measured for
+    torchtitan by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -233,8 +240,12 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "and _last_stage_less_layers 1 (the defaults of torchtitan 0.2.2 and 0.3.0); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
                 "none / selective / full; its tensor-parallel plans (parallelize.py) always "
-                "shard the norms' sequence (SequenceParallel)"
+                "shard the norms' sequence (SequenceParallel) and gather the norms' outputs "
+                "(PrepareModuleInput to Replicate) before the column-parallel QKV and MLP "
+                "projections, whose DTensor autograd keeps that gathered input (measured on "
+                "torchtitan 0.2.2's Llama block: datasets/saved_activations/)"
             ),
+            saves_gathered_tp_inputs=True,
         ),
         FrameworkTraits(
             name="llm-foundry",

@@ -19,7 +19,11 @@ SwiGLU MLP, in bf16, for T = mbs x seq_len / cp tokens on a rank:
   gate and up outputs, SiLU(gate) and its product with up (4 x 2 T ffn) (nanotron's
   ``GLUActivation``; Megatron's ``bias_swiglu`` keeps the same four).
 
-Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too. Full
+Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too, the
+projections' inputs as shards that each projection gathers again in its backward. A framework
+whose projections keep the gathered input instead (``FrameworkTraits.saves_gathered_tp_inputs``:
+torchtitan, whose DTensor plan gathers the norms' outputs before the column-parallel QKV and
+MLP projections; measured by ``microbench/saved_activations.py``) keeps those two whole. Full
 recomputation keeps only each layer's input (2 T h, / tp with sequence parallelism) plus one
 layer's activations while it is recomputed. Selective recomputation stores what flash
 attention already avoids storing, so it changes nothing here.
@@ -174,8 +178,15 @@ def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]
     }
 
 
-def activation_bytes_per_layer(c: Cols) -> Array:
-    """Bytes one layer keeps for one micro-batch on one rank (module docstring)."""
+ACTIVATION_TERMS: tuple[str, ...] = ("norm_inputs", "projection_inputs", "attention", "mlp")
+"""Keys of :func:`activation_terms_per_layer`: what a layer keeps, by the code that keeps it
+(``microbench/saved_activations.py`` measures the same split on a framework's own block)."""
+
+
+def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
+    """Bytes one layer keeps for one micro-batch on one rank, by term (module docstring),
+    without recomputation: the two RMSNorms' inputs, the inputs of the QKV and MLP
+    projections (and MLA's latents), the attention's tensors, the MLP's."""
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     h, tp = c["hidden_size"], c["tp"]
     q = c["num_heads"] * c["qk_head_dim"]  # queries (and keys with MLA)
@@ -197,10 +208,28 @@ def activation_bytes_per_layer(c: Cols) -> Array:
     ffn = np.where(moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"],
                    c["ffn_hidden_size"])
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
-    replicated = 4 * 2 * tokens * h + latents
-    split = (attn + 4 * 2 * tokens * ffn) / tp
-    full = np.where(sp, replicated / tp, replicated) + split
-    layer_input = np.where(sp, 2 * tokens * h / tp, 2 * tokens * h)
+    norms = 2 * 2 * tokens * h
+    projections = 2 * 2 * tokens * h + latents
+    # Under sequence parallelism a projection keeps its shard and gathers it again in the
+    # backward (Megatron-LM, Korthikanti sec. 4.2.2), or keeps the gathered input whole
+    # (PyTorch's DTensor plans: FrameworkTraits.saves_gathered_tp_inputs).
+    gathered = c["saves_gathered_tp_inputs"] > 0
+    return {
+        "norm_inputs": np.where(sp, norms / tp, norms),
+        "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
+        "attention": attn / tp,
+        "mlp": 4 * 2 * tokens * ffn / tp,
+    }
+
+
+def activation_bytes_per_layer(c: Cols) -> Array:
+    """Bytes one layer keeps for one micro-batch on one rank (module docstring): the sum of
+    :func:`activation_terms_per_layer`, or with full recomputation the layer's input alone."""
+    full = np.sum([v for v in activation_terms_per_layer(c).values()], axis=0)
+    sp = (c["sequence_parallel"] > 0) & (c["tp"] > 1)
+    tokens = c["mbs"] * c["seq_len"] / c["cp"]
+    layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],
+                           2 * tokens * c["hidden_size"])
     return np.where(c["recompute"] == 2, layer_input, full)
 
 

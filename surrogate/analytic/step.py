@@ -211,8 +211,11 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     moe_layers = np.where(c["num_experts"] >= 2, stage_layers, 0.0)
     ep_mb = moe_layers * comm.ep_time_per_layer_s(c, perf)
 
+    # The elementwise kernels' traffic scales with the activations as computed; a framework
+    # that keeps the gathered projection inputs whole holds more bytes, it moves no more.
+    none = np.zeros_like(c["recompute"])
     act_bytes = stage_layers * memory.activation_bytes_per_layer(
-        {**c, "recompute": np.zeros_like(c["recompute"])}
+        {**c, "recompute": none, "saves_gathered_tp_inputs": none}
     )
     dense, experts = _stage_params(c, stage_layers, slow_is_last, slow_is_middle)
     params = dense + experts
