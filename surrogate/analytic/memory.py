@@ -225,7 +225,7 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
 def activation_bytes_per_layer(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch on one rank (module docstring): the sum of
     :func:`activation_terms_per_layer`, or with full recomputation the layer's input alone."""
-    full = np.sum([v for v in activation_terms_per_layer(c).values()], axis=0)
+    full = np.sum(list(activation_terms_per_layer(c).values()), axis=0)
     sp = (c["sequence_parallel"] > 0) & (c["tp"] > 1)
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],

@@ -89,9 +89,8 @@ def test_norms_on_the_cpu_keep_fp32_copies(cols):
 
 
 def test_torchtitan_keeps_more_than_megatron_only_under_tensor_parallelism(cols):
-    shape = dict(dp=1, mbs=1, sequence_parallel=True)
     for tp in (1, 2, 8):
-        kw = {**shape, "sequence_parallel": tp > 1}
+        kw = dict(dp=1, mbs=1, sequence_parallel=tp > 1)
         tt = float(memory.activation_bytes_per_layer(cols("8b", tp=tp, framework="torchtitan",
                                                           **kw))[0])
         mg = float(memory.activation_bytes_per_layer(cols("8b", tp=tp, framework="megatron",
