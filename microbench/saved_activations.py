@@ -44,6 +44,8 @@ from microbench.fingerprint import collect
 from microbench.records import JsonlWriter
 
 SCHEMA = "surrogate.saved_activations/1"
+NEEDS_TORCHTITAN = ("measuring torchtitan's block needs torchtitan 0.2.x "
+                    "(pip install torchtitan==0.2.2 triton)")
 STANDARD_SHAPES: tuple[dict[str, int], ...] = tuple(
     {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": kv, "seq_len": 512, "mbs": mbs,
      "tp": tp}
@@ -72,10 +74,11 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
     graph holds the saved tensors)."""
     import torch
 
-    def storage(t: Any) -> Any:
-        return getattr(t, "_local_tensor", t).untyped_storage()
+    def local(t: Any) -> Any:  # a DTensor's shard on this rank
+        return getattr(t, "_local_tensor", t)
 
-    skip = {storage(t).data_ptr() for t in (*block.parameters(), *block.buffers(), *leave_out)}
+    skip = {local(t).untyped_storage().data_ptr()
+            for t in (*block.parameters(), *block.buffers(), *leave_out)}
     stack = ["(block)"]
 
     def enter(name: str) -> Callable[..., None]:
@@ -92,11 +95,11 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
     seen: dict[int, Saved] = {}
 
     def pack(t: Any) -> Any:
-        local = getattr(t, "_local_tensor", t)
-        st = local.untyped_storage()
+        shard = local(t)
+        st = shard.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = Saved(module=stack[-1], shape=tuple(local.shape),
-                                        dtype=str(local.dtype).removeprefix("torch."),
+            seen[st.data_ptr()] = Saved(module=stack[-1], shape=tuple(shard.shape),
+                                        dtype=str(shard.dtype).removeprefix("torch."),
                                         bytes=st.nbytes())
         return t
 
@@ -122,8 +125,7 @@ def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
         from torchtitan.models.llama3.model.args import TransformerModelArgs
         from torchtitan.models.llama3.model.model import Transformer
     except ImportError as e:
-        raise SystemExit(f"measuring torchtitan's block needs torchtitan 0.2.x "
-                         f"(pip install torchtitan==0.2.2 triton): {e}") from None
+        raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
     from torch.distributed.device_mesh import init_device_mesh
 
     if dist.is_initialized():
@@ -171,9 +173,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
-    from importlib.metadata import version
+    from importlib.metadata import PackageNotFoundError, version
 
-    tt_version = version("torchtitan")
+    try:
+        tt_version = version("torchtitan")
+    except PackageNotFoundError:
+        raise SystemExit(f"{NEEDS_TORCHTITAN}: it is not installed") from None
     out = JsonlWriter(args.out)
     try:
         for i, shape in enumerate(STANDARD_SHAPES, 1):

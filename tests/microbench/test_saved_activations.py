@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from microbench.saved_activations import SCHEMA, Saved, record, saved_by_module, torchtitan_block
+from microbench.saved_activations import (
+    SCHEMA,
+    Saved,
+    main,
+    record,
+    saved_by_module,
+    torchtitan_block,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -59,3 +66,5 @@ def test_record_sums_bytes_by_module():
 def test_without_torchtitan_it_says_what_to_install():
     with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
         torchtitan_block(hidden_size=64, num_heads=4, num_kv_heads=4, seq_len=16, mbs=1, tp=2)
+    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
+        main(["--out", "-"])
