@@ -1,11 +1,13 @@
 """What a framework's transformer block keeps for its backward: the bytes autograd saves, by
 the module that saves them.
 
-Run: ``python -m microbench.saved_activations --out saved.jsonl`` (torchtitan's Llama block at
-the standard shapes; needs ``pip install torchtitan==0.2.2 triton``, which the project does not
-depend on). No GPU is needed: the block runs on the CPU, its tensor parallelism on PyTorch's
-fake process group (``torch.testing._internal.distributed.fake_pg``: one process plays rank 0
-of ``tp``; collectives return tensors of the right shape and move no data).
+Run: ``python -m microbench.saved_activations --framework torchtitan --out saved.jsonl``
+(torchtitan's Llama block at the standard shapes; needs ``pip install torchtitan==0.2.2
+triton``) or ``--framework megatron`` (Megatron-Core's GPT layer, with its fused SwiGLU on and
+off; needs ``pip install megatron-core==0.16.1``); the project depends on neither. No GPU is
+needed: the block runs on the CPU, its tensor parallelism on PyTorch's fake process group
+(``torch.testing._internal.distributed.fake_pg``: one process plays rank 0 of ``tp``;
+collectives return tensors of the right shape and move no data).
 
 Method per shape: build the model with one layer, cast its parameters to bf16 (what FSDP2's
 ``MixedPrecisionPolicy`` does in the forward), apply the framework's own tensor-parallel plan
@@ -25,9 +27,21 @@ key, value, output, log-sum-exp). So the records split the bytes by module, and
 ``surrogate.analytic.memory.activation_terms_per_layer`` is compared with them term by term
 (``tests/analytic/test_memory_measured_saves.py``), the norms apart.
 
+Megatron-Core's layer (``TransformerLayer`` of the local GPT spec, RMSNorm, SwiGLU, rotary
+embeddings, sequence parallelism with tp > 1) runs with three stand-ins, none of which changes
+what its projections or its MLP save: its tensor-parallel code allocates its buffers on
+``torch.cuda.current_device()``, pointed at the CPU while the block runs; its norms are
+PyTorch's ``RMSNorm`` (Megatron's CPU fallback refuses sequence parallelism; on a GPU it runs
+Transformer Engine's); and its core attention, which on a GPU is Transformer Engine's fused
+attention and here the local spec's unfused one (it keeps the s x s scores), is a
+FlashAttention-class stand-in (PyTorch's SDPA on the same query, key and value views). What the
+core attention keeps therefore belongs to the stand-in: its value is a view into the fused QKV
+projection's output, so the whole of that output stays alive, beside the rotated query and
+key; whether a GPU kernel does the same depends on whether it copies its inputs first.
+
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
-seq_len, mbs, tp, sequence_parallel), ``saved`` (module, shape, dtype, bytes per storage),
+seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape, dtype, bytes per storage),
 ``bytes_by_module`` and ``fingerprint`` (:mod:`microbench.fingerprint`, backend ``fake``, plus
 the framework's version).
 """
@@ -46,6 +60,11 @@ from microbench.records import JsonlWriter
 SCHEMA = "surrogate.saved_activations/1"
 NEEDS_TORCHTITAN = ("measuring torchtitan's block needs torchtitan 0.2.x "
                     "(pip install torchtitan==0.2.2 triton)")
+NEEDS_MEGATRON = ("measuring Megatron-Core's layer needs megatron-core "
+                  "(pip install megatron-core==0.16.1)")
+PACKAGES = {"torchtitan": ("torchtitan", NEEDS_TORCHTITAN),
+            "megatron": ("megatron-core", NEEDS_MEGATRON)}
+"""Each framework's distribution and what to install when it is missing."""
 STANDARD_SHAPES: tuple[dict[str, int], ...] = tuple(
     {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": kv, "seq_len": 512, "mbs": mbs,
      "tp": tp}
@@ -157,6 +176,87 @@ def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
         dist.destroy_process_group()
 
 
+def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                   mbs: int, tp: int, fused_swiglu: bool = True
+                   ) -> tuple[dict[str, Any], list[Saved]]:
+    """Megatron-Core's GPT layer (local spec, RMSNorm, SwiGLU with its fusion on or off, rotary
+    embeddings, sequence parallelism with tp > 1) on a fake process group of ``tp`` ranks, with
+    the stand-ins of the module docstring: its configuration and what its forward saves."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    try:
+        from megatron.core import parallel_state
+        from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.transformer.transformer_config import TransformerConfig
+        from megatron.core.transformer.transformer_layer import TransformerLayer
+    except ImportError as e:
+        raise SystemExit(f"{NEEDS_MEGATRON}: {e}") from None
+
+    class Norm(torch.nn.RMSNorm):  # built by Megatron's spec as (config, hidden_size, eps)
+        def __init__(self, config: Any, hidden_size: int, eps: float = 1e-5) -> None:
+            super().__init__(hidden_size, eps=eps, dtype=torch.bfloat16)
+
+    class FlashCore(torch.nn.Module):  # [s, b, heads, d] views in, [s, b, heads x d] out
+        def forward(self, query: Any, key: Any, value: Any, *_: Any, **__: Any) -> Any:
+            q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+            b, n, s, d = o.shape
+            return o.permute(2, 0, 1, 3).reshape(s, b, n * d)
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
+    current_device = torch.cuda.current_device
+    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+    try:
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
+                                                 create_gloo_process_groups=False)
+        head_dim = hidden_size // num_heads
+        ffn = 256 * ((int(8 * hidden_size / 3) + 255) // 256)  # torchtitan's SwiGLU width
+        cfg = TransformerConfig(
+            num_layers=1, hidden_size=hidden_size, num_attention_heads=num_heads,
+            num_query_groups=num_kv_heads, ffn_hidden_size=ffn, gated_linear_unit=True,
+            activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
+            bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
+            params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0, attention_dropout=0.0,
+            sequence_parallel=tp > 1, tensor_model_parallel_size=tp)
+        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+        spec.submodules.input_layernorm = Norm
+        spec.submodules.pre_mlp_layernorm = Norm
+        block = TransformerLayer(cfg, spec.submodules, layer_number=1)
+        block.self_attention.core_attention = FlashCore()
+        freqs = RotaryEmbedding(kv_channels=head_dim, rotary_percent=1.0,
+                                use_cpu_initialization=True).get_freqs_non_repeated(seq_len)
+        rotary = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # what its get_emb returns
+        x = torch.randn(seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16,
+                        requires_grad=True)
+        saved, _out = saved_by_module(
+            block, lambda: block(x, attention_mask=None, rotary_pos_emb=rotary),
+            leave_out=(x, rotary))
+        config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn, "num_heads": num_heads,
+                  "num_kv_heads": num_kv_heads, "seq_len": seq_len, "mbs": mbs, "tp": tp,
+                  "sequence_parallel": tp > 1, "fused_swiglu": fused_swiglu}
+        return config, saved
+    finally:
+        torch.cuda.current_device = current_device  # type: ignore[assignment]
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
+                        tuple[dict[str, Any], ...]]] = {
+    "torchtitan": (torchtitan_block, tuple(STANDARD_SHAPES)),
+    "megatron": (megatron_block, tuple({**shape, "fused_swiglu": fused}
+                                       for fused in (True, False) for shape in STANDARD_SHAPES)),
+}
+"""Each framework's block and the shapes it is measured at (Megatron-LM trains with its fused
+SwiGLU on, ``--no-bias-swiglu-fusion`` turns it off; Megatron-Core's own default is off)."""
+
+
 def record(framework: str, version: str, config: dict[str, Any], saved: list[Saved],
            fingerprint: dict[str, Any]) -> dict[str, Any]:
     """One line of the schema."""
@@ -171,22 +271,25 @@ def record(framework: str, version: str, config: dict[str, Any], saved: list[Sav
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--framework", choices=list(BLOCKS), default="torchtitan")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     from importlib.metadata import PackageNotFoundError, version
 
+    package, needs = PACKAGES[args.framework]
     try:
-        tt_version = version("torchtitan")
+        fw_version = version(package)
     except PackageNotFoundError:
-        raise SystemExit(f"{NEEDS_TORCHTITAN}: it is not installed") from None
+        raise SystemExit(f"{needs}: it is not installed") from None
+    block, shapes = BLOCKS[args.framework]
     out = JsonlWriter(args.out)
     try:
-        for i, shape in enumerate(STANDARD_SHAPES, 1):
-            config, saved = torchtitan_block(**shape)
+        for i, shape in enumerate(shapes, 1):
+            config, saved = block(**shape)
             fp = collect(world_size=shape["tp"], backend="fake").to_dict()
-            out.write(record("torchtitan", tt_version, config, saved,
-                             {**fp, "torchtitan": tt_version}))
-            print(f"[{i}/{len(STANDARD_SHAPES)}] {shape}: "
+            out.write(record(args.framework, fw_version, config, saved,
+                             {**fp, package: fw_version}))
+            print(f"[{i}/{len(shapes)}] {shape}: "
                   f"{sum(s.bytes for s in saved) / 2**20:.1f} MiB saved", file=sys.stderr)
     finally:
         out.close()

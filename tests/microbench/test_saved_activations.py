@@ -1,5 +1,5 @@
 """What a block saves for its backward: the counting on a toy block whose saves are known, the
-record, and the message when torchtitan is not installed."""
+record, and the message when torchtitan or megatron-core is not installed."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from microbench.saved_activations import (
     SCHEMA,
     Saved,
     main,
+    megatron_block,
     record,
     saved_by_module,
     torchtitan_block,
@@ -61,10 +62,32 @@ def test_record_sums_bytes_by_module():
     assert rec["saved"][1] == {"module": "b", "shape": (2,), "dtype": "float32", "bytes": 8}
 
 
-@pytest.mark.skipif(importlib.util.find_spec("torchtitan") is not None,
-                    reason="torchtitan is installed here")
-def test_without_torchtitan_it_says_what_to_install():
-    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
-        torchtitan_block(hidden_size=64, num_heads=4, num_kv_heads=4, seq_len=16, mbs=1, tp=2)
-    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
-        main(["--out", "-"])
+@pytest.mark.parametrize(("framework", "block", "module", "install"), [
+    ("torchtitan", torchtitan_block, "torchtitan", r"pip install torchtitan==0\.2\.2"),
+    ("megatron", megatron_block, "megatron", r"pip install megatron-core==0\.16\.1"),
+])
+def test_without_the_framework_it_says_what_to_install(framework, block, module, install):
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    with pytest.raises(SystemExit, match=install):
+        block(hidden_size=64, num_heads=4, num_kv_heads=4, seq_len=16, mbs=1, tp=2)
+    with pytest.raises(SystemExit, match=install):
+        main(["--framework", framework, "--out", "-"])
+
+
+def test_an_unknown_framework_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--framework", "deepspeed"])
+    assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_megatron_layer_is_measured_where_megatron_core_is_installed():
+    """Runs only where megatron-core is installed (not a project dependency): a small layer at
+    tp 2 keeps its MLP input's shard and, fused, three T x ffn / tp tensors in its MLP."""
+    pytest.importorskip("megatron.core")
+    config, saved = megatron_block(hidden_size=128, num_heads=4, num_kv_heads=2, seq_len=64,
+                                   mbs=1, tp=2, fused_swiglu=True)
+    by_module = record("megatron", "test", config, saved, {})["bytes_by_module"]
+    tokens, ffn = 64 / 2, config["ffn_hidden_size"]
+    assert by_module["mlp.linear_fc1"] == 2 * tokens * 128  # bf16, its sequence shard
+    assert by_module["mlp"] + by_module["mlp.linear_fc2"] == 3 * 2 * 64 * ffn / 2
