@@ -92,6 +92,11 @@ class FrameworkTraits:
     backward (Megatron-LM's sequence parallelism, Korthikanti et al. 2022 sec. 4.2.2; nanotron
     with ``tp_linear_async_communication``, which the Playbook's runs log). Measured for
     torchtitan by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
+    fused_swiglu: bool = False
+    """Its SwiGLU is one autograd function that keeps only its input (the gate and up
+    projections' output) and recomputes SiLU in the backward, so the MLP keeps three T x ffn
+    tensors per layer, not four (gate and up outputs, SiLU(gate), the product). Measured for
+    Megatron-Core by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -213,8 +218,13 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3; "
                 "--num-layers-per-virtual-pipeline-stage selects the interleaved 1F1B schedule; "
                 "--context-parallel-size, --expert-model-parallel-size, "
-                "--recompute-granularity selective|full, --sequence-parallel"
+                "--recompute-granularity selective|full, --sequence-parallel; "
+                "--swiglu trains with bias_swiglu_fusion on (--no-bias-swiglu-fusion turns it "
+                "off), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) saves "
+                "only its input (measured on megatron-core 0.16.1's GPT layer: "
+                "datasets/saved_activations/)"
             ),
+            fused_swiglu=True,
         ),
         FrameworkTraits(
             name="torchtitan",

@@ -17,7 +17,10 @@ SwiGLU MLP, in bf16, for T = mbs x seq_len / cp tokens on a rank:
   QKV and MLP projections, 4 x 2 T h bytes;
 - split by tp: Q and the attention output (2 x 2 T h), K and V (2 x 2 T h_kv), and the MLP's
   gate and up outputs, SiLU(gate) and its product with up (4 x 2 T ffn) (nanotron's
-  ``GLUActivation``; Megatron's ``bias_swiglu`` keeps the same four).
+  ``GLUActivation``, torchtitan's ``FeedForward``: measured); Megatron-LM's fused SwiGLU
+  (``FrameworkTraits.fused_swiglu``, on by default) keeps only its input, the gate and up
+  outputs, and recomputes SiLU: 3 x 2 T ffn (measured on Megatron-Core's layer by
+  ``microbench/saved_activations.py``).
 
 Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too, the
 projections' inputs as shards that each projection gathers again in its backward. A framework
@@ -218,7 +221,7 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "norm_inputs": np.where(sp, norms / tp, norms),
         "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
         "attention": attn / tp,
-        "mlp": 4 * 2 * tokens * ffn / tp,
+        "mlp": (4 - (c["fused_swiglu"] > 0)) * 2 * tokens * ffn / tp,
     }
 
 

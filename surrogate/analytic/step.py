@@ -212,10 +212,11 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     ep_mb = moe_layers * comm.ep_time_per_layer_s(c, perf)
 
     # The elementwise kernels' traffic scales with the activations as computed; a framework
-    # that keeps the gathered projection inputs whole holds more bytes, it moves no more.
+    # that keeps the gathered projection inputs whole holds more bytes, it moves no more, and
+    # one that recomputes SiLU holds fewer (its traffic is in the fitted time scales).
     none = np.zeros_like(c["recompute"])
     act_bytes = stage_layers * memory.activation_bytes_per_layer(
-        {**c, "recompute": none, "saves_gathered_tp_inputs": none}
+        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
     )
     dense, experts = _stage_params(c, stage_layers, slow_is_last, slow_is_middle)
     params = dense + experts
