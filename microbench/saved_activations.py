@@ -41,9 +41,9 @@ key; whether a GPU kernel does the same depends on whether it copies its inputs 
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
-seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape, dtype, bytes per storage),
-``bytes_by_module`` and ``fingerprint`` (:mod:`microbench.fingerprint`, backend ``fake``, plus
-the framework's version).
+seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape,
+dtype, bytes per storage), ``bytes_by_module`` and ``fingerprint``
+(:mod:`microbench.fingerprint`, backend ``fake``, plus the framework's version).
 """
 
 from __future__ import annotations

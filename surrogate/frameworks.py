@@ -220,9 +220,10 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "--context-parallel-size, --expert-model-parallel-size, "
                 "--recompute-granularity selective|full, --sequence-parallel; "
                 "--swiglu trains with bias_swiglu_fusion on (--no-bias-swiglu-fusion turns it "
-                "off), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) saves "
-                "only its input (measured on megatron-core 0.16.1's GPT layer: "
-                "datasets/saved_activations/)"
+                "off; Megatron-LM's megatron/training/arguments.py, not in the megatron-core "
+                "package), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) "
+                "saves only its input (measured on megatron-core 0.16.1's GPT layer: "
+                "datasets/saved_activations/; unfused it keeps five T x ffn tensors)"
             ),
             fused_swiglu=True,
         ),

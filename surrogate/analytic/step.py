@@ -213,7 +213,7 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
 
     # The elementwise kernels' traffic scales with the activations as computed; a framework
     # that keeps the gathered projection inputs whole holds more bytes, it moves no more, and
-    # one that recomputes SiLU holds fewer (its traffic is in the fitted time scales).
+    # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
     act_bytes = stage_layers * memory.activation_bytes_per_layer(
         {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
