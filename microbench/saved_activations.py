@@ -249,7 +249,7 @@ def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_l
 
 BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
                         tuple[dict[str, Any], ...]]] = {
-    "torchtitan": (torchtitan_block, tuple(STANDARD_SHAPES)),
+    "torchtitan": (torchtitan_block, STANDARD_SHAPES),
     "megatron": (megatron_block, tuple({**shape, "fused_swiglu": fused}
                                        for fused in (True, False) for shape in STANDARD_SHAPES)),
 }
