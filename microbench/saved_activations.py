@@ -50,7 +50,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -131,27 +132,53 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
     return list(seen.values()), out
 
 
-def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                     mbs: int, tp: int) -> tuple[dict[str, Any], list[Saved]]:
-    """torchtitan's Llama 3 block under its tensor-parallel plan on a fake process group of
-    ``tp`` ranks: its configuration and what its forward saves."""
-    import torch
+@contextmanager
+def _fake_world(tp: int) -> Iterator[None]:
+    """PyTorch's fake process group of ``tp`` ranks, this process playing rank 0."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
 
+    if dist.is_initialized():
+        dist.destroy_process_group()
+    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
     try:
-        from torchtitan.models.llama3.infra.parallelize import apply_tp
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@dataclass(frozen=True)
+class Stack:
+    """Layers built on the fake process group. ``run()`` runs their forward, one after the
+    other, on ``inputs[0]``; ``inputs`` (the input, the rotary table) are not counted."""
+
+    run: Callable[[], Any]
+    inputs: tuple[Any, ...]
+    modules: Any
+    """What holds the layers' parameters and buffers (not counted either)."""
+    config: dict[str, Any]
+
+
+@contextmanager
+def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                      mbs: int, tp: int, num_layers: int = 1,
+                      ac: tuple[str, str] | None = None) -> Iterator[Stack]:
+    """torchtitan's Llama 3 model with ``num_layers`` blocks under its tensor-parallel plan,
+    and with ``ac`` = (mode, selective_ac_option) its activation checkpointing."""
+    import torch
+
+    try:
+        import torchtitan.distributed.activation_checkpoint as titan_ac
+        from torchtitan.config.job_config import ActivationCheckpoint
+        from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_tp
         from torchtitan.models.llama3.model.args import TransformerModelArgs
         from torchtitan.models.llama3.model.model import Transformer
     except ImportError as e:
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
     from torch.distributed.device_mesh import init_device_mesh
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
-    try:
-        args = TransformerModelArgs(dim=hidden_size, n_layers=1, n_heads=num_heads,
+    with _fake_world(tp):
+        args = TransformerModelArgs(dim=hidden_size, n_layers=num_layers, n_heads=num_heads,
                                     n_kv_heads=num_kv_heads, vocab_size=256,
                                     max_seq_len=seq_len)
         model = Transformer(args)
@@ -162,35 +189,59 @@ def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
         if tp > 1:
             apply_tp(model, init_device_mesh("cpu", (tp,)), loss_parallel=True,
                      enable_float8_tensorwise_tp=False)
-        block = model.layers["0"]
+        ffn = int(model.layers["0"].feed_forward.w1.weight.shape[0])
+        if ac is not None:  # the module docstring: the CPU flash kernel stands in for CUDA's
+            titan_ac._layer_sac_count = 0  # what a fresh process counts from
+            save = {*_op_sac_save_list,
+                    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+            titan_ac.apply_ac(model, ActivationCheckpoint(mode=ac[0], selective_ac_option=ac[1]),
+                              op_sac_save_list=save)
         x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
                         requires_grad=True)
-        saved, _out = saved_by_module(block, lambda: block(x, model.freqs_cis, None),
-                                      leave_out=(x, model.freqs_cis))
-        w1 = block.feed_forward.w1.weight
-        config = {"hidden_size": hidden_size, "ffn_hidden_size": int(w1.shape[0]),
-                  "num_heads": num_heads, "num_kv_heads": num_kv_heads, "seq_len": seq_len,
-                  "mbs": mbs, "tp": tp, "sequence_parallel": tp > 1}
-        return config, saved
-    finally:
-        dist.destroy_process_group()
+
+        def run() -> Any:
+            y = x
+            for i in range(num_layers):
+                y = model.layers[str(i)](y, model.freqs_cis, None)
+            return y
+
+        config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn, "num_heads": num_heads,
+                  "num_kv_heads": num_kv_heads, "seq_len": seq_len, "mbs": mbs, "tp": tp,
+                  "sequence_parallel": tp > 1}
+        yield Stack(run=run, inputs=(x, model.freqs_cis), modules=model, config=config)
 
 
-def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                   mbs: int, tp: int, fused_swiglu: bool = True
-                   ) -> tuple[dict[str, Any], list[Saved]]:
+def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                     mbs: int, tp: int) -> tuple[dict[str, Any], list[Saved]]:
+    """torchtitan's Llama 3 block under its tensor-parallel plan on a fake process group of
+    ``tp`` ranks: its configuration and what its forward saves."""
+    with _torchtitan_stack(hidden_size=hidden_size, num_heads=num_heads,
+                           num_kv_heads=num_kv_heads, seq_len=seq_len, mbs=mbs, tp=tp) as s:
+        saved, _out = saved_by_module(s.modules.layers["0"], s.run, leave_out=s.inputs)
+        return s.config, saved
+
+
+@contextmanager
+def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                    mbs: int, tp: int, fused_swiglu: bool = True, num_layers: int | None = None,
+                    recompute: str | None = None) -> Iterator[Stack]:
     """Megatron-Core's GPT layer (local spec, RMSNorm, SwiGLU with its fusion on or off, rotary
     embeddings, sequence parallelism with tp > 1) on a fake process group of ``tp`` ranks, with
-    the stand-ins of the module docstring: its configuration and what its forward saves."""
+    the stand-ins of the module docstring: one ``TransformerLayer`` (``num_layers`` None) or a
+    ``TransformerBlock`` of ``num_layers`` under ``recompute`` (None, ``selective``: its core
+    attention, or ``full``: every layer, Megatron-LM's ``--recompute-method uniform
+    --recompute-num-layers 1``)."""
+    import contextlib
+
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
-    from torch.testing._internal.distributed.fake_pg import FakeStore
 
     try:
         from megatron.core import parallel_state
         from megatron.core.models.common.embeddings.rotary_pos_embedding import RotaryEmbedding
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.tensor_parallel import random as megatron_random
+        from megatron.core.transformer.transformer_block import TransformerBlock
         from megatron.core.transformer.transformer_config import TransformerConfig
         from megatron.core.transformer.transformer_layer import TransformerLayer
     except ImportError as e:
@@ -207,44 +258,73 @@ def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_l
             b, n, s, d = o.shape
             return o.permute(2, 0, 1, 3).reshape(s, b, n * d)
 
-    if dist.is_initialized():
-        dist.destroy_process_group()
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=tp)
     current_device = torch.cuda.current_device
-    torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-    try:
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
-                                                 create_gloo_process_groups=False)
-        head_dim = hidden_size // num_heads
-        ffn = 256 * ((int(8 * hidden_size / 3) + 255) // 256)  # torchtitan's SwiGLU width
-        cfg = TransformerConfig(
-            num_layers=1, hidden_size=hidden_size, num_attention_heads=num_heads,
-            num_query_groups=num_kv_heads, ffn_hidden_size=ffn, gated_linear_unit=True,
-            activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
-            bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
-            params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0, attention_dropout=0.0,
-            sequence_parallel=tp > 1, tensor_model_parallel_size=tp)
-        spec = get_gpt_layer_local_spec(normalization="RMSNorm")
-        spec.submodules.input_layernorm = Norm
-        spec.submodules.pre_mlp_layernorm = Norm
-        block = TransformerLayer(cfg, spec.submodules, layer_number=1)
-        block.self_attention.core_attention = FlashCore()
-        freqs = RotaryEmbedding(kv_channels=head_dim, rotary_percent=1.0,
-                                use_cpu_initialization=True).get_freqs_non_repeated(seq_len)
-        rotary = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # what its get_emb returns
-        x = torch.randn(seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16,
-                        requires_grad=True)
-        saved, _out = saved_by_module(
-            block, lambda: block(x, attention_mask=None, rotary_pos_emb=rotary),
-            leave_out=(x, rotary))
-        config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn, "num_heads": num_heads,
-                  "num_kv_heads": num_kv_heads, "seq_len": seq_len, "mbs": mbs, "tp": tp,
-                  "sequence_parallel": tp > 1, "fused_swiglu": fused_swiglu}
-        return config, saved
-    finally:
-        torch.cuda.current_device = current_device  # type: ignore[assignment]
-        parallel_state.destroy_model_parallel()
-        dist.destroy_process_group()
+    rng_states = megatron_random._get_all_rng_states
+    with _fake_world(tp):
+        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
+        # its checkpointing saves and restores the CUDA generator's state: the CPU's alone here
+        megatron_random._get_all_rng_states = lambda: (torch.get_rng_state(), None, {})
+        try:
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
+                                                     create_gloo_process_groups=False)
+            head_dim = hidden_size // num_heads
+            ffn = 256 * ((int(8 * hidden_size / 3) + 255) // 256)  # torchtitan's SwiGLU width
+            recomputing: dict[str, Any] = {}
+            if recompute == "selective":
+                recomputing = {"recompute_granularity": "selective"}
+            elif recompute == "full":
+                recomputing = {"recompute_granularity": "full", "recompute_method": "uniform",
+                               "recompute_num_layers": 1}
+            cfg = TransformerConfig(
+                num_layers=num_layers or 1, hidden_size=hidden_size,
+                num_attention_heads=num_heads, num_query_groups=num_kv_heads,
+                ffn_hidden_size=ffn, gated_linear_unit=True, activation_func=F.silu,
+                normalization="RMSNorm", add_bias_linear=False,
+                bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
+                params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0,
+                attention_dropout=0.0, sequence_parallel=tp > 1, tensor_model_parallel_size=tp,
+                **recomputing)
+            spec = get_gpt_layer_local_spec(normalization="RMSNorm")
+            spec.submodules.input_layernorm = Norm
+            spec.submodules.pre_mlp_layernorm = Norm
+            if num_layers is None:
+                modules = TransformerLayer(cfg, spec.submodules, layer_number=1)
+                layers = [modules]
+            else:
+                modules = TransformerBlock(cfg, spec, post_layer_norm=False)
+                layers = list(modules.layers)
+                # the block forks the CUDA generator of the tensor-parallel region
+                megatron_random.get_cuda_rng_tracker().fork = (  # type: ignore[method-assign]
+                    lambda *_, **__: contextlib.nullcontext())
+            for layer in layers:
+                layer.self_attention.core_attention = FlashCore()
+            freqs = RotaryEmbedding(kv_channels=head_dim, rotary_percent=1.0,
+                                    use_cpu_initialization=True).get_freqs_non_repeated(seq_len)
+            rotary = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # what get_emb returns
+            x = torch.randn(seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16,
+                            requires_grad=True)
+            config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn,
+                      "num_heads": num_heads, "num_kv_heads": num_kv_heads, "seq_len": seq_len,
+                      "mbs": mbs, "tp": tp, "sequence_parallel": tp > 1,
+                      "fused_swiglu": fused_swiglu}
+            yield Stack(run=lambda: modules(x, attention_mask=None, rotary_pos_emb=rotary),
+                        inputs=(x, rotary), modules=modules, config=config)
+        finally:
+            torch.cuda.current_device = current_device  # type: ignore[assignment]
+            megatron_random._get_all_rng_states = rng_states
+            parallel_state.destroy_model_parallel()
+
+
+def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
+                   mbs: int, tp: int, fused_swiglu: bool = True
+                   ) -> tuple[dict[str, Any], list[Saved]]:
+    """Megatron-Core's GPT layer (:func:`_megatron_stack`): its configuration and what its
+    forward saves."""
+    with _megatron_stack(hidden_size=hidden_size, num_heads=num_heads,
+                         num_kv_heads=num_kv_heads, seq_len=seq_len, mbs=mbs, tp=tp,
+                         fused_swiglu=fused_swiglu) as s:
+        saved, _out = saved_by_module(s.modules, s.run, leave_out=s.inputs)
+        return s.config, saved
 
 
 BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
@@ -255,6 +335,108 @@ BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
 }
 """Each framework's block and the shapes it is measured at (Megatron-LM trains with its fused
 SwiGLU on, ``--no-bias-swiglu-fusion`` turns it off; Megatron-Core's own default is off)."""
+
+
+KEPT_SCHEMA = "surrogate.kept_activations/1"
+KEPT_LAYERS = 4
+"""Layers per measured stack under recomputation: torchtitan's default selective mode
+checkpoints every second one."""
+TORCHTITAN_AC: dict[str, tuple[str, str] | None] = {
+    "none": None, "selective": ("selective", "2"), "selective-op": ("selective", "op"),
+    "full": ("full", "2"),
+}
+"""torchtitan's ``[activation_checkpoint]`` (mode, selective_ac_option) for each measured
+setting: ``selective`` is its default (every second block checkpointed in full),
+``selective-op`` its per-operator policy (it keeps the outputs of every other matmul, of the
+attention kernel and of the reduce-scatters, and recomputes the rest)."""
+
+
+@dataclass(frozen=True)
+class Kept:
+    """One storage alive after the forward: the last operator whose output it was."""
+
+    op: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int
+
+
+def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
+                       ) -> tuple[list[Kept], Any]:
+    """The storages that operators created while ``run()`` ran and that are still alive after
+    it (``leave_out``'s and the result's aside), each once: what the forward keeps for the
+    backward, whatever holds it (autograd's saved tensors, a checkpoint's inputs, a per-operator
+    checkpoint's cache, a framework's persistent buffers). Unlike :func:`saved_by_module` it
+    sees what activation checkpointing keeps. Returns them and ``run()``'s result."""
+    import torch
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    def storage(t: Any) -> Any:
+        return getattr(t, "_local_tensor", t).untyped_storage()
+
+    made: dict[int, tuple[Any, Kept]] = {}
+
+    class Track(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
+                               kwargs: Any = None) -> Any:
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if not isinstance(t, torch.Tensor):
+                    continue
+                try:  # an async collective's wrapper has no storage; its wait's output has
+                    st = storage(t)
+                    ptr = st.data_ptr()
+                except RuntimeError:
+                    continue
+                local = getattr(t, "_local_tensor", t)
+                # the latest storage at an address: a freed one's may be reused
+                made[ptr] = (StorageWeakRef(st), Kept(
+                    op=str(func), shape=tuple(local.shape),
+                    dtype=str(local.dtype).removeprefix("torch."), bytes=st.nbytes()))
+            return out
+
+    with Track():
+        out = run()
+    aside = {storage(t).data_ptr() for t in (*leave_out, *tree_flatten(out)[0])
+             if isinstance(t, torch.Tensor)}
+    return [k for ptr, (ref, k) in made.items()
+            if ptr not in aside and not ref.expired()], out
+
+
+def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list[Kept]]:
+    """What a stack of :data:`KEPT_LAYERS` torchtitan blocks keeps after its forward under the
+    activation checkpointing ``recompute`` names (:data:`TORCHTITAN_AC`)."""
+    ac = TORCHTITAN_AC[recompute]
+    with _torchtitan_stack(**shape, num_layers=KEPT_LAYERS, ac=ac) as s:
+        kept, _out = kept_after_forward(
+            s.run, leave_out=(*s.inputs, *s.modules.parameters(), *s.modules.buffers()))
+        option = {} if ac is None else {"mode": ac[0], "selective_ac_option": ac[1]}
+        return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute,
+                "activation_checkpoint": option}, kept
+
+
+def megatron_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list[Kept]]:
+    """What a Megatron-Core block of :data:`KEPT_LAYERS` layers keeps after its forward, with
+    ``recompute`` none, selective (its core attention) or full (every layer)."""
+    with _megatron_stack(**shape, num_layers=KEPT_LAYERS,
+                         recompute=None if recompute == "none" else recompute) as s:
+        kept, _out = kept_after_forward(
+            s.run, leave_out=(*s.inputs, *s.modules.parameters(), *s.modules.buffers()))
+        return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute}, kept
+
+
+STACKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]],
+                        tuple[dict[str, Any], ...]]] = {
+    "torchtitan": (torchtitan_kept, tuple({**shape, "recompute": r}
+                                          for r in TORCHTITAN_AC for shape in STANDARD_SHAPES)),
+    "megatron": (megatron_kept, tuple({**shape, "recompute": r}
+                                      for r in ("none", "selective", "full")
+                                      for shape in STANDARD_SHAPES)),
+}
+"""Each framework's stack under recomputation and the settings it is measured at
+(``--recompute``)."""
 
 
 def record(framework: str, version: str, config: dict[str, Any], saved: list[Saved],
@@ -269,9 +451,21 @@ def record(framework: str, version: str, config: dict[str, Any], saved: list[Sav
             "fingerprint": fingerprint}
 
 
+def kept_record(framework: str, version: str, config: dict[str, Any], kept: list[Kept],
+                fingerprint: dict[str, Any]) -> dict[str, Any]:
+    """One line of :data:`KEPT_SCHEMA`."""
+    return {"schema": KEPT_SCHEMA, "status": "ok", "framework": framework,
+            "framework_version": version, "config": config,
+            "kept": [asdict(k) for k in kept], "kept_bytes": sum(k.bytes for k in kept),
+            "fingerprint": fingerprint}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--framework", choices=list(BLOCKS), default="torchtitan")
+    ap.add_argument("--recompute", action="store_true",
+                    help=f"what a stack of {KEPT_LAYERS} layers keeps after its forward under "
+                         "each recomputation setting (schema surrogate.kept_activations/1)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     from importlib.metadata import PackageNotFoundError, version
@@ -281,16 +475,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         fw_version = version(package)
     except PackageNotFoundError:
         raise SystemExit(f"{needs}: it is not installed") from None
-    block, shapes = BLOCKS[args.framework]
+    measure, settings = (STACKS if args.recompute else BLOCKS)[args.framework]
+    write = kept_record if args.recompute else record
     out = JsonlWriter(args.out)
     try:
-        for i, shape in enumerate(shapes, 1):
-            config, saved = block(**shape)
-            fp = collect(world_size=shape["tp"], backend="fake").to_dict()
-            out.write(record(args.framework, fw_version, config, saved,
-                             {**fp, package: fw_version}))
-            print(f"[{i}/{len(shapes)}] {shape}: "
-                  f"{sum(s.bytes for s in saved) / 2**20:.1f} MiB saved", file=sys.stderr)
+        for i, setting in enumerate(settings, 1):
+            config, found = measure(**setting)
+            fp = collect(world_size=setting["tp"], backend="fake").to_dict()
+            out.write(write(args.framework, fw_version, config, found,  # type: ignore[operator]
+                            {**fp, package: fw_version}))
+            print(f"[{i}/{len(settings)}] {setting}: "
+                  f"{sum(s.bytes for s in found) / 2**20:.1f} MiB "
+                  f"{'kept' if args.recompute else 'saved'}", file=sys.stderr)
     finally:
         out.close()
     return 0

@@ -9,8 +9,12 @@ from typing import Any
 import pytest
 
 from microbench.saved_activations import (
+    KEPT_SCHEMA,
     SCHEMA,
+    Kept,
     Saved,
+    kept_after_forward,
+    kept_record,
     main,
     megatron_block,
     record,
@@ -54,6 +58,46 @@ def test_without_leave_out_the_input_counts():
     assert ("up", 4 * 8 * 2) in {(s.module, s.bytes) for s in saved}
 
 
+def test_kept_after_forward_sees_what_autograd_saves():
+    """Without checkpointing, what stays alive is what the ops saved: up's output (SiLU
+    keeps it) and SiLU's (down keeps it); the input and the result are aside."""
+    block = Toy()
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+    kept, out = kept_after_forward(lambda: block(x), leave_out=(x, *block.parameters()))
+    assert sorted(k.bytes for k in kept) == [4 * 16 * 2, 4 * 16 * 2]
+    out.sum().backward()
+    assert x.grad is not None
+
+
+def test_kept_after_forward_sees_what_a_checkpoint_keeps():
+    """A checkpointed block keeps its input and nothing of its own; two of them in a row keep
+    the first one's output, the second one's input."""
+    from torch.utils.checkpoint import checkpoint
+
+    first, second = Toy(), Toy()
+    x = torch.randn(4, 8, dtype=torch.bfloat16, requires_grad=True)
+
+    def run():
+        y = checkpoint(first, x, use_reentrant=False)
+        return checkpoint(second, y, use_reentrant=False)
+
+    kept, out = kept_after_forward(
+        run, leave_out=(x, *first.parameters(), *second.parameters()))
+    assert [(k.shape, k.bytes) for k in kept] == [((4, 8), 4 * 8 * 2)]
+    out.sum().backward()
+    assert x.grad is not None
+
+
+def test_kept_record_sums_bytes():
+    kept = [Kept("aten.mm.default", (2,), "bfloat16", 4), Kept("aten.mul.Tensor", (2,),
+                                                                 "float32", 8)]
+    rec = kept_record("megatron", "0.16.1", {"tp": 2, "recompute": "full"}, kept,
+                      {"backend": "fake"})
+    assert rec["schema"] == KEPT_SCHEMA and rec["kept_bytes"] == 12
+    assert rec["kept"][0] == {"op": "aten.mm.default", "shape": (2,), "dtype": "bfloat16",
+                              "bytes": 4}
+
+
 def test_record_sums_bytes_by_module():
     saved = [Saved("a", (2,), "bfloat16", 4), Saved("b", (2,), "float32", 8),
              Saved("a", (4,), "bfloat16", 8)]
@@ -73,6 +117,8 @@ def test_without_the_framework_it_says_what_to_install(framework, block, module,
         block(hidden_size=64, num_heads=4, num_kv_heads=4, seq_len=16, mbs=1, tp=2)
     with pytest.raises(SystemExit, match=install):
         main(["--framework", framework, "--out", "-"])
+    with pytest.raises(SystemExit, match=install):
+        main(["--framework", framework, "--recompute", "--out", "-"])
 
 
 def test_an_unknown_framework_is_a_usage_error(capsys):
