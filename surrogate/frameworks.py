@@ -97,6 +97,16 @@ class FrameworkTraits:
     projections' output) and recomputes SiLU in the backward, so the MLP keeps three T x ffn
     tensors per layer, not four (gate and up outputs, SiLU(gate), the product). Measured for
     Megatron-Core by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
+    selective_per_op: bool = False
+    """Its 'selective' recomputation is per-operator activation checkpointing (torchtitan's
+    ``selective_ac_option = "op"``, what its Llama 3 8B configuration runs): each block keeps
+    its input and the outputs of every other matmul (query, value, MLP gate, down projection
+    before its reduce-scatter), of the attention kernel and of the reduce-scatters, and runs
+    the other matmuls (key, attention output, MLP up) again in its backward. Measured on
+    torchtitan 0.2.2 by ``python -m microbench.saved_activations --recompute``. False: its
+    selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
+    attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
+    kept)."""
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -250,13 +260,15 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "_generate_llm_fqn_per_model_part with pipeline_parallel_first_stage_less_layers "
                 "and _last_stage_less_layers 1 (the defaults of torchtitan 0.2.2 and 0.3.0); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
-                "none / selective / full; its tensor-parallel plans (parallelize.py) always "
+                "none / selective (selective_ac_option 'op', per operator) / full; its "
+                "tensor-parallel plans (parallelize.py) always "
                 "shard the norms' sequence (SequenceParallel) and gather the norms' outputs "
                 "(PrepareModuleInput to Replicate) before the column-parallel QKV and MLP "
                 "projections, whose DTensor autograd keeps that gathered input (measured on "
                 "torchtitan 0.2.2's Llama block: datasets/saved_activations/)"
             ),
             saves_gathered_tp_inputs=True,
+            selective_per_op=True,
         ),
         FrameworkTraits(
             name="llm-foundry",

@@ -187,10 +187,20 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
             "steps": steps,
         },
         "parallelism": parallelism,
-        "activation_checkpoint": {"mode": lay.recompute},
+        "activation_checkpoint": _torchtitan_checkpointing(lay.recompute),
         "metrics": {"log_freq": 1},
     }
     return "\n".join(comments) + "\n\n" + tomli_w.dumps(doc)
+
+
+def _torchtitan_checkpointing(recompute: str) -> dict[str, str]:
+    """torchtitan's ``[activation_checkpoint]`` for a recompute mode: 'selective' runs per
+    operator (``selective_ac_option = "op"``, ``FrameworkTraits.selective_per_op``), written
+    out because torchtitan's own default option, "2", checkpoints every second block in full
+    instead."""
+    if recompute == "selective":
+        return {"mode": "selective", "selective_ac_option": "op"}
+    return {"mode": recompute}
 
 
 def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:

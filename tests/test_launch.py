@@ -209,3 +209,15 @@ def test_listed_stage_modules_read_back_as_the_same_virtual_stages() -> None:
     assert len(doc["parallelism"]["module_fqns_per_model_part"]) == 16
     assert "pipeline_parallel_layers_per_stage" not in doc["parallelism"]
     assert config_values(doc, {})[0]["vpp"] == 8
+
+
+@pytest.mark.parametrize(("recompute", "section"), [
+    ("selective", {"mode": "selective", "selective_ac_option": "op"}),
+    ("full", {"mode": "full"}),
+    ("none", {"mode": "none"}),
+])
+def test_torchtitan_checkpointing_is_written_out(recompute: str, section: dict) -> None:
+    """'selective' is per operator, what the surrogate predicts, not torchtitan's default
+    option (every second block in full)."""
+    doc = tomllib.loads(torchtitan_toml(cfg(recompute=recompute), run_name="r"))
+    assert doc["activation_checkpoint"] == section

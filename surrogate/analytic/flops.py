@@ -141,9 +141,16 @@ def hardware_flops_per_token(c: Cols) -> Array:
     (Korthikanti et al. 2022, sec. 5, and the Playbook). Selective recomputation
     (Korthikanti et al. 2022, sec. 4.2) recomputes only the attention scores, which flash
     attention (assumed throughout) recomputes in its backward anyway: no extra FLOPs here.
+    Per-operator selective checkpointing (``FrameworkTraits.selective_per_op``, torchtitan's
+    'op') runs the forward of every other matmul of a block again: the key, attention output
+    and MLP up projections (2 h (kv + o + ffn) FLOPs per token and layer).
     """
     base = model_flops_per_token(c)
-    return np.where(c["recompute"] == 2, base * 4 / 3, base)
+    widths = (c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"]
+              + c["ffn_hidden_size"])
+    per_op = (c["recompute"] == 1) & (c["selective_per_op"] > 0)
+    again = np.where(per_op, 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
+    return np.where(c["recompute"] == 2, base * 4 / 3, base + again)
 
 
 def mfu(tokens_per_s_per_gpu: Array, c: Cols) -> Array:

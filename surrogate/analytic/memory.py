@@ -28,8 +28,12 @@ whose projections keep the gathered input instead (``FrameworkTraits.saves_gathe
 torchtitan, whose DTensor plan gathers the norms' outputs before the column-parallel QKV and
 MLP projections; measured by ``microbench/saved_activations.py``) keeps those two whole. Full
 recomputation keeps only each layer's input (2 T h, / tp with sequence parallelism) plus one
-layer's activations while it is recomputed. Selective recomputation stores what flash
-attention already avoids storing, so it changes nothing here.
+layer's activations while it is recomputed. Selective recomputation of the attention core
+(Megatron-LM's) stores what flash attention already avoids storing, so it changes nothing here
+(measured on Megatron-Core's block: it drops only the log-sum-exp). torchtitan's selective
+mode as its Llama 3 8B configuration runs it, per operator, keeps the outputs of every other
+matmul, of the attention kernel and of the reduce-scatters (:func:`per_op_checkpoint_bytes`,
+measured). Both measured by ``python -m microbench.saved_activations --recompute``.
 
 Variants (shapes in ``flops``): Q and the attention output are heads x head_dim wide, K and V
 kv_heads x head_dim (h and h_kv for a Llama block). MLA stores Q and K of heads x
@@ -225,23 +229,49 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     }
 
 
+def per_op_checkpoint_bytes(c: Cols) -> Array:
+    """Bytes one layer keeps for one micro-batch under per-operator selective checkpointing
+    (``FrameworkTraits.selective_per_op``; measured on torchtitan 0.2.2's Llama block at tp 1
+    to 8, ``python -m microbench.saved_activations --recompute``): the outputs of the query and
+    value projections, of the attention kernel (its log-sum-exp aside, as in
+    :func:`activation_terms_per_layer`) and of the MLP's gate projection, split by tp; the
+    down projection's output before its reduce-scatter, T x h whole; with tp > 1 the two
+    reduce-scatters' outputs (T x h / tp each); not the layer's input (see
+    :func:`activation_bytes_per_layer`)."""
+    tokens = c["mbs"] * c["seq_len"] / c["cp"]
+    h, tp = c["hidden_size"], c["tp"]
+    q = c["num_heads"] * c["qk_head_dim"]
+    o = c["num_heads"] * c["v_head_dim"]
+    kv = c["num_kv_heads"] * c["v_head_dim"]
+    split = 2 * tokens * (q + kv + o + c["ffn_hidden_size"]) / tp
+    reduce_scatters = np.where(tp > 1, 2 * 2 * tokens * h / tp, 0.0)
+    return split + 2 * tokens * h + reduce_scatters
+
+
+def _per_op(c: Cols) -> Array:
+    """Whether a configuration's recomputation is per-operator selective checkpointing."""
+    return np.asarray((c["recompute"] == 1) & (c["selective_per_op"] > 0))
+
+
 def activation_bytes_per_layer(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch on one rank (module docstring): the sum of
-    :func:`activation_terms_per_layer`, or with full recomputation the layer's input alone."""
+    :func:`activation_terms_per_layer`; with full recomputation the layer's input alone; with
+    per-operator selective checkpointing its input and :func:`per_op_checkpoint_bytes`."""
     full = np.sum(list(activation_terms_per_layer(c).values()), axis=0)
     sp = (c["sequence_parallel"] > 0) & (c["tp"] > 1)
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],
                            2 * tokens * c["hidden_size"])
-    return np.where(c["recompute"] == 2, layer_input, full)
+    checkpointed = np.where(_per_op(c), layer_input + per_op_checkpoint_bytes(c), layer_input)
+    return np.where((c["recompute"] == 2) | _per_op(c), checkpointed, full)
 
 
 def _backward_working_set(c: Cols) -> Array:
-    """One layer's activation gradients during its backward; with full recomputation, also
-    the layer's recomputed activations."""
+    """One layer's activation gradients during its backward; where the layer is recomputed
+    (in full or per operator), also its recomputed activations."""
     c_none = {**c, "recompute": np.zeros_like(c["recompute"])}
     one_layer = activation_bytes_per_layer(c_none)
-    return np.where(c["recompute"] == 2, 2 * one_layer, one_layer)
+    return np.where((c["recompute"] == 2) | _per_op(c), 2 * one_layer, one_layer)
 
 
 def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:

@@ -131,8 +131,13 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     if measured is not None:
         flash = attn_flops / (c["peak_flops_bf16"] * measured)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
+    # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
+    # forward again: the key projection (its share of the QKV GEMM), the attention output
+    # projection and the MLP's up projection (half of the gate-and-up GEMM).
+    per_op = (c["recompute"] == 1) & (c["selective_per_op"] > 0)
+    again = np.where(per_op, (qkv * kv / (q + 2 * kv) + g["out"] + g["gate_up"] / 2) / 3, 0.0)
     scale = param(c, "gemm_time_scale")
-    return (seconds + attn_s) * _recompute_factor(c) * scale, attn_s * scale
+    return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
 
 
 Shape = tuple[Array, Array, Array]

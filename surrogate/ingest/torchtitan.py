@@ -25,7 +25,11 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (shard > 1) is
   ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
   ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
-- ``[activation_checkpoint] mode`` none / selective / full -> recompute.
+- ``[activation_checkpoint] mode`` none / full -> recompute; selective with
+  ``selective_ac_option`` "op" (per operator) -> selective, "1" -> full. torchtitan's default
+  (mode selective, option "2": every second block checkpointed in full, also where the config
+  has no such section) and other layer counts are not modelled: the run is skipped with that
+  reason.
 - ``[parallelism] pipeline_parallel_schedule`` (with pp > 1): ``1F1B`` -> pp_schedule 1f1b,
   ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = virtual stages / pp, as torchtitan 0.2.2
   counts them: ceil((num_layers + first_stage_less_layers + last_stage_less_layers) /
@@ -148,11 +152,32 @@ def config_values(
                 f"({per_step})"
             )
         out["grad_accum"] = split * (gbs // per_step)
-    mode = str(ac.get("mode", "none")).lower()
-    if mode in ("none", "selective", "full"):
-        out["recompute"] = mode
+    out.update(_recompute_values(ac))
     steps = training.get("steps")
     return out, int(steps) if steps is not None else None
+
+
+def _recompute_values(ac: dict[str, Any]) -> dict[str, str]:
+    """``[activation_checkpoint]`` as a recompute mode. torchtitan's defaults (0.2.2) are
+    mode 'selective' with ``selective_ac_option`` "2": every second block checkpointed in full,
+    which the surrogate does not model; 'op' (per operator) is its 'selective', "1" (every
+    block) is 'full'."""
+    mode = str(ac.get("mode", "selective")).lower()
+    if mode in ("none", "full"):
+        return {"recompute": mode}
+    if mode != "selective":
+        raise DataError(f"activation_checkpoint mode {mode!r} is not modelled; the surrogate "
+                        "models none, full and selective with selective_ac_option 'op'")
+    option = str(ac.get("selective_ac_option", "2")).lower()
+    if option == "op":
+        return {"recompute": "selective"}
+    if option == "1":
+        return {"recompute": "full"}
+    given = "" if "mode" in ac else " (torchtitan's default when the config sets no mode)"
+    raise DataError(
+        f"activation_checkpoint mode 'selective' with selective_ac_option {option!r}{given} "
+        f"checkpoints one block in {option} in full, which is not modelled; the surrogate "
+        "models none, full and selective with selective_ac_option 'op'")
 
 
 def _config_file(log: Path) -> Path | None:

@@ -68,3 +68,42 @@ def test_unknown_flavour_needs_model_flag(tmp_path: Path) -> None:
     assert df.empty and "needs the model columns" in report.skips[0].reason
     df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1", "model": "8b"})
     assert len(df) == 1
+
+
+CHECKPOINTING = '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
+
+
+@pytest.mark.parametrize(("section", "recompute"), [
+    (CHECKPOINTING, "selective"),
+    ('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "1"\n', "full"),
+    ('[activation_checkpoint]\nmode = "full"\n', "full"),
+    ('[activation_checkpoint]\nmode = "none"\n', "none"),
+])
+def test_activation_checkpointing_as_recompute(tmp_path: Path, section: str,
+                                               recompute: str) -> None:
+    """Per-operator checkpointing is the surrogate's selective mode, every block is full."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    toml = run / "llama3_8b.toml"
+    toml.write_text(toml.read_text().replace(CHECKPOINTING, section))
+    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1"})
+    assert report.skips == [] and df.iloc[0]["recompute"] == recompute
+
+
+@pytest.mark.parametrize(("section", "said"), [
+    ('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n',
+     "selective_ac_option '2' checkpoints one block in 2"),
+    ("", "torchtitan's default when the config sets no mode"),
+    ('[activation_checkpoint]\nmode = "memory_budget"\n', "mode 'memory_budget' is not modelled"),
+])
+def test_layer_level_checkpointing_is_a_skip_that_says_why(tmp_path: Path, section: str,
+                                                           said: str) -> None:
+    """torchtitan's default (every second block in full, also where the config has no
+    section) is not a mode the surrogate models: the run is skipped, not mislabelled."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    toml = run / "llama3_8b.toml"
+    toml.write_text(toml.read_text().replace(CHECKPOINTING, section))
+    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1"})
+    assert df.empty and said in report.skips[0].reason
+    assert "selective_ac_option 'op'" in report.skips[0].reason
