@@ -39,16 +39,31 @@ core attention keeps therefore belongs to the stand-in: its value is a view into
 projection's output, so the whole of that output stays alive, beside the rotated query and
 key; whether a GPU kernel does the same depends on whether it copies its inputs first.
 
+Under recomputation (``--recompute``): saved-tensor hooks do not see what activation
+checkpointing keeps (a checkpoint's inputs, a per-operator checkpoint's cache), so
+:func:`kept_after_forward` tracks every storage the forward's operators make (a
+``TorchDispatchMode`` holding weak references to their storages) and counts those still alive
+after it, over a stack of :data:`KEPT_LAYERS` layers (torchtitan's default checkpoints every
+second one): torchtitan under each setting of :data:`TORCHTITAN_AC`, Megatron-Core's
+``TransformerBlock`` under none, selective (its core attention) and full recomputation. Two
+more stand-ins: torchtitan's per-operator save list gets the CPU flash kernel beside the CUDA
+one it names, and Megatron's checkpointing saves the CPU generator's state where it saves the
+CUDA one's. Without recomputation both methods count the same bytes.
+
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
 seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape,
 dtype, bytes per storage), ``bytes_by_module`` and ``fingerprint``
-(:mod:`microbench.fingerprint`, backend ``fake``, plus the framework's version).
+(:mod:`microbench.fingerprint`, backend ``fake``, plus the framework's version). Under
+recomputation (schema ``surrogate.kept_activations/1``): the config also has ``num_layers``
+and ``recompute`` (torchtitan's also its ``activation_checkpoint`` section), and ``kept`` (op,
+shape, dtype, bytes per storage) and ``kept_bytes`` replace ``saved`` and ``bytes_by_module``.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -260,6 +275,7 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
 
     current_device = torch.cuda.current_device
     rng_states = megatron_random._get_all_rng_states
+    tracker = megatron_random.get_cuda_rng_tracker()
     with _fake_world(tp):
         torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
         # its checkpointing saves and restores the CUDA generator's state: the CPU's alone here
@@ -294,7 +310,7 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
                 modules = TransformerBlock(cfg, spec, post_layer_norm=False)
                 layers = list(modules.layers)
                 # the block forks the CUDA generator of the tensor-parallel region
-                megatron_random.get_cuda_rng_tracker().fork = (  # type: ignore[method-assign]
+                tracker.fork = (  # type: ignore[method-assign]
                     lambda *_, **__: contextlib.nullcontext())
             for layer in layers:
                 layer.self_attention.core_attention = FlashCore()
@@ -312,6 +328,7 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
         finally:
             torch.cuda.current_device = current_device  # type: ignore[assignment]
             megatron_random._get_all_rng_states = rng_states
+            tracker.__dict__.pop("fork", None)  # the class's own again
             parallel_state.destroy_model_parallel()
 
 
@@ -376,7 +393,8 @@ def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
     def storage(t: Any) -> Any:
         return getattr(t, "_local_tensor", t).untyped_storage()
 
-    made: dict[int, tuple[Any, Kept]] = {}
+    made: dict[int, tuple[int, Any, Kept]] = {}  # address -> (when made, weak ref, what)
+    clock = itertools.count()
 
     class Track(TorchDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
@@ -391,8 +409,11 @@ def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
                 except RuntimeError:
                     continue
                 local = getattr(t, "_local_tensor", t)
-                # the latest storage at an address: a freed one's may be reused
-                made[ptr] = (StorageWeakRef(st), Kept(
+                # a storage seen again keeps when it was made; an address a freed storage
+                # left may hold a new one, made now
+                seen = made.get(ptr)
+                when = seen[0] if seen and not seen[1].expired() else next(clock)
+                made[ptr] = (when, StorageWeakRef(st), Kept(
                     op=str(func), shape=tuple(local.shape),
                     dtype=str(local.dtype).removeprefix("torch."), bytes=st.nbytes()))
             return out
@@ -401,8 +422,9 @@ def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
         out = run()
     aside = {storage(t).data_ptr() for t in (*leave_out, *tree_flatten(out)[0])
              if isinstance(t, torch.Tensor)}
-    return [k for ptr, (ref, k) in made.items()
-            if ptr not in aside and not ref.expired()], out
+    alive = sorted((when, k) for ptr, (when, ref, k) in made.items()
+                   if ptr not in aside and not ref.expired())
+    return [k for _, k in alive], out
 
 
 def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list[Kept]]:
