@@ -173,6 +173,11 @@ class Stack:
     """What holds the layers' parameters and buffers (not counted either)."""
     config: dict[str, Any]
 
+    def aside(self) -> tuple[Any, ...]:
+        """What :func:`kept_after_forward` does not count: the inputs and the parameters and
+        buffers of the layers."""
+        return (*self.inputs, *self.modules.parameters(), *self.modules.buffers())
+
 
 @contextmanager
 def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
@@ -432,8 +437,7 @@ def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], li
     activation checkpointing ``recompute`` names (:data:`TORCHTITAN_AC`)."""
     ac = TORCHTITAN_AC[recompute]
     with _torchtitan_stack(**shape, num_layers=KEPT_LAYERS, ac=ac) as s:
-        kept, _out = kept_after_forward(
-            s.run, leave_out=(*s.inputs, *s.modules.parameters(), *s.modules.buffers()))
+        kept, _out = kept_after_forward(s.run, leave_out=s.aside())
         option = {} if ac is None else {"mode": ac[0], "selective_ac_option": ac[1]}
         return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute,
                 "activation_checkpoint": option}, kept
@@ -444,8 +448,7 @@ def megatron_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list
     ``recompute`` none, selective (its core attention) or full (every layer)."""
     with _megatron_stack(**shape, num_layers=KEPT_LAYERS,
                          recompute=None if recompute == "none" else recompute) as s:
-        kept, _out = kept_after_forward(
-            s.run, leave_out=(*s.inputs, *s.modules.parameters(), *s.modules.buffers()))
+        kept, _out = kept_after_forward(s.run, leave_out=s.aside())
         return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute}, kept
 
 

@@ -134,6 +134,12 @@ def model_flops_per_token(c: Cols) -> Array:
     return 6 * active_params(c) + attention_flops_per_token(c)
 
 
+def per_op_recompute(c: Cols) -> Array:
+    """Whether a configuration's recomputation is per-operator selective checkpointing
+    (``FrameworkTraits.selective_per_op``: torchtitan's 'selective')."""
+    return np.asarray((c["recompute"] == 1) & (c["selective_per_op"] > 0))
+
+
 def hardware_flops_per_token(c: Cols) -> Array:
     """FLOPs executed, counting recomputation.
 
@@ -148,8 +154,7 @@ def hardware_flops_per_token(c: Cols) -> Array:
     base = model_flops_per_token(c)
     widths = (c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"]
               + c["ffn_hidden_size"])
-    per_op = (c["recompute"] == 1) & (c["selective_per_op"] > 0)
-    again = np.where(per_op, 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
+    again = np.where(per_op_recompute(c), 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
     return np.where(c["recompute"] == 2, base * 4 / 3, base + again)
 
 

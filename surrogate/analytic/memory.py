@@ -95,6 +95,7 @@ from surrogate.analytic.flops import (
     expert_params_per_layer,
     mlp_params_per_layer,
     moe_layers,
+    per_op_recompute,
     router_params_per_layer,
     shared_expert_params_per_layer,
 )
@@ -248,11 +249,6 @@ def per_op_checkpoint_bytes(c: Cols) -> Array:
     return split + 2 * tokens * h + reduce_scatters
 
 
-def _per_op(c: Cols) -> Array:
-    """Whether a configuration's recomputation is per-operator selective checkpointing."""
-    return np.asarray((c["recompute"] == 1) & (c["selective_per_op"] > 0))
-
-
 def activation_bytes_per_layer(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch on one rank (module docstring): the sum of
     :func:`activation_terms_per_layer`; with full recomputation the layer's input alone; with
@@ -262,8 +258,9 @@ def activation_bytes_per_layer(c: Cols) -> Array:
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],
                            2 * tokens * c["hidden_size"])
-    checkpointed = np.where(_per_op(c), layer_input + per_op_checkpoint_bytes(c), layer_input)
-    return np.where((c["recompute"] == 2) | _per_op(c), checkpointed, full)
+    per_op = per_op_recompute(c)
+    checkpointed = np.where(per_op, layer_input + per_op_checkpoint_bytes(c), layer_input)
+    return np.where((c["recompute"] == 2) | per_op, checkpointed, full)
 
 
 def _backward_working_set(c: Cols) -> Array:
@@ -271,7 +268,7 @@ def _backward_working_set(c: Cols) -> Array:
     (in full or per operator), also its recomputed activations."""
     c_none = {**c, "recompute": np.zeros_like(c["recompute"])}
     one_layer = activation_bytes_per_layer(c_none)
-    return np.where((c["recompute"] == 2) | _per_op(c), 2 * one_layer, one_layer)
+    return np.where((c["recompute"] == 2) | per_op_recompute(c), 2 * one_layer, one_layer)
 
 
 def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:

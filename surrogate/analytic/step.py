@@ -51,7 +51,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from surrogate.analytic import comm, memory, pipeline
-from surrogate.analytic.flops import model_flops_per_token, moe_layers
+from surrogate.analytic.flops import model_flops_per_token, moe_layers, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.params import param
 from surrogate.analytic.perf import PerfModel
@@ -134,8 +134,8 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
     # forward again: the key projection (its share of the QKV GEMM), the attention output
     # projection and the MLP's up projection (half of the gate-and-up GEMM).
-    per_op = (c["recompute"] == 1) & (c["selective_per_op"] > 0)
-    again = np.where(per_op, (qkv * kv / (q + 2 * kv) + g["out"] + g["gate_up"] / 2) / 3, 0.0)
+    again = np.where(per_op_recompute(c),
+                     (qkv * kv / (q + 2 * kv) + g["out"] + g["gate_up"] / 2) / 3, 0.0)
     scale = param(c, "gemm_time_scale")
     return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
 
