@@ -264,6 +264,11 @@ class LayoutConfig:
     """Micro-batches per optimizer step."""
     zero_stage: int = 0
     recompute: Recompute = "none"
+    recompute_layers: int = 0
+    """With recompute 'full': how many layers of each pipeline stage are checkpointed (the
+    others keep all their activations and are not recomputed); 0: every layer. Megatron-LM's
+    ``--recompute-method block --recompute-num-layers N`` is N x vpp, torchtitan's
+    ``selective_ac_option = "n"`` (every n-th block) floor(layers of the stage / n)."""
     sequence_parallel: bool = False
     dtype: Dtype = "bf16"
     framework: str = "nanotron"
@@ -275,7 +280,7 @@ class LayoutConfig:
 
     def __post_init__(self) -> None:
         _check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum"))
-        _check_ints(self, ("zero_stage",), minimum=0)
+        _check_ints(self, ("zero_stage", "recompute_layers"), minimum=0)
         _check_bool(self, "sequence_parallel")
         if self.zero_stage > 3:
             raise ConfigError(f"zero_stage must be 0, 1, 2 or 3, got {self.zero_stage}")
@@ -283,6 +288,11 @@ class LayoutConfig:
             raise ConfigError(
                 f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {self.recompute!r}"
             )
+        if self.recompute_layers > 0 and self.recompute != "full":
+            raise ConfigError(
+                f"recompute_layers counts the layers of a stage that full recomputation "
+                f"checkpoints: it needs recompute='full', got recompute={self.recompute!r} "
+                f"recompute_layers={self.recompute_layers}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.pp_schedule not in PIPELINE_SCHEDULES:
@@ -318,7 +328,7 @@ class LayoutConfig:
 
 RUNS_AS_FIELDS: tuple[str, ...] = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
-    "pp_schedule")
+    "pp_schedule", "recompute_layers")
 """The layout fields :meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` reads."""
 
 
@@ -336,7 +346,7 @@ class Rule:
 
 CROSS_COUNTS: tuple[str, ...] = (
     "num_layers", "num_heads", "num_kv_heads", "seq_len", "num_experts", "gpus_per_node",
-    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp",
+    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp", "recompute_layers",
 )
 """The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
 where the framework splits layers into stages by torchtitan's weighted slots, which take any
@@ -372,7 +382,8 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
         num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
         seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
         num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
-        vpp=lay.vpp, weighted_split=int(weighted_split(lay.framework)))
+        vpp=lay.vpp, recompute_layers=lay.recompute_layers,
+        weighted_split=int(weighted_split(lay.framework)))
 
 
 def _heads_rule(name: str) -> Rule:
@@ -396,6 +407,10 @@ CROSS_RULES: tuple[Rule, ...] = (
          lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines "
                     f"(torchtitan's split takes any count), got num_layers={v.num_layers} "
                     f"pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
+    Rule(lambda v: v.recompute_layers * v.pp > v.num_layers,
+         lambda v: (f"recompute_layers counts the checkpointed layers of one pipeline stage: it "
+                    f"must be at most num_layers / pp, got recompute_layers="
+                    f"{v.recompute_layers} num_layers={v.num_layers} pp={v.pp}")),
     Rule(lambda v: v.seq_len % v.cp != 0,
          lambda v: f"seq_len must be divisible by cp, got seq_len={v.seq_len} cp={v.cp}"),
     Rule(lambda v: (v.ep > 1) & (v.num_experts < 2),

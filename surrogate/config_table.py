@@ -390,9 +390,11 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     build(ModelConfig, [v[k] for k in MODEL_FIELDS], MODEL_FIELDS)
     codes, clusters = build(ClusterConfig, [v[k] for k in _CLUSTER], _CLUSTER)
     gpu = _attribute(codes, clusters, "gpu", v["gpu"])
-    names = (*_DEGREES, *_LAYOUT_TEXT)
+    names = (*_DEGREES, "recompute_layers", *_LAYOUT_TEXT)
     degrees = [np.minimum(v[k], 2) for k in _DEGREES]  # a layout's own rules compare with 1
-    codes, layouts = build(LayoutConfig, [*degrees, *(v[k] for k in _LAYOUT_TEXT)], names)
+    checkpointed = np.minimum(v["recompute_layers"], 1)  # and this count with 0
+    codes, layouts = build(LayoutConfig, [*degrees, checkpointed,
+                                          *(v[k] for k in _LAYOUT_TEXT)], names)
     canonical = {
         "gpu": gpu,
         "framework": _attribute(codes, layouts, "framework", v["framework"]),

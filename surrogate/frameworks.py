@@ -107,6 +107,12 @@ class FrameworkTraits:
     selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
     attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
     kept)."""
+    partial_recompute: bool = False
+    """Its full recomputation can checkpoint only some layers of each pipeline stage
+    (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block
+    --recompute-num-layers N`` (the first N layers of each model chunk), torchtitan's
+    ``selective_ac_option = "n"`` (every n-th block of a pipeline rank). False: every layer or
+    none."""
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -155,7 +161,7 @@ class FrameworkTraits:
 
     def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
                         zero_stage: int, recompute: str, sequence_parallel: bool,
-                        pp_schedule: str = "1f1b") -> str | None:
+                        pp_schedule: str = "1f1b", recompute_layers: int = 0) -> str | None:
         """Why the framework cannot run the layout as described (what it does not implement,
         or the other layout it would run instead), or None: the layouts a search proposes and
         launch files are written for."""
@@ -175,6 +181,9 @@ class FrameworkTraits:
         if recompute not in self.recompute_modes:
             return (f"framework {self.name} expresses recompute "
                     f"{' or '.join(self.recompute_modes)}, got {recompute!r}")
+        if recompute_layers > 0 and not self.partial_recompute:
+            return (f"framework {self.name} recomputes every layer or none: recompute_layers "
+                    f"must be 0, got {recompute_layers}")
         return None
 
 
@@ -228,7 +237,9 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3; "
                 "--num-layers-per-virtual-pipeline-stage selects the interleaved 1F1B schedule; "
                 "--context-parallel-size, --expert-model-parallel-size, "
-                "--recompute-granularity selective|full, --sequence-parallel; "
+                "--recompute-granularity selective|full (full with --recompute-method block "
+                "--recompute-num-layers N: the first N layers of each model chunk), "
+                "--sequence-parallel; "
                 "--swiglu trains with bias_swiglu_fusion on (--no-bias-swiglu-fusion turns it "
                 "off; Megatron-LM's megatron/training/arguments.py, not in the megatron-core "
                 "package), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) "
@@ -236,6 +247,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "datasets/saved_activations/; unfused it keeps five T x ffn tensors)"
             ),
             fused_swiglu=True,
+            partial_recompute=True,
         ),
         FrameworkTraits(
             name="torchtitan",
@@ -260,7 +272,8 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "_generate_llm_fqn_per_model_part with pipeline_parallel_first_stage_less_layers "
                 "and _last_stage_less_layers 1 (the defaults of torchtitan 0.2.2 and 0.3.0); "
                 "context_parallel_degree, expert_parallel_degree; activation_checkpoint mode "
-                "none / selective (selective_ac_option 'op', per operator) / full; its "
+                "none / selective (selective_ac_option 'op', per operator; an integer n, "
+                "every n-th block of a pipeline rank in full) / full; its "
                 "tensor-parallel plans (parallelize.py) always "
                 "shard the norms' sequence (SequenceParallel) and gather the norms' outputs "
                 "(PrepareModuleInput to Replicate) before the column-parallel QKV and MLP "
@@ -269,6 +282,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             ),
             saves_gathered_tp_inputs=True,
             selective_per_op=True,
+            partial_recompute=True,
         ),
         FrameworkTraits(
             name="llm-foundry",

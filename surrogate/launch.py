@@ -86,12 +86,13 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     lay = cfg.layout
     if lay.framework != LAUNCH_FRAMEWORK:
         return f"launch files are {LAUNCH_FRAMEWORK} configs; the layout is for {lay.framework}"
-    problem = get_framework(lay.framework).runs_as_another(
-        dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep, vpp=lay.vpp,
-        zero_stage=lay.zero_stage, recompute=lay.recompute,
-        sequence_parallel=lay.sequence_parallel, pp_schedule=lay.pp_schedule)
+    problem = lay.runs_as_another()
     if problem:
         return problem
+    if lay.recompute_layers and _every_nth_block(cfg) is None:
+        return (f"torchtitan checkpoints every n-th block of a pipeline rank, floor("
+                f"{_rank0_layers(cfg)} layers of the first rank / n) of them: "
+                f"recompute_layers={lay.recompute_layers} is not one of those counts")
     if lay.dtype not in LAUNCH_DTYPES:
         return f"only {' or '.join(LAUNCH_DTYPES)} launch files are written, got {lay.dtype}"
     return None
@@ -151,7 +152,9 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         f"# surrogate launch config: {run_name}",
         f"# layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} "
         f"mbs={lay.mbs} grad_accum={lay.grad_accum} zero_stage={lay.zero_stage} "
-        f"recompute={lay.recompute} on {cfg.cluster.num_nodes} x {cfg.cluster.gpus_per_node} "
+        f"recompute={lay.recompute}"
+        + (f" recompute_layers={lay.recompute_layers}" if lay.recompute_layers else "")
+        + f" on {cfg.cluster.num_nodes} x {cfg.cluster.gpus_per_node} "
         f"{cfg.cluster.gpu}",
     ]
     if flavour is None:
@@ -187,20 +190,39 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
             "steps": steps,
         },
         "parallelism": parallelism,
-        "activation_checkpoint": _torchtitan_checkpointing(lay.recompute),
+        "activation_checkpoint": _torchtitan_checkpointing(cfg),
         "metrics": {"log_freq": 1},
     }
     return "\n".join(comments) + "\n\n" + tomli_w.dumps(doc)
 
 
-def _torchtitan_checkpointing(recompute: str) -> dict[str, str]:
-    """torchtitan's ``[activation_checkpoint]`` for a recompute mode: 'selective' runs per
-    operator (``selective_ac_option = "op"``, ``FrameworkTraits.selective_per_op``), written
+def _torchtitan_checkpointing(cfg: TrainingConfig) -> dict[str, str]:
+    """torchtitan's ``[activation_checkpoint]`` for a layout's recomputation: 'selective' runs
+    per operator (``selective_ac_option = "op"``, ``FrameworkTraits.selective_per_op``), written
     out because torchtitan's own default option, "2", checkpoints every second block in full
-    instead."""
-    if recompute == "selective":
+    instead; full recomputation of ``recompute_layers`` of a stage's layers is that option
+    with the n that checkpoints as many on the first rank (:func:`_every_nth_block`)."""
+    lay = cfg.layout
+    if lay.recompute == "selective":
         return {"mode": "selective", "selective_ac_option": "op"}
-    return {"mode": recompute}
+    if lay.recompute_layers:
+        return {"mode": "selective", "selective_ac_option": str(_every_nth_block(cfg))}
+    return {"mode": lay.recompute}
+
+
+def _rank0_layers(cfg: TrainingConfig) -> int:
+    """Transformer layers on torchtitan's first pipeline rank (its weighted split)."""
+    from surrogate.analytic.pipeline import weighted_first_rank_layers
+
+    return weighted_first_rank_layers(cfg.model.num_layers, cfg.layout.pp, cfg.layout.vpp)
+
+
+def _every_nth_block(cfg: TrainingConfig) -> int | None:
+    """The smallest n >= 2 for which torchtitan's every-n-th-block checkpointing checkpoints
+    ``recompute_layers`` of the first rank's layers (floor(layers / n)), or None."""
+    layers = _rank0_layers(cfg)
+    return next((n for n in range(2, layers + 1)
+                 if layers // n == cfg.layout.recompute_layers), None)
 
 
 def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:

@@ -253,7 +253,9 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     configuration columns as :func:`config_to_flat` writes them). A table that lacks the
     model-variant columns (:data:`surrogate.config.ARCHITECTURE_FIELDS`, added later) gets
     their defaults, 0: it was written when every model was a Llama block; one that lacks
-    ``pp_schedule`` (added later) gets '1f1b', the only schedule then described.
+    ``pp_schedule`` (added later) gets '1f1b', the only schedule then described, and one that
+    lacks ``recompute_layers`` (added later) 0: every layer, the only recomputation then
+    described.
 
     Values are checked by :func:`sweep_schema` (pandera), each row's configuration by
     :func:`surrogate.config.config_from_flat`. Raises DataError saying what must hold, what was
@@ -264,6 +266,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         df = df.assign(**dict.fromkeys(absent, 0))
     if "pp_schedule" not in df.columns:
         df = df.assign(pp_schedule="1f1b")
+    if "recompute_layers" not in df.columns:
+        df = df.assign(recompute_layers=0)
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:

@@ -163,6 +163,11 @@ def test_layout_degrees_are_positive_integers(name, value):
         (dict(recompute="partial"), r"recompute must be one of none, selective, full, "
                                     r"got 'partial'"),
         (dict(dtype="fp16"), r"dtype must be one of bf16, fp8, got 'fp16'"),
+        (dict(recompute="selective", recompute_layers=2),
+         r"recompute_layers counts the layers of a stage that full recomputation checkpoints: "
+         r"it needs recompute='full', got recompute='selective' recompute_layers=2"),
+        (dict(recompute="full", recompute_layers=-1),
+         r"LayoutConfig\.recompute_layers must be an integer >= 0, got -1"),
         (dict(sequence_parallel=1), r"LayoutConfig\.sequence_parallel must be true or false, "
                                     r"got 1"),
         (dict(framework="deepspeed"), r"framework must be one of llm-foundry, megatron, "
@@ -202,6 +207,10 @@ def test_layout_rules(change, match):
         (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2, framework="megatron"),
          r"num_layers must be divisible by pp \* vpp for interleaved pipelines "
          r"\(torchtitan's split takes any count\), got num_layers=6 pp=2 vpp=2 \(4\)"),
+        (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, recompute="full",
+              recompute_layers=4),
+         r"recompute_layers counts the checkpointed layers of one pipeline stage: it must be "
+         r"at most num_layers / pp, got recompute_layers=4 num_layers=6 pp=2"),
         (dict(model=dict(SMALL, seq_len=1004), dp=1, cp=8),
          r"seq_len must be divisible by cp, got seq_len=1004 cp=8"),
         (dict(dp=8, ep=2), r"ep > 1 needs an MoE model \(num_experts >= 2\), got ep=2"),
@@ -221,6 +230,17 @@ def test_layout_rules(change, match):
 def test_training_rules(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         training(**kwargs)
+
+
+def test_only_frameworks_with_partial_recomputation_run_some_layers_checkpointed():
+    """nanotron's recompute_layer is all or nothing: such a layout is a configuration (a
+    sweep row may hold it) that nanotron would not run as described."""
+    lay = LayoutConfig(recompute="full", recompute_layers=2)
+    assert lay.runs_as_another() == ("framework nanotron recomputes every layer or none: "
+                                     "recompute_layers must be 0, got 2")
+    for name in ("megatron", "torchtitan"):
+        assert LayoutConfig(recompute="full", recompute_layers=2, framework=name,
+                            sequence_parallel=False).runs_as_another() is None
 
 
 def test_torchtitan_interleaves_any_layer_count():

@@ -69,6 +69,7 @@ CHANGES = {
     "num_experts": [0, 1, 8],
     "experts_topk": [0, 2],
     "recompute": ["none", "full", " selective ", "some", None, ""],
+    "recompute_layers": [0, 1, 4, 40, -1, 2.5, None],
     "sequence_parallel": [True, False, "true", 1, None],  # None: the framework's default
     "dtype": ["bf16", "fp8", "fp16"],
     "gpu": ["H100", "h100-sxm-80gb", "A100", "V100", 7],

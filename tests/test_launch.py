@@ -221,3 +221,24 @@ def test_torchtitan_checkpointing_is_written_out(recompute: str, section: dict) 
     option (every second block in full)."""
     doc = tomllib.loads(torchtitan_toml(cfg(recompute=recompute), run_name="r"))
     assert doc["activation_checkpoint"] == section
+
+
+@pytest.mark.parametrize(("layout", "option"), [
+    (dict(recompute_layers=16), "2"),             # 32 layers: every second block
+    (dict(recompute_layers=10), "3"),
+    (dict(recompute_layers=5, dp=4, pp=2, zero_stage=2), "3"),  # rank 0 holds 16 of them
+])
+def test_some_layers_checkpointed_is_every_nth_block(layout: dict, option: str) -> None:
+    """Full recomputation of some layers of a stage is torchtitan's every-n-th-block option,
+    and reads back as the same count."""
+    c = cfg(recompute="full", **layout)
+    doc = tomllib.loads(torchtitan_toml(c, run_name="r"))
+    assert doc["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": option}
+    values = config_values(doc, {})[0]
+    assert (values["recompute"], values["recompute_layers"]) == ("full", c.layout.recompute_layers)
+
+
+def test_counts_torchtitan_cannot_checkpoint_are_refused() -> None:
+    """floor(32 / n) is 16, 10, 8, 6, 5, ...: 15 layers of 32 is no n."""
+    with pytest.raises(ConfigError, match="recompute_layers=15 is not one of those counts"):
+        torchtitan_toml(cfg(recompute="full", recompute_layers=15), run_name="r")

@@ -140,11 +140,29 @@ def per_op_recompute(c: Cols) -> Array:
     return np.asarray((c["recompute"] == 1) & (c["selective_per_op"] > 0))
 
 
+def checkpointed_layers(c: Cols, layers: Array) -> Array:
+    """How many of a stage's ``layers`` full recomputation checkpoints: all of them, or
+    ``recompute_layers`` where that is given (``LayoutConfig.recompute_layers``); none
+    without full recomputation."""
+    k = c["recompute_layers"]
+    some = np.where(k > 0, np.minimum(k, layers), layers)
+    return np.where(c["recompute"] == 2, some, 0.0)
+
+
+def full_recompute_share(c: Cols) -> Array:
+    """The share of the layers that full recomputation runs forward again: 1 without
+    ``recompute_layers``, else recompute_layers x pp / num_layers (the count per stage over a
+    stage's average layers), 0 without full recomputation."""
+    per_stage = c["num_layers"] / c["pp"]
+    return checkpointed_layers(c, per_stage) / per_stage
+
+
 def hardware_flops_per_token(c: Cols) -> Array:
     """FLOPs executed, counting recomputation.
 
     Full recomputation reruns each layer's forward (1/3 of 6 N + 12 L h s): a 4/3 factor
-    (Korthikanti et al. 2022, sec. 5, and the Playbook). Selective recomputation
+    (Korthikanti et al. 2022, sec. 5, and the Playbook), 1 + share / 3 where it checkpoints
+    only a share of the layers (:func:`full_recompute_share`). Selective recomputation
     (Korthikanti et al. 2022, sec. 4.2) recomputes only the attention scores, which flash
     attention (assumed throughout) recomputes in its backward anyway: no extra FLOPs here.
     Per-operator selective checkpointing (``FrameworkTraits.selective_per_op``, torchtitan's
@@ -155,7 +173,7 @@ def hardware_flops_per_token(c: Cols) -> Array:
     widths = (c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"]
               + c["ffn_hidden_size"])
     again = np.where(per_op_recompute(c), 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
-    return np.where(c["recompute"] == 2, base * 4 / 3, base + again)
+    return base * (1 + full_recompute_share(c) / 3) + again
 
 
 def mfu(tokens_per_s_per_gpu: Array, c: Cols) -> Array:

@@ -36,7 +36,7 @@ _NUMERIC = (
     "seq_len", "num_experts", "experts_topk", "gpus_per_node", "num_nodes",
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
     "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "shared_expert_ffn_hidden_size",
-    "num_dense_layers", "tie_embeddings", "sequence_parallel",
+    "num_dense_layers", "tie_embeddings", "sequence_parallel", "recompute_layers",
 )
 """Configuration columns the analytic model reads as they are."""
 

@@ -28,9 +28,12 @@ whose projections keep the gathered input instead (``FrameworkTraits.saves_gathe
 torchtitan, whose DTensor plan gathers the norms' outputs before the column-parallel QKV and
 MLP projections; measured by ``microbench/saved_activations.py``) keeps those two whole. Full
 recomputation keeps only each layer's input (2 T h, / tp with sequence parallelism) plus one
-layer's activations while it is recomputed. Selective recomputation of the attention core
-(Megatron-LM's) stores what flash attention already avoids storing, so it changes nothing here
-(measured on Megatron-Core's block: it drops only the log-sum-exp). torchtitan's selective
+layer's activations while it is recomputed; where it checkpoints only ``recompute_layers`` of
+a stage's layers (Megatron-LM's block method, torchtitan's every n-th block), the others keep
+everything (:func:`stage_activation_bytes`; torchtitan's "2" measured on a stack of four).
+Selective recomputation of the attention core (Megatron-LM's) stores what flash attention
+already avoids storing, so it changes nothing here (measured on Megatron-Core's block: it
+drops only the log-sum-exp). torchtitan's selective
 mode as its Llama 3 8B configuration runs it, per operator, keeps the outputs of every other
 matmul, of the attention kernel and of the reduce-scatters (:func:`per_op_checkpoint_bytes`,
 measured). Both measured by ``python -m microbench.saved_activations --recompute``.
@@ -91,6 +94,7 @@ import numpy as np
 from surrogate.analytic import pipeline
 from surrogate.analytic.flops import (
     attention_params_per_layer,
+    checkpointed_layers,
     embedding_params,
     expert_params_per_layer,
     mlp_params_per_layer,
@@ -263,6 +267,20 @@ def activation_bytes_per_layer(c: Cols) -> Array:
     return np.where((c["recompute"] == 2) | per_op, checkpointed, full)
 
 
+def stage_activation_bytes(c: Cols, layers: Array) -> Array:
+    """Bytes a stage of ``layers`` layers keeps for one micro-batch: where full recomputation
+    checkpoints only some of them (``recompute_layers``), those keep their input and the rest
+    everything (:func:`activation_bytes_per_layer` under each)."""
+    kept = layers * activation_bytes_per_layer(c)
+    checkpointed = checkpointed_layers(c, layers)
+    partial = (c["recompute"] == 2) & (checkpointed < layers)
+    if not np.any(partial):
+        return kept
+    none = activation_bytes_per_layer({**c, "recompute": np.zeros_like(c["recompute"])})
+    mixed = kept / np.maximum(layers, 1.0) * checkpointed + (layers - checkpointed) * none
+    return np.where(partial, mixed, kept)
+
+
 def _backward_working_set(c: Cols) -> Array:
     """One layer's activation gradients during its backward; where the layer is recomputed
     (in full or per operator), also its recomputed activations."""
@@ -303,7 +321,7 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool,
                     else pipeline.stage_inflight(c, c["pp"] - 1))
     dense, experts = stage_params(c, layers, first=first, last=last, start=start)
     out = model_state_bytes(c, dense, experts)
-    out["activations"] = (layers * inflight * activation_bytes_per_layer(c)
+    out["activations"] = (inflight * stage_activation_bytes(c, layers)
                           * param(c, "activation_scale")
                           + inflight_hidden_bytes(c, inflight))
     out["transient"] = _backward_working_set(c)

@@ -97,7 +97,7 @@ def _weighted_slots(c: Cols) -> tuple[Array, Array]:
     return np.floor(slots / stages), np.mod(slots, stages)
 
 
-def _weighted_rank_layers(c: Cols, i: Array | float) -> Array:
+def weighted_rank_layers(c: Cols, i: Array | float) -> Array:
     """Layers on rank ``i`` under torchtitan's split: the slots of its virtual stages i,
     i + p, ..., i + (v - 1) p, less the embedding's on rank 0 and the head's on rank p - 1."""
     p, v = c["pp"], c["vpp"]
@@ -106,6 +106,14 @@ def _weighted_rank_layers(c: Cols, i: Array | float) -> Array:
     longer = np.clip(np.ceil((extra - j) / p), 0.0, v)  # its virtual stages below ``extra``
     ends = np.where(j <= 0, 1.0, 0.0) + np.where(j >= p - 1, 1.0, 0.0)
     return np.asarray(v * base + longer - ends, dtype=np.float64)
+
+
+def weighted_first_rank_layers(num_layers: int, pp: int, vpp: int) -> int:
+    """Layers on the first rank under torchtitan's split (:func:`weighted_rank_layers`), for
+    one configuration."""
+    c = {k: np.array([float(v)]) for k, v in
+         (("num_layers", num_layers), ("pp", pp), ("vpp", vpp))}
+    return int(weighted_rank_layers(c, 0)[0])
 
 
 def first_stage_layers(c: Cols) -> Array:
@@ -122,7 +130,7 @@ def first_stage_layers(c: Cols) -> Array:
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
     split = np.where(c["cost_pipeline_split"] > 0, nano,
-                     np.where(c["weighted_pipeline_split"] > 0, _weighted_rank_layers(c, 0),
+                     np.where(c["weighted_pipeline_split"] > 0, weighted_rank_layers(c, 0),
                               even))
     return np.where(p == 1, L, split)
 
@@ -141,7 +149,7 @@ def last_stage_layers(c: Cols) -> Array:
     nano_rest = L - before_last
     split = np.where(c["cost_pipeline_split"] > 0, nano_rest,
                      np.where(c["weighted_pipeline_split"] > 0,
-                              _weighted_rank_layers(c, p - 1), even_rest))
+                              weighted_rank_layers(c, p - 1), even_rest))
     return np.where(p == 1, L, split)
 
 
@@ -166,7 +174,7 @@ def stage_layers(c: Cols, i: Array | float) -> Array:
     :func:`first_stage_layers` and :func:`last_stage_layers`."""
     j = np.asarray(i, dtype=np.float64)
     between = np.maximum(stage_start(c, j + 1) - stage_start(c, j), 0.0)
-    split = np.where(c["weighted_pipeline_split"] > 0, _weighted_rank_layers(c, j), between)
+    split = np.where(c["weighted_pipeline_split"] > 0, weighted_rank_layers(c, j), between)
     return np.where(c["pp"] == 1, c["num_layers"], split)
 
 

@@ -51,7 +51,12 @@ import numpy as np
 from numpy.typing import NDArray
 
 from surrogate.analytic import comm, memory, pipeline
-from surrogate.analytic.flops import model_flops_per_token, moe_layers, per_op_recompute
+from surrogate.analytic.flops import (
+    full_recompute_share,
+    model_flops_per_token,
+    moe_layers,
+    per_op_recompute,
+)
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.params import param
 from surrogate.analytic.perf import PerfModel
@@ -68,7 +73,9 @@ BACKWARD_SHARE = 2.0 / 3.0
 
 
 def _recompute_factor(c: Cols) -> Array:
-    return np.where(c["recompute"] == 2, 4.0 / 3.0, 1.0)
+    """4/3 for a layer recomputed in full (its forward again), averaged over the layers
+    where only some are (``flops.full_recompute_share``)."""
+    return 1.0 + full_recompute_share(c) / 3.0
 
 
 def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:

@@ -80,7 +80,8 @@ def _print_table(pred: Any) -> None:
         f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
         f"pp={lay.pp}{'' if lay.pp_schedule == '1f1b' else ' (' + lay.pp_schedule + ')'} "
         f"cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
-        f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute} "
+        f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute}"
+        f"{f' ({lay.recompute_layers} layers per stage)' if lay.recompute_layers else ''} "
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
     )
@@ -198,6 +199,7 @@ def predict_cmd(
     grad_accum: Annotated[int | None, typer.Option()] = None,
     zero: Annotated[int | None, typer.Option("--zero", "--zero-stage")] = None,
     recompute: Annotated[str | None, typer.Option(help="none, selective or full.")] = None,
+    recompute_layers: Annotated[int | None, typer.Option(help="With --recompute full: layers of each pipeline stage checkpointed (Megatron's block method, torchtitan's every n-th block); 0: all.")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Sequence parallelism with tp > 1 (default: the framework's).")] = None,
     dtype: Annotated[str | None, typer.Option(help="bf16 or fp8.")] = None,
     framework: Annotated[str | None, typer.Option(help="nanotron, torchtitan or megatron.")] = None,
@@ -241,7 +243,7 @@ def predict_cmd(
         moe_ffn_hidden_size=moe_ffn_hidden_size, gpu=gpu, gpus_per_node=gpus_per_node,
         num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, pp_schedule=pp_schedule, mbs=mbs,
         grad_accum=grad_accum, zero_stage=zero, recompute=recompute,
-        sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
+        recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,
     )
     file_values = _load_config_file(config) if config is not None else {}

@@ -26,8 +26,10 @@ num_query_groups -> num_kv_heads (with group_query_attention), padded_vocab_size
 vocab_size, untie_embeddings_and_output_weights -> not tie_embeddings, data/tensor/pipeline/
 context/expert parallel sizes -> dp/tp/pp/cp/ep, virtual_pipeline_model_parallel_size -> vpp,
 grad_accum = global_batch_size / (micro_batch_size x dp), use_distributed_optimizer -> ZeRO-1,
-recompute_granularity -> recompute, fp8 -> dtype. Megatron logs no tokens/s: tokens/s/GPU =
-global batch size x seq_length / (iteration time x GPUs).
+recompute_granularity -> recompute (full with recompute_method block: recompute_num_layers x
+vpp -> recompute_layers; uniform units of more than one layer are skipped), fp8 -> dtype.
+Megatron logs no tokens/s: tokens/s/GPU = global batch size x seq_length / (iteration time x
+GPUs).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from typing import Any
 
 import pandas as pd
 
+from surrogate.errors import DataError
 from surrogate.ingest.logrun import LogRun, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.sweeps import frame_from_rows
@@ -107,6 +110,8 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
     if "recompute_granularity" in args:
         gran = args["recompute_granularity"]
         out["recompute"] = "none" if _none(gran) else gran
+        if gran == "full":
+            out.update(_full_recompute_values(args))
     if "fp8" in args:
         out["dtype"] = "bf16" if _none(args["fp8"]) else "fp8"
     try:
@@ -119,6 +124,39 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
             out["grad_accum"] = gbs // (mbs * dp)
     iters = args.get("train_iters")
     return out, None if _none(iters) else int(str(iters))
+
+
+def _full_recompute_values(args: dict[str, str]) -> dict[str, Any]:
+    """``recompute_layers`` of full recomputation (``TransformerBlock._checkpointed_forward``):
+    the block method checkpoints the first ``recompute_num_layers`` layers of each model chunk
+    (x vpp per rank; 0, every layer, where that is all of them); the uniform method with 1
+    layer per unit checkpoints each layer. Uniform units of several layers (one input kept per
+    unit, the unit's layers recomputed together) are not modelled: DataError. A log without
+    ``recompute_method`` (Megatron-LM before it, whose --checkpoint-activations checkpointed
+    every layer) reads as every layer."""
+    method = args.get("recompute_method")
+    count = args.get("recompute_num_layers")
+    if _none(method) or _none(count):
+        return {}
+    n = int(str(count))
+    if method == "uniform":
+        if n > 1:
+            raise DataError(
+                f"recompute_method uniform with recompute_num_layers {n} checkpoints units of "
+                f"{n} layers, which is not modelled; the surrogate models every layer "
+                "(uniform, 1) and the first N layers of each stage (block, N)")
+        return {}
+    if method != "block":
+        raise DataError(f"recompute_method must be uniform or block, got {method!r}")
+    try:
+        layers, pp = int(args["num_layers"]), int(args.get("pipeline_model_parallel_size", 1))
+    except (KeyError, ValueError):
+        raise DataError("recompute_method block needs num_layers and "
+                        "pipeline_model_parallel_size in the arguments") from None
+    vpp = 1 if _none(args.get("virtual_pipeline_model_parallel_size")) else int(
+        args["virtual_pipeline_model_parallel_size"])
+    per_chunk = layers // (pp * vpp)
+    return {} if n >= per_chunk else {"recompute_layers": n * vpp}
 
 
 def _fields(tail: str) -> dict[str, str]:
@@ -139,7 +177,11 @@ def parse_megatron(
     report = IngestReport(files=[str(log)], rows_read=1)
     text = read_log(log)
     args = parse_arguments(text)
-    found, iters = config_values(args)
+    try:
+        found, iters = config_values(args)
+    except DataError as e:
+        report.skip(str(log), None, str(e))
+        return frame_from_rows([]), report
     step_s: list[float] = []
     tflops: list[float] = []
     batch_seqs: list[int] = []

@@ -26,10 +26,12 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
   ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
 - ``[activation_checkpoint] mode`` none / full -> recompute; selective with
-  ``selective_ac_option`` "op" (per operator) -> selective, "1" -> full. torchtitan's default
-  (mode selective, option "2": every second block checkpointed in full, also where the config
-  has no such section) and other layer counts are not modelled: the run is skipped with that
-  reason.
+  ``selective_ac_option`` "op" (per operator) -> selective; an integer n (torchtitan's
+  default, "2", also where the config has no such section) checkpoints every n-th block of a
+  pipeline rank in full (one counter over the rank's blocks, ``distributed/
+  activation_checkpoint.py``): recompute full with ``recompute_layers`` = floor(layers of the
+  first rank / n) (0, every layer, for n = 1; recompute none where it is 0 layers), which
+  needs the model's layer count (its preset, or ``--set num_layers``).
 - ``[parallelism] pipeline_parallel_schedule`` (with pp > 1): ``1F1B`` -> pp_schedule 1f1b,
   ``GPipe`` -> afab, ``Interleaved1F1B`` -> vpp = virtual stages / pp, as torchtitan 0.2.2
   counts them: ceil((num_layers + first_stage_less_layers + last_stage_less_layers) /
@@ -152,32 +154,55 @@ def config_values(
                 f"({per_step})"
             )
         out["grad_accum"] = split * (gbs // per_step)
-    out.update(_recompute_values(ac))
+    out.update(_recompute_values(ac, out, given))
     steps = training.get("steps")
     return out, int(steps) if steps is not None else None
 
 
-def _recompute_values(ac: dict[str, Any]) -> dict[str, str]:
-    """``[activation_checkpoint]`` as a recompute mode. torchtitan's defaults (0.2.2) are
-    mode 'selective' with ``selective_ac_option`` "2": every second block checkpointed in full,
-    which the surrogate does not model; 'op' (per operator) is its 'selective', "1" (every
-    block) is 'full'."""
+def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
+                      given: dict[str, Any]) -> dict[str, Any]:
+    """``[activation_checkpoint]`` as ``recompute`` (and ``recompute_layers``), module
+    docstring: torchtitan's defaults (0.2.2) are mode 'selective' with ``selective_ac_option``
+    "2"; ``found`` holds the parallel degrees read so far."""
     mode = str(ac.get("mode", "selective")).lower()
     if mode in ("none", "full"):
         return {"recompute": mode}
     if mode != "selective":
         raise DataError(f"activation_checkpoint mode {mode!r} is not modelled; the surrogate "
-                        "models none, full and selective with selective_ac_option 'op'")
-    option = str(ac.get("selective_ac_option", "2")).lower()
+                        "models none, full and selective (selective_ac_option 'op' or n)")
+    option = str(ac.get("selective_ac_option", "2")).strip().lower()
     if option == "op":
         return {"recompute": "selective"}
-    if option == "1":
+    if not option.isdigit():
+        raise DataError(f"selective_ac_option must be 'op' or an integer, got {option!r}")
+    every = int(option)
+    if every <= 1:  # torchtitan checkpoints every block for 0 and 1
         return {"recompute": "full"}
-    given = "" if "mode" in ac else " (torchtitan's default when the config sets no mode)"
-    raise DataError(
-        f"activation_checkpoint mode 'selective' with selective_ac_option {option!r}{given} "
-        f"checkpoints one block in {option} in full, which is not modelled; the surrogate "
-        "models none, full and selective with selective_ac_option 'op'")
+    return _every_nth_block(every, found, given, "mode" in ac)
+
+
+def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
+                     set_mode: bool) -> dict[str, Any]:
+    """selective_ac_option n >= 2: the blocks of the first pipeline rank torchtitan
+    checkpoints, floor(its layers / n), as ``recompute_layers``."""
+    from surrogate.analytic.pipeline import weighted_first_rank_layers
+    from surrogate.presets import get_preset
+
+    layers = given.get("num_layers")
+    preset = found.get("model", given.get("model"))
+    if layers is None and preset is not None:
+        layers = get_preset(str(preset)).num_layers
+    default = "" if set_mode else " (torchtitan's default when the config sets no mode)"
+    if layers is None:
+        raise DataError(
+            f"selective_ac_option {every!r}{default} checkpoints every {every}-th block of a "
+            "pipeline rank; the model is unknown: pass --set num_layers=L (or model=...)")
+    first_rank = weighted_first_rank_layers(
+        int(layers), int(found.get("pp", 1)), int(found.get("vpp", given.get("vpp", 1))))
+    checkpointed = first_rank // every
+    if checkpointed == 0:
+        return {"recompute": "none"}
+    return {"recompute": "full", "recompute_layers": checkpointed}
 
 
 def _config_file(log: Path) -> Path | None:

@@ -141,3 +141,10 @@ def test_shared_experts_and_leading_dense_layers_by_hand(cols):
     common = 3 * (attn + 2 * 64) + dense_mlp + 2 * (router + shared) + 2 * 100 * 64 + 64
     assert flops.total_params(c)[0] == common + 2 * 4 * expert
     assert flops.active_params(c)[0] == common + 2 * 2 * expert
+
+
+def test_some_layers_recomputed_add_their_share_of_a_third(config):
+    c = to_cols([config("llama3-8b", dp=2, pp=4, framework="megatron", recompute="full",
+                        recompute_layers=k, sequence_parallel=False) for k in (0, 2, 4, 8)])
+    ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
+    np.testing.assert_allclose(ratio, [4 / 3, 1 + 1 / 12, 1 + 1 / 6, 4 / 3], rtol=1e-12)

@@ -119,13 +119,21 @@ def test_torchtitan_per_operator_checkpointing(cols, rec):
 
 
 @pytest.mark.parametrize("rec", _of("torchtitan", "selective"), ids=_id)
-def test_torchtitan_default_checkpoints_every_second_block(rec):
-    """torchtitan's default option ("2"), recorded and not modelled (its ingest skips such
-    runs): blocks 2 and 4 keep their input only, blocks 1 and 3 all they save."""
+def test_torchtitan_every_second_block(cols, rec):
+    """torchtitan's default option ("2"): blocks 2 and 4 keep their input only, blocks 1 and
+    3 all they save; the model's stage of four layers with recompute_layers = floor(4 / 2)
+    (what ingest reads it as) is the same sum of its per-layer terms."""
     c = rec["config"]
     assert c["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
     assert rec["kept_bytes"] == pytest.approx(2 * _saved_per_layer(rec) + 2 * _layer_input(c),
                                               rel=1e-12)
+    model = ModelConfig(num_layers=4, hidden_size=c["hidden_size"],
+                        ffn_hidden_size=c["ffn_hidden_size"], num_heads=c["num_heads"],
+                        num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
+    got = cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework="torchtitan",
+               sequence_parallel=c["sequence_parallel"], recompute="full", recompute_layers=2)
+    stage = float(memory.stage_activation_bytes(got, 4.0)[0])
+    assert stage == 2 * _model_layer(cols, rec, "full") + 2 * _model_layer(cols, rec, "none")
 
 
 @pytest.mark.parametrize("rec", _of("megatron", "selective"), ids=_id)

@@ -228,3 +228,18 @@ def test_flash_attention_frameworks_take_the_measured_curve(cols):
     foundry = cols("8b", dp=8, framework="llm-foundry", zero_stage=0)
     np.testing.assert_array_equal(step.layer_compute_s(foundry, measured)[1],
                                   step.layer_compute_s(foundry, proxy)[1])
+
+
+def test_some_layers_recomputed_cost_their_share_of_a_third(config):
+    """Recomputing 8 of each stage's 16 layers (pp 2) runs half the layers' forward again:
+    a layer costs 1 + 1/6 on average; the compute grows with the count."""
+    kw = dict(dp=4, pp=2, grad_accum=8, framework="megatron", sequence_parallel=False)
+    c = to_cols([config("llama3-8b", **kw, recompute="none")]
+                + [config("llama3-8b", **kw, recompute="full", recompute_layers=k)
+                   for k in (4, 8, 16)]
+                + [config("llama3-8b", **kw, recompute="full")])
+    layer_s, _ = step.layer_compute_s(c, PERF)
+    assert layer_s[2] / layer_s[0] == pytest.approx(1 + 1 / 6)
+    assert layer_s[3] == pytest.approx(layer_s[4])  # all 16 of 16: full recomputation
+    compute = step.step_breakdown(c, PERF)["compute"]
+    assert np.all(np.diff(compute[:4]) > 0)

@@ -66,3 +66,42 @@ def test_oom_run(tmp_path: Path) -> None:
                    "2.00 GiB.\n")
     df, _ = parse_megatron(log)
     assert df["status"].iloc[0] == "oom"
+
+
+def _recomputing(tmp_path: Path, method: str | None, layers: int | None,
+                 vpp: int | None = None) -> Path:
+    """The fixture's run with full recomputation by ``method`` over ``layers`` (lines that
+    Megatron prints; absent where None)."""
+    extra = "".join(f"  {name} {'.' * 20} {value}\n" for name, value in
+                    (("recompute_method", method), ("recompute_num_layers", layers))
+                    if value is not None)
+    text = LOG.read_text().replace(
+        "  recompute_granularity ........................... None\n",
+        "  recompute_granularity ........................... full\n" + extra)
+    if vpp is not None:
+        text = text.replace("virtual_pipeline_model_parallel_size ............ None",
+                            f"virtual_pipeline_model_parallel_size ............ {vpp}")
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    return log
+
+
+@pytest.mark.parametrize(("method", "layers", "vpp", "checkpointed"), [
+    ("block", 4, None, 4),     # the first 4 of the stage's 16 layers
+    ("block", 3, 2, 6),        # the first 3 of each of the rank's two chunks of 8
+    ("block", 16, None, 0),    # all of them: every layer
+    ("uniform", 1, None, 0),   # each layer its own unit: every layer
+    (None, None, None, 0),     # older logs: --checkpoint-activations, every layer
+])
+def test_full_recomputation_by_method(tmp_path: Path, method: str | None, layers: int | None,
+                                      vpp: int | None, checkpointed: int) -> None:
+    df, report = parse_megatron(_recomputing(tmp_path, method, layers, vpp))
+    assert report.skips == []
+    assert (df.iloc[0]["recompute"], df.iloc[0]["recompute_layers"]) == ("full", checkpointed)
+
+
+def test_uniform_units_of_several_layers_are_a_skip_that_says_why(tmp_path: Path) -> None:
+    """One input kept per unit of 2 layers, recomputed together: not the model's full
+    recomputation, so not read as it."""
+    df, report = parse_megatron(_recomputing(tmp_path, "uniform", 2))
+    assert df.empty and "checkpoints units of 2 layers" in report.skips[0].reason

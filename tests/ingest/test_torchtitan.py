@@ -90,20 +90,54 @@ def test_activation_checkpointing_as_recompute(tmp_path: Path, section: str,
     assert report.skips == [] and df.iloc[0]["recompute"] == recompute
 
 
-@pytest.mark.parametrize(("section", "said"), [
-    ('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n',
-     "selective_ac_option '2' checkpoints one block in 2"),
-    ("", "torchtitan's default when the config sets no mode"),
-    ('[activation_checkpoint]\nmode = "memory_budget"\n', "mode 'memory_budget' is not modelled"),
-])
-def test_layer_level_checkpointing_is_a_skip_that_says_why(tmp_path: Path, section: str,
-                                                           said: str) -> None:
-    """torchtitan's default (every second block in full, also where the config has no
-    section) is not a mode the surrogate models: the run is skipped, not mislabelled."""
+EVERY_SECOND = '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "2"\n'
+
+
+def _with(tmp_path: Path, section: str, *, pp: int = 1) -> Path:
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
     toml = run / "llama3_8b.toml"
-    toml.write_text(toml.read_text().replace(CHECKPOINTING, section))
-    df, report = parse_torchtitan(run / "train.log", given={"num_nodes": "1"})
+    text = toml.read_text().replace(CHECKPOINTING, section)
+    if pp > 1:
+        text = text.replace("pipeline_parallel_degree = 1",
+                            f'pipeline_parallel_degree = {pp}\n'
+                            'pipeline_parallel_schedule = "1F1B"')
+    toml.write_text(text)
+    return run / "train.log"
+
+
+@pytest.mark.parametrize(("section", "pp", "recompute", "layers"), [
+    (EVERY_SECOND, 1, "full", 16),
+    ("", 1, "full", 16),  # no section: torchtitan's default, "2"
+    (EVERY_SECOND.replace('"2"', '"3"'), 1, "full", 10),
+    (EVERY_SECOND.replace('"2"', '"3"'), 2, "full", 5),  # rank 0 holds 16 of 32 (its split)
+    (EVERY_SECOND.replace('"2"', '"0"'), 1, "full", 0),  # 0: every block, as torchtitan reads
+    (EVERY_SECOND.replace('"2"', '"64"'), 1, "none", 0),  # more than the rank's 32: none
+])
+def test_every_nth_block_is_full_recomputation_of_some_layers(
+        tmp_path: Path, section: str, pp: int, recompute: str, layers: int) -> None:
+    """selective_ac_option n (torchtitan's default "2") checkpoints every n-th block of a
+    rank in full: floor(rank 0's layers / n) checkpointed layers per stage."""
+    df, report = parse_torchtitan(_with(tmp_path, section, pp=pp), given={"num_nodes": "1"})
+    assert report.skips == []
+    assert (df.iloc[0]["recompute"], df.iloc[0]["recompute_layers"]) == (recompute, layers)
+
+
+@pytest.mark.parametrize(("section", "unknown_model", "said"), [
+    ('[activation_checkpoint]\nmode = "memory_budget"\n', False,
+     "mode 'memory_budget' is not modelled"),
+    (EVERY_SECOND.replace('"2"', '"two"'), False, "must be 'op' or an integer"),
+    ("", True, "torchtitan's default when the config sets no mode"),
+])
+def test_checkpointing_the_surrogate_cannot_read_is_a_skip_that_says_why(
+        tmp_path: Path, section: str, unknown_model: bool, said: str) -> None:
+    """Not mislabelled: skipped, with the reason (the layer count of every n-th block needs
+    the model)."""
+    log = _with(tmp_path, section)
+    if unknown_model:  # an unknown flavour: no preset, so no layer count
+        toml = log.parent / "llama3_8b.toml"
+        toml.write_text(toml.read_text().replace('flavor = "8B"', 'flavor = "debugmodel"'))
+    df, report = parse_torchtitan(log, given={"num_nodes": "1"})
     assert df.empty and said in report.skips[0].reason
-    assert "selective_ac_option 'op'" in report.skips[0].reason
+    df, report = parse_torchtitan(log, given={"num_nodes": "1", "model": "8b"})
+    assert len(df) == int(unknown_model)
