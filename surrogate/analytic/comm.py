@@ -20,6 +20,12 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   and their gradients); overlapped with the attention computation, exposed only where longer.
 - EP (Lepikhin et al. 2020, GShard): per MoE layer, two all-to-alls (dispatch, combine) of
   2 T k h bytes forward and two backward. Exposed.
+- Recomputation runs the forward's collectives again in the backward (Korthikanti et al. 2022
+  sec. 5: the recomputed forward is the whole forward, its communication included): full
+  recomputation adds a share (``flops.full_recompute_share``) of each layer's forward TP, CP
+  and EP traffic; torchtitan's per-operator checkpointing keeps the reduce-scatters' outputs
+  but not the all-gathers' (measured, ``surrogate.analytic.memory``), so with sequence
+  parallelism it gathers the two projection inputs again.
 - PP (Narayanan et al. 2021): per micro-batch each stage boundary sends the activation
   (2 T h, / tp with sequence parallelism) forward and its gradient backward; on the critical
   path once per pipeline slot.
@@ -35,6 +41,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from surrogate.analytic.flops import full_recompute_share, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.perf import PerfModel
 
@@ -71,8 +78,16 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
             "dp": share(dp, tp * cp), "pp": np.ones_like(tp)}
 
 
+def _regathered(c: Cols) -> Array:
+    """1 where the backward gathers the two projection inputs again (torchtitan's per-operator
+    checkpointing under sequence parallelism, module docstring), else 0."""
+    again = np.logical_and(per_op_recompute(c), c["sequence_parallel"] > 0)
+    return np.asarray(again, dtype=np.float64)
+
+
 def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
-    """Exposed TP communication of one layer, one micro-batch, forward and backward."""
+    """Exposed TP communication of one layer, one micro-batch, forward and backward, and what
+    recomputation runs again (module docstring)."""
     size = 2 * tokens_per_rank(c) * c["hidden_size"]
     inter = spans_nodes(c)["tp"]
     local = ranks_per_node(c)["tp"]
@@ -80,12 +95,15 @@ def tp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     ag = perf.collective_time_s("all_gather", size, c["tp"], inter, c, local)
     rs = perf.collective_time_s("reduce_scatter", size, c["tp"], inter, c, local)
     sp = c["sequence_parallel"] > 0
-    return 4 * np.where(sp, ag + rs, ar)
+    forward = 2 * np.where(sp, ag + rs, ar)
+    again = _regathered(c) * 2 * ag
+    return np.asarray((2 + full_recompute_share(c)) * forward + again, dtype=np.float64)
 
 
 def tp_ring_steps_per_layer(c: Cols) -> Array:
     """Ring steps of one layer's TP collectives, one micro-batch, forward and backward:
-    8 (tp - 1), with or without sequence parallelism.
+    8 (tp - 1), with or without sequence parallelism, plus 4 (tp - 1) for a layer recomputed
+    in full and 2 (tp - 1) for the all-gathers per-operator checkpointing runs again.
 
     A ring all-gather or reduce-scatter over n ranks takes n - 1 steps and a ring all-reduce
     2 (n - 1) (Thakur, Rabenseifner and Gropp 2005, "Optimization of Collective Communication
@@ -93,26 +111,31 @@ def tp_ring_steps_per_layer(c: Cols) -> Array:
     all-reduces, or four all-gather plus reduce-scatter pairs, of a layer take 8 (n - 1). Every
     step of a ring moves all its links at once, so where the ring crosses nodes each step waits
     on a network link: alpha is the inter-node latency (``tp_inter_step_latency_s``)."""
-    return np.where(c["tp"] > 1, 8.0 * (c["tp"] - 1.0), 0.0)
+    rings = 8.0 + 4.0 * full_recompute_share(c) + 2.0 * _regathered(c)
+    return np.where(c["tp"] > 1, rings * (c["tp"] - 1.0), 0.0)
 
 
 def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
-    """Ring-attention K/V exchange of one layer, one micro-batch, forward and backward."""
+    """Ring-attention K/V exchange of one layer, one micro-batch, forward and backward (and
+    the forward's again where the layer is recomputed in full)."""
     # K and V of the rank's tokens: kv_heads x (qk_head_dim + v_head_dim) wide (2 x h_kv for
     # a Llama block; with MLA the keys and values of every head)
     kv = c["num_kv_heads"] * (c["qk_head_dim"] + c["v_head_dim"])
     chunk = 2 * tokens_per_rank(c) * kv / c["tp"]
     pair = perf.collective_time_s("send_recv", chunk, np.full_like(chunk, 2.0),
                                   spans_nodes(c)["cp"], c, np.ones_like(chunk))
-    return np.where(c["cp"] > 1, 3 * (c["cp"] - 1) * pair, 0.0)
+    exchanges = 3 + full_recompute_share(c)
+    return np.where(c["cp"] > 1, exchanges * (c["cp"] - 1) * pair, 0.0)
 
 
 def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
-    """Expert all-to-alls of one MoE layer, one micro-batch, forward and backward."""
+    """Expert all-to-alls of one MoE layer, one micro-batch, forward and backward (and the
+    forward's again where the layer is recomputed in full)."""
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
     t = perf.collective_time_s("all_to_all", size, c["ep"], spans_nodes(c)["ep"], c,
                                ranks_per_node(c)["ep"])
-    return np.where((c["ep"] > 1) & (c["num_experts"] >= 2), 4 * t, 0.0)
+    return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
+                    (4 + 2 * full_recompute_share(c)) * t, 0.0)
 
 
 def pp_time_per_slot_s(c: Cols, perf: PerfModel) -> Array:

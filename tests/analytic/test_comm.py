@@ -115,3 +115,27 @@ def test_ranks_per_node_follow_the_rank_order(config):
     assert local["dp"].tolist() == [8, 1, 2]
     assert local["tp"].tolist() == [1, 8, 4]
     assert local["pp"].tolist() == [1, 1, 1]
+
+
+def test_recomputation_runs_the_forward_collectives_again(config):
+    """Full recomputation adds the forward's TP, CP and EP traffic (half of TP's and EP's, a
+    third of CP's: its backward moves K, V and their gradients), in proportion to the layers
+    it recomputes; torchtitan's per-operator checkpointing gathers the two projection inputs
+    again."""
+    kw = dict(dp=4, tp=2, cp=2, ep=4, framework="megatron", sequence_parallel=True)
+    c = to_cols([config("mixtral-8x7b", **kw, recompute=r, recompute_layers=k)
+                 for r, k in (("none", 0), ("full", 0), ("full", 8))])  # 8 of 32 layers
+    for f, full in ((comm.tp_time_per_layer_s, 1.5), (comm.cp_time_per_layer_s, 4 / 3),
+                    (comm.ep_time_per_layer_s, 1.5)):
+        t = f(c, PERF)
+        assert t[1] / t[0] == pytest.approx(full), f.__name__
+        assert t[2] / t[0] == pytest.approx(1 + (full - 1) / 4), f.__name__
+    assert list(comm.tp_ring_steps_per_layer(c)) == [8, 12, 9]
+    titan = dict(dp=4, tp=2, framework="torchtitan", sequence_parallel=True)
+    c = to_cols([config("llama3-8b", **titan, recompute=r) for r in ("none", "selective")])
+    size = 2 * 8192 * 4096
+    t = comm.tp_time_per_layer_s(c, PERF)
+    ag = PERF.collective_time_s("all_gather", np.array([size]), np.array([2.0]), np.zeros(1), c,
+                                np.array([2.0]))
+    assert t[1] - t[0] == pytest.approx(2 * ag[0])
+    assert list(comm.tp_ring_steps_per_layer(c)) == [8, 10]
