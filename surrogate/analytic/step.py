@@ -15,7 +15,10 @@ the framework runs a FlashAttention-2-class kernel (``FrameworkTraits.flash_atte
 otherwise at the efficiency of a T x seq x head_dim GEMM, a proxy.
 
 Memory-bound kernels (assumptions, documented): norms, rotary, SwiGLU, residual adds move
-about 3 x the layer's activation bytes through HBM per micro-batch (forward and backward);
+about 3 x the layer's activation bytes through HBM per micro-batch (forward and backward),
+a third of it forward, which recomputation runs again (full: in the share of the layers it
+recomputes; per operator: all of it, since torch's checkpoint replays the block's whole forward
+and takes only the saved operators' outputs from its cache);
 fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch; the AdamW
 step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32 gradient,
 master weight and two moments).
@@ -232,7 +235,8 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     )
     dense, experts = _stage_params(c, stage_layers, slow_is_last, slow_is_middle)
     params = dense + experts
-    memory_mb = (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes
+    again = full_recompute_share(c) + per_op_recompute(c)
+    memory_mb = (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
                  + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
 
     dp = comm.dp_times_s(c, perf, dense, experts)

@@ -243,3 +243,13 @@ def test_some_layers_recomputed_cost_their_share_of_a_third(config):
     assert layer_s[3] == pytest.approx(layer_s[4])  # all 16 of 16: full recomputation
     compute = step.step_breakdown(c, PERF)["compute"]
     assert np.all(np.diff(compute[:4]) > 0)
+
+
+def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
+    """A third of the elementwise traffic is forward: full recomputation adds it, per-operator
+    checkpointing too (torch's checkpoint replays the whole forward); torchtitan accumulates
+    no fp32 gradients, so its memory-bound term is that traffic alone."""
+    c = to_cols([config("llama3-8b", dp=8, framework="torchtitan", recompute=r)
+                 for r in ("none", "full", "selective")])
+    bound = step.step_breakdown(c, PERF)["memory_bound"]
+    np.testing.assert_allclose(bound[1:] / bound[0], 4 / 3, rtol=1e-12)
