@@ -268,7 +268,9 @@ class LayoutConfig:
     """With recompute 'full': how many layers of each pipeline stage are checkpointed (the
     others keep all their activations and are not recomputed); 0: every layer. Megatron-LM's
     ``--recompute-method block --recompute-num-layers N`` is N x vpp, torchtitan's
-    ``selective_ac_option = "n"`` (every n-th block) floor(layers of the stage / n)."""
+    ``selective_ac_option = "n"`` (every n-th block of a rank) floor(layers of the first rank
+    / n): the model gives every stage min(this, its layers), where torchtitan's stages with a
+    layer more than the first can checkpoint one more."""
     sequence_parallel: bool = False
     dtype: Dtype = "bf16"
     framework: str = "nanotron"

@@ -271,14 +271,14 @@ def stage_activation_bytes(c: Cols, layers: Array) -> Array:
     """Bytes a stage of ``layers`` layers keeps for one micro-batch: where full recomputation
     checkpoints only some of them (``recompute_layers``), those keep their input and the rest
     everything (:func:`activation_bytes_per_layer` under each)."""
-    kept = layers * activation_bytes_per_layer(c)
+    per_layer = activation_bytes_per_layer(c)
     checkpointed = checkpointed_layers(c, layers)
     partial = (c["recompute"] == 2) & (checkpointed < layers)
     if not np.any(partial):
-        return kept
-    none = activation_bytes_per_layer({**c, "recompute": np.zeros_like(c["recompute"])})
-    mixed = kept / np.maximum(layers, 1.0) * checkpointed + (layers - checkpointed) * none
-    return np.where(partial, mixed, kept)
+        return layers * per_layer
+    whole = activation_bytes_per_layer({**c, "recompute": np.zeros_like(c["recompute"])})
+    mixed = checkpointed * per_layer + (layers - checkpointed) * whole
+    return np.where(partial, mixed, layers * per_layer)
 
 
 def _backward_working_set(c: Cols) -> Array:

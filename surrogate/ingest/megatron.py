@@ -138,7 +138,10 @@ def _full_recompute_values(args: dict[str, str]) -> dict[str, Any]:
     count = args.get("recompute_num_layers")
     if _none(method) or _none(count):
         return {}
-    n = int(str(count))
+    try:
+        n = int(str(count))
+    except ValueError:
+        raise DataError(f"recompute_num_layers must be an integer, got {count!r}") from None
     if method == "uniform":
         if n > 1:
             raise DataError(

@@ -68,7 +68,7 @@ def test_oom_run(tmp_path: Path) -> None:
     assert df["status"].iloc[0] == "oom"
 
 
-def _recomputing(tmp_path: Path, method: str | None, layers: int | None,
+def _recomputing(tmp_path: Path, method: str | None, layers: int | str | None,
                  vpp: int | None = None) -> Path:
     """The fixture's run with full recomputation by ``method`` over ``layers`` (lines that
     Megatron prints; absent where None)."""
@@ -100,8 +100,15 @@ def test_full_recomputation_by_method(tmp_path: Path, method: str | None, layers
     assert (df.iloc[0]["recompute"], df.iloc[0]["recompute_layers"]) == ("full", checkpointed)
 
 
-def test_uniform_units_of_several_layers_are_a_skip_that_says_why(tmp_path: Path) -> None:
-    """One input kept per unit of 2 layers, recomputed together: not the model's full
-    recomputation, so not read as it."""
-    df, report = parse_megatron(_recomputing(tmp_path, "uniform", 2))
-    assert df.empty and "checkpoints units of 2 layers" in report.skips[0].reason
+@pytest.mark.parametrize(("method", "layers", "said"), [
+    ("uniform", 2, "checkpoints units of 2 layers"),
+    ("block", "some", "recompute_num_layers must be an integer, got 'some'"),
+    ("random", 1, "recompute_method must be uniform or block, got 'random'"),
+])
+def test_recomputation_the_surrogate_cannot_read_is_a_skip_that_says_why(
+        tmp_path: Path, method: str, layers: int | str, said: str) -> None:
+    """Uniform units of 2 layers keep one input per unit and recompute the unit together: not
+    the model's full recomputation, so not read as it; unreadable settings say what must
+    hold."""
+    df, report = parse_megatron(_recomputing(tmp_path, method, layers))
+    assert df.empty and said in report.skips[0].reason
