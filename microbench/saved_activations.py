@@ -50,6 +50,11 @@ more stand-ins: torchtitan's per-operator save list gets the CPU flash kernel be
 one it names, and Megatron's checkpointing saves the CPU generator's state where it saves the
 CUDA one's. Without recomputation both methods count the same bytes.
 
+An MoE layer (``--moe``, torchtitan's ``models/moe`` without tensor parallelism, at
+:data:`MOE_SHAPES`): the same hooks on the layer alone, its experts run one by one (the CPU
+has no grouped GEMM; both keep the same tensors), with :func:`integer_histc` standing in for
+CUDA's integer histogram.
+
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
 seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape,
@@ -359,6 +364,78 @@ BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
 SwiGLU on, ``--no-bias-swiglu-fusion`` turns it off; Megatron-Core's own default is off)."""
 
 
+MOE_SHAPES: tuple[dict[str, Any], ...] = tuple(
+    {"hidden_size": 512, "moe_ffn_hidden_size": 256, "num_experts": experts, "top_k": k,
+     "num_shared_experts": shared, "score_before_experts": before, "seq_len": 512, "mbs": 1,
+     "tp": 1}
+    for experts in (8, 16) for k in (1, 2) for shared in (0, 1) for before in (True, False)
+)
+"""torchtitan's MoE layer: experts, top-k, a shared expert or none, and where the routing
+scores weigh the tokens (before the experts, llama4's choice, or after them, DeepSeek-V3's)."""
+
+
+@contextmanager
+def integer_histc() -> Iterator[None]:
+    """``torch.histc`` of integer tensors, which CUDA counts and the CPU refuses: counted as
+    floats, returned in the input's dtype (torchtitan's router and reorderer count tokens per
+    expert with it)."""
+    import torch
+
+    histc = torch.histc
+
+    def counted(t: Any, *args: Any, **kwargs: Any) -> Any:
+        if t.is_floating_point():
+            return histc(t, *args, **kwargs)
+        return histc(t.float(), *args, **kwargs).to(t.dtype)
+
+    torch.histc = counted  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        torch.histc = histc  # type: ignore[assignment]
+
+
+def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int, top_k: int,
+                   num_shared_experts: int, score_before_experts: bool, seq_len: int, mbs: int,
+                   tp: int) -> tuple[dict[str, Any], list[Saved]]:
+    """torchtitan's MoE layer (``models/moe``: router, reorderer, routed experts, shared
+    expert) on ``mbs x seq_len`` bf16 tokens, its experts run one by one (the CPU has no
+    grouped GEMM; both keep the same tensors): its configuration and what its forward saves.
+    Stand-in: :func:`integer_histc`."""
+    import torch
+
+    if tp != 1:
+        raise ValueError(f"the MoE layer is measured without tensor parallelism, got tp={tp}")
+    try:
+        from torchtitan.models.moe.moe import MoE, MoEArgs
+    except ImportError as e:
+        raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
+    torch.manual_seed(0)
+    args = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
+                   use_grouped_mm=False, score_before_experts=score_before_experts,
+                   score_func="softmax", load_balance_coeff=None)
+    moe = MoE(args, dim=hidden_size, hidden_dim=moe_ffn_hidden_size)
+    with torch.no_grad():
+        moe.init_weights(0.02, torch.device("cpu"))
+    for p in moe.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
+        p.data = p.data.to(torch.bfloat16)
+    x = torch.randn(mbs, seq_len, hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    with integer_histc():
+        saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
+    config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
+              "num_experts": num_experts, "top_k": top_k,
+              "num_shared_experts": num_shared_experts,
+              "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
+              "tp": tp}
+    return config, saved
+
+
+MOE_BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
+                            tuple[dict[str, Any], ...]]] = {
+    "torchtitan": (torchtitan_moe, MOE_SHAPES),
+}
+"""Each framework's MoE layer and the shapes it is measured at (``--moe``)."""
+
 KEPT_SCHEMA = "surrogate.kept_activations/1"
 KEPT_LAYERS = 4
 """Layers per measured stack under recomputation: torchtitan's default selective mode
@@ -491,8 +568,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--recompute", action="store_true",
                     help=f"what a stack of {KEPT_LAYERS} layers keeps after its forward under "
                          "each recomputation setting (schema surrogate.kept_activations/1)")
+    ap.add_argument("--moe", action="store_true",
+                    help="what an MoE layer (router, experts, shared expert) saves, in place "
+                         "of the dense block (torchtitan only)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
+    if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
+        ap.error(f"--moe measures {', '.join(MOE_BLOCKS)}'s MoE layer without --recompute")
     from importlib.metadata import PackageNotFoundError, version
 
     package, needs = PACKAGES[args.framework]
@@ -500,7 +582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         fw_version = version(package)
     except PackageNotFoundError:
         raise SystemExit(f"{needs}: it is not installed") from None
-    measure, settings = (STACKS if args.recompute else BLOCKS)[args.framework]
+    measure, settings = (STACKS if args.recompute else MOE_BLOCKS if args.moe
+                         else BLOCKS)[args.framework]
     write = kept_record if args.recompute else record
     out = JsonlWriter(args.out)
     try:

@@ -107,6 +107,13 @@ class FrameworkTraits:
     selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
     attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
     kept)."""
+    moe_routed_bytes: float = 2.0
+    """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
+    beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that
+    the experts' first GEMM saves (every dropless implementation gathers one); torchtitan
+    (0.2.2, measured by ``python -m microbench.saved_activations --moe``) keeps 4 more, the
+    fp32 copy its routing scores weigh (before the experts, or their outputs after them).
+    Other frameworks' weighting is not measured."""
     partial_recompute: bool = False
     """Its full recomputation can checkpoint only some layers of each pipeline stage
     (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block
@@ -283,6 +290,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             saves_gathered_tp_inputs=True,
             selective_per_op=True,
             partial_recompute=True,
+            moe_routed_bytes=6.0,
         ),
         FrameworkTraits(
             name="llm-foundry",

@@ -43,8 +43,12 @@ kv_heads x head_dim (h and h_kv for a Llama block). MLA stores Q and K of heads 
 (nope + rope) and V and the output of heads x v_head_dim, split by tp, plus its latents (query
 latent and its norm, key-value latent with the rotary key, and its norm), replicated like the
 projection inputs. An MoE token keeps the MLP activations of its top-k experts and of the
-shared expert; an MoE model's leading dense layers are averaged in per layer (DeepSeek-V2/V3
-size them alike: ffn = (top-k + shared) x the expert width).
+shared expert, and each of its top-k copies in expert order (2 h bytes, the experts' GEMM
+input; torchtitan also the fp32 copy its routing scores weigh, 4 h:
+``FrameworkTraits.moe_routed_bytes``, measured; the router's scores and indices, 4 E + 28 k
+bytes a token there, are left out; split by tp like the MLP, as torchtitan routes each
+rank's sequence shard); an MoE model's leading dense layers are averaged in per layer
+(DeepSeek-V2/V3 size them alike: ffn = (top-k + shared) x the expert width).
 
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
 interleaved, see ``pipeline``); the last stage holds one under 1F1B, ((v - 1) p + 1) / v
@@ -219,6 +223,8 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     moe_frac = moe_layers(c) / c["num_layers"]
     ffn = np.where(moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"],
                    c["ffn_hidden_size"])
+    # The tokens in expert order, each of its top-k copies (FrameworkTraits.moe_routed_bytes).
+    routed = tokens * c["experts_topk"] * h * c["moe_routed_bytes"]
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
     projections = 2 * 2 * tokens * h + latents
@@ -230,7 +236,8 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "norm_inputs": np.where(sp, norms / tp, norms),
         "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
         "attention": attn / tp,
-        "mlp": (4 - (c["fused_swiglu"] > 0)) * 2 * tokens * ffn / tp,
+        "mlp": ((4 - (c["fused_swiglu"] > 0)) * 2 * tokens * ffn
+                + np.where(moe, moe_frac * routed, 0.0)) / tp,
     }
 
 

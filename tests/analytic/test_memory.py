@@ -164,8 +164,11 @@ def test_variant_activations_by_hand(cols):
                       moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
                       num_dense_layers=1)
     c = cols(moe, dp=1, mbs=2)  # MLP width per token: 3/4 x (2 x 32 + 64) + 1/4 x 128
-    expected = 8 * T * h + 4 * T * h + 4 * T * h + 8 * T * 128
+    routed = 3 / 4 * 2 * T * h * 2  # 3 of 4 layers route: 2 copies of each token, 2 bytes
+    expected = 8 * T * h + 4 * T * h + 4 * T * h + 8 * T * 128 + routed
     assert memory.activation_bytes_per_layer(c)[0] == expected
+    titan = cols(moe, dp=1, mbs=2, framework="torchtitan")  # and the fp32 weighted copy
+    assert memory.activation_bytes_per_layer(titan)[0] == expected + 2 * routed
 
 
 def test_leading_dense_layers_sit_on_the_first_stage(cols):

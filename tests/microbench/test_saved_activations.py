@@ -13,6 +13,7 @@ from microbench.saved_activations import (
     SCHEMA,
     Kept,
     Saved,
+    integer_histc,
     kept_after_forward,
     kept_record,
     main,
@@ -20,6 +21,7 @@ from microbench.saved_activations import (
     record,
     saved_by_module,
     torchtitan_block,
+    torchtitan_moe,
 )
 
 torch = pytest.importorskip("torch")
@@ -119,6 +121,41 @@ def test_without_the_framework_it_says_what_to_install(framework, block, module,
         main(["--framework", framework, "--out", "-"])
     with pytest.raises(SystemExit, match=install):
         main(["--framework", framework, "--recompute", "--out", "-"])
+
+
+def test_moe_without_torchtitan_says_what_to_install():
+    if importlib.util.find_spec("torchtitan") is not None:
+        pytest.skip("torchtitan is installed here")
+    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
+        main(["--framework", "torchtitan", "--moe", "--out", "-"])
+
+
+@pytest.mark.parametrize("args", [["--framework", "megatron", "--moe"],
+                                  ["--framework", "torchtitan", "--moe", "--recompute"]])
+def test_moe_is_torchtitan_s_layer_without_recomputation(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--out", "-"])
+    assert e.value.code == 2
+    assert "--moe measures torchtitan's MoE layer without --recompute" in capsys.readouterr().err
+
+
+def test_moe_layer_is_measured_without_tensor_parallelism():
+    with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
+        torchtitan_moe(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
+                       num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2)
+
+
+def test_integer_histc_counts_integers_as_cuda_does():
+    """The CPU refuses integer histograms (torchtitan's router counts expert indices so); the
+    stand-in counts them and returns the input's dtype, and leaves floats and the function as
+    they were."""
+    indices = torch.tensor([0, 1, 1, 3], dtype=torch.int64)
+    original = torch.histc
+    with integer_histc():
+        counts = torch.histc(indices, bins=4, min=0, max=4)
+        assert counts.dtype == torch.int64 and counts.tolist() == [1, 2, 0, 1]
+        assert torch.histc(indices.float(), bins=4, min=0, max=4).dtype == torch.float32
+    assert torch.histc is original
 
 
 def test_an_unknown_framework_is_a_usage_error(capsys):
