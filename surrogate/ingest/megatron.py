@@ -151,13 +151,14 @@ def _full_recompute_values(args: dict[str, str]) -> dict[str, Any]:
         return {}
     if method != "block":
         raise DataError(f"recompute_method must be uniform or block, got {method!r}")
+    virtual = args.get("virtual_pipeline_model_parallel_size")
     try:
         layers, pp = int(args["num_layers"]), int(args.get("pipeline_model_parallel_size", 1))
+        vpp = 1 if _none(virtual) else int(str(virtual))
     except (KeyError, ValueError):
-        raise DataError("recompute_method block needs num_layers and "
-                        "pipeline_model_parallel_size in the arguments") from None
-    vpp = 1 if _none(args.get("virtual_pipeline_model_parallel_size")) else int(
-        args["virtual_pipeline_model_parallel_size"])
+        raise DataError("recompute_method block needs integer num_layers, "
+                        "pipeline_model_parallel_size and virtual_pipeline_model_parallel_size "
+                        "in the arguments") from None
     per_chunk = layers // (pp * vpp)
     return {} if n >= per_chunk else {"recompute_layers": n * vpp}
 

@@ -47,14 +47,18 @@ def _saved_per_layer(rec: dict[str, Any]) -> int:
     return sum(s["bytes"] for s in one["saved"])
 
 
-def _model_layer(cols: Any, rec: dict[str, Any], recompute: str) -> float:
+def _cols(cols: Any, rec: dict[str, Any], **layout: Any) -> Any:
+    """The model's columns of a record's stack of four layers, under ``layout``."""
     c = rec["config"]
     model = ModelConfig(num_layers=4, hidden_size=c["hidden_size"],
                         ffn_hidden_size=c["ffn_hidden_size"], num_heads=c["num_heads"],
                         num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
-    got = cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework=rec["framework"],
-               sequence_parallel=c["sequence_parallel"], recompute=recompute)
-    return float(memory.activation_bytes_per_layer(got)[0])
+    return cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework=rec["framework"],
+                sequence_parallel=c["sequence_parallel"], **layout)
+
+
+def _model_layer(cols: Any, rec: dict[str, Any], recompute: str) -> float:
+    return float(memory.activation_bytes_per_layer(_cols(cols, rec, recompute=recompute))[0])
 
 
 def _layer_input(c: dict[str, Any]) -> float:
@@ -127,11 +131,7 @@ def test_torchtitan_every_second_block(cols, rec):
     assert c["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
     assert rec["kept_bytes"] == pytest.approx(2 * _saved_per_layer(rec) + 2 * _layer_input(c),
                                               rel=1e-12)
-    model = ModelConfig(num_layers=4, hidden_size=c["hidden_size"],
-                        ffn_hidden_size=c["ffn_hidden_size"], num_heads=c["num_heads"],
-                        num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
-    got = cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework="torchtitan",
-               sequence_parallel=c["sequence_parallel"], recompute="full", recompute_layers=2)
+    got = _cols(cols, rec, recompute="full", recompute_layers=2)
     stage = float(memory.stage_activation_bytes(got, 4.0)[0])
     assert stage == 2 * _model_layer(cols, rec, "full") + 2 * _model_layer(cols, rec, "none")
 
