@@ -43,7 +43,7 @@ import numpy as np
 from surrogate.config import RECOMPUTE_MODES, TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.jsonsafe import json_safe
-from surrogate.space import layout_key, layout_label
+from surrogate.space import layout_key, layout_label, point_of
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -100,12 +100,13 @@ def boundary_value(scored: pd.DataFrame) -> np.ndarray:
 
 def layout_vector(cfg: TrainingConfig) -> np.ndarray:
     """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
-    nodes; ZeRO stage and recompute mode in steps; sequence parallelism 0/1."""
+    nodes; ZeRO stage and recompute mode in steps (full recomputation of a share s of each
+    stage's layers 1 - s short of every layer); sequence parallelism 0/1."""
     lay = cfg.layout
     logs = [lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
             cfg.cluster.num_nodes]
-    return np.array([*np.log2(logs), lay.zero_stage, RECOMPUTE_MODES.index(lay.recompute),
-                     float(lay.sequence_parallel)])
+    recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
+    return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
 
 
 def select(

@@ -120,6 +120,22 @@ class FrameworkTraits:
     --recompute-num-layers N`` (the first N layers of each model chunk), torchtitan's
     ``selective_ac_option = "n"`` (every n-th block of a pipeline rank). False: every layer or
     none."""
+    partial_recompute_every_nth: bool = False
+    """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
+    of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
+    each model chunk, N x vpp of a rank's (Megatron-LM's block method)."""
+
+    def checkpointed_layer_counts(self, stage_layers: int, vpp: int = 1) -> tuple[int, ...]:
+        """The counts of checkpointed layers short of all (0 < k < ``stage_layers``) that its
+        full recomputation expresses on a pipeline rank of ``stage_layers`` layers in ``vpp``
+        model chunks, ascending; none without :attr:`partial_recompute`."""
+        if not self.partial_recompute or stage_layers < 2:
+            return ()
+        if self.partial_recompute_every_nth:
+            counts = {stage_layers // n for n in range(2, stage_layers + 1)}
+        else:
+            counts = {n * vpp for n in range(1, stage_layers // vpp)}
+        return tuple(sorted(k for k in counts if 0 < k < stage_layers))
 
     @property
     def pipeline_parallel(self) -> bool:
@@ -290,6 +306,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             saves_gathered_tp_inputs=True,
             selective_per_op=True,
             partial_recompute=True,
+            partial_recompute_every_nth=True,
             moe_routed_bytes=6.0,
         ),
         FrameworkTraits(

@@ -93,6 +93,7 @@ def rules_pick(
     for dim in ("cp", "vpp"):
         if 1 in choices[dim]:
             fixed.setdefault(dim, 1)
+    fixed.setdefault("recompute_share", 1.0)  # the rules know every layer or none
     corner = replace(space, fixed=fixed, node_counts=space.node_counts[:1])
     configs = corner.enumerate()
     if not configs:

@@ -32,6 +32,7 @@ from surrogate.progress import ProgressFn, report
 from surrogate.space import (
     DEFAULT_ENUMERATION_LIMIT,
     DIMENSIONS,
+    KEY_FIELDS,
     LayoutSpace,
     layout_key,
     layout_keys,
@@ -119,8 +120,7 @@ def score_configs(
 def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` (score_configs rows) with its ``key`` column, computed where it is missing."""
     if "key" not in frame.columns:
-        frame["key"] = layout_keys({k: frame[k].to_numpy() for k in (*DIMENSIONS, "dp",
-                                                                      "grad_accum")})
+        frame["key"] = layout_keys({k: frame[k].to_numpy() for k in KEY_FIELDS})
     return frame
 
 
@@ -358,7 +358,13 @@ def _run_study(
 
     def run(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", worker)
-        point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS}
+        point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS
+                 if d != "recompute_share"}
+        # The share only where it is a choice (a conditional parameter: optuna's samplers
+        # handle a search space that changes with the other choices).
+        shares = space.share_choices(point["recompute"], point["framework"], choices)
+        point["recompute_share"] = (trial.suggest_categorical("recompute_share", shares)
+                                    if len(shares) > 1 else shares[0])
         try:
             cfg = space.build(point)
         except ConfigError as e:

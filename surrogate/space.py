@@ -2,9 +2,12 @@
 
 A :class:`LayoutSpace` fixes the model, the GPU, the GPUs per node, the allowed node counts and
 the global batch (sequences), and spans the free choices: tp, pp, cp, ep (MoE), vpp, mbs,
-zero_stage, recompute, sequence_parallel and framework. The rest is derived, following the
-conventions of :mod:`surrogate.config`: dp = GPUs / (tp x pp x cp) and grad_accum = global
-batch / (dp x mbs), which must both be integers. A point that breaks a rule is invalid
+zero_stage, recompute, sequence_parallel, framework and, for full recomputation on a framework
+that checkpoints some layers (megatron, torchtitan), the share of each pipeline stage's layers it
+checkpoints (``recompute_share``, :data:`RECOMPUTE_SHARES`). The rest is derived, following the
+conventions of :mod:`surrogate.config`: dp = GPUs / (tp x pp x cp), grad_accum = global
+batch / (dp x mbs), which must both be integers, and ``recompute_layers`` from the share
+(:func:`checkpointed_layers`). A point that breaks a rule is invalid
 (:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.search` treats that as a
 constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
 
@@ -49,17 +52,59 @@ from surrogate.hardware import canonical_gpu_name
 
 DIMENSIONS: tuple[str, ...] = (
     "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
-    "sequence_parallel", "framework",
+    "sequence_parallel", "framework", "recompute_share",
 )
-"""The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them."""
+"""The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them.
+``recompute_share`` is a choice only where the point's recomputation is full and its framework
+checkpoints some layers; elsewhere it is 1 (every layer, or none)."""
 
-DEFAULT_ENUMERATION_LIMIT = 200_000
+KEY_FIELDS: tuple[str, ...] = (*DIMENSIONS[:-1], "recompute_layers", "dp", "grad_accum")
+"""What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
+becomes, and the derived degrees."""
+
+RECOMPUTE_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+"""Shares of each pipeline stage's layers that full recomputation checkpoints, where the
+framework checkpoints some layers (``FrameworkTraits.partial_recompute``): a quarter to all.
+Each becomes the nearest count the framework writes (:func:`checkpointed_layers`), so shares
+that round to the same count are one layout."""
+
+DEFAULT_ENUMERATION_LIMIT = 500_000
+
+_REST: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel",
+                          "framework", "recompute_share")
+"""The dimensions after the degrees' heads, in the order points are generated."""
 
 
 def divisors(n: int) -> list[int]:
     """The positive divisors of ``n``, ascending."""
     small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
     return sorted(set(small + [n // d for d in small]))
+
+
+def stage_layers(framework: str, num_layers: int, pp: int, vpp: int) -> int:
+    """Layers of the pipeline rank whose count ``recompute_layers`` gives: torchtitan's first
+    rank under its weighted split (what its every-n-th-block option counts from), else
+    num_layers / pp."""
+    from surrogate.analytic.pipeline import weighted_first_rank_layers
+
+    if weighted_split(framework):
+        return weighted_first_rank_layers(num_layers, pp, vpp)
+    return num_layers // pp
+
+
+def checkpointed_layers(framework: str, num_layers: int, pp: int, vpp: int,
+                        share: float) -> int:
+    """``recompute_layers`` of full recomputation checkpointing ``share`` of a stage's layers
+    (:func:`stage_layers`): the count the framework writes
+    (``FrameworkTraits.checkpointed_layer_counts``, at most num_layers / pp:
+    ``surrogate.config``'s rule) nearest to share x layers, the larger on a tie (it keeps
+    less), 0 when that is every layer."""
+    layers = stage_layers(framework, num_layers, pp, vpp)
+    counts = (*(k for k in get_framework(framework).checkpointed_layer_counts(layers, vpp)
+                if k <= num_layers // pp), layers)
+    target = share * layers
+    best = min(counts, key=lambda k: (abs(k - target), -k))
+    return 0 if best >= layers else best
 
 
 def batch_seqs_from_tokens(tokens: int, seq_len: int) -> int:
@@ -93,6 +138,9 @@ class LayoutSpace:
     """Upper bound on cp (None: no bound beyond the rules)."""
     max_vpp: int = 4
     max_mbs: int = 64
+    recompute_shares: tuple[float, ...] = RECOMPUTE_SHARES
+    """Shares of a stage's layers full recomputation may checkpoint where the framework
+    checkpoints some layers (:data:`RECOMPUTE_SHARES`); 1 (every layer) must be one."""
     dtype: str = "bf16"
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Dimensions pinned to one value (e.g. {"tp": 8})."""
@@ -129,6 +177,12 @@ class LayoutSpace:
             raise ConfigError(
                 f"fixed dimensions must be among {', '.join(DIMENSIONS)}, got {sorted(unknown)}"
             )
+        shares = tuple(sorted({float(x) for x in self.recompute_shares}))
+        if not shares or shares[0] <= 0.0 or shares[-1] != 1.0:
+            raise ConfigError(
+                f"recompute shares must lie in (0, 1] and include 1 (every layer), got "
+                f"{list(self.recompute_shares)}")
+        object.__setattr__(self, "recompute_shares", shares)
         if self.max_mbs < 1 or self.max_vpp < 1:
             raise ConfigError(f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, "
                               f"{self.max_vpp}")
@@ -145,6 +199,10 @@ class LayoutSpace:
         if self.recompute_modes is not None:
             return tuple(dict.fromkeys(self.recompute_modes))
         return _expressed_recompute_modes(self.frameworks)
+
+    def _partial(self, recompute: str, framework: str) -> bool:
+        """Whether points of this recompute mode and framework choose a share."""
+        return recompute == "full" and get_framework(framework).partial_recompute
 
     def choices(self) -> dict[str, list[Any]]:
         """Per dimension the values a point may take (a superset of the valid ones: a given
@@ -172,6 +230,9 @@ class LayoutSpace:
             "vpp": vpp, "mbs": mbs, "zero_stage": list(self.allowed_zero_stages),
             "recompute": list(self.allowed_recompute_modes),
             "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
+            "recompute_share": list(self.recompute_shares) if any(
+                self._partial(r, f) for r in self.allowed_recompute_modes
+                for f in self.frameworks) else [1.0],
         }
         for name, value in self.fixed.items():
             out[name] = [value]
@@ -204,23 +265,49 @@ class LayoutSpace:
                                             sequence_parallel=sp)  # under 1F1B (module doc)
         if problem:
             raise ConfigError(problem)
+        share = float(p.get("recompute_share", 1.0))
+        if share != 1.0 and not self._partial(recompute, framework.name):
+            raise ConfigError(
+                f"recompute_share below 1 needs full recomputation on a framework that "
+                f"checkpoints some layers ({', '.join(_partial_frameworks())}), got "
+                f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
+        if not 0.0 < share <= 1.0:
+            raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
+        checkpointed = (checkpointed_layers(framework.name, self.model.num_layers, pp, vpp,
+                                            share) if share < 1.0 else 0)
         layout = LayoutConfig(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
             grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
-            recompute=recompute, sequence_parallel=sp,  # type: ignore[arg-type]
+            recompute=recompute,  # type: ignore[arg-type]
+            recompute_layers=checkpointed, sequence_parallel=sp,
             dtype=self.dtype, framework=framework.name,  # type: ignore[arg-type]
         )
         cluster = ClusterConfig(gpu=self.gpu, gpus_per_node=self.gpus_per_node, num_nodes=nodes)
         return TrainingConfig(model=self.model, cluster=cluster, layout=layout,
                               global_batch_seqs=self.global_batch_seqs)
 
+    def share_choices(self, recompute: str, framework: str,
+                      ch: Mapping[str, list[Any]] | None = None) -> list[float]:
+        """The shares a point of this recompute mode and framework takes (``ch``: the
+        choices, computed when not given): a choice only for full recomputation on a
+        framework that checkpoints some layers, else 1."""
+        if not self._partial(recompute, framework):
+            return [1.0]
+        return list((ch or self.choices())["recompute_share"])
+
     def size_bound(self) -> int:
-        """The number of points of :meth:`choices` (an upper bound on the valid layouts)."""
-        return math.prod(len(v) for v in self.choices().values())
+        """The number of points of :meth:`choices` (an upper bound on the valid layouts): the
+        share counted only where it is a choice."""
+        ch = self.choices()
+        pairs = sum(len(self.share_choices(r, f, ch)) for r in ch["recompute"]
+                    for f in ch["framework"])
+        return pairs * math.prod(len(v) for k, v in ch.items()
+                                 if k not in ("recompute", "framework", "recompute_share"))
 
     def points(self) -> Iterator[dict[str, Any]]:
-        """Every point of the product of :meth:`choices`, skipping combinations that cannot
-        multiply to the GPU count (the cheap rule) before anything else is tried."""
+        """Every point of the product of :meth:`choices` (the share only where it is a
+        choice), skipping combinations that cannot multiply to the GPU count (the cheap rule)
+        before anything else is tried."""
         ch = self.choices()
         for nodes in ch["num_nodes"]:
             world = nodes * self.gpus_per_node
@@ -229,9 +316,11 @@ class LayoutSpace:
                     for cp in ch["cp"]:
                         if world % (tp * pp * cp):
                             continue
-                        for rest in _product(ch, ("ep", "vpp", "mbs", "zero_stage", "recompute",
-                                                  "sequence_parallel", "framework")):
-                            yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp, **rest}
+                        for rest in _product(ch, _REST[:-1]):
+                            for share in self.share_choices(rest["recompute"],
+                                                            rest["framework"], ch):
+                                yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp,
+                                       **rest, "recompute_share": share}
 
     def _check_bound(self, limit: int) -> None:
         bound = self.size_bound()
@@ -242,15 +331,17 @@ class LayoutSpace:
             )
 
     def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
-        """Every valid layout; ConfigError if the space holds more than ``limit`` points."""
+        """Every valid layout, once (shares that give the same count are one layout);
+        ConfigError if the space holds more than ``limit`` points."""
         self._check_bound(limit)
-        out: list[TrainingConfig] = []
+        out: dict[tuple[Any, ...], TrainingConfig] = {}
         for point in self.points():
             try:
-                out.append(self.build(point))
+                cfg = self.build(point)
             except ConfigError:
                 continue
-        return out
+            out.setdefault(layout_key(cfg), cfg)
+        return list(out.values())
 
     def table(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> FlatTable:
         """Every valid layout as a flat table (:mod:`surrogate.config_table`), in the order of
@@ -264,7 +355,7 @@ class LayoutSpace:
         heads = [(n, tp, pp, cp) for n in ch["num_nodes"] for tp in ch["tp"]
                  for pp in ch["pp"] for cp in ch["cp"]
                  if (n * self.gpus_per_node) % (tp * pp * cp) == 0]
-        rest = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel", "framework")
+        rest = _REST
         if not heads:
             return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
         grid = np.meshgrid(np.arange(len(heads)), *(np.arange(len(ch[k])) for k in rest),
@@ -283,11 +374,25 @@ class LayoutSpace:
             index[1 + rest.index("framework")]]
         keep &= (at["vpp"] == 1) | ((pp > 1) & (stages <= layers)
                                     & (weighted | (layers % stages == 0)))
+        # The share is a choice only where recomputation is full on a framework that
+        # checkpoints some layers; elsewhere only its 1 is kept.
+        partial = np.array([[self._partial(r, f) for f in ch["framework"]]
+                            for r in ch["recompute"]], dtype=bool)[
+            index[1 + rest.index("recompute")], index[1 + rest.index("framework")]]
+        share_at = np.asarray(ch["recompute_share"], dtype=np.float64)[index[-1]]
+        keep &= partial | (share_at == 1.0)
         index = [i[keep] for i in index]
         head = heads_arr[index[0]]
         p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
         for k, i in zip(rest, index[1:], strict=True):
             p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
+        p["recompute_layers"] = self._checkpointed(p)
+        # Shares that give the same count are one layout: the first of them is kept.
+        others = np.ravel_multi_index(index[:-1], (len(heads), *(len(ch[k]) for k in rest[:-1])))
+        _, first = np.unique(np.stack([others, p["recompute_layers"]]), axis=1,
+                             return_index=True)
+        once = np.sort(first)
+        p = {k: a[once] for k, a in p.items()}
         p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
         p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
         runs = _runs_as_described(p)
@@ -300,6 +405,20 @@ class LayoutSpace:
         frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p})
         return validate_table(table_frame(frame), messages=False).table
 
+    def _checkpointed(self, p: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``recompute_layers`` of each point of columns ``p`` (:func:`checkpointed_layers`),
+        judged once per distinct framework, pipeline and share."""
+        share = p["recompute_share"].astype(np.float64)
+        out = np.zeros(len(share), dtype=np.int64)
+        part = np.flatnonzero(share < 1.0)
+        if part.size:
+            codes, counts = per_group(
+                [p["framework"][part], p["pp"][part], p["vpp"][part], share[part]],
+                lambda f, pp, vpp, s: checkpointed_layers(str(f), self.model.num_layers,
+                                                          int(pp), int(vpp), float(s)))
+            out[part] = np.asarray(counts, dtype=np.int64)[codes]
+        return out
+
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit
 
@@ -308,37 +427,42 @@ class LayoutSpace:
 
 
 def point_of(cfg: TrainingConfig) -> dict[str, Any]:
-    """The point (a value per :data:`DIMENSIONS`) of a configuration."""
+    """The point (a value per :data:`DIMENSIONS`) of a configuration: its share is its
+    checkpointed layers over its stage's (:func:`stage_layers`), 1 for every layer."""
     lay = cfg.layout
+    share = 1.0
+    if lay.recompute_layers:
+        share = lay.recompute_layers / stage_layers(lay.framework, cfg.model.num_layers,
+                                                    lay.pp, lay.vpp)
     return {
         "num_nodes": cfg.cluster.num_nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
         "ep": lay.ep, "vpp": lay.vpp, "mbs": lay.mbs, "zero_stage": lay.zero_stage,
         "recompute": lay.recompute, "sequence_parallel": lay.sequence_parallel,
-        "framework": lay.framework,
+        "framework": lay.framework, "recompute_share": share,
     }
 
 
 def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
-    """A hashable identity of a layout (its point and the derived dp, grad_accum)."""
-    p = point_of(cfg)
-    return (*(p[d] for d in DIMENSIONS), cfg.layout.dp, cfg.layout.grad_accum)
+    """A hashable identity of a layout (:data:`KEY_FIELDS`)."""
+    lay = cfg.layout
+    return (cfg.cluster.num_nodes, *(getattr(lay, k) for k in KEY_FIELDS[1:]))
 
 
 def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
     """:func:`layout_key` of every configuration of a flat table."""
-    return list(zip(*(table[k].tolist() for k in (*DIMENSIONS, "dp", "grad_accum")),
-                    strict=True))
+    return list(zip(*(table[k].tolist() for k in KEY_FIELDS), strict=True))
 
 
 def layout_label(cfg: TrainingConfig) -> str:
-    """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras."""
+    """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras
+    (``rc-full-k3``: full recomputation of 3 layers of each pipeline stage)."""
     lay = cfg.layout
     return _label(lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-                  lay.zero_stage, lay.recompute, lay.sequence_parallel)
+                  lay.zero_stage, lay.recompute, lay.recompute_layers, lay.sequence_parallel)
 
 
 _LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
-                 "recompute", "sequence_parallel")
+                 "recompute", "recompute_layers", "sequence_parallel")
 
 
 def layout_labels(table: FlatTable) -> list[str]:
@@ -348,7 +472,8 @@ def layout_labels(table: FlatTable) -> list[str]:
 
 
 def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad_accum: int,
-           zero_stage: int, recompute: str, sequence_parallel: bool) -> str:
+           zero_stage: int, recompute: str, recompute_layers: int,
+           sequence_parallel: bool) -> str:
     parts = [f"dp{dp}", f"tp{tp}", f"pp{pp}"]
     if cp > 1:
         parts.append(f"cp{cp}")
@@ -358,7 +483,7 @@ def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad
         parts.append(f"vpp{vpp}")
     parts += [f"mbs{mbs}", f"ga{grad_accum}", f"z{zero_stage}"]
     if recompute != "none":
-        parts.append(f"rc-{recompute}")
+        parts.append(f"rc-{recompute}" + (f"-k{recompute_layers}" if recompute_layers else ""))
     if sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
@@ -380,6 +505,10 @@ def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
                                 p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
     verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
     return verdicts
+
+
+def _partial_frameworks() -> list[str]:
+    return [name for name, t in FRAMEWORKS.items() if t.partial_recompute]
 
 
 def _expressed_recompute_modes(frameworks: Sequence[str]) -> tuple[str, ...]:

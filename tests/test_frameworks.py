@@ -140,3 +140,16 @@ def test_schedules_a_framework_does_not_run_are_refused(layout, message):
 def test_traits_are_hashable_values():
     """Frozen traits can key a cache or a set (the schedule table is left out of the hash)."""
     assert len({*FRAMEWORKS.values(), *FRAMEWORKS.values()}) == len(FRAMEWORKS)
+
+
+def test_checkpointed_layer_counts_are_what_each_framework_writes():
+    """Megatron's block method checkpoints the first N layers of each model chunk (N x vpp of
+    a rank's); torchtitan every n-th block of a rank (floor(layers / n)); nanotron all or
+    none."""
+    megatron, titan = get_framework("megatron"), get_framework("torchtitan")
+    assert megatron.checkpointed_layer_counts(8) == (1, 2, 3, 4, 5, 6, 7)
+    assert megatron.checkpointed_layer_counts(8, vpp=2) == (2, 4, 6)
+    assert titan.checkpointed_layer_counts(8) == (1, 2, 4)  # n = 8..5, 4..3, 2
+    assert titan.checkpointed_layer_counts(9) == (1, 2, 3, 4)
+    assert get_framework("nanotron").checkpointed_layer_counts(8) == ()
+    assert megatron.checkpointed_layer_counts(1) == titan.checkpointed_layer_counts(1) == ()

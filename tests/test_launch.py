@@ -93,6 +93,7 @@ def test_every_torchtitan_layout_of_the_space_can_be_launched() -> None:
         assert {c.layout.zero_stage for c in configs} == {0, 2, 3}
         assert {c.layout.vpp for c in configs} == {1, 2}
         assert {c.layout.cp for c in configs} == {1, 2}
+        assert any(c.layout.recompute_layers for c in configs)  # some layers checkpointed
         for c in configs:
             assert launch_problem(c) is None, (layout_label(c), launch_problem(c))
             assert tomllib.loads(torchtitan_toml(c, run_name="r"))["parallelism"]

@@ -125,3 +125,22 @@ def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
                                           r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
                                           r"\(e\.g\. .+ must .+\): widen it"):
         search(odd, model=None, n_trials=5)
+
+
+def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> None:
+    """The share of layers full recomputation checkpoints is a conditional parameter: optuna
+    suggests it only for full recomputation on a framework that checkpoints some layers."""
+    import optuna
+
+    space = LayoutSpace(**{**TINY, "frameworks": ("megatron", "nanotron"),  # type: ignore[arg-type]
+                           "recompute_modes": ("none", "full"), "sequence_parallel": (False, True)})
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    result = search(space, model=None, n_trials=60, storage=storage, study_name="shares",
+                    seed=0)
+    trials = optuna.load_study(study_name="shares", storage=storage).trials
+    chosen = [t for t in trials if "recompute_share" in t.params]
+    assert chosen and all(t.params["recompute"] == "full" and t.params["framework"] == "megatron"
+                          for t in chosen)
+    partial = [c for c in result.configs.values() if c.layout.recompute_layers]
+    assert all(c.layout.framework == "megatron" for c in partial)
+    assert result.enumerated is not None and result.enumerated == len(space.enumerate())

@@ -3,6 +3,8 @@ the space's own rules and limits are enforced with clear errors."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from surrogate.config import CONFIG_COLUMNS, ModelConfig, config_to_flat
@@ -11,12 +13,14 @@ from surrogate.presets import get_preset
 from surrogate.space import (
     LayoutSpace,
     batch_seqs_from_tokens,
+    checkpointed_layers,
     divisors,
     layout_key,
     layout_keys,
     layout_label,
     layout_labels,
     point_of,
+    stage_layers,
 )
 
 SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
@@ -130,3 +134,58 @@ def test_torchtitan_spaces_interleave_any_layer_count():
         space = LayoutSpace(model=model, global_batch_seqs=16, node_counts=(1,),
                             frameworks=(framework,), max_vpp=4)
         assert space.choices()["vpp"] == expected, framework
+
+
+def test_full_recomputation_of_a_share_of_each_stage() -> None:
+    """Where the framework checkpoints some layers, full recomputation takes each share of a
+    stage's layers as the nearest count the framework writes; shares that give one count are
+    one layout; elsewhere the share is 1 and nothing else is enumerated."""
+    model = get_preset("8b")  # 32 layers
+    space = LayoutSpace(model=model, global_batch_seqs=16, node_counts=(1,),
+                        frameworks=("megatron", "torchtitan", "nanotron"), max_cp=1, max_vpp=2,
+                        max_mbs=1, recompute_modes=("none", "full"))
+    configs = space.enumerate()
+    ks: dict[tuple[str, int, int], set[int]] = {}
+    for c in configs:
+        lay = c.layout
+        ks.setdefault((lay.framework, lay.pp, lay.vpp), set()).add(lay.recompute_layers)
+        assert lay.recompute == "full" or lay.recompute_layers == 0
+        assert space.build(point_of(c)) == c
+    assert ks[("nanotron", 1, 1)] == {0}
+    assert ks[("megatron", 1, 1)] == {0, 8, 16, 24}  # 32 layers x 1/4, 1/2, 3/4
+    assert ks[("megatron", 2, 2)] == {0, 4, 8, 12}  # 16 a rank, in 2 chunks of 8
+    assert ks[("megatron", 8, 1)] == {0, 1, 2, 3}
+    # torchtitan writes floor(layers / n): 3/4 is no such count, and rounds to all.
+    assert ks[("torchtitan", 1, 1)] == {0, 8, 16}
+    assert len({layout_key(c) for c in configs}) == len(configs)
+    assert any("rc-full-k8" in layout_label(c) for c in configs)
+    assert checkpointed_layers("torchtitan", 32, 1, 1, 0.75) == 0  # 24: 16 and 32 tie; all
+    assert checkpointed_layers("megatron", 32, 4, 1, 0.3) == 2  # 2.4 of 8
+    assert stage_layers("torchtitan", 32, 3, 1) == 11  # 34 slots: 12, 11, 11, less 1 at ends
+    assert checkpointed_layers("torchtitan", 32, 3, 1, 0.5) == 5  # floor(11 / 2)
+    every = LayoutSpace(**{**SMALL, "frameworks": ("megatron",),  # type: ignore[arg-type]
+                           "recompute_shares": (1.0,)})
+    assert not any(c.layout.recompute_layers for c in every.enumerate())
+
+
+def test_the_share_is_a_choice_only_where_it_means_something() -> None:
+    space = LayoutSpace(**{**SMALL, "frameworks": ("nanotron", "megatron")})  # type: ignore[arg-type]
+    ch = space.choices()
+    assert ch["recompute_share"] == [0.25, 0.5, 0.75, 1.0]
+    assert space.share_choices("full", "megatron") == ch["recompute_share"]
+    assert space.share_choices("full", "nanotron") == [1.0]
+    assert space.share_choices("none", "megatron") == [1.0]
+    # The bound counts the share only where it is a choice: none, selective and full (x4)
+    # for megatron, none, selective and full for nanotron.
+    others = math.prod(len(v) for k, v in ch.items()
+                       if k not in ("recompute", "framework", "recompute_share"))
+    assert space.size_bound() == (3 + 6) * others
+    point = dict(point_of(space.enumerate()[0]), recompute="none", framework="megatron",
+                 recompute_share=0.5)
+    with pytest.raises(ConfigError, match="recompute_share below 1 needs full recomputation"):
+        space.build(point)
+    for shares in ((), (0.5,), (0.0, 1.0), (1.5,)):
+        with pytest.raises(ConfigError, match="recompute shares must lie in"):
+            LayoutSpace(**{**SMALL, "recompute_shares": shares})  # type: ignore[arg-type]
+    only = LayoutSpace(**{**SMALL, "frameworks": ("nanotron",)})  # type: ignore[arg-type]
+    assert only.choices()["recompute_share"] == [1.0]

@@ -22,6 +22,7 @@ SeqsOpt = Annotated[int | None, typer.Option(help="Global batch in sequences.")]
 FwOpt = Annotated[str, typer.Option("--framework", help="Allowed frameworks, comma-separated.")]
 ZeroOpt = Annotated[str | None, typer.Option("--zero", help="Allowed ZeRO stages, e.g. 0,1.")]
 RcOpt = Annotated[str, typer.Option("--recompute", help="Allowed recompute modes, comma-separated.")]
+RcShareOpt = Annotated[str, typer.Option("--recompute-shares", help="Shares of each pipeline stage's layers full recomputation may checkpoint on megatron and torchtitan (each the nearest count the framework writes), comma-separated; must include 1 (every layer).")]
 MarginOpt = Annotated[float, typer.Option(help="Keep this fraction of GPU memory free (0-1).")]
 OomOpt = Annotated[float, typer.Option(help="Largest acceptable predicted OOM probability.")]
 CpOpt = Annotated[int | None, typer.Option(help="Largest context-parallel degree.")]
@@ -56,6 +57,13 @@ def _ints(text: str | None, flag: str) -> tuple[int, ...] | None:
         raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
+def _floats(text: str, flag: str) -> tuple[float, ...]:
+    try:
+        return tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise ConfigError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+
+
 def _at_least(minimum: int, **values: int | None) -> None:
     """ConfigError naming the first option below ``minimum`` (``top_k=0``: ``--top-k``)."""
     for name, value in values.items():
@@ -82,7 +90,7 @@ def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None
 def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
                 global_batch_tokens: int | None, global_batch_seqs: int | None, framework: str,
                 zero: str | None, recompute: str, max_cp: int | None, max_vpp: int,
-                max_mbs: int) -> Any:
+                max_mbs: int, recompute_shares: str = "1") -> Any:
     from surrogate.space import LayoutSpace, batch_seqs_from_tokens
 
     if (global_batch_tokens is None) == (global_batch_seqs is None):
@@ -96,6 +104,7 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
         frameworks=tuple(f.strip() for f in framework.split(",") if f.strip()),
         zero_stages=_ints(zero, "--zero"),
         recompute_modes=tuple(r.strip() for r in recompute.split(",") if r.strip()),
+        recompute_shares=_floats(recompute_shares, "--recompute-shares"),
         max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
     )
 
@@ -123,11 +132,12 @@ def _memory_interval(r: dict[str, Any]) -> str:
 
 
 def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
-           reasons: bool = False) -> Any:
+           reasons: bool = False, frameworks: bool = False) -> Any:
     """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
     the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
-    ``reasons`` adds why each was proposed. Peak memory is the device's (the CUDA context
-    included), its interval too."""
+    ``reasons`` adds why each was proposed; ``frameworks`` names each layout's framework
+    (a space of several). Peak memory is the device's (the CUDA context included), its
+    interval too."""
     from rich.markup import escape
     from rich.table import Table
 
@@ -143,8 +153,8 @@ def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
     for i, r in enumerate(frame.to_dict("records"), start=1):
         lo, hi = r["pred_mfu_lo"], r["pred_mfu_hi"]
         interval = "" if lo != lo or lo is None else f"{100 * lo:.1f}-{100 * hi:.1f}%"
-        row = [str(i), str(r["num_nodes"]), escape(str(r["layout"])), f"{r['pred_mfu']:.1%}",
-               interval]
+        layout = str(r["layout"]) + (f" ({r['framework']})" if frameworks else "")
+        row = [str(i), str(r["num_nodes"]), escape(layout), f"{r['pred_mfu']:.1%}", interval]
         if not narrow:
             row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
         row += [f"{r['pred_device_mem_gib']:.1f}"]
@@ -176,6 +186,7 @@ def search_cmd(
     framework: FwOpt = "nanotron",
     zero: ZeroOpt = None,
     recompute: RcOpt = "none,full",
+    recompute_shares: RcShareOpt = "0.25,0.5,0.75,1",
     memory_margin: MarginOpt = 0.0,
     max_p_oom: OomOpt = 0.2,
     max_cp: CpOpt = None,
@@ -216,7 +227,8 @@ def search_cmd(
     space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
-                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
+                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
+                        recompute_shares=recompute_shares)
     limits = Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin)
     learned: Any = None if analytic else (model_dir or "default")
     from sqlalchemy.exc import SQLAlchemyError
@@ -289,15 +301,19 @@ def search_cmd(
     console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
     for note in result.notes:
         console.print(f"[yellow]{escape(note)}[/]")
-    console.print(_table("Best predicted layouts", result.top, narrow=narrow, full=full))
+    several = len(space.frameworks) > 1
+    console.print(_table("Best predicted layouts", result.top, narrow=narrow, full=full,
+                         frameworks=several))
     if learned is not None:
         console.print(escape(extrapolation_line(result.top.get("extrapolation", []))),
                       highlight=False)
         if gives_way := gives_way_line(result.top):
             console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
     if result.pareto is not None:
-        console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow, full=full))
-    console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow, full=full))
+        console.print(_table(f"Pareto front ({objective})", result.pareto, narrow=narrow,
+                             full=full, frameworks=several))
+    console.print(_table("Rules of thumb pick (Playbook)", rules_row, narrow=narrow, full=full,
+                         frameworks=several))
     if narrow:
         console.print("(tokens/s/GPU and step time: --wide or --json)", highlight=False)
     for line in written:
@@ -319,6 +335,7 @@ def propose_cmd(
     framework: FwOpt = "torchtitan",
     zero: ZeroOpt = None,
     recompute: RcOpt = "none,full",
+    recompute_shares: RcShareOpt = "0.25,0.5,0.75,1",
     memory_margin: MarginOpt = 0.0,
     max_p_oom: Annotated[float, typer.Option(help="Drop candidates above this OOM risk (1: keep all).")] = 1.0,
     max_cp: CpOpt = None,
@@ -352,7 +369,8 @@ def propose_cmd(
     space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
-                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs)
+                        recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
+                        recompute_shares=recompute_shares)
     table = None
     if runs is not None:
         from surrogate.tableio import read_table
@@ -369,7 +387,7 @@ def propose_cmd(
                   highlight=False)
     console.print(_table(f"{out.name}: {len(picked)} proposed runs", picked,
                          narrow=is_narrow(console, wide), full=is_full(console, wide),
-                         reasons=True))
+                         reasons=True, frameworks=len(space.frameworks) > 1))
     console.print(escape(extrapolation_line(picked.get("extrapolation", pd.Series(
         [""] * len(picked))).fillna(""))), highlight=False)
     if gives_way := gives_way_line(picked):

@@ -75,6 +75,27 @@ def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> 
         parse_nodes("a-b")
     assert parse_nodes("1-8") == (1, 2, 4, 8)
     assert parse_nodes("3,1") == (1, 3)
+    assert main(["search", *SMALL, "--recompute-shares", "0.5"]) == 2
+    assert "recompute shares must lie in (0, 1] and include 1" in capsys.readouterr().err
+    assert main(["search", *SMALL, "--recompute-shares", "half,1"]) == 2
+    assert "--recompute-shares must be comma-separated numbers" in capsys.readouterr().err
+
+
+def test_search_checkpoints_a_share_of_layers_and_names_frameworks(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """With several frameworks each layout names its own; full recomputation of some layers
+    shows as rc-full-kN (N layers of each stage)."""
+    args = ["search", "--model", "8b", "--nodes", "1", "--global-batch-seqs", "8",
+            "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "1", "--recompute", "full",
+            "--framework", "megatron,nanotron", "--trials", "0", "--json", "--top-k", "50",
+            "--analytic"]
+    assert main(args) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    assert any(r["recompute_layers"] and "rc-full-k" in r["layout"] for r in top)
+    assert {r["framework"] for r in top if r["recompute_layers"]} == {"megatron"}
+    assert main([*args[:-4], "--analytic", "--top-k", "3", "--wide"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rc-full-k8 (megatron)" in text
 
 
 @pytest.mark.slow
