@@ -51,15 +51,22 @@ one it names, and Megatron's checkpointing saves the CPU generator's state where
 CUDA one's. Without recomputation both methods count the same bytes.
 
 An MoE layer (``--moe``, torchtitan's ``models/moe`` without tensor parallelism, at
-:data:`MOE_SHAPES`): the same hooks on the layer alone, its experts run one by one (the CPU
-has no grouped GEMM; both keep the same tensors), with :func:`integer_histc` standing in for
-CUDA's integer histogram.
+:data:`MOE_SHAPES`): the same hooks on the layer alone, its experts on torchtitan's GPU path,
+the grouped GEMM (``torch._grouped_mm``, whose forward the CPU runs) over token groups padded
+to ``TOKEN_GROUP_ALIGN_SIZE_M`` rows, with two stand-ins: :func:`integer_histc` for CUDA's
+integer histogram, and :func:`cpu_permute_indices` for the Triton kernel that orders and pads
+the token groups (torchtitan's own CPU implementation of it). With ``--ep N`` under ``torchrun
+--nproc-per-node N`` (gloo), the experts are split by torchtitan's ``ExpertParallel`` (tokens
+sent to their experts' rank by all-to-all), at :data:`MOE_EP_SHAPES`, each rank's own tokens
+drawn from its own seed: one record per rank, with the routed tokens it received.
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
 seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape,
 dtype, bytes per storage), ``bytes_by_module`` and ``fingerprint``
-(:mod:`microbench.fingerprint`, backend ``fake``, plus the framework's version). Under
+(:mod:`microbench.fingerprint`, backend ``fake``, or ``gloo`` with ``--ep``, plus the
+framework's version). An MoE record's config has the layer's shape, ``ep``, ``rank``,
+``token_group_align`` and ``routed_tokens`` (the rows its experts received, before padding). Under
 recomputation (schema ``surrogate.kept_activations/1``): the config also has ``num_layers``
 and ``recompute`` (torchtitan's also its ``activation_checkpoint`` section), and ``kept`` (op,
 shape, dtype, bytes per storage) and ``kept_bytes`` replace ``saved`` and ``bytes_by_module``.
@@ -372,6 +379,9 @@ MOE_SHAPES: tuple[dict[str, Any], ...] = tuple(
 )
 """torchtitan's MoE layer: experts, top-k, a shared expert or none, and where the routing
 scores weigh the tokens (before the experts, llama4's choice, or after them, DeepSeek-V3's)."""
+MOE_EP_SHAPES: tuple[dict[str, Any], ...] = tuple(
+    s for s in MOE_SHAPES if not s["num_shared_experts"])
+"""Under expert parallelism (``--ep``): the shapes without a shared expert (it is not split)."""
 
 
 @contextmanager
@@ -395,38 +405,73 @@ def integer_histc() -> Iterator[None]:
         torch.histc = histc  # type: ignore[assignment]
 
 
+@contextmanager
+def cpu_permute_indices() -> Iterator[None]:
+    """torchtitan's ordering and padding of the token groups
+    (``models/moe/kernels.generate_permute_indices``) on its own CPU implementation
+    (``use_cpu=True``) in place of its Triton kernel: the same indices and group sizes."""
+    import functools
+
+    import torchtitan.models.moe.utils as moe_utils
+
+    kernel = moe_utils.generate_permute_indices
+    moe_utils.generate_permute_indices = functools.partial(kernel, use_cpu=True)
+    try:
+        yield
+    finally:
+        moe_utils.generate_permute_indices = kernel
+
+
 def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int, top_k: int,
                    num_shared_experts: int, score_before_experts: bool, seq_len: int, mbs: int,
-                   tp: int) -> tuple[dict[str, Any], list[Saved]]:
+                   tp: int, ep: int = 1) -> tuple[dict[str, Any], list[Saved]]:
     """torchtitan's MoE layer (``models/moe``: router, reorderer, routed experts, shared
-    expert) on ``mbs x seq_len`` bf16 tokens, its experts run one by one (the CPU has no
-    grouped GEMM; both keep the same tensors): its configuration and what its forward saves.
-    Stand-in: :func:`integer_histc`."""
+    expert) on ``mbs x seq_len`` bf16 tokens, its experts on the grouped GEMM, split over the
+    ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1: its configuration
+    and what its forward saves on this rank. Stand-ins: :func:`integer_histc`,
+    :func:`cpu_permute_indices`."""
     import torch
 
     if tp != 1:
         raise ValueError(f"the MoE layer is measured without tensor parallelism, got tp={tp}")
     try:
+        from torchtitan.distributed.expert_parallel import ExpertParallel
+        from torchtitan.models.moe import utils as moe_utils
         from torchtitan.models.moe.moe import MoE, MoEArgs
     except ImportError as e:
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
     torch.manual_seed(0)
     args = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
-                   use_grouped_mm=False, score_before_experts=score_before_experts,
+                   use_grouped_mm=True, score_before_experts=score_before_experts,
                    score_func="softmax", load_balance_coeff=None)
     moe = MoE(args, dim=hidden_size, hidden_dim=moe_ffn_hidden_size)
     with torch.no_grad():
         moe.init_weights(0.02, torch.device("cpu"))
     for p in moe.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
         p.data = p.data.to(torch.bfloat16)
+    rank, plan = 0, None
+    if ep > 1:
+        import torch.distributed as dist
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        if not dist.is_initialized() or dist.get_world_size() != ep:
+            raise SystemExit(f"--ep {ep} runs under torchrun --nproc-per-node {ep}")
+        rank, plan = dist.get_rank(), ExpertParallel()
+        parallelize_module(moe.experts, init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",)),
+                           plan)
+        torch.manual_seed(1 + rank)  # each rank's own tokens
     x = torch.randn(mbs, seq_len, hidden_size, dtype=torch.bfloat16, requires_grad=True)
-    with integer_histc():
+    with integer_histc(), cpu_permute_indices():
         saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
+    received = mbs * seq_len * top_k if plan is None else sum(plan.output_splits or ())
     config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
               "num_experts": num_experts, "top_k": top_k,
               "num_shared_experts": num_shared_experts,
               "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
-              "tp": tp}
+              "tp": tp, "ep": ep, "rank": rank, "grouped_mm": True,
+              "token_group_align": moe_utils.TOKEN_GROUP_ALIGN_SIZE_M,
+              "routed_tokens": received}
     return config, saved
 
 
@@ -571,10 +616,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--moe", action="store_true",
                     help="what an MoE layer (router, experts, shared expert) saves, in place "
                          "of the dense block (torchtitan only)")
+    ap.add_argument("--ep", type=int, default=1,
+                    help="with --moe: split the experts over this many ranks (run under "
+                         "torchrun --nproc-per-node EP; gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
         ap.error(f"--moe measures {', '.join(MOE_BLOCKS)}'s MoE layer without --recompute")
+    if args.ep < 1 or (args.ep > 1 and not args.moe):
+        ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
+    if args.ep > 1:
+        return _main_expert_parallel(args)
     from importlib.metadata import PackageNotFoundError, version
 
     package, needs = PACKAGES[args.framework]
@@ -597,6 +649,43 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"{'kept' if args.recompute else 'saved'}", file=sys.stderr)
     finally:
         out.close()
+    return 0
+
+
+def _main_expert_parallel(args: argparse.Namespace) -> int:
+    """``--moe --ep N`` on each of torchrun's N ranks: every rank measures, rank 0 writes."""
+    import os
+    from importlib.metadata import version
+
+    import torch.distributed as dist
+
+    if int(os.environ.get("WORLD_SIZE", "1")) != args.ep:
+        raise SystemExit(f"--ep {args.ep} runs under torchrun --nproc-per-node {args.ep} "
+                         f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})")
+    dist.init_process_group("gloo")
+    try:
+        package = PACKAGES[args.framework][0]
+        fw_version = version(package)
+        fp = {**collect(world_size=args.ep, backend="gloo").to_dict(), package: fw_version}
+        measure = MOE_BLOCKS[args.framework][0]
+        out = JsonlWriter(args.out) if dist.get_rank() == 0 else None
+        try:
+            for i, setting in enumerate(MOE_EP_SHAPES, 1):
+                config, found = measure(**setting, ep=args.ep)
+                mine = record(args.framework, fw_version, config, found, fp)
+                every: list[Any] = [None] * args.ep if out is not None else []
+                dist.gather_object(mine, every if out is not None else None, dst=0)
+                if out is not None:
+                    for rec in every:
+                        out.write(rec)
+                    print(f"[{i}/{len(MOE_EP_SHAPES)}] {setting} ep={args.ep}: "
+                          + ", ".join(f"{sum(s['bytes'] for s in r['saved']) / 2**20:.1f}"
+                                      for r in every) + " MiB saved by rank", file=sys.stderr)
+        finally:
+            if out is not None:
+                out.close()
+    finally:
+        dist.destroy_process_group()
     return 0
 
 

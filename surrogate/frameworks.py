@@ -114,6 +114,12 @@ class FrameworkTraits:
     (0.2.2, measured by ``python -m microbench.saved_activations --moe``) keeps 4 more, the
     fp32 copy its routing scores weigh (before the experts, or their outputs after them).
     Other frameworks' weighting is not measured."""
+    moe_token_group_align: int = 0
+    """Rows its grouped GEMM pads each local expert's token group to: torchtitan (0.2.2) orders
+    the routed tokens into a buffer of round_up(routed tokens, 8) + 8 x local experts rows
+    (``TOKEN_GROUP_ALIGN_SIZE_M``, 8 in bf16; a static size, without a host sync), and its
+    experts keep every row (measured by ``python -m microbench.saved_activations --moe``, also
+    with ``--ep 2``). 0: no padding (others' bf16 grouped GEMMs; not measured)."""
     partial_recompute: bool = False
     """Its full recomputation can checkpoint only some layers of each pipeline stage
     (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block
@@ -308,6 +314,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             partial_recompute=True,
             partial_recompute_every_nth=True,
             moe_routed_bytes=6.0,
+            moe_token_group_align=8,
         ),
         FrameworkTraits(
             name="llm-foundry",

@@ -67,13 +67,14 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
-            float(fw.selective_per_op), float(fw.moe_routed_bytes))
+            float(fw.selective_per_op), float(fw.moe_routed_bytes),
+            float(fw.moe_token_group_align))
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
                       "saves_gathered_tp_inputs", "fused_swiglu", "selective_per_op",
-                      "moe_routed_bytes")
+                      "moe_routed_bytes", "moe_token_group_align")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,

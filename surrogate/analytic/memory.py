@@ -47,8 +47,12 @@ shared expert, and each of its top-k copies in expert order (2 h bytes, the expe
 input; torchtitan also the fp32 copy its routing scores weigh, 4 h:
 ``FrameworkTraits.moe_routed_bytes``, measured; the router's scores and indices, 4 E + 28 k
 bytes a token there, are left out; split by tp like the MLP, as torchtitan routes each
-rank's sequence shard); an MoE model's leading dense layers are averaged in per layer
-(DeepSeek-V2/V3 size them alike: ffn = (top-k + shared) x the expert width).
+rank's sequence shard). torchtitan's grouped GEMM also keeps the rows that pad its local
+experts' token groups, each like a routed token's GEMM input and expert activations
+(``moe_padding_rows``: 8 per local expert and up to a multiple of 8; measured, also under
+expert parallelism, where routing is taken as balanced). An MoE model's leading dense layers
+are averaged in per layer (DeepSeek-V2/V3 size them alike: ffn = (top-k + shared) x the
+expert width).
 
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
 interleaved, see ``pipeline``); the last stage holds one under 1F1B, ((v - 1) p + 1) / v
@@ -225,6 +229,11 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
                    c["ffn_hidden_size"])
     # The tokens in expert order, each of its top-k copies (FrameworkTraits.moe_routed_bytes).
     routed = tokens * c["experts_topk"] * h * c["moe_routed_bytes"]
+    # The rows that pad the experts' token groups on this rank, each kept like a routed
+    # token's GEMM input and expert activations (FrameworkTraits.moe_token_group_align).
+    unfused = 4 - (c["fused_swiglu"] > 0)
+    padding = moe_padding_rows(c, tokens * c["experts_topk"] / tp) * (
+        2 * h + unfused * 2 * c["moe_ffn_hidden_size"])
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
     projections = 2 * 2 * tokens * h + latents
@@ -236,9 +245,19 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "norm_inputs": np.where(sp, norms / tp, norms),
         "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
         "attention": attn / tp,
-        "mlp": ((4 - (c["fused_swiglu"] > 0)) * 2 * tokens * ffn
-                + np.where(moe, moe_frac * routed, 0.0)) / tp,
+        "mlp": (unfused * 2 * tokens * ffn + np.where(moe, moe_frac * routed, 0.0)) / tp
+               + np.where(moe, moe_frac * padding, 0.0),
     }
+
+
+def moe_padding_rows(c: Cols, routed_rows: Array | float) -> Array:
+    """Rows the grouped GEMM's buffer holds beyond ``routed_rows`` (the routed tokens an MoE
+    layer's experts receive on one rank): round_up(routed, a) + a x local experts - routed,
+    a = ``FrameworkTraits.moe_token_group_align`` (0: none)."""
+    align = c["moe_token_group_align"]
+    a = np.maximum(align, 1.0)
+    rows = np.ceil(np.asarray(routed_rows, dtype=np.float64) / a) * a - routed_rows
+    return np.where(align > 0, rows + align * c["num_experts"] / c["ep"], 0.0)
 
 
 def per_op_checkpoint_bytes(c: Cols) -> Array:

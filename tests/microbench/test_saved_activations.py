@@ -139,6 +139,17 @@ def test_moe_is_torchtitan_s_layer_without_recomputation(args, capsys):
     assert "--moe measures torchtitan's MoE layer without --recompute" in capsys.readouterr().err
 
 
+def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypatch):
+    with pytest.raises(SystemExit) as e:
+        main(["--ep", "2", "--out", "-"])
+    assert e.value.code == 2 and "--ep must be >= 1 and splits the experts of --moe" in (
+        capsys.readouterr().err)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match=r"--ep 2 runs under torchrun --nproc-per-node 2 "
+                                         r"\(WORLD_SIZE is unset\)"):
+        main(["--moe", "--ep", "2", "--out", "-"])
+
+
 def test_moe_layer_is_measured_without_tensor_parallelism():
     with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
         torchtitan_moe(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
