@@ -269,8 +269,8 @@ class LayoutConfig:
     others keep all their activations and are not recomputed); 0: every layer. Megatron-LM's
     ``--recompute-method block --recompute-num-layers N`` is N x vpp, torchtitan's
     ``selective_ac_option = "n"`` (every n-th block of a rank) floor(layers of the first rank
-    / n): the model gives every stage min(this, its layers), where torchtitan's stages with a
-    layer more than the first can checkpoint one more."""
+    / n): the model gives every stage min(this, its layers), and under torchtitan each rank
+    floor(its layers / n) (``analytic.flops.checkpointed_layers``)."""
     sequence_parallel: bool = False
     dtype: Dtype = "bf16"
     framework: str = "nanotron"

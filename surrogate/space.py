@@ -7,7 +7,7 @@ that checkpoints some layers (megatron, torchtitan), the share of each pipeline 
 checkpoints (``recompute_share``, :data:`RECOMPUTE_SHARES`). The rest is derived, following the
 conventions of :mod:`surrogate.config`: dp = GPUs / (tp x pp x cp), grad_accum = global
 batch / (dp x mbs), which must both be integers, and ``recompute_layers`` from the share
-(:func:`checkpointed_layers`). A point that breaks a rule is invalid
+(:func:`recompute_layers_for_share`). A point that breaks a rule is invalid
 (:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.search` treats that as a
 constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
 
@@ -65,8 +65,8 @@ becomes, and the derived degrees."""
 RECOMPUTE_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 """Shares of each pipeline stage's layers that full recomputation checkpoints, where the
 framework checkpoints some layers (``FrameworkTraits.partial_recompute``): a quarter to all.
-Each becomes the nearest count the framework writes (:func:`checkpointed_layers`), so shares
-that round to the same count are one layout."""
+Each becomes the nearest count the framework writes (:func:`recompute_layers_for_share`), so
+shares that round to the same count are one layout."""
 
 DEFAULT_ENUMERATION_LIMIT = 500_000
 
@@ -92,8 +92,8 @@ def stage_layers(framework: str, num_layers: int, pp: int, vpp: int) -> int:
     return num_layers // pp
 
 
-def checkpointed_layers(framework: str, num_layers: int, pp: int, vpp: int,
-                        share: float) -> int:
+def recompute_layers_for_share(framework: str, num_layers: int, pp: int, vpp: int,
+                               share: float) -> int:
     """``recompute_layers`` of full recomputation checkpointing ``share`` of a stage's layers
     (:func:`stage_layers`): the count the framework writes
     (``FrameworkTraits.checkpointed_layer_counts``, at most num_layers / pp:
@@ -273,8 +273,8 @@ class LayoutSpace:
                 f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
         if not 0.0 < share <= 1.0:
             raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
-        checkpointed = (checkpointed_layers(framework.name, self.model.num_layers, pp, vpp,
-                                            share) if share < 1.0 else 0)
+        checkpointed = (recompute_layers_for_share(framework.name, self.model.num_layers, pp,
+                                                   vpp, share) if share < 1.0 else 0)
         layout = LayoutConfig(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
             grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
@@ -406,16 +406,17 @@ class LayoutSpace:
         return validate_table(table_frame(frame), messages=False).table
 
     def _checkpointed(self, p: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``recompute_layers`` of each point of columns ``p`` (:func:`checkpointed_layers`),
-        judged once per distinct framework, pipeline and share."""
+        """``recompute_layers`` of each point of columns ``p``
+        (:func:`recompute_layers_for_share`), judged once per distinct framework, pipeline and
+        share."""
         share = p["recompute_share"].astype(np.float64)
         out = np.zeros(len(share), dtype=np.int64)
         part = np.flatnonzero(share < 1.0)
         if part.size:
             codes, counts = per_group(
                 [p["framework"][part], p["pp"][part], p["vpp"][part], share[part]],
-                lambda f, pp, vpp, s: checkpointed_layers(str(f), self.model.num_layers,
-                                                          int(pp), int(vpp), float(s)))
+                lambda f, pp, vpp, s: recompute_layers_for_share(
+                    str(f), self.model.num_layers, int(pp), int(vpp), float(s)))
             out[part] = np.asarray(counts, dtype=np.int64)[codes]
         return out
 

@@ -13,13 +13,13 @@ from surrogate.presets import get_preset
 from surrogate.space import (
     LayoutSpace,
     batch_seqs_from_tokens,
-    checkpointed_layers,
     divisors,
     layout_key,
     layout_keys,
     layout_label,
     layout_labels,
     point_of,
+    recompute_layers_for_share,
     stage_layers,
 )
 
@@ -159,10 +159,11 @@ def test_full_recomputation_of_a_share_of_each_stage() -> None:
     assert ks[("torchtitan", 1, 1)] == {0, 8, 16}
     assert len({layout_key(c) for c in configs}) == len(configs)
     assert any("rc-full-k8" in layout_label(c) for c in configs)
-    assert checkpointed_layers("torchtitan", 32, 1, 1, 0.75) == 0  # 24: 16 and 32 tie; all
-    assert checkpointed_layers("megatron", 32, 4, 1, 0.3) == 2  # 2.4 of 8
+    # 24 of 32: torchtitan's 16 and 32 tie, and the larger (all) wins.
+    assert recompute_layers_for_share("torchtitan", 32, 1, 1, 0.75) == 0
+    assert recompute_layers_for_share("megatron", 32, 4, 1, 0.3) == 2  # 2.4 of 8
     assert stage_layers("torchtitan", 32, 3, 1) == 11  # 34 slots: 12, 11, 11, less 1 at ends
-    assert checkpointed_layers("torchtitan", 32, 3, 1, 0.5) == 5  # floor(11 / 2)
+    assert recompute_layers_for_share("torchtitan", 32, 3, 1, 0.5) == 5  # floor(11 / 2)
     every = LayoutSpace(**{**SMALL, "frameworks": ("megatron",),  # type: ignore[arg-type]
                            "recompute_shares": (1.0,)})
     assert not any(c.layout.recompute_layers for c in every.enumerate())

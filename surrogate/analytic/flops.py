@@ -41,6 +41,7 @@ from __future__ import annotations
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.pipeline import weighted_rank_layers
 
 
 def attention_params_per_layer(c: Cols) -> Array:
@@ -142,11 +143,27 @@ def per_op_recompute(c: Cols) -> Array:
 
 def checkpointed_layers(c: Cols, layers: Array) -> Array:
     """How many of a stage's ``layers`` full recomputation checkpoints: all of them, or
-    ``recompute_layers`` where that is given (``LayoutConfig.recompute_layers``); none
-    without full recomputation."""
+    ``recompute_layers`` where that is given (``LayoutConfig.recompute_layers``, at most the
+    stage's layers); none without full recomputation. Under torchtitan's split the count is
+    its every-n-th block's on each rank, floor(layers / n), with the n that gives the first
+    rank ``recompute_layers`` (:func:`every_nth_block`): a rank with a layer more than the
+    first can checkpoint one more."""
     k = c["recompute_layers"]
+    n = every_nth_block(c)
     some = np.where(k > 0, np.minimum(k, layers), layers)
+    some = np.where(n > 0, np.floor(layers / np.maximum(n, 1.0)), some)
     return np.where(c["recompute"] == 2, some, 0.0)
+
+
+def every_nth_block(c: Cols) -> Array:
+    """torchtitan's ``selective_ac_option`` n for ``recompute_layers`` k: the smallest n >= 2
+    with floor(l / n) = k, l the first rank's layers (what launch files write and ingest
+    reads); 0 where the split is not torchtitan's, k is 0 or no n gives k."""
+    k = c["recompute_layers"]
+    first = weighted_rank_layers(c, 0)
+    n = np.maximum(np.floor(first / (k + 1.0)) + 1.0, 2.0)
+    gives = (k > 0) & (np.floor(first / n) == k) & (c["weighted_pipeline_split"] > 0)
+    return np.where(gives, n, 0.0)
 
 
 def full_recompute_share(c: Cols) -> Array:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surrogate.analytic import flops
+from surrogate.analytic import flops, pipeline
 from surrogate.analytic.inputs import RECOMPUTE_CODE, to_cols
 from surrogate.config import ModelConfig
 
@@ -148,3 +148,25 @@ def test_some_layers_recomputed_add_their_share_of_a_third(config):
                         recompute_layers=k, sequence_parallel=False) for k in (0, 2, 4, 8)])
     ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
     np.testing.assert_allclose(ratio, [4 / 3, 1 + 1 / 12, 1 + 1 / 6, 4 / 3], rtol=1e-12)
+
+
+def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
+    """torchtitan's every-n-th block counts on each rank: 30 layers on 4 ranks are 7, 8, 8, 7
+    (its split gives the embedding's and the head's slots to the end ranks), and n = 2 gives
+    the first rank 3 (recompute_layers) but ranks 1 and 2 four. Megatron's block method
+    checkpoints the same N on every stage."""
+    model = ModelConfig(num_layers=30, hidden_size=256, ffn_hidden_size=512, num_heads=4,
+                        num_kv_heads=4, vocab_size=1000, seq_len=128)
+    c = to_cols([config(model, dp=2, pp=4, framework=f, recompute="full", recompute_layers=3,
+                        sequence_parallel=False) for f in ("torchtitan", "megatron")])
+    np.testing.assert_array_equal(flops.every_nth_block(c), [2.0, 0.0])
+    ranks = np.stack([pipeline.weighted_rank_layers(c, i) for i in range(4)])
+    np.testing.assert_array_equal(ranks[:, 0], [7, 8, 8, 7])
+    got = np.stack([flops.checkpointed_layers(c, ranks[i]) for i in range(4)])
+    np.testing.assert_array_equal(got[:, 0], [3, 4, 4, 3])
+    np.testing.assert_array_equal(flops.checkpointed_layers(c, np.full(2, 8.0))[1], 3)
+    # No n gives 5 of 7 layers (floor(7 / n) is 3, 2 or 1): the count itself, at most a rank's.
+    five = to_cols([config(model, dp=2, pp=4, framework="torchtitan", recompute="full",
+                           recompute_layers=5, sequence_parallel=False)])
+    assert flops.every_nth_block(five)[0] == 0.0
+    assert flops.checkpointed_layers(five, np.array([8.0]))[0] == 5

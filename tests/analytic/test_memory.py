@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from surrogate.analytic import memory, pipeline
+from surrogate.analytic import flops, memory, pipeline
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import param
 from surrogate.config import ModelConfig
@@ -463,9 +463,11 @@ def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
 @pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
 @pytest.mark.parametrize("pp", [1, 4])
 def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp):
-    """Checkpointing k of a stage's layers keeps, on every stage, k layers' inputs and the
-    rest of the layers whole: linear in k, from no recomputation (k = 0) to full
-    recomputation (k = the stage's layers, or more; recompute_layers=0 means all)."""
+    """Checkpointing some of a stage's layers keeps, on every stage, their inputs and the
+    rest of the layers whole: linear in the stage's checkpointed count
+    (``flops.checkpointed_layers``: min(k, its layers) under Megatron, floor(its layers / n)
+    under torchtitan), from no recomputation (none) to full recomputation (every layer;
+    recompute_layers=0 means all)."""
     kw = dict(dp=8 // pp, pp=pp, grad_accum=8, framework=framework, sequence_parallel=False)
     counts = list(range(1, 32 // pp + 1))
     c = to_cols([config("llama3-8b", **kw, recompute="none")]
@@ -474,11 +476,14 @@ def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp
                 + [config("llama3-8b", **kw, recompute="full")])
     for stage in range(pp):
         acts = memory.stage_memory(c, stage)["activations"]
-        layers = int(pipeline.stage_layers(c, stage)[0])  # torchtitan's stages differ
-        saving = -np.diff(acts[:-1])[:layers]  # k = 0 .. the stage's layers
-        assert np.all(saving > 0)
-        np.testing.assert_allclose(saving, saving[0], rtol=1e-9)
-        np.testing.assert_allclose(acts[layers:], acts[-1], rtol=1e-12)  # k >= its layers
+        layers = pipeline.stage_layers(c, stage)  # torchtitan's stages differ
+        checkpointed = flops.checkpointed_layers(c, layers)
+        np.testing.assert_array_equal(checkpointed[[0, -1]], [0, layers[0]])
+        saving = (acts[0] - acts) / (acts[0] - acts[-1])  # 0 none .. 1 every layer
+        np.testing.assert_allclose(saving, checkpointed / layers, rtol=1e-9, atol=1e-12)
+        if framework == "megatron":
+            np.testing.assert_array_equal(checkpointed[1:-1],
+                                          np.minimum(counts, layers[0]))
     layers = float(pipeline.first_stage_layers(c)[0])
     none, ckpt = (float(memory.activation_bytes_per_layer(c)[i]) for i in (0, -1))
     assert memory.stage_activation_bytes(c, layers)[2] == pytest.approx(
