@@ -58,7 +58,8 @@ DIMENSIONS: tuple[str, ...] = (
 ``recompute_share`` is a choice only where the point's recomputation is full and its framework
 checkpoints some layers; elsewhere it is 1 (every layer, or none)."""
 
-KEY_FIELDS: tuple[str, ...] = (*DIMENSIONS[:-1], "recompute_layers", "dp", "grad_accum")
+KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d != "recompute_share"),
+                               "recompute_layers", "dp", "grad_accum")
 """What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
 becomes, and the derived degrees."""
 
@@ -265,8 +266,11 @@ class LayoutSpace:
                                             sequence_parallel=sp)  # under 1F1B (module doc)
         if problem:
             raise ConfigError(problem)
-        share = float(p.get("recompute_share", 1.0))
-        if share != 1.0 and not self._partial(recompute, framework.name):
+        # A share pinned by ``fixed`` holds where the share is a choice; a point's own holds
+        # everywhere (and is refused where it means nothing).
+        partial = self._partial(recompute, framework.name)
+        share = float((p if partial else point).get("recompute_share", 1.0))
+        if share != 1.0 and not partial:
             raise ConfigError(
                 f"recompute_share below 1 needs full recomputation on a framework that "
                 f"checkpoints some layers ({', '.join(_partial_frameworks())}), got "
@@ -379,13 +383,14 @@ class LayoutSpace:
         partial = np.array([[self._partial(r, f) for f in ch["framework"]]
                             for r in ch["recompute"]], dtype=bool)[
             index[1 + rest.index("recompute")], index[1 + rest.index("framework")]]
-        share_at = np.asarray(ch["recompute_share"], dtype=np.float64)[index[-1]]
-        keep &= partial | (share_at == 1.0)
+        keep &= partial | (index[-1] == 0)  # one row where the share is no choice
+        partial = partial[keep]
         index = [i[keep] for i in index]
         head = heads_arr[index[0]]
         p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
         for k, i in zip(rest, index[1:], strict=True):
             p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
+        p["recompute_share"] = np.where(partial, p["recompute_share"], 1.0)
         p["recompute_layers"] = self._checkpointed(p)
         # Shares that give the same count are one layout: the first of them is kept.
         others = np.ravel_multi_index(index[:-1], (len(heads), *(len(ch[k]) for k in rest[:-1])))

@@ -190,3 +190,18 @@ def test_the_share_is_a_choice_only_where_it_means_something() -> None:
             LayoutSpace(**{**SMALL, "recompute_shares": shares})  # type: ignore[arg-type]
     only = LayoutSpace(**{**SMALL, "frameworks": ("nanotron",)})  # type: ignore[arg-type]
     assert only.choices()["recompute_share"] == [1.0]
+
+
+def test_a_fixed_share_holds_where_the_share_is_a_choice() -> None:
+    """Pinning the share keeps every layout where it means nothing (no recomputation, or a
+    framework that recomputes all or none) and checkpoints that share where it does."""
+    base = dict(model=get_preset("8b"), global_batch_seqs=16, node_counts=(1,),
+                frameworks=("megatron", "nanotron"), max_cp=1, max_vpp=1, max_mbs=1)
+    half = LayoutSpace(**base, fixed={"recompute_share": 0.5})  # type: ignore[arg-type]
+    every = half.enumerate()
+    assert layout_keys(half.table()) == [layout_key(c) for c in every]
+    kinds = {(c.layout.framework, c.layout.recompute, c.layout.recompute_layers > 0)
+             for c in every}
+    assert ("megatron", "full", False) not in kinds  # every layer is not the pinned share
+    assert {("megatron", "full", True), ("megatron", "none", False),
+            ("nanotron", "full", False), ("nanotron", "none", False)} <= kinds
