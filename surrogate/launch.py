@@ -219,10 +219,13 @@ def _rank0_layers(cfg: TrainingConfig) -> int:
 
 def _every_nth_block(cfg: TrainingConfig) -> int | None:
     """The smallest n >= 2 for which torchtitan's every-n-th-block checkpointing checkpoints
-    ``recompute_layers`` of the first rank's layers (floor(layers / n)), or None."""
-    layers = _rank0_layers(cfg)
-    return next((n for n in range(2, layers + 1)
-                 if layers // n == cfg.layout.recompute_layers), None)
+    ``recompute_layers`` of the first rank's layers (floor(layers / n)), or None: the n the
+    analytic model counts with (``analytic.flops.every_nth_block``)."""
+    from surrogate.analytic.flops import every_nth_block
+    from surrogate.analytic.inputs import to_cols
+
+    n = int(every_nth_block(to_cols([cfg]))[0])
+    return n or None
 
 
 def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:

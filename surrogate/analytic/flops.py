@@ -160,9 +160,12 @@ def every_nth_block(c: Cols) -> Array:
     with floor(l / n) = k, l the first rank's layers (what launch files write and ingest
     reads); 0 where the split is not torchtitan's, k is 0 or no n gives k."""
     k = c["recompute_layers"]
+    counted = (k > 0) & (c["weighted_pipeline_split"] > 0)
+    if not np.any(counted):  # the common case, on the step model's hot path
+        return np.zeros_like(k, dtype=np.float64)
     first = weighted_rank_layers(c, 0)
     n = np.maximum(np.floor(first / (k + 1.0)) + 1.0, 2.0)
-    gives = (k > 0) & (np.floor(first / n) == k) & (c["weighted_pipeline_split"] > 0)
+    gives = counted & (np.floor(first / n) == k)
     return np.where(gives, n, 0.0)
 
 
