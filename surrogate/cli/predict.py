@@ -11,6 +11,18 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
+from surrogate.cli.shape_options import (
+    ExpertsOpt,
+    FfnOpt,
+    HeadsOpt,
+    HiddenOpt,
+    KvHeadsOpt,
+    LayersOpt,
+    MoeFfnOpt,
+    TieOpt,
+    TopkOpt,
+    VocabOpt,
+)
 
 
 def _load_config_file(path: Path) -> dict[str, Any]:
@@ -174,17 +186,17 @@ def predict_cmd(
     analytic: Annotated[bool, typer.Option("--analytic", help="The analytic model alone, without the learned correction.")] = False,
     model_dir: Annotated[Path | None, typer.Option(help="A trained model directory (default: the bundled model).")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="Show the learned correction and its largest contributions.")] = False,
-    num_layers: Annotated[int | None, typer.Option(help="Model shape flags override the preset.")] = None,
-    hidden_size: Annotated[int | None, typer.Option()] = None,
-    ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
-    num_heads: Annotated[int | None, typer.Option()] = None,
-    num_kv_heads: Annotated[int | None, typer.Option()] = None,
-    vocab_size: Annotated[int | None, typer.Option()] = None,
-    seq_len: Annotated[int | None, typer.Option()] = None,
-    tie_embeddings: Annotated[bool | None, typer.Option("--tie-embeddings/--no-tie-embeddings")] = None,
-    num_experts: Annotated[int | None, typer.Option()] = None,
-    experts_topk: Annotated[int | None, typer.Option()] = None,
-    moe_ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
+    num_layers: LayersOpt = None,
+    hidden_size: HiddenOpt = None,
+    ffn_hidden_size: FfnOpt = None,
+    num_heads: HeadsOpt = None,
+    num_kv_heads: KvHeadsOpt = None,
+    vocab_size: VocabOpt = None,
+    seq_len: Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")] = None,
+    tie_embeddings: TieOpt = None,
+    num_experts: ExpertsOpt = None,
+    experts_topk: TopkOpt = None,
+    moe_ffn_hidden_size: MoeFfnOpt = None,
     gpu: Annotated[str | None, typer.Option(help="GPU, e.g. H100-SXM-80GB, H100, A100-40GB, B200.")] = None,
     gpus_per_node: Annotated[int | None, typer.Option()] = None,
     nodes: Annotated[int | None, typer.Option("--nodes", "--num-nodes")] = None,

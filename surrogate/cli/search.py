@@ -9,6 +9,19 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
+from surrogate.cli.shape_options import (
+    ExpertsOpt,
+    FfnOpt,
+    HeadsOpt,
+    HiddenOpt,
+    KvHeadsOpt,
+    LayersOpt,
+    MoeFfnOpt,
+    TieOpt,
+    TopkOpt,
+    VocabOpt,
+    shape_flags,
+)
 from surrogate.errors import ConfigError
 
 ModelOpt = Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")]
@@ -170,14 +183,16 @@ def search_cmd(
     model: ModelOpt = None,
     hf_config: HfOpt = None,
     seq_len: SeqOpt = None,
-    num_layers: Annotated[int | None, typer.Option(help="Model shape flags override the preset.")] = None,
-    hidden_size: Annotated[int | None, typer.Option()] = None,
-    ffn_hidden_size: Annotated[int | None, typer.Option()] = None,
-    num_heads: Annotated[int | None, typer.Option()] = None,
-    num_kv_heads: Annotated[int | None, typer.Option()] = None,
-    vocab_size: Annotated[int | None, typer.Option()] = None,
-    num_experts: Annotated[int | None, typer.Option()] = None,
-    experts_topk: Annotated[int | None, typer.Option()] = None,
+    num_layers: LayersOpt = None,
+    hidden_size: HiddenOpt = None,
+    ffn_hidden_size: FfnOpt = None,
+    num_heads: HeadsOpt = None,
+    num_kv_heads: KvHeadsOpt = None,
+    vocab_size: VocabOpt = None,
+    tie_embeddings: TieOpt = None,
+    num_experts: ExpertsOpt = None,
+    experts_topk: TopkOpt = None,
+    moe_ffn_hidden_size: MoeFfnOpt = None,
     gpu: GpuOpt = "H100-SXM-80GB",
     gpus_per_node: GpnOpt = 8,
     nodes: NodesOpt = "1",
@@ -220,10 +235,7 @@ def search_cmd(
         from surrogate.outputs import check_writable_dir
 
         check_writable_dir(launch_dir, flag="--launch-dir")
-    m = model_config(model, hf_config, seq_len, dict(
-        num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
-        num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size,
-        num_experts=num_experts, experts_topk=experts_topk))
+    m = model_config(model, hf_config, seq_len, shape_flags(locals()))
     space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
@@ -327,6 +339,16 @@ def propose_cmd(
     model: ModelOpt = None,
     hf_config: HfOpt = None,
     seq_len: SeqOpt = None,
+    num_layers: LayersOpt = None,
+    hidden_size: HiddenOpt = None,
+    ffn_hidden_size: FfnOpt = None,
+    num_heads: HeadsOpt = None,
+    num_kv_heads: KvHeadsOpt = None,
+    vocab_size: VocabOpt = None,
+    tie_embeddings: TieOpt = None,
+    num_experts: ExpertsOpt = None,
+    experts_topk: TopkOpt = None,
+    moe_ffn_hidden_size: MoeFfnOpt = None,
     gpu: GpuOpt = "H100-SXM-80GB",
     gpus_per_node: GpnOpt = 8,
     nodes: NodesOpt = "1",
@@ -365,7 +387,7 @@ def propose_cmd(
     from surrogate.progress import bars
     from surrogate.search import Limits
 
-    m = model_config(model, hf_config, seq_len, {})
+    m = model_config(model, hf_config, seq_len, shape_flags(locals()))
     space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,

@@ -103,9 +103,9 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     rnd = tmp_path / "round-1"
-    args = ["propose", "--round", str(rnd), "--k", "3", *SMALL]
+    args = ["propose", "--round", str(rnd), "--k", "3", *SMALL, "--num-layers", "12"]
     assert main(args) == 0
-    assert (rnd / "proposals.csv").exists()
+    assert (pd.read_csv(rnd / "proposals.csv")["num_layers"] == 12).all()  # the flag's model
     table = capsys.readouterr().out
     assert "round-1: 3 proposed runs" in table and "why" in table
     assert "MFU gain" in table or "OOM edge" in table
@@ -128,6 +128,31 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     text = capsys.readouterr().out
     assert "proposing model" in text and "analytic model" in text and "mfu_mape" in text
     assert "MLflow: run " in text and "mlflow ui --backend-store-uri" in text
+
+
+def test_every_layout_command_takes_every_shape_flag() -> None:
+    import typer.main
+
+    from surrogate.cli.app import app
+    from surrogate.cli.shape_options import SHAPE_FLAGS
+
+    commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
+    for name in ("predict", "search", "propose"):
+        params = {p.name for p in commands[name].params}
+        assert set(SHAPE_FLAGS) <= params, (name, set(SHAPE_FLAGS) - params)
+
+
+def test_search_shape_flags_override_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["search", "--model", "mixtral", "--nodes", "1", "--global-batch-seqs", "8",
+            "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "1", "--recompute", "full",
+            "--trials", "0", "--analytic", "--json", "--top-k", "1"]
+    assert main(args) == 0
+    preset = json.loads(capsys.readouterr().out)["top"][0]
+    assert main([*args, "--num-layers", "8", "--moe-ffn-hidden-size", "4096",
+                 "--tie-embeddings"]) == 0
+    custom = json.loads(capsys.readouterr().out)["top"][0]
+    assert (preset["num_layers"], custom["num_layers"]) == (32, 8)
+    assert custom["moe_ffn_hidden_size"] == 4096 and custom["tie_embeddings"]
 
 
 def test_heatmap_png_and_html(tmp_path: Path) -> None:
