@@ -57,8 +57,12 @@ to ``TOKEN_GROUP_ALIGN_SIZE_M`` rows, with two stand-ins: :func:`integer_histc` 
 integer histogram, and :func:`cpu_permute_indices` for the Triton kernel that orders and pads
 the token groups (torchtitan's own CPU implementation of it). With ``--ep N`` under ``torchrun
 --nproc-per-node N`` (gloo), the experts are split by torchtitan's ``ExpertParallel`` (tokens
-sent to their experts' rank by all-to-all), at :data:`MOE_EP_SHAPES`, each rank's own tokens
-drawn from its own seed: one record per rank, with the routed tokens it received.
+sent to their experts' rank by all-to-all), at :func:`expert_parallel_shapes`, each rank's own
+tokens drawn from its own seed: one record per rank, with the routed tokens it received.
+``--framework megatron --moe``: Megatron-Core's ``MoELayer`` (:func:`megatron_moe`; the
+all-to-all token dispatcher, the experts one by one, its GPU path's grouped GEMM being
+Transformer Engine's, which needs a GPU) at :data:`MEGATRON_MOE_SHAPES`, on the stand-ins of
+:func:`_megatron_on_cpu`, and with ``--ep N`` split by its own expert parallelism.
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
@@ -253,6 +257,64 @@ def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
         return s.config, saved
 
 
+class _OneStream:
+    """The CPU's one stream, where Megatron's MoE token dispatcher asks for a CUDA stream to
+    copy its token counts to the host on, and for an event to wait on: both are no-ops."""
+
+    def wait_stream(self, *_: Any) -> None:
+        pass
+
+    def record_event(self, *_: Any) -> _OneStream:
+        return self
+
+    def synchronize(self) -> None:
+        pass
+
+
+@contextmanager
+def _megatron_on_cpu() -> Iterator[None]:
+    """Megatron-Core 0.16.1 on a CPU, with stand-ins that change no tensor it saves: its
+    buffers, allocated on ``torch.cuda.current_device()``, go to the CPU; its checkpointing
+    saves the CPU generator's state where it saves the CUDA one's; its MoE token dispatcher's
+    side stream and events are :class:`_OneStream`, and its copy of the token counts to the
+    host returns host arrays as it does from a GPU (on a CPU tensor it returns the tensor,
+    which the all-to-all refuses as split sizes); and its router's GEMM, which tests a name
+    bound only when Transformer Engine imports (``te_general_gemm``, a NameError without it in
+    0.16.1), finds it None and runs its own fallback."""
+    import contextlib
+
+    import megatron.core.transformer.moe.moe_utils as moe_utils
+    import megatron.core.transformer.moe.token_dispatcher as token_dispatcher
+    import torch
+    from megatron.core.tensor_parallel import random as megatron_random
+
+    def to_host(tensor: Any, as_numpy: bool = False, record_stream: bool = False) -> Any:
+        # what its copy of a CUDA tensor returns: a host array where it asks for one
+        return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
+
+    stream = _OneStream()
+    patches = [(torch.cuda, "current_device", lambda: "cpu"),
+               (megatron_random, "_get_all_rng_states",
+                lambda: (torch.get_rng_state(), None, {})),
+               (torch.cuda, "Stream", lambda *_, **__: stream),
+               (torch.cuda, "current_stream", lambda *_, **__: stream),
+               (torch.cuda, "stream", lambda *_: contextlib.nullcontext()),
+               (moe_utils, "te_general_gemm", None),
+               (token_dispatcher, "maybe_move_tensor_to_cpu", to_host)]
+    missing = object()
+    before = [(owner, name, getattr(owner, name, missing)) for owner, name, _ in patches]
+    for owner, name, value in patches:
+        setattr(owner, name, value)
+    try:
+        yield
+    finally:
+        for owner, name, value in before:
+            if value is missing:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, value)
+
+
 @contextmanager
 def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
                     mbs: int, tp: int, fused_swiglu: bool = True, num_layers: int | None = None,
@@ -290,13 +352,8 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
             b, n, s, d = o.shape
             return o.permute(2, 0, 1, 3).reshape(s, b, n * d)
 
-    current_device = torch.cuda.current_device
-    rng_states = megatron_random._get_all_rng_states
     tracker = megatron_random.get_cuda_rng_tracker()
-    with _fake_world(tp):
-        torch.cuda.current_device = lambda: "cpu"  # type: ignore[assignment]
-        # its checkpointing saves and restores the CUDA generator's state: the CPU's alone here
-        megatron_random._get_all_rng_states = lambda: (torch.get_rng_state(), None, {})
+    with _fake_world(tp), _megatron_on_cpu():
         try:
             parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
                                                      create_gloo_process_groups=False)
@@ -343,8 +400,6 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
             yield Stack(run=lambda: modules(x, attention_mask=None, rotary_pos_emb=rotary),
                         inputs=(x, rotary), modules=modules, config=config)
         finally:
-            torch.cuda.current_device = current_device  # type: ignore[assignment]
-            megatron_random._get_all_rng_states = rng_states
             tracker.__dict__.pop("fork", None)  # the class's own again
             parallel_state.destroy_model_parallel()
 
@@ -379,9 +434,6 @@ MOE_SHAPES: tuple[dict[str, Any], ...] = tuple(
 )
 """torchtitan's MoE layer: experts, top-k, a shared expert or none, and where the routing
 scores weigh the tokens (before the experts, llama4's choice, or after them, DeepSeek-V3's)."""
-MOE_EP_SHAPES: tuple[dict[str, Any], ...] = tuple(
-    s for s in MOE_SHAPES if not s["num_shared_experts"])
-"""Under expert parallelism (``--ep``): the shapes without a shared expert (it is not split)."""
 
 
 @contextmanager
@@ -475,11 +527,97 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     return config, saved
 
 
+def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int, top_k: int,
+                 num_shared_experts: int, score_before_experts: bool, seq_len: int, mbs: int,
+                 tp: int, fused_swiglu: bool = True, ep: int = 1
+                 ) -> tuple[dict[str, Any], list[Saved]]:
+    """Megatron-Core's MoE layer (``MoELayer`` of the local GPT spec: top-k softmax router
+    without load-balancing loss, its softmax after the top-k but at top-1, where Megatron
+    asks for it before, the all-to-all token dispatcher, dropless, the experts one by
+    one, ``SequentialMLP``, SwiGLU with its fusion on or off, an optional shared expert, the
+    routing scores weighing the tokens before the experts, ``moe_apply_probs_on_input``, or
+    the activations inside them) on ``mbs x seq_len`` bf16 tokens, its experts split over the
+    ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1: its configuration
+    and what its forward saves on this rank. Stand-ins: :func:`_megatron_on_cpu`."""
+    import contextlib
+
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+
+    if tp != 1:
+        raise ValueError(f"the MoE layer is measured without tensor parallelism, got tp={tp}")
+    try:
+        from megatron.core import parallel_state
+        from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+        from megatron.core.transformer.spec_utils import build_module
+        from megatron.core.transformer.transformer_config import TransformerConfig
+    except ImportError as e:
+        raise SystemExit(f"{NEEDS_MEGATRON}: {e}") from None
+    if ep > 1 and (not dist.is_initialized() or dist.get_world_size() != ep):
+        raise SystemExit(f"--ep {ep} runs under torchrun --nproc-per-node {ep}")
+    world = _fake_world(1) if ep == 1 else contextlib.nullcontext()
+    with world, _megatron_on_cpu():
+        parallel_state.initialize_model_parallel(expert_model_parallel_size=ep,
+                                                 create_gloo_process_groups=False)
+        try:
+            rank = dist.get_rank()
+            torch.manual_seed(0)  # the router's weights alike on every rank
+            shared = num_shared_experts * moe_ffn_hidden_size
+            cfg = TransformerConfig(
+                num_layers=1, hidden_size=hidden_size, num_attention_heads=8,
+                ffn_hidden_size=moe_ffn_hidden_size, moe_ffn_hidden_size=moe_ffn_hidden_size,
+                num_moe_experts=num_experts, moe_router_topk=top_k,
+                moe_shared_expert_intermediate_size=shared or None,
+                moe_apply_probs_on_input=score_before_experts,
+                moe_router_pre_softmax=top_k == 1,  # Megatron asks for it at top-1 only
+                moe_router_load_balancing_type="none", moe_token_dispatcher_type="alltoall",
+                expert_model_parallel_size=ep, gated_linear_unit=True, activation_func=F.silu,
+                normalization="RMSNorm", add_bias_linear=False,
+                bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
+                params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0,
+                attention_dropout=0.0)
+            spec = get_gpt_layer_local_spec(num_experts=num_experts, moe_grouped_gemm=False,
+                                            normalization="RMSNorm")
+            moe = build_module(spec.submodules.mlp, config=cfg)
+            torch.manual_seed(1 + rank)  # each rank's own tokens
+            x = torch.randn(seq_len, mbs, hidden_size, dtype=torch.bfloat16,
+                            requires_grad=True)
+            saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
+            splits = moe.token_dispatcher.output_splits
+            received = (mbs * seq_len * top_k if ep == 1 or splits is None
+                        else int(sum(splits)))
+        finally:
+            parallel_state.destroy_model_parallel()
+    config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
+              "num_experts": num_experts, "top_k": top_k,
+              "num_shared_experts": num_shared_experts,
+              "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
+              "tp": tp, "ep": ep, "rank": rank, "grouped_mm": False, "token_group_align": 0,
+              "fused_swiglu": fused_swiglu, "router_pre_softmax": top_k == 1,
+              "routed_tokens": received}
+    return config, saved
+
+
+MEGATRON_MOE_SHAPES: tuple[dict[str, Any], ...] = tuple(
+    {**s, "fused_swiglu": fused} for fused in (True, False) for s in MOE_SHAPES
+    if s["top_k"] == 1 or not s["score_before_experts"])
+"""Megatron-Core's MoE layer: :data:`MOE_SHAPES` but the scores before the experts with top-2
+(Megatron applies them to the input only with top-1), its SwiGLU fused and not."""
+
 MOE_BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
                             tuple[dict[str, Any], ...]]] = {
     "torchtitan": (torchtitan_moe, MOE_SHAPES),
+    "megatron": (megatron_moe, MEGATRON_MOE_SHAPES),
 }
 """Each framework's MoE layer and the shapes it is measured at (``--moe``)."""
+
+
+def expert_parallel_shapes(shapes: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
+    """The shapes measured under expert parallelism (``--ep``): those without a shared expert
+    (it is not split) and, where the SwiGLU's fusion is a choice, with it on."""
+    return tuple(s for s in shapes
+                 if not s["num_shared_experts"] and s.get("fused_swiglu", True))
 
 KEPT_SCHEMA = "surrogate.kept_activations/1"
 KEPT_LAYERS = 4
@@ -615,14 +753,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "each recomputation setting (schema surrogate.kept_activations/1)")
     ap.add_argument("--moe", action="store_true",
                     help="what an MoE layer (router, experts, shared expert) saves, in place "
-                         "of the dense block (torchtitan only)")
+                         "of the dense block")
     ap.add_argument("--ep", type=int, default=1,
                     help="with --moe: split the experts over this many ranks (run under "
                          "torchrun --nproc-per-node EP; gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
-        ap.error(f"--moe measures {', '.join(MOE_BLOCKS)}'s MoE layer without --recompute")
+        ap.error("--moe measures an MoE layer without --recompute")
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.ep > 1:
@@ -667,10 +805,11 @@ def _main_expert_parallel(args: argparse.Namespace) -> int:
         package = PACKAGES[args.framework][0]
         fw_version = version(package)
         fp = {**collect(world_size=args.ep, backend="gloo").to_dict(), package: fw_version}
-        measure = MOE_BLOCKS[args.framework][0]
+        measure, shapes = MOE_BLOCKS[args.framework]
+        ep_shapes = expert_parallel_shapes(shapes)
         out = JsonlWriter(args.out) if dist.get_rank() == 0 else None
         try:
-            for i, setting in enumerate(MOE_EP_SHAPES, 1):
+            for i, setting in enumerate(ep_shapes, 1):
                 config, found = measure(**setting, ep=args.ep)
                 mine = record(args.framework, fw_version, config, found, fp)
                 every: list[Any] = [None] * args.ep if out is not None else []
@@ -678,7 +817,7 @@ def _main_expert_parallel(args: argparse.Namespace) -> int:
                 if out is not None:
                     for rec in every:
                         out.write(rec)
-                    print(f"[{i}/{len(MOE_EP_SHAPES)}] {setting} ep={args.ep}: "
+                    print(f"[{i}/{len(ep_shapes)}] {setting} ep={args.ep}: "
                           + ", ".join(f"{sum(s['bytes'] for s in r['saved']) / 2**20:.1f}"
                                       for r in every) + " MiB saved by rank", file=sys.stderr)
         finally:

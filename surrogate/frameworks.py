@@ -113,13 +113,20 @@ class FrameworkTraits:
     the experts' first GEMM saves (every dropless implementation gathers one); torchtitan
     (0.2.2, measured by ``python -m microbench.saved_activations --moe``) keeps 4 more, the
     fp32 copy its routing scores weigh (before the experts, or their outputs after them).
-    Other frameworks' weighting is not measured."""
+    Megatron-Core (0.16.1, measured by ``python -m microbench.saved_activations --framework
+    megatron --moe``) keeps the 2 alone: its scores weigh the experts' SwiGLU inside the fused
+    function, which keeps one bf16 score per routed token. With ``moe_apply_probs_on_input``
+    (top-1 only; not modelled) it keeps 2 more, the tokens before the scores weigh them.
+    nanotron's weighting is not measured."""
     moe_token_group_align: int = 0
     """Rows its grouped GEMM pads each local expert's token group to: torchtitan (0.2.2) orders
     the routed tokens into a buffer of round_up(routed tokens, 8) + 8 x local experts rows
     (``TOKEN_GROUP_ALIGN_SIZE_M``, 8 in bf16; a static size, without a host sync), and its
     experts keep every row (measured by ``python -m microbench.saved_activations --moe``, also
-    with ``--ep 2``). 0: no padding (others' bf16 grouped GEMMs; not measured)."""
+    with ``--ep 2``). 0: no padding: Megatron-Core's dropless experts run one by one
+    (``SequentialMLP``, measured on 0.16.1 without and with expert parallelism; its GPU
+    path's grouped GEMM, Transformer Engine's ``TEGroupedMLP``, is not) on the routed tokens
+    alone; nanotron's are not measured."""
     partial_recompute: bool = False
     """Its full recomputation can checkpoint only some layers of each pipeline stage
     (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block

@@ -45,8 +45,9 @@ latent and its norm, key-value latent with the rotary key, and its norm), replic
 projection inputs. An MoE token keeps the MLP activations of its top-k experts and of the
 shared expert, and each of its top-k copies in expert order (2 h bytes, the experts' GEMM
 input; torchtitan also the fp32 copy its routing scores weigh, 4 h:
-``FrameworkTraits.moe_routed_bytes``, measured; the router's scores and indices, 4 E + 28 k
-bytes a token there, are left out; split by tp like the MLP, as torchtitan routes each
+``FrameworkTraits.moe_routed_bytes``, measured for torchtitan and Megatron-Core; the router's
+scores and indices, 4 E + 28 k bytes a token for torchtitan and 3 E + 20 k for Megatron, are
+left out; split by tp like the MLP, as torchtitan routes each
 rank's sequence shard). torchtitan's grouped GEMM also keeps the rows that pad its local
 experts' token groups, each like a routed token's GEMM input and expert activations
 (``moe_padding_rows``: 8 per local expert and up to a multiple of 8; measured, also under

@@ -1,7 +1,8 @@
-"""The MoE layer's activations against what torchtitan's own MoE layer saves, as measured by
-``python -m microbench.saved_activations --framework torchtitan --moe`` (and ``--ep 2`` under
-torchrun; ``datasets/saved_activations/``: router, reorderer, routed experts on the grouped
-GEMM, shared expert, on the CPU, without tensor parallelism)."""
+"""The MoE layer's activations against what torchtitan's and Megatron-Core's own MoE layers
+save, as measured by ``python -m microbench.saved_activations --framework torchtitan|megatron
+--moe`` (and ``--ep 2`` under torchrun; ``datasets/saved_activations/``: router, reorderer or
+token dispatcher, routed experts, on torchtitan's grouped GEMM or Megatron's experts one by
+one, shared expert, on the CPU, without tensor parallelism)."""
 
 from __future__ import annotations
 
@@ -20,12 +21,34 @@ RECORDS = [json.loads(line) for line in
            (DATA / "torchtitan-0.2.2-moe.jsonl").read_text().splitlines()]
 EP_RECORDS = [json.loads(line) for line in
               (DATA / "torchtitan-0.2.2-moe-ep2.jsonl").read_text().splitlines()]
+MEGATRON = [json.loads(line) for line in
+            (DATA / "megatron-core-0.16.1-moe.jsonl").read_text().splitlines()]
+MEGATRON_EP = [json.loads(line) for line in
+               (DATA / "megatron-core-0.16.1-moe-ep2.jsonl").read_text().splitlines()]
 
 
 def _id(rec: dict[str, Any]) -> str:
     c = rec["config"]
+    fused = {True: "-fused", False: "-unfused"}.get(c.get("fused_swiglu"), "")
     return (f"E{c['num_experts']}-k{c['top_k']}-shared{c['num_shared_experts']}-"
-            f"{'before' if c['score_before_experts'] else 'after'}-ep{c['ep']}-rank{c['rank']}")
+            f"{'before' if c['score_before_experts'] else 'after'}{fused}-ep{c['ep']}-"
+            f"rank{c['rank']}")
+
+
+def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
+    """The model's columns of the record's MoE layer, on a rank of ``ep`` = its ``ep``."""
+    c = rec["config"]
+    model = ModelConfig(num_layers=1, hidden_size=c["hidden_size"], ffn_hidden_size=64,
+                        num_heads=8, num_kv_heads=8, vocab_size=256, seq_len=c["seq_len"],
+                        num_experts=c["num_experts"], experts_topk=c["top_k"],
+                        moe_ffn_hidden_size=c["moe_ffn_hidden_size"],
+                        shared_expert_ffn_hidden_size=(c["num_shared_experts"]
+                                                       * c["moe_ffn_hidden_size"]))
+    return cols(model, dp=c["ep"], ep=c["ep"], mbs=c["mbs"], framework=framework)
+
+
+def _mlp(got: Any) -> float:
+    return float(memory.activation_terms_per_layer(got)["mlp"][0])
 
 
 def test_records_cover_the_routing_choices():
@@ -62,14 +85,8 @@ def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols,
     received beyond its share, each as a routed token's GEMM input and expert activations."""
     c = rec["config"]
     ep, align = c["ep"], c["token_group_align"]
-    model = ModelConfig(num_layers=1, hidden_size=c["hidden_size"], ffn_hidden_size=64,
-                        num_heads=8, num_kv_heads=8, vocab_size=256, seq_len=c["seq_len"],
-                        num_experts=c["num_experts"], experts_topk=c["top_k"],
-                        moe_ffn_hidden_size=c["moe_ffn_hidden_size"],
-                        shared_expert_ffn_hidden_size=(c["num_shared_experts"]
-                                                       * c["moe_ffn_hidden_size"]))
-    got = cols(model, dp=ep, ep=ep, mbs=c["mbs"], framework="torchtitan")
-    mlp = float(memory.activation_terms_per_layer(got)["mlp"][0])
+    got = _columns(cols, rec, "torchtitan")
+    mlp = _mlp(got)
     tokens = c["mbs"] * c["seq_len"]
     share, received = tokens * c["top_k"], c["routed_tokens"]
     rows = _round_up(received, align) + align * c["num_experts"] // ep  # the padded buffer
@@ -88,3 +105,66 @@ def test_padding_is_torchtitans_alone():
     pad = memory.moe_padding_rows({"moe_token_group_align": 8.0, "num_experts": 256.0,
                                    "ep": 8.0}, 1001.0)
     assert pad == 7 + 8 * 32  # up to a multiple of 8, and 8 rows per local expert
+
+
+def test_megatron_records_cover_its_routing_choices():
+    assert len(MEGATRON) == 24 and len(MEGATRON_EP) == 12
+    assert {(r["config"]["top_k"], r["config"]["score_before_experts"]) for r in MEGATRON} == {
+        (1, True), (1, False), (2, False)}  # Megatron weighs the input at top-1 only
+    assert {r["config"]["fused_swiglu"] for r in MEGATRON} == {True, False}
+    assert all(r["fingerprint"]["megatron-core"] == "0.16.1" and not r["config"]["grouped_mm"]
+               for r in MEGATRON + MEGATRON_EP)
+    for a, b in zip(MEGATRON_EP[::2], MEGATRON_EP[1::2], strict=True):
+        c = a["config"]
+        assert (a["config"]["rank"], b["config"]["rank"]) == (0, 1)
+        assert a["config"]["routed_tokens"] + b["config"]["routed_tokens"] == (
+            2 * c["mbs"] * c["seq_len"] * c["top_k"])
+
+
+def _megatron_bookkeeping(c: dict[str, Any]) -> int:
+    """Megatron's routing bookkeeping, per its records: the router's int64 indices (8 k bytes
+    a token) with its fp32 scores (4 E a token before the top-k where its softmax comes first,
+    top-1 here, else 4 k after it); the routing map (bool) and scores (bf16), 3 E; the
+    permutation's int64 indices, 8 k; and one score per routed token, bf16 where it weighs
+    the SwiGLU, fp32 where it weighs the input."""
+    tokens, e, k = c["mbs"] * c["seq_len"], c["num_experts"], c["top_k"]
+    router = 8 * k + (4 * e if c["router_pre_softmax"] else 4 * k)
+    score = 4 if c["score_before_experts"] else 2
+    return tokens * (router + 3 * e + 8 * k) + c["routed_tokens"] * score
+
+
+@pytest.mark.parametrize("rec", [r for r in MEGATRON + MEGATRON_EP
+                                 if r["config"]["fused_swiglu"]], ids=_id)
+def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, rec):
+    """With the fused SwiGLU Megatron-LM trains with, Megatron-Core's MoE layer keeps what the
+    model's MLP term counts: per routed token its bf16 copy in expert order (2 h bytes,
+    ``FrameworkTraits.moe_routed_bytes``) and three T x ffn tensors of its expert (the fused
+    SwiGLU's input and the down projection's), the shared expert's three, no padding; beside
+    them only the routing's bookkeeping (:func:`_megatron_bookkeeping`). Weighing the input by
+    the scores (``moe_apply_probs_on_input``, not modelled) keeps the unweighted tokens too,
+    2 h bytes per routed token. Under expert parallelism the model assumes balanced routing;
+    the records add the rows a rank received beyond its share; the all-to-all keeps nothing."""
+    c = rec["config"]
+    share, received = c["mbs"] * c["seq_len"] * c["top_k"], c["routed_tokens"]
+    row_bytes = 2 * c["hidden_size"] + 3 * 2 * c["moe_ffn_hidden_size"]
+    before = received * 2 * c["hidden_size"] if c["score_before_experts"] else 0
+    measured = sum(s["bytes"] for s in rec["saved"])
+    assert measured == (_mlp(_columns(cols, rec, "megatron")) + (received - share) * row_bytes
+                        + before + _megatron_bookkeeping(c))
+
+
+@pytest.mark.parametrize("rec", [r for r in MEGATRON if not r["config"]["fused_swiglu"]],
+                         ids=_id)
+def test_megatron_unfused_experts_keep_more_ffn_tensors(rec):
+    """Unfused, each expert and the shared expert keep SiLU(gate) and a copy of the up output
+    besides, as Megatron's dense MLP does (``test_memory_measured_saves.py``), and an expert
+    whose SwiGLU output the scores weigh keeps that output unweighted too: 2 x 2 ffn bytes
+    more per token of the shared expert, 2 or 3 x 2 ffn per routed token; nothing else
+    changes. The model counts Megatron with the fused SwiGLU Megatron-LM trains with."""
+    c = rec["config"]
+    fused = next(r for r in MEGATRON if r["config"] == {**c, "fused_swiglu": True})
+    tokens, f = c["mbs"] * c["seq_len"], c["moe_ffn_hidden_size"]
+    per_routed = 2 if c["score_before_experts"] else 3
+    more = 2 * f * (per_routed * c["routed_tokens"] + 2 * tokens * c["num_shared_experts"])
+    assert (sum(s["bytes"] for s in rec["saved"])
+            == sum(s["bytes"] for s in fused["saved"]) + more)

@@ -10,14 +10,18 @@ import pytest
 
 from microbench.saved_activations import (
     KEPT_SCHEMA,
+    MEGATRON_MOE_SHAPES,
+    MOE_SHAPES,
     SCHEMA,
     Kept,
     Saved,
+    expert_parallel_shapes,
     integer_histc,
     kept_after_forward,
     kept_record,
     main,
     megatron_block,
+    megatron_moe,
     record,
     saved_by_module,
     torchtitan_block,
@@ -123,20 +127,23 @@ def test_without_the_framework_it_says_what_to_install(framework, block, module,
         main(["--framework", framework, "--recompute", "--out", "-"])
 
 
-def test_moe_without_torchtitan_says_what_to_install():
-    if importlib.util.find_spec("torchtitan") is not None:
-        pytest.skip("torchtitan is installed here")
-    with pytest.raises(SystemExit, match=r"pip install torchtitan==0\.2\.2"):
-        main(["--framework", "torchtitan", "--moe", "--out", "-"])
+@pytest.mark.parametrize(("framework", "module", "install"), [
+    ("torchtitan", "torchtitan", r"pip install torchtitan==0\.2\.2"),
+    ("megatron", "megatron", r"pip install megatron-core==0\.16\.1"),
+])
+def test_moe_without_the_framework_says_what_to_install(framework, module, install):
+    if importlib.util.find_spec(module) is not None:
+        pytest.skip(f"{module} is installed here")
+    with pytest.raises(SystemExit, match=install):
+        main(["--framework", framework, "--moe", "--out", "-"])
 
 
-@pytest.mark.parametrize("args", [["--framework", "megatron", "--moe"],
-                                  ["--framework", "torchtitan", "--moe", "--recompute"]])
-def test_moe_is_torchtitan_s_layer_without_recomputation(args, capsys):
+@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
+def test_moe_is_measured_without_recomputation(framework, capsys):
     with pytest.raises(SystemExit) as e:
-        main([*args, "--out", "-"])
+        main(["--framework", framework, "--moe", "--recompute", "--out", "-"])
     assert e.value.code == 2
-    assert "--moe measures torchtitan's MoE layer without --recompute" in capsys.readouterr().err
+    assert "--moe measures an MoE layer without --recompute" in capsys.readouterr().err
 
 
 def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypatch):
@@ -150,10 +157,18 @@ def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypa
         main(["--moe", "--ep", "2", "--out", "-"])
 
 
-def test_moe_layer_is_measured_without_tensor_parallelism():
+@pytest.mark.parametrize("layer", [torchtitan_moe, megatron_moe])
+def test_moe_layer_is_measured_without_tensor_parallelism(layer):
     with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
-        torchtitan_moe(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
-                       num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2)
+        layer(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
+              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2)
+
+
+def test_expert_parallel_shapes_leave_out_the_shared_expert_and_the_unfused_swiglu():
+    shapes = expert_parallel_shapes(MEGATRON_MOE_SHAPES)
+    assert len(shapes) == 6 and all(s["fused_swiglu"] and not s["num_shared_experts"]
+                                    for s in shapes)
+    assert len(expert_parallel_shapes(MOE_SHAPES)) == 8  # torchtitan's: no SwiGLU choice
 
 
 def test_integer_histc_counts_integers_as_cuda_does():
@@ -185,3 +200,19 @@ def test_megatron_layer_is_measured_where_megatron_core_is_installed():
     tokens, ffn = 64 / 2, config["ffn_hidden_size"]
     assert by_module["mlp.linear_fc1"] == 2 * tokens * 128  # bf16, its sequence shard
     assert by_module["mlp"] + by_module["mlp.linear_fc2"] == 3 * 2 * 64 * ffn / 2
+
+
+def test_megatron_moe_is_measured_where_megatron_core_is_installed():
+    """Runs only where megatron-core is installed (not a project dependency): a small MoE
+    layer keeps its experts' input in expert order, 2 h bytes per routed token, and its fused
+    SwiGLU's three T x ffn tensors per routed token; the CPU stand-ins are gone after it."""
+    pytest.importorskip("megatron.core")
+    current_device = torch.cuda.current_device
+    config, saved = megatron_moe(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4,
+                                 top_k=2, num_shared_experts=0, score_before_experts=False,
+                                 seq_len=32, mbs=1, tp=1)
+    assert torch.cuda.current_device is current_device
+    by_module = record("megatron", "test", config, saved, {})["bytes_by_module"]
+    routed = config["routed_tokens"]
+    experts = sum(v for k, v in by_module.items() if k.startswith("experts"))
+    assert routed == 64 and experts == routed * (2 * 64 + 3 * 2 * 32 + 2)  # + a bf16 score
