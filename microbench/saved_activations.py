@@ -57,12 +57,16 @@ to ``TOKEN_GROUP_ALIGN_SIZE_M`` rows, with two stand-ins: :func:`integer_histc` 
 integer histogram, and :func:`cpu_permute_indices` for the Triton kernel that orders and pads
 the token groups (torchtitan's own CPU implementation of it). With ``--ep N`` under ``torchrun
 --nproc-per-node N`` (gloo), the experts are split by torchtitan's ``ExpertParallel`` (tokens
-sent to their experts' rank by all-to-all), at :func:`expert_parallel_shapes`, each rank's own
+sent to their experts' rank by all-to-all), at :func:`parallel_shapes`, each rank's own
 tokens drawn from its own seed: one record per rank, with the routed tokens it received.
 ``--framework megatron --moe``: Megatron-Core's ``MoELayer`` (:func:`megatron_moe`; the
 all-to-all token dispatcher, the experts one by one, its GPU path's grouped GEMM being
 Transformer Engine's, which needs a GPU) at :data:`MEGATRON_MOE_SHAPES`, on the stand-ins of
-:func:`_megatron_on_cpu`, and with ``--ep N`` split by its own expert parallelism.
+:func:`_megatron_on_cpu`, and with ``--ep N`` split by its own expert parallelism. With
+``--tp N`` instead (either framework, under torchrun, gloo), the layer is split by the
+framework's own tensor parallelism, each rank given its own sequence shard: torchtitan's
+``apply_moe_ep_tp`` with a tp mesh, Megatron's ``tensor_model_parallel_size`` with sequence
+parallelism.
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
@@ -479,19 +483,28 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
                    tp: int, ep: int = 1) -> tuple[dict[str, Any], list[Saved]]:
     """torchtitan's MoE layer (``models/moe``: router, reorderer, routed experts, shared
     expert) on ``mbs x seq_len`` bf16 tokens, its experts on the grouped GEMM, split over the
-    ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1: its configuration
-    and what its forward saves on this rank. Stand-ins: :func:`integer_histc`,
-    :func:`cpu_permute_indices`."""
+    ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1 (``ExpertParallel``),
+    or over its ``tp`` ranks by torchtitan's own plan for an MoE layer under tensor
+    parallelism (``apply_moe_ep_tp``: the sequence shard all-gathered into the layer, the
+    experts and the shared expert split): its configuration and what its forward saves on
+    this rank. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
     import torch
+    import torch.distributed as dist
 
-    if tp != 1:
-        raise ValueError(f"the MoE layer is measured without tensor parallelism, got tp={tp}")
     try:
         from torchtitan.distributed.expert_parallel import ExpertParallel
+        from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
         from torchtitan.models.moe import utils as moe_utils
         from torchtitan.models.moe.moe import MoE, MoEArgs
     except ImportError as e:
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+
+    if tp > 1 and ep > 1:
+        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
+    if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
+        raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
     torch.manual_seed(0)
     args = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
                    use_grouped_mm=True, score_before_experts=score_before_experts,
@@ -503,19 +516,24 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
         p.data = p.data.to(torch.bfloat16)
     rank, plan = 0, None
     if ep > 1:
-        import torch.distributed as dist
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import parallelize_module
-
-        if not dist.is_initialized() or dist.get_world_size() != ep:
-            raise SystemExit(f"--ep {ep} runs under torchrun --nproc-per-node {ep}")
         rank, plan = dist.get_rank(), ExpertParallel()
         parallelize_module(moe.experts, init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",)),
                            plan)
+    elif tp > 1:  # what apply_moe_ep_tp walks: model.layers, each with moe and moe_enabled
+        block = torch.nn.Module()
+        block.moe, block.moe_enabled = moe, True
+        model = torch.nn.Module()
+        model.layers = torch.nn.ModuleDict({"0": block})
+        rank = dist.get_rank()
+        apply_moe_ep_tp(model, tp_mesh=init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",)),
+                        ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+    if tp * ep > 1:
         torch.manual_seed(1 + rank)  # each rank's own tokens
-    x = torch.randn(mbs, seq_len, hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
+                    requires_grad=True)  # this rank's sequence shard
     with integer_histc(), cpu_permute_indices():
         saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
+    # under tp every rank routes the whole, gathered, sequence
     received = mbs * seq_len * top_k if plan is None else sum(plan.output_splits or ())
     config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
               "num_experts": num_experts, "top_k": top_k,
@@ -545,8 +563,6 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
     import torch.distributed as dist
     import torch.nn.functional as F
 
-    if tp != 1:
-        raise ValueError(f"the MoE layer is measured without tensor parallelism, got tp={tp}")
     try:
         from megatron.core import parallel_state
         from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
@@ -554,11 +570,14 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
         from megatron.core.transformer.transformer_config import TransformerConfig
     except ImportError as e:
         raise SystemExit(f"{NEEDS_MEGATRON}: {e}") from None
-    if ep > 1 and (not dist.is_initialized() or dist.get_world_size() != ep):
-        raise SystemExit(f"--ep {ep} runs under torchrun --nproc-per-node {ep}")
-    world = _fake_world(1) if ep == 1 else contextlib.nullcontext()
+    if tp > 1 and ep > 1:
+        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
+    if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
+        raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
+    world = _fake_world(1) if tp * ep == 1 else contextlib.nullcontext()
     with world, _megatron_on_cpu():
-        parallel_state.initialize_model_parallel(expert_model_parallel_size=ep,
+        parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
+                                                 expert_model_parallel_size=ep,
                                                  create_gloo_process_groups=False)
         try:
             rank = dist.get_rank()
@@ -572,7 +591,8 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
                 moe_apply_probs_on_input=score_before_experts,
                 moe_router_pre_softmax=top_k == 1,  # Megatron asks for it at top-1 only
                 moe_router_load_balancing_type="none", moe_token_dispatcher_type="alltoall",
-                expert_model_parallel_size=ep, gated_linear_unit=True, activation_func=F.silu,
+                expert_model_parallel_size=ep, tensor_model_parallel_size=tp,
+                sequence_parallel=tp > 1, gated_linear_unit=True, activation_func=F.silu,
                 normalization="RMSNorm", add_bias_linear=False,
                 bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
                 params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0,
@@ -581,12 +601,12 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
                                             normalization="RMSNorm")
             moe = build_module(spec.submodules.mlp, config=cfg)
             torch.manual_seed(1 + rank)  # each rank's own tokens
-            x = torch.randn(seq_len, mbs, hidden_size, dtype=torch.bfloat16,
-                            requires_grad=True)
+            x = torch.randn(seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16,
+                            requires_grad=True)  # this rank's sequence shard
             saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
-            splits = moe.token_dispatcher.output_splits
-            received = (mbs * seq_len * top_k if ep == 1 or splits is None
-                        else int(sum(splits)))
+            dispatcher = moe.token_dispatcher
+            splits = dispatcher.output_splits_tp if tp > 1 else dispatcher.output_splits
+            received = mbs * seq_len * top_k if splits is None else int(sum(splits))
         finally:
             parallel_state.destroy_model_parallel()
     config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
@@ -594,7 +614,8 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
               "num_shared_experts": num_shared_experts,
               "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
               "tp": tp, "ep": ep, "rank": rank, "grouped_mm": False, "token_group_align": 0,
-              "fused_swiglu": fused_swiglu, "router_pre_softmax": top_k == 1,
+              "sequence_parallel": tp > 1, "fused_swiglu": fused_swiglu,
+              "router_pre_softmax": top_k == 1,
               "routed_tokens": received}
     return config, saved
 
@@ -613,11 +634,13 @@ MOE_BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
 """Each framework's MoE layer and the shapes it is measured at (``--moe``)."""
 
 
-def expert_parallel_shapes(shapes: Sequence[dict[str, Any]]) -> tuple[dict[str, Any], ...]:
-    """The shapes measured under expert parallelism (``--ep``): those without a shared expert
-    (it is not split) and, where the SwiGLU's fusion is a choice, with it on."""
-    return tuple(s for s in shapes
-                 if not s["num_shared_experts"] and s.get("fused_swiglu", True))
+def parallel_shapes(shapes: Sequence[dict[str, Any]], *, ep: int) -> tuple[dict[str, Any], ...]:
+    """The shapes measured over several ranks (``--ep`` or ``--tp``): where the SwiGLU's fusion
+    is a choice, with it on, and under expert parallelism only those without a shared expert
+    (it is not split by ep)."""
+    return tuple(s for s in shapes if s.get("fused_swiglu", True)
+                 and not (ep > 1 and s["num_shared_experts"]))
+
 
 KEPT_SCHEMA = "surrogate.kept_activations/1"
 KEPT_LAYERS = 4
@@ -757,14 +780,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--ep", type=int, default=1,
                     help="with --moe: split the experts over this many ranks (run under "
                          "torchrun --nproc-per-node EP; gloo)")
+    ap.add_argument("--tp", type=int, default=1,
+                    help="with --moe: split the layer over this many ranks by the framework's "
+                         "tensor parallelism (run under torchrun --nproc-per-node TP; gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
         ap.error("--moe measures an MoE layer without --recompute")
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
-    if args.ep > 1:
-        return _main_expert_parallel(args)
+    if args.tp < 1 or (args.tp > 1 and not args.moe):
+        ap.error(f"--tp must be >= 1 and splits the layer of --moe, got {args.tp}")
+    if args.tp > 1 and args.ep > 1:
+        ap.error(f"--moe is measured under --tp or --ep, not both, got --tp {args.tp} "
+                 f"--ep {args.ep}")
+    if args.tp * args.ep > 1:
+        return _main_distributed(args)
     from importlib.metadata import PackageNotFoundError, version
 
     package, needs = PACKAGES[args.framework]
@@ -790,34 +821,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _main_expert_parallel(args: argparse.Namespace) -> int:
-    """``--moe --ep N`` on each of torchrun's N ranks: every rank measures, rank 0 writes."""
+def _main_distributed(args: argparse.Namespace) -> int:
+    """``--moe --ep N`` or ``--tp N`` on each of torchrun's N ranks: every rank measures, rank
+    0 writes."""
     import os
     from importlib.metadata import version
 
     import torch.distributed as dist
 
-    if int(os.environ.get("WORLD_SIZE", "1")) != args.ep:
-        raise SystemExit(f"--ep {args.ep} runs under torchrun --nproc-per-node {args.ep} "
+    world, flag = args.tp * args.ep, f"--tp {args.tp}" if args.tp > 1 else f"--ep {args.ep}"
+    if int(os.environ.get("WORLD_SIZE", "1")) != world:
+        raise SystemExit(f"{flag} runs under torchrun --nproc-per-node {world} "
                          f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})")
     dist.init_process_group("gloo")
     try:
         package = PACKAGES[args.framework][0]
         fw_version = version(package)
-        fp = {**collect(world_size=args.ep, backend="gloo").to_dict(), package: fw_version}
+        fp = {**collect(world_size=world, backend="gloo").to_dict(), package: fw_version}
         measure, shapes = MOE_BLOCKS[args.framework]
-        ep_shapes = expert_parallel_shapes(shapes)
+        split = parallel_shapes(shapes, ep=args.ep)
         out = JsonlWriter(args.out) if dist.get_rank() == 0 else None
         try:
-            for i, setting in enumerate(ep_shapes, 1):
+            for i, shape in enumerate(split, 1):
+                setting = {**shape, "tp": args.tp}
                 config, found = measure(**setting, ep=args.ep)
                 mine = record(args.framework, fw_version, config, found, fp)
-                every: list[Any] = [None] * args.ep if out is not None else []
+                every: list[Any] = [None] * world if out is not None else []
                 dist.gather_object(mine, every if out is not None else None, dst=0)
                 if out is not None:
                     for rec in every:
                         out.write(rec)
-                    print(f"[{i}/{len(ep_shapes)}] {setting} ep={args.ep}: "
+                    print(f"[{i}/{len(split)}] {setting} {flag}: "
                           + ", ".join(f"{sum(s['bytes'] for s in r['saved']) / 2**20:.1f}"
                                       for r in every) + " MiB saved by rank", file=sys.stderr)
         finally:

@@ -47,13 +47,15 @@ shared expert, and each of its top-k copies in expert order (2 h bytes, the expe
 input; torchtitan also the fp32 copy its routing scores weigh, 4 h:
 ``FrameworkTraits.moe_routed_bytes``, measured for torchtitan and Megatron-Core; the router's
 scores and indices, 4 E + 28 k bytes a token for torchtitan and 3 E + 20 k for Megatron, are
-left out; split by tp like the MLP, as torchtitan routes each
-rank's sequence shard). torchtitan's grouped GEMM also keeps the rows that pad its local
-experts' token groups, each like a routed token's GEMM input and expert activations
-(``moe_padding_rows``: 8 per local expert and up to a multiple of 8; measured, also under
-expert parallelism, where routing is taken as balanced). An MoE model's leading dense layers
-are averaged in per layer (DeepSeek-V2/V3 size them alike: ffn = (top-k + shared) x the
-expert width).
+left out). Under tp the experts' activations are split and the copies are not: experts
+split by tp take every token their tp group routes to them (torchtitan all-gathers the
+layer's input and routes the whole sequence on every rank, Megatron routes its sequence shard
+and all-gathers the routed tokens; both measured at tp 2). torchtitan's grouped GEMM also
+keeps the rows that pad its local experts' token groups, each like a routed token's GEMM
+input and expert activations (``moe_padding_rows``: 8 per local expert and up to a multiple of
+8; measured, also under expert parallelism, where routing is taken as balanced). An MoE
+model's leading dense layers are averaged in per layer (DeepSeek-V2/V3 size them alike:
+ffn = (top-k + shared) x the expert width).
 
 Pipelining: the first stage holds ``first_stage_inflight`` micro-batches (1F1B or
 interleaved, see ``pipeline``); the last stage holds one under 1F1B, ((v - 1) p + 1) / v
@@ -229,12 +231,14 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     ffn = np.where(moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"],
                    c["ffn_hidden_size"])
     # The tokens in expert order, each of its top-k copies (FrameworkTraits.moe_routed_bytes).
+    # Experts split by tp take every token their tp group routes to them (torchtitan gathers
+    # the layer's input, Megatron the routed tokens), so the copies are not split by tp.
     routed = tokens * c["experts_topk"] * h * c["moe_routed_bytes"]
     # The rows that pad the experts' token groups on this rank, each kept like a routed
     # token's GEMM input and expert activations (FrameworkTraits.moe_token_group_align).
     unfused = 4 - (c["fused_swiglu"] > 0)
-    padding = moe_padding_rows(c, tokens * c["experts_topk"] / tp) * (
-        2 * h + unfused * 2 * c["moe_ffn_hidden_size"])
+    padding = moe_padding_rows(c, tokens * c["experts_topk"]) * (
+        2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / tp)
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
     projections = 2 * 2 * tokens * h + latents
@@ -246,8 +250,7 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "norm_inputs": np.where(sp, norms / tp, norms),
         "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
         "attention": attn / tp,
-        "mlp": (unfused * 2 * tokens * ffn + np.where(moe, moe_frac * routed, 0.0)) / tp
-               + np.where(moe, moe_frac * padding, 0.0),
+        "mlp": unfused * 2 * tokens * ffn / tp + np.where(moe, moe_frac * (routed + padding), 0.0),
     }
 
 

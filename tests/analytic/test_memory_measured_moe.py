@@ -21,6 +21,10 @@ RECORDS = [json.loads(line) for line in
            (DATA / "torchtitan-0.2.2-moe.jsonl").read_text().splitlines()]
 EP_RECORDS = [json.loads(line) for line in
               (DATA / "torchtitan-0.2.2-moe-ep2.jsonl").read_text().splitlines()]
+TP_RECORDS = [json.loads(line) for line in
+              (DATA / "torchtitan-0.2.2-moe-tp2.jsonl").read_text().splitlines()]
+MEGATRON_TP = [json.loads(line) for line in
+               (DATA / "megatron-core-0.16.1-moe-tp2.jsonl").read_text().splitlines()]
 MEGATRON = [json.loads(line) for line in
             (DATA / "megatron-core-0.16.1-moe.jsonl").read_text().splitlines()]
 MEGATRON_EP = [json.loads(line) for line in
@@ -44,7 +48,8 @@ def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
                         moe_ffn_hidden_size=c["moe_ffn_hidden_size"],
                         shared_expert_ffn_hidden_size=(c["num_shared_experts"]
                                                        * c["moe_ffn_hidden_size"]))
-    return cols(model, dp=c["ep"], ep=c["ep"], mbs=c["mbs"], framework=framework)
+    return cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
+                gpus_per_node=c["ep"] * c["tp"], framework=framework)
 
 
 def _mlp(got: Any) -> float:
@@ -73,7 +78,7 @@ def _round_up(rows: int, align: int) -> int:
     return math.ceil(rows / align) * align
 
 
-@pytest.mark.parametrize("rec", RECORDS + EP_RECORDS, ids=_id)
+@pytest.mark.parametrize("rec", RECORDS + EP_RECORDS + TP_RECORDS, ids=_id)
 def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols, rec):
     """The model's MLP term of an MoE layer (experts' and shared expert's MLP activations,
     the tokens in expert order in bf16 and the fp32 copy the scores weigh, the rows that pad
@@ -82,21 +87,29 @@ def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols,
     experts) and its int64 indices and fp32 scores per routed token (4 E + 28 k bytes a
     token), the padded order's int32 indices and the groups' int32 offsets. With expert
     parallelism the model assumes balanced routing; the records add the rows a rank
-    received beyond its share, each as a routed token's GEMM input and expert activations."""
+    received beyond its share, each as a routed token's GEMM input and expert activations.
+    Under tensor parallelism torchtitan all-gathers the layer's input and every rank routes
+    the whole sequence: the copies and the padding are not split, the experts' activations
+    are; the gathered input (2 T h bytes, the router's and the shared expert's GEMM input) is
+    among the model's projection inputs (``FrameworkTraits.saves_gathered_tp_inputs``)."""
     c = rec["config"]
-    ep, align = c["ep"], c["token_group_align"]
+    ep, tp, align = c["ep"], c["tp"], c["token_group_align"]
     got = _columns(cols, rec, "torchtitan")
     mlp = _mlp(got)
-    tokens = c["mbs"] * c["seq_len"]
+    tokens, h = c["mbs"] * c["seq_len"], c["hidden_size"]
     share, received = tokens * c["top_k"], c["routed_tokens"]
     rows = _round_up(received, align) + align * c["num_experts"] // ep  # the padded buffer
-    row_bytes = 2 * c["hidden_size"] + 4 * 2 * c["moe_ffn_hidden_size"]
+    row_bytes = 2 * h + 4 * 2 * c["moe_ffn_hidden_size"] // tp
     imbalance = (_round_up(received, align) - _round_up(share, align)) * row_bytes
     bookkeeping = (4 * tokens * c["num_experts"] + 28 * tokens * c["top_k"] + 4 * rows
                    + 4 * c["num_experts"] // ep)
-    assert sum(s["bytes"] for s in rec["saved"]) == mlp + imbalance + bookkeeping
+    gathered = 2 * tokens * h if tp > 1 else 0
+    assert sum(s["bytes"] for s in rec["saved"]) == mlp + imbalance + bookkeeping + gathered
     assert float(memory.moe_padding_rows(got, share)[0]) == (
         _round_up(share, align) + align * c["num_experts"] // ep - share)
+    if tp > 1:  # the gathered input of the MLP, beside the attention's, kept whole
+        projections = memory.activation_terms_per_layer(got)["projection_inputs"][0]
+        assert float(projections) == 2 * 2 * tokens * h
 
 
 def test_padding_is_torchtitans_alone():
@@ -122,18 +135,19 @@ def test_megatron_records_cover_its_routing_choices():
 
 
 def _megatron_bookkeeping(c: dict[str, Any]) -> int:
-    """Megatron's routing bookkeeping, per its records: the router's int64 indices (8 k bytes
-    a token) with its fp32 scores (4 E a token before the top-k where its softmax comes first,
-    top-1 here, else 4 k after it); the routing map (bool) and scores (bf16), 3 E; the
+    """Megatron's routing bookkeeping, per its records: per token of the rank's sequence shard
+    (1 / tp of the sequence: Megatron routes the shard), the router's int64 indices (8 k
+    bytes) with its fp32 scores (4 E before the top-k where its softmax comes first, top-1
+    here, else 4 k after it), the routing map (bool) and scores (bf16), 3 E, and the
     permutation's int64 indices, 8 k; and one score per routed token, bf16 where it weighs
     the SwiGLU, fp32 where it weighs the input."""
-    tokens, e, k = c["mbs"] * c["seq_len"], c["num_experts"], c["top_k"]
+    tokens, e, k = c["mbs"] * c["seq_len"] // c["tp"], c["num_experts"], c["top_k"]
     router = 8 * k + (4 * e if c["router_pre_softmax"] else 4 * k)
     score = 4 if c["score_before_experts"] else 2
     return tokens * (router + 3 * e + 8 * k) + c["routed_tokens"] * score
 
 
-@pytest.mark.parametrize("rec", [r for r in MEGATRON + MEGATRON_EP
+@pytest.mark.parametrize("rec", [r for r in MEGATRON + MEGATRON_EP + MEGATRON_TP
                                  if r["config"]["fused_swiglu"]], ids=_id)
 def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, rec):
     """With the fused SwiGLU Megatron-LM trains with, Megatron-Core's MoE layer keeps what the
@@ -143,10 +157,12 @@ def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, r
     them only the routing's bookkeeping (:func:`_megatron_bookkeeping`). Weighing the input by
     the scores (``moe_apply_probs_on_input``, not modelled) keeps the unweighted tokens too,
     2 h bytes per routed token. Under expert parallelism the model assumes balanced routing;
-    the records add the rows a rank received beyond its share; the all-to-all keeps nothing."""
+    the records add the rows a rank received beyond its share; the all-to-all keeps nothing.
+    Under tensor parallelism Megatron all-gathers the routed tokens of the tp group to its
+    split experts: the copies are not split by tp, the experts' activations are."""
     c = rec["config"]
     share, received = c["mbs"] * c["seq_len"] * c["top_k"], c["routed_tokens"]
-    row_bytes = 2 * c["hidden_size"] + 3 * 2 * c["moe_ffn_hidden_size"]
+    row_bytes = 2 * c["hidden_size"] + 3 * 2 * c["moe_ffn_hidden_size"] // c["tp"]
     before = received * 2 * c["hidden_size"] if c["score_before_experts"] else 0
     measured = sum(s["bytes"] for s in rec["saved"])
     assert measured == (_mlp(_columns(cols, rec, "megatron")) + (received - share) * row_bytes

@@ -15,13 +15,13 @@ from microbench.saved_activations import (
     SCHEMA,
     Kept,
     Saved,
-    expert_parallel_shapes,
     integer_histc,
     kept_after_forward,
     kept_record,
     main,
     megatron_block,
     megatron_moe,
+    parallel_shapes,
     record,
     saved_by_module,
     torchtitan_block,
@@ -158,17 +158,37 @@ def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypa
 
 
 @pytest.mark.parametrize("layer", [torchtitan_moe, megatron_moe])
-def test_moe_layer_is_measured_without_tensor_parallelism(layer):
-    with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
+def test_moe_layer_is_measured_under_tp_or_ep(layer):
+    if importlib.util.find_spec("torchtitan" if layer is torchtitan_moe else "megatron") is None:
+        pytest.skip("the framework is not installed here")
+    with pytest.raises(ValueError, match="under tp or ep, got tp=2 ep=2"):
         layer(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
-              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2)
+              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2, ep=2)
 
 
-def test_expert_parallel_shapes_leave_out_the_shared_expert_and_the_unfused_swiglu():
-    shapes = expert_parallel_shapes(MEGATRON_MOE_SHAPES)
-    assert len(shapes) == 6 and all(s["fused_swiglu"] and not s["num_shared_experts"]
-                                    for s in shapes)
-    assert len(expert_parallel_shapes(MOE_SHAPES)) == 8  # torchtitan's: no SwiGLU choice
+@pytest.mark.parametrize("args", [["--tp", "2"], ["--moe", "--tp", "0"],
+                                  ["--moe", "--tp", "2", "--ep", "2"]])
+def test_tensor_parallelism_splits_the_moe_layer_alone(args, capsys):
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--out", "-"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and ("--tp must be >= 1 and splits the layer of --moe" in err
+                                  or "under --tp or --ep, not both" in err)
+
+
+def test_tensor_parallel_moe_runs_under_torchrun(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match=r"--tp 2 runs under torchrun --nproc-per-node 2 "
+                                         r"\(WORLD_SIZE is unset\)"):
+        main(["--moe", "--tp", "2", "--out", "-"])
+
+
+def test_parallel_shapes_leave_out_the_unfused_swiglu_and_under_ep_the_shared_expert():
+    assert len(parallel_shapes(MEGATRON_MOE_SHAPES, ep=2)) == 6
+    assert len(parallel_shapes(MEGATRON_MOE_SHAPES, ep=1)) == 12  # under tp: shared too
+    assert all(s["fused_swiglu"] for s in parallel_shapes(MEGATRON_MOE_SHAPES, ep=1))
+    assert len(parallel_shapes(MOE_SHAPES, ep=2)) == 8  # torchtitan's: no SwiGLU choice
+    assert len(parallel_shapes(MOE_SHAPES, ep=1)) == 16
 
 
 def test_integer_histc_counts_integers_as_cuda_does():
