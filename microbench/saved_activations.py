@@ -478,6 +478,17 @@ def cpu_permute_indices() -> Iterator[None]:
         moe_utils.generate_permute_indices = kernel
 
 
+def _check_moe_split(tp: int, ep: int) -> None:
+    """An MoE layer is measured on one rank, or split by tp or by ep (not both) over the
+    ranks of the initialised process group (torchrun)."""
+    import torch.distributed as dist
+
+    if tp > 1 and ep > 1:
+        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
+    if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
+        raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
+
+
 def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int, top_k: int,
                    num_shared_experts: int, score_before_experts: bool, seq_len: int, mbs: int,
                    tp: int, ep: int = 1) -> tuple[dict[str, Any], list[Saved]]:
@@ -501,10 +512,7 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor.parallel import parallelize_module
 
-    if tp > 1 and ep > 1:
-        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
-    if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
-        raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
+    _check_moe_split(tp, ep)
     torch.manual_seed(0)
     args = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
                    use_grouped_mm=True, score_before_experts=score_before_experts,
@@ -570,10 +578,7 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
         from megatron.core.transformer.transformer_config import TransformerConfig
     except ImportError as e:
         raise SystemExit(f"{NEEDS_MEGATRON}: {e}") from None
-    if tp > 1 and ep > 1:
-        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
-    if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
-        raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
+    _check_moe_split(tp, ep)
     world = _fake_world(1) if tp * ep == 1 else contextlib.nullcontext()
     with world, _megatron_on_cpu():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,

@@ -17,18 +17,18 @@ from surrogate.analytic import memory
 from surrogate.config import ModelConfig
 
 DATA = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
-RECORDS = [json.loads(line) for line in
-           (DATA / "torchtitan-0.2.2-moe.jsonl").read_text().splitlines()]
-EP_RECORDS = [json.loads(line) for line in
-              (DATA / "torchtitan-0.2.2-moe-ep2.jsonl").read_text().splitlines()]
-TP_RECORDS = [json.loads(line) for line in
-              (DATA / "torchtitan-0.2.2-moe-tp2.jsonl").read_text().splitlines()]
-MEGATRON_TP = [json.loads(line) for line in
-               (DATA / "megatron-core-0.16.1-moe-tp2.jsonl").read_text().splitlines()]
-MEGATRON = [json.loads(line) for line in
-            (DATA / "megatron-core-0.16.1-moe.jsonl").read_text().splitlines()]
-MEGATRON_EP = [json.loads(line) for line in
-               (DATA / "megatron-core-0.16.1-moe-ep2.jsonl").read_text().splitlines()]
+
+
+def _records(name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (DATA / f"{name}.jsonl").read_text().splitlines()]
+
+
+RECORDS = _records("torchtitan-0.2.2-moe")
+EP_RECORDS = _records("torchtitan-0.2.2-moe-ep2")
+TP_RECORDS = _records("torchtitan-0.2.2-moe-tp2")
+MEGATRON = _records("megatron-core-0.16.1-moe")
+MEGATRON_EP = _records("megatron-core-0.16.1-moe-ep2")
+MEGATRON_TP = _records("megatron-core-0.16.1-moe-tp2")
 
 
 def _id(rec: dict[str, Any]) -> str:
