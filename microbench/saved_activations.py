@@ -63,10 +63,12 @@ tokens drawn from its own seed: one record per rank, with the routed tokens it r
 all-to-all token dispatcher, the experts one by one, its GPU path's grouped GEMM being
 Transformer Engine's, which needs a GPU) at :data:`MEGATRON_MOE_SHAPES`, on the stand-ins of
 :func:`_megatron_on_cpu`, and with ``--ep N`` split by its own expert parallelism. With
-``--tp N`` instead (either framework, under torchrun, gloo), the layer is split by the
-framework's own tensor parallelism, each rank given its own sequence shard: torchtitan's
+``--tp N`` (either framework, under torchrun, gloo), the layer is split by the framework's
+own tensor parallelism, each rank given its own sequence shard: torchtitan's
 ``apply_moe_ep_tp`` with a tp mesh, Megatron's ``tensor_model_parallel_size`` with sequence
-parallelism.
+parallelism. With both, ``--tp N --ep M`` over N x M ranks, the experts are split by both, as
+each framework splits them when ep and tp meet (torchtitan's ``ExpertTensorParallel`` with
+the expert tp degree equal to tp, Megatron's expert tp size defaulting to tp).
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
@@ -284,7 +286,9 @@ def _megatron_on_cpu() -> Iterator[None]:
     host returns host arrays as it does from a GPU (on a CPU tensor it returns the tensor,
     which the all-to-all refuses as split sizes); and its router's GEMM, which tests a name
     bound only when Transformer Engine imports (``te_general_gemm``, a NameError without it in
-    0.16.1), finds it None and runs its own fallback."""
+    0.16.1), finds it None and runs its own fallback. Its gathers and reduce-scatters of
+    uneven token counts (the dispatcher's under tp and ep at once), which NCCL runs and gloo
+    refuses, run padded or chunk by chunk over gloo."""
     import contextlib
 
     import megatron.core.transformer.moe.moe_utils as moe_utils
@@ -296,6 +300,26 @@ def _megatron_on_cpu() -> Iterator[None]:
         # what its copy of a CUDA tensor returns: a host array where it asks for one
         return tensor.numpy() if as_numpy and torch.is_tensor(tensor) else tensor
 
+    all_gather, all_reduce = torch.distributed.all_gather, torch.distributed.all_reduce
+
+    def uneven_all_gather(outputs: list[Any], tensor: Any, group: Any = None) -> None:
+        # NCCL gathers rows of different counts; gloo gathers them padded to the largest
+        most = max(o.shape[0] for o in outputs)
+        padded = tensor.new_zeros((most, *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        gathered = [torch.empty_like(padded) for _ in outputs]
+        all_gather(gathered, padded, group=group)
+        for out, got in zip(outputs, gathered, strict=True):
+            out.copy_(got[:out.shape[0]])
+
+    def uneven_reduce_scatter(output: Any, inputs: list[Any], group: Any = None) -> None:
+        # NCCL reduce-scatters chunks of different counts; gloo reduces each, keeps its own
+        for i, chunk in enumerate(inputs):
+            summed = chunk.clone()
+            all_reduce(summed, group=group)
+            if i == torch.distributed.get_rank(group):
+                output.copy_(summed)
+
     stream = _OneStream()
     patches = [(torch.cuda, "current_device", lambda: "cpu"),
                (megatron_random, "_get_all_rng_states",
@@ -304,7 +328,9 @@ def _megatron_on_cpu() -> Iterator[None]:
                (torch.cuda, "current_stream", lambda *_, **__: stream),
                (torch.cuda, "stream", lambda *_: contextlib.nullcontext()),
                (moe_utils, "te_general_gemm", None),
-               (token_dispatcher, "maybe_move_tensor_to_cpu", to_host)]
+               (token_dispatcher, "maybe_move_tensor_to_cpu", to_host),
+               (torch.distributed, "all_gather", uneven_all_gather),
+               (torch.distributed, "reduce_scatter", uneven_reduce_scatter)]
     missing = object()
     before = [(owner, name, getattr(owner, name, missing)) for owner, name, _ in patches]
     for owner, name, value in patches:
@@ -479,12 +505,12 @@ def cpu_permute_indices() -> Iterator[None]:
 
 
 def _check_moe_split(tp: int, ep: int) -> None:
-    """An MoE layer is measured on one rank, or split by tp or by ep (not both) over the
-    ranks of the initialised process group (torchrun)."""
+    """An MoE layer is measured on one rank, or split by tp, by ep or by both over the
+    ``tp x ep`` ranks of the initialised process group (torchrun)."""
     import torch.distributed as dist
 
-    if tp > 1 and ep > 1:
-        raise ValueError(f"the MoE layer is measured under tp or ep, got tp={tp} ep={ep}")
+    if tp < 1 or ep < 1:
+        raise ValueError(f"tp and ep must be >= 1, got tp={tp} ep={ep}")
     if tp * ep > 1 and (not dist.is_initialized() or dist.get_world_size() != tp * ep):
         raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
 
@@ -497,13 +523,18 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1 (``ExpertParallel``),
     or over its ``tp`` ranks by torchtitan's own plan for an MoE layer under tensor
     parallelism (``apply_moe_ep_tp``: the sequence shard all-gathered into the layer, the
-    experts and the shared expert split): its configuration and what its forward saves on
-    this rank. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
+    experts and the shared expert split), or over ``ep x tp`` ranks by the same plan with
+    ``ExpertTensorParallel`` (the tokens sent over ep, each expert split over tp, the ranks of
+    a tp group adjacent as in torchtitan's ``ParallelDims``): its configuration and what its
+    forward saves on this rank. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
+    from unittest import mock
+
     import torch
     import torch.distributed as dist
 
     try:
-        from torchtitan.distributed.expert_parallel import ExpertParallel
+        from torchtitan.distributed.expert_parallel import ExpertParallel, ExpertTensorParallel
+        from torchtitan.models.llama4.infra import parallelize as llama4_parallelize
         from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
         from torchtitan.models.moe import utils as moe_utils
         from torchtitan.models.moe.moe import MoE, MoEArgs
@@ -523,7 +554,7 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     for p in moe.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
         p.data = p.data.to(torch.bfloat16)
     rank, plan = 0, None
-    if ep > 1:
+    if ep > 1 and tp == 1:
         rank, plan = dist.get_rank(), ExpertParallel()
         parallelize_module(moe.experts, init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",)),
                            plan)
@@ -533,8 +564,23 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
         model = torch.nn.Module()
         model.layers = torch.nn.ModuleDict({"0": block})
         rank = dist.get_rank()
-        apply_moe_ep_tp(model, tp_mesh=init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",)),
-                        ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+        if ep == 1:
+            apply_moe_ep_tp(model, tp_mesh=init_device_mesh("cpu", (tp,),
+                                                            mesh_dim_names=("tp",)),
+                            ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+        else:  # ParallelDims' sparse mesh at etp = tp: the ranks of a tp group inner
+            mesh = init_device_mesh("cpu", (ep, tp), mesh_dim_names=("ep", "etp"))
+            made: list[Any] = []
+
+            class Recorded(ExpertTensorParallel):  # the plan, for the tokens it received
+                def __init__(self) -> None:
+                    super().__init__()
+                    made.append(self)
+
+            with mock.patch.object(llama4_parallelize, "ExpertTensorParallel", Recorded):
+                apply_moe_ep_tp(model, tp_mesh=mesh["etp"], ep_mesh=mesh["ep"],
+                                etp_mesh=mesh["etp"], ep_etp_mesh=mesh)
+            (plan,) = made
     if tp * ep > 1:
         torch.manual_seed(1 + rank)  # each rank's own tokens
     x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
@@ -562,9 +608,10 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
     asks for it before, the all-to-all token dispatcher, dropless, the experts one by
     one, ``SequentialMLP``, SwiGLU with its fusion on or off, an optional shared expert, the
     routing scores weighing the tokens before the experts, ``moe_apply_probs_on_input``, or
-    the activations inside them) on ``mbs x seq_len`` bf16 tokens, its experts split over the
-    ``ep`` ranks of the initialised (gloo) process group when ``ep`` > 1: its configuration
-    and what its forward saves on this rank. Stand-ins: :func:`_megatron_on_cpu`."""
+    the activations inside them) on ``mbs x seq_len`` bf16 tokens, its layer split over the
+    ``tp`` ranks and its experts over the ``ep`` ranks (and over tp too) of the initialised
+    (gloo) process group where they are > 1: its configuration and what its forward saves on
+    this rank. Stand-ins: :func:`_megatron_on_cpu`."""
     import contextlib
 
     import torch
@@ -640,9 +687,9 @@ MOE_BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
 
 
 def parallel_shapes(shapes: Sequence[dict[str, Any]], *, ep: int) -> tuple[dict[str, Any], ...]:
-    """The shapes measured over several ranks (``--ep`` or ``--tp``): where the SwiGLU's fusion
-    is a choice, with it on, and under expert parallelism only those without a shared expert
-    (it is not split by ep)."""
+    """The shapes measured over several ranks (``--ep``, ``--tp`` or both): where the SwiGLU's
+    fusion is a choice, with it on, and under expert parallelism only those without a shared
+    expert (it is not split by ep)."""
     return tuple(s for s in shapes if s.get("fused_swiglu", True)
                  and not (ep > 1 and s["num_shared_experts"]))
 
@@ -784,10 +831,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "of the dense block")
     ap.add_argument("--ep", type=int, default=1,
                     help="with --moe: split the experts over this many ranks (run under "
-                         "torchrun --nproc-per-node EP; gloo)")
+                         "torchrun --nproc-per-node EP x TP; gloo)")
     ap.add_argument("--tp", type=int, default=1,
                     help="with --moe: split the layer over this many ranks by the framework's "
-                         "tensor parallelism (run under torchrun --nproc-per-node TP; gloo)")
+                         "tensor parallelism (run under torchrun --nproc-per-node TP x EP; "
+                         "gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
@@ -796,9 +844,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.tp < 1 or (args.tp > 1 and not args.moe):
         ap.error(f"--tp must be >= 1 and splits the layer of --moe, got {args.tp}")
-    if args.tp > 1 and args.ep > 1:
-        ap.error(f"--moe is measured under --tp or --ep, not both, got --tp {args.tp} "
-                 f"--ep {args.ep}")
     if args.tp * args.ep > 1:
         return _main_distributed(args)
     from importlib.metadata import PackageNotFoundError, version
@@ -827,14 +872,15 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main_distributed(args: argparse.Namespace) -> int:
-    """``--moe --ep N`` or ``--tp N`` on each of torchrun's N ranks: every rank measures, rank
-    0 writes."""
+    """``--moe --ep N``, ``--tp N`` or both on each of torchrun's N (x M) ranks: every rank
+    measures, rank 0 writes."""
     import os
     from importlib.metadata import version
 
     import torch.distributed as dist
 
-    world, flag = args.tp * args.ep, f"--tp {args.tp}" if args.tp > 1 else f"--ep {args.ep}"
+    world = args.tp * args.ep
+    flag = " ".join(f"--{name} {n}" for name, n in (("tp", args.tp), ("ep", args.ep)) if n > 1)
     if int(os.environ.get("WORLD_SIZE", "1")) != world:
         raise SystemExit(f"{flag} runs under torchrun --nproc-per-node {world} "
                          f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})")

@@ -1,8 +1,8 @@
 """The MoE layer's activations against what torchtitan's and Megatron-Core's own MoE layers
 save, as measured by ``python -m microbench.saved_activations --framework torchtitan|megatron
---moe`` (and ``--ep 2`` under torchrun; ``datasets/saved_activations/``: router, reorderer or
-token dispatcher, routed experts, on torchtitan's grouped GEMM or Megatron's experts one by
-one, shared expert, on the CPU, without tensor parallelism)."""
+--moe`` (and ``--ep 2``, ``--tp 2`` or ``--tp 2 --ep 2`` under torchrun;
+``datasets/saved_activations/``: router, reorderer or token dispatcher, routed experts, on
+torchtitan's grouped GEMM or Megatron's experts one by one, shared expert, on the CPU)."""
 
 from __future__ import annotations
 
@@ -26,17 +26,19 @@ def _records(name: str) -> list[dict[str, Any]]:
 RECORDS = _records("torchtitan-0.2.2-moe")
 EP_RECORDS = _records("torchtitan-0.2.2-moe-ep2")
 TP_RECORDS = _records("torchtitan-0.2.2-moe-tp2")
+TP_EP_RECORDS = _records("torchtitan-0.2.2-moe-tp2-ep2")
 MEGATRON = _records("megatron-core-0.16.1-moe")
 MEGATRON_EP = _records("megatron-core-0.16.1-moe-ep2")
 MEGATRON_TP = _records("megatron-core-0.16.1-moe-tp2")
+MEGATRON_TP_EP = _records("megatron-core-0.16.1-moe-tp2-ep2")
 
 
 def _id(rec: dict[str, Any]) -> str:
     c = rec["config"]
     fused = {True: "-fused", False: "-unfused"}.get(c.get("fused_swiglu"), "")
     return (f"E{c['num_experts']}-k{c['top_k']}-shared{c['num_shared_experts']}-"
-            f"{'before' if c['score_before_experts'] else 'after'}{fused}-ep{c['ep']}-"
-            f"rank{c['rank']}")
+            f"{'before' if c['score_before_experts'] else 'after'}{fused}-tp{c['tp']}-"
+            f"ep{c['ep']}-rank{c['rank']}")
 
 
 def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
@@ -74,11 +76,29 @@ def test_records_cover_the_routing_choices():
         assert a["config"]["routed_tokens"] != b["config"]["routed_tokens"]
 
 
+@pytest.mark.parametrize("records", [TP_EP_RECORDS, MEGATRON_TP_EP],
+                         ids=["torchtitan", "megatron"])
+def test_under_tp_and_ep_each_rank_takes_its_tp_groups_routed_tokens(records):
+    """Over 4 ranks at tp 2, ep 2 (the ranks of a tp group adjacent, each tp group routing its
+    own sequence), both ranks of a tp group receive the same tokens, the copies of what the
+    two sequences route to their experts: the two groups' counts add up to both sequences'
+    routed tokens."""
+    assert len(records) == 4 * (8 if records is TP_EP_RECORDS else 6)
+    assert {r["fingerprint"]["backend"] for r in records} == {"gloo"}
+    for shape in zip(*(records[i::4] for i in range(4)), strict=True):
+        c = shape[0]["config"]
+        assert [(r["config"]["tp"], r["config"]["ep"], r["config"]["rank"])
+                for r in shape] == [(2, 2, rank) for rank in range(4)]
+        got = [r["config"]["routed_tokens"] for r in shape]
+        assert got[0] == got[1] and got[2] == got[3]
+        assert got[0] + got[2] == 2 * c["mbs"] * c["seq_len"] * c["top_k"]
+
+
 def _round_up(rows: int, align: int) -> int:
     return math.ceil(rows / align) * align
 
 
-@pytest.mark.parametrize("rec", RECORDS + EP_RECORDS + TP_RECORDS, ids=_id)
+@pytest.mark.parametrize("rec", RECORDS + EP_RECORDS + TP_RECORDS + TP_EP_RECORDS, ids=_id)
 def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols, rec):
     """The model's MLP term of an MoE layer (experts' and shared expert's MLP activations,
     the tokens in expert order in bf16 and the fp32 copy the scores weigh, the rows that pad
@@ -91,7 +111,9 @@ def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols,
     Under tensor parallelism torchtitan all-gathers the layer's input and every rank routes
     the whole sequence: the copies and the padding are not split, the experts' activations
     are; the gathered input (2 T h bytes, the router's and the shared expert's GEMM input) is
-    among the model's projection inputs (``FrameworkTraits.saves_gathered_tp_inputs``)."""
+    among the model's projection inputs (``FrameworkTraits.saves_gathered_tp_inputs``). Under
+    tp and ep at once (``ExpertTensorParallel``) the same holds with the tokens the rank's
+    experts received from every tp group over ep."""
     c = rec["config"]
     ep, tp, align = c["ep"], c["tp"], c["token_group_align"]
     got = _columns(cols, rec, "torchtitan")
@@ -148,7 +170,7 @@ def _megatron_bookkeeping(c: dict[str, Any]) -> int:
 
 
 @pytest.mark.parametrize("rec", [r for r in MEGATRON + MEGATRON_EP + MEGATRON_TP
-                                 if r["config"]["fused_swiglu"]], ids=_id)
+                                 + MEGATRON_TP_EP if r["config"]["fused_swiglu"]], ids=_id)
 def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, rec):
     """With the fused SwiGLU Megatron-LM trains with, Megatron-Core's MoE layer keeps what the
     model's MLP term counts: per routed token its bf16 copy in expert order (2 h bytes,
@@ -159,7 +181,8 @@ def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, r
     2 h bytes per routed token. Under expert parallelism the model assumes balanced routing;
     the records add the rows a rank received beyond its share; the all-to-all keeps nothing.
     Under tensor parallelism Megatron all-gathers the routed tokens of the tp group to its
-    split experts: the copies are not split by tp, the experts' activations are."""
+    split experts: the copies are not split by tp, the experts' activations are; under tp and
+    ep at once, the same after the all-to-all over ep."""
     c = rec["config"]
     share, received = c["mbs"] * c["seq_len"] * c["top_k"], c["routed_tokens"]
     row_bytes = 2 * c["hidden_size"] + 3 * 2 * c["moe_ffn_hidden_size"] // c["tp"]

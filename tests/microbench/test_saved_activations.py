@@ -158,22 +158,20 @@ def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypa
 
 
 @pytest.mark.parametrize("layer", [torchtitan_moe, megatron_moe])
-def test_moe_layer_is_measured_under_tp_or_ep(layer):
+def test_moe_layer_split_needs_positive_degrees(layer):
     if importlib.util.find_spec("torchtitan" if layer is torchtitan_moe else "megatron") is None:
         pytest.skip("the framework is not installed here")
-    with pytest.raises(ValueError, match="under tp or ep, got tp=2 ep=2"):
+    with pytest.raises(ValueError, match="tp and ep must be >= 1, got tp=2 ep=0"):
         layer(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
-              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2, ep=2)
+              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2, ep=0)
 
 
-@pytest.mark.parametrize("args", [["--tp", "2"], ["--moe", "--tp", "0"],
-                                  ["--moe", "--tp", "2", "--ep", "2"]])
+@pytest.mark.parametrize("args", [["--tp", "2"], ["--moe", "--tp", "0"]])
 def test_tensor_parallelism_splits_the_moe_layer_alone(args, capsys):
     with pytest.raises(SystemExit) as e:
         main([*args, "--out", "-"])
-    err = capsys.readouterr().err
-    assert e.value.code == 2 and ("--tp must be >= 1 and splits the layer of --moe" in err
-                                  or "under --tp or --ep, not both" in err)
+    assert e.value.code == 2 and "--tp must be >= 1 and splits the layer of --moe" in (
+        capsys.readouterr().err)
 
 
 def test_tensor_parallel_moe_runs_under_torchrun(monkeypatch):
@@ -181,6 +179,9 @@ def test_tensor_parallel_moe_runs_under_torchrun(monkeypatch):
     with pytest.raises(SystemExit, match=r"--tp 2 runs under torchrun --nproc-per-node 2 "
                                          r"\(WORLD_SIZE is unset\)"):
         main(["--moe", "--tp", "2", "--out", "-"])
+    with pytest.raises(SystemExit, match=r"--tp 2 --ep 2 runs under torchrun --nproc-per-node 4 "
+                                         r"\(WORLD_SIZE is unset\)"):
+        main(["--moe", "--tp", "2", "--ep", "2", "--out", "-"])
 
 
 def test_parallel_shapes_leave_out_the_unfused_swiglu_and_under_ep_the_shared_expert():
