@@ -70,6 +70,13 @@ parallelism. With both, ``--tp N --ep M`` over N x M ranks, the experts are spli
 each framework splits them when ep and tp meet (torchtitan's ``ExpertTensorParallel`` with
 the expert tp degree equal to tp, Megatron's expert tp size defaulting to tp).
 
+MoE blocks under recomputation (``--moe --recompute``, torchtitan): a stack of
+:data:`KEPT_LAYERS` Llama 4 blocks, every one an MoE block, at :data:`MOE_KEPT_SHAPES`
+(:func:`torchtitan_moe_kept`), with Llama 4's per-operator save list (its all-to-alls among
+it), without tp, and with ``--ep N`` under torchrun their experts split by ``ExpertParallel``
+(each rank waits at a barrier and collects garbage after the forward, so that gloo's finished
+all-to-alls let go of their tensors before the count).
+
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
 seq_len, mbs, tp, sequence_parallel; Megatron's also fused_swiglu), ``saved`` (module, shape,
@@ -79,7 +86,8 @@ framework's version). An MoE record's config has the layer's shape, ``ep``, ``ra
 ``token_group_align`` and ``routed_tokens`` (the rows its experts received, before padding). Under
 recomputation (schema ``surrogate.kept_activations/1``): the config also has ``num_layers``
 and ``recompute`` (torchtitan's also its ``activation_checkpoint`` section), and ``kept`` (op,
-shape, dtype, bytes per storage) and ``kept_bytes`` replace ``saved`` and ``bytes_by_module``.
+shape, dtype, bytes per storage) and ``kept_bytes`` replace ``saved`` and ``bytes_by_module``;
+an MoE stack's config has ``routed_tokens`` per block.
 """
 
 from __future__ import annotations
@@ -201,6 +209,33 @@ class Stack:
         return (*self.inputs, *self.modules.parameters(), *self.modules.buffers())
 
 
+def _bf16_model(model_class: Any, args: Any) -> Any:
+    """torchtitan's ``model_class(args)``, its weights initialised and cast to bf16 (what
+    FSDP2's ``MixedPrecisionPolicy`` does in the forward)."""
+    import torch
+
+    model = model_class(args)
+    with torch.no_grad():
+        model.init_weights()
+    for p in model.parameters():
+        p.data = p.data.to(torch.bfloat16)
+    return model
+
+
+def _checkpointed(model: Any, ac: tuple[str, str], save_list: set[Any]) -> None:
+    """torchtitan's activation checkpointing ``ac`` = (mode, selective_ac_option) on
+    ``model``'s blocks, its per-operator ``save_list`` with the CPU flash kernel beside the
+    CUDA ones it names (module docstring)."""
+    import torch
+    import torchtitan.distributed.activation_checkpoint as titan_ac
+    from torchtitan.config.job_config import ActivationCheckpoint
+
+    titan_ac._layer_sac_count = 0  # what a fresh process counts from
+    save = {*save_list, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
+    titan_ac.apply_ac(model, ActivationCheckpoint(mode=ac[0], selective_ac_option=ac[1]),
+                      op_sac_save_list=save)
+
+
 @contextmanager
 def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
                       mbs: int, tp: int, num_layers: int = 1,
@@ -210,8 +245,6 @@ def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, se
     import torch
 
     try:
-        import torchtitan.distributed.activation_checkpoint as titan_ac
-        from torchtitan.config.job_config import ActivationCheckpoint
         from torchtitan.models.llama3.infra.parallelize import _op_sac_save_list, apply_tp
         from torchtitan.models.llama3.model.args import TransformerModelArgs
         from torchtitan.models.llama3.model.model import Transformer
@@ -223,21 +256,13 @@ def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, se
         args = TransformerModelArgs(dim=hidden_size, n_layers=num_layers, n_heads=num_heads,
                                     n_kv_heads=num_kv_heads, vocab_size=256,
                                     max_seq_len=seq_len)
-        model = Transformer(args)
-        with torch.no_grad():
-            model.init_weights()
-        for p in model.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
-            p.data = p.data.to(torch.bfloat16)
+        model = _bf16_model(Transformer, args)
         if tp > 1:
             apply_tp(model, init_device_mesh("cpu", (tp,)), loss_parallel=True,
                      enable_float8_tensorwise_tp=False)
         ffn = int(model.layers["0"].feed_forward.w1.weight.shape[0])
-        if ac is not None:  # the module docstring: the CPU flash kernel stands in for CUDA's
-            titan_ac._layer_sac_count = 0  # what a fresh process counts from
-            save = {*_op_sac_save_list,
-                    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
-            titan_ac.apply_ac(model, ActivationCheckpoint(mode=ac[0], selective_ac_option=ac[1]),
-                              op_sac_save_list=save)
+        if ac is not None:
+            _checkpointed(model, ac, _op_sac_save_list)
         x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
                         requires_grad=True)
 
@@ -778,6 +803,107 @@ def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], li
                 "activation_checkpoint": option}, kept
 
 
+MOE_KEPT_SHAPES: tuple[dict[str, Any], ...] = tuple(
+    {**s, "num_heads": 8, "num_kv_heads": 8, "recompute": r}
+    for r in ("none", "selective-op", "full") for s in MOE_SHAPES)
+"""torchtitan's stack of MoE blocks, without tp, at :data:`MOE_SHAPES` under no, per-operator
+and full recomputation (``--moe --recompute``)."""
+
+
+def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
+                        num_kv_heads: int, moe_ffn_hidden_size: int, num_experts: int,
+                        top_k: int, num_shared_experts: int, score_before_experts: bool,
+                        seq_len: int, mbs: int, tp: int = 1, ep: int = 1
+                        ) -> tuple[dict[str, Any], list[Kept]]:
+    """What a stack of :data:`KEPT_LAYERS` torchtitan Llama 4 blocks, every one an MoE block
+    (``interleave_moe_layer_step`` 1; attention as Llama 3's, the experts on the grouped
+    GEMM), keeps after its forward under the activation checkpointing ``recompute`` names
+    (:data:`TORCHTITAN_AC`), with Llama 4's own list of operators per-operator checkpointing
+    saves (its all-to-alls among them) and the CPU flash kernel standing in for CUDA's, on one
+    rank, or with ``ep`` > 1 the experts of every block split over the ranks of the
+    initialised (gloo) process group by ``ExpertParallel``, as torchtitan splits them before
+    it checkpoints. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
+    import gc
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        from torchtitan.distributed.expert_parallel import ExpertParallel
+        from torchtitan.models.llama4.infra.parallelize import _op_sac_save_list
+        from torchtitan.models.llama4.model.args import TransformerModelArgs
+        from torchtitan.models.llama4.model.model import Transformer
+        from torchtitan.models.moe.moe import MoEArgs
+    except ImportError as e:
+        raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
+    ac = TORCHTITAN_AC[recompute]
+    torch.manual_seed(0)
+    moe = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
+                  use_grouped_mm=True, score_before_experts=score_before_experts,
+                  score_func="softmax", load_balance_coeff=None)
+    # the experts' width: int(8 h / 3 x multiplier), rounded up to a multiple of 256
+    args = TransformerModelArgs(dim=hidden_size, n_layers=KEPT_LAYERS, n_heads=num_heads,
+                                n_kv_heads=num_kv_heads, vocab_size=256, max_seq_len=seq_len,
+                                multiple_of=moe_ffn_hidden_size,
+                                ffn_dim_multiplier=moe_ffn_hidden_size / (3 * hidden_size),
+                                auto_scale_hidden_dim=False, interleave_moe_layer_step=1,
+                                moe_args=moe)
+    model = _bf16_model(Transformer, args)
+    width = int(model.layers["0"].moe.experts.w1.shape[1])
+    if width != moe_ffn_hidden_size:
+        raise ValueError(f"the experts' width came out {width}, not {moe_ffn_hidden_size}")
+    if tp != 1:
+        raise ValueError(f"the MoE stack is measured without tensor parallelism, got tp={tp}")
+    _check_moe_split(1, ep)
+    rank, plans = 0, []
+    if ep > 1:
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import parallelize_module
+
+        rank, mesh = dist.get_rank(), init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",))
+        for block in model.layers.values():
+            plans.append(ExpertParallel())
+            parallelize_module(block.moe.experts, mesh, plans[-1])
+        torch.manual_seed(1 + rank)  # each rank's own tokens
+    if ac is not None:
+        _checkpointed(model, ac, _op_sac_save_list)
+    x = torch.randn(mbs, seq_len, hidden_size, dtype=torch.bfloat16, requires_grad=True)
+
+    def run() -> Any:
+        y = x
+        for i in range(KEPT_LAYERS):
+            y = model.layers[str(i)](y, model.freqs_cis, None)
+        if ep > 1:  # gloo's finished all-to-alls let go of their tensors
+            dist.barrier()
+            gc.collect()
+        return y
+
+    with integer_histc(), cpu_permute_indices():
+        kept, _out = kept_after_forward(run, leave_out=(x, model.freqs_cis,
+                                                        *model.parameters(),
+                                                        *model.buffers()))
+    option = {} if ac is None else {"mode": ac[0], "selective_ac_option": ac[1]}
+    config = {"hidden_size": hidden_size, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
+              "moe_ffn_hidden_size": moe_ffn_hidden_size, "num_experts": num_experts,
+              "top_k": top_k, "num_shared_experts": num_shared_experts,
+              "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
+              "tp": 1, "ep": ep, "rank": rank, "sequence_parallel": False, "grouped_mm": True,
+              "num_layers": KEPT_LAYERS, "recompute": recompute,
+              "activation_checkpoint": option,
+              # the rows each block's experts received on this rank (balanced: T k)
+              "routed_tokens": [sum(plan.output_splits or ()) for plan in plans]
+              or [mbs * seq_len * top_k] * KEPT_LAYERS}
+    return config, kept
+
+
+MOE_STACKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]],
+                            tuple[dict[str, Any], ...]]] = {
+    "torchtitan": (torchtitan_moe_kept, MOE_KEPT_SHAPES),
+}
+"""Each framework's stack of MoE blocks under recomputation and its settings (``--moe
+--recompute``)."""
+
+
 def megatron_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list[Kept]]:
     """What a Megatron-Core block of :data:`KEPT_LAYERS` layers keeps after its forward, with
     ``recompute`` none, selective (its core attention) or full (every layer)."""
@@ -838,8 +964,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
-    if args.moe and (args.recompute or args.framework not in MOE_BLOCKS):
-        ap.error("--moe measures an MoE layer without --recompute")
+    if args.moe and args.recompute and (args.framework not in MOE_STACKS or args.tp > 1):
+        ap.error(f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks without "
+                 f"--tp, got --framework {args.framework} --tp {args.tp}")
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.tp < 1 or (args.tp > 1 and not args.moe):
@@ -853,9 +980,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         fw_version = version(package)
     except PackageNotFoundError:
         raise SystemExit(f"{needs}: it is not installed") from None
-    measure, settings = (STACKS if args.recompute else MOE_BLOCKS if args.moe
-                         else BLOCKS)[args.framework]
-    write = kept_record if args.recompute else record
+    measure, settings, write = _measurement(args)
     out = JsonlWriter(args.out)
     try:
         for i, setting in enumerate(settings, 1):
@@ -871,9 +996,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def _measurement(args: argparse.Namespace) -> tuple[Callable[..., Any],
+                                                     tuple[dict[str, Any], ...],
+                                                     Callable[..., dict[str, Any]]]:
+    """What the command line asks to measure: the function, its settings and the record it
+    writes (:func:`record` of what a layer saves, :func:`kept_record` of what a stack keeps)."""
+    if args.moe:
+        table: dict[str, Any] = MOE_STACKS if args.recompute else MOE_BLOCKS
+    else:
+        table = STACKS if args.recompute else BLOCKS
+    measure, settings = table[args.framework]
+    return measure, settings, kept_record if args.recompute else record
+
+
+def _total_bytes(rec: dict[str, Any]) -> int:
+    """The bytes a record found: kept by a stack or saved by a layer."""
+    return rec["kept_bytes"] if "kept_bytes" in rec else sum(s["bytes"] for s in rec["saved"])
+
+
 def _main_distributed(args: argparse.Namespace) -> int:
-    """``--moe --ep N``, ``--tp N`` or both on each of torchrun's N (x M) ranks: every rank
-    measures, rank 0 writes."""
+    """``--moe [--recompute] --ep N``, ``--tp N`` or both on each of torchrun's N (x M) ranks:
+    every rank measures, rank 0 writes."""
     import os
     from importlib.metadata import version
 
@@ -889,22 +1032,23 @@ def _main_distributed(args: argparse.Namespace) -> int:
         package = PACKAGES[args.framework][0]
         fw_version = version(package)
         fp = {**collect(world_size=world, backend="gloo").to_dict(), package: fw_version}
-        measure, shapes = MOE_BLOCKS[args.framework]
+        measure, shapes, write = _measurement(args)
         split = parallel_shapes(shapes, ep=args.ep)
         out = JsonlWriter(args.out) if dist.get_rank() == 0 else None
         try:
             for i, shape in enumerate(split, 1):
                 setting = {**shape, "tp": args.tp}
                 config, found = measure(**setting, ep=args.ep)
-                mine = record(args.framework, fw_version, config, found, fp)
+                mine = write(args.framework, fw_version, config, found, fp)
                 every: list[Any] = [None] * world if out is not None else []
                 dist.gather_object(mine, every if out is not None else None, dst=0)
                 if out is not None:
                     for rec in every:
                         out.write(rec)
                     print(f"[{i}/{len(split)}] {setting} {flag}: "
-                          + ", ".join(f"{sum(s['bytes'] for s in r['saved']) / 2**20:.1f}"
-                                      for r in every) + " MiB saved by rank", file=sys.stderr)
+                          + ", ".join(f"{_total_bytes(r) / 2**20:.1f}" for r in every)
+                          + f" MiB {'kept' if args.recompute else 'saved'} by rank",
+                          file=sys.stderr)
         finally:
             if out is not None:
                 out.close()

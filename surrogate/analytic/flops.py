@@ -187,11 +187,19 @@ def hardware_flops_per_token(c: Cols) -> Array:
     attention (assumed throughout) recomputes in its backward anyway: no extra FLOPs here.
     Per-operator selective checkpointing (``FrameworkTraits.selective_per_op``, torchtitan's
     'op') runs the forward of every other matmul of a block again: the key, attention output
-    and MLP up projections (2 h (kv + o + ffn) FLOPs per token and layer).
+    and MLP up projections (2 h (kv + o + ffn) FLOPs per token and layer); in an MoE layer
+    also its routed experts whole, whose grouped GEMMs it does not keep, and its shared
+    expert's up projection (2 h (3 k moe_ffn + shared ffn); measured by what it keeps,
+    ``memory.per_op_checkpoint_bytes``), leading dense layers averaged in.
     """
     base = model_flops_per_token(c)
-    widths = (c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"]
-              + c["ffn_hidden_size"])
+    moe_frac = moe_layers(c) / c["num_layers"]
+    moe_mlp = (3 * c["experts_topk"] * c["moe_ffn_hidden_size"]
+               + c["shared_expert_ffn_hidden_size"])
+    mlp = np.where(c["num_experts"] >= 2,
+                   moe_frac * moe_mlp + (1 - moe_frac) * c["ffn_hidden_size"],
+                   c["ffn_hidden_size"])
+    widths = c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"] + mlp
     again = np.where(per_op_recompute(c), 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
     return base * (1 + full_recompute_share(c) / 3) + again
 

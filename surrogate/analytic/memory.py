@@ -36,7 +36,9 @@ already avoids storing, so it changes nothing here (measured on Megatron-Core's 
 drops only the log-sum-exp). torchtitan's selective
 mode as its Llama 3 8B configuration runs it, per operator, keeps the outputs of every other
 matmul, of the attention kernel and of the reduce-scatters (:func:`per_op_checkpoint_bytes`,
-measured). Both measured by ``python -m microbench.saved_activations --recompute``.
+measured), in an MoE layer of its all-to-alls too but of neither the router's matmul nor the
+experts' grouped GEMMs. Both measured by ``python -m microbench.saved_activations
+[--moe] --recompute``.
 
 Variants (shapes in ``flops``): Q and the attention output are heads x head_dim wide, K and V
 kv_heads x head_dim (h and h_kv for a Llama block). MLA stores Q and K of heads x
@@ -267,20 +269,34 @@ def moe_padding_rows(c: Cols, routed_rows: Array | float) -> Array:
 def per_op_checkpoint_bytes(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch under per-operator selective checkpointing
     (``FrameworkTraits.selective_per_op``; measured on torchtitan 0.2.2's Llama block at tp 1
-    to 8, ``python -m microbench.saved_activations --recompute``): the outputs of the query and
-    value projections, of the attention kernel (its log-sum-exp aside, as in
+    to 8 and its Llama 4 MoE block at tp 1, ep 1 and 2, ``python -m
+    microbench.saved_activations [--moe] --recompute``): the outputs of the query and value
+    projections, of the attention kernel (its log-sum-exp aside, as in
     :func:`activation_terms_per_layer`) and of the MLP's gate projection, split by tp; the
     down projection's output before its reduce-scatter, T x h whole; with tp > 1 the two
     reduce-scatters' outputs (T x h / tp each); not the layer's input (see
-    :func:`activation_bytes_per_layer`)."""
+    :func:`activation_bytes_per_layer`). An MoE layer's MLP keeps only its shared expert's
+    gate and down projection outputs (torchtitan forces its router's matmul to be recomputed
+    and not counted, and the experts' grouped GEMMs are not among the operators kept) and,
+    under expert parallelism, the outputs of its two all-to-alls, a T x k x h bf16 tensor
+    each (routing taken as balanced; under tp the whole sequence's, as the copies in
+    :func:`activation_terms_per_layer`, not measured); MoE and leading dense layers are
+    averaged per layer."""
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     h, tp = c["hidden_size"], c["tp"]
     q = c["num_heads"] * c["qk_head_dim"]
     o = c["num_heads"] * c["v_head_dim"]
     kv = c["num_kv_heads"] * c["v_head_dim"]
-    split = 2 * tokens * (q + kv + o + c["ffn_hidden_size"]) / tp
+    attention = 2 * tokens * (q + kv + o) / tp
+    dense_mlp = 2 * tokens * c["ffn_hidden_size"] / tp + 2 * tokens * h
+    shared = c["shared_expert_ffn_hidden_size"]
+    moe_mlp = (np.where(shared > 0, 2 * tokens * shared / tp + 2 * tokens * h, 0.0)
+               + np.where(c["ep"] > 1, 2 * 2 * tokens * c["experts_topk"] * h, 0.0))
+    moe_frac = moe_layers(c) / c["num_layers"]
+    mlp = np.where(c["num_experts"] >= 2, moe_frac * moe_mlp + (1 - moe_frac) * dense_mlp,
+                   dense_mlp)
     reduce_scatters = np.where(tp > 1, 2 * 2 * tokens * h / tp, 0.0)
-    return split + 2 * tokens * h + reduce_scatters
+    return attention + mlp + reduce_scatters
 
 
 def activation_bytes_per_layer(c: Cols) -> Array:

@@ -124,6 +124,7 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         qkv = np.where(mla, queries + g["mla_kv_down"] + g["mla_kv_up"], qkv)
     routed = g["gate_up"] + g["down"]
     seconds = qkv + g["out"] + routed
+    mlp_again = g["gate_up"] / 2  # the up projection, half the gate-and-up GEMM
     if any_moe:
         # An MoE layer adds the shared expert to its routed experts, and its leading dense
         # layers have a dense MLP in place of experts, averaged over the layers.
@@ -132,6 +133,12 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         dense_frac = 1 - moe_layers(c) / c["num_layers"]
         extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
         seconds = seconds + np.where(moe, extra, 0.0)
+        # Per operator, an MoE layer runs its routed experts again whole and its shared
+        # expert's up projection (memory.per_op_checkpoint_bytes: what it keeps).
+        moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
+                                      g["shared_gate_up"] / 2, 0.0)
+        mlp_again = np.where(moe, (1 - dense_frac) * moe_again
+                             + dense_frac * g["dense_gate_up"] / 2, mlp_again)
     # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
     attn_flops = 6 * T * s * (q + o) / tp
     attn_s = attn_flops / (peak * eff["attention"])
@@ -143,9 +150,10 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
     # forward again: the key projection (its share of the QKV GEMM), the attention output
-    # projection and the MLP's up projection (half of the gate-and-up GEMM).
+    # projection and the MLP's up projection (half of the gate-and-up GEMM); in an MoE layer
+    # the routed experts whole and the shared expert's up projection.
     again = np.where(per_op_recompute(c),
-                     (qkv * kv / (q + 2 * kv) + g["out"] + g["gate_up"] / 2) / 3, 0.0)
+                     (qkv * kv / (q + 2 * kv) + g["out"] + mlp_again) / 3, 0.0)
     scale = param(c, "gemm_time_scale")
     return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
 

@@ -95,6 +95,21 @@ def test_full_recompute_costs_four_thirds(config, preset):
     np.testing.assert_allclose(ratio[:2], 1.0)  # selective: flash attention recomputes anyway
 
 
+@pytest.mark.parametrize("preset", ["llama3-8b", "mixtral-8x7b"])
+def test_per_operator_checkpointing_runs_every_other_matmul_again(config, preset):
+    """torchtitan's per-operator mode runs the key, attention output and MLP up projections'
+    forward again; in an MoE layer the routed experts whole (their grouped GEMMs are not
+    kept: ``test_memory_measured_recompute.py``), 3 k moe_ffn wide, and no dense MLP."""
+    c = to_cols([config(preset, dp=8, framework="torchtitan", recompute=r)
+                 for r in ("none", "selective")])
+    again = flops.hardware_flops_per_token(c) - flops.model_flops_per_token(c)
+    mlp = (3 * c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
+           if preset.startswith("mixtral") else c["ffn_hidden_size"])
+    widths = c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"] + mlp
+    np.testing.assert_allclose(again, [0.0, (2 * c["num_layers"] * c["hidden_size"]
+                                             * widths)[1]], rtol=1e-12)
+
+
 def test_mfu_formula(cols):
     c = cols("llama3-8b", dp=8)
     tokens_per_s = np.array([5000.0])

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from surrogate.analytic import memory
-from surrogate.config import ModelConfig
+from tests.analytic.conftest import measured_moe_id, measured_moe_model
 
 DATA = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
 
@@ -34,22 +34,13 @@ MEGATRON_TP_EP = _records("megatron-core-0.16.1-moe-tp2-ep2")
 
 
 def _id(rec: dict[str, Any]) -> str:
-    c = rec["config"]
-    fused = {True: "-fused", False: "-unfused"}.get(c.get("fused_swiglu"), "")
-    return (f"E{c['num_experts']}-k{c['top_k']}-shared{c['num_shared_experts']}-"
-            f"{'before' if c['score_before_experts'] else 'after'}{fused}-tp{c['tp']}-"
-            f"ep{c['ep']}-rank{c['rank']}")
+    return measured_moe_id(rec["config"])
 
 
 def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
     """The model's columns of the record's MoE layer, on a rank of ``ep`` = its ``ep``."""
     c = rec["config"]
-    model = ModelConfig(num_layers=1, hidden_size=c["hidden_size"], ffn_hidden_size=64,
-                        num_heads=8, num_kv_heads=8, vocab_size=256, seq_len=c["seq_len"],
-                        num_experts=c["num_experts"], experts_topk=c["top_k"],
-                        moe_ffn_hidden_size=c["moe_ffn_hidden_size"],
-                        shared_expert_ffn_hidden_size=(c["num_shared_experts"]
-                                                       * c["moe_ffn_hidden_size"]))
+    model = measured_moe_model(c, num_layers=1, ffn_hidden_size=64)
     return cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
                 gpus_per_node=c["ep"] * c["tp"], framework=framework)
 

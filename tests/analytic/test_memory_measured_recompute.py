@@ -1,8 +1,8 @@
 """The activations under recomputation against what torchtitan's and Megatron-Core's own
-stacks of four layers keep after their forward, as measured by ``python -m
-microbench.saved_activations --recompute`` (``datasets/saved_activations/``: every storage the
-forward made that is still alive, whoever holds it; the first layer's input, the output and
-the parameters aside)."""
+stacks of four layers (and torchtitan's of four MoE blocks) keep after their forward, as
+measured by ``python -m microbench.saved_activations [--moe] --recompute``
+(``datasets/saved_activations/``: every storage the forward made that is still alive, whoever
+holds it; the first layer's input, the output and the parameters aside)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 
 from surrogate.analytic import memory
 from surrogate.config import ModelConfig
+from tests.analytic.conftest import measured_moe_id, measured_moe_model
 
 MEASURED = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
 
@@ -146,3 +147,113 @@ def test_megatron_selective_recomputation_drops_only_the_log_sum_exp(cols, rec):
                 if r["config"] == {**c, "recompute": "none"})
     assert rec["kept_bytes"] == none["kept_bytes"] - 4 * _lse(c) + 4 * 4
     assert _model_layer(cols, rec, "selective") == _model_layer(cols, rec, "none")
+
+
+MOE_KEPT = (_load("torchtitan-0.2.2-moe-recompute.jsonl")
+            + _load("torchtitan-0.2.2-moe-recompute-ep2.jsonl"))
+"""torchtitan's Llama 4 stack of four MoE blocks (``--moe --recompute``, and ``--ep 2`` under
+torchrun: one record per rank)."""
+
+
+def _moe_id(rec: dict[str, Any]) -> str:
+    return f"{rec['config']['recompute']}-{measured_moe_id(rec['config'])}"
+
+
+def _moe_cols(cols: Any, rec: dict[str, Any], recompute: str) -> Any:
+    """The model's columns of an MoE record's stack: four MoE layers, no dense one."""
+    c = rec["config"]
+    model = measured_moe_model(c, num_layers=4, ffn_hidden_size=4096)
+    return cols(model, dp=c["ep"], ep=c["ep"], mbs=c["mbs"], framework="torchtitan",
+                gpus_per_node=c["ep"], recompute=recompute)
+
+
+def _moe_full(rec: dict[str, Any]) -> dict[str, Any]:
+    """The record of the same shape and rank under full recomputation."""
+    c = rec["config"]
+    return next(r for r in MOE_KEPT if r["config"]["recompute"] == "full"
+                and {**r["config"], "recompute": c["recompute"],
+                     "activation_checkpoint": c["activation_checkpoint"]} == c)
+
+
+def test_moe_records_cover_every_setting():
+    assert len(MOE_KEPT) == 48 + 48
+    assert {(r["config"]["recompute"], r["config"]["ep"]) for r in MOE_KEPT} == {
+        (rc, ep) for rc in ("none", "selective-op", "full") for ep in (1, 2)}
+    assert all(r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["num_layers"] == 4
+               for r in MOE_KEPT)
+    assert all(r["kept_bytes"] == sum(k["bytes"] for k in r["kept"]) for r in MOE_KEPT)
+    assert not any(r["config"]["num_shared_experts"] for r in MOE_KEPT if r["config"]["ep"] > 1)
+
+
+@pytest.mark.parametrize("rec", [r for r in MOE_KEPT if r["config"]["recompute"] == "full"],
+                         ids=_moe_id)
+def test_moe_full_recomputation_keeps_each_layer_input(cols, rec):
+    """As for a dense block, the three layers' inputs; under expert parallelism beside them
+    only what ``ExpertParallel`` holds between a forward and the next (the int32 order of each
+    block's received rows: bookkeeping, a few KiB)."""
+    c = rec["config"]
+    model = float(memory.activation_bytes_per_layer(_moe_cols(cols, rec, "full"))[0])
+    assert model == _layer_input(c)
+    plans = rec["kept_bytes"] - 3 * model
+    if c["ep"] == 1:
+        assert plans == 0
+    else:
+        assert all(k["dtype"] == "int32" for k in rec["kept"] if k["bytes"] != model)
+        assert 0 < plans < 4 * 4 * 2 * max(c["routed_tokens"])
+
+
+@pytest.mark.parametrize("rec", [r for r in MOE_KEPT
+                                 if r["config"]["recompute"] == "selective-op"], ids=_moe_id)
+def test_moe_per_operator_checkpointing(cols, rec):
+    """torchtitan's per-operator checkpointing of an MoE block, with Llama 4's list of the
+    operators it saves: the model's bytes per layer exactly (the attention's projections and
+    output, the shared expert's gate and down projection outputs, under ep the outputs of the
+    two all-to-alls), but for the log-sum-exp, the rows a rank received beyond its balanced
+    share (its dispatch all-to-all's output), the all-to-all of the token counts (int64 per
+    expert) and what full recomputation keeps besides the layers' inputs (``ExpertParallel``'s
+    bookkeeping). Neither the routed experts' activations nor the router's are kept: less
+    than the model's count for a dense layer of the experts' total width."""
+    c = rec["config"]
+    got = _moe_cols(cols, rec, "selective")
+    model = float(memory.activation_bytes_per_layer(got)[0])
+    tokens, h = c["mbs"] * c["seq_len"], c["hidden_size"]
+    beyond = (sum(c["routed_tokens"]) - 4 * tokens * c["top_k"]) * 2 * h
+    counts = 4 * 8 * c["num_experts"] if c["ep"] > 1 else 0
+    bookkeeping = _moe_full(rec)["kept_bytes"] - 3 * _layer_input(c)
+    assert rec["kept_bytes"] == (4 * model - _layer_input(c) + 4 * _lse(c) + beyond + counts
+                                 + bookkeeping)
+    assert model < float(memory.activation_bytes_per_layer(
+        _moe_cols(cols, rec, "none"))[0])
+
+
+def _moe_saves_beyond_the_model(c: dict[str, Any]) -> int:
+    """What torchtitan's MoE layer saves that the model leaves out (its records in
+    ``test_memory_measured_moe.py``): the routing's bookkeeping, and the rows a rank received
+    beyond its balanced share, each kept as a routed token's copies and expert activations."""
+    tokens, h, k, e, ep = (c["mbs"] * c["seq_len"], c["hidden_size"], c["top_k"],
+                           c["num_experts"], c["ep"])
+    align, total = 8, 0
+    for received in c["routed_tokens"]:
+        padded = -(-received // align) * align
+        rows = padded + align * e // ep
+        total += 4 * tokens * e + 28 * tokens * k + 4 * rows + 4 * e // ep
+        total += (padded - -(-tokens * k // align) * align) * (
+            2 * h + 4 * 2 * c["moe_ffn_hidden_size"])
+    return total
+
+
+def test_moe_stack_without_recomputation_differs_from_the_model_only_outside_the_moe(cols):
+    """Without recomputation, once the MoE layer's bookkeeping (``ExpertParallel``'s int32
+    order of the received rows among it) and its routing's imbalance are set aside, what the
+    four blocks keep beyond the model's count is the same for every MoE setting and rank: it
+    lies in the attention and the norms (the CPU's fp32 norms, module docstring of
+    ``microbench/saved_activations.py``), not in the MoE layer."""
+    rests = set()
+    for rec in MOE_KEPT:
+        c = rec["config"]
+        if c["recompute"] != "none":
+            continue
+        model = float(memory.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
+        rests.add(rec["kept_bytes"] - (4 * model - _layer_input(c) + 4 * _lse(c)
+                                       + _moe_saves_beyond_the_model(c)))
+    assert len(rests) == 1 and rests.pop() > 0

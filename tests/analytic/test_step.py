@@ -245,6 +245,24 @@ def test_some_layers_recomputed_cost_their_share_of_a_third(config):
     assert np.all(np.diff(compute[:4]) > 0)
 
 
+def test_per_operator_checkpointing_runs_the_routed_experts_again(config):
+    """Per operator, torchtitan keeps none of an MoE layer's grouped GEMMs: what top-2 adds
+    to a layer over top-1 (the routed experts' GEMMs, nothing else) costs a third more with
+    it, where the dense MLP's up projection alone would cost a sixth."""
+    import dataclasses
+
+    from surrogate.presets import get_preset
+
+    mixtral = get_preset("mixtral-8x7b")
+    models = [dataclasses.replace(mixtral, experts_topk=k) for k in (1, 2)]
+    c = to_cols([config(m, dp=8, ep=8, framework="torchtitan", recompute=r)
+                 for r in ("none", "selective") for m in models])
+    layer_s, _ = step.layer_compute_s(c, PERF)
+    routed = layer_s[1] - layer_s[0]
+    assert routed > 0
+    assert layer_s[3] - layer_s[2] == pytest.approx(routed * (1 + 1 / 3), rel=1e-12)
+
+
 def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
     """A third of the elementwise traffic is forward: full recomputation adds it, per-operator
     checkpointing too (torch's checkpoint replays the whole forward); torchtitan accumulates

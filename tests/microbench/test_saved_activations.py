@@ -26,6 +26,7 @@ from microbench.saved_activations import (
     saved_by_module,
     torchtitan_block,
     torchtitan_moe,
+    torchtitan_moe_kept,
 )
 
 torch = pytest.importorskip("torch")
@@ -138,12 +139,30 @@ def test_moe_without_the_framework_says_what_to_install(framework, module, insta
         main(["--framework", framework, "--moe", "--out", "-"])
 
 
-@pytest.mark.parametrize("framework", ["torchtitan", "megatron"])
-def test_moe_is_measured_without_recomputation(framework, capsys):
+@pytest.mark.parametrize("args", [["--framework", "megatron"], ["--tp", "2"]])
+def test_moe_blocks_are_measured_under_recomputation_by_torchtitan_without_tp(args, capsys):
     with pytest.raises(SystemExit) as e:
-        main(["--framework", framework, "--moe", "--recompute", "--out", "-"])
+        main([*args, "--moe", "--recompute", "--out", "-"])
     assert e.value.code == 2
-    assert "--moe measures an MoE layer without --recompute" in capsys.readouterr().err
+    assert "--moe --recompute measures torchtitan's MoE blocks without --tp" in (
+        capsys.readouterr().err)
+
+
+def test_torchtitan_moe_stack_is_measured_where_torchtitan_is_installed():
+    """Runs only where torchtitan is installed (not a project dependency): per operator, four
+    small MoE blocks keep no output of the experts' grouped GEMMs, which full recomputation
+    drops too, keeping each block's input."""
+    pytest.importorskip("torchtitan")
+    shape = dict(hidden_size=64, num_heads=4, num_kv_heads=4, moe_ffn_hidden_size=32,
+                 num_experts=4, top_k=2, num_shared_experts=0, score_before_experts=False,
+                 seq_len=32, mbs=1)
+    config, kept = torchtitan_moe_kept(recompute="selective-op", **shape)
+    assert config["routed_tokens"] == [64] * 4 and config["ep"] == 1
+    assert kept and not any("grouped_mm" in k.op for k in kept)
+    _config, full = torchtitan_moe_kept(recompute="full", **shape)
+    assert [k.bytes for k in full] == [2 * 32 * 64] * 3
+    with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
+        torchtitan_moe_kept(recompute="full", tp=2, **shape)
 
 
 def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypatch):
