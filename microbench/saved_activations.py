@@ -73,9 +73,9 @@ the expert tp degree equal to tp, Megatron's expert tp size defaulting to tp).
 MoE blocks under recomputation (``--moe --recompute``, torchtitan): a stack of
 :data:`KEPT_LAYERS` Llama 4 blocks, every one an MoE block, at :data:`MOE_KEPT_SHAPES`
 (:func:`torchtitan_moe_kept`), with Llama 4's per-operator save list (its all-to-alls among
-it), without tp, and with ``--ep N`` under torchrun their experts split by ``ExpertParallel``
-(each rank waits at a barrier and collects garbage after the forward, so that gloo's finished
-all-to-alls let go of their tensors before the count).
+it), and with ``--tp N``, ``--ep M`` or both under torchrun split as torchtitan splits them
+(:func:`_split_moe_blocks`; each rank waits at a barrier and collects garbage after the
+forward, so that gloo's finished collectives let go of their tensors before the count).
 
 Records (schema ``surrogate.saved_activations/1``, one JSON line per shape): ``framework``,
 ``framework_version``, ``config`` (hidden_size, ffn_hidden_size, num_heads, num_kv_heads,
@@ -540,6 +540,50 @@ def _check_moe_split(tp: int, ep: int) -> None:
         raise SystemExit(f"--tp {tp} --ep {ep} runs under torchrun --nproc-per-node {tp * ep}")
 
 
+def _split_moe_blocks(model: Any, *, tp: int, ep: int) -> tuple[int, list[Any], Any]:
+    """torchtitan's split of the MoE blocks of ``model`` (its ``layers``, each with ``moe`` and
+    ``moe_enabled``) over the ``tp x ep`` ranks of the initialised (gloo) process group: by
+    ``ExpertParallel`` on the experts alone under ep, by its plan for MoE under tensor
+    parallelism (``apply_moe_ep_tp``) under tp, with ``ExpertTensorParallel`` on an (ep, etp)
+    mesh under both (etp = tp, the ranks of a tp group adjacent as in ``ParallelDims``).
+    Returns this rank, each block's expert-parallel plan (for the tokens it received; none
+    without ep) and the tp mesh (None without tp)."""
+    from unittest import mock
+
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import parallelize_module
+    from torchtitan.distributed.expert_parallel import ExpertParallel, ExpertTensorParallel
+    from torchtitan.models.llama4.infra import parallelize as llama4_parallelize
+    from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
+
+    _check_moe_split(tp, ep)
+    if tp * ep == 1:
+        return 0, [], None
+    plans: list[Any] = []
+    if tp == 1:
+        mesh = init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",))
+        for block in model.layers.values():
+            plans.append(ExpertParallel())
+            parallelize_module(block.moe.experts, mesh, plans[-1])
+        return dist.get_rank(), plans, None
+    if ep == 1:
+        tp_mesh = init_device_mesh("cpu", (tp,), mesh_dim_names=("tp",))
+        apply_moe_ep_tp(model, tp_mesh=tp_mesh, ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
+        return dist.get_rank(), plans, tp_mesh
+    mesh = init_device_mesh("cpu", (ep, tp), mesh_dim_names=("ep", "etp"))
+
+    class Recorded(ExpertTensorParallel):  # the plans, for the tokens they received
+        def __init__(self) -> None:
+            super().__init__()
+            plans.append(self)
+
+    with mock.patch.object(llama4_parallelize, "ExpertTensorParallel", Recorded):
+        apply_moe_ep_tp(model, tp_mesh=mesh["etp"], ep_mesh=mesh["ep"], etp_mesh=mesh["etp"],
+                        ep_etp_mesh=mesh)
+    return dist.get_rank(), plans, mesh["etp"]
+
+
 def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int, top_k: int,
                    num_shared_experts: int, score_before_experts: bool, seq_len: int, mbs: int,
                    tp: int, ep: int = 1) -> tuple[dict[str, Any], list[Saved]]:
@@ -552,21 +596,13 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     ``ExpertTensorParallel`` (the tokens sent over ep, each expert split over tp, the ranks of
     a tp group adjacent as in torchtitan's ``ParallelDims``): its configuration and what its
     forward saves on this rank. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
-    from unittest import mock
-
     import torch
-    import torch.distributed as dist
 
     try:
-        from torchtitan.distributed.expert_parallel import ExpertParallel, ExpertTensorParallel
-        from torchtitan.models.llama4.infra import parallelize as llama4_parallelize
-        from torchtitan.models.llama4.infra.parallelize import apply_moe_ep_tp
         from torchtitan.models.moe import utils as moe_utils
         from torchtitan.models.moe.moe import MoE, MoEArgs
     except ImportError as e:
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.tensor.parallel import parallelize_module
 
     _check_moe_split(tp, ep)
     torch.manual_seed(0)
@@ -578,34 +614,11 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
         moe.init_weights(0.02, torch.device("cpu"))
     for p in moe.parameters():  # FSDP2's MixedPrecisionPolicy: bf16 in the forward
         p.data = p.data.to(torch.bfloat16)
-    rank, plan = 0, None
-    if ep > 1 and tp == 1:
-        rank, plan = dist.get_rank(), ExpertParallel()
-        parallelize_module(moe.experts, init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",)),
-                           plan)
-    elif tp > 1:  # what apply_moe_ep_tp walks: model.layers, each with moe and moe_enabled
-        block = torch.nn.Module()
-        block.moe, block.moe_enabled = moe, True
-        model = torch.nn.Module()
-        model.layers = torch.nn.ModuleDict({"0": block})
-        rank = dist.get_rank()
-        if ep == 1:
-            apply_moe_ep_tp(model, tp_mesh=init_device_mesh("cpu", (tp,),
-                                                            mesh_dim_names=("tp",)),
-                            ep_mesh=None, etp_mesh=None, ep_etp_mesh=None)
-        else:  # ParallelDims' sparse mesh at etp = tp: the ranks of a tp group inner
-            mesh = init_device_mesh("cpu", (ep, tp), mesh_dim_names=("ep", "etp"))
-            made: list[Any] = []
-
-            class Recorded(ExpertTensorParallel):  # the plan, for the tokens it received
-                def __init__(self) -> None:
-                    super().__init__()
-                    made.append(self)
-
-            with mock.patch.object(llama4_parallelize, "ExpertTensorParallel", Recorded):
-                apply_moe_ep_tp(model, tp_mesh=mesh["etp"], ep_mesh=mesh["ep"],
-                                etp_mesh=mesh["etp"], ep_etp_mesh=mesh)
-            (plan,) = made
+    block = torch.nn.Module()  # what torchtitan's plans walk: layers, with moe and moe_enabled
+    block.moe, block.moe_enabled = moe, True
+    model = torch.nn.Module()
+    model.layers = torch.nn.ModuleDict({"0": block})
+    rank, plans, _tp_mesh = _split_moe_blocks(model, tp=tp, ep=ep)
     if tp * ep > 1:
         torch.manual_seed(1 + rank)  # each rank's own tokens
     x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
@@ -613,7 +626,7 @@ def torchtitan_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: i
     with integer_histc(), cpu_permute_indices():
         saved, _out = saved_by_module(moe, lambda: moe(x), leave_out=(x,))
     # under tp every rank routes the whole, gathered, sequence
-    received = mbs * seq_len * top_k if plan is None else sum(plan.output_splits or ())
+    received = sum(plans[0].output_splits or ()) if plans else mbs * seq_len * top_k
     config = {"hidden_size": hidden_size, "moe_ffn_hidden_size": moe_ffn_hidden_size,
               "num_experts": num_experts, "top_k": top_k,
               "num_shared_experts": num_shared_experts,
@@ -806,8 +819,8 @@ def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], li
 MOE_KEPT_SHAPES: tuple[dict[str, Any], ...] = tuple(
     {**s, "num_heads": 8, "num_kv_heads": 8, "recompute": r}
     for r in ("none", "selective-op", "full") for s in MOE_SHAPES)
-"""torchtitan's stack of MoE blocks, without tp, at :data:`MOE_SHAPES` under no, per-operator
-and full recomputation (``--moe --recompute``)."""
+"""torchtitan's stack of MoE blocks at :data:`MOE_SHAPES` under no, per-operator and full
+recomputation (``--moe --recompute``; tp and ep from the command line)."""
 
 
 def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
@@ -820,17 +833,20 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
     GEMM), keeps after its forward under the activation checkpointing ``recompute`` names
     (:data:`TORCHTITAN_AC`), with Llama 4's own list of operators per-operator checkpointing
     saves (its all-to-alls among them) and the CPU flash kernel standing in for CUDA's, on one
-    rank, or with ``ep`` > 1 the experts of every block split over the ranks of the
-    initialised (gloo) process group by ``ExpertParallel``, as torchtitan splits them before
-    it checkpoints. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
+    rank, or split over the ``tp x ep`` ranks of the initialised (gloo) process group as
+    torchtitan splits them before it checkpoints (:func:`_split_moe_blocks`, and under tp its
+    plan for the attention and norms, ``apply_non_moe_tp``), each rank given its own sequence
+    shard. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
     import gc
 
     import torch
     import torch.distributed as dist
 
     try:
-        from torchtitan.distributed.expert_parallel import ExpertParallel
-        from torchtitan.models.llama4.infra.parallelize import _op_sac_save_list
+        from torchtitan.models.llama4.infra.parallelize import (
+            _op_sac_save_list,
+            apply_non_moe_tp,
+        )
         from torchtitan.models.llama4.model.args import TransformerModelArgs
         from torchtitan.models.llama4.model.model import Transformer
         from torchtitan.models.moe.moe import MoEArgs
@@ -852,28 +868,22 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
     width = int(model.layers["0"].moe.experts.w1.shape[1])
     if width != moe_ffn_hidden_size:
         raise ValueError(f"the experts' width came out {width}, not {moe_ffn_hidden_size}")
-    if tp != 1:
-        raise ValueError(f"the MoE stack is measured without tensor parallelism, got tp={tp}")
-    _check_moe_split(1, ep)
-    rank, plans = 0, []
-    if ep > 1:
-        from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.tensor.parallel import parallelize_module
-
-        rank, mesh = dist.get_rank(), init_device_mesh("cpu", (ep,), mesh_dim_names=("ep",))
-        for block in model.layers.values():
-            plans.append(ExpertParallel())
-            parallelize_module(block.moe.experts, mesh, plans[-1])
+    rank, plans, tp_mesh = _split_moe_blocks(model, tp=tp, ep=ep)
+    if tp_mesh is not None:  # the attention's and norms' plan (torchtitan applies it first;
+        apply_non_moe_tp(model, tp_mesh, loss_parallel=True,  # their modules are apart)
+                         enable_float8_tensorwise_tp=False)
+    if tp * ep > 1:
         torch.manual_seed(1 + rank)  # each rank's own tokens
     if ac is not None:
         _checkpointed(model, ac, _op_sac_save_list)
-    x = torch.randn(mbs, seq_len, hidden_size, dtype=torch.bfloat16, requires_grad=True)
+    # this rank's sequence shard
+    x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16, requires_grad=True)
 
     def run() -> Any:
         y = x
         for i in range(KEPT_LAYERS):
             y = model.layers[str(i)](y, model.freqs_cis, None)
-        if ep > 1:  # gloo's finished all-to-alls let go of their tensors
+        if tp * ep > 1:  # gloo's finished collectives let go of their tensors
             dist.barrier()
             gc.collect()
         return y
@@ -887,10 +897,11 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
               "moe_ffn_hidden_size": moe_ffn_hidden_size, "num_experts": num_experts,
               "top_k": top_k, "num_shared_experts": num_shared_experts,
               "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
-              "tp": 1, "ep": ep, "rank": rank, "sequence_parallel": False, "grouped_mm": True,
-              "num_layers": KEPT_LAYERS, "recompute": recompute,
+              "tp": tp, "ep": ep, "rank": rank, "sequence_parallel": tp > 1,
+              "grouped_mm": True, "num_layers": KEPT_LAYERS, "recompute": recompute,
               "activation_checkpoint": option,
-              # the rows each block's experts received on this rank (balanced: T k)
+              # the rows each block's experts received on this rank (balanced: T k, the
+              # whole sequence's under tp)
               "routed_tokens": [sum(plan.output_splits or ()) for plan in plans]
               or [mbs * seq_len * top_k] * KEPT_LAYERS}
     return config, kept
@@ -964,9 +975,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                          "gloo)")
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
-    if args.moe and args.recompute and (args.framework not in MOE_STACKS or args.tp > 1):
-        ap.error(f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks without "
-                 f"--tp, got --framework {args.framework} --tp {args.tp}")
+    if args.moe and args.recompute and args.framework not in MOE_STACKS:
+        ap.error(f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks, got "
+                 f"--framework {args.framework}")
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.tp < 1 or (args.tp > 1 and not args.moe):

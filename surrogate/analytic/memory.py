@@ -269,7 +269,7 @@ def moe_padding_rows(c: Cols, routed_rows: Array | float) -> Array:
 def per_op_checkpoint_bytes(c: Cols) -> Array:
     """Bytes one layer keeps for one micro-batch under per-operator selective checkpointing
     (``FrameworkTraits.selective_per_op``; measured on torchtitan 0.2.2's Llama block at tp 1
-    to 8 and its Llama 4 MoE block at tp 1, ep 1 and 2, ``python -m
+    to 8 and its Llama 4 MoE block at tp 1 and 2, ep 1 and 2, ``python -m
     microbench.saved_activations [--moe] --recompute``): the outputs of the query and value
     projections, of the attention kernel (its log-sum-exp aside, as in
     :func:`activation_terms_per_layer`) and of the MLP's gate projection, split by tp; the
@@ -280,8 +280,8 @@ def per_op_checkpoint_bytes(c: Cols) -> Array:
     and not counted, and the experts' grouped GEMMs are not among the operators kept) and,
     under expert parallelism, the outputs of its two all-to-alls, a T x k x h bf16 tensor
     each (routing taken as balanced; under tp the whole sequence's, as the copies in
-    :func:`activation_terms_per_layer`, not measured); MoE and leading dense layers are
-    averaged per layer."""
+    :func:`activation_terms_per_layer`: measured at tp 2 with and without ep 2); MoE and
+    leading dense layers are averaged per layer."""
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     h, tp = c["hidden_size"], c["tp"]
     q = c["num_heads"] * c["qk_head_dim"]

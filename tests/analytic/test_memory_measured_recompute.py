@@ -149,10 +149,10 @@ def test_megatron_selective_recomputation_drops_only_the_log_sum_exp(cols, rec):
     assert _model_layer(cols, rec, "selective") == _model_layer(cols, rec, "none")
 
 
-MOE_KEPT = (_load("torchtitan-0.2.2-moe-recompute.jsonl")
-            + _load("torchtitan-0.2.2-moe-recompute-ep2.jsonl"))
-"""torchtitan's Llama 4 stack of four MoE blocks (``--moe --recompute``, and ``--ep 2`` under
-torchrun: one record per rank)."""
+MOE_KEPT = [r for split in ("", "-ep2", "-tp2", "-tp2-ep2")
+            for r in _load(f"torchtitan-0.2.2-moe-recompute{split}.jsonl")]
+"""torchtitan's Llama 4 stack of four MoE blocks (``--moe --recompute``, and ``--ep 2``,
+``--tp 2`` or both under torchrun: one record per rank)."""
 
 
 def _moe_id(rec: dict[str, Any]) -> str:
@@ -163,8 +163,9 @@ def _moe_cols(cols: Any, rec: dict[str, Any], recompute: str) -> Any:
     """The model's columns of an MoE record's stack: four MoE layers, no dense one."""
     c = rec["config"]
     model = measured_moe_model(c, num_layers=4, ffn_hidden_size=4096)
-    return cols(model, dp=c["ep"], ep=c["ep"], mbs=c["mbs"], framework="torchtitan",
-                gpus_per_node=c["ep"], recompute=recompute)
+    return cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
+                framework="torchtitan", gpus_per_node=c["ep"] * c["tp"],
+                sequence_parallel=c["sequence_parallel"], recompute=recompute)
 
 
 def _moe_full(rec: dict[str, Any]) -> dict[str, Any]:
@@ -176,9 +177,11 @@ def _moe_full(rec: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_moe_records_cover_every_setting():
-    assert len(MOE_KEPT) == 48 + 48
-    assert {(r["config"]["recompute"], r["config"]["ep"]) for r in MOE_KEPT} == {
-        (rc, ep) for rc in ("none", "selective-op", "full") for ep in (1, 2)}
+    assert len(MOE_KEPT) == 48 + 48 + 96 + 96
+    assert {(r["config"]["recompute"], r["config"]["tp"], r["config"]["ep"])
+            for r in MOE_KEPT} == {(rc, tp, ep) for rc in ("none", "selective-op", "full")
+                                   for tp in (1, 2) for ep in (1, 2)}
+    assert all(r["config"]["sequence_parallel"] == (r["config"]["tp"] > 1) for r in MOE_KEPT)
     assert all(r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["num_layers"] == 4
                for r in MOE_KEPT)
     assert all(r["kept_bytes"] == sum(k["bytes"] for k in r["kept"]) for r in MOE_KEPT)
@@ -207,12 +210,14 @@ def test_moe_full_recomputation_keeps_each_layer_input(cols, rec):
 def test_moe_per_operator_checkpointing(cols, rec):
     """torchtitan's per-operator checkpointing of an MoE block, with Llama 4's list of the
     operators it saves: the model's bytes per layer exactly (the attention's projections and
-    output, the shared expert's gate and down projection outputs, under ep the outputs of the
-    two all-to-alls), but for the log-sum-exp, the rows a rank received beyond its balanced
-    share (its dispatch all-to-all's output), the all-to-all of the token counts (int64 per
-    expert) and what full recomputation keeps besides the layers' inputs (``ExpertParallel``'s
-    bookkeeping). Neither the routed experts' activations nor the router's are kept: less
-    than the model's count for a dense layer of the experts' total width."""
+    output, the shared expert's gate and down projection outputs, under tp the two
+    reduce-scatters' outputs, under ep the outputs of the two all-to-alls, of the whole
+    sequence's routed tokens under tp too), but for the log-sum-exp, the rows a rank
+    received beyond its balanced share (its dispatch all-to-all's output), the all-to-all of
+    the token counts (int64 per expert) and what full recomputation keeps besides the
+    layers' inputs (``ExpertParallel``'s bookkeeping). Neither the routed experts'
+    activations nor the router's are kept: less than the model's count for a dense layer of
+    the experts' total width."""
     c = rec["config"]
     got = _moe_cols(cols, rec, "selective")
     model = float(memory.activation_bytes_per_layer(got)[0])
@@ -238,22 +243,26 @@ def _moe_saves_beyond_the_model(c: dict[str, Any]) -> int:
         rows = padded + align * e // ep
         total += 4 * tokens * e + 28 * tokens * k + 4 * rows + 4 * e // ep
         total += (padded - -(-tokens * k // align) * align) * (
-            2 * h + 4 * 2 * c["moe_ffn_hidden_size"])
+            2 * h + 4 * 2 * c["moe_ffn_hidden_size"] // c["tp"])
     return total
 
 
 def test_moe_stack_without_recomputation_differs_from_the_model_only_outside_the_moe(cols):
     """Without recomputation, once the MoE layer's bookkeeping (``ExpertParallel``'s int32
     order of the received rows among it) and its routing's imbalance are set aside, what the
-    four blocks keep beyond the model's count is the same for every MoE setting and rank: it
-    lies in the attention and the norms (the CPU's fp32 norms, module docstring of
-    ``microbench/saved_activations.py``), not in the MoE layer."""
-    rests = set()
+    four blocks keep beyond the model's count is the same for every MoE setting and rank of a
+    split, and tp divides it: it lies in the attention and the norms (the CPU's fp32 norms,
+    module docstring of ``microbench/saved_activations.py``), not in the MoE layer."""
+    rests: dict[tuple[int, int], set[float]] = {}
     for rec in MOE_KEPT:
         c = rec["config"]
         if c["recompute"] != "none":
             continue
         model = float(memory.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
-        rests.add(rec["kept_bytes"] - (4 * model - _layer_input(c) + 4 * _lse(c)
-                                       + _moe_saves_beyond_the_model(c)))
-    assert len(rests) == 1 and rests.pop() > 0
+        rests.setdefault((c["tp"], c["ep"]), set()).add(
+            rec["kept_bytes"] - (4 * model - _layer_input(c) + 4 * _lse(c)
+                                 + _moe_saves_beyond_the_model(c)))
+    assert all(len(r) == 1 for r in rests.values())
+    whole = {split: r.pop() * split[0] for split, r in rests.items()}
+    assert whole[1, 1] > 0 and all(v == pytest.approx(whole[1, 1], rel=1e-5)
+                                   for v in whole.values())

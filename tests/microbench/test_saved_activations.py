@@ -139,13 +139,15 @@ def test_moe_without_the_framework_says_what_to_install(framework, module, insta
         main(["--framework", framework, "--moe", "--out", "-"])
 
 
-@pytest.mark.parametrize("args", [["--framework", "megatron"], ["--tp", "2"]])
-def test_moe_blocks_are_measured_under_recomputation_by_torchtitan_without_tp(args, capsys):
+def test_moe_blocks_are_measured_under_recomputation_by_torchtitan(capsys, monkeypatch):
     with pytest.raises(SystemExit) as e:
-        main([*args, "--moe", "--recompute", "--out", "-"])
+        main(["--framework", "megatron", "--moe", "--recompute", "--out", "-"])
     assert e.value.code == 2
-    assert "--moe --recompute measures torchtitan's MoE blocks without --tp" in (
+    assert "--moe --recompute measures torchtitan's MoE blocks, got --framework megatron" in (
         capsys.readouterr().err)
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    with pytest.raises(SystemExit, match=r"--tp 2 runs under torchrun --nproc-per-node 2"):
+        main(["--moe", "--recompute", "--tp", "2", "--out", "-"])
 
 
 def test_torchtitan_moe_stack_is_measured_where_torchtitan_is_installed():
@@ -161,7 +163,7 @@ def test_torchtitan_moe_stack_is_measured_where_torchtitan_is_installed():
     assert kept and not any("grouped_mm" in k.op for k in kept)
     _config, full = torchtitan_moe_kept(recompute="full", **shape)
     assert [k.bytes for k in full] == [2 * 32 * 64] * 3
-    with pytest.raises(ValueError, match="without tensor parallelism, got tp=2"):
+    with pytest.raises(SystemExit, match=r"--tp 2 --ep 1 runs under torchrun"):
         torchtitan_moe_kept(recompute="full", tp=2, **shape)
 
 
