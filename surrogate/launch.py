@@ -7,8 +7,9 @@ overrides): ``[training] local_batch_size, global_batch_size, seq_len, steps``;
 ``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
 fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
-expert_parallel_degree`` and the pipeline split (:func:`torchtitan_stage_split`);
-``[activation_checkpoint] mode``. It reads back through
+expert_parallel_degree, expert_tensor_parallel_degree`` (tp, with ep > 1: the surrogate's
+layout, where torchtitan's default 1 would lend tp to ep) and the pipeline split
+(:func:`torchtitan_stage_split`); ``[activation_checkpoint] mode``. It reads back through
 :func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule and
 virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped), after
 comment lines that give the layout; the schedule names come from the framework's traits
@@ -173,6 +174,8 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         "context_parallel_degree": lay.cp,
         "expert_parallel_degree": lay.ep,
     }
+    if lay.ep > 1:  # the experts split over tp too, as modelled (torchtitan's default is 1)
+        parallelism["expert_tensor_parallel_degree"] = lay.tp
     if lay.pp > 1:
         parallelism |= {
             "pipeline_parallel_schedule": (traits.interleaved_schedule if lay.vpp > 1

@@ -498,16 +498,18 @@ def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad
 def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
     """Where each point's framework runs it as described
     (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged once
-    per distinct signature: it compares degrees with 1 only, so each degree d enters as
-    min(d, 2)."""
+    per distinct signature: it compares degrees with 1 only, but cp with ep, so each other
+    degree d enters as min(d, 2) and cp and ep as they are."""
     degrees = ("dp", "tp", "pp", "cp", "ep", "vpp")
     names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
+    exact = ("cp", "ep")
 
     def runs(framework: str, *values: Any) -> bool:
         kwargs = dict(zip(names, values, strict=True))
         return get_framework(framework).runs_as_another(**kwargs) is None
 
-    codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
+    codes, answers = per_group([p["framework"],
+                                *(p[d] if d in exact else np.minimum(p[d], 2) for d in degrees),
                                 p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
     verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
     return verdicts

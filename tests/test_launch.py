@@ -243,3 +243,88 @@ def test_counts_torchtitan_cannot_checkpoint_are_refused() -> None:
     """floor(32 / n) is 16, 10, 8, 6, 5, ...: 15 layers of 32 is no n."""
     with pytest.raises(ConfigError, match="recompute_layers=15 is not one of those counts"):
         torchtitan_toml(cfg(recompute="full", recompute_layers=15), run_name="r")
+
+
+TINY_MOE = ModelConfig(name="tiny-moe", num_layers=8, hidden_size=512, ffn_hidden_size=1024,
+                       num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024,
+                       num_experts=4, experts_topk=2)
+
+
+def _moe(**layout: object) -> TrainingConfig:
+    base = dict(pp=1, mbs=2, grad_accum=4, sequence_parallel=True, framework="torchtitan",
+                recompute="selective")
+    return TrainingConfig(model=TINY_MOE, cluster=ClusterConfig(num_nodes=2),
+                          layout=LayoutConfig(**{**base, **layout}))  # type: ignore[arg-type]
+
+
+def test_moe_launch_files_split_the_experts_over_tp_as_modelled() -> None:
+    """torchtitan's default expert tensor-parallel degree, 1, would lend tp to expert
+    parallelism and keep each expert whole on a rank: the files set it to tp, the layout the
+    surrogate models (and measured, ``microbench/saved_activations.py --moe --tp 2 --ep 2``),
+    and the torchtitan reader takes no other."""
+    doc = tomllib.loads(torchtitan_toml(_moe(dp=8, tp=2, ep=4, zero_stage=2), run_name="m"))
+    assert doc["parallelism"]["expert_tensor_parallel_degree"] == 2
+    assert config_values(doc, {})[0]["ep"] == 4
+    dense = tomllib.loads(torchtitan_toml(_moe(dp=8, tp=2, ep=1, zero_stage=2), run_name="d"))
+    assert "expert_tensor_parallel_degree" not in dense["parallelism"]
+    doc["parallelism"]["expert_tensor_parallel_degree"] = 1
+    with pytest.raises(DataError, match="expert_tensor_parallel_degree 1 with "
+                                        "tensor_parallel_degree 2 lends tp to expert "
+                                        "parallelism"):
+        config_values(doc, {})
+    del doc["parallelism"]["expert_tensor_parallel_degree"]  # torchtitan's default, 1
+    with pytest.raises(DataError, match="a layout the surrogate does not model"):
+        config_values(doc, {})
+
+
+def test_torchtitan_experts_borrow_sharded_ranks_only() -> None:
+    """Under ZeRO-0 torchtitan's data-parallel ranks are replicas, and its expert mesh,
+    data_parallel_shard_degree x cp / ep, would be empty: such a layout is refused (and not
+    in the search space) unless ep divides cp."""
+    assert "under zero_stage 0 (data-parallel replicas) ep must divide cp, got ep=2 cp=1" in (
+        launch_problem(_moe(dp=8, tp=2, ep=2, zero_stage=0)) or "")
+    assert launch_problem(_moe(dp=4, tp=2, cp=2, ep=2, zero_stage=0)) is None
+    space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
+                        frameworks=("torchtitan", "megatron"), max_cp=2, max_mbs=1)
+    kept = {(c.layout.framework, c.layout.zero_stage == 0) for c in space.enumerate()
+            if c.layout.ep > 1 and c.layout.cp % c.layout.ep}
+    assert kept == {("megatron", True), ("megatron", False), ("torchtitan", False)}
+
+
+def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
+    """Runs only where torchtitan is installed (not a project dependency): every launch file of
+    an MoE space builds torchtitan 0.2.2's device mesh (``ParallelDims`` on a fake process
+    group) with the layout's expert-parallel degree and, with tp, its experts split over tp."""
+    pytest.importorskip("torchtitan")
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from torchtitan.distributed.parallel_dims import ParallelDims
+
+    space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
+                        frameworks=("torchtitan",), max_cp=2, max_mbs=1, max_vpp=1)
+    checked = set()
+    for c in space.enumerate():
+        lay = c.layout
+        key = (lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.zero_stage)
+        if key in checked:
+            continue
+        checked.add(key)
+        par = tomllib.loads(torchtitan_toml(c, run_name="r"))["parallelism"]
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=16)
+        try:
+            dims = ParallelDims(
+                dp_replicate=par["data_parallel_replicate_degree"],
+                dp_shard=par["data_parallel_shard_degree"], cp=par["context_parallel_degree"],
+                tp=par["tensor_parallel_degree"], pp=par["pipeline_parallel_degree"],
+                ep=par["expert_parallel_degree"],
+                etp=par.get("expert_tensor_parallel_degree", 1), world_size=16)
+            dims.build_mesh()
+            if lay.ep > 1:
+                assert dims.get_mesh("ep").size() == lay.ep, key
+                if lay.tp > 1:
+                    assert dims.get_mesh("etp").size() == lay.tp, key
+        finally:
+            dist.destroy_process_group()
+    assert any(k[4] > 1 and k[1] > 1 for k in checked)

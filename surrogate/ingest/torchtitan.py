@@ -101,6 +101,12 @@ def config_values(
     pp = int(par.get("pipeline_parallel_degree", 1))
     cp = int(par.get("context_parallel_degree", 1))
     ep = int(par.get("expert_parallel_degree", 1))
+    etp = int(par.get("expert_tensor_parallel_degree", 1))
+    if ep > 1 and tp > 1 and etp != tp:
+        raise DataError(
+            f"expert_tensor_parallel_degree {etp} with tensor_parallel_degree {tp} lends tp to "
+            f"expert parallelism, a layout the surrogate does not model: it models the experts "
+            f"split over tp too (expert_tensor_parallel_degree = tensor_parallel_degree)")
     if shard == -1:
         if "num_nodes" not in given:
             raise DataError(
