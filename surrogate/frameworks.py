@@ -127,13 +127,14 @@ class FrameworkTraits:
     (``SequentialMLP``, measured on 0.16.1 without and with expert parallelism; its GPU
     path's grouped GEMM, Transformer Engine's ``TEGroupedMLP``, is not) on the routed tokens
     alone; nanotron's are not measured."""
-    expert_parallel_in_shard: bool = False
-    """Its expert parallelism borrows from its sharded data-parallel ranks and cp alone, its
-    experts split over tp too (torchtitan's ``ParallelDims`` with
-    ``expert_tensor_parallel_degree`` = tp: the expert mesh is data_parallel_shard_degree x cp
-    / ep; the surrogate's launch files write that degree): under ZeRO-0, whose data-parallel
-    ranks are replicas, not shards, ep must divide cp. False: ep may borrow from any
-    data-parallel rank."""
+    shards_over_cp: bool = False
+    """Its data parallelism shards the parameters over every sharded data-parallel rank and
+    every cp rank (torchtitan's FSDP over data_parallel_shard_degree x cp, ``ParallelDims``),
+    and its expert parallelism borrows from those ranks (the experts split over tp too, with
+    ``expert_tensor_parallel_degree`` = tp, which the surrogate's launch files write): with cp
+    > 1 or ep > 1 the parameters are sharded whatever the configuration says, so zero_stage 0
+    (data-parallel replicas alone) needs cp = ep = 1. False: context and expert parallelism
+    run with unsharded states too."""
     partial_recompute: bool = False
     """Its full recomputation can checkpoint only some layers of each pipeline stage
     (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block
@@ -212,13 +213,17 @@ class FrameworkTraits:
                                    pp_schedule=pp_schedule)
         if problem:
             return problem
-        if zero_stage > 0 and dp == 1:
+        if zero_stage > 0 and self.shards_over_cp and dp * cp == 1:
+            return (f"zero_stage > 0 needs dp x cp > 1 ({self.name} shards over its data- and "
+                    f"context-parallel ranks; one has nothing to shard), got dp=1 cp=1 "
+                    f"zero_stage={zero_stage}")
+        if zero_stage > 0 and not self.shards_over_cp and dp == 1:
             return (f"zero_stage > 0 needs dp > 1 (one replica has nothing to shard), got dp=1 "
                     f"zero_stage={zero_stage}")
-        if ep > 1 and self.expert_parallel_in_shard and zero_stage == 0 and cp % ep:
-            return (f"{self.name}'s expert parallelism borrows from its sharded data-parallel "
-                    f"ranks and cp: under zero_stage 0 (data-parallel replicas) ep must divide "
-                    f"cp, got ep={ep} cp={cp}")
+        if self.shards_over_cp and zero_stage == 0 and max(cp, ep) > 1:
+            return (f"{self.name} shards the parameters over its cp ranks and borrows expert "
+                    f"parallelism from its sharded ranks: zero_stage 0 (data-parallel replicas, "
+                    f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}")
         if sequence_parallel and tp == 1:
             return "sequence_parallel needs tp > 1, got tp=1"
         if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
@@ -329,7 +334,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             ),
             saves_gathered_tp_inputs=True,
             selective_per_op=True,
-            expert_parallel_in_shard=True,
+            shards_over_cp=True,
             partial_recompute=True,
             partial_recompute_every_nth=True,
             moe_routed_bytes=6.0,

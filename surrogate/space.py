@@ -13,7 +13,8 @@ constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
 
 Beyond :class:`~surrogate.config.TrainingConfig`'s rules, the space holds only layouts that
 their framework runs as described (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another`:
-ZeRO sharding needs dp > 1, sequence parallelism needs tp > 1 and is paired with tp as the
+ZeRO sharding needs dp > 1 (dp x cp > 1 for torchtitan, which shards over both, and
+whenever cp or ep is above 1), sequence parallelism needs tp > 1 and is paired with tp as the
 framework pairs it, recomputation modes the framework expresses), so every torchtitan layout
 of the space can be written as launch files (:mod:`surrogate.launch`). Its choices per
 dimension are narrowed to what some allowed framework implements.
@@ -498,18 +499,16 @@ def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad
 def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
     """Where each point's framework runs it as described
     (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged once
-    per distinct signature: it compares degrees with 1 only, but cp with ep, so each other
-    degree d enters as min(d, 2) and cp and ep as they are."""
+    per distinct signature: it compares degrees with 1 only, so each degree d enters as
+    min(d, 2)."""
     degrees = ("dp", "tp", "pp", "cp", "ep", "vpp")
     names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
-    exact = ("cp", "ep")
 
     def runs(framework: str, *values: Any) -> bool:
         kwargs = dict(zip(names, values, strict=True))
         return get_framework(framework).runs_as_another(**kwargs) is None
 
-    codes, answers = per_group([p["framework"],
-                                *(p[d] if d in exact else np.minimum(p[d], 2) for d in degrees),
+    codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
                                 p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
     verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
     return verdicts

@@ -95,7 +95,8 @@ _LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="non
          r"torchtitan's tensor parallelism always runs with sequence parallelism, got tp=2 "
          r"sequence_parallel=False"),
         ("torchtitan", dict(dp=1, tp=8, zero_stage=2),
-         r"zero_stage > 0 needs dp > 1 \(one replica has nothing to shard\), got dp=1"),
+         r"zero_stage > 0 needs dp x cp > 1 \(torchtitan shards over its data- and "
+         r"context-parallel ranks; one has nothing to shard\), got dp=1 cp=1"),
         ("megatron", dict(tp=1, dp=8), r"sequence_parallel needs tp > 1, got tp=1"),
         ("nanotron", dict(recompute="selective"),
          r"framework nanotron expresses recompute none or full, got 'selective'"),

@@ -137,7 +137,7 @@ def test_unlaunchable_layouts_are_refused() -> None:
     with pytest.raises(ConfigError, match="framework torchtitan implements zero_stage 0 or 2 "
                                           "or 3, got 1"):
         cfg(zero_stage=1)  # FSDP2 has no ZeRO-1: not even a configuration
-    with pytest.raises(ConfigError, match="zero_stage > 0 needs dp > 1"):
+    with pytest.raises(ConfigError, match="zero_stage > 0 needs dp x cp > 1"):
         torchtitan_toml(cfg(dp=1, tp=8, pp=2, grad_accum=64), run_name="z3")
     with pytest.raises(ConfigError, match="only bf16 launch files are written, got fp8"):
         torchtitan_toml(cfg(dtype="fp8"), run_name="fp8")
@@ -277,24 +277,37 @@ def test_moe_launch_files_split_the_experts_over_tp_as_modelled() -> None:
         config_values(doc, {})
 
 
-def test_torchtitan_experts_borrow_sharded_ranks_only() -> None:
-    """Under ZeRO-0 torchtitan's data-parallel ranks are replicas, and its expert mesh,
-    data_parallel_shard_degree x cp / ep, would be empty: such a layout is refused (and not
-    in the search space) unless ep divides cp."""
-    assert "under zero_stage 0 (data-parallel replicas) ep must divide cp, got ep=2 cp=1" in (
-        launch_problem(_moe(dp=8, tp=2, ep=2, zero_stage=0)) or "")
-    assert launch_problem(_moe(dp=4, tp=2, cp=2, ep=2, zero_stage=0)) is None
+def test_torchtitan_shards_whenever_cp_or_ep_is_above_one() -> None:
+    """torchtitan's FSDP spans data_parallel_shard_degree x cp and its expert parallelism
+    borrows from those ranks: a ZeRO-0 launch file (replicas, shard 1) with cp > 1 would shard
+    the parameters over the cp ranks anyway, and with ep > 1 would not build. Such layouts are
+    refused and not in the search space; ZeRO over cp ranks alone (dp 1) is one torchtitan
+    runs, and reads back as itself. Sharding beside replicas (HSDP) is not modelled."""
+    assert "zero_stage 0 (data-parallel replicas, nothing sharded) needs cp = 1 and ep = 1, " \
+        "got cp=1 ep=2" in (launch_problem(_moe(dp=8, tp=2, ep=2, zero_stage=0)) or "")
+    assert "got cp=2 ep=1" in (launch_problem(cfg(dp=4, tp=2, cp=2, zero_stage=0)) or "")
+    over_cp = cfg(dp=1, tp=8, cp=2, zero_stage=3, grad_accum=8)
+    assert launch_problem(over_cp) is None
+    doc = tomllib.loads(torchtitan_toml(over_cp, run_name="cp"))
+    values = config_values(doc, {})[0]
+    assert (values["dp"], values["cp"], values["zero_stage"]) == (1, 2, 3)
+    doc["parallelism"] |= {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 2}
+    with pytest.raises(DataError, match="data_parallel_replicate_degree 2 beside sharded ranks "
+                                        r"\(data_parallel_shard_degree 2 x "
+                                        r"context_parallel_degree 2\) is HSDP"):
+        config_values(doc, {})
     space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
                         frameworks=("torchtitan", "megatron"), max_cp=2, max_mbs=1)
-    kept = {(c.layout.framework, c.layout.zero_stage == 0) for c in space.enumerate()
-            if c.layout.ep > 1 and c.layout.cp % c.layout.ep}
-    assert kept == {("megatron", True), ("megatron", False), ("torchtitan", False)}
+    unsharded = {c.layout.framework for c in space.enumerate()
+                 if c.layout.zero_stage == 0 and max(c.layout.cp, c.layout.ep) > 1}
+    assert unsharded == {"megatron"}
 
 
 def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
     """Runs only where torchtitan is installed (not a project dependency): every launch file of
     an MoE space builds torchtitan 0.2.2's device mesh (``ParallelDims`` on a fake process
-    group) with the layout's expert-parallel degree and, with tp, its experts split over tp."""
+    group) with FSDP over the dp x cp ranks exactly where the layout has ZeRO, the layout's
+    expert-parallel degree and, with tp, its experts split over tp."""
     pytest.importorskip("torchtitan")
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -321,6 +334,9 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
                 ep=par["expert_parallel_degree"],
                 etp=par.get("expert_tensor_parallel_degree", 1), world_size=16)
             dims.build_mesh()
+            assert dims.fsdp_enabled == (lay.zero_stage > 0), key
+            if dims.fsdp_enabled:
+                assert dims.get_mesh("fsdp").size() == lay.dp * lay.cp, key
             if lay.ep > 1:
                 assert dims.get_mesh("ep").size() == lay.ep, key
                 if lay.tp > 1:
@@ -328,3 +344,4 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
         finally:
             dist.destroy_process_group()
     assert any(k[4] > 1 and k[1] > 1 for k in checked)
+    assert any(k[0] == 1 and k[3] > 1 for k in checked)  # ZeRO over cp ranks alone

@@ -22,9 +22,12 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   parallelism, ``[parallelism] pipeline_parallel_microbatch_size`` is the mbs and the local
   batch holds local / mbs of them: grad_accum = (local / mbs) x global / (local x dp).
 - ``[parallelism]`` dp = replicate x shard degrees (shard -1 fills the world, which then
-  needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (shard > 1) is
-  ZeRO-3, or ZeRO-2 when parameters are not resharded after forward (``never``, or
-  ``default`` with pipeline parallelism); TP always runs with sequence parallelism.
+  needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (over shard x
+  cp ranks, where that is above 1) is ZeRO-3, or ZeRO-2 when parameters are not resharded
+  after forward (``never``, or ``default`` with pipeline parallelism); TP always runs with
+  sequence parallelism. Skipped with the reason: HSDP (replicas beside sharded ranks, which
+  shards over fewer ranks than the model's ZeRO), and expert parallelism with tp lent to it
+  (``expert_tensor_parallel_degree`` other than tp, torchtitan's default 1).
 - ``[activation_checkpoint] mode`` none / full -> recompute; selective with
   ``selective_ac_option`` "op" (per operator) -> selective; an integer n (torchtitan's
   default, "2", also where the config has no such section) checkpoints every n-th block of a
@@ -127,7 +130,13 @@ def config_values(
         out.update(_schedule_values(str(schedule), par, out.get("model", given.get("model")),
                                     given, pp))
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
-    if shard > 1:
+    if replicate > 1 and shard * cp > 1:
+        raise DataError(
+            f"data_parallel_replicate_degree {replicate} beside sharded ranks "
+            f"(data_parallel_shard_degree {shard} x context_parallel_degree {cp}) is HSDP, "
+            f"sharded over those ranks alone, a layout the surrogate does not model: it models "
+            f"ZeRO over every data- and context-parallel rank")
+    if shard * cp > 1:  # FSDP over data_parallel_shard_degree x cp
         zero3 = reshard == "always" or (reshard == "default" and pp == 1)
         out["zero_stage"] = 3 if zero3 else 2
     else:
