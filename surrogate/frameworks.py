@@ -127,6 +127,15 @@ class FrameworkTraits:
     (``SequentialMLP``, measured on 0.16.1 without and with expert parallelism; its GPU
     path's grouped GEMM, Transformer Engine's ``TEGroupedMLP``, is not) on the routed tokens
     alone; nanotron's are not measured."""
+    moe_dispatch_from_shard: bool = False
+    """Under tp (with sequence parallelism) an MoE layer routes its rank's sequence shard: the
+    all-to-all over ep moves T / tp x k tokens, and the tokens received are then gathered over
+    the tp group for the experts split by tp (and reduce-scattered back after them):
+    Megatron-Core's all-to-all dispatcher (``output_splits_tp``; measured at tp 2 with and
+    without ep 2 by ``python -m microbench.saved_activations --framework megatron --moe``: each
+    rank routes its shard and its experts receive the tp group's tokens). False: every rank
+    of a tp group routes the whole sequence and sends it over ep (torchtitan's
+    ``apply_moe_ep_tp``, which all-gathers the layer's input; measured likewise)."""
     shards_over_cp: bool = False
     """Its data parallelism shards the parameters over every sharded data-parallel rank and
     every cp rank (torchtitan's FSDP over data_parallel_shard_degree x cp, ``ParallelDims``),
@@ -300,6 +309,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             ),
             fused_swiglu=True,
             partial_recompute=True,
+            moe_dispatch_from_shard=True,
         ),
         FrameworkTraits(
             name="torchtitan",

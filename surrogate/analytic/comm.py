@@ -19,7 +19,12 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   (2 x 2 T h_kv / tp bytes, h_kv = kv_heads x head_dim) forward and twice that backward (K, V
   and their gradients); overlapped with the attention computation, exposed only where longer.
 - EP (Lepikhin et al. 2020, GShard): per MoE layer, two all-to-alls (dispatch, combine) of
-  2 T k h bytes forward and two backward. Exposed.
+  2 T k h bytes forward and two backward, T the whole sequence's tokens on every rank of a tp
+  group (torchtitan gathers the layer's input first); where the framework routes the
+  sequence shard (Megatron-Core, ``FrameworkTraits.moe_dispatch_from_shard``) 2 T k h / tp,
+  then a gather over tp of the tokens received and a reduce-scatter back (measured where the
+  tokens go: ``microbench/saved_activations.py --moe --tp 2``). Exposed; per-operator
+  checkpointing keeps the all-to-alls' outputs, so it runs them once.
 - Recomputation runs the forward's collectives again in the backward (Korthikanti et al. 2022
   sec. 5: the recomputed forward is the whole forward, its communication included): full
   recomputation adds a share (``flops.full_recompute_share``) of each layer's forward TP, CP
@@ -130,10 +135,19 @@ def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
 
 def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     """Expert all-to-alls of one MoE layer, one micro-batch, forward and backward (and the
-    forward's again where the layer is recomputed in full)."""
+    forward's again where the layer is recomputed in full): every rank of a tp group sends
+    the whole sequence's routed tokens (T x k, torchtitan), or where the framework routes its
+    sequence shard (``FrameworkTraits.moe_dispatch_from_shard``, Megatron) T / tp x k of them,
+    and the tokens received are gathered over tp before the experts and reduce-scattered
+    after them."""
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
-    t = perf.collective_time_s("all_to_all", size, c["ep"], spans_nodes(c)["ep"], c,
-                               ranks_per_node(c)["ep"])
+    tp = c["tp"]
+    shard = (c["moe_dispatch_from_shard"] > 0) & (tp > 1)
+    t = perf.collective_time_s("all_to_all", np.where(shard, size / tp, size), c["ep"],
+                               spans_nodes(c)["ep"], c, ranks_per_node(c)["ep"])
+    gather = perf.collective_time_s("all_gather", size, tp, spans_nodes(c)["tp"], c,
+                                    ranks_per_node(c)["tp"])
+    t = t + np.where(shard, gather, 0.0)
     return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
                     (4 + 2 * full_recompute_share(c)) * t, 0.0)
 

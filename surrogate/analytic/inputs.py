@@ -68,13 +68,13 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
-            float(fw.moe_token_group_align))
+            float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard))
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
                       "saves_gathered_tp_inputs", "fused_swiglu", "selective_per_op",
-                      "moe_routed_bytes", "moe_token_group_align")
+                      "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,

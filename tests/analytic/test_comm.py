@@ -139,3 +139,30 @@ def test_recomputation_runs_the_forward_collectives_again(config):
                                 np.array([2.0]))
     assert t[1] - t[0] == pytest.approx(2 * ag[0])
     assert list(comm.tp_ring_steps_per_layer(c)) == [8, 10]
+
+
+def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
+    """torchtitan sends the whole sequence's routed tokens from every rank of a tp group;
+    Megatron routes its shard (T / tp x k tokens) and gathers what it received over tp, then
+    reduce-scatters it back: four of each per layer, forward and backward. Without tp the
+    two agree."""
+    kw = dict(dp=8, tp=2, ep=4, zero_stage=3, sequence_parallel=True)
+    c = to_cols([config("mixtral-8x7b", **kw, framework=f) for f in ("torchtitan", "megatron")]
+                + [config("mixtral-8x7b", **{**kw, "dp": 16, "tp": 1, "sequence_parallel":
+                                             False}, framework=f)
+                   for f in ("torchtitan", "megatron")])
+    size = 2 * 32768 * 2 * 4096  # the preset's sequence, top-2, hidden 4096, bf16
+    got = comm.ep_time_per_layer_s(c, PERF)
+    inter, local = comm.spans_nodes(c), comm.ranks_per_node(c)
+
+    def coll(op: str, nbytes: float, group: str, i: int) -> float:
+        n = c[group][i]
+        return float(PERF.collective_time_s(op, np.array([nbytes]), np.array([n]),
+                                            inter[group][i:i + 1], {k: v[i:i + 1]
+                                                                    for k, v in c.items()},
+                                            local[group][i:i + 1])[0])
+
+    assert got[0] == pytest.approx(4 * coll("all_to_all", size, "ep", 0))
+    assert got[1] == pytest.approx(4 * (coll("all_to_all", size / 2, "ep", 1)
+                                        + coll("all_gather", size, "tp", 1)))
+    assert got[2] == pytest.approx(got[3])
