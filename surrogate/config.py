@@ -321,11 +321,12 @@ class LayoutConfig:
     def model_parallel_size(self) -> int:
         return self.tp * self.pp * self.cp
 
-    def runs_as_another(self) -> str | None:
+    def runs_as_another(self, *, moe: bool = False) -> str | None:
         """Why the framework would not run this layout as described, or None
-        (:meth:`surrogate.frameworks.FrameworkTraits.runs_as_another`)."""
+        (:meth:`surrogate.frameworks.FrameworkTraits.runs_as_another`); ``moe``: of a model
+        with experts (:meth:`TrainingConfig.runs_as_another` knows)."""
         return get_framework(self.framework).runs_as_another(
-            **{name: getattr(self, name) for name in RUNS_AS_FIELDS})
+            **{name: getattr(self, name) for name in RUNS_AS_FIELDS}, moe=moe)
 
 
 RUNS_AS_FIELDS: tuple[str, ...] = (
@@ -464,6 +465,11 @@ class TrainingConfig:
                     f"{self.global_batch_seqs} sequences, got dp={lay.dp} "
                     f"grad_accum={lay.grad_accum} mbs={lay.mbs} ({self.batch_seqs})"
                 )
+
+    def runs_as_another(self) -> str | None:
+        """Why the framework would not run this configuration's layout as described, or None
+        (:meth:`LayoutConfig.runs_as_another`, for this model)."""
+        return self.layout.runs_as_another(moe=self.model.num_experts >= 2)
 
     @property
     def batch_seqs(self) -> int:

@@ -349,12 +349,13 @@ def runs_as_another(table: FlatTable) -> np.ndarray:
     judged once per distinct layout."""
     from surrogate.frameworks import get_framework
 
-    def why(framework: str, *values: Any) -> str:
+    def why(framework: str, moe: bool, *values: Any) -> str:
         kwargs = {name: v.item() if isinstance(v, np.generic) else v  # ints in the message
                   for name, v in zip(RUNS_AS_FIELDS, values, strict=True)}
-        return get_framework(framework).runs_as_another(**kwargs) or ""
+        return get_framework(framework).runs_as_another(**kwargs, moe=bool(moe)) or ""
 
-    codes, answers = per_group([table["framework"], *(table[f] for f in RUNS_AS_FIELDS)], why)
+    codes, answers = per_group([table["framework"], table["num_experts"] >= 2,
+                                *(table[f] for f in RUNS_AS_FIELDS)], why)
     out = np.empty(len(answers), dtype=object)
     out[:] = answers
     return np.asarray(out[codes], dtype=object)

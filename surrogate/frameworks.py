@@ -136,6 +136,10 @@ class FrameworkTraits:
     rank routes its shard and its experts receive the tp group's tokens). False: every rank
     of a tp group routes the whole sequence and sends it over ep (torchtitan's
     ``apply_moe_ep_tp``, which all-gathers the layer's input; measured likewise)."""
+    moe_tp_needs_sequence_parallel: bool = False
+    """Its MoE layer refuses tensor parallelism without sequence parallelism in training
+    (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout
+    with tp > 1 needs sequence_parallel."""
     shards_over_cp: bool = False
     """Its data parallelism shards the parameters over every sharded data-parallel rank and
     every cp rank (torchtitan's FSDP over data_parallel_shard_degree x cp, ``ParallelDims``),
@@ -214,10 +218,11 @@ class FrameworkTraits:
 
     def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
                         zero_stage: int, recompute: str, sequence_parallel: bool,
-                        pp_schedule: str = "1f1b", recompute_layers: int = 0) -> str | None:
+                        pp_schedule: str = "1f1b", recompute_layers: int = 0,
+                        moe: bool = False) -> str | None:
         """Why the framework cannot run the layout as described (what it does not implement,
         or the other layout it would run instead), or None: the layouts a search proposes and
-        launch files are written for."""
+        launch files are written for. ``moe``: the model has experts."""
         problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage,
                                    pp_schedule=pp_schedule)
         if problem:
@@ -235,6 +240,10 @@ class FrameworkTraits:
                     f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}")
         if sequence_parallel and tp == 1:
             return "sequence_parallel needs tp > 1, got tp=1"
+        if moe and tp > 1 and not sequence_parallel and self.moe_tp_needs_sequence_parallel:
+            return (f"{self.name}'s MoE layer refuses tensor parallelism without sequence "
+                    f"parallelism in training: an MoE model with tp={tp} needs "
+                    f"sequence_parallel, got sequence_parallel=False")
         if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
             always = "always" if self.always_sequence_parallel else "never"
             return (f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
@@ -310,6 +319,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fused_swiglu=True,
             partial_recompute=True,
             moe_dispatch_from_shard=True,
+            moe_tp_needs_sequence_parallel=True,
         ),
         FrameworkTraits(
             name="torchtitan",

@@ -87,7 +87,7 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     lay = cfg.layout
     if lay.framework != LAUNCH_FRAMEWORK:
         return f"launch files are {LAUNCH_FRAMEWORK} configs; the layout is for {lay.framework}"
-    problem = lay.runs_as_another()
+    problem = cfg.runs_as_another()
     if problem:
         return problem
     if lay.recompute_layers and _every_nth_block(cfg) is None:

@@ -143,7 +143,7 @@ class Prediction:
             "peak_reserved_hi_gib": self.peak_reserved_hi_gib,
             "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
-            "runs_as_another": self.config.layout.runs_as_another() or "",
+            "runs_as_another": self.config.runs_as_another() or "",
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
             "domain_weight": self.domain_weight,

@@ -264,7 +264,8 @@ class LayoutSpace:
         framework = get_framework(str(p["framework"]))
         problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
                                             zero_stage=zero, recompute=recompute,
-                                            sequence_parallel=sp)  # under 1F1B (module doc)
+                                            sequence_parallel=sp,  # under 1F1B (module doc)
+                                            moe=self.model.num_experts >= 2)
         if problem:
             raise ConfigError(problem)
         # A share pinned by ``fixed`` holds where the share is a choice; a point's own holds
@@ -401,7 +402,7 @@ class LayoutSpace:
         p = {k: a[once] for k, a in p.items()}
         p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
         p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
-        runs = _runs_as_described(p)
+        runs = _runs_as_described(p, moe=self.model.num_experts >= 2)
         p = {k: a[runs] for k, a in p.items()}
         n = len(p["dp"])
         frame = {k: np.full(n, getattr(self.model, k)) for k in MODEL_FIELDS}
@@ -496,7 +497,7 @@ def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad
     return " ".join(parts)
 
 
-def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
+def _runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool) -> np.ndarray:
     """Where each point's framework runs it as described
     (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged once
     per distinct signature: it compares degrees with 1 only, so each degree d enters as
@@ -506,7 +507,7 @@ def _runs_as_described(p: Mapping[str, np.ndarray]) -> np.ndarray:
 
     def runs(framework: str, *values: Any) -> bool:
         kwargs = dict(zip(names, values, strict=True))
-        return get_framework(framework).runs_as_another(**kwargs) is None
+        return get_framework(framework).runs_as_another(**kwargs, moe=moe) is None
 
     codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
                                 p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)

@@ -154,3 +154,26 @@ def test_checkpointed_layer_counts_are_what_each_framework_writes():
     assert titan.checkpointed_layer_counts(9) == (1, 2, 3, 4)
     assert get_framework("nanotron").checkpointed_layer_counts(8) == ()
     assert megatron.checkpointed_layer_counts(1) == titan.checkpointed_layer_counts(1) == ()
+
+
+def test_megatron_moe_with_tp_needs_sequence_parallelism():
+    """megatron-core's MoE layer raises in training under tp without sequence parallelism:
+    such a layout of an MoE model is not one Megatron runs (a dense model's is), and no
+    Megatron MoE layout of a search has it."""
+    from surrogate.presets import get_preset
+    from surrogate.space import LayoutSpace
+
+    layout = dict(dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none",
+                  sequence_parallel=False)
+    megatron = get_framework("megatron")
+    assert megatron.runs_as_another(**{**layout, "ep": 1}) is None
+    assert megatron.runs_as_another(**layout, moe=True) == (
+        "megatron's MoE layer refuses tensor parallelism without sequence parallelism in "
+        "training: an MoE model with tp=2 needs sequence_parallel, got sequence_parallel=False")
+    assert megatron.runs_as_another(**{**layout, "sequence_parallel": True}, moe=True) is None
+    assert get_framework("nanotron").runs_as_another(**layout, moe=True) is None
+    for model, no_sp in (("mixtral-8x7b", False), ("8b", True)):
+        space = LayoutSpace(model=get_preset(model), global_batch_seqs=64, node_counts=(1,),
+                            frameworks=("megatron",), max_cp=1, max_mbs=1)
+        table = space.table()
+        assert bool(((table["tp"] > 1) & ~table["sequence_parallel"].astype(bool)).any()) == no_sp

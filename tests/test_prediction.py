@@ -118,16 +118,24 @@ def test_predict_frame_keeps_inputs_and_reports_errors_per_row():
 
 def test_predict_frame_says_which_layouts_run_as_another_like_predict():
     """The column holds what one prediction's ``runs_as_another`` says, row by row: here
-    torchtitan told not to shard the sequence, and ZeRO over one replica."""
+    torchtitan told not to shard the sequence, ZeRO over one replica, and Megatron's MoE
+    under tp without sequence parallelism (the model's, not the layout's, trait)."""
     titan = dict(config_to_flat(cfg()), framework="torchtitan", framework_version="main",
                  zero_stage=2, sequence_parallel=None)  # missing: the framework's default
+    megatron = dict(config_to_flat(cfg(nodes=1, dp=4, tp=2, zero_stage=0, mbs=1,
+                                       grad_accum=4, framework="megatron",
+                                       sequence_parallel=False)))
     rows = [titan, dict(titan, sequence_parallel=False),
-            config_to_flat(cfg(nodes=1, dp=1, tp=8, zero_stage=1)), titan]
+            config_to_flat(cfg(nodes=1, dp=1, tp=8, zero_stage=1)), titan, megatron,
+            config_to_flat(cfg("mixtral-8x7b", nodes=1, dp=4, tp=2, zero_stage=0, mbs=1,
+                               grad_accum=4, framework="megatron", sequence_parallel=False))]
     out = predict_frame(pd.DataFrame(rows), model=None)
     assert (out["error"] == "").all()
     assert out[RUNS_AS_ANOTHER].iloc[0] == out[RUNS_AS_ANOTHER].iloc[3] == ""
     assert "always runs with sequence parallelism" in out[RUNS_AS_ANOTHER].iloc[1]
     assert out[RUNS_AS_ANOTHER].iloc[2].startswith("zero_stage > 0 needs dp > 1")
+    assert out[RUNS_AS_ANOTHER].iloc[4] == ""
+    assert "MoE layer refuses tensor parallelism without" in out[RUNS_AS_ANOTHER].iloc[5]
     for j, row in enumerate(rows):
         single = surrogate.predict(config_from_flat(row), model=None)
         assert out[RUNS_AS_ANOTHER].iloc[j] == single.to_dict()["runs_as_another"]

@@ -97,7 +97,7 @@ def _print_table(pred: Any) -> None:
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
     )
-    runs_as = lay.runs_as_another()
+    runs_as = cfg.runs_as_another()
     if runs_as:
         console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
                       f"described ({escape(runs_as)}); it is predicted as given", highlight=False)
