@@ -205,3 +205,64 @@ def test_a_fixed_share_holds_where_the_share_is_a_choice() -> None:
     assert ("megatron", "full", False) not in kinds  # every layer is not the pinned share
     assert {("megatron", "full", True), ("megatron", "none", False),
             ("nanotron", "full", False), ("nanotron", "none", False)} <= kinds
+
+
+def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> None:
+    """Runs only where megatron-core is installed (not a project dependency): every distinct
+    Megatron layout of an MoE space (tp, pp, cp, ep, vpp, sequence parallelism, the layers
+    its block recomputation checkpoints) passes megatron-core 0.16.1's ``TransformerConfig``
+    checks and builds its process groups (``initialize_model_parallel``, on a fake process
+    group)."""
+    pytest.importorskip("megatron.core")
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from megatron.core import parallel_state
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    model = ModelConfig(name="tiny-moe", num_layers=8, hidden_size=512, ffn_hidden_size=1024,
+                        num_heads=8, num_kv_heads=4, vocab_size=1000, seq_len=1024,
+                        num_experts=4, experts_topk=2)
+    space = LayoutSpace(model=model, global_batch_seqs=64, node_counts=(2,),
+                        frameworks=("megatron",), max_mbs=1, max_vpp=2, max_cp=2)
+    seen = set()
+    for cfg in space.enumerate():
+        lay = cfg.layout
+        key = (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.sequence_parallel, lay.recompute,
+               lay.recompute_layers)
+        if key in seen:
+            continue
+        seen.add(key)
+        recompute: dict[str, object] = {}
+        if lay.recompute == "full":  # Megatron-LM's block method: N per model chunk
+            recompute = dict(recompute_granularity="full",
+                             recompute_method="block" if lay.recompute_layers else "uniform",
+                             recompute_num_layers=lay.recompute_layers // lay.vpp or 1)
+        elif lay.recompute == "selective":
+            recompute = dict(recompute_granularity="selective")
+        vpp = lay.vpp if lay.vpp > 1 else None
+        TransformerConfig(
+            num_layers=model.num_layers, hidden_size=model.hidden_size,
+            num_attention_heads=model.num_heads, num_query_groups=model.num_kv_heads,
+            ffn_hidden_size=model.ffn_hidden_size, num_moe_experts=model.num_experts,
+            moe_router_topk=model.experts_topk, moe_token_dispatcher_type="alltoall",
+            tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
+            virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
+            expert_model_parallel_size=lay.ep, sequence_parallel=lay.sequence_parallel,
+            pipeline_dtype=torch.bfloat16, bf16=True, gated_linear_unit=True,
+            activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
+            **recompute)  # type: ignore[arg-type]
+        if dist.is_initialized():
+            dist.destroy_process_group()
+        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=16)
+        try:
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
+                virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
+                expert_model_parallel_size=lay.ep, create_gloo_process_groups=False)
+        finally:
+            parallel_state.destroy_model_parallel()
+            dist.destroy_process_group()
+    assert any(k[0] > 1 and k[3] > 1 for k in seen) and any(k[4] > 1 for k in seen)
+    assert not any(k[0] > 1 and not k[5] for k in seen)  # MoE under tp: sequence parallel
