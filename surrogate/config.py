@@ -378,6 +378,13 @@ def always_sequence_parallel(framework: str) -> bool:
     return framework_flag(framework, lambda t: t.always_sequence_parallel)
 
 
+def moe_needs_sequence_parallel(framework: str) -> bool:
+    """Whether ``framework``'s MoE layer needs sequence parallelism under tp
+    (:attr:`~surrogate.frameworks.FrameworkTraits.moe_tp_needs_sequence_parallel`); False for
+    an unknown name."""
+    return framework_flag(framework, lambda t: t.moe_tp_needs_sequence_parallel)
+
+
 def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
     """The counts of :data:`CROSS_COUNTS` of one configuration, as attributes."""
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
@@ -568,9 +575,12 @@ def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
                 kwargs[f.name] = _coerce(f.name, values[f.name])
         parts[key] = kwargs
     layout = parts["layout"]
-    if "sequence_parallel" not in layout:
-        layout["sequence_parallel"] = layout.get("tp", 1) > 1 and always_sequence_parallel(
-            layout.get("framework", LayoutConfig.framework))
+    if "sequence_parallel" not in layout:  # the framework's default, for this model
+        framework = layout.get("framework", LayoutConfig.framework)
+        moe = parts["model"].get("num_experts", ModelConfig.num_experts) >= 2
+        layout["sequence_parallel"] = layout.get("tp", 1) > 1 and (
+            always_sequence_parallel(framework)
+            or (moe and moe_needs_sequence_parallel(framework)))
     if "num_kv_heads" not in parts["model"] and "num_heads" in parts["model"]:
         parts["model"]["num_kv_heads"] = parts["model"]["num_heads"]
     missing = [n for n in MODEL_FIELDS[:7] if n not in parts["model"]]

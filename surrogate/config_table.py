@@ -40,6 +40,7 @@ from surrogate.config import (
     always_sequence_parallel,
     config_from_flat,
     config_to_flat,
+    moe_needs_sequence_parallel,
     weighted_split,
 )
 from surrogate.errors import DataError, SurrogateError
@@ -282,10 +283,12 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
             v[name] = np.where(missing, v["num_heads"], v[name])
         elif name == "sequence_parallel":
             sp_missing = missing
-    if sp_missing.any():  # config_from_flat: the framework's default
-        v["sequence_parallel"] = np.where(
-            sp_missing, (v["tp"] > 1) & _per_framework(v["framework"], always_sequence_parallel),
-            v["sequence_parallel"])
+    if sp_missing.any():  # config_from_flat: the framework's default, for the model
+        framework = v["framework"]
+        default = (v["tp"] > 1) & (
+            _per_framework(framework, always_sequence_parallel)
+            | ((v["num_experts"] >= 2) & _per_framework(framework, moe_needs_sequence_parallel)))
+        v["sequence_parallel"] = np.where(sp_missing, default, v["sequence_parallel"])
     if "global_batch_seqs" in df.columns:  # checked by config_from_flat, row by row
         _, missing = _object_cells(df["global_batch_seqs"].tolist(), "global_batch_seqs",
                                    None, np.zeros(n, dtype=bool))

@@ -300,6 +300,23 @@ def test_a_missing_sequence_parallel_takes_the_frameworks_default(framework, tp,
     assert cfg.layout.runs_as_another() is None
 
 
+@pytest.mark.parametrize("framework,tp,expected", [
+    ("megatron", 2, True),  # its MoE layer refuses tp without sequence parallelism
+    ("megatron", 1, False),
+    ("nanotron", 2, False),
+])
+def test_an_moe_models_missing_sequence_parallel_is_what_its_framework_runs(framework, tp,
+                                                                          expected):
+    moe = row(framework=framework, tp=tp, dp=8 // tp, num_experts=8, experts_topk=2)
+    cfg = config_from_flat(moe)
+    assert cfg.layout.sequence_parallel is expected
+    assert cfg.runs_as_another() is None
+    if expected:
+        given = config_from_flat({**moe, "sequence_parallel": False})
+        assert "MoE layer refuses tensor parallelism" in (given.runs_as_another() or "")
+        assert given.layout.runs_as_another() is None  # the layout alone knows no model
+
+
 def test_a_layout_the_framework_runs_otherwise_says_why():
     cfg = config_from_flat(row(framework="torchtitan", tp=2, dp=4, sequence_parallel=False))
     assert cfg.layout.sequence_parallel is False  # given: predicted as given
