@@ -178,7 +178,7 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
 
 
 @contextmanager
-def _fake_world(tp: int) -> Iterator[None]:
+def fake_world(tp: int) -> Iterator[None]:
     """PyTorch's fake process group of ``tp`` ranks, this process playing rank 0."""
     import torch.distributed as dist
     from torch.testing._internal.distributed.fake_pg import FakeStore
@@ -252,7 +252,7 @@ def _torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, se
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
     from torch.distributed.device_mesh import init_device_mesh
 
-    with _fake_world(tp):
+    with fake_world(tp):
         args = TransformerModelArgs(dim=hidden_size, n_layers=num_layers, n_heads=num_heads,
                                     n_kv_heads=num_kv_heads, vocab_size=256,
                                     max_seq_len=seq_len)
@@ -408,7 +408,7 @@ def _megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_
             return o.permute(2, 0, 1, 3).reshape(s, b, n * d)
 
     tracker = megatron_random.get_cuda_rng_tracker()
-    with _fake_world(tp), _megatron_on_cpu():
+    with fake_world(tp), _megatron_on_cpu():
         try:
             parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
                                                      create_gloo_process_groups=False)
@@ -664,7 +664,7 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
     except ImportError as e:
         raise SystemExit(f"{NEEDS_MEGATRON}: {e}") from None
     _check_moe_split(tp, ep)
-    world = _fake_world(1) if tp * ep == 1 else contextlib.nullcontext()
+    world = fake_world(1) if tp * ep == 1 else contextlib.nullcontext()
     with world, _megatron_on_cpu():
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
                                                  expert_model_parallel_size=ep,

@@ -309,9 +309,9 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
     group) with FSDP over the dp x cp ranks exactly where the layout has ZeRO, the layout's
     expert-parallel degree and, with tp, its experts split over tp."""
     pytest.importorskip("torchtitan")
-    import torch.distributed as dist
-    from torch.testing._internal.distributed.fake_pg import FakeStore
     from torchtitan.distributed.parallel_dims import ParallelDims
+
+    from microbench.saved_activations import fake_world
 
     space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
                         frameworks=("torchtitan",), max_cp=2, max_mbs=1, max_vpp=1)
@@ -323,10 +323,7 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
             continue
         checked.add(key)
         par = tomllib.loads(torchtitan_toml(c, run_name="r"))["parallelism"]
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=16)
-        try:
+        with fake_world(16):
             dims = ParallelDims(
                 dp_replicate=par["data_parallel_replicate_degree"],
                 dp_shard=par["data_parallel_shard_degree"], cp=par["context_parallel_degree"],
@@ -341,7 +338,5 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
                 assert dims.get_mesh("ep").size() == lay.ep, key
                 if lay.tp > 1:
                     assert dims.get_mesh("etp").size() == lay.tp, key
-        finally:
-            dist.destroy_process_group()
     assert any(k[4] > 1 and k[1] > 1 for k in checked)
     assert any(k[0] == 1 and k[3] > 1 for k in checked)  # ZeRO over cp ranks alone

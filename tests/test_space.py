@@ -215,11 +215,11 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
     group)."""
     pytest.importorskip("megatron.core")
     import torch
-    import torch.distributed as dist
     import torch.nn.functional as F
     from megatron.core import parallel_state
     from megatron.core.transformer.transformer_config import TransformerConfig
-    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from microbench.saved_activations import fake_world
 
     model = ModelConfig(name="tiny-moe", num_layers=8, hidden_size=512, ffn_hidden_size=1024,
                         num_heads=8, num_kv_heads=4, vocab_size=1000, seq_len=1024,
@@ -253,16 +253,13 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
             pipeline_dtype=torch.bfloat16, bf16=True, gated_linear_unit=True,
             activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
             **recompute)  # type: ignore[arg-type]
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=16)
-        try:
-            parallel_state.initialize_model_parallel(
-                tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
-                virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
-                expert_model_parallel_size=lay.ep, create_gloo_process_groups=False)
-        finally:
-            parallel_state.destroy_model_parallel()
-            dist.destroy_process_group()
+        with fake_world(16):
+            try:
+                parallel_state.initialize_model_parallel(
+                    tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
+                    virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
+                    expert_model_parallel_size=lay.ep, create_gloo_process_groups=False)
+            finally:
+                parallel_state.destroy_model_parallel()
     assert any(k[0] > 1 and k[3] > 1 for k in seen) and any(k[4] > 1 for k in seen)
     assert not any(k[0] > 1 and not k[5] for k in seen)  # MoE under tp: sequence parallel
