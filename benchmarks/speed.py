@@ -19,10 +19,11 @@ time of a training (``--n-trials`` per study and the final fit; no evaluation, n
 Without ``--model-dir`` the bundled model is used. Then the wall time of ``search`` over two
 enumerable spaces of Mixtral 8x7B with cp, ep and vpp (every layout scored, no optuna): on
 1,024 nodes (about 10^6 points) and on 256, 512 or 1,024 nodes (about 10^6 valid layouts),
-both with full recomputation of every layer only (``recompute_shares=(1,)``, the spaces the
-aim was first measured on), then the first with the default shares of layers
-(:data:`surrogate.space.RECOMPUTE_SHARES`), with the analytic model alone and with the learned
-model.
+both with full recomputation of every layer only (``recompute_shares=(1,)``) and ZeRO over
+every data-parallel rank (``shardings=("full",)``), the spaces the aim was first measured on,
+then the first with the default shares of layers (:data:`surrogate.space.RECOMPUTE_SHARES`),
+then with hybrid sharding too (:data:`surrogate.space.SHARDINGS`), with the analytic model
+alone and with the learned model.
 Aims: cold CLI < 1.5 s, one configuration < 5 ms, batch >= 100,000 configurations/s on 2
 cores, the search of 10^6 layouts < 10 s.
 """
@@ -50,7 +51,7 @@ from surrogate.learned import SurrogateModel
 from surrogate.prediction import DEFAULT_MODEL_DIR, predict, predict_frame
 from surrogate.presets import get_preset
 from surrogate.search import search
-from surrogate.space import RECOMPUTE_SHARES, LayoutSpace
+from surrogate.space import RECOMPUTE_SHARES, SHARDINGS, LayoutSpace
 from training.train import load_runs, train
 
 CLI = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
@@ -148,16 +149,21 @@ def main() -> None:
     print(f"  the boosters' trees: {trees_path}; LightGBM's own predict on the same features "
           f"{n / t_plain:,.0f} configs/s (x{t_plain / t_trees:.1f} the time)")
 
-    # ~10^6 points; ~10^6 valid layouts: full recomputation of every layer only (the spaces
-    # of the aim as first measured), and the first with the default shares of layers too.
-    for nodes, shares in (((1024,), (1.0,)), ((256, 512, 1024), (1.0,)),
-                          ((1024,), RECOMPUTE_SHARES)):
+    # ~10^6 points; ~10^6 valid layouts: full recomputation of every layer only and ZeRO
+    # over every data-parallel rank (the spaces of the aim as first measured), then the first
+    # with the default shares of layers too, then with hybrid sharding too (SHARDINGS).
+    for nodes, shares, shardings in (((1024,), (1.0,), ("full",)),
+                                     ((256, 512, 1024), (1.0,), ("full",)),
+                                     ((1024,), RECOMPUTE_SHARES, ("full",)),
+                                     ((1024,), RECOMPUTE_SHARES, SHARDINGS)):
         space = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=4096,
                             node_counts=nodes, frameworks=("megatron", "torchtitan"),
-                            recompute_shares=shares)
+                            recompute_shares=shares, shardings=shardings)
         bound = space.size_bound()
         which = ("every layer" if shares == (1.0,) else
                  f"shares {', '.join(f'{x:g}' for x in shares)} of layers")
+        if len(shardings) > 1:
+            which += "; ZeRO over all or one node's data-parallel ranks"
         for label, m in (("analytic model alone", None), ("learned model", model)):
             t = time.perf_counter()
             found = search(space, model=m, use_optuna=False, enumerate_limit=2 * bound)

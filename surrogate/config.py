@@ -263,6 +263,13 @@ class LayoutConfig:
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
     zero_stage: int = 0
+    dp_replicate: int = 1
+    """Copies of ZeRO's shards (hybrid sharding, HSDP): with zero_stage >= 1 the states are
+    sharded over dp x cp / dp_replicate ranks (the inner ones, consecutive data-parallel
+    ranks) and the gradients reduced over the shard group, then all-reduced over the
+    dp_replicate copies. torchtitan's ``data_parallel_replicate_degree`` beside a shard degree,
+    Megatron-LM's ``--num-distributed-optimizer-instances``. 1: one copy, ZeRO over every
+    data- and context-parallel rank."""
     recompute: Recompute = "none"
     recompute_layers: int = 0
     """With recompute 'full': how many layers of each pipeline stage are checkpointed (the
@@ -281,7 +288,8 @@ class LayoutConfig:
     None means the newest known."""
 
     def __post_init__(self) -> None:
-        _check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum"))
+        _check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
+                           "dp_replicate"))
         _check_ints(self, ("zero_stage", "recompute_layers"), minimum=0)
         _check_bool(self, "sequence_parallel")
         if self.zero_stage > 3:
@@ -297,6 +305,11 @@ class LayoutConfig:
                 f"recompute_layers={self.recompute_layers}")
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.dp_replicate > 1 and self.zero_stage == 0:
+            raise ConfigError(
+                f"dp_replicate > 1 copies ZeRO's shards: it needs zero_stage >= 1 (with ZeRO-0 "
+                f"every data-parallel rank holds a whole copy), got dp_replicate="
+                f"{self.dp_replicate} zero_stage=0")
         if self.pp_schedule not in PIPELINE_SCHEDULES:
             raise ConfigError(f"pp_schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
                               f"got {self.pp_schedule!r}")
@@ -306,7 +319,8 @@ class LayoutConfig:
             raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
         problem = traits.unsupported(tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
                                      vpp=self.vpp, zero_stage=self.zero_stage,
-                                     pp_schedule=self.pp_schedule)
+                                     pp_schedule=self.pp_schedule,
+                                     dp_replicate=self.dp_replicate)
         if problem:
             raise ConfigError(problem)
         if self.framework_version is None:
@@ -331,7 +345,7 @@ class LayoutConfig:
 
 RUNS_AS_FIELDS: tuple[str, ...] = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
-    "pp_schedule", "recompute_layers")
+    "pp_schedule", "recompute_layers", "dp_replicate")
 """The layout fields :meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` reads."""
 
 
@@ -349,7 +363,7 @@ class Rule:
 
 CROSS_COUNTS: tuple[str, ...] = (
     "num_layers", "num_heads", "num_kv_heads", "seq_len", "num_experts", "gpus_per_node",
-    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp", "recompute_layers",
+    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp", "recompute_layers", "dp_replicate",
 )
 """The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
 where the framework splits layers into stages by torchtitan's weighted slots, which take any
@@ -392,7 +406,7 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
         num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
         seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
         num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
-        vpp=lay.vpp, recompute_layers=lay.recompute_layers,
+        vpp=lay.vpp, recompute_layers=lay.recompute_layers, dp_replicate=lay.dp_replicate,
         weighted_split=int(weighted_split(lay.framework)))
 
 
@@ -431,6 +445,19 @@ CROSS_RULES: tuple[Rule, ...] = (
     Rule(lambda v: (v.ep > 1) & ((v.dp * v.cp) % v.ep != 0),
          lambda v: (f"ep must divide dp * cp (experts are sharded over the data and context "
                     f"parallel ranks), got dp={v.dp} cp={v.cp} ep={v.ep}")),
+    Rule(lambda v: v.dp % v.dp_replicate != 0,
+         lambda v: (f"dp_replicate must divide dp (each copy of ZeRO's shards is dp / "
+                    f"dp_replicate data-parallel ranks), got dp={v.dp} "
+                    f"dp_replicate={v.dp_replicate}")),
+    Rule(lambda v: (v.dp_replicate > 1) & (v.dp * v.cp <= v.dp_replicate),
+         lambda v: (f"dp_replicate must be less than dp * cp (a copy of ZeRO's shards over one "
+                    f"rank shards nothing: that is zero_stage 0), got dp={v.dp} cp={v.cp} "
+                    f"dp_replicate={v.dp_replicate}")),
+    Rule(lambda v: (v.dp_replicate > 1) & (v.ep > 1)
+         & (((v.dp * v.cp) // v.dp_replicate) % v.ep != 0),
+         lambda v: (f"ep must divide dp * cp / dp_replicate (experts are sharded over the ranks "
+                    f"of one copy of ZeRO's shards), got dp={v.dp} cp={v.cp} "
+                    f"dp_replicate={v.dp_replicate} ep={v.ep}")),
 )
 """The rules between model, cluster and layout, in the order they are checked. Then: the GPU
 has the dtype, and the GPU count, global batch and ``global_batch_seqs`` are within range."""

@@ -59,7 +59,7 @@ _TEXT = tuple(n for n in CONFIG_COLUMNS if n not in _INT and n not in _BOOL)
 _REQUIRED = MODEL_FIELDS[:7]
 """Model columns without a default (config_from_flat requires them)."""
 _CLUSTER = ("gpu", "gpus_per_node", "num_nodes")
-_DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum")
+_DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "dp_replicate")
 _LAYOUT_TEXT = ("zero_stage", "recompute", "sequence_parallel", "dtype", "framework",
                 "framework_version", "pp_schedule")
 _EXACT_COUNT = 2**31

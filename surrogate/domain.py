@@ -4,7 +4,8 @@ A learned correction is trusted where it was trained. Off its data it must never
 the physics under it, so it shrinks toward the analytic answer and its interval widens
 (``surrogate.learned``). The domain is what the training runs covered:
 
-- categories: the GPUs, the (framework, version) pairs and the pipeline schedules seen; a
+- categories: the GPUs, the (framework, version) pairs, the pipeline schedules and the ZeRO
+  shardings (over every data-parallel rank, or hybrid: :data:`SHARDINGS`) seen; a
   configuration with another is *outside* (distance infinite: the analytic answer, weight 0);
 - scale: the range of each of :data:`surrogate.features.DOMAIN_AXES` (GPUs, parameters,
   sequence length, tokens per rank), over all training runs and over each framework version's
@@ -186,6 +187,18 @@ def schedule_codes(c: dict[str, np.ndarray]) -> np.ndarray:
                     PIPELINE_SCHEDULES.index("1f1b"))
 
 
+SHARDINGS: tuple[str, ...] = ("full", "hybrid")
+"""How ZeRO shards a configuration's states: over every data- and context-parallel rank
+(one copy of the shards, ``dp_replicate`` 1; ZeRO-0 too), or over some of them, with copies
+(``dp_replicate`` > 1)."""
+
+
+def sharding_codes(c: dict[str, np.ndarray]) -> np.ndarray:
+    """Each configuration's sharding as its index in :data:`SHARDINGS`."""
+    return np.where(np.asarray(c.get("dp_replicate", 1.0)) > 1, SHARDINGS.index("hybrid"),
+                    SHARDINGS.index("full"))
+
+
 def shape_keys(c: dict[str, np.ndarray]) -> np.ndarray:
     """One row per configuration: its :data:`SHAPE_AXES` values (float64)."""
     return np.stack([np.asarray(c[a], dtype=np.float64) for a in SHAPE_AXES], axis=1)
@@ -219,6 +232,9 @@ class Domain:
     schedules: tuple[str, ...] = ("1f1b",)
     """The pipeline schedules of the training runs (a model saved before they were recorded:
     '1f1b', the only one then described)."""
+    shardings: tuple[str, ...] = ("full",)
+    """The ZeRO shardings (:data:`SHARDINGS`) of the training runs (a model saved before they
+    were recorded: 'full', the only one then described)."""
     framework_ranges: dict[str, dict[str, tuple[float, float]]] | None = None
     """Per framework version, the ranges of its own training runs (None: not recorded). A
     configuration lies as far off the domain as it lies beyond the ranges of all runs or of
@@ -250,7 +266,9 @@ class Domain:
                    shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
                    unseen_shape_weight=unseen_shape_weight,
                    schedules=tuple(sorted(PIPELINE_SCHEDULES[int(k)]
-                                          for k in np.unique(schedule_codes(c)))))
+                                          for k in np.unique(schedule_codes(c)))),
+                   shardings=tuple(sorted(SHARDINGS[int(k)]
+                                          for k in np.unique(sharding_codes(c)))))
 
     def unseen_shapes(self, c: dict[str, np.ndarray]) -> np.ndarray | None:
         """Whether each configuration's model shape is absent from the training runs'."""
@@ -287,7 +305,8 @@ class Domain:
         for names, seen, what, codes in (
                 (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
                 (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
-                (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c))):
+                (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c)),
+                (SHARDINGS, self.shardings, "ZeRO sharding", sharding_codes(c))):
             codes = np.asarray(codes).astype(np.int64)
             never = np.array([name not in seen for name in names], dtype=bool)[codes]
             rows = np.flatnonzero(never)
@@ -324,7 +343,7 @@ class Domain:
                 "shrink_doublings": self.shrink_doublings, "counts": self.counts,
                 "shapes": None if self.shapes is None else [list(k) for k in self.shapes],
                 "unseen_shape_weight": self.unseen_shape_weight,
-                "schedules": list(self.schedules),
+                "schedules": list(self.schedules), "shardings": list(self.shardings),
                 **({} if self.framework_ranges is None else {"framework_ranges": {
                     name: {k: list(v) for k, v in r.items()}
                     for name, r in self.framework_ranges.items()}})}
@@ -340,6 +359,7 @@ class Domain:
                    unseen_shape_weight=float(d.get("unseen_shape_weight",
                                                    UNSEEN_SHAPE_WEIGHT)),
                    schedules=tuple(d.get("schedules", ("1f1b",))),
+                   shardings=tuple(d.get("shardings", ("full",))),
                    framework_ranges=(None if d.get("framework_ranges") is None else {
                        str(name): {k: (float(v[0]), float(v[1])) for k, v in r.items()}
                        for name, r in d["framework_ranges"].items()}))

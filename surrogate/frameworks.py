@@ -154,6 +154,12 @@ class FrameworkTraits:
     --recompute-num-layers N`` (the first N layers of each model chunk), torchtitan's
     ``selective_ac_option = "n"`` (every n-th block of a pipeline rank). False: every layer or
     none."""
+    hybrid_sharding_stages: tuple[int, ...] = ()
+    """ZeRO stages it runs with several copies of the shards (``LayoutConfig.dp_replicate`` >
+    1: sharded over dp x cp / dp_replicate ranks, all-reduced over the copies): torchtitan's
+    HSDP (``data_parallel_replicate_degree`` beside ``data_parallel_shard_degree``, FSDP2
+    ZeRO-2 and 3), Megatron-LM's partial distributed optimizer
+    (``--num-distributed-optimizer-instances``, ZeRO-1). Empty: one copy only."""
     partial_recompute_every_nth: bool = False
     """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
     of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
@@ -188,11 +194,18 @@ class FrameworkTraits:
         return self.interleaved_schedule is not None
 
     def unsupported(self, *, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                    zero_stage: int, pp_schedule: str = "1f1b") -> str | None:
+                    zero_stage: int, pp_schedule: str = "1f1b",
+                    dp_replicate: int = 1) -> str | None:
         """What of the layout the framework does not implement, or None."""
         if zero_stage not in self.zero_stages:
             return (f"framework {self.name} implements zero_stage "
                     f"{' or '.join(map(str, self.zero_stages))}, got {zero_stage}")
+        if dp_replicate > 1 and zero_stage not in self.hybrid_sharding_stages:
+            stages = " or ".join(map(str, self.hybrid_sharding_stages))
+            return (f"framework {self.name} " + (
+                f"copies ZeRO's shards (dp_replicate > 1) with zero_stage {stages} only"
+                if stages else "shards over every data-parallel rank: dp_replicate must be 1")
+                + f", got dp_replicate={dp_replicate} zero_stage={zero_stage}")
         for degree, value, has in (("tp", tp, self.tensor_parallel),
                                    ("pp", pp, self.pipeline_parallel),
                                    ("cp", cp, self.context_parallel),
@@ -219,12 +232,12 @@ class FrameworkTraits:
     def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
                         zero_stage: int, recompute: str, sequence_parallel: bool,
                         pp_schedule: str = "1f1b", recompute_layers: int = 0,
-                        moe: bool = False) -> str | None:
+                        dp_replicate: int = 1, moe: bool = False) -> str | None:
         """Why the framework cannot run the layout as described (what it does not implement,
         or the other layout it would run instead), or None: the layouts a search proposes and
         launch files are written for. ``moe``: the model has experts."""
         problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage,
-                                   pp_schedule=pp_schedule)
+                                   pp_schedule=pp_schedule, dp_replicate=dp_replicate)
         if problem:
             return problem
         if zero_stage > 0 and self.shards_over_cp and dp * cp == 1:
@@ -318,6 +331,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             ),
             fused_swiglu=True,
             partial_recompute=True,
+            hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,
             moe_tp_needs_sequence_parallel=True,
         ),
@@ -357,6 +371,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             shards_over_cp=True,
             partial_recompute=True,
             partial_recompute_every_nth=True,
+            hybrid_sharding_stages=(2, 3),
             moe_routed_bytes=6.0,
             moe_token_group_align=8,
         ),

@@ -4,8 +4,9 @@ The TOML uses the names of torchtitan's ``JobConfig`` (pytorch/torchtitan
 ``torchtitan/config/job_config.py``; every key written is in torchtitan 0.2.2's, the last
 release that reads TOML job configs: 0.3.0 takes a Python config function and command-line
 overrides): ``[training] local_batch_size, global_batch_size, seq_len, steps``;
-``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree,
-fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
+``[parallelism] data_parallel_replicate_degree, data_parallel_shard_degree`` (ZeRO-0: dp
+replicas; ZeRO-2/3: ``dp_replicate`` copies, HSDP where there are several, of shards over the
+rest of dp), ``fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_parallel_degree,
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
 expert_parallel_degree, expert_tensor_parallel_degree`` (tp, with ep > 1: the surrogate's
 layout, where torchtitan's default 1 would lend tp to ep) and the pipeline split
@@ -147,13 +148,16 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     traits = get_framework(lay.framework)
     flavour = TORCHTITAN_FLAVOURS.get(m.name)
     local = lay.mbs * (lay.grad_accum if lay.pp > 1 else 1)
-    replicate, shard = (lay.dp, 1) if lay.zero_stage == 0 else (1, lay.dp)
+    # ZeRO-0: DDP over dp; else FSDP over dp / dp_replicate (x cp), HSDP with copies
+    replicate = lay.dp if lay.zero_stage == 0 else lay.dp_replicate
+    shard = lay.dp // replicate
     reshard = {0: "default", 2: "never", 3: "always"}[lay.zero_stage]
     comments = [
         f"# surrogate launch config: {run_name}",
         f"# layout: dp={lay.dp} tp={lay.tp} pp={lay.pp} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} "
         f"mbs={lay.mbs} grad_accum={lay.grad_accum} zero_stage={lay.zero_stage} "
-        f"recompute={lay.recompute}"
+        + (f"dp_replicate={lay.dp_replicate} " if lay.dp_replicate > 1 else "")
+        + f"recompute={lay.recompute}"
         + (f" recompute_layers={lay.recompute_layers}" if lay.recompute_layers else "")
         + f" on {cfg.cluster.num_nodes} x {cfg.cluster.gpus_per_node} "
         f"{cfg.cluster.gpu}",

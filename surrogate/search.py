@@ -359,12 +359,16 @@ def _run_study(
     def run(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", worker)
         point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS
-                 if d != "recompute_share"}
-        # The share only where it is a choice (a conditional parameter: optuna's samplers
-        # handle a search space that changes with the other choices).
-        shares = space.share_choices(point["recompute"], point["framework"], choices)
-        point["recompute_share"] = (trial.suggest_categorical("recompute_share", shares)
-                                    if len(shares) > 1 else shares[0])
+                 if d not in ("recompute_share", "sharding")}
+        # The share and the sharding only where they are a choice (conditional parameters:
+        # optuna's samplers handle a search space that changes with the other choices).
+        for name, options in (
+                ("recompute_share", space.share_choices(point["recompute"], point["framework"],
+                                                        choices)),
+                ("sharding", space.sharding_choices(point["zero_stage"], point["framework"],
+                                                    choices))):
+            point[name] = (trial.suggest_categorical(name, options) if len(options) > 1
+                           else options[0])
         try:
             cfg = space.build(point)
         except ConfigError as e:

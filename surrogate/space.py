@@ -4,7 +4,10 @@ A :class:`LayoutSpace` fixes the model, the GPU, the GPUs per node, the allowed 
 the global batch (sequences), and spans the free choices: tp, pp, cp, ep (MoE), vpp, mbs,
 zero_stage, recompute, sequence_parallel, framework and, for full recomputation on a framework
 that checkpoints some layers (megatron, torchtitan), the share of each pipeline stage's layers it
-checkpoints (``recompute_share``, :data:`RECOMPUTE_SHARES`). The rest is derived, following the
+checkpoints (``recompute_share``, :data:`RECOMPUTE_SHARES`), and, where the framework copies
+ZeRO's shards at the point's stage (torchtitan, megatron), whether it shards over every
+data-parallel rank or over one node's (``sharding``, :data:`SHARDINGS`: ``dp_replicate`` from
+:func:`node_copies`). The rest is derived, following the
 conventions of :mod:`surrogate.config`: dp = GPUs / (tp x pp x cp), grad_accum = global
 batch / (dp x mbs), which must both be integers, and ``recompute_layers`` from the share
 (:func:`recompute_layers_for_share`). A point that breaks a rule is invalid
@@ -53,16 +56,28 @@ from surrogate.hardware import canonical_gpu_name
 
 DIMENSIONS: tuple[str, ...] = (
     "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
-    "sequence_parallel", "framework", "recompute_share",
+    "sequence_parallel", "framework", "recompute_share", "sharding",
 )
 """The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them.
 ``recompute_share`` is a choice only where the point's recomputation is full and its framework
-checkpoints some layers; elsewhere it is 1 (every layer, or none)."""
+checkpoints some layers; elsewhere it is 1 (every layer, or none). ``sharding``
+(:data:`SHARDINGS`) is a choice only where the point's framework copies ZeRO's shards at its
+ZeRO stage (``FrameworkTraits.hybrid_sharding_stages``); elsewhere it is 'full'."""
 
-KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d != "recompute_share"),
-                               "recompute_layers", "dp", "grad_accum")
+_CONDITIONAL: tuple[str, ...] = ("recompute_share", "sharding")
+"""The dimensions that are a choice only for some values of the others."""
+
+KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d not in _CONDITIONAL),
+                               "recompute_layers", "dp_replicate", "dp", "grad_accum")
 """What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
-becomes, and the derived degrees."""
+becomes, its sharding as the copies of the shards, and the derived degrees."""
+
+SHARDINGS: tuple[str, ...] = ("full", "node")
+"""How ZeRO shards a point's states: 'full', over every data- and context-parallel rank;
+'node', over those of one node, with a copy of the shards per node (hybrid sharding, HSDP:
+``dp_replicate`` = dp x cp / the group's ranks on a node, :func:`node_copies`), the usual
+recipe (PyTorch FSDP's ``HYBRID_SHARD`` shards within a node by default). Other shard groups
+are weighed by ``surrogate predict --dp-replicate``."""
 
 RECOMPUTE_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 """Shares of each pipeline stage's layers that full recomputation checkpoints, where the
@@ -73,8 +88,19 @@ shares that round to the same count are one layout."""
 DEFAULT_ENUMERATION_LIMIT = 500_000
 
 _REST: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel",
-                          "framework", "recompute_share")
+                          "framework", "recompute_share", "sharding")
 """The dimensions after the degrees' heads, in the order points are generated."""
+
+
+def node_copies(dp: Any, cp: Any, tp: Any, gpus_per_node: int) -> Any:
+    """``dp_replicate`` of the 'node' sharding (:data:`SHARDINGS`): dp x cp over the ranks of
+    the data- and context-parallel group on one node (tp apart: min(dp x cp, node's GPUs /
+    tp), at least 1). Integers or integer arrays; where the node's ranks do not divide dp x
+    cp the result is 0 (no such layout)."""
+    group = np.asarray(dp) * np.asarray(cp)
+    local = np.maximum(np.minimum(group, gpus_per_node // np.asarray(tp)), 1)
+    out = np.where(group % local == 0, group // local, 0)
+    return int(out) if np.ndim(out) == 0 else out
 
 
 def divisors(n: int) -> list[int]:
@@ -143,6 +169,9 @@ class LayoutSpace:
     recompute_shares: tuple[float, ...] = RECOMPUTE_SHARES
     """Shares of a stage's layers full recomputation may checkpoint where the framework
     checkpoints some layers (:data:`RECOMPUTE_SHARES`); 1 (every layer) must be one."""
+    shardings: tuple[str, ...] = SHARDINGS
+    """ZeRO shardings a point may take where its framework copies shards at its stage
+    (:data:`SHARDINGS`); 'full' must be one."""
     dtype: str = "bf16"
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Dimensions pinned to one value (e.g. {"tp": 8})."""
@@ -185,6 +214,12 @@ class LayoutSpace:
                 f"recompute shares must lie in (0, 1] and include 1 (every layer), got "
                 f"{list(self.recompute_shares)}")
         object.__setattr__(self, "recompute_shares", shares)
+        shardings = tuple(x for x in SHARDINGS if x in set(self.shardings))
+        if "full" not in shardings or len(shardings) != len(set(self.shardings)):
+            raise ConfigError(
+                f"shardings must be among {', '.join(SHARDINGS)} and include 'full', got "
+                f"{list(self.shardings)}")
+        object.__setattr__(self, "shardings", shardings)
         if self.max_mbs < 1 or self.max_vpp < 1:
             raise ConfigError(f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, "
                               f"{self.max_vpp}")
@@ -205,6 +240,10 @@ class LayoutSpace:
     def _partial(self, recompute: str, framework: str) -> bool:
         """Whether points of this recompute mode and framework choose a share."""
         return recompute == "full" and get_framework(framework).partial_recompute
+
+    def _hybrid(self, zero_stage: int, framework: str) -> bool:
+        """Whether points of this ZeRO stage and framework choose a sharding."""
+        return zero_stage in get_framework(framework).hybrid_sharding_stages
 
     def choices(self) -> dict[str, list[Any]]:
         """Per dimension the values a point may take (a superset of the valid ones: a given
@@ -235,6 +274,9 @@ class LayoutSpace:
             "recompute_share": list(self.recompute_shares) if any(
                 self._partial(r, f) for r in self.allowed_recompute_modes
                 for f in self.frameworks) else [1.0],
+            "sharding": list(self.shardings) if any(
+                self._hybrid(z, f) for z in self.allowed_zero_stages
+                for f in self.frameworks) else ["full"],
         }
         for name, value in self.fixed.items():
             out[name] = [value]
@@ -262,9 +304,29 @@ class LayoutSpace:
         zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
         ep, vpp, recompute = int(p["ep"]), int(p["vpp"]), str(p["recompute"])
         framework = get_framework(str(p["framework"]))
+        hybrid = self._hybrid(zero, framework.name)
+        sharding = str((p if hybrid else point).get("sharding", "full"))
+        if sharding not in SHARDINGS:
+            raise ConfigError(f"sharding must be one of {', '.join(SHARDINGS)}, got "
+                              f"{sharding!r}")
+        copies = 1
+        if sharding == "node":
+            if not hybrid:
+                stages = " or ".join(map(str, framework.hybrid_sharding_stages))
+                raise ConfigError(
+                    f"sharding 'node' copies ZeRO's shards, which {framework.name} does "
+                    + (f"with zero_stage {stages} only, got zero_stage={zero}" if stages
+                       else "not: its sharding must be 'full'"))
+            copies = node_copies(dp, cp, tp, self.gpus_per_node)
+            if copies <= 1:
+                raise ConfigError(
+                    f"sharding 'node' needs the data- and context-parallel ranks to span "
+                    f"whole nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
+                    f"{self.gpus_per_node} GPUs a node): it would be 'full'")
         problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
                                             zero_stage=zero, recompute=recompute,
                                             sequence_parallel=sp,  # under 1F1B (module doc)
+                                            dp_replicate=copies,
                                             moe=self.model.num_experts >= 2)
         if problem:
             raise ConfigError(problem)
@@ -284,7 +346,7 @@ class LayoutSpace:
         layout = LayoutConfig(
             dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
             grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
-            recompute=recompute,  # type: ignore[arg-type]
+            dp_replicate=copies, recompute=recompute,  # type: ignore[arg-type]
             recompute_layers=checkpointed, sequence_parallel=sp,
             dtype=self.dtype, framework=framework.name,  # type: ignore[arg-type]
         )
@@ -301,14 +363,23 @@ class LayoutSpace:
             return [1.0]
         return list((ch or self.choices())["recompute_share"])
 
+    def sharding_choices(self, zero_stage: int, framework: str,
+                         ch: Mapping[str, list[Any]] | None = None) -> list[str]:
+        """The shardings a point of this ZeRO stage and framework takes (``ch``: the choices,
+        computed when not given): a choice only where the framework copies shards at that
+        stage, else 'full'."""
+        if not self._hybrid(zero_stage, framework):
+            return ["full"]
+        return list((ch or self.choices())["sharding"])
+
     def size_bound(self) -> int:
         """The number of points of :meth:`choices` (an upper bound on the valid layouts): the
-        share counted only where it is a choice."""
+        share and the sharding counted only where they are a choice."""
         ch = self.choices()
-        pairs = sum(len(self.share_choices(r, f, ch)) for r in ch["recompute"]
-                    for f in ch["framework"])
-        return pairs * math.prod(len(v) for k, v in ch.items()
-                                 if k not in ("recompute", "framework", "recompute_share"))
+        combos = sum(len(self.share_choices(r, f, ch)) * len(self.sharding_choices(z, f, ch))
+                     for r in ch["recompute"] for f in ch["framework"] for z in ch["zero_stage"])
+        return combos * math.prod(len(v) for k, v in ch.items() if k not in (
+            "recompute", "framework", "zero_stage", *_CONDITIONAL))
 
     def points(self) -> Iterator[dict[str, Any]]:
         """Every point of the product of :meth:`choices` (the share only where it is a
@@ -322,11 +393,15 @@ class LayoutSpace:
                     for cp in ch["cp"]:
                         if world % (tp * pp * cp):
                             continue
-                        for rest in _product(ch, _REST[:-1]):
+                        for rest in _product(ch, _REST[:-2]):
+                            shardings = self.sharding_choices(rest["zero_stage"],
+                                                              rest["framework"], ch)
                             for share in self.share_choices(rest["recompute"],
                                                             rest["framework"], ch):
-                                yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp,
-                                       **rest, "recompute_share": share}
+                                for sharding in shardings:
+                                    yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp,
+                                           **rest, "recompute_share": share,
+                                           "sharding": sharding}
 
     def _check_bound(self, limit: int) -> None:
         bound = self.size_bound()
@@ -381,27 +456,40 @@ class LayoutSpace:
         keep &= (at["vpp"] == 1) | ((pp > 1) & (stages <= layers)
                                     & (weighted | (layers % stages == 0)))
         # The share is a choice only where recomputation is full on a framework that
-        # checkpoints some layers; elsewhere only its 1 is kept.
+        # checkpoints some layers, the sharding only where the framework copies shards at
+        # the point's ZeRO stage; elsewhere only their first value (1, 'full') is kept.
+        at_share, at_sharding = (1 + rest.index(k) for k in _CONDITIONAL)
         partial = np.array([[self._partial(r, f) for f in ch["framework"]]
                             for r in ch["recompute"]], dtype=bool)[
             index[1 + rest.index("recompute")], index[1 + rest.index("framework")]]
-        keep &= partial | (index[-1] == 0)  # one row where the share is no choice
+        hybrid = np.array([[self._hybrid(z, f) for f in ch["framework"]]
+                           for z in ch["zero_stage"]], dtype=bool)[
+            index[1 + rest.index("zero_stage")], index[1 + rest.index("framework")]]
+        keep &= (partial | (index[at_share] == 0)) & (hybrid | (index[at_sharding] == 0))
         partial = partial[keep]
         index = [i[keep] for i in index]
         head = heads_arr[index[0]]
         p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
         for k, i in zip(rest, index[1:], strict=True):
-            p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework") else None)[i]
+            p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework", "sharding")
+                            else None)[i]
         p["recompute_share"] = np.where(partial, p["recompute_share"], 1.0)
         p["recompute_layers"] = self._checkpointed(p)
         # Shares that give the same count are one layout: the first of them is kept.
-        others = np.ravel_multi_index(index[:-1], (len(heads), *(len(ch[k]) for k in rest[:-1])))
+        others = np.ravel_multi_index([i for j, i in enumerate(index) if j != at_share],
+                                      (len(heads), *(len(ch[k]) for k in rest
+                                                     if k != "recompute_share")))
         _, first = np.unique(np.stack([others, p["recompute_layers"]]), axis=1,
                              return_index=True)
         once = np.sort(first)
         p = {k: a[once] for k, a in p.items()}
         p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
         p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
+        node = p["sharding"] == "node"
+        p["dp_replicate"] = np.where(
+            node, node_copies(p["dp"], p["cp"], p["tp"], self.gpus_per_node), 1)
+        whole = ~node | (p["dp_replicate"] > 1)  # else it would be 'full' (build refuses it)
+        p = {k: a[whole] for k, a in p.items()}
         runs = _runs_as_described(p, moe=self.model.num_experts >= 2)
         p = {k: a[runs] for k, a in p.items()}
         n = len(p["dp"])
@@ -436,7 +524,9 @@ class LayoutSpace:
 
 def point_of(cfg: TrainingConfig) -> dict[str, Any]:
     """The point (a value per :data:`DIMENSIONS`) of a configuration: its share is its
-    checkpointed layers over its stage's (:func:`stage_layers`), 1 for every layer."""
+    checkpointed layers over its stage's (:func:`stage_layers`), 1 for every layer; its
+    sharding 'node' where it has copies of the shards (their number is then the node
+    sharding's, :func:`node_copies`, in the space's points)."""
     lay = cfg.layout
     share = 1.0
     if lay.recompute_layers:
@@ -447,6 +537,7 @@ def point_of(cfg: TrainingConfig) -> dict[str, Any]:
         "ep": lay.ep, "vpp": lay.vpp, "mbs": lay.mbs, "zero_stage": lay.zero_stage,
         "recompute": lay.recompute, "sequence_parallel": lay.sequence_parallel,
         "framework": lay.framework, "recompute_share": share,
+        "sharding": "node" if lay.dp_replicate > 1 else "full",
     }
 
 
@@ -463,14 +554,16 @@ def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
 
 def layout_label(cfg: TrainingConfig) -> str:
     """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras
-    (``rc-full-k3``: full recomputation of 3 layers of each pipeline stage)."""
+    (``hsdp4``: four copies of ZeRO's shards; ``rc-full-k3``: full recomputation of 3 layers
+    of each pipeline stage)."""
     lay = cfg.layout
     return _label(lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-                  lay.zero_stage, lay.recompute, lay.recompute_layers, lay.sequence_parallel)
+                  lay.zero_stage, lay.recompute, lay.recompute_layers, lay.sequence_parallel,
+                  lay.dp_replicate)
 
 
 _LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
-                 "recompute", "recompute_layers", "sequence_parallel")
+                 "recompute", "recompute_layers", "sequence_parallel", "dp_replicate")
 
 
 def layout_labels(table: FlatTable) -> list[str]:
@@ -481,7 +574,7 @@ def layout_labels(table: FlatTable) -> list[str]:
 
 def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad_accum: int,
            zero_stage: int, recompute: str, recompute_layers: int,
-           sequence_parallel: bool) -> str:
+           sequence_parallel: bool, dp_replicate: int = 1) -> str:
     parts = [f"dp{dp}", f"tp{tp}", f"pp{pp}"]
     if cp > 1:
         parts.append(f"cp{cp}")
@@ -490,6 +583,8 @@ def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad
     if vpp > 1:
         parts.append(f"vpp{vpp}")
     parts += [f"mbs{mbs}", f"ga{grad_accum}", f"z{zero_stage}"]
+    if dp_replicate > 1:
+        parts.append(f"hsdp{dp_replicate}")
     if recompute != "none":
         parts.append(f"rc-{recompute}" + (f"-k{recompute_layers}" if recompute_layers else ""))
     if sequence_parallel:
@@ -502,7 +597,7 @@ def _runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool) -> np.ndarray:
     (:meth:`~surrogate.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged once
     per distinct signature: it compares degrees with 1 only, so each degree d enters as
     min(d, 2)."""
-    degrees = ("dp", "tp", "pp", "cp", "ep", "vpp")
+    degrees = ("dp", "tp", "pp", "cp", "ep", "vpp", "dp_replicate")
     names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
 
     def runs(framework: str, *values: Any) -> bool:

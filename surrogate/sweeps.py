@@ -255,7 +255,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     their defaults, 0: it was written when every model was a Llama block; one that lacks
     ``pp_schedule`` (added later) gets '1f1b', the only schedule then described, and one that
     lacks ``recompute_layers`` (added later) 0: every layer, the only recomputation then
-    described.
+    described, and one that lacks ``dp_replicate`` (added later) 1: ZeRO over every data- and
+    context-parallel rank, the only sharding then described.
 
     Values are checked by :func:`sweep_schema` (pandera), each row's configuration by
     :func:`surrogate.config.config_from_flat`. Raises DataError saying what must hold, what was
@@ -268,6 +269,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         df = df.assign(pp_schedule="1f1b")
     if "recompute_layers" not in df.columns:
         df = df.assign(recompute_layers=0)
+    if "dp_replicate" not in df.columns:
+        df = df.assign(dp_replicate=1)
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:

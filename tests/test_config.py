@@ -148,7 +148,8 @@ def test_cluster_counts_are_positive(name):
         ClusterConfig(**{name: 0})
 
 
-@pytest.mark.parametrize("name", ["dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum"])
+@pytest.mark.parametrize("name", ["dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
+                                  "dp_replicate"])
 @pytest.mark.parametrize("value", [0, -1, 2.5])
 def test_layout_degrees_are_positive_integers(name, value):
     with pytest.raises(ConfigError, match=rf"LayoutConfig\.{name} must be an integer >= 1"):
@@ -180,6 +181,15 @@ def test_layout_degrees_are_positive_integers(name, value):
         (dict(framework="torchtitan", framework_version="pp-fix"),
          r"framework_version for torchtitan must be one of main, got 'pp-fix'"),
         (dict(vpp=2), r"vpp > 1 needs pp > 1, got pp=1 vpp=2"),
+        (dict(framework="torchtitan", dp_replicate=2),
+         r"dp_replicate > 1 copies ZeRO's shards: it needs zero_stage >= 1 .*got "
+         r"dp_replicate=2 zero_stage=0"),
+        (dict(zero_stage=1, dp_replicate=2), r"framework nanotron shards over every "
+                                             r"data-parallel rank: dp_replicate must be 1, got "
+                                             r"dp_replicate=2 zero_stage=1"),
+        (dict(framework="megatron", zero_stage=3, dp_replicate=2),
+         r"framework megatron copies ZeRO's shards \(dp_replicate > 1\) with zero_stage 1 "
+         r"only, got dp_replicate=2 zero_stage=3"),
         (dict(pp=2, vpp=2), r"framework nanotron has no interleaved pipeline schedule: "
                             r"vpp must be 1, got vpp=2"),
     ],
@@ -218,6 +228,13 @@ def test_layout_rules(change, match):
          r"num_experts must be divisible by ep, got num_experts=6 ep=4"),
         (dict(model=MOE, dp=2, tp=4, ep=4),
          r"ep must divide dp \* cp .*got dp=2 cp=1 ep=4"),
+        (dict(dp=8, zero_stage=1, dp_replicate=3, framework="megatron"),
+         r"dp_replicate must divide dp \(each copy of ZeRO's shards is dp / dp_replicate "
+         r"data-parallel ranks\), got dp=8 dp_replicate=3"),
+        (dict(dp=8, zero_stage=1, dp_replicate=8, framework="megatron"),
+         r"dp_replicate must be less than dp \* cp .*got dp=8 cp=1 dp_replicate=8"),
+        (dict(model=MOE, dp=8, ep=8, zero_stage=1, dp_replicate=2, framework="megatron"),
+         r"ep must divide dp \* cp / dp_replicate .*got dp=8 cp=1 dp_replicate=2 ep=8"),
         (dict(gpu="A100-SXM-80GB", dp=8, dtype="fp8"),
          r"dtype 'fp8' needs a GPU with FP8 tensor cores, got gpu=A100-SXM-80GB"),
         (dict(dp=8, mbs=2, grad_accum=4, global_batch_seqs=32),
@@ -230,6 +247,17 @@ def test_layout_rules(change, match):
 def test_training_rules(kwargs, match):
     with pytest.raises(ConfigError, match=match):
         training(**kwargs)
+
+
+def test_hybrid_sharding_is_copies_of_the_shards_where_the_framework_has_them():
+    """torchtitan's HSDP (ZeRO-2 and 3) and Megatron's distributed optimizer instances
+    (ZeRO-1) shard over dp x cp / dp_replicate ranks; with cp the shard group takes the cp
+    ranks too, so dp_replicate may equal dp."""
+    for framework, zero in (("torchtitan", 2), ("torchtitan", 3), ("megatron", 1)):
+        cfg = training(dp=8, zero_stage=zero, dp_replicate=4, framework=framework)
+        assert cfg.layout.dp_replicate == 4 and cfg.runs_as_another() is None
+    assert training(dp=2, cp=4, zero_stage=3, dp_replicate=2,
+                    framework="torchtitan").layout.dp_replicate == 2
 
 
 def test_only_frameworks_with_partial_recomputation_run_some_layers_checkpointed():

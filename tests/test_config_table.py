@@ -63,6 +63,7 @@ CHANGES = {
     "mbs": [0, 1, 4],
     "grad_accum": [1, 2**52],
     "zero_stage": [0, 1, 2, 3, 4],
+    "dp_replicate": [1, 2, 3, 4, 8, 0, None],
     "num_nodes": [1, 2, 4],
     "num_heads": [32, 30, 1],
     "num_kv_heads": [8, 3, None, np.nan],

@@ -140,6 +140,25 @@ def test_an_unseen_pipeline_schedule_falls_back_to_physics():
     assert Domain.from_json(both.to_json()) == both
 
 
+def test_unseen_copies_of_the_shards_fall_back_to_physics():
+    """Hybrid sharding (dp_replicate > 1) is a category too: runs that all shard over every
+    data-parallel rank say nothing of copies; a domain saved before shardings were recorded
+    saw full sharding only."""
+    kw = dict(dp=8, zero_stage=2, framework="torchtitan")
+    dom = Domain.from_cols(_cols(build_config("8b", **kw)))
+    assert dom.shardings == ("full",)
+    test = _cols(build_config("8b", **kw), build_config("8b", **kw, dp_replicate=2))
+    a = dom.assess(test)
+    assert a.weight.tolist() == [1.0, 0.0]
+    assert a.reasons == ["", "ZeRO sharding hybrid never seen"]
+    old = {k: v for k, v in dom.to_json().items() if k != "shardings"}
+    assert Domain.from_json(old).shardings == ("full",)
+    both = Domain.from_cols(test)
+    assert both.shardings == ("full", "hybrid")
+    assert Domain.from_json(both.to_json()) == both
+    assert both.assess(test).weight.tolist() == [1.0, 1.0]
+
+
 def test_a_framework_is_as_far_off_as_its_own_runs_say():
     """Runs of one framework up to 64 GPUs and of another on 8 alone: the other's 64-GPU
     configuration lies three doublings beyond its own runs, and says so; the domain records

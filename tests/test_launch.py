@@ -277,12 +277,26 @@ def test_moe_launch_files_split_the_experts_over_tp_as_modelled() -> None:
         config_values(doc, {})
 
 
+@pytest.mark.parametrize("zero", [2, 3])
+def test_hsdp_launch_files_copy_the_shards_and_read_back(zero) -> None:
+    """Copies of ZeRO's shards are torchtitan's HSDP: the replicate degree is dp_replicate,
+    the shard degree the rest of dp; the file reads back as the same layout."""
+    c = cfg(zero_stage=zero, dp_replicate=2)
+    par = tomllib.loads(torchtitan_toml(c, run_name="h"))["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (2, 4)
+    values = config_values(tomllib.loads(torchtitan_toml(c, run_name="h")), {})[0]
+    assert (values["dp"], values["zero_stage"], values["dp_replicate"]) == (8, zero, 2)
+    plain = tomllib.loads(torchtitan_toml(cfg(zero_stage=zero), run_name="f"))
+    assert config_values(plain, {})[0]["dp_replicate"] == 1
+
+
 def test_torchtitan_shards_whenever_cp_or_ep_is_above_one() -> None:
     """torchtitan's FSDP spans data_parallel_shard_degree x cp and its expert parallelism
     borrows from those ranks: a ZeRO-0 launch file (replicas, shard 1) with cp > 1 would shard
     the parameters over the cp ranks anyway, and with ep > 1 would not build. Such layouts are
     refused and not in the search space; ZeRO over cp ranks alone (dp 1) is one torchtitan
-    runs, and reads back as itself. Sharding beside replicas (HSDP) is not modelled."""
+    runs, and reads back as itself. Sharding beside replicas (HSDP) reads back as copies of
+    the shards (dp_replicate)."""
     assert "zero_stage 0 (data-parallel replicas, nothing sharded) needs cp = 1 and ep = 1, " \
         "got cp=1 ep=2" in (launch_problem(_moe(dp=8, tp=2, ep=2, zero_stage=0)) or "")
     assert "got cp=2 ep=1" in (launch_problem(cfg(dp=4, tp=2, cp=2, zero_stage=0)) or "")
@@ -292,10 +306,9 @@ def test_torchtitan_shards_whenever_cp_or_ep_is_above_one() -> None:
     values = config_values(doc, {})[0]
     assert (values["dp"], values["cp"], values["zero_stage"]) == (1, 2, 3)
     doc["parallelism"] |= {"data_parallel_replicate_degree": 2, "data_parallel_shard_degree": 2}
-    with pytest.raises(DataError, match="data_parallel_replicate_degree 2 beside sharded ranks "
-                                        r"\(data_parallel_shard_degree 2 x "
-                                        r"context_parallel_degree 2\) is HSDP"):
-        config_values(doc, {})
+    values = config_values(doc, {})[0]
+    assert (values["dp"], values["cp"], values["zero_stage"], values["dp_replicate"]) == (
+        4, 2, 3, 2)
     space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
                         frameworks=("torchtitan", "megatron"), max_cp=2, max_mbs=1)
     unsharded = {c.layout.framework for c in space.enumerate()
@@ -318,7 +331,7 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
     checked = set()
     for c in space.enumerate():
         lay = c.layout
-        key = (lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.zero_stage)
+        key = (lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.zero_stage, lay.dp_replicate)
         if key in checked:
             continue
         checked.add(key)
@@ -333,10 +346,13 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
             dims.build_mesh()
             assert dims.fsdp_enabled == (lay.zero_stage > 0), key
             if dims.fsdp_enabled:
-                assert dims.get_mesh("fsdp").size() == lay.dp * lay.cp, key
+                assert dims.get_mesh("fsdp").size() == lay.dp * lay.cp // lay.dp_replicate, key
+            assert dims.dp_replicate_enabled == (lay.dp_replicate > 1 or (
+                lay.zero_stage == 0 and lay.dp > 1)), key
             if lay.ep > 1:
                 assert dims.get_mesh("ep").size() == lay.ep, key
                 if lay.tp > 1:
                     assert dims.get_mesh("etp").size() == lay.tp, key
     assert any(k[4] > 1 and k[1] > 1 for k in checked)
     assert any(k[0] == 1 and k[3] > 1 for k in checked)  # ZeRO over cp ranks alone
+    assert any(k[6] > 1 and k[4] > 1 for k in checked)  # HSDP beside expert parallelism

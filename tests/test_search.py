@@ -141,6 +141,10 @@ def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> N
     chosen = [t for t in trials if "recompute_share" in t.params]
     assert chosen and all(t.params["recompute"] == "full" and t.params["framework"] == "megatron"
                           for t in chosen)
+    # the sharding likewise, only for Megatron's ZeRO-1 (its distributed optimizer instances)
+    sharded = [t for t in trials if "sharding" in t.params]
+    assert sharded and all(t.params["zero_stage"] == 1 and t.params["framework"] == "megatron"
+                           for t in sharded)
     partial = [c for c in result.configs.values() if c.layout.recompute_layers]
     assert all(c.layout.framework == "megatron" for c in partial)
     assert result.enumerated is not None and result.enumerated == len(space.enumerate())

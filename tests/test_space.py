@@ -4,7 +4,9 @@ the space's own rules and limits are enforced with clear errors."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from surrogate.config import CONFIG_COLUMNS, ModelConfig, config_to_flat
@@ -18,6 +20,7 @@ from surrogate.space import (
     layout_keys,
     layout_label,
     layout_labels,
+    node_copies,
     point_of,
     recompute_layers_for_share,
     stage_layers,
@@ -120,6 +123,37 @@ def test_the_table_holds_the_enumerated_layouts_in_order(model, nodes, framework
     assert layout_labels(table) == [layout_label(cfg) for cfg in every]
 
 
+def test_node_sharding_copies_the_shards_once_per_node() -> None:
+    """Where the framework copies ZeRO's shards at a point's stage (torchtitan ZeRO-2/3,
+    megatron ZeRO-1) the space also holds the layout sharded over one node's data- and
+    context-parallel ranks, a copy per node; nowhere else, and not where those ranks fit one
+    node (that is full sharding)."""
+    assert node_copies(16, 1, 1, 8) == 2 and node_copies(4, 2, 2, 8) == 2
+    assert node_copies(2, 1, 8, 8) == 2  # a rank a node: shards nothing, refused by the rules
+    assert node_copies(np.array([16, 12]), np.array([1, 1]), np.array([1, 1]), 8).tolist() == [
+        2, 0]  # 12 ranks over nodes of 8: no whole copies
+    space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=64, node_counts=(2, 4),
+                        frameworks=("nanotron", "torchtitan", "megatron"), max_mbs=2,
+                        max_vpp=1)
+    every = space.enumerate()
+    hybrid = [c.layout for c in every if c.layout.dp_replicate > 1]
+    assert hybrid and {(lay.framework, lay.zero_stage) for lay in hybrid} == {
+        ("torchtitan", 2), ("torchtitan", 3), ("megatron", 1)}
+    for lay in hybrid:
+        assert lay.dp_replicate == node_copies(lay.dp, lay.cp, lay.tp, 8)
+        assert lay.dp * lay.cp * lay.tp // lay.dp_replicate == 8  # a copy fills one node
+    assert {layout_key(c) for c in every if c.layout.dp_replicate == 1} == {
+        layout_key(c) for c in replace(space, shardings=("full",)).enumerate()}
+    assert "hsdp2" in layout_label(next(c for c in every if c.layout.dp_replicate == 2))
+    with pytest.raises(ConfigError, match="sharding 'node' copies ZeRO's shards, which "
+                                          "nanotron does not: its sharding must be 'full'"):
+        space.build({**point_of(every[0]), "framework": "nanotron", "zero_stage": 1,
+                     "sharding": "node"})
+    with pytest.raises(ConfigError, match="shardings must be among full, node and include "
+                                          "'full', got \\['node'\\]"):
+        replace(space, shardings=("node",))
+
+
 def test_a_space_without_layouts_gives_an_empty_table() -> None:
     space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
                         fixed={"tp": 8, "pp": 2})  # tp x pp = 16 does not divide 8 GPUs
@@ -177,10 +211,15 @@ def test_the_share_is_a_choice_only_where_it_means_something() -> None:
     assert space.share_choices("full", "nanotron") == [1.0]
     assert space.share_choices("none", "megatron") == [1.0]
     # The bound counts the share only where it is a choice: none, selective and full (x4)
-    # for megatron, none, selective and full for nanotron.
-    others = math.prod(len(v) for k, v in ch.items()
-                       if k not in ("recompute", "framework", "recompute_share"))
-    assert space.size_bound() == (3 + 6) * others
+    # for megatron, none, selective and full for nanotron; and the sharding likewise: full
+    # and node for megatron's ZeRO-1, full for its ZeRO-0 and 3 and for nanotron.
+    assert ch["zero_stage"] == [0, 1, 3] and ch["sharding"] == ["full", "node"]
+    assert space.sharding_choices(1, "megatron") == ["full", "node"]
+    assert space.sharding_choices(3, "megatron") == space.sharding_choices(1, "nanotron") == [
+        "full"]
+    others = math.prod(len(v) for k, v in ch.items() if k not in (
+        "recompute", "framework", "zero_stage", "recompute_share", "sharding"))
+    assert space.size_bound() == (3 * 3 + 6 * (1 + 2 + 1)) * others
     point = dict(point_of(space.enumerate()[0]), recompute="none", framework="megatron",
                  recompute_share=0.5)
     with pytest.raises(ConfigError, match="recompute_share below 1 needs full recomputation"):
@@ -230,7 +269,7 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
     for cfg in space.enumerate():
         lay = cfg.layout
         key = (lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.sequence_parallel, lay.recompute,
-               lay.recompute_layers)
+               lay.recompute_layers, lay.dp_replicate)
         if key in seen:
             continue
         seen.add(key)
@@ -258,8 +297,10 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
                 parallel_state.initialize_model_parallel(
                     tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
                     virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
-                    expert_model_parallel_size=lay.ep, create_gloo_process_groups=False)
+                    expert_model_parallel_size=lay.ep, create_gloo_process_groups=False,
+                    num_distributed_optimizer_instances=lay.dp_replicate)
             finally:
                 parallel_state.destroy_model_parallel()
     assert any(k[0] > 1 and k[3] > 1 for k in seen) and any(k[4] > 1 for k in seen)
     assert not any(k[0] > 1 and not k[5] for k in seen)  # MoE under tp: sequence parallel
+    assert any(k[8] > 1 for k in seen)  # distributed optimizer instances

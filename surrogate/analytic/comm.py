@@ -39,7 +39,9 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   or reduce-scattered (ZeRO >= 1), overlapped with the last micro-batch's backward; ZeRO-1/2
   then all-gather the updated bf16 weights (exposed). ZeRO-3 all-gathers each layer's weights
   forward and backward every micro-batch and reduce-scatters its gradients, prefetched under
-  the compute (exposed only where longer).
+  the compute (exposed only where longer). With ``dp_replicate`` copies of the shards (hybrid
+  sharding) ZeRO's collectives run over one copy's ranks, and each reduced shard is then
+  all-reduced over the copies (:func:`dp_times_s`).
 """
 
 from __future__ import annotations
@@ -72,7 +74,8 @@ def spans_nodes(c: Cols) -> dict[str, Array]:
 def ranks_per_node(c: Cols) -> dict[str, Array]:
     """Ranks of one group of each dimension that share a node (their NICs carry the group's
     inter-node traffic): the group size, capped by the node's GPUs over the dimension's stride
-    (rank order in the module docstring); a pipeline pair across nodes has one rank a node."""
+    (rank order in the module docstring); a pipeline pair across nodes has one rank a node.
+    The data-parallel group is that of its collectives, dp x cp ranks tp apart."""
     g = c["gpus_per_node"]
     tp, cp, dp = c["tp"], c["cp"], c["dp"]
 
@@ -80,7 +83,7 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
         return np.maximum(np.minimum(size, g / stride), 1.0)
 
     return {"tp": np.minimum(tp, g), "cp": share(cp, tp), "ep": share(c["ep"], tp),
-            "dp": share(dp, tp * cp), "pp": np.ones_like(tp)}
+            "dp": share(dp * cp, tp), "pp": np.ones_like(tp)}
 
 
 def _regathered(c: Cols) -> Array:
@@ -166,21 +169,45 @@ def dp_times_s(
 ) -> dict[str, Array]:
     """Gradient reduction and weight gathers of ZeRO, per step (ZeRO-3: per micro-batch too).
 
+    With ``dp_replicate`` copies of the shards (hybrid sharding) ZeRO's reduce-scatters and
+    all-gathers run over one copy's dp x cp / dp_replicate consecutive ranks (:func:`zero_groups`),
+    and each rank's reduced shard is then all-reduced over the copies (PyTorch FSDP's HSDP,
+    Zhao et al. 2023 sec. 3.2.1; Megatron-Core's partial distributed optimizer,
+    ``param_and_grad_buffer``: a reduce-scatter in the instance, then an all-reduce across).
+
     Returns ``grad_reduce`` (overlappable with the last backward), ``param_gather`` (ZeRO-1/2,
     exposed), ``zero3_per_microbatch`` (prefetched under compute).
     """
-    group = c["dp"] * c["cp"]
-    inter = spans_nodes(c)["dp"]
-    local = ranks_per_node(c)["dp"]
+    (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = zero_groups(c)
     # Expert gradients really reduce over dp x cp / ep replicas; one group is an approximation.
     params = dense_params + expert_params
     grad_bytes = params * np.where(c["fp32_grad_accumulation"] > 0, 4.0, 2.0)
-    z = c["zero_stage"]
-    ar = perf.collective_time_s("all_reduce", grad_bytes, group, inter, c, local)
-    rs = perf.collective_time_s("reduce_scatter", grad_bytes, group, inter, c, local)
-    ag = perf.collective_time_s("all_gather", 2 * params, group, inter, c, local)
+    z = c["zero_stage"]  # ZeRO-0 has one copy: its all-reduce runs over the whole group
+    ar = perf.collective_time_s("all_reduce", grad_bytes, shard, shard_inter, c, shard_local)
+    rs = perf.collective_time_s("reduce_scatter", grad_bytes, shard, shard_inter, c,
+                                shard_local)
+    across = np.where(copies > 1, perf.collective_time_s(
+        "all_reduce", grad_bytes / shard, copies, copy_inter, c, copy_local), 0.0)
+    ag = perf.collective_time_s("all_gather", 2 * params, shard, shard_inter, c, shard_local)
     return {
-        "grad_reduce": np.where(z == 0, ar, rs),
+        "grad_reduce": np.where(z == 0, ar, rs + across),
         "param_gather": np.where((z == 1) | (z == 2), ag, 0.0),
-        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs, 0.0),
+        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs + across, 0.0),
     }
+
+
+def zero_groups(c: Cols) -> tuple[tuple[Array, Array, Array], tuple[Array, Array, Array]]:
+    """(size, spans nodes, ranks per node) of the group ZeRO shards over, and of the group of
+    its copies. The shard group is dp x cp / dp_replicate consecutive data-parallel ranks
+    (stride tp; torchtitan's mesh puts ``dp_shard`` inside ``dp_replicate``, Megatron-Core's
+    instances are consecutive slices of the dp x cp group); the copies are that many times tp
+    apart. One copy: the shard group is the whole dp x cp group, and the copies' group is one
+    rank."""
+    g = c["gpus_per_node"]
+    copies = np.asarray(c.get("dp_replicate", np.ones_like(c["dp"])), dtype=np.float64)
+    shard = c["dp"] * c["cp"] / copies
+    stride = c["tp"] * shard
+    return ((shard, (stride > g).astype(np.float64),
+             np.maximum(np.minimum(shard, g / c["tp"]), 1.0)),
+            (copies, (stride * copies > g).astype(np.float64),
+             np.maximum(np.minimum(copies, g / stride), 1.0)))

@@ -37,6 +37,7 @@ _NUMERIC = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
     "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "shared_expert_ffn_hidden_size",
     "num_dense_layers", "tie_embeddings", "sequence_parallel", "recompute_layers",
+    "dp_replicate",
 )
 """Configuration columns the analytic model reads as they are."""
 

@@ -5,7 +5,9 @@ keeps bf16 weights (2 bytes/param), bf16 gradients (2), and fp32 master weights 
 fp32 moments (12): 16 bytes per parameter. Frameworks that accumulate gradients in fp32
 (nanotron, Megatron; ``surrogate.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
 states, ZeRO-2 also the gradients, ZeRO-3 also the weights, over the dp x cp ranks (over
-dp x cp / ep for expert weights). Seed figures: 7B with ZeRO-3 on 8 GPUs = 14 GB; 80B on
+dp x cp / ep for expert weights); with hybrid sharding (``dp_replicate`` copies of the
+shards: PyTorch FSDP's HSDP, Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.1) over dp x cp /
+dp_replicate of them. Seed figures: 7B with ZeRO-3 on 8 GPUs = 14 GB; 80B on
 32 GPUs = 40 GB (Playbook).
 
 Activations (Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
@@ -135,9 +137,16 @@ BREAKDOWN_TERMS: tuple[str, ...] = (
 """Keys of :func:`memory_breakdown`, in display order; they sum to ``total``."""
 
 
+def zero_shard_ranks(c: Cols) -> Array:
+    """Ranks over which ZeRO shards the dense states: dp x cp over the copies of the shards
+    (``LayoutConfig.dp_replicate``, hybrid sharding; 1 copy where the column is absent)."""
+    return c["dp"] * c["cp"] / np.asarray(c.get("dp_replicate", 1.0), dtype=np.float64)
+
+
 def _sharding(c: Cols) -> tuple[Array, Array]:
-    """Ranks over which dense and expert states are sharded by ZeRO: dp x cp, dp x cp / ep."""
-    dense = c["dp"] * c["cp"]
+    """Ranks over which dense and expert states are sharded by ZeRO: :func:`zero_shard_ranks`
+    and that over ep."""
+    dense = zero_shard_ranks(c)
     return dense, dense / c["ep"]
 
 

@@ -275,7 +275,7 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
-    updated = np.where(c["zero_stage"] >= 1, params / (c["dp"] * c["cp"]), params)
+    updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
     optimizer_s = OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"]
 
     out = {

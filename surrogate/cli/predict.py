@@ -92,7 +92,9 @@ def _print_table(pred: Any) -> None:
         f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
         f"pp={lay.pp}{'' if lay.pp_schedule == '1f1b' else ' (' + lay.pp_schedule + ')'} "
         f"cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
-        f"grad_accum={lay.grad_accum} zero={lay.zero_stage} recompute={lay.recompute}"
+        f"grad_accum={lay.grad_accum} zero={lay.zero_stage}"
+        f"{f' (sharded over dp x cp / {lay.dp_replicate}, {lay.dp_replicate} copies)' if lay.dp_replicate > 1 else ''} "
+        f"recompute={lay.recompute}"
         f"{f' ({lay.recompute_layers} layers per stage)' if lay.recompute_layers else ''} "
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
         f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
@@ -210,6 +212,7 @@ def predict_cmd(
     mbs: Annotated[int | None, typer.Option(help="Micro-batch size (sequences).")] = None,
     grad_accum: Annotated[int | None, typer.Option()] = None,
     zero: Annotated[int | None, typer.Option("--zero", "--zero-stage")] = None,
+    dp_replicate: Annotated[int | None, typer.Option(help="Copies of ZeRO's shards (hybrid sharding: torchtitan's HSDP, Megatron's distributed optimizer instances); 1: ZeRO over every data-parallel rank.")] = None,
     recompute: Annotated[str | None, typer.Option(help="none, selective or full.")] = None,
     recompute_layers: Annotated[int | None, typer.Option(help="With --recompute full: layers of each pipeline stage checkpointed (Megatron's block method, torchtitan's every n-th block); 0: all.")] = None,
     sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Sequence parallelism with tp > 1 (default: the framework's).")] = None,
@@ -254,7 +257,7 @@ def predict_cmd(
         tie_embeddings=tie_embeddings, num_experts=num_experts, experts_topk=experts_topk,
         moe_ffn_hidden_size=moe_ffn_hidden_size, gpu=gpu, gpus_per_node=gpus_per_node,
         num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, pp_schedule=pp_schedule, mbs=mbs,
-        grad_accum=grad_accum, zero_stage=zero, recompute=recompute,
+        grad_accum=grad_accum, zero_stage=zero, dp_replicate=dp_replicate, recompute=recompute,
         recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,
     )

@@ -35,6 +35,7 @@ SeqsOpt = Annotated[int | None, typer.Option(help="Global batch in sequences.")]
 FwOpt = Annotated[str, typer.Option("--framework", help="Allowed frameworks, comma-separated.")]
 ZeroOpt = Annotated[str | None, typer.Option("--zero", help="Allowed ZeRO stages, e.g. 0,1.")]
 RcOpt = Annotated[str, typer.Option("--recompute", help="Allowed recompute modes, comma-separated.")]
+ShardOpt = Annotated[str, typer.Option("--shardings", help="ZeRO shardings on torchtitan (ZeRO-2/3) and megatron (ZeRO-1): full (over every data-parallel rank) and node (hybrid: shards over one node's ranks, a copy per node), comma-separated; must include full.")]
 RcShareOpt = Annotated[str, typer.Option("--recompute-shares", help="Shares of each pipeline stage's layers full recomputation may checkpoint on megatron and torchtitan (each the nearest count the framework writes), comma-separated; must include 1 (every layer).")]
 MarginOpt = Annotated[float, typer.Option(help="Keep this fraction of GPU memory free (0-1).")]
 OomOpt = Annotated[float, typer.Option(help="Largest acceptable predicted OOM probability.")]
@@ -103,7 +104,7 @@ def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None
 def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
                 global_batch_tokens: int | None, global_batch_seqs: int | None, framework: str,
                 zero: str | None, recompute: str, max_cp: int | None, max_vpp: int,
-                max_mbs: int, recompute_shares: str = "1") -> Any:
+                max_mbs: int, recompute_shares: str = "1", shardings: str = "full") -> Any:
     from surrogate.space import LayoutSpace, batch_seqs_from_tokens
 
     if (global_batch_tokens is None) == (global_batch_seqs is None):
@@ -118,6 +119,7 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
         zero_stages=_ints(zero, "--zero"),
         recompute_modes=tuple(r.strip() for r in recompute.split(",") if r.strip()),
         recompute_shares=_floats(recompute_shares, "--recompute-shares"),
+        shardings=tuple(x.strip() for x in shardings.split(",") if x.strip()),
         max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
     )
 
@@ -202,6 +204,7 @@ def search_cmd(
     zero: ZeroOpt = None,
     recompute: RcOpt = "none,full",
     recompute_shares: RcShareOpt = "0.25,0.5,0.75,1",
+    shardings: ShardOpt = "full,node",
     memory_margin: MarginOpt = 0.0,
     max_p_oom: OomOpt = 0.2,
     max_cp: CpOpt = None,
@@ -240,7 +243,7 @@ def search_cmd(
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
                         recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
-                        recompute_shares=recompute_shares)
+                        recompute_shares=recompute_shares, shardings=shardings)
     limits = Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin)
     learned: Any = None if analytic else (model_dir or "default")
     from sqlalchemy.exc import SQLAlchemyError
@@ -358,6 +361,7 @@ def propose_cmd(
     zero: ZeroOpt = None,
     recompute: RcOpt = "none,full",
     recompute_shares: RcShareOpt = "0.25,0.5,0.75,1",
+    shardings: ShardOpt = "full,node",
     memory_margin: MarginOpt = 0.0,
     max_p_oom: Annotated[float, typer.Option(help="Drop candidates above this OOM risk (1: keep all).")] = 1.0,
     max_cp: CpOpt = None,
@@ -392,7 +396,7 @@ def propose_cmd(
                         global_batch_tokens=global_batch_tokens,
                         global_batch_seqs=global_batch_seqs, framework=framework, zero=zero,
                         recompute=recompute, max_cp=max_cp, max_vpp=max_vpp, max_mbs=max_mbs,
-                        recompute_shares=recompute_shares)
+                        recompute_shares=recompute_shares, shardings=shardings)
     table = None
     if runs is not None:
         from surrogate.tableio import read_table

@@ -26,6 +26,7 @@ num_query_groups -> num_kv_heads (with group_query_attention), padded_vocab_size
 vocab_size, untie_embeddings_and_output_weights -> not tie_embeddings, data/tensor/pipeline/
 context/expert parallel sizes -> dp/tp/pp/cp/ep, virtual_pipeline_model_parallel_size -> vpp,
 grad_accum = global_batch_size / (micro_batch_size x dp), use_distributed_optimizer -> ZeRO-1,
+its num_distributed_optimizer_instances (partial distributed optimizer) -> dp_replicate,
 recompute_granularity -> recompute (full with recompute_method block: recompute_num_layers x
 vpp -> recompute_layers; uniform units of more than one layer are skipped), fp8 -> dtype.
 Megatron logs no tokens/s: tokens/s/GPU = global batch size x seq_length / (iteration time x
@@ -107,6 +108,9 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
         out["tie_embeddings"] = args["untie_embeddings_and_output_weights"] != "True"
     if not _none(args.get("use_distributed_optimizer")):
         out["zero_stage"] = 1 if args["use_distributed_optimizer"] == "True" else 0
+        copies = args.get("num_distributed_optimizer_instances")
+        if out["zero_stage"] == 1 and not _none(copies):
+            out["dp_replicate"] = copies
     if "recompute_granularity" in args:
         gran = args["recompute_granularity"]
         out["recompute"] = "none" if _none(gran) else gran

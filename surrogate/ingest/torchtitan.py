@@ -25,9 +25,9 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   needs ``--set num_nodes``); tensor, pipeline, context, expert degrees; FSDP (over shard x
   cp ranks, where that is above 1) is ZeRO-3, or ZeRO-2 when parameters are not resharded
   after forward (``never``, or ``default`` with pipeline parallelism); TP always runs with
-  sequence parallelism. Skipped with the reason: HSDP (replicas beside sharded ranks, which
-  shards over fewer ranks than the model's ZeRO), and expert parallelism with tp lent to it
-  (``expert_tensor_parallel_degree`` other than tp, torchtitan's default 1).
+  sequence parallelism; replicas beside sharded ranks (HSDP) -> ``dp_replicate`` =
+  ``data_parallel_replicate_degree``. Skipped with the reason: expert parallelism with tp
+  lent to it (``expert_tensor_parallel_degree`` other than tp, torchtitan's default 1).
 - ``[activation_checkpoint] mode`` none / full -> recompute; selective with
   ``selective_ac_option`` "op" (per operator) -> selective; an integer n (torchtitan's
   default, "2", also where the config has no such section) checkpoints every n-th block of a
@@ -130,15 +130,10 @@ def config_values(
         out.update(_schedule_values(str(schedule), par, out.get("model", given.get("model")),
                                     given, pp))
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
-    if replicate > 1 and shard * cp > 1:
-        raise DataError(
-            f"data_parallel_replicate_degree {replicate} beside sharded ranks "
-            f"(data_parallel_shard_degree {shard} x context_parallel_degree {cp}) is HSDP, "
-            f"sharded over those ranks alone, a layout the surrogate does not model: it models "
-            f"ZeRO over every data- and context-parallel rank")
-    if shard * cp > 1:  # FSDP over data_parallel_shard_degree x cp
+    if shard * cp > 1:  # FSDP over data_parallel_shard_degree x cp; HSDP with replicas
         zero3 = reshard == "always" or (reshard == "default" and pp == 1)
         out["zero_stage"] = 3 if zero3 else 2
+        out["dp_replicate"] = replicate
     else:
         out["zero_stage"] = 0
     local = training.get("local_batch_size", training.get("batch_size"))

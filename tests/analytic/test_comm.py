@@ -108,11 +108,47 @@ def test_inter_node_groups_are_slower(config):
     assert t[2] > 5 * t[0]
 
 
+def test_copies_of_the_shards_reduce_in_their_group_then_across(config):
+    """Hybrid sharding: the gradients are reduce-scattered over one copy's consecutive ranks
+    (here within a node), the shard all-reduced over the copies (one rank a node), the
+    weights all-gathered in the copy; with one copy the collectives are those of the whole
+    dp x cp group. ZeRO-3 runs the same per micro-batch."""
+    c = to_cols([config("llama3-8b", dp=32, tp=2, zero_stage=1, framework="megatron",
+                        dp_replicate=r) for r in (1, 8)]
+                + [config("llama3-8b", dp=32, tp=2, zero_stage=3, framework="torchtitan",
+                          dp_replicate=8)])
+    (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = comm.zero_groups(c)
+    assert shard.tolist() == [32, 4, 4] and copies.tolist() == [1, 8, 8]
+    assert shard_inter.tolist() == [1, 0, 0] and copy_inter.tolist() == [1, 1, 1]
+    assert shard_local.tolist() == [4, 4, 4] and copy_local.tolist() == [1, 1, 1]
+    n = flops.total_params(c)
+    got = comm.dp_times_s(c, PERF, n, np.zeros_like(n))
+    grads = 4 * n  # Megatron and torchtitan alike here: fp32 gradient bytes for Megatron
+
+    def coll(op: str, nbytes: float, size: float, inter: float, local: float, i: int) -> float:
+        one = {k: v[i:i + 1] for k, v in c.items()}
+        return float(PERF.collective_time_s(op, np.array([nbytes]), np.array([size]),
+                                            np.array([inter]), one, np.array([local]))[0])
+
+    assert got["grad_reduce"][0] == pytest.approx(
+        coll("reduce_scatter", grads[0], 32, 1, 4, 0))
+    assert got["grad_reduce"][1] == pytest.approx(
+        coll("reduce_scatter", grads[1], 4, 0, 4, 1)
+        + coll("all_reduce", grads[1] / 4, 8, 1, 1, 1))
+    assert got["param_gather"][1] == pytest.approx(coll("all_gather", 2 * n[1], 4, 0, 4, 1))
+    bf16 = 2 * n[2]  # torchtitan keeps no fp32 accumulation buffer
+    assert got["zero3_per_microbatch"][2] == pytest.approx(
+        2 * coll("all_gather", 2 * n[2], 4, 0, 4, 2) + coll("reduce_scatter", bf16, 4, 0, 4, 2)
+        + coll("all_reduce", bf16 / 4, 8, 1, 1, 2))
+
+
 def test_ranks_per_node_follow_the_rank_order(config):
     c = to_cols([config("llama3-8b", dp=16), config("llama3-8b", dp=2, tp=8),
                  config("llama3-8b", dp=4, tp=4)])
     local = comm.ranks_per_node(c)
     assert local["dp"].tolist() == [8, 1, 2]
+    cp = comm.ranks_per_node(to_cols([config("llama3-8b", dp=8, tp=2, cp=2)]))
+    assert cp["dp"].tolist() == [4]  # the dp x cp group's collectives, tp apart
     assert local["tp"].tolist() == [1, 8, 4]
     assert local["pp"].tolist() == [1, 1, 1]
 

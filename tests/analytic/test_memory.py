@@ -82,6 +82,25 @@ def test_bytes_per_param_under_each_zero_stage(cols, framework):
         assert s["optimizer"][0] == 12e9 / (dp if z >= 1 else 1)
 
 
+@pytest.mark.parametrize(("framework", "zero"), [("torchtitan", 2), ("torchtitan", 3),
+                                              ("megatron", 1)])
+def test_copies_of_the_shards_shard_over_fewer_ranks(cols, framework, zero):
+    """Hybrid sharding: each of dp_replicate copies shards over dp x cp / dp_replicate ranks,
+    and so do the optimizer's update and (MoE) the experts, over ep."""
+    n = np.array([1e9])
+    full = memory.model_state_bytes(cols("8b", dp=16, zero_stage=zero, framework=framework),
+                                    n, np.array([0.0]))
+    c = cols("8b", dp=16, zero_stage=zero, dp_replicate=4, framework=framework)
+    hybrid = memory.model_state_bytes(c, n, np.array([0.0]))
+    assert memory.zero_shard_ranks(c)[0] == 4
+    assert hybrid["optimizer"][0] == pytest.approx(4 * full["optimizer"][0])
+    assert hybrid["optimizer"][0] == pytest.approx(12e9 / 4)
+    moe = cols("mixtral-8x7b", dp=8, cp=2, ep=4, zero_stage=3, dp_replicate=2,
+               framework="torchtitan")
+    s = memory.model_state_bytes(moe, np.array([0.0]), np.array([1e9]))
+    assert s["optimizer"][0] == pytest.approx(12e9 / (8 * 2 / 2 / 4))
+
+
 def test_expert_states_shard_over_dp_cp_over_ep(cols):
     m = "mixtral-8x7b"
     c = cols(m, dp=8, ep=4, zero_stage=3, framework="torchtitan")

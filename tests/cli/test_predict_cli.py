@@ -80,6 +80,23 @@ def test_sp_is_short_for_sequence_parallel(capsys):
     assert off == run_json(capsys, [*titan, "--no-sequence-parallel", "--json"])
 
 
+def test_dp_replicate_flag(capsys):
+    """--dp-replicate: copies of ZeRO's shards (Megatron's distributed optimizer instances
+    here), the optimizer states sharded over dp / copies, shown in the layout line; refused
+    where the framework has none."""
+    megatron = [*FLAGS, "--framework", "megatron"]
+    full = run_json(capsys, [*megatron, "--json"])
+    copies = run_json(capsys, [*megatron, "--dp-replicate", "2", "--json"])
+    assert copies["config"]["dp_replicate"] == 2 and full["config"]["dp_replicate"] == 1
+    assert copies["memory_gib"]["optimizer"] == pytest.approx(
+        2 * full["memory_gib"]["optimizer"])
+    assert main([*megatron, "--dp-replicate", "2"]) == 0
+    assert "zero=1 (sharded over dp x cp / 2, 2 copies)" in " ".join(
+        capsys.readouterr().out.split())
+    assert main([*FLAGS, "--dp-replicate", "2"]) == 2
+    assert "nanotron shards over every data-parallel rank" in capsys.readouterr().err
+
+
 def test_pipeline_schedule_flag(capsys):
     """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
     piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",

@@ -112,3 +112,20 @@ def test_recomputation_the_surrogate_cannot_read_is_a_skip_that_says_why(
     hold."""
     df, report = parse_megatron(_recomputing(tmp_path, method, layers))
     assert df.empty and said in report.skips[0].reason
+
+
+@pytest.mark.parametrize(("instances", "copies"), [("2", 2), ("1", 1), (None, 1)])
+def test_distributed_optimizer_instances_are_copies_of_the_shards(
+        tmp_path: Path, instances: str | None, copies: int) -> None:
+    """Megatron's partial distributed optimizer (``num_distributed_optimizer_instances``)
+    shards over dp / instances ranks, a copy per instance: dp_replicate."""
+    text = LOG.read_text()
+    if instances is not None:
+        line = next(s for s in text.splitlines() if "use_distributed_optimizer" in s)
+        text = text.replace(line, line + "\n  num_distributed_optimizer_instances ............"
+                                         f" {instances}")
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    df, report = parse_megatron(log)
+    assert report.skips == []
+    assert (df.iloc[0]["zero_stage"], df.iloc[0]["dp_replicate"]) == (1, copies)
