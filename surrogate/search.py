@@ -207,7 +207,7 @@ def search(
             if enum_frame["feasible"].iloc[0]:
                 result.enum_best = _labelled(enum_frame.head(1)).iloc[0]
         report(progress, "enumerating and scoring the space", 1, 1)
-    elif not use_optuna:
+    elif not use_optuna or n_trials <= 0:  # nothing else would score a layout
         space.enumerate(enumerate_limit)  # raises, saying why
 
     opt_best_key: tuple[Any, ...] | None = None

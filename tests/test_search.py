@@ -102,6 +102,8 @@ def test_errors() -> None:
     big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
     with pytest.raises(ConfigError, match="enumeration limit"):
         search(big, use_optuna=False, enumerate_limit=100)
+    with pytest.raises(ConfigError, match="more than the enumeration limit"):  # not "no layout"
+        search(big, n_trials=0, enumerate_limit=100)
 
 
 def test_pareto_front_covers_every_scored_layout() -> None:
