@@ -5,7 +5,7 @@ the physics under it, so it shrinks toward the analytic answer and its interval 
 (``surrogate.learned``). The domain is what the training runs covered:
 
 - categories: the GPUs, the (framework, version) pairs, the pipeline schedules and the ZeRO
-  shardings (over every data-parallel rank, or hybrid: :data:`SHARDINGS`) seen; a
+  shardings (over every data-parallel rank, or hybrid: :data:`SHARDING_KINDS`) seen; a
   configuration with another is *outside* (distance infinite: the analytic answer, weight 0);
 - scale: the range of each of :data:`surrogate.features.DOMAIN_AXES` (GPUs, parameters,
   sequence length, tokens per rank), over all training runs and over each framework version's
@@ -187,16 +187,16 @@ def schedule_codes(c: dict[str, np.ndarray]) -> np.ndarray:
                     PIPELINE_SCHEDULES.index("1f1b"))
 
 
-SHARDINGS: tuple[str, ...] = ("full", "hybrid")
+SHARDING_KINDS: tuple[str, ...] = ("full", "hybrid")
 """How ZeRO shards a configuration's states: over every data- and context-parallel rank
 (one copy of the shards, ``dp_replicate`` 1; ZeRO-0 too), or over some of them, with copies
 (``dp_replicate`` > 1)."""
 
 
 def sharding_codes(c: dict[str, np.ndarray]) -> np.ndarray:
-    """Each configuration's sharding as its index in :data:`SHARDINGS`."""
-    return np.where(np.asarray(c.get("dp_replicate", 1.0)) > 1, SHARDINGS.index("hybrid"),
-                    SHARDINGS.index("full"))
+    """Each configuration's sharding as its index in :data:`SHARDING_KINDS`."""
+    return np.where(np.asarray(c.get("dp_replicate", 1.0)) > 1, SHARDING_KINDS.index("hybrid"),
+                    SHARDING_KINDS.index("full"))
 
 
 def shape_keys(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -233,7 +233,7 @@ class Domain:
     """The pipeline schedules of the training runs (a model saved before they were recorded:
     '1f1b', the only one then described)."""
     shardings: tuple[str, ...] = ("full",)
-    """The ZeRO shardings (:data:`SHARDINGS`) of the training runs (a model saved before they
+    """The ZeRO shardings (:data:`SHARDING_KINDS`) of the training runs (a model saved before they
     were recorded: 'full', the only one then described)."""
     framework_ranges: dict[str, dict[str, tuple[float, float]]] | None = None
     """Per framework version, the ranges of its own training runs (None: not recorded). A
@@ -267,7 +267,7 @@ class Domain:
                    unseen_shape_weight=unseen_shape_weight,
                    schedules=tuple(sorted(PIPELINE_SCHEDULES[int(k)]
                                           for k in np.unique(schedule_codes(c)))),
-                   shardings=tuple(sorted(SHARDINGS[int(k)]
+                   shardings=tuple(sorted(SHARDING_KINDS[int(k)]
                                           for k in np.unique(sharding_codes(c)))))
 
     def unseen_shapes(self, c: dict[str, np.ndarray]) -> np.ndarray | None:
@@ -306,7 +306,7 @@ class Domain:
                 (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
                 (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
                 (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c)),
-                (SHARDINGS, self.shardings, "ZeRO sharding", sharding_codes(c))):
+                (SHARDING_KINDS, self.shardings, "ZeRO sharding", sharding_codes(c))):
             codes = np.asarray(codes).astype(np.int64)
             never = np.array([name not in seen for name in names], dtype=bool)[codes]
             rows = np.flatnonzero(never)
