@@ -50,6 +50,7 @@ import numpy as np
 
 from surrogate.analytic.flops import full_recompute_share, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
+from surrogate.analytic.memory import zero_shard_ranks
 from surrogate.analytic.perf import PerfModel
 
 
@@ -75,15 +76,17 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
     """Ranks of one group of each dimension that share a node (their NICs carry the group's
     inter-node traffic): the group size, capped by the node's GPUs over the dimension's stride
     (rank order in the module docstring); a pipeline pair across nodes has one rank a node.
-    The data-parallel group is that of its collectives, dp x cp ranks tp apart."""
-    g = c["gpus_per_node"]
-    tp, cp, dp = c["tp"], c["cp"], c["dp"]
+    The data-parallel group is that of ZeRO's collectives: one copy of the shards, dp x cp /
+    dp_replicate ranks tp apart (:func:`zero_groups`)."""
+    g, tp = c["gpus_per_node"], c["tp"]
+    return {"tp": np.minimum(tp, g), "cp": _on_a_node(c["cp"], tp, g),
+            "ep": _on_a_node(c["ep"], tp, g),
+            "dp": _on_a_node(zero_shard_ranks(c), tp, g), "pp": np.ones_like(tp)}
 
-    def share(size: Array, stride: Array) -> Array:
-        return np.maximum(np.minimum(size, g / stride), 1.0)
 
-    return {"tp": np.minimum(tp, g), "cp": share(cp, tp), "ep": share(c["ep"], tp),
-            "dp": share(dp * cp, tp), "pp": np.ones_like(tp)}
+def _on_a_node(size: Array, stride: Array, gpus_per_node: Array) -> Array:
+    """Ranks of a group of ``size`` ranks ``stride`` apart that share a node (at least 1)."""
+    return np.asarray(np.maximum(np.minimum(size, gpus_per_node / stride), 1.0))
 
 
 def _regathered(c: Cols) -> Array:
@@ -204,10 +207,8 @@ def zero_groups(c: Cols) -> tuple[tuple[Array, Array, Array], tuple[Array, Array
     apart. One copy: the shard group is the whole dp x cp group, and the copies' group is one
     rank."""
     g = c["gpus_per_node"]
-    copies = np.asarray(c.get("dp_replicate", np.ones_like(c["dp"])), dtype=np.float64)
-    shard = c["dp"] * c["cp"] / copies
+    shard = zero_shard_ranks(c)
+    copies = c["dp"] * c["cp"] / shard
     stride = c["tp"] * shard
-    return ((shard, (stride > g).astype(np.float64),
-             np.maximum(np.minimum(shard, g / c["tp"]), 1.0)),
-            (copies, (stride * copies > g).astype(np.float64),
-             np.maximum(np.minimum(copies, g / stride), 1.0)))
+    return ((shard, (stride > g).astype(np.float64), ranks_per_node(c)["dp"]),
+            (copies, (stride * copies > g).astype(np.float64), _on_a_node(copies, stride, g)))
