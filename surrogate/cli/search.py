@@ -214,8 +214,8 @@ def search_cmd(
     trials: Annotated[int, typer.Option(help="optuna trials (0: enumeration only).")] = 200,
     storage: Annotated[str | None, typer.Option(help="optuna storage URL, e.g. sqlite:///study.db (parallel workers share it).")] = None,
     study_name: Annotated[str | None, typer.Option(help="Study name (resumed if it exists in --storage).")] = None,
-    seed: Annotated[int, typer.Option()] = 0,
-    top_k: Annotated[int, typer.Option("--top-k", "-k")] = 5,
+    seed: Annotated[int, typer.Option(help="Seed of optuna's sampler.")] = 0,
+    top_k: Annotated[int, typer.Option("--top-k", "-k", help="Layouts to show (and write with --launch-dir).")] = 5,
     model_dir: ModelDirOpt = None,
     analytic: AnalyticOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
@@ -430,7 +430,7 @@ def score_round_cmd(
     model_dir: Annotated[Path | None, typer.Option(help="The proposing model's directory, if it moved.")] = None,
     mlflow: Annotated[bool, typer.Option("--mlflow/--no-mlflow", help="Log to MLflow ($MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = True,
     campaign: Annotated[str | None, typer.Option(help="MLflow experiment 'active learning: CAMPAIGN' (default: the name of the directory holding the rounds).")] = None,
-    as_json: Annotated[bool, typer.Option("--json")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Score a round's runs against the model that proposed them (before retraining) and log it
     (scoring a round again updates its MLflow run)."""

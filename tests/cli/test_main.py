@@ -48,3 +48,25 @@ def test_help_exits_0(capsys):
 def test_no_command_shows_the_help_and_exits_2(capsys):
     assert main([]) == 2
     assert "predict" in capsys.readouterr().out
+
+
+def _options_without_help(command, path=()):
+    """``command option`` for each option (of every subcommand) that shows no help text."""
+    if hasattr(command, "commands"):
+        return [found for name, sub in command.commands.items()
+                for found in _options_without_help(sub, (*path, name))]
+    return [f"{' '.join(path)} {param.opts[0]}" for param in command.params
+            if getattr(param, "param_type_name", "") == "option" and param.name != "help"
+            and not getattr(param, "help", None)]
+
+
+def test_every_option_of_every_command_says_what_it_is():
+    import typer.main
+
+    from surrogate.cli import app
+    from surrogate.cli.app import ensure_plugins
+
+    ensure_plugins([])  # the plugin commands too (train, evaluate, microbench)
+    command = typer.main.get_command(app)
+    assert {"predict", "search", "train", "microbench"} <= set(command.commands)
+    assert _options_without_help(command) == []
