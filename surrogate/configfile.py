@@ -191,9 +191,13 @@ def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def read_config_file(path: str | Path) -> dict[str, Any]:
+def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
     """A flat mapping of configuration keys from a YAML or JSON file (``.json``: JSON), flat
-    or nested under ``model:``, ``cluster:``, ``layout:``; ``model`` may name a preset.
+    or nested under ``model:``, ``cluster:``, ``layout:``; ``model`` may name a preset. A
+    ``.toml`` file is a torchtitan job config, read as its ingest reads it, completed by
+    ``given`` (the columns the command line sets:
+    :func:`surrogate.ingest.torchtitan.job_config_columns`).
 
     ConfigError if the file is missing or unparsable, a key is unknown (with the nearest valid
     one), or a key is given twice (in the file, or in two sections).
@@ -201,6 +205,12 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"--config must name an existing file, got {str(p)!r}")
+    if p.suffix.lower() == ".toml":
+        from surrogate.ingest.torchtitan import job_config_columns
+
+        columns = job_config_columns(p, given or {})
+        check_counts(columns, where=str(p))
+        return columns
     try:
         text = p.read_text()
         if p.suffix.lower() == ".json":

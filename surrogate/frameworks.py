@@ -10,8 +10,9 @@ reads the traits and keeps no list of its own. The rules apply at two levels:
   torchtitan, tensor parallelism in llm-foundry). :class:`~surrogate.config.LayoutConfig`
   raises it: such a configuration describes no run.
 - :meth:`FrameworkTraits.runs_as_another`: a layout the framework would run as another one
-  (torchtitan's tensor parallelism without sequence parallelism, ZeRO sharding over a single
-  replica, a recomputation mode its configuration cannot express). A configuration may still
+  (torchtitan's tensor parallelism without sequence parallelism, or its tensor or pipeline
+  parallelism without FSDP, which trains in fp32; ZeRO sharding over a single replica; a
+  recomputation mode its configuration cannot express). A configuration may still
   describe it (the analytic model computes it, old tables hold it), but the layout space
   (:mod:`surrogate.space`) proposes only the layout that actually runs and the launch files
   (:mod:`surrogate.launch`) are written only for it.
@@ -160,6 +161,15 @@ class FrameworkTraits:
     HSDP (``data_parallel_replicate_degree`` beside ``data_parallel_shard_degree``, FSDP2
     ZeRO-2 and 3), Megatron-LM's partial distributed optimizer
     (``--num-distributed-optimizer-instances``, ZeRO-1). Empty: one copy only."""
+    mixed_precision_needs_sharding: bool = False
+    """Beside tensor or pipeline parallelism it trains in bf16 mixed precision only under
+    sharded data parallelism: torchtitan takes its mixed precision from FSDP's policy
+    (``training.mixed_precision_param``, where data_parallel_shard_degree or cp is above 1) or
+    from ``torch.autocast``, which it enables only under DDP or on one GPU; with tp or pp > 1
+    and neither, mixed precision is disabled and the run trains in fp32 (0.2.2
+    ``distributed/utils.py`` ``maybe_enable_amp``, the pipeline's step runs without it; 0.3.0
+    ``config/configs.py``, ``Training.mixed_precision_param``). So zero_stage 0 needs tp = pp =
+    1. False: its bf16 holds at every layout."""
     partial_recompute_every_nth: bool = False
     """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
     of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
@@ -251,6 +261,10 @@ class FrameworkTraits:
             return (f"{self.name} shards the parameters over its cp ranks and borrows expert "
                     f"parallelism from its sharded ranks: zero_stage 0 (data-parallel replicas, "
                     f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}")
+        if self.mixed_precision_needs_sharding and zero_stage == 0 and max(tp, pp) > 1:
+            return (f"{self.name} runs bf16 mixed precision beside tensor or pipeline "
+                    f"parallelism only under sharded data parallelism (FSDP); zero_stage 0 with "
+                    f"tp={tp} pp={pp} trains in fp32: zero_stage 0 needs tp = pp = 1")
         if sequence_parallel and tp == 1:
             return "sequence_parallel needs tp > 1, got tp=1"
         if moe and tp > 1 and not sequence_parallel and self.moe_tp_needs_sequence_parallel:
@@ -372,6 +386,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             partial_recompute=True,
             partial_recompute_every_nth=True,
             hybrid_sharding_stages=(2, 3),
+            mixed_precision_needs_sharding=True,
             moe_routed_bytes=6.0,
             moe_token_group_align=8,
         ),

@@ -252,10 +252,12 @@ def search(
     if result.pareto is not None:
         result.pareto = _labelled(result.pareto)
     shown = [result.top] if result.pareto is None else [result.top, result.pareto]
-    for frame in shown:  # enumerated layouts are rows of a table: their configurations
+    for frame in shown:  # enumerated layouts are rows of a table: their configurations,
+        # with the model's name, which no column holds (launch files name its flavour)
         for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
             if key not in configs:
-                configs[key] = config_from_flat(row, global_batch_seqs=space.global_batch_seqs)
+                configs[key] = config_from_flat({**row, "name": space.model.name},
+                                                global_batch_seqs=space.global_batch_seqs)
     return result
 
 

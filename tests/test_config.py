@@ -323,7 +323,8 @@ def test_from_flat_coerces_strictly_and_fills_defaults():
     ("megatron", 2, False),
 ])
 def test_a_missing_sequence_parallel_takes_the_frameworks_default(framework, tp, expected):
-    cfg = config_from_flat(row(framework=framework, tp=tp, dp=8 // tp))
+    zero = 2 if framework == "torchtitan" else 0  # its bf16 beside tp needs FSDP
+    cfg = config_from_flat(row(framework=framework, tp=tp, dp=8 // tp, zero_stage=zero))
     assert cfg.layout.sequence_parallel is expected
     assert cfg.layout.runs_as_another() is None
 
@@ -346,7 +347,8 @@ def test_an_moe_models_missing_sequence_parallel_is_what_its_framework_runs(fram
 
 
 def test_a_layout_the_framework_runs_otherwise_says_why():
-    cfg = config_from_flat(row(framework="torchtitan", tp=2, dp=4, sequence_parallel=False))
+    cfg = config_from_flat(row(framework="torchtitan", tp=2, dp=4, zero_stage=2,
+                               sequence_parallel=False))
     assert cfg.layout.sequence_parallel is False  # given: predicted as given
     assert "always runs with sequence parallelism" in cfg.layout.runs_as_another()
 

@@ -86,6 +86,8 @@ def test_layout_refuses_what_the_framework_does_not_implement(layout, match):
 
 _LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="none",
                sequence_parallel=True)
+_RUNS = {"torchtitan": dict(zero_stage=2)}
+"""Changes to ``_LAYOUT`` a framework runs as described (torchtitan: bf16 beside tp needs FSDP)."""
 
 
 @pytest.mark.parametrize(
@@ -97,6 +99,11 @@ _LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="non
         ("torchtitan", dict(dp=1, tp=8, zero_stage=2),
          r"zero_stage > 0 needs dp x cp > 1 \(torchtitan shards over its data- and "
          r"context-parallel ranks; one has nothing to shard\), got dp=1 cp=1"),
+        ("torchtitan", dict(zero_stage=0),
+         r"torchtitan runs bf16 mixed precision beside tensor or pipeline parallelism only under "
+         r"sharded data parallelism \(FSDP\); zero_stage 0 with tp=2 pp=1 trains in fp32"),
+        ("torchtitan", dict(zero_stage=0, tp=1, pp=2, sequence_parallel=False),
+         r"zero_stage 0 with tp=1 pp=2 trains in fp32: zero_stage 0 needs tp = pp = 1"),
         ("megatron", dict(tp=1, dp=8), r"sequence_parallel needs tp > 1, got tp=1"),
         ("nanotron", dict(recompute="selective"),
          r"framework nanotron expresses recompute none or full, got 'selective'"),
@@ -105,8 +112,9 @@ _LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="non
     ],
 )
 def test_runs_as_another_says_why(name, change, match):
-    assert FRAMEWORKS[name].runs_as_another(**_LAYOUT) is None
-    problem = FRAMEWORKS[name].runs_as_another(**{**_LAYOUT, **change})
+    runs = {**_LAYOUT, **_RUNS.get(name, {})}
+    assert FRAMEWORKS[name].runs_as_another(**runs) is None
+    problem = FRAMEWORKS[name].runs_as_another(**{**runs, **change})
     assert problem is not None
     assert re.search(match, problem), problem
 

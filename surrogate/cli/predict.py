@@ -25,12 +25,13 @@ from surrogate.cli.shape_options import (
 )
 
 
-def _load_config_file(path: Path) -> dict[str, Any]:
-    """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON;
-    unknown or repeated keys are errors (:func:`surrogate.configfile.read_config_file`)."""
+def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
+    """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON,
+    or a torchtitan job TOML completed by ``given``; unknown or repeated keys are errors
+    (:func:`surrogate.configfile.read_config_file`)."""
     from surrogate.configfile import read_config_file
 
-    return read_config_file(path)
+    return read_config_file(path, given=given)
 
 
 def _physics(analytic: bool, model_dir: Path | None) -> AbstractContextManager[None]:
@@ -180,7 +181,7 @@ def _print_table(pred: Any) -> None:
 def predict_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")] = None,
     hf_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json to read the model from.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON file of configuration columns.")] = None,
+    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON file of configuration columns, or a torchtitan job TOML.")] = None,
     from_csv: Annotated[Path | None, typer.Option(help="CSV of configurations, one per row.")] = None,
     out: Annotated[Path | None, typer.Option(help="Output CSV for --from-csv (default: stdout).")] = None,
     profile: Annotated[Path | None, typer.Option(help="Calibration profile JSON (default: the GPU's own, else datasheet).")] = None,
@@ -261,7 +262,8 @@ def predict_cmd(
         recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,
     )
-    file_values = _load_config_file(config) if config is not None else {}
+    given = {k: v for k, v in flags.items() if v is not None} | ({"model": model} if model else {})
+    file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
     with physics:
         pred = predict(cfg, profile=profile, model=model_arg, explain=explain)

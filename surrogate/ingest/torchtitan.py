@@ -28,6 +28,14 @@ The configuration comes from the job TOML (``--job.config_file``) beside the log
   sequence parallelism; replicas beside sharded ranks (HSDP) -> ``dp_replicate`` =
   ``data_parallel_replicate_degree``. Skipped with the reason: expert parallelism with tp
   lent to it (``expert_tensor_parallel_degree`` other than tp, torchtitan's default 1).
+- Precision: bf16 mixed precision, the default, where it runs: FSDP applies
+  ``[training] mixed_precision_param`` (shard x cp above 1), ``torch.autocast`` does under DDP
+  or on one GPU, and with tp or pp > 1 and neither torchtitan disables it and trains in fp32
+  (``distributed/utils.py`` ``maybe_enable_amp``). ``[model] converters`` naming float8 for
+  the linears (``float8``, ``quantize.linear.float8``) -> dtype fp8. Skipped with the reason:
+  fp32 training (that case, or ``mixed_precision_param = "float32"``), ``[training] dtype =
+  "bfloat16"`` (bf16 states without fp32 master weights), other converters (MX formats, fp8
+  for the experts alone): precisions the surrogate does not model.
 - ``[activation_checkpoint] mode`` none / full -> recompute; selective with
   ``selective_ac_option`` "op" (per operator) -> selective; an integer n (torchtitan's
   default, "2", also where the config has no such section) checkpoints every n-th block of a
@@ -51,15 +59,17 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from surrogate.errors import DataError
+from surrogate.errors import ConfigError, DataError
 from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
+from surrogate.ingest.runconfig import place_on_nodes
 from surrogate.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
@@ -94,7 +104,7 @@ def config_values(
     training = cfg.get("training", {})
     par = cfg.get("parallelism", {})
     ac = cfg.get("activation_checkpoint", {})
-    out: dict[str, Any] = {"framework": "torchtitan", "dtype": "bf16"}
+    out: dict[str, Any] = {"framework": "torchtitan"}
     key = (str(model.get("name", "")).lower(), str(model.get("flavor", "")).lower())
     if key in FLAVOURS:
         out["model"] = FLAVOURS[key]
@@ -125,6 +135,7 @@ def config_values(
             )
         shard = world // rest
     out.update(dp=replicate * shard, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
+    out["dtype"] = _dtype(model, training, fsdp=shard * cp > 1, model_parallel=max(tp, pp) > 1)
     schedule = par.get("pipeline_parallel_schedule")
     if pp > 1 and schedule is not None:
         out.update(_schedule_values(str(schedule), par, out.get("model", given.get("model")),
@@ -169,6 +180,65 @@ def config_values(
     return out, int(steps) if steps is not None else None
 
 
+def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, Any]:
+    """The configuration columns of a torchtitan job TOML (``predict --config job.toml``):
+    what :func:`config_values` reads from it, on the nodes its world fills (unless ``given``,
+    the columns the command line sets, says ``num_nodes``). ``given`` also completes what the
+    file leaves open (the world of data_parallel_shard_degree = -1, a model's layer count).
+    ConfigError naming the file for what cannot be read."""
+    p = Path(path)
+    try:
+        found, _ = config_values(tomllib.loads(p.read_text(encoding="utf-8")), dict(given))
+        if "num_nodes" not in given:
+            placed = {k: given[k] for k in ("gpus_per_node",) if k in given}
+            place_on_nodes(placed, found["dp"] * found["tp"] * found["pp"] * found["cp"])
+            found.update(placed)
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: not valid TOML ({e})") from None
+    except (DataError, ValueError, TypeError) as e:  # ingest's advice, as predict's flags
+        advice = _SET.sub(lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}", str(e))
+        raise ConfigError(f"{p}: {advice}") from None
+    return found
+
+
+_SET = re.compile(r"--set (\w+)=(\S+)")
+"""``--set key=VALUE`` in ingest's messages (the same columns are predict's ``--key VALUE``)."""
+
+
+_FP8_LINEAR_CONVERTERS = ("float8", "quantize.linear.float8")
+"""``[model] converters`` that run the linears' GEMMs in float8 (torchao's Float8Linear; the
+older name and torchtitan 0.2.2's registered one)."""
+
+
+def _dtype(model: dict[str, Any], training: dict[str, Any], *, fsdp: bool,
+           model_parallel: bool) -> str:
+    """The run's dtype column (bf16 or fp8), or a DataError for a precision not modelled."""
+    full = str(training.get("dtype", "float32")).lower()
+    if full != "float32":
+        raise DataError(f"[training] dtype = {full!r} trains every state in that dtype, without "
+                        f"fp32 master weights, which the surrogate does not model")
+    param = str(training.get("mixed_precision_param", "bfloat16")).lower()
+    if param != "bfloat16":
+        raise DataError(f"[training] mixed_precision_param = {param!r} trains in fp32, which "
+                        f"the surrogate does not model")
+    if model_parallel and not fsdp:
+        raise DataError("tensor or pipeline parallelism without FSDP (data_parallel_shard_degree "
+                        "x context_parallel_degree = 1) trains in fp32: torchtitan disables "
+                        "mixed precision there, and the surrogate does not model fp32 training")
+    given = model.get("converters") or []
+    converters = set(given.split(",") if isinstance(given, str) else map(str, given))
+    fp8 = bool(converters & set(_FP8_LINEAR_CONVERTERS))
+    # float8 experts beside float8 linears: every GEMM in fp8, as dtype fp8 has it
+    others = converters - set(_FP8_LINEAR_CONVERTERS)
+    if fp8:
+        others.discard("quantize.grouped_mm.float8")
+    if others:
+        raise DataError(f"[model] converters {sorted(others)} are not modelled; the surrogate "
+                        f"models float8 linears ({' or '.join(_FP8_LINEAR_CONVERTERS)}), with or "
+                        f"without float8 experts, as dtype fp8")
+    return "fp8" if fp8 else "bf16"
+
+
 def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
                       given: dict[str, Any]) -> dict[str, Any]:
     """``[activation_checkpoint]`` as ``recompute`` (and ``recompute_layers``), module
@@ -206,7 +276,7 @@ def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
     if layers is None:
         raise DataError(
             f"selective_ac_option {every!r}{default} checkpoints every {every}-th block of a "
-            "pipeline rank; the model is unknown: pass --set num_layers=L (or model=...)")
+            "pipeline rank; the model is unknown: pass --set num_layers=L or --set model=PRESET")
     first_rank = weighted_first_rank_layers(
         int(layers), int(found.get("pp", 1)), int(found.get("vpp", given.get("vpp", 1))))
     checkpointed = first_rank // every

@@ -217,6 +217,65 @@ def test_config_file_errors(tmp_path, capsys, name, content, match):
     assert err.count("\n") == 1 and re.match(match, err), err
 
 
+def test_a_torchtitan_job_toml_is_a_config_file(tmp_path, capsys):
+    """The job TOML search writes for a layout reads back, in predict, to that layout."""
+    launch = tmp_path / "launch"
+    found = run_json(capsys, ["search", "--model", "8b", "--nodes", "2", "--global-batch-seqs",
+                              "64", "--framework", "torchtitan", "--trials", "0", "--analytic",
+                              "--top-k", "3", "--json", "--launch-dir", str(launch)])
+    tomls = sorted(launch.glob("*/config.toml"))
+    assert len(tomls) == 3 and 'flavor = "8B"' in tomls[0].read_text()  # the preset's flavour
+    for row, toml in zip(found["top"], tomls, strict=True):
+        d = run_json(capsys, ["predict", "--config", str(toml), "--json"])
+        assert d["mfu"] == pytest.approx(row["pred_mfu"])
+        assert (d["config"]["num_nodes"], d["config"]["framework"]) == (2, "torchtitan")
+    # the command line completes and overrides the file
+    d = run_json(capsys, ["predict", "--config", str(tomls[0]), "--gpu", "H200", "--json"])
+    assert d["config"]["gpu"].startswith("H200")
+
+
+TITAN = """[model]
+name = "llama3"
+flavor = "{flavor}"
+[training]
+local_batch_size = 2
+seq_len = 8192
+[parallelism]
+data_parallel_shard_degree = {shard}
+tensor_parallel_degree = {tp}
+"""
+
+
+@pytest.mark.parametrize("values,flags,match", [
+    (dict(flavor="8B", shard=-1, tp=2), [],
+     r"error: .*job\.toml: data_parallel_shard_degree = -1 fills the world, whose size the "
+     r"config does not give: pass --num-nodes N"),
+    (dict(flavor="debugmodel", shard=4, tp=2), [],  # torchtitan's default checkpointing
+     r"error: .*every 2-th block .* the model is unknown: pass --num-layers L or --model PRESET"),
+    (dict(flavor="8B", shard=1, tp=8), [],
+     r"error: .*job\.toml: tensor or pipeline parallelism without FSDP .* trains in fp32"),
+    (dict(flavor="8B", shard=4, tp=2), ["--nodes", "2"],
+     r"error: dp \* tp \* pp \* cp must equal"),
+    ("[training\n", [], r"error: .*job\.toml: not valid TOML"),
+])
+def test_torchtitan_job_toml_errors(tmp_path, capsys, values, flags, match):
+    path = tmp_path / "job.toml"
+    path.write_text(values if isinstance(values, str) else TITAN.format(**values))
+    assert main(["predict", "--config", str(path), "--analytic", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and re.match(match, err), err
+
+
+def test_a_torchtitan_job_toml_takes_what_it_leaves_open_from_the_flags(tmp_path, capsys):
+    path = tmp_path / "job.toml"
+    path.write_text(TITAN.format(flavor="8B", shard=-1, tp=2))
+    d = run_json(capsys, ["predict", "--config", str(path), "--nodes", "2", "--json"])
+    assert (d["config"]["dp"], d["config"]["tp"], d["config"]["zero_stage"]) == (8, 2, 3)
+    path.write_text(TITAN.format(flavor="debugmodel", shard=4, tp=2))
+    d = run_json(capsys, ["predict", "--config", str(path), "--model", "70b", "--json"])
+    assert (d["config"]["num_layers"], d["config"]["num_nodes"]) == (80, 1)
+
+
 def test_missing_config_file(tmp_path, capsys):
     assert main(["predict", "--config", str(tmp_path / "nope.yaml")]) == 2
     assert capsys.readouterr().err.startswith("error: --config must name an existing file")

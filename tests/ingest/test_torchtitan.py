@@ -141,3 +141,56 @@ def test_checkpointing_the_surrogate_cannot_read_is_a_skip_that_says_why(
     assert df.empty and said in report.skips[0].reason
     df, report = parse_torchtitan(log, given={"num_nodes": "1", "model": "8b"})
     assert len(df) == int(unknown_model)
+
+
+def _edited(tmp_path: Path, *edits: tuple[str, str]) -> Path:
+    """The fixture run with each (old, new) replacement made in its TOML."""
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    toml = run / "llama3_8b.toml"
+    text = toml.read_text()
+    for old, new in edits:
+        assert old in text
+        text = text.replace(old, new)
+    toml.write_text(text)
+    return run / "train.log"
+
+
+NO_FSDP = ("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 1")
+TP2 = ("tensor_parallel_degree = 1", "tensor_parallel_degree = 2")
+PP2 = ("pipeline_parallel_degree = 1",
+       'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "1F1B"')
+REPLICATE4 = ("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 4")
+REPLICATE8 = ("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 8")
+
+
+@pytest.mark.parametrize(("edits", "dtype"), [
+    ((), "bf16"),  # FSDP's mixed precision
+    ((NO_FSDP, REPLICATE8), "bf16"),  # DDP alone: torch.autocast
+    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["float8"]'),), "fp8"),
+    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.linear.float8", '
+                          '"quantize.grouped_mm.float8"]'),), "fp8"),
+])
+def test_precision_the_run_trained_in(tmp_path: Path, edits: tuple, dtype: str) -> None:
+    df, report = parse_torchtitan(_edited(tmp_path, *edits), given={"num_nodes": "1"})
+    assert report.skips == [] and df.iloc[0]["dtype"] == dtype
+
+
+@pytest.mark.parametrize(("edits", "said"), [
+    ((NO_FSDP, TP2, REPLICATE4), "tensor or pipeline parallelism without FSDP"),
+    ((NO_FSDP, PP2, REPLICATE4), "trains in fp32: torchtitan disables mixed precision"),
+    ((("seq_len = 8192", 'seq_len = 8192\nmixed_precision_param = "float32"'),),
+     "mixed_precision_param = 'float32' trains in fp32"),
+    ((("seq_len = 8192", 'seq_len = 8192\ndtype = "bfloat16"'),),
+     "without fp32 master weights"),
+    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.linear.mx"]'),),
+     "converters ['quantize.linear.mx'] are not modelled"),
+    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.grouped_mm.float8"]'),),
+     "converters ['quantize.grouped_mm.float8'] are not modelled"),
+])
+def test_a_precision_the_surrogate_does_not_model_is_a_skip_that_says_why(
+        tmp_path: Path, edits: tuple, said: str) -> None:
+    """Never read as bf16: torchtitan's tp or pp without FSDP trains in fp32 (mixed precision
+    disabled), and other precisions are not modelled."""
+    df, report = parse_torchtitan(_edited(tmp_path, *edits), given={"num_nodes": "1"})
+    assert df.empty and said in report.skips[0].reason, report.skips
