@@ -28,7 +28,9 @@ context/expert parallel sizes -> dp/tp/pp/cp/ep, virtual_pipeline_model_parallel
 grad_accum = global_batch_size / (micro_batch_size x dp), use_distributed_optimizer -> ZeRO-1,
 its num_distributed_optimizer_instances (partial distributed optimizer) -> dp_replicate,
 recompute_granularity -> recompute (full with recompute_method block: recompute_num_layers x
-vpp -> recompute_layers; uniform units of more than one layer are skipped), fp8 -> dtype.
+vpp -> recompute_layers; uniform units of more than one layer are skipped), fp8 -> dtype
+(bf16 otherwise; fp16, whose tensor-core peak and bytes are bf16's, also reads as bf16; a run
+with neither bf16 nor fp16, fp32, is skipped with the reason).
 Megatron logs no tokens/s: tokens/s/GPU = global batch size x seq_length / (iteration time x
 GPUs).
 """
@@ -116,6 +118,9 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
         out["recompute"] = "none" if _none(gran) else gran
         if gran == "full":
             out.update(_full_recompute_values(args))
+    if args.get("bf16") == "False" and args.get("fp16") == "False":
+        raise DataError("the run trained in fp32 (bf16 and fp16 both False), which the "
+                        "surrogate does not model")
     if "fp8" in args:
         out["dtype"] = "bf16" if _none(args["fp8"]) else "fp8"
     try:

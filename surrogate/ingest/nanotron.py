@@ -98,8 +98,10 @@ def config_values(config: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     if par.get("recompute_layer") is not None:
         out["recompute"] = "full" if par["recompute_layer"] else "none"
     dtype = str(_get(config, "model", "dtype") or "bfloat16")
-    if "bfloat16" in dtype:
-        out["dtype"] = "bf16"
+    if "bfloat16" not in dtype:
+        raise ConfigError(f"model dtype {dtype!r} is not modelled: the surrogate models bf16 "
+                          f"mixed precision (nanotron's bfloat16)")
+    out["dtype"] = "bf16"
     out["framework"] = "nanotron"
     steps = tok.get("train_steps")
     return out, int(steps) if steps is not None else None

@@ -129,3 +129,21 @@ def test_distributed_optimizer_instances_are_copies_of_the_shards(
     df, report = parse_megatron(log)
     assert report.skips == []
     assert (df.iloc[0]["zero_stage"], df.iloc[0]["dp_replicate"]) == (1, copies)
+
+
+@pytest.mark.parametrize(("bf16", "fp16", "dtype"), [
+    ("True", "False", "bf16"), ("False", "True", "bf16"), ("False", "False", None)])
+def test_precision(tmp_path: Path, bf16: str, fp16: str, dtype: str | None) -> None:
+    """fp16 has bf16's tensor-core peak and bytes, so it reads as bf16; fp32 is not modelled:
+    skipped with the reason, never read as bf16."""
+    text = LOG.read_text().replace(
+        "  bf16 ............................................ True\n",
+        f"  bf16 ............................................ {bf16}\n"
+        f"  fp16 ............................................ {fp16}\n")
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    df, report = parse_megatron(log)
+    if dtype is None:
+        assert df.empty and "trained in fp32" in report.skips[0].reason
+    else:
+        assert report.skips == [] and df.iloc[0]["dtype"] == dtype

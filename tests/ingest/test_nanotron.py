@@ -149,3 +149,13 @@ def test_unknown_pipeline_engine_is_a_counted_skip(tmp_path: Path) -> None:
     df, report = parse_nanotron(run / DONE.name)
     assert len(df) == 0 and len(report.skips) == 1
     assert "pp_engine must be one of 1f1b, afab" in report.skips[0].reason
+
+
+def test_a_precision_not_modelled_is_a_skip_that_says_why(tmp_path: Path) -> None:
+    """A float32 run is skipped with the reason, never read as the default bf16."""
+    run = tmp_path / "run"
+    shutil.copytree(DONE.parent, run)
+    config = run / "config.yaml"
+    config.write_text(config.read_text().replace("dtype: bfloat16", "dtype: float32"))
+    df, report = parse_nanotron(run / DONE.name)
+    assert df.empty and "model dtype 'float32' is not modelled" in report.skips[0].reason
