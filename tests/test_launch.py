@@ -320,9 +320,13 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
     """Runs only where torchtitan is installed (not a project dependency): every launch file of
     an MoE space builds torchtitan 0.2.2's device mesh (``ParallelDims`` on a fake process
     group) with FSDP over the dp x cp ranks exactly where the layout has ZeRO, the layout's
-    expert-parallel degree and, with tp, its experts split over tp."""
+    expert-parallel degree and, with tp, its experts split over tp; and each trains in bf16
+    mixed precision, FSDP's or torch.autocast's by torchtitan's own ``maybe_enable_amp``, which
+    a ZeRO-0 layout with tp or pp > 1 would not (it trains in fp32)."""
     pytest.importorskip("torchtitan")
+    import torch
     from torchtitan.distributed.parallel_dims import ParallelDims
+    from torchtitan.distributed.utils import maybe_enable_amp
 
     from microbench.saved_activations import fake_world
 
@@ -345,6 +349,8 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
                 etp=par.get("expert_tensor_parallel_degree", 1), world_size=16)
             dims.build_mesh()
             assert dims.fsdp_enabled == (lay.zero_stage > 0), key
+            amp = maybe_enable_amp(dims, "bfloat16", "cpu")
+            assert dims.fsdp_enabled or isinstance(amp, torch.autocast), key  # bf16 either way
             if dims.fsdp_enabled:
                 assert dims.get_mesh("fsdp").size() == lay.dp * lay.cp // lay.dp_replicate, key
             assert dims.dp_replicate_enabled == (lay.dp_replicate > 1 or (
@@ -355,4 +361,11 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
                     assert dims.get_mesh("etp").size() == lay.tp, key
     assert any(k[4] > 1 and k[1] > 1 for k in checked)
     assert any(k[0] == 1 and k[3] > 1 for k in checked)  # ZeRO over cp ranks alone
+    assert any(k[5] == 0 and k[0] > 1 for k in checked)  # DDP alone: autocast
+    with fake_world(16):  # what the rule keeps out: ZeRO-0 beside tp, which trains in fp32
+        dims = ParallelDims(dp_replicate=8, dp_shard=1, cp=1, tp=2, pp=1, ep=1, etp=1,
+                            world_size=16)
+        dims.build_mesh()
+        amp = maybe_enable_amp(dims, "bfloat16", "cpu")
+        assert not dims.fsdp_enabled and not isinstance(amp, torch.autocast)
     assert any(k[6] > 1 and k[4] > 1 for k in checked)  # HSDP beside expert parallelism
