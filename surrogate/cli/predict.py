@@ -98,7 +98,7 @@ def _print_table(pred: Any) -> None:
         f"recompute={lay.recompute}"
         f"{f' ({lay.recompute_layers} layers per stage)' if lay.recompute_layers else ''} "
         f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
-        f"global batch {cfg.batch_seqs} seqs = {cfg.batch_tokens:,} tokens"
+        f"global batch {cfg.batch_seqs} seqs x {m.seq_len:,} tokens = {cfg.batch_tokens:,} tokens"
     )
     runs_as = cfg.runs_as_another()
     if runs_as:
