@@ -70,6 +70,7 @@ from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import place_on_nodes
+from surrogate.launch import TORCHTITAN_FLAVOURS
 from surrogate.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
@@ -86,10 +87,9 @@ STEP_LINE = re.compile(r"step:\s*\d+\s+loss:.*\b(?:tps|wps):")
 """A torchtitan step line (used by :mod:`surrogate.ingest.detect`)."""
 
 FLAVOURS: dict[tuple[str, str], str] = {
-    ("llama3", "8b"): "llama3-8b",
-    ("llama3", "70b"): "llama3-70b",
-    ("llama3", "405b"): "llama3-405b",
-}
+    (name.lower(), flavour.lower()): preset
+    for preset, (name, flavour) in TORCHTITAN_FLAVOURS.items()}
+"""``[model] name, flavor`` (lower case) -> preset: the launch writer's table, read back."""
 
 
 def config_values(
@@ -190,7 +190,7 @@ def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, 
     try:
         found, _ = config_values(tomllib.loads(p.read_text(encoding="utf-8")), dict(given))
         if "num_nodes" not in given:
-            placed = {k: given[k] for k in ("gpus_per_node",) if k in given}
+            placed = {"gpus_per_node": given.get("gpus_per_node", 8)}
             place_on_nodes(placed, found["dp"] * found["tp"] * found["pp"] * found["cp"])
             found.update(placed)
     except tomllib.TOMLDecodeError as e:
