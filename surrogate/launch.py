@@ -10,7 +10,10 @@ rest of dp), ``fsdp_reshard_after_forward, tensor_parallel_degree, pipeline_para
 pipeline_parallel_schedule, pipeline_parallel_microbatch_size, context_parallel_degree,
 expert_parallel_degree, expert_tensor_parallel_degree`` (tp, with ep > 1: the surrogate's
 layout, where torchtitan's default 1 would lend tp to ep) and the pipeline split
-(:func:`torchtitan_stage_split`); ``[activation_checkpoint] mode``. It reads back through
+(:func:`torchtitan_stage_split`); ``[activation_checkpoint] mode``; ``[model] name``, the
+torchtitan model with the model's blocks (:func:`torchtitan_model`: llama3, llama4 for
+mixture-of-experts layers, deepseek_v3 for latent attention), and ``flavor``, a shipped
+flavour or ``custom``, whose shape the comment lines give. It reads back through
 :func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule and
 virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped), after
 comment lines that give the layout; the schedule names come from the framework's traits
@@ -100,6 +103,17 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     return None
 
 
+def torchtitan_model(cfg: TrainingConfig) -> str:
+    """The torchtitan model (``[model] name``) whose blocks ``cfg``'s model has: ``deepseek_v3``
+    with multi-head latent attention, ``llama4`` with mixture-of-experts layers (torchtitan's
+    llama3 has none), else ``llama3``. A shape that is not a shipped flavour is written as
+    flavour ``custom``, which the user registers under that model."""
+    m = cfg.model
+    if m.q_lora_rank or m.kv_lora_rank:
+        return "deepseek_v3"
+    return "llama4" if m.num_experts else "llama3"
+
+
 def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
     """``[parallelism]`` keys that make torchtitan split ``num_layers`` into ``stages`` virtual
     pipeline stages the way the surrogate models it (``surrogate.analytic.pipeline``: the
@@ -163,12 +177,15 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         f"{cfg.cluster.gpu}",
     ]
     if flavour is None:
+        moe = (f" num_experts={m.num_experts} experts_topk={m.experts_topk} "
+               f"moe_ffn_hidden_size={m.expert_ffn_hidden_size}" if m.is_moe else "")
         comments.append(
             f"# model shape (register it as a torchtitan flavour): num_layers={m.num_layers} "
             f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
             f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}"
+            + (" tie_embeddings=true" if m.tie_embeddings else "") + moe
             + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n)))
-    name, flav = flavour or ("llama3", "custom")
+    name, flav = flavour or (torchtitan_model(cfg), "custom")
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
         "data_parallel_shard_degree": shard,

@@ -277,6 +277,25 @@ def test_moe_launch_files_split_the_experts_over_tp_as_modelled() -> None:
         config_values(doc, {})
 
 
+def test_the_model_is_torchtitans_model_with_such_blocks() -> None:
+    """torchtitan's llama3 has no mixture of experts: an MoE shape is a flavour of llama4 (and
+    one with latent attention of deepseek_v3), to register under that name; the comment lists
+    what the flavour must hold (measured this way: ``microbench/torchtitan_runs.py``)."""
+    text = torchtitan_toml(_moe(dp=8, tp=2, ep=4, zero_stage=2), run_name="m")
+    assert tomllib.loads(text)["model"] == {"name": "llama4", "flavor": "custom"}
+    assert "num_experts=4 experts_topk=2 moe_ffn_hidden_size=1024" in text
+    mla = replace(TINY_MOE, q_lora_rank=64, kv_lora_rank=32, qk_nope_head_dim=32,
+                  qk_rope_head_dim=16, v_head_dim=32)
+    moe = _moe(dp=8, tp=2, ep=4, zero_stage=2)
+    doc = tomllib.loads(torchtitan_toml(replace(moe, model=mla), run_name="x"))
+    assert doc["model"]["name"] == "deepseek_v3"
+    tied = replace(get_preset("playbook-1.34b"), seq_len=4096)
+    text = torchtitan_toml(replace(cfg(), model=tied), run_name="t")
+    assert tomllib.loads(text)["model"]["name"] == "llama3" and "tie_embeddings=true" in text
+    assert tomllib.loads(torchtitan_toml(cfg(), run_name="p"))["model"] == {
+        "name": "llama3", "flavor": "8B"}
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_hsdp_launch_files_copy_the_shards_and_read_back(zero) -> None:
     """Copies of ZeRO's shards are torchtitan's HSDP: the replicate degree is dp_replicate,

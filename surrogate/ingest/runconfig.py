@@ -57,8 +57,10 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def expand_model(values: Mapping[str, Any]) -> dict[str, Any]:
-    """Replace a ``model`` preset name by its shape columns (and ``model_name``)."""
+def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dict[str, Any]:
+    """Replace a ``model`` preset name by its shape columns (and ``model_name``). The preset's
+    ``seq_len`` is only a default (``fill_seq_len``): a run's own sequence length beside it
+    (a torchtitan llama3 8B run at 2,048 tokens) is that run's, not a conflict."""
     out = dict(values)
     name = out.pop("model", None)
     if name is None:
@@ -68,6 +70,10 @@ def expand_model(values: Mapping[str, Any]) -> dict[str, Any]:
     preset = get_preset(str(name))
     shape = {k: getattr(preset, k) for k in MODEL_FIELDS}
     for k, v in shape.items():
+        if k == "seq_len":
+            if fill_seq_len:
+                out.setdefault(k, v)
+            continue
         if k in out and not same_value(out[k], v):
             raise ConfigError(f"model={name} has {k}={v}, but {k}={out[k]} was also given")
         out.setdefault(k, v)
@@ -89,8 +95,8 @@ def same_value(a: Any, b: Any) -> bool:
 
 def merge(found: Mapping[str, Any], given: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """What the file says (``found``) completed by what the user gave; they must agree."""
-    given = expand_model(given)
     found = expand_model(found)
+    given = expand_model(given, fill_seq_len="seq_len" not in found)
     out = {k: v for k, v in found.items() if v is not None}
     for key, value in given.items():
         if key in out and not same_value(out[key], value):

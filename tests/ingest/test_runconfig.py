@@ -48,6 +48,16 @@ def test_expand_model_conflict() -> None:
         expand_model({"model": "8b", "num_layers": 30})
 
 
+def test_a_preset_sequence_length_is_a_default() -> None:
+    # a run of a preset at another sequence length (torchtitan's flavour 8B at 2,048 tokens)
+    assert expand_model({"model": "8b", "seq_len": 2048})["seq_len"] == 2048
+    assert merge({"model": "8b", "seq_len": 2048}, {}, where="f")["seq_len"] == 2048
+    assert merge({"seq_len": 2048}, {"model": "8b"}, where="f")["seq_len"] == 2048
+    assert merge({}, {"model": "8b"}, where="f")["seq_len"] == 8192
+    with pytest.raises(DataError, match="seq_len"):
+        merge({"seq_len": 2048}, {"model": "8b", "seq_len": 4096}, where="f")
+
+
 def test_merge_fills_and_checks() -> None:
     assert merge({"tp": 8}, {"tp": "8", "num_nodes": "2"}, where="f") == {"tp": 8,
                                                                           "num_nodes": "2"}
