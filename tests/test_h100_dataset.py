@@ -3,11 +3,13 @@ explained under the profile fitted from their GEMMs."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
 from surrogate.clusters import SOURCE_PROFILES, run_context
+from surrogate.config import CONFIG_COLUMNS
 from surrogate.ingest.dispatch import read_runs
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
 from surrogate.profile import load_profile, shipped_profiles
@@ -32,3 +34,43 @@ def test_training_steps_read_whole_and_use_their_profile() -> None:
     assert set(profiles) == {SOURCE_PROFILES["surrogate_h100"]} == {"h100-own-measured"}
     prof = load_profile("h100-own-measured")
     assert {c.provenance for c in prof.gemm.values()} == {"measured"}
+
+
+TORCHTITAN = DATA.parent / "2026-11-24" / "torchtitan"
+
+
+def test_torchtitan_runs_read_whole_as_their_logs_say() -> None:
+    """The real torchtitan 0.2.2 runs (``microbench/torchtitan_runs.py``): every log reads
+    through the torchtitan reader; the out-of-memory ones are read as such, the others
+    completed all their steps; and torchtitan's own parameter count of each custom flavour
+    (its log's ``size: N total parameters``) is the surrogate's count of the columns the
+    reader was given, so the flavours registered were the modelled shapes."""
+    from microbench.torchtitan_runs import CASES, read_run_dirs
+    from surrogate.analytic.flops import total_params
+    from surrogate.analytic.inputs import cols_from_table
+    from surrogate.config_table import validate_table
+
+    runs, lines = read_run_dirs(TORCHTITAN)
+    assert len(runs) == len(CASES) == 28, lines
+    assert (runs["status"] == "oom").sum() == 2 and (runs["status"] == "completed").sum() == 26
+    assert set(runs.loc[runs["status"] == "oom", "run_id"]) == {
+        "dense1b-s4096-mbs8-full/train", "llama3-8b-s2048-mbs1-full/train"}
+    assert (runs["framework"] == "torchtitan").all() and (runs["dtype"] == "bf16").all()
+    assert runs.loc[runs["status"] == "completed", "peak_mem_reserved_gib"].notna().all()
+    table = validate_table(runs[list(CONFIG_COLUMNS)]).table
+    counted = total_params(cols_from_table(table))
+    for run_id, n in zip(runs["run_id"], counted, strict=True):
+        log = (TORCHTITAN / run_id).with_suffix(".log").read_text(encoding="utf-8")
+        size = re.search(r"size: ([\d,]+) total parameters", log)
+        assert size is not None and int(size.group(1).replace(",", "")) == int(n), run_id
+
+
+def test_the_runs_are_the_launch_files_surrogate_writes(tmp_path: Path) -> None:
+    from microbench.torchtitan_runs import plan
+
+    for d in plan(tmp_path):
+        assert (d / "config.toml").read_text() == (
+            TORCHTITAN / d.name / "config.toml").read_text(), d.name
+        assert (d / "flavour.json").read_text() == (
+            TORCHTITAN / d.name / "flavour.json").read_text(), d.name
+

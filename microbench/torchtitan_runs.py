@@ -1,0 +1,387 @@
+"""Real torchtitan training runs, launched from the files ``surrogate.launch`` writes.
+
+Three steps, the first and last where the surrogate is installed, the second on the GPU machine
+(with torchtitan 0.2.2, the last release that reads TOML job configs)::
+
+    python -m microbench.torchtitan_runs plan --out runs/           # launch files + assets
+    python -m microbench.torchtitan_runs run runs/ --budget-s 500   # on the GPU: every run dir
+    python -m microbench.torchtitan_runs ingest runs/ --into t.parquet   # torchtitan reader
+
+``plan`` writes, for each case of :data:`CASES`, ``<run>/config.toml`` (and ``launch.sh``,
+``job.sbatch``) with :func:`surrogate.launch.write_launch_files`, unchanged: what
+``surrogate search --launch-dir`` would give a user. A shape that is not one of torchtitan's
+flavours is written as flavour ``custom``; ``<run>/flavour.json`` holds torchtitan's model
+arguments for it (:func:`torchtitan_model_args`: ``llama3`` for dense models, ``llama4`` with an
+MoE block in every layer for MoE models), which ``train-one`` registers before torchtitan reads
+the config, and the configuration columns the ingest step gives the reader (what ``surrogate
+ingest --set`` would). Beside the runs, under ``tests/assets/`` (torchtitan's default asset
+paths, relative to the directory it runs in), ``run`` writes a **synthetic** tokenizer and
+dataset: a word-level vocabulary of :data:`SYNTHETIC_VOCAB` words and documents of words drawn
+at random from it with a fixed seed. The text only feeds token ids to the model; nothing
+measured depends on what the words are, except where routing does (MoE: a randomly initialised
+router sees random tokens).
+
+``run`` runs every run directory in turn (``torchrun --standalone --nproc_per_node 1 -m
+microbench.torchtitan_runs train-one <run>``, from the plan directory), its output in
+``<run>/train.log``; a run that overruns ``--timeout-s`` is killed and gets ``status.txt`` =
+``timeout``; ``--budget-s`` starts no run after that many seconds (every finished run stays).
+``env.txt`` gets ``nvidia-smi`` and the fingerprint of :mod:`microbench.fingerprint`.
+
+``ingest`` reads each run with the torchtitan reader (:mod:`surrogate.ingest.torchtitan`: the
+log's step lines, status by the one rule of ``surrogate.ingest.status``), giving it the
+columns of ``flavour.json``, and appends the rows to a sweep table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+FLAVOUR_FILE = "flavour.json"
+LOG_FILE = "train.log"
+STATUS_FILE = "status.txt"
+SYNTHETIC_VOCAB = 2000
+"""Words of the synthetic vocabulary (every model here has at least this many embeddings)."""
+SYNTHETIC_DOCS = 400
+SYNTHETIC_WORDS_PER_DOC = 2000
+STEPS = 20
+
+
+@dataclass(frozen=True, kw_only=True)
+class Case:
+    """One planned run: a model shape and a layout on one GPU."""
+
+    name: str
+    model: dict[str, Any]
+    """Model columns (``surrogate.config.MODEL_FIELDS`` names; ``name`` a preset or a label)."""
+    mbs: int
+    seq_len: int
+    recompute: str = "none"
+
+
+_DENSE_1B = {"name": "tt-dense-1.5b", "num_layers": 16, "hidden_size": 2048,
+             "ffn_hidden_size": 8192, "num_heads": 32, "num_kv_heads": 8, "vocab_size": 128256,
+             "tie_embeddings": False}
+_DENSE_3B = {"name": "tt-dense-3.6b", "num_layers": 28, "hidden_size": 3072,
+             "ffn_hidden_size": 8192, "num_heads": 24, "num_kv_heads": 8, "vocab_size": 128256,
+             "tie_embeddings": False}
+_MOE_16E = {"name": "tt-moe-16e-top1", "num_layers": 12, "hidden_size": 1024,
+            "ffn_hidden_size": 2048, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
+            "tie_embeddings": False, "num_experts": 16, "experts_topk": 1,
+            "moe_ffn_hidden_size": 2048, "shared_expert_ffn_hidden_size": 2048}
+_MOE_8E = {"name": "tt-moe-8e-top2", "num_layers": 8, "hidden_size": 2048,
+           "ffn_hidden_size": 2816, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
+           "tie_embeddings": False, "num_experts": 8, "experts_topk": 2,
+           "moe_ffn_hidden_size": 2816, "shared_expert_ffn_hidden_size": 0}
+
+_DENSE_05B = {"name": "bench-0.5b", "num_layers": 24, "hidden_size": 1024,
+              "ffn_hidden_size": 4096, "num_heads": 16, "num_kv_heads": 4, "vocab_size": 32000,
+              "tie_embeddings": False}
+_MOE_32E = {"name": "tt-moe-32e-top4", "num_layers": 8, "hidden_size": 1024,
+            "ffn_hidden_size": 512, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
+            "tie_embeddings": False, "num_experts": 32, "experts_topk": 4,
+            "moe_ffn_hidden_size": 512, "shared_expert_ffn_hidden_size": 512}
+
+CASES: tuple[Case, ...] = (
+    Case(name="dense1b-s4096-mbs1", model=_DENSE_1B, mbs=1, seq_len=4096),
+    Case(name="dense1b-s4096-mbs2", model=_DENSE_1B, mbs=2, seq_len=4096),
+    Case(name="dense1b-s4096-mbs4", model=_DENSE_1B, mbs=4, seq_len=4096),
+    Case(name="dense1b-s4096-mbs2-sel", model=_DENSE_1B, mbs=2, seq_len=4096,
+         recompute="selective"),
+    Case(name="dense1b-s4096-mbs8-full", model=_DENSE_1B, mbs=8, seq_len=4096,
+         recompute="full"),
+    Case(name="dense3b-s2048-mbs1", model=_DENSE_3B, mbs=1, seq_len=2048),
+    Case(name="dense3b-s2048-mbs4-full", model=_DENSE_3B, mbs=4, seq_len=2048,
+         recompute="full"),
+    Case(name="llama3-8b-s2048-mbs1-full", model={"name": "llama3-8b"}, mbs=1, seq_len=2048,
+         recompute="full"),
+    Case(name="moe16e-s4096-mbs2", model=_MOE_16E, mbs=2, seq_len=4096),
+    Case(name="moe16e-s4096-mbs4", model=_MOE_16E, mbs=4, seq_len=4096),
+    Case(name="moe16e-s4096-mbs8-full", model=_MOE_16E, mbs=8, seq_len=4096,
+         recompute="full"),
+    Case(name="moe8e-s4096-mbs1", model=_MOE_8E, mbs=1, seq_len=4096),
+    Case(name="moe8e-s4096-mbs2", model=_MOE_8E, mbs=2, seq_len=4096),
+    Case(name="moe8e-s4096-mbs4-sel", model=_MOE_8E, mbs=4, seq_len=4096,
+         recompute="selective"),
+    # the second campaign
+    Case(name="dense05b-s4096-mbs4", model=_DENSE_05B, mbs=4, seq_len=4096),
+    Case(name="dense05b-s4096-mbs8", model=_DENSE_05B, mbs=8, seq_len=4096),
+    Case(name="dense05b-s4096-mbs16-full", model=_DENSE_05B, mbs=16, seq_len=4096,
+         recompute="full"),
+    Case(name="dense05b-s8192-mbs2", model=_DENSE_05B, mbs=2, seq_len=8192),
+    Case(name="dense1b-s2048-mbs4", model=_DENSE_1B, mbs=4, seq_len=2048),
+    Case(name="dense1b-s8192-mbs1", model=_DENSE_1B, mbs=1, seq_len=8192),
+    Case(name="dense1b-s4096-mbs4-full", model=_DENSE_1B, mbs=4, seq_len=4096,
+         recompute="full"),
+    Case(name="dense3b-s2048-mbs2", model=_DENSE_3B, mbs=2, seq_len=2048),
+    Case(name="dense3b-s4096-mbs2-full", model=_DENSE_3B, mbs=2, seq_len=4096,
+         recompute="full"),
+    Case(name="moe16e-s2048-mbs8", model=_MOE_16E, mbs=8, seq_len=2048),
+    Case(name="moe16e-s4096-mbs4-sel", model=_MOE_16E, mbs=4, seq_len=4096,
+         recompute="selective"),
+    Case(name="moe8e-s4096-mbs4", model=_MOE_8E, mbs=4, seq_len=4096),
+    Case(name="moe32e-s4096-mbs4", model=_MOE_32E, mbs=4, seq_len=4096),
+    Case(name="moe32e-s4096-mbs8-full", model=_MOE_32E, mbs=8, seq_len=4096,
+         recompute="full"),
+)
+"""The planned runs, in the order ``run`` takes them."""
+
+
+def torchtitan_model_args(model: Any) -> tuple[str, dict[str, Any]]:
+    """torchtitan's model (``llama3`` or ``llama4``) and the ``TransformerModelArgs`` keywords
+    that build ``model`` (a :class:`surrogate.config.ModelConfig`) exactly.
+
+    llama3 sizes its MLP as ``multiple_of`` x ceil(``ffn_dim_multiplier`` x int(8 dim / 3) /
+    ``multiple_of``); with ``multiple_of`` = the wanted width and a multiplier that lands just
+    under it, that is the width. llama4 sizes its experts the same way (from 4 dim, with
+    ``auto_scale_hidden_dim`` off, so the width is not divided by top-k + shared experts),
+    and its shared expert has the experts' width times ``num_shared_experts``: models here
+    have none or one of the experts' width. Every layer is an MoE layer
+    (``interleave_moe_layer_step`` = 1); the router is torchtitan's default (sigmoid scores,
+    weighting the tokens before the experts, load-balancing bias)."""
+    base = int(2 * 4 * model.hidden_size / 3)
+    args: dict[str, Any] = {"dim": model.hidden_size, "n_layers": model.num_layers,
+                            "n_heads": model.num_heads, "n_kv_heads": model.num_kv_heads,
+                            "vocab_size": model.vocab_size, "rope_theta": 500000}
+    if model.tie_embeddings:
+        raise ValueError(f"torchtitan's llama models do not tie embeddings: {model.name}")
+    if not model.num_experts:
+        width = model.ffn_hidden_size
+        return "llama3", args | {"multiple_of": width,
+                                 "ffn_dim_multiplier": (width - 0.5) / base}
+    width = model.moe_ffn_hidden_size
+    shared = model.shared_expert_ffn_hidden_size
+    if shared not in (0, width):
+        raise ValueError(f"a torchtitan llama4 shared expert has the experts' width {width}, "
+                         f"got {shared}")
+    if model.num_dense_layers or model.q_lora_rank or model.kv_lora_rank:
+        raise ValueError(f"{model.name}: leading dense layers and latent attention are not "
+                         "written as llama4 flavours")
+    return "llama4", args | {
+        "multiple_of": width, "ffn_dim_multiplier": (width - 0.5) / base,
+        "auto_scale_hidden_dim": False, "interleave_moe_layer_step": 1,
+        "moe_args": {"num_experts": model.num_experts, "top_k": model.experts_topk,
+                     "num_shared_experts": 1 if shared else 0}}
+
+
+def _case_config(case: Case) -> Any:
+    from dataclasses import asdict
+
+    from surrogate.config import config_from_flat
+    from surrogate.presets import PRESETS
+
+    model = dict(case.model)
+    name = model.pop("name")
+    flat = asdict(PRESETS[name]) if name in PRESETS else model | {"name": name}
+    flat |= {"seq_len": case.seq_len, "gpu": "H100-SXM-80GB", "gpus_per_node": 1,
+             "num_nodes": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": case.mbs,
+             "grad_accum": 1, "zero_stage": 0, "recompute": case.recompute, "dtype": "bf16",
+             "framework": "torchtitan"}
+    return config_from_flat(flat)
+
+
+def write_synthetic_assets(root: Path, *, seed: int = 0) -> None:
+    """torchtitan's default assets under ``root/tests/assets``: a word-level tokenizer
+    (``tokenizer/tokenizer.json``, whitespace-split, with begin/end-of-text tokens) and a
+    dataset of random words (``c4_test/synthetic.json``, one ``{"text": ...}`` per line).
+    Synthetic, generated here from ``seed``."""
+    from tokenizers import Tokenizer, pre_tokenizers
+    from tokenizers.models import WordLevel
+
+    words = [f"w{i}" for i in range(SYNTHETIC_VOCAB - 3)]
+    specials = ["[UNK]", "<|begin_of_text|>", "<|end_of_text|>"]
+    vocab = {w: i for i, w in enumerate(specials + words)}
+    tok = Tokenizer(WordLevel(vocab=vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(specials[1:])
+    tdir = root / "tests" / "assets" / "tokenizer"
+    tdir.mkdir(parents=True, exist_ok=True)
+    tok.save(str(tdir / "tokenizer.json"))
+    (tdir / "tokenizer_config.json").write_text(json.dumps(
+        {"bos_token": specials[1], "eos_token": specials[2], "add_bos_token": True,
+         "add_eos_token": True, "note": "synthetic word-level tokenizer (surrogate)"}))
+    ddir = root / "tests" / "assets" / "c4_test"
+    ddir.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(seed)
+    with open(ddir / "synthetic.json", "w", encoding="utf-8") as f:
+        for _ in range(SYNTHETIC_DOCS):
+            text = " ".join(rng.choices(words, k=SYNTHETIC_WORDS_PER_DOC))
+            f.write(json.dumps({"text": text}) + "\n")
+
+
+def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> list[Path]:
+    """Write the launch files of ``cases`` under ``out``."""
+    from surrogate.launch import TORCHTITAN_FLAVOURS, write_launch_files
+
+    dirs = []
+    for case in cases:
+        cfg = _case_config(case)
+        d = out / case.name
+        write_launch_files(cfg, d, run_name=case.name, steps=steps)
+        flavour: dict[str, Any] = {"columns": {"model": cfg.model.name} if cfg.model.name in
+                                   TORCHTITAN_FLAVOURS else _model_columns(cfg.model)}
+        if cfg.model.name not in TORCHTITAN_FLAVOURS:
+            name, args = torchtitan_model_args(cfg.model)
+            flavour |= {"torchtitan_model": name, "model_args": args}
+        flavour["columns"] |= {"gpu": cfg.cluster.gpu, "gpus_per_node": 1, "num_nodes": 1}
+        (d / FLAVOUR_FILE).write_text(json.dumps(flavour, indent=1) + "\n")
+        dirs.append(d)
+    return dirs
+
+
+def _model_columns(model: Any) -> dict[str, Any]:
+    from surrogate.config import MODEL_FIELDS
+
+    return {"model_name": model.name} | {
+        f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")}
+
+
+def register_flavour(run_dir: Path) -> None:
+    """Register ``flavour.json``'s model arguments as torchtitan flavour ``custom``."""
+    spec = json.loads((run_dir / FLAVOUR_FILE).read_text())
+    if "torchtitan_model" not in spec:
+        return
+    import importlib
+
+    name = spec["torchtitan_model"]
+    module = importlib.import_module(f"torchtitan.models.{name}")
+    args = dict(spec["model_args"])
+    if "moe_args" in args:
+        from torchtitan.models.moe import MoEArgs
+
+        args["moe_args"] = MoEArgs(**args["moe_args"])
+    getattr(module, f"{name}_args")["custom"] = module.TransformerModelArgs(**args)
+
+
+def train_one(run_dir: Path) -> None:
+    """torchtitan's ``train.py`` main on ``run_dir/config.toml``, its flavour registered."""
+    # before torchtitan is imported: its ConfigManager.parse_args binds sys.argv[1:] as a default
+    sys.argv = [sys.argv[0], "--job.config_file", str(run_dir / "config.toml")]
+    register_flavour(run_dir)
+    from torchtitan.train import Trainer, main
+
+    main(Trainer)
+
+
+def run_all(root: Path, *, timeout_s: float, budget_s: float, max_runs: int | None = None) -> int:
+    """Run every run directory under ``root`` that has no log yet (in the planned order), at
+    most ``max_runs`` of them; returns how many ran."""
+    order = [c.name for c in CASES]
+    dirs = sorted((d for d in root.iterdir() if (d / FLAVOUR_FILE).exists()),
+                  key=lambda d: order.index(d.name) if d.name in order else len(order))
+    _write_env(root)
+    if not (root / "tests" / "assets").exists():
+        write_synthetic_assets(root)
+    deadline = time.monotonic() + budget_s
+    done = 0
+    for d in dirs:
+        if max_runs is not None and done >= max_runs:
+            break
+        if time.monotonic() > deadline:
+            print(f"budget spent: {d.name} and later runs not started", flush=True)
+            break
+        if (d / LOG_FILE).exists():
+            continue
+        cmd = ["torchrun", "--standalone", "--nproc_per_node", "1", "-m",
+               "microbench.torchtitan_runs", "train-one", str(d.relative_to(root))]
+        env = os.environ | {"PYTHONPATH": os.pathsep.join(
+            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+        start = time.monotonic()
+        with open(d / LOG_FILE, "w", encoding="utf-8") as log:
+            try:
+                rc = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,
+                                    env=env, timeout=timeout_s, check=False).returncode
+            except subprocess.TimeoutExpired:
+                (d / STATUS_FILE).write_text("timeout\n")
+                rc = -1
+        print(f"{d.name}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
+        done += 1
+    return done
+
+
+def _write_env(root: Path) -> None:
+    from microbench.fingerprint import collect
+
+    smi = shutil.which("nvidia-smi")
+    text = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
+                           "power.limit", "--format=csv"], capture_output=True, text=True,
+                          check=False).stdout if smi else "no nvidia-smi\n"
+    import torch
+    import torchtitan
+
+    text += (f"torch {torch.__version__} CUDA {torch.version.cuda} torchtitan "
+             f"{torchtitan.__version__}\nfingerprint: {json.dumps(collect().to_dict())}\n")
+    (root / "env.txt").write_text(text)
+
+
+def read_run_dirs(root: Path) -> tuple[Any, list[str]]:
+    """Every run under ``root`` read by the torchtitan reader, given its ``flavour.json``
+    columns: the sweep rows, and a line per run (rows read, skips with their reasons)."""
+    import pandas as pd
+
+    from surrogate.ingest.torchtitan import parse_torchtitan
+
+    frames, lines = [], []
+    for d in sorted(root.iterdir()):
+        if not (d / FLAVOUR_FILE).exists() or not (d / LOG_FILE).exists():
+            continue
+        given = json.loads((d / FLAVOUR_FILE).read_text())["columns"]
+        frame, report = parse_torchtitan(d / LOG_FILE, given=given)
+        lines.append(f"{d.name}: {len(frame)} row(s); {report.summary()}")
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True), lines
+
+
+def ingest(root: Path, into: Path) -> Any:
+    """Append the rows of :func:`read_run_dirs` to the sweep table ``into``; returns the
+    append summary."""
+    from surrogate.sweeps import append_sweeps
+
+    frame, lines = read_run_dirs(root)
+    print("\n".join(lines))
+    return append_sweeps(frame, into)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m microbench.torchtitan_runs", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("plan", help="write the launch files and the synthetic assets")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--steps", type=int, default=STEPS)
+    r = sub.add_parser("run", help="run every planned run (on the GPU machine)")
+    r.add_argument("root", type=Path)
+    r.add_argument("--timeout-s", type=float, default=150.0)
+    r.add_argument("--budget-s", type=float, default=float("inf"))
+    r.add_argument("--max-runs", type=int, default=None)
+    t = sub.add_parser("train-one", help="one run (what run starts under torchrun)")
+    t.add_argument("run_dir", type=Path)
+    i = sub.add_parser("ingest", help="read the runs into a sweep table")
+    i.add_argument("root", type=Path)
+    i.add_argument("--into", type=Path, required=True)
+    args = ap.parse_args(argv)
+    if args.command == "plan":
+        for d in plan(args.out, steps=args.steps):
+            print(d)
+    elif args.command == "run":
+        run_all(args.root, timeout_s=args.timeout_s, budget_s=args.budget_s,
+                max_runs=args.max_runs)
+    elif args.command == "train-one":
+        train_one(args.run_dir)
+    else:
+        print(ingest(args.root, args.into))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
