@@ -25,6 +25,11 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
    - the same figures in-sample with the shipped parameters, with the bundled learned model
      (the framework is outside its data, so it keeps the analytic answer) and, for
      reference, the analytic model with the priors (no fit for this framework).
+5. Real torchtitan 0.2.2 runs (``datasets/h100/2026-11-24/torchtitan``), launched from the
+   files ``surrogate.launch`` writes: the same figures per kind of run (dense, MoE,
+   per-operator selective recomputation), under the parameter set torchtitan's autocast
+   layouts take (``pytorch/autocast``, fitted on section 4's runs alone), under torchtitan's
+   priors, and with the bundled learned model.
 """
 
 from __future__ import annotations
@@ -180,11 +185,62 @@ def steps_report() -> None:
         s.columns["p_oom"]))
 
 
+TORCHTITAN = DATA.parent / "2026-11-24" / "torchtitan"
+
+
+def _ratio_line(label: str, pred: np.ndarray, meas: np.ndarray) -> str:
+    r = pred / meas
+    return (f"{label} {len(r):2d}: MAPE {np.mean(np.abs(r - 1)):5.1%}, median predicted / "
+            f"measured {np.median(r):.2f}, range {r.min():.2f}-{r.max():.2f}")
+
+
+def torchtitan_report() -> None:
+    """5. Real torchtitan 0.2.2 runs (``microbench/torchtitan_runs.py``) against the models:
+    under the parameter set they take (``pytorch/autocast``'s, fitted on section 4's runs
+    only, so these are held out) and under torchtitan's priors (no fit), by kind of run."""
+    from microbench.torchtitan_runs import read_run_dirs
+    from surrogate.analytic.params import PRIORS
+    from surrogate.prediction import resolve_model
+    from surrogate.scoring import score
+
+    runs, _ = read_run_dirs(TORCHTITAN)
+    done = (runs["status"] == "completed").to_numpy()
+    print(f"\n5. torchtitan 0.2.2 on one H100: {len(runs)} runs ({int(done.sum())} completed, "
+          f"{int((~done).sum())} out of memory) of {runs['model_name'].nunique()} models, "
+          "launch files of surrogate.launch; predicted / measured step time and peak reserved "
+          "memory over the completed runs")
+    table = validate_table(runs[list(CONFIG_COLUMNS)]).table
+    tokens = (runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
+    step = tokens / runs["tokens_per_s_per_gpu"].to_numpy(float)
+    mem = runs["peak_mem_reserved_gib"].to_numpy(float)
+    moe = (runs["num_experts"] > 0).to_numpy()
+    selective = (runs["recompute"] == "selective").to_numpy()
+    kinds = (("dense, none/full recompute", done & ~moe & ~selective),
+             ("MoE, none/full recompute  ", done & moe & ~selective),
+             ("selective (per operator)  ", done & selective))
+    prior = {f"p_{name}": np.full(len(runs), value) for name, value in PRIORS.items()}
+    for label, kw in (("analytic, the set it takes (pytorch/autocast; held out)", {}),
+                      ("analytic, torchtitan's priors (no fit)", {"extra": prior}),
+                      ("learned (bundled model)", {"model": resolve_model("default")})):
+        sc = score(table, profile="h100-own-measured", **kw)
+        p_step = sc.columns["pred_step_time_s"]
+        p_mem = sc.columns["pred_peak_mem_gib"]
+        said = sc.columns["p_oom"] > 0.5
+        oom = ~done
+        print(f"   {label}: OOM said for {int((said & oom).sum())} of {int(oom.sum())} "
+              f"out-of-memory runs and {int((said & done).sum())} of {int(done.sum())} "
+              "completed ones")
+        for kind, sel in kinds:
+            print(f"     {kind} step time " + _ratio_line("", p_step[sel], step[sel]).strip()
+                  + "; memory " + _ratio_line("", p_mem[sel], mem[sel]).split(": ", 1)[1])
+
+
 def main() -> None:
     gemm_report()
     attention_report()
     membound_report()
     steps_report()
+    torchtitan_report()
 
 
 if __name__ == "__main__":

@@ -269,11 +269,13 @@ FitOn = Literal["all", "healthy"]
 
 def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[np.ndarray]]:
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
-    (:func:`surrogate.clusters.run_context`), one per (PerfModel, framework version), and the
-    row indices of ``runs`` each block holds."""
+    (:func:`surrogate.clusters.run_context`), one per (PerfModel, parameter set: the framework
+    version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
+    indices of ``runs`` each block holds."""
     from surrogate.analytic.run import resolve_perf_model
     from surrogate.clusters import run_context
     from surrogate.config import config_from_flat
+    from surrogate.frameworks import get_framework
     from surrogate.hardware import GIB
 
     profiles, extra = run_context(runs, profile)
@@ -281,7 +283,10 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     configs = [config_from_flat(r) for r in records]
     keyed: dict[tuple[str, str, str], list[int]] = {}
     for i, cfg in enumerate(configs):
-        fv = f"{cfg.layout.framework}/{cfg.layout.framework_version or ''}"
+        lay = cfg.layout
+        fv = get_framework(lay.framework).parameter_set(
+            lay.framework_version or None, zero_stage=lay.zero_stage, tp=lay.tp, pp=lay.pp,
+            cp=lay.cp)  # the set the runs take (torchtitan under autocast: pytorch/autocast's)
         keyed.setdefault((cfg.cluster.gpu, str(profiles[i]), fv), []).append(i)
     from surrogate.analytic.inputs import to_cols
 
@@ -307,9 +312,10 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
 
 
 def framework_version_of(block: Block) -> str:
+    """The ``framework/version`` whose parameter set the block's runs take."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
 
-    return FRAMEWORK_VERSIONS[int(block.cols["framework_code"][0])]
+    return FRAMEWORK_VERSIONS[int(block.cols["parameter_code"][0])]
 
 
 def healthy(block: Block, mfu: np.ndarray) -> Block:

@@ -170,10 +170,26 @@ class FrameworkTraits:
     ``distributed/utils.py`` ``maybe_enable_amp``, the pipeline's step runs without it; 0.3.0
     ``config/configs.py``, ``Training.mixed_precision_param``). So zero_stage 0 needs tp = pp =
     1. False: its bf16 holds at every layout."""
+    autocast_parameters: str | None = None
+    """The ``framework/version`` whose fitted free parameters (:mod:`surrogate.analytic.params`)
+    it takes where it trains under ``torch.autocast``: ZeRO-0 (one GPU or DDP) at tp = pp = cp
+    = 1, where torchtitan's ``maybe_enable_amp`` runs what ``pytorch/autocast`` measured (fp32
+    parameters and gradients, bf16 autocast, fused AdamW, flash attention). Checked on 28 real
+    torchtitan 0.2.2 runs on one H100 that set was not fitted on
+    (``datasets/h100/2026-11-24/torchtitan``, ``python benchmarks/h100_own.py``). None: its
+    own set at every layout (:meth:`parameter_set`)."""
     partial_recompute_every_nth: bool = False
     """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
     of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
     each model chunk, N x vpp of a rank's (Megatron-LM's block method)."""
+
+    def parameter_set(self, version: str | None, *, zero_stage: int, tp: int, pp: int,
+                      cp: int) -> str:
+        """The ``framework/version`` whose free parameters a layout of this framework takes:
+        :attr:`autocast_parameters` where it trains under autocast, else its own."""
+        if self.autocast_parameters and zero_stage == 0 and tp == pp == cp == 1:
+            return self.autocast_parameters
+        return f"{self.name}/{version or self.versions[-1]}"
 
     def checkpointed_layer_counts(self, stage_layers: int, vpp: int = 1) -> tuple[int, ...]:
         """The counts of checkpointed layers short of all (0 < k < ``stage_layers``) that its
@@ -387,6 +403,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             partial_recompute_every_nth=True,
             hybrid_sharding_stages=(2, 3),
             mixed_precision_needs_sharding=True,
+            autocast_parameters="pytorch/autocast",
             moe_routed_bytes=6.0,
             moe_token_group_align=8,
         ),

@@ -74,3 +74,14 @@ def test_the_runs_are_the_launch_files_surrogate_writes(tmp_path: Path) -> None:
         assert (d / "flavour.json").read_text() == (
             TORCHTITAN / d.name / "flavour.json").read_text(), d.name
 
+
+def test_torchtitan_autocast_runs_are_fitted_as_the_set_they_take() -> None:
+    """A fit (``surrogate calibrate --runs``) of these runs would fit the set they are
+    predicted with, pytorch/autocast's, not torchtitan's own (its FSDP layouts')."""
+    from microbench.torchtitan_runs import read_run_dirs
+    from surrogate.fit_params import blocks_for_runs, framework_version_of
+
+    runs, _ = read_run_dirs(TORCHTITAN)
+    blocks, rows = blocks_for_runs(runs, "h100-own-measured")
+    assert [framework_version_of(b) for b in blocks] == ["pytorch/autocast"]
+    assert sum(len(r) for r in rows) == len(runs)

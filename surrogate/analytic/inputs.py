@@ -108,8 +108,20 @@ def cols_from_table(table: FlatTable) -> dict[str, Array]:
     cols.update(_traits(table, ("gpu", "dtype"), _gpu_traits, _GPU_COLUMNS))
     cols.update(_traits(table, ("framework", "framework_version"), _framework_traits,
                         _FRAMEWORK_COLUMNS))
-    cols.update(param_columns(cols["framework_code"]))
+    cols["parameter_code"] = _traits(
+        table, ("framework", "framework_version", "zero_stage", "tp", "pp", "cp"),
+        _parameter_code, ("parameter_code",))["parameter_code"]
+    cols.update(param_columns(cols["parameter_code"]))
     return cols
+
+
+def _parameter_code(framework: str, version: str | None, zero_stage: Any, tp: Any, pp: Any,
+                    cp: Any) -> tuple[float]:
+    """The index in :data:`FRAMEWORK_VERSIONS` of the free-parameter set a layout takes
+    (``FrameworkTraits.parameter_set``)."""
+    name = get_framework(framework).parameter_set(
+        version or None, zero_stage=int(zero_stage), tp=int(tp), pp=int(pp), cp=int(cp))
+    return (float(FRAMEWORK_VERSIONS.index(name)),)
 
 
 def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:

@@ -28,11 +28,24 @@ def test_columns_carry_the_fitted_set_of_each_framework_version(config):
     shipped = params.fitted_sets()
     assert "nanotron/pp-fix" in shipped  # fitted on the Playbook (surrogate calibrate --runs)
     c = to_cols([config("playbook-1.34b", dp=8, framework="nanotron"),
-                 config("playbook-1.34b", dp=8, framework="torchtitan")])
+                 config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3)])
     fitted = shipped["nanotron/pp-fix"]["values"]
     assert c["p_layer_overhead_s"][0] == pytest.approx(fitted["layer_overhead_s"])
-    # no torchtitan runs were fitted: its priors
+    # no torchtitan FSDP runs were fitted: its priors
     assert c["p_layer_overhead_s"][1] == params.PRIORS["layer_overhead_s"]
+
+
+def test_torchtitan_under_autocast_takes_the_set_measured_that_way(config):
+    """On one GPU or under DDP (ZeRO-0, tp = pp = cp = 1) torchtitan trains under
+    torch.autocast: pytorch/autocast's set; sharded, its own (here the priors)."""
+    autocast = params.fitted_sets()["pytorch/autocast"]["values"]["layer_overhead_s"]
+    c = to_cols([config("playbook-1.34b", dp=1, framework="torchtitan"),
+                 config("playbook-1.34b", dp=8, framework="torchtitan"),
+                 config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=2),
+                 config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)])
+    np.testing.assert_allclose(c["p_layer_overhead_s"], [autocast, autocast,
+                               params.PRIORS["layer_overhead_s"],
+                               params.PRIORS["layer_overhead_s"]])
 
 
 def test_absent_columns_take_the_prior(config):
@@ -58,7 +71,7 @@ def test_fixed_costs_add_per_layer_and_micro_batch(config):
 
 def test_a_block_can_use_other_sets_and_leaves_the_shipped_ones_after(config):
     cfgs = [config("playbook-1.34b", dp=8, framework="nanotron"),
-            config("playbook-1.34b", dp=8, framework="torchtitan")]
+            config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3)]
     shipped = to_cols(cfgs)["p_layer_overhead_s"]
     titan = f"torchtitan/{cfgs[1].layout.framework_version}"
     with params.using_sets({titan: {"values": {"layer_overhead_s": 0.05}}}):
