@@ -263,10 +263,11 @@ def register_flavour(run_dir: Path) -> None:
     getattr(module, f"{name}_args")["custom"] = module.TransformerModelArgs(**args)
 
 
-def train_one(run_dir: Path) -> None:
-    """torchtitan's ``train.py`` main on ``run_dir/config.toml``, its flavour registered."""
+def train_one(run_dir: Path, extra: Sequence[str] = ()) -> None:
+    """torchtitan's ``train.py`` main on ``run_dir/config.toml``, its flavour registered;
+    ``extra``: torchtitan command-line overrides (e.g. ``--profiling.enable_profiling``)."""
     # before torchtitan is imported: its ConfigManager.parse_args binds sys.argv[1:] as a default
-    sys.argv = [sys.argv[0], "--job.config_file", str(run_dir / "config.toml")]
+    sys.argv = [sys.argv[0], "--job.config_file", str(run_dir / "config.toml"), *extra]
     register_flavour(run_dir)
     from torchtitan.train import Trainer, main
 
@@ -307,6 +308,26 @@ def run_all(root: Path, *, timeout_s: float, budget_s: float, max_runs: int | No
         print(f"{d.name}: exit {rc} after {time.monotonic() - start:.0f} s", flush=True)
         done += 1
     return done
+
+
+def kernel_table(trace: Path, *, top: int = 40) -> str:
+    """GPU kernel time of a torchtitan profiler trace (Chrome trace JSON, one profiled step):
+    total and per kernel name (the ``top`` longest), in ms, with counts."""
+    events = json.loads(trace.read_text())["traceEvents"]
+    totals: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") == "kernel" and e.get("ph") == "X":
+            t = totals.setdefault(str(e.get("name", "?"))[:110], [0.0, 0.0])
+            t[0] += float(e.get("dur", 0.0)) / 1e3
+            t[1] += 1
+    busy = sum(t[0] for t in totals.values())
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep")]
+    wall = max((float(e.get("dur", 0.0)) / 1e3 for e in steps), default=float("nan"))
+    lines = [f"profiled step: {wall:.2f} ms wall, {busy:.2f} ms of GPU kernels, "
+             f"{len(totals)} kernel names"]
+    for name, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
+        lines.append(f"{ms:9.3f} ms {int(n):6d}x  {name}")
+    return "\n".join(lines) + "\n"
 
 
 def _write_env(root: Path) -> None:
@@ -366,6 +387,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--max-runs", type=int, default=None)
     t = sub.add_parser("train-one", help="one run (what run starts under torchrun)")
     t.add_argument("run_dir", type=Path)
+    t.add_argument("extra", nargs="*", help="torchtitan overrides, after --")
+    k = sub.add_parser("kernels", help="GPU kernel time of a torchtitan profiler trace")
+    k.add_argument("trace", type=Path)
     i = sub.add_parser("ingest", help="read the runs into a sweep table")
     i.add_argument("root", type=Path)
     i.add_argument("--into", type=Path, required=True)
@@ -377,7 +401,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         run_all(args.root, timeout_s=args.timeout_s, budget_s=args.budget_s,
                 max_runs=args.max_runs)
     elif args.command == "train-one":
-        train_one(args.run_dir)
+        train_one(args.run_dir, args.extra)
+    elif args.command == "kernels":
+        print(kernel_table(args.trace), end="")
     else:
         print(ingest(args.root, args.into))
     return 0
