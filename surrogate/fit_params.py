@@ -275,7 +275,6 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     from surrogate.analytic.run import resolve_perf_model
     from surrogate.clusters import run_context
     from surrogate.config import config_from_flat
-    from surrogate.frameworks import get_framework
     from surrogate.hardware import GIB
 
     profiles, extra = run_context(runs, profile)
@@ -283,11 +282,8 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     configs = [config_from_flat(r) for r in records]
     keyed: dict[tuple[str, str, str], list[int]] = {}
     for i, cfg in enumerate(configs):
-        lay = cfg.layout
-        fv = get_framework(lay.framework).parameter_set(
-            lay.framework_version or None, zero_stage=lay.zero_stage, tp=lay.tp, pp=lay.pp,
-            cp=lay.cp)  # the set the runs take (torchtitan under autocast: pytorch/autocast's)
-        keyed.setdefault((cfg.cluster.gpu, str(profiles[i]), fv), []).append(i)
+        key = (cfg.cluster.gpu, str(profiles[i]), parameter_set_of(cfg))
+        keyed.setdefault(key, []).append(i)
     from surrogate.analytic.inputs import to_cols
 
     blocks, rows = [], []
@@ -309,6 +305,17 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
         blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved, oom))
         rows.append(sel)
     return blocks, rows
+
+
+def parameter_set_of(cfg: Any) -> str:
+    """The ``framework/version`` whose free parameters a configuration takes
+    (``FrameworkTraits.parameter_set``: torchtitan under autocast takes pytorch/autocast's)."""
+    from surrogate.frameworks import get_framework
+
+    lay = cfg.layout
+    return get_framework(lay.framework).parameter_set(
+        lay.framework_version or None, zero_stage=lay.zero_stage, tp=lay.tp, pp=lay.pp,
+        cp=lay.cp)
 
 
 def framework_version_of(block: Block) -> str:
@@ -408,9 +415,9 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
 
 
 def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
-    """Parameter sets fitted on ``runs`` for their framework versions that the sets in use
-    (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework, calibrated by
-    their own runs before any learned correction (:func:`fit_runs` on those runs, no
+    """Parameter sets fitted on ``runs`` for the sets they take (:func:`parameter_set_of`) that
+    the sets in use (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework,
+    calibrated by their own runs before any learned correction (:func:`fit_runs` on those runs, no
     cross-validation; a version with fewer than :data:`OWN_MIN_RUNS` timed runs keeps the
     priors). ``{version: {"values": ...}}``, empty where there is nothing to fit.
 
@@ -420,10 +427,11 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     k = 50, against 19.6-20.1% (0.762-0.766) under the priors; drawn from one-node runs only,
     the runs of more nodes at 9.5% (0.612) and 7.8% (0.792), against 19.8% (0.629)."""
     from surrogate.analytic.params import sets_in_use
+    from surrogate.config import config_from_flat
 
     have = set(sets_in_use())
-    version = (runs["framework"].astype(str) + "/" + runs["framework_version"].astype(str))
-    mine = ~version.isin(have).to_numpy()
+    taken = [parameter_set_of(config_from_flat(r)) for r in runs.to_dict("records")]
+    mine = np.array([fv not in have for fv in taken], dtype=bool)
     if not mine.any():
         return {}
     fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None,

@@ -79,9 +79,11 @@ def test_torchtitan_autocast_runs_are_fitted_as_the_set_they_take() -> None:
     """A fit (``surrogate calibrate --runs``) of these runs would fit the set they are
     predicted with, pytorch/autocast's, not torchtitan's own (its FSDP layouts')."""
     from microbench.torchtitan_runs import read_run_dirs
-    from surrogate.fit_params import blocks_for_runs, framework_version_of
+    from surrogate.fit_params import blocks_for_runs, framework_version_of, own_sets
 
     runs, _ = read_run_dirs(TORCHTITAN)
     blocks, rows = blocks_for_runs(runs, "h100-own-measured")
     assert [framework_version_of(b) for b in blocks] == ["pytorch/autocast"]
     assert sum(len(r) for r in rows) == len(runs)
+    # a user's own such runs find that set shipped: nothing of their own to fit first
+    assert own_sets(runs, "h100-own-measured") == {}

@@ -269,12 +269,12 @@ def values_for(framework_version: str) -> dict[str, float]:
     return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
 
 
-def param_columns(framework_codes: Array) -> dict[str, Array]:
+def param_columns(parameter_codes: Array) -> dict[str, Array]:
     """``p_<name>`` columns for configurations of the given ``parameter_code`` each (the
     index in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS` of the ``framework/version``
     whose set the layout takes: its own, or the one ``FrameworkTraits.parameter_set`` names)."""
     table = (_param_table() if _IN_USE.get() is None else _table())[
-        np.asarray(framework_codes, dtype=np.int64)]
+        np.asarray(parameter_codes, dtype=np.int64)]
     return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
 
 
