@@ -21,7 +21,7 @@ reads the traits and keeps no list of its own. The rules apply at two levels:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 from surrogate.errors import ConfigError
 
@@ -183,11 +183,17 @@ class FrameworkTraits:
     of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
     each model chunk, N x vpp of a rank's (Megatron-LM's block method)."""
 
+    @staticmethod
+    def replicated_unsplit(zero_stage: Any, tp: Any, pp: Any, cp: Any) -> Any:
+        """ZeRO-0 at tp = pp = cp = 1 (one GPU or DDP), where :attr:`autocast_parameters`
+        holds; element-wise on arrays."""
+        return (zero_stage == 0) & (tp == 1) & (pp == 1) & (cp == 1)
+
     def parameter_set(self, version: str | None, *, zero_stage: int, tp: int, pp: int,
                       cp: int) -> str:
         """The ``framework/version`` whose free parameters a layout of this framework takes:
         :attr:`autocast_parameters` where it trains under autocast, else its own."""
-        if self.autocast_parameters and zero_stage == 0 and tp == pp == cp == 1:
+        if self.autocast_parameters and self.replicated_unsplit(zero_stage, tp, pp, cp):
             return self.autocast_parameters
         return f"{self.name}/{version or self.versions[-1]}"
 

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 
 from surrogate.config import MODEL_FIELDS, RECOMPUTE_MODES, ModelConfig, TrainingConfig
 from surrogate.config_table import FlatTable, flat_table, per_group, table_len
-from surrogate.frameworks import FRAMEWORKS, get_framework
+from surrogate.frameworks import FRAMEWORKS, FrameworkTraits, get_framework
 from surrogate.hardware import GIB, GPUS, get_gpu
 
 Array = NDArray[np.float64]
@@ -69,13 +69,16 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
-            float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard))
+            float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard),
+            float(FRAMEWORK_VERSIONS.index(fw.autocast_parameters))
+            if fw.autocast_parameters else -1.0)
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
                       "saves_gathered_tp_inputs", "fused_swiglu", "selective_per_op",
-                      "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard")
+                      "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",
+                      "autocast_code")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
@@ -108,20 +111,12 @@ def cols_from_table(table: FlatTable) -> dict[str, Array]:
     cols.update(_traits(table, ("gpu", "dtype"), _gpu_traits, _GPU_COLUMNS))
     cols.update(_traits(table, ("framework", "framework_version"), _framework_traits,
                         _FRAMEWORK_COLUMNS))
-    cols["parameter_code"] = _traits(
-        table, ("framework", "framework_version", "zero_stage", "tp", "pp", "cp"),
-        _parameter_code, ("parameter_code",))["parameter_code"]
+    # the free-parameter set each layout takes (FrameworkTraits.parameter_set), by its index
+    autocast = (cols["autocast_code"] >= 0) & FrameworkTraits.replicated_unsplit(
+        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
+    cols["parameter_code"] = np.where(autocast, cols["autocast_code"], cols["framework_code"])
     cols.update(param_columns(cols["parameter_code"]))
     return cols
-
-
-def _parameter_code(framework: str, version: str | None, zero_stage: Any, tp: Any, pp: Any,
-                    cp: Any) -> tuple[float]:
-    """The index in :data:`FRAMEWORK_VERSIONS` of the free-parameter set a layout takes
-    (``FrameworkTraits.parameter_set``)."""
-    name = get_framework(framework).parameter_set(
-        version or None, zero_stage=int(zero_stage), tp=int(tp), pp=int(pp), cp=int(cp))
-    return (float(FRAMEWORK_VERSIONS.index(name)),)
 
 
 def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:
