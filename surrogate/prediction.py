@@ -114,6 +114,17 @@ class Prediction:
         return self.p_oom < 0.5
 
     @property
+    def parameter_set(self) -> tuple[str, bool]:
+        """The ``framework/version`` whose free parameters the analytic model used
+        (``FrameworkTraits.parameter_set``) and whether a fitted set of it is in use (False:
+        the priors)."""
+        from surrogate.analytic.params import sets_in_use
+        from surrogate.fit_params import parameter_set_of
+
+        name = parameter_set_of(self.config)
+        return name, name in sets_in_use()
+
+    @property
     def status(self) -> str:
         return self.pred_status
 
@@ -144,6 +155,8 @@ class Prediction:
             "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
             "runs_as_another": self.config.runs_as_another() or "",
+            "analytic_parameters": dict(zip(("set", "fitted"), self.parameter_set,
+                                            strict=True)),
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
             "domain_weight": self.domain_weight,

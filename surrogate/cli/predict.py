@@ -105,6 +105,13 @@ def _print_table(pred: Any) -> None:
         console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
                       f"described ({escape(runs_as)}); it is predicted as given", highlight=False)
     console.print(f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}")
+    pset, fitted = pred.parameter_set
+    own = f"{lay.framework}/{lay.framework_version}"
+    console.print(
+        f"analytic parameters: {escape(pset)}'s "
+        + ("fitted set" if fitted else "priors (no fitted set)")
+        + ("" if pset == own else f" ({escape(own)} trains under torch.autocast here)"),
+        highlight=False)
     if pred.source == "learned":
         console.print(
             f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "

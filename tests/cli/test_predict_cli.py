@@ -56,6 +56,23 @@ def test_json_output(capsys):
     assert d["memory_gib"]["total"] < d["capacity_gib"]
 
 
+def test_the_parameter_set_used_is_said(capsys):
+    """Which fitted set (or the priors) the analytic model used; torchtitan on one GPU trains
+    under autocast and takes pytorch/autocast's set, and says so."""
+    assert run_json(capsys, [*FLAGS, "--json"])["analytic_parameters"] == {
+        "set": "nanotron/pp-fix", "fitted": True}
+    assert run_json(capsys, [*FLAGS, "--framework", "megatron", "--json"])[
+        "analytic_parameters"] == {"set": "megatron/core", "fitted": False}
+    one = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--gpus-per-node", "1",
+           "--framework", "torchtitan", "--zero", "0", "--seq-len", "4096"]
+    assert run_json(capsys, [*one, "--json"])["analytic_parameters"] == {
+        "set": "pytorch/autocast", "fitted": True}
+    assert main(one) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("analytic parameters: pytorch/autocast's fitted set (torchtitan/main trains under "
+            "torch.autocast here)") in out
+
+
 def test_sequence_parallelism_follows_the_framework_unless_given(capsys):
     """torchtitan's tensor parallelism always shards the sequence: that is the default; a
     layout it would not run is predicted as given, with a note."""
