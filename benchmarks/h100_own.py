@@ -188,10 +188,10 @@ def steps_report() -> None:
 TORCHTITAN = DATA.parent / "2026-11-24" / "torchtitan"
 
 
-def _ratio_line(label: str, pred: np.ndarray, meas: np.ndarray) -> str:
+def _ratios(pred: np.ndarray, meas: np.ndarray) -> str:
     r = pred / meas
-    return (f"{label} {len(r):2d}: MAPE {np.mean(np.abs(r - 1)):5.1%}, median predicted / "
-            f"measured {np.median(r):.2f}, range {r.min():.2f}-{r.max():.2f}")
+    return (f"MAPE {np.mean(np.abs(r - 1)):5.1%}, median predicted / measured "
+            f"{np.median(r):.2f}, range {r.min():.2f}-{r.max():.2f}")
 
 
 def torchtitan_report() -> None:
@@ -231,8 +231,8 @@ def torchtitan_report() -> None:
               f"out-of-memory runs and {int((said & done).sum())} of {int(done.sum())} "
               "completed ones")
         for kind, sel in kinds:
-            print(f"     {kind} step time " + _ratio_line("", p_step[sel], step[sel]).strip()
-                  + "; memory " + _ratio_line("", p_mem[sel], mem[sel]).split(": ", 1)[1])
+            print(f"     {kind} ({int(sel.sum()):2d}) step time {_ratios(p_step[sel], step[sel])}; "
+                  f"memory {_ratios(p_mem[sel], mem[sel])}")
 
 
 def main() -> None:

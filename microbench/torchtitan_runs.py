@@ -57,83 +57,61 @@ SYNTHETIC_WORDS_PER_DOC = 2000
 STEPS = 20
 
 
-@dataclass(frozen=True, kw_only=True)
+@dataclass(frozen=True)
 class Case:
     """One planned run: a model shape and a layout on one GPU."""
 
-    name: str
+    label: str
+    """Short model label of the run's name."""
     model: dict[str, Any]
     """Model columns (``surrogate.config.MODEL_FIELDS`` names; ``name`` a preset or a label)."""
-    mbs: int
     seq_len: int
+    mbs: int
     recompute: str = "none"
 
+    @property
+    def name(self) -> str:
+        """The run's directory: ``<label>-s<seq_len>-mbs<mbs>[-sel|-full]``."""
+        suffix = {"none": "", "selective": "-sel", "full": "-full"}[self.recompute]
+        return f"{self.label}-s{self.seq_len}-mbs{self.mbs}{suffix}"
 
-_DENSE_1B = {"name": "tt-dense-1.5b", "num_layers": 16, "hidden_size": 2048,
-             "ffn_hidden_size": 8192, "num_heads": 32, "num_kv_heads": 8, "vocab_size": 128256,
-             "tie_embeddings": False}
-_DENSE_3B = {"name": "tt-dense-3.6b", "num_layers": 28, "hidden_size": 3072,
-             "ffn_hidden_size": 8192, "num_heads": 24, "num_kv_heads": 8, "vocab_size": 128256,
-             "tie_embeddings": False}
-_MOE_16E = {"name": "tt-moe-16e-top1", "num_layers": 12, "hidden_size": 1024,
-            "ffn_hidden_size": 2048, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
-            "tie_embeddings": False, "num_experts": 16, "experts_topk": 1,
-            "moe_ffn_hidden_size": 2048, "shared_expert_ffn_hidden_size": 2048}
-_MOE_8E = {"name": "tt-moe-8e-top2", "num_layers": 8, "hidden_size": 2048,
-           "ffn_hidden_size": 2816, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
-           "tie_embeddings": False, "num_experts": 8, "experts_topk": 2,
-           "moe_ffn_hidden_size": 2816, "shared_expert_ffn_hidden_size": 0}
 
-_DENSE_05B = {"name": "bench-0.5b", "num_layers": 24, "hidden_size": 1024,
-              "ffn_hidden_size": 4096, "num_heads": 16, "num_kv_heads": 4, "vocab_size": 32000,
-              "tie_embeddings": False}
-_MOE_32E = {"name": "tt-moe-32e-top4", "num_layers": 8, "hidden_size": 1024,
-            "ffn_hidden_size": 512, "num_heads": 16, "num_kv_heads": 8, "vocab_size": 32768,
-            "tie_embeddings": False, "num_experts": 32, "experts_topk": 4,
-            "moe_ffn_hidden_size": 512, "shared_expert_ffn_hidden_size": 512}
+def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, vocab: int,
+           **moe: int) -> dict[str, Any]:
+    return {"name": name, "num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": ffn,
+            "num_heads": heads, "num_kv_heads": kv, "vocab_size": vocab,
+            "tie_embeddings": False, **moe}
 
-CASES: tuple[Case, ...] = (
-    Case(name="dense1b-s4096-mbs1", model=_DENSE_1B, mbs=1, seq_len=4096),
-    Case(name="dense1b-s4096-mbs2", model=_DENSE_1B, mbs=2, seq_len=4096),
-    Case(name="dense1b-s4096-mbs4", model=_DENSE_1B, mbs=4, seq_len=4096),
-    Case(name="dense1b-s4096-mbs2-sel", model=_DENSE_1B, mbs=2, seq_len=4096,
-         recompute="selective"),
-    Case(name="dense1b-s4096-mbs8-full", model=_DENSE_1B, mbs=8, seq_len=4096,
-         recompute="full"),
-    Case(name="dense3b-s2048-mbs1", model=_DENSE_3B, mbs=1, seq_len=2048),
-    Case(name="dense3b-s2048-mbs4-full", model=_DENSE_3B, mbs=4, seq_len=2048,
-         recompute="full"),
-    Case(name="llama3-8b-s2048-mbs1-full", model={"name": "llama3-8b"}, mbs=1, seq_len=2048,
-         recompute="full"),
-    Case(name="moe16e-s4096-mbs2", model=_MOE_16E, mbs=2, seq_len=4096),
-    Case(name="moe16e-s4096-mbs4", model=_MOE_16E, mbs=4, seq_len=4096),
-    Case(name="moe16e-s4096-mbs8-full", model=_MOE_16E, mbs=8, seq_len=4096,
-         recompute="full"),
-    Case(name="moe8e-s4096-mbs1", model=_MOE_8E, mbs=1, seq_len=4096),
-    Case(name="moe8e-s4096-mbs2", model=_MOE_8E, mbs=2, seq_len=4096),
-    Case(name="moe8e-s4096-mbs4-sel", model=_MOE_8E, mbs=4, seq_len=4096,
-         recompute="selective"),
+
+_DENSE_05B = _llama("bench-0.5b", 24, 1024, 4096, 16, 4, 32000)
+_DENSE_1B = _llama("tt-dense-1.5b", 16, 2048, 8192, 32, 8, 128256)
+_DENSE_3B = _llama("tt-dense-3.6b", 28, 3072, 8192, 24, 8, 128256)
+_MOE_16E = _llama("tt-moe-16e-top1", 12, 1024, 2048, 16, 8, 32768, num_experts=16,
+                  experts_topk=1, moe_ffn_hidden_size=2048, shared_expert_ffn_hidden_size=2048)
+_MOE_8E = _llama("tt-moe-8e-top2", 8, 2048, 2816, 16, 8, 32768, num_experts=8,
+                 experts_topk=2, moe_ffn_hidden_size=2816, shared_expert_ffn_hidden_size=0)
+_MOE_32E = _llama("tt-moe-32e-top4", 8, 1024, 512, 16, 8, 32768, num_experts=32,
+                  experts_topk=4, moe_ffn_hidden_size=512, shared_expert_ffn_hidden_size=512)
+_LLAMA3_8B = {"name": "llama3-8b"}
+
+CASES: tuple[Case, ...] = tuple(Case(*c) for c in (
+    # the first campaign
+    ("dense1b", _DENSE_1B, 4096, 1), ("dense1b", _DENSE_1B, 4096, 2),
+    ("dense1b", _DENSE_1B, 4096, 4), ("dense1b", _DENSE_1B, 4096, 2, "selective"),
+    ("dense1b", _DENSE_1B, 4096, 8, "full"), ("dense3b", _DENSE_3B, 2048, 1),
+    ("dense3b", _DENSE_3B, 2048, 4, "full"), ("llama3-8b", _LLAMA3_8B, 2048, 1, "full"),
+    ("moe16e", _MOE_16E, 4096, 2), ("moe16e", _MOE_16E, 4096, 4),
+    ("moe16e", _MOE_16E, 4096, 8, "full"), ("moe8e", _MOE_8E, 4096, 1),
+    ("moe8e", _MOE_8E, 4096, 2), ("moe8e", _MOE_8E, 4096, 4, "selective"),
     # the second campaign
-    Case(name="dense05b-s4096-mbs4", model=_DENSE_05B, mbs=4, seq_len=4096),
-    Case(name="dense05b-s4096-mbs8", model=_DENSE_05B, mbs=8, seq_len=4096),
-    Case(name="dense05b-s4096-mbs16-full", model=_DENSE_05B, mbs=16, seq_len=4096,
-         recompute="full"),
-    Case(name="dense05b-s8192-mbs2", model=_DENSE_05B, mbs=2, seq_len=8192),
-    Case(name="dense1b-s2048-mbs4", model=_DENSE_1B, mbs=4, seq_len=2048),
-    Case(name="dense1b-s8192-mbs1", model=_DENSE_1B, mbs=1, seq_len=8192),
-    Case(name="dense1b-s4096-mbs4-full", model=_DENSE_1B, mbs=4, seq_len=4096,
-         recompute="full"),
-    Case(name="dense3b-s2048-mbs2", model=_DENSE_3B, mbs=2, seq_len=2048),
-    Case(name="dense3b-s4096-mbs2-full", model=_DENSE_3B, mbs=2, seq_len=4096,
-         recompute="full"),
-    Case(name="moe16e-s2048-mbs8", model=_MOE_16E, mbs=8, seq_len=2048),
-    Case(name="moe16e-s4096-mbs4-sel", model=_MOE_16E, mbs=4, seq_len=4096,
-         recompute="selective"),
-    Case(name="moe8e-s4096-mbs4", model=_MOE_8E, mbs=4, seq_len=4096),
-    Case(name="moe32e-s4096-mbs4", model=_MOE_32E, mbs=4, seq_len=4096),
-    Case(name="moe32e-s4096-mbs8-full", model=_MOE_32E, mbs=8, seq_len=4096,
-         recompute="full"),
-)
+    ("dense05b", _DENSE_05B, 4096, 4), ("dense05b", _DENSE_05B, 4096, 8),
+    ("dense05b", _DENSE_05B, 4096, 16, "full"), ("dense05b", _DENSE_05B, 8192, 2),
+    ("dense1b", _DENSE_1B, 2048, 4), ("dense1b", _DENSE_1B, 8192, 1),
+    ("dense1b", _DENSE_1B, 4096, 4, "full"), ("dense3b", _DENSE_3B, 2048, 2),
+    ("dense3b", _DENSE_3B, 4096, 2, "full"), ("moe16e", _MOE_16E, 2048, 8),
+    ("moe16e", _MOE_16E, 4096, 4, "selective"), ("moe8e", _MOE_8E, 4096, 4),
+    ("moe32e", _MOE_32E, 4096, 4), ("moe32e", _MOE_32E, 4096, 8, "full"),
+))
 """The planned runs, in the order ``run`` takes them."""
 
 
