@@ -10,10 +10,11 @@ Three steps, the first and last where the surrogate is installed, the second on 
 ``plan`` writes, for each case of :data:`CASES`, ``<run>/config.toml`` (and ``launch.sh``,
 ``job.sbatch``) with :func:`surrogate.launch.write_launch_files`, unchanged: what
 ``surrogate search --launch-dir`` would give a user. A shape that is not one of torchtitan's
-flavours is written as flavour ``custom``; ``<run>/flavour.json`` holds torchtitan's model
-arguments for it (:func:`torchtitan_model_args`: ``llama3`` for dense models, ``llama4`` with an
-MoE block in every layer for MoE models), which ``train-one`` registers before torchtitan reads
-the config, and the configuration columns the ingest step gives the reader (what ``surrogate
+flavours is written as flavour ``custom``: the launch files then hold ``flavour.json``,
+torchtitan's model arguments for it (:func:`surrogate.launch.torchtitan_model_args`: ``llama3``
+for dense models, ``llama4`` with an MoE block in every layer for MoE models), and
+``train_custom.py``, which registers it and starts torchtitan's trainer; ``plan`` adds to
+``flavour.json`` the configuration columns the ingest step gives the reader (what ``surrogate
 ingest --set`` would). Beside the runs, under ``tests/assets/`` (torchtitan's default asset
 paths, relative to the directory it runs in), ``run`` writes a **synthetic** tokenizer and
 dataset: a word-level vocabulary of :data:`SYNTHETIC_VOCAB` words and documents of words drawn
@@ -22,7 +23,8 @@ measured depends on what the words are, except where routing does (MoE: a random
 router sees random tokens).
 
 ``run`` runs every run directory in turn (``torchrun --standalone --nproc_per_node 1 -m
-microbench.torchtitan_runs train-one <run>``, from the plan directory), its output in
+microbench.torchtitan_runs train-one <run>``, from the plan directory: what the run's
+``launch.sh`` runs, from the plan directory, where the assets are), its output in
 ``<run>/train.log``; a run that overruns ``--timeout-s`` is killed and gets ``status.txt`` =
 ``timeout``; ``--budget-s`` starts no run after that many seconds (every finished run stays).
 ``env.txt`` gets ``nvidia-smi`` and the fingerprint of :mod:`microbench.fingerprint`.
@@ -48,6 +50,11 @@ from pathlib import Path
 from typing import Any
 
 FLAVOUR_FILE = "flavour.json"
+CONFIG_FILE = "config.toml"
+TRAIN_SCRIPT = "train_custom.py"
+"""``surrogate.launch``'s file names (``flavour.json`` with the reader's columns added by
+:func:`plan`), repeated: the GPU machine runs this module without ``surrogate.launch``'s
+dependencies (tomli-w); a test checks they agree."""
 LOG_FILE = "train.log"
 STATUS_FILE = "status.txt"
 SYNTHETIC_VOCAB = 2000
@@ -115,43 +122,6 @@ CASES: tuple[Case, ...] = tuple(Case(*c) for c in (
 """The planned runs, in the order ``run`` takes them."""
 
 
-def torchtitan_model_args(model: Any) -> tuple[str, dict[str, Any]]:
-    """torchtitan's model (``llama3`` or ``llama4``) and the ``TransformerModelArgs`` keywords
-    that build ``model`` (a :class:`surrogate.config.ModelConfig`) exactly.
-
-    llama3 sizes its MLP as ``multiple_of`` x ceil(``ffn_dim_multiplier`` x int(8 dim / 3) /
-    ``multiple_of``); with ``multiple_of`` = the wanted width and a multiplier that lands just
-    under it, that is the width. llama4 sizes its experts the same way (from 4 dim, with
-    ``auto_scale_hidden_dim`` off, so the width is not divided by top-k + shared experts),
-    and its shared expert has the experts' width times ``num_shared_experts``: models here
-    have none or one of the experts' width. Every layer is an MoE layer
-    (``interleave_moe_layer_step`` = 1); the router is torchtitan's default (sigmoid scores,
-    weighting the tokens before the experts, load-balancing bias)."""
-    base = int(2 * 4 * model.hidden_size / 3)
-    args: dict[str, Any] = {"dim": model.hidden_size, "n_layers": model.num_layers,
-                            "n_heads": model.num_heads, "n_kv_heads": model.num_kv_heads,
-                            "vocab_size": model.vocab_size, "rope_theta": 500000}
-    if model.tie_embeddings:
-        raise ValueError(f"torchtitan's llama models do not tie embeddings: {model.name}")
-    if not model.num_experts:
-        width = model.ffn_hidden_size
-        return "llama3", args | {"multiple_of": width,
-                                 "ffn_dim_multiplier": (width - 0.5) / base}
-    width = model.moe_ffn_hidden_size
-    shared = model.shared_expert_ffn_hidden_size
-    if shared not in (0, width):
-        raise ValueError(f"a torchtitan llama4 shared expert has the experts' width {width}, "
-                         f"got {shared}")
-    if model.num_dense_layers or model.q_lora_rank or model.kv_lora_rank:
-        raise ValueError(f"{model.name}: leading dense layers and latent attention are not "
-                         "written as llama4 flavours")
-    return "llama4", args | {
-        "multiple_of": width, "ffn_dim_multiplier": (width - 0.5) / base,
-        "auto_scale_hidden_dim": False, "interleave_moe_layer_step": 1,
-        "moe_args": {"num_experts": model.num_experts, "top_k": model.experts_topk,
-                     "num_shared_experts": 1 if shared else 0}}
-
-
 def _case_config(case: Case) -> Any:
     from dataclasses import asdict
 
@@ -198,7 +168,8 @@ def write_synthetic_assets(root: Path, *, seed: int = 0) -> None:
 
 
 def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> list[Path]:
-    """Write the launch files of ``cases`` under ``out``."""
+    """Write the launch files of ``cases`` under ``out``, each ``flavour.json`` with the
+    columns the ingest step gives the reader in front."""
     from surrogate.launch import TORCHTITAN_FLAVOURS, write_launch_files
 
     dirs = []
@@ -206,13 +177,12 @@ def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> lis
         cfg = _case_config(case)
         d = out / case.name
         write_launch_files(cfg, d, run_name=case.name, steps=steps)
-        flavour: dict[str, Any] = {"columns": {"model": cfg.model.name} if cfg.model.name in
-                                   TORCHTITAN_FLAVOURS else _model_columns(cfg.model)}
-        if cfg.model.name not in TORCHTITAN_FLAVOURS:
-            name, args = torchtitan_model_args(cfg.model)
-            flavour |= {"torchtitan_model": name, "model_args": args}
-        flavour["columns"] |= {"gpu": cfg.cluster.gpu, "gpus_per_node": 1, "num_nodes": 1}
-        (d / FLAVOUR_FILE).write_text(json.dumps(flavour, indent=1) + "\n")
+        shipped = cfg.model.name in TORCHTITAN_FLAVOURS
+        columns = ({"model": cfg.model.name} if shipped else _model_columns(cfg.model)) | {
+            "gpu": cfg.cluster.gpu, "gpus_per_node": 1, "num_nodes": 1}
+        launch_spec = {} if shipped else json.loads((d / FLAVOUR_FILE).read_text())
+        (d / FLAVOUR_FILE).write_text(
+            json.dumps({"columns": columns, **launch_spec}, indent=1) + "\n")
         dirs.append(d)
     return dirs
 
@@ -224,32 +194,20 @@ def _model_columns(model: Any) -> dict[str, Any]:
         f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")}
 
 
-def register_flavour(run_dir: Path) -> None:
-    """Register ``flavour.json``'s model arguments as torchtitan flavour ``custom``."""
-    spec = json.loads((run_dir / FLAVOUR_FILE).read_text())
-    if "torchtitan_model" not in spec:
-        return
-    import importlib
-
-    name = spec["torchtitan_model"]
-    module = importlib.import_module(f"torchtitan.models.{name}")
-    args = dict(spec["model_args"])
-    if "moe_args" in args:
-        from torchtitan.models.moe import MoEArgs
-
-        args["moe_args"] = MoEArgs(**args["moe_args"])
-    getattr(module, f"{name}_args")["custom"] = module.TransformerModelArgs(**args)
-
-
 def train_one(run_dir: Path, extra: Sequence[str] = ()) -> None:
-    """torchtitan's ``train.py`` main on ``run_dir/config.toml``, its flavour registered;
-    ``extra``: torchtitan command-line overrides (e.g. ``--profiling.enable_profiling``)."""
-    # before torchtitan is imported: its ConfigManager.parse_args binds sys.argv[1:] as a default
-    sys.argv = [sys.argv[0], "--job.config_file", str(run_dir / "config.toml"), *extra]
-    register_flavour(run_dir)
-    from torchtitan.train import Trainer, main
+    """What the run's ``launch.sh`` starts under torchrun, in this process: its
+    ``train_custom.py`` (which registers ``flavour.json``'s model) or torchtitan's trainer, on
+    ``config.toml``; ``extra``: torchtitan command-line overrides (e.g.
+    ``--profiling.enable_profiling``)."""
+    import runpy
 
-    main(Trainer)
+    script = run_dir / TRAIN_SCRIPT
+    # set before torchtitan is imported: its ConfigManager.parse_args binds sys.argv[1:]
+    sys.argv = [str(script), "--job.config_file", str(run_dir / CONFIG_FILE), *extra]
+    if script.exists():
+        runpy.run_path(str(script), run_name="__main__")
+    else:
+        runpy.run_module("torchtitan.train", run_name="__main__", alter_sys=True)
 
 
 def run_all(root: Path, *, timeout_s: float, budget_s: float, max_runs: int | None = None) -> int:

@@ -28,6 +28,7 @@ reaches a shell unchecked. Files are written atomically (temporary file, then re
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -37,7 +38,7 @@ from typing import Any
 
 import tomli_w
 
-from surrogate.config import ARCHITECTURE_FIELDS, TrainingConfig
+from surrogate.config import ARCHITECTURE_FIELDS, ModelConfig, TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.frameworks import get_framework
 
@@ -54,6 +55,39 @@ RDZV_PORT = 29500
 CONFIG_FILE = "config.toml"
 LAUNCH_FILE = "launch.sh"
 SBATCH_FILE = "job.sbatch"
+FLAVOUR_FILE = "flavour.json"
+TRAIN_SCRIPT = "train_custom.py"
+TRAIN_SCRIPT_TEXT = '''"""torchtitan's trainer, the model of flavour.json (beside this file, written
+by surrogate's launch files) registered as flavour "custom" of its torchtitan model:
+
+    torchrun ... train_custom.py --job.config_file config.toml
+"""
+import importlib
+import json
+from pathlib import Path
+
+
+def register(path: Path) -> None:
+    spec = json.loads(path.read_text(encoding="utf-8"))
+    name = spec["torchtitan_model"]
+    module = importlib.import_module(f"torchtitan.models.{name}")
+    args = dict(spec["model_args"])
+    if "moe_args" in args:
+        from torchtitan.models.moe import MoEArgs
+
+        args["moe_args"] = MoEArgs(**args["moe_args"])
+    getattr(module, f"{name}_args")["custom"] = module.TransformerModelArgs(**args)
+
+
+if __name__ == "__main__":
+    register(Path(__file__).with_name("flavour.json"))
+    from torchtitan.train import Trainer, main
+
+    main(Trainer)
+'''
+"""The script a custom shape's launch files run in place of ``-m torchtitan.train``: it needs
+torchtitan alone (not the surrogate), registers ``flavour.json``'s model and starts torchtitan's
+own trainer (the way ``microbench/torchtitan_runs.py`` ran torchtitan 0.2.2 on an H100)."""
 
 
 def check_name(name: str) -> str:
@@ -112,6 +146,62 @@ def torchtitan_model(cfg: TrainingConfig) -> str:
     if m.q_lora_rank or m.kv_lora_rank:
         return "deepseek_v3"
     return "llama4" if m.num_experts else "llama3"
+
+
+def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
+    """torchtitan's model (:func:`torchtitan_model`: ``llama3`` or ``llama4``) and the
+    ``TransformerModelArgs`` keywords that build ``model`` exactly; ValueError naming what
+    torchtitan's llama models cannot build (tied embeddings, a head width other than hidden /
+    heads, latent attention, leading dense layers, a shared expert of another width).
+
+    llama3 sizes its MLP as ``multiple_of`` x ceil(``ffn_dim_multiplier`` x int(8 dim / 3) /
+    ``multiple_of``); with ``multiple_of`` = the wanted width and a multiplier that lands just
+    under it, that is the width. llama4 sizes its experts the same way (from 4 dim, with
+    ``auto_scale_hidden_dim`` off, so the width is not divided by top-k + shared experts),
+    and its shared expert has the experts' width times ``num_shared_experts`` (none or one
+    here). Every layer is an MoE layer (``interleave_moe_layer_step`` = 1); the router is
+    torchtitan's default (sigmoid scores, weighting the tokens before the experts,
+    load-balancing bias). Checked on torchtitan 0.2.2: its parameter count of each shape
+    built this way is the surrogate's (``datasets/h100/2026-11-24/torchtitan``)."""
+    if model.tie_embeddings:
+        raise ValueError(f"torchtitan's llama models do not tie embeddings: {model.name}")
+    if model.attention_head_dim * model.num_heads != model.hidden_size:
+        raise ValueError(f"torchtitan's llama models have heads of hidden / heads: "
+                         f"{model.name} has {model.num_heads} of {model.attention_head_dim}")
+    if model.num_dense_layers or model.q_lora_rank or model.kv_lora_rank:
+        raise ValueError(f"{model.name}: leading dense layers and latent attention are not "
+                         "written as llama flavours")
+    base = int(2 * 4 * model.hidden_size / 3)
+    args: dict[str, Any] = {"dim": model.hidden_size, "n_layers": model.num_layers,
+                            "n_heads": model.num_heads, "n_kv_heads": model.num_kv_heads,
+                            "vocab_size": model.vocab_size, "rope_theta": 500000}
+    if not model.is_moe:
+        width = model.ffn_hidden_size
+        return "llama3", args | {"multiple_of": width,
+                                 "ffn_dim_multiplier": (width - 0.5) / base}
+    width = model.expert_ffn_hidden_size
+    shared = model.shared_expert_ffn_hidden_size
+    if shared not in (0, width):
+        raise ValueError(f"a torchtitan llama4 shared expert has the experts' width {width}, "
+                         f"got {shared}")
+    return "llama4", args | {
+        "multiple_of": width, "ffn_dim_multiplier": (width - 0.5) / base,
+        "auto_scale_hidden_dim": False, "interleave_moe_layer_step": 1,
+        "moe_args": {"num_experts": model.num_experts, "top_k": model.experts_topk,
+                     "num_shared_experts": 1 if shared else 0}}
+
+
+def custom_flavour(cfg: TrainingConfig) -> dict[str, Any] | None:
+    """``flavour.json`` of a shape torchtitan does not ship (``torchtitan_model``,
+    ``model_args``: :func:`torchtitan_model_args`), or None for a shipped flavour or a shape
+    its llama models cannot build (the TOML's comment then gives the shape to register)."""
+    if cfg.model.name in TORCHTITAN_FLAVOURS:
+        return None
+    try:
+        name, args = torchtitan_model_args(cfg.model)
+    except ValueError:
+        return None
+    return {"torchtitan_model": name, "model_args": args}
 
 
 def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
@@ -252,29 +342,33 @@ def _every_nth_block(cfg: TrainingConfig) -> int | None:
     return n or None
 
 
-def torchrun_command(cfg: TrainingConfig, config_path: str | Path) -> str:
+def torchrun_command(cfg: TrainingConfig, config_path: str | Path,
+                     script: str | Path | None = None) -> str:
     """The torchrun command line (one node: ``--standalone``; several: a c10d rendezvous on
-    ``$MASTER_ADDR``, which the caller or Slurm script sets)."""
+    ``$MASTER_ADDR``, which the caller or Slurm script sets), running torchtitan's trainer
+    (``-m torchtitan.train``) or ``script`` (:data:`TRAIN_SCRIPT` for a custom flavour)."""
     c = cfg.cluster
     path = shlex.quote(check_path(config_path))
+    entry = ("-m torchtitan.train" if script is None
+             else shlex.quote(check_path(script)))
     if c.num_nodes == 1:
         rdzv = "--standalone"
     else:
         rdzv = (f'--rdzv_backend c10d --rdzv_endpoint "${{MASTER_ADDR:?}}:{RDZV_PORT}" '
                 '--rdzv_id "${RDZV_ID:-surrogate}"')
     return (f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
-            f"{rdzv} -m torchtitan.train --job.config_file {path}")
+            f"{rdzv} {entry} --job.config_file {path}")
 
 
 def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path,
-                  time_limit: str = "00:30:00") -> str:
+                  time_limit: str = "00:30:00", script: str | Path | None = None) -> str:
     """A Slurm batch script running the torchrun command on every node (log: train-<job>.log
     in the submission directory, where ``surrogate ingest`` finds it beside the TOML)."""
     check_name(job_name)
     if not re.fullmatch(r"\d{1,3}:\d{2}:\d{2}", time_limit):
         raise ConfigError(f"time limit must be HH:MM:SS, got {time_limit!r}")
     c = cfg.cluster
-    command = torchrun_command(cfg, config_path).replace(
+    command = torchrun_command(cfg, config_path, script).replace(
         '"${RDZV_ID:-surrogate}"', '"$SLURM_JOB_ID"')
     return "\n".join([
         "#!/bin/bash",
@@ -304,14 +398,21 @@ class LaunchFiles:
 
 def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: str,
                        steps: int = 50) -> LaunchFiles:
-    """Write ``config.toml``, ``launch.sh`` (torchrun) and ``job.sbatch`` into ``directory``.
+    """Write ``config.toml``, ``launch.sh`` (torchrun) and ``job.sbatch`` into ``directory``;
+    for a shape torchtitan does not ship but can build (:func:`custom_flavour`) also
+    ``flavour.json`` and ``train_custom.py``, which the scripts run to register it.
 
-    The scripts refer to the TOML by its name relative to the directory they run in."""
+    The scripts refer to the files by their names relative to the directory they run in."""
     check_name(run_name)
     d = Path(directory)
     d.mkdir(parents=True, exist_ok=True)
     toml_text = torchtitan_toml(cfg, run_name=run_name, steps=steps)
-    command = torchrun_command(cfg, CONFIG_FILE)
+    flavour = custom_flavour(cfg)
+    script = TRAIN_SCRIPT if flavour else None
+    if flavour:
+        _write_atomic(d / FLAVOUR_FILE, json.dumps(flavour, indent=1) + "\n")
+        _write_atomic(d / TRAIN_SCRIPT, TRAIN_SCRIPT_TEXT)
+    command = torchrun_command(cfg, CONFIG_FILE, script)
     launch = "\n".join([
         "#!/bin/bash",
         f"# {run_name}: run from this directory (several nodes: set MASTER_ADDR on each)",
@@ -320,7 +421,7 @@ def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: 
         f"{command} 2>&1 | tee train.log",
         "",
     ])
-    sbatch = sbatch_script(cfg, job_name=run_name, config_path=CONFIG_FILE)
+    sbatch = sbatch_script(cfg, job_name=run_name, config_path=CONFIG_FILE, script=script)
     paths = (d / CONFIG_FILE, d / LAUNCH_FILE, d / SBATCH_FILE)
     for path, text in zip(paths, (toml_text, launch, sbatch), strict=True):
         _write_atomic(path, text, executable=path.suffix != ".toml")

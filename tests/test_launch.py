@@ -3,6 +3,7 @@ commands, and injection attempts rejected."""
 
 from __future__ import annotations
 
+import json
 import tomllib
 from dataclasses import replace
 from pathlib import Path
@@ -19,6 +20,7 @@ from surrogate.launch import (
     launch_problem,
     sbatch_script,
     torchrun_command,
+    torchtitan_model_args,
     torchtitan_stage_split,
     torchtitan_toml,
     write_launch_files,
@@ -296,6 +298,58 @@ def test_the_model_is_torchtitans_model_with_such_blocks() -> None:
         "name": "llama3", "flavor": "8B"}
 
 
+def test_custom_shapes_get_their_flavour_and_a_script_that_registers_it(tmp_path: Path) -> None:
+    """A shape torchtitan does not ship but its llama models can build: flavour.json with the
+    model arguments and train_custom.py, which the scripts run; a shipped flavour or a shape
+    they cannot build (tied embeddings) runs torchtitan's trainer (the comment gives the
+    shape)."""
+    import py_compile
+
+    files = write_launch_files(_moe(dp=8, tp=2, ep=4, zero_stage=2), tmp_path / "m",
+                               run_name="m")
+    spec = json.loads((files.directory / "flavour.json").read_text())
+    assert spec["torchtitan_model"] == "llama4"
+    assert spec["model_args"]["moe_args"] == {"num_experts": 4, "top_k": 2,
+                                              "num_shared_experts": 0}
+    assert "train_custom.py --job.config_file config.toml" in files.launch.read_text()
+    assert "train_custom.py --job.config_file config.toml" in files.sbatch.read_text()
+    script = files.directory / "train_custom.py"
+    py_compile.compile(str(script), doraise=True)
+    assert "surrogate" not in script.read_text().replace("surrogate's", "")
+    for other, name in ((cfg(), "p"), (replace(cfg(), model=replace(
+            get_preset("playbook-1.34b"), seq_len=4096)), "t")):
+        files = write_launch_files(other, tmp_path / name, run_name=name)
+        assert not (files.directory / "flavour.json").exists()
+        assert "-m torchtitan.train --job.config_file" in files.launch.read_text()
+
+
+@pytest.mark.parametrize("model", [
+    ModelConfig(name="d", num_layers=4, hidden_size=1024, ffn_hidden_size=2816, num_heads=8,
+                num_kv_heads=2, vocab_size=32000, seq_len=2048),
+    ModelConfig(name="e", num_layers=4, hidden_size=2048, ffn_hidden_size=512, num_heads=16,
+                num_kv_heads=8, vocab_size=32000, seq_len=2048, num_experts=32,
+                experts_topk=4, moe_ffn_hidden_size=512, shared_expert_ffn_hidden_size=512)])
+def test_model_args_give_torchtitan_the_widths(model: ModelConfig) -> None:
+    """torchtitan sizes an MLP as multiple_of x ceil(multiplier x int(8 dim / 3) / multiple_of)
+    (llama3; llama4's experts from 4 dim likewise): the arguments give the wanted widths."""
+    name, args = torchtitan_model_args(model)
+    base = int(2 * 4 * args["dim"] / 3)
+    width = args["multiple_of"] * -(-int(args["ffn_dim_multiplier"] * base)
+                                    // args["multiple_of"])
+    assert width == (model.moe_ffn_hidden_size or model.ffn_hidden_size)
+    assert name == ("llama4" if model.num_experts else "llama3")
+
+
+def test_shapes_torchtitan_llama_cannot_build_are_named() -> None:
+    m = TINY_MOE
+    with pytest.raises(ValueError, match="do not tie embeddings"):
+        torchtitan_model_args(replace(m, tie_embeddings=True))
+    with pytest.raises(ValueError, match="heads of hidden / heads"):
+        torchtitan_model_args(replace(m, head_dim=128))
+    with pytest.raises(ValueError, match="shared expert has the experts' width"):
+        torchtitan_model_args(replace(m, shared_expert_ffn_hidden_size=64))
+
+
 @pytest.mark.parametrize("zero", [2, 3])
 def test_hsdp_launch_files_copy_the_shards_and_read_back(zero) -> None:
     """Copies of ZeRO's shards are torchtitan's HSDP: the replicate degree is dp_replicate,
@@ -388,3 +442,30 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
         amp = maybe_enable_amp(dims, "bfloat16", "cpu")
         assert not dims.fsdp_enabled and not isinstance(amp, torch.autocast)
     assert any(k[6] > 1 and k[4] > 1 for k in checked)  # HSDP beside expert parallelism
+
+
+def test_train_custom_registers_the_modelled_shape_where_torchtitan_is_installed(
+        tmp_path: Path) -> None:
+    """Where torchtitan is installed (CI skips this): train_custom.py's register() builds, as
+    torchtitan's flavour "custom", a model with the surrogate's parameter count."""
+    pytest.importorskip("torchtitan")
+    import importlib
+    import runpy
+
+    import torch
+
+    from surrogate.analytic.flops import total_params
+    from surrogate.analytic.inputs import to_cols
+
+    for layout in (cfg(), _moe(dp=8, tp=2, ep=4, zero_stage=2)):
+        model = replace(layout.model, name="shape", seq_len=1024) if layout.model.is_moe \
+            else replace(layout.model, name="shape", num_layers=2)
+        one = replace(layout, model=model)
+        files = write_launch_files(one, tmp_path / f"{model.num_layers}", run_name="r")
+        script = runpy.run_path(str(files.directory / "train_custom.py"), run_name="x")
+        script["register"](files.directory / "flavour.json")
+        name = json.loads((files.directory / "flavour.json").read_text())["torchtitan_model"]
+        module = importlib.import_module(f"torchtitan.models.{name}")
+        with torch.device("meta"):
+            built = module.Transformer(getattr(module, f"{name}_args")["custom"])
+        assert sum(p.numel() for p in built.parameters()) == int(total_params(to_cols([one]))[0])

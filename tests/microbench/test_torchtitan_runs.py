@@ -1,36 +1,14 @@
-"""microbench.torchtitan_runs without a GPU: model arguments that build the modelled shapes,
-the launch files it plans, and the kernel table of a profiler trace."""
+"""microbench.torchtitan_runs without a GPU: the launch files it plans (surrogate.launch's,
+with the reader's columns) and the kernel table of a profiler trace."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-import pytest
-
-from microbench.torchtitan_runs import CASES, kernel_table, plan, torchtitan_model_args
-from surrogate.config import ModelConfig
-
-
-def test_llama_widths_land_exactly() -> None:
-    """torchtitan sizes an MLP as multiple_of x ceil(multiplier x int(8 dim / 3) / multiple_of)
-    (llama3; llama4's experts from 4 dim likewise): the arguments give the wanted widths."""
-    for case in (c for c in CASES if "num_layers" in c.model):  # not the shipped flavours
-        model = ModelConfig(**{"seq_len": 4096, **case.model})
-        name, args = torchtitan_model_args(model)
-        base = int(2 * 4 * args["dim"] / 3)
-        width = args["multiple_of"] * -(-int(args["ffn_dim_multiplier"] * base)
-                                        // args["multiple_of"])
-        want = model.moe_ffn_hidden_size if model.num_experts else model.ffn_hidden_size
-        assert width == want and name == ("llama4" if model.num_experts else "llama3")
-
-
-def test_shapes_torchtitan_cannot_build_are_refused() -> None:
-    tied = ModelConfig(name="t", num_layers=2, hidden_size=256, ffn_hidden_size=512,
-                       num_heads=4, num_kv_heads=4, vocab_size=1000, seq_len=128,
-                       tie_embeddings=True)
-    with pytest.raises(ValueError, match="do not tie embeddings"):
-        torchtitan_model_args(tied)
+import microbench.torchtitan_runs as runs
+from microbench.torchtitan_runs import CASES, kernel_table, plan
+from surrogate import launch
 
 
 def test_plan_writes_launch_files_and_flavours(tmp_path: Path) -> None:
@@ -39,6 +17,11 @@ def test_plan_writes_launch_files_and_flavours(tmp_path: Path) -> None:
     spec = json.loads((dirs[0] / "flavour.json").read_text())
     assert spec["torchtitan_model"] == "llama3" and spec["columns"]["num_nodes"] == 1
     assert "steps = 3" in (dirs[0] / "config.toml").read_text()
+    assert (dirs[0] / "train_custom.py").exists()
+    assert "train_custom.py --job.config_file config.toml" in (dirs[0] / "launch.sh").read_text()
+    # the names this module repeats for the GPU machine are the launch files'
+    assert (runs.FLAVOUR_FILE, runs.CONFIG_FILE, runs.TRAIN_SCRIPT) == (
+        launch.FLAVOUR_FILE, launch.CONFIG_FILE, launch.TRAIN_SCRIPT)
 
 
 def test_kernel_table_sums_gpu_kernels_by_name(tmp_path: Path) -> None:
