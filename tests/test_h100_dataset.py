@@ -87,3 +87,14 @@ def test_torchtitan_autocast_runs_are_fitted_as_the_set_they_take() -> None:
     assert sum(len(r) for r in rows) == len(runs)
     # a user's own such runs find that set shipped: nothing of their own to fit first
     assert own_sets(runs, "h100-own-measured") == {}
+
+
+def test_launch_files_ran_as_written() -> None:
+    """Two runs started by their launch.sh (train_custom.py registering flavour.json) read
+    completed, as the same configurations did under the runner."""
+    from microbench.torchtitan_runs import read_run_dirs
+
+    again, _ = read_run_dirs(TORCHTITAN.parent / "torchtitan-launch-sh")
+    first, _ = read_run_dirs(TORCHTITAN)
+    assert len(again) == 2 and (again["status"] == "completed").all()
+    assert set(again["run_id"]) <= set(first["run_id"])
