@@ -270,7 +270,10 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         moe = (f" num_experts={m.num_experts} experts_topk={m.experts_topk} "
                f"moe_ffn_hidden_size={m.expert_ffn_hidden_size}" if m.is_moe else "")
         comments.append(
-            f"# model shape (register it as a torchtitan flavour): num_layers={m.num_layers} "
+            "# model shape ("
+            + ("train_custom.py registers it from flavour.json" if custom_flavour(cfg)
+               else "register it as a torchtitan flavour")
+            + f"): num_layers={m.num_layers} "
             f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
             f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}"
             + (" tie_embeddings=true" if m.tie_embeddings else "") + moe
