@@ -313,7 +313,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m microbench.torchtitan_runs", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = ap.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("plan", help="write the launch files and the synthetic assets")
+    p = sub.add_parser("plan", help="write the launch files (run writes the synthetic assets)")
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--steps", type=int, default=STEPS)
     r = sub.add_parser("run", help="run every planned run (on the GPU machine)")

@@ -37,3 +37,29 @@ def test_kernel_table_sums_gpu_kernels_by_name(tmp_path: Path) -> None:
     assert lines[0] == "profiled step: 4.00 ms wall, 2.25 ms of GPU kernels, 2 kernel names"
     assert lines[1].split() == ["2.000", "ms", "2x", "gemm"]
     assert lines[2].split() == ["0.250", "ms", "1x", "copy"]
+
+
+def test_train_one_runs_the_launch_files_script_where_torchtitan_is_installed(
+        tmp_path: Path, monkeypatch) -> None:
+    """Where torchtitan is installed (CI skips this; torchtitan's trainer itself needs a GPU):
+    train_one runs the run's train_custom.py, which registers the flavour before torchtitan's
+    main parses the run's config."""
+    torchtitan_train = __import__("pytest").importorskip("torchtitan.train")
+    seen = {}
+
+    def fake_main(trainer_class) -> None:
+        import sys
+
+        from torchtitan.config import ConfigManager
+        from torchtitan.models.llama4 import llama4_args
+
+        # explicit: the default argv was bound when this process (pytest) imported torchtitan
+        job = ConfigManager().parse_args(sys.argv[1:])
+        seen.update(flavor=job.model.flavor, name=job.model.name,
+                    dim=llama4_args[job.model.flavor].dim, steps=job.training.steps)
+
+    monkeypatch.setattr(torchtitan_train, "main", fake_main)
+    moe = next(c for c in CASES if c.label == "moe8e")
+    (d,) = plan(tmp_path, [moe], steps=3)
+    runs.train_one(d, ["--training.steps", "2"])
+    assert seen == {"flavor": "custom", "name": "llama4", "dim": 2048, "steps": 2}
