@@ -141,7 +141,8 @@ def torchtitan_model(cfg: TrainingConfig) -> str:
     """The torchtitan model (``[model] name``) whose blocks ``cfg``'s model has: ``deepseek_v3``
     with multi-head latent attention, ``llama4`` with mixture-of-experts layers (torchtitan's
     llama3 has none), else ``llama3``. A shape that is not a shipped flavour is written as
-    flavour ``custom``, which the user registers under that model."""
+    flavour ``custom`` of that model, which ``train_custom.py`` registers where the launch
+    files hold it (:func:`custom_flavour`) and the user otherwise."""
     m = cfg.model
     if m.q_lora_rank or m.kv_lora_rank:
         return "deepseek_v3"
