@@ -343,6 +343,15 @@ class LayoutConfig:
             **{name: getattr(self, name) for name in RUNS_AS_FIELDS}, moe=moe)
 
 
+    def parameter_set(self) -> str:
+        """The ``framework/version`` whose free parameters (:mod:`surrogate.analytic.params`)
+        this layout takes (:meth:`surrogate.frameworks.FrameworkTraits.parameter_set`:
+        torchtitan under autocast takes pytorch/autocast's)."""
+        return get_framework(self.framework).parameter_set(
+            self.framework_version or None, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp,
+            cp=self.cp)
+
+
 RUNS_AS_FIELDS: tuple[str, ...] = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
     "pp_schedule", "recompute_layers", "dp_replicate")

@@ -282,7 +282,7 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     configs = [config_from_flat(r) for r in records]
     keyed: dict[tuple[str, str, str], list[int]] = {}
     for i, cfg in enumerate(configs):
-        key = (cfg.cluster.gpu, str(profiles[i]), parameter_set_of(cfg))
+        key = (cfg.cluster.gpu, str(profiles[i]), cfg.layout.parameter_set())
         keyed.setdefault(key, []).append(i)
     from surrogate.analytic.inputs import to_cols
 
@@ -305,17 +305,6 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
         blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved, oom))
         rows.append(sel)
     return blocks, rows
-
-
-def parameter_set_of(cfg: Any) -> str:
-    """The ``framework/version`` whose free parameters a configuration takes
-    (``FrameworkTraits.parameter_set``: torchtitan under autocast takes pytorch/autocast's)."""
-    from surrogate.frameworks import get_framework
-
-    lay = cfg.layout
-    return get_framework(lay.framework).parameter_set(
-        lay.framework_version or None, zero_stage=lay.zero_stage, tp=lay.tp, pp=lay.pp,
-        cp=lay.cp)
 
 
 def framework_version_of(block: Block) -> str:
@@ -415,8 +404,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
 
 
 def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
-    """Parameter sets fitted on ``runs`` for the sets they take (:func:`parameter_set_of`) that
-    the sets in use (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework,
+    """Parameter sets fitted on ``runs`` for the sets they take (``LayoutConfig.parameter_set``)
+    that the sets in use (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework,
     calibrated by their own runs before any learned correction (:func:`fit_runs` on those runs, no
     cross-validation; a version with fewer than :data:`OWN_MIN_RUNS` timed runs keeps the
     priors). ``{version: {"values": ...}}``, empty where there is nothing to fit.
@@ -430,7 +419,7 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     from surrogate.config import config_from_flat
 
     have = set(sets_in_use())
-    taken = [parameter_set_of(config_from_flat(r)) for r in runs.to_dict("records")]
+    taken = [config_from_flat(r).layout.parameter_set() for r in runs.to_dict("records")]
     mine = np.array([fv not in have for fv in taken], dtype=bool)
     if not mine.any():
         return {}

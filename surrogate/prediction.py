@@ -119,9 +119,8 @@ class Prediction:
         (``FrameworkTraits.parameter_set``) and whether a fitted set of it is in use (False:
         the priors)."""
         from surrogate.analytic.params import sets_in_use
-        from surrogate.fit_params import parameter_set_of
 
-        name = parameter_set_of(self.config)
+        name = self.config.layout.parameter_set()
         return name, name in sets_in_use()
 
     @property

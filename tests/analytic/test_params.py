@@ -86,7 +86,6 @@ def test_a_block_can_use_other_sets_and_leaves_the_shipped_ones_after(config):
 def test_the_columns_take_the_set_parameter_set_names() -> None:
     """The vectorised rule of ``cols_from_table`` is FrameworkTraits.parameter_set's."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.fit_params import parameter_set_of
     from surrogate.presets import get_preset
     from surrogate.space import LayoutSpace
 
@@ -94,6 +93,6 @@ def test_the_columns_take_the_set_parameter_set_names() -> None:
                         frameworks=("torchtitan", "megatron", "nanotron"))
     cfgs = list(space.enumerate())
     codes = to_cols(cfgs)["parameter_code"]
-    want = [FRAMEWORK_VERSIONS.index(parameter_set_of(c)) for c in cfgs]
+    want = [FRAMEWORK_VERSIONS.index(c.layout.parameter_set()) for c in cfgs]
     np.testing.assert_array_equal(codes, want)
     assert FRAMEWORK_VERSIONS.index("pytorch/autocast") in codes

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 import microbench.torchtitan_runs as runs
 from microbench.torchtitan_runs import CASES, kernel_table, plan
 from surrogate import launch
@@ -44,7 +46,7 @@ def test_train_one_runs_the_launch_files_script_where_torchtitan_is_installed(
     """Where torchtitan is installed (CI skips this; torchtitan's trainer itself needs a GPU):
     train_one runs the run's train_custom.py, which registers the flavour before torchtitan's
     main parses the run's config."""
-    torchtitan_train = __import__("pytest").importorskip("torchtitan.train")
+    torchtitan_train = pytest.importorskip("torchtitan.train")
     seen = {}
 
     def fake_main(trainer_class) -> None:
