@@ -14,6 +14,15 @@ and a cross entropy over the full vocabulary. ``--recompute full`` checkpoints e
 (``torch.utils.checkpoint``, non-reentrant). Each optimizer step runs ``--grad-accum``
 micro-batches.
 
+``--mode fsdp2`` runs the same model as torchtitan runs it under FSDP (``apply_fsdp``) over a
+mesh of this one rank: ``fully_shard`` on the embeddings, each block, the final norm with the
+output projection and the root, ``MixedPrecisionPolicy`` with bf16 parameters and fp32
+reduction, no autocast (framework ``pytorch-fsdp2``, ZeRO-3: each block's gathered parameters
+freed after its forward); ``fsdp2-no-reshard`` keeps them until the backward (ZeRO-2). Over one
+rank the collectives move nothing across a link: what it measures is FSDP2's own cost (its
+copies, casts and hooks) and memory, beside the kernels; the communication of a real sharded
+run comes from the cluster's profile.
+
 Method per case (model, sequence length, recomputation): micro-batch 1, 2, 4, ... until one runs
 out of memory (or ``--max-mbs``), then bisection between the largest that fit and the smallest
 that did not, so the boundary is exact. Every try builds the model afresh, runs ``--warmup``
@@ -56,8 +65,15 @@ from surrogate.presets import PRESETS
 
 RECORD_SCHEMA = "surrogate.train_step/1"
 GIB = 2.0**30
-FRAMEWORK = "pytorch"
-FRAMEWORK_VERSION = "autocast"
+MODES: dict[str, tuple[str, str, int]] = {
+    "autocast": ("pytorch", "autocast", 0),
+    "fsdp2": ("pytorch-fsdp2", "bf16", 3),
+    "fsdp2-no-reshard": ("pytorch-fsdp2", "bf16", 2),
+}
+"""``--mode`` -> the framework, version and ZeRO stage its records carry: torchtitan's
+single-GPU configuration (``torch.autocast``, fp32 parameters), or its FSDP2 sharding over a
+mesh of one rank, resharding the blocks' parameters after their forward (ZeRO-3) or keeping
+them until their backward (ZeRO-2, torchtitan's ``reshard_after_forward = "never"``)."""
 
 
 MODELS: dict[str, ModelConfig] = {
@@ -157,7 +173,8 @@ def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
                 else:
                     x = blk(x, cos, sin)
             logits = self.head(self.norm(x))
-            return F.cross_entropy(logits.flatten(0, 1), targets.flatten())
+            # in fp32, as torchtitan's loss casts it (what autocast does to cross_entropy)
+            return F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())
 
     with torch.device(device):
         return Decoder()
@@ -172,22 +189,54 @@ def param_count(shape: ModelConfig) -> int:
 
 
 def config_row(shape: ModelConfig, *, gpu: str, seq_len: int, mbs: int, grad_accum: int,
-               recompute: str) -> dict[str, Any]:
+               recompute: str, mode: str = "autocast") -> dict[str, Any]:
     """The sweep table's configuration columns for one try (one GPU, no parallelism)."""
     model = replace(shape, seq_len=seq_len)
+    framework, version, zero_stage = MODES[mode]
     return {
         **{f: getattr(model, f) for f in MODEL_FIELDS},
         "gpu": gpu, "gpus_per_node": 1,
         "num_nodes": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1,
-        "pp_schedule": "1f1b", "mbs": mbs, "grad_accum": grad_accum, "zero_stage": 0,
+        "pp_schedule": "1f1b", "mbs": mbs, "grad_accum": grad_accum, "zero_stage": zero_stage,
         "recompute": recompute, "sequence_parallel": False, "dtype": "bf16",
-        "framework": FRAMEWORK, "framework_version": FRAMEWORK_VERSION,
+        "framework": framework, "framework_version": version,
     }
+
+
+def shard(model: Any, shape: ModelConfig, *, device: str, reshard_after_forward: bool) -> None:
+    """FSDP2 over a mesh of this one rank, as torchtitan 0.2.2's ``apply_fsdp`` shards its
+    Llama (``MixedPrecisionPolicy``: bf16 parameters, fp32 reduction): the embeddings, each
+    block, the final norm with the output projection (never resharded after forward), the
+    root. Tied embeddings stay with the root (one group holds the shared weight). Starts a
+    one-rank process group (NCCL on a GPU, gloo on a CPU) if none is."""
+    import torch
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+    cuda = device.startswith("cuda")
+    if not dist.is_initialized():
+        if cuda:
+            index = torch.device(device).index
+            torch.cuda.set_device(torch.cuda.current_device() if index is None else index)
+        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0,
+                                world_size=1)
+    mesh = init_device_mesh("cuda" if cuda else "cpu", (1,))
+    kw: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(
+        param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+    if not shape.tie_embeddings:
+        fully_shard(model.embed, **kw, reshard_after_forward=reshard_after_forward)
+    for block in model.blocks:
+        fully_shard(block, **kw, reshard_after_forward=reshard_after_forward)
+    if not shape.tie_embeddings:
+        fully_shard([model.norm, model.head], **kw, reshard_after_forward=False)
+    fully_shard(model, **kw)
 
 
 @dataclass(frozen=True, kw_only=True)
 class Settings:
     device: str
+    mode: str = "autocast"
     grad_accum: int = 1
     warmup: int = 2
     steps: int = 3
@@ -210,6 +259,10 @@ def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
 
     cuda = s.device.startswith("cuda")
     model = build_model(shape, device=s.device, recompute=recompute)
+    framework, _, zero_stage = MODES[s.mode]
+    autocast = framework == "pytorch"
+    if not autocast:
+        shard(model, shape, device=s.device, reshard_after_forward=zero_stage == 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     g = torch.Generator(device=s.device).manual_seed(0)
     data = torch.randint(shape.vocab_size, (s.grad_accum, mbs, seq_len + 1), device=s.device,
@@ -218,7 +271,8 @@ def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
 
     def step() -> None:
         for i in range(s.grad_accum):
-            with torch.autocast(device_type=amp_device, dtype=torch.bfloat16):
+            with torch.autocast(device_type=amp_device, dtype=torch.bfloat16,
+                                enabled=autocast):
                 loss = model(data[i, :, :-1], data[i, :, 1:])
             (loss / s.grad_accum).backward()
         opt.step()
@@ -276,13 +330,13 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
         rec: dict[str, Any] = {
             "schema": RECORD_SCHEMA, "status": "ok", "message": "", "model_name": shape.name,
             "config": config_row(shape, gpu=gpu, seq_len=seq_len, mbs=mbs,
-                                 grad_accum=s.grad_accum, recompute=recompute),
+                                 grad_accum=s.grad_accum, recompute=recompute, mode=s.mode),
             "params": param_count(shape),
         }
         if s.device.startswith("cuda"):
             free, total = torch.cuda.mem_get_info()
             rec.update(device_memory_gib=total / GIB, free_at_start_gib=free / GIB)
-        label = f"{shape.name} seq={seq_len} mbs={mbs} recompute={recompute}"
+        label = f"{shape.name} seq={seq_len} mbs={mbs} recompute={recompute} mode={s.mode}"
         dog.arm(label, s.timeout_s)
 
         def on_timeout_record() -> None:
@@ -350,6 +404,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     help=f"comma-separated, among {', '.join(MODELS)}")
     ap.add_argument("--seqs", default=",".join(map(str, STANDARD_SEQS)))
     ap.add_argument("--recompute", default="none,full", help="comma-separated: none, full")
+    ap.add_argument("--mode", default="autocast", choices=tuple(MODES),
+                    help="autocast: fp32 parameters under torch.autocast (torchtitan on one "
+                         "GPU); fsdp2: FSDP2 as torchtitan shards, bf16 parameters, ZeRO-3; "
+                         "fsdp2-no-reshard: the same, ZeRO-2")
     ap.add_argument("--max-mbs", type=int, default=64)
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=2)
@@ -378,7 +436,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             ap.error(f"{name} must be >= 1, got {v}")
     gpu = hardware_from_device_name(torch.cuda.get_device_name(device)) \
         if device.startswith("cuda") else "cpu"
-    s = Settings(device=device, grad_accum=args.grad_accum, warmup=args.warmup,
+    s = Settings(device=device, mode=args.mode, grad_accum=args.grad_accum, warmup=args.warmup,
                  steps=args.steps, timeout_s=args.timeout_s)
     fingerprint = collect()
     writer = JsonlWriter(args.out)

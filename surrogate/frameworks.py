@@ -178,6 +178,13 @@ class FrameworkTraits:
     torchtitan 0.2.2 runs on one H100 that set was not fitted on
     (``datasets/h100/2026-11-24/torchtitan``, ``python benchmarks/h100_own.py``). None: its
     own set at every layout (:meth:`parameter_set`)."""
+    fsdp_parameters: str | None = None
+    """The ``framework/version`` whose fitted free parameters it takes where it trains under
+    FSDP2's ``fully_shard`` alone: ZeRO-2 or 3 at tp = pp = cp = 1, where torchtitan's
+    ``apply_fsdp`` (bf16 parameters and fp32 reduction by ``MixedPrecisionPolicy``, one group
+    per block) runs what ``pytorch-fsdp2`` measured on one GPU. The communication comes from
+    the cluster's profile as at every layout; what was measured is the rest (kernels, fixed
+    costs, memory). None: its own set (:meth:`parameter_set`)."""
     partial_recompute_every_nth: bool = False
     """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
     of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
@@ -189,12 +196,21 @@ class FrameworkTraits:
         holds; element-wise on arrays."""
         return (zero_stage == 0) & (tp == 1) & (pp == 1) & (cp == 1)
 
+    @staticmethod
+    def sharded_unsplit(zero_stage: Any, tp: Any, pp: Any, cp: Any) -> Any:
+        """ZeRO-2 or 3 at tp = pp = cp = 1 (FSDP alone), where :attr:`fsdp_parameters` holds;
+        element-wise on arrays."""
+        return (zero_stage >= 2) & (tp == 1) & (pp == 1) & (cp == 1)
+
     def parameter_set(self, version: str | None, *, zero_stage: int, tp: int, pp: int,
                       cp: int) -> str:
         """The ``framework/version`` whose free parameters a layout of this framework takes:
-        :attr:`autocast_parameters` where it trains under autocast, else its own."""
+        :attr:`autocast_parameters` where it trains under autocast, :attr:`fsdp_parameters`
+        under FSDP alone, else its own."""
         if self.autocast_parameters and self.replicated_unsplit(zero_stage, tp, pp, cp):
             return self.autocast_parameters
+        if self.fsdp_parameters and self.sharded_unsplit(zero_stage, tp, pp, cp):
+            return self.fsdp_parameters
         return f"{self.name}/{version or self.versions[-1]}"
 
     def checkpointed_layer_counts(self, stage_layers: int, vpp: int = 1) -> tuple[int, ...]:
@@ -410,6 +426,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             hybrid_sharding_stages=(2, 3),
             mixed_precision_needs_sharding=True,
             autocast_parameters="pytorch/autocast",
+            fsdp_parameters="pytorch-fsdp2/bf16",
             moe_routed_bytes=6.0,
             moe_token_group_align=8,
         ),
@@ -459,6 +476,29 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "(maybe_enable_amp: fp32 parameters and gradients, torch.autocast bf16, fused "
                 "AdamW), no data, tensor, pipeline, context or expert parallelism; full "
                 "recomputation by torch.utils.checkpoint per block"
+            ),
+        ),
+        FrameworkTraits(
+            name="pytorch-fsdp2",
+            fp32_grad_accumulation=False,
+            zero_stages=(2, 3),
+            versions=("bf16",),
+            tensor_parallel=False,
+            pipeline_schedules={},
+            interleaved_schedule=None,
+            context_parallel=False,
+            expert_parallel=False,
+            recompute_modes=("none", "full"),
+            sequence_parallel_with_tp=(False,),
+            source=(
+                "the same plain PyTorch training step on one GPU under FSDP2 "
+                "(microbench/train_step.py --mode fsdp2, the project's own measurements), "
+                "sharded as torchtitan's apply_fsdp shards (fully_shard per block, the "
+                "embeddings, the final norm and output together, the root; "
+                "MixedPrecisionPolicy: bf16 parameters, fp32 reduction; fp32 sharded "
+                "parameters, gradients and fused AdamW moments) over a mesh of one rank: "
+                "ZeRO-3 (reshard after forward) or ZeRO-2 (not); no tensor, pipeline, context "
+                "or expert parallelism"
             ),
         ),
     )

@@ -172,7 +172,8 @@ def test_layout_degrees_are_positive_integers(name, value):
         (dict(sequence_parallel=1), r"LayoutConfig\.sequence_parallel must be true or false, "
                                     r"got 1"),
         (dict(framework="deepspeed"), r"framework must be one of llm-foundry, megatron, "
-                                      r"nanotron, pytorch, torchtitan, got 'deepspeed'"),
+                                      r"nanotron, pytorch, pytorch-fsdp2, torchtitan, "
+                                      r"got 'deepspeed'"),
         (dict(zero_stage=3), r"framework nanotron implements zero_stage 0 or 1, got 3"),
         (dict(framework="megatron", zero_stage=2), r"framework megatron implements zero_stage "
                                                    r"0 or 1 or 3, got 2"),

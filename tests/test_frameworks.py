@@ -17,7 +17,9 @@ def test_traits_are_complete_and_cited(name):
     assert t.name == name
     assert t.source.strip()
     assert t.versions, "the newest version is the default, so there must be one"
-    assert set(t.zero_stages) <= {0, 1, 2, 3} and 0 in t.zero_stages
+    assert t.zero_stages and set(t.zero_stages) <= {0, 1, 2, 3}
+    # ZeRO-0 is the layout's default: only a framework measured sharded lacks it
+    assert 0 in t.zero_stages or name == "pytorch-fsdp2"
 
 
 def test_known_traits():
@@ -41,7 +43,8 @@ def test_lookup_is_case_and_space_insensitive():
 
 def test_unknown_framework():
     with pytest.raises(ConfigError, match=r"framework must be one of llm-foundry, megatron, "
-                                          r"nanotron, pytorch, torchtitan, got 'colossal'"):
+                                          r"nanotron, pytorch, pytorch-fsdp2, torchtitan, "
+                                          r"got 'colossal'"):
         get_framework("colossal")
 
 
@@ -59,11 +62,13 @@ def test_layout_accepts_exactly_the_implemented_zero_stages(name, zero_stage):
 @pytest.mark.parametrize("name", sorted(FRAMEWORKS))
 def test_layout_versions(name):
     versions = FRAMEWORKS[name].versions
-    assert LayoutConfig(framework=name).framework_version == versions[-1]
+    z = FRAMEWORKS[name].zero_stages[0]
+    assert LayoutConfig(framework=name, zero_stage=z).framework_version == versions[-1]
     for v in versions:
-        assert LayoutConfig(framework=name, framework_version=v).framework_version == v
+        assert LayoutConfig(framework=name, framework_version=v,
+                            zero_stage=z).framework_version == v
     with pytest.raises(ConfigError, match=rf"framework_version for {name} must be one of "):
-        LayoutConfig(framework=name, framework_version="no-such-version")
+        LayoutConfig(framework=name, framework_version="no-such-version", zero_stage=z)
 
 
 @pytest.mark.parametrize(

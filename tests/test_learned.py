@@ -172,7 +172,8 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     # the memory interval widens by 1 + the distance (at most 5x) around the physics
     half = np.log(pred["pred_peak_mem_hi_gib"] / mem)
     np.testing.assert_allclose(half, np.log(mem / pred["pred_peak_mem_lo_gib"]))
-    assert (half > fitted.mem_conformal_q_).all() and (half <= 5 * fitted.mem_conformal_q_).all()
+    assert (half > fitted.mem_conformal_q_).all()
+    assert (half <= 5 * fitted.mem_conformal_q_ * (1 + 1e-9)).all()  # the cap may bind
     assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
     inside = fitted.predict_from_features(*build_features_cols(configs[:5]))
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])

@@ -70,15 +70,15 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
             float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard),
-            float(FRAMEWORK_VERSIONS.index(fw.autocast_parameters))
-            if fw.autocast_parameters else -1.0)
+            *(float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
+              for name in (fw.autocast_parameters, fw.fsdp_parameters)))
 
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
                       "saves_gathered_tp_inputs", "fused_swiglu", "selective_per_op",
                       "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",
-                      "autocast_code")
+                      "autocast_code", "fsdp_code")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
@@ -114,7 +114,10 @@ def cols_from_table(table: FlatTable) -> dict[str, Array]:
     # the free-parameter set each layout takes (FrameworkTraits.parameter_set), by its index
     autocast = (cols["autocast_code"] >= 0) & FrameworkTraits.replicated_unsplit(
         cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
-    cols["parameter_code"] = np.where(autocast, cols["autocast_code"], cols["framework_code"])
+    fsdp = (cols["fsdp_code"] >= 0) & FrameworkTraits.sharded_unsplit(
+        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
+    cols["parameter_code"] = np.where(autocast, cols["autocast_code"],
+                                      np.where(fsdp, cols["fsdp_code"], cols["framework_code"]))
     cols.update(param_columns(cols["parameter_code"]))
     return cols
 

@@ -139,6 +139,16 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         fit_start=2e-3,
     ),
     FreeParameter(
+        "layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
+        "Least time one layer's forward and backward takes per micro-batch without a pipeline, "
+        "whatever its work, a third more where its forward runs again under recomputation "
+        "(surrogate.analytic.step: a floor, not an added cost): the host's time to issue the "
+        "layer's kernels (and FSDP2's per-block hooks) where the GPU finishes first. Measured "
+        "on one H100 (microbench.train_step): the step time stays flat as the micro-batch "
+        "grows from 1 to 4-8, about 6 ms per layer under FSDP2; prior 0.1 ms, wide.",
+        fit_start=2e-3,
+    ),
+    FreeParameter(
         "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",
         "Share of the last micro-batch's backward that hides the DP gradient reduction "
         "(bucketed reduction launched as gradients are ready, Li et al. 2020, 'PyTorch "

@@ -46,6 +46,13 @@ at hidden 4096 and 8192 alike, 15 ms at tp 4, 8 ms at tp 2; runs without a pipel
 to 4.5 ms per layer). A likely cause, not verified: a stage's host blocks on its send/receive
 every slot, so it cannot run ahead of the GPU and the slot is the longer of the host's issue
 time and the GPU's work. The excess over the work is reported as ``overhead``.
+
+Host floor without a pipeline: a micro-batch lasts at least ``stage layers x layer_floor_s x
+(1 + r / 3)``, r the share of the forward run again (recomputation), likewise a maximum. The
+project's single-H100 steps show it (``microbench.train_step``, ``benchmarks/h100_own.py``):
+the step time stays flat as the micro-batch doubles from 1 to 4 or 8, then grows with the
+work; under FSDP2 the flat part is about twice autocast's (its per-block copies, casts and
+hooks). Its prior (0.1 ms) binds no run.
 """
 
 from __future__ import annotations
@@ -259,9 +266,9 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     work = compute_mb + tp_mb + cp_mb + ep_mb + memory_mb + zero3_mb + overhead_mb
     # A pipelined stage takes at least its host floor per layer (module docstring); the time
     # the floor adds is reported as overhead.
-    floor_mb = np.where(piped, stage_layers * (param(c, "pp_layer_floor_s")
-                                               + c["tp"] * param(c, "pp_layer_floor_per_tp_s")),
-                        0.0)
+    floor_mb = stage_layers * np.where(
+        piped, param(c, "pp_layer_floor_s") + c["tp"] * param(c, "pp_layer_floor_per_tp_s"),
+        param(c, "layer_floor_s") * (1.0 + again / 3.0))
     slot = np.maximum(work, floor_mb)
     overhead_mb = overhead_mb + (slot - work)
 

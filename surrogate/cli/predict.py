@@ -84,6 +84,7 @@ def _print_table(pred: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
+    from surrogate.frameworks import get_framework
     from surrogate.hardware import GIB
 
     cfg = pred.config
@@ -107,10 +108,13 @@ def _print_table(pred: Any) -> None:
     console.print(f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}")
     pset, fitted = pred.parameter_set
     own = f"{lay.framework}/{lay.framework_version}"
+    how = ("trains under torch.autocast here"
+           if pset == get_framework(lay.framework).autocast_parameters
+           else "shards with FSDP2 alone here")
     console.print(
         f"analytic parameters: {escape(pset)}'s "
         + ("fitted set" if fitted else "priors (no fitted set)")
-        + ("" if pset == own else f" ({escape(own)} trains under torch.autocast here)"),
+        + ("" if pset == own else f" ({escape(own)} {how})"),
         highlight=False)
     if pred.source == "learned":
         console.print(

@@ -28,23 +28,26 @@ def test_columns_carry_the_fitted_set_of_each_framework_version(config):
     shipped = params.fitted_sets()
     assert "nanotron/pp-fix" in shipped  # fitted on the Playbook (surrogate calibrate --runs)
     c = to_cols([config("playbook-1.34b", dp=8, framework="nanotron"),
-                 config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3)])
+                 config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)])
     fitted = shipped["nanotron/pp-fix"]["values"]
     assert c["p_layer_overhead_s"][0] == pytest.approx(fitted["layer_overhead_s"])
-    # no torchtitan FSDP runs were fitted: its priors
+    # no torchtitan run with tensor parallelism was fitted: its priors
     assert c["p_layer_overhead_s"][1] == params.PRIORS["layer_overhead_s"]
 
 
-def test_torchtitan_under_autocast_takes_the_set_measured_that_way(config):
+def test_torchtitan_takes_the_sets_measured_as_it_trains(config):
     """On one GPU or under DDP (ZeRO-0, tp = pp = cp = 1) torchtitan trains under
-    torch.autocast: pytorch/autocast's set; sharded, its own (here the priors)."""
-    autocast = params.fitted_sets()["pytorch/autocast"]["values"]["layer_overhead_s"]
+    torch.autocast: pytorch/autocast's set; under FSDP alone (ZeRO-2 or 3, tp = pp = cp = 1)
+    pytorch-fsdp2's; with tp, pp or cp, its own (here the priors)."""
+    sets = params.fitted_sets()
+    autocast = sets["pytorch/autocast"]["values"]["layer_overhead_s"]
+    fsdp = sets["pytorch-fsdp2/bf16"]["values"]["layer_overhead_s"]
     c = to_cols([config("playbook-1.34b", dp=1, framework="torchtitan"),
                  config("playbook-1.34b", dp=8, framework="torchtitan"),
                  config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=2),
+                 config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3),
                  config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)])
-    np.testing.assert_allclose(c["p_layer_overhead_s"], [autocast, autocast,
-                               params.PRIORS["layer_overhead_s"],
+    np.testing.assert_allclose(c["p_layer_overhead_s"], [autocast, autocast, fsdp, fsdp,
                                params.PRIORS["layer_overhead_s"]])
 
 
@@ -60,9 +63,10 @@ def test_absent_columns_take_the_prior(config):
 def test_fixed_costs_add_per_layer_and_micro_batch(config):
     c = to_cols([config("playbook-1.34b", dp=8, grad_accum=4)])
     perf = SpecPerfModel()
-    base = step.step_breakdown({**c, "p_layer_overhead_s": np.array([0.0]),
+    no_floor = {**c, "p_layer_floor_s": np.array([1e-6])}  # a maximum, not a cost
+    base = step.step_breakdown({**no_floor, "p_layer_overhead_s": np.array([0.0]),
                                 "p_microbatch_overhead_s": np.array([0.0])}, perf)
-    more = step.step_breakdown({**c, "p_layer_overhead_s": np.array([1e-3]),
+    more = step.step_breakdown({**no_floor, "p_layer_overhead_s": np.array([1e-3]),
                                 "p_microbatch_overhead_s": np.array([1e-2])}, perf)
     layers, m = c["num_layers"][0], c["grad_accum"][0]
     assert more["step_time_s"][0] - base["step_time_s"][0] == pytest.approx(
@@ -71,7 +75,7 @@ def test_fixed_costs_add_per_layer_and_micro_batch(config):
 
 def test_a_block_can_use_other_sets_and_leaves_the_shipped_ones_after(config):
     cfgs = [config("playbook-1.34b", dp=8, framework="nanotron"),
-            config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3)]
+            config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)]
     shipped = to_cols(cfgs)["p_layer_overhead_s"]
     titan = f"torchtitan/{cfgs[1].layout.framework_version}"
     with params.using_sets({titan: {"values": {"layer_overhead_s": 0.05}}}):
@@ -96,3 +100,4 @@ def test_the_columns_take_the_set_parameter_set_names() -> None:
     want = [FRAMEWORK_VERSIONS.index(c.layout.parameter_set()) for c in cfgs]
     np.testing.assert_array_equal(codes, want)
     assert FRAMEWORK_VERSIONS.index("pytorch/autocast") in codes
+    assert FRAMEWORK_VERSIONS.index("pytorch-fsdp2/bf16") in codes

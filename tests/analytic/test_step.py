@@ -190,6 +190,24 @@ def test_a_pipelined_slot_lasts_at_least_its_layer_floor(cols, tp):
         np.testing.assert_allclose(slot, floor, rtol=1e-9)
 
 
+def test_an_unpipelined_micro_batch_lasts_at_least_its_host_floor(cols):
+    """Without a pipeline the floor is ``layer_floor_s`` per layer, a third more where the
+    forward runs again (full recomputation); a maximum, not a sum."""
+    for recompute, again in (("none", 0.0), ("full", 1.0)):
+        flat = dict(cols("llama3-8b", dp=1, mbs=1, grad_accum=4, recompute=recompute))
+        huge = {"p_layer_floor_s": np.full(1, 1.0)}
+        out = step.step_breakdown({**flat, **huge}, PERF)
+        layers = flat["num_layers"][0]
+        assert out["step_time_s"] - step.step_breakdown(flat, PERF)["step_time_s"] > 0
+        per_mb = layers * 1.0 * (1 + again / 3)
+        work = (out["compute"] + out["memory_bound"] + out["tp_comm"] + out["zero3_comm"]
+                + out["overhead"]) / 4
+        np.testing.assert_allclose(work, per_mb, rtol=1e-9)
+    low = {"p_layer_floor_s": np.full(1, 1e-6)}
+    assert step.step_breakdown({**flat, **low}, PERF)["step_time_s"] == pytest.approx(
+        step.step_breakdown({**flat, "p_layer_floor_s": np.full(1, 1e-5)}, PERF)["step_time_s"])
+
+
 def test_the_layer_floor_is_no_added_cost_and_spares_unpipelined_runs(cols):
     huge = {"p_pp_layer_floor_s": np.full(1, 1.0), "p_pp_layer_floor_per_tp_s": np.zeros(1)}
     flat = dict(cols("llama3-8b", dp=8, mbs=2, grad_accum=4))

@@ -71,6 +71,14 @@ def test_the_parameter_set_used_is_said(capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert ("analytic parameters: pytorch/autocast's fitted set (torchtitan/main trains under "
             "torch.autocast here)") in out
+    sharded = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--gpus-per-node", "8",
+               "--dp", "8", "--framework", "torchtitan", "--zero", "3", "--seq-len", "4096"]
+    assert run_json(capsys, [*sharded, "--json"])["analytic_parameters"] == {
+        "set": "pytorch-fsdp2/bf16", "fitted": True}
+    assert main(sharded) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("analytic parameters: pytorch-fsdp2/bf16's fitted set (torchtitan/main shards with "
+            "FSDP2 alone here)") in out
 
 
 def test_sequence_parallelism_follows_the_framework_unless_given(capsys):

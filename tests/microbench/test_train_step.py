@@ -80,3 +80,32 @@ def test_bad_arguments_say_what_must_hold(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit):
         main(["--models", "gpt-5"])
     assert "--models must be among tiny" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("mode", "zero_stage"), [("fsdp2", 3), ("fsdp2-no-reshard", 2)])
+def test_an_fsdp2_run_records_its_framework_and_zero_stage(tmp_path: Path, mode: str,
+                                                           zero_stage: int) -> None:
+    """FSDP2 over a one-rank gloo group on a CPU (a subprocess: the process group outlives
+    the run); its records read as framework pytorch-fsdp2, whose set torchtitan's FSDP
+    layouts take."""
+    import subprocess
+    import sys
+
+    from surrogate.config import config_from_flat
+    from surrogate.ingest.train_step import parse_train_step_jsonl
+
+    out = tmp_path / "steps.jsonl"
+    subprocess.run([sys.executable, "-m", "microbench.train_step", "--device", "cpu",
+                    "--models", "tiny", "--seqs", "16", "--max-mbs", "1", "--recompute", "full",
+                    "--warmup", "1", "--steps", "1", "--mode", mode, "--out", str(out)],
+                   check=True, capture_output=True, text=True, timeout=300)
+    (record,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert record["status"] == "ok" and record["step_time_s"] > 0
+    record["fingerprint"]["gpu_name"] = "NVIDIA H100 80GB HBM3"  # a CPU is no GPU here
+    gpu = tmp_path / "as_on_a_gpu.jsonl"
+    gpu.write_text(json.dumps(record) + "\n")
+    runs, _ = parse_train_step_jsonl(gpu)
+    row = runs.iloc[0].to_dict()
+    assert (row["framework"], row["framework_version"], row["zero_stage"]) == (
+        "pytorch-fsdp2", "bf16", zero_stage)
+    assert config_from_flat(row).layout.parameter_set() == "pytorch-fsdp2/bf16"
