@@ -1,4 +1,4 @@
-"""The project's own H100 measurements (``datasets/h100/2026-11-23``) against the models.
+"""The project's own H100 measurements (``datasets/h100/``) against the models.
 
     python benchmarks/h100_own.py
 
@@ -30,6 +30,12 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
    per-operator selective recomputation), under the parameter set torchtitan's autocast
    layouts take (``pytorch/autocast``, fitted on section 4's runs alone), under torchtitan's
    priors, and with the bundled learned model.
+6. The same training steps under FSDP2 as torchtitan shards its Llama, over a mesh of one rank
+   (``microbench.train_step --mode fsdp2``, ZeRO-3, and ``fsdp2-no-reshard``, ZeRO-2;
+   ``datasets/h100/2026-11-24/fsdp2``), framework ``pytorch-fsdp2/bf16``, whose set
+   torchtitan's layouts under FSDP alone take: section 4's figures (the priors, torchtitan's
+   own set, are what those layouts took before), the same runs under section 4's autocast
+   set, and the measured step time of FSDP2 over autocast on the same cases.
 """
 
 from __future__ import annotations
@@ -109,9 +115,13 @@ def membound_report() -> None:
               f"range {share.min():.3f}-{share.max():.3f}")
 
 
-def load_steps() -> pd.DataFrame:
-    frames = [read_runs(p) for p in sorted(DATA.glob("train_steps_*.jsonl"))]
-    return pd.concat(frames, ignore_index=True)
+FSDP2 = DATA.parent / "2026-11-24" / "fsdp2"
+
+
+def load_steps(files: list[Path] | None = None) -> pd.DataFrame:
+    """The single-GPU training steps of ``files`` (default: section 4's, pytorch/autocast)."""
+    paths = sorted(DATA.glob("train_steps_*.jsonl")) if files is None else files
+    return pd.concat([read_runs(p) for p in paths], ignore_index=True)
 
 
 def step_figures(runs: pd.DataFrame, reserved: np.ndarray, step_s: np.ndarray,
@@ -153,16 +163,17 @@ def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
     return exact, cases
 
 
-def steps_report() -> None:
+def steps_report(section: str = "4", files: list[Path] | None = None,
+                 framework: str = "pytorch/autocast") -> None:
     from surrogate.fit_params import fit_runs, held_out_p_oom
     from surrogate.prediction import resolve_model
     from surrogate.scoring import score
 
-    runs = load_steps()
+    runs = load_steps(files)
     n_ok = int((runs["status"] == "completed").sum())
-    print(f"\n4. Single-GPU training steps: {len(runs)} tries ({n_ok} completed, "
+    print(f"\n{section}. Single-GPU training steps: {len(runs)} tries ({n_ok} completed, "
           f"{int((runs['status'] == 'oom').sum())} out of memory) of "
-          f"{runs['model_name'].nunique()} models, framework pytorch/autocast")
+          f"{runs['model_name'].nunique()} models, framework {framework}")
     result = fit_runs(runs, group_by="model_name")
     held = result["held_out"]
     print("   analytic, fitted leaving the run's model out: "
@@ -235,12 +246,45 @@ def torchtitan_report() -> None:
                   f"memory {_ratios(p_mem[sel], mem[sel])}")
 
 
+def fsdp2_report() -> None:
+    """6. The same steps under FSDP2 as torchtitan shards (``--mode fsdp2`` and
+    ``fsdp2-no-reshard``), framework ``pytorch-fsdp2/bf16``, whose set torchtitan's layouts
+    under FSDP alone take (its "priors" line is what those layouts took before: torchtitan's
+    set is its priors); then the same runs under the autocast set of section 4."""
+    from surrogate.analytic.params import PRIORS, fitted_sets
+    from surrogate.scoring import score
+
+    files = sorted(FSDP2.glob("train_steps_fsdp2_*.jsonl"))
+    steps_report("6", files, "pytorch-fsdp2/bf16 (FSDP2 over one rank)")
+    runs = load_steps(files)
+    table = validate_table(runs[list(CONFIG_COLUMNS)]).table
+    autocast = fitted_sets()["pytorch/autocast"]["values"]
+    extra = {f"p_{name}": np.full(len(runs), autocast[name]) for name in PRIORS}
+    s = score(table, profile="h100-own-measured", extra=extra)
+    print("   analytic, pytorch/autocast's set (section 4's): " + step_figures(
+        runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
+        s.columns["p_oom"]))
+    done = runs[runs["status"] == "completed"]
+    ratio = done.merge(load_steps()[lambda r: r["status"] == "completed"],
+                       on=["model_name", "seq_len", "recompute", "mbs", "grad_accum"],
+                       suffixes=("", "_autocast"))
+    ratio = ratio[ratio["zero_stage"] == 3]
+    r = ratio["tokens_per_s_per_gpu_autocast"] / ratio["tokens_per_s_per_gpu"]
+    small = (ratio["mbs"] <= 2).to_numpy()
+    print(f"   measured step time, FSDP2 (ZeRO-3) / autocast, same model, sequence, "
+          f"recomputation and micro-batch ({len(ratio)} pairs): micro-batch <= 2 median "
+          f"{np.median(r[small]):.2f} (range {r[small].min():.2f}-{r[small].max():.2f}); "
+          f"above, median {np.median(r[~small]):.2f} "
+          f"(range {r[~small].min():.2f}-{r[~small].max():.2f})")
+
+
 def main() -> None:
     gemm_report()
     attention_report()
     membound_report()
     steps_report()
     torchtitan_report()
+    fsdp2_report()
 
 
 if __name__ == "__main__":
