@@ -164,7 +164,8 @@ def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
 
 
 def steps_report(section: str = "4", files: list[Path] | None = None,
-                 framework: str = "pytorch/autocast") -> None:
+                 framework: str = "pytorch/autocast") -> pd.DataFrame:
+    """Prints the figures of the steps of ``files``; returns their runs."""
     from surrogate.fit_params import fit_runs, held_out_p_oom
     from surrogate.prediction import resolve_model
     from surrogate.scoring import score
@@ -194,6 +195,7 @@ def steps_report(section: str = "4", files: list[Path] | None = None,
     print("   analytic, priors (no fit): " + step_figures(
         runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
         s.columns["p_oom"]))
+    return runs
 
 
 TORCHTITAN = DATA.parent / "2026-11-24" / "torchtitan"
@@ -246,17 +248,17 @@ def torchtitan_report() -> None:
                   f"memory {_ratios(p_mem[sel], mem[sel])}")
 
 
-def fsdp2_report() -> None:
+def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
     """6. The same steps under FSDP2 as torchtitan shards (``--mode fsdp2`` and
     ``fsdp2-no-reshard``), framework ``pytorch-fsdp2/bf16``, whose set torchtitan's layouts
     under FSDP alone take (its "priors" line is what those layouts took before: torchtitan's
-    set is its priors); then the same runs under the autocast set of section 4."""
+    set is its priors); then the same runs under the autocast set of section 4, whose runs
+    are ``autocast_runs``."""
     from surrogate.analytic.params import PRIORS, fitted_sets
     from surrogate.scoring import score
 
     files = sorted(FSDP2.glob("train_steps_fsdp2_*.jsonl"))
-    steps_report("6", files, "pytorch-fsdp2/bf16 (FSDP2 over one rank)")
-    runs = load_steps(files)
+    runs = steps_report("6", files, "pytorch-fsdp2/bf16 (FSDP2 over one rank)")
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
     autocast = fitted_sets()["pytorch/autocast"]["values"]
     extra = {f"p_{name}": np.full(len(runs), autocast[name]) for name in PRIORS}
@@ -265,7 +267,7 @@ def fsdp2_report() -> None:
         runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
         s.columns["p_oom"]))
     done = runs[runs["status"] == "completed"]
-    ratio = done.merge(load_steps()[lambda r: r["status"] == "completed"],
+    ratio = done.merge(autocast_runs[autocast_runs["status"] == "completed"],
                        on=["model_name", "seq_len", "recompute", "mbs", "grad_accum"],
                        suffixes=("", "_autocast"))
     ratio = ratio[ratio["zero_stage"] == 3]
@@ -282,9 +284,9 @@ def main() -> None:
     gemm_report()
     attention_report()
     membound_report()
-    steps_report()
+    autocast_runs = steps_report()
     torchtitan_report()
-    fsdp2_report()
+    fsdp2_report(autocast_runs)
 
 
 if __name__ == "__main__":

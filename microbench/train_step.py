@@ -259,10 +259,9 @@ def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
 
     cuda = s.device.startswith("cuda")
     model = build_model(shape, device=s.device, recompute=recompute)
-    framework, _, zero_stage = MODES[s.mode]
-    autocast = framework == "pytorch"
+    autocast = s.mode == "autocast"
     if not autocast:
-        shard(model, shape, device=s.device, reshard_after_forward=zero_stage == 3)
+        shard(model, shape, device=s.device, reshard_after_forward=MODES[s.mode][2] == 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     g = torch.Generator(device=s.device).manual_seed(0)
     data = torch.randint(shape.vocab_size, (s.grad_accum, mbs, seq_len + 1), device=s.device,

@@ -52,7 +52,8 @@ Host floor without a pipeline: a micro-batch lasts at least ``stage layers x lay
 project's single-H100 steps show it (``microbench.train_step``, ``benchmarks/h100_own.py``):
 the step time stays flat as the micro-batch doubles from 1 to 4 or 8, then grows with the
 work; under FSDP2 the flat part is about twice autocast's (its per-block copies, casts and
-hooks). Its prior (0.1 ms) binds no run.
+hooks). At its prior (0.1 ms) it binds none of the Playbook's runs (pre-pp-fix keeps the
+prior, and its fitted set did not move when the floor came in).
 """
 
 from __future__ import annotations
