@@ -3,7 +3,7 @@
     python benchmarks/memory_diagnosis.py
 
 With the shipped parameters (``surrogate/data/analytic_params.json``), over the completed
-Playbook runs, eight tables:
+Playbook runs, nine tables:
 
 1. mean log(predicted / measured) reserved memory by framework version, tp and pp;
 2. without a pipeline, per model, tp, ZeRO stage and version (three micro-batch sizes or
@@ -38,7 +38,16 @@ Playbook runs, eight tables:
    in-sample and leaving each model size and each pp out. Before the term existed, table 7
    grew with pp and tp in pp-fix (0.75 at tp 1 pp 2, 1.82 at tp 16 pp 8) and stayed near 1
    in pre-pp-fix: a term per micro-batch in flight that tp does not split is what that shape
-   asks for. The shipped shape is chosen among these by the held-out columns.
+   asks for. The shipped shape is chosen among these by the held-out columns;
+9. beside the vocab-parallel logits (T x V / tp, free parameter ``logit_bytes``), a term the
+   tensor-parallel split does not shrink: per version, over the runs without a pipeline (the
+   only ones whose logged rank holds the loss), three scales (every other term, the split
+   logits, the candidate) refitted for each candidate, in-sample and leaving each model size
+   and each tp out, and the completed runs each fit puts over their GPU's memory. With the
+   split logits alone, pre-pp-fix's mean log error runs from +0.18 at tp 1 to -0.32 at tp
+   32 (table 1, pp = 1). The candidates fit that trend, and none ships: the README ("Two
+   more forms rejected", thirty-fifth session) gives the full calibration's figures and the
+   reasons.
 
 Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three
 shapes (64 or 8 key-value heads, vocabulary 131,072 or 49,152).
@@ -51,10 +60,17 @@ import pandas as pd
 from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
-from surrogate.analytic.memory import inflight_hidden_bytes, logged_breakdown, memory_breakdown
+from surrogate.analytic.memory import (
+    CUDA_CONTEXT_BYTES,
+    inflight_hidden_bytes,
+    logged_breakdown,
+    logits_bytes,
+    memory_breakdown,
+)
 from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.clusters import playbook_runs
 from surrogate.fit_params import blocks_for_runs
+from surrogate.hardware import get_gpu
 
 GIB = 2.0**30
 SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
@@ -255,30 +271,86 @@ def inflight_forms(runs: pd.DataFrame) -> pd.DataFrame:
     other = terms.drop(columns="activations").sum(axis=1)
     rows = []
     for version, part in runs.groupby("framework_version"):
-        y = part["meas_gib"].to_numpy()
         for name, shape in INFLIGHT_FORMS.items():
             x_term = (unit[part.index] * shape(part)).to_numpy()
             a = np.c_[other[part.index], act[part.index], x_term]
-
-            def fit(keep: np.ndarray, a: np.ndarray = a, y: np.ndarray = y) -> np.ndarray:
-                res = least_squares(lambda z: np.log(np.maximum(a[keep] @ z, 1e-3) / y[keep]),
-                                    [1.0, 1.0, 1.0], bounds=(0, np.inf), loss="soft_l1",
-                                    f_scale=0.2)
-                return np.asarray(res.x)
-
-            every = np.ones(len(part), dtype=bool)
-            x = fit(every)
-            row = {"version": version, "shape": name,
-                   "tensors": x[2] if name != "none" else np.nan,
-                   "in-sample": np.mean(np.abs(a @ x / y - 1))}
-            for key in ("model_name", "pp"):
-                err = np.zeros(len(part))
-                for value in part[key].unique():
-                    out = (part[key] == value).to_numpy()
-                    err[out] = a[out] @ fit(~out) / y[out] - 1
-                row[f"held out by {key}"] = np.mean(np.abs(err))
-            rows.append(row)
+            x, figures = refit_scales(a, part, ("model_name", "pp"))
+            rows.append({"version": version, "shape": name,
+                         "tensors": x[2] if name != "none" else np.nan, **figures})
     return pd.DataFrame(rows)
+
+
+def refit_scales(a: np.ndarray, part: pd.DataFrame,
+                 held_out: tuple[str, ...]) -> tuple[np.ndarray, dict[str, float]]:
+    """Non-negative scales of the columns of ``a`` (GiB per run of ``part``) fitted by soft-L1
+    on log measured memory, and the memory MAPE in-sample and leaving out each value of each
+    column named in ``held_out`` in turn."""
+    y = part["meas_gib"].to_numpy()
+
+    def fit(keep: np.ndarray) -> np.ndarray:
+        res = least_squares(lambda z: np.log(np.maximum(a[keep] @ z, 1e-3) / y[keep]),
+                            np.ones(a.shape[1]), bounds=(0, np.inf), loss="soft_l1",
+                            f_scale=0.2)
+        return np.asarray(res.x)
+
+    x = fit(np.ones(len(part), dtype=bool))
+    figures = {"in-sample": float(np.mean(np.abs(a @ x / y - 1)))}
+    for key in held_out:
+        err = np.zeros(len(part))
+        for value in part[key].unique():
+            out = (part[key] == value).to_numpy()
+            err[out] = a[out] @ fit(~out) / y[out] - 1
+        figures[f"held out by {key}"] = float(np.mean(np.abs(err)))
+    return x, figures
+
+
+ALONE = "split logits alone"
+"""Table 9's form without a candidate term."""
+LOSS_FORMS = {
+    ALONE: lambda runs: 0.0 * runs["tp"],
+    "+ whole T x V": lambda runs: runs["vocab_size"],
+    "+ whole T x h": lambda runs: 2.0 * runs["hidden_size"],
+    "+ whole T x h x layers": lambda runs: 2.0 * runs["hidden_size"] * runs["num_layers"],
+}
+"""Table 9's candidate terms beside the vocab-parallel logits (T x V / tp): bytes per token of
+the micro-batch that tp does not split (in units of one byte per logit of the whole vocabulary,
+of one unsharded T x h bf16 tensor, or of one per layer)."""
+
+
+def loss_forms(runs: pd.DataFrame) -> pd.DataFrame:
+    """Table 9 (module docstring): per version, runs without a pipeline (whose logged rank
+    holds the loss), the memory MAPE after refitting three scales (every other term, the
+    vocab-parallel logits, the candidate term) in-sample and leaving each model size and each
+    tp out, the bytes per split logit and the candidate's scale fitted on all of them, and
+    the completed runs that fit puts over their GPU's memory (the CUDA context included)."""
+    single = runs[runs["pp"] == 1]
+    terms = term_bytes(single) / GIB
+    grow = terms["logits"] / logits_bytes_per_run(single)  # GiB per byte of logits
+    tokens = single["mbs"] * single["seq_len"] / single["cp"]
+    split = grow * tokens * single["vocab_size"] / single["tp"]
+    other = terms.drop(columns="logits").sum(axis=1)
+    capacity = single["gpu"].map(lambda gpu: get_gpu(gpu).memory_gib)
+    rows = []
+    for version, part in single.groupby("framework_version"):
+        for name, per_token in LOSS_FORMS.items():
+            extra = (grow * tokens * per_token(single))[part.index]
+            a = np.c_[other[part.index], split[part.index], extra]
+            x, figures = refit_scales(a, part, ("model_name", "tp"))
+            over = a @ x + CUDA_CONTEXT_BYTES / GIB > capacity[part.index]
+            rows.append({"version": version, "runs": len(part), "term": name,
+                         "B per split logit": x[1],
+                         "scale": np.nan if name == ALONE else x[2], **figures,
+                         "over capacity": int(over.sum())})
+    return pd.DataFrame(rows)
+
+
+def logits_bytes_per_run(runs: pd.DataFrame) -> pd.Series:
+    """Per run, the logits term's bytes under the shipped parameters (no allocator share)."""
+    out = pd.Series(np.nan, index=runs.index)
+    blocks, rows = blocks_for_runs(runs)
+    for block, idx in zip(blocks, rows, strict=True):
+        out.iloc[idx] = logits_bytes(block.cols)
+    return out
 
 
 def print_tp_by_pp(runs: pd.DataFrame, value: str, how: str) -> None:
@@ -330,6 +402,10 @@ def main() -> None:
     print("\n8. the in-flight term's shape: memory MAPE after refitting the scales of every other "
           "term, the activations and the term, per version")
     print(inflight_forms(runs).round(3).to_string(index=False, na_rep=""))
+    print("\n9. beside the vocab-parallel logits, a term tp does not split: without a pipeline, "
+          "memory MAPE after refitting the scales of every other term, the split logits and the "
+          "term, per version")
+    print(loss_forms(runs).round(3).to_string(index=False, na_rep=""))
 
 
 if __name__ == "__main__":
