@@ -45,7 +45,8 @@ Playbook runs, nine tables:
    logits, the candidate) refitted for each candidate, in-sample and leaving each model size
    and each tp out, and the completed runs each fit puts over their GPU's memory. With the
    split logits alone, pre-pp-fix's mean log error runs from +0.18 at tp 1 to -0.32 at tp
-   32 (table 1, pp = 1). The candidates fit that trend, and none ships: the README ("Two
+   32 (table 1, pp = 1), and within the largest job batches too (printed beneath). The
+   candidates fit that trend, and none ships: the README ("Two
    more forms rejected", thirty-fifth session) gives the full calibration's figures and the
    reasons.
 
@@ -344,6 +345,18 @@ def loss_forms(runs: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def trend_by_batch(runs: pd.DataFrame, least: int = 30) -> pd.DataFrame:
+    """Mean log error by tp (rows) over ``runs`` and within each job batch (the run id's first
+    four digits) of at least ``least`` of them (columns): whether a trend in tp is the job
+    batches of table 5 or holds inside one."""
+    batch = runs["run_id"].str[:4] + "xxxx"
+    table = runs.groupby("tp")["log_err"].mean().rename("all").to_frame()
+    for name, part in runs.groupby(batch):
+        if len(part) >= least:
+            table[name] = part.groupby("tp")["log_err"].mean()
+    return table
+
+
 def logits_bytes_per_run(runs: pd.DataFrame) -> pd.Series:
     """Per run, the logits term's bytes under the shipped parameters (no allocator share)."""
     out = pd.Series(np.nan, index=runs.index)
@@ -406,6 +419,10 @@ def main() -> None:
           "memory MAPE after refitting the scales of every other term, the split logits and the "
           "term, per version")
     print(loss_forms(runs).round(3).to_string(index=False, na_rep=""))
+    print("pre-pp-fix without a pipeline, mean log(predicted / measured) by tp, over all runs "
+          "and within each job batch (run ids by their first four digits) of 30 runs or more:")
+    print(trend_by_batch(runs[(runs["framework_version"] == "pre-pp-fix") & (runs["pp"] == 1)])
+          .round(2).to_string(na_rep=""))
 
 
 if __name__ == "__main__":
