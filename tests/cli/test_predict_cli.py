@@ -63,22 +63,20 @@ def test_the_parameter_set_used_is_said(capsys):
         "set": "nanotron/pp-fix", "fitted": True}
     assert run_json(capsys, [*FLAGS, "--framework", "megatron", "--json"])[
         "analytic_parameters"] == {"set": "megatron/core", "fitted": False}
-    one = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--gpus-per-node", "1",
-           "--framework", "torchtitan", "--zero", "0", "--seq-len", "4096"]
-    assert run_json(capsys, [*one, "--json"])["analytic_parameters"] == {
-        "set": "pytorch/autocast", "fitted": True}
-    assert main(one) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert ("analytic parameters: pytorch/autocast's fitted set (torchtitan/main trains under "
-            "torch.autocast here)") in out
-    sharded = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--gpus-per-node", "8",
-               "--dp", "8", "--framework", "torchtitan", "--zero", "3", "--seq-len", "4096"]
-    assert run_json(capsys, [*sharded, "--json"])["analytic_parameters"] == {
-        "set": "pytorch-fsdp2/bf16", "fitted": True}
-    assert main(sharded) == 0
-    out = " ".join(capsys.readouterr().out.split())
-    assert ("analytic parameters: pytorch-fsdp2/bf16's fitted set (torchtitan/main shards with "
-            "FSDP2 alone here)") in out
+    titan = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--framework", "torchtitan",
+             "--seq-len", "4096"]
+    for layout, fitted_set, why in (
+        (["--gpus-per-node", "1", "--zero", "0"], "pytorch/autocast",
+         "torchtitan/main trains under torch.autocast here"),
+        (["--gpus-per-node", "8", "--dp", "8", "--zero", "3"], "pytorch-fsdp2/bf16",
+         "torchtitan/main shards with FSDP2 alone here"),
+    ):
+        args = [*titan, *layout]
+        assert run_json(capsys, [*args, "--json"])["analytic_parameters"] == {
+            "set": fitted_set, "fitted": True}
+        assert main(args) == 0
+        out = " ".join(capsys.readouterr().out.split())
+        assert f"analytic parameters: {fitted_set}'s fitted set ({why})" in out
 
 
 def test_sequence_parallelism_follows_the_framework_unless_given(capsys):
