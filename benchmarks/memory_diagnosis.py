@@ -65,7 +65,6 @@ from surrogate.analytic.memory import (
     CUDA_CONTEXT_BYTES,
     inflight_hidden_bytes,
     logged_breakdown,
-    logits_bytes,
     memory_breakdown,
 )
 from surrogate.analytic.pipeline import first_stage_inflight
@@ -183,16 +182,24 @@ TERMS = {"model states": ("weights", "gradients", "optimizer"), "activations": (
 def term_bytes(runs: pd.DataFrame) -> pd.DataFrame:
     """Per run, the bytes of each of :data:`TERMS` under the shipped parameters, with the
     allocator's overhead spread over them in proportion (it is a fraction of their sum)."""
+    return terms_and_growth(runs)[0]
+
+
+def terms_and_growth(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
+    """:func:`term_bytes`, and per run the factor the allocator's overhead multiplies every
+    term by (1 + ``allocator_overhead_frac``)."""
     out = pd.DataFrame(index=runs.index, columns=list(TERMS), dtype=np.float64)
+    growth = pd.Series(np.nan, index=runs.index)
     blocks, rows = blocks_for_runs(runs)
     for block, idx in zip(blocks, rows, strict=True):
         # the block's columns hold the shipped sets; the rank each run's memory was logged on
         parts = logged_breakdown(block.cols, memory_breakdown(block.cols))
         grow = 1 + block.cols["p_allocator_overhead_frac"]
+        growth.iloc[idx] = grow
         for name, keys in TERMS.items():
             out.iloc[idx, out.columns.get_loc(name)] = grow * np.sum([parts[k] for k in keys],
                                                                      axis=0)
-    return out
+    return out, growth
 
 
 def best_rescaling(runs: pd.DataFrame) -> pd.DataFrame:
@@ -325,8 +332,8 @@ def loss_forms(runs: pd.DataFrame) -> pd.DataFrame:
     tp out, the bytes per split logit and the candidate's scale fitted on all of them, and
     the completed runs that fit puts over their GPU's memory (the CUDA context included)."""
     single = runs[runs["pp"] == 1]
-    terms = term_bytes(single) / GIB
-    grow = terms["logits"] / logits_bytes_per_run(single)  # GiB per byte of logits
+    terms, growth = terms_and_growth(single)
+    terms, grow = terms / GIB, growth / GIB  # GiB per byte of the breakdown
     tokens = single["mbs"] * single["seq_len"] / single["cp"]
     split = grow * tokens * single["vocab_size"] / single["tp"]
     other = terms.drop(columns="logits").sum(axis=1)
@@ -355,15 +362,6 @@ def trend_by_batch(runs: pd.DataFrame, least: int = 30) -> pd.DataFrame:
         if len(part) >= least:
             table[name] = part.groupby("tp")["log_err"].mean()
     return table
-
-
-def logits_bytes_per_run(runs: pd.DataFrame) -> pd.Series:
-    """Per run, the logits term's bytes under the shipped parameters (no allocator share)."""
-    out = pd.Series(np.nan, index=runs.index)
-    blocks, rows = blocks_for_runs(runs)
-    for block, idx in zip(blocks, rows, strict=True):
-        out.iloc[idx] = logits_bytes(block.cols)
-    return out
 
 
 def print_tp_by_pp(runs: pd.DataFrame, value: str, how: str) -> None:
