@@ -14,8 +14,10 @@ Playbook runs, nine tables:
    dp and gradient accumulation (neither changes a ZeRO-0 rank's memory: the same weights,
    gradients, optimizer states and micro-batch on every rank), as the mean absolute
    percentage error against the median of their group, next to the model's error on them;
-4. the memory MAPE by tp (up to 8, one node; 16 and more, across nodes) and pipeline, and the
-   same floor per tp: where the model misses beyond what the runs themselves scatter;
+4. the memory MAPE by tp (up to 8, one node; 16 and more, across nodes) and pipeline, each
+   band's share of the summed error and the MAPE over all runs were the band predicted as well
+   as its twins agree (table 5), and the same floor as table 3 per tp: where the model misses
+   beyond what the runs themselves scatter;
 5. the replicate floor: every run with a twin (the same model shape, tp, pp, micro-batch, ZeRO
    stage and version, and under ZeRO >= 1 the same dp: nothing else changes a rank's memory)
    predicted by the median of its twins, leaving itself out, by tp band and pipeline beside the
@@ -125,12 +127,26 @@ def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
             float(same["model"].mean()))
 
 
-def by_tp_band(runs: pd.DataFrame) -> pd.DataFrame:
-    """Memory MAPE per tp band and pipeline (runs, MAPE)."""
-    band = np.where(runs["tp"] >= 16, "tp >= 16", "tp <= 8")
-    pipe = np.where(runs["pp"] > 1, "pp > 1", "pp = 1")
+def tp_pipe_bands(runs: pd.DataFrame) -> list[np.ndarray]:
+    """Per run, its tp band (up to 8: one node; 16 and more: across nodes) and pipeline."""
+    return [np.where(runs["tp"] >= 16, "tp >= 16", "tp <= 8"),
+            np.where(runs["pp"] > 1, "pp > 1", "pp = 1")]
+
+
+def by_tp_band(runs: pd.DataFrame, least_twins: int = 30) -> pd.DataFrame:
+    """Memory MAPE per tp band and pipeline: runs, MAPE, the band's share of the summed
+    absolute percentage error, and the MAPE over all runs if every run of the band were
+    predicted as well as its runs with a twin agree with their twins (:func:`twin_floor`;
+    the other runs as they are): an assumption that the band's twins scatter as its other
+    runs would, left empty where fewer than ``least_twins`` of its runs have a twin."""
     ape = np.abs(np.exp(runs["log_err"]) - 1)
-    return ape.groupby([band, pipe]).agg(runs="size", mape="mean")
+    table = ape.groupby(tp_pipe_bands(runs)).agg(runs="size", mape="mean")
+    summed = table["runs"] * table["mape"]
+    table["share of error"] = summed / ape.sum()
+    floor = twin_floor(runs).reindex(table.index)
+    twins_mape = floor["twins"].where(floor["runs"] >= least_twins)
+    table["all, band at its twins"] = (ape.sum() - summed + table["runs"] * twins_mape) / len(ape)
+    return table
 
 
 def floor_by_tp(runs: pd.DataFrame) -> pd.DataFrame:
@@ -166,9 +182,7 @@ def twin_floor(runs: pd.DataFrame) -> pd.DataFrame:
     """:func:`twins` per tp band and pipeline, and over all: runs, the twins' MAPE, the
     model's MAPE on the same runs."""
     t = twins(runs)
-    band = np.where(t["tp"] >= 16, "tp >= 16", "tp <= 8")
-    pipe = np.where(t["pp"] > 1, "pp > 1", "pp = 1")
-    table = t.groupby([band, pipe]).agg(runs=("twin", "size"), twins=("twin", "mean"),
+    table = t.groupby(tp_pipe_bands(t)).agg(runs=("twin", "size"), twins=("twin", "mean"),
                                         model=("model", "mean"))
     table.loc[("all", ""), :] = [len(t), t["twin"].mean(), t["model"].mean()]
     return table.astype({"runs": int})
@@ -388,9 +402,11 @@ def main() -> None:
     print(f"\n3. ZeRO-0 runs without a pipeline differing only in dp and gradient accumulation: "
           f"{n} runs in {groups} groups; MAPE against their group's median {floor:.1%} "
           f"(the model on the same runs: {model:.1%})")
-    print("\n4. memory MAPE by tp and pipeline, and per tp the floor of ZeRO-0 runs of one model, "
-          "tp, pp, micro-batch and version (MAPE against their group's median) beside the "
-          "model's error on them")
+    print("\n4. memory MAPE by tp and pipeline, each band's share of the summed error, and the "
+          "MAPE over all runs were the band's runs predicted as well as its runs with a twin "
+          "agree with their twins (table 5; empty under 30 such runs); then per tp the floor of "
+          "ZeRO-0 runs of one model, tp, pp, micro-batch and version (MAPE against their "
+          "group's median) beside the model's error on them")
     print(by_tp_band(runs).round(3).to_string())
     print(floor_by_tp(runs).round(3).to_string())
     t = twins(runs)
