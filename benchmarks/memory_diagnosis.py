@@ -16,8 +16,8 @@ Playbook runs, nine tables:
    percentage error against the median of their group, next to the model's error on them;
 4. the memory MAPE by tp (up to 8, one node; 16 and more, across nodes) and pipeline, each
    band's share of the summed error and the MAPE over all runs were the band predicted as well
-   as its twins agree (table 5), and the same floor as table 3 per tp: where the model misses
-   beyond what the runs themselves scatter;
+   as its twins agree (table 5), and per tp the floor of table 3 over every pp: where the
+   model misses beyond what the runs themselves scatter;
 5. the replicate floor: every run with a twin (the same model shape, tp, pp, micro-batch, ZeRO
    stage and version, and under ZeRO >= 1 the same dp: nothing else changes a rank's memory)
    predicted by the median of its twins, leaving itself out, by tp band and pipeline beside the
