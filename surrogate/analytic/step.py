@@ -280,7 +280,9 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     waits = pipeline.cross_node_waits(c) * spans["pp"]
     pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
             + waits * param(c, "pp_slot_latency_s"))
-    window = param(c, "dp_overlap") * BACKWARD_SHARE * compute_mb
+    # the reduction hides under the last micro-batch's backward, which lasts as long as its
+    # compute, or as the host floor where that binds (the GPU then idles between kernels)
+    window = param(c, "dp_overlap") * BACKWARD_SHARE * np.maximum(compute_mb, floor_mb)
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
     updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
