@@ -33,7 +33,13 @@ from surrogate.analytic.memory import (
     memory_breakdown,
     torch_reserved_bytes,
 )
-from surrogate.analytic.params import PARAMETERS, FreeParameter
+from surrogate.analytic.params import (
+    DEFAULT_SET,
+    PARAMETERS,
+    FreeParameter,
+    cluster_key,
+    cluster_scoped,
+)
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import step_breakdown
 from surrogate.errors import DataError
@@ -124,8 +130,9 @@ Predictor = Callable[[Block, dict[str, float]], Array]
 
 
 def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, target: str,
-         fixed: dict[str, float]) -> ParameterFit:
+         fixed: dict[str, float], weights: Sequence[float] | None = None) -> ParameterFit:
     params: list[FreeParameter] = [PARAMETERS[n] for n in names]
+    root_w = np.sqrt(np.ones(len(blocks)) if weights is None else np.asarray(weights, float))
     ys = [getattr(b, target) for b in blocks]
     masks = [np.isfinite(y) & (y > 0) for y in ys]
     runs = int(sum(m.sum() for m in masks))
@@ -140,8 +147,8 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
 
     def data_residuals(z: np.ndarray) -> np.ndarray:
         vals = values_of(z)
-        parts = [np.log(predict(b, vals)[m] / y[m]) for b, y, m in zip(blocks, ys, masks,
-                                                                          strict=True)]
+        parts = [w * np.log(predict(b, vals)[m] / y[m])
+                 for b, y, m, w in zip(blocks, ys, masks, root_w, strict=True)]
         return np.concatenate(parts)
 
     noise = 1.0
@@ -177,17 +184,21 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
 
 
 def fit_time(blocks: Sequence[Block], names: Sequence[str] = TIME_PARAMETERS,
-             fixed: dict[str, float] | None = None) -> ParameterFit:
-    """Fit time parameters ``names`` on the blocks' measured step times."""
-    return _fit(blocks, names, predicted_step_s, "step_time_s", dict(fixed or {}))
+             fixed: dict[str, float] | None = None,
+             weights: Sequence[float] | None = None) -> ParameterFit:
+    """Fit time parameters ``names`` on the blocks' measured step times (each block's log
+    residuals weighed by ``weights``, one per block; 1 by default)."""
+    return _fit(blocks, names, predicted_step_s, "step_time_s", dict(fixed or {}), weights)
 
 
 def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS,
-               fixed: dict[str, float] | None = None) -> ParameterFit:
+               fixed: dict[str, float] | None = None,
+               weights: Sequence[float] | None = None) -> ParameterFit:
     """Fit memory parameters on measured peak reserved memory; ``extra['memory_log_sd']`` is
     the standard deviation of the fitted log residuals, ``extra['oom_log_margin']`` the OOM
     boundary fitted with it (:func:`fit_oom_margin`): together they turn memory into p_oom."""
-    fit = _fit(blocks, names, predicted_logged_reserved, "reserved_bytes", dict(fixed or {}))
+    fit = _fit(blocks, names, predicted_logged_reserved, "reserved_bytes", dict(fixed or {}),
+               weights)
     fit.extra["memory_log_sd"] = fit.log_rmse
     fit.extra["oom_log_margin"] = fit_oom_margin(
         blocks, {**(fixed or {}), **fit.values}, fit.log_rmse)
@@ -302,7 +313,8 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
                             np.nan)
         status = sub["status"].to_numpy()
         oom = np.where(status == "oom", 1.0, np.where(done, 0.0, np.nan))
-        blocks.append(Block(c, resolve_perf_model(gpu, profiles[idx[0]]), step, reserved, oom))
+        perf = resolve_perf_model(gpu, profiles[idx[0]])
+        blocks.append(Block(cluster_scoped(c, perf.name), perf, step, reserved, oom))
         rows.append(sel)
     return blocks, rows
 
@@ -361,7 +373,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
         t = fit_time(fit_bs)
         entry: dict[str, Any] = {"values": dict(t.values), "sd": dict(t.sd),
                                  "runs": {"time": t.runs, "memory": 0},
-                                 "log_rmse": {"time": t.log_rmse, "memory": float("nan")}}
+                                 "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
+                                 "clusters": sorted({cluster_key(b.perf.name) for b in bs})}
         # a table of throughput alone (no peak memory: e.g. llm-foundry's) fits the time
         # parameters; its memory ones keep their priors
         with_memory = n_mem >= MIN_RUNS
@@ -401,6 +414,58 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                                        "memory_log_sd": held_sd,
                                        "oom_log_margin": held_margin},
             "group_by": group_by, "fit_on": fit_on}
+
+
+Balance = Literal["runs", "sets"]
+
+
+def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[float]:
+    """One weight per block: 1 (``runs``: every run counts once), or each parameter set's runs
+    weighing as much in all as any other set's (``sets``: the Playbook's thousand runs do not
+    outvote a framework measured a hundred times)."""
+    if balance == "runs":
+        return [1.0] * len(blocks)
+    counts: dict[str, int] = {}
+    for b in blocks:
+        fv = framework_version_of(b)
+        counts[fv] = counts.get(fv, 0) + int(np.isfinite(getattr(b, target)).sum())
+    measured = {fv: n for fv, n in counts.items() if n}
+    total = sum(measured.values())
+    return [total / (len(measured) * measured[framework_version_of(b)])
+            if framework_version_of(b) in measured else 0.0 for b in blocks]
+
+
+def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
+                min_runs: int = MIN_RUNS) -> dict[str, Any]:
+    """The default set (:data:`~surrogate.analytic.params.DEFAULT_SET`): the framework-scoped
+    parameters fitted on every run of ``runs`` together, whatever its framework, for the
+    framework versions, GPUs and clusters that have no set of their own. Each run is explained
+    under its own set's cluster-scoped values where that set was fitted on its cluster
+    (:func:`~surrogate.analytic.params.cluster_scoped`: a cluster's network latency or host
+    floor is not the frameworks' common ground); the default keeps those at their priors.
+    ``balance``: how runs of different sets are weighed (:func:`_balanced`). Memory parameters
+    are fitted on the runs with a measured peak memory (priors where fewer than ``min_runs``),
+    with the memory error and OOM margin they show (:func:`fit_memory`).
+
+    Returns the set as the shipped JSON holds it (``values``, ``sd``, ``runs``, ``log_rmse``)
+    and the sets it pooled (``pooled``)."""
+    blocks, _ = blocks_for_runs(runs, profile)
+    time_names = [n for n in TIME_PARAMETERS if PARAMETERS[n].scope == "framework"]
+    memory_names = [n for n in MEMORY_PARAMETERS if PARAMETERS[n].scope == "framework"]
+    t = fit_time(blocks, time_names, weights=_balanced(blocks, "step_time_s", balance))
+    entry: dict[str, Any] = {
+        "values": dict(t.values), "sd": dict(t.sd), "runs": {"time": t.runs, "memory": 0},
+        "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
+        "pooled": sorted({framework_version_of(b) for b in blocks}), "balance": balance}
+    if sum(int(np.isfinite(b.reserved_bytes).sum()) for b in blocks) >= min_runs:
+        m = fit_memory(blocks, memory_names,
+                       weights=_balanced(blocks, "reserved_bytes", balance))
+        entry["values"] |= {**m.values, "memory_log_sd": m.extra["memory_log_sd"],
+                            "oom_log_margin": m.extra["oom_log_margin"]}
+        entry["sd"] |= m.sd
+        entry["runs"]["memory"] = m.runs
+        entry["log_rmse"]["memory"] = m.log_rmse
+    return entry
 
 
 def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
@@ -448,7 +513,12 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
                    "residual spread; oom_log_margin: maximum likelihood on completed vs "
                    "out-of-memory runs; sd: Gauss-Newton"
                    + ("" if result["group_by"] is None else
-                      f"; fold_sd: spread over leave-one-{result['group_by']}-out folds")),
+                      f"; fold_sd: spread over leave-one-{result['group_by']}-out folds")
+                   + ("" if DEFAULT_SET not in result["sets"] else
+                      f"; {DEFAULT_SET}: the framework-scoped parameters on every framework's "
+                      "runs together (fit_default), each set's runs weighed "
+                      + ("alike" if result["sets"][DEFAULT_SET].get("balance") == "sets"
+                         else "one each"))),
         "sets": result["sets"],
     }
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")

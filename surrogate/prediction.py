@@ -124,6 +124,19 @@ class Prediction:
         return name, name in sets_in_use()
 
     @property
+    def parameter_source(self) -> str:
+        """Where the analytic model's free parameters came from: ``fitted`` (the set of
+        :attr:`parameter_set`), ``default`` (no set of its own: the default set, fitted on
+        every framework's runs together, ``surrogate.fit_params.fit_default``) or ``priors``
+        (neither ships)."""
+        from surrogate.analytic.params import DEFAULT_SET, sets_in_use
+
+        _, fitted = self.parameter_set
+        if fitted:
+            return "fitted"
+        return "default" if DEFAULT_SET in sets_in_use() else "priors"
+
+    @property
     def status(self) -> str:
         return self.pred_status
 
@@ -154,8 +167,9 @@ class Prediction:
             "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
             "runs_as_another": self.config.runs_as_another() or "",
-            "analytic_parameters": dict(zip(("set", "fitted"), self.parameter_set,
-                                            strict=True)),
+            "analytic_parameters": {**dict(zip(("set", "fitted"), self.parameter_set,
+                                               strict=True)),
+                                    "source": self.parameter_source},
             "extrapolates": bool(self.extrapolation),
             "extrapolation": self.extrapolation,
             "domain_weight": self.domain_weight,

@@ -188,3 +188,32 @@ def test_a_users_runs_calibrate_their_frameworks_physics():
     assert sets[mine]["values"]["gemm_time_scale"] > 0
     assert "memory_log_sd" not in sets[mine]["values"]  # no memory published: its priors
     assert own_sets(runs.iloc[:OWN_MIN_RUNS - 1]) == {}
+
+
+def test_the_default_set_is_fitted_on_every_framework_together(config):
+    """fit_default on synthetic runs of two frameworks generated at TRUE: it recovers the
+    framework-scoped values, fits no cluster-scoped one, and names the sets it pooled."""
+    import pandas as pd
+
+    from surrogate.analytic.params import PARAMETERS, using_sets
+    from surrogate.config import config_to_flat
+    from surrogate.fit_params import fit_default
+
+    configs = [config("playbook-1.34b", dp=8 // tp, tp=tp, grad_accum=ga, framework=fw,
+                      zero_stage=3 if fw == "torchtitan" else 0)
+               for fw in ("nanotron", "torchtitan") for tp in (1, 2, 4) for ga in (1, 4, 16)]
+    n = len(configs)
+    b = Block({**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
+              SpecPerfModel(), np.zeros(n), np.zeros(n))
+    runs = pd.DataFrame([config_to_flat(c) for c in configs]).assign(
+        status="completed", peak_mem_reserved_gib=np.nan, mfu=0.4, source="synthetic")
+    tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
+    runs["tokens_per_s_per_gpu"] = tokens / (predicted_step_s(b, TRUE) * 8)
+    with using_sets({}):
+        entry = fit_default(runs, SpecPerfModel(), balance="sets")
+    # torchtitan under FSDP alone takes pytorch-fsdp2's set, with tp its own
+    assert entry["pooled"] == ["nanotron/pp-fix", "pytorch-fsdp2/bf16", "torchtitan/main"]
+    assert entry["values"]["layer_overhead_s"] == pytest.approx(2e-3, rel=0.05)
+    assert entry["log_rmse"]["time"] < 0.01
+    assert all(PARAMETERS[k].scope == "framework" for k in entry["values"])
+    assert entry["runs"] == {"time": n, "memory": 0}  # no memory measured: memory priors

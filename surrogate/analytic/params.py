@@ -32,6 +32,12 @@ Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
 
 Kind = Literal["time", "memory", "error"]
+Scope = Literal["framework", "cluster"]
+
+DEFAULT_SET = "default"
+"""The set a framework version without a fitted set of its own takes: fitted on every
+framework's runs together (``surrogate.fit_params.fit_default``), its cluster-scoped
+parameters at their priors."""
 
 
 @dataclass(frozen=True)
@@ -52,6 +58,12 @@ class FreeParameter:
     fit_start: float | None = None
     """Where least squares starts (None: the prior). A floor has no gradient where it binds no
     run, so it starts where it binds some."""
+    scope: Scope = "framework"
+    """``framework``: a trait of the implementation (overlap, launches, the allocator), which
+    carries to any cluster the framework runs on. ``cluster``: a property of the cluster a set
+    was fitted on (its network's latency, its hosts' time to issue a layer's kernels): a set's
+    fitted value holds on that cluster's calibration profile only, and elsewhere the default
+    set's (:func:`cluster_scoped`)."""
 
     @property
     def is_fraction(self) -> bool:
@@ -99,6 +111,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "tp_inter_comm_scale", 1.0, 1.0, 0.2, 50.0, "x", "time",
         "The same for TP groups that span nodes, which run many mid-size collectives over the "
         "network where the profile measured large ones; prior 1.",
+        scope="cluster",
     ),
     FreeParameter(
         "tp_inter_step_latency_s", 1e-5, 3.0, 1e-7, 1e-2, "s per ring step", "time",
@@ -108,6 +121,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "measured on large messages, do not see (the datasheet path already charges 10 us "
         "per step; this adds to it). Prior 10 us, the order of an inter-node hop (network "
         "latency plus NCCL's protocol), wide.",
+        scope="cluster",
     ),
     FreeParameter(
         "pp_comm_scale", 1.0, 1.0, 0.2, 1000.0, "x", "time",
@@ -121,6 +135,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "(``pipeline.cross_node_waits``): a latency, not a bandwidth (the Playbook's "
         "cross-node pipelines lose a constant time per handshake whatever the message size); "
         "prior 1 ms.",
+        scope="cluster",
     ),
     FreeParameter(
         "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
@@ -128,7 +143,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "whatever its work (surrogate.analytic.step: a floor, not an added cost; the "
         "Playbook's nanotron pipelines run no faster than about 8 ms per layer at tp 2); prior "
         "0.1 ms, wide: a framework whose pipelines show no floor keeps it negligible.",
-        fit_start=2e-3,
+        fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
         "pp_layer_floor_per_tp_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch per TP "
@@ -136,7 +151,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "The same floor's growth with the tensor-parallel degree (the Playbook's nanotron "
         "pp-fix pipelines: about 15 ms per layer at tp 4 and 23 ms at tp 8); prior 0.1 ms, "
         "wide.",
-        fit_start=2e-3,
+        fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
         "layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
@@ -146,7 +161,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "layer's kernels (and FSDP2's per-block hooks) where the GPU finishes first. Measured "
         "on one H100 (microbench.train_step): the step time stays flat as the micro-batch "
         "grows from 1 to 4-8, about 6 ms per layer under FSDP2; prior 0.1 ms, wide.",
-        fit_start=2e-3,
+        fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
         "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",
@@ -274,9 +289,56 @@ def sets_in_use() -> dict[str, dict[str, Any]]:
 
 def values_for(framework_version: str) -> dict[str, float]:
     """Parameter values for ``framework/version``: its set in use (:func:`sets_in_use`: the
-    shipped fit, unless a block uses others) where one exists, else the priors."""
-    fitted = sets_in_use().get(framework_version, {}).get("values", {})
+    shipped fit, unless a block uses others) where one exists, else the default set
+    (:data:`DEFAULT_SET`, fitted on every framework's runs together) where one is in use, else
+    the priors."""
+    sets = sets_in_use()
+    fitted = sets.get(framework_version, sets.get(DEFAULT_SET, {})).get("values", {})
     return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
+
+
+def set_clusters(framework_version: str) -> tuple[str, ...]:
+    """The calibration profiles (:func:`cluster_key`) whose runs the set in use of
+    ``framework/version`` was fitted on; empty where it takes the default set or the priors,
+    or where the set does not say (its cluster-scoped values then hold everywhere)."""
+    entry = sets_in_use().get(framework_version)
+    return tuple(entry.get("clusters", ())) if entry else ()
+
+
+def cluster_key(profile_name: str) -> str:
+    """The cluster a calibration profile describes: its name up to the first colon (profiles
+    are named ``key: description``, e.g. ``hf-playbook-cluster: the Playbook's H100 + AWS EFA
+    cluster as measured``)."""
+    return profile_name.split(":", 1)[0].strip()
+
+
+CLUSTER_SCOPED: tuple[str, ...] = tuple(p.name for p in FREE_PARAMETERS if p.scope == "cluster")
+"""The parameters whose fitted value belongs to the cluster it was fitted on."""
+
+
+def cluster_scoped(cols: dict[str, Array], profile_name: str) -> dict[str, Array]:
+    """``cols`` (with ``parameter_code`` and ``p_<name>`` columns) predicted on the cluster of
+    calibration profile ``profile_name``: where a configuration's set was fitted on other
+    clusters (:func:`set_clusters`), its cluster-scoped parameters (:data:`CLUSTER_SCOPED`)
+    take the default set's values instead, so one cluster's network latency or host floor
+    does not speak for another's."""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+    if "parameter_code" not in cols or not CLUSTER_SCOPED:
+        return cols
+    here = cluster_key(profile_name)
+    codes = np.asarray(cols["parameter_code"], dtype=np.int64)
+    foreign = np.array([bool(set_clusters(fv)) and here not in set_clusters(fv)
+                        for fv in FRAMEWORK_VERSIONS], dtype=bool)[codes]
+    if not foreign.any():
+        return cols
+    fallback = values_for(DEFAULT_SET)
+    out = dict(cols)
+    for name in CLUSTER_SCOPED:
+        key = f"p_{name}"
+        if key in out:
+            out[key] = np.where(foreign, fallback[name], out[key])
+    return out
 
 
 def param_columns(parameter_codes: Array) -> dict[str, Array]:

@@ -22,6 +22,7 @@ from surrogate.analytic.memory import (
     oom_probability,
     torch_reserved_bytes,
 )
+from surrogate.analytic.params import cluster_scoped
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
 from surrogate.config import TrainingConfig
@@ -123,7 +124,8 @@ def analytic_for(
     for g, (gpu, key) in enumerate(groups):
         idx = np.arange(n) if whole else np.flatnonzero(codes == g)
         perf = resolve_perf_model(gpu, keys[key])
-        c = cols_from_table(table if whole else take(table, idx))
+        # a set's cluster-scoped parameters hold on the cluster it was fitted on only
+        c = cluster_scoped(cols_from_table(table if whole else take(table, idx)), perf.name)
         for name, values in (extra or {}).items():
             c[name] = np.asarray(values, dtype=np.float64)[idx]
         out = analytic_columns(c, perf)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from surrogate.analytic.params import cluster_key, set_clusters
 from surrogate.cli.app import app
 from surrogate.cli.shape_options import (
     ExpertsOpt,
@@ -106,16 +107,21 @@ def _print_table(pred: Any) -> None:
         console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
                       f"described ({escape(runs_as)}); it is predicted as given", highlight=False)
     console.print(f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}")
-    pset, fitted = pred.parameter_set
+    pset, _ = pred.parameter_set
     own = f"{lay.framework}/{lay.framework_version}"
     how = ("trains under torch.autocast here"
            if pset == get_framework(lay.framework).autocast_parameters
            else "shards with FSDP2 alone here")
-    console.print(
-        f"analytic parameters: {escape(pset)}'s "
-        + ("fitted set" if fitted else "priors (no fitted set)")
-        + ("" if pset == own else f" ({escape(own)} {how})"),
-        highlight=False)
+    which = {"fitted": f"{escape(pset)}'s fitted set",
+             "priors": f"{escape(pset)}'s priors (no fitted set)",
+             "default": f"the default set ({escape(pset)} has none of its own; fitted on "
+                        "every framework's runs)"}[pred.parameter_source]
+    console.print(f"analytic parameters: {which}"
+                  + ("" if pset == own else f" ({escape(own)} {how})"), highlight=False)
+    clusters = set_clusters(pset)
+    if clusters and cluster_key(str(pred.perf_model)) not in clusters:
+        console.print(f"  its cluster-scoped terms (network latency, host floors) were fitted on "
+                      f"{escape(', '.join(clusters))}: the default set's here", highlight=False)
     if pred.source == "learned":
         console.print(
             f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "

@@ -101,3 +101,52 @@ def test_the_columns_take_the_set_parameter_set_names() -> None:
     np.testing.assert_array_equal(codes, want)
     assert FRAMEWORK_VERSIONS.index("pytorch/autocast") in codes
     assert FRAMEWORK_VERSIONS.index("pytorch-fsdp2/bf16") in codes
+
+
+def test_a_framework_without_a_set_takes_the_default_then_the_priors():
+    default = {"values": {"layer_overhead_s": 7e-4}}
+    with params.using_sets({params.DEFAULT_SET: default}):
+        assert params.values_for("torchtitan/main")["layer_overhead_s"] == 7e-4
+        # what the default does not hold: the prior
+        assert params.values_for("torchtitan/main")["dp_overlap"] == params.PRIORS["dp_overlap"]
+    with params.using_sets({}):
+        assert params.values_for("torchtitan/main") == params.PRIORS
+
+
+def test_cluster_scoped_parameters_hold_on_their_own_cluster_only(config):
+    """A set fitted on one cluster keeps its framework-scoped values everywhere, and its
+    cluster-scoped ones (host floors, network latency) on that cluster's profile only."""
+    assert "layer_floor_s" in params.CLUSTER_SCOPED
+    assert "layer_overhead_s" not in params.CLUSTER_SCOPED
+    sets = {"nanotron/pp-fix": {"values": {"layer_floor_s": 0.01, "layer_overhead_s": 5e-4},
+                                "clusters": ["hf-playbook-cluster"]},
+            params.DEFAULT_SET: {"values": {"layer_overhead_s": 9e-4}}}
+    with params.using_sets(sets):
+        c = to_cols([config("playbook-1.34b", dp=8, framework="nanotron")])
+        home = params.cluster_scoped(c, "hf-playbook-cluster: the Playbook's cluster")
+        away = params.cluster_scoped(c, "H100-SXM-80GB healthy fabric")
+    assert home["p_layer_floor_s"][0] == 0.01
+    assert away["p_layer_floor_s"][0] == params.PRIORS["layer_floor_s"]
+    assert home["p_layer_overhead_s"][0] == away["p_layer_overhead_s"][0] == 5e-4
+
+
+def test_a_set_that_names_no_cluster_holds_everywhere(config):
+    sets = {"nanotron/pp-fix": {"values": {"layer_floor_s": 0.01}}}
+    with params.using_sets(sets):
+        c = to_cols([config("playbook-1.34b", dp=8, framework="nanotron")])
+        assert params.cluster_scoped(c, "anywhere")["p_layer_floor_s"][0] == 0.01
+
+
+def test_the_profile_a_prediction_uses_scopes_the_sets(config):
+    """analytic_for: the Playbook's nanotron floor on the Playbook's profile, not on the
+    public H100 one."""
+    from surrogate.analytic.run import analytic_for
+
+    sets = {"nanotron/pp-fix": {"values": {"layer_floor_s": 0.05},
+                                "clusters": ["hf-playbook-cluster"]}}
+    cfg = [config("playbook-1.34b", dp=8, framework="nanotron")]
+    with params.using_sets(sets):
+        home, _, _ = analytic_for(cfg, "hf-playbook-cluster")
+        away, _, _ = analytic_for(cfg, None)
+    assert home["p_layer_floor_s"][0] == 0.05
+    assert away["p_layer_floor_s"][0] == params.PRIORS["layer_floor_s"]

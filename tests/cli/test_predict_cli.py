@@ -57,12 +57,16 @@ def test_json_output(capsys):
 
 
 def test_the_parameter_set_used_is_said(capsys):
-    """Which fitted set (or the priors) the analytic model used; torchtitan on one GPU trains
-    under autocast and takes pytorch/autocast's set, and says so."""
+    """Which fitted set (or the default set) the analytic model used; torchtitan on one GPU
+    trains under autocast and takes pytorch/autocast's set, and says so."""
     assert run_json(capsys, [*FLAGS, "--json"])["analytic_parameters"] == {
-        "set": "nanotron/pp-fix", "fitted": True}
-    assert run_json(capsys, [*FLAGS, "--framework", "megatron", "--json"])[
-        "analytic_parameters"] == {"set": "megatron/core", "fitted": False}
+        "set": "nanotron/pp-fix", "fitted": True, "source": "fitted"}
+    megatron = [*FLAGS, "--framework", "megatron"]
+    assert run_json(capsys, [*megatron, "--json"])["analytic_parameters"] == {
+        "set": "megatron/core", "fitted": False, "source": "default"}
+    assert main(megatron) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "analytic parameters: the default set (megatron/core has none of its own" in out
     titan = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--framework", "torchtitan",
              "--seq-len", "4096"]
     for layout, fitted_set, why in (
@@ -73,7 +77,7 @@ def test_the_parameter_set_used_is_said(capsys):
     ):
         args = [*titan, *layout]
         assert run_json(capsys, [*args, "--json"])["analytic_parameters"] == {
-            "set": fitted_set, "fitted": True}
+            "set": fitted_set, "fitted": True, "source": "fitted"}
         assert main(args) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert f"analytic parameters: {fitted_set}'s fitted set ({why})" in out
