@@ -6,6 +6,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
                                   [--shipped-physics] [--by COLUMN] [--analytic]
+                                  [--across]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs: zero-shot, then k = 10 and 50 of
 them added to training, 3 draws each; then as a user who ran on one node only: k of its
@@ -32,6 +33,13 @@ same as the ``analytic`` column of a full run), and with ``--transfer`` its zero
 the other cluster (per GPU too) and the Llama 3 405B table: the targets of the analytic model
 alone.
 
+``--across`` adds the protocols that hold out a whole framework or a whole cluster (the
+Playbook's, MPT on H100, MPT on A100, the project's own H100 runs; ``training/across.py``): the
+analytic model fitted on everything else, a held-out framework version at its priors and at the
+default set fitted on the rest (each set's runs weighed alike, or each run once). The learned
+model adds nothing there: a framework or GPU outside its data keeps the analytic answer
+(``surrogate.domain``). About 8 minutes on two cores.
+
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
 in the run ``analytic baseline DATA``).
@@ -43,6 +51,7 @@ stored in that model's sidecar (e.g. those ``surrogate train`` tuned).
 from __future__ import annotations
 
 import argparse
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -78,6 +87,7 @@ def main() -> None:
     ap.add_argument("--track", action="store_true")
     ap.add_argument("--by", default=None, metavar="COLUMN")
     ap.add_argument("--analytic", action="store_true")
+    ap.add_argument("--across", action="store_true")
     args = ap.parse_args()
     if args.analytic:
         for flag in ("shrink", "shape_weight", "model_dir"):
@@ -102,6 +112,8 @@ def main() -> None:
     data = training_data(runs)  # features and targets once, sliced per split
     if args.analytic:
         logged = analytic_only(data, args)
+        if args.across:
+            logged |= across(args.data_dir)
         print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
         if args.track:
             from surrogate.training_data import data_hash
@@ -135,6 +147,8 @@ def main() -> None:
         more, more_baseline = transfer(runs, params, args.data_dir, args.seed)
         logged |= more
         baseline |= more_baseline
+    if args.across:
+        baseline |= across(args.data_dir)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
         from surrogate.training_data import data_hash
@@ -164,6 +178,31 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     if args.transfer:
         logged |= analytic_transfer(args.data_dir)
     return logged
+
+
+def across(data_dir: Path | None) -> dict[str, float]:
+    """``--across``: hold out each framework, then each cluster (``training.across``); print
+    the table and return its figures by MLflow name (``across_<grouping>_<held out>/<variant>
+    /<figure>``)."""
+    from training.across import GROUPINGS, all_runs, leave_one_out
+
+    table = leave_one_out(all_runs(data_dir))
+    out: dict[str, float] = {}
+    for grouping, part in table.groupby("grouping", sort=False):
+        shown = part.drop(columns="grouping").copy()
+        for col in ("tps_mape_ge10", "tps_median_ape", "memory_mape"):
+            shown[col] = [format_metric("mfu_mape_ge10", v) for v in shown[col]]
+        shown["tps_ratio_median"] = shown["tps_ratio_median"].round(2)
+        print(f"\n{GROUPINGS[str(grouping)]}: the analytic model fitted on every other run, "
+              "predicting the held-out runs (tokens/s predicted / measured; memory MAPE where "
+              "measured)")
+        print(shown.to_string(index=False))
+        for row in part.to_dict("records"):
+            variant = re.sub(r"[^A-Za-z0-9_.-]+", "_", str(row["variant"])).strip("_")
+            key = f"across_{grouping}_{row['held_out']}/{variant}"
+            out |= {f"{key}/{k}": float(row[k]) for k in
+                    ("tps_ratio_median", "tps_mape_ge10", "tps_median_ape", "memory_mape")}
+    return out
 
 
 def analytic_transfer(data_dir: Path | None) -> dict[str, float]:

@@ -1,0 +1,154 @@
+"""Protocols that judge transfer: hold out a whole framework or a whole cluster.
+
+A user's first prediction is made for a framework or a cluster the parameter sets were not
+fitted on. These protocols measure exactly that on every framework and cluster with measured
+runs: the Playbook's (nanotron on its H100 + EFA cluster), MosaicML's MPT runs (llm-foundry on
+H100 and on A100 clusters) and the project's own single-H100 runs (PyTorch autocast, FSDP2,
+torchtitan). For each held-out framework or cluster, the analytic model's parameter sets are
+fitted on every other run (``surrogate.fit_params.fit_runs``; a framework version with no run
+left keeps no set), and so is the default set (``surrogate.fit_params.fit_default``); the
+held-out runs are then predicted
+
+- ``priors``: a framework version without a set of its own at the priors;
+- ``default (runs)`` / ``default (sets)``: at the default set fitted on the rest, its runs
+  weighed one each or each parameter set as much as any other.
+
+Figures per held-out group: completed runs, median predicted / measured tokens/s, the mean
+absolute error of tokens/s over runs of MFU >= 10% (MAPE) and the median over all, and peak
+reserved memory MAPE where measured.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from surrogate.analytic.params import DEFAULT_SET, using_sets
+from surrogate.fit_params import (
+    MIN_FIT_MFU,
+    Balance,
+    blocks_for_runs,
+    fit_default,
+    fit_runs,
+    predicted_logged_reserved,
+    predicted_step_s,
+)
+from surrogate.hardware import GIB
+
+DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
+"""The project's own H100 measurements (``datasets/h100``)."""
+
+GROUPINGS: dict[str, str] = {"framework": "leave one framework out",
+                             "cluster": "leave one cluster out"}
+VARIANTS: tuple[str, ...] = ("priors", "default (runs)", "default (sets)")
+
+
+def own_h100_runs() -> pd.DataFrame:
+    """The project's own single-H100 runs: PyTorch autocast and FSDP2 training steps
+    (``microbench.train_step``) and torchtitan 0.2.2 runs, all on the machine of
+    ``datasets/h100/2026-11-23/env.txt``, explained under its measured profile."""
+    from microbench.torchtitan_runs import read_run_dirs
+    from surrogate.ingest.dispatch import read_runs
+
+    paths = sorted((DATASETS / "2026-11-23").glob("train_steps_*.jsonl"))
+    paths += sorted((DATASETS / "2026-11-24" / "fsdp2").glob("train_steps_*.jsonl"))
+    frames = [read_runs(p) for p in paths]
+    torchtitan = read_run_dirs(DATASETS / "2026-11-24" / "torchtitan")[0]
+    torchtitan["source"] = "surrogate_h100"  # the same machine: its profile explains them
+    frames.append(torchtitan)
+    return pd.concat(frames, ignore_index=True)
+
+
+def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
+    """Every measured run of every framework and cluster, with a ``cluster`` column:
+    ``playbook``, ``mpt-h100``, ``mpt-a100`` (both A100 memory sizes) and ``own-h100``."""
+    from surrogate.clusters import playbook_runs
+    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+
+    playbook = playbook_runs(data_dir).assign(cluster="playbook")
+    mpt = parse_llmfoundry(resolve_data_dir(data_dir)
+                           / "sweeps/llmfoundry_mpt/benchmarking_README.md")[0]
+    mpt["cluster"] = np.where(mpt["gpu"].str.startswith("H100"), "mpt-h100", "mpt-a100")
+    own = own_h100_runs().assign(cluster="own-h100")
+    return pd.concat([playbook, mpt, own], ignore_index=True)
+
+
+def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
+    from surrogate.config import config_from_flat
+
+    return np.array([config_from_flat(r).layout.parameter_set()
+                     for r in runs.to_dict("records")], dtype=object)
+
+
+def held_out_scores(runs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Predicted step time and logged peak reserved memory of ``runs`` under the sets in
+    use (``surrogate.analytic.params.using_sets``), one value per run."""
+    blocks, rows = blocks_for_runs(runs)
+    step = np.full(len(runs), np.nan)
+    mem = np.full(len(runs), np.nan)
+    for b, idx in zip(blocks, rows, strict=True):
+        step[idx] = predicted_step_s(b, {})
+        mem[idx] = predicted_logged_reserved(b, {})
+    return {"step_time_s": step, "reserved_bytes": mem}
+
+
+def figures(runs: pd.DataFrame, pred: dict[str, np.ndarray]) -> dict[str, float]:
+    """Tokens/s median predicted / measured and median absolute error over the completed runs,
+    MAPE over those of measured MFU >= 10% (the project's convention: a run at a few percent
+    MFU is a broken run, not a layout to rank); peak reserved memory MAPE over the completed
+    runs with a measurement."""
+    done = (runs["status"] == "completed").to_numpy()
+    tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
+    gpus = (runs["gpus_per_node"] * runs["num_nodes"]).to_numpy(float)
+    measured = tokens / (runs["tokens_per_s_per_gpu"].to_numpy(float) * gpus)
+    ratio = measured / pred["step_time_s"]  # predicted tokens/s over measured
+    ok = done & np.isfinite(ratio)
+    big = ok & (runs["mfu"].to_numpy(float) >= MIN_FIT_MFU)
+    got = runs["peak_mem_reserved_gib"].to_numpy(float) * GIB
+    mok = done & np.isfinite(got) & np.isfinite(pred["reserved_bytes"])
+    ape = np.abs(ratio - 1)
+    return {"runs": float(ok.sum()),
+            "tps_ratio_median": float(np.median(ratio[ok])) if ok.any() else np.nan,
+            "tps_mape_ge10": float(np.mean(ape[big])) if big.any() else np.nan,
+            "tps_median_ape": float(np.median(ape[ok])) if ok.any() else np.nan,
+            "memory_runs": float(mok.sum()),
+            "memory_mape": (float(np.mean(np.abs(pred["reserved_bytes"][mok] / got[mok] - 1)))
+                            if mok.any() else np.nan)}
+
+
+def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
+                  balances: Sequence[Balance] = ("runs", "sets"),
+                  progress: Any = print) -> pd.DataFrame:
+    """For each column of ``by`` and each of its values: fit on the other runs, predict the
+    held-out ones (module doc). One row per (grouping, held-out value, variant)."""
+    taken = _parameter_sets_taken(runs)
+    full = fit_runs(runs, group_by=None)["sets"]
+    rows = []
+    for column in by:
+        for held in sorted(runs[column].astype(str).unique()):
+            test = (runs[column].astype(str) == held).to_numpy()
+            touched = set(taken[test])
+            refit_rows = ~test & np.isin(taken, list(touched))
+            refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None)["sets"]
+                     if refit_rows.any() else {})
+            sets = {k: v for k, v in full.items() if k not in touched} | refit
+            train = runs[~test].reset_index(drop=True)
+            held_runs = runs[test].reset_index(drop=True)
+            variants: dict[str, dict[str, Any]] = {"priors": sets}
+            for balance in balances:
+                with using_sets(sets):
+                    default = fit_default(train, balance=balance)
+                variants[f"default ({balance})"] = sets | {DEFAULT_SET: default}
+            for name, chosen in variants.items():
+                with using_sets(chosen):
+                    row = figures(held_runs, held_out_scores(held_runs))
+                own = sorted(fv for fv in touched if fv in chosen)
+                rows.append({"grouping": column, "held_out": held, "variant": name,
+                             "own_sets": ", ".join(own) or "-", **row})
+            progress(f"  {GROUPINGS[column]}: {held} done")
+    return pd.DataFrame(rows)
