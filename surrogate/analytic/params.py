@@ -96,16 +96,20 @@ class FreeParameter:
 
 FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(
-        "gemm_time_scale", 1.0, 0.15, 0.8, 3.0, "x", "time",
+        "gemm_time_scale", 1.0, 0.15, 0.8, 2.0, "x", "time",
         "GEMM time in a training loop over the profile's microbenchmark at the same shape "
         "(epilogues, strided layouts, clocks under sustained load); prior 1: the profile is "
-        "taken as it was measured.",
+        "taken as it was measured. "
+        "Range 0.8-2: sustained clocks and epilogues cost a training loop's GEMMs tens of "
+        "percent, never half their speed, over the same shape measured alone.",
     ),
     FreeParameter(
-        "tp_comm_scale", 1.0, 0.5, 0.2, 20.0, "x", "time",
+        "tp_comm_scale", 1.0, 0.5, 0.2, 5.0, "x", "time",
         "Intra-node TP/SP collectives (all-gather/reduce-scatter of activations) over the "
         "profile's microbenchmark time at that size; prior 1. A framework that overlaps them "
-        "with GEMMs (nanotron tp_async_comm, async TP) fits below 1.",
+        "with GEMMs (nanotron tp_async_comm, async TP) fits below 1. "
+        "Range 0.2-5: overlap hides at most about four fifths of it; small messages in a loop "
+        "run a few times slower than the profile's sizes, not more.",
     ),
     FreeParameter(
         "tp_inter_comm_scale", 1.0, 1.0, 0.2, 50.0, "x", "time",
@@ -124,9 +128,11 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         scope="cluster",
     ),
     FreeParameter(
-        "pp_comm_scale", 1.0, 1.0, 0.2, 1000.0, "x", "time",
+        "pp_comm_scale", 1.0, 1.0, 0.2, 10.0, "x", "time",
         "Pipeline send/receive time over the profile's point-to-point time (both directions, "
-        "every slot): includes the synchronisation of blocking sends; prior 1.",
+        "every slot): includes the synchronisation of blocking sends; prior 1. "
+        "Range 0.2-10: a blocking send waits for its peer's slot at most a few times its "
+        "transfer.",
     ),
     FreeParameter(
         "pp_slot_latency_s", 1e-3, 2.0, 1e-6, 5.0, "s", "time",
@@ -134,19 +140,23 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "boundary, charged min(p - 1, 2) x (m - 1) + (p - 2) times per step "
         "(``pipeline.cross_node_waits``): a latency, not a bandwidth (the Playbook's "
         "cross-node pipelines lose a constant time per handshake whatever the message size); "
-        "prior 1 ms.",
+        "prior 1 ms. Cluster-scoped: nanotron's pre-pp-fix version fits about 0.56 s on the "
+        "Playbook's cluster, a wait of its pipeline engine rather than a network latency, "
+        "and it holds there only.",
         scope="cluster",
     ),
     FreeParameter(
-        "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
+        "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch", "time",
         "Least time one layer's forward and backward takes per micro-batch in a pipelined run, "
         "whatever its work (surrogate.analytic.step: a floor, not an added cost; the "
         "Playbook's nanotron pipelines run no faster than about 8 ms per layer at tp 2); prior "
-        "0.1 ms, wide: a framework whose pipelines show no floor keeps it negligible.",
+        "0.1 ms, wide: a framework whose pipelines show no floor keeps it negligible. Range "
+        "up to 50 ms per layer: the issue time of a layer's few hundred kernels from a "
+        "Python host at its slowest.",
         fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
-        "pp_layer_floor_per_tp_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch per TP "
+        "pp_layer_floor_per_tp_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch per TP "
         "rank", "time",
         "The same floor's growth with the tensor-parallel degree (the Playbook's nanotron "
         "pp-fix pipelines: about 15 ms per layer at tp 4 and 23 ms at tp 8); prior 0.1 ms, "
@@ -154,13 +164,14 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
-        "layer_floor_s", 1e-4, 3.0, 1e-6, 0.5, "s per layer per micro-batch", "time",
+        "layer_floor_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch", "time",
         "Least time one layer's forward and backward takes per micro-batch without a pipeline, "
         "whatever its work, a third more where its forward runs again under recomputation "
         "(surrogate.analytic.step: a floor, not an added cost): the host's time to issue the "
         "layer's kernels (and FSDP2's per-block hooks) where the GPU finishes first. Measured "
         "on one H100 (microbench.train_step): the step time stays flat as the micro-batch "
-        "grows from 1 to 4-8, about 6 ms per layer under FSDP2; prior 0.1 ms, wide.",
+        "grows from 1 to 4-8, about 6 ms per layer under FSDP2; prior 0.1 ms, wide. Range "
+        "up to 50 ms per layer, as the pipelined floor.",
         fit_start=2e-3, scope="cluster",
     ),
     FreeParameter(
@@ -173,18 +184,23 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "nccl_sm_share", 16 / 132, 0.5, 0.0, 1.0, "fraction", "time",
         "Share of the GPU's SMs NCCL kernels occupy while they overlap compute, which then "
         "runs at peak x (1 - share): 16 channels of one SM each on a 132-SM H100 (NCCL's "
-        "default NCCL_MAX_NCHANNELS-bound ring/tree use); prior 16/132.",
+        "default NCCL_MAX_NCHANNELS-bound ring/tree use); prior 16/132. "
+        "Compute that shares the GPU with NCCL also shares its memory bandwidth, so fits "
+        "above the SM share alone (0.12-0.24) are physical up to about half.",
     ),
     FreeParameter(
-        "layer_overhead_s", 3e-4, 1.5, 1e-6, 0.1, "s per layer per micro-batch", "time",
+        "layer_overhead_s", 3e-4, 1.5, 1e-6, 5e-3, "s per layer per micro-batch", "time",
         "Fixed cost of one layer's forward and backward beyond its kernels' work: about 30 "
         "kernel launches at ~10 us each (CUDA launch latency, NVIDIA CUDA C++ Best Practices "
-        "Guide) when the host cannot run ahead; prior 0.3 ms.",
+        "Guide) when the host cannot run ahead; prior 0.3 ms. "
+        "Range up to 5 ms: some 500 launches at 10 us, more than a layer issues.",
     ),
     FreeParameter(
-        "microbatch_overhead_s", 2e-3, 1.5, 1e-6, 10.0, "s per micro-batch slot", "time",
+        "microbatch_overhead_s", 2e-3, 1.5, 1e-6, 0.2, "s per micro-batch slot", "time",
         "Fixed cost of one micro-batch slot of a stage (data loading, loss, pipeline "
-        "bookkeeping, synchronisation); prior 2 ms.",
+        "bookkeeping, synchronisation); prior 2 ms. "
+        "Range up to 0.2 s: a data loader, a loss and a synchronisation per micro-batch, at "
+        "their slowest.",
     ),
     FreeParameter(
         "allocator_overhead_frac", 0.10, 0.7, 0.0, 1.0, "fraction", "memory",

@@ -31,14 +31,15 @@ def test_columns_carry_the_fitted_set_of_each_framework_version(config):
                  config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)])
     fitted = shipped["nanotron/pp-fix"]["values"]
     assert c["p_layer_overhead_s"][0] == pytest.approx(fitted["layer_overhead_s"])
-    # no torchtitan run with tensor parallelism was fitted: its priors
-    assert c["p_layer_overhead_s"][1] == params.PRIORS["layer_overhead_s"]
+    # no torchtitan run with tensor parallelism was fitted: the default set
+    default = shipped[params.DEFAULT_SET]["values"]
+    assert c["p_layer_overhead_s"][1] == pytest.approx(default["layer_overhead_s"])
 
 
 def test_torchtitan_takes_the_sets_measured_as_it_trains(config):
     """On one GPU or under DDP (ZeRO-0, tp = pp = cp = 1) torchtitan trains under
     torch.autocast: pytorch/autocast's set; under FSDP alone (ZeRO-2 or 3, tp = pp = cp = 1)
-    pytorch-fsdp2's; with tp, pp or cp, its own (here the priors)."""
+    pytorch-fsdp2's; with tp, pp or cp, its own (here the default set: none is fitted)."""
     sets = params.fitted_sets()
     autocast = sets["pytorch/autocast"]["values"]["layer_overhead_s"]
     fsdp = sets["pytorch-fsdp2/bf16"]["values"]["layer_overhead_s"]
@@ -47,8 +48,9 @@ def test_torchtitan_takes_the_sets_measured_as_it_trains(config):
                  config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=2),
                  config("playbook-1.34b", dp=8, framework="torchtitan", zero_stage=3),
                  config("playbook-1.34b", dp=4, tp=2, framework="torchtitan", zero_stage=3)])
+    default = sets[params.DEFAULT_SET]["values"]["layer_overhead_s"]
     np.testing.assert_allclose(c["p_layer_overhead_s"], [autocast, autocast, fsdp, fsdp,
-                               params.PRIORS["layer_overhead_s"]])
+                               default])
 
 
 def test_absent_columns_take_the_prior(config):
