@@ -48,9 +48,23 @@ _ORDINAL = (
     + r"|\d+(?:st|nd|rd|th))"
 )
 
+# "the seventeenth's figures", "in the twelfth)": an ordinal past the first few, the noun left out
+_LATE_ORDINAL = (
+    r"(?:(?:twenty|thirty|forty|fifty)-(?:"
+    + "|".join(_UNITS[:9])
+    + r")|"
+    + "|".join(sorted(_UNITS[5:] + _TENS, key=len, reverse=True))
+    + r")"
+)
+
 PATTERNS: dict[str, re.Pattern[str]] = {
     "numbered work period": re.compile(
         r"\b" + _ORDINAL + r"[\s-]+(?:work[\s-]+)?(?:session|period)s?\b", re.IGNORECASE
+    ),
+    "numbered work period, noun left out": re.compile(
+        r"\bthe\s+" + _LATE_ORDINAL + r"'s\b"
+        r"|\b(?:in|on|of|since|before|after|until)\s+the\s+" + _LATE_ORDINAL + r"(?=\s*[,;:)])",
+        re.IGNORECASE,
     ),
     "work period by number": re.compile(r"\b(?:session|work\s+period)\s+#?\d+\b", re.I),
     "work period": re.compile(r"\bwork\s+periods?\b", re.IGNORECASE),
@@ -120,6 +134,8 @@ def test_no_history_in_the_tree() -> None:
         "one GPU was lent to the project",
         "the GPU machines lent so far",
         "the figures of earlier sessions",
+        "the seventeenth's 8.3 vs 9.1%",
+        "(one more in the twelfth)",
     ],
 )
 def test_patterns_catch_history(text: str) -> None:
@@ -135,6 +151,8 @@ def test_patterns_catch_history(text: str) -> None:
         "torchtitan's default lends tp to expert parallelism",
         "tp lent to expert parallelism",
         "the first stage's memory",
+        "in the eleventh layer",
+        "the second's memory",
         "issues a collective per layer",
         "the issue's targets",
         "a dict of [#1, #2]",
