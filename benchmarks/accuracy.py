@@ -21,7 +21,7 @@ the runs out of memory were censored targets (``surrogate.learned.fit_memory``).
 Each split refits the analytic model's free parameters on its training part as well
 (``training.evaluate.physics_of``), so no held-out run reaches the physics either;
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook
-run (the held-out ones among them: the figures of earlier sessions).
+run (the held-out ones among them).
 
 ``--by COLUMN`` adds, per protocol, the learned model's held-out figures, and the analytic
 model's MAPE and median APE, per value of a run column (e.g. ``--by model_name``: per held-out

@@ -48,8 +48,8 @@ Playbook runs, nine tables:
    and each tp out, and the completed runs each fit puts over their GPU's memory. With the
    split logits alone, pre-pp-fix's mean log error runs from +0.18 at tp 1 to -0.32 at tp
    32 (table 1, pp = 1), and within the largest job batches too (printed beneath). The
-   candidates fit that trend, and none ships: the README ("Two
-   more forms rejected", thirty-fifth session) gives the full calibration's figures and the
+   candidates fit that trend, and none ships: docs/design-decisions.md ("Memory
+   forms rejected") gives the full calibration's figures and the
    reasons.
 
 Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three

@@ -1,11 +1,11 @@
-"""Robustness of the CLI under bad, hostile and concurrent input (issue 12): a table per class.
+"""Robustness of the CLI under bad, hostile and concurrent input: a table per class.
 
     python benchmarks/robustness.py [--quick] [--repeats N] [--jobs 2] [--only CLASS ...]
                                     [--show N]
 
 Every input runs as a real ``surrogate`` process (what a user sees), in a temporary directory of
 its own, ``--jobs`` at a time. The inputs are generated (products of hostile values with the
-options, keys, fields and files they go into), in these classes (issue 12's list):
+options, keys, fields and files they go into), in these classes:
 
 - **concurrent appends**: 8 concurrent ``surrogate ingest CHUNK.csv --into t.parquet``, the
   Playbook CSV of ``../shared/data`` (``$SURROGATE_DATA_DIR``) split in 8, ``--repeats`` times.
@@ -20,7 +20,7 @@ options, keys, fields and files they go into), in these classes (issue 12's list
   or deleted, given as ``--model-dir``.
 - **far-outside inputs**: layouts and shapes up to 10^20 and 10^400, zero and negative.
 - **search messages**: ``surrogate search`` (and ``ingest --set``) with hostile options, and the
-  README's searches, whose answers must not be empty.
+  documented searches, whose answers must not be empty.
 - **score-round/train outputs**: outputs that cannot be written, rounds and tables that cannot
   be scored, and one that can.
 

@@ -87,6 +87,18 @@ class ModelConfig:
     an explicit ``head_dim`` (Gemma, Qwen3), shared experts and leading dense layers
     (Qwen2-MoE, DeepSeek) and multi-head latent attention (DeepSeek-V2/V3, when
     ``kv_lora_rank`` > 0; DeepSeek-AI 2024, "DeepSeek-V2", sec. 2.1).
+
+    Build one from a preset (``surrogate.presets.get_preset("llama3-8b")``), a Hugging Face
+    ``config.json`` (``surrogate.hf_config.model_from_hf_config``) or the fields below, all
+    keyword-only; the instance is frozen.
+
+    Raises:
+        ConfigError: A count is not a positive integer (the variant fields: not a
+            non-negative one) or a flag not a boolean; ``hidden_size`` is not divisible by
+            ``num_heads`` (without ``head_dim``), nor ``num_heads`` by ``num_kv_heads``;
+            ``num_experts`` is 1, ``experts_topk`` is outside 1..``num_experts``, or the MoE
+            or MLA fields are set without the experts or the latent rank they need. The
+            message names the rule and the values given.
     """
 
     num_layers: int
@@ -225,7 +237,18 @@ class ModelConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class ClusterConfig:
-    """Where the run happens: a GPU type from :data:`surrogate.hardware.GPUS` and a node count."""
+    """Where the run happens: a GPU type from :data:`surrogate.hardware.GPUS` and a node count.
+
+    Attributes:
+        gpu: A GPU of the hardware table or an alias (``"H100"``, ``"A100-40GB"``,
+            ``"B200"``), stored under its canonical name.
+        gpus_per_node: GPUs per node.
+        num_nodes: Nodes of the run.
+
+    Raises:
+        ConfigError: The GPU is not in the hardware table, or a count is not a positive
+            integer.
+    """
 
     gpu: str = "H100-SXM-80GB"
     gpus_per_node: int = 8
@@ -246,7 +269,23 @@ class ClusterConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class LayoutConfig:
-    """The parallel layout and training recipe of one run."""
+    """The parallel layout and training recipe of one run.
+
+    Every field is keyword-only and has a default (one GPU, no parallelism, nanotron). The
+    degrees ``dp``, ``tp``, ``pp``, ``cp`` and ``ep`` are data, tensor, pipeline, context and
+    expert parallelism; expert parallelism is carved out of dp x cp, so the world size is
+    dp x tp x pp x cp. Which ZeRO stages, schedules and recomputation modes a framework runs
+    is in ``surrogate.frameworks`` (the configuration reference's table).
+
+    Raises:
+        ConfigError: A degree or count is not a positive integer (``zero_stage`` and
+            ``recompute_layers``: not a non-negative one), ``zero_stage`` is above 3, a mode
+            (``recompute``, ``dtype``, ``pp_schedule``) is unknown, ``vpp`` > 1 without a
+            pipeline, ``recompute_layers`` without full recomputation, ``dp_replicate`` > 1
+            under ZeRO-0, or the framework does not run what is asked (an unknown framework or
+            version, a ZeRO stage or schedule it lacks). The message names the rule and the
+            values given.
+    """
 
     dp: int = 1
     tp: int = 1
@@ -474,7 +513,28 @@ has the dtype, and the GPU count, global batch and ``global_batch_seqs`` are wit
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingConfig:
-    """A whole run: model, cluster and layout, validated against each other."""
+    """A whole run: model, cluster and layout, validated against each other.
+
+    Example:
+        ```python
+        from surrogate import ClusterConfig, LayoutConfig, TrainingConfig
+        from surrogate.presets import get_preset
+
+        cfg = TrainingConfig(
+            model=get_preset("llama3-8b"),
+            cluster=ClusterConfig(gpu="H100-SXM-80GB", num_nodes=4),
+            layout=LayoutConfig(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1),
+        )
+        ```
+
+    Raises:
+        ConfigError: A rule between model, cluster and layout is broken (:data:`CROSS_RULES`,
+            e.g. ``dp * tp * pp * cp`` must equal the GPU count, tp must divide the heads), the
+            GPU lacks the dtype, a count passes exact float64 integers, or the layout does not
+            produce ``global_batch_seqs``. The message says what must hold and what was
+            given, e.g. ``dp * tp * pp * cp must equal the number of GPUs (32 = 4 nodes x 8),
+            got dp=8 tp=3 pp=1 cp=1 (24)``.
+    """
 
     model: ModelConfig
     cluster: ClusterConfig = field(default_factory=ClusterConfig)

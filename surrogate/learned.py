@@ -362,7 +362,32 @@ class SurrogateModel:
     ``mem_conformal_q_``, ``mem_conformal_q_by_framework_``,
     ``mem_conformal_q_unseen_shape_``, ``correction_weight_by_framework_``,
     ``physics_sets_``, ``feature_names_``, ``domain_``, ``data_hash_``,
-    ``n_train_``, ``metrics_`` and ``saved_sha256_``."""
+    ``n_train_``, ``metrics_`` and ``saved_sha256_``.
+
+    Args:
+        status_params: LightGBM settings of the status classifier (None: the defaults).
+        mfu_params: LightGBM settings of the throughput regressor and its interval's quantile
+            models (None: the defaults).
+        mem_params: LightGBM settings of the memory regressor (None: the defaults).
+        coverage: Share of held-out runs the MFU and memory intervals aim to hold (0.8: 80%
+            intervals).
+        n_folds: Grouped folds of the conformal intervals and of the framework gate.
+        seed: Seed of every booster and fold.
+        shrink_doublings: Doublings beyond the training ranges over which the correction
+            shrinks toward the analytic answer (it keeps exp(-d / shrink_doublings)).
+        unseen_shape_weight: Share of the correction kept for a model shape no run had.
+        balance_sources: Weigh each source's runs as much in total as the largest source's.
+        censored_memory: Read runs out of memory as censored targets of the memory model.
+
+    Example:
+        ```python
+        from surrogate.learned import SurrogateModel
+
+        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.sweeps columns)
+        model.save("my-model")
+        columns = SurrogateModel.load("my-model").predict([cfg])   # cfg: a TrainingConfig
+        ```
+    """
 
     _compiled: dict[str, CompiledForest] = {}  # noqa: RUF012 (never mutated: replaced)
     """A loaded model's boosters compiled to native code (``surrogate.compiled_trees``)."""
@@ -463,7 +488,25 @@ class SurrogateModel:
         memory. ``profile``: the calibration profile of the features of a table (a
         :class:`TrainingData` carries its own). ``sample_weight`` (one per run) weighs every
         model's loss; by default each source's runs weigh 1 or, with ``balance_sources``,
-        :func:`surrogate.training_data.source_weights`."""
+        :func:`surrogate.training_data.source_weights`.
+
+        Args:
+            X: The runs table, or the :class:`TrainingData` made of it.
+            y: Must be None (the targets are columns of ``X``).
+            profile: The calibration profile passed to :func:`training_data` for a table
+                (which explains each run under its own cluster); must be None with a
+                :class:`TrainingData`.
+            sample_weight: One positive weight per run, or None for the default weighting.
+
+        Returns:
+            The fitted model itself.
+
+        Raises:
+            DataError: ``y`` is given, ``sample_weight`` is not one positive number per run,
+                there are fewer than 2 x ``n_folds`` completed runs with a throughput, or the
+                runs come from fewer than two (model, nodes) cells.
+            ValueError: ``profile`` is given with a :class:`TrainingData`.
+        """
         import lightgbm as lgb
 
         if y is not None:
@@ -745,7 +788,22 @@ class SurrogateModel:
         return rows
 
     def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
-        """Predictions for TrainingConfigs: :func:`surrogate.scoring.score`'s columns."""
+        """Predictions for TrainingConfigs: :func:`surrogate.scoring.score`'s columns.
+
+        Args:
+            configs: The configurations to predict.
+            profile: The hardware's speeds, as for :func:`surrogate.predict` (None: each GPU's
+                default profile).
+
+        Returns:
+            One array per column of :data:`surrogate.scoring` (``pred_mfu``, ``pred_mfu_lo``,
+                ``pred_mfu_hi``, ``p_oom``, ``pred_status``, ``pred_peak_mem_gib``, ...), a value
+                per configuration in order; :func:`surrogate.predict` wraps them in
+                ``Prediction`` objects.
+
+        Raises:
+            NoModelError: The model is not fitted.
+        """
         from surrogate.scoring import score
 
         self._check_fitted()
@@ -753,7 +811,21 @@ class SurrogateModel:
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path) -> Path:
-        """Write ``<name>.txt`` LightGBM models and ``model.json`` into ``directory``."""
+        """Write ``<name>.txt`` LightGBM models and ``model.json`` into ``directory``.
+
+        The sidecar ``model.json`` records the settings, the domain, the metrics and the
+        sha256 of every file, which :meth:`load` checks.
+
+        Args:
+            directory: Where to write (created if missing; files of the same names are
+                replaced).
+
+        Returns:
+            The directory written.
+
+        Raises:
+            NoModelError: The model is not fitted.
+        """
         import lightgbm as lgb
 
         import surrogate
@@ -803,7 +875,20 @@ class SurrogateModel:
 
         Every file is checked against the sha256 its sidecar records before LightGBM parses it
         (:func:`surrogate.model_files.verified_texts`): a damaged file is a DataError naming
-        it, not a silently different prediction or a crash of the interpreter."""
+        it, not a silently different prediction or a crash of the interpreter.
+
+        Args:
+            directory: A directory written by :meth:`save` (``surrogate train --out``).
+
+        Returns:
+            The fitted model.
+
+        Raises:
+            NoModelError: ``directory`` holds no ``model.json``.
+            DataError: The sidecar is not valid JSON or of another format, the model was
+                trained on other features than this version computes, or a file does not
+                match the sha256 its sidecar records.
+        """
         import lightgbm as lgb
 
         d = Path(directory)

@@ -334,8 +334,34 @@ def predict(
     explain: bool = False,
 ) -> Prediction | pd.DataFrame:
     """Predict one :class:`TrainingConfig` (a :class:`Prediction`) or every row of a DataFrame
-    (see :func:`predict_frame`). ``model``: see :func:`resolve_model`; ``explain`` adds the
-    learned correction's largest SHAP contributions to a single prediction."""
+    (see :func:`predict_frame`).
+
+    Args:
+        config: A validated configuration, or a table with one configuration per row (the
+            columns of :data:`CONFIG_COLUMNS`; optional ones take their defaults).
+        profile: The hardware's speeds: a calibration profile's file or shipped name (such as
+            ``"hf-playbook-cluster"``), a ``PerfModel``, or None for the GPU's default profile
+            (the datasheet where none ships).
+        model: The learned correction (:func:`resolve_model`): ``"default"`` is the bundled
+            model, a path loads a saved one, a ``SurrogateModel`` is used as given, and None
+            gives the analytic model alone.
+        explain: With a single configuration and a learned model, add the correction's
+            largest SHAP contributions (``Prediction.explanation``).
+
+    Returns:
+        One ``Prediction`` for a configuration. For a table, a DataFrame of the input
+            columns plus :data:`PRED_COLUMNS`, :data:`RUNS_AS_ANOTHER` and ``error``: a row that
+            fails validation gets its message in ``error`` and NaN predictions, the others are
+            predicted.
+
+    Raises:
+        ConfigError: The single configuration's answer is impossible (an MFU above 100%, a
+            count beyond exact float64 integers), or a table column is a near miss of a
+            configuration column (``zero`` for ``zero_stage``).
+        NoModelError: ``model`` is a path that holds no saved model.
+        DataError: The saved model's files are damaged (their sha256 does not match its
+            sidecar) or were written for other features.
+    """
     if isinstance(config, TrainingConfig):
         return _predict_configs([config], profile, resolve_model(model), explain=explain)[0]
     return predict_frame(config, profile=profile, model=model)

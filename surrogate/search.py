@@ -179,9 +179,44 @@ def search(
     use_optuna: bool = True,
     progress: ProgressFn | None = None,
 ) -> SearchResult:
-    """Search ``space`` (module docstring). ``use_optuna=False`` scores the enumerated space
-    alone (ConfigError if it is too large to enumerate). ``progress`` hears of the enumeration
-    and of each trial (:mod:`surrogate.progress`)."""
+    """Search ``space`` for the best layouts (module docstring).
+
+    Every valid layout is scored when the space has at most ``enumerate_limit`` points; optuna
+    then samples ``n_trials`` more (TPE for ``"mfu"``, NSGA-II for the two-objective modes)
+    and the result says whether it found the enumerated best.
+
+    Args:
+        space: The layouts to consider: a model, a batch, node counts, frameworks and bounds.
+        model: The learned correction, as for :func:`surrogate.predict`: ``"default"``, a
+            saved model's directory, a ``SurrogateModel``, or None for the analytic model.
+        profile: The hardware's speeds, as for :func:`surrogate.predict`.
+        limits: What a layout must satisfy besides being valid (largest p_oom, memory margin);
+            None: :class:`Limits`' defaults.
+        objective: ``"mfu"`` (predicted MFU), ``"mfu-vs-oom"`` (MFU against the OOM risk) or
+            ``"mfu-vs-gpus"`` (MFU against the GPU count; needs several node counts).
+        n_trials: Optuna trials (0: the enumerated space alone).
+        top_k: Layouts returned in ``SearchResult.top``.
+        storage: An optuna storage URL (``sqlite:///study.db``, ``postgresql+psycopg://...``)
+            shared by workers; None keeps the study in memory.
+        study_name: The study's name in ``storage`` (a new or an existing one).
+        seed: The sampler's seed.
+        enumerate_limit: Largest number of points scored by enumeration.
+        use_optuna: False scores the enumerated space alone.
+        progress: Hears of the enumeration and of each trial (:mod:`surrogate.progress`).
+
+    Returns:
+        A ``SearchResult``, the best feasible layouts ranked (or the least bad ones, with
+            a note, when none meets the limits), the Pareto front of a two-objective search, the
+            configuration of each key shown, and the trial counts.
+
+    Raises:
+        ConfigError: No layout of the space is valid (the message names one rule its points
+            break), the space is too large to enumerate without optuna trials, ``storage`` is
+            a URL optuna cannot open, or ``"mfu-vs-gpus"`` is asked of one node count.
+        MissingExtraError: Optuna trials are asked for and the ``search`` extra (optuna) is not
+            installed.
+        NoModelError: ``model`` is a path that holds no saved model.
+    """
     import pandas as pd
 
     from surrogate.prediction import resolve_model

@@ -42,7 +42,7 @@ MAX_ESTIMATORS = 100
 search. A bound on prediction cost: the bundled model trained under 600 held 2,779 trees and
 its boosters scored 11,600-14,300 configurations/s; under 100 the first retrain held 529 trees
 (82,000-84,000/s) with held-out accuracy within a point either way, the bundled one 595
-(60,000-68,000/s) (README, "Speed")."""
+(60,000-68,000/s) (docs/speed.md)."""
 
 
 def suggest_params(trial: optuna.Trial, *, max_estimators: int = MAX_ESTIMATORS) -> dict[str, Any]:

@@ -90,7 +90,7 @@ as the activations themselves (``transient``: one layer's worth, Korthikanti's p
 Model selection, stated plainly: the backward working set was chosen among alternatives by
 comparing with the Playbook's measured peak memory; so was rejecting the hypothesis that
 nanotron keeps the all-gathered inputs of sequence-parallel projections (it overshot by 2-3x
-at tp >= 16). The README reports the accuracy with this caveat.
+at tp >= 16). docs/accuracy.md reports the accuracy with this caveat.
 
 Overheads, explicit terms (assumptions, documented so they can be checked):
 - ``buffers``: gradient-reduction buckets (2 x 25 MiB in fp32, the DDP default) and the

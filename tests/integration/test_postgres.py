@@ -32,7 +32,7 @@ def test_parallel_search_workers_share_one_study(postgres: str, tmp_path: Path) 
     import optuna
 
     storage = create_database(postgres, "optuna")
-    # the README's recipe: create the study once, then start the workers
+    # the documented recipe (docs/tracking.md): create the study once, then start the workers
     optuna_cli = Path(sys.executable).with_name("optuna")
     subprocess.run([str(optuna_cli), "create-study", "--storage", storage, "--study-name",
                     "layouts", "--direction", "maximize", "--skip-if-exists"], check=True,
