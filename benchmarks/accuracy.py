@@ -56,6 +56,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from surrogate.learned import SurrogateModel
@@ -182,11 +183,12 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
 
 def across(data_dir: Path | None) -> dict[str, float]:
     """``--across``: hold out each framework, then each cluster (``training.across``); print
-    the table and return its figures by MLflow name (``across_<grouping>_<held out>/<variant>
-    /<figure>``)."""
-    from training.across import GROUPINGS, all_runs, leave_one_out
+    the table and the intervals the held-out errors give; return the figures by MLflow name
+    (``across_<grouping>_<held out>/<variant>/<figure>``)."""
+    from training.across import GROUPINGS, all_runs, leave_one_out, transfer_intervals
 
-    table = leave_one_out(all_runs(data_dir))
+    measured = leave_one_out(all_runs(data_dir))
+    table = measured.table
     out: dict[str, float] = {}
     for grouping, part in table.groupby("grouping", sort=False):
         shown = part.drop(columns="grouping").copy()
@@ -202,6 +204,20 @@ def across(data_dir: Path | None) -> dict[str, float]:
             key = f"across_{grouping}_{row['held_out']}/{variant}"
             out |= {f"{key}/{k}": float(row[k]) for k in
                     ("tps_ratio_median", "tps_mape_ge10", "tps_median_ape", "memory_mape")}
+    intervals = transfer_intervals(measured.errors)
+    for column, label in (("log_tps", "tokens/s"), ("log_memory", "peak memory")):
+        if column not in intervals:
+            continue
+        q = intervals[column]
+        print(f"\n{label}: the 80% interval off the data, x/ {np.exp(q):.2f} (hi / lo "
+              f"{np.exp(2 * q):.2f}), each held-out case weighing alike; held out of that "
+              "quantile in turn, each case's coverage and width:")
+        check = pd.DataFrame(intervals[f"{column}_check"])
+        out[f"across_interval/{column}_half_width"] = q
+        out[f"across_interval/{column}_min_coverage"] = float(check["coverage"].min())
+        check["coverage"] = [f"{100 * v:.0f}%" for v in check["coverage"]]
+        check["width"] = check["width"].round(2)
+        print(check.to_string(index=False))
     return out
 
 

@@ -71,6 +71,7 @@ import numpy as np
 
 from surrogate import compiled_trees
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+from surrogate.analytic.params import transfer_half_widths
 from surrogate.compiled_trees import CompiledForest
 from surrogate.domain import (
     DEFAULT_SHRINK_DOUBLINGS,
@@ -746,6 +747,13 @@ class SurrogateModel:
             q_mem = np.where(where.unseen_shape,
                              np.maximum(q_mem, self.mem_conformal_q_unseen_shape_), q_mem)
         half = q_mem * widen
+        # an unseen framework, GPU or cluster: the width the held-out ones measured
+        transfer = transfer_half_widths()
+        unseen = ~np.isfinite(where.distance)
+        if transfer is not None and unseen.any():
+            lo = np.where(unseen, np.minimum(center, 0.0) - transfer[0], lo)
+            hi = np.where(unseen, np.maximum(center, 0.0) + transfer[0], hi)
+            half = np.where(unseen, transfer[1], half)
         mem_lo = mem * np.exp(-half)
         mem_hi = mem * np.exp(half)
         mem_lo = np.where(outside, np.minimum(mem_lo, out["mem_reserved"]), mem_lo)
@@ -757,7 +765,9 @@ class SurrogateModel:
             "pred_status": np.array(STATUS_CLASSES, dtype=object)[stacked.argmax(axis=1)],
             "pred_mfu": out["mfu"] * factor,
             "pred_mfu_lo": np.minimum(out["mfu"] * np.exp(lo), out["mfu"] * factor),
-            "pred_mfu_hi": np.minimum(out["mfu"] * np.exp(hi), 1.0),  # MFU cannot pass 100%
+            # no interval passes what the hardware allows (analytic.run.mfu_ceiling)
+            "pred_mfu_hi": np.minimum(out["mfu"] * np.exp(hi), np.minimum(
+                np.maximum(out.get("mfu_ceiling", 1.0), out["mfu"] * factor), 1.0)),
             "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
             "pred_step_time_s": out["step_time_s"] / factor,
             "pred_peak_mem_gib": mem / 2**30,

@@ -159,11 +159,15 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     """Off its data the learned prediction is the physics, widened and labelled."""
     from dataclasses import replace
 
+    from surrogate.analytic.params import DEFAULT_SET, sets_in_use, using_sets
+
     titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
                                        zero_stage=0))  # torchtitan has no ZeRO-1
              for c in configs[:5]]
-    X, out, cols = build_features_cols(titan)
-    pred = fitted.predict_from_features(X, out, cols)
+    sets = {k: v for k, v in sets_in_use().items() if k != DEFAULT_SET}
+    with using_sets(sets):  # no default set, so no measured transfer error
+        X, out, cols = build_features_cols(titan)
+        pred = fitted.predict_from_features(X, out, cols)
     assert (pred["domain_weight"] == 0).all()
     assert pred["pred_mfu"] == pytest.approx(out["mfu"])
     assert (pred["pred_mfu_lo"] <= out["mfu"]).all() and (out["mfu"] <= pred["pred_mfu_hi"]).all()
@@ -177,6 +181,29 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
     inside = fitted.predict_from_features(*build_features_cols(configs[:5]))
     assert (inside["domain_weight"] == 1).all() and not any(inside["extrapolation"])
+
+
+def test_an_unseen_framework_takes_the_width_transfer_measured(fitted, configs):
+    """Where the default set carries the error measured on held-out frameworks and clusters,
+    an unseen framework's interval is the physics times / divided by it, and no MFU interval
+    passes the hardware's ceiling."""
+    from dataclasses import replace
+
+    from surrogate.analytic.params import DEFAULT_SET, sets_in_use, using_sets
+
+    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
+                                       zero_stage=0)) for c in configs[:5]]
+    default = {"values": {}, "transfer": {"log_tps": 0.3, "log_memory": 0.1}}
+    with using_sets({**sets_in_use(), DEFAULT_SET: default}):
+        X, out, cols = build_features_cols(titan)
+        pred = fitted.predict_from_features(X, out, cols)
+    np.testing.assert_allclose(pred["pred_mfu_lo"], out["mfu"] * np.exp(-0.3))
+    np.testing.assert_allclose(pred["pred_mfu_hi"], np.minimum(out["mfu"] * np.exp(0.3),
+                                                               out["mfu_ceiling"]))
+    mem = out["mem_reserved"] / 2**30
+    np.testing.assert_allclose(pred["pred_peak_mem_hi_gib"], mem * np.exp(0.1))
+    np.testing.assert_allclose(pred["pred_peak_mem_lo_gib"], mem * np.exp(-0.1))
+    assert (pred["pred_mfu_hi"] <= np.maximum(out["mfu_ceiling"], pred["pred_mfu"])).all()
 
 
 def test_rows_off_the_domain_skip_boosters_without_changing_any_row(fitted, configs):

@@ -21,6 +21,7 @@ reserved memory MAPE where measured.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -97,38 +98,57 @@ def held_out_scores(runs: pd.DataFrame) -> dict[str, np.ndarray]:
     return {"step_time_s": step, "reserved_bytes": mem}
 
 
-def figures(runs: pd.DataFrame, pred: dict[str, np.ndarray]) -> dict[str, float]:
-    """Tokens/s median predicted / measured and median absolute error over the completed runs,
-    MAPE over those of measured MFU >= 10% (the project's convention: a run at a few percent
-    MFU is a broken run, not a layout to rank); peak reserved memory MAPE over the completed
-    runs with a measurement."""
+def log_errors(runs: pd.DataFrame, pred: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Per run: log(predicted / measured) of tokens/s over the completed runs and of peak
+    reserved memory over those with a measurement (NaN elsewhere)."""
     done = (runs["status"] == "completed").to_numpy()
     tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
     gpus = (runs["gpus_per_node"] * runs["num_nodes"]).to_numpy(float)
     measured = tokens / (runs["tokens_per_s_per_gpu"].to_numpy(float) * gpus)
-    ratio = measured / pred["step_time_s"]  # predicted tokens/s over measured
-    ok = done & np.isfinite(ratio)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        tps = np.log(measured / pred["step_time_s"])
+        mem = np.log(pred["reserved_bytes"]
+                     / (runs["peak_mem_reserved_gib"].to_numpy(float) * GIB))
+    return {"log_tps": np.where(done & np.isfinite(tps), tps, np.nan),
+            "log_memory": np.where(done & np.isfinite(mem), mem, np.nan)}
+
+
+def figures(runs: pd.DataFrame, errors: dict[str, np.ndarray]) -> dict[str, float]:
+    """Tokens/s median predicted / measured and median absolute error over the completed runs,
+    MAPE over those of measured MFU >= 10% (the project's convention: a run at a few percent
+    MFU is a broken run, not a layout to rank); peak reserved memory MAPE over the completed
+    runs with a measurement (``errors``: :func:`log_errors`)."""
+    ratio = np.exp(errors["log_tps"])
+    ok = np.isfinite(ratio)
     big = ok & (runs["mfu"].to_numpy(float) >= MIN_FIT_MFU)
-    got = runs["peak_mem_reserved_gib"].to_numpy(float) * GIB
-    mok = done & np.isfinite(got) & np.isfinite(pred["reserved_bytes"])
+    mem = np.exp(errors["log_memory"])
+    mok = np.isfinite(mem)
     ape = np.abs(ratio - 1)
     return {"runs": float(ok.sum()),
             "tps_ratio_median": float(np.median(ratio[ok])) if ok.any() else np.nan,
             "tps_mape_ge10": float(np.mean(ape[big])) if big.any() else np.nan,
             "tps_median_ape": float(np.median(ape[ok])) if ok.any() else np.nan,
             "memory_runs": float(mok.sum()),
-            "memory_mape": (float(np.mean(np.abs(pred["reserved_bytes"][mok] / got[mok] - 1)))
-                            if mok.any() else np.nan)}
+            "memory_mape": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan}
+
+
+@dataclass
+class Transfer:
+    """What :func:`leave_one_out` measured: one row of figures per (grouping, held-out
+    value, variant), and every held-out run's log errors (``run``: its row in the runs)."""
+
+    table: pd.DataFrame
+    errors: pd.DataFrame
 
 
 def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                   balances: Sequence[Balance] = ("runs", "sets"),
-                  progress: Any = print) -> pd.DataFrame:
+                  progress: Any = print) -> Transfer:
     """For each column of ``by`` and each of its values: fit on the other runs, predict the
-    held-out ones (module doc). One row per (grouping, held-out value, variant)."""
+    held-out ones (module doc)."""
     taken = _parameter_sets_taken(runs)
     full = fit_runs(runs, group_by=None)["sets"]
-    rows = []
+    rows, errors = [], []
     for column in by:
         for held in sorted(runs[column].astype(str).unique()):
             test = (runs[column].astype(str) == held).to_numpy()
@@ -146,9 +166,59 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                 variants[f"default ({balance})"] = sets | {DEFAULT_SET: default}
             for name, chosen in variants.items():
                 with using_sets(chosen):
-                    row = figures(held_runs, held_out_scores(held_runs))
+                    err = log_errors(held_runs, held_out_scores(held_runs))
                 own = sorted(fv for fv in touched if fv in chosen)
                 rows.append({"grouping": column, "held_out": held, "variant": name,
-                             "own_sets": ", ".join(own) or "-", **row})
+                             "own_sets": ", ".join(own) or "-", **figures(held_runs, err)})
+                errors.append(pd.DataFrame({"grouping": column, "held_out": held,
+                                            "variant": name, "run": np.flatnonzero(test),
+                                            **err}))
             progress(f"  {GROUPINGS[column]}: {held} done")
-    return pd.DataFrame(rows)
+    return Transfer(pd.DataFrame(rows), pd.concat(errors, ignore_index=True))
+
+
+def _cases(errors: pd.DataFrame, variant: str, column: str) -> list[pd.DataFrame]:
+    """The held-out groups of ``variant`` with a finite ``column``, each once (a framework
+    that is a whole cluster, nanotron and the Playbook's, is one case, not two)."""
+    part = errors[(errors["variant"] == variant) & np.isfinite(errors[column])]
+    seen: set[tuple[int, ...]] = set()
+    cases = []
+    for _, group in part.groupby(["grouping", "held_out"], sort=True):
+        key = tuple(sorted(group["run"].tolist()))
+        if key not in seen:
+            seen.add(key)
+            cases.append(group)
+    return cases
+
+
+def balanced_quantile(cases: Sequence[pd.DataFrame], column: str, coverage: float) -> float:
+    """The ``coverage`` quantile of |``column``| over ``cases``, each case weighing alike
+    whatever its runs (the Playbook's 1,479 completed runs do not outvote torchtitan's 26)."""
+    values = np.concatenate([np.abs(c[column].to_numpy(float)) for c in cases])
+    weights = np.concatenate([np.full(len(c), 1.0 / len(c)) for c in cases])
+    order = np.argsort(values)
+    cum = np.cumsum(weights[order]) / weights.sum()
+    return float(values[order][np.searchsorted(cum, coverage)])
+
+
+def transfer_intervals(errors: pd.DataFrame, *, variant: str = "default (sets)",
+                       coverage: float = 0.8) -> dict[str, Any]:
+    """The half-width, in log, of a ``coverage`` interval around a prediction for a framework or
+    cluster the sets were not fitted on (tokens/s and memory): the balanced quantile of the
+    held-out errors (:func:`balanced_quantile`), and its own check, each case held out of the
+    quantile in turn (cross-conformal): per case the share of its runs inside, and the width
+    hi / lo (exp(2 q))."""
+    out: dict[str, Any] = {"coverage": coverage, "variant": variant}
+    for column in ("log_tps", "log_memory"):
+        cases = _cases(errors, variant, column)
+        if len(cases) < 2:
+            continue
+        out[column] = balanced_quantile(cases, column, coverage)
+        checks = []
+        for i, case in enumerate(cases):
+            q = balanced_quantile([c for j, c in enumerate(cases) if j != i], column, coverage)
+            inside = float(np.mean(np.abs(case[column].to_numpy(float)) <= q))
+            checks.append({"held_out": f"{case['grouping'].iloc[0]} {case['held_out'].iloc[0]}",
+                           "runs": len(case), "coverage": inside, "width": float(np.exp(2 * q))})
+        out[f"{column}_check"] = checks
+    return out

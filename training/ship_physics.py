@@ -11,6 +11,10 @@
   H100 and A100) and the project's torchtitan runs. The balance was chosen by the protocols that
   hold out a framework or a cluster (``python benchmarks/accuracy.py --across``).
 
+- The default set's ``transfer``: the half-width of an 80% interval (log tokens/s, log memory)
+  for a framework or cluster no set was fitted on, measured on the held-out frameworks and
+  clusters (``training.across.transfer_intervals``).
+
 MPT's and torchtitan's runs fit no set of their own here: MPT is the cluster the transfer
 protocols measure a user's first runs on (``training.transfer``), and torchtitan's single-GPU
 runs take ``pytorch/autocast``'s set, whose runs they are not.
@@ -24,7 +28,7 @@ from pathlib import Path
 
 from surrogate.analytic.params import DEFAULT_SET, using_sets
 from surrogate.fit_params import fit_default, fit_runs, write_sets
-from training.across import all_runs
+from training.across import all_runs, leave_one_out, transfer_intervals
 
 SHIPPED = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "analytic_params.json"
 OWN_SETS_FROM = ("playbook", "own-h100")
@@ -48,6 +52,17 @@ def main() -> None:
         result["sets"][DEFAULT_SET] = fit_default(runs, balance="sets")
     print(f"default set fitted on {result['sets'][DEFAULT_SET]['runs']} runs "
           f"({time.perf_counter() - start:.0f} s)")
+    measured = leave_one_out(runs, balances=("sets",))
+    print(measured.table.to_string(index=False))
+    transfer = transfer_intervals(measured.errors)
+    for key in ("log_tps_check", "log_memory_check"):
+        for row in transfer.get(key, []):
+            print(f"  {key}: {row}")
+    result["sets"][DEFAULT_SET]["transfer"] = {
+        k: v for k, v in transfer.items() if not k.endswith("_check")}
+    print(f"transfer intervals measured ({time.perf_counter() - start:.0f} s): "
+          + ", ".join(f"{k} {v:.3f}" for k, v in transfer.items()
+                      if isinstance(v, float)))
     sources = ("playbook, datasets/h100/2026-11-23/train_steps_*.jsonl, "
                "datasets/h100/2026-11-24/fsdp2/train_steps_*.jsonl; default set also: "
                "llmfoundry_mpt benchmarking README, datasets/h100/2026-11-24/torchtitan")

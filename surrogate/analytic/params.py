@@ -328,6 +328,17 @@ def cluster_key(profile_name: str) -> str:
     return profile_name.split(":", 1)[0].strip()
 
 
+def transfer_half_widths() -> tuple[float, float] | None:
+    """Half-widths, in log, of the interval of a prediction for a framework, GPU or cluster no
+    set was fitted on: (tokens/s, peak memory), measured on the frameworks and clusters held
+    out of the default set in turn (its ``transfer`` entry, ``training.across``); None where
+    the default set in use carries none."""
+    transfer = sets_in_use().get(DEFAULT_SET, {}).get("transfer", {})
+    if "log_tps" not in transfer:
+        return None
+    return float(transfer["log_tps"]), float(transfer.get("log_memory", transfer["log_tps"]))
+
+
 CLUSTER_SCOPED: tuple[str, ...] = tuple(p.name for p in FREE_PARAMETERS if p.scope == "cluster")
 """The parameters whose fitted value belongs to the cluster it was fitted on."""
 

@@ -60,7 +60,25 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     out["p_oom"] = oom_probability(c, mem)
     for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
         out[k] = step[k]
+    out["mfu_ceiling"] = mfu_ceiling(c, perf)
     return out
+
+
+_CEILING_SIDES = np.array([1024.0, 2048.0, 4096.0, 8192.0, 16384.0])
+
+
+def mfu_ceiling(c: Cols, perf: PerfModel) -> np.ndarray:
+    """The highest MFU the hardware allows each configuration: every counted FLOP at the best
+    GEMM efficiency the calibration profile measured (the datasheet model: its assumed 70%)
+    over square-to-slab shapes of 1,024 to 16,384, times the counted over the executed FLOPs,
+    since the MFU convention counts an untied input embedding's lookup as 6 FLOPs per
+    parameter that execute none (``impossible``). No interval reaches past it."""
+    from surrogate.analytic.flops import active_params, embedding_params
+
+    m, n, k = (a.ravel() for a in np.meshgrid(_CEILING_SIDES, _CEILING_SIDES, _CEILING_SIDES))
+    best = float(np.max(perf.gemm_efficiency(m, n, k, {})))
+    share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
+    return np.asarray(best / np.maximum(1.0 - share, 0.05), dtype=np.float64)
 
 
 def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
