@@ -120,8 +120,8 @@ def _print_table(pred: Any) -> None:
                   + ("" if pset == own else f" ({escape(own)} {how})"), highlight=False)
     clusters = set_clusters(pset)
     if clusters and cluster_key(str(pred.perf_model)) not in clusters:
-        console.print(f"  its cluster-scoped terms (network latency, host floors) were fitted on "
-                      f"{escape(', '.join(clusters))}: the default set's here", highlight=False)
+        console.print(f"  (cluster-scoped terms: the default set's, not "
+                      f"{escape(', '.join(clusters))}'s)", highlight=False)
     if pred.source == "learned":
         console.print(
             f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "

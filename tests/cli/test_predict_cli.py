@@ -61,6 +61,9 @@ def test_the_parameter_set_used_is_said(capsys):
     trains under autocast and takes pytorch/autocast's set, and says so."""
     assert run_json(capsys, [*FLAGS, "--json"])["analytic_parameters"] == {
         "set": "nanotron/pp-fix", "fitted": True, "source": "fitted"}
+    assert main(FLAGS) == 0  # the Playbook's cluster terms stay on the Playbook's profile
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(cluster-scoped terms: the default set's, not hf-playbook-cluster's)" in out
     megatron = [*FLAGS, "--framework", "megatron"]
     assert run_json(capsys, [*megatron, "--json"])["analytic_parameters"] == {
         "set": "megatron/core", "fitted": False, "source": "default"}
@@ -111,6 +114,9 @@ def test_dp_replicate_flag(capsys):
     """--dp-replicate: copies of ZeRO's shards (Megatron's distributed optimizer instances
     here), the optimizer states sharded over dp / copies, shown in the layout line; refused
     where the framework has none."""
+    assert main(FLAGS) == 0  # the Playbook's cluster terms stay on the Playbook's profile
+    out = " ".join(capsys.readouterr().out.split())
+    assert "(cluster-scoped terms: the default set's, not hf-playbook-cluster's)" in out
     megatron = [*FLAGS, "--framework", "megatron"]
     full = run_json(capsys, [*megatron, "--json"])
     copies = run_json(capsys, [*megatron, "--dp-replicate", "2", "--json"])
