@@ -69,6 +69,7 @@ from training.evaluate import (
     evaluate_analytic,
     evaluate_shrinks,
     format_metric,
+    oom_reliability,
 )
 from training.train import load_runs
 
@@ -139,6 +140,7 @@ def main() -> None:
             })
             print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
             print(table.to_string())
+            print(reliability(r.predictions, r.analytic_predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -173,6 +175,7 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
               f"model alone{tag}")
         print(pd.DataFrame({"analytic": {k: format_metric(k, v)
                                          for k, v in r.metrics.items()}}).to_string())
+        print(reliability(None, r.predictions))
         if args.by is not None:
             print(by_column(r.predictions, None, args.by).to_string())
         key = name + ("_shipped_physics" if args.shipped_physics else "")
@@ -180,6 +183,24 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     if args.transfer:
         logged |= analytic_transfer(args.data_dir)
     return logged
+
+
+def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
+    """The held-out p_oom's reliability table (``training.evaluate.oom_reliability``), learned
+    and analytic side by side: per bin the runs, the mean p_oom said and the share that ran
+    out of memory."""
+    parts = []
+    for label, res in (("learned", learned), ("analytic", analytic)):
+        if res is None:
+            continue
+        t = oom_reliability(res).set_index("p_oom")
+        t.columns = [f"{label} {c}" for c in t.columns]
+        parts.append(t)
+    table = pd.concat(parts, axis=1)
+    for col in table.columns:
+        if col.endswith(("said", "ran_out")):
+            table[col] = [format_metric("share", v) for v in table[col]]
+    return "p_oom reliability (held-out completed and out-of-memory runs):\n" + table.to_string()
 
 
 def without_default() -> Any:

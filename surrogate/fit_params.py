@@ -129,6 +129,14 @@ def predicted_logged_reserved(block: Block, values: dict[str, float]) -> Array:
 Predictor = Callable[[Block, dict[str, float]], Array]
 
 
+def free_bounds(params: Sequence[FreeParameter]) -> tuple[np.ndarray, np.ndarray]:
+    """Each parameter's physical range in the space the fit works in (log of a positive value,
+    the value of a signed one; a fraction's logit is unbounded)."""
+    lb = np.array([-np.inf if p.is_fraction else float(p.to_free(p.lower)) for p in params])
+    ub = np.array([np.inf if p.is_fraction else float(p.to_free(p.upper)) for p in params])
+    return lb, ub
+
+
 def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, target: str,
          fixed: dict[str, float], weights: Sequence[float] | None = None) -> ParameterFit:
     params: list[FreeParameter] = [PARAMETERS[n] for n in names]
@@ -160,11 +168,18 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
     # first fit's), so a prior counts as one measurement of typical error.
     start = np.array([float(p.to_free(p.prior if p.fit_start is None else p.fit_start))
                       for p in params])
+    # The physical range bounds the search itself (a value clipped inside the residuals would
+    # leave the search a flat region past the bound, where it stalls short of the optimum).
+    lb, ub = free_bounds(params)
+    finite = np.where(np.isfinite(lb), np.abs(lb), 0.0) + np.where(np.isfinite(ub), np.abs(ub),
+                                                                     0.0)
+    inside = 1e-9 * np.maximum(finite, 1.0)
+    start = np.clip(start, lb + inside, ub - inside)
     sol = least_squares(residuals, start, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
-                        f_scale=ROBUST_SCALE)
+                        f_scale=ROBUST_SCALE, bounds=(lb, ub))
     noise = max(float(np.sqrt(np.mean(data_residuals(sol.x) ** 2))), NOISE_FLOOR)
     sol = least_squares(residuals, sol.x, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
-                        f_scale=ROBUST_SCALE)
+                        f_scale=ROBUST_SCALE, bounds=(lb, ub))
     data = data_residuals(sol.x)
     sigma2 = float(np.mean(data**2))
     J = sol.jac

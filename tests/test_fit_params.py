@@ -217,3 +217,19 @@ def test_the_default_set_is_fitted_on_every_framework_together(config):
     assert entry["log_rmse"]["time"] < 0.01
     assert all(PARAMETERS[k].scope == "framework" for k in entry["values"])
     assert entry["runs"] == {"time": n, "memory": 0}  # no memory measured: memory priors
+
+
+def test_the_search_stays_inside_each_physical_range(synthetic_block):
+    """A fit whose data would push a parameter past its range stops at the bound (the search
+    is bounded, the residuals are not clipped into a flat region)."""
+    from surrogate.analytic.params import PARAMETERS
+    from surrogate.fit_params import free_bounds
+
+    b, _ = synthetic_block
+    slow = Block(b.cols, b.perf, b.step_time_s * 3.0, b.reserved_bytes)
+    fit = fit_time([slow], ["gemm_time_scale"])
+    upper = PARAMETERS["gemm_time_scale"].upper
+    assert fit.values["gemm_time_scale"] <= upper * (1 + 1e-9)
+    assert fit.values["gemm_time_scale"] == pytest.approx(upper, rel=1e-3)
+    lb, ub = free_bounds([PARAMETERS["dp_overlap"], PARAMETERS["layer_overhead_s"]])
+    assert lb[0] == -np.inf and ub[1] == pytest.approx(np.log(5e-3))

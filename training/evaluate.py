@@ -142,11 +142,36 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
         "regret_cells": float(len(regret)),
         "oom_recall": hits / float(true_oom.sum()) if true_oom.any() else nan,
         "oom_precision": hits / float(pred_oom.sum()) if pred_oom.any() else nan,
+        "oom_brier": float(np.mean((judged["p_oom"].to_numpy(float) - true_oom) ** 2))
+        if len(judged) else nan,
         "memory_mape": float(mem_ape.mean()) if len(mem_ape) else nan,
         "interval_coverage": float(inside.mean())
         if len(done) and done["pred_mfu_lo"].notna().any() else nan,
         "memory_interval_coverage": float(mem_inside.mean()) if len(mem_inside) else nan,
     }
+
+
+RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
+"""Edges of the p_oom bins of :func:`oom_reliability`: finer near 0 and 1, where most
+predictions fall."""
+
+
+def oom_reliability(res: pd.DataFrame) -> pd.DataFrame:
+    """How often runs ran out of memory against the probability said (completed and out-of-
+    memory runs): per bin of p_oom, the runs, the mean p_oom said and the share that ran out.
+    Calibrated where the two agree."""
+    judged = res[res["status"].isin(["completed", "oom"])]
+    p = judged["p_oom"].to_numpy(float)
+    oom = (judged["status"] == "oom").to_numpy()
+    edges = np.asarray(RELIABILITY_BINS)
+    which = np.clip(np.searchsorted(edges, p, side="right") - 1, 0, len(edges) - 2)
+    rows = []
+    for b in range(len(edges) - 1):
+        sel = which == b
+        rows.append({"p_oom": f"{edges[b]:.2f}-{edges[b + 1]:.2f}", "runs": int(sel.sum()),
+                     "said": float(p[sel].mean()) if sel.any() else float("nan"),
+                     "ran_out": float(oom[sel].mean()) if sel.any() else float("nan")})
+    return pd.DataFrame(rows)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -353,6 +378,6 @@ def format_metric(name: str, value: float) -> str:
         return "-"
     if name in ("runs", "completed", "regret_cells"):
         return f"{value:.0f}"
-    if name in ("mfu_spearman", "mfu_mae_points"):
+    if name in ("mfu_spearman", "mfu_mae_points", "oom_brier"):
         return f"{value:.3f}"
     return f"{100 * value:.1f}%"
