@@ -110,3 +110,44 @@ def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_s
     assert (logged <= peak * (1 + 1e-12)).all() and (logged[piped] < peak[piped]).any()
     other = score_runs(runs.assign(source="mine"))  # a source that logs the peak
     np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_gib"])
+
+
+def _synthetic_table() -> dict[str, np.ndarray]:
+    """A generated table of distinct layouts (synthetic: every valid layout of two small
+    spaces, a dense and an MoE model, megatron and torchtitan)."""
+    from surrogate.config_table import take
+    from surrogate.space import LayoutSpace
+
+    tables = [LayoutSpace(model=get_preset(m), global_batch_seqs=64, node_counts=(2,),
+                          frameworks=("megatron", "torchtitan"), max_cp=2, max_vpp=2,
+                          max_mbs=2).table() for m in ("8b", "mixtral-8x7b")]
+    joined = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    order = np.random.default_rng(0).permutation(len(joined["dp"]))
+    return take(joined, order)
+
+
+@pytest.mark.parametrize("which", ["analytic", "default"])
+def test_the_analytic_model_in_parts_gives_the_whole_tables_answer(monkeypatch, which):
+    """A long table is run through the analytic model in parts on worker threads: every
+    column bitwise as the table in one piece."""
+    import surrogate.scoring as scoring
+    import surrogate.threads as threads
+
+    model = None if which == "analytic" else resolve_model("default")
+    if which == "default" and model is None:
+        pytest.skip("no bundled model")
+    table = _synthetic_table()
+    monkeypatch.setattr(scoring, "PART_ROWS", 10**9)
+    whole = score(table, model=model)
+    monkeypatch.setattr(scoring, "PART_ROWS", 700)
+    monkeypatch.setattr(threads, "workers", lambda: 3)
+    parts = score(table, model=model)
+    assert parts.perf_models == whole.perf_models
+    for got, want in ((parts.columns, whole.columns), (parts.analytic, whole.analytic),
+                      (parts.cols, whole.cols)):
+        assert list(got) == list(want)
+        for k in want:
+            if want[k].dtype == object:
+                assert got[k].tolist() == want[k].tolist(), k
+            else:
+                np.testing.assert_array_equal(got[k], want[k], err_msg=k)
