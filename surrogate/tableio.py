@@ -291,6 +291,7 @@ def csv_bytes(df: pd.DataFrame, *, header: bool = True) -> bytes:
         table = pa.Table.from_pandas(df, preserve_index=False)
     except (pa.ArrowException, TypeError, ValueError):
         return _csv_bytes_pandas(df, header=header)
+    table = _floats_read_back_as_floats(table)
     sink = pa.BufferOutputStream()
     options = pcsv.WriteOptions(include_header=header, batch_size=65_536,
                                 quoting_style=_quoting(table),
@@ -301,6 +302,24 @@ def csv_bytes(df: pd.DataFrame, *, header: bool = True) -> bytes:
         return _csv_bytes_pandas(df, header=header)
     data: bytes = sink.getvalue().to_pybytes()
     return data
+
+
+def _floats_read_back_as_floats(table: Any) -> Any:
+    """``table`` with each float column whose values are all whole numbers as text ending in
+    ``.0`` (``1.0``, as pandas writes it): pyarrow writes ``1``, and every reader would take
+    the column for integers."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    for i, field in enumerate(table.schema):
+        column = table.column(i)
+        if not pa.types.is_floating(field.type) or column.null_count == len(column):
+            continue
+        text = pc.cast(column, pa.string())
+        if pc.all(pc.match_substring_regex(text, "^-?[0-9]+$")).as_py():
+            table = table.set_column(i, field.name,
+                                     pc.binary_join_element_wise(text, ".0", ""))
+    return table
 
 
 def _quoting_names(names: list[str]) -> str:

@@ -69,6 +69,9 @@ def test_chunks_give_the_whole_tables_answer(tmp_path: Path, source: str, target
     assert (done.rows, done.errors) == (len(table), 2)
     out = read_table(dst)
     assert list(out.columns) == [*CONFIG_COLUMNS, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
+    numbers = [c for c in PRED_COLUMNS if c not in ("pred_status", "extrapolation")]
+    assert all(out[c].dtype.kind == "f" for c in numbers)  # whole-number floats stay floats
+    assert out["dp"].dtype.kind == "f" and out["tp"].dtype.kind == "i"  # dp=8.5: floats
     _same(out, predict_frame(read_table(src), model=None))
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 

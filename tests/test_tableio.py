@@ -147,9 +147,13 @@ def test_a_table_reads_back_as_written(tmp_path: Path, suffix: str) -> None:
 
 
 def test_a_csv_without_special_text_is_written_without_quotes(tmp_path: Path) -> None:
-    write_table_atomic(pd.DataFrame({"gpu": ["H100"], "dp": [8], "sp": [True]}),
+    write_table_atomic(pd.DataFrame({"gpu": ["H100", "A100"], "dp": [8, 4], "sp": [True, False],
+                                     "w": [1.0, float("nan")], "x": [0.5, 2.0]}),
                        tmp_path / "t.csv")
-    assert (tmp_path / "t.csv").read_text() == "gpu,dp,sp\nH100,8,true\n"
+    assert (tmp_path / "t.csv").read_text() == ("gpu,dp,sp,w,x\nH100,8,true,1.0,0.5\n"
+                                                "A100,4,false,,2\n")
+    back = read_table(tmp_path / "t.csv")
+    assert [back[c].dtype.kind for c in ["dp", "sp", "w", "x"]] == ["i", "b", "f", "f"]
 
 
 def test_csv_columns_are_typed_as_pandas_reads_them(tmp_path: Path) -> None:

@@ -255,8 +255,11 @@ def predict_cmd(
                 check_table_columns(chunk.columns, where=str(from_csv))  # names the file
             check_table_counts(chunk, where=str(from_csv), first_row=first_row)
 
-        with physics:
-            done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check)
+        from surrogate.progress import bars
+
+        with physics, bars() as progress:
+            done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
+                                progress=progress)
         if out is not None:
             typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
         return
