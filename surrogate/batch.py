@@ -2,12 +2,13 @@
 
 ``surrogate predict --from-csv`` reads its table (CSV or Parquet by suffix) with pyarrow's
 streaming readers (:func:`surrogate.tableio.iter_table`), predicts each chunk
-(:func:`surrogate.prediction.predict_frame`) and writes it on (:class:`surrogate.tableio.
-TableWriter`), so that memory holds one chunk whatever the table's length; the output is
-the rows of the input in order, each with its predictions or its error, exactly as the
-whole table predicted at once (each row is predicted on its own columns). The table appears
-under its name only once complete (a temporary file renamed), and without ``--out`` it is
-copied to stdout once complete: a failure leaves nothing half-written.
+(:func:`surrogate.prediction.predict_frame`) and writes it on
+(:class:`surrogate.tableio.TableWriter`), so that memory holds one chunk whatever the table's
+length (under 1 GiB for 10^7 rows, measured by ``benchmarks/speed.py --stream-rows``). The
+output is the rows of the input in order, each with its predictions or its error: the
+answers of the whole table predicted at once (each row is predicted on its own columns). It
+appears under its name only once complete (a temporary file renamed), and without ``--out``
+it is copied to stdout once complete: a failure leaves nothing half-written.
 
 A CSV that pyarrow's reader refuses (a row with more or fewer values than the header: a
 spreadsheet's trailing commas; text that is not UTF-8), or whose chunks a Parquet output
