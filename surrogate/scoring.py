@@ -36,7 +36,6 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -117,7 +116,7 @@ def score(
                       perf_models=[])
     # the analytic model under the parameters the learned one was trained under
     with nullcontext() if model is None else model.physics():
-        c, out, names = _analytic_in_parts(configs, profile, extra)
+        c, out, names = analytic_for(configs, profile, extra=extra)
     context = out["mem_cuda_context"]
     explanations: list[dict[str, float]] = []
     if model is not None:
@@ -159,46 +158,6 @@ def score(
     columns["error"] = np.array(impossible(c, out), dtype=object)
     return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
                   perf_models=names, explanations=explanations)
-
-
-PART_ROWS = 16_384
-"""A table of at least twice this many configurations is run through the analytic model in
-parts on the worker threads (``surrogate.threads``: numpy releases the GIL over columns this
-long), one part per core; each row's answer is the same (the model works row by row)."""
-
-
-def _analytic_in_parts(
-    configs: Sequence[TrainingConfig] | FlatTable,
-    profile: str | Path | PerfModel | Sequence[Any] | None,
-    extra: Mapping[str, np.ndarray] | None,
-) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
-    """:func:`~surrogate.analytic.run.analytic_for` of ``configs``, over consecutive parts
-    at once where the table is long enough (:data:`PART_ROWS`), joined in order."""
-    from surrogate.threads import map_in_threads, workers
-
-    n = table_len(configs) if isinstance(configs, dict) else len(configs)
-    parts = min(workers(), n // PART_ROWS)
-    if parts < 2 or not isinstance(configs, dict):
-        return analytic_for(configs, profile, extra=extra)
-    per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
-    edges = np.linspace(0, n, parts + 1).astype(np.int64).tolist()
-    cuts = [slice(a, b) for a, b in itertools.pairwise(edges)]
-    done = map_in_threads(
-        lambda cut: analytic_for(
-            {k: v[cut] for k, v in configs.items()},
-            profile[cut] if per_config else profile,  # type: ignore[index]
-            extra=None if extra is None else {k: np.asarray(v)[cut] for k, v in extra.items()}),
-        cuts)
-
-    def joined(parts: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-        keys = dict.fromkeys(k for part in parts for k in part)
-        return {k: np.concatenate([part[k] if k in part
-                                   else np.full(cut.stop - cut.start, np.nan)
-                                   for part, cut in zip(parts, cuts, strict=True)])
-                for k in keys}
-
-    return (joined([d[0] for d in done]), joined([d[1] for d in done]),
-            [name for d in done for name in d[2]])
 
 
 def score_runs(

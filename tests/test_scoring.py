@@ -3,6 +3,7 @@ learned model's ``predict`` give the same answer, column by column."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -127,27 +128,24 @@ def _synthetic_table() -> dict[str, np.ndarray]:
 
 
 @pytest.mark.parametrize("which", ["analytic", "default"])
-def test_the_analytic_model_in_parts_gives_the_whole_tables_answer(monkeypatch, which):
-    """A long table is run through the analytic model in parts on worker threads: every
-    column bitwise as the table in one piece."""
-    import surrogate.scoring as scoring
-    import surrogate.threads as threads
-
+def test_a_table_scored_in_slices_gives_the_whole_tables_answer(which):
+    """What a table predicted a chunk at a time (``surrogate.batch``) relies on: every row
+    is scored on its own columns, bitwise as in the whole table."""
     model = None if which == "analytic" else resolve_model("default")
     if which == "default" and model is None:
         pytest.skip("no bundled model")
     table = _synthetic_table()
-    monkeypatch.setattr(scoring, "PART_ROWS", 10**9)
+    n = len(table["dp"])
     whole = score(table, model=model)
-    monkeypatch.setattr(scoring, "PART_ROWS", 700)
-    monkeypatch.setattr(threads, "workers", lambda: 3)
-    parts = score(table, model=model)
-    assert parts.perf_models == whole.perf_models
-    for got, want in ((parts.columns, whole.columns), (parts.analytic, whole.analytic),
-                      (parts.cols, whole.cols)):
-        assert list(got) == list(want)
+    edges = [0, 1, 700, 3_000, n]
+    parts = [score({k: v[a:b] for k, v in table.items()}, model=model)
+             for a, b in itertools.pairwise(edges)]
+    assert [p for part in parts for p in part.perf_models] == whole.perf_models
+    for which_dict in ("columns", "analytic", "cols"):
+        want = getattr(whole, which_dict)
         for k in want:
+            got = np.concatenate([getattr(part, which_dict)[k] for part in parts])
             if want[k].dtype == object:
-                assert got[k].tolist() == want[k].tolist(), k
+                assert got.tolist() == want[k].tolist(), k
             else:
-                np.testing.assert_array_equal(got[k], want[k], err_msg=k)
+                np.testing.assert_array_equal(got, want[k], err_msg=k)
