@@ -32,12 +32,11 @@ import logging
 import os
 import platform
 import tempfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-
-from surrogate.threads import map_in_threads, workers
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -129,13 +128,13 @@ class CompiledForest:
             model = self._load(booster, arr, raw_score)
             if model is None:
                 return None
-        threads = 1 if len(arr) < SMALL_BATCH else workers()
+        threads = 1 if len(arr) < SMALL_BATCH else (os.cpu_count() or 1)
         if threads == 1:
             return np.asarray(model.predict(arr, n_jobs=1))
         # lleaves starts a thread pool per call (about 1 ms a thread); one kept pool serves all
-        parts = map_in_threads(lambda rows: model.predict(rows, n_jobs=1),
-                               np.array_split(arr, threads))
-        return np.concatenate(parts)
+        parts = _pool().map(lambda rows: model.predict(rows, n_jobs=1),
+                            np.array_split(arr, threads))
+        return np.concatenate(list(parts))
 
     def _load(self, booster: lgb.Booster, arr: np.ndarray, raw_score: bool) -> Any | None:
         try:
@@ -204,6 +203,19 @@ class CompiledForest:
             finally:
                 Path(tmp).unlink(missing_ok=True)
             return model
+
+
+_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def _pool() -> ThreadPoolExecutor:
+    """The threads that evaluate compiled forests over parts of a batch (the C function
+    releases the GIL); one pool per process, since a forked child inherits no threads."""
+    pid = os.getpid()
+    if pid not in _POOLS:
+        _POOLS[pid] = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
+                                         thread_name_prefix="surrogate-trees")
+    return _POOLS[pid]
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
