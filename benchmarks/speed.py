@@ -62,6 +62,7 @@ from surrogate.prediction import DEFAULT_MODEL_DIR, predict, predict_frame
 from surrogate.presets import get_preset
 from surrogate.search import search
 from surrogate.space import RECOMPUTE_SHARES, SHARDINGS, LayoutSpace
+from surrogate.tableio import CHUNK_ROWS
 from training.train import load_runs, train
 
 CLI = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
@@ -145,8 +146,8 @@ def _end_to_end(exe: str, frame: pd.DataFrame, scratch: Path, stream_rows: int) 
     _, small_gib = _peak_rss_gib(argv)
     print(f"streamed `surrogate predict --from-csv` {rows:,} rows CSV in, Parquet out: "
           f"{wall:.0f} s ({rows / wall:,.0f} rows/s), peak resident memory {gib:.2f} GiB "
-          f"({_aim(gib, 4.0)}; {gib * 2**30 / rows:,.0f} bytes per row); the {n:,}-row table "
-          f"above peaks at {small_gib:.2f} GiB: memory is bounded by the chunk, not the table")
+          f"({_aim(gib, 4.0)}); the {n:,}-row table above peaks at {small_gib:.2f} GiB: "
+          f"memory is bounded by the chunk ({CHUNK_ROWS:,} rows), not the table")
 
 
 def _arrow(frame: pd.DataFrame) -> Any:
