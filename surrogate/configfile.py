@@ -143,16 +143,33 @@ def check_counts(values: Mapping[str, Any], *, where: str | None = None) -> None
             raise ConfigError(f"{where}: {why}" if where else why)
 
 
-def check_table_counts(table: pd.DataFrame, *, where: str) -> None:
+def check_table_counts(table: pd.DataFrame, *, where: str, first_row: int = 1) -> None:
     """:func:`check_counts` for every cell of a table's configuration columns, naming the
-    row (1 = the first under the header). A column the CSV reader made float64 is left to
-    the configuration's own checks (its values are already what float64 holds)."""
+    row (``first_row`` = the first under the header; a later chunk of a table passes its
+    own). A column the CSV reader made float64 is left to the configuration's own checks (its
+    values are already what float64 holds); an integer column is checked column-wise, text
+    cell by cell only where the column holds other objects than text."""
     import pandas as pd
 
     for column in table.columns:
-        if column not in CONFIG_KEYS or pd.api.types.is_float_dtype(table[column]):
+        if column not in CONFIG_KEYS:
             continue
-        for row, value in enumerate(table[column].tolist(), start=1):
+        cells = table[column]
+        dtype = cells.dtype
+        if pd.api.types.is_float_dtype(dtype) or pd.api.types.is_bool_dtype(dtype):
+            continue
+        if pd.api.types.is_integer_dtype(dtype):
+            present = cells.notna().to_numpy()
+            values = cells[present].to_numpy()
+            big = np.flatnonzero((values > MAX_COUNT) | (values < -MAX_COUNT))
+            if len(big):
+                row = int(np.flatnonzero(present)[big[0]]) + first_row
+                raise ConfigError(f"{where}, row {row}: {_too_large(str(column), values[big[0]])}")
+            continue
+        if pd.api.types.is_string_dtype(dtype) and pd.api.types.infer_dtype(
+                cells, skipna=True) in ("string", "empty"):
+            continue  # text only: no integer to check
+        for row, value in enumerate(cells.tolist(), start=first_row):
             why = _too_large(str(column), value)
             if why is not None:
                 raise ConfigError(f"{where}, row {row}: {why}")

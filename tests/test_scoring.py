@@ -3,6 +3,7 @@ learned model's ``predict`` give the same answer, column by column."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
@@ -110,3 +111,41 @@ def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_s
     assert (logged <= peak * (1 + 1e-12)).all() and (logged[piped] < peak[piped]).any()
     other = score_runs(runs.assign(source="mine"))  # a source that logs the peak
     np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_gib"])
+
+
+def _synthetic_table() -> dict[str, np.ndarray]:
+    """A generated table of distinct layouts (synthetic: every valid layout of two small
+    spaces, a dense and an MoE model, megatron and torchtitan)."""
+    from surrogate.config_table import take
+    from surrogate.space import LayoutSpace
+
+    tables = [LayoutSpace(model=get_preset(m), global_batch_seqs=64, node_counts=(2,),
+                          frameworks=("megatron", "torchtitan"), max_cp=2, max_vpp=2,
+                          max_mbs=2).table() for m in ("8b", "mixtral-8x7b")]
+    joined = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
+    order = np.random.default_rng(0).permutation(len(joined["dp"]))
+    return take(joined, order)
+
+
+@pytest.mark.parametrize("which", ["analytic", "default"])
+def test_a_table_scored_in_slices_gives_the_whole_tables_answer(which):
+    """What a table predicted a chunk at a time (``surrogate.batch``) relies on: every row
+    is scored on its own columns, bitwise as in the whole table."""
+    model = None if which == "analytic" else resolve_model("default")
+    if which == "default" and model is None:
+        pytest.skip("no bundled model")
+    table = _synthetic_table()
+    n = len(table["dp"])
+    whole = score(table, model=model)
+    edges = [0, 1, 700, 3_000, n]
+    parts = [score({k: v[a:b] for k, v in table.items()}, model=model)
+             for a, b in itertools.pairwise(edges)]
+    assert [p for part in parts for p in part.perf_models] == whole.perf_models
+    for which_dict in ("columns", "analytic", "cols"):
+        want = getattr(whole, which_dict)
+        for k in want:
+            got = np.concatenate([getattr(part, which_dict)[k] for part in parts])
+            if want[k].dtype == object:
+                assert got.tolist() == want[k].tolist(), k
+            else:
+                np.testing.assert_array_equal(got, want[k], err_msg=k)

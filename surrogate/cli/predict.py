@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import sys
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
@@ -199,8 +198,8 @@ def predict_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")] = None,
     hf_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json to read the model from.")] = None,
     config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON file of configuration columns, or a torchtitan job TOML.")] = None,
-    from_csv: Annotated[Path | None, typer.Option(help="CSV of configurations, one per row.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Output CSV for --from-csv (default: stdout).")] = None,
+    from_csv: Annotated[Path | None, typer.Option(help="Table of configurations, one per row: CSV, or Parquet (.parquet, .pq); read and predicted in chunks.")] = None,
+    out: Annotated[Path | None, typer.Option(help="Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).")] = None,
     profile: Annotated[Path | None, typer.Option(help="Calibration profile JSON (default: the GPU's own, else datasheet).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
     analytic: Annotated[bool, typer.Option("--analytic", help="The analytic model alone, without the learned correction.")] = False,
@@ -243,31 +242,32 @@ def predict_cmd(
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction import predict, predict_frame
+    from surrogate.prediction import predict
 
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     physics = _physics(analytic, model_dir)
     if from_csv is not None:
-        from surrogate.tableio import read_table, table_format, write_csv, write_table_atomic
-
         if out is not None:  # before predicting every row, not after
             from surrogate.outputs import check_output_file
+            from surrogate.tableio import table_format
 
             table_format(out)
             check_output_file(out, flag="--out")
+        from surrogate.batch import predict_file
         from surrogate.configfile import check_table_columns, check_table_counts
 
-        table = read_table(from_csv)
-        check_table_columns(table.columns, where=str(from_csv))  # names the file
-        check_table_counts(table, where=str(from_csv))
-        with physics:
-            result = predict_frame(table, profile=profile, model=model_arg)
-        if out is None:
-            write_csv(result, sys.stdout)
-        else:
-            write_table_atomic(result, out)
-            bad = int((result["error"] != "").sum())
-            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
+        def check(chunk: Any, first_row: int) -> None:
+            if first_row == 1:
+                check_table_columns(chunk.columns, where=str(from_csv))  # names the file
+            check_table_counts(chunk, where=str(from_csv), first_row=first_row)
+
+        from surrogate.progress import bars
+
+        with physics, bars() as progress:
+            done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
+                                progress=progress)
+        if out is not None:
+            typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
         return
     flags = dict(
         num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,

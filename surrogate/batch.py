@@ -1,0 +1,116 @@
+"""A table file of configurations predicted into a table file, a chunk of rows at a time.
+
+``surrogate predict --from-csv`` reads its table (CSV or Parquet by suffix) with pyarrow's
+streaming readers (:func:`surrogate.tableio.iter_table`), predicts each chunk
+(:func:`surrogate.prediction.predict_frame`) and writes it on
+(:class:`surrogate.tableio.TableWriter`), so that memory holds one chunk whatever the table's
+length (under 1 GiB for 10^7 rows, measured by ``benchmarks/speed.py --stream-rows``). The
+output is the rows of the input in order, each with its predictions or its error: the
+answers of the whole table predicted at once (each row is predicted on its own columns). It
+appears under its name only once complete (a temporary file renamed), and without ``--out``
+it is copied to stdout once complete: a failure leaves nothing half-written.
+
+A CSV that pyarrow's reader refuses (a row with more or fewer values than the header: a
+spreadsheet's trailing commas; text that is not UTF-8), or whose chunks a Parquet output
+cannot hold under one type per column, is read and predicted whole instead
+(:func:`surrogate.tableio.read_table`: the csv module's checks and pandas).
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any
+
+from surrogate.progress import ProgressFn, report
+from surrogate.tableio import CHUNK_ROWS, NotStreamable, TableWriter, iter_table, read_table
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from surrogate.analytic.perf import PerfModel
+    from surrogate.learned import SurrogateModel
+
+CheckFn = Callable[["pd.DataFrame", int], None]
+"""``check(chunk, first_row)``: raise for a chunk of the input that must not be predicted
+(``first_row``: the 1-based row under the header of its first row)."""
+
+
+@dataclass(frozen=True)
+class BatchResult:
+    """What :func:`predict_file` wrote."""
+
+    rows: int
+    errors: int
+    """Rows with an error (not predicted)."""
+    chunks: int
+    """Chunks the input was read in (1: read whole)."""
+
+
+def predict_file(
+    source: str | Path,
+    target: str | Path | None,
+    *,
+    profile: str | Path | PerfModel | None = None,
+    model: SurrogateModel | str | Path | None = "default",
+    stdout: IO[str] | None = None,
+    check: CheckFn | None = None,
+    chunk_rows: int = CHUNK_ROWS,
+    progress: ProgressFn | None = None,
+) -> BatchResult:
+    """Predict every row of the table at ``source`` into the table ``target`` (Parquet or
+    CSV by suffix), or as CSV into ``stdout`` when ``target`` is None; see the module
+    docstring. ``model`` and ``profile`` as for :func:`surrogate.prediction.predict_frame`;
+    ``check`` is called on each chunk before it is predicted."""
+    from surrogate.prediction import resolve_model
+
+    learned = resolve_model(model)
+    if target is None:
+        with tempfile.TemporaryDirectory(prefix="surrogate-predict-") as scratch:
+            done = _predict_into(source, Path(scratch) / "out.csv", profile, learned, check,
+                                 chunk_rows, progress)
+            with open(Path(scratch) / "out.csv", encoding="utf-8", newline="") as f:
+                shutil.copyfileobj(f, stdout if stdout is not None else _stdout())
+            return done
+    return _predict_into(source, Path(target), profile, learned, check, chunk_rows, progress)
+
+
+def _stdout() -> IO[str]:
+    import sys
+
+    return sys.stdout
+
+
+def _predict_into(source: str | Path, target: Path, profile: Any,
+                  model: SurrogateModel | None, check: CheckFn | None, chunk_rows: int,
+                  progress: ProgressFn | None) -> BatchResult:
+    try:
+        return _write(iter_table(source, chunk_rows=chunk_rows), target, profile, model,
+                      check, progress)
+    except NotStreamable:
+        return _write(iter([read_table(source)]), target, profile, model, check, progress)
+
+
+def _write(chunks: Any, target: Path, profile: Any, model: SurrogateModel | None,
+           check: CheckFn | None, progress: ProgressFn | None) -> BatchResult:
+    """Predict each frame of ``chunks`` and write it to ``target`` (committed once all are)."""
+    from surrogate.prediction import predict_frame
+
+    rows = errors = count = 0
+    with TableWriter(target) as writer:
+        for chunk in chunks:
+            if check is not None:
+                check(chunk, rows + 1)
+            result = predict_frame(chunk, profile=profile, model=model)
+            writer.write(result)
+            errors += int((result["error"] != "").sum())
+            rows += len(chunk)
+            count += 1
+            report(progress, "predicting rows", rows, 0)
+    return BatchResult(rows=rows, errors=errors, chunks=count)
+
+
+__all__ = ["BatchResult", "CheckFn", "predict_file"]
