@@ -160,6 +160,8 @@ def oom_reliability(res: pd.DataFrame) -> pd.DataFrame:
     """How often runs ran out of memory against the probability said (completed and out-of-
     memory runs): per bin of p_oom, the runs, the mean p_oom said and the share that ran out.
     Calibrated where the two agree."""
+    import pandas as pd
+
     judged = res[res["status"].isin(["completed", "oom"])]
     p = judged["p_oom"].to_numpy(float)
     oom = (judged["status"] == "oom").to_numpy()

@@ -228,3 +228,22 @@ def test_analytic_alone_reports_progress_and_refuses_an_empty_protocol(playbook_
     one_size = playbook_subset[model_key(playbook_subset) == model_key(playbook_subset)[0]]
     with pytest.raises(DataError, match="no split with both training and test runs"):
         evaluate_analytic(one_size, "lomo")
+
+
+def test_the_oom_probability_has_a_reliability_table():
+    """Synthetic held-out runs: p_oom 0.9 where runs ran out, 0.1 where they completed; the
+    table bins what was said against what happened."""
+    import pandas as pd
+
+    from training.evaluate import RELIABILITY_BINS, oom_reliability
+
+    n = 40
+    res = pd.DataFrame({"status": ["oom"] * 10 + ["completed"] * (n - 10) + ["fail"],
+                        "p_oom": [0.9] * 10 + [0.1] * (n - 10) + [0.5]})
+    table = oom_reliability(res)
+    assert len(table) == len(RELIABILITY_BINS) - 1
+    assert table["runs"].sum() == n  # a failed run is neither
+    high = table[table["runs"] == 10].iloc[0]
+    assert high["said"] == pytest.approx(0.9) and high["ran_out"] == 1.0
+    low = table[table["runs"] == n - 10].iloc[0]
+    assert low["said"] == pytest.approx(0.1) and low["ran_out"] == 0.0
