@@ -26,7 +26,7 @@ from surrogate.config import (
     MAX_COUNT,
     MODEL_FIELDS,
 )
-from surrogate.errors import ConfigError
+from surrogate.errors import ConfigError, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,6 +64,22 @@ KEY_ALIASES: dict[str, str] = {
     "train_micro_batch_size_per_gpu": "mbs", "micro_batch": "mbs",
     "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
     "data_parallel_size": "dp", "max_seq_len": "seq_len", "zero_optimization_stage": "zero_stage",
+    # GPT-2 style Hugging Face keys
+    "n_layer": "num_layers", "n_embd": "hidden_size", "n_head": "num_heads",
+    "n_inner": "ffn_hidden_size", "n_positions": "seq_len", "n_ctx": "seq_len",
+    # names of the same setting in other tools and in prose
+    "recompute_mode": "recompute", "recompute_method": "recompute",
+    "activation_checkpointing": "recompute", "activation_checkpoint": "recompute",
+    "gradient_checkpointing": "recompute", "activation_recomputation": "recompute",
+    "checkpoint_activations": "recompute", "ac_mode": "recompute",
+    "precision": "dtype", "mixed_precision": "dtype", "compute_dtype": "dtype",
+    "train_dtype": "dtype", "fp8": "dtype", "bf16": "dtype",
+    "gpu_type": "gpu", "gpu_name": "gpu", "gpu_model": "gpu", "device": "gpu",
+    "accelerator": "gpu", "hardware_type": "gpu",
+    "sequence_parallelism": "sequence_parallel", "sp": "sequence_parallel",
+    "n_nodes": "num_nodes", "node_count": "num_nodes", "nnodes": "num_nodes",
+    "nproc_per_node": "gpus_per_node", "gpus": "gpus_per_node",
+    "zero_optimization": "zero_stage", "zero_level": "zero_stage",
 }
 """Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys, and
 the frameworks' names for the same setting; a file key or table column spelt so is refused
@@ -71,15 +87,24 @@ with the column it means (in a table it would otherwise be ignored and the colum
 defaulted)."""
 
 
+_DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
+_DEGREE_SUFFIXES = ("_parallel_degree", "_parallel_size", "_parallelism", "_parallel",
+                    "_degree", "_size", "_deg")
+
+
 def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str | None:
     """The valid key ``key`` most likely means: its flag spelling with dashes, an alias of
     :data:`KEY_ALIASES`, else the closest by difflib (similarity >= ``cutoff``); None if none."""
-    plain = key.strip().lower().replace("-", "_")
+    plain = key.strip().lower().replace("-", "_").replace(" ", "_")
     if plain in valid:
         return plain
     alias = KEY_ALIASES.get(plain)
     if alias in valid:
         return alias
+    for suffix in _DEGREE_SUFFIXES:  # tp_degree, cp_size, ep_parallel_size -> tp, cp, ep
+        if plain.endswith(suffix) and plain[:-len(suffix)] in _DEGREES:
+            degree = plain[:-len(suffix)]
+            return degree if degree in valid else None
     close = difflib.get_close_matches(plain, list(valid), n=1, cutoff=cutoff)
     return close[0] if close else None
 
@@ -109,6 +134,73 @@ def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
         if hint is not None and hint not in names:
             raise ConfigError(f"{where}: column {name!r} is not a configuration column; did "
                               f"you mean {hint!r}? (it would be ignored and {hint} defaulted)")
+
+
+OWN_COLUMN_PREFIX = "_"
+"""A column of a ``--from-csv`` table whose name starts with this is the user's own (a note, a
+label): carried through to the predictions, never read."""
+
+
+def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
+    """ConfigError for a column of a ``predict --from-csv`` table that the batch reader does not
+    read, as the YAML reader refuses an unknown key: a column it ignored would leave its setting
+    at the default and the row predicted for another configuration. The reader knows the
+    configuration columns (``model`` naming a preset among them), a sweep table's outcome and
+    provenance columns, the columns a prediction adds (a table of predictions can be predicted
+    again), and columns named ``_...`` (the user's own, carried through). The message names the
+    configuration column the name most likely means (:func:`nearest_key`)."""
+    from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
+    from surrogate.sweeps import OUTCOME_COLUMNS, PROVENANCE_COLUMNS
+
+    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, *PRED_COLUMNS,
+             RUNS_AS_ANOTHER, "error"}
+    names = [str(c) for c in columns]
+    for name in names:
+        if name in known or name.startswith(OWN_COLUMN_PREFIX):
+            continue
+        hint = nearest_key(name, (*CONFIG_KEYS, "model"))
+        if hint is not None:
+            also = " (the table has both: drop one)" if hint in names else ""
+            raise ConfigError(f"{where}: column {shown(name)} is not a configuration column; "
+                              f"did you mean {hint!r}?{also} (an unknown column would be "
+                              f"ignored and {hint} defaulted)")
+        raise ConfigError(
+            f"{where}: column {shown(name)} is not a column predict reads; columns must be "
+            f"configuration columns ({', '.join(CONFIG_KEYS)}, or model naming a preset), a "
+            f"sweep table's outcomes ({', '.join(OUTCOME_COLUMNS[:3])}...), or your own named "
+            f"{OWN_COLUMN_PREFIX}{name.lstrip(OWN_COLUMN_PREFIX) or 'x'} (carried through)")
+
+
+def expand_model_column(table: pd.DataFrame, *, where: str) -> pd.DataFrame:
+    """``table`` with the preset each row's ``model`` cell names filled into the model's
+    columns where the row leaves them empty (a configuration file's ``model: 8b``, row by row:
+    the preset < the row's own columns); the table itself when it has no ``model`` column.
+    ConfigError naming the row for a cell that names no preset."""
+    import pandas as pd
+
+    from surrogate.presets import model_values
+
+    if "model" not in table.columns:
+        return table
+    out = table.copy()
+    cells = table["model"].tolist()
+    filled: dict[str, list[Any]] = {}
+    for row, cell in enumerate(cells, start=1):
+        if cell is None or (isinstance(cell, float) and cell != cell) or str(cell).strip() == "":
+            continue
+        try:
+            values = model_values(str(cell), None)
+        except ConfigError as e:
+            raise ConfigError(f"{where}, row {row}: {e}") from None
+        for key, value in values.items():
+            column = filled.setdefault(key, (out[key].astype(object).tolist() if key in
+                                             out.columns else [None] * len(out)))
+            have = column[row - 1]
+            if have is None or (isinstance(have, float) and have != have) or have == "":
+                column[row - 1] = value
+    for key, column in filled.items():
+        out[key] = pd.Series(column, index=out.index, dtype=object)
+    return out
 
 
 def _too_large(key: str, value: Any) -> str | None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
+from surrogate.errors import ConfigError
 from surrogate.cli.shape_options import (
     ExpertsOpt,
     FfnOpt,
@@ -65,6 +66,30 @@ def build_config(
     values.update({k: v for k, v in flags.items() if v is not None})
     require_model_shape(values, sources="--model PRESET, --hf-config FILE, --config FILE")
     return config_from_flat(values)
+
+
+def _check_mode(from_csv: Path | None, out: Path | None, options: dict[str, Any]) -> None:
+    """ConfigError for an option the mode does not read, before any work: ``--out`` writes the
+    table of ``--from-csv``, and a table's rows are whole configurations, so an option that
+    sets one configuration (or how it prints) would be ignored silently."""
+    if from_csv is None:
+        if out is not None:
+            raise ConfigError(f"--out writes the predictions of --from-csv TABLE; give "
+                              f"--from-csv, or drop --out (one configuration prints to stdout, "
+                              f"--json for JSON), got --out {str(out)!r}")
+        return
+    given = [k for k, v in options.items() if v is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-").replace("num-nodes", "nodes").replace(
+            "zero-stage", "zero")
+        key = given[0]
+        if key in ("json", "explain"):
+            why = "the predictions are a CSV table (--out FILE, else stdout)"
+        elif key in ("config", "hf_config"):
+            why = "each row of the table is a whole configuration (a model column may name a preset)"
+        else:
+            why = f"each row of the table is a whole configuration: give {key} as a column"
+        raise ConfigError(f"{flag} does not apply with --from-csv: {why}")
 
 
 def _rate(tokens_per_s: float) -> str:
@@ -239,30 +264,6 @@ def predict_cmd(
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
     from surrogate.prediction import predict, predict_frame
 
-    model_arg: Path | str | None = None if analytic else (model_dir or "default")
-    physics = _physics(analytic, model_dir)
-    if from_csv is not None:
-        from surrogate.tableio import read_table, table_format, write_csv, write_table_atomic
-
-        if out is not None:  # before predicting every row, not after
-            from surrogate.outputs import check_output_file
-
-            table_format(out)
-            check_output_file(out, flag="--out")
-        from surrogate.configfile import check_table_columns, check_table_counts
-
-        table = read_table(from_csv)
-        check_table_columns(table.columns, where=str(from_csv))  # names the file
-        check_table_counts(table, where=str(from_csv))
-        with physics:
-            result = predict_frame(table, profile=profile, model=model_arg)
-        if out is None:
-            write_csv(result, sys.stdout)
-        else:
-            write_table_atomic(result, out)
-            bad = int((result["error"] != "").sum())
-            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
-        return
     flags = dict(
         num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
         num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
@@ -273,6 +274,44 @@ def predict_cmd(
         recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,
     )
+    _check_mode(from_csv, out, flags | {"model": model, "hf_config": hf_config, "config": config,
+                                        "json": as_json or None, "explain": explain or None})
+    model_arg: Path | str | None = None if analytic else (model_dir or "default")
+    physics = _physics(analytic, model_dir)
+    if from_csv is not None:
+        from surrogate.tableio import read_table, table_format, write_csv, write_table_atomic
+
+        if out is not None:  # before predicting every row, not after
+            from surrogate.outputs import check_output_file
+
+            table_format(out)
+            check_output_file(out, flag="--out")
+        from surrogate.configfile import (
+            check_batch_columns,
+            check_table_counts,
+            expand_model_column,
+        )
+        from surrogate.table_files import check_table_file
+
+        check_table_file(from_csv, flag="--from-csv")
+        table = read_table(from_csv)
+        check_batch_columns(table.columns, where=str(from_csv))  # names the file
+        table = expand_model_column(table, where=str(from_csv))
+        check_table_counts(table, where=str(from_csv))
+        with physics:
+            result = predict_frame(table, profile=profile, model=model_arg)
+        bad = int((result["error"] != "").sum())
+        if out is None:
+            write_csv(result, sys.stdout)
+        else:
+            write_table_atomic(result, out)
+            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
+        if bad and bad == len(result):  # written first: nothing computed is lost
+            first = str(result["error"].iloc[0])
+            raise ConfigError(
+                f"every one of the {bad} rows of {from_csv} failed (row 1: {first}); "
+                f"the table with each row's error went to {out or 'stdout'}")
+        return
     given = {k: v for k, v in flags.items() if v is not None} | ({"model": model} if model else {})
     file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
