@@ -79,6 +79,10 @@ def train_cmd(
     from training.train import train
 
     check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
+    from surrogate.table_files import check_table_file
+
+    for path in sweeps or []:
+        check_table_file(path, flag="--sweeps")
     params = None
     if settings_from is not None:
         if n_trials > 0:

@@ -89,6 +89,11 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     from surrogate.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.ingest.dispatch import read_runs
 
+    from surrogate.table_files import check_table_file
+
+    for s in sources:  # every file, before the first is read
+        if s != "playbook":
+            check_table_file(s, flag="--runs")
     frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)
     with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "

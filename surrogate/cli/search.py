@@ -399,8 +399,10 @@ def propose_cmd(
                         recompute_shares=recompute_shares, shardings=shardings)
     table = None
     if runs is not None:
+        from surrogate.table_files import check_table_file
         from surrogate.tableio import read_table
 
+        check_table_file(runs, flag="--runs")
         table = read_table(runs)
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
@@ -449,6 +451,9 @@ def score_round_cmd(
         record["model"] = {**record["model"], "path": str(model_dir)}
     from surrogate.progress import bars
 
+    from surrogate.table_files import check_table_file
+
+    check_table_file(runs, flag="--runs")
     proposer = load_round_model(record)
     table = read_table(runs)
     metrics, matched = score_round(record, table, model=proposer)
@@ -539,6 +544,10 @@ def heatmap_cmd(
 
     for suffix in (".png", ".html"):
         check_output_file(out.with_suffix(suffix), flag="--out")
+    if measured is not None:  # before minutes of searching, not after
+        from surrogate.table_files import check_table_file
+
+        check_table_file(measured, flag="--measured")
     presets = [get_preset(name) for name in models.split(",")]
     options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
                "frameworks": tuple(framework.split(",")), "zero_stages": _ints(zero, "--zero"),
