@@ -85,7 +85,9 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str:
     """Where a person sees a run: its page on a server, else the run id and the store."""
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{_ML_VIEW}"
-    return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {uri}`)"
+    import shlex
+
+    return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)"
 
 
 def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str | None:

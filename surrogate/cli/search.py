@@ -375,11 +375,17 @@ def propose_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
-    _at_least(1, round_number=round_number)
+    _at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
+    from surrogate.active import Acquisition, check_new_round_dir
+
+    if not 0 <= boundary_frac <= 1:
+        raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
+    acquisition = Acquisition(boundary_frac=boundary_frac)
+    check_new_round_dir(round_dir)
     import pandas as pd
     from rich.markup import escape
 
-    from surrogate.active import PROPOSALS_FILE, Acquisition, propose
+    from surrogate.active import PROPOSALS_FILE, propose
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
         extrapolation_line,
@@ -407,7 +413,7 @@ def propose_cmd(
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
-                      acquisition=Acquisition(boundary_frac=boundary_frac), runs=table,
+                      acquisition=acquisition, runs=table,
                       round_number=round_number, steps=steps, progress=report)
     console = make_console(wide=wide)
     picked = pd.read_csv(out / PROPOSALS_FILE, keep_default_na=False, na_values=[""])
@@ -420,9 +426,12 @@ def propose_cmd(
         [""] * len(picked))).fillna(""))), highlight=False)
     if gives_way := gives_way_line(picked):
         console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
+    import shlex
+
+    logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
     typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "
-               f"them, then `surrogate ingest {out}/logs` and `surrogate score-round --round "
-               f"{out} --runs TABLE` before `surrogate train`")
+               f"them, then `surrogate ingest {logs}` and `surrogate score-round --round "
+               f"{where} --runs TABLE` before `surrogate train`")
 
 
 @app.command("score-round")
