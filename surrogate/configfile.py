@@ -116,10 +116,10 @@ def check_keys(keys: Iterable[Any], valid: Sequence[str], *, where: str) -> None
             continue
         hint = nearest_key(str(key), valid)
         if hint is not None:
-            raise ConfigError(f"{where}: unknown key {key!r}; did you mean {hint!r}? (keys must "
-                              "be configuration columns)")
-        raise ConfigError(f"{where}: unknown key {key!r}; keys must be configuration columns: "
-                          f"{', '.join(valid)}")
+            raise ConfigError(f"{where}: unknown key {shown(key)}; did you mean {hint!r}? (keys "
+                              "must be configuration columns)")
+        raise ConfigError(f"{where}: unknown key {shown(key)}; keys must be configuration "
+                          f"columns: {', '.join(valid)}")
 
 
 def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
@@ -250,14 +250,72 @@ def check_table_counts(table: pd.DataFrame, *, where: str) -> None:
                 raise ConfigError(f"{where}, row {row}: {why}")
 
 
+MAX_YAML_VALUES = 10_000
+"""Most values (scalars, lists, mappings, each counted where an alias repeats it) a YAML
+configuration file may expand to. A configuration is a few dozen values; nested aliases expand
+a 2 KB file into billions (a "billion laughs" file), which would take minutes and gigabytes
+to build, and as many characters to quote in an error."""
+ANCHOR_HOLDER_PREFIX = "x-"
+"""A top-level key of a YAML configuration file starting with this holds YAML anchors for merge
+keys (``x-base: &base {dp: 8}`` then ``layout: {<<: *base}``), as in Docker Compose files; it
+is not a configuration key, and is left out."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_expansion(root: Any) -> None:
+    """ConfigError if the YAML node graph ``root`` expands (aliases followed) to more than
+    :data:`MAX_YAML_VALUES` values, or an alias refers to a node that holds it: counted on
+    the graph, where each anchored node is counted once per use but never built."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise ConfigError("an alias refers to a node that holds it (a recursive value); a "
+                              "configuration holds plain values")
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_VALUES:
+                raise ConfigError(
+                    f"the file expands to more than {MAX_YAML_VALUES:,} values through its "
+                    f"aliases (line {child.start_mark.line + 1}); a configuration is a mapping "
+                    f"of a few dozen column: value pairs")
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 def _yaml_loader() -> type:
-    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last)."""
+    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last) and a
+    document whose aliases expand it past :data:`MAX_YAML_VALUES`; merge keys (``<<: *base``)
+    merge as YAML 1.1 says (a key of the mapping itself wins over a merged one)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_document(self, node: Any) -> Any:
+            _check_expansion(node)  # before anything is built
+            return super().construct_document(node)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # merged by flatten_mapping below, its keys may be overridden
                 key = self.construct_object(key_node, deep=deep)
                 try:
                     repeated = key in seen
@@ -265,7 +323,7 @@ def _yaml_loader() -> type:
                 except TypeError:  # an unhashable key: PyYAML's own error follows
                     continue
                 if repeated:
-                    raise ConfigError(f"each key must appear once, got {key!r} twice (line "
+                    raise ConfigError(f"each key must appear once, got {shown(key)} twice (line "
                                       f"{key_node.start_mark.line + 1})")
             return super().construct_mapping(node, deep)
 
@@ -278,7 +336,7 @@ def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ConfigError(f"each key must appear once, got {key!r} twice")
+            raise ConfigError(f"each key must appear once, got {shown(key)} twice")
         out[key] = value
     return out
 
@@ -317,6 +375,9 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
         raise ConfigError(f"{p}: cannot parse ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a configuration file holds a mapping of column: value")
+    if p.suffix.lower() != ".json":  # anchors of merge keys only
+        data = {k: v for k, v in data.items()
+                if not (isinstance(k, str) and k.startswith(ANCHOR_HOLDER_PREFIX))}
     check_keys(data, FILE_KEYS, where=str(p))
     flat: dict[str, Any] = {}
     for key, value in data.items():
@@ -328,7 +389,7 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
             check_keys(value, SECTION_KEYS[key], where=f"{p} ({key})")
             items = list(value.items())
         elif key in ("cluster", "layout"):
-            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {value!r}")
+            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {shown(value)}")
         else:
             items = [(key, value)]
         for k, v in items:

@@ -88,7 +88,6 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     from surrogate.errors import DataError
     from surrogate.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.ingest.dispatch import read_runs
-
     from surrogate.table_files import check_table_file
 
     for s in sources:  # every file, before the first is read

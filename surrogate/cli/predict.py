@@ -11,7 +11,6 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
-from surrogate.errors import ConfigError
 from surrogate.cli.shape_options import (
     ExpertsOpt,
     FfnOpt,
@@ -24,6 +23,7 @@ from surrogate.cli.shape_options import (
     TopkOpt,
     VocabOpt,
 )
+from surrogate.errors import ConfigError
 
 
 def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:

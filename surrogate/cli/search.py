@@ -459,7 +459,6 @@ def score_round_cmd(
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     from surrogate.progress import bars
-
     from surrogate.table_files import check_table_file
 
     check_table_file(runs, flag="--runs")
