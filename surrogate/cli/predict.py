@@ -321,3 +321,8 @@ def predict_cmd(
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:
         _print_table(pred)
+        from surrogate.cli.display import seq_len_note
+
+        file_seq = file_values.get("seq_len") if isinstance(file_values, dict) else None
+        if note := seq_len_note(hf_config, seq_len if file_seq is None else file_seq, cfg.model):
+            typer.echo(f"note: {note}")

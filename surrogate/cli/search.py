@@ -262,6 +262,9 @@ def search_cmd(
         raise DataError(f"the optuna storage {storage!r} failed: {message}") from e
     rules_cfg = rules_pick(space)
     rules_row = score_configs([rules_cfg], model=learned, limits=limits)
+    from surrogate.cli.display import seq_len_note
+
+    notes = [n for n in (seq_len_note(hf_config, seq_len, m), *result.notes) if n]
     written: list[str] = []
     if launch_dir is not None:
         from surrogate.launch import launch_problem, write_launch_files
@@ -276,7 +279,8 @@ def search_cmd(
             files = write_launch_files(cfg, launch_dir / name, run_name=name)
             written.append(f"#{i}: {files.directory}")
     summary = {
-        "space": {"model": m.name, "global_batch_seqs": space.global_batch_seqs,
+        "space": {"model": m.name, "seq_len": m.seq_len,
+                  "global_batch_seqs": space.global_batch_seqs,
                   "node_counts": list(space.node_counts), "points": space.size_bound(),
                   "enumerated_valid": result.enumerated},
         "optuna": {"trials": result.n_trials, "invalid": result.n_invalid,
@@ -285,7 +289,7 @@ def search_cmd(
         "top": scored_to_records(result.top),
         "pareto": None if result.pareto is None else scored_to_records(result.pareto),
         "rules_of_thumb": {"source": CITATION, **scored_to_records(rules_row)[0]},
-        "launch": written, "notes": result.notes,
+        "launch": written, "notes": notes,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
@@ -314,7 +318,7 @@ def search_cmd(
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
     console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
-    for note in result.notes:
+    for note in notes:
         console.print(f"[yellow]{escape(note)}[/]")
     several = len(space.frameworks) > 1
     console.print(_table("Best predicted layouts", result.top, narrow=narrow, full=full,
@@ -416,6 +420,10 @@ def propose_cmd(
                       acquisition=acquisition, runs=table,
                       round_number=round_number, steps=steps, progress=report)
     console = make_console(wide=wide)
+    from surrogate.cli.display import seq_len_note
+
+    if note := seq_len_note(hf_config, seq_len, m):
+        console.print(f"[yellow]{escape(note)}[/]", highlight=False)
     picked = pd.read_csv(out / PROPOSALS_FILE, keep_default_na=False, na_values=[""])
     console.print(escape(model_line(model_dir or "default", space.gpu, model_dir)),
                   highlight=False)
