@@ -470,35 +470,72 @@ def score_round_cmd(
     from surrogate.table_files import check_table_file
 
     check_table_file(runs, flag="--runs")
+    if mlflow:  # before the scoring, within seconds: an unusable store costs a line
+        from surrogate.tracking import check_store
+
+        check_store()
     proposer = load_round_model(record)
     table = read_table(runs)
     metrics, matched = score_round(record, table, model=proposer)
     analytic = score_round(record, table, model=None) if proposer is not None else None
-    run_id = None
+    analytic_metrics = None if analytic is None else analytic[0]
+    if not as_json:  # the figures first: a store failing below loses nothing
+        _print_round(record, metrics, analytic_metrics)
+    run_id, failure = None, None
     if mlflow:
-        with bars(not as_json) as report:
-            report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
-            run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
-                               matched=matched, analytic=analytic,
-                               earlier=[r for r in campaign_records(round_dir)
-                                        if int(r["round"]) < int(record["round"])])
+        try:
+            with bars(not as_json) as report:
+                report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
+                run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
+                                   matched=matched, analytic=analytic,
+                                   earlier=[r for r in campaign_records(round_dir)
+                                            if int(r["round"]) < int(record["round"])])
+        except Exception as e:  # any failure of the store, after the work: keep the work
+            failure = e
+    scores = {"round": record["round"], "metrics": metrics,
+              "analytic_metrics": analytic_metrics, "mlflow_run_id": run_id}
     if as_json:
-        typer.echo(json.dumps({"round": record["round"], "metrics": metrics,
-                               "analytic_metrics": None if analytic is None else analytic[0],
-                               "mlflow_run_id": run_id}, indent=2))
-        return
-    _print_round(record, metrics, None if analytic is None else analytic[0], run_id)
+        typer.echo(json.dumps(scores, indent=2))
+    elif run_id:
+        _print_mlflow_line(run_id)
+    if failure is not None:
+        from surrogate.errors import DataError
+        from surrogate.tableio import write_table_atomic
+        from surrogate.tracking import store_failure, tracking_uri
+
+        saved = round_dir / SCORES_FILE
+        _write_json_atomic(saved, scores)
+        if matched is not None:
+            write_table_atomic(matched, round_dir / MATCHED_FILE)
+        raise DataError(
+            f"logging the scored round to MLflow ({tracking_uri()}) failed "
+            f"({store_failure(failure)}); its figures are saved in {saved} and its matched "
+            f"runs in {round_dir / MATCHED_FILE}: score it again when the store works")
+
+
+SCORES_FILE = "scores.json"
+"""Where score-round keeps a round's figures when the tracking store fails after scoring."""
+MATCHED_FILE = "matched_runs.csv"
+"""... and the proposals matched with their measured runs."""
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    os.replace(tmp, path)
 
 
 def _print_round(record: dict[str, Any], metrics: dict[str, float],
-                 analytic: dict[str, float] | None, run_id: str | None) -> None:
-    """The round's figures, the proposing model's beside the analytic model's, and where
-    MLflow shows them."""
+                 analytic: dict[str, float] | None) -> None:
+    """The round's figures, the proposing model's beside the analytic model's."""
     from rich.markup import escape
     from rich.table import Table
 
     from surrogate.cli.display import console as make_console
-    from surrogate.tracking import run_url, tracking_uri
 
     console = make_console()
     info = record.get("model", {})
@@ -518,12 +555,21 @@ def _print_round(record: dict[str, Any], metrics: dict[str, float],
                                               "interval_coverage") else "")
         t.add_row(*row)
     console.print(t)
-    if run_id:
-        from surrogate.tracking import client
 
+
+def _print_mlflow_line(run_id: str) -> None:
+    """Where MLflow shows the round's run."""
+    from rich.markup import escape
+
+    from surrogate.cli.display import console as make_console
+    from surrogate.tracking import client, run_url, tracking_uri
+
+    try:
         exp = client().get_run(run_id).info.experiment_id
-        console.print(escape(f"MLflow: {run_url(tracking_uri(), exp, run_id)}"),
-                      highlight=False)
+        where = run_url(tracking_uri(), exp, run_id)
+    except Exception:  # logged; only the page's address is unknown
+        where = f"run {run_id} in {tracking_uri()}"
+    make_console().print(escape(f"MLflow: {where}"), highlight=False)
 
 
 def _figure(name: str, value: float) -> str:
