@@ -625,9 +625,10 @@ def heatmap_cmd(
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
+        from surrogate.sweeps import unflagged
         from surrogate.tableio import read_table
 
-        table = read_table(measured)
+        table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
         if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
                 and "num_nodes" not in table.columns:
             table, _ = parse_playbook(measured)
