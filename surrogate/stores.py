@@ -124,6 +124,7 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
             raise ConfigError(f"{where}: the URL names no host; {fix}")
         return  # a database on a local socket: its driver connects
     try:
+        _resolve(host, port, timeout_s)
         with socket.create_connection((host, port), timeout=timeout_s):
             pass
     except OSError as e:
@@ -148,3 +149,19 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
         raise ConfigError(f"{where}: {host}:{port} does not answer HTTP within "
                           f"{timeout_s:g} s ({why}); start the MLflow server, or "
                           f"{fix}") from None
+
+
+def _resolve(host: str, port: int, timeout_s: float) -> None:
+    """Look ``host`` up within ``timeout_s`` (the resolver itself has no timeout: an
+    unanswered DNS query would hold the command); OSError otherwise."""
+    import socket
+    from concurrent.futures import ThreadPoolExecutor
+    from concurrent.futures import TimeoutError as Late
+
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
+        pool.submit(socket.getaddrinfo, host, port).result(timeout=timeout_s)
+    except Late:
+        raise TimeoutError(f"no answer from the resolver for {host!r}") from None
+    finally:
+        pool.shutdown(wait=False)

@@ -62,7 +62,22 @@ _OFF = "--no-mlflow (score-round) or --no-track (train)"
 
 
 def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> str:
-    """The tracking store ``uri`` (default :func:`tracking_uri`) can take a run: checked before
+    """The tracking store ``uri`` (default :func:`tracking_uri`) can take a run
+    (:func:`_check_store`); ConfigError otherwise, also for text that is no URI at all."""
+    from surrogate.errors import ConfigError, shown
+
+    uri = tracking_uri() if uri is None else uri
+    try:
+        return _check_store(uri, timeout_s)
+    except ValueError as e:  # a malformed URL, a NUL in a path
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"MLFLOW_TRACKING_URI={shown(uri)} is not a usable URI ({e}); give "
+                          f"sqlite:///PATH or http(s)://HOST:PORT, or {_OFF}") from None
+
+
+def _check_store(uri: str, timeout_s: float) -> str:
+    """The tracking store ``uri`` can take a run: checked before
     a command works, within ``timeout_s`` seconds, so that an unusable store costs a line, not
     the work. A SQLite file's directory must be writable and an existing file a database; a
     server or database must accept a connection; a file store (a path) must be allowed
@@ -73,7 +88,6 @@ def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOU
     from surrogate.errors import ConfigError, shown
     from surrogate.outputs import check_writable_dir
 
-    uri = tracking_uri() if uri is None else uri
     where = (f"MLFLOW_TRACKING_URI={shown(uri)}" if os.environ.get("MLFLOW_TRACKING_URI")
              else f"the tracking store {shown(uri)}")
     fix = (f"unset MLFLOW_TRACKING_URI for the local store {DEFAULT_TRACKING_URI}, or give "

@@ -312,3 +312,29 @@ def test_playbook_rows_are_ingested_or_counted(table: tuple[str, int]) -> None:
     assert report.rows_read == n
     assert stored + len(report.skips) == n, (stored, [str(s) for s in report.skips])
     assert all(s.reason for s in report.skips)
+
+
+# ------------------------------------------------------------------------ tracking stores
+@fuzz(80)
+@given(st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["", "mlruns", "file:", "sqlite://", "sqlite:///", "sqlite:////",
+                     "sqlite:///:memory:", "http://", "https://:0", "http://[::1", "mysql://",
+                     "postgresql://u@/db", "databricks", "s3://bucket/x", "sqlite:///a\x00b",
+                     "http://127.0.0.1:0", "ftp://x", "sqlite:///{tmp}", "sqlite:///{tmp}/x/y.db",
+                     "file:///{tmp}/store", "{tmp}/store"]),
+))
+def test_tracking_store_check_answers_or_refuses(uri: str) -> None:
+    """Any MLFLOW_TRACKING_URI: accepted, or a ConfigError (one line by the CLI); never
+    another exception, never a wait beyond the check's timeout."""
+    import time
+
+    from surrogate.tracking import check_store
+
+    with tempfile.TemporaryDirectory(prefix="surrogate-fuzz-") as d:
+        start = time.perf_counter()
+        try:
+            assert check_store(uri.replace("{tmp}", d), timeout_s=1.0)
+        except ConfigError as e:
+            assert str(e) and "\n" not in str(e).strip()
+        assert time.perf_counter() - start < 5
