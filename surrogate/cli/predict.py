@@ -261,9 +261,6 @@ def predict_cmd(
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 
-    import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction import predict, predict_frame
-
     flags = dict(
         num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
         num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
@@ -298,6 +295,9 @@ def predict_cmd(
         check_batch_columns(table.columns, where=str(from_csv))  # names the file
         table = expand_model_column(table, where=str(from_csv))
         check_table_counts(table, where=str(from_csv))
+        import_lightgbm_for_prediction()  # after the checks: a refusal needs no LightGBM
+        from surrogate.prediction import predict_frame
+
         with physics:
             result = predict_frame(table, profile=profile, model=model_arg)
         bad = int((result["error"] != "").sum())
@@ -305,16 +305,20 @@ def predict_cmd(
             write_csv(result, sys.stdout)
         else:
             write_table_atomic(result, out)
-            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
         if bad and bad == len(result):  # written first: nothing computed is lost
             first = str(result["error"].iloc[0])
             raise ConfigError(
                 f"every one of the {bad} rows of {from_csv} failed (row 1: {first}); "
                 f"the table with each row's error went to {out or 'stdout'}")
+        if out is not None:
+            typer.echo(f"wrote {len(result)} rows to {out} ({bad} with an error)", err=True)
         return
     given = {k: v for k, v in flags.items() if v is not None} | ({"model": model} if model else {})
     file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
+    import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
+    from surrogate.prediction import predict
+
     with physics:
         pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
     if as_json:
