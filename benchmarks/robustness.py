@@ -876,10 +876,11 @@ _KEEP: list[Any] = []
 def _sweep_table(d: Path) -> None:
     """150 Playbook runs as a sweep table (a small, fast training set)."""
     from surrogate.clusters import playbook_runs
-    from surrogate.sweeps import write_sweeps
+    from surrogate.sweeps import SWEEP_COLUMNS, write_sweeps
 
     runs = playbook_runs()
-    write_sweeps(runs[runs["hidden_size"] == 2048].sample(150, random_state=0), d / "s.parquet")
+    runs = runs[runs["hidden_size"] == 2048].sample(150, random_state=0)
+    write_sweeps(runs[[c for c in SWEEP_COLUMNS if c in runs.columns]], d / "s.parquet")
 
 
 def _kept_files(*names: str) -> Callable[[Path], str | None]:

@@ -145,9 +145,9 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
                               f"where an MLflow tracking server answers 200 (is it one?); "
                               f"{fix}") from None
     except (urllib.error.URLError, OSError) as e:
-        why = getattr(e, "reason", None) or e
+        reason = getattr(e, "reason", None) or e
         raise ConfigError(f"{where}: {host}:{port} does not answer HTTP within "
-                          f"{timeout_s:g} s ({why}); start the MLflow server, or "
+                          f"{timeout_s:g} s ({reason}); start the MLflow server, or "
                           f"{fix}") from None
 
 

@@ -73,6 +73,6 @@ def check_table_file(path: str | Path, *, flag: str) -> None:
             raise DataError(f"{want}; {str(p)!r} is named .parquet but holds {kind}, not "
                             "Parquet")
         return
-    kind = file_kind(head)
-    if kind is not None:
-        raise DataError(f"{want}; {str(p)!r} is {kind}")
+    what = file_kind(head)
+    if what is not None:
+        raise DataError(f"{want}; {str(p)!r} is {what}")

@@ -190,21 +190,20 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
             report.skip(str(p), line, f"repeats run {run_id} of line {first_line[run_id]}")
             continue
         first_line[run_id] = line
-        cfg = None
         verdict = status_from_label(str(row["status"]), where="status")
         if verdict.status is None:
             report.skip(str(p), line, verdict.evidence)
             continue
         problem = None
+        cfg: TrainingConfig | None = None
         try:
-            values = _values(row)
-            cfg: TrainingConfig | None = config_from_flat(values)
+            cfg = config_from_flat(_values(row))
         except (ConfigError, ValueError, TypeError, OverflowError) as e:  # int(inf) overflows
             if not (flagged and isinstance(e, ConfigError) and _layout_rule(values_or_none(row))):
                 report.skip(str(p), line, f"invalid configuration: {e}")
                 continue
             cfg, problem = None, str(e)
-        measured: dict[str, float | None] = {}
+        measured: dict[str, Any] = {}  # float or None
         bad = None
         for col, src in _MEASURED.items():
             value = pd.to_numeric(row[src], errors="coerce")
@@ -219,9 +218,9 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
             report.skip(str(p), line, bad)
             continue
         tps = measured["tokens_per_s_per_gpu"]
-        provenance = {"status": verdict.status, "source": SOURCE, "run_id": run_id,
-                      "date": run_date(row), "hardware": HARDWARE,
-                      "model_name": str(row["name"]).split("_", 1)[0]}
+        provenance: dict[str, Any] = {
+            "status": verdict.status, "source": SOURCE, "run_id": run_id, "date": run_date(row),
+            "hardware": HARDWARE, "model_name": str(row["name"]).split("_", 1)[0]}
         if cfg is None:
             assert problem is not None
             rows.append(flagged_row(_values(row), problem, **provenance, **measured))
