@@ -150,10 +150,10 @@ def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
     again), and columns named ``_...`` (the user's own, carried through). The message names the
     configuration column the name most likely means (:func:`nearest_key`)."""
     from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
-    from surrogate.sweeps import OUTCOME_COLUMNS, PROVENANCE_COLUMNS
+    from surrogate.sweeps import FLAG_COLUMN, OUTCOME_COLUMNS, PROVENANCE_COLUMNS
 
-    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, *PRED_COLUMNS,
-             RUNS_AS_ANOTHER, "error"}
+    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, FLAG_COLUMN,
+             *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"}
     names = [str(c) for c in columns]
     for name in names:
         if name in known or name.startswith(OWN_COLUMN_PREFIX):
