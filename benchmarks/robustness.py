@@ -956,7 +956,7 @@ def new_user_cases() -> Iterator[Case]:
         yield Case("tracking stores", score, "refuse", setup=runs_setup,
                    env=(("MLFLOW_TRACKING_URI", uri),), names="MLFLOW_TRACKING_URI",
                    kept=_no_file("r01/scores.json"), timeout_s=30)
-    for uri in bad_stores[::3]:
+    for uri in bad_stores[:5]:  # none needs a file of the case
         yield Case("tracking stores", ("train", "--no-playbook", "--sweeps", "{d}/s.parquet",
                                        "--out", "{d}/m", "--n-trials", "0"), "refuse",
                    setup=_sweep_table, env=(("MLFLOW_TRACKING_URI", uri),),
@@ -1193,7 +1193,7 @@ def main() -> None:
             t.counts[result.verdict] += 1
             if result.case.kept is not None:  # what a failure keeps of the work: counted
                 t.rows_lost = (t.rows_lost or 0) + result.why.startswith("lost: ")
-            if result.verdict == "clear":
+            if result.verdict == "clear" and result.case.timeout_s <= 30:  # a refusal
                 t.slowest_s = max(t.slowest_s, result.seconds)
             if result.verdict not in ("clear", "correct"):
                 t.failures.append(result)

@@ -41,7 +41,7 @@ def file_kind(head: bytes) -> str | None:
         if head.startswith(magic):
             return kind
     if b"\x00" in head:
-        return "binary data"
+        return "a BMP image" if head.startswith(b"BM") else "binary data"
     try:
         head.decode("utf-8")
     except UnicodeDecodeError as e:

@@ -73,24 +73,26 @@ def train_cmd(
     from surrogate.extras import require
     from surrogate.outputs import check_output_dir
 
-    for module in ("optuna", "mlflow"):  # before any data is read, not after
-        require(module, extra="train", purpose="surrogate train")
-    from training.evaluate import DEFAULT_PROTOCOLS
-    from training.train import train
-
-    check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
+    # the inputs first, within a second (nothing heavy is imported yet), then the extras,
+    # the stores and the data: each before minutes of work, not after
+    check_output_dir(out, flag="--out", force=force)
     from surrogate.table_files import check_table_file
 
     for path in sweeps or []:
         check_table_file(path, flag="--sweeps")
-    if storage:  # the stores, within seconds: not after minutes of tuning
-        from surrogate.stores import check_storage
-
-        check_storage(storage)
     if not no_track:
         from surrogate.tracking import check_store
 
         check_store()
+    for module in ("optuna", "mlflow"):
+        require(module, extra="train", purpose="surrogate train")
+    if storage:
+        from surrogate.stores import check_storage
+
+        check_storage(storage)
+    from training.evaluate import DEFAULT_PROTOCOLS
+    from training.train import train
+
     params = None
     if settings_from is not None:
         if n_trials > 0:

@@ -386,6 +386,10 @@ def propose_cmd(
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
+    if runs is not None:
+        from surrogate.table_files import check_table_file
+
+        check_table_file(runs, flag="--runs")
     import pandas as pd
     from rich.markup import escape
 
@@ -409,10 +413,8 @@ def propose_cmd(
                         recompute_shares=recompute_shares, shardings=shardings)
     table = None
     if runs is not None:
-        from surrogate.table_files import check_table_file
         from surrogate.tableio import read_table
 
-        check_table_file(runs, flag="--runs")
         table = read_table(runs)
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
