@@ -1150,7 +1150,7 @@ def print_table(tallies: dict[str, Tally], seconds: float) -> None:
         total.update(t.counts)
         lost = "" if t.rows_lost is None else str(t.rows_lost)
         lost_total += t.rows_lost or 0
-        slowest = f"{t.slowest_s:.1f}" if t.counts["clear"] else ""
+        slowest = f"{t.slowest_s:.1f}" if t.slowest_s else ""  # refusals of <= 30 s limits
         rows.append([cls, str(n), *(str(t.counts[k]) for k, _ in COLUMNS), lost, slowest])
     slowest_all = max((t.slowest_s for t in tallies.values()), default=0.0)
     rows.append(["total", str(sum(total.values())), *(str(total[k]) for k, _ in COLUMNS),
