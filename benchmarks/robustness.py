@@ -23,6 +23,19 @@ options, keys, fields and files they go into), in these classes:
   documented searches, whose answers must not be empty.
 - **score-round/train outputs**: outputs that cannot be written, rounds and tables that cannot
   be scored, and one that can.
+- a new user's inputs (``NEW_USER``): **profiles** that are an image, a PDF, a directory or a
+  malformed object; **tracking stores** that cannot take a run (a path MLflow 3 refuses as a
+  file store, an unknown scheme, a closed port, a server that never answers, an SQLite path
+  that is a directory or a CSV), refused before the work, and a server that answers its
+  health check and fails every request, after which score-round and train must keep their
+  work on disk; **YAML anchors**: merge keys (answers) and alias bombs and loops under known
+  keys; **batch tables**: ``--from-csv`` columns the reader does not read, a ``model`` column
+  of presets, a table whose every row fails, options the mode ignores; **torchtitan TOML**
+  values that must be blamed on their own key; **non-table files** given as tables;
+  **propose** options checked before scoring and its hints for paths with spaces;
+  **hf-config names** (search names a config.json's model by the config and says where its
+  sequence length came from); **flagged runs** (an ingest keeps the runs the validator
+  rejects).
 
 Each input says what it expects: ``refuse`` (the input is wrong), ``answer`` (it is right), or
 ``either`` (a refusal and a sane answer are both acceptable). A run counts as:
@@ -40,8 +53,14 @@ Each input says what it expects: ``refuse`` (the input is wrong), ``answer`` (it
 - **traceback**: ``Traceback (most recent call last)`` on stderr, or death by a signal (exit
   < 0, or > 128 as a shell reports it: 134 abort, 139 segmentation fault);
 - **silent wrong answer**: exit 0 where the input must be refused, or a check above that fails;
+- **hang**: no answer within the input's time limit (20-30 s for a refusal, which must take
+  a second or two);
 - **other failure**: exit 1 without a traceback, an exit 2 whose message is not one line, a
-  right input refused, a Python warning on stderr, a timeout.
+  right input refused, a Python warning on stderr.
+
+A refusal that must name something (the key of a TOML value, the kind of a file, the store's
+variable) and does not is a silent wrong answer: it blames the wrong thing. A work-keeping
+input whose output is not on disk afterwards (or a refused one that wrote) counts a row lost.
 
 Rows lost (concurrent appends): per repeat, rows of the chunks - rows in the table - rows the
 eight ingests reported skipped; summed over the repeats. A table that ends with more rows than
@@ -82,13 +101,19 @@ PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 Expect = Literal["refuse", "answer", "either"]
 Check = Callable[[Path, str, str], str | None]
 """(case directory, stdout, stderr) of a run that exited 0 -> what is wrong, or None."""
-Verdict = Literal["clear", "correct", "traceback", "wrong", "other"]
+Verdict = Literal["clear", "correct", "traceback", "hang", "wrong", "other"]
 COLUMNS: tuple[tuple[Verdict, str], ...] = (
     ("clear", "clear errors"), ("correct", "correct answers"), ("traceback", "tracebacks"),
-    ("wrong", "silent wrong answers"), ("other", "other failures"))
+    ("hang", "hangs"), ("wrong", "silent wrong answers"), ("other", "other failures"))
+NEW_USER = ("profiles", "tracking stores", "YAML anchors", "batch tables", "torchtitan TOML",
+            "non-table files", "propose", "hf-config names", "flagged runs")
+"""The classes of inputs a new user tried: files that are not what an option reads, stores
+that cannot take a run (before the work, and failing after it), YAML merge keys and alias
+bombs, batch columns the reader does not read, torchtitan values, propose's checks and hints,
+a config.json's name and sequence length, the runs the validator rejects."""
 CLASSES = ("concurrent appends", "usage errors", "hf-config", "config files, CSV",
            "model integrity", "far-outside inputs", "search messages",
-           "score-round/train outputs")
+           "score-round/train outputs", *NEW_USER)
 
 
 @dataclass(frozen=True)
@@ -102,6 +127,13 @@ class Case:
     setup: Callable[[Path], object] | None = None
     check: Check | None = None
     timeout_s: float = 180.0
+    env: tuple[tuple[str, str], ...] = ()
+    """Environment variables of the run (``{d}`` stands for the case's directory)."""
+    names: str | None = None
+    """A refusal must name this (the key, the file's kind): one that blames something else is
+    a wrong answer."""
+    kept: Callable[[Path], str | None] | None = None
+    """After any exit: what of the work already done is lost (None: nothing), a row lost."""
 
 
 @dataclass
@@ -117,6 +149,8 @@ class Tally:
     counts: Counter[str] = field(default_factory=Counter)
     failures: list[Result] = field(default_factory=list)
     rows_lost: int | None = None
+    slowest_s: float = 0.0
+    """The longest a clear error took (every input: one line within a second or two)."""
 
 
 # ------------------------------------------------------------------------ running
@@ -147,14 +181,18 @@ def run_case(case: Case) -> Result:
         if case.setup is not None:
             case.setup(d)
         argv = [a.replace("{d}", str(d)) for a in case.argv]
+        env = {**environment(d), **{k: v.replace("{d}", str(d)) for k, v in case.env}}
         start = time.perf_counter()
         try:
             done = subprocess.run([EXE, *argv], cwd=d, capture_output=True, text=True,
-                                  errors="replace", timeout=case.timeout_s, env=environment(d))
+                                  errors="replace", timeout=case.timeout_s, env=env)
         except subprocess.TimeoutExpired:
-            return Result(case, "other", f"no answer within {case.timeout_s:.0f} s")
+            return Result(case, "hang", f"no answer within {case.timeout_s:.0f} s")
         seconds = time.perf_counter() - start
         verdict, why = classify(case, done.returncode, done.stdout, done.stderr, d)
+        lost = case.kept(d) if case.kept is not None else None
+        if lost is not None:
+            verdict, why = "wrong", f"lost: {lost} ({verdict}: {why})"
     return Result(case, verdict, why, seconds)
 
 
@@ -168,6 +206,8 @@ def classify(case: Case, rc: int, out: str, err: str, d: Path) -> tuple[Verdict,
             return "other", f"exit 2 with {len(lines)} lines on stderr: {err[:200]!r}"
         if case.expect == "answer":
             return "other", f"refused a right input: {lines[0][:200]}"
+        if case.names is not None and not re.search(case.names, lines[0]):
+            return "wrong", f"refused without naming {case.names!r}: {lines[0][:200]}"
         return "clear", lines[0]
     if rc != 0:
         return "other", f"exit {rc}: {err.strip()[-200:]}"
@@ -779,10 +819,271 @@ def outputs_cases() -> Iterator[Case]:
         d / "r01" / "round.json").write_text("{")))
 
 
+# ------------------------------------------------------------------------ a new user's inputs
+BMP = b"BM6\x00\x00\x00\x00\x00\x00\x006\x00\x00\x00(\x00\x00\x00" + bytes(64)
+ZIP = b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00" + bytes(64)
+PDF = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj\n<<>>\nendobj\n"
+WEBP = b"RIFF\x1a\x00\x00\x00WEBPVP8 " + bytes(32)
+_SERVERS: dict[str, int] = {}
+_SERVERS_LOCK = threading.Lock()
+
+
+def _servers() -> dict[str, int]:
+    """Ports of two local servers, started once: ``silent`` accepts connections and never
+    answers; ``broken`` answers /health as an MLflow server does and 500 to everything else
+    (a store that passes the check and fails after the work)."""
+    import socket
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    with _SERVERS_LOCK:
+        if _SERVERS:
+            return _SERVERS
+        silent = socket.socket()
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(64)
+        _SERVERS["silent"] = silent.getsockname()[1]
+        _SERVERS["_keep"] = id(silent)
+        _KEEP.append(silent)
+
+        class Broken(BaseHTTPRequestHandler):
+            def _answer(self) -> None:
+                ok = self.path.rstrip("/") == "/health"
+                body = b"OK" if ok else b'{"error_code": "INTERNAL_ERROR"}'
+                self.send_response(200 if ok else 500)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _answer
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        server = ThreadingHTTPServer(("127.0.0.1", 0), Broken)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        _SERVERS["broken"] = server.server_address[1]
+        _KEEP.append(server)
+        closed = socket.socket()
+        closed.bind(("127.0.0.1", 0))
+        _SERVERS["closed"] = closed.getsockname()[1]
+        closed.close()  # nothing listens there now
+        return _SERVERS
+
+
+_KEEP: list[Any] = []
+
+
+def _sweep_table(d: Path) -> None:
+    """150 Playbook runs as a sweep table (a small, fast training set)."""
+    from surrogate.clusters import playbook_runs
+    from surrogate.sweeps import SWEEP_COLUMNS, write_sweeps
+
+    runs = playbook_runs()
+    runs = runs[runs["hidden_size"] == 2048].sample(150, random_state=0)
+    write_sweeps(runs[[c for c in SWEEP_COLUMNS if c in runs.columns]], d / "s.parquet")
+
+
+def _kept_files(*names: str) -> Callable[[Path], str | None]:
+    def kept(d: Path) -> str | None:
+        missing = [n for n in names if not (d / n).exists()]
+        return f"{', '.join(missing)} not saved" if missing else None
+    return kept
+
+
+def _no_file(*names: str) -> Callable[[Path], str | None]:
+    """Nothing written (the input was refused before the work)."""
+    def kept(d: Path) -> str | None:
+        there = [n for n in names if (d / n).exists()]
+        return f"{', '.join(there)} written by a refused command" if there else None
+    return kept
+
+
+def _hint_quoted(d: Path, out: str, err: str) -> str | None:
+    import shlex
+
+    flat = " ".join(out.split())
+    m = re.search(r"`(surrogate score-round --round .*? --runs TABLE)`", flat)
+    if m is None:
+        return "no score-round hint"
+    got = shlex.split(m.group(1))[3]
+    return None if got == str(d / "my rounds" / "r 1") else f"the hint's path reads {got!r}"
+
+
+def _csv_columns(**want: list[Any]) -> Check:
+    def check(d: Path, out: str, err: str) -> str | None:
+        rows = pd.read_csv(io.StringIO(out))
+        if rows["error"].notna().any():
+            return f"row errors: {rows['error'].dropna().tolist()[:2]}"
+        for col, values in want.items():
+            if col not in rows.columns or rows[col].tolist() != values:
+                return f"{col} = {rows[col].tolist() if col in rows.columns else None}"
+        return None
+    return check
+
+
+def _search_names(d: Path, out: str, err: str) -> str | None:
+    got = json.loads(out)
+    if got["space"]["model"] in ("work", "hf-config", "config"):
+        return f"named by the folder: {got['space']['model']!r}"
+    if got["space"]["seq_len"] == 32768 and not any("max_position_embeddings" in n
+                                                    for n in got["notes"]):
+        return "took max_position_embeddings (32,768) as the sequence length silently"
+    return None
+
+
+def new_user_cases() -> Iterator[Case]:
+    """The classes of ``NEW_USER`` (instances other than the ones first reported)."""
+    servers = _servers()
+    predict = (*PREDICT, "--analytic", "--json")
+    # profiles: what --profile reads must be a JSON profile
+    for name, content in (("p.bmp", BMP), ("p.json", PDF), ("p.json", b"[]"),
+                          ("p.json", b'{"schema_version": 1, "gemm": 3}'),
+                          ("p.json", b'{"schema_version": 1, "name": "x", "gpu": "H100", '
+                                     b'"collectives": [null]}'), ("p.json", b"{")):
+        yield Case("profiles", (*predict, "--profile", "{d}/" + name), "refuse",
+                   files=((name, content),), timeout_s=20)
+    yield Case("profiles", (*predict, "--profile", "{d}/dir"), "refuse",
+               files=(("dir/x.json", "{}"),), timeout_s=20)
+    yield Case("profiles", (*predict, "--profile", "H100-SXM-80GB"), "answer",
+               check=prediction(), timeout_s=20)
+    # tracking stores: refused before the work, and the work kept when one fails after it
+    runs_setup = _runs_table()
+    score = ("score-round", "--round", "{d}/r01", "--runs", "{d}/runs.csv", "--json")
+    bad_stores = ("mlflow runs here", "file:///nonexistent/mlruns", "gopher://x/mlflow",
+                  f"http://127.0.0.1:{servers['closed']}", f"http://127.0.0.1:{servers['silent']}",
+                  "sqlite:///{d}/r01", "sqlite:///{d}/runs.csv", "http://[::1")
+    for uri in bad_stores:
+        yield Case("tracking stores", score, "refuse", setup=runs_setup,
+                   env=(("MLFLOW_TRACKING_URI", uri),), names="MLFLOW_TRACKING_URI",
+                   kept=_no_file("r01/scores.json"), timeout_s=30)
+    for uri in bad_stores[:5]:  # none needs a file of the case
+        yield Case("tracking stores", ("train", "--no-playbook", "--sweeps", "{d}/s.parquet",
+                                       "--out", "{d}/m", "--n-trials", "0"), "refuse",
+                   setup=_sweep_table, env=(("MLFLOW_TRACKING_URI", uri),),
+                   names="MLFLOW_TRACKING_URI", kept=_no_file("m"), timeout_s=30)
+    yield Case("tracking stores", ("search", "--model", "8b", "--nodes", "4",
+                                   "--global-batch-seqs", "256", "--trials", "0", "--json",
+                                   "--storage", f"mysql://u@127.0.0.1:{servers['closed']}/db"),
+               "refuse", timeout_s=30)
+    broken = (("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{servers['broken']}"),)
+    yield Case("tracking stores", score, "refuse", setup=runs_setup, env=broken,
+               names=r"scores\.json", kept=_kept_files("r01/scores.json",
+                                                       "r01/matched_runs.csv"), timeout_s=120)
+    yield Case("tracking stores", ("train", "--no-playbook", "--sweeps", "{d}/s.parquet",
+                                   "--out", "{d}/m", "--n-trials", "0", "--protocol", "nodes",
+                                   "--max-estimators", "10"), "refuse",
+               setup=_sweep_table, env=broken, names=r"evaluation\.json",
+               kept=_kept_files("m/model.json", "m/evaluation.json"), timeout_s=300)
+    # YAML anchors: merge keys merge, alias bombs and loops are refused at once
+    merged = ("x-l: &l {dp: 4, tp: 8, mbs: 1}\nmodel: 70b\nnum_nodes: 4\n"
+              "layout: {<<: *l, dp: 4}\n")
+    yield Case("YAML anchors", ("predict", "--config", "{d}/run.yaml", "--json", "--analytic"),
+               "answer", files=(("run.yaml", merged),),
+               check=prediction({"dp": 4, "tp": 8, "num_nodes": 4}), timeout_s=20)
+    yield Case("YAML anchors", ("predict", "--config", "{d}/run.yaml", "--json", "--analytic"),
+               "answer", files=(("run.yaml", "<<: [{model: 8b}, {num_nodes: 1, dp: 8}]\n"
+                                             "dp: 8\n"),),
+               check=prediction({"dp": 8, "num_nodes": 1}), timeout_s=20)
+    for depth, fan, key in ((7, 8, "gpu"), (9, 6, "name"), (20, 2, "framework"),
+                            (5, 40, "recompute")):
+        lines = [f"z0: &z0 [{', '.join(['q'] * fan)}]"] + [
+            f"z{i}: &z{i} [{', '.join([f'*z{i - 1}'] * fan)}]" for i in range(1, depth)]
+        text = "\n".join([*lines, f"{key}: *z{depth - 1}", "model: 8b", "dp: 8"]) + "\n"
+        yield Case("YAML anchors", ("predict", "--config", "{d}/run.yaml"), "refuse",
+                   files=(("run.yaml", text),), names="aliases", timeout_s=20)
+    yield Case("YAML anchors", ("predict", "--config", "{d}/run.yaml"), "refuse",
+               files=(("run.yaml", "model: &m {name: *m}\n"),), timeout_s=20)
+    # batch tables: columns the reader does not read, presets, options the mode ignores
+    header, good = list(CSV_GOOD), [str(v) for v in CSV_GOOD.values()]
+    for col, meant in (("gradient_checkpointing", "recompute"), ("compute_dtype", "dtype"),
+                       ("accelerator", "gpu"), ("ep_parallel_size", "ep"), ("sp", None),
+                       ("n_head", None), ("throughput_target", None)):
+        yield Case("batch tables", ("predict", "--from-csv", "{d}/in.csv"), "refuse",
+                   files=(("in.csv", _csv([*header, col], [[*good, "1"]])),),
+                   names=f"did you mean '{meant}'" if meant else f"'{col}'", timeout_s=20)
+    yield Case("batch tables", ("predict", "--from-csv", "{d}/in.csv", "--analytic"), "answer",
+               files=(("in.csv", "model,num_nodes,dp,tp,_label\nmixtral,1,8,1,a\n"
+                                 "1.34b,1,8,1,b\n"),),
+               check=_csv_columns(num_experts=[8, 0], _label=["a", "b"]), timeout_s=20)
+    yield Case("batch tables", ("predict", "--from-csv", "{d}/in.csv"), "refuse",
+               files=(("in.csv", "model,num_nodes,dp\n8b,1,8\nllama2-13b,1,8\n"),),
+               names="row 2", timeout_s=20)
+    yield Case("batch tables", ("predict", "--from-csv", "{d}/in.csv", "--out", "{d}/o.csv",
+                                "--analytic"), "refuse",
+               files=(("in.csv", _csv(header, [[*good[:-1], "3"], [*good[:-1], "6"]])),),
+               names="every one of the 2 rows", kept=_kept_files("o.csv"), timeout_s=20)
+    for extra in (("--out", "{d}/o.csv"), ("--out", "{d}/o.csv", "--json")):
+        yield Case("batch tables", (*PREDICT, *extra), "refuse", names="--out",
+                   kept=_no_file("o.csv"), timeout_s=20)
+    for extra in (("--dp", "8"), ("--config", "{d}/in.csv"), ("--json",)):
+        yield Case("batch tables", ("predict", "--from-csv", "{d}/in.csv", *extra), "refuse",
+                   files=(("in.csv", _csv(header, [good])),), names=extra[0], timeout_s=20)
+    # torchtitan TOML: a bad value is blamed on its own key
+    for key, value in (("pipeline_parallel_degree", "-4"), ("context_parallel_degree", '"two"'),
+                       ("tensor_parallel_degree", "1.5"), ("expert_parallel_degree", "0"),
+                       ("data_parallel_shard_degree", "-8"),
+                       ("data_parallel_replicate_degree", "false")):
+        toml = (f'[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n{key} = {value}\n'
+                "[training]\nlocal_batch_size = 1\nseq_len = 4096\n")
+        yield Case("torchtitan TOML", ("predict", "--config", "{d}/job.toml", "--nodes", "1"),
+                   "refuse", files=(("job.toml", toml),), names=key, timeout_s=20)
+    yield Case("torchtitan TOML", ("predict", "--config", "{d}/job.toml", "--nodes", "1"),
+               "refuse", files=(("job.toml", "training = 5\n"),), names=r"\[training\]",
+               timeout_s=20)
+    # files that are not tables
+    for argv, name, content, kind in (
+            (("calibrate", "--runs", "{d}/t.csv", "--out", "{d}/p.json"), "t.csv", BMP, "BMP"),
+            (("heatmap", "--measured", "{d}/t.csv", "--out", "{d}/h"), "t.csv", PDF, "PDF"),
+            (("heatmap", "--measured", "{d}/t.parquet", "--out", "{d}/h"), "t.parquet",
+             b"a,b\n1,2\n", "Parquet"),
+            (("score-round", "--round", "{d}/r01", "--runs", "{d}/t.csv", "--no-mlflow"),
+             "t.csv", ZIP, "ZIP"),
+            (("propose", "--round", "{d}/new", "--runs", "{d}/t.csv", "--model", "1.34b",
+              "--global-batch-seqs", "64"), "t.csv", WEBP, "RIFF"),
+            (("train", "--no-playbook", "--sweeps", "{d}/t.csv", "--no-track", "--out",
+              "{d}/m"), "t.csv", b"\x00" * 64, "binary"),
+            (("predict", "--from-csv", "{d}/t.csv"), "t.csv", "é,ü\n".encode("latin-1"),
+             "UTF-8")):
+        yield Case("non-table files", argv, "refuse", files=((name, content),),
+                   setup=_round if "score-round" in argv else None, names=kind,
+                   kept=_no_file("p.json", "h.png", "new", "m"), timeout_s=20)
+    # propose: refused before scoring; its hints quote paths with spaces
+    big = ("--model", "8b", "--nodes", "1-16", "--global-batch-seqs", "512")
+    for option, value in (("--k", "0"), ("--k", "-2"), ("--steps", "-1"),
+                          ("--boundary-frac", "1.5"), ("--round-number", "0")):
+        yield Case("propose", ("propose", "--round", "{d}/r", option, value, *big), "refuse",
+                   names=option, kept=_no_file("r"), timeout_s=10)
+    yield Case("propose", ("propose", "--round", "{d}/my rounds/r 1", "--k", "2", "--model",
+                           "1.34b", "--global-batch-seqs", "64"), "answer", check=_hint_quoted)
+    # a config.json's model: named by the config, its sequence length said
+    hf = json.loads((FIXTURES / "qwen2-7b.json").read_text())
+    hf.pop("_name_or_path", None)
+    for extra in ((), ("--seq-len", "4096")):
+        yield Case("hf-config names", ("search", "--hf-config", "{d}/work/config.json",
+                                       "--nodes", "1", "--global-batch-seqs", "64", "--trials",
+                                       "0", "--analytic", "--json", *extra), "answer",
+                   files=(("work/config.json", json.dumps(hf)),), check=_search_names)
+    # the runs the validator rejects: kept, flagged
+    yield Case("flagged runs", ("ingest", str(ROOT / "tests" / "fixtures" /
+                                              "sweeps_playbook_excerpt.csv"),
+                                "--into", "{d}/t.parquet"), "answer",
+               check=_flagged_kept, timeout_s=60)
+
+
+def _flagged_kept(d: Path, out: str, err: str) -> str | None:
+    table = pd.read_parquet(d / "t.parquet")
+    m = re.search(r"read (\d+) rows from \d+ file\(s\), skipped (\d+)", out)
+    if m is None or int(m.group(1)) != len(table) + int(m.group(2)):
+        return f"rows in != rows in the table + skipped ({out[:200]!r})"
+    if "layout_problem" not in table.columns or table["layout_problem"].notna().sum() == 0:
+        return "the run whose layout the validator rejects was not kept, flagged"
+    return None
+
+
 def all_cases() -> dict[str, list[Case]]:
     out: dict[str, list[Case]] = {}
     for gen in (usage_cases, hf_cases, config_cases, model_cases, far_cases, search_cases,
-                outputs_cases):
+                outputs_cases, new_user_cases):
         for case in gen():
             out.setdefault(case.cls, []).append(case)
     return out
@@ -836,7 +1137,8 @@ def concurrent_appends(repeats: int, tally: Tally) -> None:
 
 # ------------------------------------------------------------------------ report
 def print_table(tallies: dict[str, Tally], seconds: float) -> None:
-    head = ["input class", "inputs", *(name for _, name in COLUMNS), "rows lost"]
+    head = ["input class", "inputs", *(name for _, name in COLUMNS), "rows lost",
+            "slowest error (s)"]
     rows = []
     total: Counter[str] = Counter()
     lost_total = 0
@@ -848,9 +1150,11 @@ def print_table(tallies: dict[str, Tally], seconds: float) -> None:
         total.update(t.counts)
         lost = "" if t.rows_lost is None else str(t.rows_lost)
         lost_total += t.rows_lost or 0
-        rows.append([cls, str(n), *(str(t.counts[k]) for k, _ in COLUMNS), lost])
+        slowest = f"{t.slowest_s:.1f}" if t.slowest_s else ""  # refusals of <= 30 s limits
+        rows.append([cls, str(n), *(str(t.counts[k]) for k, _ in COLUMNS), lost, slowest])
+    slowest_all = max((t.slowest_s for t in tallies.values()), default=0.0)
     rows.append(["total", str(sum(total.values())), *(str(total[k]) for k, _ in COLUMNS),
-                 str(lost_total)])
+                 str(lost_total), f"{slowest_all:.1f}"])
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
     print("| " + " | ".join("-" * w for w in widths) + " |")
@@ -887,6 +1191,10 @@ def main() -> None:
         for i, result in enumerate(pool.map(run_case, todo), start=1):
             t = tallies[result.case.cls]
             t.counts[result.verdict] += 1
+            if result.case.kept is not None:  # what a failure keeps of the work: counted
+                t.rows_lost = (t.rows_lost or 0) + result.why.startswith("lost: ")
+            if result.verdict == "clear" and result.case.timeout_s <= 30:  # a refusal
+                t.slowest_s = max(t.slowest_s, result.seconds)
             if result.verdict not in ("clear", "correct"):
                 t.failures.append(result)
             if i % 50 == 0:

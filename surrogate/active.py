@@ -561,6 +561,9 @@ def propose(
     from surrogate.search import Limits, score_configs
 
     check_new_round_dir(round_dir)  # before the work, not after it
+    for name, value in (("k", k), ("steps", steps), ("round_number", round_number)):
+        if value is not None and (isinstance(value, bool) or value < 1):
+            raise ConfigError(f"{name} must be >= 1, got {value!r}")
     acq = acquisition or Acquisition()
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)

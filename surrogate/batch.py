@@ -34,9 +34,10 @@ if TYPE_CHECKING:
     from surrogate.analytic.perf import PerfModel
     from surrogate.learned import SurrogateModel
 
-CheckFn = Callable[["pd.DataFrame", int], None]
+CheckFn = Callable[["pd.DataFrame", int], "pd.DataFrame | None"]
 """``check(chunk, first_row)``: raise for a chunk of the input that must not be predicted
-(``first_row``: the 1-based row under the header of its first row)."""
+(``first_row``: the 1-based row under the header of its first row); a frame it returns is
+predicted in the chunk's place (a column expanded, say)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class BatchResult:
     """Rows with an error (not predicted)."""
     chunks: int
     """Chunks the input was read in (1: read whole)."""
+    first_error: str = ""
+    """The first row's error where it has one."""
 
 
 def predict_file(
@@ -100,17 +103,22 @@ def _write(chunks: Any, target: Path, profile: Any, model: SurrogateModel | None
     from surrogate.prediction import predict_frame
 
     rows = errors = count = 0
+    first_error = ""
     with TableWriter(target) as writer:
         for chunk in chunks:
             if check is not None:
-                check(chunk, rows + 1)
+                checked = check(chunk, rows + 1)
+                if checked is not None:
+                    chunk = checked
             result = predict_frame(chunk, profile=profile, model=model)
+            if rows == 0 and len(result):
+                first_error = str(result["error"].iloc[0])
             writer.write(result)
             errors += int((result["error"] != "").sum())
             rows += len(chunk)
             count += 1
             report(progress, "predicting rows", rows, 0)
-    return BatchResult(rows=rows, errors=errors, chunks=count)
+    return BatchResult(rows=rows, errors=errors, chunks=count, first_error=first_error)
 
 
 __all__ = ["BatchResult", "CheckFn", "predict_file"]

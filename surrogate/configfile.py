@@ -26,7 +26,7 @@ from surrogate.config import (
     MAX_COUNT,
     MODEL_FIELDS,
 )
-from surrogate.errors import ConfigError
+from surrogate.errors import ConfigError, shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,6 +64,22 @@ KEY_ALIASES: dict[str, str] = {
     "train_micro_batch_size_per_gpu": "mbs", "micro_batch": "mbs",
     "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
     "data_parallel_size": "dp", "max_seq_len": "seq_len", "zero_optimization_stage": "zero_stage",
+    # GPT-2 style Hugging Face keys
+    "n_layer": "num_layers", "n_embd": "hidden_size", "n_head": "num_heads",
+    "n_inner": "ffn_hidden_size", "n_positions": "seq_len", "n_ctx": "seq_len",
+    # names of the same setting in other tools and in prose
+    "recompute_mode": "recompute", "recompute_method": "recompute",
+    "activation_checkpointing": "recompute", "activation_checkpoint": "recompute",
+    "gradient_checkpointing": "recompute", "activation_recomputation": "recompute",
+    "checkpoint_activations": "recompute", "ac_mode": "recompute",
+    "precision": "dtype", "mixed_precision": "dtype", "compute_dtype": "dtype",
+    "train_dtype": "dtype", "fp8": "dtype", "bf16": "dtype",
+    "gpu_type": "gpu", "gpu_name": "gpu", "gpu_model": "gpu", "device": "gpu",
+    "accelerator": "gpu", "hardware_type": "gpu",
+    "sequence_parallelism": "sequence_parallel", "sp": "sequence_parallel",
+    "n_nodes": "num_nodes", "node_count": "num_nodes", "nnodes": "num_nodes",
+    "nproc_per_node": "gpus_per_node", "gpus": "gpus_per_node",
+    "zero_optimization": "zero_stage", "zero_level": "zero_stage",
 }
 """Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys, and
 the frameworks' names for the same setting; a file key or table column spelt so is refused
@@ -71,15 +87,24 @@ with the column it means (in a table it would otherwise be ignored and the colum
 defaulted)."""
 
 
+_DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
+_DEGREE_SUFFIXES = ("_parallel_degree", "_parallel_size", "_parallelism", "_parallel",
+                    "_degree", "_size", "_deg")
+
+
 def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str | None:
     """The valid key ``key`` most likely means: its flag spelling with dashes, an alias of
     :data:`KEY_ALIASES`, else the closest by difflib (similarity >= ``cutoff``); None if none."""
-    plain = key.strip().lower().replace("-", "_")
+    plain = key.strip().lower().replace("-", "_").replace(" ", "_")
     if plain in valid:
         return plain
     alias = KEY_ALIASES.get(plain)
     if alias in valid:
         return alias
+    for suffix in _DEGREE_SUFFIXES:  # tp_degree, cp_size, ep_parallel_size -> tp, cp, ep
+        if plain.endswith(suffix) and plain[:-len(suffix)] in _DEGREES:
+            degree = plain[:-len(suffix)]
+            return degree if degree in valid else None
     close = difflib.get_close_matches(plain, list(valid), n=1, cutoff=cutoff)
     return close[0] if close else None
 
@@ -91,10 +116,10 @@ def check_keys(keys: Iterable[Any], valid: Sequence[str], *, where: str) -> None
             continue
         hint = nearest_key(str(key), valid)
         if hint is not None:
-            raise ConfigError(f"{where}: unknown key {key!r}; did you mean {hint!r}? (keys must "
-                              "be configuration columns)")
-        raise ConfigError(f"{where}: unknown key {key!r}; keys must be configuration columns: "
-                          f"{', '.join(valid)}")
+            raise ConfigError(f"{where}: unknown key {shown(key)}; did you mean {hint!r}? (keys "
+                              "must be configuration columns)")
+        raise ConfigError(f"{where}: unknown key {shown(key)}; keys must be configuration "
+                          f"columns: {', '.join(valid)}")
 
 
 def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
@@ -109,6 +134,73 @@ def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
         if hint is not None and hint not in names:
             raise ConfigError(f"{where}: column {name!r} is not a configuration column; did "
                               f"you mean {hint!r}? (it would be ignored and {hint} defaulted)")
+
+
+OWN_COLUMN_PREFIX = "_"
+"""A column of a ``--from-csv`` table whose name starts with this is the user's own (a note, a
+label): carried through to the predictions, never read."""
+
+
+def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
+    """ConfigError for a column of a ``predict --from-csv`` table that the batch reader does not
+    read, as the YAML reader refuses an unknown key: a column it ignored would leave its setting
+    at the default and the row predicted for another configuration. The reader knows the
+    configuration columns (``model`` naming a preset among them), a sweep table's outcome and
+    provenance columns, the columns a prediction adds (a table of predictions can be predicted
+    again), and columns named ``_...`` (the user's own, carried through). The message names the
+    configuration column the name most likely means (:func:`nearest_key`)."""
+    from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
+    from surrogate.sweeps import FLAG_COLUMN, OUTCOME_COLUMNS, PROVENANCE_COLUMNS
+
+    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, FLAG_COLUMN,
+             *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"}
+    names = [str(c) for c in columns]
+    for name in names:
+        if name in known or name.startswith(OWN_COLUMN_PREFIX):
+            continue
+        hint = nearest_key(name, (*CONFIG_KEYS, "model"))
+        if hint is not None:
+            also = " (the table has both: drop one)" if hint in names else ""
+            raise ConfigError(f"{where}: column {shown(name)} is not a configuration column; "
+                              f"did you mean {hint!r}?{also} (an unknown column would be "
+                              f"ignored and {hint} defaulted)")
+        raise ConfigError(
+            f"{where}: column {shown(name)} is not a column predict reads; columns must be "
+            f"configuration columns ({', '.join(CONFIG_KEYS)}, or model naming a preset), a "
+            f"sweep table's outcomes ({', '.join(OUTCOME_COLUMNS[:3])}...), or your own named "
+            f"{OWN_COLUMN_PREFIX}{name.lstrip(OWN_COLUMN_PREFIX) or 'x'} (carried through)")
+
+
+def expand_model_column(table: pd.DataFrame, *, where: str) -> pd.DataFrame:
+    """``table`` with the preset each row's ``model`` cell names filled into the model's
+    columns where the row leaves them empty (a configuration file's ``model: 8b``, row by row:
+    the preset < the row's own columns); the table itself when it has no ``model`` column.
+    ConfigError naming the row for a cell that names no preset."""
+    import pandas as pd
+
+    from surrogate.presets import model_values
+
+    if "model" not in table.columns:
+        return table
+    out = table.copy()
+    cells = table["model"].tolist()
+    filled: dict[str, list[Any]] = {}
+    for row, cell in enumerate(cells, start=1):
+        if cell is None or (isinstance(cell, float) and cell != cell) or str(cell).strip() == "":
+            continue
+        try:
+            values = model_values(str(cell), None)
+        except ConfigError as e:
+            raise ConfigError(f"{where}, row {row}: {e}") from None
+        for key, value in values.items():
+            column = filled.setdefault(key, (out[key].astype(object).tolist() if key in
+                                             out.columns else [None] * len(out)))
+            have = column[row - 1]
+            if have is None or (isinstance(have, float) and have != have) or have == "":
+                column[row - 1] = value
+    for key, column in filled.items():
+        out[key] = pd.Series(column, index=out.index, dtype=object)
+    return out
 
 
 def _too_large(key: str, value: Any) -> str | None:
@@ -175,14 +267,72 @@ def check_table_counts(table: pd.DataFrame, *, where: str, first_row: int = 1) -
                 raise ConfigError(f"{where}, row {row}: {why}")
 
 
+MAX_YAML_VALUES = 10_000
+"""Most values (scalars, lists, mappings, each counted where an alias repeats it) a YAML
+configuration file may expand to. A configuration is a few dozen values; nested aliases expand
+a 2 KB file into billions (a "billion laughs" file), which would take minutes and gigabytes
+to build, and as many characters to quote in an error."""
+ANCHOR_HOLDER_PREFIX = "x-"
+"""A top-level key of a YAML configuration file starting with this holds YAML anchors for merge
+keys (``x-base: &base {dp: 8}`` then ``layout: {<<: *base}``), as in Docker Compose files; it
+is not a configuration key, and is left out."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_expansion(root: Any) -> None:
+    """ConfigError if the YAML node graph ``root`` expands (aliases followed) to more than
+    :data:`MAX_YAML_VALUES` values, or an alias refers to a node that holds it: counted on
+    the graph, where each anchored node is counted once per use but never built."""
+    import yaml
+
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise ConfigError("an alias refers to a node that holds it (a recursive value); a "
+                              "configuration holds plain values")
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_VALUES:
+                raise ConfigError(
+                    f"the file expands to more than {MAX_YAML_VALUES:,} values through its "
+                    f"aliases (line {child.start_mark.line + 1}); a configuration is a mapping "
+                    f"of a few dozen column: value pairs")
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
 def _yaml_loader() -> type:
-    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last)."""
+    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last) and a
+    document whose aliases expand it past :data:`MAX_YAML_VALUES`; merge keys (``<<: *base``)
+    merge as YAML 1.1 says (a key of the mapping itself wins over a merged one)."""
     import yaml
 
     class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_document(self, node: Any) -> Any:
+            _check_expansion(node)  # before anything is built
+            return super().construct_document(node)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
             seen: set[Any] = set()
             for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # merged by flatten_mapping below, its keys may be overridden
                 key = self.construct_object(key_node, deep=deep)
                 try:
                     repeated = key in seen
@@ -190,7 +340,7 @@ def _yaml_loader() -> type:
                 except TypeError:  # an unhashable key: PyYAML's own error follows
                     continue
                 if repeated:
-                    raise ConfigError(f"each key must appear once, got {key!r} twice (line "
+                    raise ConfigError(f"each key must appear once, got {shown(key)} twice (line "
                                       f"{key_node.start_mark.line + 1})")
             return super().construct_mapping(node, deep)
 
@@ -203,7 +353,7 @@ def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for key, value in pairs:
         if key in out:
-            raise ConfigError(f"each key must appear once, got {key!r} twice")
+            raise ConfigError(f"each key must appear once, got {shown(key)} twice")
         out[key] = value
     return out
 
@@ -242,6 +392,9 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
         raise ConfigError(f"{p}: cannot parse ({e})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a configuration file holds a mapping of column: value")
+    if p.suffix.lower() != ".json":  # anchors of merge keys only
+        data = {k: v for k, v in data.items()
+                if not (isinstance(k, str) and k.startswith(ANCHOR_HOLDER_PREFIX))}
     check_keys(data, FILE_KEYS, where=str(p))
     flat: dict[str, Any] = {}
     for key, value in data.items():
@@ -253,7 +406,7 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
             check_keys(value, SECTION_KEYS[key], where=f"{p} ({key})")
             items = list(value.items())
         elif key in ("cluster", "layout"):
-            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {value!r}")
+            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {shown(value)}")
         else:
             items = [(key, value)]
         for k, v in items:

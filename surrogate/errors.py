@@ -29,3 +29,29 @@ class NoModelError(SurrogateError, LookupError):
 
 class MeasurementError(SurrogateError, RuntimeError):
     """A measurement failed or timed out."""
+
+
+MESSAGE_VALUE_CHARS = 80
+"""Longest value an error message quotes whole; a longer one is cut (:func:`shown`)."""
+
+
+def shorten(text: str, limit: int = MESSAGE_VALUE_CHARS) -> str:
+    """``text``, or its first ``limit`` characters and how long it was: an error message must
+    stay one readable line whatever the input held (a YAML alias can expand a short file into
+    billions of characters)."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text):,} characters)"
+
+
+def shown(value: object, limit: int = MESSAGE_VALUE_CHARS) -> str:
+    """The ``repr`` of ``value`` for an error message, cut to ``limit`` characters; a container
+    is abbreviated by :mod:`reprlib` before it is turned into text, so a huge one costs
+    nothing."""
+    import reprlib
+
+    r = reprlib.Repr()
+    r.maxstring = r.maxother = limit
+    r.maxlist = r.maxdict = r.maxtuple = r.maxset = 8
+    r.maxlevel = 3
+    return shorten(r.repr(value), limit)

@@ -223,11 +223,22 @@ def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> Mod
     name = cfg.get("_name_or_path")
     if name is not None and not isinstance(name, str):
         raise keys.error(f"_name_or_path must be a string, got {name!r}")
-    values["name"] = name or p.parent.name or "hf-config"
+    values["name"] = name or config_name(cfg, family)
     try:
         return ModelConfig(**values)
     except ConfigError as e:
         raise keys.error(str(e)) from None
+
+
+def config_name(cfg: dict[str, Any], family: str) -> str:
+    """The model's name from what the config itself says (never the folder it sits in, which
+    ``predict`` and ``search`` would read differently): its first architecture
+    (``LlamaForCausalLM``), else its family (``llama``)."""
+    architectures = cfg.get("architectures")
+    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) \
+            and architectures[0].strip():
+        return architectures[0].strip()
+    return family
 
 
 def _head_dim(keys: _Keys, family: str, hidden: int, heads: int) -> int:

@@ -44,7 +44,7 @@ import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
-from surrogate.errors import DataError
+from surrogate.errors import DataError, shorten, shown
 from surrogate.fabric import Fabric
 from surrogate.jsonsafe import json_safe
 
@@ -343,7 +343,7 @@ class CalibrationProfile:
     def from_json(cls, d: dict[str, Any]) -> CalibrationProfile:
         if d.get("schema_version") != SCHEMA_VERSION:
             raise DataError(f"a calibration profile must have schema_version {SCHEMA_VERSION}, "
-                            f"got {d.get('schema_version')!r}")
+                            f"got {shown(d.get('schema_version'))}")
         try:
             return cls(
                 name=str(d["name"]), gpu=str(d["gpu"]), created=str(d.get("created", "")),
@@ -354,10 +354,11 @@ class CalibrationProfile:
                 fabric=Fabric.from_json(d["fabric"]) if d.get("fabric") else None,
                 attention=GemmCurve.from_json(d["attention"]) if d.get("attention") else None,
             )
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             if isinstance(e, DataError):
                 raise
-            raise DataError(f"malformed calibration profile: {type(e).__name__}: {e}") from e
+            raise DataError(f"malformed calibration profile: {type(e).__name__}: "
+                            f"{shorten(str(e))}") from e
 
     def save(self, path: str | Path) -> None:
         """Write the profile as JSON, atomically (temporary file, then rename)."""
@@ -397,16 +398,31 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     p = Path(path)
     if not p.exists() and p.suffix == "" and str(path) in shipped_profiles():
         return _shipped(str(path))
+    shipped = ", ".join(shipped_profiles())
+    if p.is_dir():
+        raise DataError(f"a calibration profile is a JSON file written by `surrogate calibrate` "
+                        f"(or a shipped profile: {shipped}), got the directory {str(p)!r}")
     try:
-        d = json.loads(p.read_text())
+        d = json.loads(p.read_bytes().decode("utf-8-sig"))
     except FileNotFoundError:
         raise DataError(f"calibration profile {str(p)!r} does not exist (a file, or one of "
-                        f"the shipped profiles: {', '.join(shipped_profiles())})") from None
+                        f"the shipped profiles: {shipped})") from None
+    except UnicodeDecodeError:
+        raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
+                        f"calibrate`, but this file is not text (an image? a binary?)") from None
     except json.JSONDecodeError as e:
-        raise DataError(f"{p}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
+                        f"calibrate`, but this is not valid JSON ({e.msg} at line "
+                        f"{e.lineno})") from None
+    except OSError as e:
+        raise DataError(f"cannot read calibration profile {str(p)!r}: "
+                        f"{e.strerror or e}") from None
     if not isinstance(d, dict):
         raise DataError(f"{p}: a calibration profile is a JSON object")
-    return CalibrationProfile.from_json(d)
+    try:
+        return CalibrationProfile.from_json(d)
+    except DataError as e:
+        raise DataError(f"{p}: {e}") from None
 
 
 def default_profile(gpu_name: str) -> CalibrationProfile | None:

@@ -63,7 +63,14 @@ PROVENANCE_COLUMNS: tuple[str, ...] = ("source", "run_id", "date", "hardware", "
 """``source``: where the row comes from (e.g. ``hf_ultrascale_playbook``); ``run_id``: the run's
 name within the source; ``date``: ISO-8601 text or missing; ``hardware``: free text;
 ``model_name``: the model as the source names it (e.g. ``8.86G``), or missing."""
-SWEEP_COLUMNS: tuple[str, ...] = (*CONFIG_COLUMNS, *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS)
+FLAG_COLUMN = "layout_problem"
+"""Why the configuration validator rejects a run's layout (pp deeper than the layers, heads not
+divisible by tp), or missing. Such a run was really launched and really failed (or, rarely,
+ran): it is kept as data, flagged, with its configuration columns as the source gave them,
+rather than dropped at ingestion. :func:`read_sweeps` leaves flagged runs out unless asked
+(``flagged=True``): nothing that builds a configuration from a row can take them."""
+SWEEP_COLUMNS: tuple[str, ...] = (*CONFIG_COLUMNS, *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS,
+                                  FLAG_COLUMN)
 KEY_COLUMNS: tuple[str, str] = ("source", "run_id")
 
 _MAX_ERRORS_SHOWN = 5
@@ -114,12 +121,19 @@ def sweep_row(
         raise DataError(
             f"measurements must be among {', '.join(MEASUREMENT_COLUMNS)}, got {', '.join(unknown)}"
         )
-    row: dict[str, Any] = config_to_flat(cfg)
+    return _with_outcomes(config_to_flat(cfg), status, measurements, source=source,
+                          run_id=run_id, date=date, hardware=hardware, model_name=model_name)
+
+
+def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, float | None],
+                   **provenance: Any) -> dict[str, Any]:
+    """``row`` (configuration columns) with the status, every measurement column (NaN where
+    not measured) and the provenance."""
     row["status"] = status
     for name in MEASUREMENT_COLUMNS:
         value = measurements.get(name)
         row[name] = math.nan if value is None else float(value)
-    row.update(source=source, run_id=run_id, date=date, hardware=hardware, model_name=model_name)
+    row.update(provenance)
     return row
 
 
@@ -184,7 +198,7 @@ def _rules() -> tuple[_Rule, ...]:
         rules.append(_Rule(col, f"{col} is text", _each(lambda v: isinstance(v, str)
                                                          and bool(v.strip())),
                            "must be a non-empty string, got {raw!r}"))
-    for col in ("date", "hardware", "model_name"):
+    for col in ("date", "hardware", "model_name", FLAG_COLUMN):
         rules.append(_Rule(col, f"{col} is text", _each(lambda v: _is_missing(v)
                                                         or isinstance(v, str)),
                            "must be text or missing, got {raw!r}"))
@@ -271,6 +285,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         df = df.assign(recompute_layers=0)
     if "dp_replicate" not in df.columns:
         df = df.assign(dp_replicate=1)
+    if FLAG_COLUMN not in df.columns:  # a table written before runs were flagged
+        df = df.assign(**{FLAG_COLUMN: None})
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:
@@ -282,8 +298,13 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         raise DataError(f"{where}: the columns must be those of the sweep schema; "
                         f"{'; '.join(parts)}")
     out = df.reset_index(drop=True).copy()
-    checked = validate_table(out[list(CONFIG_COLUMNS)])
-    errors = [f"row {i}: {e}" for i, e in enumerate(checked.errors) if e]
+    out[FLAG_COLUMN] = out[FLAG_COLUMN].map(
+        lambda v: None if _is_missing(v) or (isinstance(v, str) and not v.strip()) else v)
+    flagged = flagged_mask(out)
+    checked = validate_table(out[list(CONFIG_COLUMNS)].loc[~flagged].reset_index(drop=True))
+    valid_rows = np.flatnonzero(~flagged)
+    errors = [f"row {valid_rows[i]}: {e}" for i, e in enumerate(checked.errors) if e]
+    raw_config = _flagged_configs(out, flagged, errors)
     problems = _value_problems(out)
     if errors or problems:
         count = len(errors) + len(problems)
@@ -294,12 +315,74 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     for col in MEASUREMENT_COLUMNS:
         out[col] = _numbers(out[col])
     for col in CONFIG_COLUMNS:
-        out[col] = checked.table[col]
+        values = np.empty(len(out), dtype=object)
+        values[valid_rows] = list(checked.table[col])
+        values[np.flatnonzero(flagged)] = raw_config[col]
+        out[col] = values
     for col in ("date", "hardware", "model_name"):
         out[col] = out[col].map(lambda v: None if _is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
         out[col] = out[col].astype(_dtype(col))  # type: ignore[call-overload]
     return out[list(SWEEP_COLUMNS)]
+
+
+def flagged_mask(df: pd.DataFrame) -> np.ndarray:
+    """True for the runs flagged with a :data:`FLAG_COLUMN` (none when the column is absent)."""
+    if FLAG_COLUMN not in df.columns:
+        return np.zeros(len(df), dtype=bool)
+    return np.array([not _is_missing(v) and bool(str(v).strip()) for v in df[FLAG_COLUMN]],
+                    dtype=bool)
+
+
+def unflagged(df: pd.DataFrame) -> pd.DataFrame:
+    """The runs of ``df`` whose configuration the validator accepts (every run that is not
+    flagged), indexed 0..n-1."""
+    flagged = flagged_mask(df)
+    return df if not flagged.any() else df.loc[~flagged].reset_index(drop=True)
+
+
+def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
+                     errors: list[str]) -> dict[str, list[Any]]:
+    """The configuration columns of the flagged rows as given, each value of an integer or
+    boolean column checked to be one (a problem appended to ``errors`` otherwise): a flagged
+    run's layout breaks a rule, but its values are still the numbers the source gave."""
+    values: dict[str, list[Any]] = {c: [] for c in CONFIG_COLUMNS}
+    for row in np.flatnonzero(flagged).tolist():
+        for col in CONFIG_COLUMNS:
+            v = out[col].iloc[row]
+            kind = _CONFIG_DTYPES.get(col, "object")
+            if kind == "int64":
+                number = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
+                if _is_missing(number) or not float(number).is_integer() or isinstance(v, bool):
+                    errors.append(f"row {row}: {col} must be an integer, got {v!r}")
+                    number = 0
+                v = int(number)
+            elif kind == "bool":
+                if not isinstance(v, bool | np.bool_):
+                    errors.append(f"row {row}: {col} must be true or false, got {v!r}")
+                v = bool(v)
+            values[col].append(v)
+    return values
+
+
+def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: str,
+                run_id: str, date: str | None = None, hardware: str | None = None,
+                model_name: str | None = None, **measurements: float | None) -> dict[str, Any]:
+    """One row of a run whose layout the validator rejects (``reason``), kept as data with its
+    configuration ``values`` as given (the columns it lacks at their defaults) and flagged:
+    :func:`sweep_row`'s counterpart for a configuration that cannot be built."""
+    from dataclasses import MISSING, fields
+
+    from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig
+
+    row: dict[str, Any] = {}
+    for cls in (ModelConfig, ClusterConfig, LayoutConfig):
+        for f in fields(cls):
+            if f.name in CONFIG_COLUMNS and f.default is not MISSING:
+                row[f.name] = f.default
+    row.update({k: v for k, v in values.items() if k in CONFIG_COLUMNS})
+    return _with_outcomes(row, status, measurements, source=source, run_id=run_id, date=date,
+                          hardware=hardware, model_name=model_name, **{FLAG_COLUMN: reason})
 
 
 def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -> pd.DataFrame:
@@ -310,15 +393,21 @@ def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -
         return empty_sweeps()
     df = validate_sweeps(pd.DataFrame.from_records(records, columns=list(SWEEP_COLUMNS)),
                          where=where)
-    df["mfu"] = recompute_mfu(df)
+    ok = ~flagged_mask(df)
+    mfu = np.full(len(df), np.nan)
+    if ok.any():
+        mfu[ok] = recompute_mfu(df.loc[ok]).to_numpy()
+    df["mfu"] = mfu
     return df
 
 
-def read_sweeps(path: str | Path) -> pd.DataFrame:
-    """Read and validate a sweep table (Parquet, or CSV)."""
+def read_sweeps(path: str | Path, *, flagged: bool = False) -> pd.DataFrame:
+    """Read and validate a sweep table (Parquet, or CSV); its flagged runs
+    (:data:`FLAG_COLUMN`) only with ``flagged=True``."""
     from surrogate.tableio import read_table
 
-    return validate_sweeps(read_table(path), where=str(path))
+    table = validate_sweeps(read_table(path), where=str(path))
+    return table if flagged else unflagged(table)
 
 
 def write_sweeps(df: pd.DataFrame, path: str | Path) -> None:
@@ -377,7 +466,7 @@ def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
 
 def _append_locked(new: pd.DataFrame, p: Path) -> AppendResult:
     """The read-modify-write of :func:`append_sweeps`; the caller holds the table's lock."""
-    old = read_sweeps(p) if p.exists() else empty_sweeps()
+    old = read_sweeps(p, flagged=True) if p.exists() else empty_sweeps()
     new_keys = set(zip(new["source"], new["run_id"], strict=True))
     old_keys = list(zip(old["source"], old["run_id"], strict=True))
     replaced_mask = np.array([k in new_keys for k in old_keys], dtype=bool)

@@ -27,7 +27,14 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from surrogate.extras import require
-from surrogate.stores import ensure_sqlite_dir, sqlite_path
+from surrogate.stores import (
+    NETWORK_PORTS,
+    STORE_CHECK_TIMEOUT_S,
+    check_sqlite_file,
+    ensure_sqlite_dir,
+    reach,
+    sqlite_path,
+)
 
 if TYPE_CHECKING:
     from mlflow.tracking import MlflowClient
@@ -51,6 +58,84 @@ def tracking_uri() -> str:
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+_OFF = "--no-mlflow (score-round) or --no-track (train)"
+
+
+def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> str:
+    """The tracking store ``uri`` (default :func:`tracking_uri`) can take a run
+    (:func:`_check_store`); ConfigError otherwise, also for text that is no URI at all."""
+    from surrogate.errors import ConfigError, shown
+
+    uri = tracking_uri() if uri is None else uri
+    try:
+        return _check_store(uri, timeout_s)
+    except ValueError as e:  # a malformed URL, a NUL in a path
+        if isinstance(e, ConfigError):
+            raise
+        raise ConfigError(f"MLFLOW_TRACKING_URI={shown(uri)} is not a usable URI ({e}); give "
+                          f"sqlite:///PATH or http(s)://HOST:PORT, or {_OFF}") from None
+
+
+def _check_store(uri: str, timeout_s: float) -> str:
+    """The tracking store ``uri`` can take a run: checked before
+    a command works, within ``timeout_s`` seconds, so that an unusable store costs a line, not
+    the work. A SQLite file's directory must be writable and an existing file a database; a
+    server or database must accept a connection; a file store (a path) must be allowed
+    (MLflow 3 refuses one unless ``MLFLOW_ALLOW_FILE_STORE=true``). ConfigError naming
+    ``MLFLOW_TRACKING_URI``, what is wrong and what would do, else the URI."""
+    from urllib.parse import urlsplit
+
+    from surrogate.errors import ConfigError, shown
+    from surrogate.outputs import check_writable_dir
+
+    where = (f"MLFLOW_TRACKING_URI={shown(uri)}" if os.environ.get("MLFLOW_TRACKING_URI")
+             else f"the tracking store {shown(uri)}")
+    fix = (f"unset MLFLOW_TRACKING_URI for the local store {DEFAULT_TRACKING_URI}, or give "
+           f"{_OFF}" if os.environ.get("MLFLOW_TRACKING_URI") else f"give {_OFF}")
+    scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
+    base = scheme.split("+", 1)[0]
+    db = sqlite_path(uri)
+    if base == "sqlite":
+        if db is not None:  # else an in-memory database
+            check_sqlite_file(db, timeout_s, where=where, fix=fix)
+        return uri
+    if base in NETWORK_PORTS:
+        reach(uri, timeout_s, where=where, fix=fix, http_health=base in ("http", "https"))
+        return uri
+    if base in ("databricks", "databricks-uc", "uc"):
+        return uri  # checked by MLflow itself, with its own credentials
+    if scheme in ("", "file"):
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
+            raise ConfigError(f"{where} names a file store (a path), which MLflow 3 refuses "
+                              f"unless MLFLOW_ALLOW_FILE_STORE=true; give a database such as "
+                              f"sqlite:///mlruns/mlflow.db or a server http://HOST:PORT, or "
+                              f"{fix}")
+        path = uri[len("file://"):] if scheme == "file" else uri
+        try:
+            check_writable_dir(path, flag=where)
+        except ConfigError as e:
+            raise ConfigError(f"{e}; {fix}") from None
+        return uri
+    raise ConfigError(f"{where}: the scheme {scheme!r} names no tracking store; give "
+                      f"sqlite:///PATH, http(s)://HOST:PORT, postgresql://..., mysql://... or "
+                      f"mssql://..., or {fix}")
+
+
+def bound_requests() -> None:
+    """Bound how long MLflow retries a server that stops answering (by default it retries for
+    minutes, silently), unless the user set the variables."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
+
+
+def store_failure(e: BaseException) -> str:
+    """One line of what a tracking store's failure was (its type and first line)."""
+    from surrogate.errors import shorten
+
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {shorten(text[0], 300)}" if text else type(e).__name__
+
+
 def artifact_location(uri: str) -> str | None:
     """Where a new experiment keeps its artifacts: beside a SQLite database, else the server's
     choice (None)."""
@@ -70,6 +155,7 @@ def connect() -> str:
     import mlflow
 
     os.environ.setdefault("MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT", "true")
+    bound_requests()
     uri = tracking_uri()
     ensure_sqlite_dir(uri)
     mlflow.set_tracking_uri(uri)
@@ -85,7 +171,9 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str:
     """Where a person sees a run: its page on a server, else the run id and the store."""
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{_ML_VIEW}"
-    return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {uri}`)"
+    import shlex
+
+    return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)"
 
 
 def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str | None:

@@ -91,6 +91,12 @@ def test_config_file_reads_every_key_or_refuses(data: dict[str, Any], suffix: st
     "a: &a [*a]", "!!python/object/apply:os.system ['true']", "dp: !!binary aGVsbG8=",
     "? [1, 2]\n: 3", "dp: 8\ndp: 8", "model: {dp: 1}\nlayout: {dp: 2}", "{\"dp\": NaN}",
     "dp: 1\n" + "x: &x [" + ", ".join(["*x"] * 3) + "]",
+    # merge keys, at the top and in a section, with a key of the mapping over a merged one
+    "<<: {dp: 2, tp: 4}\ndp: 8", "x-c: &c {num_nodes: 2}\ncluster: {<<: *c, gpus_per_node: 4}",
+    "<<: [{dp: 2}, {pp: 2}]\nmbs: 1", "<<: *nothing", "<<: 5",
+    # aliases that expand past the bound, under a key the reader knows
+    "\n".join([f"l{i}: &l{i} [" + ", ".join([f"*l{i - 1}"] * 7) + "]" if i else
+               "l0: &l0 [7, 7, 7, 7, 7, 7, 7]" for i in range(7)]) + "\nname: *l6",
 ]), st.sampled_from([".yaml", ".json", ".yml", ".txt"]))
 def test_config_file_raw_text(text: str, suffix: str) -> None:
     with file_with(f"run{suffix}", text) as path:
@@ -100,6 +106,41 @@ def test_config_file_raw_text(text: str, suffix: str) -> None:
             return
     assert isinstance(flat, dict)
     assert all(k in FILE_KEYS for k in flat)
+
+
+@fuzz(60)
+@given(st.dictionaries(st.sampled_from(["dp", "tp", "pp", "mbs", "grad_accum", "zero_stage"]),
+                       st.integers(1, 64), min_size=1, max_size=4),
+       st.dictionaries(st.sampled_from(["dp", "tp", "pp", "mbs", "grad_accum", "zero_stage"]),
+                       st.integers(1, 64), max_size=3),
+       st.sampled_from(["top", "layout"]))
+def test_yaml_merge_keys_merge_as_yaml_says(base: dict[str, int], own: dict[str, int],
+                                            where: str) -> None:
+    """``<<: *base`` merges the anchored mapping; a key of the mapping itself wins."""
+    body = "".join(f"  {k}: {v}\n" for k, v in own.items())
+    inner = "".join(f"  {k}: {v}\n" for k, v in base.items())
+    if where == "top":
+        text = f"x-base: &base\n{inner}<<: *base\n" + body.replace("  ", "")
+    else:
+        text = f"x-base: &base\n{inner}layout:\n  <<: *base\n{body}"
+    with file_with("run.yaml", text) as path:
+        flat = read_config_file(path)
+    assert flat == {**base, **own}
+
+
+@pytest.mark.parametrize("depth,fan", [(6, 10), (12, 3), (30, 2)])
+def test_alias_expansion_is_bounded_before_anything_is_built(depth: int, fan: int) -> None:
+    """A file of a few hundred bytes whose aliases expand to fan**depth values (up to 10**9)
+    is refused at once, in a message of ordinary length."""
+    import time
+
+    lines = ["a0: &a0 [" + ", ".join(["x"] * fan) + "]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * fan) + "]" for i in range(1, depth)]
+    with file_with("run.yaml", "\n".join([*lines, f"model: *a{depth - 1}"]) + "\n") as path:
+        start = time.perf_counter()
+        with pytest.raises(ConfigError, match=r"expands to more than 10,000 values") as e:
+            read_config_file(path)
+    assert time.perf_counter() - start < 2 and len(str(e.value)) < 300
 
 
 # ------------------------------------------------------------------------ Hugging Face configs
@@ -265,8 +306,35 @@ def test_playbook_rows_are_ingested_or_counted(table: tuple[str, int]) -> None:
         except (DataError, ConfigError) as e:
             assert str(e)
             return
-        stored = len(read_sweeps(into)) if into.exists() else 0
+        # every run kept counts, those flagged for a layout the validator rejects included
+        stored = len(read_sweeps(into, flagged=True)) if into.exists() else 0
     report = result.report
     assert report.rows_read == n
     assert stored + len(report.skips) == n, (stored, [str(s) for s in report.skips])
     assert all(s.reason for s in report.skips)
+
+
+# ------------------------------------------------------------------------ tracking stores
+@fuzz(80)
+@given(st.one_of(
+    st.text(max_size=30),
+    st.sampled_from(["", "mlruns", "file:", "sqlite://", "sqlite:///", "sqlite:////",
+                     "sqlite:///:memory:", "http://", "https://:0", "http://[::1", "mysql://",
+                     "postgresql://u@/db", "databricks", "s3://bucket/x", "sqlite:///a\x00b",
+                     "http://127.0.0.1:0", "ftp://x", "sqlite:///{tmp}", "sqlite:///{tmp}/x/y.db",
+                     "file:///{tmp}/store", "{tmp}/store"]),
+))
+def test_tracking_store_check_answers_or_refuses(uri: str) -> None:
+    """Any MLFLOW_TRACKING_URI: accepted, or a ConfigError (one line by the CLI); never
+    another exception, never a wait beyond the check's timeout."""
+    import time
+
+    from surrogate.tracking import check_store
+
+    with tempfile.TemporaryDirectory(prefix="surrogate-fuzz-") as d:
+        start = time.perf_counter()
+        try:
+            assert check_store(uri.replace("{tmp}", d), timeout_s=1.0)
+        except ConfigError as e:
+            assert str(e) and "\n" not in str(e).strip()
+        assert time.perf_counter() - start < 5

@@ -81,7 +81,12 @@ def test_llama_reads_as_the_preset(tmp_path):
     mha = model_from_hf_config(write(tmp_path, dict(LLAMA, num_key_value_heads=None)))
     assert mha.num_kv_heads == 32 and not mha.tie_embeddings
     assert model_from_hf_config(write(tmp_path, LLAMA), seq_len=4096).seq_len == 4096
-    assert model_from_hf_config(write(tmp_path, dict(LLAMA, _name_or_path=""))).name == "my-model"
+    # without _name_or_path the name is the config's own (its architecture, else its family),
+    # never the folder's ("my-model"), which predict and search would read differently
+    assert model_from_hf_config(write(tmp_path, dict(LLAMA, _name_or_path=""))).name == \
+        "LlamaForCausalLM"
+    assert model_from_hf_config(write(tmp_path, dict(LLAMA, _name_or_path="",
+                                                     architectures=None))).name == "llama"
 
 
 def test_family_shapes(tmp_path):

@@ -66,7 +66,7 @@ def test_concurrent_ingests_lose_no_rows(tmp_path: Path) -> None:
             counts = pool.map(_ingest_one, [(str(c), str(into)) for c in chunks])
             rows_in = sum(n for n, _ in counts)
             skipped = sum(s for _, s in counts)
-            rows_out = len(read_sweeps(into))
+            rows_out = len(read_sweeps(into, flagged=True))  # runs kept flagged count too
             assert (rows_in, rows_out + skipped) == (WRITERS * 9, rows_in), f"round {r}"
 
 

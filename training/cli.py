@@ -73,12 +73,26 @@ def train_cmd(
     from surrogate.extras import require
     from surrogate.outputs import check_output_dir
 
-    for module in ("optuna", "mlflow"):  # before any data is read, not after
+    # the inputs first, within a second (nothing heavy is imported yet), then the extras,
+    # the stores and the data: each before minutes of work, not after
+    check_output_dir(out, flag="--out", force=force)
+    from surrogate.table_files import check_table_file
+
+    for path in sweeps or []:
+        check_table_file(path, flag="--sweeps")
+    if not no_track:
+        from surrogate.tracking import check_store
+
+        check_store()
+    for module in ("optuna", "mlflow"):
         require(module, extra="train", purpose="surrogate train")
+    if storage:
+        from surrogate.stores import check_storage
+
+        check_storage(storage)
     from training.evaluate import DEFAULT_PROTOCOLS
     from training.train import train
 
-    check_output_dir(out, flag="--out", force=force)  # before minutes of work, not after
     params = None
     if settings_from is not None:
         if n_trials > 0:
@@ -107,10 +121,12 @@ def train_cmd(
                 "run_id": tracked.run_id, "run_name": tracked.run_name,
                 "baseline_run_id": tracked.baseline_run_id,
                 "model": tracked.model_name, "version": tracked.model_version},
+            "mlflow_error": getattr(result, "tracking_error", None),
             "seconds": result.seconds,
             "own_physics": sorted(result.model.physics_sets_),
             "correction_share": dict(sorted(result.model.correction_weight_by_framework_.items())),
         }, indent=2))
+        _tracking_failed(result)
         return
     _print_results(result.evaluation)
     for t, r in result.tuning.items():
@@ -132,6 +148,22 @@ def train_cmd(
         typer.echo(f"MLflow: {tracked.run_name!r}, "
                    f"{run_url(tracked.tracking_uri, tracked.experiment_id, tracked.run_id)}; "
                    f"registered as {tracked.model_name} version {tracked.model_version}")
+    _tracking_failed(result)
+
+
+def _tracking_failed(result: Any) -> None:
+    """After the results are printed: a DataError if recording in MLflow failed, saying where
+    the model and its evaluation are kept."""
+    error = getattr(result, "tracking_error", None)
+    if error is None:
+        return
+    from surrogate.errors import DataError
+    from surrogate.tracking import tracking_uri
+    from training.train import EVALUATION_FILE
+
+    raise DataError(f"recording the training in MLflow ({tracking_uri()}) failed "
+                    f"({error}); the model is saved in {result.out_dir} and its "
+                    f"evaluation in {result.out_dir / EVALUATION_FILE}")
 
 
 def evaluate_cmd(

@@ -86,6 +86,8 @@ class TrainResult:
     tuning: dict[str, TuneResult] = field(default_factory=dict)
     evaluation: dict[str, ProtocolResult] = field(default_factory=dict)
     tracked: TrackedRun | None = None
+    tracking_error: str | None = None
+    """Why recording in MLflow failed (the evaluation is then in :data:`EVALUATION_FILE`)."""
     seconds: float = 0.0
 
 
@@ -147,16 +149,48 @@ def train(
                           for p, r in evaluation.items()}
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
-        tracked = None
+        tracked, failure = None, None
         if track:
             report("recording in MLflow (metrics, plots, model files)", 0, 1)
-            tracked = _track(runs, model, out, params, tuning, evaluation,
-                             sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
-                             max_estimators=max_estimators, n_folds=n_folds)
+            try:
+                tracked = _track(runs, model, out, params, tuning, evaluation,
+                                 sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
+                                 max_estimators=max_estimators, n_folds=n_folds)
+            except Exception as e:  # any failure of the store, after the work: keep the work
+                from surrogate.tracking import store_failure
+
+                failure = store_failure(e)
+                save_evaluation(out / EVALUATION_FILE, evaluation, tuning)
             report("recording in MLflow (metrics, plots, model files)", 1, 1)
     return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
-                       evaluation=evaluation, tracked=tracked,
+                       evaluation=evaluation, tracked=tracked, tracking_error=failure,
                        seconds=time.monotonic() - start)
+
+
+EVALUATION_FILE = "evaluation.json"
+"""Beside the model files: the held-out figures and the tuning, when MLflow could not take
+them."""
+
+
+def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
+                    tuning: dict[str, TuneResult]) -> None:
+    """The evaluation's figures (learned and analytic, per protocol) and the tuning's best
+    values as JSON at ``path``, atomically (NaN as null)."""
+    import json
+    import os
+    import tempfile
+
+    from surrogate.jsonsafe import json_safe
+
+    data = {"evaluation": {p: {"learned": r.metrics, "analytic": r.analytic_metrics,
+                               "refit_physics": r.refit_physics, "splits": r.n_splits}
+                           for p, r in evaluation.items()},
+            "tuning": {t: {"study_name": r.study_name, "best_value": r.best_value,
+                           "best_params": r.best_params} for t, r in tuning.items()}}
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(json_safe(data), f, indent=2, default=str)
+    os.replace(tmp, path)
 
 
 def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,

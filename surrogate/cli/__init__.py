@@ -36,7 +36,14 @@ _SHOWN = 80
 """Longest value a usage error quotes whole (a 5,000-digit number is cut)."""
 
 
+_LONGEST_MESSAGE = 2000
+"""Longest error line printed whole; a longer one keeps its start and its end (the advice)."""
+
+
 def _one_line(text: str) -> str:
+    if len(text) > _LONGEST_MESSAGE:  # cut before splitting: a message may quote a huge value
+        cut = _LONGEST_MESSAGE // 2
+        text = f"{text[:cut]} ... ({len(text):,} characters) ... {text[-cut // 2:]}"
     return " ".join(text.split())
 
 

@@ -49,6 +49,11 @@ def calibrate_cmd(
 
     console = Console(stderr=True)
     if runs:
+        from surrogate.table_files import check_table_file
+
+        for source in runs:  # every file, before anything is read or imported
+            if source != "playbook":
+                check_table_file(source, flag="--runs")
         if tables:
             raise ConfigError("give microbenchmark tables or --runs, not both")
         if fit_on not in ("all", "healthy"):
@@ -88,7 +93,6 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     from surrogate.errors import DataError
     from surrogate.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.ingest.dispatch import read_runs
-
     frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)
     with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "

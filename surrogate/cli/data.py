@@ -106,8 +106,13 @@ def summary_cmd(
     from surrogate.sweeps import read_sweeps, sweep_summary
 
     if sweeps is not None:
-        df = read_sweeps(sweeps)
-        typer.echo(f"sweep table {sweeps}: {len(df)} runs")
+        df = read_sweeps(sweeps, flagged=True)  # a summary counts every run it holds
+        from surrogate.sweeps import flagged_mask
+
+        flagged = int(flagged_mask(df).sum())
+        typer.echo(f"sweep table {sweeps}: {len(df)} runs" + (
+            f", {flagged} flagged (a layout the configuration validator rejects: kept as data, "
+            "left out of training and calibration)" if flagged else ""))
     else:
         from surrogate.ingest.playbook import parse_playbook
 

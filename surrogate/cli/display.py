@@ -93,3 +93,13 @@ def gives_way_line(rows: Any) -> str:
         framework[low], version[low], share[low], strict=True)})
     return (f"gives way: on held-out training runs {GAVE_WAY} (" + "; ".join(kept)
             + " of it; the rest is the analytic answer)")
+
+
+def seq_len_note(hf_config: Path | None, seq_len: int | None, model: Any) -> str | None:
+    """What a command says when the sequence length came from a Hugging Face config's
+    ``max_position_embeddings`` (the longest the model supports, rarely the length one trains
+    at), or None when it was given or came from a preset."""
+    if hf_config is None or seq_len is not None:
+        return None
+    return (f"sequence length {model.seq_len:,}: the config's max_position_embeddings (the "
+            "longest the model supports); give --seq-len for the length you train at")

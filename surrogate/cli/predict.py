@@ -23,6 +23,7 @@ from surrogate.cli.shape_options import (
     TopkOpt,
     VocabOpt,
 )
+from surrogate.errors import ConfigError
 
 
 def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -65,6 +66,30 @@ def build_config(
     values.update({k: v for k, v in flags.items() if v is not None})
     require_model_shape(values, sources="--model PRESET, --hf-config FILE, --config FILE")
     return config_from_flat(values)
+
+
+def _check_mode(from_csv: Path | None, out: Path | None, options: dict[str, Any]) -> None:
+    """ConfigError for an option the mode does not read, before any work: ``--out`` writes the
+    table of ``--from-csv``, and a table's rows are whole configurations, so an option that
+    sets one configuration (or how it prints) would be ignored silently."""
+    if from_csv is None:
+        if out is not None:
+            raise ConfigError(f"--out writes the predictions of --from-csv TABLE; give "
+                              f"--from-csv, or drop --out (one configuration prints to stdout, "
+                              f"--json for JSON), got --out {str(out)!r}")
+        return
+    given = [k for k, v in options.items() if v is not None]
+    if given:
+        flag = "--" + given[0].replace("_", "-").replace("num-nodes", "nodes").replace(
+            "zero-stage", "zero")
+        key = given[0]
+        if key in ("json", "explain"):
+            why = "the predictions are a CSV table (--out FILE, else stdout)"
+        elif key in ("config", "hf_config"):
+            why = "each row of the table is a whole configuration (a model column may name a preset)"
+        else:
+            why = f"each row of the table is a whole configuration: give {key} as a column"
+        raise ConfigError(f"{flag} does not apply with --from-csv: {why}")
 
 
 def _rate(tokens_per_s: float) -> str:
@@ -193,6 +218,55 @@ def _print_table(pred: Any) -> None:
         console.print(why)
 
 
+def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
+                   model_arg: Path | str | None, physics: AbstractContextManager[Any]) -> None:
+    """``--from-csv``: every check that needs no prediction first (the output's place, the
+    file's kind, its header), then the table streamed a chunk at a time (``surrogate.batch``),
+    each chunk's model column expanded and its counts checked before it is predicted."""
+    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
+    from surrogate.configfile import check_batch_columns, check_table_counts, expand_model_column
+    from surrogate.table_files import check_table_file
+    from surrogate.tableio import iter_table, table_format
+
+    if out is not None:  # before predicting every row, not after
+        from surrogate.outputs import check_output_file
+
+        table_format(out)
+        check_output_file(out, flag="--out")
+    check_table_file(from_csv, flag="--from-csv")
+    where = str(from_csv)
+    chunks = iter_table(from_csv, chunk_rows=1)
+    try:  # the header before LightGBM loads: a refusal needs none
+        head = next(chunks, None)
+    except Exception:  # a table pyarrow's reader refuses is read whole below, and checked
+        head = None
+    finally:
+        getattr(chunks, "close", lambda: None)()  # a generator: its file closes now
+    if head is not None:
+        check_batch_columns(head.columns, where=where)
+
+    def check(chunk: Any, first_row: int) -> Any:
+        if first_row == 1:
+            check_batch_columns(chunk.columns, where=where)  # names the file
+        chunk = expand_model_column(chunk, where=where)
+        check_table_counts(chunk, where=where, first_row=first_row)
+        return chunk
+
+    import_lightgbm_for_prediction()  # after the checks: a refusal needs no LightGBM
+    from surrogate.batch import predict_file
+    from surrogate.progress import bars
+
+    with physics, bars() as progress:
+        done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
+                            progress=progress)
+    if done.errors and done.errors == done.rows:  # written first: nothing computed is lost
+        raise ConfigError(
+            f"every one of the {done.rows} rows of {from_csv} failed (row 1: "
+            f"{done.first_error}); the table with each row's error went to {out or 'stdout'}")
+    if out is not None:
+        typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
+
+
 @app.command("predict")
 def predict_cmd(
     model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")] = None,
@@ -241,34 +315,6 @@ def predict_cmd(
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 
-    import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction import predict
-
-    model_arg: Path | str | None = None if analytic else (model_dir or "default")
-    physics = _physics(analytic, model_dir)
-    if from_csv is not None:
-        if out is not None:  # before predicting every row, not after
-            from surrogate.outputs import check_output_file
-            from surrogate.tableio import table_format
-
-            table_format(out)
-            check_output_file(out, flag="--out")
-        from surrogate.batch import predict_file
-        from surrogate.configfile import check_table_columns, check_table_counts
-
-        def check(chunk: Any, first_row: int) -> None:
-            if first_row == 1:
-                check_table_columns(chunk.columns, where=str(from_csv))  # names the file
-            check_table_counts(chunk, where=str(from_csv), first_row=first_row)
-
-        from surrogate.progress import bars
-
-        with physics, bars() as progress:
-            done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
-                                progress=progress)
-        if out is not None:
-            typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
-        return
     flags = dict(
         num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
         num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
@@ -279,12 +325,27 @@ def predict_cmd(
         recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
         framework_version=framework_version, global_batch_seqs=global_batch_seqs,
     )
+    _check_mode(from_csv, out, flags | {"model": model, "hf_config": hf_config, "config": config,
+                                        "json": as_json or None, "explain": explain or None})
+    model_arg: Path | str | None = None if analytic else (model_dir or "default")
+    physics = _physics(analytic, model_dir)
+    if from_csv is not None:
+        _predict_table(from_csv, out, profile, model_arg, physics)
+        return
     given = {k: v for k, v in flags.items() if v is not None} | ({"model": model} if model else {})
     file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
+    import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
+    from surrogate.prediction import predict
+
     with physics:
         pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
     if as_json:
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:
         _print_table(pred)
+        from surrogate.cli.display import seq_len_note
+
+        file_seq = file_values.get("seq_len") if isinstance(file_values, dict) else None
+        if note := seq_len_note(hf_config, seq_len if file_seq is None else file_seq, cfg.model):
+            typer.echo(f"note: {note}")

@@ -262,6 +262,9 @@ def search_cmd(
         raise DataError(f"the optuna storage {storage!r} failed: {message}") from e
     rules_cfg = rules_pick(space)
     rules_row = score_configs([rules_cfg], model=learned, limits=limits)
+    from surrogate.cli.display import seq_len_note
+
+    notes = [n for n in (seq_len_note(hf_config, seq_len, m), *result.notes) if n]
     written: list[str] = []
     if launch_dir is not None:
         from surrogate.launch import launch_problem, write_launch_files
@@ -276,7 +279,8 @@ def search_cmd(
             files = write_launch_files(cfg, launch_dir / name, run_name=name)
             written.append(f"#{i}: {files.directory}")
     summary = {
-        "space": {"model": m.name, "global_batch_seqs": space.global_batch_seqs,
+        "space": {"model": m.name, "seq_len": m.seq_len,
+                  "global_batch_seqs": space.global_batch_seqs,
                   "node_counts": list(space.node_counts), "points": space.size_bound(),
                   "enumerated_valid": result.enumerated},
         "optuna": {"trials": result.n_trials, "invalid": result.n_invalid,
@@ -285,7 +289,7 @@ def search_cmd(
         "top": scored_to_records(result.top),
         "pareto": None if result.pareto is None else scored_to_records(result.pareto),
         "rules_of_thumb": {"source": CITATION, **scored_to_records(rules_row)[0]},
-        "launch": written, "notes": result.notes,
+        "launch": written, "notes": notes,
     }
     if as_json:
         typer.echo(json.dumps(summary, indent=2, default=str))
@@ -314,7 +318,7 @@ def search_cmd(
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
     console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
-    for note in result.notes:
+    for note in notes:
         console.print(f"[yellow]{escape(note)}[/]")
     several = len(space.frameworks) > 1
     console.print(_table("Best predicted layouts", result.top, narrow=narrow, full=full,
@@ -375,11 +379,21 @@ def propose_cmd(
     wide: WideOpt = False,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
-    _at_least(1, round_number=round_number)
+    _at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
+    from surrogate.active import Acquisition, check_new_round_dir
+
+    if not 0 <= boundary_frac <= 1:
+        raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
+    acquisition = Acquisition(boundary_frac=boundary_frac)
+    check_new_round_dir(round_dir)
+    if runs is not None:
+        from surrogate.table_files import check_table_file
+
+        check_table_file(runs, flag="--runs")
     import pandas as pd
     from rich.markup import escape
 
-    from surrogate.active import PROPOSALS_FILE, Acquisition, propose
+    from surrogate.active import PROPOSALS_FILE, propose
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
         extrapolation_line,
@@ -405,9 +419,13 @@ def propose_cmd(
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
-                      acquisition=Acquisition(boundary_frac=boundary_frac), runs=table,
+                      acquisition=acquisition, runs=table,
                       round_number=round_number, steps=steps, progress=report)
     console = make_console(wide=wide)
+    from surrogate.cli.display import seq_len_note
+
+    if note := seq_len_note(hf_config, seq_len, m):
+        console.print(f"[yellow]{escape(note)}[/]", highlight=False)
     picked = pd.read_csv(out / PROPOSALS_FILE, keep_default_na=False, na_values=[""])
     console.print(escape(model_line(model_dir or "default", space.gpu, model_dir)),
                   highlight=False)
@@ -418,9 +436,12 @@ def propose_cmd(
         [""] * len(picked))).fillna(""))), highlight=False)
     if gives_way := gives_way_line(picked):
         console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
+    import shlex
+
+    logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
     typer.echo(f"wrote {out}/proposals.csv, round.json and launch files under {out}/logs; run "
-               f"them, then `surrogate ingest {out}/logs` and `surrogate score-round --round "
-               f"{out} --runs TABLE` before `surrogate train`")
+               f"them, then `surrogate ingest {logs}` and `surrogate score-round --round "
+               f"{where} --runs TABLE` before `surrogate train`")
 
 
 @app.command("score-round")
@@ -448,36 +469,75 @@ def score_round_cmd(
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     from surrogate.progress import bars
+    from surrogate.table_files import check_table_file
 
+    check_table_file(runs, flag="--runs")
+    if mlflow:  # before the scoring, within seconds: an unusable store costs a line
+        from surrogate.tracking import check_store
+
+        check_store()
     proposer = load_round_model(record)
     table = read_table(runs)
     metrics, matched = score_round(record, table, model=proposer)
     analytic = score_round(record, table, model=None) if proposer is not None else None
-    run_id = None
+    analytic_metrics = None if analytic is None else analytic[0]
+    if not as_json:  # the figures first: a store failing below loses nothing
+        _print_round(record, metrics, analytic_metrics)
+    run_id, failure = None, None
     if mlflow:
-        with bars(not as_json) as report:
-            report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
-            run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
-                               matched=matched, analytic=analytic,
-                               earlier=[r for r in campaign_records(round_dir)
-                                        if int(r["round"]) < int(record["round"])])
+        try:
+            with bars(not as_json) as report:
+                report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
+                run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
+                                   matched=matched, analytic=analytic,
+                                   earlier=[r for r in campaign_records(round_dir)
+                                            if int(r["round"]) < int(record["round"])])
+        except Exception as e:  # any failure of the store, after the work: keep the work
+            failure = e
+    scores = {"round": record["round"], "metrics": metrics,
+              "analytic_metrics": analytic_metrics, "mlflow_run_id": run_id}
     if as_json:
-        typer.echo(json.dumps({"round": record["round"], "metrics": metrics,
-                               "analytic_metrics": None if analytic is None else analytic[0],
-                               "mlflow_run_id": run_id}, indent=2))
-        return
-    _print_round(record, metrics, None if analytic is None else analytic[0], run_id)
+        typer.echo(json.dumps(scores, indent=2))
+    elif run_id:
+        _print_mlflow_line(run_id)
+    if failure is not None:
+        from surrogate.errors import DataError
+        from surrogate.tableio import write_table_atomic
+        from surrogate.tracking import store_failure, tracking_uri
+
+        saved = round_dir / SCORES_FILE
+        _write_json_atomic(saved, scores)
+        if matched is not None:
+            write_table_atomic(matched, round_dir / MATCHED_FILE)
+        raise DataError(
+            f"logging the scored round to MLflow ({tracking_uri()}) failed "
+            f"({store_failure(failure)}); its figures are saved in {saved} and its matched "
+            f"runs in {round_dir / MATCHED_FILE}: score it again when the store works")
+
+
+SCORES_FILE = "scores.json"
+"""Where score-round keeps a round's figures when the tracking store fails after scoring."""
+MATCHED_FILE = "matched_runs.csv"
+"""... and the proposals matched with their measured runs."""
+
+
+def _write_json_atomic(path: Path, data: Any) -> None:
+    import os
+    import tempfile
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as f:
+        json.dump(data, f, indent=2, default=str)
+    os.replace(tmp, path)
 
 
 def _print_round(record: dict[str, Any], metrics: dict[str, float],
-                 analytic: dict[str, float] | None, run_id: str | None) -> None:
-    """The round's figures, the proposing model's beside the analytic model's, and where
-    MLflow shows them."""
+                 analytic: dict[str, float] | None) -> None:
+    """The round's figures, the proposing model's beside the analytic model's."""
     from rich.markup import escape
     from rich.table import Table
 
     from surrogate.cli.display import console as make_console
-    from surrogate.tracking import run_url, tracking_uri
 
     console = make_console()
     info = record.get("model", {})
@@ -497,12 +557,21 @@ def _print_round(record: dict[str, Any], metrics: dict[str, float],
                                               "interval_coverage") else "")
         t.add_row(*row)
     console.print(t)
-    if run_id:
-        from surrogate.tracking import client
 
+
+def _print_mlflow_line(run_id: str) -> None:
+    """Where MLflow shows the round's run."""
+    from rich.markup import escape
+
+    from surrogate.cli.display import console as make_console
+    from surrogate.tracking import client, run_url, tracking_uri
+
+    try:
         exp = client().get_run(run_id).info.experiment_id
-        console.print(escape(f"MLflow: {run_url(tracking_uri(), exp, run_id)}"),
-                      highlight=False)
+        where = run_url(tracking_uri(), exp, run_id)
+    except Exception:  # logged; only the page's address is unknown
+        where = f"run {run_id} in {tracking_uri()}"
+    make_console().print(escape(f"MLflow: {where}"), highlight=False)
 
 
 def _figure(name: str, value: float) -> str:
@@ -539,6 +608,10 @@ def heatmap_cmd(
 
     for suffix in (".png", ".html"):
         check_output_file(out.with_suffix(suffix), flag="--out")
+    if measured is not None:  # before minutes of searching, not after
+        from surrogate.table_files import check_table_file
+
+        check_table_file(measured, flag="--measured")
     presets = [get_preset(name) for name in models.split(",")]
     options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
                "frameworks": tuple(framework.split(",")), "zero_stages": _ints(zero, "--zero"),
@@ -554,9 +627,10 @@ def heatmap_cmd(
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
+        from surrogate.sweeps import unflagged
         from surrogate.tableio import read_table
 
-        table = read_table(measured)
+        table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
         if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
                 and "num_nodes" not in table.columns:
             table, _ = parse_playbook(measured)

@@ -116,7 +116,7 @@ def parse_file(
             return parse_playbook_network(path)
         from surrogate.ingest.playbook import parse_playbook
 
-        return parse_playbook(path)
+        return parse_playbook(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "llm-foundry":
         from surrogate.ingest.llmfoundry import parse_llmfoundry
 

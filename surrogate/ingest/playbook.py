@@ -46,7 +46,7 @@ from surrogate.ingest.nanotron import pp_schedule_of
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
 from surrogate.presets import playbook_model
-from surrogate.sweeps import frame_from_rows, sweep_row
+from surrogate.sweeps import FLAG_COLUMN, flagged_row, frame_from_rows, sweep_row
 from surrogate.tableio import check_csv_header
 
 SOURCE = "hf_ultrascale_playbook"
@@ -118,6 +118,12 @@ def run_date(row: dict[str, Any]) -> str | None:
 
 def _config(row: dict[str, Any]) -> TrainingConfig:
     """The row's configuration; ConfigError says which rule or which disagreement."""
+    return config_from_flat(_values(row))
+
+
+def _values(row: dict[str, Any]) -> dict[str, Any]:
+    """The row's configuration columns, checked against its name; ConfigError says which
+    disagreement (the configuration's own rules are :func:`config_from_flat`'s)."""
     name = str(row["name"])
     preset = playbook_model(name)
     for col in ("hidden_size", "num_layers", "num_heads"):
@@ -143,7 +149,7 @@ def _config(row: dict[str, Any]) -> TrainingConfig:
     tp_mode = str(row["tp_mode"]).strip().upper()
     if tp_mode not in ("REDUCE_SCATTER", "ALL_REDUCE"):
         raise ConfigError(f"tp_mode must be REDUCE_SCATTER or ALL_REDUCE, got {row['tp_mode']!r}")
-    return config_from_flat({
+    return {
         "num_layers": row["num_layers"], "hidden_size": row["hidden_size"],
         "ffn_hidden_size": preset.ffn_hidden_size, "num_heads": row["num_heads"],
         "num_kv_heads": kv_heads, "vocab_size": row["vocab_size"], "seq_len": row["seq_len"],
@@ -157,15 +163,23 @@ def _config(row: dict[str, Any]) -> TrainingConfig:
         "framework_version": (
             "pp-fix" if _as_bool("after_pp_fix", row["after_pp_fix"]) else "pre-pp-fix"
         ),
-    })
+    }
 
 
-def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
-    """Read the Playbook CSV into sweep rows; every row not taken is a counted skip."""
+def parse_playbook(path: str | Path, *, flagged: bool = False
+                   ) -> tuple[pd.DataFrame, IngestReport]:
+    """Read the Playbook CSV into sweep rows; every row not taken is a counted skip.
+
+    ``flagged``: a run whose layout the configuration validator rejects (a pipeline deeper than
+    the layers, heads not divisible by tp) is kept, flagged with the reason
+    (:data:`surrogate.sweeps.FLAG_COLUMN`), instead of skipped: it was launched and it
+    failed (or ran), which is data. ``surrogate ingest`` keeps them; readers that build
+    configurations take the others."""
     p = Path(path)
     report = IngestReport(files=[str(p)])
     raw = read_table(p, needs=REQUIRED_COLUMNS, what="a Playbook table needs")
     rows: list[dict[str, Any]] = []
+    flagged_runs = 0
     first_line: dict[str, int] = {}
     records: list[dict[str, Any]] = raw.to_dict("records")  # type: ignore[assignment]
     for i, row in enumerate(records):
@@ -180,12 +194,16 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
         if verdict.status is None:
             report.skip(str(p), line, verdict.evidence)
             continue
+        problem = None
+        cfg: TrainingConfig | None = None
         try:
-            cfg = _config(row)
+            cfg = config_from_flat(_values(row))
         except (ConfigError, ValueError, TypeError, OverflowError) as e:  # int(inf) overflows
-            report.skip(str(p), line, f"invalid configuration: {e}")
-            continue
-        measured: dict[str, float | None] = {}
+            if not (flagged and isinstance(e, ConfigError) and _layout_rule(values_or_none(row))):
+                report.skip(str(p), line, f"invalid configuration: {e}")
+                continue
+            cfg, problem = None, str(e)
+        measured: dict[str, Any] = {}  # float or None
         bad = None
         for col, src in _MEASURED.items():
             value = pd.to_numeric(row[src], errors="coerce")
@@ -200,11 +218,44 @@ def parse_playbook(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             report.skip(str(p), line, bad)
             continue
         tps = measured["tokens_per_s_per_gpu"]
+        provenance: dict[str, Any] = {
+            "status": verdict.status, "source": SOURCE, "run_id": run_id, "date": run_date(row),
+            "hardware": HARDWARE, "model_name": str(row["name"]).split("_", 1)[0]}
+        if cfg is None:
+            assert problem is not None
+            rows.append(flagged_row(_values(row), problem, **provenance, **measured))
+            flagged_runs += 1
+            continue
         if tps is not None:
             measured["step_time_s"] = cfg.batch_tokens / (tps * cfg.cluster.num_gpus)
-        rows.append(sweep_row(
-            cfg, status=verdict.status, source=SOURCE, run_id=run_id,
-            date=run_date(row), hardware=HARDWARE, model_name=str(row["name"]).split("_", 1)[0],
-            **measured,
-        ))
+        rows.append(sweep_row(cfg, **provenance, **measured))
+    if flagged_runs:
+        report.note(f"kept {flagged_runs} run(s) whose layout the configuration validator "
+                    f"rejects, flagged in the {FLAG_COLUMN} column")
     return frame_from_rows(rows, where=str(p)), report
+
+
+def values_or_none(row: dict[str, Any]) -> dict[str, Any] | None:
+    """:func:`_values` of the row, or None when the row itself is unreadable or disagrees
+    with its name (a data error, never kept)."""
+    try:
+        return _values(row)
+    except (ConfigError, ValueError, TypeError, OverflowError):
+        return None
+
+
+def _layout_rule(values: dict[str, Any] | None) -> bool:
+    """Whether ``values`` are whole numbers that only break a rule between them (a layout the
+    validator rejects), not a value that is unreadable, non-finite or out of its range."""
+    if values is None:
+        return False
+    for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
+                "seq_len", "num_nodes", "dp", "tp", "pp", "mbs", "grad_accum", "zero_stage"):
+        try:
+            number = float(values[key])
+        except (TypeError, ValueError):
+            return False
+        if not math.isfinite(number) or not number.is_integer() or number < (
+                0 if key == "zero_stage" else 1) or number > (3 if key == "zero_stage" else 2**53):
+            return False
+    return True

@@ -25,6 +25,11 @@ class IngestReport:
     rows_read: int = 0
     skips: list[Skip] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    """What was kept in a way worth saying (runs kept flagged), one line each."""
+
+    def note(self, text: str) -> None:
+        self.notes.append(text)
 
     def skip(self, path: str, line: int | None, reason: str) -> None:
         self.skips.append(Skip(str(path), line, reason))
@@ -33,6 +38,7 @@ class IngestReport:
         self.rows_read += other.rows_read
         self.skips.extend(other.skips)
         self.files.extend(other.files)
+        self.notes.extend(other.notes)
         return self
 
     def reasons(self) -> Counter[str]:
@@ -41,7 +47,7 @@ class IngestReport:
 
     def summary(self, *, max_lines: int = 10) -> str:
         lines = [f"read {self.rows_read} rows from {len(self.files)} file(s), "
-                 f"skipped {len(self.skips)}"]
+                 f"skipped {len(self.skips)}", *(f"  {n}" for n in self.notes)]
         for reason, n in self.reasons().most_common():
             lines.append(f"  {n} x {reason}")
         for s in self.skips[:max_lines]:

@@ -65,7 +65,7 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.errors import ConfigError, DataError
+from surrogate.errors import ConfigError, DataError, shown
 from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
@@ -92,6 +92,30 @@ FLAVOURS: dict[tuple[str, str], str] = {
 """``[model] name, flavor`` (lower case) -> preset: the launch writer's table, read back."""
 
 
+def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    """The ``[name]`` table of a job config ({} when absent); DataError if it is a value."""
+    section = cfg.get(name, {})
+    if not isinstance(section, Mapping):
+        raise DataError(f"[{name}] must be a table of settings, got {name} = {shown(section)}")
+    return section
+
+
+def _count(section: str, table: Mapping[str, Any], key: str, default: int | None = None, *,
+           minimum: int = 1, unset: tuple[int, ...] = ()) -> int | None:
+    """The integer setting ``[section] key`` (``default`` when absent), >= ``minimum`` or one
+    of ``unset`` (torchtitan's -1 "fill" or "not set"); DataError naming the key otherwise,
+    never a float truncated or a negative degree read on."""
+    value = table.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or (
+            value < minimum and value not in unset):
+        also = "".join(f" or {u}" for u in unset)
+        raise DataError(f"[{section}] {key} must be an integer >= {minimum}{also}, got "
+                        f"{shown(value)}")
+    return value
+
+
 def config_values(
     cfg: dict[str, Any], given: dict[str, Any]
 ) -> tuple[dict[str, Any], int | None]:
@@ -100,21 +124,31 @@ def config_values(
     ``given`` is consulted for the world size when ``data_parallel_shard_degree`` is -1, and
     for ``vpp``, ``num_layers`` or ``model`` under an interleaved pipeline schedule.
     """
-    model = cfg.get("model", {})
-    training = cfg.get("training", {})
-    par = cfg.get("parallelism", {})
-    ac = cfg.get("activation_checkpoint", {})
+    model = dict(_section(cfg, "model"))
+    training = dict(_section(cfg, "training"))
+    par = dict(_section(cfg, "parallelism"))
+    ac = dict(_section(cfg, "activation_checkpoint"))
     out: dict[str, Any] = {"framework": "torchtitan"}
     key = (str(model.get("name", "")).lower(), str(model.get("flavor", "")).lower())
     if key in FLAVOURS:
         out["model"] = FLAVOURS[key]
-    replicate = int(par.get("data_parallel_replicate_degree", 1))
-    shard = int(par.get("data_parallel_shard_degree", -1))
-    tp = int(par.get("tensor_parallel_degree", 1))
-    pp = int(par.get("pipeline_parallel_degree", 1))
-    cp = int(par.get("context_parallel_degree", 1))
-    ep = int(par.get("expert_parallel_degree", 1))
-    etp = int(par.get("expert_tensor_parallel_degree", 1))
+
+    def degree(name: str, default: int = 1, unset: tuple[int, ...] = ()) -> int:
+        value = _count("parallelism", par, name, default, unset=unset)
+        assert value is not None
+        return value
+
+    replicate = degree("data_parallel_replicate_degree")
+    shard = degree("data_parallel_shard_degree", -1, unset=(-1,))
+    tp = degree("tensor_parallel_degree")
+    pp = degree("pipeline_parallel_degree")
+    cp = degree("context_parallel_degree")
+    ep = degree("expert_parallel_degree")
+    etp = degree("expert_tensor_parallel_degree")
+    for name in ("local_batch_size", "batch_size", "seq_len", "steps"):
+        _count("training", training, name)
+    _count("training", training, "global_batch_size", unset=(-1, 0))
+    _count("parallelism", par, "pipeline_parallel_microbatch_size")
     if ep > 1 and tp > 1 and etp != tp:
         raise DataError(
             f"expert_tensor_parallel_degree {etp} with tensor_parallel_degree {tp} lends tp to "

@@ -20,11 +20,13 @@ def test_ingest_prints_report_and_appends(
     into = tmp_path / "s.parquet"
     assert main(["ingest", str(PLAYBOOK), "--into", str(into)]) == 0
     out = capsys.readouterr().out
-    assert "read 9 rows from 1 file(s), skipped 1" in out
-    assert "added 8, replaced 0, unchanged 0, table now holds 8 rows" in out
+    assert "read 9 rows from 1 file(s), skipped 0" in out
+    # the run whose pipeline is deeper than its layers is kept, flagged, not dropped
+    assert "kept 1 run(s) whose layout the configuration validator rejects" in out
+    assert "added 9, replaced 0, unchanged 0, table now holds 9 rows" in out
     assert main(["ingest", str(TORCHTITAN), "--into", str(into), "--set", "num_nodes=1",
                  "--format", "torchtitan"]) == 0
-    assert "table now holds 9 rows" in capsys.readouterr().out
+    assert "table now holds 10 rows" in capsys.readouterr().out
     assert main(["data", "summary", "--sweeps", str(into)]) == 0
     out = capsys.readouterr().out
     assert "sweep table" in out and "torchtitan" in out and "1.34G" in out

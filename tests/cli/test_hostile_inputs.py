@@ -274,3 +274,378 @@ def test_calibrate_runs_names_the_fit_on_choices(tmp_path, capsys):
                             "--out", str(tmp_path / "p.json")],
                    r"--fit-on must be 'all' or 'healthy', got 'most'")
     assert not (tmp_path / "p.json").exists()
+
+
+# ------------------------------------------------------------------------ profiles
+@pytest.mark.parametrize("content", [
+    b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj\n",  # a PDF
+    b"GIF89a\x01\x00\x01\x00\x80\x00\x00",  # a GIF
+    b"[1, 2, 3]",  # JSON, not an object
+    b'{"schema_version": 1, "name": "x", "gpu": "H100", "collectives": [], "gemm": [7]}',
+    b'{"schema_version": 1, "name": "x", "gpu": "H100", "collectives": ["7"]}',
+    b"",
+])
+def test_a_profile_that_is_not_a_json_profile_is_one_line(tmp_path, capsys, content):
+    """Used to be a UnicodeDecodeError, IsADirectoryError or AttributeError traceback."""
+    path = tmp_path / "cal.json"
+    path.write_bytes(content)
+    one_line_error(capsys, [*PREDICT, "--profile", str(path)],
+                   r"(calibration profile|not valid JSON|not text)")
+
+
+def test_a_profile_that_is_a_directory_is_one_line(tmp_path, capsys):
+    (tmp_path / "profiles").mkdir()
+    one_line_error(capsys, [*PREDICT, "--profile", str(tmp_path / "profiles")],
+                   r"a calibration profile is a JSON file .* got the directory")
+
+
+# ------------------------------------------------------------------------ tracking stores
+def _round_dir(tmp_path: Path) -> Path:
+    """A round of one proposal ("a", llama3-8b on 8 GPUs) by the analytic model, and a runs
+    table measuring it."""
+    from dataclasses import asdict
+
+    from surrogate.config import config_from_flat, config_to_flat
+    from surrogate.presets import get_preset
+
+    config = config_to_flat(config_from_flat({**asdict(get_preset("8b")), "num_nodes": 1,
+                                              "dp": 8}))
+    (tmp_path / "r01").mkdir()
+    (tmp_path / "r01" / "round.json").write_text(json.dumps({
+        "round": 1, "model": {"kind": "analytic"},
+        "proposals": [{"name": "a", "config": config}]}))
+    pd.DataFrame([{**config, "run_id": "a/1", "status": "completed", "mfu": 0.3}]).to_csv(
+        tmp_path / "runs.csv", index=False)
+    return tmp_path / "r01"
+
+
+@pytest.mark.parametrize("uri,match", [
+    ("not a store at all", r"names a file store \(a path\), which MLflow 3 refuses"),
+    ("ftp://host/mlflow", r"the scheme 'ftp' names no tracking store"),
+    ("mysql://u@127.0.0.1:1/mlflow", r"cannot reach 127\.0\.0\.1:1 within 3 s"),
+    ("http://127.0.0.1:1", r"cannot reach 127\.0\.0\.1:1 within 3 s"),
+    ("sqlite:///{tmp}", r"is a directory, not a database file"),
+    ("sqlite:///{tmp}/runs.csv", r"holds text, not an SQLite database"),
+])
+@pytest.mark.parametrize("command", ["score-round", "train"])
+def test_an_unusable_tracking_store_is_refused_before_the_work(
+        tmp_path, capsys, monkeypatch, uri, match, command):
+    """Used to be a traceback after the work, or minutes of silent retries for a server."""
+    import time
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri.replace("{tmp}", str(tmp_path)))
+    rnd = _round_dir(tmp_path)
+    argv = (["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]
+            if command == "score-round" else
+            ["train", "--no-playbook", "--sweeps", str(tmp_path / "runs.csv"), "--out",
+             str(tmp_path / "model"), "--storage", f"sqlite:///{tmp_path}/optuna.db"])
+    start = time.perf_counter()
+    one_line_error(capsys, argv, r"^error: MLFLOW_TRACKING_URI=.*" + match)
+    assert time.perf_counter() - start < 5
+    assert not (tmp_path / "model").exists() and not (rnd / "scores.json").exists()
+
+
+def test_a_server_that_never_answers_is_refused_within_seconds(tmp_path, capsys, monkeypatch):
+    """A server that accepts the connection and says nothing: MLflow retried for minutes."""
+    import socket
+    import time
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4)
+    try:
+        monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{server.getsockname()[1]}")
+        rnd = _round_dir(tmp_path)
+        start = time.perf_counter()
+        one_line_error(capsys, ["score-round", "--round", str(rnd), "--runs",
+                                str(tmp_path / "runs.csv")],
+                       r"does not answer HTTP within 3 s .*start the MLflow server")
+        assert time.perf_counter() - start < 8
+    finally:
+        server.close()
+
+
+@pytest.mark.parametrize("url,match", [
+    ("postgresql+psycopg://u@127.0.0.1:1/db", r"--storage .* cannot reach 127\.0\.0\.1:1"),
+    ("mysql://u@127.0.0.1:1/db", r"--storage .* (cannot reach 127\.0\.0\.1:1|optuna can open)"),
+    ("sqlite:///{tmp}", r"--storage .* is a directory"),
+])
+def test_an_unusable_optuna_storage_is_refused_before_the_work(tmp_path, capsys, url, match):
+    if url.startswith("postgresql"):
+        pytest.importorskip("psycopg")
+    one_line_error(capsys, [*SEARCH, "--storage", url.replace("{tmp}", str(tmp_path))], match)
+
+
+def test_score_round_keeps_its_figures_when_the_store_fails_after_scoring(
+        tmp_path, capsys, monkeypatch):
+    """score-round used to lose the table it computed when MLflow failed while logging."""
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    rnd = _round_dir(tmp_path)
+
+    def fails(*args: object, **kwargs: object) -> str:
+        raise ConnectionError("the server went away\nmid-request")
+
+    monkeypatch.setattr("surrogate.active.log_round", fails)
+    assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv"),
+                 "--json"]) == 2
+    captured = capsys.readouterr()
+    printed = json.loads(captured.out)  # printed first, then the error
+    assert printed["metrics"]["measured"] == 1 and printed["mlflow_run_id"] is None
+    assert captured.err.count("\n") == 1
+    assert re.search(r"^error: logging the scored round to MLflow .* failed \(ConnectionError: "
+                     r"the server went away\); its figures are saved in .*scores\.json",
+                     captured.err), captured.err
+    saved = json.loads((rnd / "scores.json").read_text())
+    assert saved["metrics"] == printed["metrics"]
+    assert (rnd / "matched_runs.csv").exists()
+
+
+def test_train_keeps_its_model_and_evaluation_when_the_store_fails(
+        tmp_path, capsys, monkeypatch, playbook_subset):
+    """train used to lose its evaluation tables when MLflow failed after the work."""
+    from surrogate.sweeps import write_sweeps
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
+    sweeps = tmp_path / "runs.parquet"
+    write_sweeps(playbook_subset.head(120), sweeps)
+
+    def fails(*args: object, **kwargs: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr("training.train._track", fails)
+    out = tmp_path / "model"
+    assert main(["train", "--no-playbook", "--sweeps", str(sweeps), "--out", str(out),
+                 "--n-trials", "0", "--max-estimators", "10", "--protocol", "nodes"]) == 2
+    captured = capsys.readouterr()
+    assert "saved the model to" in captured.out  # the tables were printed first
+    assert captured.err.count("\n") == 1 and re.search(
+        r"^error: recording the training in MLflow .* failed \(OSError: disk full\); the model "
+        r"is saved in .* and its evaluation in .*evaluation\.json", captured.err), captured.err
+    saved = json.loads((out / "evaluation.json").read_text())
+    assert saved["evaluation"]["nodes"]["learned"]["runs"] > 0
+    assert (out / "model.json").exists()
+
+
+# ------------------------------------------------------------------------ YAML files
+def test_a_merge_key_merges(tmp_path, capsys):
+    """``<<: *base`` was a raw PyYAML error (no constructor for the merge tag)."""
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("x-cluster: &c\n  num_nodes: 2\n  gpus_per_node: 8\nmodel: 70b\n"
+                   "cluster:\n  <<: *c\n  num_nodes: 4\nlayout: {<<: {dp: 4, tp: 8}, mbs: 1}\n")
+    assert main(["predict", "--config", str(cfg), "--json", "--analytic"]) == 0
+    got = json.loads(capsys.readouterr().out)["config"]
+    assert (got["num_nodes"], got["dp"], got["tp"], got["mbs"]) == (4, 4, 8, 1)
+
+
+def test_an_alias_bomb_under_a_known_key_is_refused_at_once(tmp_path, capsys):
+    """A 1 KB file of nested aliases took minutes and gigabytes, then printed the expanded
+    value whole."""
+    import time
+
+    lines = ["b0: &b0 [y, y, y, y, y, y, y, y, y]"]
+    lines += [f"b{i}: &b{i} [" + ", ".join([f"*b{i - 1}"] * 9) + "]" for i in range(1, 9)]
+    cfg = tmp_path / "run.yaml"
+    cfg.write_text("\n".join([*lines, "name: *b8", "model: 8b", "dp: 8"]) + "\n")
+    start = time.perf_counter()
+    one_line_error(capsys, ["predict", "--config", str(cfg)],
+                   r"expands to more than 10,000 values through its aliases")
+    assert time.perf_counter() - start < 3
+
+
+# ------------------------------------------------------------------------ batch tables
+@pytest.mark.parametrize("column,meant", [
+    ("activation_recomputation", "recompute"), ("mixed_precision", "dtype"),
+    ("gpu_name", "gpu"), ("ep_size", "ep"), ("vpp_degree", "vpp"), ("n_layer", "num_layers"),
+])
+def test_a_column_the_batch_reader_does_not_read_is_refused_with_its_meaning(
+        tmp_path, capsys, column, meant):
+    """Was ignored silently, the row predicted with the column's default."""
+    src = tmp_path / "in.csv"
+    good = {k: v for k, v in CSV_GOOD.items() if k != meant}
+    src.write_text(",".join([*good, column]) + "\n" + ",".join([*map(str, good.values()), "2"])
+                   + "\n")
+    one_line_error(capsys, ["predict", "--from-csv", str(src)],
+                   rf"column '{column}' is not a configuration column; did you mean '{meant}'")
+
+
+def test_an_unknown_column_is_refused_and_an_own_one_carried_through(tmp_path, capsys):
+    src = tmp_path / "in.csv"
+    src.write_text(",".join([*CSV_GOOD, "cluster_label"]) + "\n"
+                   + ",".join([*map(str, CSV_GOOD.values()), "east"]) + "\n")
+    one_line_error(capsys, ["predict", "--from-csv", str(src)],
+                   r"column 'cluster_label' is not a column predict reads; .* or your own "
+                   r"named _cluster_label \(carried through\)")
+    src.write_text(",".join([*CSV_GOOD, "_cluster_label", "status"]) + "\n"
+                   + ",".join([*map(str, CSV_GOOD.values()), "east", "completed"]) + "\n")
+    assert main(["predict", "--from-csv", str(src), "--analytic"]) == 0
+    out = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
+    assert out["_cluster_label"].tolist() == ["east"] and 0 < out["pred_mfu"].iloc[0] <= 1
+
+
+def test_a_model_column_names_a_preset_row_by_row(tmp_path, capsys):
+    """Every row failed (the shape columns missing) and the command exited 0."""
+    src = tmp_path / "in.csv"
+    src.write_text("model,num_nodes,dp,tp,num_layers\nmixtral,1,8,1,\n70b,4,4,8,40\n")
+    assert main(["predict", "--from-csv", str(src), "--analytic"]) == 0
+    out = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
+    assert out["error"].isna().all(), out["error"].tolist()
+    assert out["num_experts"].tolist() == [8, 0]
+    assert out["num_layers"].tolist() == [32, 40]  # the row's own column wins over the preset
+    src.write_text("model,num_nodes,dp\n8b,1,8\n13b,1,8\n")
+    one_line_error(capsys, ["predict", "--from-csv", str(src)],
+                   r"in\.csv, row 2: model must be one of .* got '13b'")
+
+
+def test_a_table_whose_every_row_fails_exits_2_after_writing(tmp_path, capsys):
+    src, dst = tmp_path / "in.csv", tmp_path / "out.csv"
+    src.write_text("num_layers,hidden_size,num_heads,ffn_hidden_size,vocab_size,dp\n"
+                   "32,4096,32,14336,128256,3\n32,4096,32,14336,128256,5\n")
+    assert main(["predict", "--from-csv", str(src), "--out", str(dst), "--analytic"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("error: every one of the 2 rows of ")
+    assert str(dst) in err[0]
+    assert len(pd.read_csv(dst)) == 2
+
+
+@pytest.mark.parametrize("argv,match", [
+    ([*PREDICT, "--out", "x.csv", "--json"], r"--out writes the predictions of --from-csv"),
+    (["predict", "--from-csv", "{csv}", "--tp", "2"],
+     r"--tp does not apply with --from-csv: .* give tp as a column"),
+    (["predict", "--from-csv", "{csv}", "--hf-config", "c.json"],
+     r"--hf-config does not apply with --from-csv"),
+    (["predict", "--from-csv", "{csv}", "--explain"], r"--explain does not apply"),
+])
+def test_options_the_mode_does_not_read_are_refused(tmp_path, capsys, argv, match):
+    """``--out`` without ``--from-csv`` was ignored, exit 0; so were flags beside it."""
+    src = tmp_path / "in.csv"
+    src.write_text(",".join(CSV_GOOD) + "\n" + ",".join(map(str, CSV_GOOD.values())) + "\n")
+    one_line_error(capsys, [a.replace("{csv}", str(src)) for a in argv], match)
+    assert not Path("x.csv").exists()
+
+
+# ------------------------------------------------------------------------ torchtitan TOML
+@pytest.mark.parametrize("line,match", [
+    ("pipeline_parallel_degree = -4", r"\[parallelism\] pipeline_parallel_degree must be an "
+                                      r"integer >= 1, got -4"),
+    ('context_parallel_degree = "two"', r"\[parallelism\] context_parallel_degree must be an "
+                                        r"integer >= 1, got 'two'"),
+    ("data_parallel_shard_degree = -3", r"data_parallel_shard_degree must be an integer >= 1 "
+                                        r"or -1, got -3"),
+    ("tensor_parallel_degree = 2.0", r"tensor_parallel_degree must be an integer >= 1, got 2\.0"),
+])
+def test_a_torchtitan_value_is_blamed_on_its_own_key(tmp_path, capsys, line, match):
+    """A negative degree was blamed on gpus_per_node; text was refused without the key."""
+    job = tmp_path / "job.toml"
+    job.write_text(f'[model]\nname = "llama3"\nflavor = "8B"\n[parallelism]\n{line}\n'
+                   "[training]\nlocal_batch_size = 1\nseq_len = 4096\n")
+    one_line_error(capsys, ["predict", "--config", str(job), "--nodes", "1"], match)
+
+
+# ------------------------------------------------------------------------ non-table files
+ZIP = b"PK\x03\x04\x14\x00\x06\x00\x08\x00\x00\x00!\x00"
+JPEG = b"\xff\xd8\xff\xe0\x00\x10JFIF\x00\x01\x01"
+
+
+@pytest.mark.parametrize("argv,content,match", [
+    (["calibrate", "--runs", "{f}", "--out", "{d}/p.json"], JPEG, r"--runs .* is a JPEG image"),
+    (["heatmap", "--measured", "{f}", "--out", "{d}/h"], ZIP, r"--measured .* is a ZIP archive"),
+    (["score-round", "--round", "{d}/r01", "--runs", "{f}", "--no-mlflow"], b"\x00\x01\x02",
+     r"--runs .* is binary data"),
+    (["predict", "--from-csv", "{f}"], b"\xff\xfe\x00a\x00,\x00b", r"--from-csv .* is binary"),
+])
+def test_a_file_that_is_not_a_table_is_named_for_what_it_is(tmp_path, capsys, argv, content,
+                                                            match):
+    """An image given as a table was "line 4 holds 3 values"."""
+    _round_dir(tmp_path)
+    f = tmp_path / "table.csv"
+    f.write_bytes(content)
+    one_line_error(capsys, [a.replace("{f}", str(f)).replace("{d}", str(tmp_path))
+                            for a in argv], match)
+
+
+def test_a_parquet_name_on_text_is_refused(tmp_path, capsys):
+    f = tmp_path / "runs.parquet"
+    f.write_text("run_id,status\n")
+    one_line_error(capsys, ["calibrate", "--runs", str(f), "--out", str(tmp_path / "p.json")],
+                   r"is named \.parquet but holds text, not Parquet")
+
+
+# ------------------------------------------------------------------------ propose
+@pytest.mark.parametrize("option,value", [("--k", "-3"), ("--steps", "0"),
+                                          ("--boundary-frac", "-0.5")])
+def test_propose_refuses_before_scoring(tmp_path, capsys, option, value):
+    """--k 0 was refused after seconds of scoring."""
+    import time
+
+    start = time.perf_counter()
+    one_line_error(capsys, ["propose", "--round", str(tmp_path / "r"), option, value,
+                            "--model", "8b", "--nodes", "1-8", "--global-batch-seqs", "256"],
+                   rf"{option} must be")
+    assert time.perf_counter() - start < 2 and not (tmp_path / "r").exists()
+
+
+def test_propose_quotes_a_round_directory_with_spaces(tmp_path, capsys):
+    import shlex
+
+    rnd = tmp_path / "my campaign" / "round 1"
+    assert main(["propose", "--round", str(rnd), "--k", "2", "--model", "1.34b", "--nodes", "1",
+                 "--global-batch-seqs", "64", "--max-cp", "1", "--max-vpp", "1"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    hint = re.search(r"`(surrogate score-round --round .*? --runs TABLE)`", out)
+    assert hint is not None, out
+    assert shlex.split(hint.group(1))[3] == str(rnd)
+
+
+# ------------------------------------------------------------------------ Hugging Face names
+def test_search_and_predict_name_a_hf_config_alike_and_say_its_sequence_length(tmp_path,
+                                                                               capsys):
+    """search named the model by the folder ("work"), predict "hf-config"; search took the
+    config's maximum position as the sequence length silently."""
+    hf = {k: v for k, v in MISTRAL.items()}
+    hf["architectures"] = ["MistralForCausalLM"]
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(hf))
+    assert main(["search", "--hf-config", str(folder / "config.json"), "--nodes", "1",
+                 "--global-batch-seqs", "64", "--trials", "0", "--analytic", "--json",
+                 "--seq-len", "4096"]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert searched["space"]["model"] == "MistralForCausalLM" and not any(
+        "max_position_embeddings" in n for n in searched["notes"])
+    assert main(["predict", "--hf-config", str(folder / "config.json"), "--nodes", "1", "--dp",
+                 "8", "--seq-len", "4096", "--analytic"]) == 0
+    assert capsys.readouterr().out.startswith("MistralForCausalLM on 1 x 8")
+    hf["max_position_embeddings"] = 4096  # within the sliding window: the default holds
+    (folder / "config.json").write_text(json.dumps(hf))
+    assert main(["search", "--hf-config", str(folder / "config.json"), "--nodes", "1",
+                 "--global-batch-seqs", "64", "--trials", "0", "--analytic", "--json"]) == 0
+    searched = json.loads(capsys.readouterr().out)
+    assert searched["space"]["seq_len"] == 4096
+    assert any("sequence length 4,096: the config's max_position_embeddings" in n
+               for n in searched["notes"])
+
+
+# ------------------------------------------------------------------------ flagged runs
+def test_runs_the_validator_rejects_are_kept_flagged_and_training_reads_around_them(
+        tmp_path, capsys, playbook_subset):
+    """The Playbook's runs with a pipeline deeper than the layers were dropped at ingestion."""
+    fixtures = Path(__file__).resolve().parents[1] / "fixtures"
+    into = tmp_path / "t.parquet"
+    assert main(["ingest", str(fixtures / "sweeps_playbook_excerpt.csv"), "--into",
+                 str(into)]) == 0
+    assert "kept 1 run(s) whose layout the configuration validator rejects" in \
+        capsys.readouterr().out
+    table = pd.read_parquet(into)
+    flagged = table[table["layout_problem"].notna()]
+    assert len(flagged) == 1 and flagged["pp"].iloc[0] > flagged["num_layers"].iloc[0]
+    assert "num_layers must be >= pp * vpp" in flagged["layout_problem"].iloc[0]
+    from surrogate.sweeps import read_sweeps, write_sweeps
+
+    mixed = pd.concat([read_sweeps(into, flagged=True), playbook_subset.head(150)],
+                      ignore_index=True)
+    write_sweeps(mixed, into)  # appends and rewrites keep it
+    assert read_sweeps(into, flagged=True)["layout_problem"].notna().sum() == 1
+    assert main(["train", "--no-playbook", "--sweeps", str(into), "--out",
+                 str(tmp_path / "m"), "--n-trials", "0", "--max-estimators", "10",
+                 "--protocol", "nodes", "--no-track", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["evaluation"]["nodes"]["learned"]["runs"] > 0

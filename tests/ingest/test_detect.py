@@ -76,7 +76,10 @@ def test_ingest_many_formats_into_one_table(tmp_path: Path) -> None:
     assert len(table) == 8 + 2 + 1
     assert set(table["source"]) == {"hf_ultrascale_playbook", "bench_cluster", "megatron",
                                     "torchtitan"}
-    assert "table now holds 11 rows" in result.append_summary
+    # the Playbook excerpt's run with a pipeline deeper than its layers is kept, flagged
+    everything = read_sweeps(into, flagged=True)
+    assert len(everything) == 12 and everything["layout_problem"].notna().sum() == 1
+    assert "table now holds 12 rows" in result.append_summary
 
 
 def test_ingest_errors(tmp_path: Path) -> None:
