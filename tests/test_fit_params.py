@@ -231,5 +231,5 @@ def test_the_search_stays_inside_each_physical_range(synthetic_block):
     upper = PARAMETERS["gemm_time_scale"].upper
     assert fit.values["gemm_time_scale"] <= upper * (1 + 1e-9)
     assert fit.values["gemm_time_scale"] == pytest.approx(upper, rel=1e-3)
-    lb, ub = free_bounds([PARAMETERS["dp_overlap"], PARAMETERS["layer_overhead_s"]])
+    lb, ub = free_bounds([PARAMETERS["nccl_sm_share"], PARAMETERS["layer_overhead_s"]])
     assert lb[0] == -np.inf and ub[1] == pytest.approx(np.log(5e-3))
