@@ -126,13 +126,18 @@ def _csv_header(path: Path) -> list[str]:
             header = next(csv.reader(f), [])
     except (OSError, csv.Error) as e:
         raise DataError(f"cannot read table {str(path)!r}: {e}") from e
+    _check_unique(path, header)
+    return header
+
+
+def _check_unique(path: Any, header: list[str]) -> None:
+    """DataError naming the first column the header names twice."""
     seen: set[str] = set()
     for i, name in enumerate(header, start=1):
         if name in seen:
             raise DataError(f"{path}: each column must appear once in the header, got "
                             f"{name!r} again as column {i}")
         seen.add(name)
-    return header
 
 
 def _typed(column: Any) -> Any:
@@ -246,12 +251,7 @@ def check_csv_header(path: str | Path) -> list[str]:
         with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
             reader = csv.reader(f)
             header = next(reader, [])
-            seen: set[str] = set()
-            for i, name in enumerate(header, start=1):
-                if name in seen:
-                    raise DataError(f"{path}: each column must appear once in the header, got "
-                                    f"{name!r} again as column {i}")
-                seen.add(name)
+            _check_unique(path, header)
             for row in reader:
                 if len(row) > len(header) and any(v.strip() for v in row[len(header):]):
                     raise DataError(
