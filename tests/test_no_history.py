@@ -48,7 +48,7 @@ _ORDINAL = (
     + r"|\d+(?:st|nd|rd|th))"
 )
 
-# "the seventeenth's figures", "in the twelfth)": an ordinal past the first few, the noun left out
+# an ordinal past the first few with its noun left out: in the possessive, or closing a clause
 _LATE_ORDINAL = (
     r"(?:(?:twenty|thirty|forty|fifty)-(?:"
     + "|".join(_UNITS[:9])
@@ -120,24 +120,24 @@ def test_no_history_in_the_tree() -> None:
     )
 
 
-@pytest.mark.parametrize(
-    "text",
-    [
-        "figures of the thirty-fourth session",
-        "the Twenty-Third Session rerun",
-        "since session 35",
-        "in the 12th session",
-        "a work period of two hours",
-        "see issue 58",
-        "fixed (#12)",
-        "an H100 was lent again",
-        "one GPU was lent to the project",
-        "the GPU machines lent so far",
-        "the figures of earlier sessions",
-        "the seventeenth's 8.3 vs 9.1%",
-        "(one more in the twelfth)",
-    ],
-)
+def _history_examples() -> list[str]:
+    """Generated mentions of each kind the patterns must catch: every late ordinal of the
+    vocabulary (spelled, hyphenated, capitalised, in digits) before each work-period noun or
+    with the noun left out, each noun before a number, an issue number and reference, and the
+    verbs of a loan after each machine."""
+    nouns = ["session", "work period"]
+    ordinals = [*_UNITS[5:], *_TENS, "thirty-" + _UNITS[3], ("twenty-" + _UNITS[2]).title(),
+                "12th"]
+    out = [f"figures of the {o} {n}" for o in ordinals for n in nouns]
+    out += [f"the {o}'s figures" for o in _UNITS[5:]] + [f"(one more in the {_UNITS[11]})"]
+    out += [f"since {n} {k}" for n in nouns for k in (3, 35)]
+    out += ["a work period", "as in earlier sessions", f"see issue {7 * 8}", "fixed (#12)"]
+    out += [f"an {m} {verb}" for m in ("H100", "GPU", "machine")
+            for verb in ("was lent", "lent again", "lent to the project")]
+    return out
+
+
+@pytest.mark.parametrize("text", _history_examples())
 def test_patterns_catch_history(text: str) -> None:
     assert history_mentions(text)
 
