@@ -38,7 +38,6 @@ from surrogate.fit_params import (
     predicted_logged_reserved,
     predicted_step_s,
 )
-from surrogate.hardware import GIB
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
 """The project's own H100 measurements (``datasets/h100``)."""
@@ -86,31 +85,18 @@ def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
                      for r in runs.to_dict("records")], dtype=object)
 
 
-def held_out_scores(runs: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Predicted step time and logged peak reserved memory of ``runs`` under the sets in
-    use (``surrogate.analytic.params.using_sets``), one value per run."""
+def log_errors(runs: pd.DataFrame) -> dict[str, np.ndarray]:
+    """Per run of ``runs``, under the sets in use (``surrogate.analytic.params.using_sets``):
+    log(predicted / measured) of tokens/s over the completed runs and of peak reserved memory
+    over those with a measurement (NaN elsewhere), measured as the fits read them
+    (``surrogate.fit_params.blocks_for_runs``)."""
     blocks, rows = blocks_for_runs(runs)
-    step = np.full(len(runs), np.nan)
+    tps = np.full(len(runs), np.nan)
     mem = np.full(len(runs), np.nan)
     for b, idx in zip(blocks, rows, strict=True):
-        step[idx] = predicted_step_s(b, {})
-        mem[idx] = predicted_logged_reserved(b, {})
-    return {"step_time_s": step, "reserved_bytes": mem}
-
-
-def log_errors(runs: pd.DataFrame, pred: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Per run: log(predicted / measured) of tokens/s over the completed runs and of peak
-    reserved memory over those with a measurement (NaN elsewhere)."""
-    done = (runs["status"] == "completed").to_numpy()
-    tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
-    gpus = (runs["gpus_per_node"] * runs["num_nodes"]).to_numpy(float)
-    measured = tokens / (runs["tokens_per_s_per_gpu"].to_numpy(float) * gpus)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        tps = np.log(measured / pred["step_time_s"])
-        mem = np.log(pred["reserved_bytes"]
-                     / (runs["peak_mem_reserved_gib"].to_numpy(float) * GIB))
-    return {"log_tps": np.where(done & np.isfinite(tps), tps, np.nan),
-            "log_memory": np.where(done & np.isfinite(mem), mem, np.nan)}
+        tps[idx] = np.log(b.step_time_s / predicted_step_s(b, {}))  # NaN where not completed
+        mem[idx] = np.log(predicted_logged_reserved(b, {}) / b.reserved_bytes)
+    return {"log_tps": tps, "log_memory": mem}
 
 
 def figures(runs: pd.DataFrame, errors: dict[str, np.ndarray]) -> dict[str, float]:
@@ -141,6 +127,17 @@ class Transfer:
     errors: pd.DataFrame
 
 
+def _record(rows: list[dict[str, Any]], errors: list[pd.DataFrame], column: str, held: str,
+            test: np.ndarray,
+            results: dict[str, tuple[dict[str, Any], dict[str, np.ndarray], str]]) -> None:
+    """Append one held-out group's figures and log errors, per variant."""
+    for name, (figs, err, own) in results.items():
+        rows.append({"grouping": column, "held_out": held, "variant": name, "own_sets": own,
+                     **figs})
+        errors.append(pd.DataFrame({"grouping": column, "held_out": held, "variant": name,
+                                    "run": np.flatnonzero(test), **err}))
+
+
 def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                   balances: Sequence[Balance] = ("runs", "sets"),
                   progress: Any = print) -> Transfer:
@@ -148,10 +145,15 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
     held-out ones (module doc)."""
     taken = _parameter_sets_taken(runs)
     full = fit_runs(runs, group_by=None)["sets"]
-    rows, errors = [], []
+    rows: list[dict[str, Any]] = []
+    errors: list[pd.DataFrame] = []
+    measured: dict[bytes, dict[str, tuple[dict[str, Any], dict[str, np.ndarray], str]]] = {}
     for column in by:
         for held in sorted(runs[column].astype(str).unique()):
             test = (runs[column].astype(str) == held).to_numpy()
+            if test.tobytes() in measured:  # the same runs held out by another grouping
+                _record(rows, errors, column, held, test, measured[test.tobytes()])
+                continue
             touched = set(taken[test])
             refit_rows = ~test & np.isin(taken, list(touched))
             refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None)["sets"]
@@ -164,15 +166,14 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                 with using_sets(sets):
                     default = fit_default(train, balance=balance)
                 variants[f"default ({balance})"] = sets | {DEFAULT_SET: default}
+            results = {}
             for name, chosen in variants.items():
                 with using_sets(chosen):
-                    err = log_errors(held_runs, held_out_scores(held_runs))
+                    err = log_errors(held_runs)
                 own = sorted(fv for fv in touched if fv in chosen)
-                rows.append({"grouping": column, "held_out": held, "variant": name,
-                             "own_sets": ", ".join(own) or "-", **figures(held_runs, err)})
-                errors.append(pd.DataFrame({"grouping": column, "held_out": held,
-                                            "variant": name, "run": np.flatnonzero(test),
-                                            **err}))
+                results[name] = (figures(held_runs, err), err, ", ".join(own) or "-")
+            measured[test.tobytes()] = results
+            _record(rows, errors, column, held, test, results)
             progress(f"  {GROUPINGS[column]}: {held} done")
     return Transfer(pd.DataFrame(rows), pd.concat(errors, ignore_index=True))
 

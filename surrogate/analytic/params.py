@@ -355,8 +355,8 @@ def cluster_scoped(cols: dict[str, Array], profile_name: str) -> dict[str, Array
         return cols
     here = cluster_key(profile_name)
     codes = np.asarray(cols["parameter_code"], dtype=np.int64)
-    foreign = np.array([bool(set_clusters(fv)) and here not in set_clusters(fv)
-                        for fv in FRAMEWORK_VERSIONS], dtype=bool)[codes]
+    homes = [set_clusters(fv) for fv in FRAMEWORK_VERSIONS]
+    foreign = np.array([bool(h) and here not in h for h in homes], dtype=bool)[codes]
     if not foreign.any():
         return cols
     fallback = values_for(DEFAULT_SET)
