@@ -340,8 +340,10 @@ def json_field(path: Sequence[str], test: Callable[[Any], bool], what: str) -> C
 
 
 # ------------------------------------------------------------------------ the inputs
-PREDICT = ("predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4")
-"""A valid configuration (llama3-8b on 4 x 8 H100) the inputs change."""
+PREDICT = ("predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--framework",
+           "nanotron")
+"""A valid configuration (llama3-8b on 4 x 8 H100, nanotron's as the Playbook's) the inputs
+change."""
 INT_FLAGS = ("--tp", "--dp", "--pp", "--mbs", "--grad-accum", "--nodes", "--zero", "--seq-len")
 BAD_INTS = ("2.5", "abc", "", "1e3", "evil[/]model")
 
@@ -461,7 +463,7 @@ def _config_file(data: Any, fmt: str) -> tuple[str, str]:
 
 
 VALID_FILE: dict[str, Any] = {"model": "8b", "gpu": "H100", "num_nodes": 4, "dp": 8, "tp": 4,
-                              "mbs": 1, "grad_accum": 8}
+                              "mbs": 1, "grad_accum": 8, "framework": "nanotron"}
 CSV_GOOD: dict[str, Any] = {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336,
                             "num_heads": 32, "num_kv_heads": 8, "vocab_size": 128256,
                             "seq_len": 4096, "num_nodes": 1, "dp": 8}
@@ -514,7 +516,8 @@ def config_cases() -> Iterator[Case]:
                    files=(("run.yaml", text),))
     # keys that must change the prediction (each against the file without it)
     base_argv = ("predict", "--model", "8b", "--gpu", "H100", "--nodes", "4", "--dp", "8",
-                 "--tp", "4", "--mbs", "1", "--grad-accum", "8", "--json")
+                 "--tp", "4", "--mbs", "1", "--grad-accum", "8", "--framework", "nanotron",
+                 "--json")
     for key, value, path in (
             ("zero_stage", 1, ("memory_gib", "optimizer")),
             ("grad_accum", 16, ("step_time_s", "total")),
@@ -663,7 +666,7 @@ FAR: dict[str, tuple[tuple[str, ...], float]] = {
 
 def far_cases() -> Iterator[Case]:
     c = "far-outside inputs"
-    base = ("predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4")
+    base = PREDICT
     magnitudes = (10**3, 10**6, 10**12, 2**53 + 1, 10**20, 10**400)
     for option, (extra, beyond) in FAR.items():
         for value in magnitudes:

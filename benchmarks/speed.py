@@ -66,7 +66,8 @@ from surrogate.tableio import CHUNK_ROWS
 from training.train import load_runs, train
 
 CLI = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-       "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--json"]
+       "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
+       "--framework", "nanotron", "--json"]
 
 
 def median_s(fn: Callable[[], Any], repeats: int) -> float:

@@ -64,7 +64,8 @@ def test_predict_runs_without_torch_mlflow_and_optuna() -> None:
         sys.meta_path.insert(0, Block())
         from surrogate.cli import main
         rc = main(["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4",
-                   "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--json"])
+                   "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--framework",
+                   "nanotron", "--json"])
         print("RC", rc, "ASKED", sorted(set(asked)))
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -65,7 +65,7 @@ def test_falls_back_to_analytic_with_a_warning(tmp_path, monkeypatch):
 
 def test_cli_learned_analytic_and_explain(capsys):
     flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
-             "--grad-accum", "16", "--zero", "1"]
+             "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
     assert main([*flags, "--json"]) == 0
     learned = json.loads(capsys.readouterr().out)
     assert learned["source"] == "learned" and learned["mfu_lo"] <= learned["mfu"]
@@ -87,7 +87,8 @@ def test_an_unseen_model_shape_between_the_data_keeps_half_the_correction(tmp_pa
 
     model = {"num_layers": 28, "hidden_size": 3072, "ffn_hidden_size": 10240, "num_heads": 32,
              "num_kv_heads": 32, "vocab_size": 128256, "seq_len": 4096}
-    layout = {"dp": 4, "tp": 2, "mbs": 2, "grad_accum": 16, "zero_stage": 1}
+    layout = {"dp": 4, "tp": 2, "mbs": 2, "grad_accum": 16, "zero_stage": 1,
+              "framework": "nanotron"}
     path = tmp_path / "run.yaml"
     path.write_text(yaml.safe_dump({"model": model, "cluster": {"num_nodes": 1},
                                     "layout": layout}))
@@ -121,7 +122,7 @@ def test_a_correction_that_gave_way_says_so(monkeypatch, capsys):
     assert p.mfu / p.analytic_mfu == pytest.approx((whole.mfu / whole.analytic_mfu) ** 0.25)
     assert p.mfu_lo <= min(p.mfu, p.analytic_mfu) and p.mfu_hi >= max(p.mfu, p.analytic_mfu)
     flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
-             "--grad-accum", "16", "--zero", "1"]
+             "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
     assert main(flags) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "gives way" in out and "nanotron/pp-fix" in out and "keeps 25% of itself" in out

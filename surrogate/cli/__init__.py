@@ -14,7 +14,10 @@ import sys
 
 import typer
 
-from surrogate.cli import calibrate, data, predict, search  # noqa: F401  (register commands)
+# isort: off  (the commands register in the order the help lists them)
+from surrogate.cli import calibrate, data, heatmap, predict, propose, rounds, search  # noqa: F401
+
+# isort: on
 from surrogate.cli.app import app, ensure_plugins
 from surrogate.errors import SurrogateError
 
@@ -25,7 +28,8 @@ except ImportError:  # pragma: no cover - older typer
 
 _CLICK_ERROR: type[Exception] = _click_exceptions.ClickException
 _NO_ARGS_IS_HELP: type[Exception] | None = getattr(_click_exceptions, "NoArgsIsHelpError", None)
-_EXIT: tuple[type[BaseException], ...] = (typer.Exit, getattr(_click_exceptions, "Exit", typer.Exit))
+_EXIT: tuple[type[BaseException], ...] = (typer.Exit,
+                                          getattr(_click_exceptions, "Exit", typer.Exit))
 _ABORT: tuple[type[BaseException], ...] = (typer.Abort,
                                            getattr(_click_exceptions, "Abort", typer.Abort))
 

@@ -16,20 +16,54 @@ fails with one line saying why (listed in the help as unavailable).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Any, Protocol
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
 from surrogate.errors import SurrogateError
 
-app = typer.Typer(
+
+class HelpCommand(TyperCommand):
+    """A command whose help reads at 80 columns (:mod:`surrogate.cli.help`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from surrogate.cli.help import print_help
+
+        print_help(self, ctx)
+
+
+class HelpGroup(TyperGroup):
+    """A command group whose help reads at 80 columns (:mod:`surrogate.cli.help`)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        from surrogate.cli.help import print_help
+
+        print_help(self, ctx)
+
+
+class Typer(typer.Typer):
+    """typer's application whose commands (plugins' too) and groups print
+    :mod:`surrogate.cli.help`'s help."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(cls=HelpGroup, **kwargs)
+
+    def command(  # type: ignore[override]  # typer's keywords, passed on
+            self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
+            **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        return super().command(name, cls=cls or HelpCommand, **kwargs)
+
+
+app = Typer(
     name="surrogate",
-    help="Predict memory, OOM risk, step time and MFU of LLM training layouts before you run them.",
+    help="Predict memory, OOM risk, step time and MFU of LLM training layouts before you "
+         "run them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-data_app = typer.Typer(help="Public measurement data: fetch it, summarise it.", no_args_is_help=True)
+data_app = Typer(help="Public measurement data: fetch it, summarise it.", no_args_is_help=True)
 app.add_typer(data_app, name="data")
 
 PLUGIN_GROUP = "surrogate.commands"

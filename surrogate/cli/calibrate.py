@@ -49,15 +49,7 @@ def calibrate_cmd(
 
     console = Console(stderr=True)
     if runs:
-        from surrogate.table_files import check_table_file
-
-        for source in runs:  # every file, before anything is read or imported
-            if source != "playbook":
-                check_table_file(source, flag="--runs")
-        if tables:
-            raise ConfigError("give microbenchmark tables or --runs, not both")
-        if fit_on not in ("all", "healthy"):
-            raise ConfigError(f"--fit-on must be 'all' or 'healthy', got {fit_on!r}")
+        _check_runs(runs, tables, fit_on)
         return _calibrate_runs(runs, out, profile or None, group_by, fit_on, console)
     if not tables or not gpu:
         raise ConfigError("calibrating a profile needs microbenchmark TABLES and --gpu "
@@ -81,6 +73,20 @@ def calibrate_cmd(
     for e in fitted.excluded:
         console.print(escape(f"  not used: {e['rows']} x {e['reason']}"), highlight=False)
     return 0
+
+
+def _check_runs(runs: list[str], tables: list[Path] | None, fit_on: str) -> None:
+    """ConfigError for an unreadable --runs file (every one, before anything is read or
+    imported), tables beside --runs, or an unknown --fit-on."""
+    from surrogate.table_files import check_table_file
+
+    for source in runs:
+        if source != "playbook":
+            check_table_file(source, flag="--runs")
+    if tables:
+        raise ConfigError("give microbenchmark tables or --runs, not both")
+    if fit_on not in ("all", "healthy"):
+        raise ConfigError(f"--fit-on must be 'all' or 'healthy', got {fit_on!r}")
 
 
 def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by: str,

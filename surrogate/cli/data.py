@@ -149,4 +149,5 @@ def _microbench_coverage(path: Path) -> str:
     for c in size_cols:
         agg[f"{c} min"] = df.groupby("op")[c].min()
         agg[f"{c} max"] = df.groupby("op")[c].max()
-    return f"microbenchmark table {path}: {len(df)} rows\n{agg.reset_index().to_string(index=False)}"
+    summary = agg.reset_index().to_string(index=False)
+    return f"microbenchmark table {path}: {len(df)} rows\n{summary}"

@@ -103,3 +103,56 @@ def seq_len_note(hf_config: Path | None, seq_len: int | None, model: Any) -> str
         return None
     return (f"sequence length {model.seq_len:,}: the config's max_position_embeddings (the "
             "longest the model supports); give --seq-len for the length you train at")
+
+
+def reason(r: dict[str, Any]) -> str:
+    """Why ``propose`` picked a run, in words."""
+    value = r.get("value")
+    if r.get("reason") == "oom-boundary":
+        return f"OOM edge (p_oom {r['p_oom']:.2f})"
+    if r.get("reason") == "expected-improvement" and value == value and value is not None:
+        return f"MFU gain {100 * float(value):.1f} pts"
+    return str(r.get("reason", ""))
+
+
+def memory_interval(r: dict[str, Any]) -> str:
+    """The device's peak memory interval of a scored row, in GiB ('' without one)."""
+    lo, hi = r.get("pred_peak_mem_lo_gib"), r.get("pred_peak_mem_hi_gib")
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    context = r["pred_device_mem_gib"] - r["pred_peak_mem_gib"]
+    return f"{lo + context:.1f}-{hi + context:.1f}"
+
+
+def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
+           reasons: bool = False, frameworks: bool = False) -> Any:
+    """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
+    the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
+    ``reasons`` adds why each was proposed; ``frameworks`` names each layout's framework
+    (a space of several). Peak memory is the device's (the CUDA context included), its
+    interval too."""
+    from rich.markup import escape
+    from rich.table import Table
+
+    t = Table(title=title)
+    cols = ["#", "nodes", "layout", "MFU", "80% interval"]
+    cols += [] if narrow else ["tokens/s/GPU", "step s"]
+    cols += ["peak GiB"] + (["peak 80%"] if full else [])
+    cols += ["p_oom"] + (["why"] if reasons else [])
+    for col in cols:
+        text = col in ("layout", "why")
+        t.add_column(col, justify="left" if text else "right", no_wrap=not text,
+                     overflow="fold", ratio=2 if text else None)
+    for i, r in enumerate(frame.to_dict("records"), start=1):
+        lo, hi = r["pred_mfu_lo"], r["pred_mfu_hi"]
+        interval = "" if lo != lo or lo is None else f"{100 * lo:.1f}-{100 * hi:.1f}%"
+        layout = str(r["layout"]) + (f" ({r['framework']})" if frameworks else "")
+        row = [str(i), str(r["num_nodes"]), escape(layout), f"{r['pred_mfu']:.1%}", interval]
+        if not narrow:
+            row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
+        row += [f"{r['pred_device_mem_gib']:.1f}"]
+        if full:
+            row += [memory_interval(r)]
+        row += [f"{r['p_oom']:.2f}"]
+        t.add_row(*row, *([escape(reason(r))] if reasons else []))
+    return t

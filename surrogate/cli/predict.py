@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
@@ -11,17 +12,15 @@ import typer
 
 from surrogate.analytic.params import cluster_key, set_clusters
 from surrogate.cli.app import app
-from surrogate.cli.shape_options import (
-    ExpertsOpt,
-    FfnOpt,
-    HeadsOpt,
-    HiddenOpt,
-    KvHeadsOpt,
-    LayersOpt,
-    MoeFfnOpt,
-    TieOpt,
-    TopkOpt,
-    VocabOpt,
+from surrogate.cli.options import (
+    DEFAULT_FRAMEWORK,
+    OUTPUT,
+    AnalyticOpt,
+    JsonOpt,
+    LayoutOptions,
+    ModelDirOpt,
+    ModelOptions,
+    with_options,
 )
 from surrogate.errors import ConfigError
 
@@ -50,7 +49,7 @@ def _physics(analytic: bool, model_dir: Path | None) -> AbstractContextManager[N
 def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
-    """Merge preset < config file < flags into one TrainingConfig."""
+    """Merge the default framework < preset < config file < flags into one TrainingConfig."""
     from surrogate.config import coerce_column, config_from_flat
     from surrogate.configfile import check_counts
     from surrogate.presets import model_values, require_model_shape
@@ -61,7 +60,8 @@ def build_config(
     file_seq = file_values.get("seq_len")
     if seq is None and file_seq not in (None, "") and file_seq == file_seq:  # not NaN
         seq = coerce_column("seq_len", file_seq)  # as config_from_flat reads the file's
-    values = model_values(preset, hf_config, seq_len=seq)
+    values: dict[str, Any] = {"framework": DEFAULT_FRAMEWORK}
+    values.update(model_values(preset, hf_config, seq_len=seq))
     values.update(file_values)
     values.update({k: v for k, v in flags.items() if v is not None})
     require_model_shape(values, sources="--model PRESET, --hf-config FILE, --config FILE")
@@ -86,7 +86,8 @@ def _check_mode(from_csv: Path | None, out: Path | None, options: dict[str, Any]
         if key in ("json", "explain"):
             why = "the predictions are a CSV table (--out FILE, else stdout)"
         elif key in ("config", "hf_config"):
-            why = "each row of the table is a whole configuration (a model column may name a preset)"
+            why = ("each row of the table is a whole configuration (a model column may name a "
+                   "preset)")
         else:
             why = f"each row of the table is a whole configuration: give {key} as a column"
         raise ConfigError(f"{flag} does not apply with --from-csv: {why}")
@@ -104,33 +105,39 @@ def _mem_interval(pred: Any) -> str:
     return f" (80% interval {pred.peak_reserved_lo_gib:.1f} - {pred.peak_reserved_hi_gib:.1f})"
 
 
-def _print_table(pred: Any) -> None:
-    from rich.console import Console
+def _print_layout(pred: Any, console: Any) -> None:
+    """The configuration in one sentence, and what would run it otherwise."""
     from rich.markup import escape
-    from rich.table import Table
-
-    from surrogate.frameworks import get_framework
-    from surrogate.hardware import GIB
 
     cfg = pred.config
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
-    console = Console()
+    schedule = "" if lay.pp_schedule == "1f1b" else f" ({lay.pp_schedule})"
+    copies = (f" (sharded over dp x cp / {lay.dp_replicate}, {lay.dp_replicate} copies)"
+              if lay.dp_replicate > 1 else "")
+    layers = f" ({lay.recompute_layers} layers per stage)" if lay.recompute_layers else ""
     console.print(
-        f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: dp={lay.dp} tp={lay.tp} "
-        f"pp={lay.pp}{'' if lay.pp_schedule == '1f1b' else ' (' + lay.pp_schedule + ')'} "
-        f"cp={lay.cp} ep={lay.ep} vpp={lay.vpp} mbs={lay.mbs} "
-        f"grad_accum={lay.grad_accum} zero={lay.zero_stage}"
-        f"{f' (sharded over dp x cp / {lay.dp_replicate}, {lay.dp_replicate} copies)' if lay.dp_replicate > 1 else ''} "
-        f"recompute={lay.recompute}"
-        f"{f' ({lay.recompute_layers} layers per stage)' if lay.recompute_layers else ''} "
-        f"sp={lay.sequence_parallel} {lay.dtype} {lay.framework}/{lay.framework_version}; "
-        f"global batch {cfg.batch_seqs} seqs x {m.seq_len:,} tokens = {cfg.batch_tokens:,} tokens"
+        f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: "
+        f"dp={lay.dp} tp={lay.tp} pp={lay.pp}{schedule} cp={lay.cp} ep={lay.ep} vpp={lay.vpp} "
+        f"mbs={lay.mbs} grad_accum={lay.grad_accum} zero={lay.zero_stage}{copies} "
+        f"recompute={lay.recompute}{layers} sp={lay.sequence_parallel} {lay.dtype} "
+        f"{lay.framework}/{lay.framework_version}; global batch {cfg.batch_seqs} seqs x "
+        f"{m.seq_len:,} tokens = {cfg.batch_tokens:,} tokens"
     )
     runs_as = cfg.runs_as_another()
     if runs_as:
         console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
                       f"described ({escape(runs_as)}); it is predicted as given", highlight=False)
-    console.print(f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}")
+
+
+def _print_sources(pred: Any, console: Any) -> None:
+    """Which model, hardware speed and analytic parameters answered."""
+    from rich.markup import escape
+
+    from surrogate.frameworks import get_framework
+
+    lay = pred.config.layout
+    console.print(f"prediction: {pred.source} model, hardware speed: "
+                  f"{escape(str(pred.perf_model))}")
     pset, _ = pred.parameter_set
     own = f"{lay.framework}/{lay.framework_version}"
     how = ("trains under torch.autocast here"
@@ -146,58 +153,78 @@ def _print_table(pred: Any) -> None:
     if clusters and cluster_key(str(pred.perf_model)) not in clusters:
         console.print(f"  (cluster-scoped terms: the default set's, not "
                       f"{escape(', '.join(clusters))}'s)", highlight=False)
-    if pred.source == "learned":
-        console.print(
-            f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
-            f"(x{pred.mfu / pred.analytic_mfu:.2f}); peak reserved memory "
-            f"{pred.peak_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
-            f"{(pred.memory_bytes['total'] - pred.memory_bytes['cuda_context']) / GIB:.1f} GiB "
-            "analytic; the tables below are the analytic breakdown"
-        )
-        if pred.extrapolation:
-            console.print(
-                f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; the learned "
-                f"correction keeps {pred.domain_weight:.0%} of itself (the rest is the "
-                "analytic answer) and the interval is widened", highlight=False)
-        elif pred.domain_weight < 1:
-            console.print(
-                "inside the learned model's ranges (no extrapolation), but no training run had "
-                f"this model shape: the learned correction keeps {pred.domain_weight:.0%} of "
-                "itself (the rest is the analytic answer)", highlight=False)
-        else:
-            console.print("inside the learned model's data (no extrapolation)")
-        if pred.correction_share < 1:
-            from surrogate.cli.display import GAVE_WAY
 
-            console.print(
-                f"[yellow]gives way[/]: on the held-out training runs of "
-                f"{escape(lay.framework)}/{escape(lay.framework_version)} {GAVE_WAY}, so it "
-                f"keeps {pred.correction_share:.0%} of itself there (the rest is the analytic "
-                "answer) and the interval holds both", highlight=False)
-    elif pred.extrapolation:
-        console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}", highlight=False)
-    mem = Table(title="Memory of the most loaded GPU (GiB)")
-    mem.add_column("term")
-    mem.add_column("GiB", justify="right")
-    for k, v in pred.memory_bytes.items():
-        if k != "total":
-            mem.add_row(k, f"{v / GIB:.2f}")
-    mem.add_row("[bold]total[/]", f"[bold]{pred.memory_bytes['total'] / GIB:.2f}[/]")
-    mem.add_row("capacity", f"{pred.capacity_bytes / GIB:.2f}")
-    console.print(mem)
-    verdict = {"completed": "[green]fits[/]", "oom": "[red]OOM[/]"}.get(pred.status, "[red]fails[/]")
+
+def _print_learned(pred: Any, console: Any) -> None:
+    """The learned correction, where it extrapolates and where it gives way."""
+    from rich.markup import escape
+
+    from surrogate.hardware import GIB
+
+    if pred.source != "learned":
+        if pred.extrapolation:
+            console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}",
+                          highlight=False)
+        return
+    analytic_gib = (pred.memory_bytes["total"] - pred.memory_bytes["cuda_context"]) / GIB
+    console.print(
+        f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
+        f"(x{pred.mfu / pred.analytic_mfu:.2f}); peak reserved memory "
+        f"{pred.peak_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
+        f"{analytic_gib:.1f} GiB analytic; the tables below are the analytic breakdown"
+    )
+    keeps = (f"the learned correction keeps {pred.domain_weight:.0%} of itself (the rest is "
+             "the analytic answer)")
+    if pred.extrapolation:
+        console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; {keeps} and the "
+                      "interval is widened", highlight=False)
+    elif pred.domain_weight < 1:
+        console.print("inside the learned model's ranges (no extrapolation), but no training "
+                      f"run had this model shape: {keeps}", highlight=False)
+    else:
+        console.print("inside the learned model's data (no extrapolation)")
+    if pred.correction_share < 1:
+        from surrogate.cli.display import GAVE_WAY
+
+        lay = pred.config.layout
+        console.print(
+            f"[yellow]gives way[/]: on the held-out training runs of "
+            f"{escape(lay.framework)}/{escape(lay.framework_version)} {GAVE_WAY}, so it "
+            f"keeps {pred.correction_share:.0%} of itself there (the rest is the analytic "
+            "answer) and the interval holds both", highlight=False)
+
+
+def _breakdown(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Any:
+    """A table of named terms, their values right-aligned; the last row in bold."""
+    from rich.table import Table
+
+    table = Table(title=title)
+    table.add_column(columns[0])
+    for col in columns[1:]:
+        table.add_column(col, justify="right")
+    for i, row in enumerate(rows):
+        bold = i == len(rows) - 1 and row[0] in ("total", "step")
+        table.add_row(*(f"[bold]{c}[/]" if bold and j < 2 else c for j, c in enumerate(row)))
+    return table
+
+
+def _print_memory_and_time(pred: Any, console: Any) -> None:
+    """The memory breakdown, the verdict, the step time breakdown and the speed."""
+    from surrogate.hardware import GIB
+
+    mem = [(k, f"{v / GIB:.2f}") for k, v in pred.memory_bytes.items() if k != "total"]
+    mem.append(("total", f"{pred.memory_bytes['total'] / GIB:.2f}"))
+    table = _breakdown("Memory of the most loaded GPU (GiB)", ("term", "GiB"), mem)
+    table.add_row("capacity", f"{pred.capacity_bytes / GIB:.2f}")
+    console.print(table)
+    verdict = {"completed": "[green]fits[/]", "oom": "[red]OOM[/]"}.get(pred.status,
+                                                                       "[red]fails[/]")
     p_fail = "" if pred.p_fail != pred.p_fail else f", p_fail={pred.p_fail:.2f}"
     console.print(f"verdict: {verdict} (p_oom={pred.p_oom:.2f}{p_fail})")
-    analytic_step = sum(pred.step_s.values())
-    step = Table(title="Step time, analytic breakdown (s)")
-    step.add_column("term")
-    step.add_column("s", justify="right")
-    step.add_column("share", justify="right")
-    for k, v in pred.step_s.items():
-        if v > 0:
-            step.add_row(k, f"{v:.4f}", f"{v / analytic_step:.1%}")
-    step.add_row("[bold]step[/]", f"[bold]{analytic_step:.4f}[/]", "100%")
-    console.print(step)
+    total = sum(pred.step_s.values())
+    step = [(k, f"{v:.4f}", f"{v / total:.1%}") for k, v in pred.step_s.items() if v > 0]
+    step.append(("step", f"{total:.4f}", "100%"))
+    console.print(_breakdown("Step time, analytic breakdown (s)", ("term", "s", "share"), step))
     if pred.source == "learned":
         console.print(f"step time, learned: {pred.step_time_s:.4f} s")
     interval = ""
@@ -205,17 +232,32 @@ def _print_table(pred: Any) -> None:
         interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
     if pred.status != "completed":  # its speed still shows, said to be conditional
         console.print("its speed if it ran (the verdict says it would not):")
-    console.print(
-        f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: {pred.mfu:.1%}{interval}   "
-        f"bubble: {pred.bubble_frac:.1%}"
-    )
+    console.print(f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: "
+                  f"{pred.mfu:.1%}{interval}   bubble: {pred.bubble_frac:.1%}")
+
+
+def _print_table(pred: Any) -> None:
+    from rich.console import Console
+
+    console = Console()
+    _print_layout(pred, console)
+    _print_sources(pred, console)
+    _print_learned(pred, console)
+    _print_memory_and_time(pred, console)
     if pred.explanation:
-        why = Table(title="Largest contributions to log(measured / analytic throughput)")
-        why.add_column("feature")
-        why.add_column("contribution", justify="right")
-        for name, value in pred.explanation.items():
-            why.add_row(name, f"{value:+.3f}")
-        console.print(why)
+        rows = [(name, f"{value:+.3f}") for name, value in pred.explanation.items()]
+        console.print(_breakdown("Largest contributions to log(measured / analytic throughput)",
+                                 ("feature", "contribution"), rows))
+
+
+def _default_framework(chunk: Any) -> Any:
+    """A table's chunk with :data:`DEFAULT_FRAMEWORK` where a row names no framework (the
+    default of every command, as for flags)."""
+    if "framework" not in chunk.columns:
+        return chunk.assign(framework=DEFAULT_FRAMEWORK)
+    given = chunk["framework"]
+    named = given.notna() & (given.astype(str).str.strip() != "")
+    return chunk.assign(framework=given.where(named, DEFAULT_FRAMEWORK))
 
 
 def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
@@ -250,7 +292,7 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
             check_batch_columns(chunk.columns, where=where)  # names the file
         chunk = expand_model_column(chunk, where=where)
         check_table_counts(chunk, where=where, first_row=first_row)
-        return chunk
+        return _default_framework(chunk)
 
     import_lightgbm_for_prediction()  # after the checks: a refusal needs no LightGBM
     from surrogate.batch import predict_file
@@ -267,74 +309,63 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
         typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
 
 
-@app.command("predict")
-def predict_cmd(
-    model: Annotated[str | None, typer.Option("--model", "-m", help="Model preset, e.g. 8b, 70b, 1.34b, mixtral.")] = None,
-    hf_config: Annotated[Path | None, typer.Option(help="A Hugging Face config.json to read the model from.")] = None,
-    config: Annotated[Path | None, typer.Option("--config", "-c", help="YAML/JSON file of configuration columns, or a torchtitan job TOML.")] = None,
-    from_csv: Annotated[Path | None, typer.Option(help="Table of configurations, one per row: CSV, or Parquet (.parquet, .pq); read and predicted in chunks.")] = None,
-    out: Annotated[Path | None, typer.Option(help="Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).")] = None,
-    profile: Annotated[Path | None, typer.Option(help="Calibration profile JSON (default: the GPU's own, else datasheet).")] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    analytic: Annotated[bool, typer.Option("--analytic", help="The analytic model alone, without the learned correction.")] = False,
-    model_dir: Annotated[Path | None, typer.Option(help="A trained model directory (default: the bundled model).")] = None,
-    explain: Annotated[bool, typer.Option("--explain", help="Show the learned correction and its largest contributions.")] = False,
-    num_layers: LayersOpt = None,
-    hidden_size: HiddenOpt = None,
-    ffn_hidden_size: FfnOpt = None,
-    num_heads: HeadsOpt = None,
-    num_kv_heads: KvHeadsOpt = None,
-    vocab_size: VocabOpt = None,
-    seq_len: Annotated[int | None, typer.Option(help="Sequence length (default: the model's).")] = None,
-    tie_embeddings: TieOpt = None,
-    num_experts: ExpertsOpt = None,
-    experts_topk: TopkOpt = None,
-    moe_ffn_hidden_size: MoeFfnOpt = None,
-    gpu: Annotated[str | None, typer.Option(help="GPU, e.g. H100-SXM-80GB, H100, A100-40GB, B200.")] = None,
-    gpus_per_node: Annotated[int | None, typer.Option(help="GPUs per node (default 8).")] = None,
-    nodes: Annotated[int | None, typer.Option("--nodes", "--num-nodes", help="Nodes (default 1).")] = None,
-    dp: Annotated[int | None, typer.Option(help="Data-parallel degree (default 1).")] = None,
-    tp: Annotated[int | None, typer.Option(help="Tensor-parallel degree (default 1).")] = None,
-    pp: Annotated[int | None, typer.Option(help="Pipeline stages (default 1).")] = None,
-    cp: Annotated[int | None, typer.Option(help="Context-parallel degree (default 1).")] = None,
-    ep: Annotated[int | None, typer.Option(help="Expert-parallel degree, dividing dp x cp (default 1).")] = None,
-    vpp: Annotated[int | None, typer.Option(help="Virtual stages per pipeline rank, interleaved 1F1B (default 1).")] = None,
-    pp_schedule: Annotated[str | None, typer.Option(help="Pipeline schedule: 1f1b (default; interleaved with vpp > 1) or afab (all forwards, then all backwards).")] = None,
-    mbs: Annotated[int | None, typer.Option(help="Micro-batch size (sequences).")] = None,
-    grad_accum: Annotated[int | None, typer.Option(help="Micro-batches per step, gradient accumulation (default 1).")] = None,
-    zero: Annotated[int | None, typer.Option("--zero", "--zero-stage", help="ZeRO stage 0-3 (default 0).")] = None,
-    dp_replicate: Annotated[int | None, typer.Option(help="Copies of ZeRO's shards (hybrid sharding: torchtitan's HSDP, Megatron's distributed optimizer instances); 1: ZeRO over every data-parallel rank.")] = None,
-    recompute: Annotated[str | None, typer.Option(help="none, selective or full.")] = None,
-    recompute_layers: Annotated[int | None, typer.Option(help="With --recompute full: layers of each pipeline stage checkpointed (Megatron's block method, torchtitan's every n-th block); 0: all.")] = None,
-    sequence_parallel: Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", "--sp/--no-sp", help="Sequence parallelism with tp > 1 (default: the framework's).")] = None,
-    dtype: Annotated[str | None, typer.Option(help="bf16 or fp8.")] = None,
-    framework: Annotated[str | None, typer.Option(help="nanotron, torchtitan or megatron.")] = None,
-    framework_version: Annotated[str | None, typer.Option(help="Framework version where it matters (nanotron: pre-pp-fix or pp-fix; default the newest).")] = None,
-    global_batch_seqs: Annotated[int | None, typer.Option(help="Check the layout yields this global batch (sequences).")] = None,
-) -> None:
-    """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of them)."""
-    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
+def _opt(help: str, *names: str, metavar: str | None = None) -> Any:
+    return typer.Option(*names, help=help, metavar=metavar)
 
-    flags = dict(
-        num_layers=num_layers, hidden_size=hidden_size, ffn_hidden_size=ffn_hidden_size,
-        num_heads=num_heads, num_kv_heads=num_kv_heads, vocab_size=vocab_size, seq_len=seq_len,
-        tie_embeddings=tie_embeddings, num_experts=num_experts, experts_topk=experts_topk,
-        moe_ffn_hidden_size=moe_ffn_hidden_size, gpu=gpu, gpus_per_node=gpus_per_node,
-        num_nodes=nodes, dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, pp_schedule=pp_schedule, mbs=mbs,
-        grad_accum=grad_accum, zero_stage=zero, dp_replicate=dp_replicate, recompute=recompute,
-        recompute_layers=recompute_layers, sequence_parallel=sequence_parallel, dtype=dtype, framework=framework,
-        framework_version=framework_version, global_batch_seqs=global_batch_seqs,
-    )
-    _check_mode(from_csv, out, flags | {"model": model, "hf_config": hf_config, "config": config,
-                                        "json": as_json or None, "explain": explain or None})
+
+@app.command("predict")
+@with_options
+def predict_cmd(
+    model: ModelOptions,
+    layout: LayoutOptions,
+    config: Annotated[Path | None, _opt(
+        "YAML/JSON file of configuration columns, or a torchtitan job TOML.", "--config", "-c",
+        metavar="FILE")] = None,
+    from_csv: Annotated[Path | None, _opt(
+        "Table of configurations, one per row: CSV, or Parquet (.parquet, .pq); read and "
+        "predicted in chunks.", metavar="TABLE")] = None,
+    out: Annotated[Path | None, _opt(
+        "Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).",
+        metavar="FILE")] = None,
+    profile: Annotated[Path | None, _opt(
+        "Calibration profile JSON (default: the GPU's own, else datasheet).",
+        metavar="FILE")] = None,
+    as_json: JsonOpt = False,
+    analytic: AnalyticOpt = False,
+    model_dir: ModelDirOpt = None,
+    explain: Annotated[bool, typer.Option(
+        "--explain", help="Show the learned correction and its largest contributions.",
+        rich_help_panel=OUTPUT)] = False,
+) -> None:
+    """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of
+    them)."""
+    flags = model.given() | layout.given()
+    _check_mode(from_csv, out, flags | {"model": model.model, "hf_config": model.hf_config,
+                                        "config": config, "json": as_json or None,
+                                        "explain": explain or None})
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     physics = _physics(analytic, model_dir)
     if from_csv is not None:
         _predict_table(from_csv, out, profile, model_arg, physics)
         return
-    given = {k: v for k, v in flags.items() if v is not None} | ({"model": model} if model else {})
+    given = flags | ({"model": model.model} if model.model else {})
     file_values = _load_config_file(config, given) if config is not None else {}
-    cfg = build_config(model, hf_config, file_values, flags)
+    cfg = build_config(model.model, model.hf_config, file_values, flags)
+    _predict_one(cfg, profile, model_arg, physics, explain=explain, as_json=as_json)
+    if not as_json:
+        from surrogate.cli.display import seq_len_note
+
+        file_seq = file_values.get("seq_len")
+        seq_len = model.seq_len if file_seq is None else file_seq
+        if note := seq_len_note(model.hf_config, seq_len, cfg.model):
+            typer.echo(f"note: {note}")
+
+
+def _predict_one(cfg: Any, profile: Path | None, model_arg: Path | str | None,
+                 physics: AbstractContextManager[Any], *, explain: bool, as_json: bool) -> None:
+    """Predict one configuration; print its tables, or its JSON."""
+    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
+
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
     from surrogate.prediction import predict
 
@@ -344,8 +375,3 @@ def predict_cmd(
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:
         _print_table(pred)
-        from surrogate.cli.display import seq_len_note
-
-        file_seq = file_values.get("seq_len") if isinstance(file_values, dict) else None
-        if note := seq_len_note(hf_config, seq_len if file_seq is None else file_seq, cfg.model):
-            typer.echo(f"note: {note}")

@@ -13,7 +13,8 @@ from surrogate.prediction import predict
 from surrogate.presets import get_preset
 
 ARGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-        "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--json"]
+        "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--json",
+        "--framework", "nanotron"]
 SCRIPT = ("import sys; from surrogate.cli import entry; sys.argv = ['surrogate', *sys.argv[1:]]\n"
           "import atexit; atexit.register(lambda: print('SKLEARN', 'sklearn' in sys.modules, "
           "file=sys.stderr))\nentry()")

@@ -20,7 +20,7 @@ from surrogate.cli import main
 PROGRAMS = {"training", "microbench"}
 PREDICT = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
            "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
-           "--analytic", "--json"]
+           "--framework", "nanotron", "--analytic", "--json"]
 SCRIPT = ("import sys; from surrogate.cli import entry; sys.argv = ['surrogate', *sys.argv[1:]]\n"
           "import atexit; atexit.register(lambda: print('PROGRAMS', sorted({m.split('.')[0] "
           "for m in sys.modules} & {'training', 'microbench'}), file=sys.stderr))\nentry()")

@@ -19,9 +19,10 @@ from surrogate.errors import ConfigError
 from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
 
 FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-         "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1"]
+         "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
+         "--framework", "nanotron"]
 LAYOUT = dict(gpu="H100-SXM-80GB", num_nodes=4, dp=8, tp=4, pp=1, mbs=2, grad_accum=16,
-              zero_stage=1)
+              zero_stage=1, framework="nanotron")
 
 
 
@@ -133,7 +134,7 @@ def test_dp_replicate_flag(capsys):
 def test_pipeline_schedule_flag(capsys):
     """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
     piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",
-             "--mbs", "1", "--grad-accum", "16", "--zero", "1"]
+             "--mbs", "1", "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
     onef = run_json(capsys, [*piped, "--json"])
     afab = run_json(capsys, [*piped, "--pp-schedule", "afab", "--json"])
     assert afab["config"]["pp_schedule"] == "afab" and onef["config"]["pp_schedule"] == "1f1b"

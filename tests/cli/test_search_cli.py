@@ -58,7 +58,7 @@ def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture
     gave_way = copy.copy(bundled)
     gave_way.correction_weight_by_framework_ = {"nanotron/pp-fix": 0.5}
     monkeypatch.setattr(prediction, "_bundled_model", lambda: gave_way)
-    assert main(["search", *SMALL, "--trials", "0", "--wide"]) == 0
+    assert main(["search", *SMALL, "--trials", "0", "--wide", "--framework", "nanotron"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "gives way" in text and "nanotron/pp-fix keeps 50%" in text
 
@@ -134,7 +134,7 @@ def test_every_layout_command_takes_every_shape_flag() -> None:
     import typer.main
 
     from surrogate.cli.app import app
-    from surrogate.cli.shape_options import SHAPE_FLAGS
+    from surrogate.cli.options import SHAPE_FLAGS
 
     commands = typer.main.get_command(app).commands  # type: ignore[attr-defined]
     for name in ("predict", "search", "propose"):
