@@ -5,9 +5,6 @@ The library never imports this program: pyproject.toml declares :func:`register`
 does not have itself is asked for (or for the help that lists every command).
 """
 
-# typer option declarations read best one per line (as in surrogate/cli/, pyproject.toml)
-# ruff: noqa: E501
-
 from __future__ import annotations
 
 import json
@@ -52,20 +49,37 @@ def _json_results(results: dict[str, ProtocolResult]) -> dict[str, Any]:
 
 
 def train_cmd(
-    sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) to train on besides the Playbook data (repeatable).")] = None,
-    no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
-    data_dir: Annotated[Path | None, typer.Option(help="Public data directory (default: SURROGATE_DATA_DIR, ../shared/data, the cache).")] = None,
-    out: Annotated[Path, typer.Option("--out", help="Directory to save the model in.")] = Path("mlruns/model"),
-    n_trials: Annotated[int, typer.Option(help="optuna trials per study (0: library defaults, no tuning).")] = 30,
+    sweeps: Annotated[list[Path] | None, typer.Option(
+        "--sweeps",
+        help="Sweep table(s) to train on besides the Playbook data (repeatable).")] = None,
+    no_playbook: Annotated[bool, typer.Option(
+        "--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
+    data_dir: Annotated[Path | None, typer.Option(
+        help="Public data directory (default: SURROGATE_DATA_DIR, ../shared/data, the "
+             "cache).")] = None,
+    out: Annotated[Path, typer.Option(
+        "--out", help="Directory to save the model in.")] = Path("mlruns/model"),
+    n_trials: Annotated[int, typer.Option(
+        help="optuna trials per study (0: library defaults, no tuning).")] = 30,
     seed: Annotated[int, typer.Option(help="Seed of the sampler, the folds and LightGBM.")] = 0,
-    storage: Annotated[str, typer.Option(help="optuna storage URL; a rerun resumes its studies.")] = "sqlite:///mlruns/optuna.db",
-    protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Evaluation protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
-    max_estimators: Annotated[int, typer.Option(help="Upper bound of n_estimators (trees per booster) in the search.")] = MAX_ESTIMATORS,
-    timeout: Annotated[float | None, typer.Option(help="Stop each study after this many seconds.")] = None,
-    no_track: Annotated[bool, typer.Option("--no-track", help="Do not record the training in MLflow.")] = False,
+    storage: Annotated[str, typer.Option(
+        help="optuna storage URL; a rerun resumes its studies.")] = "sqlite:///mlruns/optuna.db",
+    protocol: Annotated[list[str] | None, typer.Option(
+        "--protocol", help="Evaluation protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
+    max_estimators: Annotated[int, typer.Option(
+        help="Upper bound of n_estimators (trees per booster) in the search.")] = MAX_ESTIMATORS,
+    timeout: Annotated[float | None, typer.Option(
+        help="Stop each study after this many seconds.")] = None,
+    no_track: Annotated[bool, typer.Option(
+        "--no-track", help="Do not record the training in MLflow.")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    force: Annotated[bool, typer.Option("--force", help="Replace what --out already holds.")] = False,
-    settings_from: Annotated[Path | None, typer.Option("--settings-from", help="Take the LightGBM settings from this saved model instead of tuning (with --n-trials 0), e.g. to retrain the bundled model's settings on new data or physics.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace what --out already holds.")] = False,
+    settings_from: Annotated[Path | None, typer.Option(
+        "--settings-from",
+        help="Take the LightGBM settings from this saved model instead of tuning (with "
+             "--n-trials 0), e.g. to retrain the bundled model's settings on new data or "
+             "physics.")] = None,
 ) -> None:
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
@@ -167,14 +181,23 @@ def _tracking_failed(result: Any) -> None:
 
 
 def evaluate_cmd(
-    sweeps: Annotated[list[Path] | None, typer.Option("--sweeps", help="Sweep table(s) besides the Playbook data (repeatable).")] = None,
-    no_playbook: Annotated[bool, typer.Option("--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
+    sweeps: Annotated[list[Path] | None, typer.Option(
+        "--sweeps", help="Sweep table(s) besides the Playbook data (repeatable).")] = None,
+    no_playbook: Annotated[bool, typer.Option(
+        "--no-playbook", help="Leave the shared Playbook sweep out.")] = False,
     data_dir: Annotated[Path | None, typer.Option(help="Public data directory.")] = None,
-    model_dir: Annotated[Path | None, typer.Option("--model-dir", help="Take the LightGBM settings from this saved model (default: library defaults).")] = None,
-    protocol: Annotated[list[str] | None, typer.Option("--protocol", help="Protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
+    model_dir: Annotated[Path | None, typer.Option(
+        "--model-dir",
+        help="Take the LightGBM settings from this saved model (default: library defaults).")]
+        = None,
+    protocol: Annotated[list[str] | None, typer.Option(
+        "--protocol", help="Protocol (repeatable): cv, cv_cells, lomo, nodes.")] = None,
     seed: Annotated[int, typer.Option(help="Seed of the folds and LightGBM.")] = 0,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
-    shipped_physics: Annotated[bool, typer.Option("--shipped-physics", help="Keep the shipped analytic parameters (fitted on every Playbook run, held-out ones included) instead of refitting them on each training part.")] = False,
+    shipped_physics: Annotated[bool, typer.Option(
+        "--shipped-physics",
+        help="Keep the shipped analytic parameters (fitted on every Playbook run, held-out "
+             "ones included) instead of refitting them on each training part.")] = False,
 ) -> None:
     """Refit the surrogate under each protocol and print held-out accuracy (learned vs the
     analytic model alone)."""
