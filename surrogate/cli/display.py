@@ -95,6 +95,18 @@ def gives_way_line(rows: Any) -> str:
             + " of it; the rest is the analytic answer)")
 
 
+def print_correction_lines(out: Console, rows: Any) -> None:
+    """Print whether any of the scored ``rows`` extrapolates (:func:`extrapolation_line`),
+    and where the learned correction gave way (:func:`gives_way_line`)."""
+    import pandas as pd
+    from rich.markup import escape
+
+    extrapolation = rows.get("extrapolation", pd.Series([""] * len(rows))).fillna("")
+    out.print(escape(extrapolation_line(extrapolation)), highlight=False)
+    if gives_way := gives_way_line(rows):
+        out.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
+
+
 def seq_len_note(hf_config: Path | None, seq_len: int | None, model: Any) -> str | None:
     """What a command says when the sequence length came from a Hugging Face config's
     ``max_position_embeddings`` (the longest the model supports, rarely the length one trains

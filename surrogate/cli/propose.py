@@ -90,12 +90,11 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
     from surrogate.active import PROPOSALS_FILE
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
-        extrapolation_line,
-        gives_way_line,
         is_full,
         is_narrow,
         layout_table,
         model_line,
+        print_correction_lines,
         seq_len_note,
     )
 
@@ -108,7 +107,4 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
     console.print(layout_table(f"{out.name}: {len(picked)} proposed runs", picked,
                                narrow=is_narrow(console, wide), full=is_full(console, wide),
                                reasons=True, frameworks=len(space.frameworks) > 1))
-    extrapolation = picked.get("extrapolation", pd.Series([""] * len(picked))).fillna("")
-    console.print(escape(extrapolation_line(extrapolation)), highlight=False)
-    if gives_way := gives_way_line(picked):
-        console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
+    print_correction_lines(console, picked)

@@ -178,12 +178,11 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
 
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
-        extrapolation_line,
-        gives_way_line,
         is_full,
         is_narrow,
         layout_table,
         model_line,
+        print_correction_lines,
     )
 
     console = make_console(wide=wide)
@@ -204,10 +203,7 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
     kw = {"narrow": narrow, "full": full, "frameworks": len(space.frameworks) > 1}
     console.print(layout_table("Best predicted layouts", result.top, **kw))
     if learned is not None:
-        console.print(escape(extrapolation_line(result.top.get("extrapolation", []))),
-                      highlight=False)
-        if gives_way := gives_way_line(result.top):
-            console.print(f"[yellow]{escape(gives_way)}[/]", highlight=False)
+        print_correction_lines(console, result.top)
     if result.pareto is not None:
         console.print(layout_table(f"Pareto front ({objective})", result.pareto, **kw))
     console.print(layout_table("Rules of thumb pick (Playbook)", rules_row, **kw))
