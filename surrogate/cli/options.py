@@ -287,6 +287,14 @@ WideOpt = Annotated[bool, _option(
     "110).", panel=OUTPUT)]
 
 
+@functools.cache
+def _group_parameters(kind: type[Any]) -> list[inspect.Parameter]:
+    """An option group's fields as keyword parameters, annotated for typer (once per group)."""
+    hints = get_type_hints(kind, include_extras=True)
+    return [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
+                              annotation=hints[f.name]) for f in fields(kind)]
+
+
 def with_options(command: _F) -> _F:
     """``command`` with each parameter annotated by an option group (a dataclass above)
     replaced, for typer, by the group's fields; called, it receives the group built from
@@ -300,9 +308,7 @@ def with_options(command: _F) -> _F:
             params.append(p.replace(kind=inspect.Parameter.KEYWORD_ONLY, annotation=kind))
             continue
         groups[p.name] = kind
-        group_hints = get_type_hints(kind, include_extras=True)
-        params += [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default,
-                                     annotation=group_hints[f.name]) for f in fields(kind)]
+        params += _group_parameters(kind)
 
     @functools.wraps(command)
     def run(**kwargs: Any) -> Any:
