@@ -20,28 +20,32 @@ from surrogate.errors import ConfigError
 @app.command("calibrate")
 def calibrate_cmd(
     out: Annotated[Path, typer.Option(
+        metavar="FILE",
         help="Profile JSON to write (or, with --runs, the fitted parameters' JSON).")],
     tables: Annotated[list[Path] | None, typer.Argument(
         help="Microbenchmark tables (.parquet/.csv) or raw outputs (.jsonl, .txtpb, .log).",
         show_default=False)] = None,
     gpu: Annotated[str, typer.Option(
-        help="GPU of the profile (hardware table key or alias).")] = "",
-    name: Annotated[str, typer.Option(help="Profile name shown by predict.")] = "",
+        metavar="NAME", help="GPU of the profile (hardware table key or alias).")] = "",
+    name: Annotated[str, typer.Option(metavar="NAME", help="Profile name shown by predict.")] = "",
     note: Annotated[list[str] | None, typer.Option(
         help="A note stored in the profile (repeatable), e.g. how the data was taken.")] = None,
     runs: Annotated[list[str] | None, typer.Option(
+        metavar="TABLE",
         help="Fit the analytic model's free parameters instead, per framework version, on "
              "these sweep tables or run records, e.g. microbench.train_step's .jsonl "
              "('playbook': the Playbook's runs). Repeatable.")] = None,
     profile: Annotated[str, typer.Option(
+        metavar="FILE",
         help="With --runs: calibration profile of the runs' cluster (default: each run's "
              "own where known, else its GPU's default).")] = "",
     group_by: Annotated[str, typer.Option(
-        help="With --runs: the column whose groups grouped cross-validation leaves out.")]
-        = "model_name",
+        metavar="COLUMN",
+        help="With --runs: the column whose groups grouped cross-validation leaves out.",
+    )] = "model_name",
     fit_on: Annotated[str, typer.Option(
-        help="With --runs: fit time parameters on 'all' completed runs or on the 'healthy' "
-             "ones (measured MFU >= 10%).")] = "all",
+        metavar="WHICH", help="With --runs: fit time parameters on 'all' completed runs or "
+                              "on the 'healthy' ones (measured MFU >= 10%).")] = "all",
 ) -> int:
     """Fit a calibration profile (GEMM efficiency, collective times) from microbenchmarks,
     or, with --runs, the analytic model's free parameters from measured runs."""
