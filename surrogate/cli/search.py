@@ -124,6 +124,7 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
     )
 
 
+RankOpt = Annotated[str, typer.Option("--rank", help="mean: rank by predicted MFU; safe: by its 10% quantile (the 80% interval's lower end).")]
 WideOpt = Annotated[bool, typer.Option("--wide", help="Every column, at least 160 characters wide (default: fewer columns below 110).")]
 
 
@@ -151,7 +152,8 @@ def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
     """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
     the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
     ``reasons`` adds why each was proposed; ``frameworks`` names each layout's framework
-    (a space of several). Peak memory is the device's (the CUDA context included), its
+    (a space of several); a ``p_best`` column is shown as P(best) (not beside the reasons
+    in a narrow table). Peak memory is the device's (the CUDA context included), its
     interval too."""
     from rich.markup import escape
     from rich.table import Table
@@ -160,7 +162,9 @@ def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
     cols = ["#", "nodes", "layout", "MFU", "80% interval"]
     cols += [] if narrow else ["tokens/s/GPU", "step s"]
     cols += ["peak GiB"] + (["peak 80%"] if full else [])
-    cols += ["p_oom"] + (["why"] if reasons else [])
+    odds = "p_best" in frame.columns and bool(frame["p_best"].notna().any()) and not (
+        narrow and reasons)  # at 80 columns the reasons need the room
+    cols += ["p_oom"] + (["P(best)"] if odds else []) + (["why"] if reasons else [])
     for col in cols:
         text = col in ("layout", "why")
         t.add_column(col, justify="left" if text else "right", no_wrap=not text,
@@ -175,7 +179,7 @@ def _table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
         row += [f"{r['pred_device_mem_gib']:.1f}"]
         if full:
             row += [_memory_interval(r)]
-        row += [f"{r['p_oom']:.2f}"]
+        row += [f"{r['p_oom']:.2f}"] + ([f"{r['p_best']:.0%}"] if odds else [])
         t.add_row(*row, *([escape(_reason(r))] if reasons else []))
     return t
 
@@ -221,6 +225,7 @@ def search_cmd(
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
     wide: WideOpt = False,
     launch_dir: Annotated[Path | None, typer.Option(help="Write torchtitan TOML + torchrun + sbatch per top layout here.")] = None,
+    rank: RankOpt = "mean",
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of thumb pick)."""
     from surrogate.rules import CITATION, rules_pick
@@ -254,7 +259,8 @@ def search_cmd(
         with bars(not as_json) as report:
             result = search(space, model=learned, limits=limits, objective=objective,  # type: ignore[arg-type]
                             n_trials=trials, top_k=top_k, storage=storage,
-                            study_name=study_name, seed=seed, progress=report)
+                            study_name=study_name, seed=seed, progress=report,
+                            rank=rank)  # type: ignore[arg-type]
     except SQLAlchemyError as e:  # the database of --storage: unreachable, refused, locked
         from surrogate.errors import DataError
 
@@ -377,6 +383,7 @@ def propose_cmd(
     round_number: Annotated[int | None, typer.Option(help="Round number (default: next after the sibling rounds).")] = None,
     steps: Annotated[int, typer.Option(help="Training steps per proposed run.")] = 50,
     wide: WideOpt = False,
+    rank: RankOpt = "mean",
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
     _at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
@@ -420,7 +427,8 @@ def propose_cmd(
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=memory_margin),
                       acquisition=acquisition, runs=table,
-                      round_number=round_number, steps=steps, progress=report)
+                      round_number=round_number, steps=steps, progress=report,
+                      rank=rank)  # type: ignore[arg-type]
     console = make_console(wide=wide)
     from surrogate.cli.display import seq_len_note
 
