@@ -48,7 +48,8 @@ if TYPE_CHECKING:
 Z80 = 1.2815515655446004
 """Standard normal quantile of 0.9: an 80% interval is median x exp(+-1.2816 sd) in log."""
 DIMENSIONS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage",
-                               "recompute", "sequence_parallel")
+                               "dp_replicate", "recompute", "recompute_layers",
+                               "sequence_parallel")
 """The layout dimensions counted in the distance d between two layouts."""
 CELL: tuple[str, ...] = ("framework", "num_nodes")
 """The columns of a cell: only layouts of one cell share errors."""
