@@ -44,6 +44,7 @@ from surrogate.training_data import data_hash
 CHEAP = {"n_estimators": 100}
 TOLERANCE = 0.02
 BUDGET = 8
+SHORT = 4
 
 
 def cell_key(df: pd.DataFrame) -> pd.Series:
@@ -114,7 +115,7 @@ def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
                                             for c in random_counts]))
     row["random_expected"] = (n + 1) / (h + 1)
 
-    acq = Acquisition(boundary_frac=args.boundary_frac)
+    acq = Acquisition(boundary_frac=args.boundary_frac, gain=args.gain)
     ran: list[int] = []
     found: int | None = None
     rounds = 0
@@ -152,6 +153,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=2, help="runs proposed per round")
     ap.add_argument("--boundary-frac", type=float, default=0.0,
                     help="share of each round for OOM-boundary runs (the goal here is the best)")
+    ap.add_argument("--gain", default="expected-improvement",
+                    choices=("expected-improvement", "probability-best"),
+                    help="how the loop values a candidate (surrogate.active.Acquisition.gain)")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--cache-dir", default="benchmarks/.cache/active_replay")
     ap.add_argument("--no-mlflow", action="store_true")
@@ -200,6 +204,11 @@ def main() -> None:
         print(f"cells without a completed run (not counted): {', '.join(skipped)}")
     print(f"\nshare of {len(table)} cells hit within {BUDGET} runs: "
           + ", ".join(f"{k} {v:.0%}" for k, v in within.items()))
+    loop = table["loop"].fillna(np.inf)
+    print(f"loop: within {SHORT} runs in {np.mean(loop <= SHORT):.0%} of cells, within "
+          f"{BUDGET} in {np.mean(loop <= BUDGET):.0%}; behind the initial ranking by at most "
+          f"{(loop - table['greedy'].fillna(np.inf)).replace(np.nan, 0).max():g} runs "
+          f"(inf: the loop missed where the ranking found)")
     print(f"median runs: loop {table['loop'].median()}, rules {table['rules'].median()}, "
           f"greedy {table['greedy'].median()}, random (mean over seeds) "
           f"{table['random_mean'].median():.1f}")

@@ -36,7 +36,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 
     from surrogate.learned import SurrogateModel
     from surrogate.progress import ProgressFn
+    from surrogate.search import RankBy
 
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
@@ -67,12 +68,19 @@ class Acquisition:
     """Share of the k slots for layouts near the OOM boundary."""
     diversity_scale: float = 1.0
     """Length scale of the diversity penalty, in doublings (0 disables it)."""
+    gain: Literal["expected-improvement", "probability-best"] = "expected-improvement"
+    """How the slots that look for the best value a candidate: its expected improvement, or
+    its probability of being the best of the candidates and above the incumbent
+    (:func:`probability_best`: errors correlated as :mod:`surrogate.best_odds` models them)."""
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.boundary_frac <= 1.0:
             raise ConfigError(f"boundary_frac must be in [0, 1], got {self.boundary_frac}")
         if self.diversity_scale < 0:
             raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
+        if self.gain not in ("expected-improvement", "probability-best"):
+            raise ConfigError(f"gain must be expected-improvement or probability-best, got "
+                              f"{self.gain!r}")
 
 
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
@@ -88,6 +96,14 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     ei = sigma * norm.pdf(z) + (mu - best) * norm.cdf(z)
     p_ok = scored["p_completed"].to_numpy(dtype=float)
     return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
+
+
+def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
+    """Each row's probability of completing with the highest MFU of the rows and above
+    ``best`` (:func:`surrogate.best_odds.p_best`; 0 where the rows have no interval)."""
+    from surrogate.best_odds import p_best
+
+    return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
 
 
 def boundary_value(scored: pd.DataFrame) -> np.ndarray:
@@ -135,10 +151,12 @@ def select(
         likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
         mu = scored["pred_mfu"].to_numpy(dtype=float)
         best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
-    values = {"expected-improvement": expected_improvement(scored, best_measured),
-              "oom-boundary": boundary_value(scored)}
+    values = {"oom-boundary": boundary_value(scored)}
+    values[acq.gain] = (expected_improvement(scored, best_measured)
+                        if acq.gain == "expected-improvement"
+                        else probability_best(scored, best_measured))
     n_boundary = round(k * acq.boundary_frac)
-    plan = ["expected-improvement"] * (k - n_boundary) + ["oom-boundary"] * n_boundary
+    plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
     vectors = np.stack([layout_vector(c) for c in configs])
     picked_vecs = [layout_vector(c) for c in ran]
     out: list[tuple[int, str, float]] = []
@@ -240,7 +258,8 @@ def write_round(
             "goal": dict(goal),
             "model": dict(model_info),
             "acquisition": {"boundary_frac": acquisition.boundary_frac,
-                            "diversity_scale": acquisition.diversity_scale},
+                            "diversity_scale": acquisition.diversity_scale,
+                            "gain": acquisition.gain},
             "proposals": records,
         }
         (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))
@@ -548,19 +567,24 @@ def propose(
     round_number: int | None = None,
     steps: int = 50,
     progress: ProgressFn | None = None,
+    rank: RankBy = "mean",
 ) -> Path:
     """Propose ``k`` runs in ``space`` (a :class:`~surrogate.space.LayoutSpace`, enumerated
     whole) and write the round. ``runs``: the sweep table so far (its layouts are not
     proposed again; its best completed MFU is the incumbent of expected improvement). Only
     layouts that can be written as torchtitan runs are proposed. ``progress`` hears of each
-    stage (:mod:`surrogate.progress`)."""
+    stage (:mod:`surrogate.progress`). ``rank``: how the proposals are listed, by predicted
+    MFU (``"mean"``) or by its 10% quantile (``"safe"``); each carries ``p_best``, its
+    probability of being the best of the proposals (:func:`surrogate.best_odds.p_best`)."""
     from surrogate.frameworks import get_framework
     from surrogate.launch import LAUNCH_FRAMEWORK, launch_problem
     from surrogate.prediction import resolve_model
     from surrogate.progress import report
-    from surrogate.search import Limits, score_configs
+    from surrogate.search import RANK_COLUMNS, Limits, score_configs
 
     check_new_round_dir(round_dir)  # before the work, not after it
+    if rank not in RANK_COLUMNS:
+        raise ConfigError(f"rank must be mean or safe, got {rank!r}")
     for name, value in (("k", k), ("steps", steps), ("round_number", round_number)):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ConfigError(f"{name} must be >= 1, got {value!r}")
@@ -598,13 +622,28 @@ def propose(
             "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
             "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation",
             "correction_share")
-    chosen = [(candidates[i], reason, {"value": value, **{c: scored[c].iloc[i] for c in cols}})
-              for i, reason, value in picks]
+    chosen = _listed(scored, candidates, picks, cols, RANK_COLUMNS[rank])
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,
             "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
-            "candidates": len(candidates), "best_measured_mfu": best}
+            "candidates": len(candidates), "best_measured_mfu": best, "rank": rank}
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
                        acquisition=acq, round_number=round_number, steps=steps)
+
+
+def _listed(scored: pd.DataFrame, candidates: Sequence[TrainingConfig],
+            picks: Sequence[tuple[int, str, float]], cols: Sequence[str],
+            by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
+    """The picks with their scores and ``p_best`` among them, ordered by the column ``by``
+    (the predicted MFU or its 10% quantile; stable: ties keep the order they were picked)."""
+    from surrogate.best_odds import p_best
+
+    rows = scored.iloc[[i for i, _, _ in picks]].reset_index(drop=True)
+    odds = p_best(rows)
+    order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf),
+                       kind="stable")
+    return [(candidates[picks[j][0]], picks[j][1],
+             {"value": picks[j][2], **{c: rows[c].iloc[j] for c in cols},
+              "p_best": odds[j]}) for j in order]

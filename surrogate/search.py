@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import os
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -124,12 +124,33 @@ def _with_keys(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def rank(scored: pd.DataFrame) -> pd.DataFrame:
-    """Feasible layouts first, by predicted MFU (ties: fewer GPUs, then lower OOM risk)."""
+RankBy = Literal["mean", "safe"]
+RANK_COLUMNS: dict[str, str] = {"mean": "pred_mfu", "safe": "pred_mfu_lo"}
+"""What each ranking sorts by: ``mean`` the predicted MFU, ``safe`` the lower end of its 80%
+interval (its 10% quantile: a layout likely to be good, not only good on average)."""
+
+
+def rank(scored: pd.DataFrame, by: RankBy = "mean") -> pd.DataFrame:
+    """Feasible layouts first, by predicted MFU (``by="safe"``: by its 10% quantile, rows
+    without one last); ties: fewer GPUs, then lower OOM risk."""
+    column = _rank_column(by)
     order = scored.assign(_inf=~scored["feasible"]).sort_values(
-        ["_inf", "pred_mfu", "num_gpus", "p_oom"], ascending=[True, False, True, True],
+        ["_inf", column, "num_gpus", "p_oom"], ascending=[True, False, True, True],
         kind="mergesort")
     return order.drop(columns="_inf").reset_index(drop=True)
+
+
+def _rank_column(by: str) -> str:
+    if by not in RANK_COLUMNS:
+        raise ConfigError(f"rank must be mean or safe, got {by!r}")
+    return RANK_COLUMNS[by]
+
+
+TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",
+                                "p_best")
+"""What the top layouts carry besides :func:`score_configs`' columns: the tokens/s interval (the
+MFU interval's, in tokens/s per GPU) and the probability that the layout completes and is the
+fastest of the top ones (:func:`surrogate.best_odds.p_best`; NaN without intervals)."""
 
 
 @dataclass(kw_only=True)
@@ -137,7 +158,8 @@ class SearchResult:
     """What a search found."""
 
     top: pd.DataFrame
-    """The best feasible layouts (ranked :func:`score_configs` rows), at most k."""
+    """The best feasible layouts (ranked :func:`score_configs` rows and :data:`TOP_COLUMNS`),
+    at most k."""
     pareto: pd.DataFrame | None
     """Multi-objective modes: the feasible Pareto front, else None."""
     configs: dict[tuple[Any, ...], TrainingConfig]
@@ -163,6 +185,25 @@ def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     return [1.0, 1.0, 1.0] if value is None else list(value)
 
 
+@dataclass(frozen=True, kw_only=True)
+class _Scorer:
+    """How a search scores and ranks layouts: the model, the hardware, the limits, the rank."""
+
+    learned: SurrogateModel | None
+    profile: str | Path | PerfModel | None
+    limits: Limits
+    rank: RankBy
+
+    def ranked(self, configs: Sequence[TrainingConfig] | FlatTable, **kw: bool) -> pd.DataFrame:
+        return rank(score_configs(configs, model=self.learned, profile=self.profile,
+                                  limits=self.limits, **kw), self.rank)
+
+    def value(self, row: pd.Series) -> float:
+        """What optuna maximises: the ranked column (a missing lower end counts as 0)."""
+        v = float(row[RANK_COLUMNS[self.rank]])
+        return v if math.isfinite(v) else 0.0
+
+
 def search(
     space: LayoutSpace,
     *,
@@ -178,6 +219,7 @@ def search(
     enumerate_limit: int = DEFAULT_ENUMERATION_LIMIT,
     use_optuna: bool = True,
     progress: ProgressFn | None = None,
+    rank: RankBy = "mean",
 ) -> SearchResult:
     """Search ``space`` for the best layouts (module docstring).
 
@@ -203,97 +245,144 @@ def search(
         enumerate_limit: Largest number of points scored by enumeration.
         use_optuna: False scores the enumerated space alone.
         progress: Hears of the enumeration and of each trial (:mod:`surrogate.progress`).
+        rank: ``"mean"`` ranks (and optuna maximises) the predicted MFU; ``"safe"`` the lower
+            end of its 80% interval, its 10% quantile (:data:`RANK_COLUMNS`; needs a learned
+            model).
 
     Returns:
         A ``SearchResult``, the best feasible layouts ranked (or the least bad ones, with
-            a note, when none meets the limits), the Pareto front of a two-objective search, the
-            configuration of each key shown, and the trial counts.
+            a note, when none meets the limits) with each one's tokens/s interval and
+            probability of being the best of them (``p_best``, :mod:`surrogate.best_odds`), the
+            Pareto front of a two-objective search, the configuration of each key shown, and
+            the trial counts.
 
     Raises:
         ConfigError: No layout of the space is valid (the message names one rule its points
             break), the space is too large to enumerate without optuna trials, ``storage`` is
-            a URL optuna cannot open, or ``"mfu-vs-gpus"`` is asked of one node count.
+            a URL optuna cannot open, ``"mfu-vs-gpus"`` is asked of one node count, or
+            ``rank`` is not mean or safe (safe without a learned model).
         MissingExtraError: Optuna trials are asked for and the ``search`` extra (optuna) is not
             installed.
         NoModelError: ``model`` is a path that holds no saved model.
     """
     import pandas as pd
 
+    how = _scorer(space, model, profile, limits, objective, rank)
+    result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
+                          n_invalid=0, n_infeasible=0, study_name=None)
+    enum_frame = _score_enumerated(space, how, enumerate_limit, result, progress,
+                                   optuna_scores=use_optuna and n_trials > 0)
+    scored_rows = [] if enum_frame is None else [enum_frame]
+    invalid: list[str] = []  # optuna trials' broken rules
+    if use_optuna and n_trials > 0:
+        opt_frame, invalid = _score_trials(space, how, objective, n_trials, storage,
+                                           study_name, seed, enum_frame, result, progress)
+        scored_rows += [] if opt_frame is None else [opt_frame]
+    if not scored_rows:
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+    _choose(result, space, scored_rows, how, objective, top_k)
+    return result
+
+
+def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
+            profile: str | Path | PerfModel | None, limits: Limits | None,
+            objective: Objective, rank: RankBy) -> _Scorer:
+    """How :func:`search` scores, once its request is checked (its Raises)."""
     from surrogate.prediction import resolve_model
 
-    limits = limits or Limits()
+    _rank_column(rank)
     if objective == "mfu-vs-gpus" and len(space.node_counts) < 2:
         raise ConfigError("objective mfu-vs-gpus needs a range of node counts, got one")
     learned = resolve_model(model)
-    scored_rows: list[pd.DataFrame] = []
-    configs: dict[tuple[Any, ...], TrainingConfig] = {}
-    result = SearchResult(top=pd.DataFrame(), pareto=None, configs=configs, n_trials=0,
-                          n_invalid=0, n_infeasible=0, study_name=None)
+    if rank == "safe" and learned is None:
+        raise ConfigError("rank safe ranks by the lower end of the learned model's 80% interval, "
+                          "which the analytic model alone does not give: rank mean, or a "
+                          "learned model")
+    return _Scorer(learned=learned, profile=profile, limits=limits or Limits(), rank=rank)
 
-    enum_frame: pd.DataFrame | None = None
-    if space.is_enumerable(enumerate_limit):
-        report(progress, "enumerating and scoring the space", 0, 1)
-        every = space.table(enumerate_limit)
-        result.enumerated = table_len(every)
-        if result.enumerated:
-            enum_frame = rank(score_configs(every, model=learned, profile=profile,
-                                            limits=limits, labels=False, keys=False))
-            scored_rows.append(enum_frame)
-            if enum_frame["feasible"].iloc[0]:
-                result.enum_best = _labelled(enum_frame.head(1)).iloc[0]
-        report(progress, "enumerating and scoring the space", 1, 1)
-    elif not use_optuna or n_trials <= 0:  # nothing else would score a layout
-        space.enumerate(enumerate_limit)  # raises, saying why
 
-    opt_best_key: tuple[Any, ...] | None = None
-    invalid: list[str] = []  # optuna trials' broken rules
-    if use_optuna and n_trials > 0:
-        known = None if enum_frame is None else _score_cache(_with_keys(enum_frame))
-        study, found = _run_study(space, learned, profile, limits, objective, n_trials, storage,
-                                  study_name, seed, known, progress)
-        result.study_name = study.study_name
-        result.n_trials = len(study.trials)
-        result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
-        result.n_infeasible = sum(
-            1 for t in study.trials
-            if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
-        configs.update({layout_key(c): c for c in found})
-        invalid = [str(t.user_attrs["invalid"]) for t in study.trials
-                   if t.user_attrs.get("invalid")]
-        if found:
-            opt_frame = rank(score_configs(found, model=learned, profile=profile, limits=limits))
-            scored_rows.append(opt_frame)
-            if opt_frame["feasible"].iloc[0]:
-                opt_best_key = opt_frame["key"].iloc[0]
+def _score_enumerated(space: LayoutSpace, how: _Scorer, limit: int, result: SearchResult,
+                      progress: ProgressFn | None, *, optuna_scores: bool) -> pd.DataFrame | None:
+    """The enumerated space scored and ranked (None: too large, or no valid layout); records
+    the count and the best in ``result``. Raises when the space is too large and no optuna
+    trial would score a layout."""
+    if not space.is_enumerable(limit):
+        if not optuna_scores:
+            space.enumerate(limit)  # raises, saying why
+        return None
+    report(progress, "enumerating and scoring the space", 0, 1)
+    every = space.table(limit)
+    result.enumerated = table_len(every)
+    frame = None
+    if result.enumerated:
+        frame = how.ranked(every, labels=False, keys=False)
+        if frame["feasible"].iloc[0]:
+            result.enum_best = _labelled(frame.head(1)).iloc[0]
+    report(progress, "enumerating and scoring the space", 1, 1)
+    return frame
 
-    if result.enum_best is not None and use_optuna and n_trials > 0:
-        result.optuna_found_enum_best = opt_best_key == result.enum_best["key"]
-    if not scored_rows:
-        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+
+def _score_trials(space: LayoutSpace, how: _Scorer, objective: Objective, n_trials: int,
+                  storage: str | None, study_name: str | None, seed: int,
+                  enum_frame: pd.DataFrame | None, result: SearchResult,
+                  progress: ProgressFn | None) -> tuple[pd.DataFrame | None, list[str]]:
+    """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
+    rules the invalid ones broke; the counts, the configurations and whether optuna found the
+    enumerated best go to ``result``."""
+    known = None if enum_frame is None else _score_cache(_with_keys(enum_frame), how)
+    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, known,
+                              progress)
+    result.study_name = study.study_name
+    result.n_trials = len(study.trials)
+    result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
+    result.n_infeasible = sum(
+        1 for t in study.trials if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
+    result.configs.update({layout_key(c): c for c in found})
+    invalid = [str(t.user_attrs["invalid"]) for t in study.trials if t.user_attrs.get("invalid")]
+    frame = how.ranked(found) if found else None
+    if result.enum_best is not None:
+        result.optuna_found_enum_best = bool(
+            frame is not None and frame["feasible"].iloc[0]
+            and frame["key"].iloc[0] == result.enum_best["key"])
+    return frame, invalid
+
+
+def _choose(result: SearchResult, space: LayoutSpace, scored_rows: list[pd.DataFrame],
+            how: _Scorer, objective: Objective, top_k: int) -> None:
+    """Fill ``result``'s top (with each one's odds of being the best), Pareto front, notes and
+    the configurations of the layouts shown, from every layout scored."""
+    import pandas as pd
+
+    from surrogate.best_odds import p_best
+
     every_scored = (scored_rows[0] if len(scored_rows) == 1  # ranked, its keys distinct
-                    else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key")))
+                    else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"),
+                              how.rank))
     feasible = every_scored[every_scored["feasible"]]
     if objective != "mfu":
         # Over every layout scored: the enumerated space (exact) and optuna's trials. Optuna's
         # alone may hold no feasible layout when most of its trials are invalid points.
-        result.pareto = _pareto(every_scored, objective)
+        result.pareto = _labelled(_pareto(every_scored, objective, RANK_COLUMNS[how.rank]))
     if feasible.empty:
+        limits = how.limits
         result.notes.append(
             f"no layout meets the limits (p_oom <= {limits.max_p_oom}, memory margin "
             f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones"
             + ("" if objective == "mfu" else " and the Pareto front is empty"))
         feasible = every_scored
-    result.top = _labelled(feasible.head(top_k).reset_index(drop=True))
-    if result.pareto is not None:
-        result.pareto = _labelled(result.pareto)
+    top = _labelled(feasible.head(top_k).reset_index(drop=True))
+    ratio = top["pred_tokens_per_s_per_gpu"] / top["pred_mfu"]  # tokens/s per unit of MFU
+    top["pred_tokens_per_s_per_gpu_lo"] = ratio * top["pred_mfu_lo"]
+    top["pred_tokens_per_s_per_gpu_hi"] = ratio * top["pred_mfu_hi"]
+    top["p_best"] = p_best(top)
+    result.top = top
     shown = [result.top] if result.pareto is None else [result.top, result.pareto]
     for frame in shown:  # enumerated layouts are rows of a table: their configurations,
         # with the model's name, which no column holds (launch files name its flavour)
         for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
-            if key not in configs:
-                configs[key] = config_from_flat({**row, "name": space.model.name},
-                                                global_batch_seqs=space.global_batch_seqs)
-    return result
+            if key not in result.configs:
+                result.configs[key] = config_from_flat({**row, "name": space.model.name},
+                                                       global_batch_seqs=space.global_batch_seqs)
 
 
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
@@ -324,19 +413,25 @@ def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
 
 
 def _score_cache(
-    frame: pd.DataFrame,
+    frame: pd.DataFrame, how: _Scorer,
 ) -> dict[tuple[Any, ...], tuple[float, float, float, float, float]]:
-    cols = ["pred_mfu", "p_oom", "pred_device_mem_gib", "capacity_gib", "num_gpus"]
-    return {key: tuple(float(v) for v in vals)  # type: ignore[misc]
-            for key, vals in zip(frame["key"], frame[cols].to_numpy(), strict=True)}
+    """Per key: optuna's value (:meth:`_Scorer.value`), p_oom, peak and capacity GiB, GPUs."""
+    import numpy as np
+
+    cols = ["p_oom", "pred_device_mem_gib", "capacity_gib", "num_gpus"]
+    values = np.nan_to_num(frame[RANK_COLUMNS[how.rank]].to_numpy(dtype=float), nan=0.0)
+    return {key: (float(value), float(p), float(peak), float(cap), float(gpus))
+            for key, value, (p, peak, cap, gpus) in zip(frame["key"], values,
+                                                        frame[cols].to_numpy(), strict=True)}
 
 
-def _pareto(frame: pd.DataFrame, objective: Objective) -> pd.DataFrame:
-    """Feasible rows not dominated in (max pred_mfu, min p_oom | min num_gpus)."""
+def _pareto(frame: pd.DataFrame, objective: Objective, column: str = "pred_mfu") -> pd.DataFrame:
+    """Feasible rows not dominated in (max ``column``: the predicted MFU or its 10% quantile,
+    min p_oom | min num_gpus)."""
     import numpy as np
 
     second = "p_oom" if objective == "mfu-vs-oom" else "num_gpus"
-    f = frame[frame["feasible"]].sort_values(["pred_mfu", second], ascending=[False, True])
+    f = frame[frame["feasible"]].sort_values([column, second], ascending=[False, True])
     values = f[second].to_numpy(dtype=np.float64)
     best_before = np.minimum.accumulate(np.concatenate([[math.inf], values[:-1]]))
     return f[values < best_before].reset_index(drop=True)
@@ -344,9 +439,7 @@ def _pareto(frame: pd.DataFrame, objective: Objective) -> pd.DataFrame:
 
 def _run_study(
     space: LayoutSpace,
-    learned: SurrogateModel | None,
-    profile: str | Path | PerfModel | None,
-    limits: Limits,
+    how: _Scorer,
     objective: Objective,
     n_trials: int,
     storage: str | None,
@@ -361,25 +454,9 @@ def _run_study(
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    choices = space.choices()
     # optuna >= 5 reads constraints set on the trial; older versions take constraints_func.
     native = hasattr(optuna.trial.Trial, "set_constraint")
-    extra: dict[str, Any] = {} if native else {"constraints_func": _constraints}
-    sampler: optuna.samplers.BaseSampler
-    if objective == "mfu":
-        sampler = optuna.samplers.TPESampler(seed=seed, **extra,
-                                             n_startup_trials=min(20, max(1, n_trials // 4)))
-        directions: list[Literal["minimize", "maximize"]] = ["maximize"]
-    else:
-        sampler = optuna.samplers.NSGAIISampler(seed=seed, **extra,
-                                                population_size=min(50, max(4, n_trials // 4)))
-        directions = ["maximize", "minimize"]
-
-    def constrain(trial: optuna.Trial, values: list[float]) -> None:
-        trial.set_user_attr("constraints", values)
-        if native:
-            for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
-                trial.set_constraint(name, value)
+    sampler, directions = _sampler(objective, n_trials, seed, native)
     if storage is not None:
         from surrogate.stores import check_storage, ensure_sqlite_dir
 
@@ -388,10 +465,52 @@ def _run_study(
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=directions, load_if_exists=study_name is not None)
     # Scores of the enumerated space, when there is one: the same numbers, looked up.
-    cache = dict(known or {})
     found: dict[tuple[Any, ...], TrainingConfig] = {}
+    run = _trial_objective(space, how, objective, dict(known or {}), found, native)
+    stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
+    report(progress, stage, 0, n_trials)
+    finished = 0
 
+    def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal finished
+        finished += 1
+        report(progress, stage, finished, n_trials)
+
+    study.optimize(run, n_trials=n_trials, callbacks=[tick])
+    return study, list(found.values())
+
+
+def _sampler(objective: Objective, n_trials: int, seed: int, native: bool,
+             ) -> tuple[optuna.samplers.BaseSampler, list[Literal["minimize", "maximize"]]]:
+    """TPE for one objective, NSGA-II for two, and the study's directions."""
+    import optuna
+
+    extra: dict[str, Any] = {} if native else {"constraints_func": _constraints}
+    if objective == "mfu":
+        return (optuna.samplers.TPESampler(seed=seed, **extra,
+                                           n_startup_trials=min(20, max(1, n_trials // 4))),
+                ["maximize"])
+    return (optuna.samplers.NSGAIISampler(seed=seed, **extra,
+                                          population_size=min(50, max(4, n_trials // 4))),
+            ["maximize", "minimize"])
+
+
+def _trial_objective(
+    space: LayoutSpace, how: _Scorer, objective: Objective,
+    cache: dict[tuple[Any, ...], tuple[float, float, float, float, float]],
+    found: dict[tuple[Any, ...], TrainingConfig], native: bool,
+) -> Callable[[optuna.Trial], float | tuple[float, float]]:
+    """Optuna's objective: a trial's layout built, scored (or looked up in ``cache``), its
+    constraints set and its values returned; each valid layout lands in ``found``."""
+    choices = space.choices()
     worker = f"{socket.gethostname()}:{os.getpid()}"  # which of several workers ran a trial
+    limits = how.limits
+
+    def constrain(trial: optuna.Trial, values: list[float]) -> None:
+        trial.set_user_attr("constraints", values)
+        if native:
+            for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
+                trial.set_constraint(name, value)
 
     def run(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", worker)
@@ -415,30 +534,20 @@ def _run_study(
                                                    else float(space.node_counts[-1]))
         key = layout_key(cfg)
         if key not in cache:
-            s = score_configs([cfg], model=learned, profile=profile, limits=limits).iloc[0]
-            cache[key] = (float(s["pred_mfu"]), float(s["p_oom"]), float(s["pred_device_mem_gib"]),
+            s = score_configs([cfg], model=how.learned, profile=how.profile,
+                              limits=limits).iloc[0]
+            cache[key] = (how.value(s), float(s["p_oom"]), float(s["pred_device_mem_gib"]),
                           float(s["capacity_gib"]), float(s["num_gpus"]))
         found[key] = cfg
-        mfu, p_oom, peak, cap, gpus = (float(v) for v in cache[key])
+        value, p_oom, peak, cap, gpus = (float(v) for v in cache[key])
         constrain(trial, [0.0, p_oom - limits.max_p_oom,
                           peak - (1.0 - limits.memory_margin_frac) * cap])
         trial.set_user_attr("layout", layout_label(cfg))
         if objective == "mfu":
-            return mfu
-        return mfu, p_oom if objective == "mfu-vs-oom" else gpus
+            return value
+        return value, p_oom if objective == "mfu-vs-oom" else gpus
 
-    stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
-    report(progress, stage, 0, n_trials)
-
-    finished = 0
-
-    def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
-        nonlocal finished
-        finished += 1
-        report(progress, stage, finished, n_trials)
-
-    study.optimize(run, n_trials=n_trials, callbacks=[tick])
-    return study, list(found.values())
+    return run
 
 
 def scored_to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:

@@ -52,6 +52,35 @@ def test_propose_writes_a_round_and_refuses_to_overwrite(tmp_path: Path) -> None
     assert read_round(second)["round"] == 2
 
 
+def test_propose_lists_its_runs_by_the_rank_with_their_odds(tmp_path: Path) -> None:
+    mean = pd.read_csv(propose(space(), tmp_path / "r1", k=4) / "proposals.csv")
+    assert mean["pred_mfu"].is_monotonic_decreasing
+    assert 0 < mean["p_best"].sum() <= 1 + 1e-9
+    safe = propose(space(), tmp_path / "r2", k=4, rank="safe")
+    listed = pd.read_csv(safe / "proposals.csv")
+    assert listed["pred_mfu_lo"].is_monotonic_decreasing
+    assert read_round(safe)["goal"]["rank"] == "safe"
+    assert set(listed["layout"]) == set(mean["layout"])  # the same picks, listed otherwise
+    with pytest.raises(ConfigError, match="rank must be mean or safe"):
+        propose(space(), tmp_path / "r3", k=4, rank="best")  # type: ignore[arg-type]
+
+
+def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
+    """The other gain: each pick's value is its probability of being the best candidate and
+    above the incumbent; none can beat an incumbent far above every prediction."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    acq = Acquisition(boundary_frac=0.0, gain="probability-best")
+    picks = select(scored, configs, 3, acquisition=acq)
+    assert {reason for _, reason, _ in picks} == {"probability-best"}
+    values = [v for _, _, v in picks]
+    assert 0 < sum(values) <= 1 and values[0] == max(values)
+    high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
+    assert high[0][2] == 0.0
+    with pytest.raises(ConfigError, match="gain must be"):
+        Acquisition(gain="luck")  # type: ignore[arg-type]
+
+
 def test_picks_are_diverse_not_near_copies() -> None:
     configs = space().enumerate()
     scored = score_configs(configs)

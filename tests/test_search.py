@@ -8,7 +8,7 @@ import pytest
 
 from surrogate.errors import ConfigError
 from surrogate.presets import get_preset
-from surrogate.search import Limits, rank, score_configs, search
+from surrogate.search import TOP_COLUMNS, Limits, rank, score_configs, search
 from surrogate.space import LayoutSpace, layout_label
 
 TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
@@ -51,7 +51,8 @@ def test_search_labels_the_rows_it_shows() -> None:
     labelled = score_configs(space.enumerate(), model=None)
     for frame in (result.top, result.pareto):
         assert frame is not None and len(frame) >= 1
-        assert list(frame.columns) == [*labelled.columns]
+        extra = TOP_COLUMNS if frame is result.top else ()
+        assert list(frame.columns) == [*labelled.columns, *extra]
         assert list(frame["layout"]) == [layout_label(result.configs[k]) for k in frame["key"]]
     assert result.enum_best is not None
     assert result.enum_best["layout"] == result.top["layout"].iloc[0]
@@ -150,3 +151,27 @@ def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> N
     partial = [c for c in result.configs.values() if c.layout.recompute_layers]
     assert all(c.layout.framework == "megatron" for c in partial)
     assert result.enumerated is not None and result.enumerated == len(space.enumerate())
+
+
+def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
+    """rank safe sorts the feasible layouts by pred_mfu_lo; the top carries p_best (at most 1
+    in sum, the same on a second search) and the tokens/s interval around the prediction."""
+    scored = score_configs(tiny().enumerate())
+    safe = rank(scored, "safe")
+    assert safe[safe["feasible"]]["pred_mfu_lo"].is_monotonic_decreasing
+    result = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    assert result.top["pred_mfu_lo"].is_monotonic_decreasing
+    assert list(result.top["key"]) == list(safe[safe["feasible"]]["key"].head(4))
+    assert 0 < result.top["p_best"].sum() <= 1 + 1e-9
+    again = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    assert list(again.top["p_best"]) == list(result.top["p_best"])
+    top = result.top
+    assert (top["pred_tokens_per_s_per_gpu_lo"] <= top["pred_tokens_per_s_per_gpu"]).all()
+    assert (top["pred_tokens_per_s_per_gpu"] <= top["pred_tokens_per_s_per_gpu_hi"]).all()
+
+
+def test_safe_needs_intervals_and_rank_names_its_choices() -> None:
+    with pytest.raises(ConfigError, match="rank safe"):
+        search(tiny(), model=None, n_trials=0, use_optuna=False, rank="safe")
+    with pytest.raises(ConfigError, match="mean or safe"):
+        search(tiny(), n_trials=0, use_optuna=False, rank="best")  # type: ignore[arg-type]

@@ -141,7 +141,8 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
     """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
     the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
     ``reasons`` adds why each was proposed; ``frameworks`` names each layout's framework
-    (a space of several). Peak memory is the device's (the CUDA context included), its
+    (a space of several); a ``p_best`` column is shown as P(best) (not beside the reasons
+    in a narrow table). Peak memory is the device's (the CUDA context included), its
     interval too."""
     from rich.markup import escape
     from rich.table import Table
@@ -150,7 +151,9 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
     cols = ["#", "nodes", "layout", "MFU", "80% interval"]
     cols += [] if narrow else ["tokens/s/GPU", "step s"]
     cols += ["peak GiB"] + (["peak 80%"] if full else [])
-    cols += ["p_oom"] + (["why"] if reasons else [])
+    odds = "p_best" in frame.columns and bool(frame["p_best"].notna().any()) and not (
+        narrow and reasons)  # at 80 columns the reasons need the room
+    cols += ["p_oom"] + (["P(best)"] if odds else []) + (["why"] if reasons else [])
     for col in cols:
         text = col in ("layout", "why")
         t.add_column(col, justify="left" if text else "right", no_wrap=not text,
@@ -165,6 +168,6 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
         row += [f"{r['pred_device_mem_gib']:.1f}"]
         if full:
             row += [memory_interval(r)]
-        row += [f"{r['p_oom']:.2f}"]
+        row += [f"{r['p_oom']:.2f}"] + ([f"{r['p_best']:.0%}"] if odds else [])
         t.add_row(*row, *([escape(reason(r))] if reasons else []))
     return t

@@ -282,6 +282,9 @@ AnalyticOpt = Annotated[bool, _option(
     "--analytic", help="The analytic model alone, without the learned correction.",
     panel=OUTPUT)]
 JsonOpt = Annotated[bool, _option("--json", help="Print JSON instead of tables.", panel=OUTPUT)]
+RankOpt = Annotated[str, _option(
+    "--rank", help="mean: rank by predicted MFU; safe: by its 10% quantile (the 80% "
+    "interval's lower end).", panel=OUTPUT, metavar="mean|safe")]
 WideOpt = Annotated[bool, _option(
     "--wide", help="Every column, at least 160 characters wide (default: fewer columns below "
     "110).", panel=OUTPUT)]

@@ -11,6 +11,7 @@ from surrogate.cli.app import app
 from surrogate.cli.options import (
     ModelDirOpt,
     ModelOptions,
+    RankOpt,
     SpaceOptions,
     WideOpt,
     at_least,
@@ -45,6 +46,7 @@ def propose_cmd(
         "Round number (default: next after the sibling rounds).", metavar="N")] = None,
     steps: Annotated[int, _opt("Training steps per proposed run.", metavar="N")] = 50,
     wide: WideOpt = False,
+    rank: RankOpt = "mean",
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
@@ -71,7 +73,8 @@ def propose_cmd(
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=space_options.limits(max_p_oom), acquisition=acquisition,
-                      runs=table, round_number=round_number, steps=steps, progress=report)
+                      runs=table, round_number=round_number, steps=steps, progress=report,
+                      rank=rank)  # type: ignore[arg-type]
     _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide)
     import shlex
 

@@ -16,6 +16,7 @@ from surrogate.cli.options import (
     JsonOpt,
     ModelDirOpt,
     ModelOptions,
+    RankOpt,
     SpaceOptions,
     WideOpt,
     at_least,
@@ -81,6 +82,7 @@ def search_cmd(
     launch_dir: Annotated[Path | None, typer.Option(
         help="Write torchtitan TOML + torchrun + sbatch per top layout here.", metavar="DIR",
         rich_help_panel=OUTPUT)] = None,
+    rank: RankOpt = "mean",
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of
     thumb pick)."""
@@ -96,7 +98,7 @@ def search_cmd(
     space = space_options.space(m)
     limits = space_options.limits(max_p_oom)
     learned: Any = None if analytic else (model_dir or "default")
-    result = _run_search(space, learned, limits, study, progress=not as_json)
+    result = _run_search(space, learned, limits, study, rank=rank, progress=not as_json)
     rules_row = score_configs([rules_pick(space)], model=learned, limits=limits)
     from surrogate.cli.display import seq_len_note
 
@@ -111,7 +113,7 @@ def search_cmd(
                   objective=study.objective, notes=notes, written=written, wide=wide)
 
 
-def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *,
+def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, rank: str,
                 progress: bool) -> Any:
     """:func:`surrogate.search.search` with progress bars; a failing storage's error in a
     line."""
@@ -125,7 +127,8 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *,
             return search(space, model=learned, limits=limits,
                           objective=study.objective,  # type: ignore[arg-type]
                           n_trials=study.trials, top_k=study.top_k, storage=study.storage,
-                          study_name=study.study_name, seed=study.seed, progress=report)
+                          study_name=study.study_name, seed=study.seed, progress=report,
+                          rank=rank)  # type: ignore[arg-type]
     except SQLAlchemyError as e:  # the database of --storage: unreachable, refused, locked
         from surrogate.errors import DataError
 

@@ -47,6 +47,25 @@ def test_search_table(capsys: pytest.CaptureFixture[str],
     assert "┃ tokens/s/GPU" in wide and "peak 80%" in wide
 
 
+def test_search_ranks_safe_and_shows_the_odds(capsys: pytest.CaptureFixture[str],
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    assert main(["search", *SMALL, "--trials", "0", "--json", "--rank", "safe"]) == 0
+    top = json.loads(capsys.readouterr().out)["top"]
+    lows = [r["pred_mfu_lo"] for r in top]
+    assert lows == sorted(lows, reverse=True)
+    assert 0 < sum(r["p_best"] for r in top) <= 1 + 1e-9
+    assert all(r["pred_tokens_per_s_per_gpu_lo"] <= r["pred_tokens_per_s_per_gpu"] for r in top)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["search", *SMALL, "--trials", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "P(best)" in text and max(len(line) for line in text.splitlines()) <= 80
+    assert main(["search", *SMALL, "--trials", "0", "--rank", "best"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "rank must be mean or safe" in err
+    assert main(["search", *SMALL, "--trials", "0", "--rank", "safe", "--analytic"]) == 2
+    assert "rank safe" in capsys.readouterr().err
+
+
 def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture[str],
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import copy
