@@ -103,29 +103,49 @@ def _regret(done: pd.DataFrame) -> np.ndarray:
     return np.asarray(regrets, dtype=float)
 
 
+def _measured(res: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The completed runs with an MFU, and those of them with a measured peak memory."""
+    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    return done, done[done["peak_mem_reserved_gib"] > 0]
+
+
+def interval_hits(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Whether each measured run lies inside its 80% interval: MFU over the completed runs
+    (the step time's interval is the same one, step time = FLOPs / MFU), peak memory over
+    those with a measured memory, against the rank its memory was logged on (empty without
+    memory intervals); indexed like ``res``."""
+    import pandas as pd
+
+    done, mem = _measured(res)
+    inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
+    mem_inside = pd.Series([], dtype=bool)
+    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
+        pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
+                       else "pred_peak_mem_gib"]
+        logged = (pred_mem / mem["pred_peak_mem_gib"]).to_numpy()  # the logged rank's share
+        measured = mem["peak_mem_reserved_gib"].to_numpy()
+        mem_inside = pd.Series((mem["pred_peak_mem_lo_gib"].to_numpy() * logged <= measured)
+                               & (measured <= mem["pred_peak_mem_hi_gib"].to_numpy() * logged),
+                               index=mem.index)
+    return inside, mem_inside
+
+
 def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     """Metrics of a table of runs with prediction columns (module docstring)."""
     from scipy.stats import spearmanr
 
-    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    done, mem = _measured(res)
     ape = ((done["pred_mfu"] - done["mfu"]).abs() / done["mfu"]).to_numpy()
     big = done["mfu"].to_numpy() >= 0.10
     judged = res[res["status"].isin(["completed", "oom"])]
     true_oom = (judged["status"] == "oom").to_numpy()
     pred_oom = (judged["pred_status"] == "oom").to_numpy()
     hits = float((true_oom & pred_oom).sum())
-    mem = done[done["peak_mem_reserved_gib"] > 0]
     # against the prediction for the rank each run's memory was logged on (surrogate.scoring)
     pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_gib"]
     mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
-    inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
-    mem_inside = np.array([])
-    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
-        logged = (pred_mem / mem["pred_peak_mem_gib"]).to_numpy()  # the logged rank's share
-        measured = mem["peak_mem_reserved_gib"].to_numpy()
-        mem_inside = ((mem["pred_peak_mem_lo_gib"].to_numpy() * logged <= measured)
-                      & (measured <= mem["pred_peak_mem_hi_gib"].to_numpy() * logged))
+    inside, mem_inside = interval_hits(res)
     regret = _regret(done)
     nan = float("nan")
     return {
@@ -149,6 +169,65 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
         if len(done) and done["pred_mfu_lo"].notna().any() else nan,
         "memory_interval_coverage": float(mem_inside.mean()) if len(mem_inside) else nan,
     }
+
+
+COVERAGE_TARGET = 0.8
+"""The intervals' nominal coverage."""
+COVERAGE_FLOOR = 0.7
+"""The least coverage a group of held-out runs should see (:func:`coverage_by_group`)."""
+MIN_GROUP_RUNS = 15
+"""The fewest measured runs of a group whose coverage :func:`coverage_by_group` reports: a
+coverage over fewer is too noisy to judge (at 80% over 15 runs its standard error is 10
+points)."""
+NODE_BANDS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4), (8, 16), (32, 64), (128, 1 << 30))
+"""Node-count bands of :func:`coverage_by_group` (inclusive)."""
+
+
+def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
+    """The groupings :func:`coverage_by_group` reports, one label per run: the node-count
+    band, the framework (its version, where the runs carry one) and pipeline or none."""
+    import pandas as pd
+
+    nodes = res["num_nodes"].to_numpy()
+    band = np.full(len(res), "", dtype=object)
+    for lo, hi in NODE_BANDS:
+        sel = (nodes >= lo) & (nodes <= hi)
+        band[sel] = (f"{lo} node{'s' if lo > 1 else ''}" if lo == hi
+                     else f"{lo}+ nodes" if hi >= 1 << 30 else f"{lo}-{hi} nodes")
+    framework = res["framework"].astype(str)
+    if "framework_version" in res:
+        version = res["framework_version"].fillna("").astype(str)
+        framework = framework.where(version == "", framework + "/" + version)
+    return {"nodes": pd.Series(band, index=res.index),
+            "framework": framework,
+            "pipeline": pd.Series(np.where(res["pp"].to_numpy() > 1, "pp>1", "pp=1"),
+                                  index=res.index)}
+
+
+def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
+                      floor: float = COVERAGE_FLOOR) -> pd.DataFrame:
+    """Coverage of the 80% MFU (and step time) and peak memory intervals of held-out runs per
+    group of :func:`coverage_groups` with at least ``min_runs`` measured runs of that
+    quantity (NaN with fewer): columns grouping, group, mfu_runs, mfu_coverage, memory_runs,
+    memory_coverage, and ``below``: which of the two fall under ``floor``."""
+    import pandas as pd
+
+    inside, mem_inside = interval_hits(res)
+    rows = []
+    for grouping, labels in coverage_groups(res).items():
+        for group in sorted(labels.unique()):
+            row: dict[str, Any] = {"grouping": grouping, "group": group}
+            below = []
+            for name, hits in (("mfu", inside), ("memory", mem_inside)):
+                mine = hits[labels.loc[hits.index] == group] if len(hits) else hits
+                row[f"{name}_runs"] = len(mine)
+                row[f"{name}_coverage"] = (float(mine.mean()) if len(mine) >= min_runs
+                                           else float("nan"))
+                if row[f"{name}_coverage"] < floor:
+                    below.append(name)
+            row["below"] = ", ".join(below)
+            rows.append(row)
+    return pd.DataFrame(rows)
 
 
 RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)

@@ -247,3 +247,29 @@ def test_the_oom_probability_has_a_reliability_table():
     assert high["said"] == pytest.approx(0.9) and high["ran_out"] == 1.0
     low = table[table["runs"] == n - 10].iloc[0]
     assert low["said"] == pytest.approx(0.1) and low["ran_out"] == 0.0
+
+
+def test_coverage_per_group_reports_groups_of_enough_runs_and_flags_the_low_ones():
+    """Synthetic held-out runs: 20 on one node, all inside their intervals; 20 on 32 nodes
+    with a pipeline, 10 of them outside; 5 on 8 nodes (too few to judge)."""
+    from training.evaluate import coverage_by_group
+
+    nodes = [1] * 20 + [32] * 20 + [8] * 5
+    mfu = np.full(len(nodes), 0.4)
+    hi = np.where(np.arange(len(nodes)) >= 30, 0.3, 0.5)  # runs 30-39 (32 nodes) missed
+    res = pd.DataFrame({
+        "num_nodes": nodes, "pp": [1] * 20 + [4] * 25, "framework": "nanotron",
+        "framework_version": "pp-fix", "status": "completed", "mfu": mfu,
+        "pred_mfu_lo": 0.2, "pred_mfu_hi": hi, "peak_mem_reserved_gib": 40.0,
+        "pred_peak_mem_gib": 40.0, "pred_peak_mem_lo_gib": 35.0, "pred_peak_mem_hi_gib": 45.0,
+    })
+    res.loc[40:, "pred_mfu_hi"] = 0.5
+    table = coverage_by_group(res).set_index(["grouping", "group"])
+    assert table.loc[("nodes", "1 node"), "mfu_coverage"] == 1.0
+    assert table.loc[("nodes", "32-64 nodes"), "mfu_coverage"] == 0.5
+    assert table.loc[("nodes", "32-64 nodes"), "below"] == "mfu"
+    assert math.isnan(table.loc[("nodes", "8-16 nodes"), "mfu_coverage"])  # 5 runs
+    assert table.loc[("nodes", "8-16 nodes"), "mfu_runs"] == 5
+    assert table.loc[("pipeline", "pp>1"), "mfu_coverage"] == pytest.approx(15 / 25)
+    assert table.loc[("framework", "nanotron/pp-fix"), "memory_coverage"] == 1.0
+    assert table.loc[("framework", "nanotron/pp-fix"), "below"] == ""
