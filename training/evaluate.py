@@ -205,14 +205,16 @@ def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
 
 
 def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
-                      floor: float = COVERAGE_FLOOR) -> pd.DataFrame:
+                      floor: float = COVERAGE_FLOOR,
+                      hits: tuple[pd.Series, pd.Series] | None = None) -> pd.DataFrame:
     """Coverage of the 80% MFU (and step time) and peak memory intervals of held-out runs per
     group of :func:`coverage_groups` with at least ``min_runs`` measured runs of that
     quantity (NaN with fewer): columns grouping, group, mfu_runs, mfu_coverage, memory_runs,
-    memory_coverage, and ``below``: which of the two fall under ``floor``."""
+    memory_coverage, and ``below``: which of the two fall under ``floor`` (``hits``: whether
+    each run is inside, :func:`interval_hits` by default)."""
     import pandas as pd
 
-    inside, mem_inside = interval_hits(res)
+    inside, mem_inside = interval_hits(res) if hits is None else hits
     rows = []
     for grouping, labels in coverage_groups(res).items():
         for group in sorted(labels.unique()):
@@ -228,6 +230,73 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
             row["below"] = ", ".join(below)
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def scale_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per measured run (as :func:`interval_hits`), the factor k on its interval's log
+    half-widths that would just hold the measured value: the interval [pred (lo / pred)^k,
+    pred (hi / pred)^k] holds it exactly where k >= this (1: the interval as given; inf: no
+    width on the side the value lies)."""
+    import pandas as pd
+
+    def needed(y: np.ndarray, pred: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+        with np.errstate(divide="ignore", invalid="ignore"):
+            below = np.log(pred / y) / np.log(pred / lo)
+            above = np.log(y / pred) / np.log(hi / pred)
+        k = np.where(y < pred, below, np.where(y > pred, above, 0.0))
+        return np.where(np.isnan(k), np.inf, k)
+
+    done, mem = _measured(res)
+    mfu = pd.Series(needed(*(done[c].to_numpy(float) for c in (
+        "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
+    memory = pd.Series([], dtype=float)
+    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
+        pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
+                   else "pred_peak_mem_gib"].to_numpy(float)
+        logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)
+        memory = pd.Series(needed(mem["peak_mem_reserved_gib"].to_numpy(float), pred,
+                                  mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
+                                  mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged),
+                           index=mem.index)
+    return mfu, memory
+
+
+def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
+                      min_runs: int = MIN_GROUP_RUNS) -> tuple[pd.Series, pd.Series]:
+    """:func:`interval_hits` after a Mondrian conformal recalibration on the protocol's own
+    held-out runs, itself held out: the held-out runs' (model, nodes) cells in ``n_folds``
+    grouped folds; each fold's intervals scaled (:func:`scale_needed`) by the conformal
+    ``coverage`` quantile of the factors the other folds' runs of its node band and pipeline
+    or none needed (Vovk et al. 2005, ch. 4), or of all the other folds' runs where that group
+    has fewer than ``min_runs`` there. What a width calibrated per group on such residuals
+    would cover on runs it did not see."""
+    import pandas as pd
+    from sklearn.model_selection import GroupKFold
+
+    from surrogate.learned import conformal_quantile
+    from surrogate.training_data import cell_groups
+
+    groups = coverage_groups(res)
+    stratum = groups["nodes"] + " " + groups["pipeline"]
+    out = []
+    for needed in scale_needed(res):
+        hits = pd.Series(False, index=needed.index)
+        cells = cell_groups(res.loc[needed.index])
+        n = min(n_folds, len(np.unique(cells)))
+        if n < 2:
+            out.append(needed <= 1.0)
+            continue
+        values, labels = needed.to_numpy(), stratum.loc[needed.index].to_numpy()
+        for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
+            pooled = conformal_quantile(values[train], coverage)
+            for label in np.unique(labels[test]):
+                mine = train[labels[train] == label]
+                k = (conformal_quantile(values[mine], coverage) if len(mine) >= min_runs
+                     else pooled)
+                rows = test[labels[test] == label]
+                hits.iloc[rows] = values[rows] <= k
+        out.append(hits)
+    return out[0], out[1]
 
 
 RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)

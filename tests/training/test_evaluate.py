@@ -273,3 +273,32 @@ def test_coverage_per_group_reports_groups_of_enough_runs_and_flags_the_low_ones
     assert table.loc[("pipeline", "pp>1"), "mfu_coverage"] == pytest.approx(15 / 25)
     assert table.loc[("framework", "nanotron/pp-fix"), "memory_coverage"] == 1.0
     assert table.loc[("framework", "nanotron/pp-fix"), "below"] == ""
+
+
+def test_recalibration_scales_each_group_to_its_own_held_out_errors():
+    """Synthetic held-out runs in 20 cells: without a pipeline the measured MFU lies at 0.2
+    to 1.8 times the interval's half-width off the prediction (half of them outside), with
+    one at 0.05 to 0.2 times it (all inside, too wide); the recalibrated intervals hold about
+    80% of each, each fold scaled by the other folds' factors."""
+    from training.evaluate import interval_hits, recalibrated_hits, scale_needed
+
+    rng = np.random.default_rng(0)
+    n = 400
+    pp = np.where(np.arange(n) % 2 == 0, 1, 4)
+    factor = np.where(pp == 1, rng.uniform(0.2, 1.8, n), rng.uniform(0.05, 0.2, n))
+    sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
+    half = 0.2  # log half-width of every interval
+    res = pd.DataFrame({
+        "num_nodes": 1, "pp": pp, "framework": "nanotron", "status": "completed",
+        "hidden_size": 4096, "num_layers": 32 + np.arange(n) % 20,  # 20 cells
+        "pred_mfu": 0.4, "pred_mfu_lo": 0.4 * np.exp(-half), "pred_mfu_hi": 0.4 * np.exp(half),
+        "mfu": 0.4 * np.exp(sign * factor * half), "peak_mem_reserved_gib": 0.0,
+    })
+    needed = scale_needed(res)[0]
+    np.testing.assert_allclose(needed.to_numpy(), factor)
+    before = interval_hits(res)[0]
+    after = recalibrated_hits(res)[0]
+    for p, low, high in ((1, 0.4, 0.6), (4, 1.0, 1.0)):
+        mine = res.index[res["pp"] == p]
+        assert low <= before.loc[mine].mean() <= high
+        assert 0.7 <= after.loc[mine].mean() <= 0.9
