@@ -246,7 +246,7 @@ def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
     flagged_recal = int((recal["below"] != "").sum())
     return (f"80% interval coverage per group (>= {MIN_GROUP_RUNS} measured runs; "
             f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
-            "recalibration per node band and pipeline, held out by cells):\n"
+            "recalibration per node band, pipeline and framework, held out by cells):\n"
             + shown.to_string(index=False))
 
 

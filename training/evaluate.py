@@ -266,9 +266,10 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     """:func:`interval_hits` after a Mondrian conformal recalibration on the protocol's own
     held-out runs, itself held out: the held-out runs' (model, nodes) cells in ``n_folds``
     grouped folds; each fold's intervals scaled (:func:`scale_needed`) by the conformal
-    ``coverage`` quantile of the factors the other folds' runs of its node band and pipeline
-    or none needed (Vovk et al. 2005, ch. 4), or of all the other folds' runs where that group
-    has fewer than ``min_runs`` there. What a width calibrated per group on such residuals
+    ``coverage`` quantile of the factors the other folds' runs of its node band, pipeline or
+    none and framework version needed (Vovk et al. 2005, ch. 4: a category per combination of
+    :func:`coverage_groups`), or of all the other folds' runs where that category has fewer
+    than ``min_runs`` there. What a width calibrated per group on such residuals
     would cover on runs it did not see."""
     import pandas as pd
     from sklearn.model_selection import GroupKFold
@@ -277,7 +278,7 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     from surrogate.training_data import cell_groups
 
     groups = coverage_groups(res)
-    stratum = groups["nodes"] + " " + groups["pipeline"]
+    stratum = groups["nodes"] + " " + groups["pipeline"] + " " + groups["framework"]
     out = []
     for needed in scale_needed(res):
         hits = pd.Series(False, index=needed.index)
