@@ -204,6 +204,12 @@ def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
                                   index=res.index)}
 
 
+def _band_order(label: str) -> tuple[int, str]:
+    """Sort key: a node band by its first node count, any other label after none."""
+    head = label.split(" ")[0].split("-")[0].rstrip("+")
+    return (int(head) if head.isdigit() else 0, label)
+
+
 def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
                       floor: float = COVERAGE_FLOOR,
                       hits: tuple[pd.Series, pd.Series] | None = None) -> pd.DataFrame:
@@ -217,7 +223,8 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
     inside, mem_inside = interval_hits(res) if hits is None else hits
     rows = []
     for grouping, labels in coverage_groups(res).items():
-        for group in sorted(labels.unique()):
+        # node bands in order of their node counts, the rest alphabetically
+        for group in sorted(labels.unique(), key=_band_order):
             row: dict[str, Any] = {"grouping": grouping, "group": group}
             below = []
             for name, hits in (("mfu", inside), ("memory", mem_inside)):
