@@ -7,21 +7,23 @@ memory beside a p_oom of 0.19). The rule that makes them one answer reads the in
 it claims, a ``coverage`` interval with (1 - coverage) / 2 of the runs beyond each end
 (10% at 80%), on the device's peak (the reserved peak plus the CUDA context):
 
-- the interval's high end within the GPU's memory: at most 10% of such runs need more, so
-  ``p_oom`` is at most 0.1;
-- its low end beyond the GPU's memory: at least 90% of them need more, so ``p_oom`` is at
-  least 0.9;
-- the capacity inside the interval: either answer is plausible and ``p_oom`` is the
-  classifier's, which the held-out runs near the capacity calibrate
-  (``python benchmarks/accuracy.py`` prints its reliability table).
+- the interval's high end within the GPU's memory says at most 10% of such runs need more,
+  so it requires ``p_oom`` <= 0.1;
+- its low end beyond the GPU's memory says at least 90% do: ``p_oom`` >= 0.9;
+- the verdict follows ``p_oom`` alone: a configuration fits where ``p_oom < 0.5``
+  (``Prediction.fits``), and its most likely status is ``oom`` exactly where it does not
+  (else the likelier of completed and fail).
 
-The verdict follows ``p_oom`` alone: a configuration fits where ``p_oom < 0.5``
-(``Prediction.fits``), and its most likely status is ``oom`` exactly where it does not (else
-the likelier of completed and fail). ``p_fail`` is kept where it fits beside the new
-``p_oom`` and ``p_completed`` is the rest. Without an interval (the analytic model alone)
-``p_oom`` comes from the memory estimate itself and only the verdict rule applies.
-``python benchmarks/oom_agreement.py`` counts the configurations of a random sample that
-break the rule before and after.
+Where they disagree, ``p_oom`` stands and the interval stretches to the GPU's memory (its high
+end up to the capacity where ``p_oom`` > 0.1, its low end down to it where ``p_oom`` < 0.9):
+the interval's coverage is measured on completed runs only (a run out of memory has no
+measured peak), so near the capacity it is the less reliable of the two, while ``p_oom``'s
+reliability table counts the runs that ran out (``python benchmarks/accuracy.py``). Held out
+on the Playbook, the runs whose interval lay within the capacity beside a higher p_oom ran
+out of memory more often than the interval's 10% allows (docs/intervals.md). Without an
+interval (the analytic model alone) ``p_oom`` comes from the memory estimate itself and only
+the verdict rule applies. ``python benchmarks/oom_agreement.py`` counts the configurations of a
+random sample that break the rule before and after.
 """
 
 from __future__ import annotations
@@ -29,8 +31,13 @@ from __future__ import annotations
 import numpy as np
 
 TAIL = 0.1
-"""The share of runs beyond each end of the 80% memory interval: the bound on ``p_oom`` where
-the capacity lies beyond one end."""
+"""The share of runs beyond each end of the 80% memory interval: the most ``p_oom`` may be
+where the interval lies within the capacity (and 1 - it the least, beyond)."""
+
+
+_PAST = 1e-6
+"""GiB (1 KiB) by which a stretched end passes the capacity, so that it lies on the other side
+whatever the rounding of adding the CUDA context back."""
 
 
 def disagreements(columns: dict[str, np.ndarray], context_gib: np.ndarray,
@@ -47,18 +54,23 @@ def disagreements(columns: dict[str, np.ndarray], context_gib: np.ndarray,
 
 def agree(columns: dict[str, np.ndarray], context_gib: np.ndarray,
           tail: float = TAIL) -> dict[str, np.ndarray]:
-    """``columns`` with ``p_oom`` held to the memory interval and the status to ``p_oom``
-    (module doc); ``p_completed`` and ``p_fail`` adjusted to sum to one with it."""
+    """``columns`` with the memory interval stretched to the capacity where ``p_oom`` says
+    the other side is more likely than ``tail``, and the status held to ``p_oom`` (module
+    doc); ``p_completed`` and ``p_fail`` adjusted to sum to one with it."""
     p_oom = np.asarray(columns["p_oom"], dtype=np.float64)
     lo, hi, cap = _device_interval(columns, context_gib)
-    p_oom = np.where(hi <= cap, np.minimum(p_oom, tail), p_oom)
-    p_oom = np.where(lo > cap, np.maximum(p_oom, 1 - tail), p_oom)
+    reserved_cap = cap - context_gib  # the reserved peak that fills the GPU
+    mem_hi = np.where((hi <= cap) & (p_oom > tail), reserved_cap + _PAST,
+                      columns["pred_peak_mem_hi_gib"])
+    mem_lo = np.where((lo > cap) & (p_oom < 1 - tail), reserved_cap - _PAST,
+                      columns["pred_peak_mem_lo_gib"])
     p_fail = np.asarray(columns["p_fail"], dtype=np.float64)
     p_fail = np.where(np.isnan(p_fail), p_fail, np.minimum(p_fail, 1.0 - p_oom))
     p_done = 1.0 - p_oom - np.nan_to_num(p_fail)
     status = np.where(p_oom >= 0.5, "oom",
                       np.where(np.nan_to_num(p_fail) > p_done, "fail", "completed"))
-    return {**columns, "p_oom": p_oom, "p_fail": p_fail, "p_completed": p_done,
+    return {**columns, "p_fail": p_fail, "p_completed": p_done,
+            "pred_peak_mem_lo_gib": mem_lo, "pred_peak_mem_hi_gib": mem_hi,
             "pred_status": status.astype(object)}
 
 

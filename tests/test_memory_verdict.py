@@ -54,18 +54,25 @@ def test_agree_leaves_no_disagreement_and_probabilities_that_sum_to_one(drawn):
 
 @SETTINGS
 @given(answers())
-def test_agree_moves_p_oom_only_where_the_interval_is_one_side_of_the_capacity(drawn):
+def test_agree_keeps_p_oom_and_stretches_the_interval_to_the_capacity(drawn):
     columns, context = drawn
     out = agree(columns, context)
-    lo = columns["pred_peak_mem_lo_gib"] + context
-    hi = columns["pred_peak_mem_hi_gib"] + context
-    straddles = (lo <= columns["capacity_gib"]) & (columns["capacity_gib"] < hi)
-    if straddles.all():
-        np.testing.assert_array_equal(out["p_oom"], columns["p_oom"])
-    elif (hi <= columns["capacity_gib"]).all():
-        assert out["p_oom"][0] <= TAIL
+    np.testing.assert_array_equal(out["p_oom"], columns["p_oom"])
+    lo, hi = out["pred_peak_mem_lo_gib"], out["pred_peak_mem_hi_gib"]
+    assert (lo <= columns["pred_peak_mem_lo_gib"]).all()  # only ever wider
+    assert (hi >= columns["pred_peak_mem_hi_gib"]).all()
+    cap = columns["capacity_gib"] - context
+    p = columns["p_oom"]
+    if p[0] > TAIL and columns["pred_peak_mem_hi_gib"][0] + context[0] <= \
+            columns["capacity_gib"][0]:
+        assert hi[0] == pytest.approx(cap[0])  # reaches the capacity, no further
     else:
-        assert out["p_oom"][0] >= 1 - TAIL
+        assert hi[0] == columns["pred_peak_mem_hi_gib"][0]
+    if p[0] < 1 - TAIL and columns["pred_peak_mem_lo_gib"][0] + context[0] > \
+            columns["capacity_gib"][0]:
+        assert lo[0] == pytest.approx(cap[0])
+    else:
+        assert lo[0] == columns["pred_peak_mem_lo_gib"][0]
 
 
 def test_without_an_interval_only_the_verdict_rule_applies():
