@@ -63,13 +63,17 @@ import pandas as pd
 from surrogate.learned import SurrogateModel
 from surrogate.training_data import training_data
 from training.evaluate import (
+    COVERAGE_FLOOR,
     DEFAULT_PROTOCOLS,
+    MIN_GROUP_RUNS,
     PROTOCOLS,
     accuracy_metrics,
+    coverage_by_group,
     evaluate_analytic,
     evaluate_shrinks,
     format_metric,
     oom_reliability,
+    recalibrated_hits,
 )
 from training.train import load_runs
 
@@ -113,10 +117,12 @@ def main() -> None:
     if args.survivors_only_memory:
         settings["censored_memory"] = False
     data = training_data(runs)  # features and targets once, sliced per split
+    summary: dict[str, dict[str, float]] = {}  # per protocol run: its figures
     if args.analytic:
         logged = analytic_only(data, args)
         if args.across:
-            logged |= across(args.data_dir)
+            logged |= across(args.data_dir, summary)
+        print_summary(summary)
         print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
         if args.track:
             from surrogate.training_data import data_hash
@@ -141,6 +147,9 @@ def main() -> None:
             print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
             print(table.to_string())
             print(reliability(r.predictions, r.analytic_predictions))
+            figures = summary.setdefault(
+                name + ("" if shrink is None else f" shrink {shrink:g}"), dict(r.metrics))
+            print(coverage_table(r.predictions, figures))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -148,11 +157,12 @@ def main() -> None:
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
             baseline |= {f"{key}/{k}": v for k, v in r.analytic_metrics.items()}
     if args.transfer:
-        more, more_baseline = transfer(runs, params, args.data_dir, args.seed)
+        more, more_baseline = transfer(runs, params, args.data_dir, args.seed, summary)
         logged |= more
         baseline |= more_baseline
     if args.across:
-        baseline |= across(args.data_dir)
+        baseline |= across(args.data_dir, summary)
+    print_summary(summary)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
         from surrogate.training_data import data_hash
@@ -185,6 +195,61 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     return logged
 
 
+SUMMARY = (("mfu_mape_ge10", "MFU MAPE"), ("interval_coverage", "MFU/step 80% coverage"),
+           ("interval_coverage_recalibrated", "recal"),
+           ("memory_mape", "memory MAPE"), ("memory_interval_coverage", "memory 80% coverage"),
+           ("memory_interval_coverage_recalibrated", "recal "), ("oom_brier", "p_oom Brier"))
+"""The figures :func:`print_summary` shows per protocol: each interval's coverage beside the
+error of the value it surrounds."""
+
+
+def print_summary(summary: dict[str, dict[str, float]]) -> None:
+    """Every protocol run, coverage beside error (:data:`SUMMARY`; ``recal``: after the
+    recalibration of :func:`coverage_table`); a coverage outside 76-84% marked ``*``."""
+    if not summary:
+        return
+    rows = {}
+    for name, m in summary.items():
+        row = {}
+        for key, label in SUMMARY:
+            value = m.get(key, float("nan"))
+            mark = ("*" if "coverage" in key and value == value
+                    and not 0.76 <= value <= 0.84 else "")
+            row[label] = format_metric(key, value) + mark
+        rows[name] = row
+    print("\nheld-out coverage beside error, every protocol run (* coverage outside 76-84%):")
+    print(pd.DataFrame(rows).T.to_string())
+
+
+def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
+    """The held-out runs' interval coverage per node band, framework and pipeline or none
+    (``training.evaluate.coverage_by_group``: groups of 15 measured runs or more; ``below``:
+    what falls under 70%), as the model gives the intervals and after a Mondrian
+    recalibration on the protocol's own held-out runs, held out by cells
+    (``training.evaluate.recalibrated_hits``; ``recal``); adds the latter's overall coverage
+    to ``figures``."""
+    table = coverage_by_group(predictions)
+    hits = recalibrated_hits(predictions)
+    recal = coverage_by_group(predictions, hits=hits)
+    nan = float("nan")
+    figures["interval_coverage_recalibrated"] = float(hits[0].mean()) if len(hits[0]) else nan
+    figures["memory_interval_coverage_recalibrated"] = (float(hits[1].mean()) if len(hits[1])
+                                                        else nan)
+    shown = table[["grouping", "group", "mfu_runs", "mfu_coverage", "memory_runs",
+                   "memory_coverage", "below"]].copy()
+    shown.insert(4, "mfu_recal", recal["mfu_coverage"])
+    shown.insert(7, "memory_recal", recal["memory_coverage"])
+    shown["below, recal"] = recal["below"]
+    for col in ("mfu_coverage", "mfu_recal", "memory_coverage", "memory_recal"):
+        shown[col] = [format_metric("share", v) for v in shown[col]]
+    flagged = int((table["below"] != "").sum())
+    flagged_recal = int((recal["below"] != "").sum())
+    return (f"80% interval coverage per group (>= {MIN_GROUP_RUNS} measured runs; "
+            f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
+            "recalibration per node band, pipeline and framework, held out by cells):\n"
+            + shown.to_string(index=False))
+
+
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
     """The held-out p_oom's reliability table (``training.evaluate.oom_reliability``), learned
     and analytic side by side: per bin the runs, the mean p_oom said and the share that ran
@@ -212,10 +277,12 @@ def without_default() -> Any:
     return using_sets({k: v for k, v in sets_in_use().items() if k != DEFAULT_SET})
 
 
-def across(data_dir: Path | None) -> dict[str, float]:
+def across(data_dir: Path | None,
+           summary: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
     """``--across``: hold out each framework, then each cluster (``training.across``); print
     the table and the intervals the held-out errors give; return the figures by MLflow name
-    (``across_<grouping>_<held out>/<variant>/<figure>``)."""
+    (``across_<grouping>_<held out>/<variant>/<figure>``); add each held-out case's coverage
+    and error (tokens/s as MFU's) to ``summary``."""
     from training.across import GROUPINGS, all_runs, leave_one_out, transfer_intervals
 
     measured = leave_one_out(all_runs(data_dir))
@@ -246,6 +313,18 @@ def across(data_dir: Path | None) -> dict[str, float]:
         check = pd.DataFrame(intervals[f"{column}_check"])
         out[f"across_interval/{column}_half_width"] = q
         out[f"across_interval/{column}_min_coverage"] = float(check["coverage"].min())
+        if summary is not None:
+            for case in intervals[f"{column}_check"]:
+                grouping, held = str(case["held_out"]).split(" ", 1)
+                row = table[(table["grouping"] == grouping) & (table["held_out"] == held)
+                            & (table["variant"] == intervals["variant"])].iloc[0]
+                figures = summary.setdefault(f"held out: {case['held_out']}", {})
+                if column == "log_tps":
+                    figures |= {"mfu_mape_ge10": float(row["tps_mape_ge10"]),
+                                "interval_coverage": float(case["coverage"])}
+                else:
+                    figures |= {"memory_mape": float(row["memory_mape"]),
+                                "memory_interval_coverage": float(case["coverage"])}
         check["coverage"] = [f"{100 * v:.0f}%" for v in check["coverage"]]
         check["width"] = check["width"].round(2)
         print(check.to_string(index=False))
@@ -330,8 +409,10 @@ def by_column(predictions: pd.DataFrame, analytic: pd.DataFrame | None,
 
 
 def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path | None,
-             seed: int) -> tuple[dict[str, float], dict[str, float]]:
-    """Print and return the other-cluster and Llama 3 405B figures: learned, analytic."""
+             seed: int, summary: dict[str, dict[str, float]] | None = None
+             ) -> tuple[dict[str, float], dict[str, float]]:
+    """Print and return the other-cluster and Llama 3 405B figures: learned, analytic (and
+    add the learned ones to ``summary``, per setting)."""
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, other_cluster
 
     p = params or {}
@@ -347,6 +428,9 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     with without_default():
         results = other_cluster(runs, other, params=params, seed=seed, fitted=model)
     for r in results:
+        if summary is not None:
+            summary[f"MPT {r.setting}" + ("" if r.scales == "any" else ", from one node")] = (
+                r.metrics)
         rows = tables.setdefault(r.scales, {})
         for k in ("mfu_mape_ge10", "mfu_median_ape", "mfu_spearman", "interval_coverage"):
             rows.setdefault(k, {})[f"{r.setting} learned"] = format_metric(k, r.metrics[k])

@@ -10,7 +10,8 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 - ``p_completed``, ``p_oom``, ``p_fail``: status probabilities. The analytic model alone gives
   p_oom from its memory estimate and its fitted error (``memory.oom_probability``) and no
   p_fail (NaN).
-- ``pred_status``: the most likely status (analytic alone: ``oom`` when p_oom > 0.5).
+- ``pred_status``: ``oom`` where p_oom >= 0.5, else the likelier of completed and fail;
+  p_oom is held to the memory interval where one is given (``surrogate.memory_verdict``).
 - ``pred_mfu``, ``pred_mfu_lo``, ``pred_mfu_hi``: MFU and its interval (NaN analytic alone).
 - ``pred_tokens_per_s_per_gpu``, ``pred_step_time_s``: throughput and step time, consistent
   with ``pred_mfu``.
@@ -99,6 +100,7 @@ def score(
     extra: Mapping[str, np.ndarray] | None = None,
     shrink_doublings: float | None = None,
     explain: bool = False,
+    agree: bool = True,
 ) -> Scores:
     """Score ``configs``: validated configurations, or their flat table
     (:func:`surrogate.config_table.validate_table` checks a DataFrame of them column-wise);
@@ -109,7 +111,10 @@ def score(
     ``profile``: one calibration profile for all configurations or one per configuration;
     ``extra``: per-configuration columns the hardware model reads (``net_scale``: a run's own
     measured bandwidth). ``shrink_doublings`` overrides the learned model's shrinkage off its
-    domain (evaluation compares settings); ``explain`` adds SHAP contributions."""
+    domain (evaluation compares settings); ``explain`` adds SHAP contributions; ``agree=False``
+    leaves the memory interval, ``p_oom`` and the status as the learned model's parts gave them,
+    unreconciled (``surrogate.memory_verdict``; ``benchmarks/oom_agreement.py`` counts what
+    that changes)."""
     n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
@@ -155,6 +160,10 @@ def score(
     columns["pred_device_mem_gib"] = columns["pred_peak_mem_gib"] + context / GIB
     columns["capacity_gib"] = c["memory_bytes"] / GIB
     columns["analytic_mfu"] = out["mfu"]
+    if agree:  # one answer about memory: interval, p_oom and verdict (surrogate.memory_verdict)
+        from surrogate.memory_verdict import agree as agreeing
+
+        columns = agreeing(columns, context / GIB)
     columns["error"] = np.array(impossible(c, out), dtype=object)
     return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
                   perf_models=names, explanations=explanations)
