@@ -104,6 +104,8 @@ Overheads, explicit terms (assumptions, documented so they can be checked):
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from surrogate.analytic import pipeline
@@ -308,40 +310,74 @@ def per_op_checkpoint_bytes(c: Cols) -> Array:
     return attention + mlp + reduce_scatters
 
 
-def activation_bytes_per_layer(c: Cols) -> Array:
+def activation_bytes_per_layer(c: Cols, unrecomputed: Array | None = None) -> Array:
     """Bytes one layer keeps for one micro-batch on one rank (module docstring): the sum of
     :func:`activation_terms_per_layer`; with full recomputation the layer's input alone; with
-    per-operator selective checkpointing its input and :func:`per_op_checkpoint_bytes`."""
-    full = np.sum(list(activation_terms_per_layer(c).values()), axis=0)
+    per-operator selective checkpointing its input and :func:`per_op_checkpoint_bytes`.
+    ``unrecomputed``: that sum where the caller has it (:func:`unrecomputed_activation_bytes`)."""
+    full = unrecomputed_activation_bytes(c) if unrecomputed is None else unrecomputed
+    per_op = per_op_recompute(c)
+    recomputed = (c["recompute"] == 2) | per_op
+    if not np.any(recomputed):
+        return np.where(recomputed, 0.0, full)
     sp = (c["sequence_parallel"] > 0) & (c["tp"] > 1)
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
     layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],
                            2 * tokens * c["hidden_size"])
-    per_op = per_op_recompute(c)
-    checkpointed = np.where(per_op, layer_input + per_op_checkpoint_bytes(c), layer_input)
-    return np.where((c["recompute"] == 2) | per_op, checkpointed, full)
+    checkpointed = (np.where(per_op, layer_input + per_op_checkpoint_bytes(c), layer_input)
+                    if np.any(per_op) else layer_input)
+    return np.where(recomputed, checkpointed, full)
 
 
-def stage_activation_bytes(c: Cols, layers: Array) -> Array:
+def unrecomputed_activation_bytes(c: Cols) -> Array:
+    """:func:`activation_bytes_per_layer` without recomputation: the sum of
+    :func:`activation_terms_per_layer`."""
+    return np.asarray(np.sum(list(activation_terms_per_layer(c).values()), axis=0))
+
+
+@dataclass(frozen=True)
+class LayerBytes:
+    """What every stage of a configuration keeps per layer alike, computed once per
+    :func:`memory_breakdown`: a layer's activations as recomputation leaves them (``kept``)
+    and without recomputation (``whole``), the backward's working set (``transient``: one
+    layer's activation gradients, and where the layer is recomputed, in full or per
+    operator, also its recomputed activations) and the logits (bytes)."""
+
+    kept: Array
+    whole: Array
+    transient: Array
+    logits: Array
+    buffers: Array
+
+    @classmethod
+    def of(cls, c: Cols) -> LayerBytes:
+        whole = unrecomputed_activation_bytes(c)
+        recomputed = (c["recompute"] == 2) | per_op_recompute(c)
+        layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
+        zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
+        return cls(kept=activation_bytes_per_layer(c, whole), whole=whole,
+                   transient=np.where(recomputed, 2 * whole, whole), logits=logits_bytes(c),
+                   buffers=DDP_BUCKET_BYTES + zero3_gather)
+
+    def rows(self, rows: np.ndarray) -> LayerBytes:
+        """The same of the configurations at positions ``rows``."""
+        return LayerBytes(self.kept[rows], self.whole[rows], self.transient[rows],
+                          self.logits[rows], self.buffers[rows])
+
+
+def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None = None
+                           ) -> Array:
     """Bytes a stage of ``layers`` layers keeps for one micro-batch: where full recomputation
     checkpoints only some of them (``recompute_layers``), those keep their input and the rest
     everything (:func:`activation_bytes_per_layer` under each)."""
-    per_layer = activation_bytes_per_layer(c)
+    kept = activation_bytes_per_layer(c) if per_layer is None else per_layer.kept
     checkpointed = checkpointed_layers(c, layers)
     partial = (c["recompute"] == 2) & (checkpointed < layers)
     if not np.any(partial):
-        return layers * per_layer
-    whole = activation_bytes_per_layer({**c, "recompute": np.zeros_like(c["recompute"])})
-    mixed = checkpointed * per_layer + (layers - checkpointed) * whole
-    return np.where(partial, mixed, layers * per_layer)
-
-
-def _backward_working_set(c: Cols) -> Array:
-    """One layer's activation gradients during its backward; where the layer is recomputed
-    (in full or per operator), also its recomputed activations."""
-    c_none = {**c, "recompute": np.zeros_like(c["recompute"])}
-    one_layer = activation_bytes_per_layer(c_none)
-    return np.where((c["recompute"] == 2) | per_op_recompute(c), 2 * one_layer, one_layer)
+        return layers * kept
+    whole = unrecomputed_activation_bytes(c) if per_layer is None else per_layer.whole
+    mixed = checkpointed * kept + (layers - checkpointed) * whole
+    return np.where(partial, mixed, layers * kept)
 
 
 def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:
@@ -362,9 +398,10 @@ def logits_bytes(c: Cols) -> Array:
     return (param(c, "logit_bytes") + saved) * per_logit
 
 
-def _stage_breakdown(c: Cols, *, first: bool, last: bool,
+def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
                      stage: Array | float | None = None) -> dict[str, Array]:
-    """The breakdown of the first or the last stage, or of stage index ``stage`` (neither)."""
+    """The breakdown of the first or the last stage, or of stage index ``stage`` (neither),
+    from what every stage keeps per layer alike (``per_layer``: :meth:`LayerBytes.of`)."""
     if stage is not None:
         layers = pipeline.stage_layers(c, stage)
         start: Array | None = pipeline.stage_start(c, stage)
@@ -376,14 +413,12 @@ def _stage_breakdown(c: Cols, *, first: bool, last: bool,
                     else pipeline.stage_inflight(c, c["pp"] - 1))
     dense, experts = stage_params(c, layers, first=first, last=last, start=start)
     out = model_state_bytes(c, dense, experts)
-    out["activations"] = (inflight * stage_activation_bytes(c, layers)
+    out["activations"] = (inflight * stage_activation_bytes(c, layers, per_layer)
                           * param(c, "activation_scale")
                           + inflight_hidden_bytes(c, inflight))
-    out["transient"] = _backward_working_set(c)
-    out["logits"] = logits_bytes(c) if last else np.zeros_like(layers)
-    layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
-    zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
-    out["buffers"] = DDP_BUCKET_BYTES + zero3_gather
+    out["transient"] = per_layer.transient
+    out["logits"] = per_layer.logits if last else np.zeros_like(layers)
+    out["buffers"] = per_layer.buffers
     held = np.sum([out[k] for k in BREAKDOWN_TERMS[:7]], axis=0)
     out["allocator"] = param(c, "allocator_overhead_frac") * held
     out["cuda_context"] = np.full_like(layers, CUDA_CONTEXT_BYTES)
@@ -402,17 +437,19 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
     (:func:`_heaviest_middle_stage`; so can stage 1 under torchtitan's split, which gives it a
     layer more than the first; ``tests/analytic/test_memory.py`` checks the answer against
     every stage's)."""
-    first = _stage_breakdown(c, first=True, last=False)
-    last = _stage_breakdown(c, first=False, last=True)
-    single = _stage_breakdown(c, first=True, last=True)
-    index = _heaviest_middle_stage(c)
+    per_layer = LayerBytes.of(c)
+    first = _stage_breakdown(c, per_layer, first=True, last=False)
+    last = _stage_breakdown(c, per_layer, first=False, last=True)
+    single = _stage_breakdown(c, per_layer, first=True, last=True)
+    index = _heaviest_middle_stage(c, per_layer)
     has_middle = index >= 1
     pick_last = last["total"] > first["total"]
     edge = {k: np.where(pick_last, last[k], first[k]) for k in first}
     middle = edge  # none: most batches (dense models without torchtitan's split)
     rows = np.flatnonzero(has_middle)
     if len(rows):  # weighed only where a middle stage can win
-        part = _stage_breakdown(_rows(c, rows), first=False, last=False, stage=index[rows])
+        part = _stage_breakdown(_rows(c, rows), per_layer.rows(rows), first=False,
+                                last=False, stage=index[rows])
         middle = {k: v.copy() for k, v in edge.items()}
         for k, v in part.items():
             middle[k][rows] = v
@@ -431,7 +468,7 @@ def _rows(c: Cols, rows: np.ndarray) -> Cols:
     return {k: np.asarray(v)[rows] if np.ndim(v) else v for k, v in c.items()}
 
 
-def _heaviest_middle_stage(c: Cols) -> Array:
+def _heaviest_middle_stage(c: Cols, per_layer: LayerBytes) -> Array:
     """Per configuration, the heaviest stage strictly between the first and the last, or -1
     where none can outweigh the first: where pp < 3, and where every layer weighs the same (no
     MoE model with leading dense layers) and the split is even or nanotron's, since no middle
@@ -445,10 +482,10 @@ def _heaviest_middle_stage(c: Cols) -> Array:
     rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
     if len(rows) == 0:
         return index
-    sub = _rows(c, rows)
+    sub, sub_layer = _rows(c, rows), per_layer.rows(rows)
     best = np.full(len(rows), -np.inf)
     for i in range(1, int(np.max(sub["pp"])) - 1):
-        total = _stage_breakdown(sub, first=False, last=False, stage=i)["total"]
+        total = _stage_breakdown(sub, sub_layer, first=False, last=False, stage=i)["total"]
         better = (i < sub["pp"] - 1) & (total > best)
         best = np.where(better, total, best)
         index[rows] = np.where(better, float(i), index[rows])
@@ -461,10 +498,11 @@ def stage_memory(c: Cols, stage: int | Array) -> dict[str, Array]:
     (NaN where ``stage`` >= pp): what :func:`memory_breakdown` takes the largest of."""
     p = c["pp"]
     last_stage = p - 1
-    first = _stage_breakdown(c, first=True, last=False, stage=stage)
-    middle = _stage_breakdown(c, first=False, last=False, stage=stage)
-    last = _stage_breakdown(c, first=False, last=True, stage=stage)
-    single = _stage_breakdown(c, first=True, last=True, stage=stage)
+    per_layer = LayerBytes.of(c)
+    first = _stage_breakdown(c, per_layer, first=True, last=False, stage=stage)
+    middle = _stage_breakdown(c, per_layer, first=False, last=False, stage=stage)
+    last = _stage_breakdown(c, per_layer, first=False, last=True, stage=stage)
+    single = _stage_breakdown(c, per_layer, first=True, last=True, stage=stage)
     out = {k: np.where(p == 1, single[k],
                        np.where(stage == 0, first[k],
                                 np.where(stage == last_stage, last[k], middle[k])))
