@@ -63,7 +63,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.analytic import comm, memory, pipeline
+from surrogate.analytic import activations, comm, memory, pipeline
 from surrogate.analytic.flops import (
     full_recompute_share,
     model_flops_per_token,
@@ -144,7 +144,7 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
         seconds = seconds + np.where(moe, extra, 0.0)
         # Per operator, an MoE layer runs its routed experts again whole and its shared
-        # expert's up projection (memory.per_op_checkpoint_bytes: what it keeps).
+        # expert's up projection (activations.per_op_checkpoint_bytes: what it keeps).
         moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
                                       g["shared_gate_up"] / 2, 0.0)
         mlp_again = np.where(moe, (1 - dense_frac) * moe_again
@@ -308,7 +308,7 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     # that keeps the gathered projection inputs whole holds more bytes, it moves no more, and
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
-    act_bytes = layers * memory.activation_bytes_per_layer(
+    act_bytes = layers * activations.activation_bytes_per_layer(
         {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
     )
     again = full_recompute_share(c) + per_op_recompute(c)
