@@ -60,6 +60,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from surrogate.analytic.params import ParameterSets
 from surrogate.learned import SurrogateModel
 from surrogate.training_data import training_data
 from training.evaluate import (
@@ -268,13 +269,15 @@ def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> 
     return "p_oom reliability (held-out completed and out-of-memory runs):\n" + table.to_string()
 
 
-def without_default() -> Any:
-    """The sets in use less the default set, whose fit saw the MPT runs the transfer protocols
+def without_default() -> ParameterSets:
+    """The shipped sets less the default set, whose fit saw the MPT runs the transfer protocols
     hold out: a framework without a set of its own there takes the priors, as before the default
     existed (``--across`` measures the default held out)."""
-    from surrogate.analytic.params import DEFAULT_SET, sets_in_use, using_sets
+    from surrogate.analytic.params import DEFAULT_SET
+    from surrogate.parameter_files import shipped_parameter_sets
 
-    return using_sets({k: v for k, v in sets_in_use().items() if k != DEFAULT_SET})
+    return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
+                          if k != DEFAULT_SET})
 
 
 def across(data_dir: Path | None,
@@ -337,8 +340,7 @@ def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_table, zero_shot_analytic
 
     other = mpt_runs(data_dir)
-    with without_default():
-        scored = zero_shot_analytic(other)
+    scored = zero_shot_analytic(other, without_default())
     rows = {"all": accuracy_metrics(scored)}
     rows |= {gpu: accuracy_metrics(part) for gpu, part in scored.groupby("gpu")}
     keys = ("runs", "completed", "mfu_mape_ge10", "mfu_median_ape", "mfu_spearman")
@@ -425,8 +427,8 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
           + ", ".join(f"{g} {n}" for g, n in other["gpu"].value_counts().items())
           + "); k-shot: mean of 3 draws, scored on the runs not drawn")
     tables: dict[str, dict[str, dict[str, str]]] = {}
-    with without_default():
-        results = other_cluster(runs, other, params=params, seed=seed, fitted=model)
+    results = other_cluster(runs, other, params=params, seed=seed, fitted=model,
+                            sets=without_default())
     for r in results:
         if summary is not None:
             summary[f"MPT {r.setting}" + ("" if r.scales == "any" else ", from one node")] = (

@@ -254,13 +254,14 @@ def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
     under FSDP alone take (its "priors" line is what those layouts took before: torchtitan's
     set is its priors); then the same runs under the autocast set of section 4, whose runs
     are ``autocast_runs``."""
-    from surrogate.analytic.params import PRIORS, fitted_sets
+    from surrogate.analytic.params import PRIORS
+    from surrogate.parameter_files import shipped_parameter_sets
     from surrogate.scoring import score
 
     files = sorted(FSDP2.glob("train_steps_fsdp2_*.jsonl"))
     runs = steps_report("6", files, "pytorch-fsdp2/bf16 (FSDP2 over one rank)")
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
-    autocast = fitted_sets()["pytorch/autocast"]["values"]
+    autocast = shipped_parameter_sets().sets["pytorch/autocast"]["values"]
     extra = {f"p_{name}": np.full(len(runs), autocast[name]) for name in PRIORS}
     s = score(table, profile="h100-own-measured", extra=extra)
     print("   analytic, pytorch/autocast's set (section 4's): " + step_figures(

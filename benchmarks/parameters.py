@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import argparse
 
-from surrogate.analytic.params import DEFAULT_SET, FREE_PARAMETERS, fitted_sets
+from surrogate.analytic.params import DEFAULT_SET, FREE_PARAMETERS
+from surrogate.parameter_files import shipped_parameter_sets
 
 
 def _value(v: float) -> str:
@@ -22,7 +23,7 @@ def _value(v: float) -> str:
 def table(kind: str) -> list[list[str]]:
     """Rows of the parameters of ``kind``: name, scope, unit, range, prior, then one column
     per shipped set (value, and +- sd where the fit gives one)."""
-    sets = fitted_sets()
+    sets = shipped_parameter_sets().as_dict()
     names = sorted(sets, key=lambda n: (n != DEFAULT_SET, n))
     rows = [["parameter", "scope", "unit", "range", "prior", *names]]
     for p in FREE_PARAMETERS:
@@ -44,7 +45,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", action="store_true", help="Markdown tables")
     args = ap.parse_args()
-    sets = fitted_sets()
+    sets = shipped_parameter_sets().as_dict()
     print("Fitted sets (runs for time / memory; the clusters their cluster-scoped values hold on)")
     for name in sorted(sets, key=lambda n: (n != DEFAULT_SET, n)):
         entry = sets[name]

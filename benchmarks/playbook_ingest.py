@@ -21,6 +21,7 @@ from surrogate.config import CONFIG_COLUMNS, config_from_flat
 from surrogate.datasource import data_dir
 from surrogate.hardware import GIB
 from surrogate.ingest.playbook import parse_playbook
+from surrogate.parameter_files import shipped_parameter_sets
 
 SOURCE_PEAK_FLOPS = 989e12
 
@@ -41,7 +42,8 @@ def main() -> None:
     print(pd.crosstab(m["status_src"], m["status"]).to_string())
 
     done = m[m["status"] == "completed"]
-    cols = to_cols([config_from_flat(r) for r in done[list(CONFIG_COLUMNS)].to_dict("records")])
+    cols = to_cols([config_from_flat(r) for r in done[list(CONFIG_COLUMNS)].to_dict("records")],
+                   shipped_parameter_sets())
     n_ours = total_params(cols)
     n_src = done["Total Params Numeric"].to_numpy() * 1e9
     attn = (12 * done["num_layers"] * done["hidden_size"] * done["seq_len"]).to_numpy()
@@ -72,7 +74,7 @@ def main() -> None:
     z0 = done[(done["model_name"] == "1.34G") & (done["zero_stage"] == 0) & (done["tp"] == 1)
               & (done["pp"] == 1)]
     n = float(total_params(to_cols([config_from_flat(
-        z0[list(CONFIG_COLUMNS)].to_dict("records")[0])]))[0])
+        z0[list(CONFIG_COLUMNS)].to_dict("records")[0])], shipped_parameter_sets()))[0])
     print("\nmemory unit: 1.34G, ZeRO-0, tp=pp=1 (20 B/parameter at the optimizer-step peak:")
     print("  bf16 weights 2 + bf16 grads 2 + fp32 master 4 + fp32 grad accumulator 4 + Adam 8)")
     seen = sorted(float(v) for v in z0["peak_mem_allocated_gib"].unique())
@@ -90,7 +92,8 @@ def allocated_bytes_per_param(done: pd.DataFrame) -> None:
     from surrogate.analytic.memory import memory_breakdown
 
     flat = done[done["pp"] == 1]
-    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")])
+    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")],
+                   shipped_parameter_sets())
     parts = memory_breakdown(cols)
     per_rank = parts["weights"] / 2  # bf16 weights, unsharded below ZeRO-3: the rank's params
     th2 = 2.0 * cols["mbs"] * cols["seq_len"] * cols["hidden_size"]

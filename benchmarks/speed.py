@@ -58,6 +58,8 @@ from surrogate.config import CONFIG_COLUMNS, config_from_flat
 from surrogate.config_table import validate_table
 from surrogate.features import build_features_cols
 from surrogate.learned import SurrogateModel
+from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.perf_models import resolve_perf_model
 from surrogate.prediction import DEFAULT_MODEL_DIR, predict, predict_frame
 from surrogate.presets import get_preset
 from surrogate.search import search
@@ -204,7 +206,9 @@ def main() -> None:
     t_analytic = median_s(lambda: predict_frame(frame, model=None), 3)
     t_check = median_s(lambda: validate_table(frame), 3)
     checked = validate_table(frame)
-    t_cols = median_s(lambda: analytic_for(checked.table), 3)
+    sets = shipped_parameter_sets()
+    t_cols = median_s(lambda: analytic_for(checked.table, sets=sets, resolve=resolve_perf_model),
+                      3)
     X, out, cols = build_features_cols(checked.table)
     t_trees = median_s(lambda: model.predict_from_features(X, out, cols), 3)
     plain = _lightgbm_only(args.model_dir or DEFAULT_MODEL_DIR)

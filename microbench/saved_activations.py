@@ -24,7 +24,7 @@ composite ``rms_norm`` on a CPU (it keeps an fp32 copy of its input and its fp32
 output: 8 bytes per element), where a GPU build may run a fused kernel that keeps less; and the
 attention kernel is the CPU flash kernel, which keeps what the GPU flash kernels keep (query,
 key, value, output, log-sum-exp). So the records split the bytes by module, and
-``surrogate.analytic.memory.activation_terms_per_layer`` is compared with them term by term
+``surrogate.analytic.activations.activation_terms_per_layer`` is compared with them term by term
 (``tests/analytic/test_memory_measured_saves.py``), the norms apart.
 
 Megatron-Core's layer (``TransformerLayer`` of the local GPT spec, RMSNorm, SwiGLU, rotary

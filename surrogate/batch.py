@@ -31,6 +31,7 @@ from surrogate.tableio import CHUNK_ROWS, NotStreamable, TableWriter, iter_table
 if TYPE_CHECKING:
     import pandas as pd
 
+    from surrogate.analytic.params import ParameterSets
     from surrogate.analytic.perf import PerfModel
     from surrogate.learned import SurrogateModel
 
@@ -63,10 +64,12 @@ def predict_file(
     check: CheckFn | None = None,
     chunk_rows: int = CHUNK_ROWS,
     progress: ProgressFn | None = None,
+    sets: ParameterSets | None = None,
 ) -> BatchResult:
     """Predict every row of the table at ``source`` into the table ``target`` (Parquet or
     CSV by suffix), or as CSV into ``stdout`` when ``target`` is None; see the module
-    docstring. ``model`` and ``profile`` as for :func:`surrogate.prediction.predict_frame`;
+    docstring. ``model``, ``profile`` and ``sets`` as for
+    :func:`surrogate.prediction.predict_frame`;
     ``check`` is called on each chunk before it is predicted."""
     from surrogate.prediction import resolve_model
 
@@ -74,11 +77,12 @@ def predict_file(
     if target is None:
         with tempfile.TemporaryDirectory(prefix="surrogate-predict-") as scratch:
             done = _predict_into(source, Path(scratch) / "out.csv", profile, learned, check,
-                                 chunk_rows, progress)
+                                 chunk_rows, progress, sets)
             with open(Path(scratch) / "out.csv", encoding="utf-8", newline="") as f:
                 shutil.copyfileobj(f, stdout if stdout is not None else _stdout())
             return done
-    return _predict_into(source, Path(target), profile, learned, check, chunk_rows, progress)
+    return _predict_into(source, Path(target), profile, learned, check, chunk_rows, progress,
+                         sets)
 
 
 def _stdout() -> IO[str]:
@@ -89,16 +93,18 @@ def _stdout() -> IO[str]:
 
 def _predict_into(source: str | Path, target: Path, profile: Any,
                   model: SurrogateModel | None, check: CheckFn | None, chunk_rows: int,
-                  progress: ProgressFn | None) -> BatchResult:
+                  progress: ProgressFn | None, sets: ParameterSets | None = None
+                  ) -> BatchResult:
     try:
         return _write(iter_table(source, chunk_rows=chunk_rows), target, profile, model,
-                      check, progress)
+                      check, progress, sets)
     except NotStreamable:
-        return _write(iter([read_table(source)]), target, profile, model, check, progress)
+        return _write(iter([read_table(source)]), target, profile, model, check, progress, sets)
 
 
 def _write(chunks: Any, target: Path, profile: Any, model: SurrogateModel | None,
-           check: CheckFn | None, progress: ProgressFn | None) -> BatchResult:
+           check: CheckFn | None, progress: ProgressFn | None,
+           sets: ParameterSets | None = None) -> BatchResult:
     """Predict each frame of ``chunks`` and write it to ``target`` (committed once all are)."""
     from surrogate.prediction import predict_frame
 
@@ -110,7 +116,7 @@ def _write(chunks: Any, target: Path, profile: Any, model: SurrogateModel | None
                 checked = check(chunk, rows + 1)
                 if checked is not None:
                     chunk = checked
-            result = predict_frame(chunk, profile=profile, model=model)
+            result = predict_frame(chunk, profile=profile, model=model, sets=sets)
             if rows == 0 and len(result):
                 first_error = str(result["error"].iloc[0])
             writer.write(result)

@@ -38,6 +38,7 @@ from surrogate.analytic.flops import (
     model_flops_per_token,
     total_params,
 )
+from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.run import analytic_for
 from surrogate.analytic.step import STEP_TERMS
@@ -146,10 +147,11 @@ def build_features(
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
     extra: dict[str, np.ndarray] | None = None,
+    sets: ParameterSets | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray]]:
     """Features of ``configs`` and the analytic outputs they came from (same order); see
     :func:`build_features_cols` for the arguments."""
-    X, out, _ = build_features_cols(configs, profile, extra=extra)
+    X, out, _ = build_features_cols(configs, profile, extra=extra, sets=sets)
     return X, out
 
 
@@ -158,23 +160,32 @@ def build_features_cols(
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
     extra: dict[str, np.ndarray] | None = None,
+    sets: ParameterSets | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Features, analytic outputs and the analytic columns of ``configs`` (validated
     configurations or their flat table, ``surrogate.config_table``). ``profile`` is one
     profile for all or one per configuration; ``extra`` adds per-configuration columns the
-    PerfModel reads (``net_scale``)."""
-    c, out, _ = analytic_for(configs, profile, extra=extra)
+    PerfModel reads (``net_scale``); ``sets``: the analytic parameter sets (None: the
+    shipped ones)."""
+    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.perf_models import resolve_perf_model
+
+    c, out, _ = analytic_for(configs, profile, extra=extra,
+                             sets=shipped_parameter_sets() if sets is None else sets,
+                             resolve=resolve_perf_model)
     return features_from_analytic(c, out), out, c
 
 
 def features_for_runs(
-    runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
+    runs: pd.DataFrame, profile: str | Path | PerfModel | None = None,
+    sets: ParameterSets | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Features of a sweep table's runs, each explained under its own cluster
-    (:func:`surrogate.clusters.run_context`)."""
+    (:func:`surrogate.clusters.run_context`), under parameter sets ``sets`` (None: the
+    shipped ones)."""
     from surrogate.clusters import run_context
     from surrogate.config_table import valid_table
 
     table = valid_table(runs, where="runs to explain")
     profiles, extra = run_context(runs, profile)
-    return build_features_cols(table, profiles, extra=extra)
+    return build_features_cols(table, profiles, extra=extra, sets=sets)

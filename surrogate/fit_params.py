@@ -37,8 +37,8 @@ from surrogate.analytic.params import (
     DEFAULT_SET,
     PARAMETERS,
     FreeParameter,
+    ParameterSets,
     cluster_key,
-    cluster_scoped,
 )
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import step_breakdown
@@ -109,8 +109,8 @@ def predicted_step_s(block: Block, values: dict[str, float]) -> Array:
 
 
 def values_in_use(block: Block) -> dict[str, float]:
-    """The free parameters the block's columns carry: the sets in use (shipped, or those of
-    ``surrogate.analytic.params.using_sets``) of its framework version."""
+    """The free parameters the block's columns carry: those of its framework version in the
+    sets the block was built under (:func:`blocks_for_runs`)."""
     return {k[2:]: float(v[0]) for k, v in block.cols.items() if k.startswith("p_")}
 
 
@@ -293,16 +293,20 @@ healthy|all`` prints both)."""
 FitOn = Literal["all", "healthy"]
 
 
-def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[np.ndarray]]:
+def blocks_for_runs(runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
+                    ) -> tuple[list[Block], list[np.ndarray]]:
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
     (:func:`surrogate.clusters.run_context`), one per (PerfModel, parameter set: the framework
     version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
-    indices of ``runs`` each block holds."""
-    from surrogate.analytic.run import resolve_perf_model
+    indices of ``runs`` each block holds; their columns carry the values of ``sets`` (None:
+    the shipped sets)."""
     from surrogate.clusters import run_context
     from surrogate.config import config_from_flat
     from surrogate.hardware import GIB
+    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.perf_models import resolve_perf_model
 
+    sets = shipped_parameter_sets() if sets is None else sets
     profiles, extra = run_context(runs, profile)
     records = runs.to_dict("records")
     configs = [config_from_flat(r) for r in records]
@@ -315,7 +319,7 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
     blocks, rows = [], []
     for (gpu, _, _), idx in keyed.items():
         sel = np.array(idx)
-        c = to_cols([configs[i] for i in idx])
+        c = to_cols([configs[i] for i in idx], sets)
         for name, values in extra.items():
             c[name] = np.asarray(values, dtype=np.float64)[sel]
         sub = runs.iloc[sel]
@@ -329,7 +333,7 @@ def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[n
         status = sub["status"].to_numpy()
         oom = np.where(status == "oom", 1.0, np.where(done, 0.0, np.nan))
         perf = resolve_perf_model(gpu, profiles[idx[0]])
-        blocks.append(Block(cluster_scoped(c, perf.name), perf, step, reserved, oom))
+        blocks.append(Block(sets.cluster_scoped(c, perf.name), perf, step, reserved, oom))
         rows.append(sel)
     return blocks, rows
 
@@ -349,7 +353,8 @@ def healthy(block: Block, mfu: np.ndarray) -> Block:
 
 
 def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_name",
-             fit_on: FitOn = "all", min_runs: int = MIN_RUNS) -> dict[str, Any]:
+             fit_on: FitOn = "all", min_runs: int = MIN_RUNS,
+             sets: ParameterSets | None = None) -> dict[str, Any]:
     """Fit every framework version's parameters on ``runs``; report grouped cross-validation.
 
     Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
@@ -361,17 +366,18 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     (``"healthy"``, :data:`MIN_FIT_MFU`). ``group_by=None``: the fits alone, no
     cross-validation (``held_out`` is all NaN). A version is fitted from ``min_runs`` timed
     runs; its memory parameters from :data:`MIN_RUNS` runs with a memory (else their
-    priors)."""
+    priors). ``sets``: the parameter sets the runs are explained under before the fit (None:
+    the shipped ones; :func:`blocks_for_runs`)."""
     if fit_on not in ("all", "healthy"):
         raise ValueError(f"fit_on must be 'all' or 'healthy', got {fit_on!r}")
-    blocks, rows = blocks_for_runs(runs, profile)
+    blocks, rows = blocks_for_runs(runs, profile, sets=sets)
     mfu_all = runs["mfu"].to_numpy(dtype=np.float64)
     by_fv: dict[str, list[int]] = {}
     for i, b in enumerate(blocks):
         by_fv.setdefault(framework_version_of(b), []).append(i)
     groups_all = (runs[group_by].astype(str).to_numpy()
                   if group_by is not None and group_by in runs else None)
-    sets: dict[str, Any] = {}
+    fitted: dict[str, Any] = {}
     held_step = np.full(len(runs), np.nan)
     held_mem = np.full(len(runs), np.nan)
     held_sd = np.full(len(runs), np.nan)
@@ -423,8 +429,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                         if (arr == g).any():
                             held_peak[rows[i][arr == g]] = predicted_reserved(
                                 blocks[i].take(arr == g), f.values)
-        sets[fv] = entry
-    return {"sets": sets, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
+        fitted[fv] = entry
+    return {"sets": fitted, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
                                        "peak_reserved_bytes": held_peak,
                                        "memory_log_sd": held_sd,
                                        "oom_log_margin": held_margin},
@@ -451,20 +457,22 @@ def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[fl
 
 
 def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
-                min_runs: int = MIN_RUNS) -> dict[str, Any]:
+                min_runs: int = MIN_RUNS, sets: ParameterSets | None = None) -> dict[str, Any]:
     """The default set (:data:`~surrogate.analytic.params.DEFAULT_SET`): the framework-scoped
     parameters fitted on every run of ``runs`` together, whatever its framework, for the
     framework versions, GPUs and clusters that have no set of their own. Each run is explained
     under its own set's cluster-scoped values where that set was fitted on its cluster
-    (:func:`~surrogate.analytic.params.cluster_scoped`: a cluster's network latency or host
-    floor is not the frameworks' common ground); the default keeps those at their priors.
+    (:meth:`~surrogate.analytic.params.ParameterSets.cluster_scoped`: a cluster's network
+    latency or host floor is not the frameworks' common ground); the default keeps those at
+    their priors.
     ``balance``: how runs of different sets are weighed (:func:`_balanced`). Memory parameters
     are fitted on the runs with a measured peak memory (priors where fewer than ``min_runs``),
     with the memory error and OOM margin they show (:func:`fit_memory`).
 
     Returns the set as the shipped JSON holds it (``values``, ``sd``, ``runs``, ``log_rmse``)
-    and the sets it pooled (``pooled``)."""
-    blocks, _ = blocks_for_runs(runs, profile)
+    and the sets it pooled (``pooled``). ``sets``: the sets the runs are explained under
+    (None: the shipped ones; :func:`blocks_for_runs`)."""
+    blocks, _ = blocks_for_runs(runs, profile, sets=sets)
     time_names = [n for n in TIME_PARAMETERS if PARAMETERS[n].scope == "framework"]
     memory_names = [n for n in MEMORY_PARAMETERS if PARAMETERS[n].scope == "framework"]
     t = fit_time(blocks, time_names, weights=_balanced(blocks, "step_time_s", balance))
@@ -483,9 +491,10 @@ def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
     return entry
 
 
-def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
+def own_sets(runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
+             ) -> dict[str, Any]:
     """Parameter sets fitted on ``runs`` for the sets they take (``LayoutConfig.parameter_set``)
-    that the sets in use (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework,
+    that ``sets`` (None: the shipped ones) lack: a user's own framework,
     calibrated by their own runs before any learned correction (:func:`fit_runs` on those runs, no
     cross-validation; a version with fewer than :data:`OWN_MIN_RUNS` timed runs keeps the
     priors). ``{version: {"values": ...}}``, empty where there is nothing to fit.
@@ -495,16 +504,16 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     predicts the rest at 11.9% MFU MAPE (Spearman 0.764) for k = 10 and 9.8% (0.806) for
     k = 50, against 19.6-20.1% (0.762-0.766) under the priors; drawn from one-node runs only,
     the runs of more nodes at 9.5% (0.612) and 7.8% (0.792), against 19.8% (0.629)."""
-    from surrogate.analytic.params import sets_in_use
     from surrogate.config import config_from_flat
+    from surrogate.parameter_files import shipped_parameter_sets
 
-    have = set(sets_in_use())
+    base = shipped_parameter_sets() if sets is None else sets
     taken = [config_from_flat(r).layout.parameter_set() for r in runs.to_dict("records")]
-    mine = np.array([fv not in have for fv in taken], dtype=bool)
+    mine = np.array([fv not in base for fv in taken], dtype=bool)
     if not mine.any():
         return {}
     fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None,
-                      min_runs=OWN_MIN_RUNS)["sets"]
+                      min_runs=OWN_MIN_RUNS, sets=base)["sets"]
     return {fv: {"values": dict(entry["values"])} for fv, entry in fitted.items()}
 
 

@@ -341,8 +341,9 @@ def _every_nth_block(cfg: TrainingConfig) -> int | None:
     analytic model counts with (``analytic.flops.every_nth_block``)."""
     from surrogate.analytic.flops import every_nth_block
     from surrogate.analytic.inputs import to_cols
+    from surrogate.analytic.params import ParameterSets
 
-    n = int(every_nth_block(to_cols([cfg]))[0])
+    n = int(every_nth_block(to_cols([cfg], ParameterSets()))[0])
     return n or None
 
 

@@ -47,7 +47,7 @@ Within it, a framework version whose held-out runs the throughput correction pre
 better than the physics under it keeps only the share they bear out
 (``correction_weight_by_framework_``, :func:`framework_weights`). A framework without shipped
 analytic parameters gets them fitted on its training runs first, and the model predicts under
-them (``physics_sets_``, :meth:`SurrogateModel.physics`).
+them (``physics_sets_``, :meth:`SurrogateModel.parameter_sets`).
 
 Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
 :data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
@@ -63,7 +63,6 @@ import inspect
 import json
 import platform
 from collections.abc import Callable, Sequence
-from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -71,7 +70,7 @@ import numpy as np
 
 from surrogate import compiled_trees
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-from surrogate.analytic.params import transfer_half_widths
+from surrogate.analytic.params import ParameterSets
 from surrogate.compiled_trees import CompiledForest
 from surrogate.domain import (
     DEFAULT_SHRINK_DOUBLINGS,
@@ -362,8 +361,9 @@ class SurrogateModel:
     ``mem_model_``), ``status_classes_``, ``conformal_q_``, ``conformal_q_by_framework_``,
     ``mem_conformal_q_``, ``mem_conformal_q_by_framework_``,
     ``mem_conformal_q_unseen_shape_``, ``correction_weight_by_framework_``,
-    ``physics_sets_``, ``feature_names_``, ``domain_``, ``data_hash_``,
-    ``n_train_``, ``metrics_`` and ``saved_sha256_``.
+    ``physics_sets_``, ``base_parameter_sets_`` (the analytic parameter sets its training
+    data was computed under; a loaded model takes the shipped ones), ``feature_names_``,
+    ``domain_``, ``data_hash_``, ``n_train_``, ``metrics_`` and ``saved_sha256_``.
 
     Args:
         status_params: LightGBM settings of the status classifier (None: the defaults).
@@ -448,14 +448,13 @@ class SurrogateModel:
     def __sklearn_is_fitted__(self) -> bool:
         return hasattr(self, "status_model_")
 
-    def physics(self) -> AbstractContextManager[None]:
-        """Within the block, the analytic model runs under the parameters this model was
-        trained under: the sets fitted on its training runs for framework versions the
-        shipped ones lacked (``physics_sets_``, ``surrogate.fit_params.own_sets``), over the
-        sets in use. Every prediction with the model is made in it (``surrogate.scoring``)."""
-        from surrogate.analytic.params import using_more_sets
-
-        return using_more_sets(self.physics_sets_)
+    def parameter_sets(self) -> ParameterSets:
+        """The analytic parameter sets this model was trained under: the sets fitted on its
+        training runs for framework versions the others lacked (``physics_sets_``,
+        ``surrogate.fit_params.own_sets``), over those its training data was computed under
+        (``base_parameter_sets_``; a loaded model: the shipped ones). Every prediction with
+        the model is made under them (``surrogate.scoring``)."""
+        return self.base_parameter_sets_.with_more(self.physics_sets_)
 
     def __sklearn_tags__(self) -> Any:
         """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
@@ -526,6 +525,8 @@ class SurrogateModel:
         else:
             sw = data.sample_weight(balance_sources=self.balance_sources)
         self._compiled = {}  # a loaded model's compiled forests are of its former boosters
+        self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
+        self.base_parameter_sets_: ParameterSets = data.parameter_sets
         if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
             raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
         done, mem_ok = data.done, data.mem_ok
@@ -559,7 +560,6 @@ class SurrogateModel:
         self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
                                         self.unseen_shape_weight)
         self.data_hash_ = data.data_hash
-        self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
         self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
         self.metrics_: dict[str, Any] = {}
@@ -683,11 +683,14 @@ class SurrogateModel:
 
     def predict_from_features(
         self, X: pd.DataFrame, out: dict[str, np.ndarray], cols: dict[str, np.ndarray],
-        *, shrink_doublings: float | None = None,
+        *, shrink_doublings: float | None = None, sets: ParameterSets | None = None,
     ) -> dict[str, Any]:
         """Predictions from features, the analytic outputs and the analytic columns they came
         from (module doc: shrinkage off the domain). ``shrink_doublings`` overrides the
-        model's own (``training.evaluate.evaluate_shrinks`` compares settings on one fit)."""
+        model's own (``training.evaluate.evaluate_shrinks`` compares settings on one fit).
+        ``sets``: the analytic parameter sets the analytic outputs came from (None: the
+        model's, :meth:`parameter_sets`), whose default set gives the interval's width for
+        what no set was fitted on."""
         self._check_fitted()
         if list(X.columns) != self.feature_names_:
             raise DataError("features do not match the model's feature_names_")
@@ -748,7 +751,7 @@ class SurrogateModel:
                              np.maximum(q_mem, self.mem_conformal_q_unseen_shape_), q_mem)
         half = q_mem * widen
         # an unseen framework, GPU or cluster: the width the held-out ones measured
-        transfer = transfer_half_widths()
+        transfer = (self.parameter_sets() if sets is None else sets).transfer_half_widths()
         unseen = ~np.isfinite(where.distance)
         if transfer is not None and unseen.any():
             lo = np.where(unseen, np.minimum(center, 0.0) - transfer[0], lo)
@@ -960,6 +963,9 @@ class SurrogateModel:
         mem_q = meta.get("mem_conformal_q_unseen_shape")  # absent before it had its own
         model.mem_conformal_q_unseen_shape_ = float("nan") if mem_q is None else float(mem_q)
         model.physics_sets_ = dict(meta.get("physics_sets", {}))  # absent: none of its own
+        from surrogate.parameter_files import shipped_parameter_sets
+
+        model.base_parameter_sets_ = shipped_parameter_sets()
         model.correction_weight_by_framework_ = {  # absent: the full correction everywhere
             str(k): float(v) for k, v in meta.get("correction_weight_by_framework", {}).items()}
         model.feature_names_ = list(meta["feature_names"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from surrogate.analytic.memory import BREAKDOWN_TERMS
+from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import CONFIG_COLUMNS, TrainingConfig
@@ -108,6 +109,9 @@ class Prediction:
     """Share of the learned throughput correction its framework version's held-out runs bear
     out (1: all of it; 0 for the analytic model alone). The throughput keeps
     ``domain_weight`` x ``correction_share`` of the correction."""
+    parameter_sets: ParameterSets = field(default_factory=ParameterSets, repr=False,
+                                          compare=False)
+    """The analytic parameter sets the prediction was made under."""
 
     @property
     def fits(self) -> bool:
@@ -118,10 +122,8 @@ class Prediction:
         """The ``framework/version`` whose free parameters the analytic model used
         (``FrameworkTraits.parameter_set``) and whether a fitted set of it is in use (False:
         the priors)."""
-        from surrogate.analytic.params import sets_in_use
-
         name = self.config.layout.parameter_set()
-        return name, name in sets_in_use()
+        return name, name in self.parameter_sets
 
     @property
     def parameter_source(self) -> str:
@@ -129,12 +131,12 @@ class Prediction:
         :attr:`parameter_set`), ``default`` (no set of its own: the default set, fitted on
         every framework's runs together, ``surrogate.fit_params.fit_default``) or ``priors``
         (neither ships)."""
-        from surrogate.analytic.params import DEFAULT_SET, sets_in_use
+        from surrogate.analytic.params import DEFAULT_SET
 
         _, fitted = self.parameter_set
         if fitted:
             return "fitted"
-        return "default" if DEFAULT_SET in sets_in_use() else "priors"
+        return "default" if DEFAULT_SET in self.parameter_sets else "priors"
 
     @property
     def status(self) -> str:
@@ -222,12 +224,13 @@ def _predict_configs(
     model: SurrogateModel | None,
     *,
     explain: bool = False,
+    sets: ParameterSets | None = None,
 ) -> list[Prediction]:
     """:class:`Prediction` objects from :func:`surrogate.scoring.score`; an impossible answer
     is a ConfigError."""
     if not configs:
         return []
-    s = score(configs, model=model, profile=profile, explain=explain)
+    s = score(configs, model=model, profile=profile, explain=explain, sets=sets)
     bad = next((r for r in s.columns["error"] if r), "")
     if bad:
         raise ConfigError(bad)
@@ -258,6 +261,7 @@ def _predict_configs(
             extrapolation=str(col["extrapolation"][j]),
             domain_weight=float(col["domain_weight"][j]),
             correction_share=float(col["correction_share"][j]),
+            parameter_sets=s.parameter_sets,
         ))
     return preds
 
@@ -267,6 +271,7 @@ def predict_frame(
     *,
     profile: str | Path | PerfModel | None = None,
     model: SurrogateModel | str | Path | None = "default",
+    sets: ParameterSets | None = None,
 ) -> pd.DataFrame:
     """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`; optional ones take their
     defaults). Returns the input columns plus :data:`PRED_COLUMNS`, :data:`RUNS_AS_ANOTHER`
@@ -290,7 +295,7 @@ def predict_frame(
     notes = np.full(n, "", dtype=object)
     if ok_rows:
         notes[checked.rows] = runs_as_another(checked.table)
-        columns = score(checked.table, model=learned, profile=profile).columns
+        columns = score(checked.table, model=learned, profile=profile, sets=sets).columns
         impossible = [(pos, reason) for pos, reason in zip(ok_rows, columns["error"],
                                                             strict=True) if reason]
         for col in PRED_COLUMNS:
@@ -317,6 +322,7 @@ def predict(
     profile: str | Path | PerfModel | None = None,
     model: SurrogateModel | str | Path | None = "default",
     explain: bool = False,
+    sets: ParameterSets | None = None,
 ) -> Prediction: ...
 @overload
 def predict(
@@ -325,6 +331,7 @@ def predict(
     profile: str | Path | PerfModel | None = None,
     model: SurrogateModel | str | Path | None = "default",
     explain: bool = False,
+    sets: ParameterSets | None = None,
 ) -> pd.DataFrame: ...
 def predict(
     config: TrainingConfig | pd.DataFrame,
@@ -332,6 +339,7 @@ def predict(
     profile: str | Path | PerfModel | None = None,
     model: SurrogateModel | str | Path | None = "default",
     explain: bool = False,
+    sets: ParameterSets | None = None,
 ) -> Prediction | pd.DataFrame:
     """Predict one :class:`TrainingConfig` (a :class:`Prediction`) or every row of a DataFrame
     (see :func:`predict_frame`).
@@ -347,6 +355,8 @@ def predict(
             gives the analytic model alone.
         explain: With a single configuration and a learned model, add the correction's
             largest SHAP contributions (``Prediction.explanation``).
+        sets: The analytic model's parameter sets (None: the model's, else the shipped
+            ones; :func:`surrogate.scoring.score`).
 
     Returns:
         One ``Prediction`` for a configuration. For a table, a DataFrame of the input
@@ -363,8 +373,9 @@ def predict(
             sidecar) or were written for other features.
     """
     if isinstance(config, TrainingConfig):
-        return _predict_configs([config], profile, resolve_model(model), explain=explain)[0]
-    return predict_frame(config, profile=profile, model=model)
+        return _predict_configs([config], profile, resolve_model(model), explain=explain,
+                                sets=sets)[0]
+    return predict_frame(config, profile=profile, model=model, sets=sets)
 
 
 __all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "RUNS_AS_ANOTHER", "Prediction", "predict",

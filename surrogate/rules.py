@@ -65,10 +65,13 @@ def analytic_fits(
 ) -> np.ndarray:
     """Whether each configuration fits in memory by the analytic model alone."""
     from surrogate.analytic.run import analytic_for
+    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.perf_models import resolve_perf_model
 
     if not configs:
         return np.zeros(0, dtype=bool)
-    c, out, _ = analytic_for(configs, profile)
+    c, out, _ = analytic_for(configs, profile, sets=shipped_parameter_sets(),
+                             resolve=resolve_perf_model)
     return np.asarray(out["mem_total"] <= c["memory_bytes"], dtype=bool)
 
 

@@ -38,13 +38,13 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.run import analytic_for, impossible
 from surrogate.config import TrainingConfig
 from surrogate.config_table import FlatTable, table_len
@@ -81,6 +81,8 @@ class Scores:
     explanations: list[dict[str, float]] = field(default_factory=list)
     """With ``explain=True`` and a learned model: per configuration, the largest SHAP
     contributions to the throughput correction."""
+    parameter_sets: ParameterSets = field(default_factory=ParameterSets)
+    """The analytic parameter sets the configurations were scored under."""
 
     def __len__(self) -> int:
         return len(self.perf_models)
@@ -101,6 +103,7 @@ def score(
     shrink_doublings: float | None = None,
     explain: bool = False,
     agree: bool = True,
+    sets: ParameterSets | None = None,
 ) -> Scores:
     """Score ``configs``: validated configurations, or their flat table
     (:func:`surrogate.config_table.validate_table` checks a DataFrame of them column-wise);
@@ -114,21 +117,31 @@ def score(
     domain (evaluation compares settings); ``explain`` adds SHAP contributions; ``agree=False``
     leaves the memory interval, ``p_oom`` and the status as the learned model's parts gave them,
     unreconciled (``surrogate.memory_verdict``; ``benchmarks/oom_agreement.py`` counts what
-    that changes)."""
+    that changes). ``sets``: the analytic parameter sets (None: the model's,
+    :meth:`SurrogateModel.parameter_sets`, or without a model the shipped ones); a model's own
+    sets (``physics_sets_``) go over them."""
+    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.perf_models import resolve_perf_model
+
     n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
                       perf_models=[])
     # the analytic model under the parameters the learned one was trained under
-    with nullcontext() if model is None else model.physics():
-        c, out, names = analytic_for(configs, profile, extra=extra)
+    if sets is None:
+        used = shipped_parameter_sets() if model is None else model.parameter_sets()
+    else:
+        used = sets if model is None else sets.with_more(model.physics_sets_)
+    c, out, names = analytic_for(configs, profile, extra=extra, sets=used,
+                                 resolve=resolve_perf_model)
     context = out["mem_cuda_context"]
     explanations: list[dict[str, float]] = []
     if model is not None:
         from surrogate.features import features_from_analytic
 
         X = features_from_analytic(c, out)
-        learned = model.predict_from_features(X, out, c, shrink_doublings=shrink_doublings)
+        learned = model.predict_from_features(X, out, c, shrink_doublings=shrink_doublings,
+                                              sets=used)
         columns = {k: np.asarray(learned[k]) for k in (
             "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo",
             "pred_mfu_hi", "pred_tokens_per_s_per_gpu", "pred_step_time_s",
@@ -166,7 +179,7 @@ def score(
         columns = agreeing(columns, context / GIB)
     columns["error"] = np.array(impossible(c, out), dtype=object)
     return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
-                  perf_models=names, explanations=explanations)
+                  perf_models=names, explanations=explanations, parameter_sets=used)
 
 
 def score_runs(
@@ -175,6 +188,7 @@ def score_runs(
     model: SurrogateModel | None = None,
     profile: str | Path | PerfModel | None = None,
     shrink_doublings: float | None = None,
+    sets: ParameterSets | None = None,
 ) -> pd.DataFrame:
     """:func:`score` a sweep table's runs, each explained under its own cluster
     (:func:`surrogate.clusters.run_context`: the cluster's profile and the bandwidth the run
@@ -187,7 +201,7 @@ def score_runs(
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
     scores = score(table, model=model, profile=profiles, extra=extra,
-                   shrink_doublings=shrink_doublings)
+                   shrink_doublings=shrink_doublings, sets=sets)
     frame = scores.frame(index=runs.index)
     # the prediction of what each run measured: its memory on the rank it was logged on, the
     # learned factor (pred_peak_mem_gib over the analytic most loaded rank's) applied to it

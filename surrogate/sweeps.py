@@ -143,12 +143,14 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     (:mod:`surrogate.analytic.flops`). NaN where the throughput is missing."""
     from surrogate.analytic.flops import mfu
     from surrogate.analytic.inputs import cols_from_table
+    from surrogate.analytic.params import ParameterSets
 
     if df.empty:
         return pd.Series([], dtype="float64", index=df.index)
     table = valid_table(df[list(CONFIG_COLUMNS)], where="runs whose MFU is recomputed")
     tps = df["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
-    return pd.Series(mfu(tps, cols_from_table(table)), index=df.index, dtype="float64")
+    cols = cols_from_table(table, ParameterSets())  # no free parameter enters the MFU
+    return pd.Series(mfu(tps, cols), index=df.index, dtype="float64")
 
 
 def _is_missing(value: Any) -> bool:

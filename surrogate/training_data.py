@@ -21,7 +21,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError
+from surrogate.parameter_files import shipped_parameter_sets
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -96,8 +98,12 @@ class TrainingData:
     groups: np.ndarray
     """(model, nodes) cell of each run (:func:`cell_groups`), for grouped folds."""
     physics_sets: dict[str, Any] = field(default_factory=dict)
-    """Analytic parameter sets fitted on these runs for framework versions the sets in use
-    lacked (``surrogate.fit_params.own_sets``), under which the features were computed."""
+    """Analytic parameter sets fitted on these runs for framework versions
+    :attr:`parameter_sets` lacked (``surrogate.fit_params.own_sets``), under which (over
+    :attr:`parameter_sets`) the features were computed."""
+    parameter_sets: ParameterSets = field(default_factory=shipped_parameter_sets)
+    """The analytic parameter sets the features were computed under, below
+    :attr:`physics_sets` (the shipped ones unless :func:`training_data` was given others)."""
 
     def __len__(self) -> int:
         return len(self.runs)
@@ -113,7 +119,7 @@ class TrainingData:
             cols={k: v[rows] for k, v in self.cols.items()},
             y_status=self.y_status[rows], done=self.done[rows], y_mfu=self.y_mfu[rows],
             mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows],
-            physics_sets=self.physics_sets)
+            physics_sets=self.physics_sets, parameter_sets=self.parameter_sets)
 
     def sample_weight(self, *, balance_sources: bool = True) -> np.ndarray:
         """One weight per run: :func:`source_weights` of these runs (each part is balanced
@@ -147,7 +153,7 @@ class TrainingData:
 
 
 def training_data(runs: pd.DataFrame, *, profile: Any = None,
-                  own_physics: bool = True) -> TrainingData:
+                  own_physics: bool = True, sets: ParameterSets | None = None) -> TrainingData:
     """Features and targets of a runs table, computed once (:class:`TrainingData`).
 
     The targets are the runs' own measurements relative to the analytic model's answer for
@@ -157,11 +163,11 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     (``surrogate.clusters.SOURCE_MEMORY_STAGES``): the learned factor corrects a rank's memory,
     and prediction applies it to the most loaded rank's.
 
-    With ``own_physics``, the framework versions the analytic parameter sets in use lack
-    (a user's own) first get theirs fitted on these runs (``surrogate.fit_params.own_sets``),
-    and every run is explained under them: the correction learns what calibrated physics
-    misses, and a model fitted on these data carries the sets (``physics_sets``)."""
-    from surrogate.analytic.params import using_more_sets
+    ``sets``: the analytic parameter sets (None: the shipped ones). With ``own_physics``, the
+    framework versions they lack (a user's own) first get theirs fitted on these runs
+    (``surrogate.fit_params.own_sets``), and every run is explained under them: the correction
+    learns what calibrated physics misses, and a model fitted on these data carries the sets
+    (``physics_sets``)."""
     from surrogate.features import features_for_runs
     from surrogate.fit_params import own_sets
 
@@ -169,9 +175,9 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
         raise DataError("cannot learn from an empty sweep table")
     runs = runs.reset_index(drop=True)
     y_status = status_labels(runs["status"])
-    sets = own_sets(runs, profile) if own_physics else {}
-    with using_more_sets(sets):
-        X, out, cols = features_for_runs(runs, profile)
+    base = shipped_parameter_sets() if sets is None else sets
+    own = own_sets(runs, profile, sets=base) if own_physics else {}
+    X, out, cols = features_for_runs(runs, profile, base.with_more(own))
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
     mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
     done = (y_status == 0) & (tps > 0)
@@ -183,4 +189,4 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / logged[mem_ok])
     return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
                         y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
-                        groups=cell_groups(runs), physics_sets=sets)
+                        groups=cell_groups(runs), physics_sets=own, parameter_sets=base)

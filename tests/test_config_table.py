@@ -16,6 +16,7 @@ from surrogate.config import CONFIG_COLUMNS, config_from_flat, config_to_flat
 from surrogate.config_table import flat_table, group_codes, valid_table, validate_table
 from surrogate.errors import DataError, SurrogateError
 from surrogate.hf_config import model_from_hf_config
+from surrogate.parameter_files import shipped_parameter_sets
 from surrogate.presets import get_preset
 
 BASE = [
@@ -149,8 +150,8 @@ def test_valid_table_names_the_first_bad_row():
 
 def test_the_analytic_columns_of_a_table_are_those_of_its_configurations():
     configs = [config_from_flat(r) for r in BASE]
-    from_table = cols_from_table(validate_table(pd.DataFrame(BASE)).table)
-    from_configs = to_cols(configs)
+    from_table = cols_from_table(validate_table(pd.DataFrame(BASE)).table, shipped_parameter_sets())
+    from_configs = to_cols(configs, shipped_parameter_sets())
     assert from_table.keys() == from_configs.keys()
     for k in from_table:
         np.testing.assert_array_equal(from_table[k], from_configs[k], err_msg=k)

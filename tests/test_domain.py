@@ -9,11 +9,12 @@ import pytest
 
 from surrogate.analytic.inputs import to_cols
 from surrogate.domain import Domain
+from surrogate.parameter_files import shipped_parameter_sets
 from tests.conftest import build_config
 
 
 def _cols(*configs):
-    return to_cols(list(configs))
+    return to_cols(list(configs), shipped_parameter_sets())
 
 
 def test_inside_outside_and_unseen_categories():

@@ -19,6 +19,7 @@ from surrogate.fit_params import (
     predicted_step_s,
     values_in_use,
 )
+from surrogate.parameter_files import shipped_parameter_sets
 
 TRUE = {**PRIORS, "layer_overhead_s": 2e-3, "tp_comm_scale": 1.6,
         "allocator_overhead_frac": 0.2}
@@ -31,7 +32,8 @@ def synthetic_block(config):
                for model in ("playbook-1.34b", "llama3-8b") for tp in (1, 2, 4, 8)
                for mbs in (1, 2) for ga in (1, 4, 16)]
     n = len(configs)
-    c = {**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}}
+    c = {**to_cols(configs,
+                   shipped_parameter_sets()), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}}
     b = Block(c, SpecPerfModel(), np.zeros(len(configs)), np.zeros(len(configs)))
     b.step_time_s = predicted_step_s(b, TRUE)
     b.reserved_bytes = predicted_reserved(b, TRUE)
@@ -72,7 +74,8 @@ def test_memory_is_fitted_on_the_stage_that_logged_it(config):
     configs = [config("playbook-1.34b", dp=8 // (tp * pp), tp=tp, pp=pp, mbs=mbs, grad_accum=ga)
                for tp in (1, 2) for pp in (2, 4) for mbs in (1, 4) for ga in (1, 8)]
     n = len(configs)
-    c = {**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()},
+    c = {**to_cols(configs,
+                   shipped_parameter_sets()), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()},
          LOGGED_STAGE_COLUMN: np.zeros(n)}
     b = Block(c, SpecPerfModel(), np.full(n, np.nan), np.zeros(n))
     b.reserved_bytes = predicted_logged_reserved(b, TRUE)
@@ -131,7 +134,8 @@ def test_a_floor_binding_no_run_at_its_prior_is_still_fitted(config):
                for tp in (1, 2, 4) for pp in (2, 4) for mbs in (1, 4, 16) for ga in (4, 16)
                if tp * pp <= 8]
     n = len(configs)
-    c = {**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in true.items()}}
+    c = {**to_cols(configs,
+                   shipped_parameter_sets()), **{f"p_{k}": np.full(n, v) for k, v in true.items()}}
     b = Block(c, SpecPerfModel(), np.zeros(n), np.zeros(n))
     b.step_time_s = predicted_step_s(b, true)
     assert not np.allclose(b.step_time_s, predicted_step_s(b, PRIORS))  # the floor binds some
@@ -172,7 +176,6 @@ def test_a_table_of_throughput_alone_fits_the_time_parameters():
 def test_a_users_runs_calibrate_their_frameworks_physics():
     """own_sets: the runs' framework versions that no shipped set covers, fitted on them (a
     table of throughput alone fits its time parameters); too few runs keep the priors."""
-    from surrogate.analytic.params import fitted_sets
     from surrogate.datasource import data_dir
     from surrogate.fit_params import OWN_MIN_RUNS, own_sets
     from surrogate.ingest.llmfoundry import parse_llmfoundry
@@ -183,7 +186,7 @@ def test_a_users_runs_calibrate_their_frameworks_physics():
     runs = parse_llmfoundry(path)[0].sample(30, random_state=0)
     sets = own_sets(runs)
     fv = {f"{f}/{v}" for f, v in zip(runs["framework"], runs["framework_version"], strict=True)}
-    assert set(sets) == fv and not fv & set(fitted_sets())
+    assert set(sets) == fv and not fv & set(shipped_parameter_sets().sets)
     (mine,) = fv
     assert sets[mine]["values"]["gemm_time_scale"] > 0
     assert "memory_log_sd" not in sets[mine]["values"]  # no memory published: its priors
@@ -195,7 +198,7 @@ def test_the_default_set_is_fitted_on_every_framework_together(config):
     framework-scoped values, fits no cluster-scoped one, and names the sets it pooled."""
     import pandas as pd
 
-    from surrogate.analytic.params import PARAMETERS, using_sets
+    from surrogate.analytic.params import PARAMETERS, ParameterSets
     from surrogate.config import config_to_flat
     from surrogate.fit_params import fit_default
 
@@ -203,14 +206,14 @@ def test_the_default_set_is_fitted_on_every_framework_together(config):
                       zero_stage=3 if fw == "torchtitan" else 0)
                for fw in ("nanotron", "torchtitan") for tp in (1, 2, 4) for ga in (1, 4, 16)]
     n = len(configs)
-    b = Block({**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
+    b = Block({**to_cols(configs, shipped_parameter_sets()),
+               **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
               SpecPerfModel(), np.zeros(n), np.zeros(n))
     runs = pd.DataFrame([config_to_flat(c) for c in configs]).assign(
         status="completed", peak_mem_reserved_gib=np.nan, mfu=0.4, source="synthetic")
     tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
     runs["tokens_per_s_per_gpu"] = tokens / (predicted_step_s(b, TRUE) * 8)
-    with using_sets({}):
-        entry = fit_default(runs, SpecPerfModel(), balance="sets")
+    entry = fit_default(runs, SpecPerfModel(), balance="sets", sets=ParameterSets())
     # torchtitan under FSDP alone takes pytorch-fsdp2's set, with tp its own
     assert entry["pooled"] == ["nanotron/pp-fix", "pytorch-fsdp2/bf16", "torchtitan/main"]
     assert entry["values"]["layer_overhead_s"] == pytest.approx(2e-3, rel=0.05)

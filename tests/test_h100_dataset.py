@@ -49,6 +49,7 @@ def test_torchtitan_runs_read_whole_as_their_logs_say() -> None:
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import cols_from_table
     from surrogate.config_table import validate_table
+    from surrogate.parameter_files import shipped_parameter_sets
 
     runs, lines = read_run_dirs(TORCHTITAN)
     assert len(runs) == len(CASES) == 28, lines
@@ -58,7 +59,7 @@ def test_torchtitan_runs_read_whole_as_their_logs_say() -> None:
     assert (runs["framework"] == "torchtitan").all() and (runs["dtype"] == "bf16").all()
     assert runs.loc[runs["status"] == "completed", "peak_mem_reserved_gib"].notna().all()
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
-    counted = total_params(cols_from_table(table))
+    counted = total_params(cols_from_table(table, shipped_parameter_sets()))
     for run_id, n in zip(runs["run_id"], counted, strict=True):
         log = (TORCHTITAN / run_id).with_suffix(".log").read_text(encoding="utf-8")
         size = re.search(r"size: ([\d,]+) total parameters", log)

@@ -17,6 +17,7 @@ from surrogate.analytic.inputs import to_cols
 from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.hf_config import model_from_hf_config
+from surrogate.parameter_files import shipped_parameter_sets
 from surrogate.presets import PRESETS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
@@ -54,7 +55,7 @@ def write(tmp_path: Path, data: dict | str, name: str = "config.json") -> Path:
 def cols_of(model):
     cfg = TrainingConfig(model=model, cluster=ClusterConfig(num_nodes=1),
                          layout=LayoutConfig(dp=8))
-    return to_cols([cfg])
+    return to_cols([cfg], shipped_parameter_sets())
 
 
 @pytest.mark.parametrize("name,total,active", PUBLISHED)

@@ -456,6 +456,7 @@ def test_train_custom_registers_the_modelled_shape_where_torchtitan_is_installed
 
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
+    from surrogate.parameter_files import shipped_parameter_sets
 
     for layout in (cfg(), _moe(dp=8, tp=2, ep=4, zero_stage=2)):
         model = replace(layout.model, name="shape", seq_len=1024) if layout.model.is_moe \
@@ -468,4 +469,5 @@ def test_train_custom_registers_the_modelled_shape_where_torchtitan_is_installed
         module = importlib.import_module(f"torchtitan.models.{name}")
         with torch.device("meta"):
             built = module.Transformer(getattr(module, f"{name}_args")["custom"])
-        assert sum(p.numel() for p in built.parameters()) == int(total_params(to_cols([one]))[0])
+        counted = total_params(to_cols([one], shipped_parameter_sets()))
+        assert sum(p.numel() for p in built.parameters()) == int(counted[0])

@@ -159,15 +159,16 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     """Off its data the learned prediction is the physics, widened and labelled."""
     from dataclasses import replace
 
-    from surrogate.analytic.params import DEFAULT_SET, sets_in_use, using_sets
+    from surrogate.analytic.params import DEFAULT_SET, ParameterSets
+    from surrogate.parameter_files import shipped_parameter_sets
 
     titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
                                        zero_stage=0))  # torchtitan has no ZeRO-1
              for c in configs[:5]]
-    sets = {k: v for k, v in sets_in_use().items() if k != DEFAULT_SET}
-    with using_sets(sets):  # no default set, so no measured transfer error
-        X, out, cols = build_features_cols(titan)
-        pred = fitted.predict_from_features(X, out, cols)
+    sets = ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
+                          if k != DEFAULT_SET})  # no default set, so no measured transfer error
+    X, out, cols = build_features_cols(titan, sets=sets)
+    pred = fitted.predict_from_features(X, out, cols, sets=sets)
     assert (pred["domain_weight"] == 0).all()
     assert pred["pred_mfu"] == pytest.approx(out["mfu"])
     assert (pred["pred_mfu_lo"] <= out["mfu"]).all() and (out["mfu"] <= pred["pred_mfu_hi"]).all()
@@ -189,14 +190,15 @@ def test_an_unseen_framework_takes_the_width_transfer_measured(fitted, configs):
     passes the hardware's ceiling."""
     from dataclasses import replace
 
-    from surrogate.analytic.params import DEFAULT_SET, sets_in_use, using_sets
+    from surrogate.analytic.params import DEFAULT_SET
+    from surrogate.parameter_files import shipped_parameter_sets
 
     titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
                                        zero_stage=0)) for c in configs[:5]]
     default = {"values": {}, "transfer": {"log_tps": 0.3, "log_memory": 0.1}}
-    with using_sets({**sets_in_use(), DEFAULT_SET: default}):
-        X, out, cols = build_features_cols(titan)
-        pred = fitted.predict_from_features(X, out, cols)
+    sets = shipped_parameter_sets().with_more({DEFAULT_SET: default})
+    X, out, cols = build_features_cols(titan, sets=sets)
+    pred = fitted.predict_from_features(X, out, cols, sets=sets)
     np.testing.assert_allclose(pred["pred_mfu_lo"], out["mfu"] * np.exp(-0.3))
     np.testing.assert_allclose(pred["pred_mfu_hi"], np.minimum(out["mfu"] * np.exp(0.3),
                                                                out["mfu_ceiling"]))
@@ -518,21 +520,21 @@ def test_a_users_framework_gets_its_physics_fitted_and_carried(playbook_subset, 
     predicts under them."""
     import pandas as pd
 
-    from surrogate.analytic.params import fitted_sets, using_sets
+    from surrogate.parameter_files import shipped_parameter_sets
     from surrogate.scoring import score_runs
 
     mine = _mpt_runs().sample(40, random_state=0)
     data = training_data(pd.concat([playbook_subset, mine], ignore_index=True))
     (version,) = data.physics_sets  # the Playbook's versions ship theirs
-    assert version not in fitted_sets()
+    assert version not in shipped_parameter_sets()
     assert data.take(np.arange(10)).physics_sets == data.physics_sets
     model = small_model().fit(data)
     assert model.physics_sets_ == data.physics_sets
     model.save(tmp_path / "m")
     loaded = SurrogateModel.load(tmp_path / "m")
     assert loaded.physics_sets_ == model.physics_sets_
-    with using_sets({**fitted_sets(), **model.physics_sets_}):
-        calibrated = score_runs(mine)["pred_mfu"].to_numpy()  # the analytic model alone
+    sets = shipped_parameter_sets().with_more(model.physics_sets_)
+    calibrated = score_runs(mine, sets=sets)["pred_mfu"].to_numpy()  # the analytic model alone
     np.testing.assert_allclose(score_runs(mine, model=loaded)["analytic_mfu"], calibrated)
     assert not np.allclose(score_runs(mine)["pred_mfu"], calibrated)
     # without them (own_physics=False, or the runs of shipped versions alone) none is carried

@@ -12,7 +12,6 @@ import pytest
 import surrogate
 from surrogate.analytic.memory import BREAKDOWN_TERMS
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.analytic.run import resolve_perf_model
 from surrogate.analytic.step import STEP_TERMS
 from surrogate.config import (
     CONFIG_COLUMNS,
@@ -23,6 +22,7 @@ from surrogate.config import (
     config_to_flat,
 )
 from surrogate.hardware import GIB
+from surrogate.perf_models import resolve_perf_model
 from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER, Prediction, predict_frame
 from surrogate.presets import get_preset
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from surrogate.analytic.params import DEFAULT_SET, using_sets
+from surrogate.analytic.params import DEFAULT_SET, ParameterSets
 from surrogate.fit_params import (
     MIN_FIT_MFU,
     Balance,
@@ -85,12 +85,12 @@ def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
                      for r in runs.to_dict("records")], dtype=object)
 
 
-def log_errors(runs: pd.DataFrame) -> dict[str, np.ndarray]:
-    """Per run of ``runs``, under the sets in use (``surrogate.analytic.params.using_sets``):
+def log_errors(runs: pd.DataFrame, sets: ParameterSets | None = None) -> dict[str, np.ndarray]:
+    """Per run of ``runs``, under parameter sets ``sets`` (None: the shipped ones):
     log(predicted / measured) of tokens/s over the completed runs and of peak reserved memory
     over those with a measurement (NaN elsewhere), measured as the fits read them
     (``surrogate.fit_params.blocks_for_runs``)."""
-    blocks, rows = blocks_for_runs(runs)
+    blocks, rows = blocks_for_runs(runs, sets=sets)
     tps = np.full(len(runs), np.nan)
     mem = np.full(len(runs), np.nan)
     for b, idx in zip(blocks, rows, strict=True):
@@ -140,11 +140,12 @@ def _record(rows: list[dict[str, Any]], errors: list[pd.DataFrame], column: str,
 
 def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                   balances: Sequence[Balance] = ("runs", "sets"),
-                  progress: Any = print) -> Transfer:
+                  progress: Any = print, sets: ParameterSets | None = None) -> Transfer:
     """For each column of ``by`` and each of its values: fit on the other runs, predict the
-    held-out ones (module doc)."""
+    held-out ones (module doc); the fits start from parameter sets ``sets`` (None: the
+    shipped ones)."""
     taken = _parameter_sets_taken(runs)
-    full = fit_runs(runs, group_by=None)["sets"]
+    full = fit_runs(runs, group_by=None, sets=sets)["sets"]
     rows: list[dict[str, Any]] = []
     errors: list[pd.DataFrame] = []
     measured: dict[bytes, dict[str, tuple[dict[str, Any], dict[str, np.ndarray], str]]] = {}
@@ -156,20 +157,19 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                 continue
             touched = set(taken[test])
             refit_rows = ~test & np.isin(taken, list(touched))
-            refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None)["sets"]
+            refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None,
+                              sets=sets)["sets"]
                      if refit_rows.any() else {})
-            sets = {k: v for k, v in full.items() if k not in touched} | refit
+            kept = {k: v for k, v in full.items() if k not in touched} | refit
             train = runs[~test].reset_index(drop=True)
             held_runs = runs[test].reset_index(drop=True)
-            variants: dict[str, dict[str, Any]] = {"priors": sets}
+            variants: dict[str, dict[str, Any]] = {"priors": kept}
             for balance in balances:
-                with using_sets(sets):
-                    default = fit_default(train, balance=balance)
-                variants[f"default ({balance})"] = sets | {DEFAULT_SET: default}
+                default = fit_default(train, balance=balance, sets=ParameterSets(kept))
+                variants[f"default ({balance})"] = kept | {DEFAULT_SET: default}
             results = {}
             for name, chosen in variants.items():
-                with using_sets(chosen):
-                    err = log_errors(held_runs)
+                err = log_errors(held_runs, ParameterSets(chosen))
                 own = sorted(fv for fv in touched if fv in chosen)
                 results[name] = (figures(held_runs, err), err, ", ".join(own) or "-")
             measured[test.tobytes()] = results

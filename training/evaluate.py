@@ -29,13 +29,12 @@ metrics of the analytic model alone (``analytic_predictions``) give the baseline
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.analytic.params import using_sets
+from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError
 from surrogate.learned import SurrogateModel
 from surrogate.progress import ProgressFn, report
@@ -87,9 +86,11 @@ def splits(runs: pd.DataFrame, protocol: str, *, seed: int = 0,
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
 
-def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None) -> pd.DataFrame:
-    """The analytic model's answers in the learned model's columns (baseline)."""
-    return score_runs(runs, profile=profile)[list(PRED_KEYS)]
+def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None,
+                         sets: ParameterSets | None = None) -> pd.DataFrame:
+    """The analytic model's answers in the learned model's columns (baseline), under
+    parameter sets ``sets`` (None: the shipped ones)."""
+    return score_runs(runs, profile=profile, sets=sets)[list(PRED_KEYS)]
 
 
 def _regret(done: pd.DataFrame) -> np.ndarray:
@@ -379,16 +380,17 @@ def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any
     """The analytic parameter sets of a split that hides its test runs from the physics too:
     each framework version of ``data`` fitted on the training rows ``train`` alone
     (``surrogate.fit_params.fit_runs``, no cross-validation), or at its priors where the
-    training part has too few runs to fit it; the sets in use (the shipped ones) of framework
+    training part has too few runs to fit it; the sets ``data`` was computed under
+    (``TrainingData.parameter_sets``: the shipped ones unless given others) of framework
     versions ``data`` does not hold. (The shipped sets of the versions it holds were fitted on
     all their runs, the test runs among them.)"""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.analytic.params import sets_in_use
     from surrogate.fit_params import fit_runs
 
     held = {FRAMEWORK_VERSIONS[int(c)] for c in np.unique(data.cols["framework_code"])}
-    fitted = fit_runs(data.runs.iloc[train], data.profile, group_by=None)["sets"]
-    return {**{k: v for k, v in sets_in_use().items() if k not in held}, **fitted}
+    base = data.parameter_sets
+    fitted = fit_runs(data.runs.iloc[train], data.profile, group_by=None, sets=base)["sets"]
+    return {**{k: v for k, v in base.as_dict().items() if k not in held}, **fitted}
 
 
 def evaluate_shrinks(
@@ -418,25 +420,24 @@ def evaluate_shrinks(
     report(progress, stage, 0, len(todo))
     analytic_parts = []
     for train, test in todo:
-        sets = physics_of(data, train) if refit_physics else None
-        with nullcontext() if sets is None else using_sets(sets):
-            # every feature and target is its own run's (TrainingData), so a refit physics
-            # prepares the training part alone: the test part is scored below
-            part_data = (data.take(train) if sets is None
-                         else training_data(runs.iloc[train], profile=profile))
-            model = SurrogateModel(status_params=params.get("status"),
-                                   mfu_params=params.get("mfu"), mem_params=params.get("mem"),
-                                   n_folds=n_folds, seed=seed, **(settings or {}))
-            model.fit(part_data)
-            test_runs = runs.iloc[test]
-            for shrink in shrinks:
-                pred = score_runs(test_runs, model=model, profile=profile,
-                                  shrink_doublings=shrink)
-                part = test_runs.copy()
-                for k in PRED_KEYS:
-                    part[k] = pred[k].to_numpy()
-                parts[shrink].append(part)
-            analytic_parts.append(analytic_predictions(test_runs, profile=profile))
+        sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
+        # every feature and target is its own run's (TrainingData), so a refit physics
+        # prepares the training part alone: the test part is scored below
+        part_data = (data.take(train) if not refit_physics
+                     else training_data(runs.iloc[train], profile=profile, sets=sets))
+        model = SurrogateModel(status_params=params.get("status"),
+                               mfu_params=params.get("mfu"), mem_params=params.get("mem"),
+                               n_folds=n_folds, seed=seed, **(settings or {}))
+        model.fit(part_data)
+        test_runs = runs.iloc[test]
+        for shrink in shrinks:
+            pred = score_runs(test_runs, model=model, profile=profile,
+                              shrink_doublings=shrink)
+            part = test_runs.copy()
+            for k in PRED_KEYS:
+                part[k] = pred[k].to_numpy()
+            parts[shrink].append(part)
+        analytic_parts.append(analytic_predictions(test_runs, profile=profile, sets=sets))
         n += 1
         report(progress, stage, n, len(todo))
     first = pd.concat(parts[shrinks[0]]).sort_index()
@@ -476,11 +477,10 @@ def evaluate_analytic(
     report(progress, stage, 0, len(todo))
     parts = []
     for n, (train, test) in enumerate(todo, start=1):
-        sets = physics_of(data, train) if refit_physics else None
-        with nullcontext() if sets is None else using_sets(sets):
-            test_runs = runs.iloc[test]
-            parts.append(pd.concat([test_runs, analytic_predictions(test_runs, profile=profile)],
-                                   axis=1))
+        sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
+        test_runs = runs.iloc[test]
+        parts.append(pd.concat([test_runs, analytic_predictions(test_runs, profile=profile,
+                                                                sets=sets)], axis=1))
         report(progress, stage, n, len(todo))
     res = pd.concat(parts).sort_index()
     metrics = accuracy_metrics(res)

@@ -26,7 +26,7 @@ import argparse
 import time
 from pathlib import Path
 
-from surrogate.analytic.params import DEFAULT_SET, using_sets
+from surrogate.analytic.params import DEFAULT_SET, ParameterSets
 from surrogate.fit_params import fit_default, fit_runs, write_sets
 from training.across import all_runs, leave_one_out, transfer_intervals
 
@@ -48,8 +48,8 @@ def main() -> None:
     result = fit_runs(own.reset_index(drop=True), group_by="model_name")
     print(f"own sets fitted: {', '.join(result['sets'])} "
           f"({time.perf_counter() - start:.0f} s)")
-    with using_sets(result["sets"]):
-        result["sets"][DEFAULT_SET] = fit_default(runs, balance="sets")
+    result["sets"][DEFAULT_SET] = fit_default(runs, balance="sets",
+                                              sets=ParameterSets(result["sets"]))
     print(f"default set fitted on {result['sets'][DEFAULT_SET]['runs']} runs "
           f"({time.perf_counter() - start:.0f} s)")
     measured = leave_one_out(runs, balances=("sets",))

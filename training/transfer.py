@@ -24,6 +24,7 @@ from training.evaluate import PRED_KEYS, accuracy_metrics, analytic_predictions
 if TYPE_CHECKING:
     import pandas as pd
 
+    from surrogate.analytic.params import ParameterSets
     from surrogate.learned import SurrogateModel
 
 LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
@@ -106,26 +107,28 @@ class TransferResult:
     too), where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``."""
 
 
-def _scored(model: SurrogateModel, runs: pd.DataFrame) -> pd.DataFrame:
+def _scored(model: SurrogateModel, runs: pd.DataFrame,
+            sets: ParameterSets | None = None) -> pd.DataFrame:
     from surrogate.scoring import score_runs
 
-    pred = score_runs(runs, model=model)
+    pred = score_runs(runs, model=model, sets=sets)
     out = runs.copy()
     for k in PRED_KEYS:
         out[k] = pred[k].to_numpy()
     return out
 
 
-def _analytic(runs: pd.DataFrame) -> pd.DataFrame:
+def _analytic(runs: pd.DataFrame, sets: ParameterSets | None = None) -> pd.DataFrame:
     return runs.drop(columns=[k for k in PRED_KEYS if k in runs]).join(
-        analytic_predictions(runs))
+        analytic_predictions(runs, sets=sets))
 
 
-def zero_shot_analytic(other: pd.DataFrame) -> pd.DataFrame:
-    """``other``'s runs with the analytic model's predictions under the parameter sets in use
-    (the shipped ones; the priors for a framework without a fitted set): the zero-shot
+def zero_shot_analytic(other: pd.DataFrame, sets: ParameterSets | None = None
+                       ) -> pd.DataFrame:
+    """``other``'s runs with the analytic model's predictions under parameter sets ``sets``
+    (None: the shipped ones; the priors for a framework without a fitted set): the zero-shot
     analytic baseline of :func:`other_cluster`, which fits nothing on ``other``."""
-    return _analytic(other.reset_index(drop=True))
+    return _analytic(other.reset_index(drop=True), sets)
 
 
 def _mean(dicts: Sequence[dict[str, float]]) -> dict[str, float]:
@@ -148,6 +151,7 @@ def other_cluster(
     params: dict[str, dict[str, Any] | None] | None = None,
     seed: int = 0,
     fitted: SurrogateModel | None = None,
+    sets: ParameterSets | None = None,
 ) -> list[TransferResult]:
     """Zero-shot, then k-shot for each ``k`` (mean over ``draws`` random draws of k runs), with
     the model's default source balancing (``k=10``) and without it (``k=10 unweighted``); then
@@ -157,24 +161,27 @@ def other_cluster(
     model under the shipped parameters (the priors, for a framework without a fitted set);
     where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``, which is where training fits the k
     runs' framework its own parameters (``training_data(own_physics=True)``), also under
-    those (``own_physics_metrics``)."""
+    those (``own_physics_metrics``). ``sets``: the parameter sets every model is trained and
+    scored under (None: the shipped ones)."""
     import pandas as pd
 
     from surrogate.fit_params import OWN_MIN_RUNS
     from surrogate.learned import SurrogateModel
+    from surrogate.training_data import training_data
 
     params = params or {}
 
     def fit(runs: pd.DataFrame, balance: bool = True) -> SurrogateModel:
         return SurrogateModel(status_params=params.get("status"),
                               mfu_params=params.get("mfu"), mem_params=params.get("mem"),
-                              seed=seed, balance_sources=balance).fit(runs)
+                              seed=seed, balance_sources=balance).fit(
+                                  training_data(runs, sets=sets))
 
     other = other.reset_index(drop=True)
     base = fitted if fitted is not None else fit(train_runs)
     results = [TransferResult(setting="zero-shot",
-                              metrics=accuracy_metrics(_scored(base, other)),
-                              analytic_metrics=accuracy_metrics(zero_shot_analytic(other)),
+                              metrics=accuracy_metrics(_scored(base, other, sets)),
+                              analytic_metrics=accuracy_metrics(zero_shot_analytic(other, sets)),
                               draws=1)]
     rng = np.random.default_rng(seed)
     for k in ks:
@@ -189,11 +196,12 @@ def other_cluster(
             train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
             for balance in (True, False):
                 model = fit(train, balance)
-                learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest])))
-            analytic.append(accuracy_metrics(_analytic(other.iloc[rest])))
-            if k >= OWN_MIN_RUNS:
-                with model.physics():  # the k runs' own, as training fitted them
-                    physics.append(accuracy_metrics(_analytic(other.iloc[rest])))
+                learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest],
+                                                                 sets)))
+            analytic.append(accuracy_metrics(_analytic(other.iloc[rest], sets)))
+            if k >= OWN_MIN_RUNS:  # the k runs' own, as training fitted them
+                physics.append(accuracy_metrics(_analytic(other.iloc[rest],
+                                                          model.parameter_sets())))
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
             results.append(TransferResult(
                 setting=name, metrics=_mean(learned[balance]), analytic_metrics=_mean(analytic),
@@ -203,9 +211,9 @@ def other_cluster(
     if not len(one) or more.empty:
         return results
     scales = "one node -> more"
-    analytic_more = accuracy_metrics(_analytic(more))
+    analytic_more = accuracy_metrics(_analytic(more, sets))
     results.append(TransferResult(setting="zero-shot", metrics=accuracy_metrics(
-        _scored(base, more)), analytic_metrics=analytic_more, draws=1, scales=scales))
+        _scored(base, more, sets)), analytic_metrics=analytic_more, draws=1, scales=scales))
     for k in ks:
         if k >= len(one):
             continue
@@ -214,10 +222,9 @@ def other_cluster(
             pick = rng.choice(one, size=k, replace=False)
             train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
             model = fit(train)
-            scored.append(accuracy_metrics(_scored(model, more)))
+            scored.append(accuracy_metrics(_scored(model, more, sets)))
             if k >= OWN_MIN_RUNS:
-                with model.physics():
-                    physics.append(accuracy_metrics(_analytic(more)))
+                physics.append(accuracy_metrics(_analytic(more, model.parameter_sets())))
         results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
                                       analytic_metrics=analytic_more, draws=draws,
                                       scales=scales,

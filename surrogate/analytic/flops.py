@@ -190,7 +190,7 @@ def hardware_flops_per_token(c: Cols) -> Array:
     and MLP up projections (2 h (kv + o + ffn) FLOPs per token and layer); in an MoE layer
     also its routed experts whole, whose grouped GEMMs it does not keep, and its shared
     expert's up projection (2 h (3 k moe_ffn + shared ffn); measured by what it keeps,
-    ``memory.per_op_checkpoint_bytes``), leading dense layers averaged in.
+    ``activations.per_op_checkpoint_bytes``), leading dense layers averaged in.
     """
     base = model_flops_per_token(c)
     moe_frac = moe_layers(c) / c["num_layers"]

@@ -10,7 +10,7 @@ expert width in use), and the MLA ranks, shared-expert width and dense-layer cou
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -19,6 +19,9 @@ from surrogate.config import MODEL_FIELDS, RECOMPUTE_MODES, ModelConfig, Trainin
 from surrogate.config_table import FlatTable, flat_table, per_group, table_len
 from surrogate.frameworks import FRAMEWORKS, FrameworkTraits, get_framework
 from surrogate.hardware import GIB, GPUS, get_gpu
+
+if TYPE_CHECKING:
+    from surrogate.analytic.params import ParameterSets
 
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
@@ -89,14 +92,12 @@ def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
     return {name: values[:, j] for j, name in enumerate(columns)}
 
 
-def cols_from_table(table: FlatTable) -> dict[str, Array]:
+def cols_from_table(table: FlatTable, sets: ParameterSets) -> dict[str, Array]:
     """The analytic model's columns of validated configurations given as a flat table
     (:mod:`surrogate.config_table`), with the free parameters of each configuration's
-    framework version (``p_<name>``, :mod:`surrogate.analytic.params`). Derived values (head
-    widths, the GPU's and framework's traits) are computed once per distinct model, GPU and
-    framework."""
-    from surrogate.analytic.params import param_columns
-
+    framework version in ``sets`` (``p_<name>``, :mod:`surrogate.analytic.params`). Derived
+    values (head widths, the GPU's and framework's traits) are computed once per distinct
+    model, GPU and framework."""
     if table_len(table) == 0:
         return {}
     cols = {name: table[name].astype(np.float64) for name in _NUMERIC}
@@ -118,10 +119,10 @@ def cols_from_table(table: FlatTable) -> dict[str, Array]:
         cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
     cols["parameter_code"] = np.where(autocast, cols["autocast_code"],
                                       np.where(fsdp, cols["fsdp_code"], cols["framework_code"]))
-    cols.update(param_columns(cols["parameter_code"]))
+    cols.update(sets.param_columns(cols["parameter_code"]))
     return cols
 
 
-def to_cols(configs: Sequence[TrainingConfig]) -> dict[str, Array]:
+def to_cols(configs: Sequence[TrainingConfig], sets: ParameterSets) -> dict[str, Array]:
     """:func:`cols_from_table` of validated configurations."""
-    return cols_from_table(flat_table(configs))
+    return cols_from_table(flat_table(configs), sets)

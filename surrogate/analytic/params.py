@@ -8,7 +8,8 @@ real training loop's kernels and collectives run from the microbenchmarks', and 
 caching allocator reserves beyond what is allocated. Each has a prior (the value used when
 nothing was fitted) with a source, a width, and bounds; ``surrogate calibrate --runs`` fits them
 per framework version by least squares on measured runs (:mod:`surrogate.fit_params`), and the
-fitted sets ship in ``surrogate/data/analytic_params.json``.
+fitted sets (:class:`ParameterSets`, passed to the model, never read here) ship in
+``surrogate/data/analytic_params.json`` (``surrogate.parameter_files``).
 
 The analytic functions read them as columns named ``p_<name>`` (one value per configuration,
 so one batch can mix frameworks); a column that is absent takes the prior.
@@ -16,13 +17,10 @@ so one batch can mix frameworks); a column that is absent takes the prior.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
-from contextvars import ContextVar
-from dataclasses import dataclass
-from functools import cache
-from importlib import resources
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from types import MappingProxyType
 from typing import Any, Literal
 
 import numpy as np
@@ -63,7 +61,7 @@ class FreeParameter:
     carries to any cluster the framework runs on. ``cluster``: a property of the cluster a set
     was fitted on (its network's latency, its hosts' time to issue a layer's kernels): a set's
     fitted value holds on that cluster's calibration profile only, and elsewhere the default
-    set's (:func:`cluster_scoped`)."""
+    set's (:meth:`ParameterSets.cluster_scoped`)."""
 
     @property
     def is_fraction(self) -> bool:
@@ -261,66 +259,6 @@ def param(c: Cols, name: str) -> Array | float:
     return PARAMETERS[name].prior if col is None else col
 
 
-@cache
-def fitted_sets() -> dict[str, dict[str, Any]]:
-    """The shipped fitted parameter sets, by ``framework/version`` (empty if none ship)."""
-    path = resources.files("surrogate") / "data" / "analytic_params.json"
-    if not path.is_file():
-        return {}
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return dict(data.get("sets", {}))
-
-
-_IN_USE: ContextVar[dict[str, dict[str, Any]] | None] = ContextVar(
-    "surrogate_parameter_sets", default=None)
-
-
-@contextmanager
-def using_sets(sets: Mapping[str, Mapping[str, Any]]) -> Iterator[None]:
-    """Within the block, the analytic model reads ``sets`` (by ``framework/version``, each
-    with its ``values``, as :func:`fitted_sets`) in place of the shipped ones; a framework
-    version absent from ``sets`` takes the priors. An evaluation that refits the physics on
-    its training part predicts under its own fit this way, not under the shipped one, which
-    saw the held-out runs."""
-    token = _IN_USE.set({k: dict(v) for k, v in sets.items()})
-    try:
-        yield
-    finally:
-        _IN_USE.reset(token)
-
-
-def using_more_sets(more: Mapping[str, Mapping[str, Any]]) -> AbstractContextManager[None]:
-    """:func:`using_sets` of the sets in use with ``more`` over them (a framework's own,
-    fitted on its runs: ``surrogate.fit_params.own_sets``); nothing changes where ``more``
-    is empty."""
-    return using_sets({**sets_in_use(), **more}) if more else nullcontext()
-
-
-def sets_in_use() -> dict[str, dict[str, Any]]:
-    """The parameter sets the analytic model reads now: those of :func:`using_sets`, else the
-    shipped ones (:func:`fitted_sets`)."""
-    sets = _IN_USE.get()
-    return fitted_sets() if sets is None else sets
-
-
-def values_for(framework_version: str) -> dict[str, float]:
-    """Parameter values for ``framework/version``: its set in use (:func:`sets_in_use`: the
-    shipped fit, unless a block uses others) where one exists, else the default set
-    (:data:`DEFAULT_SET`, fitted on every framework's runs together) where one is in use, else
-    the priors."""
-    sets = sets_in_use()
-    fitted = sets.get(framework_version, sets.get(DEFAULT_SET, {})).get("values", {})
-    return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
-
-
-def set_clusters(framework_version: str) -> tuple[str, ...]:
-    """The calibration profiles (:func:`cluster_key`) whose runs the set in use of
-    ``framework/version`` was fitted on; empty where it takes the default set or the priors,
-    or where the set does not say (its cluster-scoped values then hold everywhere)."""
-    entry = sets_in_use().get(framework_version)
-    return tuple(entry.get("clusters", ())) if entry else ()
-
-
 def cluster_key(profile_name: str) -> str:
     """The cluster a calibration profile describes: its name up to the first colon (profiles
     are named ``key: description``, e.g. ``hf-playbook-cluster: the Playbook's H100 + AWS EFA
@@ -328,65 +266,100 @@ def cluster_key(profile_name: str) -> str:
     return profile_name.split(":", 1)[0].strip()
 
 
-def transfer_half_widths() -> tuple[float, float] | None:
-    """Half-widths, in log, of the interval of a prediction for a framework, GPU or cluster no
-    set was fitted on: (tokens/s, peak memory), measured on the frameworks and clusters held
-    out of the default set in turn (its ``transfer`` entry, ``training.across``); None where
-    the default set in use carries none."""
-    transfer = sets_in_use().get(DEFAULT_SET, {}).get("transfer", {})
-    if "log_tps" not in transfer:
-        return None
-    return float(transfer["log_tps"]), float(transfer.get("log_memory", transfer["log_tps"]))
-
-
 CLUSTER_SCOPED: tuple[str, ...] = tuple(p.name for p in FREE_PARAMETERS if p.scope == "cluster")
 """The parameters whose fitted value belongs to the cluster it was fitted on."""
 
 
-def cluster_scoped(cols: dict[str, Array], profile_name: str) -> dict[str, Array]:
-    """``cols`` (with ``parameter_code`` and ``p_<name>`` columns) predicted on the cluster of
-    calibration profile ``profile_name``: where a configuration's set was fitted on other
-    clusters (:func:`set_clusters`), its cluster-scoped parameters (:data:`CLUSTER_SCOPED`)
-    take the default set's values instead, so one cluster's network latency or host floor
-    does not speak for another's."""
-    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+@dataclass(frozen=True, eq=False)
+class ParameterSets:
+    """Fitted parameter sets by ``framework/version`` (each with its ``values``, and where it
+    says so the ``clusters`` it was fitted on; :data:`DEFAULT_SET`'s may carry a ``transfer``
+    entry), as ``surrogate calibrate --runs`` writes them. The analytic model reads the set of
+    each configuration's framework version (:meth:`param_columns`); a framework version absent
+    takes the default set, else the priors. ``ParameterSets()`` holds none: the priors
+    everywhere. Loading the shipped sets is ``surrogate.parameter_files``'s."""
 
-    if "parameter_code" not in cols or not CLUSTER_SCOPED:
-        return cols
-    here = cluster_key(profile_name)
-    codes = np.asarray(cols["parameter_code"], dtype=np.int64)
-    homes = [set_clusters(fv) for fv in FRAMEWORK_VERSIONS]
-    foreign = np.array([bool(h) and here not in h for h in homes], dtype=bool)[codes]
-    if not foreign.any():
-        return cols
-    fallback = values_for(DEFAULT_SET)
-    out = dict(cols)
-    for name in CLUSTER_SCOPED:
-        key = f"p_{name}"
-        if key in out:
-            out[key] = np.where(foreign, fallback[name], out[key])
-    return out
+    sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "sets", MappingProxyType(
+            {k: MappingProxyType(dict(v)) for k, v in self.sets.items()}))
 
-def param_columns(parameter_codes: Array) -> dict[str, Array]:
-    """``p_<name>`` columns for configurations of the given ``parameter_code`` each (the
-    index in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS` of the ``framework/version``
-    whose set the layout takes: its own, or the one ``FrameworkTraits.parameter_set`` names)."""
-    table = (_param_table() if _IN_USE.get() is None else _table())[
-        np.asarray(parameter_codes, dtype=np.int64)]
-    return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
+    def __contains__(self, framework_version: object) -> bool:
+        return framework_version in self.sets
 
+    def as_dict(self) -> dict[str, dict[str, Any]]:
+        """The sets as plain dictionaries (a copy)."""
+        return {k: dict(v) for k, v in self.sets.items()}
 
-@cache
-def _param_table() -> Array:
-    """The shipped sets' :func:`_table`, read once."""
-    return _table()
+    def with_more(self, more: Mapping[str, Mapping[str, Any]]) -> ParameterSets:
+        """These sets with ``more`` over them (a framework's own, fitted on its runs:
+        ``surrogate.fit_params.own_sets``); these where ``more`` is empty."""
+        return ParameterSets({**self.sets, **more}) if more else self
 
+    def values_for(self, framework_version: str) -> dict[str, float]:
+        """Parameter values for ``framework/version``: its set where one exists, else the
+        default set (:data:`DEFAULT_SET`, fitted on every framework's runs together) where one
+        is here, else the priors."""
+        sets = self.sets
+        fitted = sets.get(framework_version, sets.get(DEFAULT_SET, {})).get("values", {})
+        return {name: float(fitted.get(name, prior)) for name, prior in PRIORS.items()}
 
-def _table() -> Array:
-    """:func:`values_for` of every known framework version, one row each, in
-    ``FRAMEWORK_VERSIONS`` order."""
-    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    def clusters(self, framework_version: str) -> tuple[str, ...]:
+        """The calibration profiles (:func:`cluster_key`) whose runs the set of
+        ``framework/version`` was fitted on; empty where it takes the default set or the
+        priors, or where the set does not say (its cluster-scoped values then hold
+        everywhere)."""
+        entry = self.sets.get(framework_version)
+        return tuple(entry.get("clusters", ())) if entry else ()
 
-    return np.array([[values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
-                    dtype=np.float64)
+    def transfer_half_widths(self) -> tuple[float, float] | None:
+        """Half-widths, in log, of the interval of a prediction for a framework, GPU or
+        cluster no set was fitted on: (tokens/s, peak memory), measured on the frameworks and
+        clusters held out of the default set in turn (its ``transfer`` entry,
+        ``training.across``); None where the default set carries none."""
+        transfer = self.sets.get(DEFAULT_SET, {}).get("transfer", {})
+        if "log_tps" not in transfer:
+            return None
+        return float(transfer["log_tps"]), float(transfer.get("log_memory", transfer["log_tps"]))
+
+    @cached_property
+    def _table(self) -> Array:
+        """:meth:`values_for` of every known framework version, one row each, in
+        ``FRAMEWORK_VERSIONS`` order."""
+        from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+        return np.array([[self.values_for(fv)[name] for name in PRIORS]
+                         for fv in FRAMEWORK_VERSIONS], dtype=np.float64)
+
+    def param_columns(self, parameter_codes: Array) -> dict[str, Array]:
+        """``p_<name>`` columns for configurations of the given ``parameter_code`` each (the
+        index in :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS` of the
+        ``framework/version`` whose set the layout takes: its own, or the one
+        ``FrameworkTraits.parameter_set`` names)."""
+        table = self._table[np.asarray(parameter_codes, dtype=np.int64)]
+        return {f"p_{name}": table[:, j] for j, name in enumerate(PRIORS)}
+
+    def cluster_scoped(self, cols: dict[str, Array], profile_name: str) -> dict[str, Array]:
+        """``cols`` (with ``parameter_code`` and ``p_<name>`` columns) predicted on the
+        cluster of calibration profile ``profile_name``: where a configuration's set was
+        fitted on other clusters (:meth:`clusters`), its cluster-scoped parameters
+        (:data:`CLUSTER_SCOPED`) take the default set's values instead, so one cluster's
+        network latency or host floor does not speak for another's."""
+        from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
+        if "parameter_code" not in cols or not CLUSTER_SCOPED:
+            return cols
+        here = cluster_key(profile_name)
+        codes = np.asarray(cols["parameter_code"], dtype=np.int64)
+        homes = [self.clusters(fv) for fv in FRAMEWORK_VERSIONS]
+        foreign = np.array([bool(h) and here not in h for h in homes], dtype=bool)[codes]
+        if not foreign.any():
+            return cols
+        fallback = self.values_for(DEFAULT_SET)
+        out = dict(cols)
+        for name in CLUSTER_SCOPED:
+            key = f"p_{name}"
+            if key in out:
+                out[key] = np.where(foreign, fallback[name], out[key])
+        return out

@@ -8,7 +8,7 @@ start here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -22,27 +22,11 @@ from surrogate.analytic.memory import (
     oom_probability,
     torch_reserved_bytes,
 )
-from surrogate.analytic.params import cluster_scoped
-from surrogate.analytic.perf import PerfModel, SpecPerfModel
+from surrogate.analytic.params import ParameterSets
+from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
 from surrogate.config import TrainingConfig
 from surrogate.config_table import FlatTable, flat_table, group_codes, table_len, take
-
-
-def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
-    """The PerfModel for ``gpu``: ``profile`` (a path or an object) if given, else the GPU's
-    default calibration profile if one ships, else the datasheet."""
-    if profile is not None and not isinstance(profile, str | Path):
-        return profile
-    try:
-        from surrogate import profile as profiles
-    except ImportError:  # calibration not installed: datasheet figures
-        return SpecPerfModel()
-    if profile is not None:
-        loaded: PerfModel = profiles.load_profile(profile)
-        return loaded
-    default: PerfModel | None = profiles.default_profile(gpu)
-    return default if default is not None else SpecPerfModel()
 
 
 def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
@@ -129,15 +113,19 @@ def analytic_for(
     configs: Sequence[TrainingConfig] | FlatTable,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
     *,
+    sets: ParameterSets,
+    resolve: Callable[[str, Any], PerfModel],
     extra: Mapping[str, np.ndarray] | None = None,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
     """Columns, analytic outputs and the PerfModel name of each configuration, in order.
 
     ``configs``: validated configurations, or their flat table (``surrogate.config_table``).
     ``profile`` is one profile for every configuration or a sequence of one per
-    configuration; ``extra`` adds per-configuration columns the PerfModel may read (e.g.
-    ``net_scale``). Configurations are grouped by (GPU, profile) so that each group uses its
-    own PerfModel."""
+    configuration, each turned into a PerfModel by ``resolve(gpu, profile)``
+    (``surrogate.perf_models.resolve_perf_model`` reads profile files; nothing here does);
+    ``sets``: the free parameters' fitted sets; ``extra`` adds per-configuration columns the
+    PerfModel may read (e.g. ``net_scale``). Configurations are grouped by (GPU, profile) so
+    that each group uses its own PerfModel."""
     table = configs if isinstance(configs, dict) else flat_table(configs)
     n = table_len(table)
     per_config = not isinstance(profile, str | Path | None) and isinstance(profile, Sequence)
@@ -156,9 +144,10 @@ def analytic_for(
     whole = len(groups) == 1
     for g, (gpu, key) in enumerate(groups):
         idx = np.arange(n) if whole else np.flatnonzero(codes == g)
-        perf = resolve_perf_model(gpu, keys[key])
+        perf = resolve(gpu, keys[key])
         # a set's cluster-scoped parameters hold on the cluster it was fitted on only
-        c = cluster_scoped(cols_from_table(table if whole else take(table, idx)), perf.name)
+        c = sets.cluster_scoped(cols_from_table(table if whole else take(table, idx), sets),
+                                perf.name)
         for name, values in (extra or {}).items():
             c[name] = np.asarray(values, dtype=np.float64)[idx]
         out = analytic_columns(c, perf)

@@ -58,10 +58,12 @@ prior, and its fitted set did not move when the floor came in).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.analytic import comm, memory, pipeline
+from surrogate.analytic import activations, comm, memory, pipeline
 from surrogate.analytic.flops import (
     full_recompute_share,
     model_flops_per_token,
@@ -142,7 +144,7 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
         seconds = seconds + np.where(moe, extra, 0.0)
         # Per operator, an MoE layer runs its routed experts again whole and its shared
-        # expert's up projection (memory.per_op_checkpoint_bytes: what it keeps).
+        # expert's up projection (activations.per_op_checkpoint_bytes: what it keeps).
         moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
                                       g["shared_gate_up"] / 2, 0.0)
         mlp_again = np.where(moe, (1 - dense_frac) * moe_again
@@ -214,9 +216,55 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     """Seconds per step by term, plus ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``,
     ``bubble_frac`` and ``stage_compute_s`` (one micro-batch on the slowest stage)."""
     layer_s, attn_s = layer_compute_s(c, perf)
+    stage = _slowest_stage(c, layer_s, lm_head_compute_s(c, perf))
+    spans = comm.spans_nodes(c)
+    mb = _microbatch_terms(c, perf, stage, attn_s, spans)
+    dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle)
+    params = dense + experts
+    mb["memory_bound"] = _memory_bound_s(c, stage.layers, params)
+    dp = comm.dp_times_s(c, perf, dense, experts)
+    compute_mb = stage.compute_s
+    mb["zero3_comm"] = np.maximum(dp["zero3_per_microbatch"] - compute_mb, 0.0)
+    # NCCL kernels that overlap compute take SMs from it (module docstring).
+    share = np.asarray(param(c, "nccl_sm_share"))
+    slowdown = share / (1.0 - np.minimum(share, 0.9))
+    hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
+                 + stage.layers * np.minimum(mb.pop("cp_layer"), attn_s))
+    fixed_mb = stage.layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
+    overhead_mb = fixed_mb + slowdown * hidden_mb
+    work = (compute_mb + mb["tp_comm"] + mb["cp_comm"] + mb["ep_comm"] + mb["memory_bound"]
+            + mb["zero3_comm"] + overhead_mb)
+    # A pipelined stage takes at least its host floor per layer (module docstring); the time
+    # the floor adds is reported as overhead.
+    again = full_recompute_share(c) + per_op_recompute(c)
+    floor_mb = stage.layers * np.where(
+        stage.piped, param(c, "pp_layer_floor_s") + c["tp"] * param(c, "pp_layer_floor_per_tp_s"),
+        param(c, "layer_floor_s") * (1.0 + again / 3.0))
+    slot = np.maximum(work, floor_mb)
+    mb["overhead"] = overhead_mb + (slot - work)
+    # the reduction hides under the last micro-batch's backward, which lasts as long as its
+    # compute, or as the host floor where that binds (the GPU then idles between kernels)
+    window = param(c, "dp_overlap") * BACKWARD_SHARE * np.maximum(compute_mb, floor_mb)
+    return _step_totals(c, perf, mb, slot, spans, dp, window, slowdown, params)
+
+
+@dataclass(frozen=True)
+class _Stage:
+    """The slowest pipeline stage: its layers, one micro-batch's compute on it, which stage
+    it is (the last, stage 1, else the first) and whether the run is pipelined."""
+
+    layers: Array
+    compute_s: Array
+    is_last: NDArray[np.bool_]
+    is_middle: NDArray[np.bool_]
+    piped: NDArray[np.bool_]
+
+
+def _slowest_stage(c: Cols, layer_s: Array, head_s: Array) -> _Stage:
+    """The stage whose micro-batch computes longest: the first (with the output head where
+    the run is not pipelined), the last (with the head), or stage 1."""
     first_layers = pipeline.first_stage_layers(c)
     last_layers = pipeline.last_stage_layers(c)
-    head_s = lm_head_compute_s(c, perf)
     piped = c["pp"] > 1
     first_s = first_layers * layer_s + np.where(piped, 0.0, head_s)
     last_s = last_layers * layer_s + head_s
@@ -229,86 +277,81 @@ def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
     slow_is_middle = middle_layers * layer_s > compute_mb
     stage_layers = np.where(slow_is_middle, middle_layers, stage_layers)
     compute_mb = np.where(slow_is_middle, middle_layers * layer_s, compute_mb)
-    slow_is_last = slow_is_last & ~slow_is_middle
+    return _Stage(stage_layers, compute_mb, slow_is_last & ~slow_is_middle, slow_is_middle,
+                  piped)
 
-    spans = comm.spans_nodes(c)
+
+def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, attn_s: Array,
+                      spans: dict[str, Array]) -> dict[str, Array]:
+    """Per micro-batch on the slowest stage: its compute and exposed TP, CP and EP
+    communication, and ``cp_layer``, a layer's CP time, hidden or not."""
+    layers = stage.layers
     tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"),
                         param(c, "tp_comm_scale"))
     tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
                   * param(c, "tp_inter_step_latency_s"))
-    tp_mb = stage_layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
-    cp_mb = stage_layers * np.maximum(cp_layer - attn_s, 0.0)
-    moe_layers = np.where(c["num_experts"] >= 2, stage_layers, 0.0)
-    ep_mb = moe_layers * comm.ep_time_per_layer_s(c, perf)
+    moe_layers = np.where(c["num_experts"] >= 2, layers, 0.0)
+    return {
+        "compute": stage.compute_s,
+        "tp_comm": layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency),
+        "cp_comm": layers * np.maximum(cp_layer - attn_s, 0.0),
+        "ep_comm": moe_layers * comm.ep_time_per_layer_s(c, perf),
+        "cp_layer": cp_layer,
+    }
 
+
+def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
+    """One micro-batch's memory-bound kernels on a stage of ``layers`` layers holding
+    ``params`` parameters (module docstring)."""
     # The elementwise kernels' traffic scales with the activations as computed; a framework
     # that keeps the gathered projection inputs whole holds more bytes, it moves no more, and
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
-    act_bytes = stage_layers * memory.activation_bytes_per_layer(
+    act_bytes = layers * activations.activation_bytes_per_layer(
         {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
     )
-    dense, experts = _stage_params(c, stage_layers, slow_is_last, slow_is_middle)
-    params = dense + experts
     again = full_recompute_share(c) + per_op_recompute(c)
-    memory_mb = (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
-                 + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
+    return (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
+            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
 
-    dp = comm.dp_times_s(c, perf, dense, experts)
-    zero3_mb = np.maximum(dp["zero3_per_microbatch"] - compute_mb, 0.0)
-    # NCCL kernels that overlap compute take SMs from it (module docstring).
-    share = np.asarray(param(c, "nccl_sm_share"))
-    slowdown = share / (1.0 - np.minimum(share, 0.9))
-    hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
-                 + stage_layers * np.minimum(cp_layer, attn_s))
-    fixed_mb = stage_layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
-    overhead_mb = fixed_mb + slowdown * hidden_mb
-    work = compute_mb + tp_mb + cp_mb + ep_mb + memory_mb + zero3_mb + overhead_mb
-    # A pipelined stage takes at least its host floor per layer (module docstring); the time
-    # the floor adds is reported as overhead.
-    floor_mb = stage_layers * np.where(
-        piped, param(c, "pp_layer_floor_s") + c["tp"] * param(c, "pp_layer_floor_per_tp_s"),
-        param(c, "layer_floor_s") * (1.0 + again / 3.0))
-    slot = np.maximum(work, floor_mb)
-    overhead_mb = overhead_mb + (slot - work)
 
+def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
+                 spans: dict[str, Array], dp: dict[str, Array], window: Array,
+                 slowdown: Array, params: Array) -> dict[str, Array]:
+    """The step's terms from one micro-batch's (``mb``) and the slot's: the micro-batches,
+    the bubble, the pipeline sends, the exposed DP reduction and the optimizer; and the
+    headline outputs."""
     slots = pipeline.step_slots(c)
     m = pipeline.microbatches(c)
-    bubble = (slots - m) * slot
     # handshakes across a node boundary wait a fixed time each (pipeline.cross_node_waits)
     waits = pipeline.cross_node_waits(c) * spans["pp"]
     pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
             + waits * param(c, "pp_slot_latency_s"))
-    # the reduction hides under the last micro-batch's backward, which lasts as long as its
-    # compute, or as the host floor where that binds (the GPU then idles between kernels)
-    window = param(c, "dp_overlap") * BACKWARD_SHARE * np.maximum(compute_mb, floor_mb)
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
     updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
-    optimizer_s = OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"]
-
     out = {
-        "compute": m * compute_mb,
-        "tp_comm": m * tp_mb,
-        "cp_comm": m * cp_mb,
-        "ep_comm": m * ep_mb,
-        "memory_bound": m * memory_mb,
-        "zero3_comm": m * zero3_mb,
-        "overhead": m * overhead_mb + dp_contention,
-        "bubble": bubble,
+        "compute": m * mb["compute"],
+        "tp_comm": m * mb["tp_comm"],
+        "cp_comm": m * mb["cp_comm"],
+        "ep_comm": m * mb["ep_comm"],
+        "memory_bound": m * mb["memory_bound"],
+        "zero3_comm": m * mb["zero3_comm"],
+        "overhead": m * mb["overhead"] + dp_contention,
+        "bubble": (slots - m) * slot,
         "pp_comm": pp_s,
         "dp_comm": dp_exposed + dp["param_gather"],
-        "optimizer": optimizer_s,
+        "optimizer": OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"],
     }
-    step = sum(out.values())
+    step = np.asarray(sum(out.values()), dtype=np.float64)
     tokens = c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"]
     gpus = c["gpus_per_node"] * c["num_nodes"]
     out["step_time_s"] = step
     out["tokens_per_s_per_gpu"] = tokens / step / gpus
     out["mfu"] = out["tokens_per_s_per_gpu"] * model_flops_per_token(c) / c["peak_flops"]
     out["bubble_frac"] = pipeline.bubble_fraction(c)
-    out["stage_compute_s"] = compute_mb
+    out["stage_compute_s"] = mb["compute"]
     return out
 
 

@@ -42,7 +42,7 @@ def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
     for a model argument of :func:`surrogate.prediction.resolve_model` ("default", a path, a
     model or None) and the GPU whose default profile sets the hardware speed."""
-    from surrogate.analytic.run import resolve_perf_model
+    from surrogate.perf_models import resolve_perf_model
     from surrogate.prediction import resolve_model
 
     learned = resolve_model(model)

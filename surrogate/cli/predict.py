@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from surrogate.analytic.params import cluster_key, set_clusters
+from surrogate.analytic.params import ParameterSets, cluster_key
 from surrogate.cli.app import app
 from surrogate.cli.options import (
     DEFAULT_FRAMEWORK,
@@ -34,16 +33,16 @@ def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
     return read_config_file(path, given=given)
 
 
-def _physics(analytic: bool, model_dir: Path | None) -> AbstractContextManager[None]:
-    """``--analytic --model-dir DIR``: the analytic model under the parameters that model was
-    trained under (those its training runs fitted for a framework without shipped ones,
-    ``SurrogateModel.physics``); otherwise nothing to change."""
+def _physics(analytic: bool, model_dir: Path | None) -> ParameterSets | None:
+    """``--analytic --model-dir DIR``: the parameters that model was trained under, for the
+    analytic model (those its training runs fitted for a framework without shipped ones,
+    ``SurrogateModel.parameter_sets``); otherwise None (the default)."""
     if not analytic or model_dir is None:
-        return nullcontext()
+        return None
     from surrogate.prediction import resolve_model
 
     model = resolve_model(model_dir)
-    return nullcontext() if model is None else model.physics()
+    return None if model is None else model.parameter_sets()
 
 
 def build_config(
@@ -149,7 +148,7 @@ def _print_sources(pred: Any, console: Any) -> None:
                         "every framework's runs)"}[pred.parameter_source]
     console.print(f"analytic parameters: {which}"
                   + ("" if pset == own else f" ({escape(own)} {how})"), highlight=False)
-    clusters = set_clusters(pset)
+    clusters = pred.parameter_sets.clusters(pset)
     if clusters and cluster_key(str(pred.perf_model)) not in clusters:
         console.print(f"  (cluster-scoped terms: the default set's, not "
                       f"{escape(', '.join(clusters))}'s)", highlight=False)
@@ -261,7 +260,7 @@ def _default_framework(chunk: Any) -> Any:
 
 
 def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
-                   model_arg: Path | str | None, physics: AbstractContextManager[Any]) -> None:
+                   model_arg: Path | str | None, physics: ParameterSets | None) -> None:
     """``--from-csv``: every check that needs no prediction first (the output's place, the
     file's kind, its header), then the table streamed a chunk at a time (``surrogate.batch``),
     each chunk's model column expanded and its counts checked before it is predicted."""
@@ -298,9 +297,9 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     from surrogate.batch import predict_file
     from surrogate.progress import bars
 
-    with physics, bars() as progress:
+    with bars() as progress:
         done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
-                            progress=progress)
+                            progress=progress, sets=physics)
     if done.errors and done.errors == done.rows:  # written first: nothing computed is lost
         raise ConfigError(
             f"every one of the {done.rows} rows of {from_csv} failed (row 1: "
@@ -362,15 +361,14 @@ def predict_cmd(
 
 
 def _predict_one(cfg: Any, profile: Path | None, model_arg: Path | str | None,
-                 physics: AbstractContextManager[Any], *, explain: bool, as_json: bool) -> None:
+                 physics: ParameterSets | None, *, explain: bool, as_json: bool) -> None:
     """Predict one configuration; print its tables, or its JSON."""
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
     from surrogate.prediction import predict
 
-    with physics:
-        pred = predict(cfg, profile=profile, model=model_arg, explain=explain)
+    pred = predict(cfg, profile=profile, model=model_arg, explain=explain, sets=physics)
     if as_json:
         typer.echo(json.dumps(pred.to_dict(), indent=2))
     else:

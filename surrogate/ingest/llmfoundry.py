@@ -204,8 +204,9 @@ def param_check(cfg: TrainingConfig, num_params: int) -> float:
     table's ``NumParams`` less its learned position table (seq_len x hidden_size)."""
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
+    from surrogate.analytic.params import ParameterSets
 
-    ours = float(total_params(to_cols([cfg]))[0])
+    ours = float(total_params(to_cols([cfg], ParameterSets()))[0])
     theirs = num_params - cfg.model.seq_len * cfg.model.hidden_size
     return (ours - theirs) / theirs
 

@@ -9,6 +9,7 @@ import pytest
 
 from surrogate.analytic.inputs import Array, to_cols
 from surrogate.config import ModelConfig, TrainingConfig
+from surrogate.parameter_files import shipped_parameter_sets
 
 
 def measured_moe_id(c: dict[str, Any]) -> str:
@@ -39,6 +40,6 @@ def cols(config: Callable[..., TrainingConfig]) -> Callable[..., dict[str, Array
     tests/conftest.py)."""
 
     def make(model: str | ModelConfig = "8b", **kwargs: Any) -> dict[str, Array]:
-        return to_cols([config(model, **kwargs)])
+        return to_cols([config(model, **kwargs)], shipped_parameter_sets())
 
     return make

@@ -9,6 +9,7 @@ from surrogate.analytic import comm, flops
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.frameworks import FRAMEWORKS
+from surrogate.parameter_files import shipped_parameter_sets
 
 PERF = SpecPerfModel()
 
@@ -27,7 +28,7 @@ PERF = SpecPerfModel()
     ],
 )
 def test_groups_span_nodes_by_rank_order(config, layout, expected):
-    c = to_cols([config("llama3-8b", **layout)])
+    c = to_cols([config("llama3-8b", **layout)], shipped_parameter_sets())
     spans = comm.spans_nodes(c)
     assert {k: int(spans[k][0]) for k in expected} == expected
 
@@ -83,7 +84,8 @@ def test_sequence_parallel_shrinks_pp_sends(cols):
 @pytest.mark.parametrize("framework", ["nanotron", "torchtitan"])
 def test_dp_terms_by_zero_stage(config, framework):
     stages = FRAMEWORKS[framework].zero_stages
-    c = to_cols([config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages])
+    c = to_cols([config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages],
+                shipped_parameter_sets())
     n = flops.total_params(c)
     dp = comm.dp_times_s(c, PERF, n, np.zeros_like(n))
     z = c["zero_stage"]
@@ -91,7 +93,8 @@ def test_dp_terms_by_zero_stage(config, framework):
     assert np.all((dp["zero3_per_microbatch"] > 0) == (z == 3))
     assert dp["grad_reduce"][0] > dp["grad_reduce"][1]  # all-reduce moves twice a scatter
     if framework == "nanotron":  # fp32 gradients: twice the bytes of torchtitan's bf16
-        titan = to_cols([config("llama3-8b", dp=8, framework="torchtitan")])
+        titan = to_cols([config("llama3-8b", dp=8, framework="torchtitan")],
+                        shipped_parameter_sets())
         other = comm.dp_times_s(titan, PERF, n[:1], np.zeros(1))["grad_reduce"][0]
         assert dp["grad_reduce"][0] > 1.9 * other
 
@@ -101,7 +104,7 @@ def test_inter_node_groups_are_slower(config):
     A group filling its nodes drives all their NICs (NCCL runs a ring channel per NIC), so
     crossing nodes costs it less, but never makes it faster."""
     c = to_cols([config("llama3-8b", dp=8), config("llama3-8b", dp=16),
-                 config("llama3-8b", dp=2, tp=8)])
+                 config("llama3-8b", dp=2, tp=8)], shipped_parameter_sets())
     n = flops.total_params(c)
     t = comm.dp_times_s(c, PERF, n, np.zeros_like(n))["grad_reduce"] / n
     assert t[1] >= t[0]
@@ -116,7 +119,7 @@ def test_copies_of_the_shards_reduce_in_their_group_then_across(config):
     c = to_cols([config("llama3-8b", dp=32, tp=2, zero_stage=1, framework="megatron",
                         dp_replicate=r) for r in (1, 8)]
                 + [config("llama3-8b", dp=32, tp=2, zero_stage=3, framework="torchtitan",
-                          dp_replicate=8)])
+                          dp_replicate=8)], shipped_parameter_sets())
     (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = comm.zero_groups(c)
     assert shard.tolist() == [32, 4, 4] and copies.tolist() == [1, 8, 8]
     assert shard_inter.tolist() == [1, 0, 0] and copy_inter.tolist() == [1, 1, 1]
@@ -144,10 +147,11 @@ def test_copies_of_the_shards_reduce_in_their_group_then_across(config):
 
 def test_ranks_per_node_follow_the_rank_order(config):
     c = to_cols([config("llama3-8b", dp=16), config("llama3-8b", dp=2, tp=8),
-                 config("llama3-8b", dp=4, tp=4)])
+                 config("llama3-8b", dp=4, tp=4)], shipped_parameter_sets())
     local = comm.ranks_per_node(c)
     assert local["dp"].tolist() == [8, 1, 2]
-    cp = comm.ranks_per_node(to_cols([config("llama3-8b", dp=8, tp=2, cp=2)]))
+    cp = comm.ranks_per_node(to_cols([config("llama3-8b", dp=8, tp=2, cp=2)],
+                                     shipped_parameter_sets()))
     assert cp["dp"].tolist() == [4]  # the dp x cp group's collectives, tp apart
     assert local["tp"].tolist() == [1, 8, 4]
     assert local["pp"].tolist() == [1, 1, 1]
@@ -160,7 +164,8 @@ def test_recomputation_runs_the_forward_collectives_again(config):
     again."""
     kw = dict(dp=4, tp=2, cp=2, ep=4, framework="megatron", sequence_parallel=True)
     c = to_cols([config("mixtral-8x7b", **kw, recompute=r, recompute_layers=k)
-                 for r, k in (("none", 0), ("full", 0), ("full", 8))])  # 8 of 32 layers
+                 for r, k in (("none", 0), ("full", 0), ("full", 8))],  # 8 of 32 layers
+                shipped_parameter_sets())
     for f, full in ((comm.tp_time_per_layer_s, 1.5), (comm.cp_time_per_layer_s, 4 / 3),
                     (comm.ep_time_per_layer_s, 1.5)):
         t = f(c, PERF)
@@ -168,7 +173,8 @@ def test_recomputation_runs_the_forward_collectives_again(config):
         assert t[2] / t[0] == pytest.approx(1 + (full - 1) / 4), f.__name__
     assert list(comm.tp_ring_steps_per_layer(c)) == [8, 12, 9]
     titan = dict(dp=4, tp=2, framework="torchtitan", sequence_parallel=True)
-    c = to_cols([config("llama3-8b", **titan, recompute=r) for r in ("none", "selective")])
+    c = to_cols([config("llama3-8b", **titan, recompute=r) for r in ("none", "selective")],
+                shipped_parameter_sets())
     size = 2 * 8192 * 4096
     t = comm.tp_time_per_layer_s(c, PERF)
     ag = PERF.collective_time_s("all_gather", np.array([size]), np.array([2.0]), np.zeros(1), c,
@@ -186,7 +192,7 @@ def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
     c = to_cols([config("mixtral-8x7b", **kw, framework=f) for f in ("torchtitan", "megatron")]
                 + [config("mixtral-8x7b", **{**kw, "dp": 16, "tp": 1, "sequence_parallel":
                                              False}, framework=f)
-                   for f in ("torchtitan", "megatron")])
+                   for f in ("torchtitan", "megatron")], shipped_parameter_sets())
     size = 2 * 32768 * 2 * 4096  # the preset's sequence, top-2, hidden 4096, bf16
     got = comm.ep_time_per_layer_s(c, PERF)
     inter, local = comm.spans_nodes(c), comm.ranks_per_node(c)

@@ -8,6 +8,7 @@ import pytest
 from surrogate.analytic import flops, pipeline
 from surrogate.analytic.inputs import RECOMPUTE_CODE, to_cols
 from surrogate.config import ModelConfig
+from surrogate.parameter_files import shipped_parameter_sets
 
 PUBLISHED_TOTAL = [
     # Dubey et al. 2024 (Llama 3) and the released checkpoints' parameter counts
@@ -86,7 +87,8 @@ def test_model_flops_per_token_is_6n_plus_12lhs(cols, preset):
 @pytest.mark.parametrize("preset", ["playbook-1.34b", "llama3-8b", "llama3-70b", "mixtral-8x7b"])
 def test_full_recompute_costs_four_thirds(config, preset):
     """Seed figure: full recomputation reruns the forward, 4/3 of the model FLOPs."""
-    c = to_cols([config(preset, dp=8, recompute=r) for r in ("none", "selective", "full")])
+    c = to_cols([config(preset, dp=8, recompute=r) for r in ("none", "selective", "full")],
+                shipped_parameter_sets())
     assert list(c["recompute"]) == [RECOMPUTE_CODE[r] for r in ("none", "selective", "full")]
     ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
     err = abs(ratio[2] - 4 / 3) / (4 / 3)
@@ -101,7 +103,7 @@ def test_per_operator_checkpointing_runs_every_other_matmul_again(config, preset
     forward again; in an MoE layer the routed experts whole (their grouped GEMMs are not
     kept: ``test_memory_measured_recompute.py``), 3 k moe_ffn wide, and no dense MLP."""
     c = to_cols([config(preset, dp=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "selective")])
+                 for r in ("none", "selective")], shipped_parameter_sets())
     again = flops.hardware_flops_per_token(c) - flops.model_flops_per_token(c)
     mlp = (3 * c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
            if preset.startswith("mixtral") else c["ffn_hidden_size"])
@@ -160,7 +162,8 @@ def test_shared_experts_and_leading_dense_layers_by_hand(cols):
 
 def test_some_layers_recomputed_add_their_share_of_a_third(config):
     c = to_cols([config("llama3-8b", dp=2, pp=4, framework="megatron", recompute="full",
-                        recompute_layers=k, sequence_parallel=False) for k in (0, 2, 4, 8)])
+                        recompute_layers=k, sequence_parallel=False) for k in (0, 2, 4, 8)],
+                   shipped_parameter_sets())
     ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
     np.testing.assert_allclose(ratio, [4 / 3, 1 + 1 / 12, 1 + 1 / 6, 4 / 3], rtol=1e-12)
 
@@ -173,7 +176,8 @@ def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
     model = ModelConfig(num_layers=30, hidden_size=256, ffn_hidden_size=512, num_heads=4,
                         num_kv_heads=4, vocab_size=1000, seq_len=128)
     c = to_cols([config(model, dp=2, pp=4, framework=f, recompute="full", recompute_layers=3,
-                        sequence_parallel=False) for f in ("torchtitan", "megatron")])
+                        sequence_parallel=False) for f in ("torchtitan", "megatron")],
+                   shipped_parameter_sets())
     np.testing.assert_array_equal(flops.every_nth_block(c), [2.0, 0.0])
     ranks = np.stack([pipeline.weighted_rank_layers(c, i) for i in range(4)])
     np.testing.assert_array_equal(ranks[:, 0], [7, 8, 8, 7])
@@ -182,6 +186,6 @@ def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
     np.testing.assert_array_equal(flops.checkpointed_layers(c, np.full(2, 8.0))[1], 3)
     # No n gives 5 of 7 layers (floor(7 / n) is 3, 2 or 1): the count itself, at most a rank's.
     five = to_cols([config(model, dp=2, pp=4, framework="torchtitan", recompute="full",
-                           recompute_layers=5, sequence_parallel=False)])
+                           recompute_layers=5, sequence_parallel=False)], shipped_parameter_sets())
     assert flops.every_nth_block(five)[0] == 0.0
     assert flops.checkpointed_layers(five, np.array([8.0]))[0] == 5

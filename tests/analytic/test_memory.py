@@ -7,12 +7,13 @@ import itertools
 import numpy as np
 import pytest
 
-from surrogate.analytic import flops, memory, pipeline
+from surrogate.analytic import activations, flops, memory, pipeline
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import param
 from surrogate.config import ModelConfig
 from surrogate.frameworks import FRAMEWORKS
 from surrogate.hardware import GIB
+from surrogate.parameter_files import shipped_parameter_sets
 
 STATE_TERMS = ("weights", "gradients", "optimizer")
 LLAMA2_7B = ModelConfig(  # Touvron et al. 2023: 6.74e9 parameters, "7B"
@@ -46,7 +47,8 @@ def test_seed_7b_zero3_on_8_gpus_is_14_gb(cols):
 
 def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
     """Seed: 80B x 16 bytes / 32 GPUs = 40 GB, the least any layout of 32 GPUs can hold."""
-    c = to_cols([config("80b", dp=32, zero_stage=3, framework="torchtitan")])
+    c = to_cols([config("80b", dp=32, zero_stage=3, framework="torchtitan")],
+                shipped_parameter_sets())
     explicit = float(states(memory.model_state_bytes(c, np.array([80e9]), np.array([0.0])))[0])
     assert explicit == pytest.approx(40e9, rel=1e-12)
     layouts = [
@@ -57,7 +59,7 @@ def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
     ]
     # The most loaded rank by model states: with torchtitan's split the rank that needs the
     # most memory in all can be stage 1, whose extra layer weighs less than the embedding.
-    cols = to_cols(layouts)
+    cols = to_cols(layouts, shipped_parameter_sets())
     per_gpu = np.nanmax([states(memory.stage_memory(cols, s)) for s in range(4)], axis=0)
     best = float(per_gpu.min())
     err = abs(best - 40e9) / 40e9
@@ -129,8 +131,9 @@ ACT_GRID = [
 def _act(config, recompute="none", sp=False, **kw):
     kw = dict(kw)
     model = kw.pop("model")
-    c = to_cols([config(model, dp=1, recompute=recompute, sequence_parallel=sp, **kw)])
-    return float(memory.activation_bytes_per_layer(c)[0]), float(
+    c = to_cols([config(model, dp=1, recompute=recompute, sequence_parallel=sp, **kw)],
+                shipped_parameter_sets())
+    return float(activations.activation_bytes_per_layer(c)[0]), float(
         memory.memory_breakdown(c)["activations"][0])
 
 
@@ -160,9 +163,9 @@ def test_activations_by_hand(cols):
     c = cols("playbook-1.34b", dp=4, tp=2, mbs=2)
     T, h, ffn = 2 * 4096, 2048, 8192
     expected = 8 * T * h + (4 * T * h + 4 * T * h + 8 * T * ffn) / 2
-    assert memory.activation_bytes_per_layer(c)[0] == expected
+    assert activations.activation_bytes_per_layer(c)[0] == expected
     full = cols("playbook-1.34b", dp=4, tp=2, mbs=2, recompute="full", sequence_parallel=True)
-    assert memory.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
+    assert activations.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
 
 
 def test_variant_activations_by_hand(cols):
@@ -172,26 +175,26 @@ def test_variant_activations_by_hand(cols):
                 vocab_size=100, seq_len=32)
     c = cols(ModelConfig(**base, head_dim=32), dp=1, mbs=2)  # Q, out 4 x 32; K, V 2 x 32
     expected = 8 * T * h + 2 * T * 128 + 2 * T * 128 + 4 * T * 64 + 8 * T * 128
-    assert memory.activation_bytes_per_layer(c)[0] == expected
+    assert activations.activation_bytes_per_layer(c)[0] == expected
     mla = ModelConfig(**dict(base, num_kv_heads=4), q_lora_rank=16, kv_lora_rank=8,
                       qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
     c = cols(mla, dp=1, mbs=2)  # Q, K 4 x 12; V, out 4 x 8; latents 2 x 16 + 2 x 8 + 4
     latents = 2 * T * (2 * 16 + 2 * 8 + 4)
     expected = 8 * T * h + latents + 4 * T * 48 + 4 * T * 32 + 8 * T * 128
-    assert memory.activation_bytes_per_layer(c)[0] == expected
+    assert activations.activation_bytes_per_layer(c)[0] == expected
     moe = ModelConfig(**dict(base, num_kv_heads=4), num_experts=4, experts_topk=2,
                       moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
                       num_dense_layers=1)
     c = cols(moe, dp=1, mbs=2)  # MLP width per token: 3/4 x (2 x 32 + 64) + 1/4 x 128
     routed = 3 / 4 * 2 * T * h * 2  # 3 of 4 layers route: 2 copies of each token, 2 bytes
     expected = 8 * T * h + 4 * T * h + 4 * T * h + 8 * T * 128 + routed
-    assert memory.activation_bytes_per_layer(c)[0] == expected
+    assert activations.activation_bytes_per_layer(c)[0] == expected
     # torchtitan: also the fp32 weighted copy, and its grouped GEMM's padding: up to a
     # multiple of 8 (2 T tokens routed: none) and 8 rows per expert, each kept like a routed
     # token (its 2 h input and 4 expert-wide activations), in the 3 layers that route.
     titan = cols(moe, dp=1, mbs=2, framework="torchtitan")
     padding = 3 / 4 * 8 * 4 * (2 * h + 4 * 2 * 32)
-    assert memory.activation_bytes_per_layer(titan)[0] == expected + 2 * routed + padding
+    assert activations.activation_bytes_per_layer(titan)[0] == expected + 2 * routed + padding
 
 
 def test_leading_dense_layers_sit_on_the_first_stage(cols):
@@ -215,7 +218,7 @@ def test_leading_dense_layers_sit_on_the_first_stage(cols):
 def test_cp_splits_activations_and_logits(cols):
     one = cols("llama3-8b", dp=8)
     two = cols("llama3-8b", dp=4, cp=2)
-    act = memory.activation_bytes_per_layer
+    act = activations.activation_bytes_per_layer
     assert act(two)[0] == act(one)[0] / 2
     assert memory.logits_bytes(two)[0] == memory.logits_bytes(one)[0] / 2
     per_logit = one["p_logit_bytes"][0]
@@ -237,7 +240,7 @@ BREAKDOWN_GRID = [
 
 def test_breakdown_terms_sum_to_total(config):
     configs = [config(kw.pop("model"), **kw) for kw in (dict(k) for k in BREAKDOWN_GRID)]
-    c = to_cols(configs)
+    c = to_cols(configs, shipped_parameter_sets())
     out = memory.memory_breakdown(c)
     assert set(memory.BREAKDOWN_TERMS) | {"total", "stage"} == set(out)
     np.testing.assert_allclose(sum(out[k] for k in memory.BREAKDOWN_TERMS), out["total"],
@@ -266,7 +269,7 @@ STAGES = [(fw, z) for fw in sorted(FRAMEWORKS) for z in FRAMEWORKS[fw].zero_stag
 
 def _totals(config, model, layouts, **fixed):
     configs = [config(model, gpus_per_node=8, **lay, **fixed) for lay in layouts]
-    return memory.memory_breakdown(to_cols(configs))
+    return memory.memory_breakdown(to_cols(configs, shipped_parameter_sets()))
 
 
 def _assert_non_increasing(values, label):
@@ -383,7 +386,7 @@ def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
     from surrogate.analytic import pipeline
 
     cfgs = _layouts(config)
-    c = to_cols(cfgs)
+    c = to_cols(cfgs, shipped_parameter_sets())
     assert len(cfgs) > 200 and (c["vpp"] > 1).any() and (c["num_dense_layers"] > 0).any()
     assert (c["pp_afab"] > 0).any()
     peak = memory.memory_breakdown(c)["total"]
@@ -404,7 +407,7 @@ def test_the_logged_stage_is_that_stage_and_the_peak_elsewhere(config):
     """A run whose memory was logged on a given stage is predicted that stage's memory; without
     a stage (NaN), on one pipeline stage, or a stage the run lacks: the most loaded stage."""
     cfgs = _layouts(config)
-    c = to_cols(cfgs)
+    c = to_cols(cfgs, shipped_parameter_sets())
     peak = memory.memory_breakdown(c)
     n = len(cfgs)
     stage = np.where(np.arange(n) % 3 == 0, 0.0, np.where(np.arange(n) % 3 == 1, 1.0, np.nan))
@@ -433,9 +436,9 @@ def test_all_forward_all_backward_holds_every_micro_batch(config):
     p - i), and the last stage the softmax the loss saved for m - 1 of them: 4 bytes per
     logit (the fp32 exp_logits of the vocab-parallel cross entropy)."""
     kw = dict(dp=1, pp=4, grad_accum=16, mbs=1, framework="torchtitan")
-    afab = to_cols([config("8b", pp_schedule="afab", **kw)])
-    onef = to_cols([config("8b", **kw)])
-    per_layer = memory.activation_bytes_per_layer(afab) * param(afab, "activation_scale")
+    afab = to_cols([config("8b", pp_schedule="afab", **kw)], shipped_parameter_sets())
+    onef = to_cols([config("8b", **kw)], shipped_parameter_sets())
+    per_layer = activations.activation_bytes_per_layer(afab) * param(afab, "activation_scale")
     for i in range(4):
         a, b = memory.stage_memory(afab, i), memory.stage_memory(onef, i)
         layers = (8, 9, 8, 7)[i]  # torchtitan's split of 32 layers + 2 slots (test_pipeline)
@@ -455,7 +458,7 @@ def test_stages_keep_unsharded_hidden_tensors_per_microbatch_in_flight_beyond_th
     kw = dict(dp=1, grad_accum=16, mbs=2, framework="nanotron")
     k = 5.0
     for tp, pp in ((1, 1), (1, 4), (4, 4), (8, 8)):
-        c = to_cols([config("8b", tp=tp, pp=pp, **kw)])
+        c = to_cols([config("8b", tp=tp, pp=pp, **kw)], shipped_parameter_sets())
         tokens_h = 2 * c["mbs"] * c["seq_len"] * c["hidden_size"]  # one T x h tensor in bf16
         with_k = {**c, "p_inflight_hidden_tensors": np.array([k])}
         none = {**c, "p_inflight_hidden_tensors": np.array([1e-12])}
@@ -472,9 +475,11 @@ def test_stages_keep_unsharded_hidden_tensors_per_microbatch_in_flight_beyond_th
 def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
     """nanotron's engine drives every step, pp = 1 too: afab then holds every micro-batch."""
     kw = dict(dp=8, pp=1, grad_accum=8, mbs=1)
-    afab = memory.memory_breakdown(to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)]))
-    onef = memory.memory_breakdown(to_cols([config("playbook-1.34b", **kw)]))
-    c = to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)])
+    afab = memory.memory_breakdown(to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)],
+                                           shipped_parameter_sets()))
+    onef = memory.memory_breakdown(to_cols([config("playbook-1.34b", **kw)],
+                                           shipped_parameter_sets()))
+    c = to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)], shipped_parameter_sets())
     kept = 8 * onef["activations"] + memory.inflight_hidden_bytes(c, np.array([8.0]))
     np.testing.assert_allclose(afab["activations"], kept, rtol=1e-12)
 
@@ -492,7 +497,7 @@ def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp
     c = to_cols([config("llama3-8b", **kw, recompute="none")]
                 + [config("llama3-8b", **kw, recompute="full", recompute_layers=k)
                    for k in counts]
-                + [config("llama3-8b", **kw, recompute="full")])
+                + [config("llama3-8b", **kw, recompute="full")], shipped_parameter_sets())
     for stage in range(pp):
         acts = memory.stage_memory(c, stage)["activations"]
         layers = pipeline.stage_layers(c, stage)  # torchtitan's stages differ
@@ -504,6 +509,6 @@ def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp
             np.testing.assert_array_equal(checkpointed[1:-1],
                                           np.minimum(counts, layers[0]))
     layers = float(pipeline.first_stage_layers(c)[0])
-    none, ckpt = (float(memory.activation_bytes_per_layer(c)[i]) for i in (0, -1))
+    none, ckpt = (float(activations.activation_bytes_per_layer(c)[i]) for i in (0, -1))
     assert memory.stage_activation_bytes(c, layers)[2] == pytest.approx(
         2 * ckpt + (layers - 2) * none)  # recompute_layers=2

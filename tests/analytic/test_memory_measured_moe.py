@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from surrogate.analytic import memory
+from surrogate.analytic import activations
 from tests.analytic.conftest import measured_moe_id, measured_moe_model
 
 DATA = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
@@ -46,7 +46,7 @@ def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
 
 
 def _mlp(got: Any) -> float:
-    return float(memory.activation_terms_per_layer(got)["mlp"][0])
+    return float(activations.activation_terms_per_layer(got)["mlp"][0])
 
 
 def test_records_cover_the_routing_choices():
@@ -93,7 +93,7 @@ def _round_up(rows: int, align: int) -> int:
 def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols, rec):
     """The model's MLP term of an MoE layer (experts' and shared expert's MLP activations,
     the tokens in expert order in bf16 and the fp32 copy the scores weigh, the rows that pad
-    the local experts' token groups, ``memory.moe_padding_rows``) is every byte the layer
+    the local experts' token groups, ``activations.moe_padding_rows``) is every byte the layer
     saves on a rank but the routing's bookkeeping: the router's scores (fp32, a token x
     experts) and its int64 indices and fp32 scores per routed token (4 E + 28 k bytes a
     token), the padded order's int32 indices and the groups' int32 offsets. With expert
@@ -118,17 +118,17 @@ def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols,
                    + 4 * c["num_experts"] // ep)
     gathered = 2 * tokens * h if tp > 1 else 0
     assert sum(s["bytes"] for s in rec["saved"]) == mlp + imbalance + bookkeeping + gathered
-    assert float(memory.moe_padding_rows(got, share)[0]) == (
+    assert float(activations.moe_padding_rows(got, share)[0]) == (
         _round_up(share, align) + align * c["num_experts"] // ep - share)
     if tp > 1:  # the gathered input of the MLP, beside the attention's, kept whole
-        projections = memory.activation_terms_per_layer(got)["projection_inputs"][0]
+        projections = activations.activation_terms_per_layer(got)["projection_inputs"][0]
         assert float(projections) == 2 * 2 * tokens * h
 
 
 def test_padding_is_torchtitans_alone():
-    assert memory.moe_padding_rows({"moe_token_group_align": 0.0, "num_experts": 8.0,
+    assert activations.moe_padding_rows({"moe_token_group_align": 0.0, "num_experts": 8.0,
                                     "ep": 1.0}, 1000.0) == 0.0
-    pad = memory.moe_padding_rows({"moe_token_group_align": 8.0, "num_experts": 256.0,
+    pad = activations.moe_padding_rows({"moe_token_group_align": 8.0, "num_experts": 256.0,
                                    "ep": 8.0}, 1001.0)
     assert pad == 7 + 8 * 32  # up to a multiple of 8, and 8 rows per local expert
 

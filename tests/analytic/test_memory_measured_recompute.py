@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from surrogate.analytic import memory
+from surrogate.analytic import activations, memory
 from surrogate.config import ModelConfig
 from tests.analytic.conftest import measured_moe_id, measured_moe_model
 
@@ -59,7 +59,7 @@ def _cols(cols: Any, rec: dict[str, Any], **layout: Any) -> Any:
 
 
 def _model_layer(cols: Any, rec: dict[str, Any], recompute: str) -> float:
-    return float(memory.activation_bytes_per_layer(_cols(cols, rec, recompute=recompute))[0])
+    return float(activations.activation_bytes_per_layer(_cols(cols, rec, recompute=recompute))[0])
 
 
 def _layer_input(c: dict[str, Any]) -> float:
@@ -195,7 +195,7 @@ def test_moe_full_recomputation_keeps_each_layer_input(cols, rec):
     only what ``ExpertParallel`` holds between a forward and the next (the int32 order of each
     block's received rows: bookkeeping, a few KiB)."""
     c = rec["config"]
-    model = float(memory.activation_bytes_per_layer(_moe_cols(cols, rec, "full"))[0])
+    model = float(activations.activation_bytes_per_layer(_moe_cols(cols, rec, "full"))[0])
     assert model == _layer_input(c)
     plans = rec["kept_bytes"] - 3 * model
     if c["ep"] == 1:
@@ -220,14 +220,14 @@ def test_moe_per_operator_checkpointing(cols, rec):
     the experts' total width."""
     c = rec["config"]
     got = _moe_cols(cols, rec, "selective")
-    model = float(memory.activation_bytes_per_layer(got)[0])
+    model = float(activations.activation_bytes_per_layer(got)[0])
     tokens, h = c["mbs"] * c["seq_len"], c["hidden_size"]
     beyond = (sum(c["routed_tokens"]) - 4 * tokens * c["top_k"]) * 2 * h
     counts = 4 * 8 * c["num_experts"] if c["ep"] > 1 else 0
     bookkeeping = _moe_full(rec)["kept_bytes"] - 3 * _layer_input(c)
     assert rec["kept_bytes"] == (4 * model - _layer_input(c) + 4 * _lse(c) + beyond + counts
                                  + bookkeeping)
-    assert model < float(memory.activation_bytes_per_layer(
+    assert model < float(activations.activation_bytes_per_layer(
         _moe_cols(cols, rec, "none"))[0])
 
 
@@ -258,7 +258,7 @@ def test_moe_stack_without_recomputation_differs_from_the_model_only_outside_the
         c = rec["config"]
         if c["recompute"] != "none":
             continue
-        model = float(memory.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
+        model = float(activations.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
         rests.setdefault((c["tp"], c["ep"]), set()).add(
             rec["kept_bytes"] - (4 * model - _layer_input(c) + 4 * _lse(c)
                                  + _moe_saves_beyond_the_model(c)))

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from surrogate.analytic import memory
+from surrogate.analytic import activations
 from surrogate.config import ModelConfig
 
 MEASURED = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
@@ -47,7 +47,7 @@ def _id(rec: dict[str, Any]) -> str:
 
 
 def _measured_terms(rec: dict[str, Any]) -> dict[str, float]:
-    out = dict.fromkeys(memory.ACTIVATION_TERMS, 0.0)
+    out = dict.fromkeys(activations.ACTIVATION_TERMS, 0.0)
     for module, n in rec["bytes_by_module"].items():
         out[TERM_OF_MODULE[rec["framework"]][module]] += n  # KeyError: a module not mapped
     return out
@@ -60,7 +60,7 @@ def _model_terms(cols: Any, rec: dict[str, Any], framework: str) -> dict[str, fl
                         num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
     got = cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework=framework,
                sequence_parallel=c["sequence_parallel"])
-    return {k: float(v[0]) for k, v in memory.activation_terms_per_layer(got).items()}
+    return {k: float(v[0]) for k, v in activations.activation_terms_per_layer(got).items()}
 
 
 def _lse_bytes(c: dict[str, Any]) -> float:
@@ -166,20 +166,20 @@ def test_torchtitan_keeps_more_than_megatron_only_under_tensor_parallelism(cols)
     """Beside the MLP's fourth tensor, which only Megatron's fused SwiGLU drops."""
     for tp in (1, 2, 8):
         kw = dict(dp=1, mbs=1, sequence_parallel=tp > 1)
-        tt = memory.activation_terms_per_layer(cols("8b", tp=tp, framework="torchtitan", **kw))
-        mg = memory.activation_terms_per_layer(cols("8b", tp=tp, framework="megatron", **kw))
+        tt = activations.activation_terms_per_layer(cols("8b", tp=tp, framework="torchtitan", **kw))
+        mg = activations.activation_terms_per_layer(cols("8b", tp=tp, framework="megatron", **kw))
         tp_terms = ("norm_inputs", "projection_inputs", "attention")
         assert (sum(tt[k] for k in tp_terms) > sum(mg[k] for k in tp_terms)) == (tp > 1)
         assert float(mg["mlp"][0]) == pytest.approx(0.75 * float(tt["mlp"][0]))
-        full = float(memory.activation_bytes_per_layer(cols(
+        full = float(activations.activation_bytes_per_layer(cols(
             "8b", tp=tp, framework="torchtitan", recompute="full", **kw))[0])
-        assert full == float(memory.activation_bytes_per_layer(cols(
+        assert full == float(activations.activation_bytes_per_layer(cols(
             "8b", tp=tp, framework="megatron", recompute="full", **kw))[0])
 
 
 def test_terms_sum_to_the_activations(cols):
     for fw, tp in (("torchtitan", 4), ("megatron", 4), ("nanotron", 2)):
         c = cols("8b", dp=1, tp=tp, framework=fw, sequence_parallel=True)
-        terms = memory.activation_terms_per_layer(c)
-        assert tuple(terms) == memory.ACTIVATION_TERMS
-        np.testing.assert_allclose(sum(terms.values()), memory.activation_bytes_per_layer(c))
+        terms = activations.activation_terms_per_layer(c)
+        assert tuple(terms) == activations.ACTIVATION_TERMS
+        np.testing.assert_allclose(sum(terms.values()), activations.activation_bytes_per_layer(c))

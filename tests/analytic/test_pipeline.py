@@ -10,13 +10,15 @@ import pytest
 from surrogate.analytic import pipeline
 from surrogate.analytic.inputs import to_cols
 from surrogate.config import ModelConfig
+from surrogate.parameter_files import shipped_parameter_sets
 
 GRID = [(pp, m) for pp, m in itertools.product([1, 2, 4, 8], [1, 2, 3, 4, 8, 16, 64])]
 
 
 def test_bubble_matches_the_seed_formula_over_a_grid(config):
     """Seed figure: 1F1B bubble = (pp - 1) / (m + pp - 1) (Narayanan et al. 2021)."""
-    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m) for pp, m in GRID])
+    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m) for pp, m in GRID],
+                shipped_parameter_sets())
     expected = np.array([(pp - 1) / (m + pp - 1) for pp, m in GRID])
     got = pipeline.bubble_fraction(c)
     err = np.max(np.abs(got - expected))
@@ -30,28 +32,30 @@ def test_bubble_matches_the_seed_formula_over_a_grid(config):
 @pytest.mark.parametrize("pp,vpp,m", [(2, 2, 4), (4, 2, 8), (4, 4, 1), (8, 2, 16)])
 def test_interleaving_divides_the_idle_part_by_vpp(config, pp, vpp, m):
     c = to_cols(
-        [config("playbook-1.34b", dp=1, pp=pp, vpp=vpp, grad_accum=m, framework="megatron")]
-    )
+        [config("playbook-1.34b", dp=1, pp=pp, vpp=vpp, grad_accum=m, framework="megatron")],
+        shipped_parameter_sets())
     idle = (pp - 1) / vpp
     assert pipeline.bubble_fraction(c)[0] == pytest.approx(idle / (m + idle))
-    plain = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)])
+    plain = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)], shipped_parameter_sets())
     assert pipeline.bubble_fraction(c)[0] < pipeline.bubble_fraction(plain)[0]
 
 
 @pytest.mark.parametrize("pp,m", GRID)
 def test_first_stage_holds_min_p_m_microbatches(config, pp, m):
-    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)])
+    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)], shipped_parameter_sets())
     assert pipeline.first_stage_inflight(c)[0] == min(pp, m)
 
 
 def test_interleaved_inflight_factor(config):
-    c = to_cols([config("playbook-1.34b", dp=1, pp=4, vpp=2, grad_accum=8, framework="megatron")])
+    c = to_cols([config("playbook-1.34b", dp=1, pp=4, vpp=2, grad_accum=8, framework="megatron")],
+                shipped_parameter_sets())
     assert pipeline.first_stage_inflight(c)[0] == pytest.approx(4 * (1 + 3 / 8))
 
 
 @pytest.mark.parametrize("pp", [1, 2, 4, 8])
 def test_even_split(config, pp):
-    c = to_cols([config("llama3-8b", dp=1, pp=pp, framework="megatron")])  # 32 layers
+    c = to_cols([config("llama3-8b", dp=1, pp=pp, framework="megatron")],
+                shipped_parameter_sets())  # 32 layers
     assert pipeline.first_stage_layers(c)[0] == 32 / pp
     assert pipeline.last_stage_layers(c)[0] == 32 / pp
 
@@ -79,7 +83,8 @@ def test_torchtitan_weighted_split(config, layers, pp, vpp):
     and the start of each rank's first virtual stage agree with torchtitan's generator."""
     model = ModelConfig(num_layers=layers, hidden_size=1024, ffn_hidden_size=4096, num_heads=8,
                         num_kv_heads=8, vocab_size=32000, seq_len=2048)
-    c = to_cols([config(model, dp=1, pp=pp, vpp=vpp, framework="torchtitan")])
+    c = to_cols([config(model, dp=1, pp=pp, vpp=vpp, framework="torchtitan")],
+                shipped_parameter_sets())
     virtual = torchtitan_stages(pp * vpp, layers)
     per_rank = [sum(virtual[r::pp]) for r in range(pp)]
     got = [float(pipeline.stage_layers(c, r)[0]) for r in range(pp)]
@@ -93,7 +98,7 @@ def test_torchtitan_weighted_split(config, layers, pp, vpp):
 @pytest.mark.parametrize("preset", ["playbook-1.34b", "playbook-8.86b", "playbook-80b"])
 @pytest.mark.parametrize("pp", [2, 4, 8])
 def test_nanotron_split_moves_layers_off_the_head_stage(config, preset, pp):
-    c = to_cols([config(preset, dp=1, pp=pp, gpus_per_node=8)])
+    c = to_cols([config(preset, dp=1, pp=pp, gpus_per_node=8)], shipped_parameter_sets())
     L = c["num_layers"][0]
     first, last = pipeline.first_stage_layers(c)[0], pipeline.last_stage_layers(c)[0]
     assert 1 <= first <= L and 0 <= last < L
@@ -102,7 +107,7 @@ def test_nanotron_split_moves_layers_off_the_head_stage(config, preset, pp):
 
 
 def test_single_stage_holds_every_layer(config):
-    c = to_cols([config("llama3-8b", dp=8)])
+    c = to_cols([config("llama3-8b", dp=8)], shipped_parameter_sets())
     assert pipeline.first_stage_layers(c)[0] == pipeline.last_stage_layers(c)[0] == 32
     assert pipeline.first_stage_inflight(c)[0] == 1
 
@@ -110,8 +115,9 @@ def test_single_stage_holds_every_layer(config):
 @pytest.mark.parametrize("pp,m", GRID)
 def test_all_forward_all_backward_keeps_the_bubble_and_holds_every_micro_batch(config, pp, m):
     """GPipe (Huang et al. 2019): the 1F1B bubble, all m micro-batches in flight per stage."""
-    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m, pp_schedule="afab")])
-    onef = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)])
+    c = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m, pp_schedule="afab")],
+                shipped_parameter_sets())
+    onef = to_cols([config("playbook-1.34b", dp=1, pp=pp, grad_accum=m)], shipped_parameter_sets())
     assert pipeline.bubble_fraction(c)[0] == pipeline.bubble_fraction(onef)[0]
     assert pipeline.first_stage_inflight(c)[0] == m
     for i in range(pp):

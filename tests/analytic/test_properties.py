@@ -17,6 +17,7 @@ from surrogate.analytic import params, step
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.errors import ConfigError
+from surrogate.parameter_files import shipped_parameter_sets
 from tests.conftest import build_config
 
 PERF = SpecPerfModel()
@@ -58,7 +59,7 @@ def _step(c: dict[str, Any]) -> float:
 @SETTINGS
 @given(layouts(), st.floats(1.1, 4.0))
 def test_faster_hardware_is_never_slower(layout, factor):
-    c = to_cols([_config(layout)])
+    c = to_cols([_config(layout)], shipped_parameter_sets())
     base = _step(c)
     for names in (("peak_flops", "peak_flops_bf16"), ("hbm_bw",),
                   ("intra_node_bw", "inter_node_bw"),
@@ -73,15 +74,16 @@ def test_faster_hardware_is_never_slower(layout, factor):
 def test_a_longer_sequence_at_the_same_tokens_never_raises_tokens_per_s(layout):
     short = _config(layout, seq_len=2048)
     longer = _config({**layout, "mbs": layout["mbs"] // 2}, seq_len=4096)
-    c_short, c_long = to_cols([short]), to_cols([longer])
+    c_short, c_long = to_cols([short], shipped_parameter_sets()), to_cols([longer],
+                                                                          shipped_parameter_sets())
     tps_short = step.step_breakdown(c_short, PERF)["tokens_per_s_per_gpu"][0]
     tps_long = step.step_breakdown(c_long, PERF)["tokens_per_s_per_gpu"][0]
     assert tps_long <= tps_short * (1 + 1e-9)
 
 
-@pytest.mark.parametrize("name", sorted(params.fitted_sets()))
+@pytest.mark.parametrize("name", sorted(shipped_parameter_sets().sets))
 def test_every_shipped_value_lies_in_its_physical_range(name):
-    for key, value in params.fitted_sets()[name]["values"].items():
+    for key, value in shipped_parameter_sets().sets[name]["values"].items():
         p = params.PARAMETERS[key]
         assert p.lower <= value <= p.upper, (name, key, value, (p.lower, p.upper))
 

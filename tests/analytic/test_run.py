@@ -7,6 +7,8 @@ import pytest
 
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.analytic.run import analytic_for, mfu_ceiling
+from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.perf_models import resolve_perf_model
 
 
 def test_the_mfu_ceiling_is_the_best_gemm_efficiency_of_the_counted_flops(cols):
@@ -20,6 +22,7 @@ def test_the_mfu_ceiling_is_the_best_gemm_efficiency_of_the_counted_flops(cols):
 
 def test_every_prediction_carries_its_ceiling_above_its_mfu(config):
     cfgs = [config("llama3-8b", dp=8), config("playbook-1.34b", dp=2, tp=4)]
-    _, out, _ = analytic_for(cfgs, None)
+    _, out, _ = analytic_for(cfgs, None, sets=shipped_parameter_sets(),
+                             resolve=resolve_perf_model)
     assert (out["mfu"] < out["mfu_ceiling"]).all()
     assert (out["mfu_ceiling"] < 1.0).all()  # the shipped H100 profile: about 0.79

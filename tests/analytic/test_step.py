@@ -13,6 +13,7 @@ from surrogate.analytic.flops import model_flops_per_token
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.hf_config import model_from_hf_config
+from surrogate.parameter_files import shipped_parameter_sets
 
 PERF = SpecPerfModel()
 
@@ -44,7 +45,7 @@ def _grid(config):
 @pytest.fixture(scope="module")
 def grid(config):
     configs = _grid(config)
-    return configs, to_cols(configs)
+    return configs, to_cols(configs, shipped_parameter_sets())
 
 
 def test_step_terms_sum_to_step_time(grid):
@@ -99,7 +100,8 @@ def test_terms_vanish_without_their_dimension(grid):
 
 
 def test_full_recompute_costs_a_third_more_layer_compute(config):
-    c = to_cols([config("llama3-8b", dp=8, recompute=r) for r in ("none", "full")])
+    c = to_cols([config("llama3-8b", dp=8, recompute=r) for r in ("none", "full")],
+                shipped_parameter_sets())
     layer_s, _ = step.layer_compute_s(c, PERF)
     assert layer_s[1] / layer_s[0] == pytest.approx(4 / 3)
     out = step.step_breakdown(c, PERF)
@@ -108,7 +110,8 @@ def test_full_recompute_costs_a_third_more_layer_compute(config):
 
 
 def test_more_microbatches_shrink_the_bubble(config):
-    c = to_cols([config("llama3-8b", dp=1, pp=8, grad_accum=m) for m in (1, 4, 16, 64)])
+    c = to_cols([config("llama3-8b", dp=1, pp=8, grad_accum=m) for m in (1, 4, 16, 64)],
+                shipped_parameter_sets())
     out = step.step_breakdown(c, PERF)
     assert np.all(np.diff(out["bubble_frac"]) < 0)
     assert np.all(np.diff(out["mfu"]) > 0)
@@ -126,7 +129,8 @@ def test_layer_gemms_are_the_parameter_count(config, family):
     layers, 6 T x the active matrix parameters (no norms, no routers, which are not GEMMs)
     plus the attention core (datasheet model: one GEMM efficiency)."""
     path = Path(__file__).parents[1] / "fixtures" / "hf_configs" / f"{family}.json"
-    c = to_cols([config(model_from_hf_config(path, seq_len=4096), dp=1, mbs=1)])
+    c = to_cols([config(model_from_hf_config(path, seq_len=4096), dp=1, mbs=1)],
+                shipped_parameter_sets())
     layer_s, attn_s = step.layer_compute_s(c, PERF)
     T, L, h = 4096.0, c["num_layers"], c["hidden_size"]
     core = T * flops.attention_flops_per_token(c) / L
@@ -255,7 +259,7 @@ def test_some_layers_recomputed_cost_their_share_of_a_third(config):
     c = to_cols([config("llama3-8b", **kw, recompute="none")]
                 + [config("llama3-8b", **kw, recompute="full", recompute_layers=k)
                    for k in (4, 8, 16)]
-                + [config("llama3-8b", **kw, recompute="full")])
+                + [config("llama3-8b", **kw, recompute="full")], shipped_parameter_sets())
     layer_s, _ = step.layer_compute_s(c, PERF)
     assert layer_s[2] / layer_s[0] == pytest.approx(1 + 1 / 6)
     assert layer_s[3] == pytest.approx(layer_s[4])  # all 16 of 16: full recomputation
@@ -274,7 +278,7 @@ def test_per_operator_checkpointing_runs_the_routed_experts_again(config):
     mixtral = get_preset("mixtral-8x7b")
     models = [dataclasses.replace(mixtral, experts_topk=k) for k in (1, 2)]
     c = to_cols([config(m, dp=8, ep=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "selective") for m in models])
+                 for r in ("none", "selective") for m in models], shipped_parameter_sets())
     layer_s, _ = step.layer_compute_s(c, PERF)
     routed = layer_s[1] - layer_s[0]
     assert routed > 0
@@ -286,6 +290,6 @@ def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
     checkpointing too (torch's checkpoint replays the whole forward); torchtitan accumulates
     no fp32 gradients, so its memory-bound term is that traffic alone."""
     c = to_cols([config("llama3-8b", dp=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "full", "selective")])
+                 for r in ("none", "full", "selective")], shipped_parameter_sets())
     bound = step.step_breakdown(c, PERF)["memory_bound"]
     np.testing.assert_allclose(bound[1:] / bound[0], 4 / 3, rtol=1e-12)

@@ -125,11 +125,11 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     shipped = mfu("--analytic")
     calibrated = mfu("--analytic", "--model-dir", str(out_dir))
     assert calibrated != pytest.approx(shipped)
-    from surrogate.analytic.params import fitted_sets, using_sets
+    from surrogate.parameter_files import shipped_parameter_sets
     from surrogate.prediction import predict_frame
 
-    with using_sets({**fitted_sets(), **SurrogateModel.load(out_dir).physics_sets_}):
-        expect = predict_frame(pd.read_csv(configs), model=None)["pred_mfu"].tolist()
+    sets = shipped_parameter_sets().with_more(SurrogateModel.load(out_dir).physics_sets_)
+    expect = predict_frame(pd.read_csv(configs), model=None, sets=sets)["pred_mfu"].tolist()
     assert calibrated == pytest.approx(expect)
 
 

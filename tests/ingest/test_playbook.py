@@ -141,10 +141,11 @@ def _check_mfu(m: pd.DataFrame) -> None:
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
     from surrogate.config import CONFIG_COLUMNS, config_from_flat
+    from surrogate.parameter_files import shipped_parameter_sets
 
     done = m[m["status"] == "completed"].copy()
     records = done[list(CONFIG_COLUMNS)].to_dict("records")
-    cols = to_cols([config_from_flat(r) for r in records])
+    cols = to_cols([config_from_flat(r) for r in records], shipped_parameter_sets())
     n_ours = total_params(cols)
     attn = 12 * done["num_layers"] * done["hidden_size"] * done["seq_len"]
     reported = done["mfu_src"] / 100
@@ -185,10 +186,12 @@ def test_allocated_memory_is_what_stays_after_the_step() -> None:
     from surrogate.analytic.inputs import to_cols
     from surrogate.analytic.memory import memory_breakdown
     from surrogate.config import CONFIG_COLUMNS, config_from_flat
+    from surrogate.parameter_files import shipped_parameter_sets
 
     df, _ = parse_playbook(_shared_playbook())
     flat = df[(df["status"] == "completed") & (df["pp"] == 1)].reset_index(drop=True)
-    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")])
+    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")],
+                   shipped_parameter_sets())
     per_rank = memory_breakdown(cols)["weights"] / 2
     th2 = 2.0 * cols["mbs"] * cols["seq_len"] * cols["hidden_size"]
     y = flat["peak_mem_allocated_gib"].to_numpy() * 2.0**30

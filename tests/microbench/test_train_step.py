@@ -22,6 +22,7 @@ def test_the_playbook_model_is_the_presets() -> None:
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
     from surrogate.config import config_from_flat
+    from surrogate.parameter_files import shipped_parameter_sets
 
     shape = MODELS["playbook-1.34b"]
     row = train_step.config_row(shape, gpu="H100-SXM-80GB", seq_len=4096, mbs=1, grad_accum=1,
@@ -29,7 +30,7 @@ def test_the_playbook_model_is_the_presets() -> None:
     cfg = config_from_flat(row)
     assert cfg.model.num_layers == 16 and cfg.model.tie_embeddings
     # The analytic count (no norm weights) is within the norms' 33 x 2048 parameters.
-    analytic = float(total_params(to_cols([cfg]))[0])
+    analytic = float(total_params(to_cols([cfg], shipped_parameter_sets()))[0])
     assert abs(param_count(shape) - analytic) <= (2 * shape.num_layers + 1) * shape.hidden_size
 
 

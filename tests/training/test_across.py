@@ -8,10 +8,11 @@ import pandas as pd
 import pytest
 
 from surrogate.analytic.inputs import to_cols
-from surrogate.analytic.params import PRIORS, using_sets
+from surrogate.analytic.params import PRIORS, ParameterSets
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.config import config_to_flat
 from surrogate.fit_params import Block, predicted_step_s
+from surrogate.parameter_files import shipped_parameter_sets
 from training.across import balanced_quantile, leave_one_out, transfer_intervals
 
 TRUE = {**PRIORS, "layer_overhead_s": 1e-3, "gemm_time_scale": 1.2}
@@ -24,7 +25,8 @@ def synthetic_runs(config):
                       zero_stage=3 if fw == "torchtitan" else 0)
                for fw in ("nanotron", "torchtitan") for tp in (1, 2, 4) for ga in (1, 2, 4, 8)]
     n = len(configs)
-    block = Block({**to_cols(configs), **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
+    block = Block({**to_cols(configs, shipped_parameter_sets()),
+                   **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
                   SpecPerfModel(), np.zeros(n), np.zeros(n))
     runs = pd.DataFrame([config_to_flat(c) for c in configs]).assign(
         status="completed", peak_mem_reserved_gib=np.nan, mfu=0.4, source="synthetic")
@@ -35,8 +37,8 @@ def synthetic_runs(config):
 
 
 def test_each_framework_and_cluster_is_held_out_once_per_variant(synthetic_runs):
-    with using_sets({}):
-        measured = leave_one_out(synthetic_runs, balances=("sets",), progress=lambda _: None)
+    measured = leave_one_out(synthetic_runs, balances=("sets",), progress=lambda _: None,
+                             sets=ParameterSets())
     table = measured.table
     assert set(table["variant"]) == {"priors", "default (sets)"}
     assert sorted(table.loc[table["grouping"] == "framework", "held_out"].unique()) == [

@@ -162,8 +162,8 @@ def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subs
 
 def test_physics_of_a_split_is_fitted_on_its_training_rows_alone(playbook_subset):
     """The sets of a split do not move when the test runs' measurements change; versions the
-    runs do not hold keep the sets in use."""
-    from surrogate.analytic.params import fitted_sets
+    runs do not hold keep the shipped sets."""
+    from surrogate.parameter_files import shipped_parameter_sets
     from surrogate.training_data import training_data
     from training.evaluate import physics_of
 
@@ -176,13 +176,14 @@ def test_physics_of_a_split_is_fitted_on_its_training_rows_alone(playbook_subset
     for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix"):
         assert sets[fv]["values"] == again[fv]["values"]
         assert sets[fv]["runs"]["time"] <= len(train)
-    assert sets["pytorch/autocast"] == fitted_sets()["pytorch/autocast"]
+    assert sets["pytorch/autocast"] == shipped_parameter_sets().as_dict()["pytorch/autocast"]
 
 
 def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_subset):
     """With the physics refit per split, the shipped parameters of the versions evaluated
     play no part: replacing them changes nothing. Kept, they do."""
-    from surrogate.analytic.params import using_sets
+    from surrogate.analytic.params import ParameterSets
+    from surrogate.training_data import training_data
 
     params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
     odd = {fv: {"values": {"gemm_time_scale": 2.5}}
@@ -193,10 +194,10 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
     def same(a: dict[str, float], b: dict[str, float]) -> bool:
         return pd.Series(a).equals(pd.Series(b))  # NaN equals NaN
 
-    with using_sets(odd):
-        assert same(evaluate_protocol(playbook_subset, "nodes", params=params).analytic_metrics,
-                    refit.analytic_metrics)
-        kept = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
+    under_odd = training_data(playbook_subset, sets=ParameterSets(odd))
+    assert same(evaluate_protocol(under_odd, "nodes", params=params).analytic_metrics,
+                refit.analytic_metrics)
+    kept = evaluate_protocol(under_odd, "nodes", params=params, refit_physics=False)
     assert not kept.refit_physics
     shipped = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
     assert not same(kept.analytic_metrics, shipped.analytic_metrics)

@@ -53,12 +53,13 @@ def test_llama3_table_with_the_interleaved_schedule():
     halves the idle part of the bubble."""
     from surrogate.analytic import pipeline
     from surrogate.analytic.inputs import to_cols
+    from surrogate.parameter_files import shipped_parameter_sets
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_configs, llama3_405b_table
 
     assert LLAMA3_405B_VPP[0] == 1
     plain, interleaved = llama3_405b_table(None, 1), llama3_405b_table(None, 2)
     assert interleaved["vpp"].tolist() == [2, 2, 2]
-    c = to_cols(llama3_405b_configs(2))
+    c = to_cols(llama3_405b_configs(2), shipped_parameter_sets())
     assert [float(pipeline.stage_layers(c, i)[0]) for i in (0, 1, 15)] == [7.0, 8.0, 7.0]
     assert (interleaved["analytic_mfu"] > plain["analytic_mfu"]).all()
 

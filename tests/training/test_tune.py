@@ -74,12 +74,12 @@ def test_bad_arguments_raise(data):
 
 def test_a_change_of_physics_is_a_new_study(data):
     """Same runs under other analytic parameters: other targets, so not the same study."""
-    from surrogate.analytic.params import sets_in_use, using_sets
+    from surrogate.analytic.params import ParameterSets
+    from surrogate.parameter_files import shipped_parameter_sets
 
     assert study_name_for("mfu", training_data(data.runs), 0) == study_name_for("mfu", data, 0)
     slower = {fv: {"values": {**s["values"], "gemm_time_scale": 2.0}}
-              for fv, s in sets_in_use().items()}
-    with using_sets(slower):
-        other = training_data(data.runs)
+              for fv, s in shipped_parameter_sets().sets.items()}
+    other = training_data(data.runs, sets=ParameterSets(slower))
     assert other.data_hash == data.data_hash
     assert study_name_for("mfu", other, 0) != study_name_for("mfu", data, 0)
