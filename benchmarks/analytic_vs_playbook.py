@@ -2,7 +2,7 @@
 calibration.
 
 Each run is explained under its own cluster (the ``hf-playbook-cluster`` profile and the
-bandwidth the run measured, ``surrogate.clusters``). Three rows:
+bandwidth the run measured, ``surrogate.calibration.clusters``). Three rows:
 
 - ``priors``: the free parameters at their priors (``surrogate.analytic.params``), nothing
   fitted;
@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import PRIORS
-from surrogate.clusters import playbook_runs
-from surrogate.fit_params import (
+from surrogate.calibration.clusters import playbook_runs
+from surrogate.calibration.fit_params import (
     blocks_for_runs,
     fit_runs,
     held_out_figures,

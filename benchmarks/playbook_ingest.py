@@ -17,10 +17,10 @@ import pandas as pd
 
 from surrogate.analytic.flops import total_params
 from surrogate.analytic.inputs import to_cols
-from surrogate.config import CONFIG_COLUMNS, config_from_flat
-from surrogate.datasource import data_dir
-from surrogate.hardware import GIB
+from surrogate.config.gpus import GIB
+from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 from surrogate.ingest.playbook import parse_playbook
+from surrogate.io.datasource import data_dir
 
 SOURCE_PEAK_FLOPS = 989e12
 

@@ -10,7 +10,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.active import (
+from surrogate.config.presets import get_preset
+from surrogate.config.training import config_from_flat
+from surrogate.errors import ConfigError, DataError
+from surrogate.layouts.search import score_configs
+from surrogate.layouts.space import LayoutSpace
+from surrogate.loop.active import (
     Acquisition,
     layout_vector,
     load_round_model,
@@ -20,11 +25,6 @@ from surrogate.active import (
     score_round,
     select,
 )
-from surrogate.config import config_from_flat
-from surrogate.errors import ConfigError, DataError
-from surrogate.presets import get_preset
-from surrogate.search import score_configs
-from surrogate.space import LayoutSpace
 
 
 def space() -> LayoutSpace:
@@ -179,7 +179,7 @@ def test_scoring_a_table_without_outcomes_is_an_error(tmp_path: Path) -> None:
 
 def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
         tmp_path: Path, playbook_subset: pd.DataFrame) -> None:
-    from surrogate.learned import SurrogateModel
+    from surrogate.learned.model import SurrogateModel
 
     small = {"n_estimators": 10, "num_leaves": 7}
     model = SurrogateModel(status_params=small, mfu_params=small, mem_params=small)
@@ -195,12 +195,12 @@ def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
 
 def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    import surrogate.search
+    import surrogate.layouts.search
 
     def never(*a: object, **k: object) -> None:
         raise AssertionError("scored before checking the round directory")
 
-    monkeypatch.setattr(surrogate.search, "score_configs", never)
+    monkeypatch.setattr(surrogate.layouts.search, "score_configs", never)
     (tmp_path / "r1").write_text("x")
     with pytest.raises(ConfigError, match=r"--round must be a new directory, got the file"):
         propose(space(), tmp_path / "r1", k=2, model=None)  # type: ignore[arg-type]

@@ -10,18 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.batch import predict_file
-from surrogate.config import (
-    CONFIG_COLUMNS,
-    ClusterConfig,
-    LayoutConfig,
-    TrainingConfig,
-    config_to_flat,
-)
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame
-from surrogate.presets import get_preset
-from surrogate.tableio import read_table, write_table_atomic
+from surrogate.io.tableio import read_table, write_table_atomic
+from surrogate.prediction.batch import predict_file
+from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame
 
 
 def _synthetic_rows() -> pd.DataFrame:
@@ -78,7 +73,7 @@ def test_chunks_give_the_whole_tables_answer(tmp_path: Path, source: str, target
 
 def test_csv_chunks_give_the_whole_tables_answer(tmp_path: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    from surrogate import tableio
+    from surrogate.io import tableio
 
     monkeypatch.setattr(tableio, "CSV_BLOCK_BYTES", 512)  # a few rows per block
     table = _synthetic_rows()

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.calibrate import fit_profile, fit_smooth_gemm, isotonic_increasing
+from surrogate.calibration.calibrate import fit_profile, fit_smooth_gemm, isotonic_increasing
+from surrogate.config.gpus import get_gpu
 from surrogate.errors import DataError
-from surrogate.hardware import get_gpu
-from surrogate.microbench_table import rows_to_microbench
+from surrogate.ingest.microbench_table import rows_to_microbench
 
 H100 = get_gpu("H100")
 
@@ -102,7 +102,7 @@ def test_without_inter_node_data_the_datasheet_answers() -> None:
 
 
 def test_public_h100_fit(mbench_data_dir: Path) -> None:
-    from surrogate.microbench_table import read_microbench_inputs
+    from surrogate.ingest.microbench_table import read_microbench_inputs
 
     mb = mbench_data_dir / "microbench"
     table, _ = read_microbench_inputs([*sorted((mb / "xla").glob("*.txtpb")),

@@ -1,4 +1,5 @@
-"""Compiled trees (surrogate.compiled_trees): the same answers as LightGBM, compiled once per
+"""Compiled trees (surrogate.learned.compiled_trees): the same answers as LightGBM, compiled once
+per
 machine into the cache, checked before use, LightGBM wherever the optional path cannot serve.
 Synthetic boosters (generated here) keep compiling to a fraction of a second."""
 
@@ -11,9 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate import compiled_trees
-from surrogate.compiled_trees import COMPILE_MIN_ROWS, CompiledForest
-from surrogate.learned import SurrogateModel
+from surrogate.learned import compiled_trees
+from surrogate.learned.compiled_trees import COMPILE_MIN_ROWS, CompiledForest
+from surrogate.learned.model import SurrogateModel
 
 lleaves = pytest.importorskip("lleaves")
 lgb = pytest.importorskip("lightgbm")
@@ -87,7 +88,7 @@ def test_a_damaged_cache_file_is_compiled_again(_cache: Path,
     CompiledForest(text).predict(booster, X)
     (obj,) = _cache.glob("*/*.o")
     obj.write_bytes(b"\x7fELF not object code")
-    with caplog.at_level(logging.WARNING, logger="surrogate.compiled_trees"):
+    with caplog.at_level(logging.WARNING, logger="surrogate.learned.compiled_trees"):
         got = CompiledForest(text).predict(booster, X)
     assert "do not match their recorded sha256" in caplog.text
     np.testing.assert_allclose(got, booster.predict(X), rtol=1e-12)  # type: ignore[arg-type]
@@ -100,7 +101,7 @@ def test_a_forest_that_disagrees_with_lightgbm_is_dropped(
     booster = _synthetic_booster("regression", seed=0)
     other = _synthetic_booster("regression", seed=5).model_to_string()
     forest = CompiledForest(other)
-    with caplog.at_level(logging.WARNING, logger="surrogate.compiled_trees"):
+    with caplog.at_level(logging.WARNING, logger="surrogate.learned.compiled_trees"):
         assert forest.predict(booster, _rows(COMPILE_MIN_ROWS)) is None
     assert "disagree with LightGBM" in caplog.text
     assert not list(_cache.glob("*/*.o"))
@@ -115,7 +116,7 @@ def test_a_failing_compiler_falls_back_to_lightgbm(
         raise AttributeError("module 'llvmlite.binding' has no attribute 'PassManagerBuilder'")
 
     monkeypatch.setattr(CompiledForest, "_compile_or_read", broken)
-    with caplog.at_level(logging.WARNING, logger="surrogate.compiled_trees"):
+    with caplog.at_level(logging.WARNING, logger="surrogate.learned.compiled_trees"):
         assert CompiledForest(booster.model_to_string()).predict(
             booster, _rows(COMPILE_MIN_ROWS)) is None
     assert "LightGBM predicts instead (AttributeError" in caplog.text
@@ -132,8 +133,8 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
         playbook_runs: pd.DataFrame) -> None:
     """Every score column of a saved model, loaded with and without compiled trees, on a
     batch large enough to compile: equal to rounding; and a refit drops the compiled trees."""
-    from surrogate.config import CONFIG_COLUMNS
-    from surrogate.prediction import predict_frame
+    from surrogate.config.training import CONFIG_COLUMNS
+    from surrogate.prediction.predict import predict_frame
 
     monkeypatch.setattr(compiled_trees, "COMPILE_MIN_ROWS", 4096)  # a faster test
     d = fitted.save(tmp_path / "model")

@@ -7,17 +7,16 @@ import math
 
 import pytest
 
-from surrogate.config import (
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import PRESETS, get_preset
+from surrogate.config.training import (
     CONFIG_COLUMNS,
-    ClusterConfig,
-    LayoutConfig,
-    ModelConfig,
     TrainingConfig,
     config_from_flat,
     config_to_flat,
 )
 from surrogate.errors import ConfigError, SurrogateError
-from surrogate.presets import PRESETS, get_preset
 
 SMALL = dict(
     num_layers=8, hidden_size=1024, ffn_hidden_size=4096, num_heads=16, num_kv_heads=8,
@@ -437,7 +436,7 @@ def test_integers_past_float64_are_refused_not_rounded(mbs):
 
 
 def test_exact_integers_are_kept_exactly():
-    from surrogate.config import coerce_column
+    from surrogate.config.training import coerce_column
 
     assert coerce_column("vocab_size", str(2**53)) == 2**53
     assert coerce_column("dp", " 8 ") == 8 and coerce_column("dp", 8.0) == 8

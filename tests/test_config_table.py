@@ -1,4 +1,4 @@
-"""surrogate.config_table: a table of configurations validated column-wise answers every row
+"""surrogate.config.table: a table of configurations validated column-wise answers every row
 exactly as config_from_flat does, one row at a time."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from surrogate.analytic.inputs import cols_from_table, to_cols
-from surrogate.config import CONFIG_COLUMNS, config_from_flat, config_to_flat
-from surrogate.config_table import flat_table, group_codes, valid_table, validate_table
+from surrogate.config.hf_config import model_from_hf_config
+from surrogate.config.presets import get_preset
+from surrogate.config.table import flat_table, group_codes, valid_table, validate_table
+from surrogate.config.training import CONFIG_COLUMNS, config_from_flat, config_to_flat
 from surrogate.errors import DataError, SurrogateError
-from surrogate.hf_config import model_from_hf_config
-from surrogate.presets import get_preset
 
 BASE = [
     dict(config_to_flat(config_from_flat({**get_preset(name).__dict__, "gpu": "H100",
@@ -174,7 +174,7 @@ def test_distinct_rows_number_rows_by_first_appearance(seed: int, width: int) ->
     """Against a dict of row tuples, over columns that force the key's renumbering: integers
     spanning 2^40 (factorized) or 2^30 (three overflow 62 bits), floats with NaN, text with
     None, booleans."""
-    from surrogate.config_table import distinct_rows
+    from surrogate.config.table import distinct_rows
 
     rng = np.random.default_rng(seed)
     n = 300
@@ -213,7 +213,7 @@ def test_nullable_columns_read_their_missing_cells_as_missing():
 def test_table_frame_keeps_text_as_python_objects():
     """A flat table's DataFrame keeps text columns as objects (no copy into Arrow strings) and
     every value as it was."""
-    from surrogate.config_table import table_frame
+    from surrogate.config.table import table_frame
 
     table = {"framework": np.array(["megatron", "torchtitan"], dtype=object),
              "dp": np.array([8, 16]), "sequence_parallel": np.array([True, False])}

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.datasource import (
+from surrogate.errors import DataError
+from surrogate.io.datasource import (
     SOURCES_TOML,
     Source,
     cache_dir,
@@ -20,7 +21,6 @@ from surrogate.datasource import (
     fetch_one,
     load_sources,
 )
-from surrogate.errors import DataError
 
 PAYLOAD = b"job_id,name\n1,run-a\n2,run-b\n" * 100
 SHA = hashlib.sha256(PAYLOAD).hexdigest()

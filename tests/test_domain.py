@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from surrogate.analytic.inputs import to_cols
-from surrogate.domain import Domain
+from surrogate.learned.domain import Domain
 from tests.conftest import build_config
 
 
@@ -68,7 +68,7 @@ def test_round_trip():
 def test_beyond_practice_names_each_unheard_of_scale():
     from dataclasses import replace
 
-    from surrogate.domain import PRACTICE_LIMITS, beyond_practice, join_reasons
+    from surrogate.learned.domain import PRACTICE_LIMITS, beyond_practice, join_reasons
 
     model = build_config("8b", dp=8).model
     cols = _cols(build_config("8b", dp=8), build_config("8b", dp=8, grad_accum=10**6),
@@ -83,7 +83,7 @@ def test_beyond_practice_names_each_unheard_of_scale():
 
 
 def test_unseen_shapes_match_a_row_by_row_check():
-    from surrogate.domain import shape_keys
+    from surrogate.learned.domain import shape_keys
 
     train = _cols(build_config("playbook-1.34b", dp=8), build_config("playbook-8.86b", dp=8))
     dom = Domain.from_cols(train)
@@ -102,8 +102,8 @@ def test_a_batchs_reasons_are_each_rows_own():
     of rows): in a shuffled batch every row reads what it reads alone, in the same order."""
     from dataclasses import replace
 
-    from surrogate.domain import join_reasons
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
+    from surrogate.learned.domain import join_reasons
 
     long = replace(get_preset("8b"), seq_len=16384)
     dom = Domain.from_cols(_cols(build_config("8b", dp=8), build_config("8b", dp=16)))

@@ -8,7 +8,7 @@ import pytest
 
 from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
-from surrogate.fabric import (
+from surrogate.hardware.fabric import (
     Fabric,
     ScaleCurve,
     fit_fabric,

@@ -9,15 +9,15 @@ import math
 import numpy as np
 import pytest
 
-from surrogate.config import config_from_flat
-from surrogate.features import FEATURE_NAMES, build_features, build_features_cols
+from surrogate.config.training import config_from_flat
+from surrogate.learned.features import FEATURE_NAMES, build_features, build_features_cols
 
 
 def test_feature_names_are_those_the_bundled_model_was_trained_on():
     """A saved model records its features by name and order, and loads only if they are
     :data:`FEATURE_NAMES`: renaming or reordering one retires the bundled model."""
-    from surrogate.learned import CATEGORICAL
-    from surrogate.prediction import DEFAULT_MODEL_DIR
+    from surrogate.learned.model import CATEGORICAL
+    from surrogate.prediction.predict import DEFAULT_MODEL_DIR
 
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)
     assert set(CATEGORICAL) <= set(FEATURE_NAMES)

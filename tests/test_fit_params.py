@@ -8,7 +8,7 @@ import pytest
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import PRIORS
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.fit_params import (
+from surrogate.calibration.fit_params import (
     Block,
     fit_memory,
     fit_oom_margin,
@@ -67,7 +67,7 @@ def test_memory_is_fitted_on_the_stage_that_logged_it(config):
     Playbook's rank 0 logs it) at TRUE: the fit on the logged stage recovers TRUE exactly; the
     most loaded stage's memory (the last, with the logits) is what OOM goes by, and is more."""
     from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
-    from surrogate.fit_params import predicted_logged_reserved
+    from surrogate.calibration.fit_params import predicted_logged_reserved
 
     configs = [config("playbook-1.34b", dp=8 // (tp * pp), tp=tp, pp=pp, mbs=mbs, grad_accum=ga)
                for tp in (1, 2) for pp in (2, 4) for mbs in (1, 4) for ga in (1, 8)]
@@ -140,7 +140,7 @@ def test_a_floor_binding_no_run_at_its_prior_is_still_fitted(config):
 
 
 def test_fit_runs_refuses_an_unknown_fit_on():
-    from surrogate.fit_params import fit_runs
+    from surrogate.calibration.fit_params import fit_runs
 
     with pytest.raises(ValueError, match="fit_on must be 'all' or 'healthy'"):
         fit_runs(None, fit_on="most")  # type: ignore[arg-type]
@@ -149,9 +149,9 @@ def test_fit_runs_refuses_an_unknown_fit_on():
 def test_a_table_of_throughput_alone_fits_the_time_parameters():
     """llm-foundry's tables publish throughput, not memory: the time parameters are fitted
     (and held out per model), the memory ones keep their priors."""
-    from surrogate.datasource import data_dir
-    from surrogate.fit_params import MEMORY_PARAMETERS, fit_runs
+    from surrogate.calibration.fit_params import MEMORY_PARAMETERS, fit_runs
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     if not path.exists():
@@ -173,9 +173,9 @@ def test_a_users_runs_calibrate_their_frameworks_physics():
     """own_sets: the runs' framework versions that no shipped set covers, fitted on them (a
     table of throughput alone fits its time parameters); too few runs keep the priors."""
     from surrogate.analytic.params import fitted_sets
-    from surrogate.datasource import data_dir
-    from surrogate.fit_params import OWN_MIN_RUNS, own_sets
+    from surrogate.calibration.fit_params import OWN_MIN_RUNS, own_sets
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     if not path.exists():
@@ -196,8 +196,8 @@ def test_the_default_set_is_fitted_on_every_framework_together(config):
     import pandas as pd
 
     from surrogate.analytic.params import PARAMETERS, using_sets
-    from surrogate.config import config_to_flat
-    from surrogate.fit_params import fit_default
+    from surrogate.calibration.fit_params import fit_default
+    from surrogate.config.training import config_to_flat
 
     configs = [config("playbook-1.34b", dp=8 // tp, tp=tp, grad_accum=ga, framework=fw,
                       zero_stage=3 if fw == "torchtitan" else 0)
@@ -223,7 +223,7 @@ def test_the_search_stays_inside_each_physical_range(synthetic_block):
     """A fit whose data would push a parameter past its range stops at the bound (the search
     is bounded, the residuals are not clipped into a flat region)."""
     from surrogate.analytic.params import PARAMETERS
-    from surrogate.fit_params import free_bounds
+    from surrogate.calibration.fit_params import free_bounds
 
     b, _ = synthetic_block
     slow = Block(b.cols, b.perf, b.step_time_s * 3.0, b.reserved_bytes)

@@ -6,9 +6,9 @@ import re
 
 import pytest
 
-from surrogate.config import LayoutConfig
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.layout import LayoutConfig
 from surrogate.errors import ConfigError
-from surrogate.frameworks import FRAMEWORKS, get_framework
 
 
 @pytest.mark.parametrize("name", sorted(FRAMEWORKS))
@@ -173,8 +173,8 @@ def test_megatron_moe_with_tp_needs_sequence_parallelism():
     """megatron-core's MoE layer raises in training under tp without sequence parallelism:
     such a layout of an MoE model is not one Megatron runs (a dense model's is), and no
     Megatron MoE layout of a search has it."""
-    from surrogate.presets import get_preset
-    from surrogate.space import LayoutSpace
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
 
     layout = dict(dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none",
                   sequence_parallel=False)

@@ -1,6 +1,6 @@
 """Property-based fuzzing of the readers of user files (hypothesis), called directly: a
-configuration file (``surrogate.configfile``), a Hugging Face ``config.json``
-(``surrogate.hf_config``), a CSV table (``surrogate.tableio``) and the Playbook CSV parser
+configuration file (``surrogate.config.files``), a Hugging Face ``config.json``
+(``surrogate.config.hf_config``), a CSV table (``surrogate.io.tableio``) and the Playbook CSV parser
 (``surrogate.ingest.playbook``) with ``surrogate ingest``'s append behind it.
 
 Property: a reader returns what the file says, or raises the project's error for that input
@@ -27,11 +27,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
-from surrogate.config import CONFIG_COLUMNS
-from surrogate.configfile import FILE_KEYS, SECTION_KEYS, read_config_file
+from surrogate.config.files import FILE_KEYS, SECTION_KEYS
+from surrogate.config.hf_config import model_from_hf_config
+from surrogate.config.training import CONFIG_COLUMNS
 from surrogate.errors import ConfigError, DataError
-from surrogate.hf_config import model_from_hf_config
-from surrogate.tableio import read_table
+from surrogate.ingest.config_file import read_config_file
+from surrogate.io.tableio import read_table
 
 SCALE = max(1, int(os.environ.get("SURROGATE_FUZZ_EXAMPLES", "1")))
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "surrogate-hypothesis")
@@ -295,7 +296,7 @@ def test_playbook_rows_are_ingested_or_counted(table: tuple[str, int]) -> None:
     """rows in = rows ingested + rows skipped (each with a reason), through the same append
     as ``surrogate ingest``; a malformed table is a DataError."""
     from surrogate.ingest.dispatch import ingest
-    from surrogate.sweeps import read_sweeps
+    from surrogate.ingest.sweeps import read_sweeps
 
     text, n = table
     with tempfile.TemporaryDirectory(prefix="surrogate-fuzz-") as d:
@@ -329,7 +330,7 @@ def test_tracking_store_check_answers_or_refuses(uri: str) -> None:
     another exception, never a wait beyond the check's timeout."""
     import time
 
-    from surrogate.tracking import check_store
+    from surrogate.io.tracking import check_store
 
     with tempfile.TemporaryDirectory(prefix="surrogate-fuzz-") as d:
         start = time.perf_counter()

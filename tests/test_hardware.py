@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from surrogate.config.gpus import GPU_ALIASES, GPUS, canonical_gpu_name, get_gpu
 from surrogate.errors import ConfigError
-from surrogate.hardware import GPU_ALIASES, GPUS, canonical_gpu_name, get_gpu
 
 REQUIRED = ("H100-SXM-80GB", "H100-PCIe-80GB", "H200-SXM-141GB", "A100-SXM-40GB",
             "A100-SXM-80GB", "B200-SXM-180GB")

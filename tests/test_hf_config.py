@@ -14,10 +14,11 @@ import pytest
 
 from surrogate.analytic import flops
 from surrogate.analytic.inputs import to_cols
-from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
+from surrogate.config.hf_config import model_from_hf_config
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import PRESETS
+from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
-from surrogate.hf_config import model_from_hf_config
-from surrogate.presets import PRESETS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 

@@ -7,7 +7,7 @@ import math
 
 import numpy as np
 
-from surrogate.jsonsafe import json_safe
+from surrogate.io.jsonsafe import json_safe
 
 
 def test_non_finite_become_null_through_nesting() -> None:

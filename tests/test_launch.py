@@ -10,11 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
+from surrogate.config.frameworks import FRAMEWORKS
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError, DataError
-from surrogate.frameworks import FRAMEWORKS
 from surrogate.ingest.torchtitan import config_values
-from surrogate.launch import (
+from surrogate.layouts.space import LayoutSpace, layout_label
+from surrogate.loop.launch import (
     check_name,
     check_path,
     launch_problem,
@@ -25,8 +29,6 @@ from surrogate.launch import (
     torchtitan_toml,
     write_launch_files,
 )
-from surrogate.presets import get_preset
-from surrogate.space import LayoutSpace, layout_label
 
 
 def cfg(**layout: object) -> TrainingConfig:

@@ -8,11 +8,11 @@ import json
 import numpy as np
 import pytest
 
-from surrogate.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
 from surrogate.errors import DataError, NoModelError, SurrogateError
-from surrogate.features import build_features_cols
-from surrogate.learned import STATUS_CLASSES, SurrogateModel, by_framework, stratum_key
-from surrogate.training_data import cell_groups, training_data
+from surrogate.learned.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
+from surrogate.learned.features import build_features_cols
+from surrogate.learned.model import STATUS_CLASSES, SurrogateModel, by_framework, stratum_key
+from surrogate.learned.training_data import cell_groups, training_data
 from tests.conftest import SMALL_BOOSTERS, same_predictions, small_model
 
 
@@ -52,7 +52,7 @@ def test_unfitted_model_raises_scikit_learns_and_the_projects_error(configs, tmp
     from sklearn.exceptions import NotFittedError as SklearnNotFittedError
     from sklearn.utils.validation import check_is_fitted
 
-    from surrogate.learned import NotFittedError
+    from surrogate.learned.model import NotFittedError
 
     assert issubclass(NotFittedError, SklearnNotFittedError)
     assert issubclass(NotFittedError, NoModelError) and issubclass(NotFittedError, SurrogateError)
@@ -254,7 +254,7 @@ def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):
 def test_a_certain_oom_keeps_the_physics_status(fitted, configs):
     """Where the analytic p_oom reaches CERTAIN_P_OOM the classifier is not consulted: the
     status is the physics' (oom), and the other rows are what they were."""
-    from surrogate.learned import CERTAIN_P_OOM
+    from surrogate.learned.model import CERTAIN_P_OOM
 
     X, out, cols = build_features_cols(configs)
     base = fitted.predict_from_features(X, out, cols)
@@ -282,7 +282,7 @@ def test_memory_correction_reads_runs_out_of_memory_as_censored():
     near the physics and rises with the estimate."""
     import pandas as pd
 
-    from surrogate.learned import fit_memory
+    from surrogate.learned.model import fit_memory
 
     rng = np.random.default_rng(0)
     frac = rng.uniform(0.3, 3.0, 3000)  # analytic estimate / capacity
@@ -308,7 +308,7 @@ def test_memory_correction_reads_runs_out_of_memory_as_censored():
 def test_status_init_score_is_the_physics_log_probabilities():
     from scipy.special import expit, softmax
 
-    from surrogate.learned import status_init_score
+    from surrogate.learned.model import status_init_score
 
     p_oom = np.array([0.0, 0.3, 0.9, 1.0])
     po = np.clip(p_oom, 1e-4, 1 - 1e-4)
@@ -322,8 +322,8 @@ def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, con
     """The status classifier is boosted from the analytic verdict: with a learning rate of
     nothing its p_oom is the analytic p_oom times the share of runs that did not fail
     otherwise (inside the domain, where w = 1), and the physics' own where it is certain."""
-    from surrogate.learned import CERTAIN_P_OOM
-    from surrogate.scoring import score
+    from surrogate.learned.model import CERTAIN_P_OOM
+    from surrogate.prediction.scoring import score
 
     still = SurrogateModel(status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
                            mfu_params=SMALL_BOOSTERS, mem_params=SMALL_BOOSTERS, seed=3)
@@ -345,7 +345,7 @@ def test_a_model_saved_before_the_physics_start_still_loads(fitted, configs, tmp
     side = tmp_path / "m" / "model.json"
     meta = json.loads(side.read_text())
     assert 0 < meta.pop("status_fail_rate") < 1
-    from surrogate.model_files import write_sidecar
+    from surrogate.learned.model_files import write_sidecar
 
     write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
                                    if k not in ("file_sha256", "sidecar_sha256")})
@@ -358,7 +358,7 @@ def test_a_model_saved_before_the_physics_start_still_loads(fitted, configs, tmp
 def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, configs, tmp_path):
     """Sidecars written before the memory had an interval load with NaN bounds (and as fitted
     on the completed runs alone), the rest of their predictions unchanged."""
-    from surrogate.model_files import write_sidecar
+    from surrogate.learned.model_files import write_sidecar
 
     fitted.save(tmp_path / "m")
     meta = json.loads((tmp_path / "m" / "model.json").read_text())
@@ -441,7 +441,7 @@ def test_the_mfu_interval_widens_by_each_frameworks_own_quantile():
     """Mondrian conformal: each framework version with enough runs (4 at 80%) gets the
     conformal quantile of its own runs' scores; one with fewer keeps the pooled one."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned import conformal_quantile, framework_quantiles
+    from surrogate.learned.model import conformal_quantile, framework_quantiles
 
     rng = np.random.default_rng(0)  # synthetic conformity scores
     codes = np.array([0] * 50 + [1] * 10 + [2] * 3)
@@ -458,7 +458,7 @@ def test_runs_with_and_without_a_pipeline_get_their_own_quantiles():
     """Mondrian per framework version and pipeline or none: a category of 4 runs or more has
     its own quantile; a configuration of a smaller one reads its version's, else the pooled."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned import conformal_quantile, framework_quantiles
+    from surrogate.learned.model import conformal_quantile, framework_quantiles
 
     rng = np.random.default_rng(1)  # synthetic conformity scores
     codes = np.array([0] * 60 + [1] * 6)
@@ -503,8 +503,8 @@ def test_predictions_read_their_frameworks_widening(fitted, configs):
 
 
 def _mpt_runs():
-    from surrogate.datasource import data_dir
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     if not path.exists():
@@ -519,7 +519,7 @@ def test_a_users_framework_gets_its_physics_fitted_and_carried(playbook_subset, 
     import pandas as pd
 
     from surrogate.analytic.params import fitted_sets, using_sets
-    from surrogate.scoring import score_runs
+    from surrogate.prediction.scoring import score_runs
 
     mine = _mpt_runs().sample(40, random_state=0)
     data = training_data(pd.concat([playbook_subset, mine], ignore_index=True))
@@ -538,7 +538,7 @@ def test_a_users_framework_gets_its_physics_fitted_and_carried(playbook_subset, 
     # without them (own_physics=False, or the runs of shipped versions alone) none is carried
     assert training_data(playbook_subset).physics_sets == {}
     assert training_data(mine, own_physics=False).physics_sets == {}
-    from surrogate.prediction import DEFAULT_MODEL_DIR
+    from surrogate.prediction.predict import DEFAULT_MODEL_DIR
 
     assert SurrogateModel.load(DEFAULT_MODEL_DIR).physics_sets_ == {}  # Playbook runs alone
 
@@ -548,7 +548,7 @@ def test_a_correction_its_frameworks_held_out_runs_do_not_bear_out_gives_way():
     at 0 the prediction is the physics', its interval holding it and the learned one."""
 
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned import framework_weights
+    from surrogate.learned.model import framework_weights
 
     rng = np.random.default_rng(2)  # synthetic corrections
     oof = rng.normal(0, 0.3, 60)

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel
+from surrogate.learned.model import SurrogateModel
 from tests.conftest import same_predictions
 
 
@@ -42,7 +42,7 @@ def test_edited_sidecar_is_refused(fitted, tmp_path):
 
 
 def test_sidecar_without_hashes_is_refused_until_vouched_for(fitted, configs, tmp_path):
-    from surrogate.model_files import record_hashes
+    from surrogate.learned.model_files import record_hashes
 
     d = fitted.save(tmp_path / "m")
     meta = json.loads((d / "model.json").read_text())
@@ -55,8 +55,8 @@ def test_sidecar_without_hashes_is_refused_until_vouched_for(fitted, configs, tm
 
 
 def test_bundled_model_files_match_their_hashes():
-    from surrogate.model_files import verified_texts
-    from surrogate.prediction import DEFAULT_MODEL_DIR
+    from surrogate.learned.model_files import verified_texts
+    from surrogate.prediction.predict import DEFAULT_MODEL_DIR
 
     side = DEFAULT_MODEL_DIR / "model.json"
     if not side.exists():

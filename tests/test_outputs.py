@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from surrogate.errors import ConfigError
-from surrogate.outputs import check_output_dir, check_output_file, check_writable_dir
+from surrogate.io.outputs import check_output_dir, check_output_file, check_writable_dir
 
 
 def test_output_dir_must_be_a_new_or_empty_directory(tmp_path: Path) -> None:

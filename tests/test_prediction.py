@@ -14,23 +14,22 @@ from surrogate.analytic.memory import BREAKDOWN_TERMS
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.analytic.run import resolve_perf_model
 from surrogate.analytic.step import STEP_TERMS
-from surrogate.config import (
+from surrogate.config.gpus import GIB
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import (
     CONFIG_COLUMNS,
-    ClusterConfig,
-    LayoutConfig,
     TrainingConfig,
     config_from_flat,
     config_to_flat,
 )
-from surrogate.hardware import GIB
-from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER, Prediction, predict_frame
-from surrogate.presets import get_preset
+from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, Prediction, predict_frame
 
 
 @pytest.fixture(autouse=True)
 def analytic_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests pin the analytic model's behaviour; the learned path has its own tests."""
-    monkeypatch.setattr("surrogate.prediction.resolve_model", lambda model: None)
+    monkeypatch.setattr("surrogate.prediction.predict.resolve_model", lambda model: None)
 
 
 def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:

@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 
 import surrogate
-from surrogate import prediction
 from surrogate.cli import main
-from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig, config_to_flat
-from surrogate.presets import get_preset
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig, config_to_flat
+from surrogate.prediction import predict as prediction
 
 pytestmark = pytest.mark.skipif(
     not (prediction.DEFAULT_MODEL_DIR / "model.json").exists(), reason="no bundled model"
@@ -80,10 +81,10 @@ def test_cli_learned_analytic_and_explain(capsys):
 
 def test_an_unseen_model_shape_between_the_data_keeps_half_the_correction(tmp_path, capsys):
     """A 3.57B-like model with a wider MLP: inside every range of the bundled model's data but
-    a shape no training run had (``surrogate.domain.UNSEEN_SHAPE_WEIGHT``)."""
+    a shape no training run had (``surrogate.learned.domain.UNSEEN_SHAPE_WEIGHT``)."""
     import yaml
 
-    from surrogate.domain import UNSEEN_SHAPE_WEIGHT
+    from surrogate.learned.domain import UNSEEN_SHAPE_WEIGHT
 
     model = {"num_layers": 28, "hidden_size": 3072, "ffn_hidden_size": 10240, "num_heads": 32,
              "num_kv_heads": 32, "vocab_size": 128256, "seq_len": 4096}

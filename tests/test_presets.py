@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from surrogate.config.presets import ALIASES, PRESETS, get_preset, model_values, playbook_model
 from surrogate.errors import ConfigError
-from surrogate.presets import ALIASES, PRESETS, get_preset, model_values, playbook_model
 
 FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
 

@@ -10,7 +10,7 @@ import pytest
 
 from surrogate.analytic.perf import COLLECTIVE_OPS, PerfModel
 from surrogate.errors import DataError
-from surrogate.profile import CalibrationProfile, default_profile, load_profile
+from surrogate.hardware.profile import CalibrationProfile, default_profile, load_profile
 
 
 @pytest.fixture(scope="module")
@@ -115,7 +115,7 @@ def test_load_errors(tmp_path: Path) -> None:
 
 
 def test_two_named_profiles_ship_with_a_fabric() -> None:
-    from surrogate.profile import shipped_profiles
+    from surrogate.hardware.profile import shipped_profiles
 
     assert {"H100-SXM-80GB", "hf-playbook-cluster"} <= set(shipped_profiles())
     healthy, playbook = load_profile("H100-SXM-80GB"), load_profile("hf-playbook-cluster")
@@ -134,7 +134,7 @@ def test_unknown_profile_names_the_shipped_ones() -> None:
 
 
 def test_every_h100_profile_times_attention_by_our_measurements() -> None:
-    from surrogate.profile import shipped_profiles
+    from surrogate.hardware.profile import shipped_profiles
 
     for name in shipped_profiles():
         attention = load_profile(name).attention

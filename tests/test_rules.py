@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from surrogate.presets import get_preset
-from surrogate.rules import analytic_fits, rule_key, rules_order, rules_pick
-from surrogate.space import LayoutSpace
+from surrogate.config.presets import get_preset
+from surrogate.layouts.rules import analytic_fits, rule_key, rules_order, rules_pick
+from surrogate.layouts.space import LayoutSpace
 
 
 def test_pick_maximises_tp_inside_a_node_and_avoids_pp() -> None:

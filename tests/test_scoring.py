@@ -10,12 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig, config_to_flat
-from surrogate.hardware import GIB
-from surrogate.prediction import PRED_COLUMNS, predict, predict_frame, resolve_model
-from surrogate.presets import get_preset
-from surrogate.scoring import SCORE_COLUMNS, score
-from surrogate.search import score_configs
+from surrogate.config.gpus import GIB
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig, config_to_flat
+from surrogate.layouts.search import score_configs
+from surrogate.prediction.predict import PRED_COLUMNS, predict, predict_frame, resolve_model
+from surrogate.prediction.scoring import SCORE_COLUMNS, score
 
 
 def _configs() -> list[TrainingConfig]:
@@ -100,7 +101,7 @@ def test_no_configurations_give_empty_columns() -> None:
 def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_subset) -> None:
     """The Playbook logs memory on world rank 0 (the first pipeline stage): scored runs carry
     that rank's prediction beside the most loaded rank's, the same without a pipeline."""
-    from surrogate.scoring import score_runs
+    from surrogate.prediction.scoring import score_runs
 
     runs = playbook_subset.iloc[:150]
     pred = score_runs(runs)
@@ -116,8 +117,8 @@ def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_s
 def _synthetic_table() -> dict[str, np.ndarray]:
     """A generated table of distinct layouts (synthetic: every valid layout of two small
     spaces, a dense and an MoE model, megatron and torchtitan)."""
-    from surrogate.config_table import take
-    from surrogate.space import LayoutSpace
+    from surrogate.config.table import take
+    from surrogate.layouts.space import LayoutSpace
 
     tables = [LayoutSpace(model=get_preset(m), global_batch_seqs=64, node_counts=(2,),
                           frameworks=("megatron", "torchtitan"), max_cp=2, max_vpp=2,
@@ -129,7 +130,8 @@ def _synthetic_table() -> dict[str, np.ndarray]:
 
 @pytest.mark.parametrize("which", ["analytic", "default"])
 def test_a_table_scored_in_slices_gives_the_whole_tables_answer(which):
-    """What a table predicted a chunk at a time (``surrogate.batch``) relies on: every row
+    """What a table predicted a chunk at a time (``surrogate.prediction.batch``) relies on: every
+    row
     is scored on its own columns, bitwise as in the whole table."""
     model = None if which == "analytic" else resolve_model("default")
     if which == "default" and model is None:

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
+from surrogate.config.presets import get_preset
 from surrogate.errors import ConfigError
-from surrogate.presets import get_preset
-from surrogate.search import Limits, rank, score_configs, search
-from surrogate.space import LayoutSpace, layout_label
+from surrogate.layouts.search import Limits, rank, score_configs, search
+from surrogate.layouts.space import LayoutSpace, layout_label
 
 TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
@@ -109,7 +109,7 @@ def test_errors() -> None:
 def test_pareto_front_covers_every_scored_layout() -> None:
     """With 3 optuna trials (mostly invalid points) the front used to be empty: it was drawn
     from optuna's trials alone although the whole space had been scored."""
-    from surrogate.search import _pareto
+    from surrogate.layouts.search import _pareto
 
     space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
     result = search(space, model=None, objective="mfu-vs-gpus", n_trials=3, seed=0)

@@ -9,10 +9,11 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from surrogate.config import CONFIG_COLUMNS, ModelConfig, config_to_flat
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.presets import get_preset
-from surrogate.space import (
+from surrogate.layouts.space import (
     LayoutSpace,
     batch_seqs_from_tokens,
     divisors,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.stores import ensure_sqlite_dir, sqlite_path
+from surrogate.io.stores import ensure_sqlite_dir, sqlite_path
 
 
 def test_sqlite_path() -> None:
@@ -28,13 +28,13 @@ def test_ensure_sqlite_dir(tmp_path: Path) -> None:
 @pytest.mark.parametrize("url", ["not a url", "nosuchdb://x", "postgresql+nosuchdriver://u@h/db"])
 def test_check_storage_refuses_what_optuna_cannot_open(url: str) -> None:
     from surrogate.errors import ConfigError
-    from surrogate.stores import check_storage
+    from surrogate.io.stores import check_storage
 
     with pytest.raises(ConfigError, match="--storage must be a database URL optuna can open"):
         check_storage(url)
 
 
 def test_check_storage_accepts_sqlite(tmp_path) -> None:
-    from surrogate.stores import check_storage
+    from surrogate.io.stores import check_storage
 
     check_storage(f"sqlite:///{tmp_path}/study.db")

@@ -1,4 +1,4 @@
-"""surrogate.tracking: experiments that open on their runs, runs found again by their tags,
+"""surrogate.io.tracking: experiments that open on their runs, runs found again by their tags,
 metric histories over rounds that stay one value per step, artifacts beside a SQLite store."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from surrogate import tracking
+from surrogate.io import tracking
 
 
 @pytest.fixture

@@ -13,10 +13,12 @@ import pandera.pandas as pa
 import pytest
 from pandera.config import config_context
 
-from surrogate.config import ARCHITECTURE_FIELDS, CONFIG_COLUMNS, LayoutConfig, TrainingConfig
+from surrogate.config.layout import LayoutConfig
+from surrogate.config.model import ARCHITECTURE_FIELDS
+from surrogate.config.presets import get_preset
+from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig
 from surrogate.errors import DataError
-from surrogate.presets import get_preset
-from surrogate.sweeps import (
+from surrogate.ingest.sweeps import (
     STATUSES,
     SWEEP_COLUMNS,
     append_sweeps,
@@ -150,7 +152,7 @@ def test_a_clean_table_of_thousands_of_rows_validates_unchanged() -> None:
 
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
-    code = "import sys, surrogate.sweeps; print('pandera' in sys.modules)"
+    code = "import sys, surrogate.ingest.sweeps; print('pandera' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"

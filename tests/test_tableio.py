@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate import tableio
 from surrogate.errors import DataError
 from surrogate.ingest.dispatch import ingest
-from surrogate.sweeps import read_sweeps
-from surrogate.tableio import (
+from surrogate.ingest.sweeps import read_sweeps
+from surrogate.io import tableio
+from surrogate.io.tableio import (
     NotStreamable,
     TableWriter,
     iter_table,

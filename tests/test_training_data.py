@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surrogate.training_data import training_data
+from surrogate.learned.training_data import training_data
 
 
 def test_a_part_of_the_prepared_data_is_the_parts_own_preparation(playbook_subset):
@@ -53,7 +53,7 @@ def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
 def test_source_weights_balance_sources():
     import pandas as pd
 
-    from surrogate.training_data import source_weights
+    from surrogate.learned.training_data import source_weights
 
     runs = pd.DataFrame({"source": ["a"] * 6 + ["b"] * 2})
     assert source_weights(runs).tolist() == [1.0] * 6 + [3.0, 3.0]

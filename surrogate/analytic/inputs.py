@@ -15,10 +15,11 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.config import MODEL_FIELDS, RECOMPUTE_MODES, ModelConfig, TrainingConfig
-from surrogate.config_table import FlatTable, flat_table, per_group, table_len
-from surrogate.frameworks import FRAMEWORKS, FrameworkTraits, get_framework
-from surrogate.hardware import GIB, GPUS, get_gpu
+from surrogate.config.frameworks import FRAMEWORKS, RECOMPUTE_MODES, FrameworkTraits, get_framework
+from surrogate.config.gpus import GIB, GPUS, get_gpu
+from surrogate.config.model import ModelConfig
+from surrogate.config.table import FlatTable, flat_table, per_group, table_len
+from surrogate.config.training import MODEL_FIELDS, TrainingConfig
 
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]

@@ -120,7 +120,7 @@ from surrogate.analytic.flops import (
 )
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.params import param
-from surrogate.hardware import GIB
+from surrogate.config.gpus import GIB
 
 CUDA_CONTEXT_BYTES = 1.0 * GIB
 """CUDA context + cuBLAS workspace + NCCL buffers, outside torch's allocator."""

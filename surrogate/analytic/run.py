@@ -25,8 +25,8 @@ from surrogate.analytic.memory import (
 from surrogate.analytic.params import cluster_scoped
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
-from surrogate.config import TrainingConfig
-from surrogate.config_table import FlatTable, flat_table, group_codes, table_len, take
+from surrogate.config.table import FlatTable, flat_table, group_codes, table_len, take
+from surrogate.config.training import TrainingConfig
 
 
 def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
@@ -35,7 +35,7 @@ def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) 
     if profile is not None and not isinstance(profile, str | Path):
         return profile
     try:
-        from surrogate import profile as profiles
+        from surrogate.hardware import profile as profiles
     except ImportError:  # calibration not installed: datasheet figures
         return SpecPerfModel()
     if profile is not None:

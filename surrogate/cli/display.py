@@ -43,7 +43,7 @@ def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
     for a model argument of :func:`surrogate.prediction.resolve_model` ("default", a path, a
     model or None) and the GPU whose default profile sets the hardware speed."""
     from surrogate.analytic.run import resolve_perf_model
-    from surrogate.prediction import resolve_model
+    from surrogate.prediction.predict import resolve_model
 
     learned = resolve_model(model)
     speed = resolve_perf_model(gpu).name

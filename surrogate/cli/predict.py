@@ -30,7 +30,7 @@ def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
     """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON,
     or a torchtitan job TOML completed by ``given``; unknown or repeated keys are errors
     (:func:`surrogate.configfile.read_config_file`)."""
-    from surrogate.configfile import read_config_file
+    from surrogate.ingest.config_file import read_config_file
 
     return read_config_file(path, given=given)
 
@@ -41,7 +41,7 @@ def _physics(analytic: bool, model_dir: Path | None) -> AbstractContextManager[N
     ``SurrogateModel.physics``); otherwise nothing to change."""
     if not analytic or model_dir is None:
         return nullcontext()
-    from surrogate.prediction import resolve_model
+    from surrogate.prediction.predict import resolve_model
 
     model = resolve_model(model_dir)
     return nullcontext() if model is None else model.physics()
@@ -51,9 +51,9 @@ def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
     """Merge preset < config file < flags into one TrainingConfig."""
-    from surrogate.config import coerce_column, config_from_flat
-    from surrogate.configfile import check_counts
-    from surrogate.presets import model_values, require_model_shape
+    from surrogate.config.files import check_counts
+    from surrogate.config.presets import model_values, require_model_shape
+    from surrogate.config.training import coerce_column, config_from_flat
 
     check_counts(flags)
     preset = preset or file_values.pop("model", None)
@@ -109,8 +109,8 @@ def _print_table(pred: Any) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from surrogate.frameworks import get_framework
-    from surrogate.hardware import GIB
+    from surrogate.config.frameworks import get_framework
+    from surrogate.config.gpus import GIB
 
     cfg = pred.config
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
@@ -224,12 +224,13 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     file's kind, its header), then the table streamed a chunk at a time (``surrogate.batch``),
     each chunk's model column expanded and its counts checked before it is predicted."""
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
-    from surrogate.configfile import check_batch_columns, check_table_counts, expand_model_column
-    from surrogate.table_files import check_table_file
-    from surrogate.tableio import iter_table, table_format
+    from surrogate.config.files import check_table_counts, expand_model_column
+    from surrogate.io.table_files import check_table_file
+    from surrogate.io.tableio import iter_table, table_format
+    from surrogate.prediction.batch import check_batch_columns
 
     if out is not None:  # before predicting every row, not after
-        from surrogate.outputs import check_output_file
+        from surrogate.io.outputs import check_output_file
 
         table_format(out)
         check_output_file(out, flag="--out")
@@ -253,7 +254,7 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
         return chunk
 
     import_lightgbm_for_prediction()  # after the checks: a refusal needs no LightGBM
-    from surrogate.batch import predict_file
+    from surrogate.prediction.batch import predict_file
     from surrogate.progress import bars
 
     with physics, bars() as progress:
@@ -336,7 +337,7 @@ def predict_cmd(
     file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model, hf_config, file_values, flags)
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction import predict
+    from surrogate.prediction.predict import predict
 
     with physics:
         pred = predict(cfg, profile=profile, model=model_arg, explain=explain)

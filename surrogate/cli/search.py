@@ -89,8 +89,8 @@ def _at_least(minimum: int, **values: int | None) -> None:
 def model_config(preset: str | None, hf_config: Path | None, seq_len: int | None,
                  shape: dict[str, Any]) -> Any:
     """The ModelConfig from a preset, a Hugging Face config or shape flags (flags win)."""
-    from surrogate.config import ModelConfig
-    from surrogate.presets import model_values, require_model_shape
+    from surrogate.config.model import ModelConfig
+    from surrogate.config.presets import model_values, require_model_shape
 
     values = model_values(preset, hf_config, seq_len=seq_len)
     values.update({k: v for k, v in shape.items() if v is not None})
@@ -105,7 +105,7 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
                 global_batch_tokens: int | None, global_batch_seqs: int | None, framework: str,
                 zero: str | None, recompute: str, max_cp: int | None, max_vpp: int,
                 max_mbs: int, recompute_shares: str = "1", shardings: str = "full") -> Any:
-    from surrogate.space import LayoutSpace, batch_seqs_from_tokens
+    from surrogate.layouts.space import LayoutSpace, batch_seqs_from_tokens
 
     if (global_batch_tokens is None) == (global_batch_seqs is None):
         raise ConfigError("give the global batch: --global-batch-tokens or --global-batch-seqs "
@@ -223,19 +223,19 @@ def search_cmd(
     launch_dir: Annotated[Path | None, typer.Option(help="Write torchtitan TOML + torchrun + sbatch per top layout here.")] = None,
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of thumb pick)."""
-    from surrogate.rules import CITATION, rules_pick
-    from surrogate.search import Limits, score_configs, scored_to_records, search
+    from surrogate.layouts.rules import CITATION, rules_pick
+    from surrogate.layouts.search import Limits, score_configs, scored_to_records, search
 
     if objective not in ("mfu", "mfu-vs-oom", "mfu-vs-gpus"):
         raise ConfigError(f"--objective must be mfu, mfu-vs-oom or mfu-vs-gpus, got {objective!r}")
     _at_least(0, trials=trials)
     _at_least(1, top_k=top_k)
     if storage is not None:
-        from surrogate.stores import check_storage
+        from surrogate.io.stores import check_storage
 
         check_storage(storage)  # before the space is built and scored
     if launch_dir is not None:
-        from surrogate.outputs import check_writable_dir
+        from surrogate.io.outputs import check_writable_dir
 
         check_writable_dir(launch_dir, flag="--launch-dir")
     m = model_config(model, hf_config, seq_len, shape_flags(locals()))
@@ -267,7 +267,7 @@ def search_cmd(
     notes = [n for n in (seq_len_note(hf_config, seq_len, m), *result.notes) if n]
     written: list[str] = []
     if launch_dir is not None:
-        from surrogate.launch import launch_problem, write_launch_files
+        from surrogate.loop.launch import launch_problem, write_launch_files
 
         for i, key in enumerate(result.top["key"], start=1):
             cfg = result.configs[key]
@@ -380,20 +380,19 @@ def propose_cmd(
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and round.json."""
     _at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
-    from surrogate.active import Acquisition, check_new_round_dir
+    from surrogate.loop.active import Acquisition, check_new_round_dir
 
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
     if runs is not None:
-        from surrogate.table_files import check_table_file
+        from surrogate.io.table_files import check_table_file
 
         check_table_file(runs, flag="--runs")
     import pandas as pd
     from rich.markup import escape
 
-    from surrogate.active import PROPOSALS_FILE, propose
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
         extrapolation_line,
@@ -402,8 +401,9 @@ def propose_cmd(
         is_narrow,
         model_line,
     )
+    from surrogate.layouts.search import Limits
+    from surrogate.loop.active import PROPOSALS_FILE, propose
     from surrogate.progress import bars
-    from surrogate.search import Limits
 
     m = model_config(model, hf_config, seq_len, shape_flags(locals()))
     space = build_space(m, gpu=gpu, gpus_per_node=gpus_per_node, nodes=nodes,
@@ -413,7 +413,7 @@ def propose_cmd(
                         recompute_shares=recompute_shares, shardings=shardings)
     table = None
     if runs is not None:
-        from surrogate.tableio import read_table
+        from surrogate.io.tableio import read_table
 
         table = read_table(runs)
     with bars() as report:
@@ -455,7 +455,8 @@ def score_round_cmd(
 ) -> None:
     """Score a round's runs against the model that proposed them (before retraining) and log it
     (scoring a round again updates its MLflow run)."""
-    from surrogate.active import (
+    from surrogate.io.tableio import read_table
+    from surrogate.loop.active import (
         campaign_of,
         campaign_records,
         load_round_model,
@@ -463,17 +464,16 @@ def score_round_cmd(
         read_round,
         score_round,
     )
-    from surrogate.tableio import read_table
 
     record = read_round(round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
+    from surrogate.io.table_files import check_table_file
     from surrogate.progress import bars
-    from surrogate.table_files import check_table_file
 
     check_table_file(runs, flag="--runs")
     if mlflow:  # before the scoring, within seconds: an unusable store costs a line
-        from surrogate.tracking import check_store
+        from surrogate.io.tracking import check_store
 
         check_store()
     proposer = load_round_model(record)
@@ -502,8 +502,8 @@ def score_round_cmd(
         _print_mlflow_line(run_id)
     if failure is not None:
         from surrogate.errors import DataError
-        from surrogate.tableio import write_table_atomic
-        from surrogate.tracking import store_failure, tracking_uri
+        from surrogate.io.tableio import write_table_atomic
+        from surrogate.io.tracking import store_failure, tracking_uri
 
         saved = round_dir / SCORES_FILE
         _write_json_atomic(saved, scores)
@@ -564,7 +564,7 @@ def _print_mlflow_line(run_id: str) -> None:
     from rich.markup import escape
 
     from surrogate.cli.display import console as make_console
-    from surrogate.tracking import client, run_url, tracking_uri
+    from surrogate.io.tracking import client, run_url, tracking_uri
 
     try:
         exp = client().get_run(run_id).info.experiment_id
@@ -601,15 +601,15 @@ def heatmap_cmd(
     analytic: AnalyticOpt = False,
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
-    from surrogate.heatmap import draw_png, measured_grid, predicted_grid, write_html
-    from surrogate.outputs import check_output_file
-    from surrogate.presets import get_preset
-    from surrogate.search import Limits
+    from surrogate.config.presets import get_preset
+    from surrogate.io.outputs import check_output_file
+    from surrogate.layouts.heatmap import draw_png, measured_grid, predicted_grid, write_html
+    from surrogate.layouts.search import Limits
 
     for suffix in (".png", ".html"):
         check_output_file(out.with_suffix(suffix), flag="--out")
     if measured is not None:  # before minutes of searching, not after
-        from surrogate.table_files import check_table_file
+        from surrogate.io.table_files import check_table_file
 
         check_table_file(measured, flag="--measured")
     presets = [get_preset(name) for name in models.split(",")]
@@ -627,8 +627,8 @@ def heatmap_cmd(
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
-        from surrogate.sweeps import unflagged
-        from surrogate.tableio import read_table
+        from surrogate.ingest.sweeps import unflagged
+        from surrogate.io.tableio import read_table
 
         table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
         if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
@@ -651,7 +651,7 @@ def heatmap_cmd(
 
 
 def _is_preset(name: str) -> bool:
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     try:
         get_preset(name)

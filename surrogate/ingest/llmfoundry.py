@@ -29,7 +29,7 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   farthest), and a row off by more than :data:`PARAM_TOLERANCE` (2 %) is a counted skip. The
   README's MFU counts the whole ``NumParams`` (position table and biases included), so it is
   at most 3.8 % above ours (mpt-125m at 65,536 tokens; median 0.3 %); ``mfu`` is recomputed
-  under the project's definition (:func:`surrogate.sweeps.recompute_mfu`), ``MFU`` is kept
+  under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`), ``MFU`` is kept
   as ``mfu_reported``.
 - Cluster: ``GPU`` h100_80gb / a100_80gb / a100_40gb -> H100-SXM-80GB / A100-SXM-80GB /
   A100-SXM-40GB; gpus_per_node = min(8, ``# GPUs``), num_nodes = ``# GPUs`` / gpus_per_node.
@@ -41,7 +41,7 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   (the analytic model has no CPU offload); ``Precision`` amp_bf16 and bf16 -> dtype bf16,
   amp_fp8 -> fp8. ``MP Mode`` (DEFAULT with amp_*, PURE with the older pure-bf16 runs of the
   A100 tables) changes only the dtypes of FSDP's reductions and buffers, not the FLOPs, and is
-  not kept; framework llm-foundry (:mod:`surrogate.frameworks`).
+  not kept; framework llm-foundry (:mod:`surrogate.config.frameworks`).
 - Measurements: tokens_per_s_per_gpu = ``Throughput (T/s/GPU)``; step_time_s =
   ``GlobalBatchSize (T)`` / ``Throughput (T/s)``; mfu_reported = ``MFU`` (percent);
   tflops_per_gpu_reported = ``Model TFLOP`` (model TFLOP/s per GPU); memory NaN (the source
@@ -58,10 +58,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from surrogate.config import TrainingConfig, config_from_flat
+from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
-from surrogate.sweeps import frame_from_rows, sweep_row
+from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 
 SOURCE = "llmfoundry_mpt"
 VOCAB_SIZE = 50368

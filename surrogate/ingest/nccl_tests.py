@@ -26,8 +26,8 @@ import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
+from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
-from surrogate.microbench_table import hardware_from_device_name, rows_to_microbench
 
 SOURCE = "nccl-tests"
 

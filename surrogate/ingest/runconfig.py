@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from surrogate.config import (
+from surrogate.config.training import (
     CONFIG_COLUMNS,
     MODEL_FIELDS,
     TrainingConfig,
@@ -34,7 +34,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         if not sep or not key or not value.strip():
             raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
         if key not in GIVEN_KEYS:
-            from surrogate.configfile import nearest_key
+            from surrogate.config.files import nearest_key
 
             hint = nearest_key(key, GIVEN_KEYS)
             raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}"
@@ -45,7 +45,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
             except ConfigError as e:
                 raise ConfigError(f"--set {e}") from None
         if key == "model":  # a preset name, checked before any file is parsed
-            from surrogate.presets import get_preset
+            from surrogate.config.presets import get_preset
 
             try:
                 get_preset(value.strip())
@@ -65,7 +65,7 @@ def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dic
     name = out.pop("model", None)
     if name is None:
         return out
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     preset = get_preset(str(name))
     shape = {k: getattr(preset, k) for k in MODEL_FIELDS}

@@ -65,13 +65,13 @@ from typing import Any
 
 import pandas as pd
 
+from surrogate.config.frameworks import get_framework
+from surrogate.config.presets import TORCHTITAN_FLAVOURS
 from surrogate.errors import ConfigError, DataError, shown
-from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import place_on_nodes
-from surrogate.launch import TORCHTITAN_FLAVOURS
-from surrogate.sweeps import frame_from_rows
+from surrogate.ingest.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
 MARKERS: tuple[str, ...] = ("[titan]",)
@@ -300,7 +300,7 @@ def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
     """selective_ac_option n >= 2: the blocks of the first pipeline rank torchtitan
     checkpoints, floor(its layers / n), as ``recompute_layers``."""
     from surrogate.analytic.pipeline import weighted_first_rank_layers
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     layers = given.get("num_layers")
     preset = found.get("model", given.get("model"))
@@ -332,7 +332,7 @@ def _config_file(log: Path) -> Path | None:
 def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
                      given: dict[str, Any], pp: int) -> dict[str, Any]:
     """``pp_schedule`` or ``vpp`` from a pipeline schedule's name (module docstring)."""
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     traits = get_framework("torchtitan")
     plain = {v.lower(): k for k, v in traits.pipeline_schedules.items()}

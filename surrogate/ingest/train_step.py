@@ -25,10 +25,10 @@ from typing import Any, Final
 
 import pandas as pd
 
-from surrogate.config import config_from_flat
+from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.ingest.microbench_table import hardware_from_device_name
 from surrogate.ingest.report import IngestReport
-from surrogate.microbench_table import hardware_from_device_name
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
 STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",
@@ -51,7 +51,7 @@ def source_for(gpu: str) -> str:
 
 
 def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
-    from surrogate.sweeps import sweep_row
+    from surrogate.ingest.sweeps import sweep_row
 
     if rec.get("schema") != RECORD_SCHEMA:
         raise ValueError(f"schema must be {RECORD_SCHEMA!r}, got {rec.get('schema')!r}")
@@ -76,7 +76,7 @@ def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
 def parse_train_step_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read one file of train-step records; malformed lines are counted skips with their line
     number and reason; raises DataError if the file cannot be read."""
-    from surrogate.sweeps import frame_from_rows
+    from surrogate.ingest.sweeps import frame_from_rows
 
     p = Path(path)
     try:

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from surrogate.analytic.inputs import Array, to_cols
-from surrogate.config import ModelConfig, TrainingConfig
+from surrogate.config.model import ModelConfig
+from surrogate.config.training import TrainingConfig
 
 
 def measured_moe_id(c: dict[str, Any]) -> str:

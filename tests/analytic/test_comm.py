@@ -8,7 +8,7 @@ import pytest
 from surrogate.analytic import comm, flops
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.frameworks import FRAMEWORKS
+from surrogate.config.frameworks import FRAMEWORKS
 
 PERF = SpecPerfModel()
 

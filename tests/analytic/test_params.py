@@ -92,8 +92,8 @@ def test_a_block_can_use_other_sets_and_leaves_the_shipped_ones_after(config):
 def test_the_columns_take_the_set_parameter_set_names() -> None:
     """The vectorised rule of ``cols_from_table`` is FrameworkTraits.parameter_set's."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.presets import get_preset
-    from surrogate.space import LayoutSpace
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
 
     space = LayoutSpace(model=get_preset("8b"), node_counts=(1,), global_batch_seqs=64,
                         frameworks=("torchtitan", "megatron", "nanotron"))

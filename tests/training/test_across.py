@@ -10,8 +10,8 @@ import pytest
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import PRIORS, using_sets
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.config import config_to_flat
-from surrogate.fit_params import Block, predicted_step_s
+from surrogate.calibration.fit_params import Block, predicted_step_s
+from surrogate.config.training import config_to_flat
 from training.across import balanced_quantile, leave_one_out, transfer_intervals
 
 TRUE = {**PRIORS, "layer_overhead_s": 1e-3, "gemm_time_scale": 1.2}

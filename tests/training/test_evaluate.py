@@ -46,7 +46,7 @@ def test_nodes_trains_small_tests_large(playbook_subset):
 
 
 def test_cv_cells_never_splits_a_cell(playbook_subset):
-    from surrogate.training_data import cell_groups
+    from surrogate.learned.training_data import cell_groups
 
     groups = cell_groups(playbook_subset)
     for train, test in splits(playbook_subset, "cv_cells"):
@@ -164,7 +164,7 @@ def test_physics_of_a_split_is_fitted_on_its_training_rows_alone(playbook_subset
     """The sets of a split do not move when the test runs' measurements change; versions the
     runs do not hold keep the sets in use."""
     from surrogate.analytic.params import fitted_sets
-    from surrogate.training_data import training_data
+    from surrogate.learned.training_data import training_data
     from training.evaluate import physics_of
 
     ((train, test),) = list(splits(playbook_subset, "nodes"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from surrogate.training_data import TrainingData, training_data
+from surrogate.learned.training_data import TrainingData, training_data
 from training.tune import cv_score, study_name_for, tune
 
 SMALL = {"n_estimators": 10, "num_leaves": 7}
