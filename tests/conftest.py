@@ -36,7 +36,7 @@ def _tracking_outside_the_checkout(
 @pytest.fixture(autouse=True)
 def _lightgbm_trees(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loaded models predict with LightGBM, never compiling trees into the user cache
-    (tests/test_compiled_trees.py turns compiled trees on, with a cache of its own)."""
+    (tests/learned/test_compiled_trees.py turns compiled trees on, with a cache of its own)."""
     monkeypatch.setenv("SURROGATE_COMPILED_TREES", "0")
 
 

@@ -27,7 +27,7 @@ from surrogate.io.tableio import (
     write_table_atomic,
 )
 
-PLAYBOOK = Path(__file__).resolve().parent / "fixtures" / "sweeps_playbook_excerpt.csv"
+PLAYBOOK = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_playbook_excerpt.csv"
 WRITERS = 8
 ROUNDS = 3
 

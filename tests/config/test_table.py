@@ -23,7 +23,7 @@ BASE = [
                                           "num_nodes": 1, "dp": 8}))) for name in
     ("llama3-8b", "playbook-1.34b")
 ]
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf_configs"
 
 
 def row_by_row(df: pd.DataFrame) -> tuple[list[str], list[dict]]:

@@ -9,7 +9,7 @@ import pytest
 from surrogate.config.presets import ALIASES, PRESETS, get_preset, model_values, playbook_model
 from surrogate.errors import ConfigError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf_configs"
 
 
 def test_presets_named_by_the_issue_exist():

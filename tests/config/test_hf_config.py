@@ -20,7 +20,7 @@ from surrogate.config.presets import PRESETS
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "hf_configs"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf_configs"
 
 PUBLISHED = [
     # fixture, total, active (None: dense), source
