@@ -18,7 +18,7 @@ protocols once per value of the domain shrinkage (``surrogate.learned.domain``; 
 ``--shape-weight`` sets the share of the correction kept for an unseen model shape
 (``surrogate.learned.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
 ``--survivors-only-memory`` fits the memory correction on the completed runs alone, as before
-the runs out of memory were censored targets (``surrogate.learned.model.fit_memory``).
+the runs out of memory were censored targets (``surrogate.learned.boosters.fit_memory``).
 Each split refits the analytic model's free parameters on its training part as well
 (``training.evaluate.physics_of``), so no held-out run reaches the physics either;
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook

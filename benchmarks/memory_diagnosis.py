@@ -70,8 +70,8 @@ from surrogate.analytic.memory import (
     memory_breakdown,
 )
 from surrogate.analytic.pipeline import first_stage_inflight
+from surrogate.calibration.blocks import blocks_for_runs
 from surrogate.calibration.clusters import playbook_runs
-from surrogate.calibration.fit_params import blocks_for_runs
 from surrogate.config.gpus import get_gpu
 
 GIB = 2.0**30

@@ -29,7 +29,7 @@ learned from measured runs, ``surrogate.learned.model``) need not. Four parts (8
    memory and how many ran out of memory, and the completed runs' mean log(measured /
    analytic) (the learned memory target, ``surrogate.learned.training_data``). Near the capacity
    only the runs the estimate over-stated complete, which is why the memory correction reads
-   the runs out of memory as censored targets (``surrogate.learned.model.fit_memory``).
+   the runs out of memory as censored targets (``surrogate.learned.boosters.fit_memory``).
 """
 
 from __future__ import annotations

@@ -28,14 +28,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from surrogate.calibration.blocks import blocks_for_runs, predicted_breakdown, values_in_use
 from surrogate.calibration.clusters import playbook_runs
-from surrogate.calibration.fit_params import (
-    blocks_for_runs,
-    fit_runs,
-    held_out_figures,
-    predicted_breakdown,
-    values_in_use,
-)
+from surrogate.calibration.fit_params import fit_runs, held_out_figures
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
 from surrogate.prediction.predict import DEFAULT_MODEL_DIR

@@ -304,7 +304,7 @@ def read_run_dirs(root: Path) -> tuple[Any, list[str]]:
 def ingest(root: Path, into: Path) -> Any:
     """Append the rows of :func:`read_run_dirs` to the sweep table ``into``; returns the
     append summary."""
-    from surrogate.ingest.sweeps import append_sweeps
+    from surrogate.ingest.sweep_files import append_sweeps
 
     frame, lines = read_run_dirs(root)
     print("\n".join(lines))

@@ -83,7 +83,8 @@ def test_torchtitan_autocast_runs_are_fitted_as_the_set_they_take() -> None:
     """A fit (``surrogate calibrate --runs``) of these runs would fit the set they are
     predicted with, pytorch/autocast's, not torchtitan's own (its FSDP layouts')."""
     from microbench.torchtitan_runs import read_run_dirs
-    from surrogate.calibration.fit_params import blocks_for_runs, framework_version_of, own_sets
+    from surrogate.calibration.blocks import blocks_for_runs, framework_version_of
+    from surrogate.calibration.fit_params import own_sets
 
     runs, _ = read_run_dirs(TORCHTITAN)
     blocks, rows = blocks_for_runs(runs, "h100-own-measured")

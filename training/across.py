@@ -31,15 +31,13 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import DEFAULT_SET, using_sets
-from surrogate.calibration.fit_params import (
+from surrogate.calibration.blocks import (
     MIN_FIT_MFU,
-    Balance,
     blocks_for_runs,
-    fit_default,
-    fit_runs,
     predicted_logged_reserved,
     predicted_step_s,
 )
+from surrogate.calibration.fit_params import Balance, fit_default, fit_runs
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
 """The project's own H100 measurements (``datasets/h100``)."""
@@ -91,7 +89,7 @@ def log_errors(runs: pd.DataFrame) -> dict[str, np.ndarray]:
     """Per run of ``runs``, under the sets in use (``surrogate.analytic.params.using_sets``):
     log(predicted / measured) of tokens/s over the completed runs and of peak reserved memory
     over those with a measurement (NaN elsewhere), measured as the fits read them
-    (``surrogate.calibration.fit_params.blocks_for_runs``)."""
+    (``surrogate.calibration.blocks.blocks_for_runs``)."""
     blocks, rows = blocks_for_runs(runs)
     tps = np.full(len(runs), np.nan)
     mem = np.full(len(runs), np.nan)

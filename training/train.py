@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
-from surrogate.learned.model import DEFAULT_PARAMS, SurrogateModel
+from surrogate.learned.boosters import DEFAULT_PARAMS
+from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import cell_groups, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
 from training.tune import DEFAULT_STORAGE, MAX_ESTIMATORS, TuneResult, tune
@@ -48,7 +49,7 @@ def load_runs(
     """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
     import pandas as pd
 
-    from surrogate.ingest.sweeps import read_sweeps
+    from surrogate.ingest.sweep_files import read_sweeps
 
     frames = []
     if playbook:

@@ -15,7 +15,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.config.frameworks import FRAMEWORKS, RECOMPUTE_MODES, FrameworkTraits, get_framework
+from surrogate.config.framework_traits import RECOMPUTE_MODES, FrameworkTraits
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
 from surrogate.config.gpus import GIB, GPUS, get_gpu
 from surrogate.config.model import ModelConfig
 from surrogate.config.table import FlatTable, flat_table, per_group, table_len

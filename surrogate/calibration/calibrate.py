@@ -37,7 +37,7 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.perf import COLLECTIVE_OPS, bus_factor
-from surrogate.config.gpus import canonical_gpu_name, get_gpu
+from surrogate.config.gpus import GPUSpec, canonical_gpu_name, get_gpu
 from surrogate.errors import DataError
 from surrogate.hardware.fabric import fit_fabric
 from surrogate.hardware.profile import CalibrationProfile, CollectiveCurve, GemmCurve
@@ -198,25 +198,11 @@ def _complete(curves: list[CollectiveCurve], gpu: str) -> list[CollectiveCurve]:
     return sorted(out, key=lambda c: (c.inter_node, COLLECTIVE_OPS.index(c.op), c.group_size))
 
 
-def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
-                notes: tuple[str, ...] = ()) -> CalibrationProfile:
-    """Fit a profile for ``gpu`` from a microbenchmark table (see the module doc).
-
-    Raises DataError if the table has no usable row for the GPU.
-    """
-    gpu = canonical_gpu_name(gpu)
-    spec = get_gpu(gpu)
-    t = validate_microbench(table)
-    ex = _Exclusions(Counter())
-    for hw, n in t.loc[t["hardware"] != gpu, "hardware"].value_counts().items():
-        ex.add(f"hardware {hw} is not {gpu}", int(n))
-    t = t[t["hardware"] == gpu]
-    if t.empty:
-        raise DataError(f"the microbenchmark table has no rows for hardware {gpu}; "
-                        f"it has {', '.join(sorted(set(table['hardware']))) or 'no rows'}")
-    used = pd.Series(False, index=t.index)
-
-    gemm = t[t["op"] == GEMM_OP]
+def _gemm_curves(gemm: pd.DataFrame, spec: GPUSpec, gpu: str, ex: _Exclusions,
+                 used: pd.Series, notes_out: list[str]) -> dict[str, GemmCurve]:
+    """The GEMM efficiency curve of each dtype from the GPU's GEMM rows (batch 1, bf16 or fp8;
+    a series over the dense peak is excluded as suspect); fp8 takes bf16's where it has none.
+    Exclusions, the rows used and notes are recorded in ``ex``, ``used`` and ``notes_out``."""
     ex.add("GEMM batch > 1 (the analytic model asks unbatched shapes)",
            int((gemm["batch"] != 1).sum()))
     gemm = gemm[gemm["batch"] == 1]
@@ -224,7 +210,6 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
     for d, n in gemm.loc[other, "dtype"].value_counts().items():
         ex.add(f"GEMM dtype {d} (the analytic model uses bf16 and fp8)", int(n))
     curves: dict[str, GemmCurve] = {}
-    notes_out = list(notes)
     for dtype in GEMM_DTYPES:
         rows = gemm[gemm["dtype"] == dtype]
         if rows.empty:
@@ -250,7 +235,13 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
                          "dense peak) is assumed, applied to the fp8 peak")
     if not curves:
         notes_out.append("no GEMM measurement: GEMM efficiency is the datasheet default")
+    return curves
 
+
+def _attention_curve(t: pd.DataFrame, spec: GPUSpec, ex: _Exclusions, used: pd.Series,
+                     notes_out: list[str]) -> GemmCurve | None:
+    """The causal flash attention curve from the GPU's bf16 attention rows, None without any
+    (or where a point exceeds the dense peak: a suspect series, excluded)."""
     attn = t[(t["op"] == ATTENTION_OP) & (t["dtype"] == "bf16")]
     attention = None
     if not attn.empty:
@@ -270,6 +261,30 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
                 f"{len(attn)} points, head widths "
                 f"{', '.join(str(int(k)) for k in sorted(attn['k'].unique()))}, sequences "
                 f"{int(attn['m'].min())}..{int(attn['m'].max())}), counted at the full FLOPs")
+    return attention
+
+
+def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
+                notes: tuple[str, ...] = ()) -> CalibrationProfile:
+    """Fit a profile for ``gpu`` from a microbenchmark table (see the module doc).
+
+    Raises DataError if the table has no usable row for the GPU.
+    """
+    gpu = canonical_gpu_name(gpu)
+    spec = get_gpu(gpu)
+    t = validate_microbench(table)
+    ex = _Exclusions(Counter())
+    for hw, n in t.loc[t["hardware"] != gpu, "hardware"].value_counts().items():
+        ex.add(f"hardware {hw} is not {gpu}", int(n))
+    t = t[t["hardware"] == gpu]
+    if t.empty:
+        raise DataError(f"the microbenchmark table has no rows for hardware {gpu}; "
+                        f"it has {', '.join(sorted(set(table['hardware']))) or 'no rows'}")
+    used = pd.Series(False, index=t.index)
+
+    notes_out = list(notes)
+    curves = _gemm_curves(t[t["op"] == GEMM_OP], spec, gpu, ex, used, notes_out)
+    attention = _attention_curve(t, spec, ex, used, notes_out)
 
     coll = t[t["op"].isin(COLLECTIVE_OPS)]
     measured: list[CollectiveCurve] = []

@@ -19,6 +19,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
+from surrogate.errors import DataError
+from surrogate.hardware.fabric import run_scales
+from surrogate.hardware.profile import load_profile
+from surrogate.ingest.playbook import SOURCE, parse_playbook
+from surrogate.ingest.playbook_network import parse_playbook_network
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -39,7 +46,6 @@ measured less than its peak: training and calibration compare its measurement wi
 predicted memory of the first stage (``surrogate.analytic.memory.logged_reserved_bytes``),
 while out-of-memory and ``predict`` go by the most loaded stage."""
 
-
 def run_context(
     runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
 ) -> tuple[list[Any], dict[str, np.ndarray]]:
@@ -47,7 +53,6 @@ def run_context(
     (1 where the run measured nothing) and the pipeline stage its peak memory was logged on
     (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``, from :data:`SOURCE_MEMORY_STAGES`;
     NaN: the most loaded stage)."""
-    from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
 
     sources = runs["source"].astype(str).tolist() if "source" in runs else [""] * len(runs)
     profiles: list[Any] = [SOURCE_PROFILES.get(s, profile) for s in sources]
@@ -58,20 +63,15 @@ def run_context(
     stage = np.array([SOURCE_MEMORY_STAGES.get(s, np.nan) for s in sources], dtype=np.float64)
     return profiles, {"net_scale": scale, LOGGED_STAGE_COLUMN: stage}
 
-
 def measured_net_scale(network: pd.DataFrame, source: str) -> pd.Series:
     """Per ``run_id`` of ``network`` (microbenchmark rows the runs of ``source`` measured
     themselves): the run's ``net_scale`` under its cluster's shipped profile."""
     import pandas as pd
 
-    from surrogate.hardware.fabric import run_scales
-    from surrogate.hardware.profile import load_profile
-
     fabric = load_profile(SOURCE_PROFILES[source]).fabric
     if fabric is None:
         return pd.Series(dtype=float)
     return run_scales(network, fabric)
-
 
 def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> pd.DataFrame:
     """``runs`` with a ``net_scale`` column for its rows of ``source`` that measured their
@@ -83,16 +83,11 @@ def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> 
     out["net_scale"] = np.where(mine, out["run_id"].map(scale), prior)
     return out
 
-
 PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 """The Playbook sweep under the data directory (``surrogate.io.datasource.data_dir``)."""
 
-
 def playbook_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
     """The Playbook's runs, each with the network bandwidth it measured (``net_scale``)."""
-    from surrogate.errors import DataError
-    from surrogate.ingest.playbook import SOURCE, parse_playbook
-    from surrogate.ingest.playbook_network import parse_playbook_network
     from surrogate.io.datasource import data_dir as resolve_data_dir
 
     path = resolve_data_dir(data_dir) / PLAYBOOK_PATH

@@ -28,20 +28,27 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from surrogate.analytic.inputs import Array
-from surrogate.analytic.memory import (
-    logged_reserved_bytes,
-    memory_breakdown,
-    torch_reserved_bytes,
-)
+from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
 from surrogate.analytic.params import (
     DEFAULT_SET,
     PARAMETERS,
     FreeParameter,
     cluster_key,
-    cluster_scoped,
+    sets_in_use,
 )
-from surrogate.analytic.perf import PerfModel
-from surrogate.analytic.step import step_breakdown
+from surrogate.calibration.blocks import (
+    MIN_FIT_MFU,
+    Block,
+    Predictor,
+    blocks_for_runs,
+    framework_version_of,
+    healthy,
+    predicted_logged_reserved,
+    predicted_reserved,
+    predicted_step_s,
+)
+from surrogate.config.gpus import GIB, get_gpu
+from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
 
 TIME_PARAMETERS: tuple[str, ...] = tuple(
@@ -61,28 +68,6 @@ OWN_MIN_RUNS = 5
 few parameters they inform and leave the rest at their priors (:func:`own_sets` gives the
 figures from 10 runs)."""
 
-
-@dataclass
-class Block:
-    """Runs that share one PerfModel: their columns and their measured targets (NaN where not
-    measured)."""
-
-    cols: dict[str, Array]
-    perf: PerfModel
-    step_time_s: Array
-    reserved_bytes: Array
-    oom: Array | None = None
-    """1 where the run ran out of memory, 0 where it completed, NaN otherwise (None: unknown)."""
-
-    def take(self, mask: np.ndarray) -> Block:
-        return Block({k: v[mask] for k, v in self.cols.items()}, self.perf,
-                     self.step_time_s[mask], self.reserved_bytes[mask],
-                     None if self.oom is None else self.oom[mask])
-
-    def __len__(self) -> int:
-        return len(self.step_time_s)
-
-
 @dataclass
 class ParameterFit:
     """Fitted values of some parameters, their standard deviations, and the fit's residuals."""
@@ -93,49 +78,12 @@ class ParameterFit:
     log_rmse: float
     extra: dict[str, Any] = field(default_factory=dict)
 
-
-def _with(cols: dict[str, Array], values: dict[str, float]) -> dict[str, Array]:
-    n = len(next(iter(cols.values())))
-    return {**cols, **{f"p_{k}": np.full(n, v) for k, v in values.items()}}
-
-
-def predicted_breakdown(block: Block, values: dict[str, float]) -> dict[str, Array]:
-    """:func:`~surrogate.analytic.step.step_breakdown` of the block's runs with ``values``."""
-    return step_breakdown(_with(block.cols, values), block.perf)
-
-
-def predicted_step_s(block: Block, values: dict[str, float]) -> Array:
-    return predicted_breakdown(block, values)["step_time_s"]
-
-
-def values_in_use(block: Block) -> dict[str, float]:
-    """The free parameters the block's columns carry: the sets in use (shipped, or those of
-    ``surrogate.analytic.params.using_sets``) of its framework version."""
-    return {k[2:]: float(v[0]) for k, v in block.cols.items() if k.startswith("p_")}
-
-
-def predicted_reserved(block: Block, values: dict[str, float]) -> Array:
-    """Peak reserved memory of the most loaded rank (what runs out of memory)."""
-    return torch_reserved_bytes(memory_breakdown(_with(block.cols, values)))
-
-
-def predicted_logged_reserved(block: Block, values: dict[str, float]) -> Array:
-    """Peak reserved memory of the rank each run's measurement was logged on
-    (:func:`~surrogate.analytic.memory.logged_reserved_bytes`): what memory is fitted to."""
-    c = _with(block.cols, values)
-    return logged_reserved_bytes(c, memory_breakdown(c))
-
-
-Predictor = Callable[[Block, dict[str, float]], Array]
-
-
 def free_bounds(params: Sequence[FreeParameter]) -> tuple[np.ndarray, np.ndarray]:
     """Each parameter's physical range in the space the fit works in (log of a positive value,
     the value of a signed one; a fraction's logit is unbounded)."""
     lb = np.array([-np.inf if p.is_fraction else float(p.to_free(p.lower)) for p in params])
     ub = np.array([np.inf if p.is_fraction else float(p.to_free(p.upper)) for p in params])
     return lb, ub
-
 
 def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, target: str,
          fixed: dict[str, float], weights: Sequence[float] | None = None) -> ParameterFit:
@@ -197,14 +145,12 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
     return ParameterFit({p.name: values[p.name] for p in params}, sd, runs,
                         float(np.sqrt(sigma2)))
 
-
 def fit_time(blocks: Sequence[Block], names: Sequence[str] = TIME_PARAMETERS,
              fixed: dict[str, float] | None = None,
              weights: Sequence[float] | None = None) -> ParameterFit:
     """Fit time parameters ``names`` on the blocks' measured step times (each block's log
     residuals weighed by ``weights``, one per block; 1 by default)."""
     return _fit(blocks, names, predicted_step_s, "step_time_s", dict(fixed or {}), weights)
-
 
 def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS,
                fixed: dict[str, float] | None = None,
@@ -219,10 +165,8 @@ def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS
         blocks, {**(fixed or {}), **fit.values}, fit.log_rmse)
     return fit
 
-
 MIN_OOM_LABELS = 5
 """Fewest runs of each outcome (completed, out of memory) :func:`fit_oom_margin` fits on."""
-
 
 def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float) -> float:
     """The ``oom_log_margin`` that makes the completed and out-of-memory runs of ``blocks``
@@ -231,8 +175,6 @@ def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float)
     :data:`MIN_OOM_LABELS` runs of either outcome."""
     from scipy.optimize import minimize_scalar
     from scipy.special import log_ndtr
-
-    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES
 
     z, y = [], []
     for b in blocks:
@@ -259,7 +201,6 @@ def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float)
     best = minimize_scalar(nll, bounds=(prior.lower, prior.upper), method="bounded")
     return float(best.x)
 
-
 def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
                fit: Callable[[Sequence[Block]], ParameterFit],
                predict: Predictor) -> tuple[list[Array], list[ParameterFit]]:
@@ -279,75 +220,29 @@ def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
                 preds[i][m] = predict(b.take(m), f.values)
     return preds, fits
 
-
-MIN_FIT_MFU = 0.10
-"""The runs the MFU MAPE target counts (completed, measured MFU >= 10%), and the runs time
-parameters are fitted on with ``fit_on="healthy"``. The default fits on every completed run:
-with the pipelined floor (``pp_layer_floor_s``, ``pp_layer_floor_per_tp_s``) the physics
-describes the Playbook's slow pipelines too, and fitting on them no longer bends healthy
-predictions (leave-one-model-out MFU MAPE on runs of MFU >= 10%: 15.9% fitted on all runs vs
-15.4% on these; Spearman over all completed runs 0.94 vs 0.71; without the floor it was 26.5%
-vs 21.7% and 0.92 vs 0.70; ``python benchmarks/analytic_vs_playbook.py --fit-on
-healthy|all`` prints both)."""
-
 FitOn = Literal["all", "healthy"]
 
-
-def blocks_for_runs(runs: Any, profile: Any = None) -> tuple[list[Block], list[np.ndarray]]:
-    """Blocks of ``runs`` (a sweep table) explained under their own clusters
-    (:func:`surrogate.calibration.clusters.run_context`), one per (PerfModel, parameter set: the
-    framework
-    version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
-    indices of ``runs`` each block holds."""
-    from surrogate.analytic.run import resolve_perf_model
-    from surrogate.calibration.clusters import run_context
-    from surrogate.config.gpus import GIB
-    from surrogate.config.training import config_from_flat
-
-    profiles, extra = run_context(runs, profile)
-    records = runs.to_dict("records")
-    configs = [config_from_flat(r) for r in records]
-    keyed: dict[tuple[str, str, str], list[int]] = {}
-    for i, cfg in enumerate(configs):
-        key = (cfg.cluster.gpu, str(profiles[i]), cfg.layout.parameter_set())
-        keyed.setdefault(key, []).append(i)
-    from surrogate.analytic.inputs import to_cols
-
-    blocks, rows = [], []
-    for (gpu, _, _), idx in keyed.items():
-        sel = np.array(idx)
-        c = to_cols([configs[i] for i in idx])
-        for name, values in extra.items():
-            c[name] = np.asarray(values, dtype=np.float64)[sel]
-        sub = runs.iloc[sel]
-        done = (sub["status"] == "completed").to_numpy()
-        tokens = c["dp"] * c["grad_accum"] * c["mbs"] * c["seq_len"]
-        gpus = c["gpus_per_node"] * c["num_nodes"]
-        tps = sub["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
-        step = np.where(done, tokens / (tps * gpus), np.nan)
-        reserved = np.where(done, sub["peak_mem_reserved_gib"].to_numpy(dtype=np.float64) * GIB,
-                            np.nan)
-        status = sub["status"].to_numpy()
-        oom = np.where(status == "oom", 1.0, np.where(done, 0.0, np.nan))
-        perf = resolve_perf_model(gpu, profiles[idx[0]])
-        blocks.append(Block(cluster_scoped(c, perf.name), perf, step, reserved, oom))
-        rows.append(sel)
-    return blocks, rows
-
-
-def framework_version_of(block: Block) -> str:
-    """The ``framework/version`` whose parameter set the block's runs take."""
-    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-
-    return FRAMEWORK_VERSIONS[int(block.cols["parameter_code"][0])]
-
-
-def healthy(block: Block, mfu: np.ndarray) -> Block:
-    """The block with step times only for runs of measured MFU >= :data:`MIN_FIT_MFU`."""
-    keep = np.isfinite(mfu) & (mfu >= MIN_FIT_MFU)
-    return Block(block.cols, block.perf, np.where(keep, block.step_time_s, np.nan),
-                 block.reserved_bytes, block.oom)
-
+def _fitted_set(bs: Sequence[Block], fit_bs: Sequence[Block]) -> tuple[dict[str, Any], bool]:
+    """One framework version's fitted set (:func:`fit_runs`): its time parameters fitted on
+    ``fit_bs``, its memory ones on ``bs`` where they hold :data:`MIN_RUNS` runs with a memory,
+    and whether they did."""
+    n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
+    t = fit_time(fit_bs)
+    entry: dict[str, Any] = {"values": dict(t.values), "sd": dict(t.sd),
+                             "runs": {"time": t.runs, "memory": 0},
+                             "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
+                             "clusters": sorted({cluster_key(b.perf.name) for b in bs})}
+    # a table of throughput alone (no peak memory: e.g. llm-foundry's) fits the time
+    # parameters; its memory ones keep their priors
+    with_memory = n_mem >= MIN_RUNS
+    if with_memory:
+        m = fit_memory(bs)
+        entry["values"] |= {**m.values, "memory_log_sd": m.extra["memory_log_sd"],
+                            "oom_log_margin": m.extra["oom_log_margin"]}
+        entry["sd"] |= m.sd
+        entry["runs"]["memory"] = m.runs
+        entry["log_rmse"]["memory"] = m.log_rmse
+    return entry, with_memory
 
 def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_name",
              fit_on: FitOn = "all", min_runs: int = MIN_RUNS) -> dict[str, Any]:
@@ -383,24 +278,9 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
         fit_bs = bs if fit_on == "all" else [
             healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids, strict=True)]
         n_time = sum(int(np.isfinite(b.step_time_s).sum()) for b in fit_bs)
-        n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
         if n_time < min_runs:
             continue
-        t = fit_time(fit_bs)
-        entry: dict[str, Any] = {"values": dict(t.values), "sd": dict(t.sd),
-                                 "runs": {"time": t.runs, "memory": 0},
-                                 "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
-                                 "clusters": sorted({cluster_key(b.perf.name) for b in bs})}
-        # a table of throughput alone (no peak memory: e.g. llm-foundry's) fits the time
-        # parameters; its memory ones keep their priors
-        with_memory = n_mem >= MIN_RUNS
-        if with_memory:
-            m = fit_memory(bs)
-            entry["values"] |= {**m.values, "memory_log_sd": m.extra["memory_log_sd"],
-                                "oom_log_margin": m.extra["oom_log_margin"]}
-            entry["sd"] |= m.sd
-            entry["runs"]["memory"] = m.runs
-            entry["log_rmse"]["memory"] = m.log_rmse
+        entry, with_memory = _fitted_set(bs, fit_bs)
         if groups_all is not None:
             gs = [groups_all[rows[i]] for i in ids]
             if len({g for arr in gs for g in arr}) >= 2:
@@ -431,9 +311,7 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                                        "oom_log_margin": held_margin},
             "group_by": group_by, "fit_on": fit_on}
 
-
 Balance = Literal["runs", "sets"]
-
 
 def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[float]:
     """One weight per block: 1 (``runs``: every run counts once), or each parameter set's runs
@@ -449,7 +327,6 @@ def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[fl
     total = sum(measured.values())
     return [total / (len(measured) * measured[framework_version_of(b)])
             if framework_version_of(b) in measured else 0.0 for b in blocks]
-
 
 def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
                 min_runs: int = MIN_RUNS) -> dict[str, Any]:
@@ -483,7 +360,6 @@ def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
         entry["log_rmse"]["memory"] = m.log_rmse
     return entry
 
-
 def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     """Parameter sets fitted on ``runs`` for the sets they take (``LayoutConfig.parameter_set``)
     that the sets in use (``surrogate.analytic.params.sets_in_use``) lack: a user's own framework,
@@ -496,8 +372,6 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     predicts the rest at 11.9% MFU MAPE (Spearman 0.764) for k = 10 and 9.8% (0.806) for
     k = 50, against 19.6-20.1% (0.762-0.766) under the priors; drawn from one-node runs only,
     the runs of more nodes at 9.5% (0.612) and 7.8% (0.792), against 19.8% (0.629)."""
-    from surrogate.analytic.params import sets_in_use
-    from surrogate.config.training import config_from_flat
 
     have = set(sets_in_use())
     taken = [config_from_flat(r).layout.parameter_set() for r in runs.to_dict("records")]
@@ -507,7 +381,6 @@ def own_sets(runs: Any, profile: Any = None) -> dict[str, Any]:
     fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None,
                       min_runs=OWN_MIN_RUNS)["sets"]
     return {fv: {"values": dict(entry["values"])} for fv, entry in fitted.items()}
-
 
 def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
     """Write the fitted sets of :func:`fit_runs` as the JSON :mod:`surrogate.analytic.params`
@@ -539,13 +412,10 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
     }
     Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
-
 def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
     """Each run's probability of running out of memory from its held-out memory prediction
     (``peak_reserved_bytes``: the most loaded rank's; ``reserved_bytes`` where absent) and its
     fold's memory error and margin (:func:`fit_runs`); NaN where nothing was held out."""
-    from surrogate.analytic.memory import CUDA_CONTEXT_BYTES, oom_probability
-    from surrogate.config.gpus import GIB, get_gpu
 
     peak = held_out.get("peak_reserved_bytes", held_out["reserved_bytes"])
     capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
@@ -555,14 +425,11 @@ def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
                         {"total": peak + CUDA_CONTEXT_BYTES})
     return np.where(np.isfinite(peak), p, np.nan)
 
-
 def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, float]:
     """The targets' figures of held-out predictions (:func:`fit_runs`): MFU MAPE on completed
     runs of MFU >= 10%, Spearman's rank correlation of throughput on all completed runs, peak
     reserved memory MAPE, and OOM recall and precision at p_oom > 0.5 (completed vs oom)."""
     from scipy.stats import spearmanr
-
-    from surrogate.config.gpus import GIB
 
     done = (runs["status"] == "completed").to_numpy()
     tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)

@@ -101,7 +101,8 @@ def summary_cmd(
 ) -> int:
     """What data is available: runs by source, model, nodes and status; microbenchmark
     coverage by op and size."""
-    from surrogate.ingest.sweeps import read_sweeps, sweep_summary
+    from surrogate.ingest.sweep_files import read_sweeps
+    from surrogate.ingest.sweeps import sweep_summary
     from surrogate.io.datasource import data_dir as resolve_data_dir
     from surrogate.io.datasource import load_sources
 

@@ -105,7 +105,8 @@ def build_space(model: Any, *, gpu: str, gpus_per_node: int, nodes: str,
                 global_batch_tokens: int | None, global_batch_seqs: int | None, framework: str,
                 zero: str | None, recompute: str, max_cp: int | None, max_vpp: int,
                 max_mbs: int, recompute_shares: str = "1", shardings: str = "full") -> Any:
-    from surrogate.layouts.space import LayoutSpace, batch_seqs_from_tokens
+    from surrogate.layouts.degrees import batch_seqs_from_tokens
+    from surrogate.layouts.space import LayoutSpace
 
     if (global_batch_tokens is None) == (global_batch_seqs is None):
         raise ConfigError("give the global batch: --global-batch-tokens or --global-batch-seqs "
@@ -456,14 +457,8 @@ def score_round_cmd(
     """Score a round's runs against the model that proposed them (before retraining) and log it
     (scoring a round again updates its MLflow run)."""
     from surrogate.io.tableio import read_table
-    from surrogate.loop.active import (
-        campaign_of,
-        campaign_records,
-        load_round_model,
-        log_round,
-        read_round,
-        score_round,
-    )
+    from surrogate.loop.active import load_round_model, read_round, score_round
+    from surrogate.loop.round_log import campaign_of, campaign_records, log_round
 
     record = read_round(round_dir)
     if model_dir is not None:

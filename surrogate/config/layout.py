@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from surrogate.config.checks import DTYPES, Dtype, check_bool, check_ints
-from surrogate.config.frameworks import (
+from surrogate.config.framework_traits import (
     PIPELINE_SCHEDULES,
     RECOMPUTE_MODES,
     PipelineSchedule,
     Recompute,
-    get_framework,
 )
+from surrogate.config.frameworks import get_framework
 from surrogate.config.gpus import GPUSpec, canonical_gpu_name, get_gpu
 from surrogate.errors import ConfigError
 
@@ -158,7 +158,8 @@ class LayoutConfig:
 
     def runs_as_another(self, *, moe: bool = False) -> str | None:
         """Why the framework would not run this layout as described, or None
-        (:meth:`surrogate.config.frameworks.FrameworkTraits.runs_as_another`); ``moe``: of a model
+        (:meth:`surrogate.config.framework_traits.FrameworkTraits.runs_as_another`); ``moe``: of a
+        model
         with experts (:meth:`TrainingConfig.runs_as_another` knows)."""
         return get_framework(self.framework).runs_as_another(
             **{name: getattr(self, name) for name in RUNS_AS_FIELDS}, moe=moe)
@@ -166,7 +167,7 @@ class LayoutConfig:
 
     def parameter_set(self) -> str:
         """The ``framework/version`` whose free parameters (:mod:`surrogate.analytic.params`)
-        this layout takes (:meth:`surrogate.config.frameworks.FrameworkTraits.parameter_set`:
+        this layout takes (:meth:`surrogate.config.framework_traits.FrameworkTraits.parameter_set`:
         torchtitan under autocast takes pytorch/autocast's)."""
         return get_framework(self.framework).parameter_set(
             self.framework_version or None, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp,
@@ -176,4 +177,5 @@ class LayoutConfig:
 RUNS_AS_FIELDS: tuple[str, ...] = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
     "pp_schedule", "recompute_layers", "dp_replicate")
-"""The layout fields :meth:`~surrogate.config.frameworks.FrameworkTraits.runs_as_another` reads."""
+"""The layout fields :meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another`
+reads."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.config.frameworks import get_framework
 from surrogate.config.gpus import get_gpu
 from surrogate.config.layout import RUNS_AS_FIELDS, ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
@@ -65,17 +66,14 @@ _EXACT_COUNT = 2**31
 """Counts up to here take the column path: their products below stay exact in float64."""
 _EXACT_PRODUCT = 2.0**52
 
-
 def _default(name: str) -> Any:
     default = _FIELDS[name].default
     return None if default is MISSING else default
-
 
 def flat_table(configs: Sequence[TrainingConfig]) -> FlatTable:
     """The flat table of already validated configurations."""
     rows = [config_to_flat(cfg) for cfg in configs]
     return {name: _array(name, [r[name] for r in rows]) for name in CONFIG_COLUMNS}
-
 
 def _array(name: str, values: Sequence[Any]) -> np.ndarray:
     if name in _INT:
@@ -85,7 +83,6 @@ def _array(name: str, values: Sequence[Any]) -> np.ndarray:
     out = np.empty(len(values), dtype=object)
     out[:] = list(values)
     return out
-
 
 def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """A DataFrame of a flat table's columns, text (Python objects or numpy strings) kept as
@@ -97,15 +94,12 @@ def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
                                       dtype=object, copy=False)
                          if v.dtype.kind in "OUS" else v for k, v in table.items()})
 
-
 def table_len(table: FlatTable) -> int:
     return len(table[CONFIG_COLUMNS[0]])
-
 
 def take(table: FlatTable, rows: np.ndarray) -> FlatTable:
     """The configurations at positions ``rows``."""
     return {k: v[rows] for k, v in table.items()}
-
 
 def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Codes 0..k-1 of the distinct rows of ``arrays`` (in order of first appearance) and the
@@ -121,7 +115,6 @@ def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[An
     codes, first = distinct_rows(arrays)
     values = [a[first].tolist() for a in arrays]  # the rows' own values (None stays None)
     return codes, list(zip(*values, strict=True))
-
 
 def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the number (0..k-1, by first appearance) of its distinct combination of the
@@ -154,13 +147,11 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
     return np.asarray(codes, dtype=np.int64), first
 
-
 def per_group(arrays: Sequence[np.ndarray], fn: Any) -> tuple[np.ndarray, list[Any]]:
     """``fn(*distinct row)`` once for each distinct row of ``arrays``: the rows' codes and
     the answers (``answers[codes]`` is every row's)."""
     codes, uniques = group_codes(arrays)
     return codes, [fn(*u) for u in uniques]
-
 
 def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.ndarray
                ) -> np.ndarray:
@@ -169,7 +160,6 @@ def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.nd
     values[:] = [None if o is None else getattr(o, name) for o in objects]
     none = np.array([o is None for o in objects], dtype=bool)[codes]
     return np.where(none, fallback, values[codes])
-
 
 @dataclass(frozen=True)
 class CheckedTable:
@@ -181,7 +171,6 @@ class CheckedTable:
     """Positions (0-based, in the input) of the valid rows."""
     errors: list[str]
     """Per input row: '' or why it is not a configuration (config_from_flat's message)."""
-
 
 def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The column ``name`` in its field's type and where it is missing (None, NaN, ''); rows
@@ -222,7 +211,6 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, n
             return values[codes], missing[codes]
     return _object_cells(col.tolist(), name, default, slow)
 
-
 def _object_cells(cells: list[Any], name: str, default: Any,
                   slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Cell by cell: exact Python values of the field's type pass, missing ones default, any
@@ -243,7 +231,6 @@ def _object_cells(cells: list[Any], name: str, default: Any,
             out.append(0 if name in _INT else False if name in _BOOL else default)
     return _array(name, out), missing
 
-
 def _builds(cls: type, names: Sequence[str]) -> Any:
     """A function of one distinct row that builds ``cls`` from it: the object, or None if a
     rule of ``cls`` breaks."""
@@ -254,14 +241,12 @@ def _builds(cls: type, names: Sequence[str]) -> Any:
             return None
     return build
 
-
 def _gpu_has_dtype(gpu: str, dtype: str) -> bool:
     try:
         get_gpu(gpu).peak_flops(dtype)
     except SurrogateError:
         return False
     return True
-
 
 def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     """Validate every row of ``df`` (columns among :data:`CONFIG_COLUMNS`, optional ones
@@ -321,7 +306,6 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     rows = np.flatnonzero(np.array([not e for e in errors], dtype=bool))
     return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
 
-
 def _per_framework(framework: np.ndarray, flag: Callable[[str], bool]) -> np.ndarray:
     """Per row, ``flag`` of its framework name, evaluated once per distinct name (False where
     the cell is missing)."""
@@ -331,10 +315,8 @@ def _per_framework(framework: np.ndarray, flag: Callable[[str], bool]) -> np.nda
     flags = np.array([flag(str(f)) for f in names] + [False], dtype=bool)
     return flags[np.where(codes >= 0, codes, len(names))]
 
-
 BROKEN = "breaks a rule of surrogate.config.training"
 """The error of a row :func:`validate_table` judged without its message."""
-
 
 def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     """The flat table of a DataFrame every row of which must be a valid configuration (a
@@ -345,12 +327,10 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
         raise DataError(f"{where} must be valid configurations, got row {bad[0]}: {bad[1]}")
     return checked.table
 
-
 def runs_as_another(table: FlatTable) -> np.ndarray:
     """Per row of a valid table: why its framework would run it as another layout
     (:meth:`~surrogate.config.layout.LayoutConfig.runs_as_another`), '' where it runs as given;
     judged once per distinct layout."""
-    from surrogate.config.frameworks import get_framework
 
     def why(framework: str, moe: bool, *values: Any) -> str:
         kwargs = {name: v.item() if isinstance(v, np.generic) else v  # ints in the message
@@ -362,7 +342,6 @@ def runs_as_another(table: FlatTable) -> np.ndarray:
     out = np.empty(len(answers), dtype=object)
     out[:] = answers
     return np.asarray(out[codes], dtype=object)
-
 
 def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
@@ -378,7 +357,6 @@ def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
         for rule in CROSS_RULES:
             broken |= np.asarray(rule.broken(c), dtype=bool)
     return broken & ~inexact, inexact
-
 
 def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Each distinct model, cluster, layout and GPU/dtype built once: where one breaks a rule,
@@ -408,7 +386,6 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     codes, has = per_group([gpu, v["dtype"]], _gpu_has_dtype)
     bad |= ~np.array(has, dtype=bool)[codes]
     return bad, canonical
-
 
 __all__ = ["BROKEN", "CheckedTable", "FlatTable", "distinct_rows", "flat_table", "group_codes",
            "per_group", "runs_as_another", "take", "valid_table", "validate_table"]

@@ -25,7 +25,8 @@ from types import SimpleNamespace
 from typing import Any
 
 from surrogate.config.checks import MAX_COUNT, MAX_TEXT, positive_int
-from surrogate.config.frameworks import FrameworkTraits, get_framework
+from surrogate.config.framework_traits import FrameworkTraits
+from surrogate.config.frameworks import get_framework
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
 from surrogate.errors import ConfigError
@@ -69,14 +70,16 @@ def weighted_split(framework: str) -> bool:
 
 def always_sequence_parallel(framework: str) -> bool:
     """Whether ``framework``'s tensor parallelism always shards the sequence
-    (:attr:`~surrogate.config.frameworks.FrameworkTraits.always_sequence_parallel`); False for an
+    (:attr:`~surrogate.config.framework_traits.FrameworkTraits.always_sequence_parallel`); False
+    for an
     unknown name."""
     return framework_flag(framework, lambda t: t.always_sequence_parallel)
 
 
 def moe_needs_sequence_parallel(framework: str) -> bool:
     """Whether ``framework``'s MoE layer needs sequence parallelism under tp
-    (:attr:`~surrogate.config.frameworks.FrameworkTraits.moe_tp_needs_sequence_parallel`); False for
+    (:attr:`~surrogate.config.framework_traits.FrameworkTraits.moe_tp_needs_sequence_parallel`);
+    False for
     an unknown name."""
     return framework_flag(framework, lambda t: t.moe_tp_needs_sequence_parallel)
 

@@ -45,13 +45,13 @@ import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
+from surrogate.config.gpus import canonical_gpu_name
 from surrogate.errors import DataError, shorten, shown
 from surrogate.hardware.fabric import Fabric
 from surrogate.io.jsonsafe import json_safe
 
 SCHEMA_VERSION = 1
 Provenance = Literal["measured", "extrapolated"]
-
 
 def _interp_axis(axis: Array, x: Array) -> tuple[Any, Any, Array]:
     """Lower index, upper index and weight of ``x`` (already clamped) on sorted ``axis``."""
@@ -63,11 +63,9 @@ def _interp_axis(axis: Array, x: Array) -> tuple[Any, Any, Array]:
     w = (x - axis[lo]) / (axis[hi] - axis[lo])
     return lo, hi, np.clip(w, 0.0, 1.0)
 
-
 _DEDUP_MIN_SIZE = 65_536
 """From this many GEMM shapes on, a curve is evaluated once per distinct shape: a search's
 millions of layouts share a few thousand shapes."""
-
 
 def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, Array],
                                                              Array] | None:
@@ -91,7 +89,6 @@ def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, 
         keys >> (bits[1] + bits[2]), (keys >> bits[2]) & (2**bits[1] - 1),
         keys & (2**bits[2] - 1)))
     return triple, inverse  # type: ignore[return-value]
-
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class GemmCurve:
@@ -169,7 +166,6 @@ class GemmCurve:
                    provenance=d["provenance"], derived_from=str(d.get("derived_from", "")),
                    points=int(d.get("points", 0)))
 
-
 @dataclass(frozen=True, kw_only=True, eq=False)
 class CollectiveCurve:
     """Time of one op at one group size, inside a node or across nodes."""
@@ -227,7 +223,6 @@ class CollectiveCurve:
                    else float("nan"),
                    algbw_bytes_per_s=float(d["algbw_bytes_per_s"])
                    if d.get("algbw_bytes_per_s") is not None else float("nan"))
-
 
 @dataclass(kw_only=True, eq=False)
 class CalibrationProfile:
@@ -378,19 +373,16 @@ class CalibrationProfile:
             Path(tmp).unlink(missing_ok=True)
             raise
 
-
 def shipped_profiles() -> list[str]:
     """Names of the profiles shipped in the package (``surrogate/data/profiles``)."""
     folder = resources.files("surrogate").joinpath("data", "profiles")
     return sorted(f.name.removesuffix(".json") for f in folder.iterdir()
                   if f.name.endswith(".json"))
 
-
 @lru_cache(maxsize=8)
 def _shipped(name: str) -> CalibrationProfile:
     res = resources.files("surrogate").joinpath("data", "profiles", f"{name}.json")
     return CalibrationProfile.from_json(json.loads(res.read_text()))
-
 
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read a profile written by ``surrogate calibrate``, or a shipped one by name
@@ -425,11 +417,9 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     except DataError as e:
         raise DataError(f"{p}: {e}") from None
 
-
 def default_profile(gpu_name: str) -> CalibrationProfile | None:
     """The profile shipped with the package for ``gpu_name`` (a hardware-table key or alias),
     or None when none is shipped."""
-    from surrogate.config.gpus import canonical_gpu_name
 
     name = canonical_gpu_name(gpu_name)
     if not resources.files("surrogate").joinpath("data", "profiles", f"{name}.json").is_file():

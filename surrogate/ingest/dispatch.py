@@ -1,6 +1,7 @@
 """``surrogate ingest``: expand paths, detect formats, run the parsers, write one table.
 
-Sweep formats (training runs) go to :func:`surrogate.ingest.sweeps.append_sweeps`; microbenchmark
+Sweep formats (training runs) go to :func:`surrogate.ingest.sweep_files.append_sweeps`;
+microbenchmark
 formats go to the parsers of the microbenchmark table (``surrogate.ingest.nccl_tests``,
 ``xla_tables``, ``microbench_jsonl``) and ``surrogate.ingest.microbench_table.append_microbench``,
 imported only when such a file is ingested. One call writes one table, so sweep and
@@ -145,7 +146,7 @@ def parse_file(
 def read_runs(path: str | Path) -> pd.DataFrame:
     """The runs of one file: a sweep table (Parquet, or CSV with the table's columns) or a file
     a sweep parser reads (e.g. ``microbench.train_step`` records); DataError otherwise."""
-    from surrogate.ingest.sweeps import read_sweeps
+    from surrogate.ingest.sweep_files import read_sweeps
 
     p = Path(path)
     if p.suffix.lower() == ".parquet":
@@ -213,7 +214,8 @@ def ingest(
             frames.append(df)
     kind = next(iter(kinds), "sweep")
     if kind == "sweep":
-        from surrogate.ingest.sweeps import append_sweeps, empty_sweeps
+        from surrogate.ingest.sweep_files import append_sweeps
+        from surrogate.ingest.sweeps import empty_sweeps
 
         frame = pd.concat(frames, ignore_index=True) if frames else empty_sweeps()
         if frame.empty:

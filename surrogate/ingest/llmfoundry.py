@@ -58,6 +58,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from surrogate.analytic.flops import total_params
+from surrogate.analytic.inputs import to_cols
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
@@ -101,17 +103,14 @@ HEADER_MARKERS: tuple[str, ...] = ("Throughput (T/s/GPU)", "Sharding Strategy")
 
 _SEPARATOR = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
 
-
 def is_table_header(line: str) -> bool:
     """A Markdown table header line of the llm-foundry throughput tables."""
     return line.lstrip().startswith("|") and all(m in line for m in HEADER_MARKERS)
-
 
 def equivalent_ffn(hidden_size: int) -> int:
     """SwiGLU width with the parameters and FLOPs of a GELU MLP of width 4 h:
     3 h f = 8 h^2, f = round(8 h / 3)."""
     return round(8 * hidden_size / 3)
-
 
 def _cells(line: str) -> list[str]:
     text = line.strip()
@@ -121,10 +120,8 @@ def _cells(line: str) -> list[str]:
         text = text[:-1]
     return [c.strip() for c in text.split("|")]
 
-
 def _slug(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") or "table"
-
 
 def _int(name: str, value: str) -> int:
     try:
@@ -132,7 +129,6 @@ def _int(name: str, value: str) -> int:
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {value!r}") from None
     return out
-
 
 def _positive(name: str, value: str) -> float:
     try:
@@ -143,18 +139,15 @@ def _positive(name: str, value: str) -> float:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
     return out
 
-
 def _bool(name: str, value: str) -> bool:
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ConfigError(f"{name} must be True or False, got {value!r}")
 
-
 def _choice(name: str, value: str, table: dict[str, object]) -> object:
     if value not in table:
         raise ConfigError(f"{name} must be one of {', '.join(table)}, got {value!r}")
     return table[value]
-
 
 def _config(row: dict[str, str]) -> TrainingConfig:
     """The row's configuration; ConfigError says which value is unknown or which rule fails."""
@@ -198,17 +191,13 @@ def _config(row: dict[str, str]) -> TrainingConfig:
         "framework": "llm-foundry",
     })
 
-
 def param_check(cfg: TrainingConfig, num_params: int) -> float:
     """Relative difference between the parameters of ``cfg`` (the project's count) and the
     table's ``NumParams`` less its learned position table (seq_len x hidden_size)."""
-    from surrogate.analytic.flops import total_params
-    from surrogate.analytic.inputs import to_cols
 
     ours = float(total_params(to_cols([cfg]))[0])
     theirs = num_params - cfg.model.seq_len * cfg.model.hidden_size
     return (ours - theirs) / theirs
-
 
 def _measurements(row: dict[str, str]) -> dict[str, float | None]:
     return {
@@ -220,7 +209,6 @@ def _measurements(row: dict[str, str]) -> dict[str, float | None]:
         "mfu_reported": _positive("MFU", row["MFU"]),
         "tflops_per_gpu_reported": _positive("Model TFLOP", row["Model TFLOP"]),
     }
-
 
 def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read every throughput table of the README into sweep rows; every table row not taken

@@ -23,7 +23,7 @@ import pandas as pd
 
 from surrogate.analytic.perf import COLLECTIVE_OPS
 from surrogate.errors import DataError
-from surrogate.io.tableio import failure_cases
+from surrogate.io.tableio import failure_cases, locked, read_table, table_format, write_table_atomic
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -69,7 +69,6 @@ DEDUP_KEY: Final[tuple[str, ...]] = (
 )
 """Rows equal on these columns are one measurement; an append keeps the newer one."""
 
-
 def hardware_from_device_name(name: str) -> str:
     """The hardware table key (``surrogate.config.gpus``) of a device name as drivers print it.
 
@@ -87,11 +86,9 @@ def hardware_from_device_name(name: str) -> str:
         return "B200-SXM-180GB"
     return name.strip()
 
-
 def empty_microbench() -> pd.DataFrame:
     """A table with the schema's columns and no rows."""
     return normalise_microbench(pd.DataFrame({c: [] for c in MICROBENCH_COLUMNS}))
-
 
 def rows_to_microbench(rows: list[dict[str, object]]) -> pd.DataFrame:
     """A normalised table from row dicts; columns a row leaves out are missing (NaN or empty)."""
@@ -103,7 +100,6 @@ def rows_to_microbench(rows: list[dict[str, object]]) -> pd.DataFrame:
             df[c] = float("nan") if c in FLOAT_COLUMNS else None if c in ("layout", "in_place") \
                 else ""
     return normalise_microbench(df[list(MICROBENCH_COLUMNS)])
-
 
 def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
     """Coerce column types (floats, strings, nullable layout and in_place) and order columns.
@@ -134,7 +130,6 @@ def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
             out[c] = col.fillna("").astype(str)
     return out.reset_index(drop=True)
 
-
 @dataclass(frozen=True)
 class _Rule:
     """One rule of the table: ``must`` says what must hold (it is also the pandera check's
@@ -145,27 +140,21 @@ class _Rule:
     must: str
     holds: Callable[[Any], pd.Series]
 
-
 def _gemm(t: pd.DataFrame) -> pd.Series:
     return t["op"] == GEMM_OP
-
 
 def _compute(t: pd.DataFrame) -> pd.Series:
     """Rows timed as FLOPs over a shape: GEMMs and attention."""
     return _gemm(t) | t["op"].isin(ATTENTION_OPS)
 
-
 def _collective(t: pd.DataFrame) -> pd.Series:
     return t["op"].isin(COLLECTIVE_OPS)
-
 
 def _memory_bound(t: pd.DataFrame) -> pd.Series:
     return t["op"].isin(MEMORY_BOUND_OPS)
 
-
 def _shape(t: pd.DataFrame) -> pd.DataFrame:
     return t[["m", "n", "k", "batch"]]
-
 
 _RULES: Final[tuple[_Rule, ...]] = (
     _Rule("op", f"op must be one of {', '.join(MICROBENCH_OPS)}", lambda s: s.isin(MICROBENCH_OPS)),
@@ -195,7 +184,6 @@ _RULES: Final[tuple[_Rule, ...]] = (
 )
 """The rules of :func:`validate_microbench`, in the order they are reported."""
 
-
 @functools.cache
 def microbench_schema() -> pa.DataFrameSchema:
     """The rules of :func:`validate_microbench` as a pandera schema, for a table that
@@ -211,7 +199,6 @@ def microbench_schema() -> pa.DataFrameSchema:
          for c in MICROBENCH_COLUMNS if any(r.column == c for r in _RULES)},
         checks=[check(r) for r in _RULES if r.column is None],
     )
-
 
 def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
     """Normalise ``df`` and check the schema's rules (:func:`microbench_schema`); raises
@@ -240,7 +227,6 @@ def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
         f"(source={row['source']!r} file={row['file']!r})"
     )
 
-
 @dataclass(frozen=True, kw_only=True)
 class MicrobenchAppend:
     """What :func:`append_microbench` did."""
@@ -259,7 +245,6 @@ class MicrobenchAppend:
                 f"({self.rows_replaced} replaced stored rows, {dup_given} repeated within the "
                 f"input and kept once), {self.rows_after} rows now")
 
-
 def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     """Append ``df`` to the table at ``path`` (created if absent), atomically.
 
@@ -268,7 +253,6 @@ def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     table's lock (:func:`surrogate.io.tableio.locked`), so concurrent appends from several
     processes all land.
     """
-    from surrogate.io.tableio import locked, read_table, table_format, write_table_atomic
 
     new = validate_microbench(df)
     p = Path(path)
@@ -283,7 +267,6 @@ def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     return MicrobenchAppend(path=str(p), rows_before=len(old), rows_given=len(new),
                             rows_replaced=replaced, rows_after=len(out), table=out)
 
-
 def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[str]]:
     """One table from microbenchmark tables (.parquet, .csv) and raw outputs: nccl-tests logs
     (.log, .txt, .md), XLA perf tables (.txtpb) and ``microbench`` JSON lines (.jsonl).
@@ -293,7 +276,6 @@ def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[
     from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
     from surrogate.ingest.nccl_tests import parse_nccl_tests
     from surrogate.ingest.xla_tables import parse_xla_table
-    from surrogate.io.tableio import read_table
 
     frames: list[pd.DataFrame] = []
     summaries: list[str] = []

@@ -20,13 +20,15 @@ import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
 import pandas as pd
 
-from surrogate.config.model import ARCHITECTURE_FIELDS
+from surrogate.analytic.flops import mfu
+from surrogate.analytic.inputs import cols_from_table
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
 from surrogate.config.table import valid_table, validate_table
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
 from surrogate.errors import DataError
@@ -72,17 +74,12 @@ KEY_COLUMNS: tuple[str, str] = ("source", "run_id")
 
 _MAX_ERRORS_SHOWN = 5
 
-
 def empty_sweeps() -> pd.DataFrame:
     """A sweep table with no rows and every column."""
     return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in SWEEP_COLUMNS})
 
-
 def _config_dtypes() -> dict[str, str]:
     from dataclasses import fields
-
-    from surrogate.config.layout import ClusterConfig, LayoutConfig
-    from surrogate.config.model import ModelConfig
 
     types = {"int": "int64", "bool": "bool"}
     return {
@@ -91,15 +88,12 @@ def _config_dtypes() -> dict[str, str]:
         for f in fields(cls)
     }
 
-
 _CONFIG_DTYPES = _config_dtypes()
-
 
 def _dtype(column: str) -> str:
     if column in MEASUREMENT_COLUMNS:
         return "float64"
     return _CONFIG_DTYPES.get(column, "object")
-
 
 def sweep_row(
     cfg: TrainingConfig,
@@ -122,7 +116,6 @@ def sweep_row(
     return _with_outcomes(config_to_flat(cfg), status, measurements, source=source,
                           run_id=run_id, date=date, hardware=hardware, model_name=model_name)
 
-
 def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, float | None],
                    **provenance: Any) -> dict[str, Any]:
     """``row`` (configuration columns) with the status, every measurement column (NaN where
@@ -134,13 +127,10 @@ def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, 
     row.update(provenance)
     return row
 
-
 def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     """MFU (fraction) of every row from ``tokens_per_s_per_gpu`` under the project's
     definition: tokens/s/GPU x (6 N + 12 L h s) / dense peak of the row's dtype
     (:mod:`surrogate.analytic.flops`). NaN where the throughput is missing."""
-    from surrogate.analytic.flops import mfu
-    from surrogate.analytic.inputs import cols_from_table
 
     if df.empty:
         return pd.Series([], dtype="float64", index=df.index)
@@ -148,20 +138,16 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     tps = df["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
     return pd.Series(mfu(tps, cols_from_table(table)), index=df.index, dtype="float64")
 
-
-def _is_missing(value: Any) -> bool:
+def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
-
 
 def _numbers(s: pd.Series) -> pd.Series:
     """``s`` as float64, NaN where a value is missing or not a number."""
     return pd.to_numeric(s, errors="coerce").astype("float64")
 
-
 def _each(test: Callable[[Any], bool]) -> Callable[[pd.Series], pd.Series]:
     """A column check that applies ``test`` to every value, missing ones included."""
     return lambda s: s.map(test).astype(bool)
-
 
 @dataclass(frozen=True)
 class _Rule:
@@ -173,7 +159,6 @@ class _Rule:
     holds: Callable[[pd.Series], pd.Series]
     """True where a value is fine; missing values are the rule's to judge."""
     must: str
-
 
 def _rules() -> tuple[_Rule, ...]:
     """The column checks, in the order their problems are listed."""
@@ -197,14 +182,12 @@ def _rules() -> tuple[_Rule, ...]:
                                                          and bool(v.strip())),
                            "must be a non-empty string, got {raw!r}"))
     for col in ("date", "hardware", "model_name", FLAG_COLUMN):
-        rules.append(_Rule(col, f"{col} is text", _each(lambda v: _is_missing(v)
+        rules.append(_Rule(col, f"{col} is text", _each(lambda v: is_missing(v)
                                                         or isinstance(v, str)),
                            "must be text or missing, got {raw!r}"))
     return tuple(rules)
 
-
 _RULES = _rules()
-
 
 @functools.cache
 def sweep_schema() -> pa.DataFrameSchema:
@@ -222,10 +205,8 @@ def sweep_schema() -> pa.DataFrameSchema:
         report_duplicates="exclude_first",
     )
 
-
 _UNIQUE = "multiple_fields_uniqueness"
 """pandera's name for a failure of ``DataFrameSchema(unique=...)``."""
-
 
 def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
     """(rule, row, what) of every failed check of :func:`sweep_schema`, in message order: rule
@@ -246,7 +227,6 @@ def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
             found.add((len(_RULES) + 1, int(row), f"{column}: {check}"))
     return sorted(found)
 
-
 def _describe(out: pd.DataFrame, rule: int, row: int, what: str) -> str:
     """The message of one problem from :func:`_value_problems`."""
     if rule < len(_RULES):
@@ -258,7 +238,6 @@ def _describe(out: pd.DataFrame, rule: int, row: int, what: str) -> str:
         return (f"row {row}: (source, run_id) must be unique, got a second "
                 f"({out['source'].iloc[row]!r}, {out['run_id'].iloc[row]!r})")
     return f"row {row}: {what} does not hold" if row >= 0 else f"could not check {what}"
-
 
 def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataFrame:
     """Check ``df`` against the schema and return it in canonical form (column order, dtypes,
@@ -298,7 +277,7 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
                         f"{'; '.join(parts)}")
     out = df.reset_index(drop=True).copy()
     out[FLAG_COLUMN] = out[FLAG_COLUMN].map(
-        lambda v: None if _is_missing(v) or (isinstance(v, str) and not v.strip()) else v)
+        lambda v: None if is_missing(v) or (isinstance(v, str) and not v.strip()) else v)
     flagged = flagged_mask(out)
     checked = validate_table(out[list(CONFIG_COLUMNS)].loc[~flagged].reset_index(drop=True))
     valid_rows = np.flatnonzero(~flagged)
@@ -319,26 +298,23 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         values[np.flatnonzero(flagged)] = raw_config[col]
         out[col] = values
     for col in ("date", "hardware", "model_name"):
-        out[col] = out[col].map(lambda v: None if _is_missing(v) else v).astype("object")
+        out[col] = out[col].map(lambda v: None if is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
         out[col] = out[col].astype(_dtype(col))  # type: ignore[call-overload]
     return out[list(SWEEP_COLUMNS)]
-
 
 def flagged_mask(df: pd.DataFrame) -> np.ndarray:
     """True for the runs flagged with a :data:`FLAG_COLUMN` (none when the column is absent)."""
     if FLAG_COLUMN not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    return np.array([not _is_missing(v) and bool(str(v).strip()) for v in df[FLAG_COLUMN]],
+    return np.array([not is_missing(v) and bool(str(v).strip()) for v in df[FLAG_COLUMN]],
                     dtype=bool)
-
 
 def unflagged(df: pd.DataFrame) -> pd.DataFrame:
     """The runs of ``df`` whose configuration the validator accepts (every run that is not
     flagged), indexed 0..n-1."""
     flagged = flagged_mask(df)
     return df if not flagged.any() else df.loc[~flagged].reset_index(drop=True)
-
 
 def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
                      errors: list[str]) -> dict[str, list[Any]]:
@@ -352,7 +328,7 @@ def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
             kind = _CONFIG_DTYPES.get(col, "object")
             if kind == "int64":
                 number = pd.to_numeric(pd.Series([v]), errors="coerce").iloc[0]
-                if _is_missing(number) or not float(number).is_integer() or isinstance(v, bool):
+                if is_missing(number) or not float(number).is_integer() or isinstance(v, bool):
                     errors.append(f"row {row}: {col} must be an integer, got {v!r}")
                     number = 0
                 v = int(number)
@@ -363,7 +339,6 @@ def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
             values[col].append(v)
     return values
 
-
 def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: str,
                 run_id: str, date: str | None = None, hardware: str | None = None,
                 model_name: str | None = None, **measurements: float | None) -> dict[str, Any]:
@@ -371,9 +346,6 @@ def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: 
     configuration ``values`` as given (the columns it lacks at their defaults) and flagged:
     :func:`sweep_row`'s counterpart for a configuration that cannot be built."""
     from dataclasses import MISSING, fields
-
-    from surrogate.config.layout import ClusterConfig, LayoutConfig
-    from surrogate.config.model import ModelConfig
 
     row: dict[str, Any] = {}
     for cls in (ModelConfig, ClusterConfig, LayoutConfig):
@@ -383,7 +355,6 @@ def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: 
     row.update({k: v for k, v in values.items() if k in CONFIG_COLUMNS})
     return _with_outcomes(row, status, measurements, source=source, run_id=run_id, date=date,
                           hardware=hardware, model_name=model_name, **{FLAG_COLUMN: reason})
-
 
 def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -> pd.DataFrame:
     """A validated sweep table from rows made by :func:`sweep_row`, with ``mfu`` recomputed
@@ -399,96 +370,6 @@ def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -
         mfu[ok] = recompute_mfu(df.loc[ok]).to_numpy()
     df["mfu"] = mfu
     return df
-
-
-def read_sweeps(path: str | Path, *, flagged: bool = False) -> pd.DataFrame:
-    """Read and validate a sweep table (Parquet, or CSV); its flagged runs
-    (:data:`FLAG_COLUMN`) only with ``flagged=True``."""
-    from surrogate.io.tableio import read_table
-
-    table = validate_sweeps(read_table(path), where=str(path))
-    return table if flagged else unflagged(table)
-
-
-def write_sweeps(df: pd.DataFrame, path: str | Path) -> None:
-    """Validate and write a sweep table atomically."""
-    from surrogate.io.tableio import write_table_atomic
-
-    write_table_atomic(validate_sweeps(df, where=f"table to write to {path}"), path)
-
-
-def _row_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
-    """A row's values with NaN and None made comparable."""
-    return tuple(None if _is_missing(v) else v for v in row)
-
-
-@dataclass(frozen=True, kw_only=True)
-class AppendResult:
-    """What :func:`append_sweeps` did."""
-
-    added: int
-    """Rows whose (source, run_id) was new."""
-    replaced: int
-    """Rows whose (source, run_id) was already present with other values; the new row
-    replaced the old one."""
-    unchanged: int = 0
-    """Rows whose (source, run_id) was already present with the same values."""
-    total: int
-    """Rows in the table after the append."""
-    replaced_keys: tuple[tuple[str, str], ...] = ()
-
-    def summary(self) -> str:
-        line = (f"added {self.added}, replaced {self.replaced}, unchanged {self.unchanged}, "
-                f"table now holds {self.total} rows")
-        if self.replaced_keys:
-            shown = ", ".join(f"{s}/{r}" for s, r in self.replaced_keys[:5])
-            more = " ..." if len(self.replaced_keys) > 5 else ""
-            line += f" (replaced: {shown}{more})"
-        return line
-
-
-def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
-    """Add ``new_df`` to the table at ``path`` (created if absent), atomically.
-
-    A row whose (source, run_id) is already in the table replaces the old row, and the result
-    counts it; ``new_df`` itself must not repeat a key (which of two would win is not ours to
-    guess). The whole read-modify-write holds the table's lock
-    (:func:`surrogate.io.tableio.locked`),
-    so concurrent appends from several processes all land.
-    """
-    from surrogate.io.tableio import locked, table_format
-
-    new = validate_sweeps(new_df, where="rows to append")
-    p = Path(path)
-    table_format(p)
-    with locked(p):
-        return _append_locked(new, p)
-
-
-def _append_locked(new: pd.DataFrame, p: Path) -> AppendResult:
-    """The read-modify-write of :func:`append_sweeps`; the caller holds the table's lock."""
-    old = read_sweeps(p, flagged=True) if p.exists() else empty_sweeps()
-    new_keys = set(zip(new["source"], new["run_id"], strict=True))
-    old_keys = list(zip(old["source"], old["run_id"], strict=True))
-    replaced_mask = np.array([k in new_keys for k in old_keys], dtype=bool)
-    old_rows = {k: _row_key(r) for k, r in zip(old_keys, old.itertuples(index=False), strict=True)
-                if k in new_keys}
-    same = {k for k, r in zip(zip(new["source"], new["run_id"], strict=True),
-                              new.itertuples(index=False), strict=True)
-            if k in old_rows and old_rows[k] == _row_key(r)}
-    replaced_keys = tuple(k for k, r in zip(old_keys, replaced_mask, strict=True)
-                          if r and k not in same)
-    kept = old.loc[~replaced_mask]
-    combined = new if kept.empty else pd.concat([kept, new], ignore_index=True)
-    write_sweeps(combined, p)
-    return AppendResult(
-        added=len(new) - len(replaced_keys) - len(same),
-        replaced=len(replaced_keys),
-        unchanged=len(same),
-        total=len(combined),
-        replaced_keys=replaced_keys,
-    )
-
 
 def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Runs per (source, model, nodes) and status, one column per status plus the total."""

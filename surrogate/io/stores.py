@@ -10,12 +10,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from surrogate.errors import ConfigError
+from surrogate.extras import require
+from surrogate.io.outputs import check_writable_dir
+from surrogate.io.table_files import file_kind
+
 SQLITE_PREFIX = "sqlite:///"
 STORE_CHECK_TIMEOUT_S = 3.0
 """How long a store's check waits for a server or a database lock before a command works."""
 NETWORK_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 """The default port of each networked store's scheme (before any ``+driver``)."""
-
 
 def sqlite_path(url: str) -> Path | None:
     """The database file of a ``sqlite:///`` URL (its query string left out); None for other
@@ -25,21 +29,17 @@ def sqlite_path(url: str) -> Path | None:
     path = url[len(SQLITE_PREFIX):].split("?", 1)[0]
     return None if path in ("", ":memory:") else Path(path)
 
-
 def ensure_sqlite_dir(url: str) -> None:
     """Create the directory of a ``sqlite:///`` URL's database file; nothing for other URLs."""
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
-
 def check_storage(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> None:
     """``url`` names a database optuna can open: a SQLAlchemy URL whose dialect and driver are
     installed (``sqlite:///study.db``, ``postgresql+psycopg://...``), whose SQLite file can be
     written or whose server accepts a connection within ``timeout_s``; ConfigError otherwise,
     before any work (optuna would fail with a SQLAlchemy traceback, or retry for minutes)."""
-    from surrogate.errors import ConfigError
-    from surrogate.extras import require
 
     require("optuna")  # brings SQLAlchemy
     from sqlalchemy.engine import make_url
@@ -58,7 +58,6 @@ def check_storage(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> None:
     elif not url.startswith("sqlite:"):
         reach(url, timeout_s, where=where, fix=fix)
 
-
 def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str,
                       fix: str) -> None:
     """ConfigError unless the SQLite database file ``db`` can be created or written: its
@@ -66,10 +65,6 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
     lock is free within ``timeout_s`` (taken and released at once); nothing is left behind.
     ``where`` names the setting, ``fix`` what else would do; both go into the message."""
     import sqlite3
-
-    from surrogate.errors import ConfigError
-    from surrogate.io.outputs import check_writable_dir
-    from surrogate.io.table_files import file_kind
 
     try:
         check_writable_dir(db.parent, flag=where)
@@ -102,7 +97,6 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
         raise ConfigError(f"{where}: cannot write the database {str(db)!r} ({e}); "
                           f"{fix}") from None
 
-
 def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix: str,
           http_health: bool = False) -> None:
     """ConfigError unless the host of ``url`` accepts a connection within ``timeout_s`` (and,
@@ -110,8 +104,6 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
     must cost seconds before the work, not minutes of retries after it."""
     import socket
     from urllib.parse import urlsplit
-
-    from surrogate.errors import ConfigError
 
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
     try:
@@ -149,7 +141,6 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
         raise ConfigError(f"{where}: {host}:{port} does not answer HTTP within "
                           f"{timeout_s:g} s ({reason}); start the MLflow server, or "
                           f"{fix}") from None
-
 
 def _resolve(host: str, port: int, timeout_s: float) -> None:
     """Look ``host`` up within ``timeout_s`` (the resolver itself has no timeout: an

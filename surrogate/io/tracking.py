@@ -26,7 +26,9 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from surrogate.errors import ConfigError, shorten, shown
 from surrogate.extras import require
+from surrogate.io.outputs import check_writable_dir
 from surrogate.io.stores import (
     NETWORK_PORTS,
     STORE_CHECK_TIMEOUT_S,
@@ -52,19 +54,15 @@ _EXPERIMENT_KIND = "mlflow.experimentKind"
 marks it as model training (MLflow 3.17's UI reads its own view switch instead: :func:`run_url`
 selects it)."""
 
-
 def tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or the local SQLite default."""
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
-
 _OFF = "--no-mlflow (score-round) or --no-track (train)"
-
 
 def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> str:
     """The tracking store ``uri`` (default :func:`tracking_uri`) can take a run
     (:func:`_check_store`); ConfigError otherwise, also for text that is no URI at all."""
-    from surrogate.errors import ConfigError, shown
 
     uri = tracking_uri() if uri is None else uri
     try:
@@ -75,7 +73,6 @@ def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOU
         raise ConfigError(f"MLFLOW_TRACKING_URI={shown(uri)} is not a usable URI ({e}); give "
                           f"sqlite:///PATH or http(s)://HOST:PORT, or {_OFF}") from None
 
-
 def _check_store(uri: str, timeout_s: float) -> str:
     """The tracking store ``uri`` can take a run: checked before
     a command works, within ``timeout_s`` seconds, so that an unusable store costs a line, not
@@ -84,9 +81,6 @@ def _check_store(uri: str, timeout_s: float) -> str:
     (MLflow 3 refuses one unless ``MLFLOW_ALLOW_FILE_STORE=true``). ConfigError naming
     ``MLFLOW_TRACKING_URI``, what is wrong and what would do, else the URI."""
     from urllib.parse import urlsplit
-
-    from surrogate.errors import ConfigError, shown
-    from surrogate.io.outputs import check_writable_dir
 
     where = (f"MLFLOW_TRACKING_URI={shown(uri)}" if os.environ.get("MLFLOW_TRACKING_URI")
              else f"the tracking store {shown(uri)}")
@@ -120,21 +114,17 @@ def _check_store(uri: str, timeout_s: float) -> str:
                       f"sqlite:///PATH, http(s)://HOST:PORT, postgresql://..., mysql://... or "
                       f"mssql://..., or {fix}")
 
-
 def bound_requests() -> None:
     """Bound how long MLflow retries a server that stops answering (by default it retries for
     minutes, silently), unless the user set the variables."""
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
-
 def store_failure(e: BaseException) -> str:
     """One line of what a tracking store's failure was (its type and first line)."""
-    from surrogate.errors import shorten
 
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {shorten(text[0], 300)}" if text else type(e).__name__
-
 
 def artifact_location(uri: str) -> str | None:
     """Where a new experiment keeps its artifacts: beside a SQLite database, else the server's
@@ -143,7 +133,6 @@ def artifact_location(uri: str) -> str | None:
     if db is None:
         return None
     return (db.parent / "artifacts").resolve().as_uri()
-
 
 def connect() -> str:
     """Point mlflow at :func:`tracking_uri` (creating a SQLite database's directory); the URI.
@@ -161,11 +150,9 @@ def connect() -> str:
     mlflow.set_tracking_uri(uri)
     return uri
 
-
 _ML_VIEW = "workflowType=machine_learning"
 """MLflow 3's UI shows an experiment as a GenAI app (traces, an empty overview) unless the
 page is opened in its "Model training" view, which this query selects (and remembers)."""
-
 
 def run_url(uri: str, experiment_id: str, run_id: str) -> str:
     """Where a person sees a run: its page on a server, else the run id and the store."""
@@ -175,7 +162,6 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str:
 
     return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)"
 
-
 def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str | None:
     """The page of an experiment's runs on a server (``charts``: its chart view), else None."""
     if not uri.startswith(("http://", "https://")):
@@ -183,13 +169,11 @@ def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str
     mode = "&compareRunsMode=CHART" if charts else ""
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs?{_ML_VIEW}{mode}"
 
-
 def client() -> MlflowClient:
     require("mlflow")
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=connect())
-
 
 def experiment(name: str, *, description: str = "", tags: Mapping[str, str] | None = None
                ) -> str:
@@ -212,10 +196,8 @@ def experiment(name: str, *, description: str = "", tags: Mapping[str, str] | No
             c.set_experiment_tag(exp_id, key, value)
     return str(exp_id)
 
-
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
 
 def find_run(experiment_id: str, tags: Mapping[str, str]) -> str | None:
     """The newest active run of the experiment carrying all of ``tags``, or None."""
@@ -227,7 +209,6 @@ def find_run(experiment_id: str, tags: Mapping[str, str]) -> str | None:
                                 order_by=["attributes.start_time DESC"], max_results=1)
     return str(runs[0].info.run_id) if runs else None
 
-
 def run_for(experiment_id: str, run_name: str, tags: Mapping[str, str]) -> tuple[str, bool]:
     """The run carrying ``tags`` (:func:`find_run`), else a new one named ``run_name`` with
     them: ``(run_id, created)``. Writing the same thing twice then updates one run."""
@@ -237,12 +218,10 @@ def run_for(experiment_id: str, run_name: str, tags: Mapping[str, str]) -> tuple
     run = client().create_run(experiment_id, run_name=run_name, tags=dict(tags))
     return str(run.info.run_id), True
 
-
 def finite(metrics: Mapping[str, float]) -> dict[str, float]:
     """MLflow's REST API cannot carry NaN or infinity: undefined figures are left out."""
     return {k: float(v) for k, v in metrics.items()
             if v is not None and math.isfinite(float(v))}
-
 
 def log_metrics(run_id: str, metrics: Mapping[str, float], *, step: int = 0) -> None:
     """Log the finite ``metrics`` at ``step`` in one batch."""
@@ -254,7 +233,6 @@ def log_metrics(run_id: str, metrics: Mapping[str, float], *, step: int = 0) -> 
     batch = [Metric(key=k, value=v, timestamp=now, step=step) for k, v in finite(metrics).items()]
     if batch:
         client().log_batch(run_id, metrics=batch)
-
 
 def sync_history(experiment_id: str, run_name: str, tags: Mapping[str, str],
                  history: Mapping[int, Mapping[str, float]]) -> str:

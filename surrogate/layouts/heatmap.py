@@ -17,14 +17,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.config.model import ModelConfig
+from surrogate.config.training import config_from_flat
+from surrogate.errors import ConfigError
+from surrogate.layouts.labels import layout_label
+from surrogate.layouts.search import search
 from surrogate.layouts.space import LayoutSpace
+from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
 if TYPE_CHECKING:
     import pandas as pd
 
 GRID_COLUMNS: tuple[str, ...] = ("model", "num_nodes", "mfu", "layout")
-
 
 def predicted_grid(
     models: Sequence[ModelConfig],
@@ -39,10 +43,6 @@ def predicted_grid(
     """Best predicted layout per (model, nodes): columns :data:`GRID_COLUMNS`; ``progress``
     hears of each cell (:mod:`surrogate.progress`)."""
     import pandas as pd
-
-    from surrogate.errors import ConfigError
-    from surrogate.layouts.search import search
-    from surrogate.prediction.predict import resolve_model
 
     learned = resolve_model(model)
     rows: list[dict[str, Any]] = []
@@ -66,13 +66,9 @@ def predicted_grid(
             report(progress, stage, len(rows), total)
     return pd.DataFrame(rows, columns=list(GRID_COLUMNS))
 
-
 def measured_grid(runs: pd.DataFrame, *, label: str = "model_name") -> pd.DataFrame:
     """Best completed run per (model, nodes) of a sweep table: columns :data:`GRID_COLUMNS`."""
     import pandas as pd
-
-    from surrogate.config.training import config_from_flat
-    from surrogate.layouts.space import layout_label
 
     done = runs[runs["status"] == "completed"].dropna(subset=["mfu"])
     names = done[label] if label in done.columns else done["hidden_size"].astype(str)
@@ -83,15 +79,12 @@ def measured_grid(runs: pd.DataFrame, *, label: str = "model_name") -> pd.DataFr
                      "mfu": float(rec["mfu"]), "layout": layout_label(config_from_flat(rec))})
     return pd.DataFrame(rows, columns=list(GRID_COLUMNS))
 
-
 Cell = tuple[str, int, float, str]
 """(model, nodes, MFU, layout) of one grid cell."""
-
 
 def _cells(grid: pd.DataFrame) -> list[Cell]:
     return [(str(m), int(n), float(v), str(lay)) for m, n, v, lay in zip(
         grid["model"], grid["num_nodes"], grid["mfu"], grid["layout"], strict=True)]
-
 
 def _axes(grids: dict[str, pd.DataFrame]) -> tuple[list[str], list[int]]:
     """Rows (models, in the order the first grid lists them) and columns (node counts) shared
@@ -100,7 +93,6 @@ def _axes(grids: dict[str, pd.DataFrame]) -> tuple[list[str], list[int]]:
     models = list(dict.fromkeys(c[0] for c in cells))
     nodes = sorted({c[1] for c in cells})
     return models, nodes
-
 
 def draw_png(grids: dict[str, pd.DataFrame], path: str | Path) -> Path:
     """Side-by-side heatmaps (one per grid), cells labelled with MFU and layout."""
@@ -140,7 +132,6 @@ def draw_png(grids: dict[str, pd.DataFrame], path: str | Path) -> Path:
     plt.close(fig)
     return out
 
-
 def _colour(value: float, vmax: float) -> str:
     if value != value:
         return "#dddddd"
@@ -148,7 +139,6 @@ def _colour(value: float, vmax: float) -> str:
     # white -> dark green
     r, g, b = (int(255 - t * (255 - c)) for c in (0, 110, 60))
     return f"#{r:02x}{g:02x}{b:02x}"
-
 
 def write_html(grids: dict[str, pd.DataFrame], path: str | Path, *, title: str) -> Path:
     """A self-contained HTML page with one coloured table per grid."""

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.run import analytic_for
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.layouts.space import LayoutSpace
@@ -41,7 +42,6 @@ CITATION = (
 )
 _ZERO_PREFERENCE = {1: 0, 2: 1, 3: 2, 0: 3}
 _RECOMPUTE_PREFERENCE = {"none": 0, "selective": 1, "full": 2}
-
 
 def rule_key(cfg: TrainingConfig, fits: bool) -> tuple[Any, ...]:
     """The rules' preference of one layout (lower first); ``fits``: the analytic memory verdict."""
@@ -59,18 +59,15 @@ def rule_key(cfg: TrainingConfig, fits: bool) -> tuple[Any, ...]:
         cfg.cluster.num_nodes,
     )
 
-
 def analytic_fits(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
 ) -> np.ndarray:
     """Whether each configuration fits in memory by the analytic model alone."""
-    from surrogate.analytic.run import analytic_for
 
     if not configs:
         return np.zeros(0, dtype=bool)
     c, out, _ = analytic_for(configs, profile)
     return np.asarray(out["mem_total"] <= c["memory_bytes"], dtype=bool)
-
 
 def rules_order(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
@@ -79,7 +76,6 @@ def rules_order(
     fits = analytic_fits(configs, profile)
     keys = [rule_key(cfg, bool(f)) for cfg, f in zip(configs, fits, strict=True)]
     return sorted(range(len(configs)), key=lambda i: keys[i])
-
 
 def rules_pick(
     space: LayoutSpace, profile: str | Path | PerfModel | None = None

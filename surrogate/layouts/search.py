@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from surrogate.config.table import FlatTable, flat_table, table_frame, table_len
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError
+from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.space import (
     DEFAULT_ENUMERATION_LIMIT,
     DIMENSIONS,
@@ -36,8 +37,6 @@ from surrogate.layouts.space import (
     LayoutSpace,
     layout_key,
     layout_keys,
-    layout_label,
-    layout_labels,
 )
 from surrogate.progress import ProgressFn, report
 

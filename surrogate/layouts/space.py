@@ -16,7 +16,7 @@ constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
 
 Beyond :class:`~surrogate.config.training.TrainingConfig`'s rules, the space holds only layouts that
 their framework runs as described
-(:meth:`~surrogate.config.frameworks.FrameworkTraits.runs_as_another`:
+(:meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another`:
 ZeRO sharding needs dp > 1 (dp x cp > 1 for torchtitan, which shards over both, and
 whenever cp or ep is above 1), sequence parallelism needs tp > 1 and is paired with tp as the
 framework pairs it, recomputation modes the framework expresses), so every torchtitan layout
@@ -39,7 +39,7 @@ from typing import Any
 
 import numpy as np
 
-from surrogate.config.frameworks import FRAMEWORKS, RECOMPUTE_MODES, get_framework
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
@@ -52,6 +52,15 @@ from surrogate.config.training import (
     weighted_split,
 )
 from surrogate.errors import ConfigError
+from surrogate.layouts.degrees import (
+    choice_product,
+    divisors,
+    expressed_recompute_modes,
+    node_copies,
+    partial_frameworks,
+    recompute_layers_for_share,
+    runs_as_described,
+)
 
 DIMENSIONS: tuple[str, ...] = (
     "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
@@ -89,59 +98,6 @@ DEFAULT_ENUMERATION_LIMIT = 500_000
 _REST: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel",
                           "framework", "recompute_share", "sharding")
 """The dimensions after the degrees' heads, in the order points are generated."""
-
-
-def node_copies(dp: Any, cp: Any, tp: Any, gpus_per_node: int) -> Any:
-    """``dp_replicate`` of the 'node' sharding (:data:`SHARDINGS`): dp x cp over the ranks of
-    the data- and context-parallel group on one node (tp apart: min(dp x cp, node's GPUs /
-    tp), at least 1). Integers or integer arrays; where the node's ranks do not divide dp x
-    cp the result is 0 (no such layout)."""
-    group = np.asarray(dp) * np.asarray(cp)
-    local = np.maximum(np.minimum(group, gpus_per_node // np.asarray(tp)), 1)
-    out = np.where(group % local == 0, group // local, 0)
-    return int(out) if np.ndim(out) == 0 else out
-
-
-def divisors(n: int) -> list[int]:
-    """The positive divisors of ``n``, ascending."""
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def stage_layers(framework: str, num_layers: int, pp: int, vpp: int) -> int:
-    """Layers of the pipeline rank whose count ``recompute_layers`` gives: torchtitan's first
-    rank under its weighted split (what its every-n-th-block option counts from), else
-    num_layers / pp."""
-    from surrogate.analytic.pipeline import weighted_first_rank_layers
-
-    if weighted_split(framework):
-        return weighted_first_rank_layers(num_layers, pp, vpp)
-    return num_layers // pp
-
-
-def recompute_layers_for_share(framework: str, num_layers: int, pp: int, vpp: int,
-                               share: float) -> int:
-    """``recompute_layers`` of full recomputation checkpointing ``share`` of a stage's layers
-    (:func:`stage_layers`): the count the framework writes
-    (``FrameworkTraits.checkpointed_layer_counts``, at most num_layers / pp:
-    ``surrogate.config.training``'s rule) nearest to share x layers, the larger on a tie (it keeps
-    less), 0 when that is every layer."""
-    layers = stage_layers(framework, num_layers, pp, vpp)
-    counts = (*(k for k in get_framework(framework).checkpointed_layer_counts(layers, vpp)
-                if k <= num_layers // pp), layers)
-    target = share * layers
-    best = min(counts, key=lambda k: (abs(k - target), -k))
-    return 0 if best >= layers else best
-
-
-def batch_seqs_from_tokens(tokens: int, seq_len: int) -> int:
-    """A global batch in tokens as whole sequences; ConfigError if it does not divide."""
-    if tokens <= 0 or tokens % seq_len:
-        raise ConfigError(
-            f"the global batch in tokens must be a positive multiple of seq_len ({seq_len}), "
-            f"got {tokens}"
-        )
-    return tokens // seq_len
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -189,7 +145,7 @@ class LayoutSpace:
             raise ConfigError(f"give at least one framework ({', '.join(FRAMEWORKS)})")
         object.__setattr__(self, "frameworks", names)
         if self.recompute_modes is not None:
-            expressed = _expressed_recompute_modes(names)
+            expressed = expressed_recompute_modes(names)
             if not self.recompute_modes or not set(self.recompute_modes) <= set(expressed):
                 raise ConfigError(
                     f"recompute modes must be among those of {', '.join(names)} "
@@ -234,7 +190,7 @@ class LayoutSpace:
     def allowed_recompute_modes(self) -> tuple[str, ...]:
         if self.recompute_modes is not None:
             return tuple(dict.fromkeys(self.recompute_modes))
-        return _expressed_recompute_modes(self.frameworks)
+        return expressed_recompute_modes(self.frameworks)
 
     def _partial(self, recompute: str, framework: str) -> bool:
         """Whether points of this recompute mode and framework choose a share."""
@@ -336,7 +292,7 @@ class LayoutSpace:
         if share != 1.0 and not partial:
             raise ConfigError(
                 f"recompute_share below 1 needs full recomputation on a framework that "
-                f"checkpoints some layers ({', '.join(_partial_frameworks())}), got "
+                f"checkpoints some layers ({', '.join(partial_frameworks())}), got "
                 f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
         if not 0.0 < share <= 1.0:
             raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
@@ -392,7 +348,7 @@ class LayoutSpace:
                     for cp in ch["cp"]:
                         if world % (tp * pp * cp):
                             continue
-                        for rest in _product(ch, _REST[:-2]):
+                        for rest in choice_product(ch, _REST[:-2]):
                             shardings = self.sharding_choices(rest["zero_stage"],
                                                               rest["framework"], ch)
                             for share in self.share_choices(rest["recompute"],
@@ -489,7 +445,7 @@ class LayoutSpace:
             node, node_copies(p["dp"], p["cp"], p["tp"], self.gpus_per_node), 1)
         whole = ~node | (p["dp_replicate"] > 1)  # else it would be 'full' (build refuses it)
         p = {k: a[whole] for k, a in p.items()}
-        runs = _runs_as_described(p, moe=self.model.num_experts >= 2)
+        runs = runs_as_described(p, moe=self.model.num_experts >= 2)
         p = {k: a[runs] for k, a in p.items()}
         n = len(p["dp"])
         frame = {k: np.full(n, getattr(self.model, k)) for k in MODEL_FIELDS}
@@ -521,25 +477,6 @@ class LayoutSpace:
         return replace(self, node_counts=tuple(node_counts))
 
 
-def point_of(cfg: TrainingConfig) -> dict[str, Any]:
-    """The point (a value per :data:`DIMENSIONS`) of a configuration: its share is its
-    checkpointed layers over its stage's (:func:`stage_layers`), 1 for every layer; its
-    sharding 'node' where it has copies of the shards (their number is then the node
-    sharding's, :func:`node_copies`, in the space's points)."""
-    lay = cfg.layout
-    share = 1.0
-    if lay.recompute_layers:
-        share = lay.recompute_layers / stage_layers(lay.framework, cfg.model.num_layers,
-                                                    lay.pp, lay.vpp)
-    return {
-        "num_nodes": cfg.cluster.num_nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
-        "ep": lay.ep, "vpp": lay.vpp, "mbs": lay.mbs, "zero_stage": lay.zero_stage,
-        "recompute": lay.recompute, "sequence_parallel": lay.sequence_parallel,
-        "framework": lay.framework, "recompute_share": share,
-        "sharding": "node" if lay.dp_replicate > 1 else "full",
-    }
-
-
 def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
     """A hashable identity of a layout (:data:`KEY_FIELDS`)."""
     lay = cfg.layout
@@ -551,79 +488,3 @@ def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
     return list(zip(*(table[k].tolist() for k in KEY_FIELDS), strict=True))
 
 
-def layout_label(cfg: TrainingConfig) -> str:
-    """A short human label: ``dp8 tp2 pp1 mbs4 ga8 z1`` plus the non-default extras
-    (``hsdp4``: four copies of ZeRO's shards; ``rc-full-k3``: full recomputation of 3 layers
-    of each pipeline stage)."""
-    lay = cfg.layout
-    return _label(lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-                  lay.zero_stage, lay.recompute, lay.recompute_layers, lay.sequence_parallel,
-                  lay.dp_replicate)
-
-
-_LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
-                 "recompute", "recompute_layers", "sequence_parallel", "dp_replicate")
-
-
-def layout_labels(table: FlatTable) -> list[str]:
-    """:func:`layout_label` of every configuration of a flat table."""
-    return [_label(*values) for values in zip(*(table[k].tolist() for k in _LABEL_FIELDS),
-                                                strict=True)]
-
-
-def _label(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad_accum: int,
-           zero_stage: int, recompute: str, recompute_layers: int,
-           sequence_parallel: bool, dp_replicate: int = 1) -> str:
-    parts = [f"dp{dp}", f"tp{tp}", f"pp{pp}"]
-    if cp > 1:
-        parts.append(f"cp{cp}")
-    if ep > 1:
-        parts.append(f"ep{ep}")
-    if vpp > 1:
-        parts.append(f"vpp{vpp}")
-    parts += [f"mbs{mbs}", f"ga{grad_accum}", f"z{zero_stage}"]
-    if dp_replicate > 1:
-        parts.append(f"hsdp{dp_replicate}")
-    if recompute != "none":
-        parts.append(f"rc-{recompute}" + (f"-k{recompute_layers}" if recompute_layers else ""))
-    if sequence_parallel:
-        parts.append("sp")
-    return " ".join(parts)
-
-
-def _runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool) -> np.ndarray:
-    """Where each point's framework runs it as described
-    (:meth:`~surrogate.config.frameworks.FrameworkTraits.runs_as_another` finds nothing), judged
-    once
-    per distinct signature: it compares degrees with 1 only, so each degree d enters as
-    min(d, 2)."""
-    degrees = ("dp", "tp", "pp", "cp", "ep", "vpp", "dp_replicate")
-    names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
-
-    def runs(framework: str, *values: Any) -> bool:
-        kwargs = dict(zip(names, values, strict=True))
-        return get_framework(framework).runs_as_another(**kwargs, moe=moe) is None
-
-    codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
-                                p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
-    verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
-    return verdicts
-
-
-def _partial_frameworks() -> list[str]:
-    return [name for name, t in FRAMEWORKS.items() if t.partial_recompute]
-
-
-def _expressed_recompute_modes(frameworks: Sequence[str]) -> tuple[str, ...]:
-    return tuple(r for r in RECOMPUTE_MODES
-                 if any(r in get_framework(f).recompute_modes for f in frameworks))
-
-
-def _product(ch: Mapping[str, list[Any]], names: tuple[str, ...]) -> Iterator[dict[str, Any]]:
-    if not names:
-        yield {}
-        return
-    head, rest = names[0], names[1:]
-    for value in ch[head]:
-        for tail in _product(ch, rest):
-            yield {head: value, **tail}

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS, GPU_NAMES
-from surrogate.config.frameworks import PIPELINE_SCHEDULES
+from surrogate.config.framework_traits import PIPELINE_SCHEDULES
 from surrogate.config.table import distinct_rows
 from surrogate.learned.features import DOMAIN_AXES, domain_values
 
@@ -182,7 +182,7 @@ holds out a head count alone (the Playbook's 80B ran with 8 and 64 KV heads)."""
 
 def schedule_codes(c: dict[str, np.ndarray]) -> np.ndarray:
     """Each configuration's pipeline schedule as its index in
-    :data:`~surrogate.config.frameworks.PIPELINE_SCHEDULES` (from the analytic column
+    :data:`~surrogate.config.framework_traits.PIPELINE_SCHEDULES` (from the analytic column
     ``pp_afab``)."""
     return np.where(np.asarray(c["pp_afab"]) > 0, PIPELINE_SCHEDULES.index("afab"),
                     PIPELINE_SCHEDULES.index("1f1b"))

@@ -41,7 +41,7 @@ from surrogate.analytic.flops import (
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.run import analytic_for
 from surrogate.analytic.step import STEP_TERMS
-from surrogate.config.table import FlatTable
+from surrogate.config.table import FlatTable, valid_table
 from surrogate.config.training import TrainingConfig
 
 if TYPE_CHECKING:
@@ -72,7 +72,6 @@ FEATURE_NAMES: tuple[str, ...] = CATEGORICAL_FEATURES + ANALYTIC_FEATURES
 DOMAIN_AXES: tuple[str, ...] = ("num_gpus", "total_params", "seq_len", "tokens_per_rank")
 """Scale quantities whose training range the learned model records; beyond it the
 correction shrinks toward the analytic answer (``surrogate.learned.domain``)."""
-
 
 def features_from_analytic(
     c: dict[str, np.ndarray], out: dict[str, np.ndarray]
@@ -130,7 +129,6 @@ def features_from_analytic(
                              for name in FEATURE_NAMES])  # one float block: one allocation
     return pd.DataFrame(block, columns=list(FEATURE_NAMES), copy=False)
 
-
 def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The :data:`DOMAIN_AXES` of analytic columns."""
     return {
@@ -139,7 +137,6 @@ def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "seq_len": c["seq_len"],
         "tokens_per_rank": c["mbs"] * c["seq_len"] / c["cp"],
     }
-
 
 def build_features(
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -151,7 +148,6 @@ def build_features(
     :func:`build_features_cols` for the arguments."""
     X, out, _ = build_features_cols(configs, profile, extra=extra)
     return X, out
-
 
 def build_features_cols(
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -166,14 +162,12 @@ def build_features_cols(
     c, out, _ = analytic_for(configs, profile, extra=extra)
     return features_from_analytic(c, out), out, c
 
-
 def features_for_runs(
     runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Features of a sweep table's runs, each explained under its own cluster
     (:func:`surrogate.calibration.clusters.run_context`)."""
     from surrogate.calibration.clusters import run_context
-    from surrogate.config.table import valid_table
 
     table = valid_table(runs, where="runs to explain")
     profiles, extra = run_context(runs, profile)

@@ -22,18 +22,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.params import using_more_sets
 from surrogate.errors import DataError
+from surrogate.learned.features import features_for_runs
 
 if TYPE_CHECKING:
     import pandas as pd
-
 
 def data_hash(runs: pd.DataFrame) -> str:
     """sha256 of the training rows (sorted by source and run_id), identifying the data."""
     cols = sorted(runs.columns)
     frame = runs[cols].sort_values([c for c in ("source", "run_id") if c in cols] or cols)
     return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
-
 
 def status_labels(status: pd.Series) -> np.ndarray:
     """completed -> 0, oom -> 1, fail and timeout -> 2."""
@@ -42,7 +42,6 @@ def status_labels(status: pd.Series) -> np.ndarray:
     if unknown:
         raise DataError(f"status must be one of {', '.join(mapping)}, got {sorted(unknown)}")
     return status.map(mapping).to_numpy(dtype=np.int64)
-
 
 def source_weights(runs: pd.DataFrame) -> np.ndarray:
     """Per run: (runs of the largest source) / (runs of its source), so that every source
@@ -55,14 +54,12 @@ def source_weights(runs: pd.DataFrame) -> np.ndarray:
     counts = runs["source"].map(runs["source"].value_counts()).to_numpy(dtype=np.float64)
     return np.asarray(counts.max() / counts, dtype=np.float64)
 
-
 def cell_groups(runs: pd.DataFrame) -> np.ndarray:
     """Group label per run for grouped folds: the (model shape, node count) cell."""
     key = runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str) + "@" + runs[
         "num_nodes"
     ].astype(str)
     return key.to_numpy()
-
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingData:
@@ -147,7 +144,6 @@ class TrainingData:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
         return h.hexdigest()
 
-
 def training_data(runs: pd.DataFrame, *, profile: Any = None,
                   own_physics: bool = True) -> TrainingData:
     """Features and targets of a runs table, computed once (:class:`TrainingData`).
@@ -166,9 +162,7 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     (``surrogate.calibration.fit_params.own_sets``),
     and every run is explained under them: the correction learns what calibrated physics
     misses, and a model fitted on these data carries the sets (``physics_sets``)."""
-    from surrogate.analytic.params import using_more_sets
     from surrogate.calibration.fit_params import own_sets
-    from surrogate.learned.features import features_for_runs
 
     if len(runs) == 0:
         raise DataError("cannot learn from an empty sweep table")

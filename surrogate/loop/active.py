@@ -40,11 +40,18 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.config.frameworks import RECOMPUTE_MODES
+from surrogate.config.framework_traits import RECOMPUTE_MODES
+from surrogate.config.frameworks import get_framework
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.io.jsonsafe import json_safe
-from surrogate.layouts.space import layout_key, layout_label, point_of
+from surrogate.io.outputs import check_writable_dir
+from surrogate.layouts.labels import layout_label, point_of
+from surrogate.layouts.search import Limits, score_configs
+from surrogate.layouts.space import layout_key
+from surrogate.loop.launch import LAUNCH_FRAMEWORK, launch_problem, write_launch_files
+from surrogate.prediction.predict import resolve_model
+from surrogate.progress import report
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -55,10 +62,7 @@ if TYPE_CHECKING:
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
-EXPERIMENT = "active learning: {campaign}"
-"""The MLflow experiment of a campaign."""
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
-
 
 @dataclass(frozen=True, kw_only=True)
 class Acquisition:
@@ -75,7 +79,6 @@ class Acquisition:
         if self.diversity_scale < 0:
             raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
 
-
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     """EI of each row's MFU over ``best``, times its probability of completing."""
     from scipy.stats import norm
@@ -90,14 +93,12 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     p_ok = scored["p_completed"].to_numpy(dtype=float)
     return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
 
-
 def boundary_value(scored: pd.DataFrame) -> np.ndarray:
     """4 p (1 - p) of p_oom (1 at the boundary), times MFU relative to the best predicted."""
     p = scored["p_oom"].to_numpy(dtype=float)
     mu = scored["pred_mfu"].to_numpy(dtype=float)
     top = float(np.nanmax(mu)) if len(mu) else 1.0
     return np.asarray(4 * p * (1 - p) * mu / max(top, 1e-9))
-
 
 def layout_vector(cfg: TrainingConfig) -> np.ndarray:
     """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
@@ -108,7 +109,6 @@ def layout_vector(cfg: TrainingConfig) -> np.ndarray:
             cfg.cluster.num_nodes]
     recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
     return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
-
 
 def select(
     scored: pd.DataFrame,
@@ -157,7 +157,6 @@ def select(
         picked_vecs.append(vectors[i])
     return out
 
-
 # ------------------------------------------------------------------ round files
 def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
     """What identifies the proposing model in ``round.json``: where it was, the data it was
@@ -167,7 +166,6 @@ def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
         return {"path": None, "kind": "analytic", "data_hash": None}
     return {"path": where, "kind": "learned", "data_hash": model.data_hash_,
             "model_sha256": getattr(model, "saved_sha256_", None), "n_train": model.n_train_}
-
 
 def next_round_number(round_dir: Path) -> int:
     """1 + the largest round number recorded beside ``round_dir`` (1 for the first)."""
@@ -181,12 +179,10 @@ def next_round_number(round_dir: Path) -> int:
                 continue
     return max(numbers) + 1
 
-
 def check_new_round_dir(round_dir: str | Path) -> Path:
     """``round_dir`` as a Path if a new round can be written there (absent or an empty
     directory, in a writable place); ConfigError otherwise. :func:`propose` checks before it
     scores the space, so a taken directory costs nothing."""
-    from surrogate.io.outputs import check_writable_dir
 
     final = Path(round_dir)
     if final.exists() and not final.is_dir():
@@ -197,7 +193,6 @@ def check_new_round_dir(round_dir: str | Path) -> Path:
             "overwritten; give a new --round directory")
     check_writable_dir(final.parent, flag="--round")
     return final
-
 
 def write_round(
     round_dir: str | Path,
@@ -213,8 +208,6 @@ def write_round(
 
     ``picks``: per run its configuration, the reason it was picked and its predicted scores."""
     import pandas as pd
-
-    from surrogate.loop.launch import write_launch_files
 
     final = check_new_round_dir(round_dir)
     number = round_number if round_number is not None else next_round_number(final)
@@ -254,7 +247,6 @@ def write_round(
         raise
     return final
 
-
 def read_round(round_dir: str | Path) -> dict[str, Any]:
     path = Path(round_dir) / ROUND_FILE
     if not path.exists():
@@ -264,7 +256,6 @@ def read_round(round_dir: str | Path) -> dict[str, Any]:
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e.msg})") from None
     return _check_round(data, path)
-
 
 def _check_round(record: Any, where: Path) -> dict[str, Any]:
     """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
@@ -285,7 +276,6 @@ def _check_round(record: Any, where: Path) -> dict[str, Any]:
         raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
     return record
 
-
 # ------------------------------------------------------------------ scoring a round
 def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
     """The model that proposed a round; DataError if it has been replaced since.
@@ -293,7 +283,6 @@ def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
     The model is identified by its own sha256 (which a retraining on the same data with other
     settings changes too) and by the hash of its training data; rounds proposed before the
     sha256 was recorded, by the latter alone."""
-    from surrogate.prediction.predict import resolve_model
 
     info = record.get("model")
     if not isinstance(info, Mapping) or "kind" not in info:
@@ -314,7 +303,6 @@ def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
                 "proposing model's directory (--model-dir)")
     return model
 
-
 def score_round(
     record: Mapping[str, Any], runs: pd.DataFrame, *, model: SurrogateModel | None
 ) -> tuple[dict[str, float], pd.DataFrame]:
@@ -325,7 +313,6 @@ def score_round(
     coverage, the round's best MFU and the best MFU of ``runs`` so far) and the matched rows.
     DataError if ``runs`` lacks the outcome columns or none of its runs is of this round
     (nothing to score is not a score of zero)."""
-    from surrogate.layouts.search import score_configs
 
     missing = [c for c in ("status", "mfu") if c not in runs.columns]
     if missing:
@@ -374,170 +361,6 @@ def score_round(
         metrics["best_mfu_round"] = float(done["mfu"].max())
     return metrics, frame
 
-
-def tracking_uri() -> str:
-    from surrogate.io.tracking import tracking_uri as uri
-
-    return uri()
-
-
-ROUND_METRICS = {
-    "mfu_mape": "round/prospective_mfu_mape", "status_accuracy":
-    "round/prospective_status_accuracy", "interval_coverage": "round/interval_coverage",
-    "oom_rate": "round/oom_rate", "proposed": "runs/proposed", "measured": "runs/measured",
-    "best_mfu_round": "best/mfu_in_round", "best_mfu_so_far": "best/mfu_so_far"}
-""":func:`score_round` figures as MLflow names them: ``round/`` the proposing model's accuracy
-on the runs it had not seen (prospective), ``runs/`` counts, ``best/`` the best MFU measured;
-each section is a group of charts in MLflow's chart view."""
-BASELINE_METRICS = ("mfu_mape", "status_accuracy")
-"""The analytic model's figures of a round that the ``analytic baseline`` run draws."""
-
-
-def campaign_of(round_dir: str | Path) -> str:
-    """A campaign is the directory that numbers its rounds (:func:`next_round_number`)."""
-    return Path(round_dir).resolve().parent.name or "rounds"
-
-
-def campaign_records(round_dir: str | Path) -> list[dict[str, Any]]:
-    """The records of the other rounds beside ``round_dir``, by round number."""
-    here = Path(round_dir).resolve()
-    out = []
-    for f in sorted(here.parent.glob(f"*/{ROUND_FILE}")):
-        if f.parent == here:
-            continue
-        try:
-            out.append(read_round(f.parent))
-        except DataError:
-            continue
-    return sorted(out, key=lambda r: int(r.get("round", 0)))
-
-
-def log_round(record: Mapping[str, Any], metrics: Mapping[str, float], *,
-              campaign: str | None = None, matched: pd.DataFrame | None = None,
-              analytic: tuple[Mapping[str, float], pd.DataFrame] | None = None,
-              earlier: Sequence[Mapping[str, Any]] = ()) -> str:
-    """Log a scored round to MLflow; the id of its run.
-
-    The experiment is ``active learning: <campaign>`` (default: the goal's model and GPU). The
-    round's run, ``round 03``, is found again by its tags, so scoring a round again updates it:
-    metrics ``round/<figure>`` at step = round, the proposing model's lineage as tags (its data
-    hash and, when the registry holds it, its registered version, which is tagged back with
-    the round), ``round.json``, the matched runs and the figures of
-    :mod:`surrogate.loop.round_plots`.
-    Then the run ``accuracy over rounds`` is brought up to date with every round's figures
-    and ``analytic baseline`` with the analytic model's (``analytic``: :func:`score_round`
-    with ``model=None``), so the chart view draws accuracy against rounds."""
-    import tempfile
-
-    from surrogate.io import tracking
-    from surrogate.loop import round_plots
-
-    step = int(record["round"])
-    goal = record.get("goal", {})
-    campaign = campaign or f"{goal.get('model', 'model')} on {goal.get('gpu', 'gpu')}"
-    exp_id = tracking.experiment(
-        EXPERIMENT.format(campaign=campaign),
-        description=(f"Active-learning campaign {campaign!r}: one run per scored round "
-                     "(`round NN`), `accuracy over rounds` (the proposing models' prospective "
-                     "accuracy, step = round) and `analytic baseline` (the analytic model on the "
-                     "same runs)."),
-        tags={"campaign": campaign})
-    key = {tracking.KIND_TAG: "round", "campaign": campaign, "round": str(step)}
-    run_id, _ = tracking.run_for(exp_id, f"round {step:02d}", key)
-    client = tracking.client()
-    info = record.get("model", {})
-    tags = {"proposing_model.kind": str(info.get("kind")),
-            "proposing_model.data_hash": str(info.get("data_hash")),
-            "proposing_model.path": str(info.get("path"))}
-    version = _model_version(client, info.get("data_hash"), campaign, step)
-    if version is not None:
-        tags["proposing_model.version"] = version
-    if analytic is not None:
-        tags |= {f"analytic.{k}": f"{analytic[0][k]:.6g}" for k in BASELINE_METRICS
-                 if k in analytic[0] and analytic[0][k] == analytic[0][k]}
-    for k, v in tags.items():
-        client.set_tag(run_id, k, v)
-    params = {"round": step, "k": len(record["proposals"]),
-              **{f"goal.{k}": v for k, v in goal.items()}}
-    have = client.get_run(run_id).data.params
-    from mlflow.entities import Param
-
-    new = [Param(k, str(v)) for k, v in params.items() if k not in have]
-    if new:
-        client.log_batch(run_id, params=new)
-    latest = client.get_run(run_id).data.metrics
-    changed = {ROUND_METRICS.get(k, f"round/{k}"): v for k, v in metrics.items()}
-    tracking.log_metrics(run_id, {k: v for k, v in changed.items() if latest.get(k) != v},
-                         step=step)  # a value scored again and unchanged is not repeated
-    client.log_dict(run_id, dict(record), ROUND_FILE)
-    title = f"round {step:02d}"
-    frame = matched if matched is not None else None
-    if frame is not None:
-        with tempfile.TemporaryDirectory() as tmp:
-            path = Path(tmp) / "runs.csv"
-            frame.to_csv(path, index=False)
-            client.log_artifact(run_id, str(path))
-        figures = {
-            "predicted_vs_measured": round_plots.predicted_vs_measured(
-                frame, title, None if analytic is None else analytic[1]),
-            "interval_coverage": round_plots.interval_coverage(frame, title),
-            "layout_space": round_plots.layout_space(record, frame, earlier),
-        }
-        for name, fig in figures.items():
-            client.log_figure(run_id, fig, f"plots/{name}.png")
-    client.set_terminated(run_id)
-    _sync_trends(exp_id, campaign)
-    return run_id
-
-
-def _model_version(client: Any, data_hash: Any, campaign: str, step: int) -> str | None:
-    """The registered version of the proposing model (by data hash), tagged with the round."""
-    from mlflow.exceptions import MlflowException
-
-    from surrogate.io.tracking import REGISTERED_MODEL
-
-    if not data_hash:
-        return None
-    try:
-        versions = client.search_model_versions(
-            f"name = '{REGISTERED_MODEL}' and tags.data_hash = '{data_hash}'")
-    except MlflowException:
-        return None
-    if not versions:
-        return None
-    v = max(versions, key=lambda m: int(m.version))
-    entry = f"{campaign} round {step:02d}"
-    rounds = [r for r in str(v.tags.get("proposed_rounds", "")).split("; ") if r]
-    if entry not in rounds:
-        client.set_model_version_tag(REGISTERED_MODEL, v.version, "proposed_rounds",
-                                     "; ".join([*rounds, entry]))
-    return str(v.version)
-
-
-def _sync_trends(exp_id: str, campaign: str) -> None:
-    """Rebuild ``accuracy over rounds`` and ``analytic baseline`` from the round runs."""
-    from mlflow.entities import ViewType
-
-    from surrogate.io import tracking
-
-    runs = tracking.client().search_runs(
-        [exp_id], filter_string=f"tags.`{tracking.KIND_TAG}` = 'round'",
-        run_view_type=ViewType.ACTIVE_ONLY, max_results=1000)
-    learned: dict[int, dict[str, float]] = {}
-    baseline: dict[int, dict[str, float]] = {}
-    for r in runs:
-        step = int(r.data.tags["round"])
-        learned[step] = dict(r.data.metrics)
-        baseline[step] = {ROUND_METRICS[k]: float(r.data.tags[f"analytic.{k}"])
-                          for k in BASELINE_METRICS if f"analytic.{k}" in r.data.tags}
-    tracking.sync_history(exp_id, "accuracy over rounds",
-                          {tracking.KIND_TAG: "trend", "campaign": campaign}, learned)
-    if any(baseline.values()):
-        tracking.sync_history(exp_id, "analytic baseline",
-                              {tracking.KIND_TAG: "analytic-baseline", "campaign": campaign},
-                              baseline)
-
-
 # ------------------------------------------------------------------ the propose step
 def propose(
     space: Any,
@@ -557,11 +380,6 @@ def propose(
     proposed again; its best completed MFU is the incumbent of expected improvement). Only
     layouts that can be written as torchtitan runs are proposed. ``progress`` hears of each
     stage (:mod:`surrogate.progress`)."""
-    from surrogate.config.frameworks import get_framework
-    from surrogate.layouts.search import Limits, score_configs
-    from surrogate.loop.launch import LAUNCH_FRAMEWORK, launch_problem
-    from surrogate.prediction.predict import resolve_model
-    from surrogate.progress import report
 
     check_new_round_dir(round_dir)  # before the work, not after it
     for name, value in (("k", k), ("steps", steps), ("round_number", round_number)):

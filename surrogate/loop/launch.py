@@ -39,6 +39,9 @@ from typing import Any
 
 import tomli_w
 
+from surrogate.analytic.flops import every_nth_block
+from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.pipeline import weighted_first_rank_layers
 from surrogate.config.frameworks import get_framework
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
 from surrogate.config.presets import TORCHTITAN_FLAVOURS
@@ -63,7 +66,6 @@ import importlib
 import json
 from pathlib import Path
 
-
 def register(path: Path) -> None:
     spec = json.loads(path.read_text(encoding="utf-8"))
     name = spec["torchtitan_model"]
@@ -75,7 +77,6 @@ def register(path: Path) -> None:
         args["moe_args"] = MoEArgs(**args["moe_args"])
     getattr(module, f"{name}_args")["custom"] = module.TransformerModelArgs(**args)
 
-
 if __name__ == "__main__":
     register(Path(__file__).with_name("flavour.json"))
     from torchtitan.train import Trainer, main
@@ -86,7 +87,6 @@ if __name__ == "__main__":
 torchtitan alone (not the surrogate), registers ``flavour.json``'s model and starts torchtitan's
 own trainer (the way ``microbench/torchtitan_runs.py`` ran torchtitan 0.2.2 on an H100)."""
 
-
 def check_name(name: str) -> str:
     """``name`` if it is a safe run/job name; ConfigError otherwise."""
     if not isinstance(name, str) or not SAFE_NAME.match(name):
@@ -95,7 +95,6 @@ def check_name(name: str) -> str:
             f"or digit, got {name!r}"
         )
     return name
-
 
 def check_path(path: str | Path) -> str:
     """``path`` as a string if it is made of safe characters (no spaces, quotes, ``$``, ``;``,
@@ -108,17 +107,15 @@ def check_path(path: str | Path) -> str:
         )
     return text
 
-
 LAUNCH_FRAMEWORK = "torchtitan"
 """The framework launch files are written for."""
 LAUNCH_DTYPES: tuple[str, ...] = ("bf16",)
 """Dtypes the writer knows torchtitan's settings for (fp8 needs its float8 converters)."""
 
-
 def launch_problem(cfg: TrainingConfig) -> str | None:
     """Why ``cfg`` cannot be written as a torchtitan run, or None if it can: what torchtitan
     does not run as described
-    (:meth:`~surrogate.config.frameworks.FrameworkTraits.runs_as_another`),
+    (:meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another`),
     or a dtype the writer does not handle."""
     lay = cfg.layout
     if lay.framework != LAUNCH_FRAMEWORK:
@@ -134,7 +131,6 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
         return f"only {' or '.join(LAUNCH_DTYPES)} launch files are written, got {lay.dtype}"
     return None
 
-
 def torchtitan_model(cfg: TrainingConfig) -> str:
     """The torchtitan model (``[model] name``) whose blocks ``cfg``'s model has: ``deepseek_v3``
     with multi-head latent attention, ``llama4`` with mixture-of-experts layers (torchtitan's
@@ -145,7 +141,6 @@ def torchtitan_model(cfg: TrainingConfig) -> str:
     if m.q_lora_rank or m.kv_lora_rank:
         return "deepseek_v3"
     return "llama4" if m.num_experts else "llama3"
-
 
 def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
     """torchtitan's model (:func:`torchtitan_model`: ``llama3`` or ``llama4``) and the
@@ -189,7 +184,6 @@ def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
         "moe_args": {"num_experts": model.num_experts, "top_k": model.experts_topk,
                      "num_shared_experts": 1 if shared else 0}}
 
-
 def custom_flavour(cfg: TrainingConfig) -> dict[str, Any] | None:
     """``flavour.json`` of a shape torchtitan does not ship (``torchtitan_model``,
     ``model_args``: :func:`torchtitan_model_args`), or None for a shipped flavour or a shape
@@ -201,7 +195,6 @@ def custom_flavour(cfg: TrainingConfig) -> dict[str, Any] | None:
     except ValueError:
         return None
     return {"torchtitan_model": name, "model_args": args}
-
 
 def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
     """``[parallelism]`` keys that make torchtitan split ``num_layers`` into ``stages`` virtual
@@ -229,7 +222,6 @@ def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
         parts.append((["tok_embeddings"] if k == 0 else []) + names
                      + (["norm", "output"] if k == stages - 1 else []))
     return out | {"module_fqns_per_model_part": parts}
-
 
 def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
                     dump_folder: str = "./outputs") -> str:
@@ -311,7 +303,6 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     }
     return "\n".join(comments) + "\n\n" + tomli_w.dumps(doc)
 
-
 def _torchtitan_checkpointing(cfg: TrainingConfig) -> dict[str, str]:
     """torchtitan's ``[activation_checkpoint]`` for a layout's recomputation: 'selective' runs
     per operator (``selective_ac_option = "op"``, ``FrameworkTraits.selective_per_op``), written
@@ -325,24 +316,18 @@ def _torchtitan_checkpointing(cfg: TrainingConfig) -> dict[str, str]:
         return {"mode": "selective", "selective_ac_option": str(_every_nth_block(cfg))}
     return {"mode": lay.recompute}
 
-
 def _rank0_layers(cfg: TrainingConfig) -> int:
     """Transformer layers on torchtitan's first pipeline rank (its weighted split)."""
-    from surrogate.analytic.pipeline import weighted_first_rank_layers
 
     return weighted_first_rank_layers(cfg.model.num_layers, cfg.layout.pp, cfg.layout.vpp)
-
 
 def _every_nth_block(cfg: TrainingConfig) -> int | None:
     """The smallest n >= 2 for which torchtitan's every-n-th-block checkpointing checkpoints
     ``recompute_layers`` of the first rank's layers (floor(layers / n)), or None: the n the
     analytic model counts with (``analytic.flops.every_nth_block``)."""
-    from surrogate.analytic.flops import every_nth_block
-    from surrogate.analytic.inputs import to_cols
 
     n = int(every_nth_block(to_cols([cfg]))[0])
     return n or None
-
 
 def torchrun_command(cfg: TrainingConfig, config_path: str | Path,
                      script: str | Path | None = None) -> str:
@@ -360,7 +345,6 @@ def torchrun_command(cfg: TrainingConfig, config_path: str | Path,
                 '--rdzv_id "${RDZV_ID:-surrogate}"')
     return (f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
             f"{rdzv} {entry} --job.config_file {path}")
-
 
 def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path,
                   time_limit: str = "00:30:00", script: str | Path | None = None) -> str:
@@ -388,7 +372,6 @@ def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path
         "",
     ])
 
-
 @dataclass(frozen=True, kw_only=True)
 class LaunchFiles:
     directory: Path
@@ -396,7 +379,6 @@ class LaunchFiles:
     launch: Path
     sbatch: Path
     command: str
-
 
 def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: str,
                        steps: int = 50) -> LaunchFiles:
@@ -429,7 +411,6 @@ def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: 
         _write_atomic(path, text, executable=path.suffix != ".toml")
     return LaunchFiles(directory=d, config=paths[0], launch=paths[1], sbatch=paths[2],
                        command=command)
-
 
 def _write_atomic(path: Path, text: str, *, executable: bool = False) -> None:
     tmp = path.with_name(path.name + ".tmp")

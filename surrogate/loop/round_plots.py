@@ -1,6 +1,6 @@
 """The figures of one scored active-learning round (matplotlib ``Figure`` objects, no pyplot and
 no display), logged as artifacts of the round's MLflow run by
-:func:`surrogate.loop.active.log_round`:
+:func:`surrogate.loop.round_log.log_round`:
 
 - :func:`predicted_vs_measured`: the proposing model's MFU (with its 80% interval) and the
   analytic model's against the measured MFU of the round's completed runs;

@@ -22,11 +22,16 @@ from typing import TYPE_CHECKING, Any, overload
 import numpy as np
 
 from surrogate.analytic.memory import BREAKDOWN_TERMS
+from surrogate.analytic.params import DEFAULT_SET, sets_in_use
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS
+from surrogate.config.files import check_table_columns
 from surrogate.config.gpus import GIB
-from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig
-from surrogate.errors import ConfigError
+from surrogate.config.table import runs_as_another, validate_table
+from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
+from surrogate.errors import ConfigError, NoModelError
+from surrogate.io.jsonsafe import json_safe
+from surrogate.learned.model import SurrogateModel
 from surrogate.prediction.scoring import score
 
 if TYPE_CHECKING:
@@ -60,7 +65,6 @@ would run its layout as another one (``Prediction.to_dict``'s key of the same na
 is still predicted as given), '' where it runs as given or the row is not a configuration."""
 _EMPTY: dict[str, Any] = {"pred_status": None, "extrapolation": ""}
 """What a row without a prediction holds in the non-numeric :data:`PRED_COLUMNS` (NaN else)."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
@@ -118,7 +122,6 @@ class Prediction:
         """The ``framework/version`` whose free parameters the analytic model used
         (``FrameworkTraits.parameter_set``) and whether a fitted set of it is in use (False:
         the priors)."""
-        from surrogate.analytic.params import sets_in_use
 
         name = self.config.layout.parameter_set()
         return name, name in sets_in_use()
@@ -130,7 +133,6 @@ class Prediction:
         every framework's runs together, ``surrogate.calibration.fit_params.fit_default``) or
         ``priors``
         (neither ships)."""
-        from surrogate.analytic.params import DEFAULT_SET, sets_in_use
 
         _, fitted = self.parameter_set
         if fitted:
@@ -149,8 +151,6 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: configuration, breakdowns (GiB and seconds) and headline figures."""
-        from surrogate.config.training import config_to_flat
-        from surrogate.io.jsonsafe import json_safe
 
         out: dict[str, Any] = json_safe({
             "config": config_to_flat(self.config),
@@ -184,17 +184,13 @@ class Prediction:
         })
         return out
 
-
 @cache
 def _bundled_model() -> SurrogateModel | None:
-    from surrogate.errors import NoModelError
-    from surrogate.learned.model import SurrogateModel
 
     try:
         return SurrogateModel.load(DEFAULT_MODEL_DIR)
     except NoModelError:
         return None
-
 
 def resolve_model(model: SurrogateModel | str | Path | None) -> SurrogateModel | None:
     """The learned model to use: ``"default"`` is the bundled one (None, with a warning, when
@@ -211,11 +207,9 @@ def resolve_model(model: SurrogateModel | str | Path | None) -> SurrogateModel |
             )
         return bundled
     if isinstance(model, str | Path):
-        from surrogate.learned.model import SurrogateModel
 
         return SurrogateModel.load(model)
     return model
-
 
 def _predict_configs(
     configs: Sequence[TrainingConfig],
@@ -263,7 +257,6 @@ def _predict_configs(
         ))
     return preds
 
-
 def predict_frame(
     df: pd.DataFrame,
     *,
@@ -276,9 +269,6 @@ def predict_frame(
     others are predicted.
     A column that is a near miss of a configuration column (``zero``, ``grad-accum``) is a
     ConfigError, not a silently defaulted column."""
-
-    from surrogate.config.files import check_table_columns
-    from surrogate.config.table import runs_as_another, validate_table
 
     check_table_columns(df.columns, where="the configuration table")
     learned = resolve_model(model)
@@ -310,7 +300,6 @@ def predict_frame(
     out[RUNS_AS_ANOTHER] = pd.Series(notes, index=df.index, dtype=object)
     out["error"] = errors
     return out
-
 
 @overload
 def predict(
@@ -367,7 +356,6 @@ def predict(
     if isinstance(config, TrainingConfig):
         return _predict_configs([config], profile, resolve_model(model), explain=explain)[0]
     return predict_frame(config, profile=profile, model=model)
-
 
 __all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "RUNS_AS_ANOTHER", "Prediction", "predict",
            "predict_frame"]

@@ -46,9 +46,10 @@ import numpy as np
 
 from surrogate.analytic.run import analytic_for, impossible
 from surrogate.config.gpus import GIB
-from surrogate.config.table import FlatTable, table_len
+from surrogate.config.table import FlatTable, table_len, valid_table
 from surrogate.config.training import TrainingConfig
 from surrogate.learned.domain import beyond_practice
+from surrogate.learned.features import features_from_analytic
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -63,7 +64,6 @@ SCORE_COLUMNS: tuple[str, ...] = (
     "domain_weight", "correction_share", "extrapolation", "error",
 )
 """What :func:`score` returns for every configuration (module docstring)."""
-
 
 @dataclass(frozen=True)
 class Scores:
@@ -89,7 +89,6 @@ class Scores:
         import pandas as pd
 
         return pd.DataFrame(self.columns, index=index)
-
 
 def score(
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -120,7 +119,6 @@ def score(
     context = out["mem_cuda_context"]
     explanations: list[dict[str, float]] = []
     if model is not None:
-        from surrogate.learned.features import features_from_analytic
 
         X = features_from_analytic(c, out)
         learned = model.predict_from_features(X, out, c, shrink_doublings=shrink_doublings)
@@ -159,7 +157,6 @@ def score(
     return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
                   perf_models=names, explanations=explanations)
 
-
 def score_runs(
     runs: pd.DataFrame,
     *,
@@ -174,7 +171,6 @@ def score_runs(
     peak reserved memory of the rank whose log the run's measurement comes from (the most
     loaded rank's, ``pred_peak_mem_gib``, unless the source logs another)."""
     from surrogate.calibration.clusters import run_context
-    from surrogate.config.table import valid_table
 
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
@@ -187,6 +183,5 @@ def score_runs(
     frame["pred_logged_mem_gib"] = (frame["pred_peak_mem_gib"].to_numpy()
                                     * a["mem_reserved_logged"] / a["mem_reserved"])
     return frame
-
 
 __all__ = ["SCORE_COLUMNS", "Scores", "score", "score_runs"]

@@ -8,17 +8,14 @@ import pytest
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import PRIORS
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.calibration.fit_params import (
+from surrogate.calibration.blocks import (
     Block,
-    fit_memory,
-    fit_oom_margin,
-    fit_time,
-    grouped_cv,
     predicted_breakdown,
     predicted_reserved,
     predicted_step_s,
     values_in_use,
 )
+from surrogate.calibration.fit_params import fit_memory, fit_oom_margin, fit_time, grouped_cv
 
 TRUE = {**PRIORS, "layer_overhead_s": 2e-3, "tp_comm_scale": 1.6,
         "allocator_overhead_frac": 0.2}
@@ -67,7 +64,7 @@ def test_memory_is_fitted_on_the_stage_that_logged_it(config):
     Playbook's rank 0 logs it) at TRUE: the fit on the logged stage recovers TRUE exactly; the
     most loaded stage's memory (the last, with the logits) is what OOM goes by, and is more."""
     from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
-    from surrogate.calibration.fit_params import predicted_logged_reserved
+    from surrogate.calibration.blocks import predicted_logged_reserved
 
     configs = [config("playbook-1.34b", dp=8 // (tp * pp), tp=tp, pp=pp, mbs=mbs, grad_accum=ga)
                for tp in (1, 2) for pp in (2, 4) for mbs in (1, 4) for ga in (1, 8)]

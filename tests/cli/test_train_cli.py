@@ -8,7 +8,7 @@ import json
 import pytest
 
 from surrogate.cli import main
-from surrogate.ingest.sweeps import write_sweeps
+from surrogate.ingest.sweep_files import write_sweeps
 from surrogate.learned.model import SurrogateModel
 
 

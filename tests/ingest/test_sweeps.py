@@ -18,19 +18,17 @@ from surrogate.config.model import ARCHITECTURE_FIELDS
 from surrogate.config.presets import get_preset
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig
 from surrogate.errors import DataError
+from surrogate.ingest.sweep_files import append_sweeps, read_sweeps, write_sweeps
 from surrogate.ingest.sweeps import (
     STATUSES,
     SWEEP_COLUMNS,
-    append_sweeps,
     empty_sweeps,
     frame_from_rows,
-    read_sweeps,
     recompute_mfu,
     sweep_row,
     sweep_schema,
     sweep_summary,
     validate_sweeps,
-    write_sweeps,
 )
 
 

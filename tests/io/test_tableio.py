@@ -15,7 +15,7 @@ import pytest
 
 from surrogate.errors import DataError
 from surrogate.ingest.dispatch import ingest
-from surrogate.ingest.sweeps import read_sweeps
+from surrogate.ingest.sweep_files import read_sweeps
 from surrogate.io import tableio
 from surrogate.io.tableio import (
     NotStreamable,

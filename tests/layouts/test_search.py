@@ -8,8 +8,9 @@ import pytest
 
 from surrogate.config.presets import get_preset
 from surrogate.errors import ConfigError
+from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import Limits, rank, score_configs, search
-from surrogate.layouts.space import LayoutSpace, layout_label
+from surrogate.layouts.space import LayoutSpace
 
 TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))

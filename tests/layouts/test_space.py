@@ -13,19 +13,15 @@ from surrogate.config.model import ModelConfig
 from surrogate.config.presets import get_preset
 from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.layouts.space import (
-    LayoutSpace,
+from surrogate.layouts.degrees import (
     batch_seqs_from_tokens,
     divisors,
-    layout_key,
-    layout_keys,
-    layout_label,
-    layout_labels,
     node_copies,
-    point_of,
     recompute_layers_for_share,
     stage_layers,
 )
+from surrogate.layouts.labels import layout_label, layout_labels, point_of
+from surrogate.layouts.space import LayoutSpace, layout_key, layout_keys
 
 SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
              max_vpp=2, max_mbs=4)

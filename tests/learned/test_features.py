@@ -16,7 +16,7 @@ from surrogate.learned.features import FEATURE_NAMES, build_features, build_feat
 def test_feature_names_are_those_the_bundled_model_was_trained_on():
     """A saved model records its features by name and order, and loads only if they are
     :data:`FEATURE_NAMES`: renaming or reordering one retires the bundled model."""
-    from surrogate.learned.model import CATEGORICAL
+    from surrogate.learned.boosters import CATEGORICAL
     from surrogate.prediction.predict import DEFAULT_MODEL_DIR
 
     assert len(set(FEATURE_NAMES)) == len(FEATURE_NAMES)

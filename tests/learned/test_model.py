@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 
 from surrogate.errors import DataError, NoModelError, SurrogateError
+from surrogate.learned.boosters import STATUS_CLASSES
 from surrogate.learned.domain import DEFAULT_SHRINK_DOUBLINGS, UNSEEN_SHAPE_WEIGHT
 from surrogate.learned.features import build_features_cols
-from surrogate.learned.model import STATUS_CLASSES, SurrogateModel, by_framework, stratum_key
+from surrogate.learned.intervals import by_framework, stratum_key
+from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import cell_groups, training_data
 from tests.conftest import SMALL_BOOSTERS, same_predictions, small_model
 
@@ -254,7 +256,7 @@ def test_learned_correction_never_passes_100_percent_mfu(fitted, configs):
 def test_a_certain_oom_keeps_the_physics_status(fitted, configs):
     """Where the analytic p_oom reaches CERTAIN_P_OOM the classifier is not consulted: the
     status is the physics' (oom), and the other rows are what they were."""
-    from surrogate.learned.model import CERTAIN_P_OOM
+    from surrogate.learned.blend import CERTAIN_P_OOM
 
     X, out, cols = build_features_cols(configs)
     base = fitted.predict_from_features(X, out, cols)
@@ -282,7 +284,7 @@ def test_memory_correction_reads_runs_out_of_memory_as_censored():
     near the physics and rises with the estimate."""
     import pandas as pd
 
-    from surrogate.learned.model import fit_memory
+    from surrogate.learned.boosters import fit_memory
 
     rng = np.random.default_rng(0)
     frac = rng.uniform(0.3, 3.0, 3000)  # analytic estimate / capacity
@@ -308,7 +310,7 @@ def test_memory_correction_reads_runs_out_of_memory_as_censored():
 def test_status_init_score_is_the_physics_log_probabilities():
     from scipy.special import expit, softmax
 
-    from surrogate.learned.model import status_init_score
+    from surrogate.learned.boosters import status_init_score
 
     p_oom = np.array([0.0, 0.3, 0.9, 1.0])
     po = np.clip(p_oom, 1e-4, 1 - 1e-4)
@@ -322,7 +324,7 @@ def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, con
     """The status classifier is boosted from the analytic verdict: with a learning rate of
     nothing its p_oom is the analytic p_oom times the share of runs that did not fail
     otherwise (inside the domain, where w = 1), and the physics' own where it is certain."""
-    from surrogate.learned.model import CERTAIN_P_OOM
+    from surrogate.learned.blend import CERTAIN_P_OOM
     from surrogate.prediction.scoring import score
 
     still = SurrogateModel(status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
@@ -441,7 +443,7 @@ def test_the_mfu_interval_widens_by_each_frameworks_own_quantile():
     """Mondrian conformal: each framework version with enough runs (4 at 80%) gets the
     conformal quantile of its own runs' scores; one with fewer keeps the pooled one."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned.model import conformal_quantile, framework_quantiles
+    from surrogate.learned.intervals import conformal_quantile, framework_quantiles
 
     rng = np.random.default_rng(0)  # synthetic conformity scores
     codes = np.array([0] * 50 + [1] * 10 + [2] * 3)
@@ -458,7 +460,7 @@ def test_runs_with_and_without_a_pipeline_get_their_own_quantiles():
     """Mondrian per framework version and pipeline or none: a category of 4 runs or more has
     its own quantile; a configuration of a smaller one reads its version's, else the pooled."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned.model import conformal_quantile, framework_quantiles
+    from surrogate.learned.intervals import conformal_quantile, framework_quantiles
 
     rng = np.random.default_rng(1)  # synthetic conformity scores
     codes = np.array([0] * 60 + [1] * 6)
@@ -548,7 +550,7 @@ def test_a_correction_its_frameworks_held_out_runs_do_not_bear_out_gives_way():
     at 0 the prediction is the physics', its interval holding it and the learned one."""
 
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.learned.model import framework_weights
+    from surrogate.learned.intervals import framework_weights
 
     rng = np.random.default_rng(2)  # synthetic corrections
     oof = rng.normal(0, 0.3, 60)

@@ -19,12 +19,12 @@ from surrogate.loop.active import (
     Acquisition,
     layout_vector,
     load_round_model,
-    log_round,
     propose,
     read_round,
     score_round,
     select,
 )
+from surrogate.loop.round_log import log_round
 
 
 def space() -> LayoutSpace:

@@ -17,7 +17,8 @@ from surrogate.config.presets import get_preset
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.torchtitan import config_values
-from surrogate.layouts.space import LayoutSpace, layout_label
+from surrogate.layouts.labels import layout_label
+from surrogate.layouts.space import LayoutSpace
 from surrogate.loop.launch import (
     check_name,
     check_path,

@@ -10,7 +10,7 @@ import pytest
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import PRIORS, using_sets
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.calibration.fit_params import Block, predicted_step_s
+from surrogate.calibration.blocks import Block, predicted_step_s
 from surrogate.config.training import config_to_flat
 from training.across import balanced_quantile, leave_one_out, transfer_intervals
 

@@ -7,7 +7,7 @@ import pytest
 
 from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
-from surrogate.ingest.sweeps import write_sweeps
+from surrogate.ingest.sweep_files import write_sweeps
 from surrogate.learned.model import SurrogateModel
 from training.train import data_summary, load_runs, train
 
