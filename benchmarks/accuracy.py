@@ -14,11 +14,11 @@ them added to training, 3 draws each; then as a user who ran on one node only: k
 one-node runs added, scored on its runs of more nodes) and the three Llama 3 405B layouts of
 the Llama 3 paper's Table 4 against the MFU Meta reported (``training/transfer.py``).
 ``--shrink`` runs the
-protocols once per value of the domain shrinkage (``surrogate.domain``; ``inf``: none).
+protocols once per value of the domain shrinkage (``surrogate.learned.domain``; ``inf``: none).
 ``--shape-weight`` sets the share of the correction kept for an unseen model shape
-(``surrogate.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
+(``surrogate.learned.domain.UNSEEN_SHAPE_WEIGHT`` by default; 1: the full correction).
 ``--survivors-only-memory`` fits the memory correction on the completed runs alone, as before
-the runs out of memory were censored targets (``surrogate.learned.fit_memory``).
+the runs out of memory were censored targets (``surrogate.learned.boosters.fit_memory``).
 Each split refits the analytic model's free parameters on its training part as well
 (``training.evaluate.physics_of``), so no held-out run reaches the physics either;
 ``--shipped-physics`` keeps the shipped parameters instead, which were fitted on every Playbook
@@ -39,7 +39,7 @@ Playbook's, MPT on H100, MPT on A100, the project's own H100 runs; ``training/ac
 analytic model fitted on everything else, a held-out framework version at its priors and at the
 default set fitted on the rest (each set's runs weighed alike, or each run once). The learned
 model adds nothing there: a framework or GPU outside its data keeps the analytic answer
-(``surrogate.domain``). About 8 minutes on two cores.
+(``surrogate.learned.domain``). About 8 minutes on two cores.
 
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
@@ -61,8 +61,8 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import ParameterSets
-from surrogate.learned import SurrogateModel
-from surrogate.training_data import training_data
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import training_data
 from training.evaluate import (
     COVERAGE_FLOOR,
     DEFAULT_PROTOCOLS,
@@ -126,7 +126,7 @@ def main() -> None:
         print_summary(summary)
         print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
         if args.track:
-            from surrogate.training_data import data_hash
+            from surrogate.learned.training_data import data_hash
             from training.tracking import data_label
 
             track({}, logged, label=data_label(runs["source"], args.sweeps),
@@ -166,7 +166,7 @@ def main() -> None:
     print_summary(summary)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
-        from surrogate.training_data import data_hash
+        from surrogate.learned.training_data import data_hash
         from training.tracking import data_label
 
         track(logged, baseline, label=data_label(runs["source"], args.sweeps),
@@ -274,7 +274,7 @@ def without_default() -> ParameterSets:
     hold out: a framework without a set of its own there takes the priors, as before the default
     existed (``--across`` measures the default held out)."""
     from surrogate.analytic.params import DEFAULT_SET
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
 
     return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
                           if k != DEFAULT_SET})
@@ -365,8 +365,8 @@ def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
 
 def mpt_runs(data_dir: Path | None) -> pd.DataFrame:
     """The other cluster's runs: MosaicML's MPT tables in the public data folder."""
-    from surrogate.datasource import data_dir as resolve_data_dir
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir as resolve_data_dir
 
     path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     return parse_llmfoundry(path)[0]
@@ -480,7 +480,7 @@ def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
     ``metrics`` is empty (``--analytic``)."""
     from datetime import UTC, datetime
 
-    from surrogate import tracking
+    from surrogate.io import tracking
 
     exp_id = tracking.experiment(
         "surrogate-accuracy",

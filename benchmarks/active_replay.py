@@ -13,7 +13,8 @@ A configuration's outcome is its best completed MFU over the table's repeats (a 
 configurations were run more than once), status completed if any repeat completed; the cell's
 best is the best of these. Baselines: random picks (``--seeds`` permutations; also the exact
 expectation (N+1)/(H+1) for N configurations with H hits), the Playbook's rules of thumb
-(:func:`surrogate.rules.rules_order` walked until a hit) and the initial model's greedy ranking
+(:func:`surrogate.layouts.rules.rules_order` walked until a hit) and the initial model's greedy
+ranking
 without the loop (predicted MFU x p_completed). Prints one row per cell and the share of cells
 hit within 8 runs; logs the table and summary to MLflow (experiment ``surrogate-active-replay``)
 unless ``--no-mlflow``.
@@ -31,15 +32,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from surrogate.active import Acquisition, select
-from surrogate.config import TrainingConfig, config_from_flat, config_to_flat
-from surrogate.datasource import data_dir
+from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import NoModelError
 from surrogate.ingest.playbook import parse_playbook
-from surrogate.learned import SurrogateModel
-from surrogate.rules import rules_order
-from surrogate.search import Limits, score_configs
-from surrogate.training_data import data_hash
+from surrogate.io.datasource import data_dir
+from surrogate.layouts.rules import rules_order
+from surrogate.layouts.search import Limits, score_configs
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import data_hash
+from surrogate.loop.active import Acquisition, select
 
 CHEAP = {"n_estimators": 100}
 TOLERANCE = 0.02
@@ -155,7 +156,7 @@ def main() -> None:
                     help="share of each round for OOM-boundary runs (the goal here is the best)")
     ap.add_argument("--gain", default="expected-improvement",
                     choices=("expected-improvement", "probability-best"),
-                    help="how the loop values a candidate (surrogate.active.Acquisition.gain)")
+                    help="how the loop values a candidate (surrogate.loop.active.Acquisition.gain)")
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--cache-dir", default="benchmarks/.cache/active_replay")
     ap.add_argument("--no-mlflow", action="store_true")
@@ -223,7 +224,7 @@ def log_mlflow(table: pd.DataFrame, within: dict[str, float], params: dict[str, 
 
     import mlflow
 
-    from surrogate import tracking
+    from surrogate.io import tracking
 
     uri = tracking.connect()
     exp_id = tracking.experiment("surrogate-active-replay")

@@ -2,7 +2,7 @@
 calibration.
 
 Each run is explained under its own cluster (the ``hf-playbook-cluster`` profile and the
-bandwidth the run measured, ``surrogate.clusters``). Three rows:
+bandwidth the run measured, ``surrogate.calibration.clusters``). Three rows:
 
 - ``priors``: the free parameters at their priors (``surrogate.analytic.params``), nothing
   fitted;
@@ -31,16 +31,15 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import PRIORS
-from surrogate.clusters import playbook_runs
-from surrogate.fit_params import (
+from surrogate.calibration.blocks import (
     blocks_for_runs,
-    fit_runs,
-    held_out_figures,
     predicted_logged_reserved,
     predicted_reserved,
     predicted_step_s,
     values_in_use,
 )
+from surrogate.calibration.clusters import playbook_runs
+from surrogate.calibration.fit_params import fit_runs, held_out_figures
 
 
 def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str, np.ndarray]:

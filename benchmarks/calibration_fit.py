@@ -26,10 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from surrogate.calibrate import fit_collective_curve, fit_gemm_curve, fit_profile
-from surrogate.hardware import get_gpu
-from surrogate.microbench_table import read_microbench_inputs
-from surrogate.profile import CalibrationProfile
+from surrogate.calibration.calibrate import fit_collective_curve, fit_gemm_curve, fit_profile
+from surrogate.config.gpus import get_gpu
+from surrogate.hardware.profile import CalibrationProfile
+from surrogate.ingest.microbench_table import read_microbench_inputs
 
 GPU = "H100-SXM-80GB"
 

@@ -16,7 +16,7 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
 3. Memory-bound kernels: achieved bandwidth over the HBM datasheet rate.
 4. Single-GPU training steps (``microbench.train_step``, framework ``pytorch/autocast``):
    - the analytic model with its parameters fitted on the other models only (leave one
-     model out, ``surrogate.fit_params.fit_runs``): peak reserved memory MAPE, step-time
+     model out, ``surrogate.calibration.fit_params.fit_runs``): peak reserved memory MAPE, step-time
      MAPE, OOM recall and precision, and the share of (model, sequence, recomputation)
      cases whose largest fitting micro-batch it predicts exactly (both tries at the measured
      boundary, the largest that fit and the smallest that did not, classified right; the
@@ -26,7 +26,7 @@ Prints, all from measurements of one NVIDIA H100 80GB HBM3 (fingerprint in ``env
      (the framework is outside its data, so it keeps the analytic answer) and, for
      reference, the analytic model with the priors (no fit for this framework).
 5. Real torchtitan 0.2.2 runs (``datasets/h100/2026-11-24/torchtitan``), launched from the
-   files ``surrogate.launch`` writes: the same figures per kind of run (dense, MoE,
+   files ``surrogate.loop.launch`` writes: the same figures per kind of run (dense, MoE,
    per-operator selective recomputation), under the parameter set torchtitan's autocast
    layouts take (``pytorch/autocast``, fitted on section 4's runs alone), under torchtitan's
    priors, and with the bundled learned model.
@@ -47,12 +47,12 @@ import pandas as pd
 
 from microbench.attention import TOKENS_PER_HEAD
 from microbench.gemm import GRID_SIDES
-from surrogate.config import CONFIG_COLUMNS
-from surrogate.config_table import validate_table
-from surrogate.hardware import GIB, get_gpu
+from surrogate.config.gpus import GIB, get_gpu
+from surrogate.config.table import validate_table
+from surrogate.config.training import CONFIG_COLUMNS
+from surrogate.hardware.profile import load_profile
 from surrogate.ingest.dispatch import read_runs
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.profile import load_profile
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
 GPU = "H100-SXM-80GB"
@@ -166,9 +166,9 @@ def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
 def steps_report(section: str = "4", files: list[Path] | None = None,
                  framework: str = "pytorch/autocast") -> pd.DataFrame:
     """Prints the figures of the steps of ``files``; returns their runs."""
-    from surrogate.fit_params import fit_runs, held_out_p_oom
-    from surrogate.prediction import resolve_model
-    from surrogate.scoring import score
+    from surrogate.calibration.fit_params import fit_runs, held_out_p_oom
+    from surrogate.prediction.predict import resolve_model
+    from surrogate.prediction.scoring import score
 
     runs = load_steps(files)
     n_ok = int((runs["status"] == "completed").sum())
@@ -213,14 +213,14 @@ def torchtitan_report() -> None:
     only, so these are held out) and under torchtitan's priors (no fit), by kind of run."""
     from microbench.torchtitan_runs import read_run_dirs
     from surrogate.analytic.params import PRIORS
-    from surrogate.prediction import resolve_model
-    from surrogate.scoring import score
+    from surrogate.prediction.predict import resolve_model
+    from surrogate.prediction.scoring import score
 
     runs, _ = read_run_dirs(TORCHTITAN)
     done = (runs["status"] == "completed").to_numpy()
     print(f"\n5. torchtitan 0.2.2 on one H100: {len(runs)} runs ({int(done.sum())} completed, "
           f"{int((~done).sum())} out of memory) of {runs['model_name'].nunique()} models, "
-          "launch files of surrogate.launch; predicted / measured step time and peak reserved "
+          "launch files of surrogate.loop.launch; predicted / measured step time and peak reserved "
           "memory over the completed runs")
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
     tokens = (runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
@@ -255,8 +255,8 @@ def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
     set is its priors); then the same runs under the autocast set of section 4, whose runs
     are ``autocast_runs``."""
     from surrogate.analytic.params import PRIORS
-    from surrogate.parameter_files import shipped_parameter_sets
-    from surrogate.scoring import score
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.prediction.scoring import score
 
     files = sorted(FSDP2.glob("train_steps_fsdp2_*.jsonl"))
     runs = steps_report("6", files, "pytorch-fsdp2/bf16 (FSDP2 over one rank)")

@@ -70,9 +70,9 @@ from surrogate.analytic.memory import (
     memory_breakdown,
 )
 from surrogate.analytic.pipeline import first_stage_inflight
-from surrogate.clusters import playbook_runs
-from surrogate.fit_params import blocks_for_runs
-from surrogate.hardware import get_gpu
+from surrogate.calibration.blocks import blocks_for_runs
+from surrogate.calibration.clusters import playbook_runs
+from surrogate.config.gpus import get_gpu
 
 GIB = 2.0**30
 SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",

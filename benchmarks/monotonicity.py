@@ -5,7 +5,7 @@
 Every tensor a layer keeps for its backward grows with the micro-batch, so when only the
 micro-batch grows a layout's peak memory cannot fall, nor its probability of running out of
 memory. The analytic model holds that by construction; the learned memory correction (a ratio
-learned from measured runs, ``surrogate.learned``) need not. Four parts (8 s):
+learned from measured runs, ``surrogate.learned.model``) need not. Four parts (8 s):
 
 1. **Predictions.** Every distinct layout of the Playbook sweep (its model shape, nodes, dp, tp,
    pp, gradient accumulation, ZeRO stage and version) predicted at micro-batch 1, 2, 4, ...,
@@ -27,9 +27,9 @@ learned from measured runs, ``surrogate.learned``) need not. Four parts (8 s):
 4. **Survivorship near the capacity.** The Playbook's runs binned by the analytic estimate of
    their peak reserved memory over the GPU's capacity: how many completed with a measured
    memory and how many ran out of memory, and the completed runs' mean log(measured /
-   analytic) (the learned memory target, ``surrogate.training_data``). Near the capacity
+   analytic) (the learned memory target, ``surrogate.learned.training_data``). Near the capacity
    only the runs the estimate over-stated complete, which is why the memory correction reads
-   the runs out of memory as censored targets (``surrogate.learned.fit_memory``).
+   the runs out of memory as censored targets (``surrogate.learned.boosters.fit_memory``).
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ import numpy as np
 import pandas as pd
 from memory_diagnosis import SHAPE
 
-from surrogate.clusters import playbook_runs
-from surrogate.learned import SurrogateModel
-from surrogate.scoring import score_runs
+from surrogate.calibration.clusters import playbook_runs
+from surrogate.learned.model import SurrogateModel
+from surrogate.prediction.scoring import score_runs
 
 LAYOUT = [*SHAPE, "num_nodes", "dp", "tp", "pp", "grad_accum", "zero_stage", "framework_version"]
 FALL_GIB = 0.5
@@ -98,7 +98,7 @@ def measured_steps(runs: pd.DataFrame) -> pd.DataFrame:
 def survivorship(runs: pd.DataFrame) -> pd.DataFrame:
     """Part 4: per bin of analytic estimate / capacity, the runs, the completed with a
     measured memory, the out-of-memory and the completed runs' mean memory target."""
-    from surrogate.training_data import training_data
+    from surrogate.learned.training_data import training_data
 
     data = training_data(runs)
     ratio = data.analytic["mem_reserved"] / data.cols["memory_bytes"]
@@ -118,7 +118,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.max_mbs < 2:
         ap.error("--max-mbs must be at least 2")
-    from surrogate.prediction import resolve_model
+    from surrogate.prediction.predict import resolve_model
 
     model = resolve_model("default" if args.model_dir is None else args.model_dir)
     if model is None:

@@ -5,10 +5,12 @@
 Two parts (about 2 minutes):
 
 1. **Ablation.** Every Playbook run is explained under its cluster's profile and the bandwidth
-   it measured at start-up (``net_scale``, ``surrogate.clusters``). Without that column every
+   it measured at start-up (``net_scale``, ``surrogate.calibration.clusters``). Without that column
+   every
    run gets the cluster's median curve at its node count instead. Both ways, the script prints
    the analytic model alone with its free parameters fitted with each node count held out in
-   turn (``surrogate.fit_params.fit_runs``), and the learned model's ``nodes`` protocol (train
+   turn (``surrogate.calibration.fit_params.fit_runs``), and the learned model's ``nodes`` protocol
+   (train
    on <= 16 nodes, test on 32 and 64, the physics refitted on the training part;
    ``training.evaluate``), with the LightGBM settings of ``--model-dir`` (default: the bundled
    model's).
@@ -26,17 +28,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from surrogate.clusters import playbook_runs
-from surrogate.fit_params import (
-    blocks_for_runs,
-    fit_runs,
-    held_out_figures,
-    predicted_breakdown,
-    values_in_use,
-)
-from surrogate.learned import SurrogateModel
-from surrogate.prediction import DEFAULT_MODEL_DIR
-from surrogate.training_data import training_data
+from surrogate.calibration.blocks import blocks_for_runs, predicted_breakdown, values_in_use
+from surrogate.calibration.clusters import playbook_runs
+from surrogate.calibration.fit_params import fit_runs, held_out_figures
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import training_data
+from surrogate.prediction.predict import DEFAULT_MODEL_DIR
 from training.evaluate import evaluate_shrinks, format_metric
 
 DP_BANDS = (-np.inf, 0.05, 0.2, 0.5, np.inf)

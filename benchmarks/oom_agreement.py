@@ -8,10 +8,11 @@ torchtitan, at a global batch of 512 sequences of each model's length, micro-bat
 and vpp up to 2 (each space, a model on a node count, drawn alike; within it every layout the
 rules allow equally likely), predicts them with the learned model of ``--model-dir``
 (default: the bundled one)
-and counts those that break the rule of ``surrogate.memory_verdict`` (the device's memory
+and counts those that break the rule of ``surrogate.prediction.memory_verdict`` (the
+device's memory
 interval within the GPU's memory beside a p_oom above 0.1, beyond it beside one under 0.9, or
 a verdict that is not ``p_oom >= 0.5``), as the learned model's parts answer alone (``before``)
-and as ``surrogate.scoring.score`` answers (``after``). These are predictions, not
+and as ``surrogate.prediction.scoring.score`` answers (``after``). These are predictions, not
 measurements: the count says how often the answers contradicted each other, not which was
 right (``benchmarks/accuracy.py`` measures p_oom's reliability on held-out runs).
 """
@@ -23,11 +24,11 @@ from pathlib import Path
 
 import numpy as np
 
-from surrogate.config_table import FlatTable, table_len, take
-from surrogate.memory_verdict import agree, disagreements
-from surrogate.presets import get_preset
-from surrogate.scoring import score
-from surrogate.space import LayoutSpace
+from surrogate.config.presets import get_preset
+from surrogate.config.table import FlatTable, table_len, take
+from surrogate.layouts.space import LayoutSpace
+from surrogate.prediction.memory_verdict import agree, disagreements
+from surrogate.prediction.scoring import score
 
 MODELS = ("playbook-1.34b", "playbook-3.57b", "playbook-8.86b", "playbook-80b", "llama3-8b",
           "llama3-70b")
@@ -59,7 +60,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--model-dir", type=Path, default=None)
     args = ap.parse_args()
-    from surrogate.prediction import resolve_model
+    from surrogate.prediction.predict import resolve_model
 
     model = resolve_model(args.model_dir or "default")
     before = after = total = 0
@@ -82,7 +83,8 @@ def main() -> None:
         total += len(bad)
     print(f"{total} random layouts (seed {args.seed}), the learned model "
           f"{args.model_dir or 'bundled'}: memory interval, p_oom and verdict disagree on "
-          f"{before} before reconciling, {after} after (surrogate.memory_verdict)")
+          f"{before} before reconciling, {after} after "
+          "(surrogate.prediction.memory_verdict)")
     for kind, count in kinds.items():
         print(f"  before, {kind}: {count}")
 

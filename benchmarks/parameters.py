@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 
 from surrogate.analytic.params import DEFAULT_SET, FREE_PARAMETERS
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 
 
 def _value(v: float) -> str:

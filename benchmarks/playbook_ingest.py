@@ -17,11 +17,11 @@ import pandas as pd
 
 from surrogate.analytic.flops import total_params
 from surrogate.analytic.inputs import to_cols
-from surrogate.config import CONFIG_COLUMNS, config_from_flat
-from surrogate.datasource import data_dir
-from surrogate.hardware import GIB
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.gpus import GIB
+from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 from surrogate.ingest.playbook import parse_playbook
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.io.datasource import data_dir
 
 SOURCE_PEAK_FLOPS = 989e12
 

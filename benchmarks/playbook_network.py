@@ -6,7 +6,7 @@ Prints: values read, ingested and skipped (with reasons); the median and 10th / 
 percentiles of busbw per op, locality (whole job or one node) and node count; and the evidence
 that the values are bus bandwidth (``surrogate/ingest/playbook_network.py`` explains it): the
 intra-node medians read as algbw or busbw against the H100's NVLink bandwidth per direction
-(``surrogate.hardware``), the nccl-tests DGX H100 8-GPU all-reduce and the XLA sm_90 8-GPU
+(``surrogate.config.gpus``), the nccl-tests DGX H100 8-GPU all-reduce and the XLA sm_90 8-GPU
 tables at 256 MiB. ``tests/ingest/test_playbook_network.py`` asserts the counts and the fall of
 the whole-job all-reduce with the node count.
 """
@@ -20,8 +20,7 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
-from surrogate.datasource import data_dir
-from surrogate.hardware import get_gpu
+from surrogate.config.gpus import get_gpu
 from surrogate.ingest.nccl_tests import parse_nccl_tests
 from surrogate.ingest.playbook_network import (
     NETWORK_COLUMNS,
@@ -29,6 +28,7 @@ from surrogate.ingest.playbook_network import (
     parse_playbook_network,
 )
 from surrogate.ingest.xla_tables import parse_xla_table
+from surrogate.io.datasource import data_dir
 
 PLAYBOOK = "sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv"
 NCCL_LOG = "microbench/nccl-tests/dgx_h100_1node_8gpu_all_reduce.log"

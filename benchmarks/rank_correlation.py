@@ -1,5 +1,5 @@
 """How correlated are the learned model's held-out errors of two layouts? Prints the figures
-behind :data:`surrogate.best_odds.CORRELATION` and fits it.
+behind :data:`surrogate.layouts.best_odds.CORRELATION` and fits it.
 
     python benchmarks/rank_correlation.py [--protocol cv_cells] [--seed 0] [--full-fit]
                                           [--predictions DIR]
@@ -8,11 +8,13 @@ Held-out predictions of the Playbook runs (:func:`training.evaluate.evaluate_pro
 shipped physics, cheap LightGBM settings unless ``--full-fit``; kept in ``--predictions DIR``
 and read back from there on a second run); on completed runs the log error
 r = log(measured / predicted MFU) and its standardised form z = r / sd, sd read from the run's
-80% interval as :func:`surrogate.best_odds.log_sd` does, and z clipped to +-3 (a few runs with
+80% interval as :func:`surrogate.layouts.best_odds.log_sd` does, and z clipped to +-3 (a few
+runs with
 a narrow interval and a large miss dominate z's variance otherwise). For pairs of runs it
 prints the correlation of each (sum over pairs of (x_i - m)(x_j - m) / (pairs x variance),
 m the mean): pairs of the same (model, nodes) cell by the number d of
-:data:`surrogate.best_odds.DIMENSIONS` in which they differ, pairs of the same model on other
+:data:`surrogate.layouts.best_odds.DIMENSIONS` in which they differ, pairs of the same model
+on other
 node counts, and pairs of different models. It then fits a + b lambda^d to the clipped z's
 correlations at d >= 1 (least squares weighted by pairs, lambda on a grid of 0.01, a and b
 >= 0): the module's model.
@@ -31,8 +33,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from surrogate.best_odds import DIMENSIONS, log_sd
-from surrogate.training_data import cell_groups, training_data
+from surrogate.layouts.best_odds import DIMENSIONS, log_sd
+from surrogate.learned.training_data import cell_groups, training_data
 from training.evaluate import evaluate_protocol
 from training.train import load_runs
 

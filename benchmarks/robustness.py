@@ -749,7 +749,7 @@ def _runs_table(status: str | None = "completed", match: bool = True
     def setup(d: Path) -> None:
         r = _round(d)
         props = pd.read_csv(r / "proposals.csv")
-        from surrogate.config import CONFIG_COLUMNS
+        from surrogate.config.training import CONFIG_COLUMNS
 
         runs = props[list(CONFIG_COLUMNS)].copy()
         runs["run_id"] = props["name"] + "/1"
@@ -878,8 +878,9 @@ _KEEP: list[Any] = []
 
 def _sweep_table(d: Path) -> None:
     """150 Playbook runs as a sweep table (a small, fast training set)."""
-    from surrogate.clusters import playbook_runs
-    from surrogate.sweeps import SWEEP_COLUMNS, write_sweeps
+    from surrogate.calibration.clusters import playbook_runs
+    from surrogate.ingest.sweep_files import write_sweeps
+    from surrogate.ingest.sweeps import SWEEP_COLUMNS
 
     runs = playbook_runs()
     runs = runs[runs["hidden_size"] == 2048].sample(150, random_state=0)
@@ -1096,7 +1097,7 @@ def all_cases() -> dict[str, list[Case]]:
 def concurrent_appends(repeats: int, tally: Tally) -> None:
     """8 concurrent ingests of the Playbook CSV's eight chunks into one table, ``repeats``
     times; rows in = rows in the table + rows skipped, or rows are lost."""
-    from surrogate.datasource import data_dir
+    from surrogate.io.datasource import data_dir
 
     source = data_dir() / PLAYBOOK
     if not source.exists():

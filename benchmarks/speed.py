@@ -28,8 +28,9 @@ spaces of Mixtral 8x7B with cp, ep and vpp (every layout scored, no optuna): on 
 (about 2 x 10^6 points) and on 256, 512 or 1,024 nodes (about 5 x 10^6 points, 6 x 10^5
 valid layouts), both with full recomputation of every layer only (``recompute_shares=(1,)``)
 and ZeRO over every data-parallel rank (``shardings=("full",)``), then the first with the
-default shares of layers (:data:`surrogate.space.RECOMPUTE_SHARES`), then with hybrid sharding
-too (:data:`surrogate.space.SHARDINGS`), with the analytic model alone and with the learned
+default shares of layers (:data:`surrogate.layouts.space.RECOMPUTE_SHARES`), then with hybrid
+sharding
+too (:data:`surrogate.layouts.space.SHARDINGS`), with the analytic model alone and with the learned
 model.
 Aims: cold CLI no slower than ``import pandas, lightgbm``; one configuration < 5 ms; 200,000
 rows end to end (CSV in, CSV out) >= 100,000 rows/s; in process >= 250,000 rows/s learned
@@ -53,18 +54,18 @@ from typing import Any
 import pandas as pd
 
 from surrogate.analytic.run import analytic_for
-from surrogate.compiled_trees import COMPILE_MIN_ROWS, cache_root
-from surrogate.config import CONFIG_COLUMNS, config_from_flat
-from surrogate.config_table import validate_table
-from surrogate.features import build_features_cols
-from surrogate.learned import SurrogateModel
-from surrogate.parameter_files import shipped_parameter_sets
-from surrogate.perf_models import resolve_perf_model
-from surrogate.prediction import DEFAULT_MODEL_DIR, predict, predict_frame
-from surrogate.presets import get_preset
-from surrogate.search import search
-from surrogate.space import RECOMPUTE_SHARES, SHARDINGS, LayoutSpace
-from surrogate.tableio import CHUNK_ROWS
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.presets import get_preset
+from surrogate.config.table import validate_table
+from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
+from surrogate.hardware.perf_models import resolve_perf_model
+from surrogate.io.tableio import CHUNK_ROWS
+from surrogate.layouts.search import search
+from surrogate.layouts.space import RECOMPUTE_SHARES, SHARDINGS, LayoutSpace
+from surrogate.learned.compiled_trees import COMPILE_MIN_ROWS, cache_root
+from surrogate.learned.features import build_features_cols
+from surrogate.learned.model import SurrogateModel
+from surrogate.prediction.predict import DEFAULT_MODEL_DIR, predict, predict_frame
 from training.train import load_runs, train
 
 CLI = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
@@ -100,7 +101,7 @@ def _warm_trees(model: SurrogateModel, runs: pd.DataFrame) -> str:
     print(f"compiled trees (lleaves): compiled for this machine or loaded from "
           f"{cache_root()}, with a first learned predict_frame of {len(frame):,} rows, in "
           f"{took:.1f} s (not counted below)")
-    return "compiled by lleaves (surrogate.compiled_trees)"
+    return "compiled by lleaves (surrogate.learned.compiled_trees)"
 
 
 def _peak_rss_gib(argv: list[str]) -> tuple[float, float]:

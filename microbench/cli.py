@@ -53,7 +53,7 @@ def microbench_cmd(
     from microbench.gemm import fp8_supported
     from microbench.suite import SuiteSettings, plan
     from surrogate.errors import ConfigError, MeasurementError
-    from surrogate.microbench_table import hardware_from_device_name
+    from surrogate.ingest.microbench_table import hardware_from_device_name
 
     chosen = tuple(o.strip() for o in ops.split(",") if o.strip())
     bad = [o for o in chosen if o not in OPS]
@@ -62,7 +62,7 @@ def microbench_cmd(
     cuda = torch.cuda.is_available()
     gpu = hardware_from_device_name(torch.cuda.get_device_name()) if cuda else "H100-SXM-80GB"
     try:
-        from surrogate.hardware import canonical_gpu_name
+        from surrogate.config.gpus import canonical_gpu_name
 
         gpu = canonical_gpu_name(gpu)
     except ConfigError:

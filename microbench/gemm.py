@@ -66,7 +66,7 @@ def preset_shapes(tps: Sequence[int] = PRESET_TPS, *, mbs: int = 1) -> list[Gemm
     LM head by columns (out / tp) and the attention output and MLP down projection by rows
     (in / tp). Shapes that tp does not divide evenly are left out.
     """
-    from surrogate.presets import PRESETS
+    from surrogate.config.presets import PRESETS
 
     seen: set[tuple[int, int, int]] = set()
     out: list[GemmShape] = []

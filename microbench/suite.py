@@ -58,7 +58,7 @@ class SuiteSettings:
 
 def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmup: int,
                      repeats: int) -> float:
-    from surrogate.hardware import get_gpu
+    from surrogate.config.gpus import get_gpu
 
     spec = get_gpu(gpu)
     total = 0.0
@@ -73,7 +73,7 @@ def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmu
 def _collective_estimate_s(op: str, sizes: list[int], groups: list[int], world: int, gpu: str,
                            warmup: int, iters: int) -> tuple[int, float]:
     from surrogate.analytic.perf import SpecPerfModel
-    from surrogate.hardware import get_gpu
+    from surrogate.config.gpus import get_gpu
 
     spec = get_gpu(gpu)
     c = {"intra_node_bw": np.array(spec.intra_node_bw_bytes_per_s),

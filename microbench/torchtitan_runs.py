@@ -1,4 +1,4 @@
-"""Real torchtitan training runs, launched from the files ``surrogate.launch`` writes.
+"""Real torchtitan training runs, launched from the files ``surrogate.loop.launch`` writes.
 
 Three steps, the first and last where the surrogate is installed, the second on the GPU machine
 (with torchtitan 0.2.2, the last release that reads TOML job configs)::
@@ -8,10 +8,10 @@ Three steps, the first and last where the surrogate is installed, the second on 
     python -m microbench.torchtitan_runs ingest runs/ --into t.parquet   # torchtitan reader
 
 ``plan`` writes, for each case of :data:`CASES`, ``<run>/config.toml`` (and ``launch.sh``,
-``job.sbatch``) with :func:`surrogate.launch.write_launch_files`, unchanged: what
+``job.sbatch``) with :func:`surrogate.loop.launch.write_launch_files`, unchanged: what
 ``surrogate search --launch-dir`` would give a user. A shape that is not one of torchtitan's
 flavours is written as flavour ``custom``: the launch files then hold ``flavour.json``,
-torchtitan's model arguments for it (:func:`surrogate.launch.torchtitan_model_args`: ``llama3``
+torchtitan's model arguments for it (:func:`surrogate.loop.launch.torchtitan_model_args`: ``llama3``
 for dense models, ``llama4`` with an MoE block in every layer for MoE models), and
 ``train_custom.py``, which registers it and starts torchtitan's trainer; ``plan`` adds to
 ``flavour.json`` the configuration columns the ingest step gives the reader (what ``surrogate
@@ -52,8 +52,8 @@ from typing import Any
 FLAVOUR_FILE = "flavour.json"
 CONFIG_FILE = "config.toml"
 TRAIN_SCRIPT = "train_custom.py"
-"""``surrogate.launch``'s file names (``flavour.json`` with the reader's columns added by
-:func:`plan`), repeated: the GPU machine runs this module without ``surrogate.launch``'s
+"""``surrogate.loop.launch``'s file names (``flavour.json`` with the reader's columns added by
+:func:`plan`), repeated: the GPU machine runs this module without ``surrogate.loop.launch``'s
 dependencies (tomli-w); a test checks they agree."""
 LOG_FILE = "train.log"
 STATUS_FILE = "status.txt"
@@ -71,7 +71,8 @@ class Case:
     label: str
     """Short model label of the run's name."""
     model: dict[str, Any]
-    """Model columns (``surrogate.config.MODEL_FIELDS`` names; ``name`` a preset or a label)."""
+    """Model columns (``surrogate.config.training.MODEL_FIELDS`` names; ``name`` a preset or a
+    label)."""
     seq_len: int
     mbs: int
     recompute: str = "none"
@@ -125,8 +126,8 @@ CASES: tuple[Case, ...] = tuple(Case(*c) for c in (
 def _case_config(case: Case) -> Any:
     from dataclasses import asdict
 
-    from surrogate.config import config_from_flat
-    from surrogate.presets import PRESETS
+    from surrogate.config.presets import PRESETS
+    from surrogate.config.training import config_from_flat
 
     model = dict(case.model)
     name = model.pop("name")
@@ -170,7 +171,8 @@ def write_synthetic_assets(root: Path, *, seed: int = 0) -> None:
 def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> list[Path]:
     """Write the launch files of ``cases`` under ``out``, each ``flavour.json`` with the
     columns the ingest step gives the reader in front."""
-    from surrogate.launch import TORCHTITAN_FLAVOURS, write_launch_files
+    from surrogate.config.presets import TORCHTITAN_FLAVOURS
+    from surrogate.loop.launch import write_launch_files
 
     dirs = []
     for case in cases:
@@ -188,7 +190,7 @@ def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> lis
 
 
 def _model_columns(model: Any) -> dict[str, Any]:
-    from surrogate.config import MODEL_FIELDS
+    from surrogate.config.training import MODEL_FIELDS
 
     return {"model_name": model.name} | {
         f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")}
@@ -302,7 +304,7 @@ def read_run_dirs(root: Path) -> tuple[Any, list[str]]:
 def ingest(root: Path, into: Path) -> Any:
     """Append the rows of :func:`read_run_dirs` to the sweep table ``into``; returns the
     append summary."""
-    from surrogate.sweeps import append_sweeps
+    from surrogate.ingest.sweep_files import append_sweeps
 
     frame, lines = read_run_dirs(root)
     print("\n".join(lines))

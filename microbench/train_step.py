@@ -36,7 +36,7 @@ try, flushed at once).
 
 Records (schema ``surrogate.train_step/1``, read by ``surrogate ingest``): ``status`` (``ok``,
 ``oom``, ``timeout``, ``error``), ``message``, ``config`` (every column of the sweep table's
-configuration, ``surrogate.config.CONFIG_COLUMNS``), ``model_name``, the outcome
+configuration, ``surrogate.config.training.CONFIG_COLUMNS``), ``model_name``, the outcome
 (``step_time_s``, ``step_times_s``, ``tokens_per_s_per_gpu``, ``peak_mem_allocated_gib``,
 ``peak_mem_reserved_gib``, ``try_peak_mem_allocated_gib``, ``try_peak_mem_reserved_gib``),
 ``device_memory_gib`` (the device's total) and ``free_at_start_gib`` (free before the try: the
@@ -60,8 +60,9 @@ from microbench.fingerprint import Fingerprint, collect
 from microbench.gemm import int_list, resolve_device
 from microbench.records import JsonlWriter
 from microbench.watchdog import Watchdog
-from surrogate.config import MODEL_FIELDS, ModelConfig
-from surrogate.presets import PRESETS
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import PRESETS
+from surrogate.config.training import MODEL_FIELDS
 
 RECORD_SCHEMA = "surrogate.train_step/1"
 GIB = 2.0**30
@@ -418,7 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     import torch
 
-    from surrogate.microbench_table import hardware_from_device_name
+    from surrogate.ingest.microbench_table import hardware_from_device_name
 
     device = resolve_device(args.device)
     models = [m.strip() for m in args.models.split(",") if m.strip()]

@@ -15,25 +15,33 @@ __all__ = [
     "LayoutConfig",
     "ModelConfig",
     "SurrogateError",
+    "SurrogateModel",
     "TrainingConfig",
     "__version__",
     "predict",
+    "search",
 ]
 
 _LAZY = {
-    "ClusterConfig": "surrogate.config",
-    "LayoutConfig": "surrogate.config",
-    "ModelConfig": "surrogate.config",
-    "TrainingConfig": "surrogate.config",
+    "ClusterConfig": "surrogate.config.training",
+    "LayoutConfig": "surrogate.config.training",
+    "ModelConfig": "surrogate.config.training",
+    "TrainingConfig": "surrogate.config.training",
     "ConfigError": "surrogate.errors",
     "SurrogateError": "surrogate.errors",
-    "predict": "surrogate.prediction",
+    "predict": "surrogate.prediction.predict",
+    "search": "surrogate.layouts.search",
+    "SurrogateModel": "surrogate.learned.model",
 }
 
 if TYPE_CHECKING:
-    from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
+    from surrogate.config.layout import ClusterConfig, LayoutConfig
+    from surrogate.config.model import ModelConfig
+    from surrogate.config.training import TrainingConfig
     from surrogate.errors import ConfigError, SurrogateError
-    from surrogate.prediction import predict
+    from surrogate.layouts.search import search
+    from surrogate.learned.model import SurrogateModel
+    from surrogate.prediction.predict import predict
 
 
 def __getattr__(name: str) -> Any:

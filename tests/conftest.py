@@ -11,11 +11,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from surrogate.config import ClusterConfig, LayoutConfig, ModelConfig, TrainingConfig
-from surrogate.presets import get_preset
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig
 
 if TYPE_CHECKING:
-    from surrogate.learned import SurrogateModel
+    from surrogate.learned.model import SurrogateModel
 
 PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 
@@ -34,15 +36,15 @@ def _tracking_outside_the_checkout(
 @pytest.fixture(autouse=True)
 def _lightgbm_trees(monkeypatch: pytest.MonkeyPatch) -> None:
     """Loaded models predict with LightGBM, never compiling trees into the user cache
-    (tests/test_compiled_trees.py turns compiled trees on, with a cache of its own)."""
+    (tests/learned/test_compiled_trees.py turns compiled trees on, with a cache of its own)."""
     monkeypatch.setenv("SURROGATE_COMPILED_TREES", "0")
 
 
 @pytest.fixture(scope="session")
 def playbook_runs() -> pd.DataFrame:
     """Every run of the Playbook sweep."""
-    from surrogate.datasource import data_dir
     from surrogate.ingest.playbook import parse_playbook
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / PLAYBOOK
     if not path.exists():
@@ -60,7 +62,7 @@ def playbook_subset(playbook_runs: pd.DataFrame) -> pd.DataFrame:
 @pytest.fixture
 def mbench_data_dir() -> Path:
     """The public data directory, if it holds the microbenchmark files."""
-    from surrogate.datasource import data_dir
+    from surrogate.io.datasource import data_dir
 
     d = data_dir()
     if not (d / "microbench").is_dir():
@@ -91,7 +93,7 @@ SMALL_BOOSTERS = {"n_estimators": 20, "num_leaves": 15}  # fast fits
 
 def small_model() -> SurrogateModel:
     """An unfitted SurrogateModel of small boosters (:data:`SMALL_BOOSTERS`), seed 3."""
-    from surrogate.learned import SurrogateModel
+    from surrogate.learned.model import SurrogateModel
 
     return SurrogateModel(status_params=SMALL_BOOSTERS, mfu_params=SMALL_BOOSTERS,
                           mem_params=SMALL_BOOSTERS, seed=3)
@@ -100,7 +102,7 @@ def small_model() -> SurrogateModel:
 @pytest.fixture(scope="module")
 def fitted(playbook_subset: pd.DataFrame) -> SurrogateModel:
     """:func:`small_model` fitted on the Playbook subset (once per test module)."""
-    from surrogate.training_data import cell_groups
+    from surrogate.learned.training_data import cell_groups
 
     assert len(np.unique(cell_groups(playbook_subset))) >= 2
     return small_model().fit(playbook_subset)
@@ -109,7 +111,7 @@ def fitted(playbook_subset: pd.DataFrame) -> SurrogateModel:
 @pytest.fixture(scope="module")
 def configs(playbook_subset: pd.DataFrame) -> list[TrainingConfig]:
     """The configurations of the first 60 runs of the Playbook subset."""
-    from surrogate.config import config_from_flat
+    from surrogate.config.training import config_from_flat
 
     return [config_from_flat(r) for r in playbook_subset.head(60).to_dict("records")]
 

@@ -29,7 +29,7 @@ def test_require_returns_the_module() -> None:
 
 
 def test_tracking_without_mlflow_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from surrogate import tracking
+    from surrogate.io import tracking
 
     for name in ("mlflow", "mlflow.tracking"):
         monkeypatch.setitem(sys.modules, name, None)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.clusters import SOURCE_PROFILES, run_context
-from surrogate.config import CONFIG_COLUMNS
+from surrogate.calibration.clusters import SOURCE_PROFILES, run_context
+from surrogate.config.training import CONFIG_COLUMNS
+from surrogate.hardware.profile import load_profile, shipped_profiles
 from surrogate.ingest.dispatch import read_runs
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.profile import load_profile, shipped_profiles
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
 
@@ -48,8 +48,8 @@ def test_torchtitan_runs_read_whole_as_their_logs_say() -> None:
     from microbench.torchtitan_runs import CASES, read_run_dirs
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import cols_from_table
-    from surrogate.config_table import validate_table
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.table import validate_table
 
     runs, lines = read_run_dirs(TORCHTITAN)
     assert len(runs) == len(CASES) == 28, lines
@@ -84,7 +84,8 @@ def test_torchtitan_autocast_runs_are_fitted_as_the_set_they_take() -> None:
     """A fit (``surrogate calibrate --runs``) of these runs would fit the set they are
     predicted with, pytorch/autocast's, not torchtitan's own (its FSDP layouts')."""
     from microbench.torchtitan_runs import read_run_dirs
-    from surrogate.fit_params import blocks_for_runs, framework_version_of, own_sets
+    from surrogate.calibration.blocks import blocks_for_runs, framework_version_of
+    from surrogate.calibration.fit_params import own_sets
 
     runs, _ = read_run_dirs(TORCHTITAN)
     blocks, rows = blocks_for_runs(runs, "h100-own-measured")

@@ -5,8 +5,10 @@ fitted on. These protocols measure exactly that on every framework and cluster w
 runs: the Playbook's (nanotron on its H100 + EFA cluster), MosaicML's MPT runs (llm-foundry on
 H100 and on A100 clusters) and the project's own single-H100 runs (PyTorch autocast, FSDP2,
 torchtitan). For each held-out framework or cluster, the analytic model's parameter sets are
-fitted on every other run (``surrogate.fit_params.fit_runs``; a framework version with no run
-left keeps no set), and so is the default set (``surrogate.fit_params.fit_default``); the
+fitted on every other run (``surrogate.calibration.fit_params.fit_runs``; a framework version with
+no run
+left keeps no set), and so is the default set (``surrogate.calibration.fit_params.fit_default``);
+the
 held-out runs are then predicted
 
 - ``priors``: a framework version without a set of its own at the priors;
@@ -29,15 +31,13 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import DEFAULT_SET, ParameterSets
-from surrogate.fit_params import (
+from surrogate.calibration.blocks import (
     MIN_FIT_MFU,
-    Balance,
     blocks_for_runs,
-    fit_default,
-    fit_runs,
     predicted_logged_reserved,
     predicted_step_s,
 )
+from surrogate.calibration.fit_params import Balance, fit_default, fit_runs
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
 """The project's own H100 measurements (``datasets/h100``)."""
@@ -66,9 +66,9 @@ def own_h100_runs() -> pd.DataFrame:
 def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
     """Every measured run of every framework and cluster, with a ``cluster`` column:
     ``playbook``, ``mpt-h100``, ``mpt-a100`` (both A100 memory sizes) and ``own-h100``."""
-    from surrogate.clusters import playbook_runs
-    from surrogate.datasource import data_dir as resolve_data_dir
+    from surrogate.calibration.clusters import playbook_runs
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir as resolve_data_dir
 
     playbook = playbook_runs(data_dir).assign(cluster="playbook")
     mpt = parse_llmfoundry(resolve_data_dir(data_dir)
@@ -79,7 +79,7 @@ def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
 
 
 def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
-    from surrogate.config import config_from_flat
+    from surrogate.config.training import config_from_flat
 
     return np.array([config_from_flat(r).layout.parameter_set()
                      for r in runs.to_dict("records")], dtype=object)
@@ -89,7 +89,7 @@ def log_errors(runs: pd.DataFrame, sets: ParameterSets | None = None) -> dict[st
     """Per run of ``runs``, under parameter sets ``sets`` (None: the shipped ones):
     log(predicted / measured) of tokens/s over the completed runs and of peak reserved memory
     over those with a measurement (NaN elsewhere), measured as the fits read them
-    (``surrogate.fit_params.blocks_for_runs``)."""
+    (``surrogate.calibration.blocks.blocks_for_runs``)."""
     blocks, rows = blocks_for_runs(runs, sets=sets)
     tps = np.full(len(runs), np.nan)
     mem = np.full(len(runs), np.nan)

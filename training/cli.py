@@ -85,23 +85,23 @@ def train_cmd(
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
     from surrogate.errors import ConfigError
     from surrogate.extras import require
-    from surrogate.outputs import check_output_dir
+    from surrogate.io.outputs import check_output_dir
 
     # the inputs first, within a second (nothing heavy is imported yet), then the extras,
     # the stores and the data: each before minutes of work, not after
     check_output_dir(out, flag="--out", force=force)
-    from surrogate.table_files import check_table_file
+    from surrogate.io.table_files import check_table_file
 
     for path in sweeps or []:
         check_table_file(path, flag="--sweeps")
     if not no_track:
-        from surrogate.tracking import check_store
+        from surrogate.io.tracking import check_store
 
         check_store()
     for module in ("optuna", "mlflow"):
         require(module, extra="train", purpose="surrogate train")
     if storage:
-        from surrogate.stores import check_storage
+        from surrogate.io.stores import check_storage
 
         check_storage(storage)
     from training.evaluate import DEFAULT_PROTOCOLS
@@ -112,7 +112,7 @@ def train_cmd(
         if n_trials > 0:
             raise ConfigError(f"--settings-from replaces tuning: give --n-trials 0, got "
                               f"{n_trials}")
-        from surrogate.learned import SurrogateModel
+        from surrogate.learned.model import SurrogateModel
 
         params = SurrogateModel.load(settings_from).lightgbm_params
     result = train(
@@ -157,7 +157,7 @@ def train_cmd(
                        "itself there")
     typer.echo(f"saved the model to {result.out_dir} in {result.seconds:.0f} s")
     if tracked is not None:
-        from surrogate.tracking import run_url
+        from surrogate.io.tracking import run_url
 
         typer.echo(f"MLflow: {tracked.run_name!r}, "
                    f"{run_url(tracked.tracking_uri, tracked.experiment_id, tracked.run_id)}; "
@@ -172,7 +172,7 @@ def _tracking_failed(result: Any) -> None:
     if error is None:
         return
     from surrogate.errors import DataError
-    from surrogate.tracking import tracking_uri
+    from surrogate.io.tracking import tracking_uri
     from training.train import EVALUATION_FILE
 
     raise DataError(f"recording the training in MLflow ({tracking_uri()}) failed "
@@ -201,7 +201,7 @@ def evaluate_cmd(
 ) -> None:
     """Refit the surrogate under each protocol and print held-out accuracy (learned vs the
     analytic model alone)."""
-    from surrogate.learned import SurrogateModel
+    from surrogate.learned.model import SurrogateModel
     from training.evaluate import DEFAULT_PROTOCOLS, evaluate
     from training.train import load_runs
 

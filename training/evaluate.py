@@ -1,11 +1,11 @@
 """Accuracy of the learned surrogate under protocols that hide part of the data.
 
-Protocols (each refits :class:`~surrogate.learned.SurrogateModel` on the training part and
+Protocols (each refits :class:`~surrogate.learned.model.SurrogateModel` on the training part and
 predicts the rest; the metrics pool the held-out predictions of all splits). By default each
 split also refits the analytic model's free parameters on its training part
 (:func:`physics_of`), and computes its features and targets under them; with
 ``refit_physics=False`` the features and targets are prepared once under the shipped parameters
-(:func:`surrogate.training_data.training_data`), which saw every run, and each fit takes its
+(:func:`surrogate.learned.training_data.training_data`), which saw every run, and each fit takes its
 part of them:
 
 - ``cv``: 5-fold cross-validation over runs, plain (shuffled ``KFold``, not grouped): a test run
@@ -36,10 +36,10 @@ import numpy as np
 
 from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import TrainingData, cell_groups, training_data
+from surrogate.prediction.scoring import score_runs
 from surrogate.progress import ProgressFn, report
-from surrogate.scoring import score_runs
-from surrogate.training_data import TrainingData, cell_groups, training_data
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -142,7 +142,8 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     true_oom = (judged["status"] == "oom").to_numpy()
     pred_oom = (judged["pred_status"] == "oom").to_numpy()
     hits = float((true_oom & pred_oom).sum())
-    # against the prediction for the rank each run's memory was logged on (surrogate.scoring)
+    # against the prediction for the rank each run's memory was logged on
+    # (surrogate.prediction.scoring)
     pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_gib"]
     mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
@@ -282,8 +283,8 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     import pandas as pd
     from sklearn.model_selection import GroupKFold
 
-    from surrogate.learned import conformal_quantile
-    from surrogate.training_data import cell_groups
+    from surrogate.learned.intervals import conformal_quantile
+    from surrogate.learned.training_data import cell_groups
 
     groups = coverage_groups(res)
     stratum = groups["nodes"] + " " + groups["pipeline"] + " " + groups["framework"]
@@ -364,13 +365,14 @@ def evaluate_protocol(
     refit_physics: bool = True,
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
-    pooled test parts (``shrink_doublings``: see ``surrogate.domain``; None: the default;
+    pooled test parts (``shrink_doublings``: see ``surrogate.learned.domain``; None: the default;
     ``progress``: reports each split, :mod:`surrogate.progress`; ``settings``: other
     SurrogateModel settings, e.g. ``unseen_shape_weight``; ``refit_physics``: refit the
     analytic model's free parameters on each training part too, :func:`physics_of`, the
     default; False keeps the shipped parameters, which were fitted on every Playbook run, the
     test runs among them). ``runs``: the table, or
-    :func:`~surrogate.training_data.training_data` of it (then ``profile`` must be its own)."""
+    :func:`~surrogate.learned.training_data.training_data` of it (then ``profile`` must be its
+    own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
                             n_folds=n_folds, profile=profile, progress=progress,
                             settings=settings, refit_physics=refit_physics)[shrink_doublings]
@@ -379,13 +381,13 @@ def evaluate_protocol(
 def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any]]:
     """The analytic parameter sets of a split that hides its test runs from the physics too:
     each framework version of ``data`` fitted on the training rows ``train`` alone
-    (``surrogate.fit_params.fit_runs``, no cross-validation), or at its priors where the
+    (``surrogate.calibration.fit_params.fit_runs``, no cross-validation), or at its priors where the
     training part has too few runs to fit it; the sets ``data`` was computed under
     (``TrainingData.parameter_sets``: the shipped ones unless given others) of framework
     versions ``data`` does not hold. (The shipped sets of the versions it holds were fitted on
     all their runs, the test runs among them.)"""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.fit_params import fit_runs
+    from surrogate.calibration.fit_params import fit_runs
 
     held = {FRAMEWORK_VERSIONS[int(c)] for c in np.unique(data.cols["framework_code"])}
     base = data.parameter_sets

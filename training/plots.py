@@ -13,8 +13,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from surrogate.learned import SurrogateModel
-from surrogate.training_data import cell_groups
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import cell_groups
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -14,7 +14,8 @@ the project's own.
   nodes, the law that best forecast held-out larger node counts.
 - ``h100-own-measured.json``: the GEMMs this project measured on one H100 SXM
   (``datasets/h100/2026-11-23``), with the public intra-node collectives; the profile under
-  which the project's own single-GPU training steps are explained (``surrogate.clusters``).
+  which the project's own single-GPU training steps are explained
+  (``surrogate.calibration.clusters``).
 
 Why the healthy fabric is the default: the Playbook cluster's collapse with scale is one
 cluster's network (a user's is better described by their own nccl-tests or
@@ -30,9 +31,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from surrogate.calibrate import fit_profile
-from surrogate.datasource import data_dir as resolve_data_dir
-from surrogate.profile import CalibrationProfile
+from surrogate.calibration.calibrate import fit_profile
+from surrogate.hardware.profile import CalibrationProfile
+from surrogate.io.datasource import data_dir as resolve_data_dir
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
 PLAYBOOK_PROFILE = "hf-playbook-cluster"
@@ -103,7 +104,7 @@ def playbook_profile(root: Path) -> CalibrationProfile:
 def own_profile(root: Path) -> CalibrationProfile:
     from microbench.gemm import GRID_SIDES
     from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-    from surrogate.microbench_table import GEMM_OP
+    from surrogate.ingest.microbench_table import GEMM_OP
 
     gemms = parse_microbench_jsonl(OWN_GEMMS)[0]
     # The regular grid only: the preset models' shapes would multiply the curve's axes (its

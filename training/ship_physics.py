@@ -2,11 +2,13 @@
 
     python -m training.ship_physics [--out PATH] [--data-dir DIR]
 
-- Each framework version with runs of its own, on those runs (``surrogate.fit_params.fit_runs``,
+- Each framework version with runs of its own, on those runs
+  (``surrogate.calibration.fit_params.fit_runs``,
   leave-one-model-out spread): nanotron's two versions on the Playbook's runs, ``pytorch/
   autocast`` and ``pytorch-fsdp2/bf16`` on the project's single-H100 training steps. Each set
   records the cluster it was fitted on, where its cluster-scoped values hold.
-- The default set (``surrogate.fit_params.fit_default``, each parameter set's runs weighed
+- The default set (``surrogate.calibration.fit_params.fit_default``, each parameter set's runs
+  weighed
   alike) on every run of every framework together: those, MosaicML's MPT runs (llm-foundry on
   H100 and A100) and the project's torchtitan runs. The balance was chosen by the protocols that
   hold out a framework or a cluster (``python benchmarks/accuracy.py --across``).
@@ -27,7 +29,7 @@ import time
 from pathlib import Path
 
 from surrogate.analytic.params import DEFAULT_SET, ParameterSets
-from surrogate.fit_params import fit_default, fit_runs, write_sets
+from surrogate.calibration.fit_params import fit_default, fit_runs, write_sets
 from training.across import all_runs, leave_one_out, transfer_intervals
 
 SHIPPED = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "analytic_params.json"

@@ -1,6 +1,6 @@
 """Recording a training in MLflow: parameters, data, tuning, metrics, model files, plots.
 
-Where and how (:mod:`surrogate.tracking`): ``$MLFLOW_TRACKING_URI`` when set, else
+Where and how (:mod:`surrogate.io.tracking`): ``$MLFLOW_TRACKING_URI`` when set, else
 ``sqlite:///mlruns/mlflow.db`` with artifacts under ``mlruns/artifacts``. Every training is one
 run of the experiment ``surrogate-training``, named for what it is (``train 2026-11-22
 playbook+my_runs``), with metrics ``<protocol>/<metric>`` (``cv/mfu_mape``,
@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from surrogate.tracking import DEFAULT_TRACKING_URI, KIND_TAG, REGISTERED_MODEL, tracking_uri
+from surrogate.io.tracking import DEFAULT_TRACKING_URI, KIND_TAG, REGISTERED_MODEL, tracking_uri
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -97,8 +97,8 @@ def log_training(
     ``lineage`` more tags for the run and the model version; ``figures`` saved under
     ``plots/<name>.png``. The run is named ``run_name`` or ``train <date> <label>``.
     """
-    from surrogate import tracking
     from surrogate.extras import require
+    from surrogate.io import tracking
 
     require("mlflow", extra="train")  # absent: one line naming the extra that installs it
     import mlflow

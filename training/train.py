@@ -9,10 +9,11 @@
    The hyperparameters were tuned on all the data, test parts included, so the figures are
    slightly optimistic about the settings (not about the fitted models, which never see their
    test part).
-4. Fit the final :class:`~surrogate.learned.SurrogateModel` on all the runs, store the metrics
+4. Fit the final :class:`~surrogate.learned.model.SurrogateModel` on all the runs, store the metrics
    in its sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
 
-The features and targets are computed once (:func:`surrogate.training_data.training_data`); the
+The features and targets are computed once (:func:`surrogate.learned.training_data.training_data`);
+the
 tuning folds, the evaluation splits and the final fit each take their part of them.
 """
 
@@ -25,8 +26,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
-from surrogate.learned import DEFAULT_PARAMS, SurrogateModel
-from surrogate.training_data import cell_groups, training_data
+from surrogate.learned.boosters import DEFAULT_PARAMS
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import cell_groups, training_data
 from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
 from training.tune import DEFAULT_STORAGE, MAX_ESTIMATORS, TuneResult, tune
 
@@ -47,11 +49,11 @@ def load_runs(
     """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
     import pandas as pd
 
-    from surrogate.sweeps import read_sweeps
+    from surrogate.ingest.sweep_files import read_sweeps
 
     frames = []
     if playbook:
-        from surrogate.clusters import playbook_runs
+        from surrogate.calibration.clusters import playbook_runs
 
         frames.append(playbook_runs(data_dir))
     for p in sweep_paths:
@@ -157,7 +159,7 @@ def train(
                                  sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
                                  max_estimators=max_estimators, n_folds=n_folds)
             except Exception as e:  # any failure of the store, after the work: keep the work
-                from surrogate.tracking import store_failure
+                from surrogate.io.tracking import store_failure
 
                 failure = store_failure(e)
                 save_evaluation(out / EVALUATION_FILE, evaluation, tuning)
@@ -180,7 +182,7 @@ def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
     import os
     import tempfile
 
-    from surrogate.jsonsafe import json_safe
+    from surrogate.io.jsonsafe import json_safe
 
     data = {"evaluation": {p: {"learned": r.metrics, "analytic": r.analytic_metrics,
                                "refit_physics": r.refit_physics, "splits": r.n_splits}

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from surrogate.analytic.params import ParameterSets
-    from surrogate.learned import SurrogateModel
+    from surrogate.learned.model import SurrogateModel
 
 LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
     {"gpus": 8192, "dp": 64, "cp": 1, "seq_len": 8192, "grad_accum": 32, "reported_mfu": 0.43},
@@ -49,8 +49,9 @@ def llama3_405b_configs(vpp: int = 1) -> list[Any]:
     virtual stages per rank."""
     from dataclasses import replace
 
-    from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
-    from surrogate.presets import get_preset
+    from surrogate.config.layout import ClusterConfig, LayoutConfig
+    from surrogate.config.presets import get_preset
+    from surrogate.config.training import TrainingConfig
 
     base = get_preset("llama3-405b")
     out = []
@@ -71,7 +72,7 @@ def llama3_405b_table(model: SurrogateModel | None, vpp: int = 1) -> pd.DataFram
     virtual stages per rank (:data:`LLAMA3_405B_VPP`)."""
     import pandas as pd
 
-    from surrogate.prediction import predict
+    from surrogate.prediction.predict import predict
 
     rows = []
     for cfg, rep in zip(llama3_405b_configs(vpp), LLAMA3_405B_REPORTED, strict=True):
@@ -103,13 +104,14 @@ class TransferResult:
     rest) or ``one node -> more`` (drawn from the one-node runs, scored on the others)."""
     own_physics_metrics: dict[str, float] | None = None
     """The analytic model alone under the parameters fitted on the k runs (their framework's:
-    ``surrogate.fit_params.own_sets``, which the learned model's training fits and carries
-    too), where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``."""
+    ``surrogate.calibration.fit_params.own_sets``, which the learned model's training fits and
+    carries
+    too), where k reaches ``surrogate.calibration.fit_params.OWN_MIN_RUNS``."""
 
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame,
             sets: ParameterSets | None = None) -> pd.DataFrame:
-    from surrogate.scoring import score_runs
+    from surrogate.prediction.scoring import score_runs
 
     pred = score_runs(runs, model=model, sets=sets)
     out = runs.copy()
@@ -159,15 +161,16 @@ def other_cluster(
     every run of more nodes scored (``scales="one node -> more"``; none where ``other`` lacks
     either kind, or a k is not under the one-node runs' count). The analytic baseline is the
     model under the shipped parameters (the priors, for a framework without a fitted set);
-    where k reaches ``surrogate.fit_params.OWN_MIN_RUNS``, which is where training fits the k
+    where k reaches ``surrogate.calibration.fit_params.OWN_MIN_RUNS``, which is where training fits
+    the k
     runs' framework its own parameters (``training_data(own_physics=True)``), also under
     those (``own_physics_metrics``). ``sets``: the parameter sets every model is trained and
     scored under (None: the shipped ones)."""
     import pandas as pd
 
-    from surrogate.fit_params import OWN_MIN_RUNS
-    from surrogate.learned import SurrogateModel
-    from surrogate.training_data import training_data
+    from surrogate.calibration.fit_params import OWN_MIN_RUNS
+    from surrogate.learned.model import SurrogateModel
+    from surrogate.learned.training_data import training_data
 
     params = params or {}
 

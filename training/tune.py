@@ -27,9 +27,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.errors import DataError
-from surrogate.learned import CATEGORICAL, booster_params, fit_status, status_proba
-from surrogate.stores import ensure_sqlite_dir
-from surrogate.training_data import TrainingData, source_weights
+from surrogate.io.stores import ensure_sqlite_dir
+from surrogate.learned.boosters import CATEGORICAL, booster_params, fit_status, status_proba
+from surrogate.learned.training_data import TrainingData, source_weights
 
 if TYPE_CHECKING:
     import optuna
@@ -173,7 +173,7 @@ def tune(
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         # Start from the library defaults so tuning can only improve on them.
-        from surrogate.learned import DEFAULT_PARAMS
+        from surrogate.learned.boosters import DEFAULT_PARAMS
 
         study.enqueue_trial({k: v for k, v in DEFAULT_PARAMS.items() if k != "subsample_freq"}
                             | {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]),

@@ -1,6 +1,7 @@
 """Configurations as numeric columns: the input of every analytic function.
 
-A :data:`Cols` maps each name of :data:`surrogate.config.CONFIG_COLUMNS` (strings encoded as
+A :data:`Cols` maps each name of :data:`surrogate.config.training.CONFIG_COLUMNS` (strings encoded
+as
 numbers, below) plus the GPU's and framework's traits to a float64 array with one element per
 configuration. The model-variant fields enter as the widths they give: ``qk_head_dim`` and
 ``v_head_dim`` (hidden_size / num_heads for a Llama block), ``moe_ffn_hidden_size`` (the
@@ -15,10 +16,12 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.config import MODEL_FIELDS, RECOMPUTE_MODES, ModelConfig, TrainingConfig
-from surrogate.config_table import FlatTable, flat_table, per_group, table_len
-from surrogate.frameworks import FRAMEWORKS, FrameworkTraits, get_framework
-from surrogate.hardware import GIB, GPUS, get_gpu
+from surrogate.config.framework_traits import RECOMPUTE_MODES, FrameworkTraits
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.gpus import GIB, GPUS, get_gpu
+from surrogate.config.model import ModelConfig
+from surrogate.config.table import FlatTable, flat_table, per_group, table_len
+from surrogate.config.training import MODEL_FIELDS, TrainingConfig
 
 if TYPE_CHECKING:
     from surrogate.analytic.params import ParameterSets
@@ -94,7 +97,7 @@ def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
 
 def cols_from_table(table: FlatTable, sets: ParameterSets) -> dict[str, Array]:
     """The analytic model's columns of validated configurations given as a flat table
-    (:mod:`surrogate.config_table`), with the free parameters of each configuration's
+    (:mod:`surrogate.config.table`), with the free parameters of each configuration's
     framework version in ``sets`` (``p_<name>``, :mod:`surrogate.analytic.params`). Derived
     values (head widths, the GPU's and framework's traits) are computed once per distinct
     model, GPU and framework."""

@@ -3,7 +3,7 @@
 Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3 and Fig. 1): mixed-precision AdamW
 keeps bf16 weights (2 bytes/param), bf16 gradients (2), and fp32 master weights plus two
 fp32 moments (12): 16 bytes per parameter. Frameworks that accumulate gradients in fp32
-(nanotron, Megatron; ``surrogate.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
+(nanotron, Megatron; ``surrogate.config.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
 states, ZeRO-2 also the gradients, ZeRO-3 also the weights, over the dp x cp ranks (over
 dp x cp / ep for expert weights); with hybrid sharding (``dp_replicate`` copies of the
 shards: PyTorch FSDP's HSDP, Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.1) over dp x cp /
@@ -77,7 +77,7 @@ from surrogate.analytic.flops import (
 )
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.params import param
-from surrogate.hardware import GIB
+from surrogate.config.gpus import GIB
 
 CUDA_CONTEXT_BYTES = 1.0 * GIB
 """CUDA context + cuBLAS workspace + NCCL buffers, outside torch's allocator."""
@@ -352,13 +352,14 @@ def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
 LOGGED_STAGE_COLUMN = "peak_mem_stage"
 """The analytic column of the 0-based pipeline stage of the rank whose log a run's measured peak
 memory comes from (NaN or absent: the most loaded rank's, the maximum over ranks); training and
-calibration set it per run from the run's source (``surrogate.clusters.run_context``)."""
+calibration set it per run from the run's source
+(``surrogate.calibration.clusters.run_context``)."""
 
 
 def logged_breakdown(c: Cols, breakdown: dict[str, Array]) -> dict[str, Array]:
     """The breakdown of the rank whose log a run's measured memory comes from: of stage
     ``c[LOGGED_STAGE_COLUMN]`` where it is given and a stage of the run (the Playbook's table
-    is written by world rank 0, on the first stage: ``surrogate.clusters``), else
+    is written by world rank 0, on the first stage: ``surrogate.calibration.clusters``), else
     ``breakdown`` (:func:`memory_breakdown`: the most loaded stage, which is what runs out of
     memory and what ``predict`` reports)."""
     stage = np.asarray(c.get(LOGGED_STAGE_COLUMN, np.nan), dtype=np.float64)
@@ -383,7 +384,7 @@ def logged_reserved_bytes(c: Cols, breakdown: dict[str, Array]) -> Array:
 def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:
     """P(the run needs more than the GPU has): log(need) ~ Normal(log(predicted total) +
     ``oom_log_margin``, ``memory_log_sd``): the memory model's fitted error, and where the
-    measured runs of the framework ran out of memory (``surrogate.fit_params``)."""
+    measured runs of the framework ran out of memory (``surrogate.calibration.fit_params``)."""
     from scipy.special import ndtr
 
     sd = np.asarray(param(c, "memory_log_sd"), dtype=np.float64)

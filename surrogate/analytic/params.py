@@ -7,9 +7,10 @@ fixed costs per layer and per micro-batch (kernel launches, Python, synchronisat
 real training loop's kernels and collectives run from the microbenchmarks', and how much the
 caching allocator reserves beyond what is allocated. Each has a prior (the value used when
 nothing was fitted) with a source, a width, and bounds; ``surrogate calibrate --runs`` fits them
-per framework version by least squares on measured runs (:mod:`surrogate.fit_params`), and the
+per framework version by least squares on measured runs (:mod:`surrogate.calibration.fit_params`),
+and the
 fitted sets (:class:`ParameterSets`, passed to the model, never read here) ship in
-``surrogate/data/analytic_params.json`` (``surrogate.parameter_files``).
+``surrogate/data/analytic_params.json`` (``surrogate.calibration.parameter_files``).
 
 The analytic functions read them as columns named ``p_<name>`` (one value per configuration,
 so one batch can mix frameworks); a column that is absent takes the prior.
@@ -34,7 +35,7 @@ Scope = Literal["framework", "cluster"]
 
 DEFAULT_SET = "default"
 """The set a framework version without a fitted set of its own takes: fitted on every
-framework's runs together (``surrogate.fit_params.fit_default``), its cluster-scoped
+framework's runs together (``surrogate.calibration.fit_params.fit_default``), its cluster-scoped
 parameters at their priors."""
 
 
@@ -239,7 +240,8 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "oom_log_margin", 0.0, 0.0, -1.0, 1.0, "log", "error",
         "Where runs run out of memory, as a shift of log(predicted need / GPU memory): p_oom = "
         "Phi((log(need / capacity) + margin) / memory_log_sd). Not fitted by least squares: "
-        "by maximum likelihood on completed vs out-of-memory runs (surrogate.fit_params). "
+        "by maximum likelihood on completed vs out-of-memory runs "
+        "(surrogate.calibration.fit_params). "
         "It takes in what the reserved-memory fit cannot see: memory outside torch's "
         "allocator beyond the CUDA context (NCCL's buffers), transient peaks between two "
         "measurements, the estimate's bias near capacity. Prior 0: OOM where the estimate "
@@ -277,7 +279,7 @@ class ParameterSets:
     entry), as ``surrogate calibrate --runs`` writes them. The analytic model reads the set of
     each configuration's framework version (:meth:`param_columns`); a framework version absent
     takes the default set, else the priors. ``ParameterSets()`` holds none: the priors
-    everywhere. Loading the shipped sets is ``surrogate.parameter_files``'s."""
+    everywhere. Loading the shipped sets is ``surrogate.calibration.parameter_files``'s."""
 
     sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
@@ -294,7 +296,7 @@ class ParameterSets:
 
     def with_more(self, more: Mapping[str, Mapping[str, Any]]) -> ParameterSets:
         """These sets with ``more`` over them (a framework's own, fitted on its runs:
-        ``surrogate.fit_params.own_sets``); these where ``more`` is empty."""
+        ``surrogate.calibration.fit_params.own_sets``); these where ``more`` is empty."""
         return ParameterSets({**self.sets, **more}) if more else self
 
     def values_for(self, framework_version: str) -> dict[str, float]:

@@ -2,7 +2,8 @@
 
 One pass for any number of configurations, grouped by (GPU, calibration profile) so each group
 uses its own hardware speed (:class:`~surrogate.analytic.perf.PerfModel`). Everything that
-predicts (``surrogate.scoring``) and the learned model's features (``surrogate.features``)
+predicts (``surrogate.prediction.scoring``) and the learned model's features
+(``surrogate.learned.features``)
 start here.
 """
 
@@ -25,8 +26,8 @@ from surrogate.analytic.memory import (
 from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS, step_breakdown
-from surrogate.config import TrainingConfig
-from surrogate.config_table import FlatTable, flat_table, group_codes, table_len, take
+from surrogate.config.table import FlatTable, flat_table, group_codes, table_len, take
+from surrogate.config.training import TrainingConfig
 
 
 def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
@@ -119,10 +120,11 @@ def analytic_for(
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray], list[str]]:
     """Columns, analytic outputs and the PerfModel name of each configuration, in order.
 
-    ``configs``: validated configurations, or their flat table (``surrogate.config_table``).
+    ``configs``: validated configurations, or their flat table (``surrogate.config.table``).
     ``profile`` is one profile for every configuration or a sequence of one per
     configuration, each turned into a PerfModel by ``resolve(gpu, profile)``
-    (``surrogate.perf_models.resolve_perf_model`` reads profile files; nothing here does);
+    (``surrogate.hardware.perf_models.resolve_perf_model`` reads profile files; nothing here
+    does);
     ``sets``: the free parameters' fitted sets; ``extra`` adds per-configuration columns the
     PerfModel may read (e.g. ``net_scale``). Configurations are grouped by (GPU, profile) so
     that each group uses its own PerfModel."""

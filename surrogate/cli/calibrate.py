@@ -2,7 +2,7 @@
 analytic model's free parameters from measured runs.
 
 The microbenchmarks themselves are the ``microbench`` program's (``surrogate microbench``, a
-plugin command); fitting their output is the library's (``surrogate.calibrate``).
+plugin command); fitting their output is the library's (``surrogate.calibration.calibrate``).
 """
 
 from __future__ import annotations
@@ -58,8 +58,8 @@ def calibrate_cmd(
     if not tables or not gpu:
         raise ConfigError("calibrating a profile needs microbenchmark TABLES and --gpu "
                          "(or --runs to fit the analytic model's parameters)")
-    from surrogate.calibrate import fit_profile
-    from surrogate.microbench_table import read_microbench_inputs
+    from surrogate.calibration.calibrate import fit_profile
+    from surrogate.ingest.microbench_table import read_microbench_inputs
 
     table, summaries = read_microbench_inputs(list(tables))
     for line in summaries:
@@ -82,7 +82,7 @@ def calibrate_cmd(
 def _check_runs(runs: list[str], tables: list[Path] | None, fit_on: str) -> None:
     """ConfigError for an unreadable --runs file (every one, before anything is read or
     imported), tables beside --runs, or an unknown --fit-on."""
-    from surrogate.table_files import check_table_file
+    from surrogate.io.table_files import check_table_file
 
     for source in runs:
         if source != "playbook":
@@ -99,9 +99,9 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     import pandas as pd
 
     from surrogate.analytic.params import PARAMETERS
-    from surrogate.clusters import playbook_runs
+    from surrogate.calibration.clusters import playbook_runs
+    from surrogate.calibration.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.errors import DataError
-    from surrogate.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.ingest.dispatch import read_runs
     frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)

@@ -1,7 +1,7 @@
 """`surrogate ingest`, `surrogate data fetch`, `surrogate data summary` (datasets issue).
 
-Thin: parse options, call :mod:`surrogate.ingest.dispatch` / :mod:`surrogate.datasource` /
-:mod:`surrogate.sweeps`, print. pandas and the parsers are imported inside the commands.
+Thin: parse options, call :mod:`surrogate.ingest.dispatch` / :mod:`surrogate.io.datasource` /
+:mod:`surrogate.ingest.sweeps`, print. pandas and the parsers are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -63,8 +63,8 @@ def fetch_cmd(
     ] = None,
 ) -> int:
     """Download the public data files, verifying each sha256."""
-    from surrogate.datasource import SOURCES_TOML, cache_dir, fetch, load_sources
     from surrogate.errors import DataError
+    from surrogate.io.datasource import SOURCES_TOML, cache_dir, fetch, load_sources
 
     entries = load_sources(sources or SOURCES_TOML)
     if only:
@@ -101,13 +101,14 @@ def summary_cmd(
 ) -> int:
     """What data is available: runs by source, model, nodes and status; microbenchmark
     coverage by op and size."""
-    from surrogate.datasource import data_dir as resolve_data_dir
-    from surrogate.datasource import load_sources
-    from surrogate.sweeps import read_sweeps, sweep_summary
+    from surrogate.ingest.sweep_files import read_sweeps
+    from surrogate.ingest.sweeps import sweep_summary
+    from surrogate.io.datasource import data_dir as resolve_data_dir
+    from surrogate.io.datasource import load_sources
 
     if sweeps is not None:
         df = read_sweeps(sweeps, flagged=True)  # a summary counts every run it holds
-        from surrogate.sweeps import flagged_mask
+        from surrogate.ingest.sweeps import flagged_mask
 
         flagged = int(flagged_mask(df).sum())
         typer.echo(f"sweep table {sweeps}: {len(df)} runs" + (
@@ -137,7 +138,7 @@ def summary_cmd(
 
 def _microbench_coverage(path: Path) -> str:
     """Rows per op with the size range, from whatever size column the table has."""
-    from surrogate.tableio import read_table
+    from surrogate.io.tableio import read_table
 
     df = read_table(path)
     if "op" not in df.columns:

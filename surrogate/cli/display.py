@@ -40,10 +40,10 @@ def is_full(out: Console, wide: bool) -> bool:
 
 def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
-    for a model argument of :func:`surrogate.prediction.resolve_model` ("default", a path, a
+    for a model argument of :func:`surrogate.prediction.predict.resolve_model` ("default", a path, a
     model or None) and the GPU whose default profile sets the hardware speed."""
-    from surrogate.perf_models import resolve_perf_model
-    from surrogate.prediction import resolve_model
+    from surrogate.hardware.perf_models import resolve_perf_model
+    from surrogate.prediction.predict import resolve_model
 
     learned = resolve_model(model)
     speed = resolve_perf_model(gpu).name

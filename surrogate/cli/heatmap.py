@@ -48,9 +48,9 @@ def heatmap_cmd(
     analytic: AnalyticOpt = False,
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
-    from surrogate.heatmap import draw_png, predicted_grid, write_html
-    from surrogate.presets import get_preset
-    from surrogate.search import Limits
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.heatmap import draw_png, predicted_grid, write_html
+    from surrogate.layouts.search import Limits
 
     _check_files(out, measured)
     presets = [get_preset(name) for name in models.split(",")]
@@ -80,12 +80,12 @@ def heatmap_cmd(
 
 def _check_files(out: Path, measured: Path | None) -> None:
     """The outputs writable and the measured table readable, before minutes of searching."""
-    from surrogate.outputs import check_output_file
+    from surrogate.io.outputs import check_output_file
 
     for suffix in (".png", ".html"):
         check_output_file(out.with_suffix(suffix), flag="--out")
     if measured is not None:
-        from surrogate.table_files import check_table_file
+        from surrogate.io.table_files import check_table_file
 
         check_table_file(measured, flag="--measured")
 
@@ -93,11 +93,11 @@ def _check_files(out: Path, measured: Path | None) -> None:
 def _measured(measured: Path, presets: list[Any]) -> Any:
     """The measured grid of a sweep table or the Playbook CSV, its models named as
     ``presets``."""
-    from surrogate.heatmap import measured_grid
+    from surrogate.config.presets import get_preset
     from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
-    from surrogate.presets import get_preset
-    from surrogate.sweeps import unflagged
-    from surrogate.tableio import read_table
+    from surrogate.ingest.sweeps import unflagged
+    from surrogate.io.tableio import read_table
+    from surrogate.layouts.heatmap import measured_grid
 
     table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
     if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
@@ -111,7 +111,7 @@ def _measured(measured: Path, presets: list[Any]) -> Any:
 
 
 def _is_preset(name: str) -> bool:
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     try:
         get_preset(name)

@@ -3,10 +3,10 @@
 Each group is a frozen dataclass whose fields are typer options; a command names the group as
 one parameter (``model: ModelOptions``) and :func:`with_options` gives typer the group's
 fields as options, then builds the group from them. The fields carry the names of the
-configuration's fields (:class:`surrogate.config.ModelConfig`, ``ClusterConfig``,
+configuration's fields (:class:`surrogate.config.model.ModelConfig`, ``ClusterConfig``,
 ``LayoutConfig``) whatever their flags are called (``--nodes`` sets ``num_nodes``), so a group
 builds its configuration object directly (the CLI tests check that every field is one), and
-:class:`SpaceOptions` builds the :class:`surrogate.space.LayoutSpace` of a search.
+:class:`SpaceOptions` builds the :class:`surrogate.layouts.space.LayoutSpace` of a search.
 
 Every command defaults to one framework, :data:`DEFAULT_FRAMEWORK`, and its help says so.
 """
@@ -61,7 +61,7 @@ SHAPE_FLAGS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
     "tie_embeddings", "num_experts", "experts_topk", "moe_ffn_hidden_size",
 )
-"""The shape flags' names, each a :class:`surrogate.config.ModelConfig` field; each
+"""The shape flags' names, each a :class:`surrogate.config.model.ModelConfig` field; each
 overrides the preset (``--model``) or the Hugging Face config (``--hf-config``)."""
 
 
@@ -98,8 +98,8 @@ class ModelOptions:
 
     def config(self) -> Any:
         """The ModelConfig of the preset or the Hugging Face config, the flags over it."""
-        from surrogate.config import ModelConfig
-        from surrogate.presets import model_values, require_model_shape
+        from surrogate.config.model import ModelConfig
+        from surrogate.config.presets import model_values, require_model_shape
 
         values = model_values(self.model, self.hf_config, seq_len=self.seq_len)
         values.update(self.given())
@@ -212,7 +212,8 @@ def _names(text: str) -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class SpaceOptions:
-    """The layouts ``search`` and ``propose`` consider (:class:`surrogate.space.LayoutSpace`)."""
+    """The layouts ``search`` and ``propose`` consider
+    (:class:`surrogate.layouts.space.LayoutSpace`)."""
 
     gpu: Annotated[str, _space(
         "GPU, e.g. H100-SXM-80GB, A100-40GB, B200.", metavar="NAME")] = "H100-SXM-80GB"
@@ -250,13 +251,14 @@ class SpaceOptions:
 
     def limits(self, max_p_oom: float) -> Any:
         """The search's limits: ``max_p_oom`` and this memory margin."""
-        from surrogate.search import Limits
+        from surrogate.layouts.search import Limits
 
         return Limits(max_p_oom=max_p_oom, memory_margin_frac=self.memory_margin)
 
     def space(self, model: Any) -> Any:
         """The LayoutSpace of ``model`` (a ModelConfig) these options allow."""
-        from surrogate.space import LayoutSpace, batch_seqs_from_tokens
+        from surrogate.layouts.degrees import batch_seqs_from_tokens
+        from surrogate.layouts.space import LayoutSpace
 
         tokens, seqs = self.global_batch_tokens, self.global_batch_seqs
         if (tokens is None) == (seqs is None):

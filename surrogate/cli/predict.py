@@ -27,8 +27,8 @@ from surrogate.errors import ConfigError
 def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
     """A flat mapping of configuration columns (``model`` may name a preset) from YAML/JSON,
     or a torchtitan job TOML completed by ``given``; unknown or repeated keys are errors
-    (:func:`surrogate.configfile.read_config_file`)."""
-    from surrogate.configfile import read_config_file
+    (:func:`surrogate.ingest.config_file.read_config_file`)."""
+    from surrogate.ingest.config_file import read_config_file
 
     return read_config_file(path, given=given)
 
@@ -39,7 +39,7 @@ def _physics(analytic: bool, model_dir: Path | None) -> ParameterSets | None:
     ``SurrogateModel.parameter_sets``); otherwise None (the default)."""
     if not analytic or model_dir is None:
         return None
-    from surrogate.prediction import resolve_model
+    from surrogate.prediction.predict import resolve_model
 
     model = resolve_model(model_dir)
     return None if model is None else model.parameter_sets()
@@ -49,9 +49,9 @@ def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
     """Merge the default framework < preset < config file < flags into one TrainingConfig."""
-    from surrogate.config import coerce_column, config_from_flat
-    from surrogate.configfile import check_counts
-    from surrogate.presets import model_values, require_model_shape
+    from surrogate.config.files import check_counts
+    from surrogate.config.presets import model_values, require_model_shape
+    from surrogate.config.training import coerce_column, config_from_flat
 
     check_counts(flags)
     preset = preset or file_values.pop("model", None)
@@ -108,6 +108,7 @@ def _print_layout(pred: Any, console: Any) -> None:
     """The configuration in one sentence, and what would run it otherwise."""
     from rich.markup import escape
 
+
     cfg = pred.config
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
     schedule = "" if lay.pp_schedule == "1f1b" else f" ({lay.pp_schedule})"
@@ -132,7 +133,7 @@ def _print_sources(pred: Any, console: Any) -> None:
     """Which model, hardware speed and analytic parameters answered."""
     from rich.markup import escape
 
-    from surrogate.frameworks import get_framework
+    from surrogate.config.frameworks import get_framework
 
     lay = pred.config.layout
     console.print(f"prediction: {pred.source} model, hardware speed: "
@@ -158,7 +159,7 @@ def _print_learned(pred: Any, console: Any) -> None:
     """The learned correction, where it extrapolates and where it gives way."""
     from rich.markup import escape
 
-    from surrogate.hardware import GIB
+    from surrogate.config.gpus import GIB
 
     if pred.source != "learned":
         if pred.extrapolation:
@@ -209,7 +210,7 @@ def _breakdown(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, .
 
 def _print_memory_and_time(pred: Any, console: Any) -> None:
     """The memory breakdown, the verdict, the step time breakdown and the speed."""
-    from surrogate.hardware import GIB
+    from surrogate.config.gpus import GIB
 
     mem = [(k, f"{v / GIB:.2f}") for k, v in pred.memory_bytes.items() if k != "total"]
     mem.append(("total", f"{pred.memory_bytes['total'] / GIB:.2f}"))
@@ -262,15 +263,17 @@ def _default_framework(chunk: Any) -> Any:
 def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
                    model_arg: Path | str | None, physics: ParameterSets | None) -> None:
     """``--from-csv``: every check that needs no prediction first (the output's place, the
-    file's kind, its header), then the table streamed a chunk at a time (``surrogate.batch``),
+    file's kind, its header), then the table streamed a chunk at a time
+    (``surrogate.prediction.batch``),
     each chunk's model column expanded and its counts checked before it is predicted."""
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
-    from surrogate.configfile import check_batch_columns, check_table_counts, expand_model_column
-    from surrogate.table_files import check_table_file
-    from surrogate.tableio import iter_table, table_format
+    from surrogate.config.files import check_table_counts, expand_model_column
+    from surrogate.io.table_files import check_table_file
+    from surrogate.io.tableio import iter_table, table_format
+    from surrogate.prediction.batch import check_batch_columns
 
     if out is not None:  # before predicting every row, not after
-        from surrogate.outputs import check_output_file
+        from surrogate.io.outputs import check_output_file
 
         table_format(out)
         check_output_file(out, flag="--out")
@@ -294,7 +297,7 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
         return _default_framework(chunk)
 
     import_lightgbm_for_prediction()  # after the checks: a refusal needs no LightGBM
-    from surrogate.batch import predict_file
+    from surrogate.prediction.batch import predict_file
     from surrogate.progress import bars
 
     with bars() as progress:
@@ -366,7 +369,7 @@ def _predict_one(cfg: Any, profile: Path | None, model_arg: Path | str | None,
     from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction import predict
+    from surrogate.prediction.predict import predict
 
     pred = predict(cfg, profile=profile, model=model_arg, explain=explain, sets=physics)
     if as_json:

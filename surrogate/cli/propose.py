@@ -51,21 +51,21 @@ def propose_cmd(
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
     at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
-    from surrogate.active import Acquisition, check_new_round_dir, propose
+    from surrogate.loop.active import Acquisition, check_new_round_dir, propose
 
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
     if runs is not None:
-        from surrogate.table_files import check_table_file
+        from surrogate.io.table_files import check_table_file
 
         check_table_file(runs, flag="--runs")
     m = model.config()
     space = space_options.space(m)
     table = None
     if runs is not None:
-        from surrogate.tableio import read_table
+        from surrogate.io.tableio import read_table
 
         table = read_table(runs)
     from surrogate.progress import bars
@@ -90,7 +90,6 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
     import pandas as pd
     from rich.markup import escape
 
-    from surrogate.active import PROPOSALS_FILE
     from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
         is_full,
@@ -100,6 +99,7 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
         print_correction_lines,
         seq_len_note,
     )
+    from surrogate.loop.active import PROPOSALS_FILE
 
     console = make_console(wide=wide)
     if note := seq_len_note(model.hf_config, model.seq_len, m):

@@ -31,16 +31,16 @@ def score_round_cmd(
 ) -> None:
     """Score a round's runs against the model that proposed them (before retraining) and log it
     (scoring a round again updates its MLflow run)."""
-    from surrogate.active import load_round_model, read_round, score_round
-    from surrogate.table_files import check_table_file
-    from surrogate.tableio import read_table
+    from surrogate.io.table_files import check_table_file
+    from surrogate.io.tableio import read_table
+    from surrogate.loop.active import load_round_model, read_round, score_round
 
     record = read_round(round_dir)
     if model_dir is not None:
         record["model"] = {**record["model"], "path": str(model_dir)}
     check_table_file(runs, flag="--runs")
     if mlflow:  # before the scoring, within seconds: an unusable store costs a line
-        from surrogate.tracking import check_store
+        from surrogate.io.tracking import check_store
 
         check_store()
     proposer = load_round_model(record)
@@ -68,7 +68,7 @@ def _log_round(record: dict[str, Any], metrics: dict[str, float], round_dir: Pat
                campaign: str | None, matched: Any, analytic: Any, *,
                progress: bool) -> tuple[str | None, Exception | None]:
     """The MLflow run of the scored round, or the store's failure (the work is kept)."""
-    from surrogate.active import campaign_of, campaign_records, log_round
+    from surrogate.loop.round_log import campaign_of, campaign_records, log_round
     from surrogate.progress import bars
 
     try:
@@ -87,8 +87,8 @@ def _keep_scores(failure: Exception, round_dir: Path, scores: dict[str, Any],
                  matched: Any) -> None:
     """Save the round's figures beside it, and raise the store's failure in a line."""
     from surrogate.errors import DataError
-    from surrogate.tableio import write_table_atomic
-    from surrogate.tracking import store_failure, tracking_uri
+    from surrogate.io.tableio import write_table_atomic
+    from surrogate.io.tracking import store_failure, tracking_uri
 
     saved = round_dir / SCORES_FILE
     _write_json_atomic(saved, scores)
@@ -149,7 +149,7 @@ def _print_mlflow_line(run_id: str) -> None:
     from rich.markup import escape
 
     from surrogate.cli.display import console as make_console
-    from surrogate.tracking import client, run_url, tracking_uri
+    from surrogate.io.tracking import client, run_url, tracking_uri
 
     try:
         exp = client().get_run(run_id).info.experiment_id

@@ -61,7 +61,7 @@ class StudyOptions:
         at_least(0, trials=self.trials)
         at_least(1, top_k=self.top_k)
         if self.storage is not None:
-            from surrogate.stores import check_storage
+            from surrogate.io.stores import check_storage
 
             check_storage(self.storage)  # before the space is built and scored
 
@@ -86,12 +86,12 @@ def search_cmd(
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of
     thumb pick)."""
-    from surrogate.rules import CITATION, rules_pick
-    from surrogate.search import score_configs, scored_to_records
+    from surrogate.layouts.rules import CITATION, rules_pick
+    from surrogate.layouts.search import score_configs, scored_to_records
 
     study.check()
     if launch_dir is not None:
-        from surrogate.outputs import check_writable_dir
+        from surrogate.io.outputs import check_writable_dir
 
         check_writable_dir(launch_dir, flag="--launch-dir")
     m = model.config()
@@ -115,12 +115,12 @@ def search_cmd(
 
 def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, rank: str,
                 progress: bool) -> Any:
-    """:func:`surrogate.search.search` with progress bars; a failing storage's error in a
+    """:func:`surrogate.layouts.search.search` with progress bars; a failing storage's error in a
     line."""
     from sqlalchemy.exc import SQLAlchemyError
 
+    from surrogate.layouts.search import search
     from surrogate.progress import bars
-    from surrogate.search import search
 
     try:
         with bars(progress) as report:
@@ -138,7 +138,7 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
 
 def _write_launch(result: Any, launch_dir: Path) -> list[str]:
     """Launch files of each top layout torchtitan runs; a line per layout."""
-    from surrogate.launch import launch_problem, write_launch_files
+    from surrogate.loop.launch import launch_problem, write_launch_files
 
     written = []
     for i, key in enumerate(result.top["key"], start=1):
@@ -156,7 +156,7 @@ def _write_launch(result: Any, launch_dir: Path) -> list[str]:
 def _summary(m: Any, space: Any, result: Any, notes: list[str],
              written: list[str]) -> dict[str, Any]:
     """The search's JSON (the rules of thumb's pick is added by the command)."""
-    from surrogate.search import scored_to_records
+    from surrogate.layouts.search import scored_to_records
 
     return {
         "space": {"model": m.name, "seq_len": m.seq_len,

@@ -1,8 +1,9 @@
 """``surrogate ingest``: expand paths, detect formats, run the parsers, write one table.
 
-Sweep formats (training runs) go to :func:`surrogate.sweeps.append_sweeps`; microbenchmark
+Sweep formats (training runs) go to :func:`surrogate.ingest.sweep_files.append_sweeps`;
+microbenchmark
 formats go to the parsers of the microbenchmark table (``surrogate.ingest.nccl_tests``,
-``xla_tables``, ``microbench_jsonl``) and ``surrogate.microbench_table.append_microbench``,
+``xla_tables``, ``microbench_jsonl``) and ``surrogate.ingest.microbench_table.append_microbench``,
 imported only when such a file is ingested. One call writes one table, so sweep and
 microbenchmark files cannot be mixed. ``network=True`` reads a Playbook table's per-run network
 measurements (:mod:`surrogate.ingest.playbook_network`) into a microbenchmark table instead of
@@ -145,7 +146,7 @@ def parse_file(
 def read_runs(path: str | Path) -> pd.DataFrame:
     """The runs of one file: a sweep table (Parquet, or CSV with the table's columns) or a file
     a sweep parser reads (e.g. ``microbench.train_step`` records); DataError otherwise."""
-    from surrogate.sweeps import read_sweeps
+    from surrogate.ingest.sweep_files import read_sweeps
 
     p = Path(path)
     if p.suffix.lower() == ".parquet":
@@ -175,8 +176,8 @@ def ingest(
     ``network``: every file must be a Playbook table, whose network measurements go to a
     microbenchmark table.
     """
-    from surrogate.outputs import check_output_file
-    from surrogate.tableio import table_format
+    from surrogate.io.outputs import check_output_file
+    from surrogate.io.tableio import table_format
 
     table_format(into)  # before any parsing: a bad --into must not cost the user a parse
     check_output_file(into, flag="--into")
@@ -213,7 +214,8 @@ def ingest(
             frames.append(df)
     kind = next(iter(kinds), "sweep")
     if kind == "sweep":
-        from surrogate.sweeps import append_sweeps, empty_sweeps
+        from surrogate.ingest.sweep_files import append_sweeps
+        from surrogate.ingest.sweeps import empty_sweeps
 
         frame = pd.concat(frames, ignore_index=True) if frames else empty_sweeps()
         if frame.empty:
@@ -222,7 +224,7 @@ def ingest(
         result = append_sweeps(frame, into)
         return IngestResult(kind=kind, frame=frame, report=report,
                             append_summary=f"{into}: {result.summary()}")
-    append = _load("surrogate.microbench_table", "append_microbench", "microbenchmark table")
+    append = _load("surrogate.ingest.microbench_table", "append_microbench", "microbenchmark table")
     if not frames:
         return IngestResult(kind=kind, frame=pd.DataFrame(), report=report,
                             append_summary=f"nothing to add to {into}")

@@ -29,7 +29,7 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   farthest), and a row off by more than :data:`PARAM_TOLERANCE` (2 %) is a counted skip. The
   README's MFU counts the whole ``NumParams`` (position table and biases included), so it is
   at most 3.8 % above ours (mpt-125m at 65,536 tokens; median 0.3 %); ``mfu`` is recomputed
-  under the project's definition (:func:`surrogate.sweeps.recompute_mfu`), ``MFU`` is kept
+  under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`), ``MFU`` is kept
   as ``mfu_reported``.
 - Cluster: ``GPU`` h100_80gb / a100_80gb / a100_40gb -> H100-SXM-80GB / A100-SXM-80GB /
   A100-SXM-40GB; gpus_per_node = min(8, ``# GPUs``), num_nodes = ``# GPUs`` / gpus_per_node.
@@ -41,7 +41,7 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   (the analytic model has no CPU offload); ``Precision`` amp_bf16 and bf16 -> dtype bf16,
   amp_fp8 -> fp8. ``MP Mode`` (DEFAULT with amp_*, PURE with the older pure-bf16 runs of the
   A100 tables) changes only the dtypes of FSDP's reductions and buffers, not the FLOPs, and is
-  not kept; framework llm-foundry (:mod:`surrogate.frameworks`).
+  not kept; framework llm-foundry (:mod:`surrogate.config.frameworks`).
 - Measurements: tokens_per_s_per_gpu = ``Throughput (T/s/GPU)``; step_time_s =
   ``GlobalBatchSize (T)`` / ``Throughput (T/s)``; mfu_reported = ``MFU`` (percent);
   tflops_per_gpu_reported = ``Model TFLOP`` (model TFLOP/s per GPU); memory NaN (the source
@@ -58,10 +58,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from surrogate.config import TrainingConfig, config_from_flat
+from surrogate.analytic.flops import total_params
+from surrogate.analytic.inputs import to_cols
+from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
-from surrogate.sweeps import frame_from_rows, sweep_row
+from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 
 SOURCE = "llmfoundry_mpt"
 VOCAB_SIZE = 50368
@@ -101,17 +103,14 @@ HEADER_MARKERS: tuple[str, ...] = ("Throughput (T/s/GPU)", "Sharding Strategy")
 
 _SEPARATOR = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
 
-
 def is_table_header(line: str) -> bool:
     """A Markdown table header line of the llm-foundry throughput tables."""
     return line.lstrip().startswith("|") and all(m in line for m in HEADER_MARKERS)
-
 
 def equivalent_ffn(hidden_size: int) -> int:
     """SwiGLU width with the parameters and FLOPs of a GELU MLP of width 4 h:
     3 h f = 8 h^2, f = round(8 h / 3)."""
     return round(8 * hidden_size / 3)
-
 
 def _cells(line: str) -> list[str]:
     text = line.strip()
@@ -121,10 +120,8 @@ def _cells(line: str) -> list[str]:
         text = text[:-1]
     return [c.strip() for c in text.split("|")]
 
-
 def _slug(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") or "table"
-
 
 def _int(name: str, value: str) -> int:
     try:
@@ -132,7 +129,6 @@ def _int(name: str, value: str) -> int:
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {value!r}") from None
     return out
-
 
 def _positive(name: str, value: str) -> float:
     try:
@@ -143,18 +139,15 @@ def _positive(name: str, value: str) -> float:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
     return out
 
-
 def _bool(name: str, value: str) -> bool:
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ConfigError(f"{name} must be True or False, got {value!r}")
 
-
 def _choice(name: str, value: str, table: dict[str, object]) -> object:
     if value not in table:
         raise ConfigError(f"{name} must be one of {', '.join(table)}, got {value!r}")
     return table[value]
-
 
 def _config(row: dict[str, str]) -> TrainingConfig:
     """The row's configuration; ConfigError says which value is unknown or which rule fails."""
@@ -198,18 +191,14 @@ def _config(row: dict[str, str]) -> TrainingConfig:
         "framework": "llm-foundry",
     })
 
-
 def param_check(cfg: TrainingConfig, num_params: int) -> float:
     """Relative difference between the parameters of ``cfg`` (the project's count) and the
     table's ``NumParams`` less its learned position table (seq_len x hidden_size)."""
-    from surrogate.analytic.flops import total_params
-    from surrogate.analytic.inputs import to_cols
     from surrogate.analytic.params import ParameterSets
 
     ours = float(total_params(to_cols([cfg], ParameterSets()))[0])
     theirs = num_params - cfg.model.seq_len * cfg.model.hidden_size
     return (ours - theirs) / theirs
-
 
 def _measurements(row: dict[str, str]) -> dict[str, float | None]:
     return {
@@ -221,7 +210,6 @@ def _measurements(row: dict[str, str]) -> dict[str, float | None]:
         "mfu_reported": _positive("MFU", row["MFU"]),
         "tflops_per_gpu_reported": _positive("Model TFLOP", row["Model TFLOP"]),
     }
-
 
 def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read every throughput table of the README into sweep rows; every table row not taken

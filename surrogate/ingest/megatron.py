@@ -46,7 +46,7 @@ import pandas as pd
 from surrogate.errors import DataError
 from surrogate.ingest.logrun import LogRun, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
-from surrogate.sweeps import frame_from_rows
+from surrogate.ingest.sweeps import frame_from_rows
 
 SOURCE = "megatron"
 MARKERS: tuple[str, ...] = ("elapsed time per iteration (ms)", "end of arguments")

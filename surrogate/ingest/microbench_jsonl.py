@@ -24,8 +24,8 @@ from typing import Any, Final
 import pandas as pd
 
 from surrogate.errors import DataError
+from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
-from surrogate.microbench_table import hardware_from_device_name, rows_to_microbench
 
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"

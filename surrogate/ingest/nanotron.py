@@ -29,7 +29,7 @@ import pandas as pd
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
-from surrogate.sweeps import frame_from_rows
+from surrogate.ingest.sweeps import frame_from_rows
 
 SOURCE = "bench_cluster"
 MARKERS: tuple[str, ...] = ("elapsed_time_per_iteration_ms", "tokens_per_sec_per_gpu")

@@ -26,8 +26,8 @@ import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
+from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
-from surrogate.microbench_table import hardware_from_device_name, rows_to_microbench
 
 SOURCE = "nccl-tests"
 
@@ -64,6 +64,29 @@ def _op_from_name(name: str) -> str | None:
     return None
 
 
+def _ranks(lines: list[str], p: Path) -> dict[int, tuple[str, str]]:
+    """Each rank's (host, device) from the ``Rank r ... on HOST device ...`` lines; DataError
+    without any (the group size and hardware would be unknown)."""
+    ranks: dict[int, tuple[str, str]] = {}
+    for ln in lines:
+        m = _RANK.search(ln)
+        if m:
+            ranks[int(m.group(1))] = (m.group(2), m.group(3))
+    if not ranks:
+        raise DataError(f"{p}: no 'Rank r ... on HOST device ...' lines, so the group size "
+                        "and hardware are unknown")
+    return ranks
+
+
+def _not_a_row(ln: str) -> str:
+    """Why a line that is not a row of the table was skipped."""
+    if _RANK.search(ln):
+        return "device line (used for group size and hardware), not a table row"
+    if ln.strip().startswith("#"):
+        return "comment or header line, not a table row"
+    return "not a table row (text around the table)"
+
+
 def parse_nccl_tests(
     path: str | Path, *, op: str | None = None, hardware: str | None = None
 ) -> tuple[pd.DataFrame, IngestReport]:
@@ -87,14 +110,7 @@ def parse_nccl_tests(
             f"command in the file, no op in its name); give op= one of "
             f"{', '.join(sorted(set(_OP_NAMES.values())))}, got {op!r}"
         )
-    ranks: dict[int, tuple[str, str]] = {}
-    for ln in lines:
-        m = _RANK.search(ln)
-        if m:
-            ranks[int(m.group(1))] = (m.group(2), m.group(3))
-    if not ranks:
-        raise DataError(f"{p}: no 'Rank r ... on HOST device ...' lines, so the group size "
-                        "and hardware are unknown")
+    ranks = _ranks(lines, p)
     group_size = len(ranks)
     nodes = len({host for host, _ in ranks.values()})
     device_names = {dev for _, dev in ranks.values()}
@@ -108,14 +124,7 @@ def parse_nccl_tests(
             continue
         m = _ROW.match(ln)
         if m is None:
-            stripped = ln.strip()
-            if _RANK.search(ln):
-                reason = "device line (used for group size and hardware), not a table row"
-            elif stripped.startswith("#"):
-                reason = "comment or header line, not a table row"
-            else:
-                reason = "not a table row (text around the table)"
-            report.skip(str(p), lineno, reason)
+            report.skip(str(p), lineno, _not_a_row(ln))
             continue
         size = int(m.group(1))
         dtype = _DTYPES.get(m.group(3), m.group(3))

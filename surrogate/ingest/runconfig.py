@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from surrogate.config import (
+from surrogate.config.files import nearest_key
+from surrogate.config.presets import get_preset
+from surrogate.config.training import (
     CONFIG_COLUMNS,
     MODEL_FIELDS,
     TrainingConfig,
@@ -24,7 +26,6 @@ GIVEN_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "model", *PROVENANCE_KEYS)
 """Keys ``--set`` accepts: configuration columns, ``model`` (a preset name, expanded to its
 shape) and provenance."""
 
-
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     """``["tp=8", "model=8b"]`` -> ``{"tp": "8", "model": "8b"}``, keys checked."""
     out: dict[str, str] = {}
@@ -34,7 +35,6 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         if not sep or not key or not value.strip():
             raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
         if key not in GIVEN_KEYS:
-            from surrogate.configfile import nearest_key
 
             hint = nearest_key(key, GIVEN_KEYS)
             raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}"
@@ -45,7 +45,6 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
             except ConfigError as e:
                 raise ConfigError(f"--set {e}") from None
         if key == "model":  # a preset name, checked before any file is parsed
-            from surrogate.presets import get_preset
 
             try:
                 get_preset(value.strip())
@@ -56,7 +55,6 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         out[key] = value.strip()
     return out
 
-
 def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dict[str, Any]:
     """Replace a ``model`` preset name by its shape columns (and ``model_name``). The preset's
     ``seq_len`` is only a default (``fill_seq_len``): a run's own sequence length beside it
@@ -65,7 +63,6 @@ def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dic
     name = out.pop("model", None)
     if name is None:
         return out
-    from surrogate.presets import get_preset
 
     preset = get_preset(str(name))
     shape = {k: getattr(preset, k) for k in MODEL_FIELDS}
@@ -80,7 +77,6 @@ def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dic
     out.setdefault("model_name", preset.name)
     return out
 
-
 def same_value(a: Any, b: Any) -> bool:
     """Whether two spellings of a configuration value agree (8 == "8", True == "true")."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -91,7 +87,6 @@ def same_value(a: Any, b: Any) -> bool:
     except (TypeError, ValueError):
         return str(a).strip().lower() == str(b).strip().lower()
     return fa == fb
-
 
 def merge(found: Mapping[str, Any], given: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """What the file says (``found``) completed by what the user gave; they must agree."""
@@ -105,7 +100,6 @@ def merge(found: Mapping[str, Any], given: Mapping[str, Any], *, where: str) -> 
             )
         out.setdefault(key, value)
     return out
-
 
 def place_on_nodes(values: dict[str, Any], world: int) -> None:
     """Fill ``num_nodes`` (and ``gpus_per_node`` for a run smaller than one node) from the
@@ -122,7 +116,6 @@ def place_on_nodes(values: dict[str, Any], world: int) -> None:
             f"the world size ({world} GPUs) must be a multiple of gpus_per_node={per_node}; "
             "give --set gpus_per_node=... and --set num_nodes=..."
         )
-
 
 def build_config(values: Mapping[str, Any], *, where: str) -> TrainingConfig:
     """A validated configuration, or a DataError naming the file and the broken rule."""

@@ -65,13 +65,14 @@ from typing import Any
 
 import pandas as pd
 
+from surrogate.analytic.pipeline import weighted_first_rank_layers
+from surrogate.config.frameworks import get_framework
+from surrogate.config.presets import TORCHTITAN_FLAVOURS, get_preset
 from surrogate.errors import ConfigError, DataError, shown
-from surrogate.frameworks import get_framework
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import place_on_nodes
-from surrogate.launch import TORCHTITAN_FLAVOURS
-from surrogate.sweeps import frame_from_rows
+from surrogate.ingest.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
 MARKERS: tuple[str, ...] = ("[titan]",)
@@ -91,14 +92,12 @@ FLAVOURS: dict[tuple[str, str], str] = {
     for preset, (name, flavour) in TORCHTITAN_FLAVOURS.items()}
 """``[model] name, flavor`` (lower case) -> preset: the launch writer's table, read back."""
 
-
 def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     """The ``[name]`` table of a job config ({} when absent); DataError if it is a value."""
     section = cfg.get(name, {})
     if not isinstance(section, Mapping):
         raise DataError(f"[{name}] must be a table of settings, got {name} = {shown(section)}")
     return section
-
 
 def _count(section: str, table: Mapping[str, Any], key: str, default: int | None = None, *,
            minimum: int = 1, unset: tuple[int, ...] = ()) -> int | None:
@@ -115,6 +114,57 @@ def _count(section: str, table: Mapping[str, Any], key: str, default: int | None
                         f"{shown(value)}")
     return value
 
+def _world_shard(rest: int, given: dict[str, Any]) -> int:
+    """The shard degree of ``data_parallel_shard_degree = -1``: what fills the world the
+    command line gives (``num_nodes``, ``gpus_per_node``) beside the other degrees, whose
+    product is ``rest``."""
+    if "num_nodes" not in given:
+        raise DataError(
+            "data_parallel_shard_degree = -1 fills the world, whose size the config does "
+            "not give: pass --set num_nodes=N (and gpus_per_node if not 8)"
+        )
+    world = int(given["num_nodes"]) * int(given.get("gpus_per_node", 8))
+    if world % rest:
+        raise DataError(
+            f"the world size ({world}) must be divisible by replicate x tp x pp x cp "
+            f"({rest}) when data_parallel_shard_degree = -1"
+        )
+    return world // rest
+
+def _batch_values(training: dict[str, Any], par: dict[str, Any], pp: int, dp: int
+                  ) -> dict[str, Any]:
+    """``mbs``, ``grad_accum`` and ``seq_len`` of a job config's training and parallelism
+    sections, under ``pp`` pipeline stages and ``dp`` data-parallel ranks."""
+    out: dict[str, Any] = {}
+    local = training.get("local_batch_size", training.get("batch_size"))
+    # With pipeline parallelism torchtitan splits the local batch into pipeline micro-batches
+    # of pipeline_parallel_microbatch_size: those are our mbs and (times any gradient
+    # accumulation steps) our grad_accum.
+    pp_mbs = par.get("pipeline_parallel_microbatch_size")
+    split = 1
+    if local is not None:
+        out["mbs"] = int(local)
+        if pp > 1 and pp_mbs is not None:
+            if int(local) % int(pp_mbs):
+                raise DataError(
+                    f"local_batch_size ({local}) must be a multiple of "
+                    f"pipeline_parallel_microbatch_size ({pp_mbs})"
+                )
+            out["mbs"] = int(pp_mbs)
+            split = int(local) // int(pp_mbs)
+            out["grad_accum"] = split
+    if training.get("seq_len") is not None:
+        out["seq_len"] = int(training["seq_len"])
+    gbs = int(training.get("global_batch_size", -1) or -1)
+    if gbs > 0 and local is not None:
+        per_step = int(local) * dp
+        if gbs % per_step:
+            raise DataError(
+                f"global_batch_size ({gbs}) must be a multiple of local_batch_size x dp "
+                f"({per_step})"
+            )
+        out["grad_accum"] = split * (gbs // per_step)
+    return out
 
 def config_values(
     cfg: dict[str, Any], given: dict[str, Any]
@@ -155,19 +205,7 @@ def config_values(
             f"expert parallelism, a layout the surrogate does not model: it models the experts "
             f"split over tp too (expert_tensor_parallel_degree = tensor_parallel_degree)")
     if shard == -1:
-        if "num_nodes" not in given:
-            raise DataError(
-                "data_parallel_shard_degree = -1 fills the world, whose size the config does "
-                "not give: pass --set num_nodes=N (and gpus_per_node if not 8)"
-            )
-        world = int(given["num_nodes"]) * int(given.get("gpus_per_node", 8))
-        rest = replicate * tp * pp * cp
-        if world % rest:
-            raise DataError(
-                f"the world size ({world}) must be divisible by replicate x tp x pp x cp "
-                f"({rest}) when data_parallel_shard_degree = -1"
-            )
-        shard = world // rest
+        shard = _world_shard(replicate * tp * pp * cp, given)
     out.update(dp=replicate * shard, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
     out["dtype"] = _dtype(model, training, fsdp=shard * cp > 1, model_parallel=max(tp, pp) > 1)
     schedule = par.get("pipeline_parallel_schedule")
@@ -181,38 +219,10 @@ def config_values(
         out["dp_replicate"] = replicate
     else:
         out["zero_stage"] = 0
-    local = training.get("local_batch_size", training.get("batch_size"))
-    # With pipeline parallelism torchtitan splits the local batch into pipeline micro-batches
-    # of pipeline_parallel_microbatch_size: those are our mbs and (times any gradient
-    # accumulation steps) our grad_accum.
-    pp_mbs = par.get("pipeline_parallel_microbatch_size")
-    split = 1
-    if local is not None:
-        out["mbs"] = int(local)
-        if pp > 1 and pp_mbs is not None:
-            if int(local) % int(pp_mbs):
-                raise DataError(
-                    f"local_batch_size ({local}) must be a multiple of "
-                    f"pipeline_parallel_microbatch_size ({pp_mbs})"
-                )
-            out["mbs"] = int(pp_mbs)
-            split = int(local) // int(pp_mbs)
-            out["grad_accum"] = split
-    if training.get("seq_len") is not None:
-        out["seq_len"] = int(training["seq_len"])
-    gbs = int(training.get("global_batch_size", -1) or -1)
-    if gbs > 0 and local is not None:
-        per_step = int(local) * out["dp"]
-        if gbs % per_step:
-            raise DataError(
-                f"global_batch_size ({gbs}) must be a multiple of local_batch_size x dp "
-                f"({per_step})"
-            )
-        out["grad_accum"] = split * (gbs // per_step)
+    out.update(_batch_values(training, par, pp, out["dp"]))
     out.update(_recompute_values(ac, out, given))
     steps = training.get("steps")
     return out, int(steps) if steps is not None else None
-
 
 def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, Any]:
     """The configuration columns of a torchtitan job TOML (``predict --config job.toml``):
@@ -234,15 +244,12 @@ def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, 
         raise ConfigError(f"{p}: {advice}") from None
     return found
 
-
 _SET = re.compile(r"--set (\w+)=(\S+)")
 """``--set key=VALUE`` in ingest's messages (the same columns are predict's ``--key VALUE``)."""
-
 
 _FP8_LINEAR_CONVERTERS = ("float8", "quantize.linear.float8")
 """``[model] converters`` that run the linears' GEMMs in float8 (torchao's Float8Linear; the
 older name and torchtitan 0.2.2's registered one)."""
-
 
 def _dtype(model: dict[str, Any], training: dict[str, Any], *, fsdp: bool,
            model_parallel: bool) -> str:
@@ -272,7 +279,6 @@ def _dtype(model: dict[str, Any], training: dict[str, Any], *, fsdp: bool,
                         f"without float8 experts, as dtype fp8")
     return "fp8" if fp8 else "bf16"
 
-
 def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
                       given: dict[str, Any]) -> dict[str, Any]:
     """``[activation_checkpoint]`` as ``recompute`` (and ``recompute_layers``), module
@@ -294,13 +300,10 @@ def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
         return {"recompute": "full"}
     return _every_nth_block(every, found, given, "mode" in ac)
 
-
 def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
                      set_mode: bool) -> dict[str, Any]:
     """selective_ac_option n >= 2: the blocks of the first pipeline rank torchtitan
     checkpoints, floor(its layers / n), as ``recompute_layers``."""
-    from surrogate.analytic.pipeline import weighted_first_rank_layers
-    from surrogate.presets import get_preset
 
     layers = given.get("num_layers")
     preset = found.get("model", given.get("model"))
@@ -318,7 +321,6 @@ def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
         return {"recompute": "none"}
     return {"recompute": "full", "recompute_layers": checkpointed}
 
-
 def _config_file(log: Path) -> Path | None:
     tomls = sorted(log.parent.glob("*.toml"))
     if len(tomls) == 1:
@@ -328,11 +330,9 @@ def _config_file(log: Path) -> Path | None:
             return log.parent / name
     return None
 
-
 def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
                      given: dict[str, Any], pp: int) -> dict[str, Any]:
     """``pp_schedule`` or ``vpp`` from a pipeline schedule's name (module docstring)."""
-    from surrogate.presets import get_preset
 
     traits = get_framework("torchtitan")
     plain = {v.lower(): k for k, v in traits.pipeline_schedules.items()}
@@ -366,7 +366,6 @@ def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
         raise DataError(f"{name} needs a multiple of pp, at least 2 per rank, virtual stages, "
                         f"got {stages} for pp={pp}")
     return {"vpp": stages // pp}
-
 
 def parse_torchtitan(
     path: str | Path, *, given: dict[str, Any] | None = None

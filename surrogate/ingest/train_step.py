@@ -25,10 +25,11 @@ from typing import Any, Final
 
 import pandas as pd
 
-from surrogate.config import config_from_flat
+from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.ingest.microbench_table import hardware_from_device_name
 from surrogate.ingest.report import IngestReport
-from surrogate.microbench_table import hardware_from_device_name
+from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
 STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",
@@ -37,21 +38,17 @@ OUTCOME_FIELDS: Final[tuple[str, ...]] = (
     "step_time_s", "tokens_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib",
 )
 
-
 def is_train_step_head(head: str) -> bool:
     """Whether text from the start of a file is a train-step record."""
     first = head.lstrip().split("\n", 1)[0]
     return f'"schema": "{RECORD_SCHEMA}"' in first
-
 
 def source_for(gpu: str) -> str:
     """``surrogate_h100`` for an H100, else ``surrogate_<gpu key>``."""
     key = gpu.lower()
     return "surrogate_h100" if key.startswith("h100") else "surrogate_" + key
 
-
 def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
-    from surrogate.sweeps import sweep_row
 
     if rec.get("schema") != RECORD_SCHEMA:
         raise ValueError(f"schema must be {RECORD_SCHEMA!r}, got {rec.get('schema')!r}")
@@ -72,11 +69,9 @@ def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
                      run_id=f"{fp['run_id']}/{line}", date=str(fp.get("date", ""))[:19] or None,
                      hardware=hardware, model_name=rec.get("model_name"), **measured)
 
-
 def parse_train_step_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read one file of train-step records; malformed lines are counted skips with their line
     number and reason; raises DataError if the file cannot be read."""
-    from surrogate.sweeps import frame_from_rows
 
     p = Path(path)
     try:

@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 from surrogate.analytic.inputs import Array, to_cols
-from surrogate.config import ModelConfig, TrainingConfig
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.model import ModelConfig
+from surrogate.config.training import TrainingConfig
 
 
 def measured_moe_id(c: dict[str, Any]) -> str:

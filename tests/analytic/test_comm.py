@@ -8,8 +8,8 @@ import pytest
 from surrogate.analytic import comm, flops
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.frameworks import FRAMEWORKS
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.frameworks import FRAMEWORKS
 
 PERF = SpecPerfModel()
 

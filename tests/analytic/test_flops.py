@@ -7,8 +7,8 @@ import pytest
 
 from surrogate.analytic import flops, pipeline
 from surrogate.analytic.inputs import RECOMPUTE_CODE, to_cols
-from surrogate.config import ModelConfig
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.model import ModelConfig
 
 PUBLISHED_TOTAL = [
     # Dubey et al. 2024 (Llama 3) and the released checkpoints' parameter counts

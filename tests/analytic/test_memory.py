@@ -10,10 +10,10 @@ import pytest
 from surrogate.analytic import activations, flops, memory, pipeline
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import param
-from surrogate.config import ModelConfig
-from surrogate.frameworks import FRAMEWORKS
-from surrogate.hardware import GIB
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.frameworks import FRAMEWORKS
+from surrogate.config.gpus import GIB
+from surrogate.config.model import ModelConfig
 
 STATE_TERMS = ("weights", "gradients", "optimizer")
 LLAMA2_7B = ModelConfig(  # Touvron et al. 2023: 6.74e9 parameters, "7B"
@@ -360,8 +360,8 @@ def _layouts(config):
     MoE (Mixtral with three leading dense layers, as DeepSeek's models have)."""
     from dataclasses import replace
 
+    from surrogate.config.presets import get_preset
     from surrogate.errors import ConfigError
-    from surrogate.presets import get_preset
 
     moe = replace(get_preset("mixtral-8x7b"), num_dense_layers=3)
     out = []

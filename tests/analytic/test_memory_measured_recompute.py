@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from surrogate.analytic import activations, memory
-from surrogate.config import ModelConfig
+from surrogate.config.model import ModelConfig
 from tests.analytic.conftest import measured_moe_id, measured_moe_model
 
 MEASURED = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"

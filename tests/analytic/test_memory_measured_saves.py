@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from surrogate.analytic import activations
-from surrogate.config import ModelConfig
+from surrogate.config.model import ModelConfig
 
 MEASURED = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
 TERM_OF_MODULE = {  # the module that saves -> the model's term

@@ -8,7 +8,7 @@ import pytest
 from surrogate.analytic import params, step
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 
 
 def test_every_parameter_has_a_prior_inside_its_bounds_and_a_source():
@@ -96,8 +96,8 @@ def test_columns_take_the_sets_given_and_the_shipped_ones_stay(config):
 def test_the_columns_take_the_set_parameter_set_names() -> None:
     """The vectorised rule of ``cols_from_table`` is FrameworkTraits.parameter_set's."""
     from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-    from surrogate.presets import get_preset
-    from surrogate.space import LayoutSpace
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
 
     space = LayoutSpace(model=get_preset("8b"), node_counts=(1,), global_batch_seqs=64,
                         frameworks=("torchtitan", "megatron", "nanotron"))
@@ -145,7 +145,7 @@ def test_the_profile_a_prediction_uses_scopes_the_sets(config):
     """analytic_for: the Playbook's nanotron floor on the Playbook's profile, not on the
     public H100 one."""
     from surrogate.analytic.run import analytic_for
-    from surrogate.perf_models import resolve_perf_model
+    from surrogate.hardware.perf_models import resolve_perf_model
 
     sets = params.ParameterSets({"nanotron/pp-fix": {"values": {"layer_floor_s": 0.05},
                                                      "clusters": ["hf-playbook-cluster"]}})

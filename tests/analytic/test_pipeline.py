@@ -9,8 +9,8 @@ import pytest
 
 from surrogate.analytic import pipeline
 from surrogate.analytic.inputs import to_cols
-from surrogate.config import ModelConfig
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.model import ModelConfig
 
 GRID = [(pp, m) for pp, m in itertools.product([1, 2, 4, 8], [1, 2, 3, 4, 8, 16, 64])]
 

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from surrogate.analytic import params, step
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.errors import ConfigError
-from surrogate.parameter_files import shipped_parameter_sets
 from tests.conftest import build_config
 
 PERF = SpecPerfModel()

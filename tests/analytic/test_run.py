@@ -7,8 +7,8 @@ import pytest
 
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.analytic.run import analytic_for, mfu_ceiling
-from surrogate.parameter_files import shipped_parameter_sets
-from surrogate.perf_models import resolve_perf_model
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.hardware.perf_models import resolve_perf_model
 
 
 def test_the_mfu_ceiling_is_the_best_gemm_efficiency_of_the_counted_flops(cols):

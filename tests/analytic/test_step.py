@@ -12,8 +12,8 @@ from surrogate.analytic import flops, pipeline, step
 from surrogate.analytic.flops import model_flops_per_token
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.hf_config import model_from_hf_config
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.hf_config import model_from_hf_config
 
 PERF = SpecPerfModel()
 
@@ -232,7 +232,7 @@ def test_flash_attention_frameworks_take_the_measured_curve(cols):
     from dataclasses import replace
 
     from surrogate.analytic.params import param
-    from surrogate.profile import load_profile
+    from surrogate.hardware.profile import load_profile
 
     measured = load_profile("H100-SXM-80GB")
     proxy = replace(measured, attention=None)
@@ -273,7 +273,7 @@ def test_per_operator_checkpointing_runs_the_routed_experts_again(config):
     it, where the dense MLP's up projection alone would cost a sixth."""
     import dataclasses
 
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
 
     mixtral = get_preset("mixtral-8x7b")
     models = [dataclasses.replace(mixtral, experts_topk=k) for k in (1, 2)]

@@ -41,8 +41,8 @@ from hypothesis import strategies as st
 from hypothesis.configuration import set_hypothesis_home_dir
 
 from surrogate.cli import main
-from surrogate.config import CONFIG_COLUMNS
-from surrogate.configfile import FILE_KEYS
+from surrogate.config.files import FILE_KEYS
+from surrogate.config.training import CONFIG_COLUMNS
 
 SCALE = max(1, int(os.environ.get("SURROGATE_FUZZ_EXAMPLES", "1")))
 set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "surrogate-hypothesis")

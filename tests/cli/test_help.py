@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from surrogate.cli import app
 from surrogate.cli.app import ensure_plugins
 from surrogate.cli.options import DEFAULT_FRAMEWORK, LayoutOptions, ModelOptions
-from surrogate.config import CLUSTER_FIELDS, LAYOUT_FIELDS, MODEL_FIELDS
+from surrogate.config.training import CLUSTER_FIELDS, LAYOUT_FIELDS, MODEL_FIELDS
 
 ensure_plugins([])  # the plugins' commands too
 

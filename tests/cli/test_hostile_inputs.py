@@ -99,7 +99,7 @@ def test_seq_len_of_a_config_file_reads_as_its_other_columns(tmp_path, capsys):
 
 
 def test_model_from_hf_config_checks_seq_len(tmp_path):
-    from surrogate.hf_config import model_from_hf_config
+    from surrogate.config.hf_config import model_from_hf_config
 
     hf = tmp_path / "config.json"
     hf.write_text(json.dumps(MISTRAL))
@@ -120,7 +120,7 @@ def test_a_carriage_return_in_a_cell_round_trips(tmp_path, capsys):
     out = pd.read_csv(pd.io.common.StringIO(capsys.readouterr().out))
     assert len(out) == 2 and list(out["hidden_size"]) == [4096, 4096]
     assert out["error"].iloc[1] == "num_layers must be an integer, got '\\r'"
-    from surrogate.tableio import write_table_atomic
+    from surrogate.io.tableio import write_table_atomic
 
     write_table_atomic(out, tmp_path / "t.csv")
     back = pd.read_csv(tmp_path / "t.csv")
@@ -226,7 +226,7 @@ def test_search_storage_failures_are_one_line(capsys: pytest.CaptureFixture[str]
     def unreachable(*args: object, **kwargs: object) -> None:
         raise OperationalError("connect", {}, Exception("could not connect to server\nmore"))
 
-    monkeypatch.setattr("surrogate.search.search", unreachable)
+    monkeypatch.setattr("surrogate.layouts.search.search", unreachable)
     one_line_error(capsys, [*SEARCH, "--storage", "sqlite:///study.db"],
                    r"error: the optuna storage 'sqlite:///study\.db' failed: .*could not connect")
 
@@ -305,8 +305,8 @@ def _round_dir(tmp_path: Path) -> Path:
     table measuring it."""
     from dataclasses import asdict
 
-    from surrogate.config import config_from_flat, config_to_flat
-    from surrogate.presets import get_preset
+    from surrogate.config.presets import get_preset
+    from surrogate.config.training import config_from_flat, config_to_flat
 
     config = config_to_flat(config_from_flat({**asdict(get_preset("8b")), "num_nodes": 1,
                                               "dp": 8}))
@@ -385,7 +385,7 @@ def test_score_round_keeps_its_figures_when_the_store_fails_after_scoring(
     def fails(*args: object, **kwargs: object) -> str:
         raise ConnectionError("the server went away\nmid-request")
 
-    monkeypatch.setattr("surrogate.active.log_round", fails)
+    monkeypatch.setattr("surrogate.loop.round_log.log_round", fails)
     assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv"),
                  "--json"]) == 2
     captured = capsys.readouterr()
@@ -403,7 +403,7 @@ def test_score_round_keeps_its_figures_when_the_store_fails_after_scoring(
 def test_train_keeps_its_model_and_evaluation_when_the_store_fails(
         tmp_path, capsys, monkeypatch, playbook_subset):
     """train used to lose its evaluation tables when MLflow failed after the work."""
-    from surrogate.sweeps import write_sweeps
+    from surrogate.ingest.sweep_files import write_sweeps
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     sweeps = tmp_path / "runs.parquet"
@@ -639,7 +639,7 @@ def test_runs_the_validator_rejects_are_kept_flagged_and_training_reads_around_t
     flagged = table[table["layout_problem"].notna()]
     assert len(flagged) == 1 and flagged["pp"].iloc[0] > flagged["num_layers"].iloc[0]
     assert "num_layers must be >= pp * vpp" in flagged["layout_problem"].iloc[0]
-    from surrogate.sweeps import read_sweeps, write_sweeps
+    from surrogate.ingest.sweep_files import read_sweeps, write_sweeps
 
     mixed = pd.concat([read_sweeps(into, flagged=True), playbook_subset.head(150)],
                       ignore_index=True)

@@ -8,9 +8,10 @@ import subprocess
 import sys
 
 from surrogate.cli import lean_imports
-from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
-from surrogate.prediction import predict
-from surrogate.presets import get_preset
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig
+from surrogate.prediction.predict import predict
 
 ARGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
         "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--json",

@@ -14,9 +14,9 @@ import pytest
 import yaml
 
 from surrogate.cli import main
-from surrogate.config import CONFIG_COLUMNS, config_to_flat
+from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.prediction import PRED_COLUMNS, RUNS_AS_ANOTHER
+from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER
 
 FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
          "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
@@ -29,7 +29,7 @@ LAYOUT = dict(gpu="H100-SXM-80GB", num_nodes=4, dp=8, tp=4, pp=1, mbs=2, grad_ac
 @pytest.fixture(autouse=True)
 def analytic_only(monkeypatch: pytest.MonkeyPatch) -> None:
     """These tests pin the analytic model's output; the learned path has its own tests."""
-    monkeypatch.setattr("surrogate.prediction.resolve_model", lambda model: None)
+    monkeypatch.setattr("surrogate.prediction.predict.resolve_model", lambda model: None)
 
 
 def run_json(capsys, argv):
@@ -351,8 +351,9 @@ def test_from_csv(tmp_path, capsys):
 
 
 def test_from_csv_to_stdout(tmp_path, capsys):
-    from surrogate.config import ClusterConfig, LayoutConfig, TrainingConfig
-    from surrogate.presets import get_preset
+    from surrogate.config.layout import ClusterConfig, LayoutConfig
+    from surrogate.config.presets import get_preset
+    from surrogate.config.training import TrainingConfig
 
     cfg = TrainingConfig(model=get_preset("1.34b"), cluster=ClusterConfig(),
                          layout=LayoutConfig(dp=8))

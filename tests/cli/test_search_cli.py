@@ -70,7 +70,7 @@ def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import copy
 
-    from surrogate import prediction
+    from surrogate.prediction.predict import predict as prediction
 
     bundled = prediction.resolve_model("default")
     assert bundled is not None
@@ -192,9 +192,9 @@ def test_heatmap_png_and_html(tmp_path: Path) -> None:
 def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from surrogate.active import propose
-    from surrogate.presets import get_preset
-    from surrogate.space import LayoutSpace
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
+    from surrogate.loop.active import propose
 
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")

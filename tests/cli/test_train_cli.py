@@ -8,8 +8,8 @@ import json
 import pytest
 
 from surrogate.cli import main
-from surrogate.learned import SurrogateModel
-from surrogate.sweeps import write_sweeps
+from surrogate.ingest.sweep_files import write_sweeps
+from surrogate.learned.model import SurrogateModel
 
 
 @pytest.fixture
@@ -97,9 +97,9 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     under them, where `--analytic` alone keeps the shipped physics (the priors here)."""
     import pandas as pd
 
-    from surrogate.config import CONFIG_COLUMNS
-    from surrogate.datasource import data_dir
+    from surrogate.config.training import CONFIG_COLUMNS
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     if not path.exists():
@@ -125,8 +125,8 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     shipped = mfu("--analytic")
     calibrated = mfu("--analytic", "--model-dir", str(out_dir))
     assert calibrated != pytest.approx(shipped)
-    from surrogate.parameter_files import shipped_parameter_sets
-    from surrogate.prediction import predict_frame
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.prediction.predict import predict_frame
 
     sets = shipped_parameter_sets().with_more(SurrogateModel.load(out_dir).physics_sets_)
     expect = predict_frame(pd.read_csv(configs), model=None, sets=sets)["pred_mfu"].tolist()

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from surrogate.cli import main
-from surrogate.config import CONFIG_COLUMNS, config_from_flat
+from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 from surrogate.errors import DataError
 from surrogate.ingest.detect import detect_format
 from surrogate.ingest.llmfoundry import (
@@ -19,7 +19,8 @@ from surrogate.ingest.llmfoundry import (
     param_check,
     parse_llmfoundry,
 )
-from surrogate.sweeps import read_sweeps, validate_sweeps
+from surrogate.ingest.sweep_files import read_sweeps
+from surrogate.ingest.sweeps import validate_sweeps
 
 EXCERPT = Path(__file__).resolve().parent / "fixtures" / "llmfoundry_excerpt.md"
 """Rows of three tables of ../shared/data/sweeps/llmfoundry_mpt/benchmarking_README.md; its
@@ -154,7 +155,7 @@ def test_cli_ingest_excerpt(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
 
 
 def test_full_readme() -> None:
-    from surrogate.datasource import data_dir
+    from surrogate.io.datasource import data_dir
 
     path = data_dir() / FULL
     if not path.exists():

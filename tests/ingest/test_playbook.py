@@ -140,8 +140,8 @@ def test_shared_file_matches_its_source() -> None:
 def _check_mfu(m: pd.DataFrame) -> None:
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
-    from surrogate.config import CONFIG_COLUMNS, config_from_flat
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 
     done = m[m["status"] == "completed"].copy()
     records = done[list(CONFIG_COLUMNS)].to_dict("records")
@@ -185,8 +185,8 @@ def test_allocated_memory_is_what_stays_after_the_step() -> None:
     ``benchmarks/playbook_ingest.py`` prints the fit)."""
     from surrogate.analytic.inputs import to_cols
     from surrogate.analytic.memory import memory_breakdown
-    from surrogate.config import CONFIG_COLUMNS, config_from_flat
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 
     df, _ = parse_playbook(_shared_playbook())
     flat = df[(df["status"] == "completed") & (df["pp"] == 1)].reset_index(drop=True)

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from surrogate.tracking import experiment_url
+from surrogate.io.tracking import experiment_url
 
 pytestmark = pytest.mark.integration
 

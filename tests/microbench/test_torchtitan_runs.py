@@ -1,4 +1,4 @@
-"""microbench.torchtitan_runs without a GPU: the launch files it plans (surrogate.launch's,
+"""microbench.torchtitan_runs without a GPU: the launch files it plans (surrogate.loop.launch's,
 with the reader's columns) and the kernel table of a profiler trace."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 import microbench.torchtitan_runs as runs
 from microbench.torchtitan_runs import CASES, kernel_table, plan
-from surrogate import launch
+from surrogate.loop import launch
 
 
 def test_plan_writes_launch_files_and_flavours(tmp_path: Path) -> None:

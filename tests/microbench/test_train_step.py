@@ -21,8 +21,8 @@ def test_the_model_has_the_parameters_counted(name: str) -> None:
 def test_the_playbook_model_is_the_presets() -> None:
     from surrogate.analytic.flops import total_params
     from surrogate.analytic.inputs import to_cols
-    from surrogate.config import config_from_flat
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.training import config_from_flat
 
     shape = MODELS["playbook-1.34b"]
     row = train_step.config_row(shape, gpu="H100-SXM-80GB", seq_len=4096, mbs=1, grad_accum=1,
@@ -92,7 +92,7 @@ def test_an_fsdp2_run_records_its_framework_and_zero_stage(tmp_path: Path, mode:
     import subprocess
     import sys
 
-    from surrogate.config import config_from_flat
+    from surrogate.config.training import config_from_flat
     from surrogate.ingest.train_step import parse_train_step_jsonl
 
     out = tmp_path / "steps.jsonl"

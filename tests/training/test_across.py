@@ -10,9 +10,9 @@ import pytest
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import PRIORS, ParameterSets
 from surrogate.analytic.perf import SpecPerfModel
-from surrogate.config import config_to_flat
-from surrogate.fit_params import Block, predicted_step_s
-from surrogate.parameter_files import shipped_parameter_sets
+from surrogate.calibration.blocks import Block, predicted_step_s
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.training import config_to_flat
 from training.across import balanced_quantile, leave_one_out, transfer_intervals
 
 TRUE = {**PRIORS, "layer_overhead_s": 1e-3, "gemm_time_scale": 1.2}

@@ -46,7 +46,7 @@ def test_nodes_trains_small_tests_large(playbook_subset):
 
 
 def test_cv_cells_never_splits_a_cell(playbook_subset):
-    from surrogate.training_data import cell_groups
+    from surrogate.learned.training_data import cell_groups
 
     groups = cell_groups(playbook_subset)
     for train, test in splits(playbook_subset, "cv_cells"):
@@ -163,8 +163,8 @@ def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subs
 def test_physics_of_a_split_is_fitted_on_its_training_rows_alone(playbook_subset):
     """The sets of a split do not move when the test runs' measurements change; versions the
     runs do not hold keep the shipped sets."""
-    from surrogate.parameter_files import shipped_parameter_sets
-    from surrogate.training_data import training_data
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.learned.training_data import training_data
     from training.evaluate import physics_of
 
     ((train, test),) = list(splits(playbook_subset, "nodes"))
@@ -183,7 +183,7 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
     """With the physics refit per split, the shipped parameters of the versions evaluated
     play no part: replacing them changes nothing. Kept, they do."""
     from surrogate.analytic.params import ParameterSets
-    from surrogate.training_data import training_data
+    from surrogate.learned.training_data import training_data
 
     params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
     odd = {fv: {"values": {"gemm_time_scale": 2.5}}

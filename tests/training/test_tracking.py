@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from surrogate.tracking import artifact_location
+from surrogate.io.tracking import artifact_location
 from training.tracking import DEFAULT_TRACKING_URI, data_label, rounds_in, tracking_uri
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surrogate.config import config_from_flat
+from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
-from surrogate.learned import SurrogateModel
-from surrogate.sweeps import write_sweeps
+from surrogate.ingest.sweep_files import write_sweeps
+from surrogate.learned.model import SurrogateModel
 from training.train import data_summary, load_runs, train
 
 FAST = dict(n_trials=1, max_estimators=15, protocols=("nodes",), progress=False)

@@ -27,7 +27,7 @@ def test_far_outside_the_data_the_bundled_model_says_so_and_keeps_to_physics():
 def test_training_runs_are_explained_under_their_own_cluster():
     import pandas as pd
 
-    from surrogate.clusters import run_context
+    from surrogate.calibration.clusters import run_context
 
     runs = pd.DataFrame({"source": ["hf_ultrascale_playbook", "mine"],
                          "net_scale": [0.5, float("nan")]})
@@ -53,7 +53,7 @@ def test_llama3_table_with_the_interleaved_schedule():
     halves the idle part of the bubble."""
     from surrogate.analytic import pipeline
     from surrogate.analytic.inputs import to_cols
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
     from training.transfer import LLAMA3_405B_VPP, llama3_405b_configs, llama3_405b_table
 
     assert LLAMA3_405B_VPP[0] == 1
@@ -80,8 +80,8 @@ def test_means_over_draws_skip_what_a_draw_lacks_without_a_warning():
 def test_a_user_with_one_node_of_runs_is_scored_on_their_larger_scales(playbook_subset, fitted):
     """The one-node setting draws its k runs from the other cluster's one-node runs and
     scores every run of more nodes, the learned model and the analytic one alike."""
-    from surrogate.datasource import data_dir
     from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir
     from tests.conftest import SMALL_BOOSTERS
     from training.transfer import other_cluster
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import optuna
 import pytest
 
-from surrogate.training_data import TrainingData, training_data
+from surrogate.learned.training_data import TrainingData, training_data
 from training.tune import cv_score, study_name_for, tune
 
 SMALL = {"n_estimators": 10, "num_leaves": 7}
@@ -75,7 +75,7 @@ def test_bad_arguments_raise(data):
 def test_a_change_of_physics_is_a_new_study(data):
     """Same runs under other analytic parameters: other targets, so not the same study."""
     from surrogate.analytic.params import ParameterSets
-    from surrogate.parameter_files import shipped_parameter_sets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
 
     assert study_name_for("mfu", training_data(data.runs), 0) == study_name_for("mfu", data, 0)
     slower = {fv: {"values": {**s["values"], "gemm_time_scale": 2.0}}

@@ -1,0 +1,318 @@
+"""What a training framework does, as data (:class:`FrameworkTraits`): the layouts it runs, the
+pipeline schedules and splits, recomputation modes and sharding it offers, and how it keeps
+optimizer state and gradients. The frameworks themselves are
+:data:`surrogate.config.frameworks.FRAMEWORKS`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, get_args
+
+Recompute = Literal["none", "selective", "full"]
+
+
+RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
+"""Activation recomputation: none, selective (Korthikanti et al. 2022: the attention core) or
+full (each layer's forward again in the backward)."""
+
+
+PipelineSchedule = Literal["1f1b", "afab"]
+
+
+PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
+"""Pipeline schedules (:mod:`surrogate.analytic.pipeline`): one-forward-one-backward
+(PipeDream-Flush, Narayanan et al. 2021; interleaved when vpp > 1) and all-forward-all-backward
+(GPipe, Huang et al. 2019: every micro-batch's forward, then every backward)."""
+
+
+PipelineSplit = Literal["even", "cost", "weighted"]
+
+
+PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
+"""How a framework assigns layers to pipeline stages (:mod:`surrogate.analytic.pipeline`):
+``even``, ceil(L / p) layers per rank, and an interleaved pipeline needs L divisible by
+pp x vpp (Megatron-LM); ``cost``, nanotron's greedy balance of a compute cost per block;
+``weighted``, torchtitan's: the embedding and the output head count as one layer each, and
+L + 2 layer slots are spread evenly over the pp x vpp (virtual) stages, the first ones taking
+one more where they do not divide, so any layer count fits."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrameworkTraits:
+    name: str
+    fp32_grad_accumulation: bool
+    """Keeps a persistent fp32 gradient-accumulation buffer beside the bf16 gradients
+    (+4 bytes per parameter, sharded like the gradients)."""
+    zero_stages: tuple[int, ...]
+    """ZeRO stages the framework implements."""
+    versions: tuple[str, ...]
+    """Known implementation versions, oldest first; the last is the default."""
+    tensor_parallel: bool
+    """Has tensor parallelism (tp > 1)."""
+    pipeline_schedules: dict[str, str] = field(hash=False)  # traits stay hashable
+    """Its (non-interleaved) pipeline schedules: each of :data:`PIPELINE_SCHEDULES` it has,
+    with the name its configuration gives it; empty: no pipeline parallelism (pp must be 1)."""
+    schedule_without_pipeline: bool = False
+    """Runs its pipeline schedule with pp = 1 too (nanotron's engine drives every step, so
+    all-forward-all-backward holds every micro-batch's activations even without a pipeline);
+    False: with pp = 1 micro-batches run one after the other, as under 1F1B."""
+    interleaved_schedule: str | None
+    """Its interleaved (virtual-stage) pipeline schedule, as its configuration names it; None:
+    vpp must be 1."""
+    context_parallel: bool
+    """Has context parallelism (cp > 1)."""
+    expert_parallel: bool
+    """Has expert parallelism (ep > 1)."""
+    recompute_modes: tuple[str, ...]
+    """Recomputation modes its configuration expresses. All four frameworks run flash
+    attention, which recomputes the attention scores anyway (what selective recomputation
+    saves), so where a framework has no selective mode a 'selective' layout runs as 'none'."""
+    sequence_parallel_with_tp: tuple[bool, ...]
+    """The sequence_parallel settings its tensor parallelism runs with: (False, True) where it
+    is an option, (True,) where its tensor-parallel plans always shard the sequence."""
+    source: str
+    pipeline_split: PipelineSplit = "even"
+    """How it splits the layers into pipeline stages (:data:`PIPELINE_SPLITS`)."""
+    flash_attention_2: bool = True
+    """Runs attention with a FlashAttention-2-class kernel (flash-attn 2, PyTorch SDPA's flash
+    backend, or a faster fused one): the analytic model times it by the profile's measured
+    flash-attention curve where the profile has one. False: a kernel nobody measured here,
+    timed by the GEMM proxy (``surrogate.analytic.step``)."""
+    saves_gathered_tp_inputs: bool = False
+    """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
+    keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors
+    per layer whatever tp is. False: they keep their 1 / tp shard and gather it again in the
+    backward (Megatron-LM's sequence parallelism, Korthikanti et al. 2022 sec. 4.2.2; nanotron
+    with ``tp_linear_async_communication``, which the Playbook's runs log). Measured for
+    torchtitan by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
+    fused_swiglu: bool = False
+    """Its SwiGLU is one autograd function that keeps only its input (the gate and up
+    projections' output) and recomputes SiLU in the backward, so the MLP keeps three T x ffn
+    tensors per layer, not four (gate and up outputs, SiLU(gate), the product). Measured for
+    Megatron-Core by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
+    selective_per_op: bool = False
+    """Its 'selective' recomputation is per-operator activation checkpointing (torchtitan's
+    ``selective_ac_option = "op"``, what its Llama 3 8B configuration runs): each block keeps
+    its input and the outputs of every other matmul (query, value, MLP gate, down projection
+    before its reduce-scatter), of the attention kernel and of the reduce-scatters, and runs
+    the other matmuls (key, attention output, MLP up) again in its backward. Measured on
+    torchtitan 0.2.2 by ``python -m microbench.saved_activations --recompute``. False: its
+    selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
+    attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
+    kept)."""
+    moe_routed_bytes: float = 2.0
+    """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
+    beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that
+    the experts' first GEMM saves (every dropless implementation gathers one); torchtitan
+    (0.2.2, measured by ``python -m microbench.saved_activations --moe``) keeps 4 more, the
+    fp32 copy its routing scores weigh (before the experts, or their outputs after them).
+    Megatron-Core (0.16.1, measured by ``python -m microbench.saved_activations --framework
+    megatron --moe``) keeps the 2 alone: its scores weigh the experts' SwiGLU inside the fused
+    function, which keeps one bf16 score per routed token. With ``moe_apply_probs_on_input``
+    (top-1 only; not modelled) it keeps 2 more, the tokens before the scores weigh them.
+    nanotron's weighting is not measured."""
+    moe_token_group_align: int = 0
+    """Rows its grouped GEMM pads each local expert's token group to: torchtitan (0.2.2) orders
+    the routed tokens into a buffer of round_up(routed tokens, 8) + 8 x local experts rows
+    (``TOKEN_GROUP_ALIGN_SIZE_M``, 8 in bf16; a static size, without a host sync), and its
+    experts keep every row (measured by ``python -m microbench.saved_activations --moe``, also
+    with ``--ep 2``). 0: no padding: Megatron-Core's dropless experts run one by one
+    (``SequentialMLP``, measured on 0.16.1 without and with expert parallelism; its GPU
+    path's grouped GEMM, Transformer Engine's ``TEGroupedMLP``, is not) on the routed tokens
+    alone; nanotron's are not measured."""
+    moe_dispatch_from_shard: bool = False
+    """Under tp (with sequence parallelism) an MoE layer routes its rank's sequence shard: the
+    all-to-all over ep moves T / tp x k tokens, and the tokens received are then gathered over
+    the tp group for the experts split by tp (and reduce-scattered back after them):
+    Megatron-Core's all-to-all dispatcher (``output_splits_tp``; measured at tp 2 with and
+    without ep 2 by ``python -m microbench.saved_activations --framework megatron --moe``: each
+    rank routes its shard and its experts receive the tp group's tokens). False: every rank
+    of a tp group routes the whole sequence and sends it over ep (torchtitan's
+    ``apply_moe_ep_tp``, which all-gathers the layer's input; measured likewise)."""
+    moe_tp_needs_sequence_parallel: bool = False
+    """Its MoE layer refuses tensor parallelism without sequence parallelism in training
+    (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout
+    with tp > 1 needs sequence_parallel."""
+    shards_over_cp: bool = False
+    """Its data parallelism shards the parameters over every sharded data-parallel rank and
+    every cp rank (torchtitan's FSDP over data_parallel_shard_degree x cp, ``ParallelDims``),
+    and its expert parallelism borrows from those ranks (the experts split over tp too, with
+    ``expert_tensor_parallel_degree`` = tp, which the surrogate's launch files write): with cp
+    > 1 or ep > 1 the parameters are sharded whatever the configuration says, so zero_stage 0
+    (data-parallel replicas alone) needs cp = ep = 1. False: context and expert parallelism
+    run with unsharded states too."""
+    partial_recompute: bool = False
+    """Its full recomputation can checkpoint only some layers of each pipeline stage
+    (``LayoutConfig.recompute_layers``): Megatron-LM's ``--recompute-method block
+    --recompute-num-layers N`` (the first N layers of each model chunk), torchtitan's
+    ``selective_ac_option = "n"`` (every n-th block of a pipeline rank). False: every layer or
+    none."""
+    hybrid_sharding_stages: tuple[int, ...] = ()
+    """ZeRO stages it runs with several copies of the shards (``LayoutConfig.dp_replicate`` >
+    1: sharded over dp x cp / dp_replicate ranks, all-reduced over the copies): torchtitan's
+    HSDP (``data_parallel_replicate_degree`` beside ``data_parallel_shard_degree``, FSDP2
+    ZeRO-2 and 3), Megatron-LM's partial distributed optimizer
+    (``--num-distributed-optimizer-instances``, ZeRO-1). Empty: one copy only."""
+    mixed_precision_needs_sharding: bool = False
+    """Beside tensor or pipeline parallelism it trains in bf16 mixed precision only under
+    sharded data parallelism: torchtitan takes its mixed precision from FSDP's policy
+    (``training.mixed_precision_param``, where data_parallel_shard_degree or cp is above 1) or
+    from ``torch.autocast``, which it enables only under DDP or on one GPU; with tp or pp > 1
+    and neither, mixed precision is disabled and the run trains in fp32 (0.2.2
+    ``distributed/utils.py`` ``maybe_enable_amp``, the pipeline's step runs without it; 0.3.0
+    ``config/configs.py``, ``Training.mixed_precision_param``). So zero_stage 0 needs tp = pp =
+    1. False: its bf16 holds at every layout."""
+    autocast_parameters: str | None = None
+    """The ``framework/version`` whose fitted free parameters (:mod:`surrogate.analytic.params`)
+    it takes where it trains under ``torch.autocast``: ZeRO-0 (one GPU or DDP) at tp = pp = cp
+    = 1, where torchtitan's ``maybe_enable_amp`` runs what ``pytorch/autocast`` measured (fp32
+    parameters and gradients, bf16 autocast, fused AdamW, flash attention). Checked on 28 real
+    torchtitan 0.2.2 runs on one H100 that set was not fitted on
+    (``datasets/h100/2026-11-24/torchtitan``, ``python benchmarks/h100_own.py``). None: its
+    own set at every layout (:meth:`parameter_set`)."""
+    fsdp_parameters: str | None = None
+    """The ``framework/version`` whose fitted free parameters it takes where it trains under
+    FSDP2's ``fully_shard`` alone: ZeRO-2 or 3 at tp = pp = cp = 1, where torchtitan's
+    ``apply_fsdp`` (bf16 parameters and fp32 reduction by ``MixedPrecisionPolicy``, one group
+    per block) runs what ``pytorch-fsdp2`` measured on one GPU. The communication comes from
+    the cluster's profile as at every layout; what was measured is the rest (kernels, fixed
+    costs, memory). None: its own set (:meth:`parameter_set`)."""
+    partial_recompute_every_nth: bool = False
+    """How its partial counts are written (:meth:`checkpointed_layer_counts`): every n-th block
+    of a pipeline rank, floor(layers / n) of them (torchtitan); False: the first N layers of
+    each model chunk, N x vpp of a rank's (Megatron-LM's block method)."""
+
+    @staticmethod
+    def replicated_unsplit(zero_stage: Any, tp: Any, pp: Any, cp: Any) -> Any:
+        """ZeRO-0 at tp = pp = cp = 1 (one GPU or DDP), where :attr:`autocast_parameters`
+        holds; element-wise on arrays."""
+        return (zero_stage == 0) & (tp == 1) & (pp == 1) & (cp == 1)
+
+    @staticmethod
+    def sharded_unsplit(zero_stage: Any, tp: Any, pp: Any, cp: Any) -> Any:
+        """ZeRO-2 or 3 at tp = pp = cp = 1 (FSDP alone), where :attr:`fsdp_parameters` holds;
+        element-wise on arrays."""
+        return (zero_stage >= 2) & (tp == 1) & (pp == 1) & (cp == 1)
+
+    def parameter_set(self, version: str | None, *, zero_stage: int, tp: int, pp: int,
+                      cp: int) -> str:
+        """The ``framework/version`` whose free parameters a layout of this framework takes:
+        :attr:`autocast_parameters` where it trains under autocast, :attr:`fsdp_parameters`
+        under FSDP alone, else its own."""
+        if self.autocast_parameters and self.replicated_unsplit(zero_stage, tp, pp, cp):
+            return self.autocast_parameters
+        if self.fsdp_parameters and self.sharded_unsplit(zero_stage, tp, pp, cp):
+            return self.fsdp_parameters
+        return f"{self.name}/{version or self.versions[-1]}"
+
+    def checkpointed_layer_counts(self, stage_layers: int, vpp: int = 1) -> tuple[int, ...]:
+        """The counts of checkpointed layers short of all (0 < k < ``stage_layers``) that its
+        full recomputation expresses on a pipeline rank of ``stage_layers`` layers in ``vpp``
+        model chunks, ascending; none without :attr:`partial_recompute`."""
+        if not self.partial_recompute or stage_layers < 2:
+            return ()
+        if self.partial_recompute_every_nth:
+            counts = {stage_layers // n for n in range(2, stage_layers + 1)}
+        else:
+            counts = {n * vpp for n in range(1, stage_layers // vpp)}
+        return tuple(sorted(k for k in counts if 0 < k < stage_layers))
+
+    @property
+    def pipeline_parallel(self) -> bool:
+        """Has pipeline parallelism (pp > 1)."""
+        return bool(self.pipeline_schedules)
+
+    @property
+    def always_sequence_parallel(self) -> bool:
+        """Its tensor parallelism always shards the sequence: the default of
+        ``sequence_parallel`` with tp > 1 (:func:`surrogate.config.training.config_from_flat`)."""
+        return self.sequence_parallel_with_tp == (True,)
+
+    @property
+    def interleaved_pipeline(self) -> bool:
+        """Has an interleaved pipeline schedule, i.e. allows vpp > 1."""
+        return self.interleaved_schedule is not None
+
+    def unsupported(self, *, tp: int, pp: int, cp: int, ep: int, vpp: int,
+                    zero_stage: int, pp_schedule: str = "1f1b",
+                    dp_replicate: int = 1) -> str | None:
+        """What of the layout the framework does not implement, or None."""
+        if zero_stage not in self.zero_stages:
+            return (f"framework {self.name} implements zero_stage "
+                    f"{' or '.join(map(str, self.zero_stages))}, got {zero_stage}")
+        if dp_replicate > 1 and zero_stage not in self.hybrid_sharding_stages:
+            stages = " or ".join(map(str, self.hybrid_sharding_stages))
+            return (f"framework {self.name} " + (
+                f"copies ZeRO's shards (dp_replicate > 1) with zero_stage {stages} only"
+                if stages else "shards over every data-parallel rank: dp_replicate must be 1")
+                + f", got dp_replicate={dp_replicate} zero_stage={zero_stage}")
+        for degree, value, has in (("tp", tp, self.tensor_parallel),
+                                   ("pp", pp, self.pipeline_parallel),
+                                   ("cp", cp, self.context_parallel),
+                                   ("ep", ep, self.expert_parallel)):
+            if value > 1 and not has:
+                return (f"framework {self.name} has no {_NAMES[degree]}: {degree} must be 1, "
+                        f"got {degree}={value}")
+        if vpp > 1 and not self.interleaved_pipeline:
+            return (f"framework {self.name} has no interleaved pipeline schedule: vpp must be 1, "
+                    f"got vpp={vpp}")
+        if pp_schedule != "1f1b":
+            if pp_schedule not in self.pipeline_schedules:
+                return (f"framework {self.name} has no pipeline schedule {pp_schedule!r}: "
+                        f"pp_schedule must be one of {', '.join(self.pipeline_schedules) or '1f1b'}"
+                        f", got {pp_schedule!r}")
+            if vpp > 1:
+                return (f"pp_schedule {pp_schedule!r} has no interleaved form here: vpp must be "
+                        f"1, got vpp={vpp}")
+            if pp == 1 and not self.schedule_without_pipeline:
+                return (f"framework {self.name} runs a pipeline schedule only with pp > 1: "
+                        f"pp_schedule must be '1f1b' when pp=1, got {pp_schedule!r}")
+        return None
+
+    def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
+                        zero_stage: int, recompute: str, sequence_parallel: bool,
+                        pp_schedule: str = "1f1b", recompute_layers: int = 0,
+                        dp_replicate: int = 1, moe: bool = False) -> str | None:
+        """Why the framework cannot run the layout as described (what it does not implement,
+        or the other layout it would run instead), or None: the layouts a search proposes and
+        launch files are written for. ``moe``: the model has experts."""
+        problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage,
+                                   pp_schedule=pp_schedule, dp_replicate=dp_replicate)
+        if problem:
+            return problem
+        if zero_stage > 0 and self.shards_over_cp and dp * cp == 1:
+            return (f"zero_stage > 0 needs dp x cp > 1 ({self.name} shards over its data- and "
+                    f"context-parallel ranks; one has nothing to shard), got dp=1 cp=1 "
+                    f"zero_stage={zero_stage}")
+        if zero_stage > 0 and not self.shards_over_cp and dp == 1:
+            return (f"zero_stage > 0 needs dp > 1 (one replica has nothing to shard), got dp=1 "
+                    f"zero_stage={zero_stage}")
+        if self.shards_over_cp and zero_stage == 0 and max(cp, ep) > 1:
+            return (f"{self.name} shards the parameters over its cp ranks and borrows expert "
+                    f"parallelism from its sharded ranks: zero_stage 0 (data-parallel replicas, "
+                    f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}")
+        if self.mixed_precision_needs_sharding and zero_stage == 0 and max(tp, pp) > 1:
+            return (f"{self.name} runs bf16 mixed precision beside tensor or pipeline "
+                    f"parallelism only under sharded data parallelism (FSDP); zero_stage 0 with "
+                    f"tp={tp} pp={pp} trains in fp32: zero_stage 0 needs tp = pp = 1")
+        if sequence_parallel and tp == 1:
+            return "sequence_parallel needs tp > 1, got tp=1"
+        if moe and tp > 1 and not sequence_parallel and self.moe_tp_needs_sequence_parallel:
+            return (f"{self.name}'s MoE layer refuses tensor parallelism without sequence "
+                    f"parallelism in training: an MoE model with tp={tp} needs "
+                    f"sequence_parallel, got sequence_parallel=False")
+        if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
+            always = "always" if self.always_sequence_parallel else "never"
+            return (f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
+                    f"got tp={tp} sequence_parallel={sequence_parallel}")
+        if recompute not in self.recompute_modes:
+            return (f"framework {self.name} expresses recompute "
+                    f"{' or '.join(self.recompute_modes)}, got {recompute!r}")
+        if recompute_layers > 0 and not self.partial_recompute:
+            return (f"framework {self.name} recomputes every layer or none: recompute_layers "
+                    f"must be 0, got {recompute_layers}")
+        return None
+
+
+_NAMES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
+          "cp": "context parallelism", "ep": "expert parallelism"}

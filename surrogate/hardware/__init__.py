@@ -1,0 +1,1 @@
+"""Measured hardware speed the analytic model reads: calibration profiles and the fabric."""

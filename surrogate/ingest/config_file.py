@@ -1,0 +1,155 @@
+"""A configuration file read into configuration columns: YAML or JSON, flat or nested under
+``model:``, ``cluster:``, ``layout:``, or a torchtitan job config (``.toml``, read as its ingest
+reads it). Every key is checked (:mod:`surrogate.config.files`): an unknown one is an error
+naming the nearest valid one, a key given twice is refused, and a YAML file may not expand past
+:data:`MAX_YAML_VALUES` values through its aliases.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from surrogate.config.files import (
+    FILE_KEYS,
+    SECTION_KEYS,
+    check_counts,
+    check_keys,
+    refuse_duplicate_keys,
+)
+from surrogate.errors import ConfigError, shown
+from surrogate.ingest.torchtitan import job_config_columns
+
+MAX_YAML_VALUES = 10_000
+"""Most values (scalars, lists, mappings, each counted where an alias repeats it) a YAML
+configuration file may expand to. A configuration is a few dozen values; nested aliases expand
+a 2 KB file into billions (a "billion laughs" file), which would take minutes and gigabytes
+to build, and as many characters to quote in an error."""
+ANCHOR_HOLDER_PREFIX = "x-"
+"""A top-level key of a YAML configuration file starting with this holds YAML anchors for merge
+keys (``x-base: &base {dp: 8}`` then ``layout: {<<: *base}``), as in Docker Compose files; it
+is not a configuration key, and is left out."""
+_MERGE_TAG = "tag:yaml.org,2002:merge"
+
+
+def _check_expansion(root: Any) -> None:
+    """ConfigError if the YAML node graph ``root`` expands (aliases followed) to more than
+    :data:`MAX_YAML_VALUES` values, or an alias refers to a node that holds it: counted on
+    the graph, where each anchored node is counted once per use but never built."""
+    sizes: dict[int, int] = {}
+    open_: set[int] = set()
+
+    def size(node: Any) -> int:
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if key in open_:
+            raise ConfigError("an alias refers to a node that holds it (a recursive value); a "
+                              "configuration holds plain values")
+        open_.add(key)
+        total = 1
+        if isinstance(node, yaml.SequenceNode):
+            children = node.value
+        elif isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        else:
+            children = []
+        for child in children:
+            total += size(child)
+            if total > MAX_YAML_VALUES:
+                raise ConfigError(
+                    f"the file expands to more than {MAX_YAML_VALUES:,} values through its "
+                    f"aliases (line {child.start_mark.line + 1}); a configuration is a mapping "
+                    f"of a few dozen column: value pairs")
+        open_.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root)
+
+
+def _yaml_loader() -> type:
+    """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last) and a
+    document whose aliases expand it past :data:`MAX_YAML_VALUES`; merge keys (``<<: *base``)
+    merge as YAML 1.1 says (a key of the mapping itself wins over a merged one)."""
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_document(self, node: Any) -> Any:
+            _check_expansion(node)  # before anything is built
+            return super().construct_document(node)
+
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                if key_node.tag == _MERGE_TAG:
+                    continue  # merged by flatten_mapping below, its keys may be overridden
+                key = self.construct_object(key_node, deep=deep)
+                try:
+                    repeated = key in seen
+                    seen.add(key)
+                except TypeError:  # an unhashable key: PyYAML's own error follows
+                    continue
+                if repeated:
+                    raise ConfigError(f"each key must appear once, got {shown(key)} twice (line "
+                                      f"{key_node.start_mark.line + 1})")
+            return super().construct_mapping(node, deep)
+
+    return UniqueKeyLoader
+
+
+def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
+                     ) -> dict[str, Any]:
+    """A flat mapping of configuration keys from a YAML or JSON file (``.json``: JSON), flat
+    or nested under ``model:``, ``cluster:``, ``layout:``; ``model`` may name a preset. A
+    ``.toml`` file is a torchtitan job config, read as its ingest reads it, completed by
+    ``given`` (the columns the command line sets:
+    :func:`surrogate.ingest.torchtitan.job_config_columns`).
+
+    ConfigError if the file is missing or unparsable, a key is unknown (with the nearest valid
+    one), or a key is given twice (in the file, or in two sections).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"--config must name an existing file, got {str(p)!r}")
+    if p.suffix.lower() == ".toml":
+        columns = job_config_columns(p, given or {})
+        check_counts(columns, where=str(p))
+        return columns
+    try:
+        text = p.read_text()
+        if p.suffix.lower() == ".json":
+            data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
+        else:
+            data = yaml.load(text, Loader=_yaml_loader())  # a SafeLoader subclass
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None
+    except Exception as e:  # parsers raise many types; name the file
+        raise ConfigError(f"{p}: cannot parse ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: a configuration file holds a mapping of column: value")
+    if p.suffix.lower() != ".json":  # anchors of merge keys only
+        data = {k: v for k, v in data.items()
+                if not (isinstance(k, str) and k.startswith(ANCHOR_HOLDER_PREFIX))}
+    check_keys(data, FILE_KEYS, where=str(p))
+    flat: dict[str, Any] = {}
+    for key, value in data.items():
+        if key in SECTION_KEYS and isinstance(value, Mapping):
+            for k in value:
+                home = [s for s, keys in SECTION_KEYS.items() if k in keys]
+                if home and key not in home:
+                    raise ConfigError(f"{p}: {k!r} belongs under {home[0]}:, not {key}:")
+            check_keys(value, SECTION_KEYS[key], where=f"{p} ({key})")
+            items = list(value.items())
+        elif key in ("cluster", "layout"):
+            raise ConfigError(f"{p}: {key} must be a mapping of {key} columns, got {shown(value)}")
+        else:
+            items = [(key, value)]
+        for k, v in items:
+            if k in flat:
+                raise ConfigError(f"{p}: {k!r} is given twice (once under a section)")
+            flat[k] = v
+    check_counts(flat, where=str(p))
+    return flat

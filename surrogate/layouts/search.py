@@ -1,0 +1,449 @@
+"""Searching a :class:`~surrogate.layouts.space.LayoutSpace` against the surrogate with optuna.
+
+- Single objective (TPE, Bergstra et al. 2011): maximise the predicted MFU.
+- Multi-objective (NSGA-II, Deb et al. 2002): predicted MFU against the OOM risk, or against the
+  number of GPUs when the space holds several node counts.
+
+Invalid points (a rule of :mod:`surrogate.config.training` or :mod:`surrogate.layouts.space`
+broken) and
+infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin) are
+optuna *constraints* (``constraints_func``: a value > 0 is a violation), so the samplers learn
+to avoid them instead of seeing a fake objective. A study lives in any optuna storage: an RDB
+URL (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it.
+
+Scoring is vectorised: :func:`score_configs` runs the analytic model once over all
+configurations and the learned model once over all features. When the space is small enough it
+is scored whole and :func:`search` reports whether optuna found the same best.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from surrogate.config.table import table_len
+from surrogate.config.training import TrainingConfig, config_from_flat
+from surrogate.errors import ConfigError
+from surrogate.layouts.labels import layout_label, layout_labels
+from surrogate.layouts.scored import (
+    RANK_COLUMNS,
+    Limits,
+    RankBy,
+    Scorer,
+    rank,
+    rank_column,
+    score_configs,
+    scored_to_records,
+    with_keys,
+)
+from surrogate.layouts.space import (
+    DEFAULT_ENUMERATION_LIMIT,
+    DIMENSIONS,
+    LayoutSpace,
+    layout_key,
+)
+from surrogate.progress import ProgressFn, report
+
+__all__ = ["RANK_COLUMNS", "Limits", "RankBy", "SearchResult", "rank", "score_configs",
+           "scored_to_records", "search"]
+
+if TYPE_CHECKING:
+    import optuna
+    import pandas as pd
+
+    from surrogate.analytic.perf import PerfModel
+    from surrogate.learned.model import SurrogateModel
+
+Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
+
+
+TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",
+                                "p_best")
+"""What the top layouts carry besides :func:`score_configs`' columns: the tokens/s interval (the
+MFU interval's, in tokens/s per GPU) and the probability that the layout completes and is the
+fastest of the top ones (:func:`surrogate.layouts.best_odds.p_best`; NaN without intervals)."""
+
+
+@dataclass(kw_only=True)
+class SearchResult:
+    """What a search found."""
+
+    top: pd.DataFrame
+    """The best feasible layouts (ranked :func:`score_configs` rows and :data:`TOP_COLUMNS`),
+    at most k."""
+    pareto: pd.DataFrame | None
+    """Multi-objective modes: the feasible Pareto front, else None."""
+    configs: dict[tuple[Any, ...], TrainingConfig]
+    """The configuration of each key in ``top`` and ``pareto``."""
+    n_trials: int
+    n_invalid: int
+    n_infeasible: int
+    study_name: str | None
+    enumerated: int | None = None
+    """Valid layouts scored by enumeration (None: the space was too large)."""
+    enum_best: pd.Series | None = None
+    optuna_found_enum_best: bool | None = None
+    """Whether optuna's best is the enumerated best (None when not enumerated or no optuna)."""
+    notes: list[str] = field(default_factory=list)
+
+
+CONSTRAINT_NAMES: tuple[str, ...] = ("invalid", "oom_risk", "memory_gib")
+"""Trial constraints (> 0 violates): rule broken, p_oom over the limit, GiB over the margin."""
+
+
+def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
+    value = trial.user_attrs.get("constraints")
+    return [1.0, 1.0, 1.0] if value is None else list(value)
+
+
+
+def search(
+    space: LayoutSpace,
+    *,
+    model: SurrogateModel | str | Path | None = "default",
+    profile: str | Path | PerfModel | None = None,
+    limits: Limits | None = None,
+    objective: Objective = "mfu",
+    n_trials: int = 200,
+    top_k: int = 5,
+    storage: str | None = None,
+    study_name: str | None = None,
+    seed: int = 0,
+    enumerate_limit: int = DEFAULT_ENUMERATION_LIMIT,
+    use_optuna: bool = True,
+    progress: ProgressFn | None = None,
+    rank: RankBy = "mean",
+) -> SearchResult:
+    """Search ``space`` for the best layouts (module docstring).
+
+    Every valid layout is scored when the space has at most ``enumerate_limit`` points; optuna
+    then samples ``n_trials`` more (TPE for ``"mfu"``, NSGA-II for the two-objective modes)
+    and the result says whether it found the enumerated best.
+
+    Args:
+        space: The layouts to consider: a model, a batch, node counts, frameworks and bounds.
+        model: The learned correction, as for :func:`surrogate.predict`: ``"default"``, a
+            saved model's directory, a ``SurrogateModel``, or None for the analytic model.
+        profile: The hardware's speeds, as for :func:`surrogate.predict`.
+        limits: What a layout must satisfy besides being valid (largest p_oom, memory margin);
+            None: :class:`Limits`' defaults.
+        objective: ``"mfu"`` (predicted MFU), ``"mfu-vs-oom"`` (MFU against the OOM risk) or
+            ``"mfu-vs-gpus"`` (MFU against the GPU count; needs several node counts).
+        n_trials: Optuna trials (0: the enumerated space alone).
+        top_k: Layouts returned in ``SearchResult.top``.
+        storage: An optuna storage URL (``sqlite:///study.db``, ``postgresql+psycopg://...``)
+            shared by workers; None keeps the study in memory.
+        study_name: The study's name in ``storage`` (a new or an existing one).
+        seed: The sampler's seed.
+        enumerate_limit: Largest number of points scored by enumeration.
+        use_optuna: False scores the enumerated space alone.
+        progress: Hears of the enumeration and of each trial (:mod:`surrogate.progress`).
+        rank: ``"mean"`` ranks (and optuna maximises) the predicted MFU; ``"safe"`` the lower
+            end of its 80% interval, its 10% quantile (:data:`RANK_COLUMNS`; needs a learned
+            model).
+
+    Returns:
+        A ``SearchResult``, the best feasible layouts ranked (or the least bad ones, with
+            a note, when none meets the limits) with each one's tokens/s interval and
+            probability of being the best of them (``p_best``,
+            :mod:`surrogate.layouts.best_odds`), the
+            Pareto front of a two-objective search, the configuration of each key shown, and
+            the trial counts.
+
+    Raises:
+        ConfigError: No layout of the space is valid (the message names one rule its points
+            break), the space is too large to enumerate without optuna trials, ``storage`` is
+            a URL optuna cannot open, ``"mfu-vs-gpus"`` is asked of one node count, or
+            ``rank`` is not mean or safe (safe without a learned model).
+        MissingExtraError: Optuna trials are asked for and the ``search`` extra (optuna) is not
+            installed.
+        NoModelError: ``model`` is a path that holds no saved model.
+    """
+    import pandas as pd
+
+    how = _scorer(space, model, profile, limits, objective, rank)
+    result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
+                          n_invalid=0, n_infeasible=0, study_name=None)
+    enum_frame = _score_enumerated(space, how, enumerate_limit, result, progress,
+                                   optuna_scores=use_optuna and n_trials > 0)
+    scored_rows = [] if enum_frame is None else [enum_frame]
+    invalid: list[str] = []  # optuna trials' broken rules
+    if use_optuna and n_trials > 0:
+        opt_frame, invalid = _score_trials(space, how, objective, n_trials, storage,
+                                           study_name, seed, enum_frame, result, progress)
+        scored_rows += [] if opt_frame is None else [opt_frame]
+    if not scored_rows:
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+    _choose(result, space, scored_rows, how, objective, top_k)
+    return result
+
+
+def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
+            profile: str | Path | PerfModel | None, limits: Limits | None,
+            objective: Objective, rank: RankBy) -> Scorer:
+    """How :func:`search` scores, once its request is checked (its Raises)."""
+    from surrogate.prediction.predict import resolve_model
+
+    rank_column(rank)
+    if objective == "mfu-vs-gpus" and len(space.node_counts) < 2:
+        raise ConfigError("objective mfu-vs-gpus needs a range of node counts, got one")
+    learned = resolve_model(model)
+    if rank == "safe" and learned is None:
+        raise ConfigError("rank safe ranks by the lower end of the learned model's 80% interval, "
+                          "which the analytic model alone does not give: rank mean, or a "
+                          "learned model")
+    return Scorer(learned=learned, profile=profile, limits=limits or Limits(), rank=rank)
+
+
+def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: SearchResult,
+                      progress: ProgressFn | None, *, optuna_scores: bool) -> pd.DataFrame | None:
+    """The enumerated space scored and ranked (None: too large, or no valid layout); records
+    the count and the best in ``result``. Raises when the space is too large and no optuna
+    trial would score a layout."""
+    if not space.is_enumerable(limit):
+        if not optuna_scores:
+            space.enumerate(limit)  # raises, saying why
+        return None
+    report(progress, "enumerating and scoring the space", 0, 1)
+    every = space.table(limit)
+    result.enumerated = table_len(every)
+    frame = None
+    if result.enumerated:
+        frame = how.ranked(every, labels=False, keys=False)
+        if frame["feasible"].iloc[0]:
+            result.enum_best = _labelled(frame.head(1)).iloc[0]
+    report(progress, "enumerating and scoring the space", 1, 1)
+    return frame
+
+
+def _score_trials(space: LayoutSpace, how: Scorer, objective: Objective, n_trials: int,
+                  storage: str | None, study_name: str | None, seed: int,
+                  enum_frame: pd.DataFrame | None, result: SearchResult,
+                  progress: ProgressFn | None) -> tuple[pd.DataFrame | None, list[str]]:
+    """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
+    rules the invalid ones broke; the counts, the configurations and whether optuna found the
+    enumerated best go to ``result``."""
+    known = None if enum_frame is None else _score_cache(with_keys(enum_frame), how)
+    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, known,
+                              progress)
+    result.study_name = study.study_name
+    result.n_trials = len(study.trials)
+    result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
+    result.n_infeasible = sum(
+        1 for t in study.trials if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
+    result.configs.update({layout_key(c): c for c in found})
+    invalid = [str(t.user_attrs["invalid"]) for t in study.trials if t.user_attrs.get("invalid")]
+    frame = how.ranked(found) if found else None
+    if result.enum_best is not None:
+        result.optuna_found_enum_best = bool(
+            frame is not None and frame["feasible"].iloc[0]
+            and frame["key"].iloc[0] == result.enum_best["key"])
+    return frame, invalid
+
+
+def _choose(result: SearchResult, space: LayoutSpace, scored_rows: list[pd.DataFrame],
+            how: Scorer, objective: Objective, top_k: int) -> None:
+    """Fill ``result``'s top (with each one's odds of being the best), Pareto front, notes and
+    the configurations of the layouts shown, from every layout scored."""
+    import pandas as pd
+
+    from surrogate.layouts.best_odds import p_best
+
+    every_scored = (scored_rows[0] if len(scored_rows) == 1  # ranked, its keys distinct
+                    else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"),
+                              how.rank))
+    feasible = every_scored[every_scored["feasible"]]
+    if objective != "mfu":
+        # Over every layout scored: the enumerated space (exact) and optuna's trials. Optuna's
+        # alone may hold no feasible layout when most of its trials are invalid points.
+        result.pareto = _labelled(_pareto(every_scored, objective, RANK_COLUMNS[how.rank]))
+    if feasible.empty:
+        limits = how.limits
+        result.notes.append(
+            f"no layout meets the limits (p_oom <= {limits.max_p_oom}, memory margin "
+            f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones"
+            + ("" if objective == "mfu" else " and the Pareto front is empty"))
+        feasible = every_scored
+    top = _labelled(feasible.head(top_k).reset_index(drop=True))
+    ratio = top["pred_tokens_per_s_per_gpu"] / top["pred_mfu"]  # tokens/s per unit of MFU
+    top["pred_tokens_per_s_per_gpu_lo"] = ratio * top["pred_mfu_lo"]
+    top["pred_tokens_per_s_per_gpu_hi"] = ratio * top["pred_mfu_hi"]
+    top["p_best"] = p_best(top)
+    result.top = top
+    shown = [result.top] if result.pareto is None else [result.top, result.pareto]
+    for frame in shown:  # enumerated layouts are rows of a table: their configurations,
+        # with the model's name, which no column holds (launch files name its flavour)
+        for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
+            if key not in result.configs:
+                result.configs[key] = config_from_flat({**row, "name": space.model.name},
+                                                       global_batch_seqs=space.global_batch_seqs)
+
+
+def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with its ``layout`` labels (score_configs' column, before ``num_gpus``) and
+    its keys, for rows scored without them."""
+    frame = with_keys(frame.drop(columns="layout", errors="ignore"))
+    table = {str(k): frame[k].to_numpy() for k in frame.columns}
+    frame.insert(list(frame.columns).index("num_gpus"), "layout", layout_labels(table))
+    return frame
+
+
+def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
+    """Why a search found nothing to score: the space and one rule its points break."""
+    example = invalid[:1]
+    if not example and space.is_enumerable(limit):
+        for point in space.points():
+            try:
+                space.build(point)
+            except ConfigError as e:
+                example = [str(e)]
+                break
+    nodes = ",".join(map(str, space.node_counts))
+    return (f"the space holds no valid layout of {space.model.name} on {nodes} x "
+            f"{space.gpus_per_node} {space.gpu} for a global batch of "
+            f"{space.global_batch_seqs} sequences" + (f" (e.g. {example[0]})" if example else "")
+            + ": widen it (other node counts or frameworks, a larger --max-mbs or --max-cp, a "
+            "global batch that more data-parallel degrees divide)")
+
+
+def _score_cache(
+    frame: pd.DataFrame, how: Scorer,
+) -> dict[tuple[Any, ...], tuple[float, float, float, float, float]]:
+    """Per key: optuna's value (:meth:`Scorer.value`), p_oom, peak and capacity GiB, GPUs."""
+    import numpy as np
+
+    cols = ["p_oom", "pred_device_mem_gib", "capacity_gib", "num_gpus"]
+    values = np.nan_to_num(frame[RANK_COLUMNS[how.rank]].to_numpy(dtype=float), nan=0.0)
+    return {key: (float(value), float(p), float(peak), float(cap), float(gpus))
+            for key, value, (p, peak, cap, gpus) in zip(frame["key"], values,
+                                                        frame[cols].to_numpy(), strict=True)}
+
+
+def _pareto(frame: pd.DataFrame, objective: Objective, column: str = "pred_mfu") -> pd.DataFrame:
+    """Feasible rows not dominated in (max ``column``: the predicted MFU or its 10% quantile,
+    min p_oom | min num_gpus)."""
+    import numpy as np
+
+    second = "p_oom" if objective == "mfu-vs-oom" else "num_gpus"
+    f = frame[frame["feasible"]].sort_values([column, second], ascending=[False, True])
+    values = f[second].to_numpy(dtype=np.float64)
+    best_before = np.minimum.accumulate(np.concatenate([[math.inf], values[:-1]]))
+    return f[values < best_before].reset_index(drop=True)
+
+
+def _run_study(
+    space: LayoutSpace,
+    how: Scorer,
+    objective: Objective,
+    n_trials: int,
+    storage: str | None,
+    study_name: str | None,
+    seed: int,
+    known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
+    progress: ProgressFn | None = None,
+) -> tuple[optuna.Study, list[TrainingConfig]]:
+    from surrogate.extras import require
+
+    require("optuna")
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # optuna >= 5 reads constraints set on the trial; older versions take constraints_func.
+    native = hasattr(optuna.trial.Trial, "set_constraint")
+    sampler, directions = _sampler(objective, n_trials, seed, native)
+    if storage is not None:
+        from surrogate.io.stores import check_storage, ensure_sqlite_dir
+
+        check_storage(storage)
+        ensure_sqlite_dir(storage)
+    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
+                                directions=directions, load_if_exists=study_name is not None)
+    # Scores of the enumerated space, when there is one: the same numbers, looked up.
+    found: dict[tuple[Any, ...], TrainingConfig] = {}
+    run = _trial_objective(space, how, objective, dict(known or {}), found, native)
+    stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
+    report(progress, stage, 0, n_trials)
+    finished = 0
+
+    def tick(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        nonlocal finished
+        finished += 1
+        report(progress, stage, finished, n_trials)
+
+    study.optimize(run, n_trials=n_trials, callbacks=[tick])
+    return study, list(found.values())
+
+
+def _sampler(objective: Objective, n_trials: int, seed: int, native: bool,
+             ) -> tuple[optuna.samplers.BaseSampler, list[Literal["minimize", "maximize"]]]:
+    """TPE for one objective, NSGA-II for two, and the study's directions."""
+    import optuna
+
+    extra: dict[str, Any] = {} if native else {"constraints_func": _constraints}
+    if objective == "mfu":
+        return (optuna.samplers.TPESampler(seed=seed, **extra,
+                                           n_startup_trials=min(20, max(1, n_trials // 4))),
+                ["maximize"])
+    return (optuna.samplers.NSGAIISampler(seed=seed, **extra,
+                                          population_size=min(50, max(4, n_trials // 4))),
+            ["maximize", "minimize"])
+
+
+def _trial_objective(
+    space: LayoutSpace, how: Scorer, objective: Objective,
+    cache: dict[tuple[Any, ...], tuple[float, float, float, float, float]],
+    found: dict[tuple[Any, ...], TrainingConfig], native: bool,
+) -> Callable[[optuna.Trial], float | tuple[float, float]]:
+    """Optuna's objective: a trial's layout built, scored (or looked up in ``cache``), its
+    constraints set and its values returned; each valid layout lands in ``found``."""
+    choices = space.choices()
+    worker = f"{socket.gethostname()}:{os.getpid()}"  # which of several workers ran a trial
+    limits = how.limits
+
+    def constrain(trial: optuna.Trial, values: list[float]) -> None:
+        trial.set_user_attr("constraints", values)
+        if native:
+            for name, value in zip(CONSTRAINT_NAMES, values, strict=True):
+                trial.set_constraint(name, value)
+
+    def run(trial: optuna.Trial) -> float | tuple[float, float]:
+        trial.set_user_attr("worker", worker)
+        point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS
+                 if d not in ("recompute_share", "sharding")}
+        # The share and the sharding only where they are a choice (conditional parameters:
+        # optuna's samplers handle a search space that changes with the other choices).
+        for name, options in (
+                ("recompute_share", space.share_choices(point["recompute"], point["framework"],
+                                                        choices)),
+                ("sharding", space.sharding_choices(point["zero_stage"], point["framework"],
+                                                    choices))):
+            point[name] = (trial.suggest_categorical(name, options) if len(options) > 1
+                           else options[0])
+        try:
+            cfg = space.build(point)
+        except ConfigError as e:
+            trial.set_user_attr("invalid", str(e))
+            constrain(trial, [1.0, 0.0, 0.0])
+            return 0.0 if objective == "mfu" else (0.0, 1.0 if objective == "mfu-vs-oom"
+                                                   else float(space.node_counts[-1]))
+        key = layout_key(cfg)
+        if key not in cache:
+            s = score_configs([cfg], model=how.learned, profile=how.profile,
+                              limits=limits).iloc[0]
+            cache[key] = (how.value(s), float(s["p_oom"]), float(s["pred_device_mem_gib"]),
+                          float(s["capacity_gib"]), float(s["num_gpus"]))
+        found[key] = cfg
+        value, p_oom, peak, cap, gpus = (float(v) for v in cache[key])
+        constrain(trial, [0.0, p_oom - limits.max_p_oom,
+                          peak - (1.0 - limits.memory_margin_frac) * cap])
+        trial.set_user_attr("layout", layout_label(cfg))
+        if objective == "mfu":
+            return value
+        return value, p_oom if objective == "mfu-vs-oom" else gpus
+
+    return run

@@ -1,0 +1,490 @@
+"""The layout space: every valid parallel layout of one model on one cluster for one batch.
+
+A :class:`LayoutSpace` fixes the model, the GPU, the GPUs per node, the allowed node counts and
+the global batch (sequences), and spans the free choices: tp, pp, cp, ep (MoE), vpp, mbs,
+zero_stage, recompute, sequence_parallel, framework and, for full recomputation on a framework
+that checkpoints some layers (megatron, torchtitan), the share of each pipeline stage's layers it
+checkpoints (``recompute_share``, :data:`RECOMPUTE_SHARES`), and, where the framework copies
+ZeRO's shards at the point's stage (torchtitan, megatron), whether it shards over every
+data-parallel rank or over one node's (``sharding``, :data:`SHARDINGS`: ``dp_replicate`` from
+:func:`node_copies`). The rest is derived, following the
+conventions of :mod:`surrogate.config.training`: dp = GPUs / (tp x pp x cp), grad_accum = global
+batch / (dp x mbs), which must both be integers, and ``recompute_layers`` from the share
+(:func:`recompute_layers_for_share`). A point that breaks a rule is invalid
+(:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.layouts.search` treats that as a
+constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
+
+Beyond :class:`~surrogate.config.training.TrainingConfig`'s rules, the space holds only layouts that
+their framework runs as described
+(:meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another`:
+ZeRO sharding needs dp > 1 (dp x cp > 1 for torchtitan, which shards over both, and
+whenever cp or ep is above 1), sequence parallelism needs tp > 1 and is paired with tp as the
+framework pairs it, recomputation modes the framework expresses), so every torchtitan layout
+of the space can be written as launch files (:mod:`surrogate.loop.launch`). Its choices per
+dimension are narrowed to what some allowed framework implements.
+
+Pipelines run 1F1B (interleaved where vpp > 1). All-forward-all-backward
+(``LayoutConfig.pp_schedule``) is not a choice of the space: under the analytic model it takes
+the same time (the same bubble) and holds more micro-batches' activations, so it never ranks
+above the 1F1B layout it shares everything else with; ``surrogate predict --pp-schedule afab``
+weighs one.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.gpus import canonical_gpu_name
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.model import ModelConfig
+from surrogate.config.table import FlatTable, per_group, table_frame, validate_table
+from surrogate.config.training import (
+    CONFIG_COLUMNS,
+    LAYOUT_FIELDS,
+    MODEL_FIELDS,
+    TrainingConfig,
+    weighted_split,
+)
+from surrogate.errors import ConfigError
+from surrogate.layouts.degrees import (
+    choice_product,
+    divisors,
+    expressed_recompute_modes,
+    node_copies,
+    partial_frameworks,
+    recompute_layers_for_share,
+    runs_as_described,
+)
+
+DIMENSIONS: tuple[str, ...] = (
+    "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
+    "sequence_parallel", "framework", "recompute_share", "sharding",
+)
+"""The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them.
+``recompute_share`` is a choice only where the point's recomputation is full and its framework
+checkpoints some layers; elsewhere it is 1 (every layer, or none). ``sharding``
+(:data:`SHARDINGS`) is a choice only where the point's framework copies ZeRO's shards at its
+ZeRO stage (``FrameworkTraits.hybrid_sharding_stages``); elsewhere it is 'full'."""
+
+_CONDITIONAL: tuple[str, ...] = ("recompute_share", "sharding")
+"""The dimensions that are a choice only for some values of the others."""
+
+KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d not in _CONDITIONAL),
+                               "recompute_layers", "dp_replicate", "dp", "grad_accum")
+"""What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
+becomes, its sharding as the copies of the shards, and the derived degrees."""
+
+SHARDINGS: tuple[str, ...] = ("full", "node")
+"""How ZeRO shards a point's states: 'full', over every data- and context-parallel rank;
+'node', over those of one node, with a copy of the shards per node (hybrid sharding, HSDP:
+``dp_replicate`` = dp x cp / the group's ranks on a node, :func:`node_copies`), the usual
+recipe (PyTorch FSDP's ``HYBRID_SHARD`` shards within a node by default). Other shard groups
+are weighed by ``surrogate predict --dp-replicate``."""
+
+RECOMPUTE_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
+"""Shares of each pipeline stage's layers that full recomputation checkpoints, where the
+framework checkpoints some layers (``FrameworkTraits.partial_recompute``): a quarter to all.
+Each becomes the nearest count the framework writes (:func:`recompute_layers_for_share`), so
+shares that round to the same count are one layout."""
+
+DEFAULT_ENUMERATION_LIMIT = 500_000
+
+_REST: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel",
+                          "framework", "recompute_share", "sharding")
+"""The dimensions after the degrees' heads, in the order points are generated."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayoutSpace:
+    """Every layout of ``model`` on ``gpus_per_node`` x ``node_counts`` GPUs for one batch."""
+
+    model: ModelConfig
+    global_batch_seqs: int
+    """Sequences per optimizer step (dp x grad_accum x mbs)."""
+    gpu: str = "H100-SXM-80GB"
+    gpus_per_node: int = 8
+    node_counts: tuple[int, ...] = (1,)
+    """Allowed node counts; more than one makes the GPU count a choice."""
+    frameworks: tuple[str, ...] = ("nanotron",)
+    zero_stages: tuple[int, ...] | None = None
+    """Allowed ZeRO stages; None: every stage some allowed framework implements."""
+    recompute_modes: tuple[str, ...] | None = None
+    """Allowed recompute modes; None: every mode some allowed framework expresses."""
+    sequence_parallel: tuple[bool, ...] = (False, True)
+    max_cp: int | None = None
+    """Upper bound on cp (None: no bound beyond the rules)."""
+    max_vpp: int = 4
+    max_mbs: int = 64
+    recompute_shares: tuple[float, ...] = RECOMPUTE_SHARES
+    """Shares of a stage's layers full recomputation may checkpoint where the framework
+    checkpoints some layers (:data:`RECOMPUTE_SHARES`); 1 (every layer) must be one."""
+    shardings: tuple[str, ...] = SHARDINGS
+    """ZeRO shardings a point may take where its framework copies shards at its stage
+    (:data:`SHARDINGS`); 'full' must be one."""
+    dtype: str = "bf16"
+    fixed: Mapping[str, Any] = field(default_factory=dict)
+    """Dimensions pinned to one value (e.g. {"tp": 8})."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gpu", canonical_gpu_name(self.gpu))  # unknown: say which exist
+        if self.gpus_per_node < 1:
+            raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if self.global_batch_seqs < 1:
+            raise ConfigError(f"global batch must be >= 1 sequence, got {self.global_batch_seqs}")
+        if not self.node_counts or any(n < 1 for n in self.node_counts):
+            raise ConfigError(f"node counts must be >= 1, got {list(self.node_counts)}")
+        object.__setattr__(self, "node_counts", tuple(sorted(set(self.node_counts))))
+        names = tuple(get_framework(f).name for f in self.frameworks)
+        if not names:
+            raise ConfigError(f"give at least one framework ({', '.join(FRAMEWORKS)})")
+        object.__setattr__(self, "frameworks", names)
+        if self.recompute_modes is not None:
+            expressed = expressed_recompute_modes(names)
+            if not self.recompute_modes or not set(self.recompute_modes) <= set(expressed):
+                raise ConfigError(
+                    f"recompute modes must be among those of {', '.join(names)} "
+                    f"({', '.join(expressed)}), got {list(self.recompute_modes)}"
+                )
+        if self.zero_stages is not None:
+            implemented = {s for f in names for s in get_framework(f).zero_stages}
+            if not self.zero_stages or not set(self.zero_stages) <= implemented:
+                raise ConfigError(
+                    f"zero stages must be among those of {', '.join(names)} "
+                    f"({sorted(implemented)}), got {list(self.zero_stages)}"
+                )
+        unknown = set(self.fixed) - set(DIMENSIONS)
+        if unknown:
+            raise ConfigError(
+                f"fixed dimensions must be among {', '.join(DIMENSIONS)}, got {sorted(unknown)}"
+            )
+        shares = tuple(sorted({float(x) for x in self.recompute_shares}))
+        if not shares or shares[0] <= 0.0 or shares[-1] != 1.0:
+            raise ConfigError(
+                f"recompute shares must lie in (0, 1] and include 1 (every layer), got "
+                f"{list(self.recompute_shares)}")
+        object.__setattr__(self, "recompute_shares", shares)
+        shardings = tuple(x for x in SHARDINGS if x in set(self.shardings))
+        if "full" not in shardings or len(shardings) != len(set(self.shardings)):
+            raise ConfigError(
+                f"shardings must be among {', '.join(SHARDINGS)} and include 'full', got "
+                f"{list(self.shardings)}")
+        object.__setattr__(self, "shardings", shardings)
+        if self.max_mbs < 1 or self.max_vpp < 1:
+            raise ConfigError(f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, "
+                              f"{self.max_vpp}")
+
+    # ------------------------------------------------------------ dimensions
+    @property
+    def allowed_zero_stages(self) -> tuple[int, ...]:
+        if self.zero_stages is not None:
+            return tuple(sorted(set(self.zero_stages)))
+        return tuple(sorted({s for f in self.frameworks for s in get_framework(f).zero_stages}))
+
+    @property
+    def allowed_recompute_modes(self) -> tuple[str, ...]:
+        if self.recompute_modes is not None:
+            return tuple(dict.fromkeys(self.recompute_modes))
+        return expressed_recompute_modes(self.frameworks)
+
+    def _partial(self, recompute: str, framework: str) -> bool:
+        """Whether points of this recompute mode and framework choose a share."""
+        return recompute == "full" and get_framework(framework).partial_recompute
+
+    def _hybrid(self, zero_stage: int, framework: str) -> bool:
+        """Whether points of this ZeRO stage and framework choose a sharding."""
+        return zero_stage in get_framework(framework).hybrid_sharding_stages
+
+    def choices(self) -> dict[str, list[Any]]:
+        """Per dimension the values a point may take (a superset of the valid ones: a given
+        combination may still be invalid). Fixed dimensions have one value."""
+        worlds = [n * self.gpus_per_node for n in self.node_counts]
+        world_divs = sorted({d for w in worlds for d in divisors(w)})
+        m = self.model
+        traits = [get_framework(f) for f in self.frameworks]
+
+        tp = [d for d in world_divs if m.num_heads % d == 0 and m.num_kv_heads % d == 0
+              and (d == 1 or any(t.tensor_parallel for t in traits))]
+        pp = [d for d in world_divs if d <= m.num_layers
+              and (d == 1 or any(t.pipeline_parallel for t in traits))]
+        cp = [d for d in world_divs if m.seq_len % d == 0
+              and (self.max_cp is None or d <= self.max_cp)
+              and (d == 1 or any(t.context_parallel for t in traits))]
+        ep = [d for d in divisors(m.num_experts) if d in world_divs
+              and (d == 1 or any(t.expert_parallel for t in traits))] if m.is_moe else [1]
+        vpp = [v for v in range(1, self.max_vpp + 1) if v == 1 or any(
+               t.interleaved_pipeline and (m.num_layers % v == 0 or t.pipeline_split == "weighted")
+               for t in traits)]
+        mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
+        out: dict[str, list[Any]] = {
+            "num_nodes": list(self.node_counts), "tp": tp, "pp": pp, "cp": cp, "ep": ep,
+            "vpp": vpp, "mbs": mbs, "zero_stage": list(self.allowed_zero_stages),
+            "recompute": list(self.allowed_recompute_modes),
+            "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
+            "recompute_share": list(self.recompute_shares) if any(
+                self._partial(r, f) for r in self.allowed_recompute_modes
+                for f in self.frameworks) else [1.0],
+            "sharding": list(self.shardings) if any(
+                self._hybrid(z, f) for z in self.allowed_zero_stages
+                for f in self.frameworks) else ["full"],
+        }
+        for name, value in self.fixed.items():
+            out[name] = [value]
+        return out
+
+    # ----------------------------------------------------------------- points
+    def build(self, point: Mapping[str, Any]) -> TrainingConfig:
+        """The configuration of one point (a value per :data:`DIMENSIONS`); ConfigError when
+        the point breaks a rule, saying which."""
+        p = {**point, **self.fixed}
+        nodes, tp, pp, cp = int(p["num_nodes"]), int(p["tp"]), int(p["pp"]), int(p["cp"])
+        world = nodes * self.gpus_per_node
+        if world % (tp * pp * cp):
+            raise ConfigError(
+                f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} pp={pp} "
+                f"cp={cp} ({tp * pp * cp})"
+            )
+        dp = world // (tp * pp * cp)
+        mbs = int(p["mbs"])
+        if self.global_batch_seqs % (dp * mbs):
+            raise ConfigError(
+                f"dp * mbs must divide the global batch ({self.global_batch_seqs} sequences), "
+                f"got dp={dp} mbs={mbs} ({dp * mbs})"
+            )
+        zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
+        ep, vpp, recompute = int(p["ep"]), int(p["vpp"]), str(p["recompute"])
+        framework = get_framework(str(p["framework"]))
+        hybrid = self._hybrid(zero, framework.name)
+        sharding = str((p if hybrid else point).get("sharding", "full"))
+        if sharding not in SHARDINGS:
+            raise ConfigError(f"sharding must be one of {', '.join(SHARDINGS)}, got "
+                              f"{sharding!r}")
+        copies = 1
+        if sharding == "node":
+            if not hybrid:
+                stages = " or ".join(map(str, framework.hybrid_sharding_stages))
+                raise ConfigError(
+                    f"sharding 'node' copies ZeRO's shards, which {framework.name} does "
+                    + (f"with zero_stage {stages} only, got zero_stage={zero}" if stages
+                       else "not: its sharding must be 'full'"))
+            copies = node_copies(dp, cp, tp, self.gpus_per_node)
+            if copies <= 1:
+                raise ConfigError(
+                    f"sharding 'node' needs the data- and context-parallel ranks to span "
+                    f"whole nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
+                    f"{self.gpus_per_node} GPUs a node): it would be 'full'")
+        problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
+                                            zero_stage=zero, recompute=recompute,
+                                            sequence_parallel=sp,  # under 1F1B (module doc)
+                                            dp_replicate=copies,
+                                            moe=self.model.num_experts >= 2)
+        if problem:
+            raise ConfigError(problem)
+        # A share pinned by ``fixed`` holds where the share is a choice; a point's own holds
+        # everywhere (and is refused where it means nothing).
+        partial = self._partial(recompute, framework.name)
+        share = float((p if partial else point).get("recompute_share", 1.0))
+        if share != 1.0 and not partial:
+            raise ConfigError(
+                f"recompute_share below 1 needs full recomputation on a framework that "
+                f"checkpoints some layers ({', '.join(partial_frameworks())}), got "
+                f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
+        if not 0.0 < share <= 1.0:
+            raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
+        checkpointed = (recompute_layers_for_share(framework.name, self.model.num_layers, pp,
+                                                   vpp, share) if share < 1.0 else 0)
+        layout = LayoutConfig(
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
+            grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
+            dp_replicate=copies, recompute=recompute,  # type: ignore[arg-type]
+            recompute_layers=checkpointed, sequence_parallel=sp,
+            dtype=self.dtype, framework=framework.name,  # type: ignore[arg-type]
+        )
+        cluster = ClusterConfig(gpu=self.gpu, gpus_per_node=self.gpus_per_node, num_nodes=nodes)
+        return TrainingConfig(model=self.model, cluster=cluster, layout=layout,
+                              global_batch_seqs=self.global_batch_seqs)
+
+    def share_choices(self, recompute: str, framework: str,
+                      ch: Mapping[str, list[Any]] | None = None) -> list[float]:
+        """The shares a point of this recompute mode and framework takes (``ch``: the
+        choices, computed when not given): a choice only for full recomputation on a
+        framework that checkpoints some layers, else 1."""
+        if not self._partial(recompute, framework):
+            return [1.0]
+        return list((ch or self.choices())["recompute_share"])
+
+    def sharding_choices(self, zero_stage: int, framework: str,
+                         ch: Mapping[str, list[Any]] | None = None) -> list[str]:
+        """The shardings a point of this ZeRO stage and framework takes (``ch``: the choices,
+        computed when not given): a choice only where the framework copies shards at that
+        stage, else 'full'."""
+        if not self._hybrid(zero_stage, framework):
+            return ["full"]
+        return list((ch or self.choices())["sharding"])
+
+    def size_bound(self) -> int:
+        """The number of points of :meth:`choices` (an upper bound on the valid layouts): the
+        share and the sharding counted only where they are a choice."""
+        ch = self.choices()
+        combos = sum(len(self.share_choices(r, f, ch)) * len(self.sharding_choices(z, f, ch))
+                     for r in ch["recompute"] for f in ch["framework"] for z in ch["zero_stage"])
+        return combos * math.prod(len(v) for k, v in ch.items() if k not in (
+            "recompute", "framework", "zero_stage", *_CONDITIONAL))
+
+    def points(self) -> Iterator[dict[str, Any]]:
+        """Every point of the product of :meth:`choices` (the share only where it is a
+        choice), skipping combinations that cannot multiply to the GPU count (the cheap rule)
+        before anything else is tried."""
+        ch = self.choices()
+        for nodes in ch["num_nodes"]:
+            world = nodes * self.gpus_per_node
+            for tp in ch["tp"]:
+                for pp in ch["pp"]:
+                    for cp in ch["cp"]:
+                        if world % (tp * pp * cp):
+                            continue
+                        for rest in choice_product(ch, _REST[:-2]):
+                            shardings = self.sharding_choices(rest["zero_stage"],
+                                                              rest["framework"], ch)
+                            for share in self.share_choices(rest["recompute"],
+                                                            rest["framework"], ch):
+                                for sharding in shardings:
+                                    yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp,
+                                           **rest, "recompute_share": share,
+                                           "sharding": sharding}
+
+    def _check_bound(self, limit: int) -> None:
+        bound = self.size_bound()
+        if bound > limit:
+            raise ConfigError(
+                f"the space has up to {bound:,} points, more than the enumeration limit "
+                f"({limit:,}); narrow it or search it with optuna"
+            )
+
+    def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
+        """Every valid layout, once (shares that give the same count are one layout);
+        ConfigError if the space holds more than ``limit`` points."""
+        self._check_bound(limit)
+        out: dict[tuple[Any, ...], TrainingConfig] = {}
+        for point in self.points():
+            try:
+                cfg = self.build(point)
+            except ConfigError:
+                continue
+            out.setdefault(layout_key(cfg), cfg)
+        return list(out.values())
+
+    def table(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> FlatTable:
+        """Every valid layout as a flat table (:mod:`surrogate.config.table`), in the order of
+        :meth:`enumerate`, without one TrainingConfig per point: the points are generated as
+        columns, :meth:`build`'s derivations and framework rules applied to them (each
+        distinct framework signature judged once), then the table validated column-wise."""
+        import pandas as pd
+
+        self._check_bound(limit)
+        ch = self.choices()
+        heads = [(n, tp, pp, cp) for n in ch["num_nodes"] for tp in ch["tp"]
+                 for pp in ch["pp"] for cp in ch["cp"]
+                 if (n * self.gpus_per_node) % (tp * pp * cp) == 0]
+        rest = _REST
+        if not heads:
+            return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
+        grid = np.meshgrid(np.arange(len(heads)), *(np.arange(len(ch[k])) for k in rest),
+                           indexing="ij")
+        index = [g.ravel() for g in grid]
+        heads_arr = np.array(heads, dtype=np.int64)
+        at = {k: np.asarray(ch[k])[index[1 + rest.index(k)]] for k in ("vpp", "mbs")}
+        pp = heads_arr[index[0], 2]
+        dp = heads_arr[:, 0] * self.gpus_per_node // np.prod(heads_arr[:, 1:], axis=1)
+        keep = self.global_batch_seqs % (dp[index[0]] * at["mbs"]) == 0
+        # Virtual stages the validation would refuse anyway (vpp > 1 needs pp > 1 and a layer
+        # per virtual stage, and pp x vpp dividing the layers unless the framework's split is
+        # torchtitan's), dropped first, on the grid's indices: the same table, sooner.
+        layers, stages = self.model.num_layers, pp * at["vpp"]
+        weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[
+            index[1 + rest.index("framework")]]
+        keep &= (at["vpp"] == 1) | ((pp > 1) & (stages <= layers)
+                                    & (weighted | (layers % stages == 0)))
+        # The share is a choice only where recomputation is full on a framework that
+        # checkpoints some layers, the sharding only where the framework copies shards at
+        # the point's ZeRO stage; elsewhere only their first value (1, 'full') is kept.
+        at_share, at_sharding = (1 + rest.index(k) for k in _CONDITIONAL)
+        partial = np.array([[self._partial(r, f) for f in ch["framework"]]
+                            for r in ch["recompute"]], dtype=bool)[
+            index[1 + rest.index("recompute")], index[1 + rest.index("framework")]]
+        hybrid = np.array([[self._hybrid(z, f) for f in ch["framework"]]
+                           for z in ch["zero_stage"]], dtype=bool)[
+            index[1 + rest.index("zero_stage")], index[1 + rest.index("framework")]]
+        keep &= (partial | (index[at_share] == 0)) & (hybrid | (index[at_sharding] == 0))
+        partial = partial[keep]
+        index = [i[keep] for i in index]
+        head = heads_arr[index[0]]
+        p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
+        for k, i in zip(rest, index[1:], strict=True):
+            p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework", "sharding")
+                            else None)[i]
+        p["recompute_share"] = np.where(partial, p["recompute_share"], 1.0)
+        p["recompute_layers"] = self._checkpointed(p)
+        # Shares that give the same count are one layout: the first of them is kept.
+        others = np.ravel_multi_index([i for j, i in enumerate(index) if j != at_share],
+                                      (len(heads), *(len(ch[k]) for k in rest
+                                                     if k != "recompute_share")))
+        _, first = np.unique(np.stack([others, p["recompute_layers"]]), axis=1,
+                             return_index=True)
+        once = np.sort(first)
+        p = {k: a[once] for k, a in p.items()}
+        p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
+        p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
+        node = p["sharding"] == "node"
+        p["dp_replicate"] = np.where(
+            node, node_copies(p["dp"], p["cp"], p["tp"], self.gpus_per_node), 1)
+        whole = ~node | (p["dp_replicate"] > 1)  # else it would be 'full' (build refuses it)
+        p = {k: a[whole] for k, a in p.items()}
+        runs = runs_as_described(p, moe=self.model.num_experts >= 2)
+        p = {k: a[runs] for k, a in p.items()}
+        n = len(p["dp"])
+        frame = {k: np.full(n, getattr(self.model, k)) for k in MODEL_FIELDS}
+        frame.update(gpu=np.full(n, self.gpu, dtype=object),
+                     gpus_per_node=np.full(n, self.gpus_per_node), dtype=np.full(n, self.dtype),
+                     framework_version=np.full(n, None, dtype=object))
+        frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p})
+        return validate_table(table_frame(frame), messages=False).table
+
+    def _checkpointed(self, p: Mapping[str, np.ndarray]) -> np.ndarray:
+        """``recompute_layers`` of each point of columns ``p``
+        (:func:`recompute_layers_for_share`), judged once per distinct framework, pipeline and
+        share."""
+        share = p["recompute_share"].astype(np.float64)
+        out = np.zeros(len(share), dtype=np.int64)
+        part = np.flatnonzero(share < 1.0)
+        if part.size:
+            codes, counts = per_group(
+                [p["framework"][part], p["pp"][part], p["vpp"][part], share[part]],
+                lambda f, pp, vpp, s: recompute_layers_for_share(
+                    str(f), self.model.num_layers, int(pp), int(vpp), float(s)))
+            out[part] = np.asarray(counts, dtype=np.int64)[codes]
+        return out
+
+    def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
+        return self.size_bound() <= limit
+
+    def with_nodes(self, node_counts: Sequence[int]) -> LayoutSpace:
+        return replace(self, node_counts=tuple(node_counts))
+
+
+def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
+    """A hashable identity of a layout (:data:`KEY_FIELDS`)."""
+    lay = cfg.layout
+    return (cfg.cluster.num_nodes, *(getattr(lay, k) for k in KEY_FIELDS[1:]))
+
+
+def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
+    """:func:`layout_key` of every configuration of a flat table."""
+    return list(zip(*(table[k].tolist() for k in KEY_FIELDS), strict=True))
+
+

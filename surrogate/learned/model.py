@@ -1,0 +1,494 @@
+"""The learned surrogate: LightGBM models that correct the analytic model with real runs
+(the estimator :class:`SurrogateModel`).
+
+- status: a multiclass classifier of completed / oom / fail (timeouts count as fail), giving
+  ``p_oom`` and ``p_fail``, boosted from the physics: its trees start from the analytic model's
+  log-probabilities (``p_oom`` from the memory estimate, the training runs' share of failures)
+  and learn what the memory model misses (:func:`status_init_score`);
+- throughput: a regressor of log(measured / analytic tokens/s per GPU) on completed runs, so
+  a prediction is the analytic estimate times a learned factor and stays sensible outside the
+  training data (the factor is bounded by what was seen; the physics carries the rest);
+- memory: the same for peak reserved memory, the runs that ran out of memory read as
+  targets censored from below at the GPU's capacity (:func:`fit_memory`);
+- uncertainty: conformalised quantile regression (Romano et al. 2019, "Conformalized Quantile
+  Regression") of the throughput factor: 10% and 90% quantile models, widened by the 80%
+  quantile of their out-of-fold conformity scores over grouped folds, so that the interval is
+  ``coverage`` wide on unseen cells and wider where the quantile models disagree, that
+  quantile taken per framework version over its own runs (``conformal_q_by_framework_``,
+  :func:`framework_quantiles`: a user's few runs of their own framework get the width their
+  own errors ask for, not the Playbook's), and within it per pipeline or none; and of the
+  peak memory, the same quantile of the memory model's absolute out-of-fold errors in log
+  memory: one width for the model shapes it was trained on (``mem_conformal_q_``, per
+  framework version ``mem_conformal_q_by_framework_``) and one,
+  from folds that hold shapes out, for a shape it has not seen
+  (``mem_conformal_q_unseen_shape_``).
+
+scikit-learn conventions: ``__init__`` stores settings, which ``get_params`` / ``set_params``
+read and write (so ``sklearn.base.clone`` works); ``fit(X)`` learns from a runs table and returns
+the model; fitted attributes end in ``_``; a method that needs a fitted model raises
+:class:`NotFittedError`, both scikit-learn's and the project's :class:`NoModelError`. The
+model does not subclass ``sklearn.base.BaseEstimator``: importing scikit-learn takes about 2 s,
+which ``surrogate predict`` must not pay. The features and targets a fit learns from are
+prepared once per table (``surrogate.learned.training_data``), and a training that fits many times
+on
+parts of one table takes those parts of it (:meth:`TrainingData.take`).
+
+:meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar (features,
+versions, training-data hash, metrics, domain, the sha256 of every file, checked on load by
+``surrogate.learned.model_files``); no pickle.
+
+Features are dimensionless physics (``surrogate.learned.features``), and each training run is
+explained
+under its own cluster (``surrogate.calibration.clusters``). Off the training domain
+(``surrogate.learned.domain``: an unseen GPU or framework, or a scale beyond the data) the
+throughput
+and memory corrections shrink toward the analytic answer by the domain weight w
+(factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
+by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
+the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
+Within it, a framework version whose held-out runs the throughput correction predicts no
+better than the physics under it keeps only the share they bear out
+(``correction_weight_by_framework_``, :func:`framework_weights`). A framework without shipped
+analytic parameters gets them fitted on its training runs first, and the model predicts under
+them (``physics_sets_``, :meth:`SurrogateModel.parameter_sets`).
+
+Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
+:data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
+learns what the memory model misses near the capacity, and must not call a run whose memory
+estimate lies far beyond the GPU's, by the memory model's own fitted error, anything but out
+of memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surrogate.analytic.params import ParameterSets
+from surrogate.errors import DataError
+from surrogate.learned import compiled_trees
+from surrogate.learned.blend import (
+    MAX_WIDEN,
+    bounded_factor,
+    memory_half_width,
+    mfu_bounds,
+    prediction_columns,
+    shrunk_status,
+    unseen_widths,
+)
+from surrogate.learned.boosters import (
+    CATEGORICAL,
+    STATUS_CLASSES,
+    booster_params,
+    booster_predict,
+    fit_memory,
+    fit_status,
+    take_rows,
+)
+from surrogate.learned.compiled_trees import CompiledForest
+from surrogate.learned.domain import (
+    DEFAULT_SHRINK_DOUBLINGS,
+    UNSEEN_SHAPE_WEIGHT,
+    Domain,
+    beyond_practice,
+    join_reasons,
+)
+from surrogate.learned.estimator import Estimator, not_fitted_error
+from surrogate.learned.features import FEATURE_NAMES
+from surrogate.learned.intervals import by_framework, fit_memory_interval, fit_mfu_interval
+from surrogate.learned.model_files import verified_texts, write_sidecar
+from surrogate.learned.saved import read_sidecar, restore, settings_of, sidecar_of
+from surrogate.learned.training_data import TrainingData, training_data
+
+if TYPE_CHECKING:
+    import lightgbm as lgb
+    import pandas as pd
+
+def __getattr__(name: str) -> Any:
+    """``NotFittedError``, made on first use (:func:`not_fitted_error`)."""
+    if name == "NotFittedError":
+        return not_fitted_error()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+class SurrogateModel(Estimator):
+    """Status, throughput and memory models with an MFU interval (module docstring).
+
+    Settings (scikit-learn's "parameters", read by :meth:`get_params`): LightGBM settings per
+    model (None: :data:`DEFAULT_PARAMS`), the interval's ``coverage`` and its ``n_folds``
+    grouped folds, the ``seed``, the domain's ``shrink_doublings`` and
+    ``unseen_shape_weight``, whether to ``balance_sources`` and whether the memory model
+    reads runs out of memory as censored targets (``censored_memory``, :func:`fit_memory`;
+    models saved before it load as False). Fitted attributes: the boosters
+    (``status_model_``, ``mfu_model_``, ``mfu_lo_model_``, ``mfu_hi_model_``,
+    ``mem_model_``), ``status_classes_``, ``conformal_q_``, ``conformal_q_by_framework_``,
+    ``mem_conformal_q_``, ``mem_conformal_q_by_framework_``,
+    ``mem_conformal_q_unseen_shape_``, ``correction_weight_by_framework_``,
+    ``physics_sets_``, ``base_parameter_sets_`` (the analytic parameter sets its training
+    data was computed under; a loaded model takes the shipped ones), ``feature_names_``,
+    ``domain_``, ``data_hash_``,
+    ``n_train_``, ``metrics_`` and ``saved_sha256_``.
+
+    Args:
+        status_params: LightGBM settings of the status classifier (None: the defaults).
+        mfu_params: LightGBM settings of the throughput regressor and its interval's quantile
+            models (None: the defaults).
+        mem_params: LightGBM settings of the memory regressor (None: the defaults).
+        coverage: Share of held-out runs the MFU and memory intervals aim to hold (0.8: 80%
+            intervals).
+        n_folds: Grouped folds of the conformal intervals and of the framework gate.
+        seed: Seed of every booster and fold.
+        shrink_doublings: Doublings beyond the training ranges over which the correction
+            shrinks toward the analytic answer (it keeps exp(-d / shrink_doublings)).
+        unseen_shape_weight: Share of the correction kept for a model shape no run had.
+        balance_sources: Weigh each source's runs as much in total as the largest source's.
+        censored_memory: Read runs out of memory as censored targets of the memory model.
+
+    Example:
+        ```python
+        from surrogate.learned.model import SurrogateModel
+
+        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.ingest.sweeps columns)
+        model.save("my-model")
+        columns = SurrogateModel.load("my-model").predict([cfg])   # cfg: a TrainingConfig
+        ```
+    """
+
+    _compiled: dict[str, CompiledForest] = {}  # noqa: RUF012 (never mutated: replaced)
+    """A loaded model's boosters compiled to native code (``surrogate.learned.compiled_trees``)."""
+
+    def __init__(
+        self,
+        *,
+        status_params: dict[str, Any] | None = None,
+        mfu_params: dict[str, Any] | None = None,
+        mem_params: dict[str, Any] | None = None,
+        coverage: float = 0.8,
+        n_folds: int = 5,
+        seed: int = 0,
+        shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
+        unseen_shape_weight: float = UNSEEN_SHAPE_WEIGHT,
+        balance_sources: bool = True,
+        censored_memory: bool = True,
+    ) -> None:
+        self.status_params = status_params
+        self.mfu_params = mfu_params
+        self.mem_params = mem_params
+        self.coverage = coverage
+        self.n_folds = n_folds
+        self.seed = seed
+        self.shrink_doublings = shrink_doublings
+        self.unseen_shape_weight = unseen_shape_weight
+        self.balance_sources = balance_sources
+        self.censored_memory = censored_memory
+
+    # ------------------------------------------------------- scikit-learn API
+    @property
+    def lightgbm_params(self) -> dict[str, dict[str, Any] | None]:
+        """The LightGBM settings by target (status, mfu, mem), as the evaluation protocols and
+        ``training.train`` take them (``params``) and the sidecar stores them."""
+        return {"status": self.status_params, "mfu": self.mfu_params, "mem": self.mem_params}
+
+    def __sklearn_is_fitted__(self) -> bool:
+        return hasattr(self, "status_model_")
+
+    def parameter_sets(self) -> ParameterSets:
+        """The analytic parameter sets this model was trained under: the sets fitted on its
+        training runs for framework versions the others lacked (``physics_sets_``,
+        ``surrogate.calibration.fit_params.own_sets``), over those its training data was
+        computed under (``base_parameter_sets_``; a loaded model: the shipped ones). Every
+        prediction with the model is made under them (``surrogate.prediction.scoring``)."""
+        return self.base_parameter_sets_.with_more(self.physics_sets_)
+
+    def __sklearn_tags__(self) -> Any:
+        """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
+        (scikit-learn >= 1.6; asked only by scikit-learn, so importing it here costs nothing
+        more): it learns from a table of runs (strings, categories, NaN for what was not
+        measured) whose own columns are the targets (no ``y``), and is neither a plain
+        classifier nor a plain regressor."""
+        from sklearn.utils import InputTags, Tags, TargetTags
+
+        return Tags(estimator_type=None, target_tags=TargetTags(required=False),
+                    input_tags=InputTags(string=True, categorical=True, allow_nan=True),
+                    requires_fit=True)
+
+    # ---------------------------------------------------------------- fitting
+    def fit(self, X: pd.DataFrame | TrainingData, y: None = None, *, profile: Any = None,
+            sample_weight: np.ndarray | None = None) -> SurrogateModel:
+        """Learn from the runs of a sweep table (``surrogate.ingest.sweeps`` columns); the model.
+
+        ``X`` is the runs table, or the :class:`TrainingData` :func:`training_data` made of it
+        (or a part of one, :meth:`TrainingData.take`). ``y`` must be None: the targets are the
+        runs' own columns (``status``, ``tokens_per_s_per_gpu``, ``peak_mem_reserved_gib``,
+        read relative to the analytic model's answer, :func:`training_data`), so they come
+        with ``X``; the argument keeps scikit-learn's ``fit(X, y)`` signature. Rows need a
+        status; the regressors use completed runs with a measured throughput / peak reserved
+        memory. ``profile``: the calibration profile of the features of a table (a
+        :class:`TrainingData` carries its own). ``sample_weight`` (one per run) weighs every
+        model's loss; by default each source's runs weigh 1 or, with ``balance_sources``,
+        :func:`surrogate.learned.training_data.source_weights`.
+
+        Args:
+            X: The runs table, or the :class:`TrainingData` made of it.
+            y: Must be None (the targets are columns of ``X``).
+            profile: The calibration profile passed to :func:`training_data` for a table
+                (which explains each run under its own cluster); must be None with a
+                :class:`TrainingData`.
+            sample_weight: One positive weight per run, or None for the default weighting.
+
+        Returns:
+            The fitted model itself.
+
+        Raises:
+            DataError: ``y`` is given, ``sample_weight`` is not one positive number per run,
+                there are fewer than 2 x ``n_folds`` completed runs with a throughput, or the
+                runs come from fewer than two (model, nodes) cells.
+            ValueError: ``profile`` is given with a :class:`TrainingData`.
+        """
+        import lightgbm as lgb
+
+        data, sw = self._training_inputs(X, y, profile, sample_weight)
+        done, mem_ok = data.done, data.mem_ok
+        self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
+        self.base_parameter_sets_: ParameterSets = data.parameter_sets
+
+        def settings(given: dict[str, Any] | None, **extra: Any) -> dict[str, Any]:
+            return booster_params(given, self.seed, **extra)
+
+        X_all = data.X
+        self.status_model_, classes, fail_rate = fit_status(
+            X_all, data.y_status, sw, data.analytic["p_oom"], settings(self.status_params))
+        self.status_fail_rate_: float | None = fail_rate
+        self.status_classes_ = [STATUS_CLASSES[i] for i in classes]
+        mfu = lgb.LGBMRegressor(**settings(self.mfu_params))
+        mfu.fit(X_all[done], data.y_mfu[done], sample_weight=sw[done],
+                categorical_feature=CATEGORICAL)
+        self.mfu_model_ = mfu.booster_
+        floor = data.mem_floor if self.censored_memory else np.full(len(data), np.nan)
+        self.mem_model_ = fit_memory(X_all, data.y_mem, mem_ok, floor, sw,
+                                     settings(self.mem_params))
+        (self.mem_conformal_q_, self.mem_conformal_q_by_framework_,
+         self.mem_conformal_q_unseen_shape_) = fit_memory_interval(
+            data, sw, floor, settings, self.mem_params, coverage=self.coverage,
+            n_folds=self.n_folds, shrink_doublings=self.shrink_doublings,
+            unseen_shape_weight=self.unseen_shape_weight)
+        interval = fit_mfu_interval(data.take(np.flatnonzero(done)), sw[done], settings,
+                                    self.mfu_params, coverage=self.coverage,
+                                    n_folds=self.n_folds)
+        self.mfu_lo_model_, self.mfu_hi_model_ = interval.lo_model, interval.hi_model
+        self.conformal_q_ = interval.conformal_q
+        self.conformal_q_by_framework_ = interval.conformal_q_by_framework
+        self.correction_weight_by_framework_ = interval.correction_weight_by_framework
+        self.feature_names_ = list(FEATURE_NAMES)
+        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
+                                        self.unseen_shape_weight)
+        self.data_hash_ = data.data_hash
+        self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
+                         "with_memory": int(mem_ok.sum())}
+        self.metrics_: dict[str, Any] = {}
+        # identity as saved: the sidecar's sha256, which covers every file's; set by save/load
+        self.saved_sha256_: str | None = None
+        return self
+
+    def _training_inputs(self, X: pd.DataFrame | TrainingData, y: None, profile: Any,
+                         sample_weight: np.ndarray | None) -> tuple[TrainingData, np.ndarray]:
+        """The training data and per-run weights :meth:`fit` learns from, checked before
+        anything is fitted (:meth:`fit` says what must hold)."""
+        if y is not None:
+            raise DataError(
+                "y must be None: the targets are the runs' own columns (status, "
+                "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X")
+        if isinstance(X, TrainingData):
+            if profile is not None:
+                raise ValueError("profile must be None when X is a TrainingData: give it to "
+                                 "training_data(), which computed the features under it")
+            data = X
+        else:
+            data = training_data(X, profile=profile)
+        if sample_weight is not None:
+            sw = np.asarray(sample_weight, dtype=np.float64)
+        else:
+            sw = data.sample_weight(balance_sources=self.balance_sources)
+        self._compiled = {}  # a loaded model's compiled forests are of its former boosters
+        if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
+            raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
+        done = data.done
+        if done.sum() < 2 * self.n_folds:
+            raise DataError(
+                f"need at least {2 * self.n_folds} completed runs with a throughput, got "
+                f"{int(done.sum())}"
+            )
+        if len(np.unique(data.groups[done])) < 2:
+            raise DataError("need runs from at least two (model, nodes) cells for the interval")
+        return data, sw
+
+    # ------------------------------------------------------------- predicting
+    def _check_fitted(self) -> None:
+        if not self.__sklearn_is_fitted__():
+            raise not_fitted_error()(
+                "this SurrogateModel is not fitted: call fit() or load() first")
+
+    def predict_from_features(
+        self, X: pd.DataFrame, out: dict[str, np.ndarray], cols: dict[str, np.ndarray],
+        *, shrink_doublings: float | None = None, sets: ParameterSets | None = None,
+    ) -> dict[str, Any]:
+        """Predictions from features, the analytic outputs and the analytic columns they came
+        from (module doc: shrinkage off the domain). ``shrink_doublings`` overrides the
+        model's own (``training.evaluate.evaluate_shrinks`` compares settings on one fit).
+        ``sets``: the analytic parameter sets the analytic outputs came from (None: the
+        model's, :meth:`parameter_sets`), whose default set gives the interval's width for
+        what no set was fitted on."""
+        self._check_fitted()
+        if list(X.columns) != self.feature_names_:
+            raise DataError("features do not match the model's feature_names_")
+        where = self.domain_.assess(cols, shrink_doublings)
+        w = where.weight
+        status = shrunk_status(self.status_model_, X, out["p_oom"], w, self.status_fail_rate_,
+                               self.status_classes_, compiled=self._compiled.get("status"))
+        f = self._trees("mfu", X)
+        q_conf = by_framework(self.conformal_q_by_framework_, self.conformal_q_,
+                              cols["framework_code"], cols["pp"])
+        # the share of the correction its framework's held-out runs bore out (1: all of it)
+        borne = by_framework(self.correction_weight_by_framework_, 1.0,
+                             cols["framework_code"])
+        center = w * borne * f
+        outside = where.distance > 0
+        widen = 1.0 + np.minimum(where.distance, MAX_WIDEN)
+        # off the domain, or sharing the answer with the physics: the interval holds both
+        lo, hi = mfu_bounds(f, self._trees("mfu_lo", X) - q_conf,
+                            self._trees("mfu_hi", X) + q_conf, center, outside | (borne < 1),
+                            widen)
+        factor = bounded_factor(center, out["mfu"])
+        # the memory correction counts w times: where w is 0 its booster is not run
+        weighed = np.flatnonzero(w > 0)
+        mem_log = np.zeros(len(X))
+        if len(weighed):
+            mem_log[weighed] = w[weighed] * self._trees("mem", take_rows(X, weighed))
+        mem = out["mem_reserved"] * np.exp(mem_log)
+        q_mem = by_framework(self.mem_conformal_q_by_framework_, self.mem_conformal_q_,
+                             cols["framework_code"], cols["pp"])
+        half = memory_half_width(q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape,
+                                 widen)
+        lo, hi, half = unseen_widths(lo, hi, half, center, where.distance,
+                                     (self.parameter_sets() if sets is None
+                                      else sets).transfer_half_widths())
+        mem_lo = mem * np.exp(-half)
+        mem_hi = mem * np.exp(half)
+        mem_lo = np.where(outside, np.minimum(mem_lo, out["mem_reserved"]), mem_lo)
+        mem_hi = np.where(outside, np.maximum(mem_hi, out["mem_reserved"]), mem_hi)
+        return {
+            **prediction_columns(out, status, factor, lo, hi, (mem, mem_lo, mem_hi)),
+            "domain_weight": w,
+            "correction_share": borne,
+            "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
+                                      dtype=object),
+        }
+
+    def _trees(self, name: str, X: pd.DataFrame) -> np.ndarray:
+        """Booster ``name`` (a key of :meth:`_boosters`) on ``X``, compiled where it can be."""
+        return booster_predict(self._boosters()[name], X, compiled=self._compiled.get(name))
+
+    def explain(self, X: pd.DataFrame, *, top: int = 8) -> list[dict[str, float]]:
+        """Per row, the ``top`` largest SHAP contributions (LightGBM ``pred_contrib``) to the
+        throughput correction log(measured / analytic), plus ``bias`` (the mean correction)."""
+        self._check_fitted()
+        contrib = booster_predict(self.mfu_model_, X, pred_contrib=True)
+        names = [*self.feature_names_, "bias"]
+        rows = []
+        for values in contrib:
+            order = np.argsort(-np.abs(values[:-1]))[:top]
+            row = {names[i]: float(values[i]) for i in order}
+            row["bias"] = float(values[-1])
+            rows.append(row)
+        return rows
+
+    def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
+        """Predictions for TrainingConfigs: :func:`surrogate.prediction.scoring.score`'s columns.
+
+        Args:
+            configs: The configurations to predict.
+            profile: The hardware's speeds, as for :func:`surrogate.predict` (None: each GPU's
+                default profile).
+
+        Returns:
+            One array per column of :data:`surrogate.prediction.scoring` (``pred_mfu``,
+                ``pred_mfu_lo``, ``pred_mfu_hi``, ``p_oom``, ``pred_status``,
+                ``pred_peak_mem_gib``, ...), a value per configuration in order;
+                :func:`surrogate.predict` wraps them in ``Prediction`` objects.
+
+        Raises:
+            NoModelError: The model is not fitted.
+        """
+        from surrogate.prediction.scoring import score
+
+        self._check_fitted()
+        return score(list(configs), model=self, profile=profile).columns
+
+    # ------------------------------------------------------------ persistence
+    def save(self, directory: str | Path) -> Path:
+        """Write ``<name>.txt`` LightGBM models and ``model.json`` into ``directory``.
+
+        The sidecar ``model.json`` records the settings, the domain, the metrics and the
+        sha256 of every file, which :meth:`load` checks.
+
+        Args:
+            directory: Where to write (created if missing; files of the same names are
+                replaced).
+
+        Returns:
+            The directory written.
+
+        Raises:
+            NoModelError: The model is not fitted.
+        """
+        self._check_fitted()
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        for name, booster in self._boosters().items():
+            booster.save_model(str(d / f"{name}.txt"))
+        self.saved_sha256_ = write_sidecar(d, sidecar_of(self))
+        return d
+
+    def _boosters(self) -> dict[str, lgb.Booster]:
+        return {"status": self.status_model_, "mfu": self.mfu_model_,
+                "mfu_lo": self.mfu_lo_model_, "mfu_hi": self.mfu_hi_model_,
+                "mem": self.mem_model_}
+
+    @classmethod
+    def load(cls, directory: str | Path) -> SurrogateModel:
+        """Read a model written by :meth:`save`; NoModelError if absent, DataError if broken.
+
+        Every file is checked against the sha256 its sidecar records before LightGBM parses it
+        (:func:`surrogate.learned.model_files.verified_texts`): a damaged file is a DataError naming
+        it, not a silently different prediction or a crash of the interpreter.
+
+        Args:
+            directory: A directory written by :meth:`save` (``surrogate train --out``).
+
+        Returns:
+            The fitted model.
+
+        Raises:
+            NoModelError: ``directory`` holds no ``model.json``.
+            DataError: The sidecar is not valid JSON or of another format, the model was
+                trained on other features than this version computes, or a file does not
+                match the sha256 its sidecar records.
+        """
+        import lightgbm as lgb
+
+        d = Path(directory)
+        meta = read_sidecar(d)
+        texts = verified_texts(d, meta)
+        try:
+            boosters = {n: lgb.Booster(model_str=t) for n, t in texts.items()}
+            domain = Domain.from_json(meta["domain"])
+            model = cls(**settings_of(meta, domain))
+            restore(model, meta, domain, boosters)
+        except (KeyError, TypeError, ValueError) as e:
+            raise DataError(f"{d / 'model.json'}: malformed sidecar ({type(e).__name__}: {e})"
+                            ) from None
+        if compiled_trees.enabled():
+            model._compiled = {n: compiled_trees.CompiledForest(t) for n, t in texts.items()}
+        return model

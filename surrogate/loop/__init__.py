@@ -1,0 +1,1 @@
+"""The active-learning loop: proposing real runs, their launch files, and scoring each round."""

@@ -1,0 +1,1 @@
+"""From configurations to predictions: one, a table, or a table file."""

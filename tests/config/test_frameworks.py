@@ -1,0 +1,192 @@
+"""Framework traits and their effect on validation."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.layout import LayoutConfig
+from surrogate.errors import ConfigError
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_traits_are_complete_and_cited(name):
+    t = FRAMEWORKS[name]
+    assert t.name == name
+    assert t.source.strip()
+    assert t.versions, "the newest version is the default, so there must be one"
+    assert t.zero_stages and set(t.zero_stages) <= {0, 1, 2, 3}
+    # ZeRO-0 is the layout's default: only a framework measured sharded lacks it
+    assert 0 in t.zero_stages or name == "pytorch-fsdp2"
+
+
+def test_known_traits():
+    assert get_framework("nanotron").fp32_grad_accumulation
+    assert get_framework("megatron").fp32_grad_accumulation
+    assert not get_framework("torchtitan").fp32_grad_accumulation
+    assert get_framework("nanotron").zero_stages == (0, 1)
+    assert get_framework("torchtitan").zero_stages == (0, 2, 3)  # FSDP2 has no ZeRO-1
+    assert get_framework("torchtitan").sequence_parallel_with_tp == (True,)
+    assert get_framework("torchtitan").interleaved_schedule == "Interleaved1F1B"
+    assert get_framework("nanotron").recompute_modes == ("none", "full")
+    assert not get_framework("nanotron").interleaved_pipeline
+    assert not get_framework("llm-foundry").tensor_parallel
+    assert not get_framework("llm-foundry").pipeline_parallel
+    assert get_framework("nanotron").versions == ("pre-pp-fix", "pp-fix")
+
+
+def test_lookup_is_case_and_space_insensitive():
+    assert get_framework("  NanoTron ") is FRAMEWORKS["nanotron"]
+
+
+def test_unknown_framework():
+    with pytest.raises(ConfigError, match=r"framework must be one of llm-foundry, megatron, "
+                                          r"nanotron, pytorch, pytorch-fsdp2, torchtitan, "
+                                          r"got 'colossal'"):
+        get_framework("colossal")
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+@pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
+def test_layout_accepts_exactly_the_implemented_zero_stages(name, zero_stage):
+    if zero_stage in FRAMEWORKS[name].zero_stages:
+        assert LayoutConfig(framework=name, zero_stage=zero_stage).zero_stage == zero_stage
+    else:
+        with pytest.raises(ConfigError, match=rf"framework {name} implements zero_stage .*, "
+                                              rf"got {zero_stage}"):
+            LayoutConfig(framework=name, zero_stage=zero_stage)
+
+
+@pytest.mark.parametrize("name", sorted(FRAMEWORKS))
+def test_layout_versions(name):
+    versions = FRAMEWORKS[name].versions
+    z = FRAMEWORKS[name].zero_stages[0]
+    assert LayoutConfig(framework=name, zero_stage=z).framework_version == versions[-1]
+    for v in versions:
+        assert LayoutConfig(framework=name, framework_version=v,
+                            zero_stage=z).framework_version == v
+    with pytest.raises(ConfigError, match=rf"framework_version for {name} must be one of "):
+        LayoutConfig(framework=name, framework_version="no-such-version", zero_stage=z)
+
+
+@pytest.mark.parametrize(
+    ("layout", "match"),
+    [
+        (dict(framework="llm-foundry", dp=4, tp=2),
+         r"framework llm-foundry has no tensor parallelism: tp must be 1, got tp=2"),
+        (dict(framework="llm-foundry", dp=4, pp=2),
+         r"framework llm-foundry has no pipeline parallelism: pp must be 1, got pp=2"),
+        (dict(framework="llm-foundry", dp=4, cp=2),
+         r"framework llm-foundry has no context parallelism: cp must be 1, got cp=2"),
+        (dict(framework="torchtitan", zero_stage=1),
+         r"framework torchtitan implements zero_stage 0 or 2 or 3, got 1"),
+    ],
+)
+def test_layout_refuses_what_the_framework_does_not_implement(layout, match):
+    with pytest.raises(ConfigError, match=match):
+        LayoutConfig(**layout)
+
+
+_LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="none",
+               sequence_parallel=True)
+_RUNS = {"torchtitan": dict(zero_stage=2)}
+"""Changes to ``_LAYOUT`` a framework runs as described (torchtitan: bf16 beside tp needs FSDP)."""
+
+
+@pytest.mark.parametrize(
+    ("name", "change", "match"),
+    [
+        ("torchtitan", dict(sequence_parallel=False),
+         r"torchtitan's tensor parallelism always runs with sequence parallelism, got tp=2 "
+         r"sequence_parallel=False"),
+        ("torchtitan", dict(dp=1, tp=8, zero_stage=2),
+         r"zero_stage > 0 needs dp x cp > 1 \(torchtitan shards over its data- and "
+         r"context-parallel ranks; one has nothing to shard\), got dp=1 cp=1"),
+        ("torchtitan", dict(zero_stage=0),
+         r"torchtitan runs bf16 mixed precision beside tensor or pipeline parallelism only under "
+         r"sharded data parallelism \(FSDP\); zero_stage 0 with tp=2 pp=1 trains in fp32"),
+        ("torchtitan", dict(zero_stage=0, tp=1, pp=2, sequence_parallel=False),
+         r"zero_stage 0 with tp=1 pp=2 trains in fp32: zero_stage 0 needs tp = pp = 1"),
+        ("megatron", dict(tp=1, dp=8), r"sequence_parallel needs tp > 1, got tp=1"),
+        ("nanotron", dict(recompute="selective"),
+         r"framework nanotron expresses recompute none or full, got 'selective'"),
+        ("nanotron", dict(pp=2, vpp=2),
+         r"framework nanotron has no interleaved pipeline schedule: vpp must be 1, got vpp=2"),
+    ],
+)
+def test_runs_as_another_says_why(name, change, match):
+    runs = {**_LAYOUT, **_RUNS.get(name, {})}
+    assert FRAMEWORKS[name].runs_as_another(**runs) is None
+    problem = FRAMEWORKS[name].runs_as_another(**{**runs, **change})
+    assert problem is not None
+    assert re.search(match, problem), problem
+
+
+def test_pipeline_schedules_each_framework_runs():
+    assert get_framework("nanotron").pipeline_schedules == {"1f1b": "1f1b", "afab": "afab"}
+    assert get_framework("torchtitan").pipeline_schedules == {"1f1b": "1F1B", "afab": "GPipe"}
+    assert get_framework("megatron").pipeline_schedules == {"1f1b": "1F1B"}
+    assert LayoutConfig(pp=2, pp_schedule="afab").pp_schedule == "afab"
+    assert LayoutConfig(pp=1, pp_schedule="afab").pp_schedule == "afab"  # nanotron's engine
+    assert LayoutConfig(pp=4, framework="torchtitan", pp_schedule="afab").pp_schedule == "afab"
+
+
+@pytest.mark.parametrize("layout,message", [
+    (dict(pp=2, framework="megatron", pp_schedule="afab"),
+     "framework megatron has no pipeline schedule 'afab': pp_schedule must be one of 1f1b, "
+     "got 'afab'"),
+    (dict(pp=1, framework="torchtitan", pp_schedule="afab"),
+     "framework torchtitan runs a pipeline schedule only with pp > 1: pp_schedule must be "
+     "'1f1b' when pp=1, got 'afab'"),
+    (dict(pp=2, vpp=2, framework="torchtitan", pp_schedule="afab"),
+     "pp_schedule 'afab' has no interleaved form here: vpp must be 1, got vpp=2"),
+    (dict(framework="llm-foundry", pp_schedule="afab"),
+     "framework llm-foundry has no pipeline schedule 'afab': pp_schedule must be one of 1f1b"),
+    (dict(pp_schedule="gpipe"), "pp_schedule must be one of 1f1b, afab, got 'gpipe'"),
+])
+def test_schedules_a_framework_does_not_run_are_refused(layout, message):
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        LayoutConfig(**layout)
+
+
+def test_traits_are_hashable_values():
+    """Frozen traits can key a cache or a set (the schedule table is left out of the hash)."""
+    assert len({*FRAMEWORKS.values(), *FRAMEWORKS.values()}) == len(FRAMEWORKS)
+
+
+def test_checkpointed_layer_counts_are_what_each_framework_writes():
+    """Megatron's block method checkpoints the first N layers of each model chunk (N x vpp of
+    a rank's); torchtitan every n-th block of a rank (floor(layers / n)); nanotron all or
+    none."""
+    megatron, titan = get_framework("megatron"), get_framework("torchtitan")
+    assert megatron.checkpointed_layer_counts(8) == (1, 2, 3, 4, 5, 6, 7)
+    assert megatron.checkpointed_layer_counts(8, vpp=2) == (2, 4, 6)
+    assert titan.checkpointed_layer_counts(8) == (1, 2, 4)  # n = 8..5, 4..3, 2
+    assert titan.checkpointed_layer_counts(9) == (1, 2, 3, 4)
+    assert get_framework("nanotron").checkpointed_layer_counts(8) == ()
+    assert megatron.checkpointed_layer_counts(1) == titan.checkpointed_layer_counts(1) == ()
+
+
+def test_megatron_moe_with_tp_needs_sequence_parallelism():
+    """megatron-core's MoE layer raises in training under tp without sequence parallelism:
+    such a layout of an MoE model is not one Megatron runs (a dense model's is), and no
+    Megatron MoE layout of a search has it."""
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
+
+    layout = dict(dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none",
+                  sequence_parallel=False)
+    megatron = get_framework("megatron")
+    assert megatron.runs_as_another(**{**layout, "ep": 1}) is None
+    assert megatron.runs_as_another(**layout, moe=True) == (
+        "megatron's MoE layer refuses tensor parallelism without sequence parallelism in "
+        "training: an MoE model with tp=2 needs sequence_parallel, got sequence_parallel=False")
+    assert megatron.runs_as_another(**{**layout, "sequence_parallel": True}, moe=True) is None
+    assert get_framework("nanotron").runs_as_another(**layout, moe=True) is None
+    for model, no_sp in (("mixtral-8x7b", False), ("8b", True)):
+        space = LayoutSpace(model=get_preset(model), global_batch_seqs=64, node_counts=(1,),
+                            frameworks=("megatron",), max_cp=1, max_mbs=1)
+        table = space.table()
+        assert bool(((table["tp"] > 1) & ~table["sequence_parallel"].astype(bool)).any()) == no_sp

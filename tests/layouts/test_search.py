@@ -1,0 +1,178 @@
+"""optuna search against the surrogate: constraints, RDB storage, enumeration agreement."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from surrogate.config.presets import get_preset
+from surrogate.errors import ConfigError
+from surrogate.layouts.labels import layout_label
+from surrogate.layouts.search import TOP_COLUMNS, Limits, rank, score_configs, search
+from surrogate.layouts.space import LayoutSpace
+
+TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
+            max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
+
+
+def tiny() -> LayoutSpace:
+    return LayoutSpace(**TINY)  # type: ignore[arg-type]
+
+
+def test_score_configs_is_one_vectorised_pass_with_intervals() -> None:
+    configs = tiny().enumerate()
+    scored = score_configs(configs)
+    assert len(scored) == len(configs)
+    done = scored.dropna(subset=["pred_mfu_lo"])
+    assert len(done) == len(scored)
+    assert (done["pred_mfu_lo"] <= done["pred_mfu"]).all()
+    assert (done["pred_mfu"] <= done["pred_mfu_hi"]).all()
+    ranked = rank(scored)
+    feasible = ranked[ranked["feasible"]]
+    assert feasible["pred_mfu"].is_monotonic_decreasing
+
+
+def test_no_configuration_scores_to_the_columns_of_some() -> None:
+    """An empty input answers an empty table with every score column a scored one has."""
+    scored = score_configs(tiny().enumerate(), model=None)
+    empty = score_configs([], model=None)
+    assert len(empty) == 0
+    assert set(empty.columns) <= set(scored.columns)
+    assert {"layout", "num_gpus", "pred_status", "pred_mfu", "pred_peak_mem_hi_gib",
+            "analytic_fits", "feasible", "key"} <= set(empty.columns)
+
+
+def test_search_labels_the_rows_it_shows() -> None:
+    """The enumeration is scored without labels (a search of millions of layouts shows a
+    handful); the rows shown carry them, where score_configs puts them."""
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    assert "layout" not in score_configs(space.enumerate(), labels=False)
+    result = search(space, model=None, objective="mfu-vs-gpus", n_trials=0, use_optuna=False)
+    labelled = score_configs(space.enumerate(), model=None)
+    for frame in (result.top, result.pareto):
+        assert frame is not None and len(frame) >= 1
+        extra = TOP_COLUMNS if frame is result.top else ()
+        assert list(frame.columns) == [*labelled.columns, *extra]
+        assert list(frame["layout"]) == [layout_label(result.configs[k]) for k in frame["key"]]
+    assert result.enum_best is not None
+    assert result.enum_best["layout"] == result.top["layout"].iloc[0]
+
+
+def test_optuna_finds_the_enumerated_best_on_a_small_space() -> None:
+    space = tiny()
+    n = len(space.enumerate())
+    result = search(space, n_trials=4 * space.size_bound(), seed=0)
+    assert result.enumerated == n
+    assert result.optuna_found_enum_best is True
+    assert result.top["key"].iloc[0] == result.enum_best["key"]  # type: ignore[index]
+    assert result.n_invalid > 0  # invalid points were met and handled as constraints
+
+
+def test_rdb_storage_is_shared_by_workers(tmp_path: Path) -> None:
+    """Two searches on one sqlite study: the second resumes it (as parallel workers would)."""
+    import optuna
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    search(tiny(), n_trials=6, storage=url, study_name="shared", seed=1)
+    search(tiny(), n_trials=5, storage=url, study_name="shared", seed=2)
+    study = optuna.load_study(study_name="shared", storage=url)
+    assert len(study.trials) == 11
+
+
+def test_limits_make_layouts_infeasible() -> None:
+    strict = search(tiny(), limits=Limits(memory_margin_frac=0.99), n_trials=0,
+                    use_optuna=False)
+    assert not strict.top["feasible"].any()
+    assert strict.notes and "no layout meets the limits" in strict.notes[0]
+
+
+def test_multi_objective_pareto_front() -> None:
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    result = search(space, objective="mfu-vs-gpus", n_trials=30, seed=0)
+    front = result.pareto
+    assert front is not None and len(front) >= 1
+    # along the front, more MFU costs more GPUs (no point dominates another)
+    assert front["num_gpus"].is_monotonic_decreasing
+    with pytest.raises(ConfigError, match="needs a range of node counts"):
+        search(tiny(), objective="mfu-vs-gpus", n_trials=1)
+
+
+def test_errors() -> None:
+    with pytest.raises(ConfigError, match="max_p_oom must be between 0 and 1"):
+        Limits(max_p_oom=2.0)
+    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    with pytest.raises(ConfigError, match="enumeration limit"):
+        search(big, use_optuna=False, enumerate_limit=100)
+    with pytest.raises(ConfigError, match="more than the enumeration limit"):  # not "no layout"
+        search(big, n_trials=0, enumerate_limit=100)
+
+
+def test_pareto_front_covers_every_scored_layout() -> None:
+    """With 3 optuna trials (mostly invalid points) the front used to be empty: it was drawn
+    from optuna's trials alone although the whole space had been scored."""
+    from surrogate.layouts.search import _pareto
+
+    space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
+    result = search(space, model=None, objective="mfu-vs-gpus", n_trials=3, seed=0)
+    exact = _pareto(rank(score_configs(space.enumerate(), model=None)), "mfu-vs-gpus")
+    assert result.pareto is not None and len(result.pareto) >= 1
+    assert list(result.pareto["key"]) == list(exact["key"])
+
+
+def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
+    with pytest.raises(ConfigError, match=r"gpu must be one of A100-SXM-40GB, .* got 'H900'"):
+        LayoutSpace(**{**TINY, "gpu": "H900"})  # type: ignore[arg-type]
+    odd = LayoutSpace(**{**TINY, "global_batch_seqs": 3, "frameworks": ("torchtitan",),
+                         "zero_stages": (3,)})  # type: ignore[arg-type]  # ZeRO needs dp > 1
+    with pytest.raises(ConfigError, match=r"the space holds no valid layout of playbook-1\.34b on "
+                                          r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
+                                          r"\(e\.g\. .+ must .+\): widen it"):
+        search(odd, model=None, n_trials=5)
+
+
+def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> None:
+    """The share of layers full recomputation checkpoints is a conditional parameter: optuna
+    suggests it only for full recomputation on a framework that checkpoints some layers."""
+    import optuna
+
+    space = LayoutSpace(**{**TINY, "frameworks": ("megatron", "nanotron"),  # type: ignore[arg-type]
+                           "recompute_modes": ("none", "full"), "sequence_parallel": (False, True)})
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    result = search(space, model=None, n_trials=60, storage=storage, study_name="shares",
+                    seed=0)
+    trials = optuna.load_study(study_name="shares", storage=storage).trials
+    chosen = [t for t in trials if "recompute_share" in t.params]
+    assert chosen and all(t.params["recompute"] == "full" and t.params["framework"] == "megatron"
+                          for t in chosen)
+    # the sharding likewise, only for Megatron's ZeRO-1 (its distributed optimizer instances)
+    sharded = [t for t in trials if "sharding" in t.params]
+    assert sharded and all(t.params["zero_stage"] == 1 and t.params["framework"] == "megatron"
+                           for t in sharded)
+    partial = [c for c in result.configs.values() if c.layout.recompute_layers]
+    assert all(c.layout.framework == "megatron" for c in partial)
+    assert result.enumerated is not None and result.enumerated == len(space.enumerate())
+
+
+def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
+    """rank safe sorts the feasible layouts by pred_mfu_lo; the top carries p_best (at most 1
+    in sum, the same on a second search) and the tokens/s interval around the prediction."""
+    scored = score_configs(tiny().enumerate())
+    safe = rank(scored, "safe")
+    assert safe[safe["feasible"]]["pred_mfu_lo"].is_monotonic_decreasing
+    result = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    assert result.top["pred_mfu_lo"].is_monotonic_decreasing
+    assert list(result.top["key"]) == list(safe[safe["feasible"]]["key"].head(4))
+    assert 0 < result.top["p_best"].sum() <= 1 + 1e-9
+    again = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    assert list(again.top["p_best"]) == list(result.top["p_best"])
+    top = result.top
+    assert (top["pred_tokens_per_s_per_gpu_lo"] <= top["pred_tokens_per_s_per_gpu"]).all()
+    assert (top["pred_tokens_per_s_per_gpu"] <= top["pred_tokens_per_s_per_gpu_hi"]).all()
+
+
+def test_safe_needs_intervals_and_rank_names_its_choices() -> None:
+    with pytest.raises(ConfigError, match="rank safe"):
+        search(tiny(), model=None, n_trials=0, use_optuna=False, rank="safe")
+    with pytest.raises(ConfigError, match="mean or safe"):
+        search(tiny(), n_trials=0, use_optuna=False, rank="best")  # type: ignore[arg-type]

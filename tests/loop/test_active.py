@@ -1,0 +1,235 @@
+"""Active learning: propose writes a round (files, record, launch scripts), refuses to overwrite,
+spreads its picks; score-round measures the proposing model on the round's runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from surrogate.config.presets import get_preset
+from surrogate.config.training import config_from_flat
+from surrogate.errors import ConfigError, DataError
+from surrogate.layouts.search import score_configs
+from surrogate.layouts.space import LayoutSpace
+from surrogate.loop.active import (
+    Acquisition,
+    layout_vector,
+    load_round_model,
+    propose,
+    read_round,
+    score_round,
+    select,
+)
+from surrogate.loop.round_log import log_round
+
+
+def space() -> LayoutSpace:
+    return LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1,),
+                       frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+
+
+def test_propose_writes_a_round_and_refuses_to_overwrite(tmp_path: Path) -> None:
+    out = propose(space(), tmp_path / "round-1", k=4)
+    proposals = pd.read_csv(out / "proposals.csv")
+    assert len(proposals) == 4
+    record = read_round(out)
+    assert record["round"] == 1
+    assert record["model"]["data_hash"]  # the bundled model's identity
+    assert record["goal"]["global_batch_seqs"] == 32
+    assert {p["reason"] for p in record["proposals"]} <= {"expected-improvement",
+                                                         "oom-boundary"}
+    for name in proposals["name"]:
+        run = out / "logs" / name
+        assert (run / "config.toml").exists() and (run / "job.sbatch").exists()
+        assert (run / "launch.sh").exists()
+    with pytest.raises(ConfigError, match="a round is never overwritten"):
+        propose(space(), out, k=4)
+    second = propose(space(), tmp_path / "round-2", k=2)
+    assert read_round(second)["round"] == 2
+
+
+def test_propose_lists_its_runs_by_the_rank_with_their_odds(tmp_path: Path) -> None:
+    mean = pd.read_csv(propose(space(), tmp_path / "r1", k=4) / "proposals.csv")
+    assert mean["pred_mfu"].is_monotonic_decreasing
+    assert 0 < mean["p_best"].sum() <= 1 + 1e-9
+    safe = propose(space(), tmp_path / "r2", k=4, rank="safe")
+    listed = pd.read_csv(safe / "proposals.csv")
+    assert listed["pred_mfu_lo"].is_monotonic_decreasing
+    assert read_round(safe)["goal"]["rank"] == "safe"
+    assert set(listed["layout"]) == set(mean["layout"])  # the same picks, listed otherwise
+    with pytest.raises(ConfigError, match="rank must be mean or safe"):
+        propose(space(), tmp_path / "r3", k=4, rank="best")  # type: ignore[arg-type]
+
+
+def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
+    """The other gain: each pick's value is its probability of being the best candidate and
+    above the incumbent; none can beat an incumbent far above every prediction."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    acq = Acquisition(boundary_frac=0.0, gain="probability-best")
+    picks = select(scored, configs, 3, acquisition=acq)
+    assert {reason for _, reason, _ in picks} == {"probability-best"}
+    values = [v for _, _, v in picks]
+    assert 0 < sum(values) <= 1 and values[0] == max(values)
+    high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
+    assert high[0][2] == 0.0
+    with pytest.raises(ConfigError, match="gain must be"):
+        Acquisition(gain="luck")  # type: ignore[arg-type]
+
+
+def test_picks_are_diverse_not_near_copies() -> None:
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    picks = select(scored, configs, 6, acquisition=Acquisition(boundary_frac=0.0))
+    vecs = np.stack([layout_vector(configs[i]) for i, _, _ in picks])
+    d = np.sqrt(((vecs[:, None] - vecs[None]) ** 2).sum(-1))
+    assert len({i for i, _, _ in picks}) == 6
+    no_penalty = select(scored, configs, 6,
+                        acquisition=Acquisition(boundary_frac=0.0, diversity_scale=0.0))
+    vecs0 = np.stack([layout_vector(configs[i]) for i, _, _ in no_penalty])
+    d0 = np.sqrt(((vecs0[:, None] - vecs0[None]) ** 2).sum(-1))
+    assert d[np.triu_indices(6, 1)].min() >= d0[np.triu_indices(6, 1)].min()
+    assert d[np.triu_indices(6, 1)].min() >= 1.0  # at least one doubling apart
+
+
+def test_already_run_layouts_are_not_proposed_again() -> None:
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    first = [i for i, _, _ in select(scored, configs, 3)]
+    again = [i for i, _, _ in select(scored, configs, 3,
+                                     already_run=[configs[i] for i in first])]
+    assert not set(first) & set(again)
+
+
+@pytest.mark.slow
+def test_score_round_on_synthetic_measurements(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    out = propose(space(), tmp_path / "r1", k=3)
+    record = read_round(out)
+    model = load_round_model(record)
+    configs = [config_from_flat(p["config"]) for p in record["proposals"]]
+    predicted = score_configs(configs, model=model)
+    # Synthetic outcomes, made up so the figures are known: the first two runs end as the
+    # model said (oom where p_oom >= 0.5), the third the other way; a completed run measures
+    # 1.25 x the predicted MFU, an error of 0.25 / 1.25 = 20% of the measurement.
+    said_oom = (predicted["p_oom"] >= 0.5).to_numpy()
+    rows = []
+    for i, p in enumerate(record["proposals"]):
+        oom = bool(said_oom[i]) != (i == 2)
+        mfu = np.nan if oom else 1.25 * float(predicted["pred_mfu"].iloc[i])
+        rows.append({**p["config"], "run_id": f"{p['name']}/train-1",
+                     "status": "oom" if oom else "completed", "mfu": mfu, "source": "synthetic"})
+    runs = pd.DataFrame(rows)
+    assert (runs["status"] == "completed").any()
+    metrics, matched = score_round(record, runs, model=model)
+    assert metrics["measured"] == 3 and metrics["proposed"] == 3
+    assert metrics["status_accuracy"] == pytest.approx(2 / 3)
+    assert metrics["mfu_mape"] == pytest.approx(0.2)
+    assert metrics["oom_rate"] == pytest.approx((runs["status"] == "oom").mean())
+    best = float(runs["mfu"].max())
+    assert metrics["best_mfu_so_far"] == metrics["best_mfu_round"] == pytest.approx(best)
+    assert set(matched["name"]) == {p["name"] for p in record["proposals"]}
+    config_from_flat(matched.iloc[0].to_dict())
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
+    run_id = log_round(record, metrics, campaign="test", matched=matched,
+                       analytic=score_round(record, runs, model=None))
+    import mlflow
+
+    client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    history = client.get_metric_history(run_id, "best/mfu_so_far")
+    assert [(h.step, h.value) for h in history] == [(1, pytest.approx(best))]
+    run = client.get_run(run_id)
+    assert run.info.run_name == "round 01"
+    assert run.data.tags["proposing_model.data_hash"] == record["model"]["data_hash"]
+    assert "round/prospective_mfu_mape" in run.data.metrics
+    assert not any("analytic" in k for k in run.data.metrics)  # the baseline is its own run
+    files = {f.path for f in client.list_artifacts(run_id, "plots")}
+    assert files == {"plots/predicted_vs_measured.png", "plots/interval_coverage.png",
+                     "plots/layout_space.png"}
+    assert (tmp_path / "artifacts").is_dir()  # beside the database, not ./mlruns
+    # scoring again updates the same run; the trend run holds one value per round
+    assert log_round(record, metrics, campaign="test", matched=matched) == run_id
+    exp = client.get_experiment_by_name("active learning: test")
+    names = sorted(r.info.run_name for r in client.search_runs([exp.experiment_id]))
+    assert names == ["accuracy over rounds", "analytic baseline", "round 01"]
+    assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
+
+
+def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
+    record = read_round(propose(space(), tmp_path / "r1", k=1))
+    record["model"]["data_hash"] = "0" * 64
+    with pytest.raises(DataError, match="is not the one that proposed round 1"):
+        load_round_model(record)
+    with pytest.raises(DataError, match=r"round\.json missing"):
+        read_round(tmp_path)
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "round.json").write_text("{")
+    with pytest.raises(DataError, match="not valid JSON"):
+        read_round(tmp_path / "bad")
+    json.dumps(record)
+
+
+@pytest.mark.parametrize(("text", "match"), [
+    ("[]", "holds a JSON object, got list"),
+    ('{"round": "one", "proposals": [], "model": {}}', "round must be an integer >= 1"),
+    ('{"round": 0, "proposals": [], "model": {}}', "round must be an integer >= 1"),
+    ('{"round": 1, "proposals": [{"name": "a"}], "model": {}}', "proposals must be"),
+    ('{"round": 1, "proposals": [{"name": "a", "config": {}}]}', "names no proposing model"),
+])
+def test_read_round_refuses_what_is_not_a_round(tmp_path: Path, text: str, match: str) -> None:
+    (tmp_path / "round.json").write_text(text)
+    with pytest.raises(DataError, match=match):
+        read_round(tmp_path)
+
+
+def _analytic_round(tmp_path: Path) -> dict:
+    return read_round(propose(space(), tmp_path / "r1", k=2, model=None))  # type: ignore[arg-type]
+
+
+def test_scoring_a_round_with_no_matching_run_is_an_error(tmp_path: Path) -> None:
+    record = _analytic_round(tmp_path)
+    other = {**record["proposals"][0]["config"], "grad_accum": 999, "run_id": "x/1",
+             "status": "completed", "mfu": 0.4, "source": "synthetic"}  # another layout's run
+    with pytest.raises(DataError, match=r"none of the 1 runs matches a proposal of round 1"):
+        score_round(record, pd.DataFrame([other]), model=None)
+
+
+def test_scoring_a_table_without_outcomes_is_an_error(tmp_path: Path) -> None:
+    record = _analytic_round(tmp_path)
+    runs = pd.DataFrame([{**p["config"], "run_id": f"{p['name']}/1", "mfu": 0.3}
+                         for p in record["proposals"]])
+    with pytest.raises(DataError, match=r"columns status and mfu .* got no status among"):
+        score_round(record, runs, model=None)
+
+
+def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
+        tmp_path: Path, playbook_subset: pd.DataFrame) -> None:
+    from surrogate.learned.model import SurrogateModel
+
+    small = {"n_estimators": 10, "num_leaves": 7}
+    model = SurrogateModel(status_params=small, mfu_params=small, mem_params=small)
+    model.fit(playbook_subset).save(tmp_path / "m")
+    record = read_round(propose(space(), tmp_path / "r1", k=1, model=tmp_path / "m"))
+    assert record["model"]["model_sha256"] == model.saved_sha256_
+    assert load_round_model(record).saved_sha256_ == model.saved_sha256_
+    model.conformal_q_ += 0.1  # the same training data, another model
+    model.save(tmp_path / "m")
+    with pytest.raises(DataError, match=r"is not the one that proposed round 1 \(model sha256"):
+        load_round_model(record)
+
+
+def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    import surrogate.layouts.search
+
+    def never(*a: object, **k: object) -> None:
+        raise AssertionError("scored before checking the round directory")
+
+    monkeypatch.setattr(surrogate.layouts.search, "score_configs", never)
+    (tmp_path / "r1").write_text("x")
+    with pytest.raises(ConfigError, match=r"--round must be a new directory, got the file"):
+        propose(space(), tmp_path / "r1", k=2, model=None)  # type: ignore[arg-type]
