@@ -70,7 +70,7 @@ def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture
                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     import copy
 
-    from surrogate.prediction.predict import predict as prediction
+    from surrogate.prediction import predict as prediction
 
     bundled = prediction.resolve_model("default")
     assert bundled is not None

@@ -13,7 +13,7 @@ from surrogate.cli import main
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.presets import get_preset
 from surrogate.config.training import TrainingConfig, config_to_flat
-from surrogate.prediction.predict import predict as prediction
+from surrogate.prediction import predict as prediction
 
 pytestmark = pytest.mark.skipif(
     not (prediction.DEFAULT_MODEL_DIR / "model.json").exists(), reason="no bundled model"
