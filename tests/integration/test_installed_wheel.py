@@ -28,7 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "surrogate", "training", "microbench")
 """What setuptools packs (pyproject's packages.find and readme)."""
 PREDICT = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-           "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1"]
+           "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
+           "--framework", "nanotron"]
 
 
 def _run(args: list[str | Path], *, cwd: Path,
