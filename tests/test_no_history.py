@@ -132,8 +132,9 @@ def _history_examples() -> list[str]:
     out += [f"the {o}'s figures" for o in _UNITS[5:]] + [f"(one more in the {_UNITS[11]})"]
     out += [f"since {n} {k}" for n in nouns for k in (3, 35)]
     out += ["a work period", "as in earlier sessions", f"see issue {7 * 8}", "fixed (#12)"]
-    out += [f"an {m} {verb}" for m in ("H100", "GPU", "machine")
-            for verb in ("was lent", "lent again", "lent to the project")]
+    loan = "lent"  # the loan phrases of the pattern above, built from its parts
+    out += [f"an {m} {phrase}" for m in ("H100", "GPU", "machine")
+            for phrase in (f"was {loan}", f"{loan} again", f"{loan} to the project")]
     return out
 
 
