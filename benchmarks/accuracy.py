@@ -148,9 +148,9 @@ def main() -> None:
             print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
             print(table.to_string())
             print(reliability(r.predictions, r.analytic_predictions))
-            figures = summary.setdefault(
+            summary.setdefault(
                 name + ("" if shrink is None else f" shrink {shrink:g}"), dict(r.metrics))
-            print(coverage_table(r.predictions, figures))
+            print(coverage_table(r.predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -205,8 +205,9 @@ error of the value it surrounds."""
 
 
 def print_summary(summary: dict[str, dict[str, float]]) -> None:
-    """Every protocol run, coverage beside error (:data:`SUMMARY`; ``recal``: after the
-    recalibration of :func:`coverage_table`); a coverage outside 76-84% marked ``*``."""
+    """Every protocol run, coverage beside error (:data:`SUMMARY`; ``recal``: as a trained
+    model ships them, :func:`training.evaluate.recalibrated_hits`); a coverage outside 76-84%
+    marked ``*``."""
     if not summary:
         return
     rows = {}
@@ -222,20 +223,14 @@ def print_summary(summary: dict[str, dict[str, float]]) -> None:
     print(pd.DataFrame(rows).T.to_string())
 
 
-def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
+def coverage_table(predictions: pd.DataFrame) -> str:
     """The held-out runs' interval coverage per node band, framework and pipeline or none
     (``training.evaluate.coverage_by_group``: groups of 15 measured runs or more; ``below``:
-    what falls under 70%), as the model gives the intervals and after a Mondrian
-    recalibration on the protocol's own held-out runs, held out by cells
-    (``training.evaluate.recalibrated_hits``; ``recal``); adds the latter's overall coverage
-    to ``figures``."""
+    what falls under 70%), as the protocol's model gives the intervals and as a trained model
+    ships them, recalibrated on the protocol's own held-out runs, held out by cells
+    (``training.evaluate.recalibrated_hits``; ``recal``)."""
     table = coverage_by_group(predictions)
-    hits = recalibrated_hits(predictions)
-    recal = coverage_by_group(predictions, hits=hits)
-    nan = float("nan")
-    figures["interval_coverage_recalibrated"] = float(hits[0].mean()) if len(hits[0]) else nan
-    figures["memory_interval_coverage_recalibrated"] = (float(hits[1].mean()) if len(hits[1])
-                                                        else nan)
+    recal = coverage_by_group(predictions, hits=recalibrated_hits(predictions))
     shown = table[["grouping", "group", "mfu_runs", "mfu_coverage", "memory_runs",
                    "memory_coverage", "below"]].copy()
     shown.insert(4, "mfu_recal", recal["mfu_coverage"])
@@ -247,7 +242,7 @@ def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
     flagged_recal = int((recal["below"] != "").sum())
     return (f"80% interval coverage per group (>= {MIN_GROUP_RUNS} measured runs; "
             f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
-            "recalibration per node band, pipeline and framework, held out by cells):\n"
+            "the recalibration a trained model ships, held out by cells):\n"
             + shown.to_string(index=False))
 
 

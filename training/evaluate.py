@@ -148,6 +148,9 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
     inside, mem_inside = interval_hits(res)
+    with_interval = bool(len(done)) and bool(done["pred_mfu_lo"].notna().any())
+    # the coverage of the intervals as a trained model ships them (recalibrated, held out)
+    recal = recalibrated_hits(res) if with_interval else (inside[:0], mem_inside[:0])
     regret = _regret(done)
     nan = float("nan")
     return {
@@ -167,9 +170,11 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
         "oom_brier": float(np.mean((judged["p_oom"].to_numpy(float) - true_oom) ** 2))
         if len(judged) else nan,
         "memory_mape": float(mem_ape.mean()) if len(mem_ape) else nan,
-        "interval_coverage": float(inside.mean())
-        if len(done) and done["pred_mfu_lo"].notna().any() else nan,
+        "interval_coverage": float(inside.mean()) if with_interval else nan,
         "memory_interval_coverage": float(mem_inside.mean()) if len(mem_inside) else nan,
+        "interval_coverage_recalibrated": float(recal[0].mean()) if len(recal[0]) else nan,
+        "memory_interval_coverage_recalibrated": float(recal[1].mean())
+        if len(recal[1]) else nan,
     }
 
 
@@ -181,29 +186,20 @@ MIN_GROUP_RUNS = 15
 """The fewest measured runs of a group whose coverage :func:`coverage_by_group` reports: a
 coverage over fewer is too noisy to judge (at 80% over 15 runs its standard error is 10
 points)."""
-NODE_BANDS: tuple[tuple[int, int], ...] = ((1, 1), (2, 4), (8, 16), (32, 64), (128, 1 << 30))
-"""Node-count bands of :func:`coverage_by_group` (inclusive)."""
-
-
 def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
     """The groupings :func:`coverage_by_group` reports, one label per run: the node-count
     band, the framework (its version, where the runs carry one) and pipeline or none."""
     import pandas as pd
 
-    nodes = res["num_nodes"].to_numpy()
-    band = np.full(len(res), "", dtype=object)
-    for lo, hi in NODE_BANDS:
-        sel = (nodes >= lo) & (nodes <= hi)
-        band[sel] = (f"{lo} node{'s' if lo > 1 else ''}" if lo == hi
-                     else f"{lo}+ nodes" if hi >= 1 << 30 else f"{lo}-{hi} nodes")
+    from surrogate.learned.recalibration import node_bands, pipeline_labels
+
     framework = res["framework"].astype(str)
     if "framework_version" in res:
         version = res["framework_version"].fillna("").astype(str)
         framework = framework.where(version == "", framework + "/" + version)
-    return {"nodes": pd.Series(band, index=res.index),
+    return {"nodes": pd.Series(node_bands(res["num_nodes"].to_numpy()), index=res.index),
             "framework": framework,
-            "pipeline": pd.Series(np.where(res["pp"].to_numpy() > 1, "pp>1", "pp=1"),
-                                  index=res.index)}
+            "pipeline": pd.Series(pipeline_labels(res["pp"].to_numpy()), index=res.index)}
 
 
 def _band_order(label: str) -> tuple[int, str]:
@@ -243,51 +239,28 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
 
 def scale_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per measured run (as :func:`interval_hits`), the factor k on its interval's log
-    half-widths that would just hold the measured value: the interval [pred (lo / pred)^k,
-    pred (hi / pred)^k] holds it exactly where k >= this (1: the interval as given; inf: no
-    width on the side the value lies)."""
-    import pandas as pd
+    half-widths that would just hold the measured value
+    (:func:`surrogate.learned.recalibration.measured_needed`)."""
+    from surrogate.learned.recalibration import measured_needed
 
-    def needed(y: np.ndarray, pred: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-        with np.errstate(divide="ignore", invalid="ignore"):
-            below = np.log(pred / y) / np.log(pred / lo)
-            above = np.log(y / pred) / np.log(hi / pred)
-        k = np.where(y < pred, below, np.where(y > pred, above, 0.0))
-        return np.where(np.isnan(k), np.inf, k)
-
-    done, mem = _measured(res)
-    mfu = pd.Series(needed(*(done[c].to_numpy(float) for c in (
-        "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
-    memory = pd.Series([], dtype=float)
-    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
-        pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-                   else "pred_peak_mem_gib"].to_numpy(float)
-        logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)
-        memory = pd.Series(needed(mem["peak_mem_reserved_gib"].to_numpy(float), pred,
-                                  mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
-                                  mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged),
-                           index=mem.index)
-    return mfu, memory
+    return measured_needed(res)
 
 
 def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
                       min_runs: int = MIN_GROUP_RUNS) -> tuple[pd.Series, pd.Series]:
-    """:func:`interval_hits` after a Mondrian conformal recalibration on the protocol's own
-    held-out runs, itself held out: the held-out runs' (model, nodes) cells in ``n_folds``
-    grouped folds; each fold's intervals scaled (:func:`scale_needed`) by the conformal
-    ``coverage`` quantile of the factors the other folds' runs of its node band, pipeline or
-    none and framework version needed (Vovk et al. 2005, ch. 4: a category per combination of
-    :func:`coverage_groups`), or of all the other folds' runs where that category has fewer
-    than ``min_runs`` there. What a width calibrated per group on such residuals
-    would cover on runs it did not see."""
+    """:func:`interval_hits` after the recalibration a trained model ships
+    (:mod:`surrogate.learned.recalibration`: factors per node band, pipeline or none and
+    framework version, else per pipeline or none and framework version, else pooled) fitted
+    on the protocol's own held-out runs, itself held out: the held-out runs' (model, nodes)
+    cells in ``n_folds`` grouped folds, each fold's intervals scaled by the factors the
+    other folds' runs needed. What the shipped widths cover on runs they were not fitted
+    on."""
     import pandas as pd
     from sklearn.model_selection import GroupKFold
 
-    from surrogate.learned.intervals import conformal_quantile
+    from surrogate.learned.recalibration import factors_for, fit_factors, run_categories
     from surrogate.learned.training_data import cell_groups
 
-    groups = coverage_groups(res)
-    stratum = groups["nodes"] + " " + groups["pipeline"] + " " + groups["framework"]
     out = []
     for needed in scale_needed(res):
         hits = pd.Series(False, index=needed.index)
@@ -296,15 +269,12 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
         if n < 2:
             out.append(needed <= 1.0)
             continue
-        values, labels = needed.to_numpy(), stratum.loc[needed.index].to_numpy()
+        values = needed.to_numpy()
+        fine, coarse = run_categories(res.loc[needed.index])
         for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
-            pooled = conformal_quantile(values[train], coverage)
-            for label in np.unique(labels[test]):
-                mine = train[labels[train] == label]
-                k = (conformal_quantile(values[mine], coverage) if len(mine) >= min_runs
-                     else pooled)
-                rows = test[labels[test] == label]
-                hits.iloc[rows] = values[rows] <= k
+            table = fit_factors(values[train], fine[train], coarse[train], coverage=coverage,
+                                min_runs=min_runs)
+            hits.iloc[test] = values[test] <= factors_for(table, fine[test], coarse[test])
         out.append(hits)
     return out[0], out[1]
 

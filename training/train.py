@@ -9,8 +9,10 @@
    The hyperparameters were tuned on all the data, test parts included, so the figures are
    slightly optimistic about the settings (not about the fitted models, which never see their
    test part).
-4. Fit the final :class:`~surrogate.learned.model.SurrogateModel` on all the runs, store the metrics
-   in its sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
+4. Fit the final :class:`~surrogate.learned.model.SurrogateModel` on all the runs, rescale its
+   intervals by what the protocols' held-out runs needed
+   (:meth:`~surrogate.learned.model.SurrogateModel.recalibrate`), store the metrics in its
+   sidecar, save it, and record everything in MLflow (:mod:`training.tracking`).
 
 The features and targets are computed once (:func:`surrogate.learned.training_data.training_data`);
 the
@@ -149,6 +151,8 @@ def train(
         model.fit(data)
         model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
                           for p, r in evaluation.items()}
+        # the intervals rescaled by what the protocols' held-out runs needed
+        model.recalibrate({p: r.predictions for p, r in evaluation.items()})
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
         tracked, failure = None, None

@@ -85,6 +85,15 @@ def memory_half_width(q_mem: np.ndarray, q_unseen_shape: float, unseen_shape: An
     return np.asarray(q_mem * widen)
 
 
+def memory_bounds(mem: np.ndarray, half: np.ndarray, analytic: np.ndarray,
+                  outside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The memory ``mem``, and its interval of log half-width ``half``, holding the
+    ``analytic`` answer where the configuration is ``outside`` the domain."""
+    lo, hi = mem * np.exp(-half), mem * np.exp(half)
+    return (mem, np.where(outside, np.minimum(lo, analytic), lo),
+            np.where(outside, np.maximum(hi, analytic), hi))
+
+
 def unseen_widths(lo: np.ndarray, hi: np.ndarray, half: np.ndarray, center: np.ndarray,
                   distance: np.ndarray, transfer: tuple[float, float] | None
                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

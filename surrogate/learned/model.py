@@ -29,20 +29,17 @@ the model; fitted attributes end in ``_``; a method that needs a fitted model ra
 :class:`NotFittedError`, both scikit-learn's and the project's :class:`NoModelError`. The
 model does not subclass ``sklearn.base.BaseEstimator``: importing scikit-learn takes about 2 s,
 which ``surrogate predict`` must not pay. The features and targets a fit learns from are
-prepared once per table (``surrogate.learned.training_data``), and a training that fits many times
-on
-parts of one table takes those parts of it (:meth:`TrainingData.take`).
+prepared once per table (``surrogate.learned.training_data``), and a training that fits many
+times on parts of one table takes those parts of it (:meth:`TrainingData.take`).
 
 :meth:`SurrogateModel.save` writes LightGBM's own text models and a JSON sidecar (features,
 versions, training-data hash, metrics, domain, the sha256 of every file, checked on load by
 ``surrogate.learned.model_files``); no pickle.
 
 Features are dimensionless physics (``surrogate.learned.features``), and each training run is
-explained
-under its own cluster (``surrogate.calibration.clusters``). Off the training domain
+explained under its own cluster (``surrogate.calibration.clusters``). Off the training domain
 (``surrogate.learned.domain``: an unseen GPU or framework, or a scale beyond the data) the
-throughput
-and memory corrections shrink toward the analytic answer by the domain weight w
+throughput and memory corrections shrink toward the analytic answer by the domain weight w
 (factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
 by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
 the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
@@ -50,7 +47,9 @@ Within it, a framework version whose held-out runs the throughput correction pre
 better than the physics under it keeps only the share they bear out
 (``correction_weight_by_framework_``, :func:`framework_weights`). A framework without shipped
 analytic parameters gets them fitted on its training runs first, and the model predicts under
-them (``physics_sets_``, :meth:`SurrogateModel.parameter_sets`).
+them (``physics_sets_``, :meth:`SurrogateModel.parameter_sets`). A trained model's intervals
+are then rescaled per kind of configuration and category by what held-out runs needed
+(:meth:`SurrogateModel.recalibrate`, ``recalibration_``).
 
 Where the physics is certain of an out-of-memory (an analytic ``p_oom`` of at least
 :data:`CERTAIN_P_OOM`), the status is the analytic one whatever the domain: the classifier
@@ -73,6 +72,7 @@ from surrogate.learned import compiled_trees
 from surrogate.learned.blend import (
     MAX_WIDEN,
     bounded_factor,
+    memory_bounds,
     memory_half_width,
     mfu_bounds,
     prediction_columns,
@@ -100,8 +100,9 @@ from surrogate.learned.estimator import Estimator, not_fitted_error
 from surrogate.learned.features import FEATURE_NAMES
 from surrogate.learned.intervals import by_framework, fit_memory_interval, fit_mfu_interval
 from surrogate.learned.model_files import verified_texts, write_sidecar
+from surrogate.learned.recalibration import Recalibration, fit_recalibration, kinds_of
 from surrogate.learned.saved import read_sidecar, restore, settings_of, sidecar_of
-from surrogate.learned.training_data import TrainingData, training_data
+from surrogate.learned.training_data import TrainingData, fit_inputs
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -129,7 +130,7 @@ class SurrogateModel(Estimator):
     ``physics_sets_``, ``base_parameter_sets_`` (the analytic parameter sets its training
     data was computed under; a loaded model takes the shipped ones), ``feature_names_``,
     ``domain_``, ``data_hash_``,
-    ``n_train_``, ``metrics_`` and ``saved_sha256_``.
+    ``n_train_``, ``metrics_``, ``recalibration_`` and ``saved_sha256_``.
 
     Args:
         status_params: LightGBM settings of the status classifier (None: the defaults).
@@ -249,7 +250,9 @@ class SurrogateModel(Estimator):
         """
         import lightgbm as lgb
 
-        data, sw = self._training_inputs(X, y, profile, sample_weight)
+        data, sw = fit_inputs(X, y, profile, sample_weight, n_folds=self.n_folds,
+                              balance_sources=self.balance_sources)
+        self._compiled = {}  # a loaded model's compiled forests are of its former boosters
         done, mem_ok = data.done, data.mem_ok
         self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
         self.base_parameter_sets_: ParameterSets = data.parameter_sets
@@ -288,41 +291,19 @@ class SurrogateModel(Estimator):
         self.n_train_ = {"runs": len(data), "completed": int(done.sum()),
                          "with_memory": int(mem_ok.sum())}
         self.metrics_: dict[str, Any] = {}
+        self.recalibration_: Recalibration | None = None
         # identity as saved: the sidecar's sha256, which covers every file's; set by save/load
         self.saved_sha256_: str | None = None
         return self
 
-    def _training_inputs(self, X: pd.DataFrame | TrainingData, y: None, profile: Any,
-                         sample_weight: np.ndarray | None) -> tuple[TrainingData, np.ndarray]:
-        """The training data and per-run weights :meth:`fit` learns from, checked before
-        anything is fitted (:meth:`fit` says what must hold)."""
-        if y is not None:
-            raise DataError(
-                "y must be None: the targets are the runs' own columns (status, "
-                "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X")
-        if isinstance(X, TrainingData):
-            if profile is not None:
-                raise ValueError("profile must be None when X is a TrainingData: give it to "
-                                 "training_data(), which computed the features under it")
-            data = X
-        else:
-            data = training_data(X, profile=profile)
-        if sample_weight is not None:
-            sw = np.asarray(sample_weight, dtype=np.float64)
-        else:
-            sw = data.sample_weight(balance_sources=self.balance_sources)
-        self._compiled = {}  # a loaded model's compiled forests are of its former boosters
-        if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
-            raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
-        done = data.done
-        if done.sum() < 2 * self.n_folds:
-            raise DataError(
-                f"need at least {2 * self.n_folds} completed runs with a throughput, got "
-                f"{int(done.sum())}"
-            )
-        if len(np.unique(data.groups[done])) < 2:
-            raise DataError("need runs from at least two (model, nodes) cells for the interval")
-        return data, sw
+    def recalibrate(self, held_out: dict[str, pd.DataFrame]) -> SurrogateModel:
+        """Scale the intervals per kind of configuration and category by what the protocols'
+        held-out runs needed (``held_out``: their predictions per protocol, as
+        ``training.evaluate`` gives them; :mod:`surrogate.learned.recalibration`); the model.
+        """
+        self._check_fitted()
+        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage)
+        return self
 
     # ------------------------------------------------------------- predicting
     def _check_fitted(self) -> None:
@@ -374,12 +355,14 @@ class SurrogateModel(Estimator):
         lo, hi, half = unseen_widths(lo, hi, half, center, where.distance,
                                      (self.parameter_sets() if sets is None
                                       else sets).transfer_half_widths())
-        mem_lo = mem * np.exp(-half)
-        mem_hi = mem * np.exp(half)
-        mem_lo = np.where(outside, np.minimum(mem_lo, out["mem_reserved"]), mem_lo)
-        mem_hi = np.where(outside, np.maximum(mem_hi, out["mem_reserved"]), mem_hi)
+        columns = prediction_columns(out, status, factor, lo, hi,
+                                     memory_bounds(mem, half, out["mem_reserved"], outside))
+        if self.recalibration_ is not None:
+            columns = self.recalibration_.apply(columns, kinds_of(where.distance,
+                                                where.unseen_shape), cols,
+                                                out.get("mfu_ceiling", 1.0))
         return {
-            **prediction_columns(out, status, factor, lo, hi, (mem, mem_lo, mem_hi)),
+            **columns,
             "domain_weight": w,
             "correction_share": borne,
             "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),

@@ -17,6 +17,7 @@ from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.errors import DataError, NoModelError
 from surrogate.learned.domain import Domain
 from surrogate.learned.features import FEATURE_NAMES
+from surrogate.learned.recalibration import Recalibration
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -58,6 +59,8 @@ def sidecar_of(model: SurrogateModel) -> dict[str, Any]:
         "domain": model.domain_.to_json(),
         "n_train": model.n_train_,
         "metrics": model.metrics_,
+        **({"recalibration": model.recalibration_.to_json()}
+           if model.recalibration_ is not None else {}),
         "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
                      "python": platform.python_version()},
     }
@@ -129,4 +132,6 @@ def restore(model: SurrogateModel, meta: dict[str, Any], domain: Domain,
     model.domain_ = domain
     model.n_train_ = meta["n_train"]
     model.metrics_ = meta.get("metrics", {})
+    recal = meta.get("recalibration")  # absent: the intervals as fitted
+    model.recalibration_ = None if recal is None else Recalibration.from_json(recal)
     model.saved_sha256_ = str(meta["sidecar_sha256"])

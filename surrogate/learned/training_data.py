@@ -187,3 +187,36 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
                         y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
                         groups=cell_groups(runs), physics_sets=own, parameter_sets=base)
+
+
+def fit_inputs(X: pd.DataFrame | TrainingData, y: None, profile: Any,
+               sample_weight: np.ndarray | None, *, n_folds: int,
+               balance_sources: bool) -> tuple[TrainingData, np.ndarray]:
+    """The training data and per-run weights ``SurrogateModel.fit`` learns from, checked
+    before anything is fitted (``SurrogateModel.fit`` says what must hold)."""
+    if y is not None:
+        raise DataError(
+            "y must be None: the targets are the runs' own columns (status, "
+            "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X")
+    if isinstance(X, TrainingData):
+        if profile is not None:
+            raise ValueError("profile must be None when X is a TrainingData: give it to "
+                             "training_data(), which computed the features under it")
+        data = X
+    else:
+        data = training_data(X, profile=profile)
+    if sample_weight is not None:
+        sw = np.asarray(sample_weight, dtype=np.float64)
+    else:
+        sw = data.sample_weight(balance_sources=balance_sources)
+    if sw.shape != (len(data),) or not (np.isfinite(sw) & (sw > 0)).all():
+        raise DataError(f"sample_weight must hold one positive number per run ({len(data)})")
+    done = data.done
+    if done.sum() < 2 * n_folds:
+        raise DataError(
+            f"need at least {2 * n_folds} completed runs with a throughput, got "
+            f"{int(done.sum())}"
+        )
+    if len(np.unique(data.groups[done])) < 2:
+        raise DataError("need runs from at least two (model, nodes) cells for the interval")
+    return data, sw

@@ -267,10 +267,10 @@ def test_coverage_per_group_reports_groups_of_enough_runs_and_flags_the_low_ones
     res.loc[40:, "pred_mfu_hi"] = 0.5
     table = coverage_by_group(res).set_index(["grouping", "group"])
     assert table.loc[("nodes", "1 node"), "mfu_coverage"] == 1.0
-    assert table.loc[("nodes", "32-64 nodes"), "mfu_coverage"] == 0.5
-    assert table.loc[("nodes", "32-64 nodes"), "below"] == "mfu"
-    assert math.isnan(table.loc[("nodes", "8-16 nodes"), "mfu_coverage"])  # 5 runs
-    assert table.loc[("nodes", "8-16 nodes"), "mfu_runs"] == 5
+    assert table.loc[("nodes", "32-127 nodes"), "mfu_coverage"] == 0.5
+    assert table.loc[("nodes", "32-127 nodes"), "below"] == "mfu"
+    assert math.isnan(table.loc[("nodes", "8-31 nodes"), "mfu_coverage"])  # 5 runs
+    assert table.loc[("nodes", "8-31 nodes"), "mfu_runs"] == 5
     assert table.loc[("pipeline", "pp>1"), "mfu_coverage"] == pytest.approx(15 / 25)
     assert table.loc[("framework", "nanotron/pp-fix"), "memory_coverage"] == 1.0
     assert table.loc[("framework", "nanotron/pp-fix"), "below"] == ""

@@ -1,0 +1,274 @@
+"""The intervals' recalibration per kind of configuration and category, from the errors of
+held-out runs (Mondrian conformal prediction, Vovk et al. 2005, "Algorithmic Learning in a
+Random World", ch. 4).
+
+The learned model's conformal widths come from its out-of-fold errors inside its training
+data, widened by the distance off it; runs held out by a protocol (an unseen cell, an unseen
+model size, more nodes than trained on) err differently per group. Per held-out run, the
+factor k on its interval's log half-widths that would just hold its measurement
+(:func:`needed_scale`); per kind of configuration and category, the conformal quantile of
+those factors (:func:`fit_factors`); a prediction's half-widths scaled by the factor of its
+kind and category (:meth:`Recalibration.apply`).
+
+- **Kinds** (:data:`KINDS`), each measured by the protocol that holds such configurations
+  out: ``inside`` the data (an unseen cell: the cv protocol), an ``unseen_shape`` inside the
+  data's ranges (leave one model size out), ``beyond`` the data's ranges (more nodes than
+  trained on). Configurations of an unseen framework, GPU or cluster keep the width
+  transfer to held-out ones measured (``surrogate.learned.blend.unseen_widths``), unscaled.
+- **Categories**: node band x pipeline or none x framework version where that category
+  holds :data:`MIN_CATEGORY_RUNS` held-out runs, else pipeline or none x framework version,
+  else all the kind's runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+from surrogate.config.frameworks import get_framework
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+KINDS: Mapping[str, str] = {"inside": "cv", "unseen_shape": "lomo", "beyond": "nodes"}
+"""Each kind of configuration and the protocol whose held-out runs measure its factors."""
+MIN_CATEGORY_RUNS = 15
+"""The fewest held-out runs a category needs for a factor of its own (at 80% a conformal
+quantile over 15 runs has a standard error of about 10 points of coverage)."""
+NODE_BANDS: tuple[int, ...] = (1, 2, 8, 32, 128)
+"""The first node count of each node-count band of the categories and of the coverage
+tables: 1, 2-7, 8-31, 32-127, 128 and more."""
+
+
+def band_index(num_nodes: np.ndarray) -> np.ndarray:
+    """Each node count's band: its index in :data:`NODE_BANDS` (0 below the first)."""
+    band = np.searchsorted(NODE_BANDS, np.asarray(num_nodes), side="right") - 1
+    return np.asarray(np.maximum(band, 0), dtype=np.int64)
+
+
+def node_bands(num_nodes: np.ndarray) -> np.ndarray:
+    """Each node count's band by name: ``'1 node'``, ``'2-7 nodes'``, ..., ``'128+ nodes'``."""
+    names = [f"{lo} node" if hi == lo + 1 and lo == 1 else f"{lo}+ nodes" if hi is None
+             else f"{lo}-{hi - 1} nodes"
+             for lo, hi in zip(NODE_BANDS, [*NODE_BANDS[1:], None], strict=True)]
+    return np.array(names, dtype=object)[band_index(num_nodes)]
+
+
+def pipeline_labels(pp: np.ndarray) -> np.ndarray:
+    """``'pp>1'`` for a pipeline, ``'pp=1'`` for none."""
+    return np.where(np.asarray(pp) > 1, "pp>1", "pp=1").astype(object)
+
+
+def framework_versions(framework: np.ndarray, version: np.ndarray | None) -> np.ndarray:
+    """``name/version`` per run, an empty or missing version read as the framework's
+    latest (as the analytic model reads it)."""
+    out = np.empty(len(framework), dtype=object)
+    versions = (np.full(len(framework), "", dtype=object) if version is None
+                else np.asarray(version, dtype=object))
+    for i, (name, v) in enumerate(zip(framework, versions, strict=True)):
+        fw = get_framework(str(name))
+        given = "" if v is None or v != v else str(v)  # None or NaN: missing
+        out[i] = f"{fw.name}/{given or fw.versions[-1]}"
+    return out
+
+
+def category_keys(num_nodes: np.ndarray, pp: np.ndarray,
+                  framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per configuration, its fine category (node band, pipeline or none, framework version)
+    and its coarse one (pipeline or none, framework version)."""
+    coarse = pipeline_labels(pp) + " " + np.asarray(framework, dtype=object)
+    return node_bands(num_nodes) + " " + coarse, coarse
+
+
+def needed_scale(y: np.ndarray, pred: np.ndarray, lo: np.ndarray,
+                 hi: np.ndarray) -> np.ndarray:
+    """Per measured value ``y``, the factor k on the log half-widths of the interval
+    [``lo``, ``hi``] around ``pred`` that would just hold it: [pred (lo / pred)^k,
+    pred (hi / pred)^k] holds ``y`` exactly where k >= this (0 at ``pred``; inf where the
+    interval has no width on ``y``'s side)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        below = np.log(pred / y) / np.log(pred / lo)
+        above = np.log(y / pred) / np.log(hi / pred)
+    k = np.where(y < pred, below, np.where(y > pred, above, 0.0))
+    return np.asarray(np.where(np.isnan(k), np.inf, k), dtype=np.float64)
+
+
+def conformal_level(n: int, coverage: float) -> float:
+    """The split-conformal quantile level for ``n`` scores: ceil((n + 1) coverage) / n, at
+    most 1."""
+    return min(1.0, float(np.ceil((n + 1) * coverage)) / n)
+
+
+def fit_factors(needed: np.ndarray, fine: np.ndarray, coarse: np.ndarray, *,
+                coverage: float, min_runs: int = MIN_CATEGORY_RUNS) -> dict[str, float]:
+    """The conformal ``coverage`` quantile of the factors ``needed`` per fine category, per
+    coarse one, and over all (key ``''``), for each with ``min_runs`` runs or more (all:
+    with any). Infinite factors count as the largest."""
+    needed = np.asarray(needed, dtype=np.float64)
+    out: dict[str, float] = {}
+    if not len(needed):
+        return out
+    out[""] = float(np.quantile(needed, conformal_level(len(needed), coverage)))
+    for keys in (coarse, fine):
+        keys = np.asarray(keys, dtype=object)
+        for key in np.unique(keys):
+            mine = needed[keys == key]
+            if len(mine) >= min_runs:
+                out[str(key)] = float(np.quantile(mine, conformal_level(len(mine), coverage)))
+    return out
+
+
+def factors_for(table: Mapping[str, float], fine: np.ndarray, coarse: np.ndarray
+                ) -> np.ndarray:
+    """Per configuration, the factor of its fine category in ``table`` (:func:`fit_factors`),
+    else of its coarse one, else the pooled one, else 1 (nothing measured)."""
+    pooled = table.get("", 1.0)
+    values = {}
+    for f, c in set(zip(fine, coarse, strict=True)):
+        values[(f, c)] = table.get(f, table.get(c, pooled))
+    return np.array([values[(f, c)] for f, c in zip(fine, coarse, strict=True)],
+                    dtype=np.float64)
+
+
+def rescaled(pred: np.ndarray, lo: np.ndarray, hi: np.ndarray,
+             k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The interval [``lo``, ``hi``] around ``pred`` with its log half-widths times ``k``
+    (``lo`` and ``hi`` positive and either side of ``pred``)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        new_lo = pred * np.exp(k * np.log(lo / pred))
+        new_hi = pred * np.exp(k * np.log(hi / pred))
+    return (np.where(np.isfinite(new_lo), new_lo, lo),
+            np.where(np.isfinite(new_hi), new_hi, hi))
+
+
+@dataclass(frozen=True)
+class Recalibration:
+    """The factors per kind (:data:`KINDS`) and category of the MFU (and step-time) and the
+    peak-memory intervals (:func:`fit_factors` tables; a kind without a table keeps 1)."""
+
+    mfu: dict[str, dict[str, float]] = field(default_factory=dict)
+    memory: dict[str, dict[str, float]] = field(default_factory=dict)
+    coverage: float = 0.8
+
+    def factors(self, quantity: str, kind: np.ndarray, num_nodes: np.ndarray, pp: np.ndarray,
+                framework_code: np.ndarray) -> np.ndarray:
+        """Per configuration, the factor on the log half-widths of ``quantity`` (``'mfu'`` or
+        ``'memory'``) for its ``kind`` (a name of :data:`KINDS`, or ``''``: unscaled) and its
+        category (its framework version by its index in ``FRAMEWORK_VERSIONS``), looked up
+        once per distinct kind and category."""
+        tables = self.mfu if quantity == "mfu" else self.memory
+        names = list(KINDS)
+        kind_idx = np.full(len(kind), len(names), dtype=np.int64)  # '' or unknown: last
+        for i, name in enumerate(names):
+            kind_idx[np.asarray(kind) == name] = i
+        band = band_index(num_nodes)
+        fw = np.asarray(framework_code).astype(np.int64)
+        code = ((kind_idx * len(NODE_BANDS) + band) * 2
+                + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + fw
+        distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
+        values = np.ones(len(distinct))
+        for j, row in enumerate(first):
+            table = tables.get(names[kind_idx[row]]) if kind_idx[row] < len(names) else None
+            if table:
+                fine, coarse = category_keys(np.asarray(num_nodes)[row:row + 1],
+                                             np.asarray(pp)[row:row + 1],
+                                             np.array([FRAMEWORK_VERSIONS[fw[row]]]))
+                values[j] = factors_for(table, fine, coarse)[0]
+        return np.asarray(values[inverse.ravel()], dtype=np.float64)
+
+    def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
+              cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float
+              ) -> dict[str, np.ndarray]:
+        """The predicted ``columns`` (``surrogate.learned.blend.prediction_columns``) with
+        their MFU and memory intervals rescaled by :meth:`factors` (the analytic columns
+        ``cols`` give each configuration's category); the MFU interval still under the
+        hardware's ``ceiling`` (or the prediction, where that is higher) and 100%."""
+        where = (kind, cols["num_nodes"], cols["pp"], cols["framework_code"])
+        pred = columns["pred_mfu"]
+        lo, hi = rescaled(pred, columns["pred_mfu_lo"], columns["pred_mfu_hi"],
+                          self.factors("mfu", *where))
+        hi = np.minimum(hi, np.minimum(np.maximum(ceiling, pred), 1.0))
+        mem = columns["pred_peak_mem_gib"]
+        mem_lo, mem_hi = rescaled(mem, columns["pred_peak_mem_lo_gib"],
+                                  columns["pred_peak_mem_hi_gib"],
+                                  self.factors("memory", *where))
+        return {**columns, "pred_mfu_lo": lo, "pred_mfu_hi": hi,
+                "pred_peak_mem_lo_gib": mem_lo, "pred_peak_mem_hi_gib": mem_hi}
+
+    def to_json(self) -> dict[str, Any]:
+        return {"mfu": self.mfu, "memory": self.memory, "coverage": self.coverage}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Recalibration:
+        def tables(d: Mapping[str, Any]) -> dict[str, dict[str, float]]:
+            return {str(kind): {str(k): float(v) for k, v in t.items()}
+                    for kind, t in d.items()}
+        return cls(mfu=tables(data["mfu"]), memory=tables(data["memory"]),
+                   coverage=float(data["coverage"]))
+
+
+def kinds_of(distance: np.ndarray, unseen_shape: np.ndarray | None) -> np.ndarray:
+    """Each configuration's kind: ``beyond`` the data's ranges (a finite distance off the
+    domain), else an ``unseen_shape``, else ``inside``; ``''`` for an unseen framework, GPU
+    or cluster (an infinite distance)."""
+    d = np.asarray(distance, dtype=np.float64)
+    shape = (np.zeros(len(d), dtype=bool) if unseen_shape is None
+             else np.asarray(unseen_shape, dtype=bool))
+    kind = np.where(d > 0, "beyond", np.where(shape, "unseen_shape", "inside")).astype(object)
+    kind[~np.isfinite(d)] = ""
+    return kind
+
+
+def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
+    """Per held-out run with a measurement, :func:`needed_scale` of its MFU interval (the
+    completed runs with an MFU; the step time's interval is the same one) and of its peak
+    memory interval (those with a measured peak memory and memory intervals, against the
+    rank the memory was logged on: ``pred_logged_mem_gib`` where given); indexed like
+    ``res``."""
+    import pandas as pd
+
+    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    mfu = pd.Series(needed_scale(*(done[c].to_numpy(float) for c in (
+        "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
+    mem = done[done["peak_mem_reserved_gib"] > 0]
+    memory = pd.Series([], dtype=float)
+    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
+        pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
+                   else "pred_peak_mem_gib"].to_numpy(float)
+        logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)  # the logged rank's share
+        memory = pd.Series(needed_scale(mem["peak_mem_reserved_gib"].to_numpy(float), pred,
+                                        mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
+                                        mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged),
+                           index=mem.index)
+    return mfu, memory
+
+
+def run_categories(res: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`category_keys` of a runs table's rows (``num_nodes``, ``pp``, ``framework``
+    and ``framework_version`` where it has one)."""
+    framework = framework_versions(res["framework"].to_numpy(),
+                                   res["framework_version"].to_numpy()
+                                   if "framework_version" in res else None)
+    return category_keys(res["num_nodes"].to_numpy(), res["pp"].to_numpy(), framework)
+
+
+def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float = 0.8,
+                      min_runs: int = MIN_CATEGORY_RUNS) -> Recalibration:
+    """The factors of each kind from its protocol's held-out predictions (``held_out``: a
+    table of runs with prediction columns per protocol name, as ``training.evaluate``
+    gives them); a kind whose protocol is absent keeps 1."""
+    tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {}}
+    for kind, protocol in KINDS.items():
+        res = held_out.get(protocol)
+        if res is None or not len(res):
+            continue
+        for quantity, needed in zip(("mfu", "memory"), measured_needed(res), strict=True):
+            if len(needed):
+                fine, coarse = run_categories(res.loc[needed.index])
+                tables[quantity][kind] = fit_factors(needed.to_numpy(), fine, coarse,
+                                                     coverage=coverage, min_runs=min_runs)
+    return Recalibration(mfu=tables["mfu"], memory=tables["memory"], coverage=coverage)
