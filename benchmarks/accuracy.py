@@ -63,18 +63,20 @@ import pandas as pd
 from surrogate.analytic.params import ParameterSets
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
-from training.evaluate import (
+from training.coverage import (
     COVERAGE_FLOOR,
-    DEFAULT_PROTOCOLS,
     MIN_GROUP_RUNS,
+    coverage_by_group,
+    oom_reliability,
+    recalibrated_hits,
+)
+from training.evaluate import (
+    DEFAULT_PROTOCOLS,
     PROTOCOLS,
     accuracy_metrics,
-    coverage_by_group,
     evaluate_analytic,
     evaluate_shrinks,
     format_metric,
-    oom_reliability,
-    recalibrated_hits,
 )
 from training.train import load_runs
 
@@ -224,10 +226,10 @@ def print_summary(summary: dict[str, dict[str, float]]) -> None:
 
 def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
     """The held-out runs' interval coverage per node band, framework and pipeline or none
-    (``training.evaluate.coverage_by_group``: groups of 15 measured runs or more; ``below``:
+    (``training.coverage.coverage_by_group``: groups of 15 measured runs or more; ``below``:
     what falls under 70%), as the model gives the intervals and after a Mondrian
     recalibration on the protocol's own held-out runs, held out by cells
-    (``training.evaluate.recalibrated_hits``; ``recal``); adds the latter's overall coverage
+    (``training.coverage.recalibrated_hits``; ``recal``); adds the latter's overall coverage
     to ``figures``."""
     table = coverage_by_group(predictions)
     hits = recalibrated_hits(predictions)
@@ -252,7 +254,7 @@ def coverage_table(predictions: pd.DataFrame, figures: dict[str, float]) -> str:
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
-    """The held-out p_oom's reliability table (``training.evaluate.oom_reliability``), learned
+    """The held-out p_oom's reliability table (``training.coverage.oom_reliability``), learned
     and analytic side by side: per bin the runs, the mean p_oom said and the share that ran
     out of memory."""
     parts = []
