@@ -60,26 +60,29 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from surrogate.analytic.params import ParameterSets
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
-from training.evaluate import (
+from training.coverage import (
     COVERAGE_FLOOR,
-    DEFAULT_PROTOCOLS,
     MIN_GROUP_RUNS,
-    PROTOCOLS,
-    accuracy_metrics,
     coverage_by_group,
-    evaluate_analytic,
-    evaluate_shrinks,
-    format_metric,
     oom_reliability,
     recalibrated_hits,
 )
+from training.evaluate import (
+    DEFAULT_PROTOCOLS,
+    PROTOCOLS,
+    accuracy_metrics,
+    evaluate_analytic,
+    evaluate_shrinks,
+    format_metric,
+)
 from training.train import load_runs
+from training.transfer import llama3_figures, mpt_runs, without_default
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
+    """The command line (module docstring); an error for flags ``--analytic`` has no use for."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--protocol", action="append", choices=list(PROTOCOLS), default=None)
     ap.add_argument("--model-dir", type=Path, default=None)
@@ -103,6 +106,11 @@ def main() -> None:
                 ap.error(f"--analytic fits no learned model: drop --{flag.replace('_', '-')}")
         if args.survivors_only_memory:
             ap.error("--analytic fits no learned model: drop --survivors-only-memory")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
     runs = load_runs(args.sweeps, playbook=not args.no_playbook, data_dir=args.data_dir)
     params: dict[str, Any] | None = None
     if args.model_dir is not None:
@@ -110,6 +118,29 @@ def main() -> None:
     print(f"{len(runs)} runs; LightGBM settings: "
           f"{'from ' + str(args.model_dir) if params else 'library defaults'}")
     start = time.perf_counter()
+    data = training_data(runs)  # features and targets once, sliced per split
+    summary: dict[str, dict[str, float]] = {}  # per protocol run: its figures
+    if args.analytic:
+        logged = analytic_only(data, args)
+        if args.across:
+            logged |= across(args.data_dir, summary)
+        finish(args, runs, summary, start, {}, logged)
+        return
+    logged, baseline = learned_protocols(data, args, params, summary)
+    if args.transfer:
+        more, more_baseline = transfer(runs, params, args.data_dir, args.seed, summary)
+        logged |= more
+        baseline |= more_baseline
+    if args.across:
+        baseline |= across(args.data_dir, summary)
+    finish(args, runs, summary, start, logged, baseline)
+
+
+def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
+                      summary: dict[str, dict[str, float]]
+                      ) -> tuple[dict[str, float], dict[str, float]]:
+    """Print the learned and the analytic model's figures per protocol and shrinkage (adding
+    them to ``summary``); return both by MLflow name."""
     logged: dict[str, float] = {}
     baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
@@ -117,21 +148,6 @@ def main() -> None:
                                 else {"unseen_shape_weight": args.shape_weight})
     if args.survivors_only_memory:
         settings["censored_memory"] = False
-    data = training_data(runs)  # features and targets once, sliced per split
-    summary: dict[str, dict[str, float]] = {}  # per protocol run: its figures
-    if args.analytic:
-        logged = analytic_only(data, args)
-        if args.across:
-            logged |= across(args.data_dir, summary)
-        print_summary(summary)
-        print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
-        if args.track:
-            from surrogate.learned.training_data import data_hash
-            from training.tracking import data_label
-
-            track({}, logged, label=data_label(runs["source"], args.sweeps),
-                  data_hash=data_hash(runs))
-        return
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage (it acts at prediction time)
         by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed,
@@ -157,12 +173,12 @@ def main() -> None:
             key += "_shipped_physics" if args.shipped_physics else ""
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
             baseline |= {f"{key}/{k}": v for k, v in r.analytic_metrics.items()}
-    if args.transfer:
-        more, more_baseline = transfer(runs, params, args.data_dir, args.seed, summary)
-        logged |= more
-        baseline |= more_baseline
-    if args.across:
-        baseline |= across(args.data_dir, summary)
+    return logged, baseline
+
+
+def finish(args: argparse.Namespace, runs: pd.DataFrame, summary: dict[str, dict[str, float]],
+           start: float, logged: dict[str, float], baseline: dict[str, float]) -> None:
+    """Print the summary and the time taken; with ``--track``, log the figures to MLflow."""
     print_summary(summary)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
     if args.track:
@@ -206,7 +222,7 @@ error of the value it surrounds."""
 
 def print_summary(summary: dict[str, dict[str, float]]) -> None:
     """Every protocol run, coverage beside error (:data:`SUMMARY`; ``recal``: as a trained
-    model ships them, :func:`training.evaluate.recalibrated_hits`); a coverage outside 76-84%
+    model ships them, :func:`training.coverage.recalibrated_hits`); a coverage outside 76-84%
     marked ``*``."""
     if not summary:
         return
@@ -225,10 +241,10 @@ def print_summary(summary: dict[str, dict[str, float]]) -> None:
 
 def coverage_table(predictions: pd.DataFrame) -> str:
     """The held-out runs' interval coverage per node band, framework and pipeline or none
-    (``training.evaluate.coverage_by_group``: groups of 15 measured runs or more; ``below``:
+    (``training.coverage.coverage_by_group``: groups of 15 measured runs or more; ``below``:
     what falls under 70%), as the protocol's model gives the intervals and as a trained model
     ships them, recalibrated on the protocol's own held-out runs, held out by cells
-    (``training.evaluate.recalibrated_hits``; ``recal``)."""
+    (``training.coverage.recalibrated_hits``; ``recal``)."""
     table = coverage_by_group(predictions)
     recal = coverage_by_group(predictions, hits=recalibrated_hits(predictions))
     shown = table[["grouping", "group", "mfu_runs", "mfu_coverage", "memory_runs",
@@ -247,7 +263,7 @@ def coverage_table(predictions: pd.DataFrame) -> str:
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
-    """The held-out p_oom's reliability table (``training.evaluate.oom_reliability``), learned
+    """The held-out p_oom's reliability table (``training.coverage.oom_reliability``), learned
     and analytic side by side: per bin the runs, the mean p_oom said and the share that ran
     out of memory."""
     parts = []
@@ -262,17 +278,6 @@ def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> 
         if col.endswith(("said", "ran_out")):
             table[col] = [format_metric("share", v) for v in table[col]]
     return "p_oom reliability (held-out completed and out-of-memory runs):\n" + table.to_string()
-
-
-def without_default() -> ParameterSets:
-    """The shipped sets less the default set, whose fit saw the MPT runs the transfer protocols
-    hold out: a framework without a set of its own there takes the priors, as before the default
-    existed (``--across`` measures the default held out)."""
-    from surrogate.analytic.params import DEFAULT_SET
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-
-    return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
-                          if k != DEFAULT_SET})
 
 
 def across(data_dir: Path | None,
@@ -356,25 +361,6 @@ def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
     shown["peak_gib"] = shown["peak_gib"].round(1)
     print(shown.to_string(index=False))
     return out | llama3_figures(table, "analytic_err")
-
-
-def mpt_runs(data_dir: Path | None) -> pd.DataFrame:
-    """The other cluster's runs: MosaicML's MPT tables in the public data folder."""
-    from surrogate.ingest.llmfoundry import parse_llmfoundry
-    from surrogate.io.datasource import data_dir as resolve_data_dir
-
-    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
-    return parse_llmfoundry(path)[0]
-
-
-def llama3_figures(table: pd.DataFrame, column: str) -> dict[str, float]:
-    """The Llama 3 405B table's ``column`` (an error) by MLflow name, per vpp and layout."""
-    out = {}
-    for v, part in table.groupby("vpp"):
-        prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
-        for i, value in enumerate(part[column]):
-            out[f"{prefix}_{i}/mfu_err"] = float(value)
-    return out
 
 
 BY_METRICS = ("completed", "mfu_mape_ge10", "mfu_median_ape", "interval_coverage",

@@ -228,6 +228,20 @@ def main() -> None:
     print(f"  the boosters' trees: {trees_path}; LightGBM's own predict on the same features "
           f"{n / t_plain:,.0f} configs/s (x{t_plain / t_trees:.1f} the time)")
 
+    search_timings(model)
+
+    if not args.skip_train:
+        t = time.perf_counter()
+        result = train(runs=runs, out_dir=Path("mlruns/speed_model"), n_trials=args.n_trials,
+                       storage=None, protocols=(), track=False, progress=False)
+        pruned = sum(r.n_pruned for r in result.tuning.values())
+        print(f"training with tuning ({args.n_trials} trials per study, {pruned} pruned; "
+              f"{len(runs)} runs) and the final fit: {time.perf_counter() - t:.0f} s")
+
+
+def search_timings(model: SurrogateModel) -> None:
+    """Print how long searches of Mixtral 8x7B take that score every valid layout of about
+    10^6 points, with the analytic model alone and with ``model``."""
     # ~10^6 points; ~10^6 valid layouts: full recomputation of every layer only and ZeRO
     # over every data-parallel rank (the spaces of the aim as first measured), then the first
     # with the default shares of layers too, then with hybrid sharding too (SHARDINGS).
@@ -252,14 +266,6 @@ def main() -> None:
                   f"{bound:,} points, "
                   f"{found.enumerated:,} valid layouts, every one scored, {label}: "
                   f"{took:.1f} s ({_aim(took, 5)}; {found.enumerated / took:,.0f} layouts/s)")
-
-    if not args.skip_train:
-        t = time.perf_counter()
-        result = train(runs=runs, out_dir=Path("mlruns/speed_model"), n_trials=args.n_trials,
-                       storage=None, protocols=(), track=False, progress=False)
-        pruned = sum(r.n_pruned for r in result.tuning.values())
-        print(f"training with tuning ({args.n_trials} trials per study, {pruned} pruned; "
-              f"{len(runs)} runs) and the final fit: {time.perf_counter() - t:.0f} s")
 
 
 if __name__ == "__main__":

@@ -15,11 +15,21 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
+
+from microbench.collectives import OPS
+from microbench.gemm import fp8_supported
+from microbench.suite import Step, SuiteSettings, plan
+from surrogate.config.gpus import canonical_gpu_name
+from surrogate.errors import ConfigError, MeasurementError
+from surrogate.extras import require
 
 
 def _count_lines(path: Path) -> int:
@@ -43,30 +53,13 @@ def microbench_cmd(
                                             "a CPU).")] = 0,
 ) -> int:
     """Run the standard microbenchmark suite on this machine's devices."""
-    from surrogate.extras import require
-
     torch = require("torch")
-    from rich.console import Console
-    from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn
-
-    from microbench.collectives import OPS
-    from microbench.gemm import fp8_supported
-    from microbench.suite import SuiteSettings, plan
-    from surrogate.errors import ConfigError, MeasurementError
-    from surrogate.ingest.microbench_table import hardware_from_device_name
-
     chosen = tuple(o.strip() for o in ops.split(",") if o.strip())
     bad = [o for o in chosen if o not in OPS]
     if bad:
         raise ConfigError(f"--ops must be among {', '.join(OPS)}, got {', '.join(bad)}")
     cuda = torch.cuda.is_available()
-    gpu = hardware_from_device_name(torch.cuda.get_device_name()) if cuda else "H100-SXM-80GB"
-    try:
-        from surrogate.config.gpus import canonical_gpu_name
-
-        gpu = canonical_gpu_name(gpu)
-    except ConfigError:
-        gpu = "H100-SXM-80GB"
+    gpu = _gpu_name(torch) if cuda else "H100-SXM-80GB"
     if nproc < 0:
         raise ConfigError(f"--nproc must be >= 0, got {nproc}")
     procs = nproc or (torch.cuda.device_count() if cuda else 2)
@@ -84,6 +77,30 @@ def microbench_cmd(
             print(f"# {s.name}: {s.records} measurements, about {s.estimate_s:.0f} s")
             print(s.shell())
         return 0
+    failed = _run_steps(steps, console)
+    for written in sorted({s.out for s in steps}):
+        console.print(f"wrote {escape(str(written))}", highlight=False)
+    if failed:
+        raise MeasurementError(
+            "some steps failed, their other measurements are kept: " + "; ".join(failed))
+    return 0
+
+
+def _gpu_name(torch: Any) -> str:
+    """This machine's GPU by the name of the GPU table (an H100's where it has none)."""
+    # the ingest module reads tables with pandas: loaded only where a GPU is there to name
+    from surrogate.ingest.microbench_table import hardware_from_device_name
+
+    gpu = hardware_from_device_name(torch.cuda.get_device_name())
+    try:
+        return canonical_gpu_name(gpu)
+    except ConfigError:
+        return "H100-SXM-80GB"
+
+
+def _run_steps(steps: Sequence[Step], console: Console) -> list[str]:
+    """Run ``steps`` one by one under a progress bar fed by the lines each writes; return
+    what failed (step, exit code, last line of its stderr)."""
     failed: list[str] = []
     with Progress(TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
@@ -101,12 +118,7 @@ def microbench_cmd(
                 err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
                 failed.append(f"{s.name} (exit {proc.returncode}): "
                               f"{err[-1] if err else 'no message'}")
-    for written in sorted({s.out for s in steps}):
-        console.print(f"wrote {escape(str(written))}", highlight=False)
-    if failed:
-        raise MeasurementError(
-            "some steps failed, their other measurements are kept: " + "; ".join(failed))
-    return 0
+    return failed
 
 
 def register(app: typer.Typer) -> None:

@@ -33,13 +33,16 @@ import os
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
 from microbench.fingerprint import collect
 from microbench.records import JsonlWriter, make_record
 from microbench.watchdog import TIMEOUT_EXIT_CODE, Watchdog
+from surrogate.analytic.perf import bus_factor
 
 OPS: tuple[str, ...] = (
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",
@@ -168,11 +171,7 @@ def _time_window_s(fn: Callable[[], None], *, iters: int, cuda: bool) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    import warnings
-
-    # torch 2.13 renames the *_tensor collectives; the old names still work everywhere
-    warnings.filterwarnings("ignore", message=r".*_tensor` is deprecated", category=FutureWarning)
+def _parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="torchrun ... -m microbench.collectives",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -190,6 +189,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--timeout-s", type=float, default=60.0,
                     help="limit for one measurement (warm-up, timed window, rank reduction)")
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
+    return ap
+
+
+@dataclass
+class _Session:
+    """What every measurement of one run shares: the settings, this rank and its device, the
+    writer (rank 0's), the watchdog and the fields of the measurement under way."""
+
+    args: argparse.Namespace
+    rank: int
+    device: str
+    cuda: bool
+    dtype: Any
+    fp: Any
+    writer: JsonlWriter | None
+    dog: Watchdog
+    current: dict[str, Any]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    # torch 2.13 renames the *_tensor collectives; the old names still work everywhere
+    warnings.filterwarnings("ignore", message=r".*_tensor` is deprecated", category=FutureWarning)
+    ap = _parser()
     args = ap.parse_args(argv)
 
     import torch
@@ -230,7 +252,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"peer?); measurements before it are kept"), **current))
         print(f"microbench.collectives: rank {rank}: timeout: {label}", file=sys.stderr)
 
-    dog = Watchdog(on_timeout)
+    session = _Session(args=args, rank=rank, device=device, cuda=cuda, dtype=tdtype, fp=fp,
+                       writer=writer, dog=Watchdog(on_timeout), current=current)
     errors = 0
     for g in group_sizes(world, asked):
         for layout in layouts if g < world else layouts[:1]:
@@ -242,47 +265,56 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if op == "send_recv" and g != 2:
                     continue
                 for size in sizes:
-                    current.clear()
-                    current.update(op=op, dtype=args.dtype, group_size=g, layout=layout,
-                                   size_bytes=size, in_place=op in ("all_reduce", "broadcast"),
-                                   nodes=spans)
-                    label = f"{op} size={size} B group={g} {layout}"
-                    # other ranks wait a little longer, so that rank 0 (the writer) records
-                    # the timeout before a peer's exit turns it into a connection error
-                    dog.arm(label, args.timeout_s + (0 if rank == 0 else 5))
-                    try:
-                        fn, real = _make_op(op, size, groups[mine], handles[mine], rank,
-                                            device, tdtype)
-                        current["size_bytes"] = real
-                        if _fault(op, rank):
-                            time.sleep(10 * args.timeout_s)
-                        for _ in range(args.warmup):
-                            fn()
-                        dist.barrier()
-                        t = _time_window_s(fn, iters=max(1, args.iters), cuda=cuda)
-                        worst = torch.tensor([t], dtype=torch.float64, device=device)
-                        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
-                        t = float(worst.item())
-                    except (RuntimeError, ValueError) as e:
-                        dog.disarm()
+                    if not _measure(session, op, size, g, layout, groups[mine], handles[mine],
+                                    spans):
                         errors += 1
-                        if writer is not None:
-                            writer.write(make_record(fp, status="error",
-                                                     message=f"{label}: {e}", **current))
                         break  # the other sizes of this op would fail alike
-                    dog.disarm()
-                    if writer is not None:
-                        from surrogate.analytic.perf import bus_factor
-
-                        algbw = real / t
-                        writer.write(make_record(
-                            fp, time_s=t, algbw_bytes_per_s=algbw,
-                            busbw_bytes_per_s=algbw * float(bus_factor(op, g)), **current))
-    dog.close()
+    session.dog.close()
     if writer is not None:
         writer.close()
     dist.destroy_process_group()
     return 1 if errors else 0
+
+
+def _measure(s: _Session, op: str, size: int, g: int, layout: str, group: Sequence[int],
+             handle: Any, spans: int) -> bool:
+    """Time ``op`` on messages of ``size`` bytes in this rank's group, the slowest rank's time;
+    rank 0 records it, or the error it raised (then False)."""
+    import torch
+    import torch.distributed as dist
+
+    s.current.clear()
+    s.current.update(op=op, dtype=s.args.dtype, group_size=g, layout=layout,
+                     size_bytes=size, in_place=op in ("all_reduce", "broadcast"), nodes=spans)
+    label = f"{op} size={size} B group={g} {layout}"
+    # other ranks wait a little longer, so that rank 0 (the writer) records
+    # the timeout before a peer's exit turns it into a connection error
+    s.dog.arm(label, s.args.timeout_s + (0 if s.rank == 0 else 5))
+    try:
+        fn, real = _make_op(op, size, group, handle, s.rank, s.device, s.dtype)
+        s.current["size_bytes"] = real
+        if _fault(op, s.rank):
+            time.sleep(10 * s.args.timeout_s)
+        for _ in range(s.args.warmup):
+            fn()
+        dist.barrier()
+        t = _time_window_s(fn, iters=max(1, s.args.iters), cuda=s.cuda)
+        worst = torch.tensor([t], dtype=torch.float64, device=s.device)
+        dist.all_reduce(worst, op=dist.ReduceOp.MAX)
+        t = float(worst.item())
+    except (RuntimeError, ValueError) as e:
+        s.dog.disarm()
+        if s.writer is not None:
+            s.writer.write(make_record(s.fp, status="error", message=f"{label}: {e}",
+                                       **s.current))
+        return False
+    s.dog.disarm()
+    if s.writer is not None:
+        algbw = real / t
+        s.writer.write(make_record(
+            s.fp, time_s=t, algbw_bytes_per_s=algbw,
+            busbw_bytes_per_s=algbw * float(bus_factor(op, g)), **s.current))
+    return True
 
 
 if __name__ == "__main__":

@@ -1,25 +1,32 @@
-"""Sizes a reader can hold: no module of the package over 500 lines, no function over 80 (one
-of the command-line interface over 60), so that each concept reads in one sitting. A module or
-function over its limit is split by concept."""
+"""Sizes a reader can hold: no module of the package, of the programs beside it (training,
+microbench) or of the benchmarks over 500 lines, no function over 80 (one of a command-line
+interface, ``surrogate/cli/`` or a program's ``cli.py``, over 60), so that each concept reads in
+one sitting. A module or function over its limit is split by concept."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "surrogate"
+ROOT = Path(__file__).resolve().parents[1]
+TREES = ("surrogate", "training", "microbench", "benchmarks")
+"""The folders whose code the limits hold for."""
 MODULE_LINES = 500
 FUNCTION_LINES = 80
 CLI_FUNCTION_LINES = 60
 
 
-
 def _modules() -> list[Path]:
-    return sorted(PACKAGE.rglob("*.py"))
+    return sorted(p for tree in TREES for p in (ROOT / tree).rglob("*.py"))
 
 
 def _name(path: Path) -> str:
-    return path.relative_to(PACKAGE).as_posix()
+    return path.relative_to(ROOT).as_posix()
+
+
+def _is_cli(name: str) -> bool:
+    """A module of the command-line interface: ``surrogate/cli/`` or a program's ``cli.py``."""
+    return name.startswith("surrogate/cli/") or name.endswith("/cli.py")
 
 
 def _module_lines() -> dict[str, int]:
@@ -30,7 +37,7 @@ def _function_lines() -> dict[str, tuple[int, int]]:
     """path:name -> (lines, limit) of every function and method."""
     out = {}
     for p in _modules():
-        limit = CLI_FUNCTION_LINES if _name(p).startswith("cli/") else FUNCTION_LINES
+        limit = CLI_FUNCTION_LINES if _is_cli(_name(p)) else FUNCTION_LINES
         for node in ast.walk(ast.parse(p.read_text())):
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
                 assert node.end_lineno is not None
@@ -48,4 +55,13 @@ def test_no_module_over_its_limit():
 def test_no_function_over_its_limit():
     over = {f: n for f, (n, limit) in _function_lines().items() if n > limit}
     assert not over, (
-        f"functions over {FUNCTION_LINES} lines ({CLI_FUNCTION_LINES} in surrogate/cli): {over}")
+        f"functions over {FUNCTION_LINES} lines ({CLI_FUNCTION_LINES} in a command-line "
+        f"interface): {over}")
+
+
+def test_every_tree_is_searched():
+    names = set(_module_lines())
+    for tree in TREES:
+        assert any(n.startswith(tree + "/") for n in names), f"no module found under {tree}/"
+    assert _is_cli("training/cli.py") and _is_cli("surrogate/cli/predict.py")
+    assert not _is_cli("surrogate/loop/active.py")

@@ -22,6 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from surrogate.extras import require
+from surrogate.ingest.playbook import SOURCE as PLAYBOOK
+from surrogate.io import tracking
 from surrogate.io.tracking import DEFAULT_TRACKING_URI, KIND_TAG, REGISTERED_MODEL, tracking_uri
 
 if TYPE_CHECKING:
@@ -56,8 +59,6 @@ class TrackedRun:
 def data_label(sources: Iterable[str], sweep_paths: Iterable[str | Path] = ()) -> str:
     """What a model was trained on, for run names: ``playbook`` for the Playbook sweep, then
     the stem of each sweep table given (``playbook+my_runs``), or else each other source."""
-    from surrogate.ingest.playbook import SOURCE as PLAYBOOK
-
     names = sorted({str(s) for s in sources})
     parts = ["playbook"] if PLAYBOOK in names else []
     stems = [Path(p).stem for p in sweep_paths]
@@ -97,12 +98,8 @@ def log_training(
     ``lineage`` more tags for the run and the model version; ``figures`` saved under
     ``plots/<name>.png``. The run is named ``run_name`` or ``train <date> <label>``.
     """
-    from surrogate.extras import require
-    from surrogate.io import tracking
-
     require("mlflow", extra="train")  # absent: one line naming the extra that installs it
     import mlflow
-    from mlflow.exceptions import MlflowException
 
     uri = tracking.connect()
     exp_id = tracking.experiment(experiment, description=_DESCRIPTION)
@@ -130,14 +127,33 @@ def log_training(
             mlflow.log_figure(fig, f"plots/{fig_name}.png")
         source = mlflow.get_artifact_uri("model")
         run_id = str(run.info.run_id)
-    baseline_id = None
-    if baseline:
-        baseline_id, _ = tracking.run_for(
-            exp_id, f"analytic baseline {label}",
-            {KIND_TAG: "analytic-baseline", "data_hash": data_hash})
-        for protocol, values in baseline.items():
-            tracking.log_metrics(baseline_id, {f"{protocol}/{k}": v for k, v in values.items()})
-        tracking.client().set_terminated(baseline_id)
+    baseline_id = _log_baseline(exp_id, label, data_hash, baseline) if baseline else None
+    version = _register(model_name, source=source, run_id=run_id, run_name=name, label=label,
+                        data_hash=data_hash, lineage=lineage, runs=data_summary.get("runs", "?"))
+    return TrackedRun(tracking_uri=uri, experiment_id=exp_id, run_id=run_id, run_name=name,
+                      baseline_run_id=baseline_id, model_name=model_name,
+                      model_version=version)
+
+
+def _log_baseline(exp_id: str, label: str, data_hash: str,
+                  baseline: Mapping[str, Mapping[str, float]]) -> str:
+    """Log the analytic model's figures in the data's ``analytic baseline`` run (updated in
+    place); its id."""
+    baseline_id, _ = tracking.run_for(
+        exp_id, f"analytic baseline {label}",
+        {KIND_TAG: "analytic-baseline", "data_hash": data_hash})
+    for protocol, values in baseline.items():
+        tracking.log_metrics(baseline_id, {f"{protocol}/{k}": v for k, v in values.items()})
+    tracking.client().set_terminated(baseline_id)
+    return str(baseline_id)
+
+
+def _register(model_name: str, *, source: str, run_id: str, run_name: str, label: str,
+              data_hash: str, lineage: Mapping[str, str] | None, runs: Any) -> str:
+    """Register the run's model files as a new version of ``model_name`` (created if need
+    be); the version."""
+    from mlflow.exceptions import MlflowException
+
     client = tracking.client()
     try:
         client.create_registered_model(
@@ -146,10 +162,8 @@ def log_training(
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
     version_tags = {"data_hash": data_hash, "data_label": label, "training_run": run_id,
-                    "training_run_name": name, **dict(lineage or {})}
+                    "training_run_name": run_name, **dict(lineage or {})}
     version = client.create_model_version(
         model_name, source=source, run_id=run_id, tags=version_tags,
-        description=f"{name}: trained on {data_summary.get('runs', '?')} runs ({label})")
-    return TrackedRun(tracking_uri=uri, experiment_id=exp_id, run_id=run_id, run_name=name,
-                      baseline_run_id=baseline_id, model_name=model_name,
-                      model_version=str(version.version))
+        description=f"{run_name}: trained on {runs} runs ({label})")
+    return str(version.version)

@@ -13,18 +13,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.params import ParameterSets
 from training.evaluate import PRED_KEYS, accuracy_metrics, analytic_predictions
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from surrogate.analytic.params import ParameterSets
     from surrogate.learned.model import SurrogateModel
 
 LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
@@ -166,9 +167,6 @@ def other_cluster(
     runs' framework its own parameters (``training_data(own_physics=True)``), also under
     those (``own_physics_metrics``). ``sets``: the parameter sets every model is trained and
     scored under (None: the shipped ones)."""
-    import pandas as pd
-
-    from surrogate.calibration.fit_params import OWN_MIN_RUNS
     from surrogate.learned.model import SurrogateModel
     from surrogate.learned.training_data import training_data
 
@@ -187,6 +185,25 @@ def other_cluster(
                               analytic_metrics=accuracy_metrics(zero_shot_analytic(other, sets)),
                               draws=1)]
     rng = np.random.default_rng(seed)
+    results += _k_shot(train_runs, other, fit, rng, ks=ks, draws=draws, sets=sets)
+    return results + _from_one_node(train_runs, other, fit, base, rng, ks=ks, draws=draws,
+                                    sets=sets)
+
+
+_Fit = Callable[..., "SurrogateModel"]
+""":func:`other_cluster`'s fit of a table of runs (``balance``: balance sources)."""
+
+
+def _k_shot(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
+            rng: np.random.Generator, *, ks: Sequence[int], draws: int,
+            sets: ParameterSets | None) -> list[TransferResult]:
+    """:func:`other_cluster`'s k-shot settings, balanced and unweighted: each ``k`` of
+    ``other``'s runs drawn from all of them, scored on the rest."""
+    import pandas as pd
+
+    from surrogate.calibration.fit_params import OWN_MIN_RUNS
+
+    results = []
     for k in ks:
         if k >= len(other):
             continue
@@ -209,6 +226,19 @@ def other_cluster(
             results.append(TransferResult(
                 setting=name, metrics=_mean(learned[balance]), analytic_metrics=_mean(analytic),
                 draws=draws, own_physics_metrics=_mean(physics) if physics else None))
+    return results
+
+
+def _from_one_node(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
+                   base: SurrogateModel, rng: np.random.Generator, *, ks: Sequence[int],
+                   draws: int, sets: ParameterSets | None) -> list[TransferResult]:
+    """:func:`other_cluster`'s settings as a user who ran on one node only: zero-shot, then
+    each ``k`` of ``other``'s one-node runs drawn, scored on every run of more nodes."""
+    import pandas as pd
+
+    from surrogate.calibration.fit_params import OWN_MIN_RUNS
+
+    results: list[TransferResult] = []
     one = np.flatnonzero(other["num_nodes"].to_numpy() == 1)
     more = other[other["num_nodes"].to_numpy() > 1]
     if not len(one) or more.empty:
@@ -233,3 +263,33 @@ def other_cluster(
                                       scales=scales,
                                       own_physics_metrics=_mean(physics) if physics else None))
     return results
+
+
+def without_default() -> ParameterSets:
+    """The shipped sets less the default set, whose fit saw the MPT runs the transfer protocols
+    hold out: a framework without a set of its own there takes the priors, as before the default
+    existed (``--across`` measures the default held out)."""
+    from surrogate.analytic.params import DEFAULT_SET
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+
+    return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
+                          if k != DEFAULT_SET})
+
+
+def mpt_runs(data_dir: Path | None) -> pd.DataFrame:
+    """The other cluster's runs: MosaicML's MPT tables in the public data folder."""
+    from surrogate.ingest.llmfoundry import parse_llmfoundry
+    from surrogate.io.datasource import data_dir as resolve_data_dir
+
+    path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    return parse_llmfoundry(path)[0]
+
+
+def llama3_figures(table: pd.DataFrame, column: str) -> dict[str, float]:
+    """The Llama 3 405B table's ``column`` (an error) by MLflow name, per vpp and layout."""
+    out = {}
+    for v, part in table.groupby("vpp"):
+        prefix = "llama3_405b" if v == 1 else f"llama3_405b_vpp{v}"
+        for i, value in enumerate(part[column]):
+            out[f"{prefix}_{i}/mfu_err"] = float(value)
+    return out

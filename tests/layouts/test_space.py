@@ -255,7 +255,7 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
     from megatron.core import parallel_state
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from microbench.saved_activations import fake_world
+    from microbench.dense_blocks import fake_world
 
     model = ModelConfig(name="tiny-moe", num_layers=8, hidden_size=512, ffn_hidden_size=1024,
                         num_heads=8, num_kv_heads=4, vocab_size=1000, seq_len=1024,

@@ -404,7 +404,7 @@ def test_torchtitan_builds_the_modelled_meshes_where_it_is_installed() -> None:
     from torchtitan.distributed.parallel_dims import ParallelDims
     from torchtitan.distributed.utils import maybe_enable_amp
 
-    from microbench.saved_activations import fake_world
+    from microbench.dense_blocks import fake_world
 
     space = LayoutSpace(model=TINY_MOE, global_batch_seqs=16, node_counts=(2,),
                         frameworks=("torchtitan",), max_cp=2, max_mbs=1, max_vpp=1)

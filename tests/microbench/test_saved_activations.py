@@ -8,26 +8,22 @@ from typing import Any
 
 import pytest
 
-from microbench.saved_activations import (
+from microbench.dense_blocks import Saved, megatron_block, saved_by_module, torchtitan_block
+from microbench.kept_activations import (
     KEPT_SCHEMA,
-    MEGATRON_MOE_SHAPES,
-    MOE_SHAPES,
-    SCHEMA,
     Kept,
-    Saved,
-    integer_histc,
     kept_after_forward,
-    kept_record,
-    main,
-    megatron_block,
-    megatron_moe,
-    parallel_shapes,
-    record,
-    saved_by_module,
-    torchtitan_block,
-    torchtitan_moe,
     torchtitan_moe_kept,
 )
+from microbench.moe_blocks import (
+    MEGATRON_MOE_SHAPES,
+    MOE_SHAPES,
+    integer_histc,
+    megatron_moe,
+    parallel_shapes,
+    torchtitan_moe,
+)
+from microbench.saved_activations import SCHEMA, kept_record, main, record
 
 torch = pytest.importorskip("torch")
 
