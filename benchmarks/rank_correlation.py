@@ -17,7 +17,9 @@ m the mean): pairs of the same (model, nodes) cell by the number d of
 on other
 node counts, and pairs of different models. It then fits a + b lambda^d to the clipped z's
 correlations at d >= 1 (least squares weighted by pairs, lambda on a grid of 0.01, a and b
->= 0): the module's model.
+>= 0): the module's model. Last, the errors' tails: the Student t degrees of freedom nu under
+which z is likeliest (``Correlation.tail_df``), and how P(best) of each held-out cell's top
+layouts holds, with normal errors and with that nu (Brier score, reliability per bin).
 
 ``cv_cells`` (whole cells held out) is what a search of a model and cluster the learned model
 never saw faces; ``cv`` (runs held out, neighbours seen) what a search of a measured cell faces.
@@ -33,13 +35,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from surrogate.layouts.best_odds import DIMENSIONS, log_sd
+from surrogate.layouts.best_odds import CORRELATION, DIMENSIONS, Z80, log_sd, p_best
 from surrogate.learned.training_data import cell_groups, training_data
 from training.evaluate import evaluate_protocol
 from training.train import load_runs
 
 CHEAP = {"n_estimators": 100}
 MAX_D = 5
+TAIL_DFS = (1.0, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 7.0, 10.0, 20.0, 50.0, float("inf"))
+"""The degrees of freedom :func:`fit_tail_df` chooses from."""
+SHOWN = 5
+"""Layouts per held-out cell whose P(best) :func:`p_best_reliability` judges (search's top)."""
 
 
 def pair_correlations(done: pd.DataFrame, x: np.ndarray) -> pd.DataFrame:
@@ -95,6 +101,58 @@ def fit_decay(table: pd.DataFrame) -> tuple[float, float, float]:
     return best[1], best[2], best[3]
 
 
+def fit_tail_df(z: np.ndarray) -> tuple[float, dict[float, float]]:
+    """The nu of :data:`TAIL_DFS` under which the standardised errors ``z`` are likeliest, a
+    Student t scaled so that +-1.2816 holds 80% of it (as
+    :func:`surrogate.layouts.best_odds.draw_log_errors` draws), and each nu's mean
+    log-likelihood."""
+    from scipy import stats
+
+    scores = {}
+    for nu in TAIL_DFS:
+        if np.isfinite(nu):
+            c = Z80 / float(stats.t.ppf(0.9, nu))
+            scores[nu] = float(np.mean(stats.t.logpdf(z / c, nu) - np.log(c)))
+        else:
+            scores[nu] = float(np.mean(stats.norm.logpdf(z)))
+    return max(scores, key=lambda nu: scores[nu]), scores
+
+
+def p_best_reliability(res: pd.DataFrame, tail_dfs: tuple[float, ...]) -> pd.DataFrame:
+    """Per held-out cell, its :data:`SHOWN` layouts of highest predicted MFU x p_completed
+    (1 - p_oom) and their P(best) under each nu of ``tail_dfs``, against which of them
+    measured the highest MFU (completed; none where none completed): per nu the Brier score
+    and, per bin of P(best), the layouts, the mean P(best) and the share that were the best;
+    nu 0 is the baseline that gives each shown layout 1 / their number."""
+    from dataclasses import replace
+
+    judged = res[res["status"].isin(["completed", "oom", "fail"]) & (res["pred_mfu"] > 0)
+                 & np.isfinite(res["pred_mfu_lo"])]
+    # the protocol keeps p_oom; what completes is the rest (failures other than OOM: few)
+    judged = judged.assign(p_completed=1.0 - judged["p_oom"])
+    rows = []
+    for _, cell in judged.groupby(cell_groups(judged)):
+        shown = cell.assign(score=cell["pred_mfu"] * cell["p_completed"]).nlargest(
+            SHOWN, "score")
+        if len(shown) < 2:
+            continue
+        mfu = np.where(shown["status"] == "completed", shown["mfu"].fillna(0.0), 0.0)
+        won = (mfu == mfu.max()) & (mfu > 0)
+        for nu in tail_dfs:
+            p = p_best(shown, correlation=replace(CORRELATION, tail_df=nu))
+            rows += [{"nu": nu, "p": float(pi), "best": bool(w)}
+                     for pi, w in zip(p, won, strict=True)]
+        # the baseline: every shown layout alike
+        rows += [{"nu": 0.0, "p": 1.0 / len(shown), "best": bool(w)} for w in won]
+    out = pd.DataFrame(rows)
+    out["bin"] = pd.cut(out["p"], [0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0], include_lowest=True)
+    table = out.groupby(["nu", "bin"], observed=True).agg(
+        layouts=("p", "size"), said=("p", "mean"), were_best=("best", "mean")).reset_index()
+    brier = out.assign(sq=(out["p"] - out["best"]) ** 2).groupby("nu")["sq"].mean()
+    table["brier"] = table["nu"].map(brier)
+    return table
+
+
 def held_out(data: object, protocol: str, args: argparse.Namespace) -> pd.DataFrame:
     """The protocol's held-out predictions, from ``--predictions`` when kept there."""
     path = None if args.predictions is None else Path(args.predictions) / f"{protocol}.parquet"
@@ -136,6 +194,13 @@ def main() -> None:
         print(table.drop(columns="d").to_string(index=False, float_format="%.2f"))
         a, b, lam = fit_decay(clipped)
         print(f"fit to the clipped z, d >= 1: corr = {a:.3f} + {b:.3f} x {lam:.2f}^d")
+        nu, scores = fit_tail_df(z)
+        print(f"tails: z likeliest under a Student t of nu = {nu:g} (mean log-likelihood "
+              + ", ".join(f"{k:g}: {v:.3f}" for k, v in scores.items()) + ")")
+        print(f"P(best) of each held-out cell's top {SHOWN} (nu inf: normal errors; nu 0: each "
+              "alike), against which was best:")
+        print(p_best_reliability(res, (float("inf"), nu)).to_string(index=False,
+                                                                   float_format="%.3f"))
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

@@ -67,6 +67,9 @@ class Correlation:
     """b: the share that a layout's neighbours have in common with it (at d = 0)."""
     decay: float
     """lambda: the factor the shared part loses with each dimension that differs."""
+    tail_df: float = float("inf")
+    """nu: degrees of freedom of each layout's error (Student t, its scale chosen so that the
+    layout's 80% interval still holds 80% of it; infinite: normal)."""
 
     def __post_init__(self) -> None:
         if self.cell < 0 or self.neighbours < 0 or self.cell + self.neighbours > 1:
@@ -74,6 +77,8 @@ class Correlation:
                               f"{self.cell} and neighbours {self.neighbours}")
         if not 0 <= self.decay <= 1:
             raise ConfigError(f"correlation decay must be in [0, 1], got {self.decay}")
+        if not self.tail_df > 0:
+            raise ConfigError(f"tail degrees of freedom must be > 0, got {self.tail_df}")
 
     def between(self, differing: int | np.ndarray, same_cell: bool | np.ndarray = True,
                 ) -> np.ndarray:
@@ -115,12 +120,21 @@ def correlation_matrix(frame: pd.DataFrame,
 
 def draw_log_errors(frame: pd.DataFrame, n_draws: int = N_DRAWS, *,
                     correlation: Correlation = CORRELATION, seed: int = SEED) -> np.ndarray:
-    """``n_draws`` x rows standard normal errors z with :func:`correlation_matrix`."""
+    """``n_draws`` x rows errors z with :func:`correlation_matrix`: standard normal, or with a
+    finite ``tail_df`` each normal divided by its own sqrt(chi2(nu) / nu) and scaled by
+    1.2816 / t_0.9(nu), so that +-1.2816 still holds 80% of each (a Student t of heavier
+    tails; the correlation is the normals')."""
     corr = correlation_matrix(frame, correlation)
     values, vectors = np.linalg.eigh(corr)  # a square root that tolerates round-off
     root = vectors * np.sqrt(np.clip(values, 0.0, None))
     rng = np.random.default_rng(seed)
-    return np.asarray(rng.standard_normal((n_draws, len(frame))) @ root.T)
+    z = rng.standard_normal((n_draws, len(frame))) @ root.T
+    nu = correlation.tail_df
+    if np.isfinite(nu):
+        from scipy.special import stdtrit
+
+        z = z / np.sqrt(rng.chisquare(nu, z.shape) / nu) * (Z80 / float(stdtrit(nu, 0.9)))
+    return np.asarray(z)
 
 
 def _codes(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:

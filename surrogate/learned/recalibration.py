@@ -52,10 +52,10 @@ def band_index(num_nodes: np.ndarray) -> np.ndarray:
 
 def node_bands(num_nodes: np.ndarray) -> np.ndarray:
     """Each node count's band by name: ``'1 node'``, ``'2-7 nodes'``, ..., ``'128+ nodes'``."""
-    names = [f"{lo} node" if hi == lo + 1 and lo == 1 else f"{lo}+ nodes" if hi is None
-             else f"{lo}-{hi - 1} nodes"
+    names = [f"{lo}+ nodes" if hi is None else f"{lo} node{'s' if lo > 1 else ''}"
+             if hi == lo + 1 else f"{lo}-{hi - 1} nodes"
              for lo, hi in zip(NODE_BANDS, [*NODE_BANDS[1:], None], strict=True)]
-    return np.array(names, dtype=object)[band_index(num_nodes)]
+    return np.asarray(np.array(names, dtype=object)[band_index(num_nodes)])
 
 
 def pipeline_labels(pp: np.ndarray) -> np.ndarray:

@@ -8,6 +8,7 @@ import pytest
 
 from surrogate.errors import ConfigError
 from surrogate.layouts.best_odds import (
+    CORRELATION,
     DIMENSIONS,
     Z80,
     Correlation,
@@ -111,3 +112,17 @@ def test_an_incumbent_above_every_layout_leaves_little_chance() -> None:
 def test_correlation_weights_must_be_shares(kw: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         Correlation(**kw)
+
+
+def test_heavier_tails_keep_the_80_percent_interval():
+    """Student t errors (a finite ``tail_df``): still 80% inside +-1.2816, more beyond 3."""
+    frame = pd.DataFrame({"dp": [1, 2, 4]})
+    normal = draw_log_errors(frame, 100_000)
+    heavy = draw_log_errors(frame, 100_000, correlation=Correlation(
+        cell=CORRELATION.cell, neighbours=CORRELATION.neighbours, decay=CORRELATION.decay,
+        tail_df=3.0))
+    for z in (normal, heavy):
+        assert np.mean(np.abs(z) < Z80) == pytest.approx(0.8, abs=0.01)
+    assert np.mean(np.abs(heavy) > 3) > 5 * np.mean(np.abs(normal) > 3)
+    with pytest.raises(ConfigError, match="tail degrees of freedom"):
+        Correlation(cell=0.1, neighbours=0.1, decay=0.5, tail_df=0.0)
