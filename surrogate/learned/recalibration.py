@@ -137,12 +137,18 @@ def factors_for(table: Mapping[str, float], fine: np.ndarray, coarse: np.ndarray
 def rescaled(pred: np.ndarray, lo: np.ndarray, hi: np.ndarray,
              k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The interval [``lo``, ``hi``] around ``pred`` with its log half-widths times ``k``
-    (``lo`` and ``hi`` positive and either side of ``pred``)."""
-    with np.errstate(divide="ignore", invalid="ignore"):
-        new_lo = pred * np.exp(k * np.log(lo / pred))
-        new_hi = pred * np.exp(k * np.log(hi / pred))
-    return (np.where(np.isfinite(new_lo), new_lo, lo),
-            np.where(np.isfinite(new_hi), new_hi, hi))
+    (``lo`` and ``hi`` positive and either side of ``pred``; where they are not, or ``k`` is
+    1, the interval as given)."""
+    lo, hi = np.array(lo, dtype=np.float64), np.array(hi, dtype=np.float64)
+    rows = np.flatnonzero(k != 1.0)
+    if len(rows):
+        p, kk = pred[rows], k[rows]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            new_lo = p * (lo[rows] / p) ** kk
+            new_hi = p * (hi[rows] / p) ** kk
+        lo[rows] = np.where(np.isfinite(new_lo), new_lo, lo[rows])
+        hi[rows] = np.where(np.isfinite(new_hi), new_hi, hi[rows])
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -157,28 +163,33 @@ class Recalibration:
     def factors(self, quantity: str, kind: np.ndarray, num_nodes: np.ndarray, pp: np.ndarray,
                 framework_code: np.ndarray) -> np.ndarray:
         """Per configuration, the factor on the log half-widths of ``quantity`` (``'mfu'`` or
-        ``'memory'``) for its ``kind`` (a name of :data:`KINDS`, or ``''``: unscaled) and its
-        category (its framework version by its index in ``FRAMEWORK_VERSIONS``), looked up
-        once per distinct kind and category."""
+        ``'memory'``) for its ``kind`` (:func:`kinds_of`: an index into :data:`KINDS`, or
+        ``len(KINDS)``: unscaled) and its category (its framework version by its index in
+        ``FRAMEWORK_VERSIONS``), from a table of every kind and category computed once."""
+        table = self._lookup(quantity)
+        code = ((np.asarray(kind, dtype=np.int64) * len(NODE_BANDS) + band_index(num_nodes))
+                * 2 + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + np.asarray(
+                    framework_code).astype(np.int64)
+        return np.asarray(table[code], dtype=np.float64)
+
+    def _lookup(self, quantity: str) -> np.ndarray:
+        """The factor of every (kind, node band, pipeline or none, framework version), in the
+        order of the codes of :meth:`factors`; 1 for the kind that is not scaled."""
         tables = self.mfu if quantity == "mfu" else self.memory
         names = list(KINDS)
-        kind_idx = np.full(len(kind), len(names), dtype=np.int64)  # '' or unknown: last
-        for i, name in enumerate(names):
-            kind_idx[np.asarray(kind) == name] = i
-        band = band_index(num_nodes)
-        fw = np.asarray(framework_code).astype(np.int64)
-        code = ((kind_idx * len(NODE_BANDS) + band) * 2
-                + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + fw
-        distinct, first, inverse = np.unique(code, return_index=True, return_inverse=True)
-        values = np.ones(len(distinct))
-        for j, row in enumerate(first):
-            table = tables.get(names[kind_idx[row]]) if kind_idx[row] < len(names) else None
-            if table:
-                fine, coarse = category_keys(np.asarray(num_nodes)[row:row + 1],
-                                             np.asarray(pp)[row:row + 1],
-                                             np.array([FRAMEWORK_VERSIONS[fw[row]]]))
-                values[j] = factors_for(table, fine, coarse)[0]
-        return np.asarray(values[inverse.ravel()], dtype=np.float64)
+        fw = np.array(FRAMEWORK_VERSIONS, dtype=object)
+        values = []
+        for k in range(len(names) + 1):
+            table = tables.get(names[k]) if k < len(names) else None
+            for first in NODE_BANDS:
+                for pipelined in (False, True):
+                    if not table:
+                        values.append(np.ones(len(fw)))
+                        continue
+                    fine, coarse = category_keys(np.full(len(fw), first),
+                                                 np.full(len(fw), 2 if pipelined else 1), fw)
+                    values.append(factors_for(table, fine, coarse))
+        return np.concatenate(values)
 
     def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
               cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float
@@ -212,14 +223,17 @@ class Recalibration:
 
 
 def kinds_of(distance: np.ndarray, unseen_shape: np.ndarray | None) -> np.ndarray:
-    """Each configuration's kind: ``beyond`` the data's ranges (a finite distance off the
-    domain), else an ``unseen_shape``, else ``inside``; ``''`` for an unseen framework, GPU
-    or cluster (an infinite distance)."""
+    """Each configuration's kind as an index into :data:`KINDS`: ``beyond`` the data's ranges
+    (a finite distance off the domain), else an ``unseen_shape``, else ``inside``;
+    ``len(KINDS)`` for an unseen framework, GPU or cluster (an infinite distance), which is
+    not scaled."""
     d = np.asarray(distance, dtype=np.float64)
-    shape = (np.zeros(len(d), dtype=bool) if unseen_shape is None
-             else np.asarray(unseen_shape, dtype=bool))
-    kind = np.where(d > 0, "beyond", np.where(shape, "unseen_shape", "inside")).astype(object)
-    kind[~np.isfinite(d)] = ""
+    names = list(KINDS)
+    kind = np.full(len(d), names.index("inside"), dtype=np.int64)
+    if unseen_shape is not None:
+        kind[np.asarray(unseen_shape, dtype=bool)] = names.index("unseen_shape")
+    kind[d > 0] = names.index("beyond")
+    kind[~np.isfinite(d)] = len(names)
     return kind
 
 
