@@ -358,9 +358,10 @@ class SurrogateModel(Estimator):
         columns = prediction_columns(out, status, factor, lo, hi,
                                      memory_bounds(mem, half, out["mem_reserved"], outside))
         if self.recalibration_ is not None:
-            columns = self.recalibration_.apply(columns, kinds_of(where.distance,
-                                                where.unseen_shape), cols,
-                                                out.get("mfu_ceiling", 1.0))
+            columns = self.recalibration_.apply(
+                columns, kinds_of(where.distance, where.unseen_shape), cols,
+                out.get("mfu_ceiling", 1.0), analytic=(out["mfu"], out["mem_reserved"] / 2**30),
+                holds=(outside | (borne < 1), outside))
         return {
             **columns,
             "domain_weight": w,

@@ -192,23 +192,29 @@ class Recalibration:
         return np.concatenate(values)
 
     def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
-              cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float
+              cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float, *,
+              analytic: tuple[np.ndarray, np.ndarray], holds: tuple[np.ndarray, np.ndarray]
               ) -> dict[str, np.ndarray]:
         """The predicted ``columns`` (``surrogate.learned.blend.prediction_columns``) with
         their MFU and memory intervals rescaled by :meth:`factors` (the analytic columns
-        ``cols`` give each configuration's category); the MFU interval still under the
-        hardware's ``ceiling`` (or the prediction, where that is higher) and 100%."""
+        ``cols`` give each configuration's category); where ``holds`` (MFU, memory) they still
+        hold the ``analytic`` answer (MFU, memory in GiB), as before rescaling (off the domain,
+        and for MFU where the answer is shared with the physics); the MFU interval still under
+        the hardware's ``ceiling`` (or the prediction, where that is higher) and 100%."""
         where = (kind, cols["num_nodes"], cols["pp"], cols["framework_code"])
+        out = dict(columns)
+        for (center, lo, hi), quantity, physics, mask in (
+                (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), "mfu", analytic[0], holds[0]),
+                (("pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib"),
+                 "memory", analytic[1], holds[1])):
+            new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi],
+                                      self.factors(quantity, *where))
+            out[lo] = np.where(mask, np.minimum(new_lo, physics), new_lo)
+            out[hi] = np.where(mask, np.maximum(new_hi, physics), new_hi)
         pred = columns["pred_mfu"]
-        lo, hi = rescaled(pred, columns["pred_mfu_lo"], columns["pred_mfu_hi"],
-                          self.factors("mfu", *where))
-        hi = np.minimum(hi, np.minimum(np.maximum(ceiling, pred), 1.0))
-        mem = columns["pred_peak_mem_gib"]
-        mem_lo, mem_hi = rescaled(mem, columns["pred_peak_mem_lo_gib"],
-                                  columns["pred_peak_mem_hi_gib"],
-                                  self.factors("memory", *where))
-        return {**columns, "pred_mfu_lo": lo, "pred_mfu_hi": hi,
-                "pred_peak_mem_lo_gib": mem_lo, "pred_peak_mem_hi_gib": mem_hi}
+        out["pred_mfu_hi"] = np.minimum(out["pred_mfu_hi"],
+                                        np.minimum(np.maximum(ceiling, pred), 1.0))
+        return out
 
     def to_json(self) -> dict[str, Any]:
         return {"mfu": self.mfu, "memory": self.memory, "coverage": self.coverage}
