@@ -44,7 +44,13 @@ from typing import Any, Literal
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
+from surrogate.analytic.perf import (
+    COLLECTIVE_OPS,
+    SpecPerfModel,
+    best_gemm_efficiency,
+    bus_factor,
+    local_ranks,
+)
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.errors import DataError, shorten, shown
 from surrogate.hardware.fabric import Fabric
@@ -264,6 +270,10 @@ class CalibrationProfile:
         if "fp8" in self.gemm and bool(np.any(fp8 > 0)):
             eff = np.where(fp8 > 0, self.gemm["fp8"](m, n, k), eff)
         return np.broadcast_to(eff, shape).astype(np.float64)
+
+    @cached_property
+    def best_gemm_efficiency(self) -> float:
+        return best_gemm_efficiency(self)
 
     def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
                              c: Cols) -> Array | None:
