@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from surrogate.analytic.flops import LayerParams
 from surrogate.analytic.inputs import Cols, cols_from_table
 from surrogate.analytic.memory import (
     LOGGED_STAGE_COLUMN,
@@ -35,8 +36,9 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     (``time_*`` seconds) and the headline outputs; where the columns say which pipeline stage
     a run's memory was logged on (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``), also
     ``mem_reserved_logged``, the reserved memory of that stage."""
-    mem = memory_breakdown(c)
-    step = step_breakdown(c, perf)
+    params = LayerParams.of(c)  # once for the memory and the step time
+    mem = memory_breakdown(c, params)
+    step = step_breakdown(c, perf, params)
     out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
     out.update({f"time_{k}": step[k] for k in STEP_TERMS})
     out["mem_reserved"] = torch_reserved_bytes(mem)
