@@ -38,6 +38,8 @@ MFU = tokens/s/GPU x FLOPs per token / dense peak.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
@@ -52,6 +54,8 @@ def attention_params_per_layer(c: Cols) -> Array:
     q_dim = heads * c["qk_head_dim"]
     gqa = 2 * h * q_dim + 2 * h * (c["num_kv_heads"] * c["qk_head_dim"])
     q_rank, kv_rank, rope = c["q_lora_rank"], c["kv_lora_rank"], c["qk_rope_head_dim"]
+    if not np.any(kv_rank > 0):  # no MLA: its terms would all be discarded
+        return np.asarray(gqa, dtype=np.float64)
     mla_q = np.where(q_rank > 0, h * q_rank + q_rank + q_rank * q_dim, h * q_dim)
     mla_kv_down = h * (kv_rank + rope) + kv_rank  # W_DKV and W_KR, then the latent RMSNorm
     mla_kv_up = kv_rank * heads * (c["qk_head_dim"] - rope + c["v_head_dim"])  # W_UK, W_UV
@@ -85,6 +89,31 @@ def expert_params_per_layer(c: Cols) -> Array:
         c["num_experts"] >= 2, c["num_experts"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
         0.0,
     )
+
+
+@dataclass(frozen=True)
+class LayerParams:
+    """The parameters of one layer of each configuration, by part, computed once per table
+    (:meth:`of`) for every stage's weights and the step's: attention (with its norms, for
+    MLA), a dense MLP, an MoE layer's shared expert, router and routed experts (all of
+    them)."""
+
+    attention: Array
+    mlp: Array
+    shared_expert: Array
+    router: Array
+    experts: Array
+
+    @classmethod
+    def of(cls, c: Cols) -> LayerParams:
+        return cls(attention=attention_params_per_layer(c), mlp=mlp_params_per_layer(c),
+                   shared_expert=shared_expert_params_per_layer(c),
+                   router=router_params_per_layer(c), experts=expert_params_per_layer(c))
+
+    def rows(self, rows: np.ndarray) -> LayerParams:
+        """The same of the configurations at positions ``rows``."""
+        return LayerParams(self.attention[rows], self.mlp[rows], self.shared_expert[rows],
+                           self.router[rows], self.experts[rows])
 
 
 def _layer_stack_params(c: Cols, experts_per_moe_layer: Array) -> Array:

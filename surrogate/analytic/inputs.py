@@ -89,10 +89,11 @@ _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framewor
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
             columns: tuple[str, ...]) -> dict[str, Array]:
-    """Columns of ``fn`` evaluated once per distinct value of the table's ``names``."""
+    """Columns of ``fn`` evaluated once per distinct value of the table's ``names``, each a
+    contiguous array (a strided column of one 2-D array makes every later pass slower)."""
     codes, answers = per_group([table[k] for k in names], fn)
-    values = np.array(answers, dtype=np.float64).reshape(len(answers), len(columns))[codes]
-    return {name: values[:, j] for j, name in enumerate(columns)}
+    values = np.array(answers, dtype=np.float64).reshape(len(answers), len(columns)).T.copy()
+    return {name: values[j][codes] for j, name in enumerate(columns)}
 
 
 def cols_from_table(table: FlatTable, sets: ParameterSets) -> dict[str, Array]:

@@ -66,14 +66,10 @@ from surrogate.analytic.activations import (
     unrecomputed_activation_bytes,
 )
 from surrogate.analytic.flops import (
-    attention_params_per_layer,
+    LayerParams,
     checkpointed_layers,
     embedding_params,
-    expert_params_per_layer,
-    mlp_params_per_layer,
     per_op_recompute,
-    router_params_per_layer,
-    shared_expert_params_per_layer,
 )
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.params import param
@@ -108,7 +104,8 @@ def _sharding(c: Cols) -> tuple[Array, Array]:
 
 
 def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
-                 start: Array | None = None) -> tuple[Array, Array]:
+                 start: Array | None = None, per_layer: LayerParams | None = None
+                 ) -> tuple[Array, Array]:
     """(dense, expert) parameters held by one rank of a stage with ``layers`` layers.
 
     Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
@@ -117,12 +114,14 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
     An MoE model's leading dense layers (``num_dense_layers``) sit on the first stages. With
     pp > 1 the last stage holds its own output head even when the embeddings are tied
     (nanotron and Megatron untie them across stages). ``start``: the stage's first layer
-    (default: 0 for the first stage, L - layers otherwise).
+    (default: 0 for the first stage, L - layers otherwise). ``per_layer``: the layers'
+    parameters (:meth:`LayerParams.of`, computed once per table where given).
     """
+    p = LayerParams.of(c) if per_layer is None else per_layer
     h, tp = c["hidden_size"], c["tp"]
     moe = c["num_experts"] >= 2
-    split = attention_params_per_layer(c) + np.where(moe, 0.0, mlp_params_per_layer(c))
-    replicated = 2 * h + router_params_per_layer(c)
+    split = p.attention + np.where(moe, 0.0, p.mlp)
+    replicated = 2 * h + p.router
     dense = layers * (split / tp + replicated)
     # MoE variants: a shared expert on each MoE layer; a dense MLP instead of the router (and
     # experts) on each leading dense layer. Adds exactly 0 for dense models.
@@ -131,15 +130,14 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
     n_dense = _dense_mlp_layers_on_stage(c, layers, start)
     n_moe = layers - n_dense
     dense = dense + np.where(
-        moe, n_moe * shared_expert_params_per_layer(c) / tp
-        + n_dense * (mlp_params_per_layer(c) / tp - router_params_per_layer(c)), 0.0)
+        moe, n_moe * p.shared_expert / tp + n_dense * (p.mlp / tp - p.router), 0.0)
     vocab = embedding_params(c) / tp
     if first:
         dense = dense + vocab
     if last:
         tied_here = np.where(c["pp"] > 1, 0.0, c["tie_embeddings"])
         dense = dense + (1 - tied_here) * vocab + h
-    experts = n_moe * expert_params_per_layer(c) / (c["ep"] * tp)
+    experts = n_moe * p.experts / (c["ep"] * tp)
     return dense, experts
 
 
@@ -175,28 +173,32 @@ class LayerBytes:
     :func:`memory_breakdown`: a layer's activations as recomputation leaves them (``kept``)
     and without recomputation (``whole``), the backward's working set (``transient``: one
     layer's activation gradients, and where the layer is recomputed, in full or per
-    operator, also its recomputed activations) and the logits (bytes)."""
+    operator, also its recomputed activations) and the logits (bytes); with the layer's
+    parameters (``params``), which every stage's weights are made of."""
 
     kept: Array
     whole: Array
     transient: Array
     logits: Array
     buffers: Array
+    params: LayerParams
 
     @classmethod
-    def of(cls, c: Cols) -> LayerBytes:
+    def of(cls, c: Cols, params: LayerParams | None = None) -> LayerBytes:
+        """``params``: :meth:`LayerParams.of` ``c`` where already computed."""
+        params = LayerParams.of(c) if params is None else params
         whole = unrecomputed_activation_bytes(c)
         recomputed = (c["recompute"] == 2) | per_op_recompute(c)
-        layer_weights = (attention_params_per_layer(c) + mlp_params_per_layer(c)) / c["tp"]
+        layer_weights = (params.attention + params.mlp) / c["tp"]
         zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
         return cls(kept=activation_bytes_per_layer(c, whole), whole=whole,
                    transient=np.where(recomputed, 2 * whole, whole), logits=logits_bytes(c),
-                   buffers=DDP_BUCKET_BYTES + zero3_gather)
+                   buffers=DDP_BUCKET_BYTES + zero3_gather, params=params)
 
     def rows(self, rows: np.ndarray) -> LayerBytes:
         """The same of the configurations at positions ``rows``."""
         return LayerBytes(self.kept[rows], self.whole[rows], self.transient[rows],
-                          self.logits[rows], self.buffers[rows])
+                          self.logits[rows], self.buffers[rows], self.params.rows(rows))
 
 
 def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None = None
@@ -245,7 +247,8 @@ def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
         start = None
         inflight = (pipeline.first_stage_inflight(c) if first
                     else pipeline.stage_inflight(c, c["pp"] - 1))
-    dense, experts = stage_params(c, layers, first=first, last=last, start=start)
+    dense, experts = stage_params(c, layers, first=first, last=last, start=start,
+                                  per_layer=per_layer.params)
     out = model_state_bytes(c, dense, experts)
     out["activations"] = (inflight * stage_activation_bytes(c, layers, per_layer)
                           * param(c, "activation_scale")
@@ -260,7 +263,7 @@ def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
     return out
 
 
-def memory_breakdown(c: Cols) -> dict[str, Array]:
+def memory_breakdown(c: Cols, params: LayerParams | None = None) -> dict[str, Array]:
     """Bytes per term on the most loaded rank of every pipeline stage, plus ``total`` and
     ``stage`` (its position: 0 = first stage, 1 = last stage, i / (pp - 1) for stage i).
 
@@ -270,8 +273,8 @@ def memory_breakdown(c: Cols) -> dict[str, Array]:
     micro-batches in flight a stage with one layer more than the first wins
     (:func:`_heaviest_middle_stage`; so can stage 1 under torchtitan's split, which gives it a
     layer more than the first; ``tests/analytic/test_memory.py`` checks the answer against
-    every stage's)."""
-    per_layer = LayerBytes.of(c)
+    every stage's). ``params``: :meth:`LayerParams.of` ``c``, where already computed."""
+    per_layer = LayerBytes.of(c, params)
     first = _stage_breakdown(c, per_layer, first=True, last=False)
     last = _stage_breakdown(c, per_layer, first=False, last=True)
     single = _stage_breakdown(c, per_layer, first=True, last=True)

@@ -16,6 +16,7 @@ time is therefore latency + size x factor / link bandwidth.
 
 from __future__ import annotations
 
+from functools import cached_property
 from typing import Literal, Protocol
 
 import numpy as np
@@ -42,6 +43,18 @@ def bus_factor(op: str, group_size: Array | float) -> Array:
     raise ValueError(f"op must be one of {', '.join(COLLECTIVE_OPS)}, got {op!r}")
 
 
+CEILING_SIDES = np.array([1024.0, 2048.0, 4096.0, 8192.0, 16384.0])
+"""GEMM sides whose shapes (every m, n, k among them: square to slab) the MFU ceiling takes the
+best efficiency of (``surrogate.analytic.run.mfu_ceiling``)."""
+
+
+def best_gemm_efficiency(perf: PerfModel) -> float:
+    """The highest GEMM efficiency ``perf`` gives over the shapes of :data:`CEILING_SIDES`, in
+    bf16 (what a PerfModel's ``best_gemm_efficiency`` holds, computed once per model)."""
+    m, n, k = (a.ravel() for a in np.meshgrid(CEILING_SIDES, CEILING_SIDES, CEILING_SIDES))
+    return float(np.max(perf.gemm_efficiency(m, n, k, {})))
+
+
 def ring_steps(op: str, group_size: Array | float) -> Array:
     """Latency-bound steps of a ring implementation: 2(n-1) for all_reduce, n-1 otherwise."""
     n = np.asarray(group_size, dtype=np.float64)
@@ -57,6 +70,11 @@ class PerfModel(Protocol):
 
     name: str
     """Shown by ``surrogate predict`` (which profile, or 'datasheet')."""
+
+    @property
+    def best_gemm_efficiency(self) -> float:
+        """:func:`best_gemm_efficiency` of this model, computed once (the MFU ceiling's)."""
+        ...
 
     def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
         """Achieved / dense-peak FLOP/s of an (m x k) @ (k x n) GEMM in the config's dtype."""
@@ -106,6 +124,10 @@ class SpecPerfModel:
 
     def __init__(self, gemm_efficiency_frac: float = 0.70) -> None:
         self.gemm_efficiency_frac = gemm_efficiency_frac
+
+    @cached_property
+    def best_gemm_efficiency(self) -> float:
+        return best_gemm_efficiency(self)
 
     def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
         return np.full(np.broadcast(m, n, k).shape, self.gemm_efficiency_frac)

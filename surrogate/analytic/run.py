@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from surrogate.analytic.flops import LayerParams
 from surrogate.analytic.inputs import Cols, cols_from_table
 from surrogate.analytic.memory import (
     LOGGED_STAGE_COLUMN,
@@ -35,8 +36,9 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     (``time_*`` seconds) and the headline outputs; where the columns say which pipeline stage
     a run's memory was logged on (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``), also
     ``mem_reserved_logged``, the reserved memory of that stage."""
-    mem = memory_breakdown(c)
-    step = step_breakdown(c, perf)
+    params = LayerParams.of(c)  # once for the memory and the step time
+    mem = memory_breakdown(c, params)
+    step = step_breakdown(c, perf, params)
     out: dict[str, np.ndarray] = {f"mem_{k}": v for k, v in mem.items()}
     out.update({f"time_{k}": step[k] for k in STEP_TERMS})
     out["mem_reserved"] = torch_reserved_bytes(mem)
@@ -49,34 +51,16 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     return out
 
 
-_CEILING_SIDES = np.array([1024.0, 2048.0, 4096.0, 8192.0, 16384.0])
-_BEST_GEMM: dict[int, tuple[PerfModel, float]] = {}
-"""The best GEMM efficiency of each PerfModel met, by identity (the object kept, so its id is
-not reused): computed once, not on every scoring call."""
-
-
-def _best_gemm_efficiency(perf: PerfModel) -> float:
-    """The highest GEMM efficiency ``perf`` gives over the shapes of :data:`_CEILING_SIDES`."""
-    known = _BEST_GEMM.get(id(perf))
-    if known is not None and known[0] is perf:
-        return known[1]
-    m, n, k = (a.ravel() for a in np.meshgrid(_CEILING_SIDES, _CEILING_SIDES, _CEILING_SIDES))
-    best = float(np.max(perf.gemm_efficiency(m, n, k, {})))
-    if len(_BEST_GEMM) >= 16:  # profiles loaded from files anew each call: keep a few
-        _BEST_GEMM.pop(next(iter(_BEST_GEMM)))
-    _BEST_GEMM[id(perf)] = (perf, best)
-    return best
-
-
 def mfu_ceiling(c: Cols, perf: PerfModel) -> np.ndarray:
     """The highest MFU the hardware allows each configuration: every counted FLOP at the best
     GEMM efficiency the calibration profile measured (the datasheet model: its assumed 70%)
-    over square-to-slab shapes of 1,024 to 16,384, times the counted over the executed FLOPs,
-    since the MFU convention counts an untied input embedding's lookup as 6 FLOPs per
-    parameter that execute none (``impossible``). No interval reaches past it."""
+    over square-to-slab shapes of 1,024 to 16,384 (``perf.best_gemm_efficiency``), times the
+    counted over the executed FLOPs, since the MFU convention counts an untied input
+    embedding's lookup as 6 FLOPs per parameter that execute none (``impossible``). No interval
+    reaches past it."""
     from surrogate.analytic.flops import active_params, embedding_params
 
-    best = _best_gemm_efficiency(perf)
+    best = perf.best_gemm_efficiency  # computed once per PerfModel, by the model
     share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
     return np.asarray(best / np.maximum(1.0 - share, 0.05), dtype=np.float64)
 

@@ -65,6 +65,7 @@ from numpy.typing import NDArray
 
 from surrogate.analytic import activations, comm, memory, pipeline
 from surrogate.analytic.flops import (
+    LayerParams,
     full_recompute_share,
     model_flops_per_token,
     moe_layers,
@@ -212,14 +213,17 @@ def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
     return 6 * T * n * k / (c["peak_flops"] * eff) * param(c, "gemm_time_scale")
 
 
-def step_breakdown(c: Cols, perf: PerfModel) -> dict[str, Array]:
+def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = None
+                   ) -> dict[str, Array]:
     """Seconds per step by term, plus ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``,
-    ``bubble_frac`` and ``stage_compute_s`` (one micro-batch on the slowest stage)."""
+    ``bubble_frac`` and ``stage_compute_s`` (one micro-batch on the slowest stage).
+    ``layer_params``: :meth:`LayerParams.of` ``c``, where already computed."""
     layer_s, attn_s = layer_compute_s(c, perf)
     stage = _slowest_stage(c, layer_s, lm_head_compute_s(c, perf))
     spans = comm.spans_nodes(c)
     mb = _microbatch_terms(c, perf, stage, attn_s, spans)
-    dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle)
+    dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle,
+                                   LayerParams.of(c) if layer_params is None else layer_params)
     params = dense + experts
     mb["memory_bound"] = _memory_bound_s(c, stage.layers, params)
     dp = comm.dp_times_s(c, perf, dense, experts)
@@ -356,15 +360,16 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
 
 
 def _stage_params(
-    c: Cols, layers: Array, is_last: NDArray[np.bool_], is_middle: NDArray[np.bool_]
+    c: Cols, layers: Array, is_last: NDArray[np.bool_], is_middle: NDArray[np.bool_],
+    params: LayerParams,
 ) -> tuple[Array, Array]:
     """(dense, expert) parameters of the slowest stage's rank (the first, the last or
     stage 1)."""
-    first = memory.stage_params(c, layers, first=True, last=False)
-    last = memory.stage_params(c, layers, first=False, last=True)
-    single = memory.stage_params(c, layers, first=True, last=True)
+    first = memory.stage_params(c, layers, first=True, last=False, per_layer=params)
+    last = memory.stage_params(c, layers, first=False, last=True, per_layer=params)
+    single = memory.stage_params(c, layers, first=True, last=True, per_layer=params)
     middle = (memory.stage_params(c, layers, first=False, last=False,
-                                  start=pipeline.stage_start(c, 1.0))
+                                  start=pipeline.stage_start(c, 1.0), per_layer=params)
               if is_middle.any() else first)
     piped = c["pp"] > 1
     pick = [

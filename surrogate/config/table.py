@@ -101,9 +101,13 @@ def take(table: FlatTable, rows: np.ndarray) -> FlatTable:
     """The configurations at positions ``rows``."""
     return {k: v[rows] for k, v in table.items()}
 
-def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+def group_codes(arrays: Sequence[np.ndarray], keys: Sequence[np.ndarray] | None = None
+                ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Codes 0..k-1 of the distinct rows of ``arrays`` (in order of first appearance) and the
-    distinct rows themselves, as tuples of Python values."""
+    distinct rows themselves, as tuples of Python values. ``keys``, one per array, tell the
+    rows apart in their place where given: integer codes of a text column computed once
+    (each code standing for one value; two codes may stand for the same value, which then
+    appears in two rows)."""
     n = len(arrays[0])
     if n <= 256:  # a dict is quicker than pandas for a handful
         seen: dict[tuple[Any, ...], int] = {}
@@ -112,7 +116,7 @@ def group_codes(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, list[tuple[An
         for i, key in enumerate(rows):
             codes[i] = seen.setdefault(key, len(seen))
         return codes, list(seen)
-    codes, first = distinct_rows(arrays)
+    codes, first = distinct_rows(arrays if keys is None else keys)
     values = [a[first].tolist() for a in arrays]  # the rows' own values (None stays None)
     return codes, list(zip(*values, strict=True))
 
@@ -132,9 +136,10 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
         lo = int(a.min()) if a.dtype.kind in "iub" and n else 0
         if a.dtype.kind in "iub" and (size := int(a.max()) - lo + 1 if n else 1) < 2**31:
             column = a.astype(np.int64) - lo
-        else:
-            column, uniques = pd.factorize(a, use_na_sentinel=False)
-            size = len(uniques)
+        else:  # missing cells (-1) become one more value: no separate pass for them
+            column, uniques = pd.factorize(a)
+            size = len(uniques) + 1
+            column[column < 0] = size - 1
         if size <= 1:
             continue  # one value (a search space's model columns): it splits no group
         if radix * size >= 2**62:
@@ -147,10 +152,12 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
     return np.asarray(codes, dtype=np.int64), first
 
-def per_group(arrays: Sequence[np.ndarray], fn: Any) -> tuple[np.ndarray, list[Any]]:
-    """``fn(*distinct row)`` once for each distinct row of ``arrays``: the rows' codes and
-    the answers (``answers[codes]`` is every row's)."""
-    codes, uniques = group_codes(arrays)
+def per_group(arrays: Sequence[np.ndarray], fn: Any,
+              keys: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, list[Any]]:
+    """``fn(*distinct row)`` once for each distinct row of ``arrays`` (told apart by
+    ``keys`` where given: :func:`group_codes`): the rows' codes and the answers
+    (``answers[codes]`` is every row's)."""
+    codes, uniques = group_codes(arrays, keys)
     return codes, [fn(*u) for u in uniques]
 
 def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.ndarray
@@ -158,8 +165,10 @@ def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.nd
     """``object.name`` of each row's object, ``fallback`` where it is None."""
     values = np.empty(len(objects), dtype=object)
     values[:] = [None if o is None else getattr(o, name) for o in objects]
-    none = np.array([o is None for o in objects], dtype=bool)[codes]
-    return np.where(none, fallback, values[codes])
+    none = np.array([o is None for o in objects], dtype=bool)
+    if not none.any():  # every row's object built: no pass over the fallback
+        return np.asarray(values[codes])
+    return np.where(none[codes], fallback, values[codes])
 
 @dataclass(frozen=True)
 class CheckedTable:
@@ -172,10 +181,12 @@ class CheckedTable:
     errors: list[str]
     """Per input row: '' or why it is not a configuration (config_from_flat's message)."""
 
-def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.ndarray]
+           ) -> tuple[np.ndarray, np.ndarray]:
     """The column ``name`` in its field's type and where it is missing (None, NaN, ''); rows
     whose cells the column path cannot read exactly are marked in ``slow``. Missing cells
-    hold the field's default (0 for a required count)."""
+    hold the field's default (0 for a required count). A text column read through its
+    distinct cells leaves their codes in ``keys`` (:func:`group_codes`' keys)."""
     import pandas as pd
 
     n = len(df)
@@ -188,6 +199,8 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, n
     if (name in _INT and pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu"
             and not col.hasnans):  # a nullable Int64 column with NA reads as floats, below
         raw = col.to_numpy()
+        if n == 0 or (int(raw.max()) <= _EXACT_COUNT and int(raw.min()) >= -_EXACT_COUNT):
+            return raw.astype(np.int64), np.zeros(n, dtype=bool)  # a copy: v is written to
         big = (raw > _EXACT_COUNT) | (raw < -_EXACT_COUNT)
         slow |= big
         return np.where(big, 0, raw).astype(np.int64), np.zeros(n, dtype=bool)
@@ -204,11 +217,13 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray) -> tuple[np.ndarray, n
         return col.to_numpy(dtype=bool, copy=True), np.zeros(n, dtype=bool)
     if name in _TEXT and n > 64 and pd.api.types.infer_dtype(col, skipna=True) in (
             "string", "empty"):  # text and missing cells only: judge each distinct one once
-        codes, uniques = pd.factorize(col, use_na_sentinel=False)
-        odd = np.zeros(len(uniques), dtype=bool)
-        values, missing = _object_cells(list(uniques), name, default, odd)
-        if not odd.any():  # else (pd.NA, say) cell by cell below, as config_from_flat reads it
-            return values[codes], missing[codes]
+        codes, uniques = pd.factorize(col)  # a missing cell: -1, the last of the cells below
+        cells = [*uniques, getattr(dtype, "na_value", np.nan)]  # the dtype's own missing value
+        odd = np.zeros(len(cells), dtype=bool)
+        values, missing = _object_cells(cells, name, default, odd)
+        if not (odd[:-1].any() or (odd[-1] and bool((codes < 0).any()))):
+            keys[name] = codes  # else (pd.NA, say) cell by cell below, as config_from_flat
+            return values[codes], missing[codes]  # reads it
     return _object_cells(col.tolist(), name, default, slow)
 
 def _object_cells(cells: list[Any], name: str, default: Any,
@@ -259,9 +274,10 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     slow = np.zeros(n, dtype=bool)  # rows config_from_flat settles
     broken = np.zeros(n, dtype=bool)  # rows that break a rule
     v: dict[str, np.ndarray] = {}
+    keys: dict[str, np.ndarray] = {}  # text columns' codes, each column factorised once
     sp_missing = np.zeros(n, dtype=bool)
     for name in CONFIG_COLUMNS:
-        v[name], missing = _cells(df, name, slow)
+        v[name], missing = _cells(df, name, slow, keys)
         if name in _REQUIRED and name != "num_kv_heads":
             slow |= missing
         elif name == "num_kv_heads":  # config_from_flat: as many as num_heads when missing
@@ -271,8 +287,9 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     if sp_missing.any():  # config_from_flat: the framework's default, for the model
         framework = v["framework"]
         default = (v["tp"] > 1) & (
-            _per_framework(framework, always_sequence_parallel)
-            | ((v["num_experts"] >= 2) & _per_framework(framework, moe_needs_sequence_parallel)))
+            _per_framework(framework, always_sequence_parallel, keys.get("framework"))
+            | ((v["num_experts"] >= 2) & _per_framework(framework, moe_needs_sequence_parallel,
+                                                         keys.get("framework"))))
         v["sequence_parallel"] = np.where(sp_missing, default, v["sequence_parallel"])
     if "global_batch_seqs" in df.columns:  # checked by config_from_flat, row by row
         _, missing = _object_cells(df["global_batch_seqs"].tolist(), "global_batch_seqs",
@@ -281,18 +298,21 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     fast = np.flatnonzero(~slow)
     if len(fast):
         sub = v if len(fast) == n else {k: a[fast] for k, a in v.items()}
-        bad, canonical = _canonical(sub)
-        cross, inexact = _cross_rules(sub)
+        sub_keys = keys if len(fast) == n else {k: a[fast] for k, a in keys.items()}
+        bad, canonical = _canonical(sub, sub_keys)
+        cross, inexact = _cross_rules(sub, sub_keys.get("framework"))
         broken[fast[bad | cross]] = True
         slow[fast[inexact & ~(bad | cross)]] = True
         for k, a in canonical.items():
             v[k][fast] = a
     errors = [""] * n
+    valid = np.ones(n, dtype=bool)
     if messages:
         slow |= broken
     else:
         for pos in np.flatnonzero(broken).tolist():
             errors[pos] = BROKEN
+        valid &= ~broken
     slow_rows = np.flatnonzero(slow)
     records = df.iloc[slow_rows].to_dict("records") if len(slow_rows) else []
     for pos, record in zip(slow_rows.tolist(), records, strict=True):
@@ -300,20 +320,20 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
             flat = config_to_flat(config_from_flat(record))
         except SurrogateError as e:
             errors[pos] = str(e)
+            valid[pos] = not errors[pos]
             continue
         for k in CONFIG_COLUMNS:  # counts are at most 2**53 (MAX_COUNT): they fit int64
             v[k][pos] = flat[k]
-    rows = np.flatnonzero(np.array([not e for e in errors], dtype=bool))
+    rows = np.flatnonzero(valid)
     return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
 
-def _per_framework(framework: np.ndarray, flag: Callable[[str], bool]) -> np.ndarray:
+def _per_framework(framework: np.ndarray, flag: Callable[[str], bool],
+                   key: np.ndarray | None = None) -> np.ndarray:
     """Per row, ``flag`` of its framework name, evaluated once per distinct name (False where
-    the cell is missing)."""
-    import pandas as pd
-
-    codes, names = pd.factorize(framework)
-    flags = np.array([flag(str(f)) for f in names] + [False], dtype=bool)
-    return flags[np.where(codes >= 0, codes, len(names))]
+    the cell is missing); ``key``: the column's codes, where computed (:func:`group_codes`)."""
+    codes, names = group_codes([framework], None if key is None else [key])
+    flags = np.array([f is not None and f == f and flag(str(f)) for (f,) in names], dtype=bool)
+    return np.asarray(flags[codes], dtype=bool)
 
 BROKEN = "breaks a rule of surrogate.config.training"
 """The error of a row :func:`validate_table` judged without its message."""
@@ -343,11 +363,14 @@ def runs_as_another(table: FlatTable) -> np.ndarray:
     out[:] = answers
     return np.asarray(out[codes], dtype=object)
 
-def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
+def _cross_rules(v: FlatTable, framework_key: np.ndarray | None
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
-    columns are exact (config_from_flat then decides)."""
+    columns are exact (config_from_flat then decides); ``framework_key``: the framework
+    column's codes, where computed."""
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
-    c.weighted_split = _per_framework(v["framework"], weighted_split).astype(np.float64)
+    c.weighted_split = _per_framework(v["framework"], weighted_split,
+                                      framework_key).astype(np.float64)
     inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):
@@ -358,20 +381,23 @@ def _cross_rules(v: FlatTable) -> tuple[np.ndarray, np.ndarray]:
             broken |= np.asarray(rule.broken(c), dtype=bool)
     return broken & ~inexact, inexact
 
-def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+def _canonical(v: FlatTable, keys: Mapping[str, np.ndarray]
+               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Each distinct model, cluster, layout and GPU/dtype built once: where one breaks a rule,
-    and the canonical ``gpu``, ``framework`` and ``framework_version``."""
+    and the canonical ``gpu``, ``framework`` and ``framework_version``; ``keys``: codes of
+    text columns (:func:`group_codes`)."""
     bad = np.zeros(table_len(v), dtype=bool)
 
     def build(cls: type, arrays: list[np.ndarray], names: Sequence[str]
               ) -> tuple[np.ndarray, list[Any]]:
-        codes, objects = per_group(arrays, _builds(cls, names))
+        stand_in = [keys.get(k, a) for k, a in zip(names, arrays, strict=True)]
+        codes, objects = per_group(arrays, _builds(cls, names), stand_in)
         bad[:] |= np.array([o is None for o in objects], dtype=bool)[codes]
         return codes, objects
 
     build(ModelConfig, [v[k] for k in MODEL_FIELDS], MODEL_FIELDS)
-    codes, clusters = build(ClusterConfig, [v[k] for k in _CLUSTER], _CLUSTER)
-    gpu = _attribute(codes, clusters, "gpu", v["gpu"])
+    codes_of_clusters, clusters = build(ClusterConfig, [v[k] for k in _CLUSTER], _CLUSTER)
+    gpu = _attribute(codes_of_clusters, clusters, "gpu", v["gpu"])
     names = (*_DEGREES, "recompute_layers", *_LAYOUT_TEXT)
     degrees = [np.minimum(v[k], 2) for k in _DEGREES]  # a layout's own rules compare with 1
     checkpointed = np.minimum(v["recompute_layers"], 1)  # and this count with 0
@@ -383,7 +409,8 @@ def _canonical(v: FlatTable) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         "framework_version": _attribute(codes, layouts, "framework_version",
                                         v["framework_version"]),
     }
-    codes, has = per_group([gpu, v["dtype"]], _gpu_has_dtype)
+    codes, has = per_group([gpu, v["dtype"]], _gpu_has_dtype,  # one canonical GPU a cluster
+                           [codes_of_clusters, keys.get("dtype", v["dtype"])])
     bad |= ~np.array(has, dtype=bool)[codes]
     return bad, canonical
 

@@ -44,7 +44,13 @@ from typing import Any, Literal
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, local_ranks
+from surrogate.analytic.perf import (
+    COLLECTIVE_OPS,
+    SpecPerfModel,
+    best_gemm_efficiency,
+    bus_factor,
+    local_ranks,
+)
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.errors import DataError, shorten, shown
 from surrogate.hardware.fabric import Fabric
@@ -265,6 +271,10 @@ class CalibrationProfile:
             eff = np.where(fp8 > 0, self.gemm["fp8"](m, n, k), eff)
         return np.broadcast_to(eff, shape).astype(np.float64)
 
+    @cached_property
+    def best_gemm_efficiency(self) -> float:
+        return best_gemm_efficiency(self)
+
     def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
                              c: Cols) -> Array | None:
         if self.attention is None:
@@ -298,25 +308,32 @@ class CalibrationProfile:
         fallback = np.zeros(size.shape, dtype=bool)
         if self.fabric is not None and bool(np.any(inter > 0)):
             across = (inter > 0) & (group > 1)
-            local = np.broadcast_to(local_ranks(group, c, ranks_per_node), size.shape)
-            t = self.fabric.time_s(op, size, group, local, c)
-            out = np.where(across, np.broadcast_to(t, size.shape), out)
+            if across.any():  # the fabric's formula on those rows only
+                rows = np.flatnonzero(across.ravel())
+                local = np.broadcast_to(local_ranks(group, c, ranks_per_node), size.shape)
+                out.ravel()[rows] = self.fabric.time_s(
+                    op, size.ravel()[rows], group.ravel()[rows], local.ravel()[rows],
+                    _net_scale_rows(c, rows, size.shape))
             inter = np.where(across, -1.0, inter)  # answered
         side = np.sign(inter)  # -1: answered above; 0: inside a node; 1: across nodes
-        for g in np.unique(group).tolist():
-            if g <= 1:
-                continue
-            in_group = group == g
-            for x in (0.0, 1.0):
-                mask = in_group & (side == x)
+        # the curves answer the rest: each (group size, side) once, over its own rows
+        todo = np.flatnonzero(((side >= 0) & (group > 1)).ravel())
+        flat_group, flat_side, flat_size = group.ravel()[todo], side.ravel()[todo], \
+            size.ravel()[todo]
+        flat_out, flat_fallback = out.ravel(), fallback.ravel()
+        inside = flat_side == 0.0
+        for g in np.unique(flat_group).tolist():
+            in_group = flat_group == g
+            for x, on_side in ((0.0, inside), (1.0, ~inside)):
+                mask = in_group & on_side
                 if not mask.any():
                     continue
                 try:
                     cv, factor = self.curve(op, round(g), x > 0)
                 except LookupError:
-                    fallback |= mask
+                    flat_fallback[todo[mask]] = True
                     continue
-                out[mask] = cv(size[mask]) * factor
+                flat_out[todo[mask]] = cv(flat_size[mask]) * factor
         if fallback.any():
             spec = SpecPerfModel().collective_time_s(op, size, group, np.abs(inter), c,
                                                      ranks_per_node)
@@ -372,6 +389,14 @@ class CalibrationProfile:
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
+
+def _net_scale_rows(c: Cols, rows: np.ndarray, shape: tuple[int, ...]) -> Cols:
+    """The columns :meth:`Fabric.time_s` reads (``net_scale``, where given) at flat positions
+    ``rows`` of arrays of ``shape``."""
+    if "net_scale" not in c:
+        return {}
+    scale = np.broadcast_to(np.asarray(c["net_scale"], dtype=np.float64), shape)
+    return {"net_scale": scale.ravel()[rows]}
 
 def shipped_profiles() -> list[str]:
     """Names of the profiles shipped in the package (``surrogate/data/profiles``)."""

@@ -189,3 +189,23 @@ def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
                            recompute_layers=5, sequence_parallel=False)], shipped_parameter_sets())
     assert flops.every_nth_block(five)[0] == 0.0
     assert flops.checkpointed_layers(five, np.array([8.0]))[0] == 5
+
+
+def test_layer_params_hold_each_part_of_each_row(cols):
+    """LayerParams (computed once per table) holds every part's count per layer of each row,
+    a GQA row beside an MLA row with experts alike, and its rows those of the subset."""
+    gqa = cols(ModelConfig(**TINY), dp=1)
+    mla = cols(ModelConfig(**dict(TINY, num_kv_heads=4, q_lora_rank=16, kv_lora_rank=8,
+                                  qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8),
+                           num_experts=4, experts_topk=2, moe_ffn_hidden_size=32,
+                           shared_expert_ffn_hidden_size=64), dp=1)
+    both = {k: np.concatenate([gqa[k], mla[k]]) for k in gqa}
+    p = flops.LayerParams.of(both)
+    parts = {"attention": flops.attention_params_per_layer, "mlp": flops.mlp_params_per_layer,
+             "shared_expert": flops.shared_expert_params_per_layer,
+             "router": flops.router_params_per_layer, "experts": flops.expert_params_per_layer}
+    for name, count in parts.items():
+        np.testing.assert_array_equal(getattr(p, name), count(both), err_msg=name)
+        for row, alone in enumerate((gqa, mla)):  # each row as in a table of its own
+            assert getattr(p, name)[row] == count(alone)[0], name
+            assert getattr(p.rows(np.array([row])), name).tolist() == [count(alone)[0]]

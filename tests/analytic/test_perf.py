@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from surrogate.analytic.perf import COLLECTIVE_OPS, SpecPerfModel, bus_factor, ring_steps
+from surrogate.analytic.perf import (
+    COLLECTIVE_OPS,
+    SpecPerfModel,
+    best_gemm_efficiency,
+    bus_factor,
+    ring_steps,
+)
 
 # nccl-tests' PERFORMANCE.md: busbw = algbw x 2(n-1)/n for all_reduce, (n-1)/n for
 # all_gather, reduce_scatter and alltoall, 1 for broadcast and send/recv; a ring takes 2(n-1)
@@ -62,3 +68,8 @@ def test_gemm_efficiency_is_the_setting():
     eff = perf.gemm_efficiency(np.ones(3), np.ones(3), np.ones(3), {})
     np.testing.assert_array_equal(eff, 0.5)
     assert SpecPerfModel().gemm_efficiency_frac == 0.70 and SpecPerfModel.name == "datasheet"
+
+
+def test_the_datasheet_best_gemm_efficiency_is_its_assumed_one():
+    perf = SpecPerfModel(0.6)
+    assert perf.best_gemm_efficiency == best_gemm_efficiency(perf) == 0.6

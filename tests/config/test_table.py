@@ -169,6 +169,31 @@ def test_group_codes_keep_none_and_agree_between_small_and_large_tables():
     assert small_rows == rows and small_codes.tolist() == codes[:4].tolist()
 
 
+def test_group_codes_told_apart_by_keys_give_every_row_its_values():
+    """Keys (codes of raw cells, computed once) may split a value in two: every row still
+    gets its own values."""
+    raw = np.array([" a", "a", None, "b"] * 100, dtype=object)
+    keys = pd.factorize(raw)[0]
+    text = np.array([None if v is None else v.strip() for v in raw], dtype=object)
+    counts = np.array([1, 1, 1, 2] * 100)
+    codes, rows = group_codes([text, counts], [keys, counts])
+    assert [rows[k] for k in codes] == list(zip(text.tolist(), counts.tolist(), strict=True))
+
+
+def test_text_cells_of_every_kind_answer_as_config_from_flat():
+    """Object text columns holding None, NaN, pd.NA, blanks, padding and a number, over
+    enough rows (more than 64) that each column is read through its distinct cells."""
+    df = pd.DataFrame([BASE[0], BASE[1]] * 40)
+    odd = [None, np.nan, pd.NA, "", " torchtitan ", " none"]
+    for col in ("framework", "recompute", "gpu", "framework_version"):
+        cells = df[col].astype(object).to_numpy(copy=True)
+        cells[[3 + 7 * j for j in range(len(odd))]] = odd
+        if col == "gpu":
+            cells[60] = 3  # not text: this column cell by cell
+        df[col] = pd.Series(cells, dtype=object)
+    assert_same_as_rows(df)
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32), st.integers(1, 6))
 def test_distinct_rows_number_rows_by_first_appearance(seed: int, width: int) -> None:

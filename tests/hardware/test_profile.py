@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from surrogate.analytic.perf import COLLECTIVE_OPS, PerfModel
+from surrogate.analytic.perf import CEILING_SIDES, COLLECTIVE_OPS, PerfModel
 from surrogate.errors import DataError
 from surrogate.hardware.profile import CalibrationProfile, default_profile, load_profile
 
@@ -77,6 +77,36 @@ def test_group_of_one_costs_nothing(h100: CalibrationProfile) -> None:
     t = h100.collective_time_s("all_reduce", np.array([1e6, 1e6]), np.array([1.0, 8.0]),
                                np.array([0.0, 0.0]), {})
     assert t[0] == 0.0 and t[1] > 0
+
+
+def test_the_best_gemm_efficiency_is_computed_once_per_profile(h100: CalibrationProfile) -> None:
+    m, n, k = (a.ravel() for a in np.meshgrid(CEILING_SIDES, CEILING_SIDES, CEILING_SIDES))
+    best = float(np.max(h100.gemm_efficiency(m, n, k, {})))
+    assert h100.best_gemm_efficiency == best
+    assert vars(h100)["best_gemm_efficiency"] == best  # kept on the profile, not elsewhere
+
+
+@pytest.mark.parametrize("name", ["H100-SXM-80GB", "hf-playbook-cluster"])
+def test_a_batch_gives_each_row_its_own_time(name: str) -> None:
+    """Groups inside and across nodes (the fabric's and the curves' rows), groups no curve
+    has (the datasheet's), per-row net_scale: each row's time in a batch is its time alone."""
+    profile = load_profile(name)
+    rng = np.random.default_rng(1)
+    n = 400
+    size = 10.0 ** rng.uniform(0, 11, n)
+    group = 2.0 ** rng.integers(0, 12, n)
+    inter = rng.integers(0, 2, n).astype(np.float64)
+    local = np.minimum(group, 2.0 ** rng.integers(0, 4, n))
+    c = {"gpus_per_node": np.full(n, 8.0), "intra_node_bw": np.full(n, 4.5e11),
+         "inter_node_bw": np.full(n, 5e10), "intra_node_latency_s": np.full(n, 1e-5),
+         "inter_node_latency_s": np.full(n, 2e-5), "net_scale": rng.uniform(0.5, 1.2, n)}
+    for op in COLLECTIVE_OPS:
+        batch = profile.collective_time_s(op, size, group, inter, c, local)
+        for i in range(0, n, 9):
+            one = slice(i, i + 1)
+            alone = profile.collective_time_s(op, size[one], group[one], inter[one],
+                                              {k: v[one] for k, v in c.items()}, local[one])
+            assert alone[0] == batch[i], (op, i)
 
 
 def test_labels_measured_and_extrapolated(h100: CalibrationProfile) -> None:
