@@ -46,6 +46,7 @@ from surrogate.config.training import TrainingConfig, config_from_flat, config_t
 from surrogate.errors import ConfigError, DataError
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
+from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.labels import layout_label, point_of
 from surrogate.layouts.search import Limits, score_configs
 from surrogate.layouts.space import layout_key
@@ -106,8 +107,6 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
 def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
     """Each row's probability of completing with the highest MFU of the rows and above
     ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
-    from surrogate.layouts.best_odds import p_best
-
     return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
 
 
@@ -463,8 +462,6 @@ def _listed(scored: pd.DataFrame, candidates: Sequence[TrainingConfig],
             by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
     """The picks with their scores and ``p_best`` among them, ordered by the column ``by``
     (the predicted MFU or its 10% quantile; stable: ties keep the order they were picked)."""
-    from surrogate.layouts.best_odds import p_best
-
     rows = scored.iloc[[i for i, _, _ in picks]].reset_index(drop=True)
     odds = p_best(rows)
     order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf),
