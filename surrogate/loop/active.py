@@ -44,6 +44,7 @@ from surrogate.config.framework_traits import RECOMPUTE_MODES
 from surrogate.config.frameworks import get_framework
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
 from surrogate.layouts.best_odds import p_best
@@ -269,12 +270,8 @@ def write_round(
 
 def read_round(round_dir: str | Path) -> dict[str, Any]:
     path = Path(round_dir) / ROUND_FILE
-    if not path.exists():
-        raise DataError(f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e.msg})") from None
+    data = read_json(path, missing=DataError(
+        f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)"))
     return _check_round(data, path)
 
 def _check_round(record: Any, where: Path) -> dict[str, Any]:
