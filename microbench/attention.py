@@ -17,6 +17,7 @@ rows' then says how much of the full work a causal kernel costs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,8 +41,6 @@ def attention_ops(causal: bool) -> tuple[str, str]:
 def flash_only(device: str) -> Callable[[], Any]:
     """A context-manager factory: on a GPU, attention on the flash backend only (a shape it
     cannot run raises instead of running on another backend); on the CPU, no constraint."""
-    import contextlib
-
     if not device.startswith("cuda"):
         return contextlib.nullcontext
     from torch.nn.attention import SDPBackend, sdpa_kernel

@@ -3,6 +3,7 @@ on the CPU (method: :mod:`microbench.saved_activations`)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -215,8 +216,6 @@ def megatron_on_cpu() -> Iterator[None]:
     0.16.1), finds it None and runs its own fallback. Its gathers and reduce-scatters of
     uneven token counts (the dispatcher's under tp and ep at once), which NCCL runs and gloo
     refuses, run padded or chunk by chunk over gloo."""
-    import contextlib
-
     import megatron.core.transformer.moe.moe_utils as moe_utils
     import megatron.core.transformer.moe.token_dispatcher as token_dispatcher
     import torch
@@ -281,8 +280,6 @@ def megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_l
     ``TransformerBlock`` of ``num_layers`` under ``recompute`` (None, ``selective``: its core
     attention, or ``full``: every layer, Megatron-LM's ``--recompute-method uniform
     --recompute-num-layers 1``)."""
-    import contextlib
-
     import torch
     import torch.nn.functional as F
 

@@ -24,6 +24,7 @@ from typing import Any
 from microbench.fingerprint import Fingerprint, collect
 from microbench.records import JsonlWriter, make_record
 from microbench.watchdog import Watchdog
+from surrogate.config.presets import PRESETS
 
 GRID_SIDES: tuple[int, ...] = (256, 512, 1024, 2048, 4096, 8192)
 """Powers of two for the regular grid (m, n, k each)."""
@@ -66,8 +67,6 @@ def preset_shapes(tps: Sequence[int] = PRESET_TPS, *, mbs: int = 1) -> list[Gemm
     LM head by columns (out / tp) and the attention output and MLP down projection by rows
     (in / tp). Shapes that tp does not divide evenly are left out.
     """
-    from surrogate.config.presets import PRESETS
-
     seen: set[tuple[int, int, int]] = set()
     out: list[GemmShape] = []
     for model in PRESETS.values():

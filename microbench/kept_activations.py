@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -128,8 +129,6 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
     torchtitan splits them before it checkpoints (:func:`split_moe_blocks`, and under tp its
     plan for the attention and norms, ``apply_non_moe_tp``), each rank given its own sequence
     shard. Stand-ins: :func:`integer_histc`, :func:`cpu_permute_indices`."""
-    import gc
-
     import torch
     import torch.distributed as dist
 

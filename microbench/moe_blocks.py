@@ -3,6 +3,8 @@ by expert and tensor parallelism (method: :mod:`microbench.saved_activations`)."
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
@@ -52,8 +54,6 @@ def cpu_permute_indices() -> Iterator[None]:
     """torchtitan's ordering and padding of the token groups
     (``models/moe/kernels.generate_permute_indices``) on its own CPU implementation
     (``use_cpu=True``) in place of its Triton kernel: the same indices and group sizes."""
-    import functools
-
     import torchtitan.models.moe.utils as moe_utils
 
     kernel = moe_utils.generate_permute_indices
@@ -185,8 +185,6 @@ def megatron_moe(*, hidden_size: int, moe_ffn_hidden_size: int, num_experts: int
     ``tp`` ranks and its experts over the ``ep`` ranks (and over tp too) of the initialised
     (gloo) process group where they are > 1: its configuration and what its forward saves on
     this rank. Stand-ins: :func:`megatron_on_cpu`."""
-    import contextlib
-
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F

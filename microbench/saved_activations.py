@@ -93,6 +93,7 @@ an MoE stack's config has ``routed_tokens`` per block.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
@@ -200,7 +201,6 @@ def _total_bytes(rec: dict[str, Any]) -> int:
 def _main_distributed(args: argparse.Namespace) -> int:
     """``--moe [--recompute] --ep N``, ``--tp N`` or both on each of torchrun's N (x M) ranks:
     every rank measures, rank 0 writes."""
-    import os
     from importlib.metadata import version
 
     import torch.distributed as dist

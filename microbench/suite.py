@@ -10,6 +10,7 @@ real run is slower) plus a fixed cost per measurement and per process start.
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,8 @@ import numpy as np
 
 from microbench.collectives import LAYOUTS, OPS, group_sizes, message_sizes
 from microbench.gemm import GemmShape, grid_shapes, standard_shapes
+from surrogate.analytic.perf import SpecPerfModel
+from surrogate.config.gpus import get_gpu
 
 PROCESS_START_S = 10.0
 """Assumed cost of starting a torchrun and its process group (s)."""
@@ -58,8 +61,6 @@ class SuiteSettings:
 
 def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmup: int,
                      repeats: int) -> float:
-    from surrogate.config.gpus import get_gpu
-
     spec = get_gpu(gpu)
     total = 0.0
     for d in dtypes:
@@ -72,9 +73,6 @@ def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmu
 
 def _collective_estimate_s(op: str, sizes: list[int], groups: list[int], world: int, gpu: str,
                            warmup: int, iters: int) -> tuple[int, float]:
-    from surrogate.analytic.perf import SpecPerfModel
-    from surrogate.config.gpus import get_gpu
-
     spec = get_gpu(gpu)
     c = {"intra_node_bw": np.array(spec.intra_node_bw_bytes_per_s),
          "inter_node_bw": np.array(spec.inter_node_bw_bytes_per_s),
@@ -95,8 +93,6 @@ def _collective_estimate_s(op: str, sizes: list[int], groups: list[int], world: 
 
 def torchrun_argv() -> list[str]:
     """``torchrun`` beside this Python (a venv's), else ``python -m torch.distributed.run``."""
-    import shutil
-
     exe = shutil.which("torchrun", path=str(Path(sys.executable).parent))
     return [exe] if exe else [sys.executable, "-m", "torch.distributed.run"]
 

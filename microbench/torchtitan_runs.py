@@ -45,9 +45,12 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+from microbench.fingerprint import collect
+from surrogate.config.training import MODEL_FIELDS, config_from_flat
 
 FLAVOUR_FILE = "flavour.json"
 CONFIG_FILE = "config.toml"
@@ -124,10 +127,7 @@ CASES: tuple[Case, ...] = tuple(Case(*c) for c in (
 
 
 def _case_config(case: Case) -> Any:
-    from dataclasses import asdict
-
     from surrogate.config.presets import PRESETS
-    from surrogate.config.training import config_from_flat
 
     model = dict(case.model)
     name = model.pop("name")
@@ -190,8 +190,6 @@ def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> lis
 
 
 def _model_columns(model: Any) -> dict[str, Any]:
-    from surrogate.config.training import MODEL_FIELDS
-
     return {"model_name": model.name} | {
         f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")}
 
@@ -269,8 +267,6 @@ def kernel_table(trace: Path, *, top: int = 40) -> str:
 
 
 def _write_env(root: Path) -> None:
-    from microbench.fingerprint import collect
-
     smi = shutil.which("nvidia-smi")
     text = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
                            "power.limit", "--format=csv"], capture_output=True, text=True,

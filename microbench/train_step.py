@@ -63,6 +63,7 @@ from microbench.watchdog import Watchdog
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import PRESETS
 from surrogate.config.training import MODEL_FIELDS
+from surrogate.ingest.microbench_table import hardware_from_device_name
 
 RECORD_SCHEMA = "surrogate.train_step/1"
 GIB = 2.0**30
@@ -418,8 +419,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-
-    from surrogate.ingest.microbench_table import hardware_from_device_name
 
     device = resolve_device(args.device)
     models = [m.strip() for m in args.models.split(",") if m.strip()]

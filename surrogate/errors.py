@@ -10,6 +10,8 @@ The CLI turns any :class:`SurrogateError` into one line on stderr and exit code 
 
 from __future__ import annotations
 
+import reprlib
+
 
 class SurrogateError(Exception):
     """Base class of every error the project raises on purpose."""
@@ -48,8 +50,6 @@ def shown(value: object, limit: int = MESSAGE_VALUE_CHARS) -> str:
     """The ``repr`` of ``value`` for an error message, cut to ``limit`` characters; a container
     is abbreviated by :mod:`reprlib` before it is turned into text, so a huge one costs
     nothing."""
-    import reprlib
-
     r = reprlib.Repr()
     r.maxstring = r.maxother = limit
     r.maxlist = r.maxdict = r.maxtuple = r.maxset = 8

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from microbench.torchtitan_runs import read_run_dirs
 from surrogate.analytic.params import DEFAULT_SET, ParameterSets
 from surrogate.calibration.blocks import (
     MIN_FIT_MFU,
@@ -37,7 +38,12 @@ from surrogate.calibration.blocks import (
     predicted_logged_reserved,
     predicted_step_s,
 )
+from surrogate.calibration.clusters import playbook_runs
 from surrogate.calibration.fit_params import Balance, fit_default, fit_runs
+from surrogate.config.training import config_from_flat
+from surrogate.ingest.dispatch import read_runs
+from surrogate.ingest.llmfoundry import parse_llmfoundry
+from surrogate.io.datasource import data_dir as resolve_data_dir
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
 """The project's own H100 measurements (``datasets/h100``)."""
@@ -51,9 +57,6 @@ def own_h100_runs() -> pd.DataFrame:
     """The project's own single-H100 runs: PyTorch autocast and FSDP2 training steps
     (``microbench.train_step``) and torchtitan 0.2.2 runs, all on the machine of
     ``datasets/h100/2026-11-23/env.txt``, explained under its measured profile."""
-    from microbench.torchtitan_runs import read_run_dirs
-    from surrogate.ingest.dispatch import read_runs
-
     paths = sorted((DATASETS / "2026-11-23").glob("train_steps_*.jsonl"))
     paths += sorted((DATASETS / "2026-11-24" / "fsdp2").glob("train_steps_*.jsonl"))
     frames = [read_runs(p) for p in paths]
@@ -66,10 +69,6 @@ def own_h100_runs() -> pd.DataFrame:
 def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
     """Every measured run of every framework and cluster, with a ``cluster`` column:
     ``playbook``, ``mpt-h100``, ``mpt-a100`` (both A100 memory sizes) and ``own-h100``."""
-    from surrogate.calibration.clusters import playbook_runs
-    from surrogate.ingest.llmfoundry import parse_llmfoundry
-    from surrogate.io.datasource import data_dir as resolve_data_dir
-
     playbook = playbook_runs(data_dir).assign(cluster="playbook")
     mpt = parse_llmfoundry(resolve_data_dir(data_dir)
                            / "sweeps/llmfoundry_mpt/benchmarking_README.md")[0]
@@ -79,8 +78,6 @@ def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
 
 
 def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
-    from surrogate.config.training import config_from_flat
-
     return np.array([config_from_flat(r).layout.parameter_set()
                      for r in runs.to_dict("records")], dtype=object)
 

@@ -22,7 +22,10 @@ from surrogate.io.outputs import check_output_dir
 from surrogate.io.stores import check_storage
 from surrogate.io.table_files import check_table_file
 from surrogate.io.tracking import check_store, run_url, tracking_uri
+from surrogate.learned.model import SurrogateModel
 from surrogate.progress import bars
+from training.evaluate import DEFAULT_PROTOCOLS, PROTOCOLS, evaluate, format_metric
+from training.train import EVALUATION_FILE, load_runs
 from training.tune import MAX_ESTIMATORS
 
 if TYPE_CHECKING:
@@ -34,8 +37,6 @@ if TYPE_CHECKING:
 def _print_results(results: dict[str, ProtocolResult]) -> None:
     from rich.console import Console
     from rich.table import Table
-
-    from training.evaluate import PROTOCOLS, format_metric
 
     console = Console()
     for name, r in results.items():
@@ -75,8 +76,6 @@ class RunsOptions:
 
     def load(self) -> pd.DataFrame:
         """The runs (``training.train.load_runs``)."""
-        from training.train import load_runs
-
         return load_runs(list(self.sweeps or []), playbook=not self.no_playbook,
                          data_dir=self.data_dir)
 
@@ -106,7 +105,6 @@ class TuningOptions:
         if self.n_trials > 0:
             raise ConfigError(f"--settings-from replaces tuning: give --n-trials 0, got "
                               f"{self.n_trials}")
-        from surrogate.learned.model import SurrogateModel
 
         return SurrogateModel.load(self.settings_from).lightgbm_params
 
@@ -133,7 +131,6 @@ def train_cmd(
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
     _check_before_work(runs, tuning, out=out, force=force, track=not no_track)
-    from training.evaluate import DEFAULT_PROTOCOLS
     from training.train import train
 
     params = tuning.given_params()
@@ -215,7 +212,6 @@ def _tracking_failed(result: Any) -> None:
     error = getattr(result, "tracking_error", None)
     if error is None:
         return
-    from training.train import EVALUATION_FILE
 
     raise DataError(f"recording the training in MLflow ({tracking_uri()}) failed "
                     f"({error}); the model is saved in {result.out_dir} and its "
@@ -239,9 +235,6 @@ def evaluate_cmd(
 ) -> None:
     """Refit the surrogate under each protocol and print held-out accuracy (learned vs the
     analytic model alone)."""
-    from surrogate.learned.model import SurrogateModel
-    from training.evaluate import DEFAULT_PROTOCOLS, evaluate
-
     table = runs.load()
     params: dict[str, dict[str, Any] | None] | None = None
     if model_dir is not None:

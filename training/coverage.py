@@ -14,6 +14,16 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.learned.recalibration import (
+    factors_for,
+    fit_factors,
+    measured_needed,
+    node_bands,
+    pipeline_labels,
+    run_categories,
+)
+from surrogate.learned.training_data import cell_groups
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -57,8 +67,6 @@ def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
     """The groupings :func:`coverage_by_group` reports, one label per run: the node-count
     band, the framework (its version, where the runs carry one) and pipeline or none."""
     import pandas as pd
-
-    from surrogate.learned.recalibration import node_bands, pipeline_labels
 
     framework = res["framework"].astype(str)
     if "framework_version" in res:
@@ -108,8 +116,6 @@ def scale_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per measured run (as :func:`interval_hits`), the factor k on its interval's log
     half-widths that would just hold the measured value
     (:func:`surrogate.learned.recalibration.measured_needed`)."""
-    from surrogate.learned.recalibration import measured_needed
-
     return measured_needed(res)
 
 
@@ -124,9 +130,6 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     on."""
     import pandas as pd
     from sklearn.model_selection import GroupKFold
-
-    from surrogate.learned.recalibration import factors_for, fit_factors, run_categories
-    from surrogate.learned.training_data import cell_groups
 
     out = []
     for needed in scale_needed(res):

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
 from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError
 from surrogate.learned.model import SurrogateModel
@@ -204,7 +205,6 @@ def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any
     (``TrainingData.parameter_sets``: the shipped ones unless given others) of framework
     versions ``data`` does not hold. (The shipped sets of the versions it holds were fitted on
     all their runs, the test runs among them.)"""
-    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
     from surrogate.calibration.fit_params import fit_runs
 
     held = {FRAMEWORK_VERSIONS[int(c)] for c in np.unique(data.cols["framework_code"])}

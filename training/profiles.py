@@ -31,8 +31,14 @@ from pathlib import Path
 
 import pandas as pd
 
+from microbench.gemm import GRID_SIDES
 from surrogate.calibration.calibrate import fit_profile
 from surrogate.hardware.profile import CalibrationProfile
+from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+from surrogate.ingest.microbench_table import GEMM_OP
+from surrogate.ingest.nccl_tests import parse_nccl_tests
+from surrogate.ingest.playbook_network import parse_playbook_network
+from surrogate.ingest.xla_tables import parse_xla_table
 from surrogate.io.datasource import data_dir as resolve_data_dir
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
@@ -57,9 +63,6 @@ _NOTES_COMMON = (
 
 
 def _public_tables(root: Path, *, gcp: bool) -> list[pd.DataFrame]:
-    from surrogate.ingest.nccl_tests import parse_nccl_tests
-    from surrogate.ingest.xla_tables import parse_xla_table
-
     mb = root / "microbench"
     frames = [parse_xla_table(p)[0] for p in sorted((mb / "xla").glob("*.txtpb"))]
     logs = sorted((mb / "nccl-tests").glob("*.log"))
@@ -68,8 +71,6 @@ def _public_tables(root: Path, *, gcp: bool) -> list[pd.DataFrame]:
 
 
 def _own_attention() -> pd.DataFrame:
-    from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-
     return parse_microbench_jsonl(OWN_ATTENTION)[0]
 
 
@@ -86,8 +87,6 @@ def healthy_profile(root: Path) -> CalibrationProfile:
 
 
 def playbook_profile(root: Path) -> CalibrationProfile:
-    from surrogate.ingest.playbook_network import parse_playbook_network
-
     network = parse_playbook_network(root / _PLAYBOOK_CSV)[0]
     table = pd.concat([*_public_tables(root, gcp=False), network, _own_attention()],
                       ignore_index=True)
@@ -102,10 +101,6 @@ def playbook_profile(root: Path) -> CalibrationProfile:
 
 
 def own_profile(root: Path) -> CalibrationProfile:
-    from microbench.gemm import GRID_SIDES
-    from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-    from surrogate.ingest.microbench_table import GEMM_OP
-
     gemms = parse_microbench_jsonl(OWN_GEMMS)[0]
     # The regular grid only: the preset models' shapes would multiply the curve's axes (its
     # table is the product of the distinct m, n and k), and they stay a held-out check of the

@@ -14,19 +14,26 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.analytic.params import ParameterSets
+from surrogate.analytic.params import DEFAULT_SET, ParameterSets
+from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.presets import get_preset
+from surrogate.config.training import TrainingConfig
+from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.learned.model import SurrogateModel
+from surrogate.learned.training_data import training_data
+from surrogate.prediction.predict import predict
+from surrogate.prediction.scoring import score_runs
 from training.evaluate import PRED_KEYS, accuracy_metrics, analytic_predictions
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from surrogate.learned.model import SurrogateModel
 
 LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
     {"gpus": 8192, "dp": 64, "cp": 1, "seq_len": 8192, "grad_accum": 32, "reported_mfu": 0.43},
@@ -48,12 +55,6 @@ torchtitan's split, ``surrogate.analytic.pipeline``)."""
 def llama3_405b_configs(vpp: int = 1) -> list[Any]:
     """The Table 4 layouts as TrainingConfigs (torchtitan traits: FSDP2, ZeRO-2), with ``vpp``
     virtual stages per rank."""
-    from dataclasses import replace
-
-    from surrogate.config.layout import ClusterConfig, LayoutConfig
-    from surrogate.config.presets import get_preset
-    from surrogate.config.training import TrainingConfig
-
     base = get_preset("llama3-405b")
     out = []
     for row in LLAMA3_405B_REPORTED:
@@ -72,8 +73,6 @@ def llama3_405b_table(model: SurrogateModel | None, vpp: int = 1) -> pd.DataFram
     """Reported vs predicted MFU (learned, analytic) for the Table 4 layouts with ``vpp``
     virtual stages per rank (:data:`LLAMA3_405B_VPP`)."""
     import pandas as pd
-
-    from surrogate.prediction.predict import predict
 
     rows = []
     for cfg, rep in zip(llama3_405b_configs(vpp), LLAMA3_405B_REPORTED, strict=True):
@@ -112,8 +111,6 @@ class TransferResult:
 
 def _scored(model: SurrogateModel, runs: pd.DataFrame,
             sets: ParameterSets | None = None) -> pd.DataFrame:
-    from surrogate.prediction.scoring import score_runs
-
     pred = score_runs(runs, model=model, sets=sets)
     out = runs.copy()
     for k in PRED_KEYS:
@@ -167,9 +164,6 @@ def other_cluster(
     runs' framework its own parameters (``training_data(own_physics=True)``), also under
     those (``own_physics_metrics``). ``sets``: the parameter sets every model is trained and
     scored under (None: the shipped ones)."""
-    from surrogate.learned.model import SurrogateModel
-    from surrogate.learned.training_data import training_data
-
     params = params or {}
 
     def fit(runs: pd.DataFrame, balance: bool = True) -> SurrogateModel:
@@ -269,9 +263,6 @@ def without_default() -> ParameterSets:
     """The shipped sets less the default set, whose fit saw the MPT runs the transfer protocols
     hold out: a framework without a set of its own there takes the priors, as before the default
     existed (``--across`` measures the default held out)."""
-    from surrogate.analytic.params import DEFAULT_SET
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-
     return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
                           if k != DEFAULT_SET})
 
@@ -279,7 +270,6 @@ def without_default() -> ParameterSets:
 def mpt_runs(data_dir: Path | None) -> pd.DataFrame:
     """The other cluster's runs: MosaicML's MPT tables in the public data folder."""
     from surrogate.ingest.llmfoundry import parse_llmfoundry
-    from surrogate.io.datasource import data_dir as resolve_data_dir
 
     path = resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
     return parse_llmfoundry(path)[0]

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.errors import DataError
+from surrogate.extras import require
 from surrogate.io.stores import ensure_sqlite_dir
 from surrogate.learned.boosters import CATEGORICAL, booster_params, fit_status, status_proba
 from surrogate.learned.training_data import TrainingData, source_weights
@@ -147,8 +148,6 @@ def tune(
     ``storage=None`` keeps the study in memory. Ctrl-C stops it; the finished trials stay in
     the storage and the same call resumes.
     """
-    from surrogate.extras import require
-
     require("optuna", extra="train", purpose="tuning")  # absent: names the extra
     import optuna
     from optuna.trial import TrialState

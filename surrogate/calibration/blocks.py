@@ -21,6 +21,7 @@ from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import step_breakdown
 from surrogate.calibration.clusters import run_context
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.gpus import GIB
 from surrogate.config.training import config_from_flat
 from surrogate.hardware.perf_models import resolve_perf_model
@@ -101,8 +102,6 @@ def blocks_for_runs(runs: Any, profile: Any = None, *, sets: ParameterSets | Non
     version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
     indices of ``runs`` each block holds; their columns carry the values of ``sets`` (None:
     the shipped sets)."""
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-
     sets = shipped_parameter_sets() if sets is None else sets
 
     profiles, extra = run_context(runs, profile)

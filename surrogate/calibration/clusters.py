@@ -25,6 +25,7 @@ from surrogate.hardware.fabric import run_scales
 from surrogate.hardware.profile import load_profile
 from surrogate.ingest.playbook import SOURCE, parse_playbook
 from surrogate.ingest.playbook_network import parse_playbook_network
+from surrogate.io.datasource import data_dir as resolve_data_dir
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -88,8 +89,6 @@ PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 
 def playbook_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
     """The Playbook's runs, each with the network bandwidth it measured (``net_scale``)."""
-    from surrogate.io.datasource import data_dir as resolve_data_dir
-
     path = resolve_data_dir(data_dir) / PLAYBOOK_PATH
     if not path.exists():
         raise DataError(

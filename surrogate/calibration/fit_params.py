@@ -20,8 +20,11 @@ the framework's runs met it: p_oom = Phi((log(predicted / capacity) + margin) / 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -391,10 +394,6 @@ def own_sets(runs: Any, profile: Any = None, *, sets: ParameterSets | None = Non
 def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
     """Write the fitted sets of :func:`fit_runs` as the JSON :mod:`surrogate.analytic.params`
     reads (``surrogate/data/analytic_params.json`` ships one)."""
-    import json
-    from datetime import UTC, datetime
-    from pathlib import Path
-
     time_runs = ("all completed runs" if result.get("fit_on", "all") == "all"
                  else f"completed runs of MFU >= {MIN_FIT_MFU:.0%}")
     doc = {

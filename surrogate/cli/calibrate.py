@@ -13,8 +13,9 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
+from surrogate.analytic.params import PARAMETERS
 from surrogate.cli.app import app
-from surrogate.errors import ConfigError
+from surrogate.errors import ConfigError, DataError
 
 
 @app.command("calibrate")
@@ -98,10 +99,8 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     import numpy as np
     import pandas as pd
 
-    from surrogate.analytic.params import PARAMETERS
     from surrogate.calibration.clusters import playbook_runs
     from surrogate.calibration.fit_params import fit_runs, held_out_figures, write_sets
-    from surrogate.errors import DataError
     from surrogate.ingest.dispatch import read_runs
     frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)

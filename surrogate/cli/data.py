@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from surrogate.cli.app import app, data_app
+from surrogate.errors import DataError
 
 
 @app.command("ingest")
@@ -63,7 +64,6 @@ def fetch_cmd(
     ] = None,
 ) -> int:
     """Download the public data files, verifying each sha256."""
-    from surrogate.errors import DataError
     from surrogate.io.datasource import SOURCES_TOML, cache_dir, fetch, load_sources
 
     entries = load_sources(sources or SOURCES_TOML)

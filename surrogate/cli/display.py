@@ -9,6 +9,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from surrogate.hardware.perf_models import resolve_perf_model
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -42,7 +44,6 @@ def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
     for a model argument of :func:`surrogate.prediction.predict.resolve_model` ("default", a path, a
     model or None) and the GPU whose default profile sets the hardware speed."""
-    from surrogate.hardware.perf_models import resolve_perf_model
     from surrogate.prediction.predict import resolve_model
 
     learned = resolve_model(model)

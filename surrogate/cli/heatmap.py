@@ -11,6 +11,7 @@ import typer
 
 from surrogate.cli.app import app
 from surrogate.cli.options import AnalyticOpt, ModelDirOpt, ints, parse_nodes
+from surrogate.config.presets import get_preset
 from surrogate.errors import ConfigError
 
 
@@ -48,7 +49,6 @@ def heatmap_cmd(
     analytic: AnalyticOpt = False,
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
-    from surrogate.config.presets import get_preset
     from surrogate.layouts.heatmap import draw_png, predicted_grid, write_html
     from surrogate.layouts.search import Limits
 
@@ -93,7 +93,6 @@ def _check_files(out: Path, measured: Path | None) -> None:
 def _measured(measured: Path, presets: list[Any]) -> Any:
     """The measured grid of a sweep table or the Playbook CSV, its models named as
     ``presets``."""
-    from surrogate.config.presets import get_preset
     from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
     from surrogate.ingest.sweeps import unflagged
     from surrogate.io.tableio import read_table
@@ -111,8 +110,6 @@ def _measured(measured: Path, presets: list[Any]) -> Any:
 
 
 def _is_preset(name: str) -> bool:
-    from surrogate.config.presets import get_preset
-
     try:
         get_preset(name)
     except ConfigError:

@@ -22,6 +22,8 @@ from typing import Annotated, Any, TypeVar, get_type_hints
 
 import typer
 
+from surrogate.config.model import ModelConfig
+from surrogate.config.presets import model_values, require_model_shape
 from surrogate.errors import ConfigError
 
 DEFAULT_FRAMEWORK = "torchtitan"
@@ -98,9 +100,6 @@ class ModelOptions:
 
     def config(self) -> Any:
         """The ModelConfig of the preset or the Hugging Face config, the flags over it."""
-        from surrogate.config.model import ModelConfig
-        from surrogate.config.presets import model_values, require_model_shape
-
         values = model_values(self.model, self.hf_config, seq_len=self.seq_len)
         values.update(self.given())
         require_model_shape(values, sources="--model PRESET, --hf-config FILE")

@@ -11,6 +11,7 @@ import typer
 
 from surrogate.analytic.params import ParameterSets, cluster_key
 from surrogate.cli.app import app
+from surrogate.cli.lean_imports import import_lightgbm_for_prediction
 from surrogate.cli.options import (
     DEFAULT_FRAMEWORK,
     OUTPUT,
@@ -21,7 +22,13 @@ from surrogate.cli.options import (
     ModelOptions,
     with_options,
 )
+from surrogate.config.files import check_counts, check_table_counts, expand_model_column
+from surrogate.config.frameworks import get_framework
+from surrogate.config.gpus import GIB
+from surrogate.config.presets import model_values, require_model_shape
+from surrogate.config.training import coerce_column, config_from_flat
 from surrogate.errors import ConfigError
+from surrogate.prediction.predict import predict
 
 
 def _load_config_file(path: Path, given: dict[str, Any]) -> dict[str, Any]:
@@ -49,10 +56,6 @@ def build_config(
     preset: str | None, hf_config: Path | None, file_values: dict[str, Any], flags: dict[str, Any]
 ) -> Any:
     """Merge the default framework < preset < config file < flags into one TrainingConfig."""
-    from surrogate.config.files import check_counts
-    from surrogate.config.presets import model_values, require_model_shape
-    from surrogate.config.training import coerce_column, config_from_flat
-
     check_counts(flags)
     preset = preset or file_values.pop("model", None)
     seq = flags.get("seq_len")
@@ -133,8 +136,6 @@ def _print_sources(pred: Any, console: Any) -> None:
     """Which model, hardware speed and analytic parameters answered."""
     from rich.markup import escape
 
-    from surrogate.config.frameworks import get_framework
-
     lay = pred.config.layout
     console.print(f"prediction: {pred.source} model, hardware speed: "
                   f"{escape(str(pred.perf_model))}")
@@ -158,8 +159,6 @@ def _print_sources(pred: Any, console: Any) -> None:
 def _print_learned(pred: Any, console: Any) -> None:
     """The learned correction, where it extrapolates and where it gives way."""
     from rich.markup import escape
-
-    from surrogate.config.gpus import GIB
 
     if pred.source != "learned":
         if pred.extrapolation:
@@ -210,8 +209,6 @@ def _breakdown(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, .
 
 def _print_memory_and_time(pred: Any, console: Any) -> None:
     """The memory breakdown, the verdict, the step time breakdown and the speed."""
-    from surrogate.config.gpus import GIB
-
     mem = [(k, f"{v / GIB:.2f}") for k, v in pred.memory_bytes.items() if k != "total"]
     mem.append(("total", f"{pred.memory_bytes['total'] / GIB:.2f}"))
     table = _breakdown("Memory of the most loaded GPU (GiB)", ("term", "GiB"), mem)
@@ -266,8 +263,6 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     file's kind, its header), then the table streamed a chunk at a time
     (``surrogate.prediction.batch``),
     each chunk's model column expanded and its counts checked before it is predicted."""
-    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
-    from surrogate.config.files import check_table_counts, expand_model_column
     from surrogate.io.table_files import check_table_file
     from surrogate.io.tableio import iter_table, table_format
     from surrogate.prediction.batch import check_batch_columns
@@ -366,10 +361,7 @@ def predict_cmd(
 def _predict_one(cfg: Any, profile: Path | None, model_arg: Path | str | None,
                  physics: ParameterSets | None, *, explain: bool, as_json: bool) -> None:
     """Predict one configuration; print its tables, or its JSON."""
-    from surrogate.cli.lean_imports import import_lightgbm_for_prediction
-
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
-    from surrogate.prediction.predict import predict
 
     pred = predict(cfg, profile=profile, model=model_arg, explain=explain, sets=physics)
     if as_json:

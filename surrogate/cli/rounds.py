@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -10,6 +12,7 @@ import typer
 
 from surrogate.cli.app import app
 from surrogate.cli.options import JsonOpt
+from surrogate.errors import DataError
 
 
 @app.command("score-round")
@@ -86,7 +89,6 @@ def _log_round(record: dict[str, Any], metrics: dict[str, float], round_dir: Pat
 def _keep_scores(failure: Exception, round_dir: Path, scores: dict[str, Any],
                  matched: Any) -> None:
     """Save the round's figures beside it, and raise the store's failure in a line."""
-    from surrogate.errors import DataError
     from surrogate.io.tableio import write_table_atomic
     from surrogate.io.tracking import store_failure, tracking_uri
 
@@ -107,9 +109,6 @@ MATCHED_FILE = "matched_runs.csv"
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    import os
-    import tempfile
-
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2, default=str)

@@ -141,6 +141,7 @@ def expand_model_column(table: pd.DataFrame, *, where: str) -> pd.DataFrame:
     ConfigError naming the row for a cell that names no preset."""
     import pandas as pd
 
+    # here, not at the top: presets reads Hugging Face configs, whose reader needs this module
     from surrogate.config.presets import model_values
 
     if "model" not in table.columns:

@@ -13,7 +13,7 @@ Sources:
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -103,8 +103,6 @@ def model_values(
 ) -> dict[str, Any]:
     """The model columns of a Hugging Face config (which wins) or a preset, as a dict that
     flags can then override; empty when neither is given."""
-    from dataclasses import asdict
-
     if hf_config is not None:
         return asdict(model_from_hf_config(hf_config, seq_len=seq_len))
     if preset is not None:

@@ -28,6 +28,9 @@ from surrogate.ingest.detect import (
     detect_format,
 )
 from surrogate.ingest.report import IngestReport
+from surrogate.ingest.sweep_files import read_sweeps
+from surrogate.io.outputs import check_output_file
+from surrogate.io.tableio import table_format
 
 CANDIDATE_SUFFIXES = frozenset(
     {".csv", ".out", ".log", ".txt", ".txtpb", ".pbtxt", ".jsonl", ".md"}
@@ -146,8 +149,6 @@ def parse_file(
 def read_runs(path: str | Path) -> pd.DataFrame:
     """The runs of one file: a sweep table (Parquet, or CSV with the table's columns) or a file
     a sweep parser reads (e.g. ``microbench.train_step`` records); DataError otherwise."""
-    from surrogate.ingest.sweep_files import read_sweeps
-
     p = Path(path)
     if p.suffix.lower() == ".parquet":
         return read_sweeps(p)
@@ -176,9 +177,6 @@ def ingest(
     ``network``: every file must be a Playbook table, whose network measurements go to a
     microbenchmark table.
     """
-    from surrogate.io.outputs import check_output_file
-    from surrogate.io.tableio import table_format
-
     table_format(into)  # before any parsing: a bad --into must not cost the user a parse
     check_output_file(into, flag="--into")
     report = IngestReport()

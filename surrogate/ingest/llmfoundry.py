@@ -60,6 +60,7 @@ import pandas as pd
 
 from surrogate.analytic.flops import total_params
 from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.params import ParameterSets
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
@@ -194,8 +195,6 @@ def _config(row: dict[str, str]) -> TrainingConfig:
 def param_check(cfg: TrainingConfig, num_params: int) -> float:
     """Relative difference between the parameters of ``cfg`` (the project's count) and the
     table's ``NumParams`` less its learned position table (seq_len x hidden_size)."""
-    from surrogate.analytic.params import ParameterSets
-
     ours = float(total_params(to_cols([cfg], ParameterSets()))[0])
     theirs = num_params - cfg.model.seq_len * cfg.model.hidden_size
     return (ours - theirs) / theirs

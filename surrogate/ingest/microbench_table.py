@@ -273,6 +273,7 @@ def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[
 
     Returns the table and one summary line per raw file (what was read and skipped).
     """
+    # here, not at the top: each parser builds its rows with this module's schema
     from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
     from surrogate.ingest.nccl_tests import parse_nccl_tests
     from surrogate.ingest.xla_tables import parse_xla_table

@@ -19,7 +19,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import MISSING, dataclass, fields
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import numpy as np
@@ -27,6 +27,7 @@ import pandas as pd
 
 from surrogate.analytic.flops import mfu
 from surrogate.analytic.inputs import cols_from_table
+from surrogate.analytic.params import ParameterSets
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
 from surrogate.config.table import valid_table, validate_table
@@ -79,8 +80,6 @@ def empty_sweeps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in SWEEP_COLUMNS})
 
 def _config_dtypes() -> dict[str, str]:
-    from dataclasses import fields
-
     types = {"int": "int64", "bool": "bool"}
     return {
         f.name: types.get(str(f.type), "object")
@@ -131,8 +130,6 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     """MFU (fraction) of every row from ``tokens_per_s_per_gpu`` under the project's
     definition: tokens/s/GPU x (6 N + 12 L h s) / dense peak of the row's dtype
     (:mod:`surrogate.analytic.flops`). NaN where the throughput is missing."""
-    from surrogate.analytic.params import ParameterSets
-
     if df.empty:
         return pd.Series([], dtype="float64", index=df.index)
     table = valid_table(df[list(CONFIG_COLUMNS)], where="runs whose MFU is recomputed")
@@ -347,8 +344,6 @@ def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: 
     """One row of a run whose layout the validator rejects (``reason``), kept as data with its
     configuration ``values`` as given (the columns it lacks at their defaults) and flagged:
     :func:`sweep_row`'s counterpart for a configuration that cannot be built."""
-    from dataclasses import MISSING, fields
-
     row: dict[str, Any] = {}
     for cls in (ModelConfig, ClusterConfig, LayoutConfig):
         for f in fields(cls):

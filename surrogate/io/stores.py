@@ -8,6 +8,9 @@ unhelpful "unable to open database file". Every command that opens a store calls
 
 from __future__ import annotations
 
+import socket
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as Late
 from pathlib import Path
 
 from surrogate.errors import ConfigError
@@ -102,7 +105,6 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
     """ConfigError unless the host of ``url`` accepts a connection within ``timeout_s`` (and,
     with ``http_health``, answers ``/health`` as an MLflow server does): an unreachable server
     must cost seconds before the work, not minutes of retries after it."""
-    import socket
     from urllib.parse import urlsplit
 
     scheme = urlsplit(url).scheme.lower().split("+", 1)[0]
@@ -145,10 +147,6 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
 def _resolve(host: str, port: int, timeout_s: float) -> None:
     """Look ``host`` up within ``timeout_s`` (the resolver itself has no timeout: an
     unanswered DNS query would hold the command); OSError otherwise."""
-    import socket
-    from concurrent.futures import ThreadPoolExecutor
-    from concurrent.futures import TimeoutError as Late
-
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pool.submit(socket.getaddrinfo, host, port).result(timeout=timeout_s)

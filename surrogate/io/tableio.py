@@ -13,7 +13,9 @@ read-modify-write.
 
 from __future__ import annotations
 
+import csv
 import os
+import re
 import stat
 import uuid
 from collections.abc import Iterable, Iterator
@@ -119,8 +121,6 @@ NULL_TEXTS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-na
 def _csv_header(path: Path) -> list[str]:
     """The header of the CSV at ``path`` (its first record); DataError if it names a column
     twice (pandas would rename the second ``NAME.1`` and every reader would take the first)."""
-    import csv
-
     try:
         with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
             header = next(csv.reader(f), [])
@@ -245,8 +245,6 @@ def check_csv_header(path: str | Path) -> list[str]:
     column the index and shift every value one column left). Empty values past the header's
     columns (a spreadsheet's trailing commas) are allowed: read the file with
     ``usecols=range(len(header))``, as :func:`read_table` does. Returns the header."""
-    import csv
-
     try:
         with open(path, newline="", encoding="utf-8-sig", errors="replace") as f:
             reader = csv.reader(f)
@@ -323,8 +321,6 @@ def _floats_read_back_as_floats(table: Any) -> Any:
 
 
 def _quoting_names(names: list[str]) -> str:
-    import re
-
     return "needed" if any(re.search(_SPECIAL, n) for n in names) else "none"
 
 
@@ -351,8 +347,6 @@ def _csv_bytes_pandas(df: pd.DataFrame, *, header: bool = True) -> bytes:
     quote and the line terminator's characters, so a cell holding a bare carriage return
     would go out unquoted and every reader would end the row there; a table holding one is
     written with every text cell quoted."""
-    import csv
-
     def has_cr(values: Iterable[Any]) -> bool:
         return any(isinstance(v, str) and "\r" in v for v in values)
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -158,7 +160,6 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str:
     """Where a person sees a run: its page on a server, else the run id and the store."""
     if uri.startswith(("http://", "https://")):
         return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{_ML_VIEW}"
-    import shlex
 
     return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)"
 
@@ -225,8 +226,6 @@ def finite(metrics: Mapping[str, float]) -> dict[str, float]:
 
 def log_metrics(run_id: str, metrics: Mapping[str, float], *, step: int = 0) -> None:
     """Log the finite ``metrics`` at ``step`` in one batch."""
-    import time
-
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)

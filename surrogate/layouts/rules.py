@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.analytic.run import analytic_for
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.layouts.space import LayoutSpace
 
 if TYPE_CHECKING:
@@ -63,9 +65,6 @@ def analytic_fits(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
 ) -> np.ndarray:
     """Whether each configuration fits in memory by the analytic model alone."""
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-    from surrogate.hardware.perf_models import resolve_perf_model
-
     if not configs:
         return np.zeros(0, dtype=bool)
     c, out, _ = analytic_for(configs, profile, sets=shipped_parameter_sets(),

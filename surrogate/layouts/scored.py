@@ -13,8 +13,10 @@ from typing import TYPE_CHECKING, Any, Literal
 from surrogate.config.table import FlatTable, flat_table, table_frame, table_len
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.io.jsonsafe import json_safe
 from surrogate.layouts.labels import layout_labels
 from surrogate.layouts.space import KEY_FIELDS, layout_keys
+from surrogate.prediction.scoring import SCORE_COLUMNS, score
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,7 +66,6 @@ def score_configs(
     import pandas as pd
 
     from surrogate.prediction.predict import resolve_model
-    from surrogate.prediction.scoring import SCORE_COLUMNS, score
 
     limits = limits or Limits()
     table = configs if isinstance(configs, dict) else flat_table(configs)
@@ -144,7 +145,5 @@ class Scorer:
 
 def scored_to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows (NaN -> None; the key dropped)."""
-    from surrogate.io.jsonsafe import json_safe
-
     return [{str(k): json_safe(v) for k, v in rec.items()}
             for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records")]

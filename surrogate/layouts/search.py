@@ -29,6 +29,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from surrogate.config.table import table_len
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError
+from surrogate.extras import require
+from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
     RANK_COLUMNS,
@@ -252,8 +254,6 @@ def _choose(result: SearchResult, space: LayoutSpace, scored_rows: list[pd.DataF
     the configurations of the layouts shown, from every layout scored."""
     import pandas as pd
 
-    from surrogate.layouts.best_odds import p_best
-
     every_scored = (scored_rows[0] if len(scored_rows) == 1  # ranked, its keys distinct
                     else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"),
                               how.rank))
@@ -347,8 +347,6 @@ def _run_study(
     known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
     progress: ProgressFn | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
-    from surrogate.extras import require
-
     require("optuna")
     import optuna
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.util
 import logging
 import os
 import platform
@@ -63,7 +64,6 @@ def enabled() -> bool:
     """Whether compiled trees may be used: not turned off, and lleaves importable."""
     if os.environ.get("SURROGATE_COMPILED_TREES", "1").strip().lower() in ("0", "false", "no"):
         return False
-    import importlib.util
 
     return importlib.util.find_spec("lleaves") is not None
 

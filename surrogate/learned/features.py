@@ -42,8 +42,10 @@ from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.run import analytic_for
 from surrogate.analytic.step import STEP_TERMS
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.table import FlatTable, valid_table
 from surrogate.config.training import TrainingConfig
+from surrogate.hardware.perf_models import resolve_perf_model
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -163,9 +165,6 @@ def build_features_cols(
     profile for all or one per configuration; ``extra`` adds per-configuration columns the
     PerfModel reads (``net_scale``); ``sets``: the analytic parameter sets (None: the
     shipped ones)."""
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-    from surrogate.hardware.perf_models import resolve_perf_model
-
     c, out, _ = analytic_for(configs, profile, extra=extra,
                              sets=shipped_parameter_sets() if sets is None else sets,
                              resolve=resolve_perf_model)

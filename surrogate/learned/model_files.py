@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from surrogate.errors import DataError, NoModelError
+from surrogate.io.json_files import read_json
 
 _MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
 
@@ -86,9 +87,7 @@ def record_hashes(directory: str | Path) -> Path:
     are sound."""
     d = Path(directory)
     side = d / "model.json"
-    if not side.exists():
-        raise NoModelError(f"no model in {str(d)!r} (model.json missing)")
-    meta = json.loads(side.read_text())
+    meta = read_json(side, missing=NoModelError(f"no model in {str(d)!r} (model.json missing)"))
     for name in _MODEL_FILES:
         if not (d / f"{name}.txt").exists():
             raise DataError(f"{d}: model file {name}.txt missing")

@@ -44,8 +44,10 @@ from surrogate.config.framework_traits import RECOMPUTE_MODES
 from surrogate.config.frameworks import get_framework
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
+from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.labels import layout_label, point_of
 from surrogate.layouts.search import Limits, score_configs
 from surrogate.layouts.space import layout_key
@@ -106,8 +108,6 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
 def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
     """Each row's probability of completing with the highest MFU of the rows and above
     ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
-    from surrogate.layouts.best_odds import p_best
-
     return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
 
 
@@ -270,12 +270,8 @@ def write_round(
 
 def read_round(round_dir: str | Path) -> dict[str, Any]:
     path = Path(round_dir) / ROUND_FILE
-    if not path.exists():
-        raise DataError(f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)")
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"{path}: not valid JSON ({e.msg})") from None
+    data = read_json(path, missing=DataError(
+        f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)"))
     return _check_round(data, path)
 
 def _check_round(record: Any, where: Path) -> dict[str, Any]:
@@ -463,8 +459,6 @@ def _listed(scored: pd.DataFrame, candidates: Sequence[TrainingConfig],
             by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
     """The picks with their scores and ``p_best`` among them, ordered by the column ``by``
     (the predicted MFU or its 10% quantile; stable: ties keep the order they were picked)."""
-    from surrogate.layouts.best_odds import p_best
-
     rows = scored.iloc[[i for i, _, _ in picks]].reset_index(drop=True)
     odds = p_best(rows)
     order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf),

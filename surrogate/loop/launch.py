@@ -41,6 +41,7 @@ import tomli_w
 
 from surrogate.analytic.flops import every_nth_block
 from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.pipeline import weighted_first_rank_layers
 from surrogate.config.frameworks import get_framework
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
@@ -325,8 +326,6 @@ def _every_nth_block(cfg: TrainingConfig) -> int | None:
     """The smallest n >= 2 for which torchtitan's every-n-th-block checkpointing checkpoints
     ``recompute_layers`` of the first rank's layers (floor(layers / n)), or None: the n the
     analytic model counts with (``analytic.flops.every_nth_block``)."""
-    from surrogate.analytic.params import ParameterSets
-
     n = int(every_nth_block(to_cols([cfg], ParameterSets()))[0])
     return n or None
 

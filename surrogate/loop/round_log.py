@@ -4,11 +4,16 @@ the proposing model's registered version, and the campaign's trends over its rou
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
+from surrogate.io import tracking
+from surrogate.io.tracking import REGISTERED_MODEL
+from surrogate.io.tracking import tracking_uri as uri
+from surrogate.loop import round_plots
 from surrogate.loop.active import ROUND_FILE, read_round
 
 if TYPE_CHECKING:
@@ -16,8 +21,6 @@ if TYPE_CHECKING:
 
 
 def tracking_uri() -> str:
-    from surrogate.io.tracking import tracking_uri as uri
-
     return uri()
 
 
@@ -69,11 +72,6 @@ def log_round(record: Mapping[str, Any], metrics: Mapping[str, float], *,
     Then the run ``accuracy over rounds`` is brought up to date with every round's figures
     and ``analytic baseline`` with the analytic model's (``analytic``: :func:`score_round`
     with ``model=None``), so the chart view draws accuracy against rounds."""
-    import tempfile
-
-    from surrogate.io import tracking
-    from surrogate.loop import round_plots
-
     step = int(record["round"])
     goal = record.get("goal", {})
     campaign = campaign or f"{goal.get('model', 'model')} on {goal.get('gpu', 'gpu')}"
@@ -136,8 +134,6 @@ def _model_version(client: Any, data_hash: Any, campaign: str, step: int) -> str
     """The registered version of the proposing model (by data hash), tagged with the round."""
     from mlflow.exceptions import MlflowException
 
-    from surrogate.io.tracking import REGISTERED_MODEL
-
     if not data_hash:
         return None
     try:
@@ -159,8 +155,6 @@ def _model_version(client: Any, data_hash: Any, campaign: str, step: int) -> str
 def _sync_trends(exp_id: str, campaign: str) -> None:
     """Rebuild ``accuracy over rounds`` and ``analytic baseline`` from the round runs."""
     from mlflow.entities import ViewType
-
-    from surrogate.io import tracking
 
     runs = tracking.client().search_runs(
         [exp_id], filter_string=f"tags.`{tracking.KIND_TAG}` = 'round'",

@@ -19,6 +19,7 @@ cannot hold under one type per column, is read and predicted whole instead
 from __future__ import annotations
 
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -88,8 +89,6 @@ def predict_file(
 
 
 def _stdout() -> IO[str]:
-    import sys
-
     return sys.stdout
 
 

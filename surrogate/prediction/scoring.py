@@ -47,9 +47,11 @@ import numpy as np
 
 from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.run import analytic_for, impossible
+from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.gpus import GIB
 from surrogate.config.table import FlatTable, table_len, valid_table
 from surrogate.config.training import TrainingConfig
+from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.learned.domain import beyond_practice
 from surrogate.learned.features import features_from_analytic
 
@@ -120,9 +122,6 @@ def score(
     counts what that changes). ``sets``: the analytic parameter sets (None: the model's,
     :meth:`SurrogateModel.parameter_sets`, or without a model the shipped ones); a model's own
     sets (``physics_sets_``) go over them."""
-    from surrogate.calibration.parameter_files import shipped_parameter_sets
-    from surrogate.hardware.perf_models import resolve_perf_model
-
     n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},

@@ -1,0 +1,29 @@
+"""Reading a JSON file the project wrote (a round's record, a model's sidecar): a missing file
+raises what its caller says it means, an unreadable or corrupt one a DataError naming the
+file."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from surrogate.errors import DataError, SurrogateError
+
+
+def read_json(path: Path, *, missing: SurrogateError) -> Any:
+    """The JSON value in ``path``.
+
+    Raises:
+        SurrogateError: ``missing``, where ``path`` does not exist (what the file's absence
+            means to the caller: no round, no model).
+        DataError: where ``path`` cannot be read, is not UTF-8 text or is not valid JSON.
+    """
+    if not path.exists():
+        raise missing
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise DataError(f"{path}: not valid JSON ({e.msg})") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read it ({e})") from None
