@@ -5,7 +5,6 @@ wrote it), read back and checked (:func:`read_sidecar`) and restored onto a mode
 
 from __future__ import annotations
 
-import json
 import platform
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -15,6 +14,7 @@ import numpy as np
 import surrogate
 from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.errors import DataError, NoModelError
+from surrogate.io.json_files import read_json
 from surrogate.learned.domain import Domain
 from surrogate.learned.features import FEATURE_NAMES
 from surrogate.learned.recalibration import Recalibration
@@ -70,14 +70,8 @@ def read_sidecar(directory: Path) -> dict[str, Any]:
     """The sidecar of a saved model directory, checked: NoModelError without one, DataError
     when it is not JSON, of another format, or of other features than this version computes."""
     side = directory / "model.json"
-    if not side.exists():
-        raise NoModelError(f"no model in {str(directory)!r} (model.json missing)")
-    try:
-        meta = json.loads(side.read_text())
-    except json.JSONDecodeError as e:
-        raise DataError(f"{side}: not valid JSON ({e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{side}: cannot read it ({e})") from None
+    meta = read_json(side, missing=NoModelError(
+        f"no model in {str(directory)!r} (model.json missing)"))
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise DataError(f"{side}: format must be {FORMAT!r}, got {got!r}")
