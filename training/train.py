@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from surrogate.errors import DataError
+from surrogate.io.tracking import store_failure
 from surrogate.learned.boosters import DEFAULT_PARAMS
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import cell_groups, training_data
@@ -163,8 +164,6 @@ def train(
                                  sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
                                  max_estimators=max_estimators, n_folds=n_folds)
             except Exception as e:  # any failure of the store, after the work: keep the work
-                from surrogate.io.tracking import store_failure
-
                 failure = store_failure(e)
                 save_evaluation(out / EVALUATION_FILE, evaluation, tuning)
             report("recording in MLflow (metrics, plots, model files)", 1, 1)

@@ -29,7 +29,13 @@ import numpy as np
 from surrogate.errors import DataError
 from surrogate.extras import require
 from surrogate.io.stores import ensure_sqlite_dir
-from surrogate.learned.boosters import CATEGORICAL, booster_params, fit_status, status_proba
+from surrogate.learned.boosters import (
+    CATEGORICAL,
+    DEFAULT_PARAMS,
+    booster_params,
+    fit_status,
+    status_proba,
+)
 from surrogate.learned.training_data import TrainingData, source_weights
 
 if TYPE_CHECKING:
@@ -172,8 +178,6 @@ def tune(
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         # Start from the library defaults so tuning can only improve on them.
-        from surrogate.learned.boosters import DEFAULT_PARAMS
-
         study.enqueue_trial({k: v for k, v in DEFAULT_PARAMS.items() if k != "subsample_freq"}
                             | {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]),
                                                    max_estimators)},

@@ -142,8 +142,6 @@ def _microbench_coverage(path: Path) -> str:
 
     df = read_table(path)
     if "op" not in df.columns:
-        from surrogate.errors import DataError
-
         raise DataError(f"{path}: a microbenchmark table needs an 'op' column")
     size_cols = [c for c in df.columns if c.endswith("_bytes") or c in ("size", "m", "n", "k")]
     agg = df.groupby("op").size().rename("rows").to_frame()

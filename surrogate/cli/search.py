@@ -23,7 +23,7 @@ from surrogate.cli.options import (
     parse_nodes,
     with_options,
 )
-from surrogate.errors import ConfigError
+from surrogate.errors import ConfigError, DataError
 
 __all__ = ["parse_nodes", "search_cmd"]
 
@@ -130,8 +130,6 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
                           study_name=study.study_name, seed=study.seed, progress=report,
                           rank=rank)  # type: ignore[arg-type]
     except SQLAlchemyError as e:  # the database of --storage: unreachable, refused, locked
-        from surrogate.errors import DataError
-
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"the optuna storage {study.storage!r} failed: {message}") from e
 

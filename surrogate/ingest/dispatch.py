@@ -27,8 +27,16 @@ from surrogate.ingest.detect import (
     check_format,
     detect_format,
 )
+from surrogate.ingest.llmfoundry import parse_llmfoundry
+from surrogate.ingest.megatron import parse_megatron
+from surrogate.ingest.nanotron import parse_nanotron
+from surrogate.ingest.playbook import parse_playbook
+from surrogate.ingest.playbook_network import parse_playbook_network
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweep_files import read_sweeps
+from surrogate.ingest.sweep_files import append_sweeps, read_sweeps
+from surrogate.ingest.sweeps import empty_sweeps
+from surrogate.ingest.torchtitan import parse_torchtitan
+from surrogate.ingest.train_step import parse_train_step_jsonl
 from surrogate.io.outputs import check_output_file
 from surrogate.io.tableio import table_format
 
@@ -115,31 +123,17 @@ def parse_file(
         )
     if fmt == "playbook":
         if network:
-            from surrogate.ingest.playbook_network import parse_playbook_network
-
             return parse_playbook_network(path)
-        from surrogate.ingest.playbook import parse_playbook
-
         return parse_playbook(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "llm-foundry":
-        from surrogate.ingest.llmfoundry import parse_llmfoundry
-
         return parse_llmfoundry(path)
     if fmt == "train-step-jsonl":
-        from surrogate.ingest.train_step import parse_train_step_jsonl
-
         return parse_train_step_jsonl(path)
     if fmt == "nanotron":
-        from surrogate.ingest.nanotron import parse_nanotron
-
         return parse_nanotron(path, given=dict(given))
     if fmt == "torchtitan":
-        from surrogate.ingest.torchtitan import parse_torchtitan
-
         return parse_torchtitan(path, given=dict(given))
     if fmt == "megatron":
-        from surrogate.ingest.megatron import parse_megatron
-
         return parse_megatron(path, given=dict(given))
     module, attr = _MICROBENCH_PARSERS[fmt]
     result: Parsed = _load(module, attr, fmt)(path)
@@ -212,9 +206,6 @@ def ingest(
             frames.append(df)
     kind = next(iter(kinds), "sweep")
     if kind == "sweep":
-        from surrogate.ingest.sweep_files import append_sweeps
-        from surrogate.ingest.sweeps import empty_sweeps
-
         frame = pd.concat(frames, ignore_index=True) if frames else empty_sweeps()
         if frame.empty:
             return IngestResult(kind=kind, frame=frame, report=report,

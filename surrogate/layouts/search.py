@@ -30,6 +30,7 @@ from surrogate.config.table import table_len
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError
 from surrogate.extras import require
+from surrogate.io.stores import check_storage, ensure_sqlite_dir
 from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
@@ -355,8 +356,6 @@ def _run_study(
     native = hasattr(optuna.trial.Trial, "set_constraint")
     sampler, directions = _sampler(objective, n_trials, seed, native)
     if storage is not None:
-        from surrogate.io.stores import check_storage, ensure_sqlite_dir
-
         check_storage(storage)
         ensure_sqlite_dir(storage)
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
