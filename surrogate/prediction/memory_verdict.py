@@ -35,6 +35,10 @@ TAIL = 0.1
 where the interval lies within the capacity (and 1 - it the least, beyond)."""
 
 
+STATUS_NAMES = np.array(["oom", "fail", "completed"], dtype=object)
+"""The verdicts as an object array: indexing it by a code per row gives the status column."""
+
+
 _PAST = 1e-6
 """GiB (1 KiB) by which a stretched end passes the capacity, so that it lies on the other side
 whatever the rounding of adding the CUDA context back."""
@@ -66,12 +70,13 @@ def agree(columns: dict[str, np.ndarray], context_gib: np.ndarray,
                       columns["pred_peak_mem_lo_gib"])
     p_fail = np.asarray(columns["p_fail"], dtype=np.float64)
     p_fail = np.where(np.isnan(p_fail), p_fail, np.minimum(p_fail, 1.0 - p_oom))
-    p_done = 1.0 - p_oom - np.nan_to_num(p_fail)
-    status = np.where(p_oom >= 0.5, "oom",
-                      np.where(np.nan_to_num(p_fail) > p_done, "fail", "completed"))
+    fail_or_none = np.nan_to_num(p_fail)
+    p_done = 1.0 - p_oom - fail_or_none
+    # codes into STATUS_NAMES: one shared string object per status, not one per row
+    code = np.where(p_oom >= 0.5, 0, np.where(fail_or_none > p_done, 1, 2))
     return {**columns, "p_fail": p_fail, "p_completed": p_done,
             "pred_peak_mem_lo_gib": mem_lo, "pred_peak_mem_hi_gib": mem_hi,
-            "pred_status": status.astype(object)}
+            "pred_status": STATUS_NAMES[code]}
 
 
 def _device_interval(columns: dict[str, np.ndarray], context_gib: np.ndarray

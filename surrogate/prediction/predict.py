@@ -279,25 +279,26 @@ def predict_frame(
     check_table_columns(df.columns, where="the configuration table")
     learned = resolve_model(model)
     checked = validate_table(df)
-    ok_rows = checked.rows.tolist()
     errors = list(checked.errors)
     n = len(df)
     answers: dict[str, np.ndarray] = {col: np.full(n, np.nan) for col in PRED_COLUMNS}
     answers["pred_status"] = np.full(n, None, dtype=object)
     answers["extrapolation"] = np.full(n, "", dtype=object)
     notes = np.full(n, "", dtype=object)
-    if ok_rows:
+    if len(checked.rows):
         notes[checked.rows] = runs_as_another(checked.table)
         columns = score(checked.table, model=learned, profile=profile, sets=sets).columns
-        impossible = [(pos, reason) for pos, reason in zip(ok_rows, columns["error"],
-                                                            strict=True) if reason]
         for col in PRED_COLUMNS:
             answers[col][checked.rows] = columns[col]
-        for pos, reason in impossible:  # an impossible answer is an error, not a prediction
+        # an impossible answer is an error, not a prediction
+        reasons = columns["error"]
+        bad = np.flatnonzero(reasons.astype(bool))
+        impossible_rows = checked.rows[bad]
+        for pos, reason in zip(impossible_rows.tolist(), reasons[bad].tolist(), strict=True):
             errors[pos] = reason
-            notes[pos] = ""
-            for col in PRED_COLUMNS:
-                answers[col][pos] = _EMPTY.get(col, np.nan)
+        notes[impossible_rows] = ""
+        for col in PRED_COLUMNS:
+            answers[col][impossible_rows] = _EMPTY.get(col, np.nan)
     import pandas as pd
 
     out = df.copy()

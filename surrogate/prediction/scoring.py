@@ -54,6 +54,8 @@ from surrogate.config.training import TrainingConfig
 from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.learned.domain import beyond_practice
 from surrogate.learned.features import features_from_analytic
+from surrogate.prediction.memory_verdict import STATUS_NAMES
+from surrogate.prediction.memory_verdict import agree as agreeing
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -154,8 +156,6 @@ def score(
     # one answer about memory: interval, p_oom and verdict
     # (surrogate.prediction.memory_verdict)
     if agree:
-        from surrogate.prediction.memory_verdict import agree as agreeing
-
         columns = agreeing(columns, context / GIB)
     columns["error"] = np.array(impossible(c, out), dtype=object)
     return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
@@ -174,7 +174,7 @@ def _analytic_columns(c: dict[str, np.ndarray], out: dict[str, np.ndarray]
         "p_completed": 1.0 - out["p_oom"],
         "p_oom": out["p_oom"],
         "p_fail": nan(),
-        "pred_status": np.where(out["p_oom"] < 0.5, "completed", "oom").astype(object),
+        "pred_status": STATUS_NAMES[np.where(out["p_oom"] < 0.5, 2, 0)],
         "pred_mfu": out["mfu"],
         "pred_mfu_lo": nan(),
         "pred_mfu_hi": nan(),
