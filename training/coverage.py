@@ -18,6 +18,7 @@ from surrogate.learned.recalibration import (
     factors_for,
     fit_factors,
     measured_needed,
+    measured_runs,
     node_bands,
     pipeline_labels,
     run_categories,
@@ -26,12 +27,6 @@ from surrogate.learned.training_data import cell_groups
 
 if TYPE_CHECKING:
     import pandas as pd
-
-
-def measured_runs(res: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The completed runs with an MFU, and those of them with a measured peak memory."""
-    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
-    return done, done[done["peak_mem_reserved_gib"] > 0]
 
 
 def interval_hits(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:

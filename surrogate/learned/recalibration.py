@@ -22,6 +22,7 @@ kind and category (:meth:`Recalibration.apply`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -166,16 +167,23 @@ class Recalibration:
         ``'memory'``) for its ``kind`` (:func:`kinds_of`: an index into :data:`KINDS`, or
         ``len(KINDS)``: unscaled) and its category (its framework version by its index in
         ``FRAMEWORK_VERSIONS``), from a table of every kind and category computed once."""
-        table = self._lookup(quantity)
+        table = self._lookups[quantity]
         code = ((np.asarray(kind, dtype=np.int64) * len(NODE_BANDS) + band_index(num_nodes))
                 * 2 + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + np.asarray(
                     framework_code).astype(np.int64)
         return np.asarray(table[code], dtype=np.float64)
 
-    def _lookup(self, quantity: str) -> np.ndarray:
-        """The factor of every (kind, node band, pipeline or none, framework version), in the
-        order of the codes of :meth:`factors`; 1 for the kind that is not scaled."""
-        tables = self.mfu if quantity == "mfu" else self.memory
+    @functools.cached_property
+    def _lookups(self) -> dict[str, np.ndarray]:
+        """:meth:`_lookup` of each quantity, computed once per recalibration (not per call: a
+        one-layout prediction would pay it every time)."""
+        return {"mfu": self._lookup(self.mfu), "memory": self._lookup(self.memory)}
+
+    @staticmethod
+    def _lookup(tables: dict[str, dict[str, float]]) -> np.ndarray:
+        """The factor of every (kind, node band, pipeline or none, framework version) of one
+        quantity's ``tables``, in the order of the codes of :meth:`factors`; 1 for the kind
+        that is not scaled."""
         names = list(KINDS)
         fw = np.array(FRAMEWORK_VERSIONS, dtype=object)
         values = []
@@ -243,6 +251,12 @@ def kinds_of(distance: np.ndarray, unseen_shape: np.ndarray | None) -> np.ndarra
     return kind
 
 
+def measured_runs(res: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The completed runs with an MFU, and those of them with a measured peak memory."""
+    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    return done, done[done["peak_mem_reserved_gib"] > 0]
+
+
 def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per held-out run with a measurement, :func:`needed_scale` of its MFU interval (the
     completed runs with an MFU; the step time's interval is the same one) and of its peak
@@ -251,10 +265,9 @@ def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     ``res``."""
     import pandas as pd
 
-    done = res[(res["status"] == "completed") & (res["mfu"] > 0)]
+    done, mem = measured_runs(res)
     mfu = pd.Series(needed_scale(*(done[c].to_numpy(float) for c in (
         "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
-    mem = done[done["peak_mem_reserved_gib"] > 0]
     memory = pd.Series([], dtype=float)
     if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
         pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
