@@ -40,14 +40,16 @@ def is_full(out: Console, wide: bool) -> bool:
     return wide or out.width >= FULL_COLUMNS
 
 
-def model_line(model: Any, gpu: str, where: str | Path | None = None) -> str:
+def model_line(model: Any, gpu: str, where: str | Path | None = None,
+               profile: str | Path | None = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
     for a model argument of :func:`surrogate.prediction.predict.resolve_model` ("default", a path, a
-    model or None) and the GPU whose default profile sets the hardware speed."""
+    model or None) and the calibration profile that sets the hardware speed (``profile``, else
+    the GPU's default)."""
     from surrogate.prediction.predict import resolve_model
 
     learned = resolve_model(model)
-    speed = resolve_perf_model(gpu).name
+    speed = resolve_perf_model(gpu, profile).name
     if learned is None:
         return f"prediction: analytic model alone; hardware speed: {speed}"
     if where is None:

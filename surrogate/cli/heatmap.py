@@ -10,7 +10,14 @@ from typing import Annotated, Any
 import typer
 
 from surrogate.cli.app import app
-from surrogate.cli.options import AnalyticOpt, ModelDirOpt, ints, parse_nodes
+from surrogate.cli.options import (
+    AnalyticOpt,
+    ModelDirOpt,
+    ProfileOpt,
+    check_profile,
+    ints,
+    parse_nodes,
+)
 from surrogate.config.presets import get_preset
 from surrogate.errors import ConfigError
 
@@ -47,12 +54,14 @@ def heatmap_cmd(
         metavar="TABLE")] = None,
     model_dir: ModelDirOpt = None,
     analytic: AnalyticOpt = False,
+    profile: ProfileOpt = None,
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
     from surrogate.layouts.heatmap import draw_png, predicted_grid, write_html
     from surrogate.layouts.search import Limits
 
     _check_files(out, measured)
+    check_profile(profile)
     presets = [get_preset(name) for name in models.split(",")]
     options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
                "frameworks": tuple(framework.split(",")), "zero_stages": ints(zero, "--zero"),
@@ -64,7 +73,8 @@ def heatmap_cmd(
     with bars() as report:
         grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
                               space_options=options, model=learned,
-                              limits=Limits(max_p_oom=max_p_oom), progress=report)
+                              limits=Limits(max_p_oom=max_p_oom), progress=report,
+                              profile=profile)
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         grids["measured"] = _measured(measured, presets)
@@ -74,7 +84,7 @@ def heatmap_cmd(
                       title="Best configuration by model size and number of nodes")
     from surrogate.cli.display import model_line
 
-    typer.echo(model_line(learned, gpu, model_dir))
+    typer.echo(model_line(learned, gpu, model_dir, profile))
     typer.echo(f"wrote {png} and {page}")
 
 

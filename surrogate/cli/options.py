@@ -276,6 +276,10 @@ class SpaceOptions:
         )
 
 
+ProfileOpt = Annotated[Path | None, _option(
+    "--profile", help="Calibration profile of your cluster: a JSON file from `surrogate "
+    "calibrate`, or a shipped one by name, e.g. hf-playbook-cluster (default: the GPU's own, "
+    "else its datasheet).", panel=LAYOUT, metavar="FILE|NAME")]
 ModelDirOpt = Annotated[Path | None, _option(
     "--model-dir", help="A trained model directory (default: the bundled model).",
     panel=OUTPUT, metavar="DIR")]
@@ -289,6 +293,15 @@ RankOpt = Annotated[str, _option(
 WideOpt = Annotated[bool, _option(
     "--wide", help="Every column, at least 160 characters wide (default: fewer columns below "
     "110).", panel=OUTPUT)]
+
+
+def check_profile(profile: Path | None) -> None:
+    """Read ``--profile`` before any work: DataError naming the shipped profiles if it is
+    neither one of them nor a readable profile file."""
+    if profile is not None:
+        from surrogate.hardware.profile import load_profile
+
+        load_profile(profile)
 
 
 @functools.cache

@@ -20,6 +20,8 @@ from surrogate.cli.options import (
     LayoutOptions,
     ModelDirOpt,
     ModelOptions,
+    ProfileOpt,
+    check_profile,
     with_options,
 )
 from surrogate.config.files import check_counts, check_table_counts, expand_model_column
@@ -324,9 +326,7 @@ def predict_cmd(
     out: Annotated[Path | None, _opt(
         "Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).",
         metavar="FILE")] = None,
-    profile: Annotated[Path | None, _opt(
-        "Calibration profile JSON (default: the GPU's own, else datasheet).",
-        metavar="FILE")] = None,
+    profile: ProfileOpt = None,
     as_json: JsonOpt = False,
     analytic: AnalyticOpt = False,
     model_dir: ModelDirOpt = None,
@@ -340,6 +340,7 @@ def predict_cmd(
     _check_mode(from_csv, out, flags | {"model": model.model, "hf_config": model.hf_config,
                                         "config": config, "json": as_json or None,
                                         "explain": explain or None})
+    check_profile(profile)
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     physics = _physics(analytic, model_dir)
     if from_csv is not None:

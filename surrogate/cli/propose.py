@@ -11,10 +11,12 @@ from surrogate.cli.app import app
 from surrogate.cli.options import (
     ModelDirOpt,
     ModelOptions,
+    ProfileOpt,
     RankOpt,
     SpaceOptions,
     WideOpt,
     at_least,
+    check_profile,
     with_options,
 )
 from surrogate.errors import ConfigError
@@ -47,6 +49,7 @@ def propose_cmd(
     steps: Annotated[int, _opt("Training steps per proposed run.", metavar="N")] = 50,
     wide: WideOpt = False,
     rank: RankOpt = "mean",
+    profile: ProfileOpt = None,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
@@ -57,6 +60,7 @@ def propose_cmd(
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
+    check_profile(profile)
     if runs is not None:
         from surrogate.io.table_files import check_table_file
 
@@ -74,8 +78,8 @@ def propose_cmd(
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=space_options.limits(max_p_oom), acquisition=acquisition,
                       runs=table, round_number=round_number, steps=steps, progress=report,
-                      rank=rank)  # type: ignore[arg-type]
-    _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide)
+                      rank=rank, profile=profile)  # type: ignore[arg-type]
+    _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide, profile=profile)
     import shlex
 
     logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
@@ -85,7 +89,7 @@ def propose_cmd(
 
 
 def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
-                     model_dir: Path | None, wide: bool) -> None:
+                     model_dir: Path | None, wide: bool, profile: Path | None) -> None:
     """The proposed runs' table, and whether any extrapolates or gives way."""
     import pandas as pd
     from rich.markup import escape
@@ -105,7 +109,7 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
     if note := seq_len_note(model.hf_config, model.seq_len, m):
         console.print(f"[yellow]{escape(note)}[/]", highlight=False)
     picked = pd.read_csv(out / PROPOSALS_FILE, keep_default_na=False, na_values=[""])
-    console.print(escape(model_line(model_dir or "default", space.gpu, model_dir)),
+    console.print(escape(model_line(model_dir or "default", space.gpu, model_dir, profile)),
                   highlight=False)
     console.print(layout_table(f"{out.name}: {len(picked)} proposed runs", picked,
                                narrow=is_narrow(console, wide), full=is_full(console, wide),

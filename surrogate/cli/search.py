@@ -16,10 +16,12 @@ from surrogate.cli.options import (
     JsonOpt,
     ModelDirOpt,
     ModelOptions,
+    ProfileOpt,
     RankOpt,
     SpaceOptions,
     WideOpt,
     at_least,
+    check_profile,
     parse_nodes,
     with_options,
 )
@@ -83,6 +85,7 @@ def search_cmd(
         help="Write torchtitan TOML + torchrun + sbatch per top layout here.", metavar="DIR",
         rich_help_panel=OUTPUT)] = None,
     rank: RankOpt = "mean",
+    profile: ProfileOpt = None,
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of
     thumb pick)."""
@@ -90,6 +93,7 @@ def search_cmd(
     from surrogate.layouts.search import score_configs, scored_to_records
 
     study.check()
+    check_profile(profile)
     if launch_dir is not None:
         from surrogate.io.outputs import check_writable_dir
 
@@ -98,8 +102,10 @@ def search_cmd(
     space = space_options.space(m)
     limits = space_options.limits(max_p_oom)
     learned: Any = None if analytic else (model_dir or "default")
-    result = _run_search(space, learned, limits, study, rank=rank, progress=not as_json)
-    rules_row = score_configs([rules_pick(space)], model=learned, limits=limits)
+    result = _run_search(space, learned, limits, study, rank=rank, progress=not as_json,
+                         profile=profile)
+    rules_row = score_configs([rules_pick(space)], model=learned, limits=limits,
+                              profile=profile)
     from surrogate.cli.display import seq_len_note
 
     notes = [n for n in (seq_len_note(model.hf_config, model.seq_len, m), *result.notes) if n]
@@ -110,11 +116,12 @@ def search_cmd(
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
     _print_search(m, space, result, rules_row, learned=learned, model_dir=model_dir,
-                  objective=study.objective, notes=notes, written=written, wide=wide)
+                  objective=study.objective, notes=notes, written=written, wide=wide,
+                  profile=profile)
 
 
 def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, rank: str,
-                progress: bool) -> Any:
+                progress: bool, profile: Path | None) -> Any:
     """:func:`surrogate.layouts.search.search` with progress bars; a failing storage's error in a
     line."""
     from sqlalchemy.exc import SQLAlchemyError
@@ -124,7 +131,7 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
 
     try:
         with bars(progress) as report:
-            return search(space, model=learned, limits=limits,
+            return search(space, model=learned, limits=limits, profile=profile,
                           objective=study.objective,  # type: ignore[arg-type]
                           n_trials=study.trials, top_k=study.top_k, storage=study.storage,
                           study_name=study.study_name, seed=study.seed, progress=report,
@@ -173,7 +180,7 @@ def _summary(m: Any, space: Any, result: Any, notes: list[str],
 
 def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: Any,
                   model_dir: Path | None, objective: str, notes: list[str],
-                  written: list[str], wide: bool) -> None:
+                  written: list[str], wide: bool, profile: Path | None) -> None:
     """The search's tables: the best layouts, the Pareto front, the rules of thumb's pick."""
     from rich.markup import escape
 
@@ -198,7 +205,7 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
                 None: "(no enumeration to compare)"}[result.optuna_found_enum_best]
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
-    console.print(escape(model_line(learned, space.gpu, model_dir)), highlight=False)
+    console.print(escape(model_line(learned, space.gpu, model_dir, profile)), highlight=False)
     for note in notes:
         console.print(f"[yellow]{escape(note)}[/]")
     kw = {"narrow": narrow, "full": full, "frameworks": len(space.frameworks) > 1}

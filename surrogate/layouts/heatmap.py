@@ -39,9 +39,11 @@ def predicted_grid(
     model: Any = "default",
     limits: Any = None,
     progress: ProgressFn | None = None,
+    profile: Any = None,
 ) -> pd.DataFrame:
     """Best predicted layout per (model, nodes): columns :data:`GRID_COLUMNS`; ``progress``
-    hears of each cell (:mod:`surrogate.progress`)."""
+    hears of each cell (:mod:`surrogate.progress`); ``profile``: the cluster's calibration
+    profile, as for :func:`surrogate.layouts.search.search`."""
     import pandas as pd
 
     learned = resolve_model(model)
@@ -54,7 +56,8 @@ def predicted_grid(
             space = LayoutSpace(model=m, global_batch_seqs=global_batch_seqs,
                                 node_counts=(nodes,), **(space_options or {}))
             try:
-                result = search(space, model=learned, limits=limits, use_optuna=False, top_k=1)
+                result = search(space, model=learned, limits=limits, use_optuna=False, top_k=1,
+                                profile=profile)
                 best = result.top.iloc[0]
                 ok = bool(best["feasible"])
                 rows.append({"model": m.name, "num_nodes": nodes,

@@ -329,7 +329,8 @@ def score_round(
     Returns metrics (proposed, measured, status accuracy, MFU error of completed runs, interval
     coverage, the round's best MFU and the best MFU of ``runs`` so far) and the matched rows.
     DataError if ``runs`` lacks the outcome columns or none of its runs is of this round
-    (nothing to score is not a score of zero)."""
+    (nothing to score is not a score of zero). The runs are predicted under the calibration
+    profile the round was proposed with (its goal's ``profile``)."""
 
     missing = [c for c in ("status", "mfu") if c not in runs.columns]
     if missing:
@@ -361,7 +362,7 @@ def score_round(
             f"name, e.g. {next(iter(names), '?')}/..., or by configuration): ingest the round's "
             "logs into the table first (surrogate ingest ROUND/logs --into TABLE)")
     configs = [config_from_flat(r) for r in frame.to_dict("records")]
-    pred = score_configs(configs, model=model)
+    pred = score_configs(configs, model=model, profile=record.get("goal", {}).get("profile"))
     frame = frame.reset_index(drop=True)
     for col in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "p_oom", "p_completed"):
         frame[col] = pred[col].to_numpy()
@@ -392,6 +393,7 @@ def propose(
     steps: int = 50,
     progress: ProgressFn | None = None,
     rank: RankBy = "mean",
+    profile: str | Path | None = None,
 ) -> Path:
     """Propose ``k`` runs in ``space`` (a :class:`~surrogate.layouts.space.LayoutSpace`, enumerated
     whole) and write the round. ``runs``: the sweep table so far (its layouts are not
@@ -399,7 +401,10 @@ def propose(
     layouts that can be written as torchtitan runs are proposed. ``progress`` hears of each
     stage (:mod:`surrogate.progress`). ``rank``: how the proposals are listed, by predicted
     MFU (``"mean"``) or by its 10% quantile (``"safe"``); each carries ``p_best``, its
-    probability of being the best of the proposals (:func:`surrogate.layouts.best_odds.p_best`)."""
+    probability of being the best of the proposals (:func:`surrogate.layouts.best_odds.p_best`).
+    ``profile``: the cluster's calibration profile, as for :func:`surrogate.predict` (a file or
+    a shipped name; None: the GPU's default); the round records it and
+    :func:`score_round` scores under it."""
     from surrogate.layouts.search import RANK_COLUMNS, score_configs
     from surrogate.prediction.predict import resolve_model
 
@@ -421,7 +426,7 @@ def propose(
                           f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
                           f"stages {stages})")
     report(progress, f"scoring {len(candidates):,} candidates", 0, 1)
-    scored = score_configs(candidates, model=learned, limits=limits)
+    scored = score_configs(candidates, model=learned, limits=limits, profile=profile)
     report(progress, f"scoring {len(candidates):,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
     candidates = [c for c, ok in zip(candidates, keep, strict=True) if ok]
@@ -448,7 +453,8 @@ def propose(
             "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
-            "candidates": len(candidates), "best_measured_mfu": best, "rank": rank}
+            "candidates": len(candidates), "best_measured_mfu": best, "rank": rank,
+            "profile": None if profile is None else str(profile)}
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
                        acquisition=acq, round_number=round_number, steps=steps)

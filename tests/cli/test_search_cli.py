@@ -183,10 +183,30 @@ def test_heatmap_png_and_html(tmp_path: Path) -> None:
     runs.to_csv(tmp_path / "measured.csv", index=False)
     assert main(["heatmap", "--out", str(tmp_path / "fig"), "--models", "1.34b",
                  "--nodes", "1,2", "--global-batch-seqs", "16",
-                 "--measured", str(tmp_path / "measured.csv")]) == 0
+                 "--measured", str(tmp_path / "measured.csv"),
+                 "--profile", "hf-playbook-cluster"]) == 0
     assert (tmp_path / "fig.png").stat().st_size > 1000
     page = (tmp_path / "fig.html").read_text()
     assert "measured" in page and "dp8" in page and "<table>" in page
+
+
+def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixture[str],
+                                                      tmp_path: Path) -> None:
+    """--profile, as predict takes it: a shipped profile by name (or a file); the line under
+    the title names it; an unknown one is a one-line error before any scoring."""
+    args = [*SMALL, "--trials", "0", "--profile", "hf-playbook-cluster"]
+    assert main(["search", *args]) == 0
+    assert "hardware speed: hf-playbook-cluster" in capsys.readouterr().out.replace("\n", "")
+    rnd = tmp_path / "r1"
+    assert main(["propose", "--round", str(rnd), "--k", "2", *args[:-4], *args[-2:]]) == 0
+    assert json.loads((rnd / "round.json").read_text())["goal"]["profile"] == \
+        "hf-playbook-cluster"
+    for command in (["search", *SMALL], ["propose", "--round", str(tmp_path / "r2"), *SMALL],
+                    ["predict", "--model", "1.34b"]):
+        assert main([*command, "--profile", "no-such-cluster"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "shipped profiles" in err and "hf-playbook" in err
+    assert not (tmp_path / "r2").exists()
 
 
 def test_score_round_without_matching_runs_exits_2_and_logs_nothing(

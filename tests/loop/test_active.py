@@ -159,6 +159,32 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
     assert exp.tags["mlflow.experimentKind"] == "custom_model_development"
 
 
+def test_a_round_is_proposed_and_scored_on_its_cluster_profile(tmp_path: Path) -> None:
+    """The profile a round was proposed on (the cluster's microbenchmarks and its parameter
+    sets' cluster-scoped terms) is recorded, and its runs are scored on it again."""
+    profile = "hf-playbook-cluster"
+    two_nodes = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(2,),
+                            frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    out = propose(two_nodes, tmp_path / "r1", k=3, profile=profile)
+    record = read_round(out)
+    assert record["goal"]["profile"] == profile
+    model = load_round_model(record)
+    configs = [config_from_flat(p["config"]) for p in record["proposals"]]
+    on_cluster = score_configs(configs, model=model, profile=profile)
+    default = score_configs(configs, model=model)
+    assert not np.allclose(on_cluster["pred_mfu"], default["pred_mfu"])  # the profile counts
+    listed = [p["predicted"]["pred_mfu"] for p in record["proposals"]]
+    assert listed == pytest.approx(on_cluster["pred_mfu"].tolist())
+    # synthetic outcomes: each run measures exactly what the cluster's profile predicts
+    runs = pd.DataFrame([{**p["config"], "run_id": f"{p['name']}/train-1", "status": "completed",
+                          "mfu": float(on_cluster["pred_mfu"].iloc[i]), "source": "synthetic"}
+                         for i, p in enumerate(record["proposals"])])
+    metrics, _ = score_round(record, runs, model=model)
+    assert metrics["mfu_mape"] == pytest.approx(0.0, abs=1e-9)
+    assert propose(space(), tmp_path / "r2", k=2).joinpath("round.json").exists()
+    assert read_round(tmp_path / "r2")["goal"]["profile"] is None
+
+
 def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
     record = read_round(propose(space(), tmp_path / "r1", k=1))
     record["model"]["data_hash"] = "0" * 64
