@@ -54,7 +54,8 @@ def propose_cmd(
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
     at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
-    from surrogate.loop.active import Acquisition, check_new_round_dir, propose
+    from surrogate.loop.acquisition import Acquisition
+    from surrogate.loop.active import check_new_round_dir, propose
 
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")

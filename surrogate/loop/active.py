@@ -3,17 +3,8 @@
 The loop (``surrogate propose`` -> run -> ``surrogate ingest`` -> ``surrogate score-round`` ->
 ``surrogate train``):
 
-1. :func:`select` picks k candidates by acquisition value with a diversity penalty:
-
-   - *expected improvement* (Jones et al. 1998) of the MFU over the best measured so far (or the
-     best predicted, before any run), with the learned 80% interval read as a normal
-     distribution (sigma = (hi - lo) / (2 x 1.2816)), times the probability the run completes;
-   - *OOM boundary*: a share of the slots goes to layouts whose p_oom is most uncertain
-     (4 p (1 - p), highest at p = 0.5), weighted by their predicted MFU, so the boundary is
-     learned where it matters;
-   - *diversity*: each value is multiplied by 1 - exp(-d^2 / 2), d the distance (in doublings
-     of the parallel degrees, micro-batch and nodes, and steps of ZeRO/recompute) to the nearest
-     layout already picked or run, so the k picks are not near-copies.
+1. :func:`propose` scores the space's layouts and :func:`surrogate.loop.acquisition.select`
+   picks k of them (expected improvement, the OOM boundary, diversity).
 
 2. :func:`write_round` writes ``proposals.csv``, ``logs/<name>/`` launch files (torchtitan TOML,
    torchrun, sbatch: :mod:`surrogate.loop.launch`) and ``round.json`` (what, why, by which model:
@@ -32,15 +23,13 @@ import json
 import math
 import os
 import shutil
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.config.framework_traits import RECOMPUTE_MODES
 from surrogate.config.frameworks import get_framework
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
@@ -48,9 +37,10 @@ from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
 from surrogate.layouts.best_odds import p_best
-from surrogate.layouts.labels import layout_label, point_of
+from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import Limits, score_configs
 from surrogate.layouts.space import layout_key
+from surrogate.loop.acquisition import Acquisition, problem_codes, select
 from surrogate.loop.launch import LAUNCH_FRAMEWORK, launch_problem, write_launch_files
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import report
@@ -65,117 +55,7 @@ if TYPE_CHECKING:
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
-_Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
 
-@dataclass(frozen=True, kw_only=True)
-class Acquisition:
-    """How :func:`select` values candidates."""
-
-    boundary_frac: float = 0.25
-    """Share of the k slots for layouts near the OOM boundary."""
-    diversity_scale: float = 1.0
-    """Length scale of the diversity penalty, in doublings (0 disables it)."""
-    gain: Literal["expected-improvement", "probability-best"] = "expected-improvement"
-    """How the slots that look for the best value a candidate: its expected improvement, or
-    its probability of being the best of the candidates and above the incumbent
-    (:func:`probability_best`: errors correlated as :mod:`surrogate.layouts.best_odds`
-    models them)."""
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.boundary_frac <= 1.0:
-            raise ConfigError(f"boundary_frac must be in [0, 1], got {self.boundary_frac}")
-        if self.diversity_scale < 0:
-            raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
-        if self.gain not in ("expected-improvement", "probability-best"):
-            raise ConfigError(f"gain must be expected-improvement or probability-best, got "
-                              f"{self.gain!r}")
-
-def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
-    """EI of each row's MFU over ``best``, times its probability of completing."""
-    from scipy.stats import norm
-
-    mu = scored["pred_mfu"].to_numpy(dtype=float)
-    lo = scored["pred_mfu_lo"].to_numpy(dtype=float)
-    hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
-    sigma = np.where(np.isfinite(hi - lo), (hi - lo) / (2 * _Z80), 0.0)
-    sigma = np.maximum(sigma, 1e-4)
-    z = (mu - best) / sigma
-    ei = sigma * norm.pdf(z) + (mu - best) * norm.cdf(z)
-    p_ok = scored["p_completed"].to_numpy(dtype=float)
-    return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
-
-
-def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
-    """Each row's probability of completing with the highest MFU of the rows and above
-    ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
-    return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
-
-
-def boundary_value(scored: pd.DataFrame) -> np.ndarray:
-    """4 p (1 - p) of p_oom (1 at the boundary), times MFU relative to the best predicted."""
-    p = scored["p_oom"].to_numpy(dtype=float)
-    mu = scored["pred_mfu"].to_numpy(dtype=float)
-    top = float(np.nanmax(mu)) if len(mu) else 1.0
-    return np.asarray(4 * p * (1 - p) * mu / max(top, 1e-9))
-
-def layout_vector(cfg: TrainingConfig) -> np.ndarray:
-    """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
-    nodes; ZeRO stage and recompute mode in steps (full recomputation of a share s of each
-    stage's layers 1 - s short of every layer); sequence parallelism 0/1."""
-    lay = cfg.layout
-    logs = [lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-            cfg.cluster.num_nodes]
-    recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
-    return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
-
-def select(
-    scored: pd.DataFrame,
-    configs: Sequence[TrainingConfig],
-    k: int,
-    *,
-    best_measured: float | None = None,
-    already_run: Iterable[TrainingConfig] = (),
-    acquisition: Acquisition | None = None,
-) -> list[tuple[int, str, float]]:
-    """Pick ``k`` rows of ``scored`` (aligned with ``configs``): ``(row, reason, value)``.
-
-    Rows whose layout was already run are never picked. ``best_measured`` is the incumbent of
-    expected improvement (None: the best predicted MFU among rows likely to complete)."""
-    acq = acquisition or Acquisition()
-    if k < 1:
-        raise ConfigError(f"k must be >= 1, got {k}")
-    n = len(configs)
-    if n == 0:
-        return []
-    ran = list(already_run)
-    done_keys = {layout_key(c) for c in ran}
-    free = np.array([layout_key(c) not in done_keys for c in configs])
-    if best_measured is None:
-        likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
-        mu = scored["pred_mfu"].to_numpy(dtype=float)
-        best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
-    values = {"oom-boundary": boundary_value(scored)}
-    values[acq.gain] = (expected_improvement(scored, best_measured)
-                        if acq.gain == "expected-improvement"
-                        else probability_best(scored, best_measured))
-    n_boundary = round(k * acq.boundary_frac)
-    plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
-    vectors = np.stack([layout_vector(c) for c in configs])
-    picked_vecs = [layout_vector(c) for c in ran]
-    out: list[tuple[int, str, float]] = []
-    for reason in plan:
-        if not free.any():
-            break
-        value = np.nan_to_num(values[reason], nan=0.0)
-        if picked_vecs and acq.diversity_scale > 0:
-            d2 = np.min([np.sum((vectors - v) ** 2, axis=1) for v in picked_vecs], axis=0)
-            value = value * (1 - np.exp(-d2 / (2 * acq.diversity_scale**2)))
-        value = np.where(free, value, -np.inf)
-        i = int(np.argmax(value))
-        out.append((i, reason, float(values[reason][i])))
-        free[i] = False
-        picked_vecs.append(vectors[i])
-    return out
 
 # ------------------------------------------------------------------ round files
 def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
@@ -431,16 +311,7 @@ def propose(
     keep = scored["feasible"].to_numpy()
     candidates = [c for c, ok in zip(candidates, keep, strict=True) if ok]
     scored = scored[keep].reset_index(drop=True)
-    ran: list[TrainingConfig] = []
-    best = None
-    if runs is not None and len(runs):
-        for row in runs.to_dict("records"):
-            try:
-                ran.append(config_from_flat(row))
-            except ConfigError:
-                continue
-        done = runs[runs["status"] == "completed"]
-        best = float(done["mfu"].max()) if len(done) else None
+    ran, best = _runs_of(runs, candidates)
     report(progress, f"picking {k} of {len(candidates):,}", 0, 1)
     picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq)
     report(progress, f"picking {k} of {len(candidates):,}", 1, 1)
@@ -458,6 +329,30 @@ def propose(
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
                        acquisition=acq, round_number=round_number, steps=steps)
+
+
+def _runs_of(runs: pd.DataFrame | None, candidates: Sequence[TrainingConfig],
+             ) -> tuple[list[TrainingConfig], float | None]:
+    """The configurations of ``runs`` (rows that are not one are skipped) and the best MFU
+    completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
+    the incumbent of expected improvement is not another model's MFU."""
+    ran: list[TrainingConfig] = []
+    mfu: list[float] = []
+    if runs is None or not len(runs):
+        return ran, None
+    for row in runs.to_dict("records"):
+        try:
+            cfg = config_from_flat(row)
+        except ConfigError:
+            continue
+        ran.append(cfg)
+        done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
+        mfu.append(float(row["mfu"]) if done else math.nan)
+    problems = problem_codes([*candidates, *ran])
+    mine = np.isin(problems[len(candidates):], problems[:len(candidates)])
+    measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
+    measured = measured[np.isfinite(measured)]
+    return ran, float(measured.max()) if len(measured) else None
 
 
 def _listed(scored: pd.DataFrame, candidates: Sequence[TrainingConfig],

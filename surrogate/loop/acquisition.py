@@ -1,0 +1,172 @@
+"""Which candidates the active-learning loop proposes: the acquisition values and the picks.
+
+:func:`select` picks k candidates by acquisition value with a diversity penalty:
+
+- *expected improvement* (Jones et al. 1998) of the MFU over the best measured so far (or the
+  best predicted, before any run), with the learned 80% interval read as a normal
+  distribution (sigma = (hi - lo) / (2 x 1.2816)), times the probability the run completes;
+  or, with ``Acquisition(gain="probability-best")``, each candidate's probability of being the
+  best of them and above the incumbent (:mod:`surrogate.layouts.best_odds`);
+- *OOM boundary*: a share of the slots goes to layouts whose p_oom is most uncertain
+  (4 p (1 - p), highest at p = 0.5), weighted by their predicted MFU, so the boundary is
+  learned where it matters;
+- *diversity*: each value is multiplied by 1 - exp(-d^2 / 2), d the distance (in doublings
+  of the parallel degrees, micro-batch and nodes, and steps of ZeRO/recompute) to the nearest
+  layout of the same problem (:func:`problem_codes`) already picked or run, so the k picks are
+  not near-copies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from surrogate.config.framework_traits import RECOMPUTE_MODES
+from surrogate.config.model import ModelConfig
+from surrogate.config.training import TrainingConfig
+from surrogate.errors import ConfigError
+from surrogate.layouts.best_odds import p_best
+from surrogate.layouts.labels import point_of
+from surrogate.layouts.space import layout_key
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+_Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
+
+@dataclass(frozen=True, kw_only=True)
+class Acquisition:
+    """How :func:`select` values candidates."""
+
+    boundary_frac: float = 0.25
+    """Share of the k slots for layouts near the OOM boundary."""
+    diversity_scale: float = 1.0
+    """Length scale of the diversity penalty, in doublings (0 disables it)."""
+    gain: Literal["expected-improvement", "probability-best"] = "expected-improvement"
+    """How the slots that look for the best value a candidate: its expected improvement, or
+    its probability of being the best of the candidates and above the incumbent
+    (:func:`probability_best`: errors correlated as :mod:`surrogate.layouts.best_odds`
+    models them)."""
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.boundary_frac <= 1.0:
+            raise ConfigError(f"boundary_frac must be in [0, 1], got {self.boundary_frac}")
+        if self.diversity_scale < 0:
+            raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
+        if self.gain not in ("expected-improvement", "probability-best"):
+            raise ConfigError(f"gain must be expected-improvement or probability-best, got "
+                              f"{self.gain!r}")
+
+def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
+    """EI of each row's MFU over ``best``, times its probability of completing."""
+    from scipy.stats import norm
+
+    mu = scored["pred_mfu"].to_numpy(dtype=float)
+    lo = scored["pred_mfu_lo"].to_numpy(dtype=float)
+    hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
+    sigma = np.where(np.isfinite(hi - lo), (hi - lo) / (2 * _Z80), 0.0)
+    sigma = np.maximum(sigma, 1e-4)
+    z = (mu - best) / sigma
+    ei = sigma * norm.pdf(z) + (mu - best) * norm.cdf(z)
+    p_ok = scored["p_completed"].to_numpy(dtype=float)
+    return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
+
+
+def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
+    """Each row's probability of completing with the highest MFU of the rows and above
+    ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
+    return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
+
+
+def boundary_value(scored: pd.DataFrame) -> np.ndarray:
+    """4 p (1 - p) of p_oom (1 at the boundary), times MFU relative to the best predicted."""
+    p = scored["p_oom"].to_numpy(dtype=float)
+    mu = scored["pred_mfu"].to_numpy(dtype=float)
+    top = float(np.nanmax(mu)) if len(mu) else 1.0
+    return np.asarray(4 * p * (1 - p) * mu / max(top, 1e-9))
+
+def layout_vector(cfg: TrainingConfig) -> np.ndarray:
+    """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
+    nodes; ZeRO stage and recompute mode in steps (full recomputation of a share s of each
+    stage's layers 1 - s short of every layer); sequence parallelism 0/1."""
+    lay = cfg.layout
+    logs = [lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
+            cfg.cluster.num_nodes]
+    recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
+    return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
+
+def problem_codes(configs: Sequence[TrainingConfig]) -> np.ndarray:
+    """An integer per configuration, equal where two are layouts of one problem: the same
+    model shape (its name aside: a preset and an ingested run of it agree), sequence length
+    and GPU type and count per node. Runs of another problem are neither "already run" nor
+    neighbours of a candidate: a layout run for an 8B model says nothing of the same layout of
+    a 70B one."""
+    codes: dict[tuple[Any, ...], int] = {}
+    by_model: dict[int, ModelConfig] = {}  # most configurations share a few model objects
+    out = np.empty(len(configs), dtype=np.int64)
+    for i, cfg in enumerate(configs):
+        shape = by_model.get(id(cfg.model))
+        if shape is None:
+            shape = by_model.setdefault(id(cfg.model), replace(cfg.model, name=""))
+        key = (shape, cfg.cluster.gpu, cfg.cluster.gpus_per_node)
+        out[i] = codes.setdefault(key, len(codes))
+    return out
+
+
+def select(
+    scored: pd.DataFrame,
+    configs: Sequence[TrainingConfig],
+    k: int,
+    *,
+    best_measured: float | None = None,
+    already_run: Iterable[TrainingConfig] = (),
+    acquisition: Acquisition | None = None,
+) -> list[tuple[int, str, float]]:
+    """Pick ``k`` rows of ``scored`` (aligned with ``configs``): ``(row, reason, value)``.
+
+    Rows whose layout was already run (of the same problem: :func:`problem_codes`) are never
+    picked, and the diversity penalty counts the runs of a candidate's own problem only.
+    ``best_measured`` is the incumbent of expected improvement (None: the best predicted MFU
+    among rows likely to complete)."""
+    acq = acquisition or Acquisition()
+    if k < 1:
+        raise ConfigError(f"k must be >= 1, got {k}")
+    n = len(configs)
+    if n == 0:
+        return []
+    ran = list(already_run)
+    problems = problem_codes([*configs, *ran])
+    problem, ran_problem = problems[:n], problems[n:]
+    done_keys = {(int(p), layout_key(c)) for p, c in zip(ran_problem, ran, strict=True)}
+    free = np.array([(int(p), layout_key(c)) not in done_keys
+                     for p, c in zip(problem, configs, strict=True)])
+    if best_measured is None:
+        likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
+        mu = scored["pred_mfu"].to_numpy(dtype=float)
+        best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
+    values = {"oom-boundary": boundary_value(scored)}
+    values[acq.gain] = (expected_improvement(scored, best_measured)
+                        if acq.gain == "expected-improvement"
+                        else probability_best(scored, best_measured))
+    n_boundary = round(k * acq.boundary_frac)
+    plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
+    vectors = np.stack([layout_vector(c) for c in configs])
+    picked = [(int(p), layout_vector(c)) for p, c in zip(ran_problem, ran, strict=True)]
+    out: list[tuple[int, str, float]] = []
+    for reason in plan:
+        if not free.any():
+            break
+        value = np.nan_to_num(values[reason], nan=0.0)
+        if picked and acq.diversity_scale > 0:
+            d2 = np.min([np.where(problem == p, np.sum((vectors - v) ** 2, axis=1), np.inf)
+                         for p, v in picked], axis=0)
+            value = value * (1 - np.exp(-d2 / (2 * acq.diversity_scale**2)))
+        value = np.where(free, value, -np.inf)
+        i = int(np.argmax(value))
+        out.append((i, reason, float(values[reason][i])))
+        free[i] = False
+        picked.append((int(problem[i]), vectors[i]))
+    return out

@@ -1,0 +1,76 @@
+"""Acquisition: which candidates the loop picks (gain, diversity, what was already run)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from surrogate.config.presets import get_preset
+from surrogate.errors import ConfigError
+from surrogate.layouts.search import score_configs
+from surrogate.layouts.space import LayoutSpace
+from surrogate.loop.acquisition import Acquisition, layout_vector, problem_codes, select
+
+
+def space(model: str = "8b") -> LayoutSpace:
+    return LayoutSpace(model=get_preset(model), global_batch_seqs=32, node_counts=(1,),
+                       frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+
+
+def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
+    """The other gain: each pick's value is its probability of being the best candidate and
+    above the incumbent; none can beat an incumbent far above every prediction."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    acq = Acquisition(boundary_frac=0.0, gain="probability-best")
+    picks = select(scored, configs, 3, acquisition=acq)
+    assert {reason for _, reason, _ in picks} == {"probability-best"}
+    values = [v for _, _, v in picks]
+    assert 0 < sum(values) <= 1 and values[0] == max(values)
+    high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
+    assert high[0][2] == 0.0
+    with pytest.raises(ConfigError, match="gain must be"):
+        Acquisition(gain="luck")  # type: ignore[arg-type]
+
+
+def test_picks_are_diverse_not_near_copies() -> None:
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    picks = select(scored, configs, 6, acquisition=Acquisition(boundary_frac=0.0))
+    vecs = np.stack([layout_vector(configs[i]) for i, _, _ in picks])
+    d = np.sqrt(((vecs[:, None] - vecs[None]) ** 2).sum(-1))
+    assert len({i for i, _, _ in picks}) == 6
+    no_penalty = select(scored, configs, 6,
+                        acquisition=Acquisition(boundary_frac=0.0, diversity_scale=0.0))
+    vecs0 = np.stack([layout_vector(configs[i]) for i, _, _ in no_penalty])
+    d0 = np.sqrt(((vecs0[:, None] - vecs0[None]) ** 2).sum(-1))
+    assert d[np.triu_indices(6, 1)].min() >= d0[np.triu_indices(6, 1)].min()
+    assert d[np.triu_indices(6, 1)].min() >= 1.0  # at least one doubling apart
+
+
+def test_already_run_layouts_are_not_proposed_again() -> None:
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    first = [i for i, _, _ in select(scored, configs, 3)]
+    again = [i for i, _, _ in select(scored, configs, 3,
+                                     already_run=[configs[i] for i in first])]
+    assert not set(first) & set(again)
+
+
+def test_runs_of_another_model_are_neither_run_nor_neighbours() -> None:
+    """The same layout run for another model shape: not "already run" for this one, and no
+    diversity penalty from it; the same shape under another name is the same problem."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    first = [i for i, _, _ in select(scored, configs, 3)]
+    small = {layout_vector(c).tobytes(): c for c in space("1.34b").enumerate()}
+    elsewhere = [small[layout_vector(configs[i]).tobytes()] for i in first
+                 if layout_vector(configs[i]).tobytes() in small]
+    assert elsewhere  # the small model has the same layouts
+    again = [i for i, _, _ in select(scored, configs, 3, already_run=elsewhere)]
+    assert again == first
+    renamed = replace(configs[0], model=replace(configs[0].model, name="my-8b"))
+    assert problem_codes([configs[0], renamed]).tolist() == [0, 0]
+    assert problem_codes([configs[0], elsewhere[0]]).tolist() == [0, 1]
