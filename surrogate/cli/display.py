@@ -127,6 +127,8 @@ def reason(r: dict[str, Any]) -> str:
         return f"OOM edge (p_oom {r['p_oom']:.2f})"
     if r.get("reason") == "expected-improvement" and value == value and value is not None:
         return f"MFU gain {100 * float(value):.1f} pts"
+    if r.get("reason") == "best-predicted":
+        return "best predicted"
     return str(r.get("reason", ""))
 
 

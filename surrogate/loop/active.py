@@ -135,7 +135,8 @@ def write_round(
             "model": dict(model_info),
             "acquisition": {"boundary_frac": acquisition.boundary_frac,
                             "diversity_scale": acquisition.diversity_scale,
-                            "gain": acquisition.gain},
+                            "gain": acquisition.gain,
+                            "open_with_best": acquisition.open_with_best},
             "proposals": records,
         }
         (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))

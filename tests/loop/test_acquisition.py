@@ -24,7 +24,7 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
     above the incumbent; none can beat an incumbent far above every prediction."""
     configs = space().enumerate()
     scored = score_configs(configs)
-    acq = Acquisition(boundary_frac=0.0, gain="probability-best")
+    acq = Acquisition(boundary_frac=0.0, gain="probability-best", open_with_best=False)
     picks = select(scored, configs, 3, acquisition=acq)
     assert {reason for _, reason, _ in picks} == {"probability-best"}
     values = [v for _, _, v in picks]
@@ -74,3 +74,17 @@ def test_runs_of_another_model_are_neither_run_nor_neighbours() -> None:
     renamed = replace(configs[0], model=replace(configs[0].model, name="my-8b"))
     assert problem_codes([configs[0], renamed]).tolist() == [0, 0]
     assert problem_codes([configs[0], elsewhere[0]]).tolist() == [0, 1]
+
+
+def test_a_campaign_opens_with_the_best_predicted_layout() -> None:
+    """Before any completed run, the first pick is the model's own best (predicted MFU x
+    p_completed) and the rest explore; once a run has completed, every slot explores."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    picks = select(scored, configs, 3, acquisition=Acquisition(boundary_frac=0.0))
+    ranked = (scored["pred_mfu"] * scored["p_completed"]).to_numpy()
+    assert picks[0][:2] == (int(np.argmax(ranked)), "best-predicted")
+    assert {reason for _, reason, _ in picks[1:]} == {"expected-improvement"}
+    later = select(scored, configs, 3, best_measured=0.2, acquisition=Acquisition(
+        boundary_frac=0.0))
+    assert {reason for _, reason, _ in later} == {"expected-improvement"}
