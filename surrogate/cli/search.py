@@ -26,6 +26,7 @@ from surrogate.cli.options import (
     with_options,
 )
 from surrogate.errors import ConfigError, DataError
+from surrogate.hardware.perf_models import resolve_perf_model
 
 __all__ = ["parse_nodes", "search_cmd"]
 
@@ -112,6 +113,7 @@ def search_cmd(
     written = [] if launch_dir is None else _write_launch(result, launch_dir)
     if as_json:
         summary = _summary(m, space, result, notes, written)
+        summary["space"]["hardware_speed"] = resolve_perf_model(space.gpu, profile).name
         summary["rules_of_thumb"] = {"source": CITATION, **scored_to_records(rules_row)[0]}
         typer.echo(json.dumps(summary, indent=2, default=str))
         return

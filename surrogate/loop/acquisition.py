@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
 
+
 @dataclass(frozen=True, kw_only=True)
 class Acquisition:
     """How :func:`select` values candidates."""
@@ -52,7 +53,6 @@ class Acquisition:
     its probability of being the best of the candidates and above the incumbent
     (:func:`probability_best`: errors correlated as :mod:`surrogate.layouts.best_odds`
     models them)."""
-
     open_with_best: bool = True
     """Before any completed run of the problem, the first pick is the layout the model ranks
     best (predicted MFU x p_completed: what a user would run first), the others explore. On
@@ -68,6 +68,7 @@ class Acquisition:
         if self.gain not in ("expected-improvement", "probability-best"):
             raise ConfigError(f"gain must be expected-improvement or probability-best, got "
                               f"{self.gain!r}")
+
 
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     """EI of each row's MFU over ``best``, times its probability of completing."""
@@ -97,6 +98,7 @@ def boundary_value(scored: pd.DataFrame) -> np.ndarray:
     top = float(np.nanmax(mu)) if len(mu) else 1.0
     return np.asarray(4 * p * (1 - p) * mu / max(top, 1e-9))
 
+
 def layout_vector(cfg: TrainingConfig) -> np.ndarray:
     """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
     nodes; ZeRO stage and recompute mode in steps (full recomputation of a share s of each
@@ -106,6 +108,7 @@ def layout_vector(cfg: TrainingConfig) -> np.ndarray:
             cfg.cluster.num_nodes]
     recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
     return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
+
 
 def problem_codes(configs: Sequence[TrainingConfig]) -> np.ndarray:
     """An integer per configuration, equal where two are layouts of one problem: the same
@@ -138,8 +141,9 @@ def select(
 
     Rows whose layout was already run (of the same problem: :func:`problem_codes`) are never
     picked, and the diversity penalty counts the runs of a candidate's own problem only.
-    ``best_measured`` is the incumbent of expected improvement (None: the best predicted MFU
-    among rows likely to complete)."""
+    ``best_measured`` is the incumbent of expected improvement (None: no run has completed,
+    and the incumbent is the best predicted MFU among rows likely to complete; the first slot
+    then takes the best-ranked row, with ``Acquisition.open_with_best``)."""
     acq = acquisition or Acquisition()
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")

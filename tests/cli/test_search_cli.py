@@ -197,6 +197,9 @@ def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixtu
     args = [*SMALL, "--trials", "0", "--profile", "hf-playbook-cluster"]
     assert main(["search", *args]) == 0
     assert "hardware speed: hf-playbook-cluster" in capsys.readouterr().out.replace("\n", "")
+    assert main(["search", *args, "--json"]) == 0
+    space = json.loads(capsys.readouterr().out)["space"]
+    assert space["hardware_speed"].startswith("hf-playbook-cluster")
     rnd = tmp_path / "r1"
     assert main(["propose", "--round", str(rnd), "--k", "2", *args[:-4], *args[-2:]]) == 0
     assert json.loads((rnd / "round.json").read_text())["goal"]["profile"] == \
