@@ -7,11 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
+from surrogate.config.gpus import canonical_gpu_name
+from surrogate.errors import ConfigError
 
 
 def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
-    """The PerfModel for ``gpu``: ``profile`` (a path or an object) if given, else the GPU's
-    default calibration profile if one ships, else the datasheet."""
+    """The PerfModel for ``gpu``: ``profile`` (a path, a shipped profile's name or an object)
+    if given, else the GPU's default calibration profile if one ships, else the datasheet.
+    ConfigError if a profile read by name or path was measured on another GPU."""
     if profile is not None and not isinstance(profile, str | Path):
         return profile
     try:
@@ -19,7 +22,12 @@ def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) 
     except ImportError:  # calibration not installed: datasheet figures
         return SpecPerfModel()
     if profile is not None:
-        loaded: PerfModel = profiles.load_profile(profile)
+        loaded = profiles.load_profile(profile)
+        if canonical_gpu_name(loaded.gpu) != canonical_gpu_name(gpu):
+            raise ConfigError(
+                f"calibration profile {str(profile)!r} was measured on {loaded.gpu}, but the "
+                f"configuration runs on {canonical_gpu_name(gpu)}: give a profile of that GPU "
+                f"(surrogate calibrate), or no profile for the GPU's default")
         return loaded
     default: PerfModel | None = profiles.default_profile(gpu)
     return default if default is not None else SpecPerfModel()

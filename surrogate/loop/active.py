@@ -326,10 +326,18 @@ def propose(
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
             "candidates": len(candidates), "best_measured_mfu": best, "rank": rank,
-            "profile": None if profile is None else str(profile)}
+            "profile": _profile_record(profile)}
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
                        acquisition=acq, round_number=round_number, steps=steps)
+
+
+def _profile_record(profile: str | Path | None) -> str | None:
+    """The profile as the round records it: a file as its absolute path (``score-round`` may
+    run elsewhere), a shipped profile by its name."""
+    if profile is None:
+        return None
+    return str(Path(profile).resolve()) if Path(profile).is_file() else str(profile)
 
 
 def _runs_of(runs: pd.DataFrame | None, candidates: Sequence[TrainingConfig],

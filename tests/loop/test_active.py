@@ -138,6 +138,20 @@ def test_a_round_is_proposed_and_scored_on_its_cluster_profile(tmp_path: Path) -
     assert read_round(tmp_path / "r2")["goal"]["profile"] is None
 
 
+def test_a_profile_file_is_recorded_by_its_absolute_path(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """score-round may run from another directory than propose did."""
+    import shutil
+
+    import surrogate
+
+    shipped = Path(surrogate.__file__).parent / "data" / "profiles" / "hf-playbook-cluster.json"
+    shutil.copy(shipped, tmp_path / "mine.json")
+    monkeypatch.chdir(tmp_path)
+    record = read_round(propose(space(), "r1", k=2, profile="mine.json"))
+    assert record["goal"]["profile"] == str(tmp_path / "mine.json")
+
+
 def test_the_incumbent_is_a_run_of_the_same_model(tmp_path: Path) -> None:
     """A sweep table holding another model's runs: they are not the incumbent, and their
     layouts are proposed again for this model (synthetic runs, made up by this test)."""
