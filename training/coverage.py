@@ -3,8 +3,9 @@
 - :func:`interval_hits`: whether each measured run lies inside its MFU and peak memory
   interval; :func:`coverage_by_group` pools them per node band, framework and pipeline
   (:func:`coverage_groups`).
-- :func:`scale_needed` and :func:`recalibrated_hits`: the factor on each interval's width that
-  would hold its run, and the hits after a held-out conformal recalibration per group.
+- :func:`recalibrated_hits`: the hits after the conformal recalibration a trained model ships
+  (the factor on each interval's width that would hold its run:
+  :func:`surrogate.learned.recalibration.measured_needed`), held out.
 - :func:`oom_reliability`: how often runs ran out of memory against the probability said.
 """
 
@@ -15,8 +16,10 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.learned.recalibration import (
+    MIN_CATEGORY_RUNS,
     factors_for,
     fit_factors,
+    logged_memory,
     measured_needed,
     measured_runs,
     node_bands,
@@ -38,16 +41,11 @@ def interval_hits(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
 
     done, mem = measured_runs(res)
     inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
-    mem_inside = pd.Series([], dtype=bool)
-    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
-        pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-                       else "pred_peak_mem_gib"]
-        logged = (pred_mem / mem["pred_peak_mem_gib"]).to_numpy()  # the logged rank's share
-        measured = mem["peak_mem_reserved_gib"].to_numpy()
-        mem_inside = pd.Series((mem["pred_peak_mem_lo_gib"].to_numpy() * logged <= measured)
-                               & (measured <= mem["pred_peak_mem_hi_gib"].to_numpy() * logged),
-                               index=mem.index)
-    return inside, mem_inside
+    logged = logged_memory(mem)
+    if logged is None:
+        return inside, pd.Series([], dtype=bool)
+    measured, _, lo, hi = logged
+    return inside, pd.Series((lo <= measured) & (measured <= hi), index=mem.index)
 
 
 COVERAGE_TARGET = 0.8
@@ -58,6 +56,8 @@ MIN_GROUP_RUNS = 15
 """The fewest measured runs of a group whose coverage :func:`coverage_by_group` reports: a
 coverage over fewer is too noisy to judge (at 80% over 15 runs its standard error is 10
 points)."""
+
+
 def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
     """The groupings :func:`coverage_by_group` reports, one label per run: the node-count
     band, the framework (its version, where the runs carry one) and pipeline or none."""
@@ -107,15 +107,8 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
     return pd.DataFrame(rows)
 
 
-def scale_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
-    """Per measured run (as :func:`interval_hits`), the factor k on its interval's log
-    half-widths that would just hold the measured value
-    (:func:`surrogate.learned.recalibration.measured_needed`)."""
-    return measured_needed(res)
-
-
 def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
-                      min_runs: int = MIN_GROUP_RUNS) -> tuple[pd.Series, pd.Series]:
+                      min_runs: int = MIN_CATEGORY_RUNS) -> tuple[pd.Series, pd.Series]:
     """:func:`interval_hits` after the recalibration a trained model ships
     (:mod:`surrogate.learned.recalibration`: factors per node band, pipeline or none and
     framework version, else per pipeline or none and framework version, else pooled) fitted
@@ -127,7 +120,7 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     from sklearn.model_selection import GroupKFold
 
     out = []
-    for needed in scale_needed(res):
+    for needed in measured_needed(res):
         hits = pd.Series(False, index=needed.index)
         cells = cell_groups(res.loc[needed.index])
         n = min(n_folds, len(np.unique(cells)))

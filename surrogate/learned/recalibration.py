@@ -257,6 +257,21 @@ def measured_runs(res: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return done, done[done["peak_mem_reserved_gib"] > 0]
 
 
+def logged_memory(mem: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
+    """The measured peak memory of runs and their predicted memory and interval on the rank
+    the memory was logged on (``pred_logged_mem_gib`` where given, the interval scaled by its
+    share of the peak rank's): ``(measured, pred, lo, hi)``, or None without memory
+    intervals."""
+    if "pred_peak_mem_lo_gib" not in mem or not mem["pred_peak_mem_lo_gib"].notna().any():
+        return None
+    pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
+               else "pred_peak_mem_gib"].to_numpy(float)
+    logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)  # the logged rank's share
+    return (mem["peak_mem_reserved_gib"].to_numpy(float), pred,
+            mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
+            mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged)
+
+
 def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     """Per held-out run with a measurement, :func:`needed_scale` of its MFU interval (the
     completed runs with an MFU; the step time's interval is the same one) and of its peak
@@ -268,15 +283,9 @@ def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     done, mem = measured_runs(res)
     mfu = pd.Series(needed_scale(*(done[c].to_numpy(float) for c in (
         "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
-    memory = pd.Series([], dtype=float)
-    if "pred_peak_mem_lo_gib" in mem and mem["pred_peak_mem_lo_gib"].notna().any():
-        pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-                   else "pred_peak_mem_gib"].to_numpy(float)
-        logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)  # the logged rank's share
-        memory = pd.Series(needed_scale(mem["peak_mem_reserved_gib"].to_numpy(float), pred,
-                                        mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
-                                        mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged),
-                           index=mem.index)
+    logged = logged_memory(mem)
+    memory = (pd.Series([], dtype=float) if logged is None
+              else pd.Series(needed_scale(*logged), index=mem.index))
     return mfu, memory
 
 

@@ -9,13 +9,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from surrogate.learned.recalibration import measured_needed
 from training.coverage import (
     RELIABILITY_BINS,
     coverage_by_group,
     interval_hits,
     oom_reliability,
     recalibrated_hits,
-    scale_needed,
 )
 
 
@@ -75,7 +75,7 @@ def test_recalibration_scales_each_group_to_its_own_held_out_errors():
         "pred_mfu": 0.4, "pred_mfu_lo": 0.4 * np.exp(-half), "pred_mfu_hi": 0.4 * np.exp(half),
         "mfu": 0.4 * np.exp(sign * factor * half), "peak_mem_reserved_gib": 0.0,
     })
-    needed = scale_needed(res)[0]
+    needed = measured_needed(res)[0]
     np.testing.assert_allclose(needed.to_numpy(), factor)
     before = interval_hits(res)[0]
     after = recalibrated_hits(res)[0]
