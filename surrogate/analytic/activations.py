@@ -12,7 +12,9 @@ SwiGLU MLP, in bf16, for T = mbs x seq_len / cp tokens on a rank:
   ``GLUActivation``, torchtitan's ``FeedForward``: measured); Megatron-LM's fused SwiGLU
   (``FrameworkTraits.fused_swiglu``, on by default) keeps only its input, the gate and up
   outputs, and recomputes SiLU: 3 x 2 T ffn (measured on Megatron-Core's layer by
-  ``microbench/saved_activations.py``).
+  ``microbench/saved_activations.py``). A two-matrix MLP (``ModelConfig.gated_mlp`` False:
+  GELU, as MPT's ``MPTMLP``), described by its SwiGLU-equivalent width, keeps the GELU's input
+  and output, 2 x 2 T x 4 h = 3 x 2 T ffn bytes.
 
 Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too, the
 projections' inputs as shards that each projection gathers again in its backward. A framework
@@ -108,7 +110,10 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "norm_inputs": np.where(sp, norms / tp, norms),
         "projection_inputs": np.where(sp & ~gathered, projections / tp, projections),
         "attention": attn / tp,
-        "mlp": unfused * 2 * tokens * ffn / tp + np.where(moe, moe_frac * (routed + padding), 0.0),
+        # a two-matrix MLP (gated_mlp False, dense only) keeps its activation's input and
+        # output, 2 x 4 h wide = 3 of its SwiGLU-equivalent ffn, as a fused SwiGLU does
+        "mlp": np.where(c["gated_mlp"] > 0, unfused, 3.0) * 2 * tokens * ffn / tp
+        + np.where(moe, moe_frac * (routed + padding), 0.0),
     }
 
 

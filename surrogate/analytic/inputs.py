@@ -43,7 +43,7 @@ _NUMERIC = (
     "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
     "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "shared_expert_ffn_hidden_size",
     "num_dense_layers", "tie_embeddings", "sequence_parallel", "recompute_layers",
-    "dp_replicate",
+    "dp_replicate", "gated_mlp",
 )
 """Configuration columns the analytic model reads as they are."""
 
@@ -74,6 +74,7 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
+            float(fw.fused_cross_entropy),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
             float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard),
             *(float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
@@ -82,7 +83,8 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
-                      "saves_gathered_tp_inputs", "fused_swiglu", "selective_per_op",
+                      "saves_gathered_tp_inputs", "fused_swiglu", "fused_cross_entropy",
+                      "selective_per_op",
                       "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",
                       "autocast_code", "fsdp_code")
 

@@ -34,7 +34,9 @@ Logits: at the start of the backward, the output head's T x V / tp logits in bf1
 their fp32 copy (4), the fp32 softmax the vocab-parallel cross entropy saves (4), its fp32
 gradient (4) and that gradient cast to bf16 (2) can coexist: at most 16 bytes per logit, the
 prior of the free parameter ``logit_bytes``; frameworks free some before others are made, so
-it is fitted per framework version (``surrogate.analytic.params``).
+it is fitted per framework version (``surrogate.analytic.params``). A fused cross entropy
+(``FrameworkTraits.fused_cross_entropy``: llm-foundry's) keeps the bf16 logits and their bf16
+gradient only, ``FUSED_LOGIT_BYTES`` (4) per logit, derived rather than fitted.
 
 Backward working set: a layer's backward creates gradients of its activations about as large
 as the activations themselves (``transient``: one layer's worth, Korthikanti's per-layer term).
@@ -82,6 +84,10 @@ DDP_BUCKET_BYTES = 2 * 25 * 2**20 * 4
 SAVED_LOGIT_BYTES = 4.0
 """Bytes per logit the vocab-parallel cross entropy saves for its backward: the fp32 softmax
 (module docstring)."""
+FUSED_LOGIT_BYTES = 4.0
+"""Bytes per logit at a fused cross entropy's backward (``FrameworkTraits.fused_cross_entropy``):
+the bf16 logits it saved and their bf16 gradient; it saves the logits themselves (2 bytes)
+for a micro-batch's backward where the fp32 softmax would be."""
 
 BREAKDOWN_TERMS: tuple[str, ...] = (
     "weights", "gradients", "optimizer", "activations", "transient", "logits", "buffers",
@@ -230,8 +236,11 @@ def logits_bytes(c: Cols) -> Array:
     the module docstring), and under all-forward-all-backward the fp32 softmax the loss saved
     for each of the m - 1 micro-batches before it."""
     per_logit = c["mbs"] * c["seq_len"] / c["cp"] * c["vocab_size"] / c["tp"]
-    saved = np.where(c["pp_afab"] > 0, pipeline.microbatches(c) - 1, 0.0) * SAVED_LOGIT_BYTES
-    return (param(c, "logit_bytes") + saved) * per_logit
+    fused = c["fused_cross_entropy"] > 0
+    saved = np.where(c["pp_afab"] > 0, pipeline.microbatches(c) - 1, 0.0) * np.where(
+        fused, FUSED_LOGIT_BYTES / 2, SAVED_LOGIT_BYTES)
+    per_byte = np.where(fused, FUSED_LOGIT_BYTES, param(c, "logit_bytes"))
+    return np.asarray((per_byte + saved) * per_logit, dtype=np.float64)
 
 
 def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,

@@ -61,7 +61,7 @@ def _space(help: str, *names: str, metavar: str | None = None) -> Any:
 
 SHAPE_FLAGS = (
     "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
-    "tie_embeddings", "num_experts", "experts_topk", "moe_ffn_hidden_size",
+    "tie_embeddings", "num_experts", "experts_topk", "moe_ffn_hidden_size", "gated_mlp",
 )
 """The shape flags' names, each a :class:`surrogate.config.model.ModelConfig` field; each
 overrides the preset (``--model``) or the Hugging Face config (``--hf-config``)."""
@@ -92,6 +92,10 @@ class ModelOptions:
     experts_topk: Annotated[int | None, _model("Experts each token is routed to.")] = None
     moe_ffn_hidden_size: Annotated[int | None, _model(
         "Width of one expert's MLP (default: --ffn-hidden-size).")] = None
+    gated_mlp: Annotated[bool | None, _model(
+        "SwiGLU MLP; --no-gated-mlp: a two-matrix GELU MLP given by its SwiGLU-equivalent "
+        "--ffn-hidden-size (2/3 of its own).", "--gated-mlp/--no-gated-mlp",
+        metavar=None)] = None
 
     def given(self) -> dict[str, Any]:
         """The ModelConfig fields given as flags (``seq_len`` and the shape flags)."""

@@ -90,6 +90,15 @@ class FrameworkTraits:
     projections' output) and recomputes SiLU in the backward, so the MLP keeps three T x ffn
     tensors per layer, not four (gate and up outputs, SiLU(gate), the product). Measured for
     Megatron-Core by ``microbench/saved_activations.py`` (``surrogate.analytic.memory``)."""
+    fused_cross_entropy: bool = False
+    """Its loss is a fused cross-entropy kernel that keeps the logits in their own dtype (bf16)
+    and writes their gradient into one tensor of that dtype, the fp32 softmax held in registers
+    only: 4 bytes per logit at the loss (``surrogate.analytic.memory.FUSED_LOGIT_BYTES``), not
+    the fitted ``logit_bytes`` of a loss that copies the logits to fp32. llm-foundry's MPT
+    defaults to flash-attn's ``CrossEntropyLoss`` (``ComposerMPTCausalLM``: ``loss_fn``
+    ``fused_crossentropy``; flash-attn 2.5.6 ``flash_attn/ops/triton/cross_entropy.py`` saves
+    the logits and an fp32 log-sum-exp per token, and its backward allocates the gradient
+    with ``torch.empty_like(logits)``), read from their sources, not measured here."""
     selective_per_op: bool = False
     """Its 'selective' recomputation is per-operator activation checkpointing (torchtitan's
     ``selective_ac_option = "op"``, what its Llama 3 8B configuration runs): each block keeps

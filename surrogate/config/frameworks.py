@@ -152,9 +152,12 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "README's own TODO) and so FlashAttention-2 (July 2023, ALiBi only from v2.4), "
                 "so MPT's ALiBi ran on one of llm-foundry's other attention implementations "
                 "(its Triton flash attention, attn_impl: triton, or plain torch; the README "
-                "does not say which), neither measured here"
+                "does not say which), neither measured here; its MPT model's loss is "
+                "flash-attn's fused cross entropy (llm-foundry's ComposerMPTCausalLM, "
+                "loss_fn fused_crossentropy by default)"
             ),
             flash_attention_2=False,
+            fused_cross_entropy=True,
         ),
         FrameworkTraits(
             name="pytorch",

@@ -82,6 +82,13 @@ class ModelConfig:
     all heads)."""
     v_head_dim: int = 0
     """MLA: per-head value width."""
+    gated_mlp: bool = True
+    """False: the dense MLP is two matrices around an element-wise activation (GELU: GPT-2,
+    GPT-NeoX, MPT) instead of SwiGLU's three. ``ffn_hidden_size`` is then the SwiGLU width of
+    the same parameters and FLOPs, two thirds of the MLP's own (MPT's 4 h becomes 8 h / 3:
+    ``surrogate.ingest.llmfoundry.equivalent_ffn``); what differs is memory: the MLP keeps its
+    activation's input and output, 2 x 2 T x 4 h bytes = 3 x 2 T ffn, where SwiGLU keeps four
+    T x ffn tensors (``surrogate.analytic.activations``). Dense models only."""
     name: str = "custom"
 
     def __post_init__(self) -> None:
@@ -93,6 +100,7 @@ class ModelConfig:
         check_ints(self, ("num_experts", "experts_topk", "moe_ffn_hidden_size"), minimum=0)
         check_ints(self, ARCHITECTURE_FIELDS, minimum=0)
         check_bool(self, "tie_embeddings")
+        check_bool(self, "gated_mlp")
         if not self.head_dim and not self.is_mla and self.hidden_size % self.num_heads:
             raise ConfigError(
                 f"hidden_size must be divisible by num_heads, got hidden_size={self.hidden_size} "
@@ -109,6 +117,11 @@ class ModelConfig:
             raise ConfigError(
                 f"experts_topk must be between 1 and num_experts={self.num_experts}, "
                 f"got {self.experts_topk}"
+            )
+        if self.is_moe and not self.gated_mlp:
+            raise ConfigError(
+                f"gated_mlp=False (a two-matrix MLP) is modelled for dense models only, got "
+                f"num_experts={self.num_experts}"
             )
         if not self.is_moe and (self.experts_topk or self.moe_ffn_hidden_size):
             raise ConfigError(

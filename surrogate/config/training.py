@@ -232,7 +232,7 @@ _INT_FIELDS = frozenset(
     f.name for cls in (ModelConfig, ClusterConfig, LayoutConfig) for f in fields(cls)
     if f.type in ("int", int)
 )
-_BOOL_FIELDS = frozenset({"tie_embeddings", "sequence_parallel"})
+_BOOL_FIELDS = frozenset({"tie_embeddings", "sequence_parallel", "gated_mlp"})
 _TRUE = frozenset({"true", "1", "yes", "y", "t"})
 _FALSE = frozenset({"false", "0", "no", "n", "f"})
 

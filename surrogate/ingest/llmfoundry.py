@@ -17,7 +17,9 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   rounding, at most 0.012 % of the MLP (h = 1024) and < 0.01 % of the model. ALiBi instead of
   rotary and LayerNorm instead of RMSNorm differ only in element-wise work that neither MFU
   definition counts (the README: "All FLOP calculations exclude the operations required for
-  normalization, activation, and residuals"), so they are negligible in FLOPs.
+  normalization, activation, and residuals"), so they are negligible in FLOPs. The rows say
+  ``gated_mlp`` False: the GELU MLP keeps two 4 h-wide activations per token, not SwiGLU's
+  four of the equivalent width (:class:`surrogate.config.model.ModelConfig`).
 - Parameter check (done for every row, :func:`param_check`): the table's ``NumParams`` is
   exactly V h + L (12 h^2 + 13 h) + 2 h + s h for every row of the file: the 13 h per layer are
   the biases of the yamls of that commit (qkv 3 h, out h, up 4 h, down h) and two LayerNorms
@@ -181,6 +183,7 @@ def _config(row: dict[str, str]) -> TrainingConfig:
         "num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": equivalent_ffn(hidden),
         "num_heads": heads, "num_kv_heads": heads, "vocab_size": VOCAB_SIZE,
         "seq_len": _int("SeqLen (T)", row["SeqLen (T)"]), "tie_embeddings": True,
+        "gated_mlp": False,
         "gpu": gpu, "gpus_per_node": per_node, "num_nodes": num_gpus // per_node,
         "dp": num_gpus, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": mbs, "grad_accum": accum,
         "zero_stage": _choice("Sharding Strategy", row["Sharding Strategy"], dict(ZERO_STAGES)),

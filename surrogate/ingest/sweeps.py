@@ -242,7 +242,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     """Check ``df`` against the schema and return it in canonical form (column order, dtypes,
     configuration columns as :func:`config_to_flat` writes them). A table that lacks the
     model-variant columns (:data:`surrogate.config.model.ARCHITECTURE_FIELDS`, added later) gets
-    their defaults, 0: it was written when every model was a Llama block; one that lacks
+    their defaults, 0, and ``gated_mlp`` True: it was written when every model was a Llama
+    block; one that lacks
     ``pp_schedule`` (added later) gets '1f1b', the only schedule then described, and one that
     lacks ``recompute_layers`` (added later) 0: every layer, the only recomputation then
     described, and one that lacks ``dp_replicate`` (added later) 1: ZeRO over every data- and
@@ -256,6 +257,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     absent = [c for c in ARCHITECTURE_FIELDS if c not in df.columns]
     if absent:  # a table written before these columns existed holds Llama blocks (their 0)
         df = df.assign(**dict.fromkeys(absent, 0))
+    if "gated_mlp" not in df.columns:  # written when every MLP was SwiGLU
+        df = df.assign(gated_mlp=True)
     if "pp_schedule" not in df.columns:
         df = df.assign(pp_schedule="1f1b")
     if "recompute_layers" not in df.columns:

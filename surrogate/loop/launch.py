@@ -160,6 +160,9 @@ def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
     built this way is the surrogate's (``datasets/h100/2026-11-24/torchtitan``)."""
     if model.tie_embeddings:
         raise ValueError(f"torchtitan's llama models do not tie embeddings: {model.name}")
+    if not model.gated_mlp:
+        raise ValueError(f"torchtitan's llama models have a SwiGLU MLP: {model.name} has a "
+                         "two-matrix one (gated_mlp=False)")
     if model.attention_head_dim * model.num_heads != model.hidden_size:
         raise ValueError(f"torchtitan's llama models have heads of hidden / heads: "
                          f"{model.name} has {model.num_heads} of {model.attention_head_dim}")

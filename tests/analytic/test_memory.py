@@ -197,6 +197,33 @@ def test_variant_activations_by_hand(cols):
     assert activations.activation_bytes_per_layer(titan)[0] == expected + 2 * routed + padding
 
 
+def test_a_two_matrix_mlp_keeps_its_activation_input_and_output(cols):
+    """A GELU MLP of width 4 h, given by its SwiGLU-equivalent ffn = 8 h / 3, keeps 2 x 2 T x 4 h
+    bytes (the GELU's input and output: 3 x 2 T ffn), where SwiGLU keeps 4 x 2 T ffn."""
+    T, h = 2 * 32, 96
+    base = dict(num_layers=4, hidden_size=h, ffn_hidden_size=256, num_heads=4, num_kv_heads=4,
+                vocab_size=100, seq_len=32)
+    gated = cols(ModelConfig(**base), dp=1, mbs=2)
+    gelu = cols(ModelConfig(**base, gated_mlp=False), dp=1, mbs=2)
+    got = activations.activation_terms_per_layer(gelu)["mlp"][0]
+    assert got == 2 * 2 * T * (4 * h) == 3 * 2 * T * 256
+    assert activations.activation_terms_per_layer(gated)["mlp"][0] == 4 * 2 * T * 256
+    # FLOPs are those of the equivalent width: the same either way
+    assert flops.total_params(gelu)[0] == flops.total_params(gated)[0]
+
+
+def test_a_fused_cross_entropy_keeps_four_bytes_per_logit(cols):
+    """llm-foundry's fused cross entropy: bf16 logits and their bf16 gradient at the loss, not
+    the fitted logit_bytes of a loss through fp32 (FrameworkTraits.fused_cross_entropy)."""
+    model = ModelConfig(num_layers=4, hidden_size=96, ffn_hidden_size=256, num_heads=4,
+                        num_kv_heads=4, vocab_size=1000, seq_len=32)
+    foundry = cols(model, dp=2, mbs=2, zero_stage=3, framework="llm-foundry")
+    nanotron = cols(model, dp=2, mbs=2, framework="nanotron")
+    logits = 2 * 32 * 1000
+    assert memory.logits_bytes(foundry)[0] == memory.FUSED_LOGIT_BYTES * logits == 4 * logits
+    assert memory.logits_bytes(nanotron)[0] == param(nanotron, "logit_bytes")[0] * logits
+
+
 def test_leading_dense_layers_sit_on_the_first_stage(cols):
     m = ModelConfig(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_heads=4,
                     num_kv_heads=4, vocab_size=100, seq_len=32, num_experts=4, experts_topk=2,

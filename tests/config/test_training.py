@@ -124,6 +124,9 @@ def test_config_error_is_a_value_error_and_a_surrogate_error():
         (dict(kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128),
          r"ModelConfig\.qk_nope_head_dim must be an integer >= 1, got 0"),
         (dict(MLA, head_dim=128), r"head_dim must be 0 with MLA"),
+        (dict(MOE, gated_mlp=False), r"gated_mlp=False \(a two-matrix MLP\) is modelled for "
+                                     r"dense models only, got num_experts=8"),
+        (dict(gated_mlp="no"), r"ModelConfig\.gated_mlp must be true or false"),
         (dict(MLA, num_kv_heads=4), r"MLA has one key and value per head: num_kv_heads must "
                                     r"equal num_heads, got num_kv_heads=4 num_heads=16"),
     ],

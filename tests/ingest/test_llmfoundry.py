@@ -173,6 +173,7 @@ def test_full_readme() -> None:
     assert df.groupby("dtype").size().to_dict() == {"bf16": 209, "fp8": 7}
     assert df.groupby("zero_stage").size().to_dict() == {2: 6, 3: 210}
     assert df["hardware"].nunique() == 5
+    assert not df["gated_mlp"].any()  # MPT's MLP is GELU (MPTMLP)
     ratio = df["mfu"] * 100 / df["mfu_reported"]
     # the README's MFU counts the position table and biases too: at most 3.8 % above ours
     assert ratio.between(0.96, 1.0).all()

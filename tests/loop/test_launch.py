@@ -349,6 +349,10 @@ def test_shapes_torchtitan_llama_cannot_build_are_named() -> None:
         torchtitan_model_args(replace(m, tie_embeddings=True))
     with pytest.raises(ValueError, match="heads of hidden / heads"):
         torchtitan_model_args(replace(m, head_dim=128))
+    dense = replace(m, num_experts=0, experts_topk=0, moe_ffn_hidden_size=0,
+                    shared_expert_ffn_hidden_size=0, gated_mlp=False)
+    with pytest.raises(ValueError, match="have a SwiGLU MLP"):
+        torchtitan_model_args(dense)
     with pytest.raises(ValueError, match="shared expert has the experts' width"):
         torchtitan_model_args(replace(m, shared_expert_ffn_hidden_size=64))
 
