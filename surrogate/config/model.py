@@ -19,6 +19,13 @@ ARCHITECTURE_FIELDS: tuple[str, ...] = (
 by default, so tables written before they existed read as Llama blocks."""
 
 
+def swiglu_equivalent_width(width: int) -> int:
+    """The SwiGLU width ``ffn_hidden_size`` of a two-matrix MLP of width ``width`` (a GELU
+    MLP, :attr:`ModelConfig.gated_mlp` False): the same parameters and FLOPs per token,
+    3 h f = 2 h width, f = round(2 width / 3)."""
+    return round(2 * width / 3)
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelConfig:
     """A decoder-only transformer (Llama style: GQA attention, SwiGLU MLP, RMSNorm, no biases).
@@ -86,7 +93,7 @@ class ModelConfig:
     """False: the dense MLP is two matrices around an element-wise activation (GELU: GPT-2,
     GPT-NeoX, MPT) instead of SwiGLU's three. ``ffn_hidden_size`` is then the SwiGLU width of
     the same parameters and FLOPs, two thirds of the MLP's own (MPT's 4 h becomes 8 h / 3:
-    ``surrogate.ingest.llmfoundry.equivalent_ffn``); what differs is memory: the MLP keeps its
+    :func:`swiglu_equivalent_width`); what differs is memory: the MLP keeps its
     activation's input and output, 2 x 2 T x 4 h bytes = 3 x 2 T ffn, where SwiGLU keeps four
     T x ffn tensors (``surrogate.analytic.activations``). Dense models only."""
     name: str = "custom"

@@ -63,6 +63,7 @@ import pandas as pd
 from surrogate.analytic.flops import total_params
 from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.params import ParameterSets
+from surrogate.config.model import swiglu_equivalent_width
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
@@ -113,7 +114,7 @@ def is_table_header(line: str) -> bool:
 def equivalent_ffn(hidden_size: int) -> int:
     """SwiGLU width with the parameters and FLOPs of a GELU MLP of width 4 h:
     3 h f = 8 h^2, f = round(8 h / 3)."""
-    return round(8 * hidden_size / 3)
+    return swiglu_equivalent_width(4 * hidden_size)
 
 def _cells(line: str) -> list[str]:
     text = line.strip()

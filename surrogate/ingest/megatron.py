@@ -22,7 +22,10 @@ and once a memory report (``report_memory``; "MB" there is 2**20 bytes)::
 
 The configuration comes from the arguments block, completed by ``ingest --set`` (all of it
 from ``--set`` when the block is missing). Mapping: num_attention_heads -> num_heads,
-num_query_groups -> num_kv_heads (with group_query_attention), padded_vocab_size ->
+num_query_groups -> num_kv_heads (with group_query_attention), swiglu False -> gated_mlp
+False (GELU) with ffn_hidden_size its SwiGLU-equivalent width, 2/3 of Megatron's (a block
+without ``swiglu``, an excerpt or a Megatron older than the flag, reads as SwiGLU; ``--set
+gated_mlp=false`` says otherwise), padded_vocab_size ->
 vocab_size, untie_embeddings_and_output_weights -> not tie_embeddings, data/tensor/pipeline/
 context/expert parallel sizes -> dp/tp/pp/cp/ep, virtual_pipeline_model_parallel_size -> vpp,
 grad_accum = global_batch_size / (micro_batch_size x dp), use_distributed_optimizer -> ZeRO-1,
@@ -43,6 +46,7 @@ from typing import Any
 
 import pandas as pd
 
+from surrogate.config.model import swiglu_equivalent_width
 from surrogate.errors import DataError
 from surrogate.ingest.logrun import LogRun, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
@@ -102,6 +106,10 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
         for arg, col in _MOE_ONLY.items():
             if not _none(args.get(arg)):
                 out[col] = args[arg]
+    if args.get("swiglu") == "False":  # Megatron's MLP without --swiglu: GELU, two matrices
+        out["gated_mlp"] = False
+        if "ffn_hidden_size" in out:
+            out["ffn_hidden_size"] = swiglu_equivalent_width(int(out["ffn_hidden_size"]))
     if _none(args.get("padded_vocab_size")) and not _none(args.get("vocab_size")):
         out["vocab_size"] = args["vocab_size"]
     if args.get("group_query_attention") == "True" and not _none(args.get("num_query_groups")):

@@ -51,6 +51,24 @@ def test_without_arguments_block_flags_give_the_config(tmp_path: Path) -> None:
     assert df["status"].iloc[0] == "completed"  # 30 of 30 iterations from the lines
 
 
+@pytest.mark.parametrize(("swiglu", "gated", "ffn"), [("True", True, 14336),
+                                                     ("False", False, 9557), (None, True, 14336)])
+def test_an_mlp_without_swiglu_is_gelu_at_its_equivalent_width(
+        tmp_path: Path, swiglu: str | None, gated: bool, ffn: int) -> None:
+    """Megatron without --swiglu trains a GELU MLP of width ffn_hidden_size: two matrices,
+    read at the SwiGLU width of the same FLOPs (2 x 14336 / 3 = 9557); a block that does
+    not print the flag reads as SwiGLU."""
+    text = LOG.read_text()
+    if swiglu is not None:
+        text = text.replace("  hidden_size ....", f"  swiglu .......................... {swiglu}\n"
+                            "  hidden_size ....", 1)
+    log = tmp_path / "run.log"
+    log.write_text(text)
+    df, report = parse_megatron(log)
+    assert report.skips == []
+    assert (bool(df["gated_mlp"].iloc[0]), int(df["ffn_hidden_size"].iloc[0])) == (gated, ffn)
+
+
 def test_batch_disagreeing_with_config_is_a_counted_skip(tmp_path: Path) -> None:
     log = tmp_path / "run.log"
     log.write_text(LOG.read_text().replace("global batch size:   128", "global batch size:   256"))
