@@ -53,17 +53,29 @@ def shrunk_status(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray, w: n
     return p_done, p_oom_shrunk, p_fail
 
 
+def widened(half: np.ndarray, widen: np.ndarray, cap: float | None) -> np.ndarray:
+    """A log half-width ``half`` widened by ``widen`` off the domain, but no wider than the
+    transfer width ``cap`` (the half-width an unseen framework or cluster gets,
+    :meth:`surrogate.analytic.params.ParameterSets.transfer_half_widths`) unless it was
+    already: beyond the data along one axis the answer is no further off than on a framework
+    or cluster never seen. ``cap`` None: widened without bound."""
+    out = np.asarray(half * widen, dtype=np.float64)
+    return out if cap is None else np.asarray(np.minimum(out, np.maximum(half, cap)))
+
+
 def mfu_bounds(f: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, center: np.ndarray,
-               shared: np.ndarray, widen: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+               shared: np.ndarray, widen: np.ndarray, cap: float | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """The log-factor interval: the conformalised quantiles ``q_lo``, ``q_hi`` around the
     learned factor ``f``; where the answer is ``shared`` with the physics (off the domain, or a
-    framework whose runs bear out only a share), widened around the shrunk ``center`` and
-    holding the analytic answer (0) and the unshrunk interval."""
+    framework whose runs bear out only a share), widened around the shrunk ``center``
+    (:func:`widened`, up to ``cap``) and holding the analytic answer (0) and the unshrunk
+    interval."""
     q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
-    lo = np.where(shared, np.minimum(np.minimum(center + (q_lo - f) * widen, q_lo), 0.0),
-                  q_lo)
-    hi = np.where(shared, np.maximum(np.maximum(center + (q_hi - f) * widen, q_hi), 0.0),
-                  q_hi)
+    lo = np.where(shared, np.minimum(np.minimum(center - widened(f - q_lo, widen, cap), q_lo),
+                                     0.0), q_lo)
+    hi = np.where(shared, np.maximum(np.maximum(center + widened(q_hi - f, widen, cap), q_hi),
+                                     0.0), q_hi)
     return lo, hi
 
 
@@ -77,12 +89,13 @@ def bounded_factor(center: np.ndarray, mfu: np.ndarray) -> np.ndarray:
 
 
 def memory_half_width(q_mem: np.ndarray, q_unseen_shape: float, unseen_shape: Any,
-                      widen: np.ndarray) -> np.ndarray:
+                      widen: np.ndarray, cap: float | None = None) -> np.ndarray:
     """The memory interval's half-width in log memory: the conformal one, never narrower for
-    a model shape unseen than for one seen, widened off the domain like the throughput's."""
+    a model shape unseen than for one seen, widened off the domain like the throughput's
+    (:func:`widened`, up to ``cap``)."""
     if unseen_shape is not None and np.isfinite(q_unseen_shape):
         q_mem = np.where(unseen_shape, np.maximum(q_mem, q_unseen_shape), q_mem)
-    return np.asarray(q_mem * widen)
+    return np.asarray(widened(np.asarray(q_mem, dtype=np.float64), widen, cap))
 
 
 def memory_bounds(mem: np.ndarray, half: np.ndarray, analytic: np.ndarray,

@@ -337,10 +337,12 @@ class SurrogateModel(Estimator):
         center = w * borne * f
         outside = where.distance > 0
         widen = 1.0 + np.minimum(where.distance, MAX_WIDEN)
+        transfer = (self.parameter_sets() if sets is None else sets).transfer_half_widths()
+        cap_tps, cap_mem = transfer if transfer is not None else (None, None)
         # off the domain, or sharing the answer with the physics: the interval holds both
         lo, hi = mfu_bounds(f, self._trees("mfu_lo", X) - q_conf,
                             self._trees("mfu_hi", X) + q_conf, center, outside | (borne < 1),
-                            widen)
+                            widen, cap_tps)
         factor = bounded_factor(center, out["mfu"])
         # the memory correction counts w times: where w is 0 its booster is not run
         weighed = np.flatnonzero(w > 0)
@@ -351,10 +353,8 @@ class SurrogateModel(Estimator):
         q_mem = by_framework(self.mem_conformal_q_by_framework_, self.mem_conformal_q_,
                              cols["framework_code"], cols["pp"])
         half = memory_half_width(q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape,
-                                 widen)
-        lo, hi, half = unseen_widths(lo, hi, half, center, where.distance,
-                                     (self.parameter_sets() if sets is None
-                                      else sets).transfer_half_widths())
+                                 widen, cap_mem)
+        lo, hi, half = unseen_widths(lo, hi, half, center, where.distance, transfer)
         columns = prediction_columns(out, status, factor, lo, hi,
                                      memory_bounds(mem, half, out["mem_reserved"], outside))
         if self.recalibration_ is not None:

@@ -1,0 +1,38 @@
+"""How the learned answer and its intervals blend with the physics off the data
+(``surrogate.learned.blend``): the widening beyond the data, bounded by the transfer width."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from surrogate.learned.blend import memory_half_width, mfu_bounds, widened
+
+
+def test_widening_stops_at_the_transfer_width_unless_already_wider():
+    half = np.array([0.05, 0.05, 0.2, 0.6])
+    widen = np.array([1.0, 3.0, 5.0, 2.0])
+    np.testing.assert_allclose(widened(half, widen, None), half * widen)
+    # 0.05 x 3 = 0.15 stays under 0.4; 0.2 x 5 = 1.0 stops at 0.4; 0.6, already wider, stays
+    np.testing.assert_allclose(widened(half, widen, 0.4), [0.05, 0.15, 0.4, 0.6])
+
+
+def test_the_mfu_interval_beyond_the_data_holds_the_physics_within_the_transfer_width():
+    f = np.array([0.1, 0.1])
+    q_lo, q_hi = f - 0.2, f + 0.2
+    center = np.array([0.05, 0.05])  # the correction shrunk toward the physics (0)
+    shared = np.array([True, False])
+    widen = np.array([4.0, 4.0])
+    lo, hi = mfu_bounds(f, q_lo, q_hi, center, shared, widen, 0.4)
+    # off the data: center -/+ min(0.2 x 4, max(0.2, 0.4)), and the physics (0) inside
+    assert (lo[0], hi[0]) == pytest.approx((0.05 - 0.4, 0.05 + 0.4))
+    unbounded = mfu_bounds(f, q_lo, q_hi, center, shared, widen)
+    assert (unbounded[0][0], unbounded[1][0]) == pytest.approx((0.05 - 0.8, 0.05 + 0.8))
+    # inside the data nothing widens
+    assert lo[1] == q_lo[1] and hi[1] == q_hi[1]
+
+
+def test_the_memory_half_width_beyond_the_data_is_bounded_alike():
+    q = np.array([0.05, 0.05])
+    got = memory_half_width(q, float("nan"), None, np.array([2.0, 5.0]), 0.133)
+    np.testing.assert_allclose(got, [0.1, 0.133])
