@@ -95,7 +95,7 @@ def memory_half_width(q_mem: np.ndarray, q_unseen_shape: float, unseen_shape: An
     (:func:`widened`, up to ``cap``)."""
     if unseen_shape is not None and np.isfinite(q_unseen_shape):
         q_mem = np.where(unseen_shape, np.maximum(q_mem, q_unseen_shape), q_mem)
-    return np.asarray(widened(np.asarray(q_mem, dtype=np.float64), widen, cap))
+    return widened(np.asarray(q_mem, dtype=np.float64), widen, cap)
 
 
 def memory_bounds(mem: np.ndarray, half: np.ndarray, analytic: np.ndarray,
