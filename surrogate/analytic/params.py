@@ -27,6 +27,8 @@ from typing import Any, Literal
 import numpy as np
 from numpy.typing import NDArray
 
+from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
 
@@ -329,8 +331,6 @@ class ParameterSets:
     def _table(self) -> Array:
         """:meth:`values_for` of every known framework version, one row each, in
         ``FRAMEWORK_VERSIONS`` order."""
-        from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-
         return np.array([[self.values_for(fv)[name] for name in PRIORS]
                          for fv in FRAMEWORK_VERSIONS], dtype=np.float64)
 
@@ -349,8 +349,6 @@ class ParameterSets:
         fitted on other clusters (:meth:`clusters`), its cluster-scoped parameters
         (:data:`CLUSTER_SCOPED`) take the default set's values instead, so one cluster's
         network latency or host floor does not speak for another's."""
-        from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
-
         if "parameter_code" not in cols or not CLUSTER_SCOPED:
             return cols
         here = cluster_key(profile_name)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from surrogate.analytic.flops import LayerParams
+from surrogate.analytic.flops import LayerParams, active_params, embedding_params
 from surrogate.analytic.inputs import Cols, cols_from_table
 from surrogate.analytic.memory import (
     LOGGED_STAGE_COLUMN,
@@ -58,8 +58,6 @@ def mfu_ceiling(c: Cols, perf: PerfModel) -> np.ndarray:
     counted over the executed FLOPs, since the MFU convention counts an untied input
     embedding's lookup as 6 FLOPs per parameter that execute none (``impossible``). No interval
     reaches past it."""
-    from surrogate.analytic.flops import active_params, embedding_params
-
     best = perf.best_gemm_efficiency  # computed once per PerfModel, by the model
     share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
     return np.asarray(best / np.maximum(1.0 - share, 0.05), dtype=np.float64)
@@ -74,8 +72,6 @@ def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
     parameters at 6 FLOPs each although a lookup executes none, so where the embedding
     dominates N (a vocabulary of 10^12) the counted FLOPs are up to twice those executed and
     the MFU up to twice the GEMM efficiency. Such a configuration is refused, not clamped."""
-    from surrogate.analytic.flops import active_params, embedding_params
-
     mfu, tps, step = out["mfu"], out["tokens_per_s_per_gpu"], out["step_time_s"]
     share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
     reasons = [""] * len(mfu)

@@ -9,6 +9,7 @@ from pathlib import Path
 from surrogate.analytic.perf import PerfModel, SpecPerfModel
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.errors import ConfigError
+from surrogate.hardware import profile as profiles
 
 
 def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) -> PerfModel:
@@ -17,10 +18,6 @@ def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) 
     ConfigError if a profile read by name or path was measured on another GPU."""
     if profile is not None and not isinstance(profile, str | Path):
         return profile
-    try:
-        from surrogate.hardware import profile as profiles
-    except ImportError:  # calibration not installed: datasheet figures
-        return SpecPerfModel()
     if profile is not None:
         loaded = profiles.load_profile(profile)
         if canonical_gpu_name(loaded.gpu) != canonical_gpu_name(gpu):

@@ -31,6 +31,7 @@ def check_format(name: str) -> Format:
 
 def detect_format(path: str | Path) -> Format:
     """The format of ``path``; DataError if the file is missing or its format unknown."""
+    # here, not at the top: each parser detects its own format with this module
     from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan, train_step
 
     p = Path(path)

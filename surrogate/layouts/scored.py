@@ -16,6 +16,7 @@ from surrogate.errors import ConfigError
 from surrogate.io.jsonsafe import json_safe
 from surrogate.layouts.labels import layout_labels
 from surrogate.layouts.space import KEY_FIELDS, layout_keys
+from surrogate.prediction.predict import resolve_model
 from surrogate.prediction.scoring import SCORE_COLUMNS, score
 
 if TYPE_CHECKING:
@@ -64,8 +65,6 @@ def score_configs(
     A model whose shape makes every layout's answer impossible is a ConfigError: no layout of
     it can be ranked honestly."""
     import pandas as pd
-
-    from surrogate.prediction.predict import resolve_model
 
     limits = limits or Limits()
     table = configs if isinstance(configs, dict) else flat_table(configs)

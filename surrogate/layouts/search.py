@@ -50,6 +50,7 @@ from surrogate.layouts.space import (
     LayoutSpace,
     layout_key,
 )
+from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
 __all__ = ["RANK_COLUMNS", "Limits", "RankBy", "SearchResult", "rank", "score_configs",
@@ -190,8 +191,6 @@ def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
             profile: str | Path | PerfModel | None, limits: Limits | None,
             objective: Objective, rank: RankBy) -> Scorer:
     """How :func:`search` scores, once its request is checked (its Raises)."""
-    from surrogate.prediction.predict import resolve_model
-
     rank_column(rank)
     if objective == "mfu-vs-gpus" and len(space.node_counts) < 2:
         raise ConfigError("objective mfu-vs-gpus needs a range of node counts, got one")

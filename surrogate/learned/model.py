@@ -405,6 +405,8 @@ class SurrogateModel(Estimator):
         Raises:
             NoModelError: The model is not fitted.
         """
+        # here, not at the top: scoring, a layer above, runs this model (pyproject.toml's
+        # import-linter exception)
         from surrogate.prediction.scoring import score
 
         self._check_fitted()

@@ -166,6 +166,7 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     (``surrogate.calibration.fit_params.own_sets``), and every run is explained under them:
     the correction learns what calibrated physics misses, and a model fitted on these data
     carries the sets (``physics_sets``)."""
+    # here, not at the top: the fit imports scipy, which a prediction never needs
     from surrogate.calibration.fit_params import own_sets
 
     if len(runs) == 0:

@@ -38,7 +38,7 @@ from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
 from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.labels import layout_label
-from surrogate.layouts.search import Limits, score_configs
+from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
 from surrogate.loop.acquisition import Acquisition, problem_codes, select
 from surrogate.loop.launch import LAUNCH_FRAMEWORK, launch_problem, write_launch_files
@@ -286,9 +286,6 @@ def propose(
     ``profile``: the cluster's calibration profile, as for :func:`surrogate.predict` (a file or
     a shipped name; None: the GPU's default); the round records it and
     :func:`score_round` scores under it."""
-    from surrogate.layouts.search import RANK_COLUMNS, score_configs
-    from surrogate.prediction.predict import resolve_model
-
     check_new_round_dir(round_dir)  # before the work, not after it
     if rank not in RANK_COLUMNS:
         raise ConfigError(f"rank must be mean or safe, got {rank!r}")
