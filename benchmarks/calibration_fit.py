@@ -29,7 +29,7 @@ import pandas as pd
 from surrogate.calibration.calibrate import fit_collective_curve, fit_gemm_curve, fit_profile
 from surrogate.config.gpus import get_gpu
 from surrogate.hardware.profile import CalibrationProfile
-from surrogate.ingest.microbench_table import read_microbench_inputs
+from surrogate.ingest.microbench_inputs import read_microbench_inputs
 
 GPU = "H100-SXM-80GB"
 

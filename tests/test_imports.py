@@ -1,9 +1,10 @@
-"""The package's own modules are imported at the top of a module. Inside a function only in the
+"""No import cycle among the package's modules (imports for type checking aside: they never
+run). The package's own modules are imported at the top of a module. Inside a function only in the
 command-line interface (``surrogate/cli/``: each command imports what it runs, so that a
 one-layout ``surrogate predict`` starts without pandas, optuna or MLflow), or with the reason
 on the line above, ``# here, not at the top: ...`` (an import cycle, or a dependency a
 prediction never needs). Third-party imports inside functions are the optional and heavy
-dependencies, which this test does not judge."""
+dependencies, which this test does not judge. ``docs/package.md`` says why."""
 
 from __future__ import annotations
 
@@ -40,6 +41,38 @@ def _unexplained(path: Path, root: Path = ROOT) -> list[str]:
                     and not _has_reason(lines, node.lineno - 1)):
                 out.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.module}")
     return out
+
+
+def _cycles(package: str) -> list[str]:
+    """``module -> ... -> module`` for each module of ``package`` that a chain of runtime
+    imports leads back to."""
+    import grimp  # import-linter's graph of imports (the test extra)
+
+    graph = grimp.build_graph(package, exclude_type_checking_imports=True)
+    return sorted({f"{module} -> {' -> '.join(chain)}"
+                   for module in graph.modules
+                   for imported in graph.find_modules_directly_imported_by(module)
+                   if (chain := graph.find_shortest_chain(importer=imported,
+                                                           imported=module)) is not None})
+
+
+def test_no_import_cycle():
+    cycles = _cycles("surrogate")
+    assert not cycles, f"import cycles (move what both need to a module below them): {cycles}"
+
+
+def test_a_cycle_is_found(tmp_path, monkeypatch):
+    package = tmp_path / "cyclic"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from cyclic import b\n")
+    (package / "b.py").write_text("def f():\n    from cyclic import a\n    return a\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                  "    from cyclic import d\n")
+    (package / "d.py").write_text("from cyclic import c\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _cycles("cyclic") == ["cyclic.a -> cyclic.b -> cyclic.a",
+                                 "cyclic.b -> cyclic.a -> cyclic.b"]
 
 
 def test_own_imports_inside_functions_say_why():

@@ -60,7 +60,7 @@ def calibrate_cmd(
         raise ConfigError("calibrating a profile needs microbenchmark TABLES and --gpu "
                          "(or --runs to fit the analytic model's parameters)")
     from surrogate.calibration.calibrate import fit_profile
-    from surrogate.ingest.microbench_table import read_microbench_inputs
+    from surrogate.ingest.microbench_inputs import read_microbench_inputs
 
     table, summaries = read_microbench_inputs(list(tables))
     for line in summaries:

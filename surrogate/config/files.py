@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.config.checks import MAX_COUNT
+from surrogate.config.presets import model_values
 from surrogate.config.training import CLUSTER_FIELDS, CONFIG_COLUMNS, LAYOUT_FIELDS, MODEL_FIELDS
 from surrogate.errors import ConfigError, shown
 
@@ -141,9 +142,6 @@ def expand_model_column(table: pd.DataFrame, *, where: str) -> pd.DataFrame:
     ConfigError naming the row for a cell that names no preset."""
     import pandas as pd
 
-    # here, not at the top: presets reads Hugging Face configs, whose reader needs this module
-    from surrogate.config.presets import model_values
-
     if "model" not in table.columns:
         return table
     out = table.copy()
@@ -230,13 +228,3 @@ def check_table_counts(table: pd.DataFrame, *, where: str, first_row: int = 1) -
             if why is not None:
                 raise ConfigError(f"{where}, row {row}: {why}")
 
-
-def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    """``object_pairs_hook`` for :func:`json.loads`: a key given twice is a ConfigError (the
-    parser would keep the last silently)."""
-    out: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ConfigError(f"each key must appear once, got {shown(key)} twice")
-        out[key] = value
-    return out

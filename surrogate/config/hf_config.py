@@ -42,9 +42,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from surrogate.config.files import refuse_duplicate_keys
 from surrogate.config.model import ModelConfig
 from surrogate.errors import ConfigError
+from surrogate.io.json_files import refuse_duplicate_keys
 
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama",

@@ -19,10 +19,10 @@ from surrogate.config.files import (
     SECTION_KEYS,
     check_counts,
     check_keys,
-    refuse_duplicate_keys,
 )
 from surrogate.errors import ConfigError, shown
 from surrogate.ingest.torchtitan import job_config_columns
+from surrogate.io.json_files import refuse_duplicate_keys
 
 MAX_YAML_VALUES = 10_000
 """Most values (scalars, lists, mappings, each counted where an alias repeats it) a YAML

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from surrogate.errors import DataError
+from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan, train_step
 
 Format = Literal[
     "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
@@ -31,9 +32,6 @@ def check_format(name: str) -> Format:
 
 def detect_format(path: str | Path) -> Format:
     """The format of ``path``; DataError if the file is missing or its format unknown."""
-    # here, not at the top: each parser detects its own format with this module
-    from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan, train_step
-
     p = Path(path)
     try:
         with p.open("rb") as f:

@@ -1,6 +1,6 @@
 """Reading a JSON file the project wrote (a round's record, a model's sidecar): a missing file
 raises what its caller says it means, an unreadable or corrupt one a DataError naming the
-file."""
+file; and a key given twice in a JSON object a user wrote refused, not silently overwritten."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from surrogate.errors import DataError, SurrogateError
+from surrogate.errors import ConfigError, DataError, SurrogateError, shown
 
 
 def read_json(path: Path, *, missing: SurrogateError) -> Any:
@@ -27,3 +27,13 @@ def read_json(path: Path, *, missing: SurrogateError) -> Any:
         raise DataError(f"{path}: not valid JSON ({e.msg})") from None
     except (OSError, UnicodeDecodeError) as e:
         raise DataError(f"{path}: cannot read it ({e})") from None
+
+def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` for :func:`json.loads`: a key given twice is a ConfigError (the
+    parser would keep the last silently)."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ConfigError(f"each key must appear once, got {shown(key)} twice")
+        out[key] = value
+    return out

@@ -103,6 +103,7 @@ from surrogate.learned.model_files import verified_texts, write_sidecar
 from surrogate.learned.recalibration import Recalibration, fit_recalibration, kinds_of
 from surrogate.learned.saved import read_sidecar, restore, settings_of, sidecar_of
 from surrogate.learned.training_data import TrainingData, fit_inputs
+from surrogate.prediction.scoring import score
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -405,10 +406,6 @@ class SurrogateModel(Estimator):
         Raises:
             NoModelError: The model is not fitted.
         """
-        # here, not at the top: scoring, a layer above, runs this model (pyproject.toml's
-        # import-linter exception)
-        from surrogate.prediction.scoring import score
-
         self._check_fitted()
         return score(list(configs), model=self, profile=profile).columns
 

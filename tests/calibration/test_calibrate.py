@@ -102,7 +102,7 @@ def test_without_inter_node_data_the_datasheet_answers() -> None:
 
 
 def test_public_h100_fit(mbench_data_dir: Path) -> None:
-    from surrogate.ingest.microbench_table import read_microbench_inputs
+    from surrogate.ingest.microbench_inputs import read_microbench_inputs
 
     mb = mbench_data_dir / "microbench"
     table, _ = read_microbench_inputs([*sorted((mb / "xla").glob("*.txtpb")),

@@ -1,14 +1,15 @@
 """Reading a JSON file: its value, what the caller says a missing file means, and a DataError
-naming a corrupt or unreadable one."""
+naming a corrupt or unreadable one; a key given twice in a JSON object refused."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
-from surrogate.errors import DataError, NoModelError
-from surrogate.io.json_files import read_json
+from surrogate.errors import ConfigError, DataError, NoModelError
+from surrogate.io.json_files import read_json, refuse_duplicate_keys
 
 
 def test_a_json_file_reads_as_its_value(tmp_path: Path) -> None:
@@ -38,3 +39,10 @@ def test_a_directory_is_a_data_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "r.json").mkdir()
     with pytest.raises(DataError, match=r"r\.json: cannot read it"):
         read_json(tmp_path / "r.json", missing=DataError("none"))
+
+
+def test_a_key_given_twice_is_refused_not_overwritten() -> None:
+    assert json.loads('{"a": 1, "b": {"a": 2}}', object_pairs_hook=refuse_duplicate_keys) == {
+        "a": 1, "b": {"a": 2}}  # the same key in two objects is fine
+    with pytest.raises(ConfigError, match="each key must appear once, got 'a' twice"):
+        json.loads('{"a": 1, "a": 2}', object_pairs_hook=refuse_duplicate_keys)
