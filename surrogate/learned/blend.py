@@ -70,13 +70,21 @@ def mfu_bounds(f: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, center: np.nda
     learned factor ``f``; where the answer is ``shared`` with the physics (off the domain, or a
     framework whose runs bear out only a share), widened around the shrunk ``center``
     (:func:`widened`, up to ``cap``) and holding the analytic answer (0) and the unshrunk
-    interval."""
+    interval, but, off the domain (``widen`` over 1) with a ``cap``, reaching no further beyond
+    the shrunk and the analytic answers than the cap (or the conformal half-width, where
+    wider): there the unshrunk correction is the trees' extrapolation, which no held-out error
+    measured, while the cap is the error measured on frameworks and clusters never seen.
+    Inside the domain, a framework's unshrunk interval is its conformal one, kept whole."""
     q_lo, q_hi = np.minimum(q_lo, f), np.maximum(q_hi, f)
-    lo = np.where(shared, np.minimum(np.minimum(center - widened(f - q_lo, widen, cap), q_lo),
-                                     0.0), q_lo)
-    hi = np.where(shared, np.maximum(np.maximum(center + widened(q_hi - f, widen, cap), q_hi),
-                                     0.0), q_hi)
-    return lo, hi
+    lo = np.minimum(np.minimum(center - widened(f - q_lo, widen, cap), q_lo), 0.0)
+    hi = np.maximum(np.maximum(center + widened(q_hi - f, widen, cap), q_hi), 0.0)
+    if cap is not None:  # off the domain (widened), not a framework's share inside it
+        beyond = widen > 1.0
+        lo = np.where(beyond, np.maximum(lo, np.minimum(center, 0.0)
+                                         - np.maximum(f - q_lo, cap)), lo)
+        hi = np.where(beyond, np.minimum(hi, np.maximum(center, 0.0)
+                                         + np.maximum(q_hi - f, cap)), hi)
+    return np.where(shared, lo, q_lo), np.where(shared, hi, q_hi)
 
 
 def bounded_factor(center: np.ndarray, mfu: np.ndarray) -> np.ndarray:

@@ -42,7 +42,9 @@ explained under its own cluster (``surrogate.calibration.clusters``). Off the tr
 throughput and memory corrections shrink toward the analytic answer by the domain weight w
 (factor^w), the OOM probability moves toward the analytic verdict, and the interval widens
 by a factor 1 + distance in doublings (at most 5) around the shrunk answer and always holds
-the analytic answer and the unshrunk learned interval; ``extrapolation`` says along what.
+the analytic answer and the unshrunk learned interval, but reaches no further beyond the shrunk
+and the analytic answers than the transfer width (``surrogate.learned.blend.mfu_bounds``);
+``extrapolation`` says along what.
 Within it, a framework version whose held-out runs the throughput correction predicts no
 better than the physics under it keeps only the share they bear out
 (``correction_weight_by_framework_``, :func:`framework_weights`). A framework without shipped

@@ -1,5 +1,6 @@
 """How the learned answer and its intervals blend with the physics off the data
-(``surrogate.learned.blend``): the widening beyond the data, bounded by the transfer width."""
+(``surrogate.learned.blend``): the widening beyond the data, and the interval around the shrunk
+and the analytic answers, bounded by the transfer width."""
 
 from __future__ import annotations
 
@@ -31,6 +32,23 @@ def test_the_mfu_interval_beyond_the_data_holds_the_physics_within_the_transfer_
     # inside the data nothing widens
     assert lo[1] == q_lo[1] and hi[1] == q_hi[1]
 
+
+
+def test_an_unshrunk_extrapolation_reaches_no_further_than_the_transfer_width():
+    # the trees extrapolate a correction of x e^-1.2 off the data; shrunk, e^-0.7 remains
+    f, center = np.array([-1.2]), np.array([-0.7])
+    q_lo, q_hi = f - 0.1, f + 0.1
+    lo, hi = mfu_bounds(f, q_lo, q_hi, center, np.array([True]), np.array([2.0]), 0.4)
+    # from the shrunk answer less 0.4 (not the unshrunk -1.3) up to the physics (0)
+    assert (lo[0], hi[0]) == pytest.approx((-0.7 - 0.4, 0.0))
+    unbounded = mfu_bounds(f, q_lo, q_hi, center, np.array([True]), np.array([2.0]))
+    assert unbounded[0][0] == pytest.approx(-1.3)  # without a cap it still holds it
+    # a conformal half-width wider than the cap is kept: the shrunk answer less 0.6
+    wide = mfu_bounds(f, f - 0.6, f + 0.6, center, np.array([True]), np.array([2.0]), 0.4)
+    assert (wide[0][0], wide[1][0]) == pytest.approx((-0.7 - 0.6, 0.0))
+    # inside the domain (a framework's share of the correction) its interval is kept whole
+    inside = mfu_bounds(f, q_lo, q_hi, center, np.array([True]), np.array([1.0]), 0.4)
+    assert (inside[0][0], inside[1][0]) == pytest.approx((-1.3, 0.0))
 
 def test_the_memory_half_width_beyond_the_data_is_bounded_alike():
     q = np.array([0.05, 0.05])
