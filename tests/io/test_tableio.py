@@ -156,6 +156,14 @@ def test_a_csv_without_special_text_is_written_without_quotes(tmp_path: Path) ->
     assert [back[c].dtype.kind for c in ["dp", "sp", "w", "x"]] == ["i", "b", "f", "f"]
 
 
+def test_whole_number_floats_are_written_as_floats(tmp_path: Path) -> None:
+    write_table_atomic(pd.DataFrame({"w": [3.0, -0.0, 12.0], "x": [1.0, 2.0, 0.25]}),
+                       tmp_path / "t.csv")
+    assert (tmp_path / "t.csv").read_text() == "w,x\n3.0,1\n-0.0,2\n12.0,0.25\n"
+    back = read_table(tmp_path / "t.csv")
+    assert [back[c].dtype.kind for c in ["w", "x"]] == ["f", "f"]
+
+
 def test_csv_columns_are_typed_as_pandas_reads_them(tmp_path: Path) -> None:
     p = tmp_path / "t.csv"
     p.write_text("a,b,c,d,e,f\n 8,8.5,true,x,,1\n2,nan,False,y,,\n")
