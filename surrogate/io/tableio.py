@@ -313,8 +313,9 @@ def _floats_read_back_as_floats(table: Any) -> Any:
         column = table.column(i)
         if not pa.types.is_floating(field.type) or column.null_count == len(column):
             continue
-        # a value that is not a whole number (NaN and infinities included) never prints as
-        # one: most float columns are told apart here, without writing them out as text
+        # a value that is not a whole number (NaN included) never prints as one: most float
+        # columns are told apart here, without writing them out as text (an infinity passes
+        # this check and is caught by the text's)
         if not pc.all(pc.equal(pc.floor(column), column)).as_py():
             continue
         text = pc.cast(column, pa.string())
