@@ -339,7 +339,8 @@ def _quoting(table: Any) -> str:
     for column in table.columns:
         kind = column.type
         if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-            if pc.any(pc.match_substring_regex(column, _SPECIAL)).as_py():
+            # each distinct text once: a prediction table's text columns hold a few values
+            if pc.any(pc.match_substring_regex(pc.unique(column), _SPECIAL)).as_py():
                 return "needed"
         elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
                   or pa.types.is_boolean(kind) or pa.types.is_null(kind)):
