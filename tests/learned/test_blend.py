@@ -33,7 +33,6 @@ def test_the_mfu_interval_beyond_the_data_holds_the_physics_within_the_transfer_
     assert lo[1] == q_lo[1] and hi[1] == q_hi[1]
 
 
-
 def test_an_unshrunk_extrapolation_reaches_no_further_than_the_transfer_width():
     # the trees extrapolate a correction of x e^-1.2 off the data; shrunk, e^-0.7 remains
     f, center = np.array([-1.2]), np.array([-0.7])
@@ -49,6 +48,7 @@ def test_an_unshrunk_extrapolation_reaches_no_further_than_the_transfer_width():
     # inside the domain (a framework's share of the correction) its interval is kept whole
     inside = mfu_bounds(f, q_lo, q_hi, center, np.array([True]), np.array([1.0]), 0.4)
     assert (inside[0][0], inside[1][0]) == pytest.approx((-1.3, 0.0))
+
 
 def test_the_memory_half_width_beyond_the_data_is_bounded_alike():
     q = np.array([0.05, 0.05])
