@@ -26,6 +26,7 @@ import numpy as np
 
 from surrogate.config.presets import get_preset
 from surrogate.config.table import FlatTable, table_len, take
+from surrogate.layouts.grid import space_table
 from surrogate.layouts.space import LayoutSpace
 from surrogate.prediction.memory_verdict import agree, disagreements
 from surrogate.prediction.scoring import score
@@ -48,7 +49,7 @@ def random_layouts(n: int, seed: int) -> list[FlatTable]:
         space = LayoutSpace(model=get_preset(name), global_batch_seqs=512,
                             node_counts=(nodes,), frameworks=FRAMEWORKS, max_mbs=8,
                             max_vpp=2, recompute_shares=(0.5, 1.0))
-        table = space.table()
+        table = space_table(space)
         size = table_len(table)
         tables.append(take(table, rng.integers(size, size=count)))
     return tables

@@ -135,13 +135,13 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     for a in arrays:
         lo = int(a.min()) if a.dtype.kind in "iub" and n else 0
         if a.dtype.kind in "iub" and (size := int(a.max()) - lo + 1 if n else 1) < 2**31:
+            if size <= 1:
+                continue  # one value (a search space's model columns): it splits no group
             column = a.astype(np.int64) - lo
         else:  # missing cells (-1) become one more value: no separate pass for them
             column, uniques = pd.factorize(a)
             size = len(uniques) + 1
             column[column < 0] = size - 1
-        if size <= 1:
-            continue  # one value (a search space's model columns): it splits no group
         if radix * size >= 2**62:
             key, uniq = pd.factorize(key)
             radix = len(uniq)
@@ -192,8 +192,9 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.nda
     n = len(df)
     default = _default(name)
     if name not in df.columns:
-        return _array(name, [0 if default is None and name in _INT else default] * n), \
-            np.ones(n, dtype=bool)
+        fill = 0 if default is None and name in _INT else default
+        return np.full(n, fill, dtype=np.int64 if name in _INT else bool if name in _BOOL
+                       else object), np.ones(n, dtype=bool)
     col = df[name]
     dtype = col.dtype
     if (name in _INT and pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu"
@@ -215,10 +216,15 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.nda
         return np.where(exact, f, fill).astype(np.int64), missing
     if name in _BOOL and pd.api.types.is_bool_dtype(dtype):
         return col.to_numpy(dtype=bool, copy=True), np.zeros(n, dtype=bool)
-    if name in _TEXT and n > 64 and pd.api.types.infer_dtype(col, skipna=True) in (
-            "string", "empty"):  # text and missing cells only: judge each distinct one once
-        codes, uniques = pd.factorize(col)  # a missing cell: -1, the last of the cells below
-        cells = [*uniques, getattr(dtype, "na_value", np.nan)]  # the dtype's own missing value
+    categories = col.cat.categories if isinstance(dtype, pd.CategoricalDtype) else None
+    if name in _TEXT and n > 64 and pd.api.types.infer_dtype(
+            col if categories is None else categories, skipna=True) in ("string", "empty"):
+        # text and missing cells only: judge each distinct one once (a categorical's
+        # categories, read by its codes). A missing cell: -1, the last of the cells below.
+        codes, uniques = (pd.factorize(col) if categories is None
+                          else (col.cat.codes.to_numpy(), categories))
+        cells = [*uniques, np.nan if categories is not None  # the dtype's own missing value
+                 else getattr(dtype, "na_value", np.nan)]
         odd = np.zeros(len(cells), dtype=bool)
         values, missing = _object_cells(cells, name, default, odd)
         if not (odd[:-1].any() or (odd[-1] and bool((codes < 0).any()))):

@@ -68,24 +68,30 @@ def batch_seqs_from_tokens(tokens: int, seq_len: int) -> int:
         )
     return tokens // seq_len
 
-def runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool) -> np.ndarray:
+def runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool,
+                      names: Mapping[str, Sequence[Any]] | None = None) -> np.ndarray:
     """Where each point's framework runs it as described
     (:meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another` finds nothing),
-    judged
-    once
-    per distinct signature: it compares degrees with 1 only, so each degree d enters as
-    min(d, 2)."""
+    judged once per distinct signature: it compares degrees with 1 only, so each degree d
+    enters as min(d, 2). ``names``: the columns of ``p`` that hold codes, each with the values
+    its codes stand for."""
     degrees = ("dp", "tp", "pp", "cp", "ep", "vpp", "dp_replicate")
-    names = (*degrees, "zero_stage", "recompute", "sequence_parallel")
+    fields = (*degrees, "zero_stage", "recompute", "sequence_parallel")
+    names = names or {}
 
-    def runs(framework: str, *values: Any) -> bool:
-        kwargs = dict(zip(names, values, strict=True))
-        return get_framework(framework).runs_as_another(**kwargs, moe=moe) is None
+    def value(name: str, v: Any) -> Any:
+        return names[name][v] if name in names else v
+
+    def runs(framework: Any, *values: Any) -> bool:
+        kwargs = {k: value(k, v) for k, v in zip(fields, values, strict=True)}
+        return get_framework(value("framework", framework)).runs_as_another(
+            **kwargs, moe=moe) is None
 
     codes, answers = per_group([p["framework"], *(np.minimum(p[d], 2) for d in degrees),
                                 p["zero_stage"], p["recompute"], p["sequence_parallel"]], runs)
     verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
     return verdicts
+
 
 def partial_frameworks() -> list[str]:
     return [name for name, t in FRAMEWORKS.items() if t.partial_recompute]

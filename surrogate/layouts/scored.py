@@ -52,8 +52,8 @@ def score_configs(
     keys: bool = True,
 ) -> pd.DataFrame:
     """:func:`surrogate.prediction.scoring.score` of every configuration (validated ones, or their
-    flat
-    table: :meth:`LayoutSpace.table`), with what ranking needs: the flat configuration,
+    flat table: :func:`surrogate.layouts.grid.space_table`), with what ranking needs: the flat
+    configuration,
     ``layout`` (left out with ``labels=False``: a search labels only the rows it shows),
     ``num_gpus``, ``analytic_fits``, ``feasible`` and ``key``
     (:func:`surrogate.layouts.space.layout_key`; left out with ``keys=False``: a million Python

@@ -32,6 +32,7 @@ from surrogate.errors import ConfigError
 from surrogate.extras import require
 from surrogate.io.stores import check_storage, ensure_sqlite_dir
 from surrogate.layouts.best_odds import p_best
+from surrogate.layouts.grid import space_table
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
     RANK_COLUMNS,
@@ -212,7 +213,7 @@ def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: Searc
             space.enumerate(limit)  # raises, saying why
         return None
     report(progress, "enumerating and scoring the space", 0, 1)
-    every = space.table(limit)
+    every = space_table(space, limit)
     result.enumerated = table_len(every)
     frame = None
     if result.enumerated:

@@ -37,20 +37,12 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import numpy as np
-
 from surrogate.config.frameworks import FRAMEWORKS, get_framework
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
-from surrogate.config.table import FlatTable, per_group, table_frame, validate_table
-from surrogate.config.training import (
-    CONFIG_COLUMNS,
-    LAYOUT_FIELDS,
-    MODEL_FIELDS,
-    TrainingConfig,
-    weighted_split,
-)
+from surrogate.config.table import FlatTable
+from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.layouts.degrees import (
     choice_product,
@@ -59,7 +51,6 @@ from surrogate.layouts.degrees import (
     node_copies,
     partial_frameworks,
     recompute_layers_for_share,
-    runs_as_described,
 )
 
 DIMENSIONS: tuple[str, ...] = (
@@ -95,8 +86,9 @@ shares that round to the same count are one layout."""
 
 DEFAULT_ENUMERATION_LIMIT = 500_000
 
-_REST: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute", "sequence_parallel",
-                          "framework", "recompute_share", "sharding")
+REST_DIMENSIONS: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute",
+                                    "sequence_parallel", "framework", "recompute_share",
+                                    "sharding")
 """The dimensions after the degrees' heads, in the order points are generated."""
 
 
@@ -192,11 +184,11 @@ class LayoutSpace:
             return tuple(dict.fromkeys(self.recompute_modes))
         return expressed_recompute_modes(self.frameworks)
 
-    def _partial(self, recompute: str, framework: str) -> bool:
+    def chooses_share(self, recompute: str, framework: str) -> bool:
         """Whether points of this recompute mode and framework choose a share."""
         return recompute == "full" and get_framework(framework).partial_recompute
 
-    def _hybrid(self, zero_stage: int, framework: str) -> bool:
+    def chooses_sharding(self, zero_stage: int, framework: str) -> bool:
         """Whether points of this ZeRO stage and framework choose a sharding."""
         return zero_stage in get_framework(framework).hybrid_sharding_stages
 
@@ -227,10 +219,10 @@ class LayoutSpace:
             "recompute": list(self.allowed_recompute_modes),
             "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
             "recompute_share": list(self.recompute_shares) if any(
-                self._partial(r, f) for r in self.allowed_recompute_modes
+                self.chooses_share(r, f) for r in self.allowed_recompute_modes
                 for f in self.frameworks) else [1.0],
             "sharding": list(self.shardings) if any(
-                self._hybrid(z, f) for z in self.allowed_zero_stages
+                self.chooses_sharding(z, f) for z in self.allowed_zero_stages
                 for f in self.frameworks) else ["full"],
         }
         for name, value in self.fixed.items():
@@ -259,7 +251,7 @@ class LayoutSpace:
         zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
         ep, vpp, recompute = int(p["ep"]), int(p["vpp"]), str(p["recompute"])
         framework = get_framework(str(p["framework"]))
-        hybrid = self._hybrid(zero, framework.name)
+        hybrid = self.chooses_sharding(zero, framework.name)
         sharding = str((p if hybrid else point).get("sharding", "full"))
         if sharding not in SHARDINGS:
             raise ConfigError(f"sharding must be one of {', '.join(SHARDINGS)}, got "
@@ -287,7 +279,7 @@ class LayoutSpace:
             raise ConfigError(problem)
         # A share pinned by ``fixed`` holds where the share is a choice; a point's own holds
         # everywhere (and is refused where it means nothing).
-        partial = self._partial(recompute, framework.name)
+        partial = self.chooses_share(recompute, framework.name)
         share = float((p if partial else point).get("recompute_share", 1.0))
         if share != 1.0 and not partial:
             raise ConfigError(
@@ -314,7 +306,7 @@ class LayoutSpace:
         """The shares a point of this recompute mode and framework takes (``ch``: the
         choices, computed when not given): a choice only for full recomputation on a
         framework that checkpoints some layers, else 1."""
-        if not self._partial(recompute, framework):
+        if not self.chooses_share(recompute, framework):
             return [1.0]
         return list((ch or self.choices())["recompute_share"])
 
@@ -323,7 +315,7 @@ class LayoutSpace:
         """The shardings a point of this ZeRO stage and framework takes (``ch``: the choices,
         computed when not given): a choice only where the framework copies shards at that
         stage, else 'full'."""
-        if not self._hybrid(zero_stage, framework):
+        if not self.chooses_sharding(zero_stage, framework):
             return ["full"]
         return list((ch or self.choices())["sharding"])
 
@@ -348,7 +340,7 @@ class LayoutSpace:
                     for cp in ch["cp"]:
                         if world % (tp * pp * cp):
                             continue
-                        for rest in choice_product(ch, _REST[:-2]):
+                        for rest in choice_product(ch, REST_DIMENSIONS[:-2]):
                             shardings = self.sharding_choices(rest["zero_stage"],
                                                               rest["framework"], ch)
                             for share in self.share_choices(rest["recompute"],
@@ -358,7 +350,7 @@ class LayoutSpace:
                                            **rest, "recompute_share": share,
                                            "sharding": sharding}
 
-    def _check_bound(self, limit: int) -> None:
+    def check_bound(self, limit: int) -> None:
         bound = self.size_bound()
         if bound > limit:
             raise ConfigError(
@@ -369,7 +361,7 @@ class LayoutSpace:
     def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
         """Every valid layout, once (shares that give the same count are one layout);
         ConfigError if the space holds more than ``limit`` points."""
-        self._check_bound(limit)
+        self.check_bound(limit)
         out: dict[tuple[Any, ...], TrainingConfig] = {}
         for point in self.points():
             try:
@@ -378,97 +370,6 @@ class LayoutSpace:
                 continue
             out.setdefault(layout_key(cfg), cfg)
         return list(out.values())
-
-    def table(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> FlatTable:
-        """Every valid layout as a flat table (:mod:`surrogate.config.table`), in the order of
-        :meth:`enumerate`, without one TrainingConfig per point: the points are generated as
-        columns, :meth:`build`'s derivations and framework rules applied to them (each
-        distinct framework signature judged once), then the table validated column-wise."""
-        import pandas as pd
-
-        self._check_bound(limit)
-        ch = self.choices()
-        heads = [(n, tp, pp, cp) for n in ch["num_nodes"] for tp in ch["tp"]
-                 for pp in ch["pp"] for cp in ch["cp"]
-                 if (n * self.gpus_per_node) % (tp * pp * cp) == 0]
-        rest = _REST
-        if not heads:
-            return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
-        grid = np.meshgrid(np.arange(len(heads)), *(np.arange(len(ch[k])) for k in rest),
-                           indexing="ij")
-        index = [g.ravel() for g in grid]
-        heads_arr = np.array(heads, dtype=np.int64)
-        at = {k: np.asarray(ch[k])[index[1 + rest.index(k)]] for k in ("vpp", "mbs")}
-        pp = heads_arr[index[0], 2]
-        dp = heads_arr[:, 0] * self.gpus_per_node // np.prod(heads_arr[:, 1:], axis=1)
-        keep = self.global_batch_seqs % (dp[index[0]] * at["mbs"]) == 0
-        # Virtual stages the validation would refuse anyway (vpp > 1 needs pp > 1 and a layer
-        # per virtual stage, and pp x vpp dividing the layers unless the framework's split is
-        # torchtitan's), dropped first, on the grid's indices: the same table, sooner.
-        layers, stages = self.model.num_layers, pp * at["vpp"]
-        weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[
-            index[1 + rest.index("framework")]]
-        keep &= (at["vpp"] == 1) | ((pp > 1) & (stages <= layers)
-                                    & (weighted | (layers % stages == 0)))
-        # The share is a choice only where recomputation is full on a framework that
-        # checkpoints some layers, the sharding only where the framework copies shards at
-        # the point's ZeRO stage; elsewhere only their first value (1, 'full') is kept.
-        at_share, at_sharding = (1 + rest.index(k) for k in _CONDITIONAL)
-        partial = np.array([[self._partial(r, f) for f in ch["framework"]]
-                            for r in ch["recompute"]], dtype=bool)[
-            index[1 + rest.index("recompute")], index[1 + rest.index("framework")]]
-        hybrid = np.array([[self._hybrid(z, f) for f in ch["framework"]]
-                           for z in ch["zero_stage"]], dtype=bool)[
-            index[1 + rest.index("zero_stage")], index[1 + rest.index("framework")]]
-        keep &= (partial | (index[at_share] == 0)) & (hybrid | (index[at_sharding] == 0))
-        partial = partial[keep]
-        index = [i[keep] for i in index]
-        head = heads_arr[index[0]]
-        p: dict[str, np.ndarray] = {k: head[:, j] for j, k in enumerate(DIMENSIONS[:4])}
-        for k, i in zip(rest, index[1:], strict=True):
-            p[k] = np.array(ch[k], dtype=object if k in ("recompute", "framework", "sharding")
-                            else None)[i]
-        p["recompute_share"] = np.where(partial, p["recompute_share"], 1.0)
-        p["recompute_layers"] = self._checkpointed(p)
-        # Shares that give the same count are one layout: the first of them is kept.
-        others = np.ravel_multi_index([i for j, i in enumerate(index) if j != at_share],
-                                      (len(heads), *(len(ch[k]) for k in rest
-                                                     if k != "recompute_share")))
-        _, first = np.unique(np.stack([others, p["recompute_layers"]]), axis=1,
-                             return_index=True)
-        once = np.sort(first)
-        p = {k: a[once] for k, a in p.items()}
-        p["dp"] = p["num_nodes"] * self.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
-        p["grad_accum"] = self.global_batch_seqs // (p["dp"] * p["mbs"])
-        node = p["sharding"] == "node"
-        p["dp_replicate"] = np.where(
-            node, node_copies(p["dp"], p["cp"], p["tp"], self.gpus_per_node), 1)
-        whole = ~node | (p["dp_replicate"] > 1)  # else it would be 'full' (build refuses it)
-        p = {k: a[whole] for k, a in p.items()}
-        runs = runs_as_described(p, moe=self.model.num_experts >= 2)
-        p = {k: a[runs] for k, a in p.items()}
-        n = len(p["dp"])
-        frame = {k: np.full(n, getattr(self.model, k)) for k in MODEL_FIELDS}
-        frame.update(gpu=np.full(n, self.gpu, dtype=object),
-                     gpus_per_node=np.full(n, self.gpus_per_node), dtype=np.full(n, self.dtype),
-                     framework_version=np.full(n, None, dtype=object))
-        frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p})
-        return validate_table(table_frame(frame), messages=False).table
-
-    def _checkpointed(self, p: Mapping[str, np.ndarray]) -> np.ndarray:
-        """``recompute_layers`` of each point of columns ``p``
-        (:func:`recompute_layers_for_share`), judged once per distinct framework, pipeline and
-        share."""
-        share = p["recompute_share"].astype(np.float64)
-        out = np.zeros(len(share), dtype=np.int64)
-        part = np.flatnonzero(share < 1.0)
-        if part.size:
-            codes, counts = per_group(
-                [p["framework"][part], p["pp"][part], p["vpp"][part], share[part]],
-                lambda f, pp, vpp, s: recompute_layers_for_share(
-                    str(f), self.model.num_layers, int(pp), int(vpp), float(s)))
-            out[part] = np.asarray(counts, dtype=np.int64)[codes]
-        return out
 
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit

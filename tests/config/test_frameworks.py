@@ -174,6 +174,7 @@ def test_megatron_moe_with_tp_needs_sequence_parallelism():
     such a layout of an MoE model is not one Megatron runs (a dense model's is), and no
     Megatron MoE layout of a search has it."""
     from surrogate.config.presets import get_preset
+    from surrogate.layouts.grid import space_table
     from surrogate.layouts.space import LayoutSpace
 
     layout = dict(dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none",
@@ -188,5 +189,5 @@ def test_megatron_moe_with_tp_needs_sequence_parallelism():
     for model, no_sp in (("mixtral-8x7b", False), ("8b", True)):
         space = LayoutSpace(model=get_preset(model), global_batch_seqs=64, node_counts=(1,),
                             frameworks=("megatron",), max_cp=1, max_mbs=1)
-        table = space.table()
+        table = space_table(space)
         assert bool(((table["tp"] > 1) & ~table["sequence_parallel"].astype(bool)).any()) == no_sp

@@ -11,7 +11,6 @@ import pytest
 
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import get_preset
-from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.layouts.degrees import (
     batch_seqs_from_tokens,
@@ -20,7 +19,8 @@ from surrogate.layouts.degrees import (
     recompute_layers_for_share,
     stage_layers,
 )
-from surrogate.layouts.labels import layout_label, layout_labels, point_of
+from surrogate.layouts.grid import space_table
+from surrogate.layouts.labels import layout_label, point_of
 from surrogate.layouts.space import LayoutSpace, layout_key, layout_keys
 
 SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
@@ -103,23 +103,6 @@ def test_limits_and_size_errors() -> None:
     assert batch_seqs_from_tokens(1 << 20, 4096) == 256
 
 
-@pytest.mark.parametrize(("model", "nodes", "frameworks"), [
-    ("llama3-8b", (1, 2), ("nanotron", "torchtitan", "megatron")),
-    ("mixtral-8x7b", (2,), ("megatron", "torchtitan")),
-])
-def test_the_table_holds_the_enumerated_layouts_in_order(model, nodes, frameworks) -> None:
-    space = LayoutSpace(model=get_preset(model), global_batch_seqs=256, node_counts=nodes,
-                        frameworks=frameworks, max_mbs=4, max_vpp=2)
-    every = space.enumerate()
-    table = space.table()
-    assert len(table["dp"]) == len(every) > 100
-    flats = [config_to_flat(cfg) for cfg in every]
-    for k in CONFIG_COLUMNS:
-        assert table[k].tolist() == [f[k] for f in flats], k
-    assert layout_keys(table) == [layout_key(cfg) for cfg in every]
-    assert layout_labels(table) == [layout_label(cfg) for cfg in every]
-
-
 def test_node_sharding_copies_the_shards_once_per_node() -> None:
     """Where the framework copies ZeRO's shards at a point's stage (torchtitan ZeRO-2/3,
     megatron ZeRO-1) the space also holds the layout sharded over one node's data- and
@@ -149,12 +132,6 @@ def test_node_sharding_copies_the_shards_once_per_node() -> None:
     with pytest.raises(ConfigError, match="shardings must be among full, node and include "
                                           "'full', got \\['node'\\]"):
         replace(space, shardings=("node",))
-
-
-def test_a_space_without_layouts_gives_an_empty_table() -> None:
-    space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
-                        fixed={"tp": 8, "pp": 2})  # tp x pp = 16 does not divide 8 GPUs
-    assert space.enumerate() == [] and len(space.table()["dp"]) == 0
 
 
 def test_torchtitan_spaces_interleave_any_layer_count():
@@ -235,7 +212,7 @@ def test_a_fixed_share_holds_where_the_share_is_a_choice() -> None:
                 frameworks=("megatron", "nanotron"), max_cp=1, max_vpp=1, max_mbs=1)
     half = LayoutSpace(**base, fixed={"recompute_share": 0.5})  # type: ignore[arg-type]
     every = half.enumerate()
-    assert layout_keys(half.table()) == [layout_key(c) for c in every]
+    assert layout_keys(space_table(half)) == [layout_key(c) for c in every]
     kinds = {(c.layout.framework, c.layout.recompute, c.layout.recompute_layers > 0)
              for c in every}
     assert ("megatron", "full", False) not in kinds  # every layer is not the pinned share

@@ -118,11 +118,13 @@ def _synthetic_table() -> dict[str, np.ndarray]:
     """A generated table of distinct layouts (synthetic: every valid layout of two small
     spaces, a dense and an MoE model, megatron and torchtitan)."""
     from surrogate.config.table import take
+    from surrogate.layouts.grid import space_table
     from surrogate.layouts.space import LayoutSpace
 
-    tables = [LayoutSpace(model=get_preset(m), global_batch_seqs=64, node_counts=(2,),
-                          frameworks=("megatron", "torchtitan"), max_cp=2, max_vpp=2,
-                          max_mbs=2).table() for m in ("8b", "mixtral-8x7b")]
+    tables = [space_table(LayoutSpace(model=get_preset(m), global_batch_seqs=64,
+                                      node_counts=(2,), frameworks=("megatron", "torchtitan"),
+                                      max_cp=2, max_vpp=2, max_mbs=2))
+              for m in ("8b", "mixtral-8x7b")]
     joined = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
     order = np.random.default_rng(0).permutation(len(joined["dp"]))
     return take(joined, order)
