@@ -32,7 +32,7 @@ from surrogate.errors import ConfigError
 from surrogate.extras import require
 from surrogate.io.stores import check_storage, ensure_sqlite_dir
 from surrogate.layouts.best_odds import p_best
-from surrogate.layouts.grid import space_table
+from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
     RANK_COLUMNS,
@@ -46,7 +46,6 @@ from surrogate.layouts.scored import (
     with_keys,
 )
 from surrogate.layouts.space import (
-    DEFAULT_ENUMERATION_LIMIT,
     DIMENSIONS,
     LayoutSpace,
     layout_key,
@@ -119,7 +118,7 @@ def search(
     storage: str | None = None,
     study_name: str | None = None,
     seed: int = 0,
-    enumerate_limit: int = DEFAULT_ENUMERATION_LIMIT,
+    enumerate_limit: int = TABLE_LIMIT,
     use_optuna: bool = True,
     progress: ProgressFn | None = None,
     rank: RankBy = "mean",

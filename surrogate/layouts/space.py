@@ -85,6 +85,8 @@ Each becomes the nearest count the framework writes (:func:`recompute_layers_for
 shares that round to the same count are one layout."""
 
 DEFAULT_ENUMERATION_LIMIT = 500_000
+"""Points :meth:`LayoutSpace.enumerate` tries by default, one TrainingConfig each (a search
+generates its space as columns, up to :data:`surrogate.layouts.grid.TABLE_LIMIT`)."""
 
 REST_DIMENSIONS: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute",
                                     "sequence_parallel", "framework", "recompute_share",

@@ -8,9 +8,10 @@ import pytest
 
 from surrogate.config.presets import get_preset
 from surrogate.errors import ConfigError
+from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import TOP_COLUMNS, Limits, rank, score_configs, search
-from surrogate.layouts.space import LayoutSpace
+from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
 
 TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
@@ -176,3 +177,13 @@ def test_safe_needs_intervals_and_rank_names_its_choices() -> None:
         search(tiny(), model=None, n_trials=0, use_optuna=False, rank="safe")
     with pytest.raises(ConfigError, match="mean or safe"):
         search(tiny(), n_trials=0, use_optuna=False, rank="best")  # type: ignore[arg-type]
+
+
+def test_a_space_of_millions_of_points_is_searched_whole() -> None:
+    """By default a search generates and scores up to TABLE_LIMIT points as columns, far more
+    than enumerating one configuration per point would try."""
+    space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=8,
+                        node_counts=(1, 2, 4, 8, 16, 32, 64), frameworks=("torchtitan",))
+    assert DEFAULT_ENUMERATION_LIMIT < space.size_bound() <= TABLE_LIMIT
+    result = search(space, model=None, use_optuna=False)
+    assert result.enumerated == len(space_table(space)["dp"]) > 10_000
