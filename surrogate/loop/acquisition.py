@@ -21,18 +21,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, Literal
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
 from surrogate.config.framework_traits import RECOMPUTE_MODES
-from surrogate.config.model import ModelConfig
-from surrogate.config.training import TrainingConfig
+from surrogate.config.table import FlatTable, distinct_rows, flat_table, per_group, table_len
+from surrogate.config.training import CONFIG_COLUMNS, MODEL_FIELDS, TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.layouts.best_odds import p_best
-from surrogate.layouts.labels import point_of
-from surrogate.layouts.space import layout_key
+from surrogate.layouts.degrees import stage_layers
+from surrogate.layouts.space import layout_keys
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -99,45 +99,63 @@ def boundary_value(scored: pd.DataFrame) -> np.ndarray:
     return np.asarray(4 * p * (1 - p) * mu / max(top, 1e-9))
 
 
+_LOGGED: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "num_nodes")
+"""The counts a layout's coordinates hold as doublings (log2)."""
+
+
+def layout_vectors(table: FlatTable) -> np.ndarray:
+    """Per configuration of a flat table, coordinates for the diversity distance: log2 of
+    degrees, micro-batch, accumulation and nodes; ZeRO stage and recompute mode in steps (full
+    recomputation of a share s of each stage's layers, its checkpointed layers over the
+    stage's (:func:`~surrogate.layouts.degrees.stage_layers`), 1 - s short of every layer);
+    sequence parallelism 0/1."""
+    n = table_len(table)
+    logs = np.log2(np.stack([np.asarray(table[k], dtype=np.float64) for k in _LOGGED], axis=1)
+                   if n else np.zeros((0, len(_LOGGED))))
+    checkpointed = np.asarray(table["recompute_layers"], dtype=np.int64)
+    share = np.ones(n)
+    rows = np.flatnonzero(checkpointed > 0)
+    if rows.size:
+        codes, layers = per_group([table[k][rows] for k in ("framework", "num_layers", "pp",
+                                                             "vpp")], stage_layers)
+        share[rows] = checkpointed[rows] / np.asarray(layers, dtype=np.int64)[codes]
+    codes, modes = per_group([table["recompute"]], RECOMPUTE_MODES.index)
+    recompute = np.asarray(modes, dtype=np.float64)[codes] - (1.0 - share)
+    return np.column_stack([logs, np.asarray(table["zero_stage"], dtype=np.float64), recompute,
+                            np.asarray(table["sequence_parallel"], dtype=np.float64)])
+
+
 def layout_vector(cfg: TrainingConfig) -> np.ndarray:
-    """Coordinates for the diversity distance: log2 of degrees, micro-batch, accumulation and
-    nodes; ZeRO stage and recompute mode in steps (full recomputation of a share s of each
-    stage's layers 1 - s short of every layer); sequence parallelism 0/1."""
-    lay = cfg.layout
-    logs = [lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-            cfg.cluster.num_nodes]
-    recompute = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(cfg)["recompute_share"])
-    return np.array([*np.log2(logs), lay.zero_stage, recompute, float(lay.sequence_parallel)])
+    """:func:`layout_vectors` of one configuration."""
+    return np.asarray(layout_vectors(flat_table([cfg]))[0])
 
 
-def problem_codes(configs: Sequence[TrainingConfig]) -> np.ndarray:
-    """An integer per configuration, equal where two are layouts of one problem: the same
-    model shape (its name aside: a preset and an ingested run of it agree), sequence length
-    and GPU type and count per node. Runs of another problem are neither "already run" nor
-    neighbours of a candidate: a layout run for an 8B model says nothing of the same layout of
-    a 70B one."""
-    codes: dict[tuple[Any, ...], int] = {}
-    by_model: dict[int, ModelConfig] = {}  # most configurations share a few model objects
-    out = np.empty(len(configs), dtype=np.int64)
-    for i, cfg in enumerate(configs):
-        shape = by_model.get(id(cfg.model))
-        if shape is None:
-            shape = by_model.setdefault(id(cfg.model), replace(cfg.model, name=""))
-        key = (shape, cfg.cluster.gpu, cfg.cluster.gpus_per_node)
-        out[i] = codes.setdefault(key, len(codes))
-    return out
+def problem_codes(configs: Sequence[TrainingConfig] | FlatTable) -> np.ndarray:
+    """An integer per configuration (or row of a flat table), equal where two are layouts of
+    one problem: the same model shape (its name aside: a preset and an ingested run of it
+    agree), sequence length and GPU type and count per node. Runs of another problem are
+    neither "already run" nor neighbours of a candidate: a layout run for an 8B model says
+    nothing of the same layout of a 70B one."""
+    table = configs if isinstance(configs, dict) else flat_table(configs)
+    codes, _ = distinct_rows([table[k] for k in (*MODEL_FIELDS, "gpu", "gpus_per_node")])
+    return codes
+
+
+def _joined(a: FlatTable, b: FlatTable) -> FlatTable:
+    return {k: np.concatenate([a[k], b[k]]) for k in CONFIG_COLUMNS}
 
 
 def select(
     scored: pd.DataFrame,
-    configs: Sequence[TrainingConfig],
+    configs: Sequence[TrainingConfig] | FlatTable,
     k: int,
     *,
     best_measured: float | None = None,
     already_run: Iterable[TrainingConfig] = (),
     acquisition: Acquisition | None = None,
 ) -> list[tuple[int, str, float]]:
-    """Pick ``k`` rows of ``scored`` (aligned with ``configs``): ``(row, reason, value)``.
+    """Pick ``k`` rows of ``scored`` (aligned with ``configs``, configurations or their flat
+    table): ``(row, reason, value)``.
 
     Rows whose layout was already run (of the same problem: :func:`problem_codes`) are never
     picked, and the diversity penalty counts the runs of a candidate's own problem only.
@@ -147,15 +165,16 @@ def select(
     acq = acquisition or Acquisition()
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
-    n = len(configs)
+    table = configs if isinstance(configs, dict) else flat_table(configs)
+    n = table_len(table)
     if n == 0:
         return []
-    ran = list(already_run)
-    problems = problem_codes([*configs, *ran])
+    ran = flat_table(list(already_run))
+    problems = problem_codes(_joined(table, ran))
     problem, ran_problem = problems[:n], problems[n:]
-    done_keys = {(int(p), layout_key(c)) for p, c in zip(ran_problem, ran, strict=True)}
-    free = np.array([(int(p), layout_key(c)) not in done_keys
-                     for p, c in zip(problem, configs, strict=True)])
+    done_keys = set(zip(ran_problem.tolist(), layout_keys(ran), strict=True))
+    free = np.array([key not in done_keys for key in zip(problem.tolist(), layout_keys(table),
+                                                         strict=True)], dtype=bool)
     opening = best_measured is None
     if best_measured is None:
         likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
@@ -172,20 +191,32 @@ def select(
         values["best-predicted"] = np.asarray(
             scored["pred_mfu"].to_numpy(dtype=float)
             * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0))
-    vectors = np.stack([layout_vector(c) for c in configs])
-    picked = [(int(p), layout_vector(c)) for p, c in zip(ran_problem, ran, strict=True)]
+    vectors = layout_vectors(table)
+    # The squared distance to the nearest layout of the row's problem picked or run so far,
+    # kept up to date pick by pick.
+    nearest = np.full(n, np.inf)
+    penalised = bool(len(ran_problem)) and acq.diversity_scale > 0
+
+    def now_picked(p: int, v: np.ndarray) -> None:
+        nonlocal nearest
+        nearest = np.minimum(nearest, np.where(problem == p, np.sum((vectors - v) ** 2, axis=1),
+                                               np.inf))
+
+    if acq.diversity_scale > 0:
+        for p, v in zip(ran_problem.tolist(), layout_vectors(ran), strict=True):
+            now_picked(p, v)
     out: list[tuple[int, str, float]] = []
     for reason in plan:
         if not free.any():
             break
         value = np.nan_to_num(values[reason], nan=0.0)
-        if picked and acq.diversity_scale > 0:
-            d2 = np.min([np.where(problem == p, np.sum((vectors - v) ** 2, axis=1), np.inf)
-                         for p, v in picked], axis=0)
-            value = value * (1 - np.exp(-d2 / (2 * acq.diversity_scale**2)))
+        if penalised:
+            value = value * (1 - np.exp(-nearest / (2 * acq.diversity_scale**2)))
         value = np.where(free, value, -np.inf)
         i = int(np.argmax(value))
         out.append((i, reason, float(values[reason][i])))
         free[i] = False
-        picked.append((int(problem[i]), vectors[i]))
+        if acq.diversity_scale > 0:
+            now_picked(int(problem[i]), vectors[i])
+        penalised = acq.diversity_scale > 0
     return out

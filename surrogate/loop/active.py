@@ -31,17 +31,19 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.config.frameworks import get_framework
+from surrogate.config.table import FlatTable, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
 from surrogate.layouts.best_odds import p_best
+from surrogate.layouts.grid import space_table
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
 from surrogate.loop.acquisition import Acquisition, problem_codes, select
-from surrogate.loop.launch import LAUNCH_FRAMEWORK, launch_problem, write_launch_files
+from surrogate.loop.launch import LAUNCH_FRAMEWORK, launchable, write_launch_files
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import report
 
@@ -296,33 +298,36 @@ def propose(
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)
     report(progress, "enumerating the layouts torchtitan can launch", 0, 1)
-    candidates = [c for c in space.enumerate() if launch_problem(c) is None]
+    every = space_table(space)
+    candidates = take(every, np.flatnonzero(launchable(every)))
     report(progress, "enumerating the layouts torchtitan can launch", 1, 1)
-    if not candidates:
+    n = table_len(candidates)
+    if not n:
         stages = " or ".join(map(str, get_framework(LAUNCH_FRAMEWORK).zero_stages))
         raise ConfigError(f"the space holds no layout that can be launched with "
                           f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
                           f"stages {stages})")
-    report(progress, f"scoring {len(candidates):,} candidates", 0, 1)
+    report(progress, f"scoring {n:,} candidates", 0, 1)
     scored = score_configs(candidates, model=learned, limits=limits, profile=profile)
-    report(progress, f"scoring {len(candidates):,} candidates", 1, 1)
+    report(progress, f"scoring {n:,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
-    candidates = [c for c, ok in zip(candidates, keep, strict=True) if ok]
+    candidates = take(candidates, np.flatnonzero(keep))
+    n = table_len(candidates)
     scored = scored[keep].reset_index(drop=True)
     ran, best = _runs_of(runs, candidates)
-    report(progress, f"picking {k} of {len(candidates):,}", 0, 1)
+    report(progress, f"picking {k} of {n:,}", 0, 1)
     picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq)
-    report(progress, f"picking {k} of {len(candidates):,}", 1, 1)
+    report(progress, f"picking {k} of {n:,}", 1, 1)
     cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
             "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
             "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation",
             "correction_share")
-    chosen = _listed(scored, candidates, picks, cols, RANK_COLUMNS[rank])
+    chosen = _listed(scored, _configs(space, scored, picks), picks, cols, RANK_COLUMNS[rank])
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,
             "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
-            "candidates": len(candidates), "best_measured_mfu": best, "rank": rank,
+            "candidates": n, "best_measured_mfu": best, "rank": rank,
             "profile": _profile_record(profile)}
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
@@ -337,7 +342,7 @@ def _profile_record(profile: str | Path | None) -> str | None:
     return str(Path(profile).resolve()) if Path(profile).is_file() else str(profile)
 
 
-def _runs_of(runs: pd.DataFrame | None, candidates: Sequence[TrainingConfig],
+def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
              ) -> tuple[list[TrainingConfig], float | None]:
     """The configurations of ``runs`` (rows that are not one are skipped) and the best MFU
     completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
@@ -354,14 +359,26 @@ def _runs_of(runs: pd.DataFrame | None, candidates: Sequence[TrainingConfig],
         ran.append(cfg)
         done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
         mfu.append(float(row["mfu"]) if done else math.nan)
-    problems = problem_codes([*candidates, *ran])
-    mine = np.isin(problems[len(candidates):], problems[:len(candidates)])
+    n = table_len(candidates)
+    problems = problem_codes({k: np.concatenate([candidates[k], flat_table(ran)[k]])
+                              for k in candidates})
+    mine = np.isin(problems[n:], problems[:n])
     measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
     measured = measured[np.isfinite(measured)]
     return ran, float(measured.max()) if len(measured) else None
 
 
-def _listed(scored: pd.DataFrame, candidates: Sequence[TrainingConfig],
+def _configs(space: Any, scored: pd.DataFrame, picks: Sequence[tuple[int, str, float]]
+             ) -> dict[int, TrainingConfig]:
+    """The configuration of each pick (a row of ``scored``, its flat configuration), with the
+    space's model name and batch, which no column holds."""
+    records = scored.iloc[[i for i, _, _ in picks]].to_dict("records")
+    return {i: config_from_flat({**row, "name": space.model.name},
+                                global_batch_seqs=space.global_batch_seqs)
+            for (i, _, _), row in zip(picks, records, strict=True)}
+
+
+def _listed(scored: pd.DataFrame, candidates: Mapping[int, TrainingConfig],
             picks: Sequence[tuple[int, str, float]], cols: Sequence[str],
             by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
     """The picks with their scores and ``p_best`` among them, ordered by the column ``by``

@@ -37,15 +37,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import tomli_w
 
 from surrogate.analytic.flops import every_nth_block
-from surrogate.analytic.inputs import to_cols
+from surrogate.analytic.inputs import cols_from_table, to_cols
 from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.pipeline import weighted_first_rank_layers
 from surrogate.config.frameworks import get_framework
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
 from surrogate.config.presets import TORCHTITAN_FLAVOURS
+from surrogate.config.table import FlatTable, runs_as_another, take
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
 
@@ -112,6 +114,20 @@ LAUNCH_FRAMEWORK = "torchtitan"
 """The framework launch files are written for."""
 LAUNCH_DTYPES: tuple[str, ...] = ("bf16",)
 """Dtypes the writer knows torchtitan's settings for (fp8 needs its float8 converters)."""
+
+def launchable(table: FlatTable) -> np.ndarray:
+    """Per configuration of a valid flat table, whether :func:`launch_problem` finds nothing:
+    the same rules, on columns (what the framework runs as another layout judged once per
+    distinct layout, :func:`surrogate.config.table.runs_as_another`; torchtitan's count of
+    checkpointed blocks on the rows that have one)."""
+    ok = ((table["framework"] == LAUNCH_FRAMEWORK) & np.isin(table["dtype"], LAUNCH_DTYPES)
+          & (runs_as_another(table) == ""))
+    counted = np.flatnonzero(ok & (table["recompute_layers"] > 0))
+    if counted.size:
+        cols = cols_from_table(take(table, counted), ParameterSets())
+        ok[counted] = every_nth_block(cols) > 0
+    return np.asarray(ok, dtype=bool)
+
 
 def launch_problem(cfg: TrainingConfig) -> str | None:
     """Why ``cfg`` cannot be written as a torchtitan run, or None if it can: what torchtitan

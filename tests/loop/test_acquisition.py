@@ -7,11 +7,21 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from surrogate.config.framework_traits import RECOMPUTE_MODES
 from surrogate.config.presets import get_preset
+from surrogate.config.table import flat_table
+from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.layouts.labels import point_of
 from surrogate.layouts.search import score_configs
 from surrogate.layouts.space import LayoutSpace
-from surrogate.loop.acquisition import Acquisition, layout_vector, problem_codes, select
+from surrogate.loop.acquisition import (
+    Acquisition,
+    layout_vector,
+    layout_vectors,
+    problem_codes,
+    select,
+)
 
 
 def space(model: str = "8b") -> LayoutSpace:
@@ -88,3 +98,27 @@ def test_a_campaign_opens_with_the_best_predicted_layout() -> None:
     later = select(scored, configs, 3, best_measured=0.2, acquisition=Acquisition(
         boundary_frac=0.0))
     assert {reason for _, reason, _ in later} == {"expected-improvement"}
+
+
+def test_candidates_as_a_table_are_picked_as_configurations() -> None:
+    """select on the candidates' flat table (what propose hands it) picks what it picks on
+    their configurations, runs of this problem and of another one included; the vectors of
+    the table are each configuration's point (its recomputation share from point_of)."""
+    configs = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1, 2),
+                          frameworks=("torchtitan", "megatron"), max_mbs=2).enumerate()
+    table = flat_table(configs)
+    scored = score_configs(configs)
+    ran = [configs[i] for i, _, _ in select(scored, configs, 2)] + space("1.34b").enumerate()[:5]
+    for run in ([], ran):
+        assert (select(scored, table, 4, already_run=run, best_measured=0.3)
+                == select(scored, configs, 4, already_run=run, best_measured=0.3))
+    def point(c: TrainingConfig) -> list[float]:
+        lay = c.layout
+        logs = np.log2([lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs,
+                        lay.grad_accum, c.cluster.num_nodes])
+        step = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(c)["recompute_share"])
+        return [*logs, lay.zero_stage, step, float(lay.sequence_parallel)]
+
+    assert any(c.layout.recompute_layers for c in configs)
+    assert np.array_equal(layout_vectors(table), np.array([point(c) for c in configs]))
+    assert problem_codes(table).tolist() == problem_codes(configs).tolist()

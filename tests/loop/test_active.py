@@ -14,7 +14,7 @@ from surrogate.config.presets import get_preset
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.layouts.search import score_configs
-from surrogate.layouts.space import LayoutSpace
+from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
 from surrogate.loop.active import load_round_model, propose, read_round, score_round
 from surrogate.loop.round_log import log_round
 
@@ -239,3 +239,13 @@ def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
     (tmp_path / "r1").write_text("x")
     with pytest.raises(ConfigError, match=r"--round must be a new directory, got the file"):
         propose(space(), tmp_path / "r1", k=2, model=None)  # type: ignore[arg-type]
+
+
+def test_propose_takes_spaces_of_millions_of_points(tmp_path: Path) -> None:
+    """Candidates are generated as columns (surrogate.layouts.grid), so a space beyond what
+    enumerating one configuration per point tries is proposed from whole."""
+    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=8,
+                      node_counts=(1, 2, 4, 8, 16, 32, 64), frameworks=("torchtitan",))
+    assert big.size_bound() > DEFAULT_ENUMERATION_LIMIT
+    record = read_round(propose(big, tmp_path / "r", k=4))
+    assert len(record["proposals"]) == 4 and record["goal"]["candidates"] > 10_000

@@ -14,6 +14,7 @@ from surrogate.config.frameworks import FRAMEWORKS
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import get_preset
+from surrogate.config.table import flat_table
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.torchtitan import config_values
@@ -23,6 +24,7 @@ from surrogate.loop.launch import (
     check_name,
     check_path,
     launch_problem,
+    launchable,
     sbatch_script,
     torchrun_command,
     torchtitan_model_args,
@@ -150,6 +152,20 @@ def test_unlaunchable_layouts_are_refused() -> None:
         torchtitan_toml(cfg(framework="nanotron", zero_stage=1), run_name="n")
     with pytest.raises(ConfigError, match="always runs with sequence parallelism"):
         torchtitan_toml(cfg(sequence_parallel=False), run_name="sp")
+
+
+def test_launchable_rows_are_those_without_a_launch_problem() -> None:
+    """The column rules give launch_problem's verdicts: layouts of every framework, with and
+    without some layers checkpointed, and the unlaunchable layouts above."""
+    space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=64, node_counts=(1, 2),
+                        frameworks=("torchtitan", "megatron", "nanotron"), max_mbs=2, max_vpp=2)
+    configs = [*space.enumerate(), cfg(dp=1, tp=8, pp=2, grad_accum=64), cfg(dtype="fp8"),
+               cfg(sequence_parallel=False), cfg(recompute="full", recompute_layers=15),
+               cfg(recompute="full", recompute_layers=16), cfg(pp=2, dp=4, recompute="full",
+                                                               recompute_layers=4)]
+    verdicts = [launch_problem(c) is None for c in configs]
+    assert 0 < sum(verdicts) < len(configs) - 6
+    assert launchable(flat_table(configs)).tolist() == verdicts
 
 
 @pytest.mark.parametrize("name", ["a;rm -rf /", "$(reboot)", "x y", "-rf", "", "a\nb", "`id`",
