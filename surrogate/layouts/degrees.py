@@ -92,7 +92,6 @@ def runs_as_described(p: Mapping[str, np.ndarray], *, moe: bool,
     verdicts: np.ndarray = np.array(answers, dtype=bool)[codes]
     return verdicts
 
-
 def partial_frameworks() -> list[str]:
     return [name for name, t in FRAMEWORKS.items() if t.partial_recompute]
 

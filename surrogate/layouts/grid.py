@@ -23,11 +23,7 @@ import numpy as np
 from surrogate.config.table import FlatTable, per_group, validate_table
 from surrogate.config.training import CONFIG_COLUMNS, LAYOUT_FIELDS, MODEL_FIELDS, weighted_split
 from surrogate.layouts.degrees import node_copies, recompute_layers_for_share, runs_as_described
-from surrogate.layouts.space import (
-    DIMENSIONS,
-    REST_DIMENSIONS,
-    LayoutSpace,
-)
+from surrogate.layouts.space import DIMENSIONS, REST_DIMENSIONS, LayoutSpace
 
 TABLE_LIMIT = 10_000_000
 """Points :func:`space_table` (and so a search) generates by default. Mixtral 8x7B on 1-64
@@ -47,7 +43,7 @@ class _Points:
 
     def __init__(self, space: LayoutSpace, ch: dict[str, list[Any]],
                  heads: list[tuple[int, int, int, int]]) -> None:
-        self.space, self.ch = space, ch
+        self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
         axes = dict(zip(("head", *REST_DIMENSIONS), np.meshgrid(
             np.arange(len(heads)), *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),

@@ -360,8 +360,8 @@ def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
         done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
         mfu.append(float(row["mfu"]) if done else math.nan)
     n = table_len(candidates)
-    problems = problem_codes({k: np.concatenate([candidates[k], flat_table(ran)[k]])
-                              for k in candidates})
+    theirs = flat_table(ran)
+    problems = problem_codes({k: np.concatenate([candidates[k], theirs[k]]) for k in candidates})
     mine = np.isin(problems[n:], problems[:n])
     measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
     measured = measured[np.isfinite(measured)]
