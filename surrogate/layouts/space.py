@@ -352,12 +352,15 @@ class LayoutSpace:
                                            **rest, "recompute_share": share,
                                            "sharding": sharding}
 
-    def check_bound(self, limit: int) -> None:
+    def check_bound(self, limit: int, *, optuna: bool = True) -> None:
+        """ConfigError if the space has more than ``limit`` points, saying how to narrow it
+        (and, with ``optuna``, that optuna searches it whole)."""
         bound = self.size_bound()
         if bound > limit:
             raise ConfigError(
                 f"the space has up to {bound:,} points, more than the enumeration limit "
-                f"({limit:,}); narrow it or search it with optuna"
+                f"({limit:,}); narrow it (fewer node counts or frameworks, a smaller largest "
+                f"micro-batch, cp or vpp)" + (" or search it with optuna" if optuna else "")
             )
 
     def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:

@@ -38,7 +38,7 @@ from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
 from surrogate.layouts.best_odds import p_best
-from surrogate.layouts.grid import space_table
+from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
@@ -297,6 +297,7 @@ def propose(
     acq = acquisition or Acquisition()
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)
+    space.check_bound(TABLE_LIMIT, optuna=False)  # propose weighs every layout
     report(progress, "enumerating the layouts torchtitan can launch", 0, 1)
     every = space_table(space)
     candidates = take(every, np.flatnonzero(launchable(every)))

@@ -249,3 +249,14 @@ def test_propose_takes_spaces_of_millions_of_points(tmp_path: Path) -> None:
     assert big.size_bound() > DEFAULT_ENUMERATION_LIMIT
     record = read_round(propose(big, tmp_path / "r", k=4))
     assert len(record["proposals"]) == 4 and record["goal"]["candidates"] > 10_000
+
+
+def test_propose_says_how_to_narrow_a_space_beyond_its_limit(tmp_path: Path) -> None:
+    huge = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=512,
+                       node_counts=(1, 2, 4, 8, 16, 32, 64),
+                       frameworks=("torchtitan", "megatron", "nanotron"))
+    with pytest.raises(ConfigError, match=r"more than the enumeration limit \(10,000,000\); "
+                                          r"narrow it \(fewer node counts") as raised:
+        propose(huge, tmp_path / "r", k=4)
+    assert "optuna" not in str(raised.value)  # propose has no optuna to fall back on
+    assert not (tmp_path / "r").exists()
