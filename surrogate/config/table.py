@@ -101,6 +101,10 @@ def take(table: FlatTable, rows: np.ndarray) -> FlatTable:
     """The configurations at positions ``rows``."""
     return {k: v[rows] for k, v in table.items()}
 
+def concat(first: FlatTable, then: FlatTable) -> FlatTable:
+    """The configurations of ``first``, then those of ``then``."""
+    return {k: np.concatenate([first[k], then[k]]) for k in first}
+
 def group_codes(arrays: Sequence[np.ndarray], keys: Sequence[np.ndarray] | None = None
                 ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Codes 0..k-1 of the distinct rows of ``arrays`` (in order of first appearance) and the
@@ -420,5 +424,5 @@ def _canonical(v: FlatTable, keys: Mapping[str, np.ndarray]
     bad |= ~np.array(has, dtype=bool)[codes]
     return bad, canonical
 
-__all__ = ["BROKEN", "CheckedTable", "FlatTable", "distinct_rows", "flat_table", "group_codes",
-           "per_group", "runs_as_another", "take", "valid_table", "validate_table"]
+__all__ = ["BROKEN", "CheckedTable", "FlatTable", "concat", "distinct_rows", "flat_table",
+           "group_codes", "per_group", "runs_as_another", "take", "valid_table", "validate_table"]

@@ -27,8 +27,15 @@ from typing import TYPE_CHECKING, Literal
 import numpy as np
 
 from surrogate.config.framework_traits import RECOMPUTE_MODES
-from surrogate.config.table import FlatTable, distinct_rows, flat_table, per_group, table_len
-from surrogate.config.training import CONFIG_COLUMNS, MODEL_FIELDS, TrainingConfig
+from surrogate.config.table import (
+    FlatTable,
+    concat,
+    distinct_rows,
+    flat_table,
+    per_group,
+    table_len,
+)
+from surrogate.config.training import MODEL_FIELDS, TrainingConfig
 from surrogate.errors import ConfigError
 from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.degrees import stage_layers
@@ -110,8 +117,7 @@ def layout_vectors(table: FlatTable) -> np.ndarray:
     stage's (:func:`~surrogate.layouts.degrees.stage_layers`), 1 - s short of every layer);
     sequence parallelism 0/1."""
     n = table_len(table)
-    logs = np.log2(np.stack([np.asarray(table[k], dtype=np.float64) for k in _LOGGED], axis=1)
-                   if n else np.zeros((0, len(_LOGGED))))
+    logs = np.log2(np.stack([np.asarray(table[k], dtype=np.float64) for k in _LOGGED], axis=1))
     checkpointed = np.asarray(table["recompute_layers"], dtype=np.int64)
     share = np.ones(n)
     rows = np.flatnonzero(checkpointed > 0)
@@ -141,10 +147,6 @@ def problem_codes(configs: Sequence[TrainingConfig] | FlatTable) -> np.ndarray:
     return codes
 
 
-def _joined(a: FlatTable, b: FlatTable) -> FlatTable:
-    return {k: np.concatenate([a[k], b[k]]) for k in CONFIG_COLUMNS}
-
-
 def select(
     scored: pd.DataFrame,
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -170,7 +172,7 @@ def select(
     if n == 0:
         return []
     ran = flat_table(list(already_run))
-    problems = problem_codes(_joined(table, ran))
+    problems = problem_codes(concat(table, ran))
     problem, ran_problem = problems[:n], problems[n:]
     done_keys = set(zip(ran_problem.tolist(), layout_keys(ran), strict=True))
     free = np.array([key not in done_keys for key in zip(problem.tolist(), layout_keys(table),
@@ -192,31 +194,32 @@ def select(
             scored["pred_mfu"].to_numpy(dtype=float)
             * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0))
     vectors = layout_vectors(table)
-    # The squared distance to the nearest layout of the row's problem picked or run so far,
-    # kept up to date pick by pick.
+    spread = acq.diversity_scale > 0
+    # Per row, the squared distance to the nearest layout of its problem run or picked so far
+    # (inf: none, and the penalty factor is then exactly 1).
     nearest = np.full(n, np.inf)
-    penalised = bool(len(ran_problem)) and acq.diversity_scale > 0
-
-    def now_picked(p: int, v: np.ndarray) -> None:
-        nonlocal nearest
-        nearest = np.minimum(nearest, np.where(problem == p, np.sum((vectors - v) ** 2, axis=1),
-                                               np.inf))
-
-    if acq.diversity_scale > 0:
+    if spread:
         for p, v in zip(ran_problem.tolist(), layout_vectors(ran), strict=True):
-            now_picked(p, v)
+            nearest = _nearer(nearest, vectors, problem == p, v)
     out: list[tuple[int, str, float]] = []
     for reason in plan:
         if not free.any():
             break
         value = np.nan_to_num(values[reason], nan=0.0)
-        if penalised:
+        if spread:
             value = value * (1 - np.exp(-nearest / (2 * acq.diversity_scale**2)))
         value = np.where(free, value, -np.inf)
         i = int(np.argmax(value))
         out.append((i, reason, float(values[reason][i])))
         free[i] = False
-        if acq.diversity_scale > 0:
-            now_picked(int(problem[i]), vectors[i])
-        penalised = acq.diversity_scale > 0
+        if spread:
+            nearest = _nearer(nearest, vectors, problem == problem[i], vectors[i])
     return out
+
+
+def _nearer(nearest: np.ndarray, vectors: np.ndarray, same: np.ndarray, v: np.ndarray
+            ) -> np.ndarray:
+    """``nearest`` (squared distances) lowered to each row's distance to ``v`` where ``same``
+    (the rows of ``v``'s problem)."""
+    return np.asarray(np.minimum(nearest, np.where(same, np.sum((vectors - v) ** 2, axis=1),
+                                                   np.inf)))

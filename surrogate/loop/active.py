@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.config.frameworks import get_framework
-from surrogate.config.table import FlatTable, flat_table, table_len, take
+from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.io.json_files import read_json
@@ -361,8 +361,7 @@ def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
         done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
         mfu.append(float(row["mfu"]) if done else math.nan)
     n = table_len(candidates)
-    theirs = flat_table(ran)
-    problems = problem_codes({k: np.concatenate([candidates[k], theirs[k]]) for k in candidates})
+    problems = problem_codes(concat(candidates, flat_table(ran)))
     mine = np.isin(problems[n:], problems[:n])
     measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
     measured = measured[np.isfinite(measured)]

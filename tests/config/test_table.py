@@ -15,7 +15,7 @@ from surrogate.analytic.inputs import cols_from_table, to_cols
 from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.hf_config import model_from_hf_config
 from surrogate.config.presets import get_preset
-from surrogate.config.table import flat_table, group_codes, valid_table, validate_table
+from surrogate.config.table import concat, flat_table, group_codes, valid_table, validate_table
 from surrogate.config.training import CONFIG_COLUMNS, config_from_flat, config_to_flat
 from surrogate.errors import DataError, SurrogateError
 
@@ -248,3 +248,11 @@ def test_table_frame_keeps_text_as_python_objects():
     assert frame.to_dict("list") == {k: v.tolist() for k, v in table.items()}
     numpy_text = table_frame({"dtype": np.full(3, "bf16")})  # a numpy string column
     assert numpy_text["dtype"].dtype == object and numpy_text["dtype"].tolist() == ["bf16"] * 3
+
+
+def test_concat_holds_the_first_table_then_the_second() -> None:
+    configs = [config_from_flat(row) for row in BASE]
+    joined = concat(flat_table(configs[:1]), flat_table(configs[1:]))
+    whole = flat_table(configs)
+    assert all(joined[k].tolist() == whole[k].tolist() for k in CONFIG_COLUMNS)
+    assert joined.keys() == whole.keys()
