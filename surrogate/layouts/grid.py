@@ -28,7 +28,7 @@ from surrogate.layouts.space import DIMENSIONS, REST_DIMENSIONS, LayoutSpace
 TABLE_LIMIT = 10_000_000
 """Points :func:`space_table` (and so a search) generates by default. Mixtral 8x7B on 1-64
 nodes with torchtitan at a 4M-token batch, 9,408,000 points and 287,480 valid layouts, is
-generated and scored whole by ``surrogate search --trials 0`` in 10 s of wall time at 1 GiB
+generated and scored whole by ``surrogate search --trials 0`` in 10.3 s of wall time at 0.95 GB
 of peak memory on a 2-core machine (docs/speed.md)."""
 
 _HEADS: tuple[str, ...] = DIMENSIONS[:4]
