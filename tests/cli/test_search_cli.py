@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -230,6 +231,32 @@ def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
     err = capsys.readouterr().err
     assert err.startswith("error: none of the 1 runs matches a proposal of round 1")
     assert err.count("\n") == 1 and not db.exists()
+
+
+def test_score_round_without_mlflow_names_the_extra_before_scoring(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``pip install -e .`` (no tracking extra), score-round's default MLflow record
+    costs one line naming the extra, before the scoring; --no-mlflow scores without it."""
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
+    from surrogate.loop.active import propose
+
+    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
+                        frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    rnd = propose(space, tmp_path / "round-1", k=2, model=None)  # type: ignore[arg-type]
+    proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
+    proposals.assign(run_id=proposals["name"] + "/train-1", status="completed", mfu=0.3,
+                     source="synthetic").to_csv(tmp_path / "runs.csv", index=False)
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # an import of it now fails
+    args = ["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "error: score-round's MLflow record (--no-mlflow scores without it) needs mlflow, "
+        "which is not installed: pip install 'surrogate[tracking]'"]
+    assert captured.out == "" and not (rnd / "scores.json").exists()
+    assert main([*args, "--no-mlflow"]) == 0
 
 
 def test_names_with_rich_markup_print_as_text(capsys: pytest.CaptureFixture[str],
