@@ -116,6 +116,7 @@ def test_search_checkpoints_a_share_of_layers_and_names_frameworks(
     assert main([*args[:-4], "--analytic", "--top-k", "3", "--wide"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "rc-full-k8 (megatron)" in text
+    assert "rc-full-k8: full recomputation of 8 layers of each pipeline stage" in text
 
 
 @pytest.mark.slow
@@ -128,7 +129,8 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (pd.read_csv(rnd / "proposals.csv")["num_layers"] == 12).all()  # the flag's model
     table = capsys.readouterr().out
     assert "round-1: 3 proposed runs" in table and "why" in table
-    assert "MFU gain" in table or "OOM edge" in table
+    assert "EI " in table or "OOM edge" in table
+    assert "EI: expected improvement" in table or "EI " not in table  # said what it is
     assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
