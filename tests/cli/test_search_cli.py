@@ -184,13 +184,32 @@ def test_heatmap_png_and_html(tmp_path: Path) -> None:
         "num_heads": [32], "vocab_size": [131072], "seq_len": [4096], "dp": [8],
         "mbs": [2], "grad_accum": [1], "source": ["synthetic"]})
     runs.to_csv(tmp_path / "measured.csv", index=False)
-    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--models", "1.34b",
+    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--model", "1.34b",
                  "--nodes", "1,2", "--global-batch-seqs", "16",
                  "--measured", str(tmp_path / "measured.csv"),
                  "--profile", "hf-playbook-cluster"]) == 0
     assert (tmp_path / "fig.png").stat().st_size > 1000
     page = (tmp_path / "fig.html").read_text()
     assert "measured" in page and "dp8" in page and "<table>" in page
+
+
+def test_heatmap_takes_model_as_every_command_does(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model`` as in predict, search and propose; ``--models``, its former name, still
+    works (hidden), and both at once is refused."""
+    from surrogate.cli.heatmap import PLAYBOOK_MODELS
+
+    assert main(["heatmap", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--model" in text and "--models" not in text and PLAYBOOK_MODELS in text
+    args = ["heatmap", "--out", str(tmp_path / "fig"), "--nodes", "1", "--global-batch-seqs",
+            "16", "--analytic"]
+    assert main([*args, "--models", "1.34b"]) == 0
+    assert (tmp_path / "fig.png").exists()
+    capsys.readouterr()
+    assert main([*args, "--model", "1.34b", "--models", "3.57b"]) == 2
+    assert capsys.readouterr().err == (
+        "error: give --model (--models is its former name), not both\n")
 
 
 def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixture[str],
