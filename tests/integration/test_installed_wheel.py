@@ -210,6 +210,30 @@ def test_the_readme_install_has_no_extra(readme_install: tuple[Path, Path]) -> N
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
+IMPORT_EVERY_MODULE = """
+import importlib, pkgutil, surrogate, training, microbench
+failed = []
+for package in (surrogate, training, microbench):
+    for module in pkgutil.walk_packages(package.__path__, package.__name__ + "."):
+        if module.name.rsplit(".", 1)[-1] == "__main__":
+            continue
+        try:
+            importlib.import_module(module.name)
+        except Exception as e:
+            failed.append(f"{module.name}: {e!r}")
+print("\\n".join(failed))
+"""
+
+
+@pytest.mark.slow
+def test_every_module_imports_without_extras(readme_install: tuple[Path, Path]) -> None:
+    """An optional dependency is imported where it is used, never at a module's top."""
+    bindir, work = readme_install
+    out = _run([bindir / "python", "-c", IMPORT_EVERY_MODULE], cwd=work)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.strip() == "", out.stdout
+
+
 @pytest.mark.slow
 def test_every_main_task_answers_or_names_its_extra(readme_install: tuple[Path, Path]) -> None:
     """The README's commands as written, in the table's order, from one working directory
