@@ -19,6 +19,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
     "mlflow": ("tracking", "recording runs in MLflow"),
     "optuna": ("search", "searching with optuna"),
     "torch": ("microbench", "running microbenchmarks"),
+    "sqlalchemy": ("search", "an optuna storage"),  # optuna's dependency, not imported alone
 }
 """Optional top-level module -> (the extra that installs it, what it is needed for)."""
 

@@ -45,31 +45,60 @@ def test_missing_extra_message_only_for_optional_modules() -> None:
         "pip install 'surrogate[microbench]'")
     assert missing_extra_message(ModuleNotFoundError("x", name="numpy")) is None
     assert missing_extra_message(ImportError("x")) is None
-    assert set(OPTIONAL) == {"torch", "mlflow", "optuna"}
+    assert set(OPTIONAL) == {"torch", "mlflow", "optuna", "sqlalchemy"}
 
 
-def test_predict_runs_without_torch_mlflow_and_optuna() -> None:
-    """``surrogate predict`` with the three made unimportable: it answers, and none of them
-    was even asked for."""
-    code = textwrap.dedent("""
+BLOCKED = ("torch", "mlflow", "optuna", "sqlalchemy", "lleaves")
+"""The optional modules a process of :func:`_without_extras` cannot import."""
+
+
+def _without_extras(*args: str) -> subprocess.CompletedProcess[str]:
+    """``surrogate ARGS`` in a process where the optional modules cannot be imported; its
+    stdout ends with ``RC <exit code> ASKED <the blocked modules asked for>``."""
+    code = textwrap.dedent(f"""
         import importlib.abc, sys
-        OPTIONAL = ("torch", "mlflow", "optuna")
         asked = []
         class Block(importlib.abc.MetaPathFinder):
             def find_spec(self, name, path=None, target=None):
-                if name.split(".")[0] in OPTIONAL:
+                if name.split(".")[0] in {BLOCKED!r}:
                     asked.append(name)
-                    raise ModuleNotFoundError(f"blocked {name}", name=name)
+                    raise ModuleNotFoundError(f"blocked {{name}}", name=name)
                 return None
         sys.meta_path.insert(0, Block())
         from surrogate.cli import main
-        rc = main(["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4",
-                   "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--framework",
-                   "nanotron", "--json"])
+        rc = main({list(args)!r})
         print("RC", rc, "ASKED", sorted(set(asked)))
     """)
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         timeout=300, check=False)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_predict_runs_without_torch_mlflow_and_optuna() -> None:
+    """``surrogate predict`` with the optional modules made unimportable: it answers, and none
+    of them was even asked for."""
+    out = _without_extras("predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4",
+                          "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--framework",
+                          "nanotron", "--json")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "RC 0 ASKED []", out.stdout[-2000:]
     assert '"mfu"' in out.stdout
+
+
+SEARCH = ["search", "--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16",
+          "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "2", "--json"]
+
+
+def test_search_without_optuna_enumerates_or_names_the_extra() -> None:
+    """Without optuna (nor SQLAlchemy, which comes with it) ``search --trials 0`` scores the
+    enumerated space, and ``search`` with trials says in one line which extra brings them,
+    before any scoring."""
+    out = _without_extras(*SEARCH, "--trials", "0")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "RC 0 ASKED []", out.stdout[-2000:]
+    assert '"top"' in out.stdout
+    out = _without_extras(*SEARCH)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip().splitlines()[-1] == "RC 2 ASKED ['optuna']", out.stdout[-2000:]
+    assert out.stderr.strip().splitlines() == [
+        "error: search --trials N (0 scores the enumerated space alone, without optuna) needs "
+        "optuna, which is not installed: pip install 'surrogate[search]'"]

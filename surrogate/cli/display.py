@@ -126,7 +126,7 @@ def reason(r: dict[str, Any]) -> str:
     if r.get("reason") == "oom-boundary":
         return f"OOM edge (p_oom {r['p_oom']:.2f})"
     if r.get("reason") == "expected-improvement" and value == value and value is not None:
-        return f"MFU gain {100 * float(value):.1f} pts"
+        return f"EI {100 * float(value):.1f} MFU pts"
     if r.get("reason") == "best-predicted":
         return "best predicted"
     return str(r.get("reason", ""))
@@ -175,4 +175,18 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
             row += [memory_interval(r)]
         row += [f"{r['p_oom']:.2f}"] + ([f"{r['p_best']:.0%}"] if odds else [])
         t.add_row(*row, *([escape(reason(r))] if reasons else []))
+    from surrogate.layouts.labels import label_legend
+
+    notes = [label_legend(frame["layout"].astype(str))] if len(frame) else []
+    if reasons and "reason" in frame.columns and (
+            frame["reason"] == "expected-improvement").any():
+        notes.append(EI_NOTE)
+    t.caption = escape("; ".join(n for n in notes if n)) or None
+    t.caption_justify = "left"
     return t
+
+
+EI_NOTE = ("EI: expected improvement, the MFU points a run is expected to add above the best so "
+           "far (the best measured run, else the best predicted), from its 80% interval and "
+           "odds of completing: a layout predicted below the best has some")
+"""What the ``why`` of an expected-improvement pick means (:func:`reason`)."""

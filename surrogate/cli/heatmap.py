@@ -26,12 +26,19 @@ def _opt(help: str, *names: str, metavar: str | None = None) -> Any:
     return typer.Option(*names, help=help, metavar=metavar)
 
 
+PLAYBOOK_MODELS = "1.34b,3.57b,8.86b,80b,469b"
+"""The Playbook's model sizes, the heatmap's rows by default."""
+
+
 @app.command("heatmap")
 def heatmap_cmd(
     out: Annotated[Path, _opt(
         "Output path without suffix: writes OUT.png and OUT.html.", metavar="OUT")],
-    models: Annotated[str, _opt("Comma-separated presets.", metavar="LIST")]
-        = "1.34b,3.57b,8.86b,80b,469b",
+    models: Annotated[str | None, typer.Option(
+        "--model", "-m", help="Model presets, comma-separated (one row each).",
+        metavar="LIST", show_default=PLAYBOOK_MODELS)] = None,
+    models_alias: Annotated[str | None, typer.Option(
+        "--models", hidden=True, help="--model's former name.")] = None,
     nodes: Annotated[str, _opt("Node counts (list or range).", metavar="LIST")]
         = "1,2,4,8,16,32,64",
     global_batch_seqs: Annotated[int, _opt(
@@ -60,6 +67,9 @@ def heatmap_cmd(
     from surrogate.layouts.heatmap import draw_png, predicted_grid, write_html
     from surrogate.layouts.search import Limits
 
+    if models is not None and models_alias is not None:
+        raise ConfigError("give --model (--models is its former name), not both")
+    models = models or models_alias or PLAYBOOK_MODELS
     _check_files(out, measured)
     check_profile(profile)
     presets = [get_preset(name) for name in models.split(",")]

@@ -169,7 +169,8 @@ class LayoutOptions:
 
 
 def parse_nodes(text: str) -> tuple[int, ...]:
-    """``4`` -> (4,); ``1,2,4`` -> (1, 2, 4); ``1-8`` -> the powers of two from 1 to 8."""
+    """``4`` -> (4,); ``1,2,4`` -> (1, 2, 4); ``lo-hi`` -> lo, hi and the powers of two
+    between (``1-8`` -> (1, 2, 4, 8), ``3-12`` -> (3, 4, 8, 12))."""
     try:
         if "-" in text:
             lo, hi = (int(x) for x in text.split("-", 1))
@@ -222,7 +223,8 @@ class SpaceOptions:
         "GPU, e.g. H100-SXM-80GB, A100-40GB, B200.", metavar="NAME")] = "H100-SXM-80GB"
     gpus_per_node: Annotated[int, _space("GPUs per node.", metavar="N")] = 8
     nodes: Annotated[str, _space(
-        "Node count, list (1,2,4) or range of powers of two (1-8).", "--nodes",
+        "Node count (4), list (1,2,4) or range LO-HI: its ends and the powers of two "
+        "between (1-8: 1,2,4,8; 1-3: 1,2,3; 3-12: 3,4,8,12).", "--nodes",
         metavar="LIST")] = "1"
     global_batch_tokens: Annotated[int | None, _space(
         "Global batch in tokens.", metavar="N")] = None

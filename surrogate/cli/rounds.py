@@ -43,8 +43,10 @@ def score_round_cmd(
         record["model"] = {**record["model"], "path": str(model_dir)}
     check_table_file(runs, flag="--runs")
     if mlflow:  # before the scoring, within seconds: an unusable store costs a line
+        from surrogate.extras import require
         from surrogate.io.tracking import check_store
 
+        require("mlflow", purpose="score-round's MLflow record (--no-mlflow scores without it)")
         check_store()
     proposer = load_round_model(record)
     table = read_table(runs)

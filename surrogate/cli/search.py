@@ -63,6 +63,11 @@ class StudyOptions:
                               f"{self.objective!r}")
         at_least(0, trials=self.trials)
         at_least(1, top_k=self.top_k)
+        if self.trials > 0:  # before the space is scored, not after
+            from surrogate.extras import require
+
+            require("optuna", purpose="search --trials N (0 scores the enumerated space "
+                                      "alone, without optuna)")
         if self.storage is not None:
             from surrogate.io.stores import check_storage
 
@@ -126,8 +131,6 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
                 progress: bool, profile: Path | None) -> Any:
     """:func:`surrogate.layouts.search.search` with progress bars; a failing storage's error in a
     line."""
-    from sqlalchemy.exc import SQLAlchemyError
-
     from surrogate.layouts.search import search
     from surrogate.progress import bars
 
@@ -138,9 +141,21 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
                           n_trials=study.trials, top_k=study.top_k, storage=study.storage,
                           study_name=study.study_name, seed=study.seed, progress=report,
                           rank=rank)  # type: ignore[arg-type]
-    except SQLAlchemyError as e:  # the database of --storage: unreachable, refused, locked
+    except Exception as e:
+        if not _is_storage_error(e):
+            raise
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise DataError(f"the optuna storage {study.storage!r} failed: {message}") from e
+
+
+def _is_storage_error(error: Exception) -> bool:
+    """Whether ``error`` is SQLAlchemy's (the database of --storage: unreachable, refused,
+    locked). SQLAlchemy comes with optuna, an extra: a search without it raised no such error,
+    so it is not imported here (``sys.modules`` holds it once optuna has run)."""
+    import sys
+
+    exc = sys.modules.get("sqlalchemy.exc")
+    return exc is not None and isinstance(error, exc.SQLAlchemyError)
 
 
 def _write_launch(result: Any, launch_dir: Path) -> list[str]:

@@ -4,6 +4,7 @@ space (:func:`point_of`: a value per :data:`surrogate.layouts.space.DIMENSIONS`)
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from surrogate.config.table import FlatTable
@@ -51,6 +52,28 @@ def label_of(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, gr
     if sequence_parallel:
         parts.append("sp")
     return " ".join(parts)
+
+
+def label_legend(labels: Iterable[str]) -> str:
+    """What the less obvious parts of ``labels`` (:func:`label_of`) mean, those present only
+    (``rc-full-k20: full recomputation of 20 layers of each pipeline stage``); '' for none.
+    The degrees, ``mbs``, ``ga`` and ``z`` read as the flags of the same names."""
+    parts = sorted({part for label in labels for part in str(label).split()})
+    said: dict[str, str] = {}
+    for part in parts:
+        if part == "rc-selective":
+            said[part] = f"{part}: selective recomputation (part of each layer)"
+        elif part.startswith("rc-"):
+            _, how, *k = part.split("-")
+            layers = f"{k[0][1:]} layers of each pipeline stage" if k else "every layer"
+            said[part] = f"{part}: {how} recomputation of {layers}"
+        elif part.startswith("hsdp"):
+            said["hsdp"] = "hsdpN: N copies of ZeRO's shards (hybrid sharding)"
+        elif part.startswith("vpp"):
+            said["vpp"] = "vppN: N virtual pipeline stages per rank (interleaved)"
+        elif part == "sp":
+            said[part] = "sp: sequence parallelism"
+    return "; ".join(said.values())
 
 
 def point_of(cfg: TrainingConfig) -> dict[str, Any]:

@@ -55,6 +55,13 @@ training contexts of 128K (Llama 3) to 1M tokens (2,097,152); global batches of 
 of 256K (Gemma; Gemma Team 2024) (1,048,576)."""
 
 
+AXIS_WORDS: dict[str, str] = {
+    "tokens_per_rank": "tokens per micro-batch per GPU (mbs x seq_len / cp)",
+}
+"""How an extrapolation names a :data:`DOMAIN_AXES` quantity that is no configuration column
+(the others by their names: num_gpus, total_params, seq_len)."""
+
+
 def beyond_practice(c: dict[str, np.ndarray]) -> list[str]:
     """Per configuration of columns ``c``: '' or where it passes :data:`PRACTICE_LIMITS`, e.g.
     'vocab_size 1e+12 > 1.049e+06, beyond any published training run'."""
@@ -213,7 +220,8 @@ class Assessment:
     distance: np.ndarray
     """Doublings beyond the domain (inf for an unseen category, 0 inside)."""
     reasons: list[str]
-    """'' inside; else what extrapolates, e.g. 'num_gpus 8192 > 512 seen (4.0 doublings)'."""
+    """'' inside; else what extrapolates, e.g. 'num_gpus 8192 > 512, the largest in the
+    training runs (4.0 doublings)'."""
     unseen_shape: np.ndarray | None = None
     """Whether each configuration's model shape was unseen in training (None: the domain
     records no shapes, a model saved before they were recorded)."""
@@ -328,13 +336,15 @@ class Domain:
         span = self.ranges[axis] if framework is None else (
             (self.framework_ranges or {})[framework][axis])
         lo, hi = span
-        whose = "" if framework is None else f" for {framework}"
+        runs = "the training runs" if framework is None else f"its {framework} runs"
+        name = AXIS_WORDS.get(axis, axis)
 
         def text(v: float) -> str:
-            side, edge = (">", hi) if v > hi else ("<", lo)
+            side, edge, most = (">", hi, "largest") if v > hi else ("<", lo, "smallest")
             # numpy's arithmetic, as assess's, so the text rounds alike
             excess = float(_excess(np.array([v], dtype=np.float64), span)[0])
-            return f"{axis} {v:.4g} {side} {edge:.4g} seen{whose} ({excess:.1f} doublings)"
+            return (f"{name} {v:.4g} {side} {edge:.4g}, the {most} in {runs} "
+                    f"({excess:.1f} doublings)")
 
         return text
 

@@ -13,7 +13,7 @@ fall back to the analytic model with a warning.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
@@ -25,7 +25,7 @@ from surrogate.analytic.memory import BREAKDOWN_TERMS
 from surrogate.analytic.params import DEFAULT_SET, ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import STEP_TERMS
-from surrogate.config.files import check_table_columns
+from surrogate.config.files import check_table_columns, expand_model_column
 from surrogate.config.gpus import GIB
 from surrogate.config.table import runs_as_another, validate_table
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
@@ -269,14 +269,18 @@ def predict_frame(
     model: SurrogateModel | str | Path | None = "default",
     sets: ParameterSets | None = None,
 ) -> pd.DataFrame:
-    """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`; optional ones take their
-    defaults). Returns the input columns plus :data:`PRED_COLUMNS`, :data:`RUNS_AS_ANOTHER`
-    and ``error``: a row that fails validation gets its message there and NaN predictions; the
-    others are predicted.
+    """Predict every row of ``df`` (columns :data:`CONFIG_COLUMNS`, optional ones taking their
+    defaults, and ``model`` naming a preset, as ``predict --from-csv`` reads them). Returns the
+    input columns (a preset's model columns filled in where a row leaves them empty) plus
+    :data:`PRED_COLUMNS`, :data:`RUNS_AS_ANOTHER` and ``error``: a row that fails validation
+    gets its message there and NaN predictions; the others are predicted.
     A column that is a near miss of a configuration column (``zero``, ``grad-accum``) is a
-    ConfigError, not a silently defaulted column."""
-
+    ConfigError, not a silently defaulted column, as is a ``model`` cell that names no preset.
+    Anything but a DataFrame is a TypeError saying what is taken."""
+    _check_frame(df)
     check_table_columns(df.columns, where="the configuration table")
+    # the one reader of a model column, --from-csv's (whose chunks come here already filled)
+    df = expand_model_column(df, where="the configuration table")
     learned = resolve_model(model)
     checked = validate_table(df)
     errors = list(checked.errors)
@@ -307,6 +311,18 @@ def predict_frame(
     out[RUNS_AS_ANOTHER] = pd.Series(notes, index=df.index, dtype=object)
     out["error"] = errors
     return out
+
+def _check_frame(config: Any) -> None:
+    """TypeError unless ``config`` is a DataFrame, saying what :func:`predict` takes."""
+    import pandas as pd
+
+    if isinstance(config, pd.DataFrame):
+        return
+    hint = (": for one configuration's columns, predict(pd.DataFrame([columns])) (or build a "
+            "TrainingConfig)" if isinstance(config, Mapping) else "")
+    raise TypeError(f"predict takes a TrainingConfig (one configuration) or a pandas DataFrame "
+                    f"(one configuration per row, the columns of predict --from-csv), got "
+                    f"{type(config).__name__}{hint}")
 
 @overload
 def predict(
@@ -339,7 +355,8 @@ def predict(
 
     Args:
         config: A validated configuration, or a table with one configuration per row (the
-            columns of :data:`CONFIG_COLUMNS`; optional ones take their defaults).
+            columns of :data:`CONFIG_COLUMNS`, optional ones taking their defaults, and
+            ``model`` naming a preset: those of ``predict --from-csv``).
         profile: The hardware's speeds: a calibration profile's file or shipped name (such as
             ``"hf-playbook-cluster"``), a ``PerfModel``, or None for the GPU's default profile
             (the datasheet where none ships).
@@ -359,8 +376,11 @@ def predict(
 
     Raises:
         ConfigError: The single configuration's answer is impossible (an MFU above 100%, a
-            count beyond exact float64 integers), or a table column is a near miss of a
-            configuration column (``zero`` for ``zero_stage``).
+            count beyond exact float64 integers), a table column is a near miss of a
+            configuration column (``zero`` for ``zero_stage``), or a ``model`` cell names no
+            preset.
+        TypeError: ``config`` is neither a TrainingConfig nor a DataFrame (a dict of one
+            configuration's columns: ``pd.DataFrame([columns])``).
         NoModelError: ``model`` is a path that holds no saved model.
         DataError: The saved model's files are damaged (their sha256 does not match its
             sidecar) or were written for other features.

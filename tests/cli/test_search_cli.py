@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pandas as pd
@@ -115,6 +116,7 @@ def test_search_checkpoints_a_share_of_layers_and_names_frameworks(
     assert main([*args[:-4], "--analytic", "--top-k", "3", "--wide"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "rc-full-k8 (megatron)" in text
+    assert "rc-full-k8: full recomputation of 8 layers of each pipeline stage" in text
 
 
 @pytest.mark.slow
@@ -127,7 +129,8 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (pd.read_csv(rnd / "proposals.csv")["num_layers"] == 12).all()  # the flag's model
     table = capsys.readouterr().out
     assert "round-1: 3 proposed runs" in table and "why" in table
-    assert "MFU gain" in table or "OOM edge" in table
+    assert "EI " in table or "OOM edge" in table
+    assert "EI: expected improvement" in table or "EI " not in table  # said what it is
     assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
@@ -181,13 +184,32 @@ def test_heatmap_png_and_html(tmp_path: Path) -> None:
         "num_heads": [32], "vocab_size": [131072], "seq_len": [4096], "dp": [8],
         "mbs": [2], "grad_accum": [1], "source": ["synthetic"]})
     runs.to_csv(tmp_path / "measured.csv", index=False)
-    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--models", "1.34b",
+    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--model", "1.34b",
                  "--nodes", "1,2", "--global-batch-seqs", "16",
                  "--measured", str(tmp_path / "measured.csv"),
                  "--profile", "hf-playbook-cluster"]) == 0
     assert (tmp_path / "fig.png").stat().st_size > 1000
     page = (tmp_path / "fig.html").read_text()
     assert "measured" in page and "dp8" in page and "<table>" in page
+
+
+def test_heatmap_takes_model_as_every_command_does(tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """``--model`` as in predict, search and propose; ``--models``, its former name, still
+    works (hidden), and both at once is refused."""
+    from surrogate.cli.heatmap import PLAYBOOK_MODELS
+
+    assert main(["heatmap", "--help"]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "--model" in text and "--models" not in text and PLAYBOOK_MODELS in text
+    args = ["heatmap", "--out", str(tmp_path / "fig"), "--nodes", "1", "--global-batch-seqs",
+            "16", "--analytic"]
+    assert main([*args, "--models", "1.34b"]) == 0
+    assert (tmp_path / "fig.png").exists()
+    capsys.readouterr()
+    assert main([*args, "--model", "1.34b", "--models", "3.57b"]) == 2
+    assert capsys.readouterr().err == (
+        "error: give --model (--models is its former name), not both\n")
 
 
 def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixture[str],
@@ -230,6 +252,32 @@ def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
     err = capsys.readouterr().err
     assert err.startswith("error: none of the 1 runs matches a proposal of round 1")
     assert err.count("\n") == 1 and not db.exists()
+
+
+def test_score_round_without_mlflow_names_the_extra_before_scoring(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """After ``pip install -e .`` (no tracking extra), score-round's default MLflow record
+    costs one line naming the extra, before the scoring; --no-mlflow scores without it."""
+    from surrogate.config.presets import get_preset
+    from surrogate.layouts.space import LayoutSpace
+    from surrogate.loop.active import propose
+
+    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
+                        frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    rnd = propose(space, tmp_path / "round-1", k=2, model=None)  # type: ignore[arg-type]
+    proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
+    proposals.assign(run_id=proposals["name"] + "/train-1", status="completed", mfu=0.3,
+                     source="synthetic").to_csv(tmp_path / "runs.csv", index=False)
+    monkeypatch.setitem(sys.modules, "mlflow", None)  # an import of it now fails
+    args = ["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]
+    assert main(args) == 2
+    captured = capsys.readouterr()
+    assert captured.err.splitlines() == [
+        "error: score-round's MLflow record (--no-mlflow scores without it) needs mlflow, "
+        "which is not installed: pip install 'surrogate[tracking]'"]
+    assert captured.out == "" and not (rnd / "scores.json").exists()
+    assert main([*args, "--no-mlflow"]) == 0
 
 
 def test_names_with_rich_markup_print_as_text(capsys: pytest.CaptureFixture[str],

@@ -28,7 +28,7 @@ def test_inside_outside_and_unseen_categories():
     assert a.weight[0] == 1.0 and a.reasons[0] == ""
     assert a.distance[1] == pytest.approx(2.0)  # 64 GPUs vs 16 seen: two doublings
     assert a.weight[1] == pytest.approx(math.exp(-1.0))
-    assert "num_gpus 64 > 16 seen (2.0 doublings)" in a.reasons[1]
+    assert "num_gpus 64 > 16, the largest in the training runs (2.0 doublings)" in a.reasons[1]
     assert a.weight[2] == 0.0 and "framework torchtitan/main never seen" in a.reasons[2]
     assert a.weight[3] == 0.0 and "GPU A100-SXM-80GB never seen" in a.reasons[3]
     unshrunk = dom.assess(test, shrink_doublings=math.inf).weight
@@ -118,6 +118,9 @@ def test_a_batchs_reasons_are_each_rows_own():
     assert batch == [alone[i] for i in order]
     assert alone[0] == "" and alone[4].count("; ") == 3  # num_gpus; seq_len; tokens_per_rank; GPU
     assert alone[4].index("num_gpus") < alone[4].index("seq_len") < alone[4].index("GPU")
+    # the one axis that is no configuration column says what it is
+    assert ("tokens per micro-batch per GPU (mbs x seq_len / cp) 1.638e+04 > 8192, the largest "
+            "in the training runs (1.0 doublings)") in alone[4]
     assert join_reasons(batch, [""] * 40) == batch
     assert join_reasons(["a", "", "b"], ["", "", "c"]) == ["a", "", "b; c"]
 
@@ -174,11 +177,13 @@ def test_a_framework_is_as_far_off_as_its_own_runs_say():
     a = dom.assess(test)
     assert a.distance[0] == 0.0 and a.reasons[0] == ""
     assert a.distance[1] == pytest.approx(3.0)
-    assert a.reasons[1] == "num_gpus 64 > 8 seen for torchtitan/main (3.0 doublings)"
+    assert a.reasons[1] == ("num_gpus 64 > 8, the largest in its torchtitan/main runs "
+                            "(3.0 doublings)")
     # beyond all runs too: the farther reason is its framework's, both are said
     assert a.distance[2] == pytest.approx(4.0)
-    assert "num_gpus 128 > 64 seen (1.0 doublings)" in a.reasons[2]
-    assert "num_gpus 128 > 8 seen for torchtitan/main (4.0 doublings)" in a.reasons[2]
+    assert "num_gpus 128 > 64, the largest in the training runs (1.0 doublings)" in a.reasons[2]
+    assert ("num_gpus 128 > 8, the largest in its torchtitan/main runs (4.0 doublings)"
+            in a.reasons[2])
     assert Domain.from_json(dom.to_json()) == dom
     old = {k: v for k, v in dom.to_json().items() if k != "framework_ranges"}
     assert Domain.from_json(old).assess(test).distance.tolist() == [0.0, 0.0, 1.0]

@@ -161,6 +161,45 @@ def test_predict_frame_all_rows_bad_and_empty():
     assert len(empty) == 0 and "error" in empty.columns
 
 
+def test_predict_frame_reads_a_model_column_as_from_csv_does(tmp_path, capsys):
+    """A ``model`` column naming a preset, the row's own model columns over the preset's: the
+    Python table and ``predict --from-csv`` read it alike and answer alike."""
+    from surrogate.cli import main
+    from surrogate.errors import ConfigError
+
+    rows = pd.DataFrame([
+        {"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16,
+         "zero_stage": 1, "framework": "nanotron", "num_layers": None},
+        {"model": "70b", "num_nodes": 8, "dp": 2, "tp": 8, "pp": 4, "mbs": 1, "grad_accum": 64,
+         "zero_stage": 1, "framework": "megatron", "num_layers": 40},
+    ])
+    out = surrogate.predict(rows)
+    assert list(out["error"]) == ["", ""]
+    assert list(out["num_layers"]) == [32, 40]  # the preset's where empty, else the row's
+    src, dst = tmp_path / "configs.csv", tmp_path / "predictions.csv"
+    rows.to_csv(src, index=False)
+    assert main(["predict", "--from-csv", str(src), "--out", str(dst), "--analytic"]) == 0
+    from_csv = pd.read_csv(dst)
+    for column in ("pred_mfu", "pred_peak_mem_gib", "p_oom", "pred_step_time_s"):
+        np.testing.assert_allclose(out[column].astype(float), from_csv[column], rtol=1e-9)
+    one = surrogate.predict(TrainingConfig(
+        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
+        layout=LayoutConfig(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)))
+    assert out["pred_mfu"].iloc[0] == pytest.approx(one.mfu)
+    with pytest.raises(ConfigError, match=r"^the configuration table, row 2: .*'nope'"):
+        surrogate.predict(rows.assign(model=["8b", "nope"]))
+
+
+@pytest.mark.parametrize("given", [{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4},
+                                   [{"model": "8b"}], "8b"])
+def test_predict_says_what_it_takes(given):
+    match = r"^predict takes a TrainingConfig \(one configuration\) or a pandas DataFrame"
+    if isinstance(given, dict):
+        match += r".*got dict: for one configuration's columns, predict\(pd.DataFrame"
+    with pytest.raises(TypeError, match=match):
+        surrogate.predict(given)
+
+
 def test_import_is_lazy():
     assert surrogate.TrainingConfig is TrainingConfig
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):

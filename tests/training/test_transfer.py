@@ -17,7 +17,7 @@ def test_far_outside_the_data_the_bundled_model_says_so_and_keeps_to_physics():
     analytic = surrogate.predict(cfg, model=None)
     assert learned.domain_weight == 0.0
     assert learned.mfu == pytest.approx(analytic.mfu)
-    assert "num_gpus 8192 > 512 seen" in learned.extrapolation
+    assert "num_gpus 8192 > 512, the largest in the training runs" in learned.extrapolation
     assert "framework torchtitan/main never seen" in learned.extrapolation
     assert learned.mfu_lo <= analytic.mfu <= learned.mfu_hi
     d = learned.to_dict()
