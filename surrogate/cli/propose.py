@@ -35,7 +35,8 @@ def propose_cmd(
         "New round directory to write (refused if it exists).", "--round", metavar="DIR")],
     model: ModelOptions,
     space_options: SpaceOptions,
-    k: Annotated[int, _opt("Runs to propose.", "--k", metavar="N")] = 16,
+    k: Annotated[int, _opt("Runs to propose, at most 1,000 (the picking's cost grows faster "
+                           "than the square of k).", "--k", metavar="N")] = 16,
     max_p_oom: Annotated[float, _opt(
         "Drop candidates above this OOM risk (1: keep all).", metavar="X")] = 1.0,
     runs: Annotated[Path | None, _opt(
@@ -55,8 +56,9 @@ def propose_cmd(
     round.json."""
     at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
     from surrogate.loop.acquisition import Acquisition
-    from surrogate.loop.active import check_new_round_dir, propose
+    from surrogate.loop.active import check_k, check_new_round_dir, propose
 
+    check_k(k, "--k")
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)

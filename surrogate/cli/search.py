@@ -53,7 +53,9 @@ class StudyOptions:
     seed: Annotated[int, typer.Option(
         help="Seed of optuna's sampler.", metavar="N", rich_help_panel=_STUDY)] = 0
     top_k: Annotated[int, typer.Option(
-        "--top-k", "-k", help="Layouts to show (and write with --launch-dir).", metavar="N",
+        "--top-k", "-k", help="Layouts to show (and write with --launch-dir), at most 1,000 "
+        "(each gets its odds of being the best of them, a cost that grows faster than the "
+        "square of their count).", metavar="N",
         rich_help_panel=_STUDY)] = 5
 
     def check(self) -> None:
@@ -63,6 +65,9 @@ class StudyOptions:
                               f"{self.objective!r}")
         at_least(0, trials=self.trials)
         at_least(1, top_k=self.top_k)
+        from surrogate.layouts.search import check_top_k
+
+        check_top_k(self.top_k, "--top-k")
         if self.storage is not None:
             from surrogate.io.stores import check_storage
 

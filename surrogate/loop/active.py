@@ -57,6 +57,23 @@ if TYPE_CHECKING:
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
+MAX_K = 1_000
+"""Most runs one round proposes (``k``, ``propose --k``). A round is runs to launch on a
+cluster, each with its launch files; the picking costs k passes over the candidates and the
+picks' odds of being the best of them (:func:`surrogate.layouts.best_odds.p_best`) a Monte
+Carlo whose time grows faster than the square of k (minutes beyond a few thousand)."""
+
+
+def check_k(k: int, flag: str = "k") -> None:
+    """ConfigError unless 1 <= ``k`` <= :data:`MAX_K`, saying why the cap."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {k!r}")
+    if k > MAX_K:
+        raise ConfigError(
+            f"{flag} must be at most {MAX_K:,}, got {k:,}: a round is runs to launch, and "
+            f"picking them and their odds of being the best of them take time that grows faster "
+            f"than the square of their count; propose {MAX_K:,} or fewer, and more in the next "
+            f"round, once these have taught the model")
 
 
 # ------------------------------------------------------------------ round files
@@ -291,7 +308,8 @@ def propose(
     check_new_round_dir(round_dir)  # before the work, not after it
     if rank not in RANK_COLUMNS:
         raise ConfigError(f"rank must be mean or safe, got {rank!r}")
-    for name, value in (("k", k), ("steps", steps), ("round_number", round_number)):
+    check_k(k)
+    for name, value in (("steps", steps), ("round_number", round_number)):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ConfigError(f"{name} must be >= 1, got {value!r}")
     acq = acquisition or Acquisition()

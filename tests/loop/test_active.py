@@ -260,3 +260,12 @@ def test_propose_says_how_to_narrow_a_space_beyond_its_limit(tmp_path: Path) -> 
         propose(huge, tmp_path / "r", k=4)
     assert "optuna" not in str(raised.value)  # propose has no optuna to fall back on
     assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("k", [0, -3, 1001, 10**9])
+def test_k_is_capped_before_any_scoring(tmp_path: Path, k: int) -> None:
+    from surrogate.loop.active import MAX_K
+
+    with pytest.raises(ConfigError, match="k must be" + (" at most 1,000" if k > MAX_K else "")):
+        propose(space(), tmp_path / "r", k=k)
+    assert not (tmp_path / "r").exists()
