@@ -197,6 +197,20 @@ def check_counts(values: Mapping[str, Any], *, where: str | None = None) -> None
             raise ConfigError(f"{where}: {why}" if where else why)
 
 
+def check_finite(values: Mapping[str, Any], *, where: str | None = None) -> None:
+    """ConfigError for a value that is a number but not a finite one (JSON's ``NaN`` and
+    ``Infinity``, YAML's ``.nan`` and ``.inf``, a ``1e999`` that overflows): in a table an empty
+    cell reads as NaN and takes the column's default, but a configuration file that writes
+    ``mbs: NaN`` means something else than the default, and no configuration value is
+    infinite."""
+    for key, value in values.items():
+        if isinstance(value, float | np.floating) and not math.isfinite(value):
+            given = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+            why = (f"{key} must be a finite value, got {given} (no configuration value is NaN "
+                   "or infinite; leave the key out for its default)")
+            raise ConfigError(f"{where}: {why}" if where else why)
+
+
 def check_table_counts(table: pd.DataFrame, *, where: str, first_row: int = 1) -> None:
     """:func:`check_counts` for every cell of a table's configuration columns, naming the
     row (``first_row`` = the first under the header; a later chunk of a table passes its
