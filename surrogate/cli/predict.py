@@ -289,7 +289,7 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     def check(chunk: Any, first_row: int) -> Any:
         if first_row == 1:
             check_batch_columns(chunk.columns, where=where)  # names the file
-        chunk = expand_model_column(chunk, where=where)
+        chunk = expand_model_column(chunk, where=where, first_row=first_row)
         check_table_counts(chunk, where=where, first_row=first_row)
         return _default_framework(chunk)
 
