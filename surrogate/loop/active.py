@@ -44,7 +44,12 @@ from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
 from surrogate.loop.acquisition import Acquisition, problem_codes, select
-from surrogate.loop.launch import LAUNCH_FRAMEWORK, launchable, write_launch_files
+from surrogate.loop.launch import (
+    LAUNCH_FRAMEWORK,
+    SBATCH_TIME_LIMIT,
+    launchable,
+    write_launch_files,
+)
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import report
 
@@ -292,6 +297,8 @@ def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFram
     the table looks like instead (an earlier round's ``proposals.csv``, predictions, layouts
     without outcomes): its rows were never run, and taking them as runs would hide their layouts
     from the proposals and take a predicted MFU for a measured one."""
+    # here, not at the top: the readers of every log format and pandas double the import of
+    # this module (0.55 -> 1.3 s), which scoring a round or proposing without --runs needs not
     from surrogate.ingest.dispatch import read_runs
 
     p = Path(path)
@@ -310,6 +317,7 @@ def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFram
 def _what_table(path: Path) -> str | None:
     """What a table that is no sweep table looks like, from its columns (None: a sweep table,
     or not a table whose columns can be read: :func:`read_measured_runs` says why)."""
+    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
     from surrogate.io.tableio import read_table
 
     if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
@@ -367,8 +375,6 @@ def round_cost(picked: pd.DataFrame, *, steps: int) -> dict[str, Any]:
     the predicted step times, the GPU-hours the sbatch time limit allows at most, how many are
     predicted to run past it, and the expected number of OOMs (the sum of p_oom) and of other
     failures (the sum of p_fail; NaN under the analytic model, which predicts none)."""
-    from surrogate.loop.launch import SBATCH_TIME_LIMIT
-
     hours = picked["gpu_hours"].to_numpy(dtype=float)
     gpus = picked["num_gpus"].to_numpy(dtype=float)
     h, m, sec = (int(x) for x in SBATCH_TIME_LIMIT.split(":"))
@@ -533,6 +539,7 @@ def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
     that is no configuration a DataError) and the best MFU
     completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
     the incumbent of expected improvement is not another model's MFU."""
+    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
     from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_mask
 
     ran: list[TrainingConfig] = []
