@@ -302,21 +302,21 @@ def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFram
     from surrogate.ingest.dispatch import read_runs
 
     p = Path(path)
-    looks = _what_table(p)
-    if looks is not None:
-        raise DataError(f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of measured "
-                        "runs (what `surrogate ingest LOGS --into TABLE` writes: a status and the "
-                        "measurements of each run)")
     try:
         return read_runs(p)
     except DataError as e:
+        looks = _what_table(p)  # what it is instead, where its columns say
+        if looks is not None:
+            raise DataError(f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of "
+                            "measured runs (what `surrogate ingest LOGS --into TABLE` writes: a "
+                            "status and the measurements of each run)") from None
         raise DataError(f"{flag} must be a sweep table of measured runs (what `surrogate ingest "
                         f"LOGS --into TABLE` writes): {e}") from None
 
 
 def _what_table(path: Path) -> str | None:
-    """What a table that is no sweep table looks like, from its columns (None: a sweep table,
-    or not a table whose columns can be read: :func:`read_measured_runs` says why)."""
+    """What a table that no runs reader takes looks like, from its columns (None: not a table
+    whose columns can be read, or none of these: :func:`read_measured_runs` says why)."""
     # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
     from surrogate.io.tableio import read_table
 
