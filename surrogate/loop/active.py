@@ -137,6 +137,8 @@ def write_round(
     import pandas as pd
 
     final = check_new_round_dir(round_dir)
+    if not picks:  # read_round and score-round refuse a round of no run: none is written
+        raise ConfigError("a round holds at least one run, got none to write")
     number = round_number if round_number is not None else next_round_number(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     if tmp.exists():

@@ -388,3 +388,12 @@ def test_a_budget_keeps_the_picks_within_it_and_says_what_it_left_out(tmp_path: 
     for bad in (0, -1.0, float("nan"), float("inf")):
         with pytest.raises(ConfigError, match="budget_gpu_hours must be"):
             propose(space(), tmp_path / "r4", k=4, budget_gpu_hours=bad)
+
+
+def test_a_round_of_no_run_is_never_written(tmp_path: Path) -> None:
+    from surrogate.loop.acquisition import Acquisition
+    from surrogate.loop.active import write_round
+
+    with pytest.raises(ConfigError, match="at least one run"):
+        write_round(tmp_path / "r", [], model_info={}, goal={}, acquisition=Acquisition())
+    assert not (tmp_path / "r").exists()
