@@ -7,8 +7,10 @@ import csv
 import io
 import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
+import pandas as pd
 from robustness_harness import (
     FIXTURES,
     Case,
@@ -16,6 +18,7 @@ from robustness_harness import (
     Expect,
     csv_rows,
     prediction,
+    search_answer,
     table_shows,
 )
 
@@ -211,6 +214,7 @@ def config_cases() -> Iterator[Case]:
             yield file_case({**VALID_FILE, key: value}, fmt, "answer",
                             check=prediction({key: value}, differs=(base_argv, path)))
     yield from _table_cases(c)
+    yield from issue71_cases()
 
 
 def _table_cases(c: str) -> Iterator[Case]:
@@ -256,3 +260,106 @@ def _table_cases(c: str) -> Iterator[Case]:
                    files=(("in.csv", raw),), check=csv_rows(0, set()))
     yield Case(c, ("predict", "--from-csv", "{d}/in.csv", "--out", "{d}/out.xlsx"), "refuse",
                files=(("in.csv", csv_text(header, [good])),))
+
+
+# ------------------------------------------------------------------------ issue 71, "propose"
+# List flags (a value named twice, empty items, ranges that overlap), the caps on --top-k and
+# --k, YAML and JSON numbers read strictly, the model column of --from-csv, and propose's
+# --runs, limits and budget. Each case joins an existing class.
+SMALL_SPACE = ("--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16", "--max-cp", "1",
+               "--max-vpp", "1", "--max-mbs", "2")
+PROPOSE = ("propose", "--round", "{d}/r", "--model", "8b", "--nodes", "1",
+           "--global-batch-seqs", "32", "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "2")
+
+
+def _round_cost(budget: float | None) -> Check:
+    """A round that prints and records its cost, within ``budget`` if one is given."""
+    def check(d: Path, out: str, err: str) -> str | None:
+        flat = " ".join(out.split())
+        if "GPU-hours at the predicted step times" not in flat or "expected OOMs" not in flat:
+            return "the round does not say what it costs"
+        cost = json.loads((d / "r" / "round.json").read_text()).get("cost")
+        if not cost:
+            return "round.json records no cost"
+        spent = pd.read_csv(d / "r" / "proposals.csv")["gpu_hours"].sum()
+        if abs(spent - cost["gpu_hours"]) > 1e-6 * max(1.0, spent):
+            return f"round.json says {cost['gpu_hours']} GPU-hours, its runs {spent}"
+        if budget is not None and spent > budget:
+            return f"{spent:.2f} GPU-hours spent of a budget of {budget}"
+        return None
+    return check
+
+
+def issue71_cases() -> Iterator[Case]:
+    usage, files, prop = "usage errors", "config files, CSV", "propose"
+    search = ("search", *SMALL_SPACE, "--trials", "0", "--json", "--top-k", "2")
+    for flag, value in (("--framework", "torchtitan,torchtitan"),
+                        ("--framework", " torchtitan , TorchTitan "),
+                        ("--framework", "nanotron,torchtitan,nanotron"),
+                        ("--zero", "2,2"), ("--recompute", "none,none,full"),
+                        ("--shardings", "full,node,full"), ("--recompute-shares", "1,1.0,0.5"),
+                        ("--nodes", "1,1"), ("--nodes", "1-2,1"), ("--nodes", "1-4,2-2")):
+        yield Case(usage, (*search, flag, value), "answer", check=search_answer())
+    for flag, value in (("--framework", "torchtitan,,megatron"), ("--framework", ","),
+                        ("--framework", "torchtitan,"), ("--zero", "1,,2"),
+                        ("--recompute", " , "), ("--nodes", "1-4,,8"), ("--nodes", "4-1,2"),
+                        ("--recompute-shares", "nan,1"), ("--recompute-shares", "1,inf")):
+        yield Case(usage, (*search, flag, value), "refuse", names=flag, timeout_s=20)
+    for top_k in ("1001", "1000000", str(10**30)):
+        yield Case(usage, ("search", *SMALL_SPACE, "--trials", "0", "--top-k", top_k),
+                   "refuse", names="--top-k", timeout_s=20)
+    for k in ("1001", "1000000"):
+        yield Case(prop, (*PROPOSE, "--k", k), "refuse", names="--k", timeout_s=20)
+    # YAML 1.1's numbers, NaN and infinity in configuration files
+    run = ("predict", "--config", "{d}/run.yaml", "--json")
+    base = "".join(f"{k}: {v}\n" for k, v in VALID_FILE.items() if k != "grad_accum")
+    for value in ("016", "-016", "08", "00", "1:00", "1:30:00", "1_000", "0b1000", "0o20",
+                  ".nan", ".NaN", ".inf", "-.inf", "1e400"):
+        yield Case(files, run, "refuse", files=(("run.yaml", base + f"grad_accum: {value}\n"),),
+                   names="grad_accum" if "n" in value or "e" in value else value)
+    for value, number in (("16", 16), ("0x10", 16), ("1.6e1", 16), ("'016'", 16), ("+8", 8)):
+        yield Case(files, run, "answer", files=(("run.yaml", base + f"grad_accum: {value}\n"),),
+                   check=prediction({"grad_accum": number}))
+    body = json.dumps({k: v for k, v in VALID_FILE.items() if k not in ("mbs", "framework")})
+    for key, value in (("mbs", "NaN"), ("mbs", "Infinity"), ("mbs", "-Infinity"),
+                       ("mbs", "1e999"), ("mbs", "true"), ("framework", "NaN")):
+        text = body[:-1] + f', "{key}": {value}' + "}"
+        yield Case(files, ("predict", "--config", "{d}/run.json", "--json"), "refuse",
+                   files=(("run.json", text),), names=key)
+    # the model column of --from-csv, linear in the rows: 20,000 rows in seconds
+    rows = [[("8b", "70b", "", "1.34b")[i % 4], 1, 8] for i in range(20_000)]
+    yield Case(files, ("predict", "--from-csv", "{d}/in.csv", "--analytic", "--out",
+                       "{d}/out.csv"), "answer", files=(("in.csv", csv_text(
+                           ["model", "num_nodes", "dp"], rows)),),
+               timeout_s=120)
+    yield Case(files, ("predict", "--from-csv", "{d}/in.csv", "--analytic"), "refuse",
+               files=(("in.csv", csv_text(["model", "num_nodes", "dp"],
+                                          [["8b", 1, 8], ["", 1, 8], ["9b", 1, 8]])),),
+               names="row 3")
+    # propose: --runs read as measured runs only; no candidate left; the cost and a budget
+    config = {**CSV_GOOD, "num_layers": 32, "num_nodes": 1, "dp": 8, "framework": "torchtitan"}
+    tables = {
+        "proposals": csv_text(["name", "reason", "layout", *config, "pred_mfu", "p_oom"],
+                              [["r01-00", "best-predicted", "dp8", *config.values(), 0.4, 0]]),
+        "predictions": csv_text([*config, "pred_mfu", "p_oom", "error"],
+                                [[*config.values(), 0.4, 0.0, ""]]),
+        "configurations": csv_text(list(config), [list(config.values())]),
+        "sweep table": csv_text(["a", "b"], [[1, 2]]),
+    }
+    for kind, text in tables.items():
+        yield Case(prop, (*PROPOSE, "--runs", "{d}/t.csv"), "refuse", files=(("t.csv", text),),
+                   names=kind, timeout_s=30)
+    for raw in (b"", b"\n\n", b"status\n", b"\x00\x01binary"):
+        yield Case(prop, (*PROPOSE, "--runs", "{d}/t.csv"), "refuse", files=(("t.csv", raw),),
+                   timeout_s=30)
+    for value in ("0", "0.0", "1e-300"):
+        yield Case(prop, (*PROPOSE, "--max-p-oom", value), "refuse", names="--max-p-oom",
+                   timeout_s=60)
+    yield Case(prop, (*PROPOSE, "--memory-margin", "0.95"), "refuse", names="--memory-margin",
+               timeout_s=60)
+    for value in ("0", "-1", "nan", "inf", "1e-9"):
+        yield Case(prop, (*PROPOSE, "--budget-gpu-hours", value), "refuse",
+                   names="--budget-gpu-hours", timeout_s=60)
+    yield Case(prop, (*PROPOSE, "--k", "3"), "answer", check=_round_cost(None))
+    yield Case(prop, (*PROPOSE, "--k", "4", "--budget-gpu-hours", "1.2"), "answer",
+               check=_round_cost(1.2))

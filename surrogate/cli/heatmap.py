@@ -16,6 +16,7 @@ from surrogate.cli.options import (
     ProfileOpt,
     check_profile,
     ints,
+    names,
     parse_nodes,
 )
 from surrogate.config.presets import get_preset
@@ -72,10 +73,11 @@ def heatmap_cmd(
     models = models or models_alias or PLAYBOOK_MODELS
     _check_files(out, measured)
     check_profile(profile)
-    presets = [get_preset(name) for name in models.split(",")]
+    presets = list({p.name: p for p in (get_preset(name)  # a preset named twice: once
+                                        for name in names(models, "--models"))}.values())
     options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
-               "frameworks": tuple(framework.split(",")), "zero_stages": ints(zero, "--zero"),
-               "recompute_modes": tuple(recompute.split(",")), "max_cp": max_cp,
+               "frameworks": names(framework, "--framework"), "zero_stages": ints(zero, "--zero"),
+               "recompute_modes": names(recompute, "--recompute"), "max_cp": max_cp,
                "max_vpp": max_vpp}
     from surrogate.progress import bars
 

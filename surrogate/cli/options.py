@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
@@ -168,38 +169,61 @@ class LayoutOptions:
                 if getattr(self, f.name) is not None}
 
 
-def parse_nodes(text: str) -> tuple[int, ...]:
-    """``4`` -> (4,); ``1,2,4`` -> (1, 2, 4); ``lo-hi`` -> lo, hi and the powers of two
-    between (``1-8`` -> (1, 2, 4, 8), ``3-12`` -> (3, 4, 8, 12))."""
-    try:
-        if "-" in text:
-            lo, hi = (int(x) for x in text.split("-", 1))
-            if lo < 1 or hi < lo:
-                raise ValueError
-            out = [n for n in (2**i for i in range(hi.bit_length() + 1)) if lo <= n <= hi]
-            return tuple(sorted({lo, hi, *out}))
-        return tuple(sorted({int(x) for x in text.split(",")}))
-    except ValueError:
-        raise ConfigError(
-            f"--nodes must be a count (4), a list (1,2,4) or a range (1-8), got {text!r}"
-        ) from None
+def list_items(text: str, flag: str) -> tuple[str, ...]:
+    """The items of a comma-separated list flag, stripped, each once in the order given:
+    every list flag is read here. ``torchtitan,torchtitan`` is one item (a choice named twice
+    is a choice once); an empty list or an empty item (``1,,2``, ``1,``) is a ConfigError
+    naming the flag, for it is a list mistyped, not a shorter one."""
+    items = [x.strip() for x in text.split(",")]
+    if not any(items):
+        raise ConfigError(f"{flag} must list at least one value, got {text!r}")
+    if not all(items):
+        raise ConfigError(f"{flag} must be values separated by single commas, got an empty "
+                          f"item in {text!r}")
+    return tuple(dict.fromkeys(items))
+
+
+def parse_nodes(text: str, flag: str = "--nodes") -> tuple[int, ...]:
+    """``4`` -> (4,); ``1,2,4`` -> (1, 2, 4); ``1-8`` -> 1, 8 and the powers of two between
+    (1, 2, 4, 8; ``1-3``: 1, 2, 3); items combine (``1-4,6``), each count once, sorted."""
+    out: set[int] = set()
+    for item in list_items(text, flag):
+        try:
+            if "-" in item:
+                lo, hi = (int(x) for x in item.split("-", 1))
+                if lo < 1 or hi < lo:
+                    raise ValueError
+                out.update(n for n in (2**i for i in range(hi.bit_length() + 1))
+                           if lo <= n <= hi)
+                out.update((lo, hi))
+            else:
+                out.add(int(item))
+        except ValueError:
+            raise ConfigError(
+                f"{flag} must be a count (4), a list (1,2,4) or a range (1-8), got {text!r}"
+            ) from None
+    return tuple(sorted(out))
 
 
 def ints(text: str | None, flag: str) -> tuple[int, ...] | None:
-    """``0,1`` -> (0, 1); None stays None."""
+    """``0,1`` -> (0, 1), each once; None stays None."""
     if text is None:
         return None
     try:
-        return tuple(int(x) for x in text.split(","))
+        return tuple(dict.fromkeys(int(x) for x in list_items(text, flag)))
     except ValueError:
         raise ConfigError(f"{flag} must be comma-separated integers, got {text!r}") from None
 
 
-def _floats(text: str, flag: str) -> tuple[float, ...]:
+def floats(text: str, flag: str) -> tuple[float, ...]:
+    """``0.5,1`` -> (0.5, 1.0), each once; a value that is not a finite number is refused."""
     try:
-        return tuple(float(x) for x in text.split(","))
+        values = tuple(dict.fromkeys(float(x) for x in list_items(text, flag)))
     except ValueError:
         raise ConfigError(f"{flag} must be comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(v) for v in values):
+        raise ConfigError(f"{flag} must be finite numbers, got {text!r}")
+    return values
 
 
 def at_least(minimum: int, **values: int | None) -> None:
@@ -210,8 +234,9 @@ def at_least(minimum: int, **values: int | None) -> None:
             raise ConfigError(f"{flag} must be >= {minimum}, got {value}")
 
 
-def _names(text: str) -> tuple[str, ...]:
-    return tuple(x.strip() for x in text.split(",") if x.strip())
+def names(text: str, flag: str) -> tuple[str, ...]:
+    """``nanotron, megatron`` -> ('nanotron', 'megatron'), each once (:func:`list_items`)."""
+    return list_items(text, flag)
 
 
 @dataclass(frozen=True)
@@ -274,10 +299,11 @@ class SpaceOptions:
         return LayoutSpace(
             model=model, global_batch_seqs=seqs, gpu=self.gpu,
             gpus_per_node=self.gpus_per_node, node_counts=parse_nodes(self.nodes),
-            frameworks=_names(self.framework), zero_stages=ints(self.zero, "--zero"),
-            recompute_modes=_names(self.recompute),
-            recompute_shares=_floats(self.recompute_shares, "--recompute-shares"),
-            shardings=_names(self.shardings),
+            frameworks=names(self.framework, "--framework"),
+            zero_stages=ints(self.zero, "--zero"),
+            recompute_modes=names(self.recompute, "--recompute"),
+            recompute_shares=floats(self.recompute_shares, "--recompute-shares"),
+            shardings=names(self.shardings, "--shardings"),
             max_cp=self.max_cp, max_vpp=self.max_vpp, max_mbs=self.max_mbs,
         )
 

@@ -35,18 +35,26 @@ def propose_cmd(
         "New round directory to write (refused if it exists).", "--round", metavar="DIR")],
     model: ModelOptions,
     space_options: SpaceOptions,
-    k: Annotated[int, _opt("Runs to propose.", "--k", metavar="N")] = 16,
+    k: Annotated[int, _opt("Runs to propose, at most 1,000 (the picking's cost grows faster "
+                           "than the square of k).", "--k", metavar="N")] = 16,
     max_p_oom: Annotated[float, _opt(
         "Drop candidates above this OOM risk (1: keep all).", metavar="X")] = 1.0,
     runs: Annotated[Path | None, _opt(
-        "Your sweep table so far (not proposed again; its best MFU is the incumbent).",
+        "Your sweep table of measured runs so far (what `surrogate ingest` writes; its layouts "
+        "are not proposed again, its best MFU is the incumbent).",
         metavar="TABLE")] = None,
     boundary_frac: Annotated[float, _opt(
         "Share of runs near the OOM boundary.", metavar="X")] = 0.25,
     model_dir: ModelDirOpt = None,
     round_number: Annotated[int | None, _opt(
         "Round number (default: next after the sibling rounds).", metavar="N")] = None,
-    steps: Annotated[int, _opt("Training steps per proposed run.", metavar="N")] = 50,
+    steps: Annotated[int, _opt(
+        "Training steps per proposed run (its config.toml's [training] steps; the round's "
+        "cost counts them).", metavar="N")] = 50,
+    budget_gpu_hours: Annotated[float | None, _opt(
+        "Most GPU-hours the round may cost at its predicted step times (GPUs x steps x step "
+        "time); a pick that would exceed what is left is passed over for the next best.",
+        metavar="H")] = None,
     wide: WideOpt = False,
     rank: RankOpt = "mean",
     profile: ProfileOpt = None,
@@ -55,32 +63,34 @@ def propose_cmd(
     round.json."""
     at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
     from surrogate.loop.acquisition import Acquisition
-    from surrogate.loop.active import check_new_round_dir, propose
+    from surrogate.loop.active import check_budget, check_k, check_new_round_dir, propose
 
+    check_k(k, "--k")
+    check_budget(budget_gpu_hours, "--budget-gpu-hours")
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
     check_profile(profile)
-    if runs is not None:
+    table = None
+    if runs is not None:  # before the space is scored: a table that is no runs costs a line
         from surrogate.io.table_files import check_table_file
+        from surrogate.loop.active import read_measured_runs
 
         check_table_file(runs, flag="--runs")
+        table = read_measured_runs(runs, flag="--runs")
     m = model.config()
     space = space_options.space(m)
-    table = None
-    if runs is not None:
-        from surrogate.io.tableio import read_table
-
-        table = read_table(runs)
     from surrogate.progress import bars
 
     with bars() as report:
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=space_options.limits(max_p_oom), acquisition=acquisition,
                       runs=table, round_number=round_number, steps=steps, progress=report,
-                      rank=rank, profile=profile)  # type: ignore[arg-type]
+                      rank=rank, profile=profile,  # type: ignore[arg-type]
+                      budget_gpu_hours=budget_gpu_hours)
     _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide, profile=profile)
+    _print_cost(out, k, wide=wide)
     import shlex
 
     logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
@@ -116,3 +126,51 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
                                narrow=is_narrow(console, wide), full=is_full(console, wide),
                                reasons=True, frameworks=len(space.frameworks) > 1))
     print_correction_lines(console, picked)
+
+
+def _runs(n: int) -> str:
+    return f"{n} run has" if n == 1 else f"{n} runs have"
+
+
+def _print_cost(out: Path, k: int, *, wide: bool) -> None:
+    """What the round costs, as round.json records it (:func:`surrogate.loop.active.round_cost`),
+    and what its budget left out."""
+    from surrogate.loop.active import read_round
+
+    cost = read_round(out).get("cost") or {}
+    if not cost:
+        return
+    lines = [f"cost: {cost['runs']} runs on {cost['gpus']:,} GPUs in all, "
+             f"{cost['gpu_hours']:,.1f} GPU-hours at the predicted step times "
+             f"({cost['steps_per_run']} steps per run: {cost['steps_from']}; start-up not "
+             f"counted); each job.sbatch may hold its GPUs {cost['sbatch_time_limit']}, "
+             f"{cost['gpu_hours_at_time_limit']:,.1f} GPU-hours at most"]
+    if cost["runs_without_step_time"]:
+        lines.append(f"  {_runs(cost['runs_without_step_time'])} no predicted step time, not "
+                     "counted")
+    if cost["runs_past_time_limit"]:
+        lines.append(f"  {_runs(cost['runs_past_time_limit'])} a predicted time past the "
+                     f"time limit {cost['sbatch_time_limit']}: Slurm would stop it (fewer "
+                     "--steps)")
+    other = cost.get("expected_other_failures")
+    lines.append(f"  expected OOMs: {cost['expected_ooms']:.1f} (the sum of p_oom)"
+                 + ("" if other is None else f"; other failures: {other:.1f} (the sum of p_fail)"))
+    if cost["runs"] < k:
+        lines.append(f"  {cost['runs']} runs proposed of the {k} asked: no other candidate was "
+                     "left" + (" within the budget" if cost["budget_gpu_hours"] else ""))
+    budget = cost.get("budget_gpu_hours")
+    if budget is not None:
+        lines.append(f"  budget: {budget:,.1f} GPU-hours, {budget - cost['gpu_hours']:,.1f} left")
+        if cost["left_out_over_budget"]:
+            named = ", ".join(f"{r['layout']} on {r['num_nodes']} nodes "
+                              f"({r['gpu_hours']:,.1f} GPU-h)" for r in cost["left_out"][:3])
+            lines.append(f"  left out over the budget: {cost['left_out_over_budget']} "
+                         f"layout(s) the picking preferred, e.g. {named} (round.json lists "
+                         f"{len(cost['left_out'])})")
+    from rich.markup import escape
+
+    from surrogate.cli.display import console as make_console
+
+    console = make_console(wide=wide)
+    for line in lines:
+        console.print(escape(line), highlight=False)

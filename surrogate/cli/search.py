@@ -53,7 +53,9 @@ class StudyOptions:
     seed: Annotated[int, typer.Option(
         help="Seed of optuna's sampler.", metavar="N", rich_help_panel=_STUDY)] = 0
     top_k: Annotated[int, typer.Option(
-        "--top-k", "-k", help="Layouts to show (and write with --launch-dir).", metavar="N",
+        "--top-k", "-k", help="Layouts to show (and write with --launch-dir), at most 1,000 "
+        "(each gets its odds of being the best of them, a cost that grows faster than the "
+        "square of their count).", metavar="N",
         rich_help_panel=_STUDY)] = 5
 
     def check(self) -> None:
@@ -68,6 +70,9 @@ class StudyOptions:
 
             require("optuna", purpose="search --trials N (0 scores the enumerated space "
                                       "alone, without optuna)")
+        from surrogate.layouts.search import check_top_k
+
+        check_top_k(self.top_k, "--top-k")
         if self.storage is not None:
             from surrogate.io.stores import check_storage
 

@@ -8,6 +8,7 @@ naming the nearest valid one, a key given twice is refused, and a YAML file may 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from surrogate.config.files import (
     FILE_KEYS,
     SECTION_KEYS,
     check_counts,
+    check_finite,
     check_keys,
 )
 from surrogate.errors import ConfigError, shown
@@ -34,6 +36,34 @@ ANCHOR_HOLDER_PREFIX = "x-"
 keys (``x-base: &base {dp: 8}`` then ``layout: {<<: *base}``), as in Docker Compose files; it
 is not a configuration key, and is left out."""
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+_INT_TAG, _FLOAT_TAG = "tag:yaml.org,2002:int", "tag:yaml.org,2002:float"
+_AMBIGUOUS_TAG = "tag:surrogate,2026:ambiguous-number"
+_DIGITS = list("-+0123456789")
+CORE_NUMBERS: tuple[tuple[str, re.Pattern[str], list[str]], ...] = (
+    (_INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), _DIGITS),
+    (_INT_TAG, re.compile(r"^0x[0-9a-fA-F]+$"), ["0"]),
+    (_FLOAT_TAG, re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+     [*_DIGITS, "."]),
+    (_FLOAT_TAG, re.compile(r"^[-+]?\.(?:inf|Inf|INF)$"), ["-", "+", "."]),
+    (_FLOAT_TAG, re.compile(r"^\.(?:nan|NaN|NAN)$"), ["."]),
+)
+"""The plain scalars a YAML configuration file reads as numbers: YAML 1.2's core schema
+(decimal integers without a leading zero, hexadecimal, decimal floats with an optional
+exponent, ``.inf``, ``.nan``; the two last refused later as no configuration value). PyYAML
+reads YAML 1.1, where ``016`` is octal 14 and ``1:00`` is sexagesimal 60."""
+AMBIGUOUS_NUMBERS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"^[-+]?0[0-9_]+$"), "a leading zero: octal under YAML 1.1 (016 is 14), "
+                                     "decimal under YAML 1.2"),
+    (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"),
+     "a colon: base 60 under YAML 1.1 (1:00 is 60), text under YAML 1.2"),
+    (re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"),
+     "an underscore: a digit separator under YAML 1.1 (1_000 is 1000), text under YAML 1.2"),
+    (re.compile(r"^[-+]?0b[01_]+$"), "binary under YAML 1.1, text under YAML 1.2"),
+    (re.compile(r"^[-+]?0o[0-7]+$"), "octal under YAML 1.2, text under YAML 1.1"),
+)
+"""Plain scalars that YAML 1.1 and YAML 1.2 read as different values (a number under one, text
+or another number under the other): a configuration file holding one is refused, with the line,
+rather than read one way in silence (write the number in decimal, or quote it for text)."""
 
 
 def _check_expansion(root: Any) -> None:
@@ -75,8 +105,22 @@ def _check_expansion(root: Any) -> None:
 def _yaml_loader() -> type:
     """A PyYAML safe loader that refuses a key given twice (PyYAML keeps the last) and a
     document whose aliases expand it past :data:`MAX_YAML_VALUES`; merge keys (``<<: *base``)
-    merge as YAML 1.1 says (a key of the mapping itself wins over a merged one)."""
+    merge as YAML 1.1 says (a key of the mapping itself wins over a merged one). Numbers are
+    read by YAML 1.2's core rules (:data:`CORE_NUMBERS`), and a scalar YAML 1.1 would read as
+    another number (:data:`AMBIGUOUS_NUMBERS`: ``016``, ``1:00``, ``1_000``) is refused."""
     class UniqueKeyLoader(yaml.SafeLoader):
+        yaml_implicit_resolvers = {  # noqa: RUF012  # YAML 1.1's numbers left out
+            first: [(tag, regexp) for tag, regexp in resolvers
+                    if tag not in (_INT_TAG, _FLOAT_TAG)]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+
+        def construct_ambiguous(self, node: Any) -> Any:
+            why = next(why for pattern, why in AMBIGUOUS_NUMBERS if pattern.match(node.value))
+            raise ConfigError(
+                f"line {node.start_mark.line + 1}: {node.value!r} is a number only YAML 1.1 or "
+                f"only YAML 1.2 reads so ({why}); write it in plain decimal digits, or quote it "
+                f"for text")
+
         def construct_document(self, node: Any) -> Any:
             _check_expansion(node)  # before anything is built
             return super().construct_document(node)
@@ -97,6 +141,11 @@ def _yaml_loader() -> type:
                                       f"{key_node.start_mark.line + 1})")
             return super().construct_mapping(node, deep)
 
+    for regexp, _ in AMBIGUOUS_NUMBERS:  # first: the resolvers match in the order added
+        UniqueKeyLoader.add_implicit_resolver(_AMBIGUOUS_TAG, regexp, _DIGITS)
+    for tag, regexp, first in CORE_NUMBERS:
+        UniqueKeyLoader.add_implicit_resolver(tag, regexp, first)
+    UniqueKeyLoader.add_constructor(_AMBIGUOUS_TAG, UniqueKeyLoader.construct_ambiguous)
     return UniqueKeyLoader
 
 
@@ -116,6 +165,7 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
         raise ConfigError(f"--config must name an existing file, got {str(p)!r}")
     if p.suffix.lower() == ".toml":
         columns = job_config_columns(p, given or {})
+        check_finite(columns, where=str(p))
         check_counts(columns, where=str(p))
         return columns
     try:
@@ -151,5 +201,6 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
             if k in flat:
                 raise ConfigError(f"{p}: {k!r} is given twice (once under a section)")
             flat[k] = v
+    check_finite(flat, where=str(p))
     check_counts(flat, where=str(p))
     return flat

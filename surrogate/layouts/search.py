@@ -66,6 +66,25 @@ if TYPE_CHECKING:
 Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
 
 
+MAX_TOP_K = 1_000
+"""Most layouts a search returns in its top (``top_k``, ``search --top-k``): each gets its odds
+of being the best of them (:func:`surrogate.layouts.best_odds.p_best`), a Monte Carlo over
+their correlated errors whose time grows faster than the square of their count (seconds at
+1,000, over a minute at 4,000 on one CPU core)."""
+
+
+def check_top_k(top_k: int, flag: str = "top_k") -> None:
+    """ConfigError unless 1 <= ``top_k`` <= :data:`MAX_TOP_K`, saying why the cap."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {top_k!r}")
+    if top_k > MAX_TOP_K:
+        raise ConfigError(
+            f"{flag} must be at most {MAX_TOP_K:,}, got {top_k:,}: each layout shown gets its "
+            f"odds of being the best of those shown, a Monte Carlo over their correlated errors "
+            f"whose time grows faster than the square of their count (minutes beyond a few "
+            f"thousand)")
+
+
 TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",
                                 "p_best")
 """What the top layouts carry besides :func:`score_configs`' columns: the tokens/s interval (the
@@ -139,7 +158,7 @@ def search(
         objective: ``"mfu"`` (predicted MFU), ``"mfu-vs-oom"`` (MFU against the OOM risk) or
             ``"mfu-vs-gpus"`` (MFU against the GPU count; needs several node counts).
         n_trials: Optuna trials (0: the enumerated space alone).
-        top_k: Layouts returned in ``SearchResult.top``.
+        top_k: Layouts returned in ``SearchResult.top``, 1 to :data:`MAX_TOP_K`.
         storage: An optuna storage URL (``sqlite:///study.db``, ``postgresql+psycopg://...``)
             shared by workers; None keeps the study in memory.
         study_name: The study's name in ``storage`` (a new or an existing one).
@@ -163,13 +182,15 @@ def search(
         ConfigError: No layout of the space is valid (the message names one rule its points
             break), the space is too large to enumerate without optuna trials, ``storage`` is
             a URL optuna cannot open, ``"mfu-vs-gpus"`` is asked of one node count, or
-            ``rank`` is not mean or safe (safe without a learned model).
+            ``rank`` is not mean or safe (safe without a learned model), or ``top_k`` is
+            not in 1 to :data:`MAX_TOP_K`.
         MissingExtraError: Optuna trials are asked for and the ``search`` extra (optuna) is not
             installed.
         NoModelError: ``model`` is a path that holds no saved model.
     """
     import pandas as pd
 
+    check_top_k(top_k)
     how = _scorer(space, model, profile, limits, objective, rank)
     result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
                           n_invalid=0, n_infeasible=0, study_name=None)

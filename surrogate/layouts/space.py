@@ -134,7 +134,7 @@ class LayoutSpace:
         if not self.node_counts or any(n < 1 for n in self.node_counts):
             raise ConfigError(f"node counts must be >= 1, got {list(self.node_counts)}")
         object.__setattr__(self, "node_counts", tuple(sorted(set(self.node_counts))))
-        names = tuple(get_framework(f).name for f in self.frameworks)
+        names = tuple(dict.fromkeys(get_framework(f).name for f in self.frameworks))  # each once
         if not names:
             raise ConfigError(f"give at least one framework ({', '.join(FRAMEWORKS)})")
         object.__setattr__(self, "frameworks", names)

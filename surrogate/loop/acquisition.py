@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
@@ -155,6 +156,9 @@ def select(
     best_measured: float | None = None,
     already_run: Iterable[TrainingConfig] = (),
     acquisition: Acquisition | None = None,
+    cost: np.ndarray | None = None,
+    budget: float | None = None,
+    skipped: list[int] | None = None,
 ) -> list[tuple[int, str, float]]:
     """Pick ``k`` rows of ``scored`` (aligned with ``configs``, configurations or their flat
     table): ``(row, reason, value)``.
@@ -163,7 +167,11 @@ def select(
     picked, and the diversity penalty counts the runs of a candidate's own problem only.
     ``best_measured`` is the incumbent of expected improvement (None: no run has completed,
     and the incumbent is the best predicted MFU among rows likely to complete; the first slot
-    then takes the best-ranked row, with ``Acquisition.open_with_best``)."""
+    then takes the best-ranked row, with ``Acquisition.open_with_best``).
+
+    ``cost`` (per row, e.g. its GPU-hours) and ``budget``: the picks' costs sum to at most the
+    budget; a row its slot would pick whose cost exceeds what is left (or is unknown, NaN) is
+    passed over for the next best, and appended to ``skipped`` if given."""
     acq = acquisition or Acquisition()
     if k < 1:
         raise ConfigError(f"k must be >= 1, got {k}")
@@ -201,6 +209,10 @@ def select(
     if spread:
         for p, v in zip(ran_problem.tolist(), layout_vectors(ran), strict=True):
             nearest = _nearer(nearest, vectors, problem == p, v)
+    if budget is not None and cost is None:
+        raise ConfigError("a budget needs the cost of each row")
+    left = math.inf if budget is None else float(budget)
+    costs = None if cost is None else np.asarray(cost, dtype=float)
     out: list[tuple[int, str, float]] = []
     for reason in plan:
         if not free.any():
@@ -210,6 +222,24 @@ def select(
             value = value * (1 - np.exp(-nearest / (2 * acq.diversity_scale**2)))
         value = np.where(free, value, -np.inf)
         i = int(np.argmax(value))
+        if costs is not None and budget is not None and not costs[i] <= left:
+            # the slot's pick is too dear for what is left: it and every better one that is
+            # too dear are passed over (for good: what is left only shrinks), the best that
+            # fits is picked
+            order = np.argsort(-value, kind="stable")
+            order = order[free[order]]
+            fits = costs[order] <= left
+            if not fits.any():  # nothing fits what is left: the slot's pick is left out
+                if skipped is not None:
+                    skipped.append(i)
+                break
+            j = int(np.argmax(fits))
+            dear, i = order[:j], int(order[j])
+            if skipped is not None:
+                skipped.extend(dear.tolist())
+            free[dear] = False
+        if costs is not None and budget is not None:
+            left -= float(costs[i])
         out.append((i, reason, float(values[reason][i])))
         free[i] = False
         if spread:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.config.files import CONFIG_KEYS
 from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
@@ -43,7 +44,12 @@ from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
 from surrogate.loop.acquisition import Acquisition, problem_codes, select
-from surrogate.loop.launch import LAUNCH_FRAMEWORK, launchable, write_launch_files
+from surrogate.loop.launch import (
+    LAUNCH_FRAMEWORK,
+    SBATCH_TIME_LIMIT,
+    launchable,
+    write_launch_files,
+)
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import report
 
@@ -57,6 +63,23 @@ if TYPE_CHECKING:
 ROUND_FILE = "round.json"
 PROPOSALS_FILE = "proposals.csv"
 LOGS_DIR = "logs"
+MAX_K = 1_000
+"""Most runs one round proposes (``k``, ``propose --k``). A round is runs to launch on a
+cluster, each with its launch files; the picking costs k passes over the candidates and the
+picks' odds of being the best of them (:func:`surrogate.layouts.best_odds.p_best`) a Monte
+Carlo whose time grows faster than the square of k (minutes beyond a few thousand)."""
+
+
+def check_k(k: int, flag: str = "k") -> None:
+    """ConfigError unless 1 <= ``k`` <= :data:`MAX_K`, saying why the cap."""
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {k!r}")
+    if k > MAX_K:
+        raise ConfigError(
+            f"{flag} must be at most {MAX_K:,}, got {k:,}: a round is runs to launch, and "
+            f"picking them and their odds of being the best of them take time that grows faster "
+            f"than the square of their count; propose {MAX_K:,} or fewer, and more in the next "
+            f"round, once these have taught the model")
 
 
 # ------------------------------------------------------------------ round files
@@ -105,13 +128,17 @@ def write_round(
     acquisition: Acquisition,
     round_number: int | None = None,
     steps: int = 50,
+    cost: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a round directory (module docstring) atomically; ConfigError if it exists.
 
-    ``picks``: per run its configuration, the reason it was picked and its predicted scores."""
+    ``picks``: per run its configuration, the reason it was picked and its predicted scores;
+    ``cost``: what the round costs (:func:`round_cost`), recorded as ``cost``."""
     import pandas as pd
 
     final = check_new_round_dir(round_dir)
+    if not picks:  # read_round and score-round refuse a round of no run: none is written
+        raise ConfigError("a round holds at least one run, got none to write")
     number = round_number if round_number is not None else next_round_number(final)
     tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
     if tmp.exists():
@@ -141,6 +168,8 @@ def write_round(
                             "open_with_best": acquisition.open_with_best},
             "proposals": records,
         }
+        if cost is not None:
+            record["cost"] = dict(cost)
         (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))
         if final.exists():
             final.rmdir()  # empty (checked above)
@@ -262,6 +291,113 @@ def score_round(
         metrics["best_mfu_round"] = float(done["mfu"].max())
     return metrics, frame
 
+# ------------------------------------------------------------------ the runs so far
+def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFrame:
+    """The measured runs of ``path``: a sweep table (what ``surrogate ingest`` writes, checked
+    against its schema) or a file a sweep parser reads as runs
+    (:func:`surrogate.ingest.dispatch.read_runs`). Anything else is a DataError that says what
+    the table looks like instead (an earlier round's ``proposals.csv``, predictions, layouts
+    without outcomes): its rows were never run, and taking them as runs would hide their layouts
+    from the proposals and take a predicted MFU for a measured one."""
+    # here, not at the top: the readers of every log format and pandas double the import of
+    # this module (0.55 -> 1.3 s), which scoring a round or proposing without --runs needs not
+    from surrogate.ingest.dispatch import read_runs
+
+    p = Path(path)
+    try:
+        return read_runs(p)
+    except DataError as e:
+        looks = _what_table(p)  # what it is instead, where its columns say
+        if looks is not None:
+            raise DataError(f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of "
+                            "measured runs (what `surrogate ingest LOGS --into TABLE` writes: a "
+                            "status and the measurements of each run)") from None
+        raise DataError(f"{flag} must be a sweep table of measured runs (what `surrogate ingest "
+                        f"LOGS --into TABLE` writes): {e}") from None
+
+
+def _what_table(path: Path) -> str | None:
+    """What a table that no runs reader takes looks like, from its columns (None: not a table
+    whose columns can be read, or none of these: :func:`read_measured_runs` says why)."""
+    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
+    from surrogate.io.tableio import read_table
+
+    if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
+        return None
+    try:
+        columns = {str(c) for c in read_table(path).columns}
+    except DataError:
+        return None
+    predicted = sorted(c for c in columns if c.startswith("pred_") or c == "p_oom")
+    if {"name", "reason", "layout"} <= columns and predicted:
+        return (f"a round's {PROPOSALS_FILE} (runs `surrogate propose` proposed, with their "
+                "predictions, not measurements): run them, then `surrogate ingest ROUND/logs "
+                "--into TABLE` and pass that table")
+    if predicted and "status" not in columns:
+        return (f"a table of predictions ({', '.join(predicted[:3])}...: what `surrogate "
+                "predict --out` writes), not of measured runs")
+    if predicted:
+        return (f"a sweep table with predictions added ({', '.join(predicted[:3])}...): pass the "
+                "sweep table itself")
+    if "status" not in columns and columns & set(CONFIG_KEYS):
+        return ("a table of configurations without outcomes (no status column): layouts, not "
+                "measured runs")
+    if "status" not in columns:
+        shown_columns = ", ".join(sorted(columns)[:5]) + (" ..." if len(columns) > 5 else "")
+        return (f"no sweep table: its columns ({shown_columns}) hold no configuration and no "
+                "status")
+    return None
+
+
+# ------------------------------------------------------------------ what a round costs
+MAX_LEFT_OUT_LISTED = 10
+"""Layouts a round lists by name among those its budget left out (all are counted)."""
+
+
+def check_budget(budget_gpu_hours: float | None, flag: str = "budget_gpu_hours") -> None:
+    """ConfigError unless the budget is None or a finite number of GPU-hours above 0."""
+    if budget_gpu_hours is None:
+        return
+    if isinstance(budget_gpu_hours, bool) or not isinstance(budget_gpu_hours, int | float) \
+            or not math.isfinite(budget_gpu_hours) or budget_gpu_hours <= 0:
+        raise ConfigError(f"{flag} must be a number of GPU-hours above 0, got "
+                          f"{budget_gpu_hours!r}")
+
+
+def run_gpu_hours(scored: pd.DataFrame, steps: int) -> np.ndarray:
+    """Per scored layout, the GPU-hours of one run of ``steps`` steps at its predicted step
+    time: GPUs x steps x step time / 3600 (start-up, compilation and checkpoints not counted;
+    NaN where no step time is predicted)."""
+    gpus = scored["num_gpus"].to_numpy(dtype=float)
+    return np.asarray(gpus * steps * scored["pred_step_time_s"].to_numpy(dtype=float) / 3600.0)
+
+
+def round_cost(picked: pd.DataFrame, *, steps: int) -> dict[str, Any]:
+    """What the runs of a round cost (rows of scored layouts with ``gpu_hours``): GPU-hours at
+    the predicted step times, the GPU-hours the sbatch time limit allows at most, how many are
+    predicted to run past it, and the expected number of OOMs (the sum of p_oom) and of other
+    failures (the sum of p_fail; NaN under the analytic model, which predicts none)."""
+    hours = picked["gpu_hours"].to_numpy(dtype=float)
+    gpus = picked["num_gpus"].to_numpy(dtype=float)
+    h, m, sec = (int(x) for x in SBATCH_TIME_LIMIT.split(":"))
+    limit_h = h + m / 60 + sec / 3600
+    run_hours = np.divide(hours, gpus, out=np.full(len(hours), np.nan), where=gpus > 0)
+    p_fail = picked["p_fail"].to_numpy(dtype=float)
+    return {
+        "runs": len(picked), "gpus": int(gpus.sum()),
+        "steps_per_run": steps,
+        "steps_from": "--steps, written as [training] steps in each run's config.toml",
+        "gpu_hours": float(np.nansum(hours)),
+        "runs_without_step_time": int(np.isnan(hours).sum()),
+        "sbatch_time_limit": SBATCH_TIME_LIMIT,
+        "gpu_hours_at_time_limit": float(gpus.sum() * limit_h),
+        "runs_past_time_limit": int((run_hours > limit_h).sum()),
+        "expected_ooms": float(picked["p_oom"].to_numpy(dtype=float).sum()),
+        "expected_other_failures": (float(p_fail.sum()) if np.isfinite(p_fail).all()
+                                    else None),
+    }
+
+
 # ------------------------------------------------------------------ the propose step
 def propose(
     space: Any,
@@ -277,6 +413,7 @@ def propose(
     progress: ProgressFn | None = None,
     rank: RankBy = "mean",
     profile: str | Path | None = None,
+    budget_gpu_hours: float | None = None,
 ) -> Path:
     """Propose ``k`` runs in ``space`` (a :class:`~surrogate.layouts.space.LayoutSpace`, enumerated
     whole) and write the round. ``runs``: the sweep table so far (its layouts are not
@@ -287,11 +424,16 @@ def propose(
     probability of being the best of the proposals (:func:`surrogate.layouts.best_odds.p_best`).
     ``profile``: the cluster's calibration profile, as for :func:`surrogate.predict` (a file or
     a shipped name; None: the GPU's default); the round records it and
-    :func:`score_round` scores under it."""
+    :func:`score_round` scores under it. ``budget_gpu_hours``: the picks' cost at their
+    predicted step times (:func:`run_gpu_hours`) sums to at most this; a pick that would exceed
+    what is left is passed over for the next best, and the round records what was left out.
+    ``round.json`` records the round's cost (:func:`round_cost`) in any case."""
     check_new_round_dir(round_dir)  # before the work, not after it
+    check_budget(budget_gpu_hours)
     if rank not in RANK_COLUMNS:
         raise ConfigError(f"rank must be mean or safe, got {rank!r}")
-    for name, value in (("k", k), ("steps", steps), ("round_number", round_number)):
+    check_k(k)
+    for name, value in (("steps", steps), ("round_number", round_number)):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ConfigError(f"{name} must be >= 1, got {value!r}")
     acq = acquisition or Acquisition()
@@ -312,18 +454,44 @@ def propose(
     scored = score_configs(candidates, model=learned, limits=limits, profile=profile)
     report(progress, f"scoring {n:,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
+    if not keep.any():
+        raise ConfigError(_none_feasible(scored, limits))
     candidates = take(candidates, np.flatnonzero(keep))
     n = table_len(candidates)
     scored = scored[keep].reset_index(drop=True)
     ran, best = _runs_of(runs, candidates)
     report(progress, f"picking {k} of {n:,}", 0, 1)
-    picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq)
+    cost = run_gpu_hours(scored, steps)
+    skipped: list[int] = []
+    picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq,
+                   cost=cost, budget=budget_gpu_hours, skipped=skipped)
     report(progress, f"picking {k} of {n:,}", 1, 1)
+    if not picks and budget_gpu_hours is not None and skipped:
+        cheapest = float(np.nanmin(cost)) if np.isfinite(cost).any() else math.nan
+        raise ConfigError(
+            f"no candidate fits --budget-gpu-hours {budget_gpu_hours:g}: the cheapest run costs "
+            f"{cheapest:,.3g} GPU-hours at its predicted step time ({steps} steps); raise the "
+            "budget, lower --steps, or allow fewer --nodes (nothing was written)")
+    if not picks:
+        raise ConfigError(
+            f"every one of the {n:,} candidates within the limits was run already (--runs "
+            f"holds {len(ran):,} runs): nothing is left to propose; widen the space (more "
+            f"--nodes, --framework, --recompute choices) or relax --max-p-oom "
+            f"({limits.max_p_oom:g}) and --memory-margin ({limits.memory_margin_frac:g})")
     cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
             "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
             "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation",
             "correction_share")
-    chosen = _listed(scored, _configs(space, scored, picks), picks, cols, RANK_COLUMNS[rank])
+    scored = scored.assign(gpu_hours=cost)
+    chosen = _listed(scored, _configs(space, scored, picks), picks, (*cols, "gpu_hours"),
+                     RANK_COLUMNS[rank])
+    spent = round_cost(scored.iloc[[i for i, _, _ in picks]], steps=steps)
+    left_out = scored.iloc[skipped]
+    spent |= {"budget_gpu_hours": budget_gpu_hours, "left_out_over_budget": len(skipped),
+              "left_out": [{"layout": str(r["layout"]), "num_nodes": int(r["num_nodes"]),
+                            "pred_mfu": json_safe(r["pred_mfu"]),
+                            "gpu_hours": json_safe(r["gpu_hours"])}
+                           for r in left_out.head(MAX_LEFT_OUT_LISTED).to_dict("records")]}
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,
             "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
@@ -332,7 +500,31 @@ def propose(
             "profile": _profile_record(profile)}
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
-                       acquisition=acq, round_number=round_number, steps=steps)
+                       acquisition=acq, round_number=round_number, steps=steps, cost=spent)
+
+
+def _none_feasible(scored: pd.DataFrame, limits: Limits) -> str:
+    """Why no candidate is left after the limits, and which to relax, by how much."""
+    p_oom = np.nan_to_num(scored["p_oom"].to_numpy(dtype=float), nan=1.0)
+    headroom = (1.0 - limits.memory_margin_frac) * scored["capacity_gib"].to_numpy(dtype=float)
+    in_memory = scored["pred_device_mem_gib"].to_numpy(dtype=float) <= headroom
+    head = f"no candidate is left to propose (nothing was written): of the {len(scored):,} " \
+           "launchable layouts, "
+    if p_oom.min() >= 0.5:
+        return (head + f"every one is predicted to run out of memory (the lowest OOM risk is "
+                f"{p_oom.min():.2f}): widen the space (more --nodes; --recompute full where "
+                "--recompute leaves it out)")
+    if not in_memory.any():
+        return (head + f"none keeps {limits.memory_margin_frac:.0%} of the GPU's memory free "
+                f"(--memory-margin {limits.memory_margin_frac:g}): lower --memory-margin")
+    lowest = float(p_oom[in_memory].min())
+    over = int((p_oom > limits.max_p_oom).sum())
+    why = (f"every one has a predicted OOM risk above --max-p-oom {limits.max_p_oom:g}"
+           if over == len(p_oom) else
+           f"{over:,} have a predicted OOM risk above --max-p-oom {limits.max_p_oom:g} and the "
+           f"others too little memory free (--memory-margin {limits.memory_margin_frac:g})")
+    return (head + f"{why}; the lowest risk within the memory margin is {lowest:.2g}: raise "
+            f"--max-p-oom to {max(lowest, 0.01):.2g} or more")
 
 
 def _profile_record(profile: str | Path | None) -> str | None:
@@ -345,21 +537,36 @@ def _profile_record(profile: str | Path | None) -> str | None:
 
 def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
              ) -> tuple[list[TrainingConfig], float | None]:
-    """The configurations of ``runs`` (rows that are not one are skipped) and the best MFU
+    """The configurations of ``runs`` (a sweep table; its flagged runs skipped, another row
+    that is no configuration a DataError) and the best MFU
     completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
     the incumbent of expected improvement is not another model's MFU."""
+    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
+    from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_mask
+
     ran: list[TrainingConfig] = []
     mfu: list[float] = []
-    if runs is None or not len(runs):
+    if runs is None:
         return ran, None
-    for row in runs.to_dict("records"):
+    if "status" not in runs.columns:
+        raise DataError("runs must be a sweep table of measured runs, with a status column "
+                        "(what `surrogate ingest` writes), got the columns "
+                        f"{', '.join(map(str, runs.columns[:8]))}"
+                        f"{' ...' if len(runs.columns) > 8 else ''}")
+    flagged = flagged_mask(runs)  # runs of a layout the validator refuses: never a candidate
+    for number, row in enumerate(runs.to_dict("records")):
+        if flagged[number]:
+            continue
         try:
             cfg = config_from_flat(row)
-        except ConfigError:
-            continue
+        except ConfigError as e:
+            raise DataError(f"runs, row {number}: not a configuration ({e}); a run whose layout "
+                            f"is refused is flagged in {FLAG_COLUMN}") from None
         ran.append(cfg)
         done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
         mfu.append(float(row["mfu"]) if done else math.nan)
+    if not ran:
+        return ran, None
     n = table_len(candidates)
     problems = problem_codes(concat(candidates, flat_table(ran)))
     mine = np.isin(problems[n:], problems[:n])

@@ -365,8 +365,12 @@ def torchrun_command(cfg: TrainingConfig, config_path: str | Path,
     return (f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
             f"{rdzv} {entry} --job.config_file {path}")
 
+SBATCH_TIME_LIMIT = "00:30:00"
+"""The wall-clock limit (``#SBATCH --time``) of each run's job.sbatch."""
+
+
 def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path,
-                  time_limit: str = "00:30:00", script: str | Path | None = None) -> str:
+                  time_limit: str = SBATCH_TIME_LIMIT, script: str | Path | None = None) -> str:
     """A Slurm batch script running the torchrun command on every node (log: train-<job>.log
     in the submission directory, where ``surrogate ingest`` finds it beside the TOML)."""
     check_name(job_name)

@@ -298,3 +298,14 @@ def test_search_unknown_gpu_names_the_known_ones(capsys: pytest.CaptureFixture[s
     err = capsys.readouterr().err
     assert err.startswith("error: gpu must be one of A100-SXM-40GB") and "got 'H900'" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("top_k", ["1001", "1000000", str(10**30)])
+def test_search_top_k_is_capped_saying_why(top_k: str,
+                                           capsys: pytest.CaptureFixture[str]) -> None:
+    from surrogate.layouts.search import MAX_TOP_K
+
+    assert main(["search", *SMALL, "--trials", "0", "--top-k", top_k]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --top-k must be at most {MAX_TOP_K:,}") and "odds" in err
+    assert err.count("\n") == 1

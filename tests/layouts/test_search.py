@@ -187,3 +187,12 @@ def test_a_space_of_millions_of_points_is_searched_whole() -> None:
     assert DEFAULT_ENUMERATION_LIMIT < space.size_bound() <= TABLE_LIMIT
     result = search(space, model=None, use_optuna=False)
     assert result.enumerated == len(space_table(space)["dp"]) > 10_000
+
+
+def test_top_k_is_capped_before_any_scoring() -> None:
+    from surrogate.layouts.search import MAX_TOP_K, check_top_k
+
+    check_top_k(MAX_TOP_K)
+    for bad in (0, -1, MAX_TOP_K + 1, 10**9, True):
+        with pytest.raises(ConfigError, match="top_k must be"):
+            search(tiny(), top_k=bad, n_trials=0)

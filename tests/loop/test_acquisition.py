@@ -122,3 +122,28 @@ def test_candidates_as_a_table_are_picked_as_configurations() -> None:
     assert any(c.layout.recompute_layers for c in configs)
     assert np.array_equal(layout_vectors(table), np.array([point(c) for c in configs]))
     assert problem_codes(table).tolist() == problem_codes(configs).tolist()
+
+
+def test_a_budget_passes_over_picks_too_dear_for_what_is_left() -> None:
+    """Synthetic costs: the picks sum to at most the budget, a pick that would exceed what is
+    left goes to the next best, and the ones passed over are reported."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    free = select(scored, configs, 4)
+    cost = np.ones(len(configs))
+    dear = free[1][0]
+    cost[dear] = 10.0  # the second pick, too dear
+    cost[free[2][0]] = np.nan  # the third, of unknown cost
+    skipped: list[int] = []
+    picks = select(scored, configs, 4, cost=cost, budget=4.0, skipped=skipped)
+    rows = [i for i, _, _ in picks]
+    assert dear not in rows and free[2][0] not in rows and rows[0] == free[0][0]
+    assert dear in skipped and all(not cost[i] <= 1.0 for i in skipped)
+    assert cost[rows].sum() <= 4.0 and len(rows) == 4
+    assert [i for i, _, _ in select(scored, configs, 4, cost=cost)] == [i for i, _, _ in free]
+    few: list[int] = []
+    assert len(select(scored, configs, 4, cost=cost, budget=2.5, skipped=few)) == 2
+    assert few  # the third slot's pick, which nothing left could pay for
+    assert select(scored, configs, 4, cost=cost, budget=0.5) == []
+    with pytest.raises(ConfigError, match="a budget needs the cost"):
+        select(scored, configs, 4, budget=1.0)

@@ -14,7 +14,7 @@ from surrogate.config.presets import get_preset
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.layouts.search import score_configs
-from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
+from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace, layout_key
 from surrogate.loop.active import load_round_model, propose, read_round, score_round
 from surrogate.loop.round_log import log_round
 
@@ -259,4 +259,141 @@ def test_propose_says_how_to_narrow_a_space_beyond_its_limit(tmp_path: Path) -> 
                                           r"narrow it \(fewer node counts") as raised:
         propose(huge, tmp_path / "r", k=4)
     assert "optuna" not in str(raised.value)  # propose has no optuna to fall back on
+    assert not (tmp_path / "r").exists()
+
+
+@pytest.mark.parametrize("k", [0, -3, 1001, 10**9])
+def test_k_is_capped_before_any_scoring(tmp_path: Path, k: int) -> None:
+    from surrogate.loop.active import MAX_K
+
+    with pytest.raises(ConfigError, match="k must be" + (" at most 1,000" if k > MAX_K else "")):
+        propose(space(), tmp_path / "r", k=k)
+    assert not (tmp_path / "r").exists()
+
+
+def tiny_space() -> LayoutSpace:
+    """Three launchable layouts of 8B on one node (dp8, dp4 tp2, dp2 tp4; ZeRO-2)."""
+    return LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1,),
+                       frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=1,
+                       recompute_modes=("none",), zero_stages=(2,), sequence_parallel=(True,),
+                       shardings=("full",))
+
+
+def measured(record: dict[str, object], statuses: tuple[str, ...] = ("completed", "oom")
+             ) -> pd.DataFrame:
+    """A sweep table of a round's proposals as if they had run (synthetic outcomes, made up
+    by this test)."""
+    from surrogate.ingest.sweeps import sweep_row, validate_sweeps
+
+    rows = [sweep_row(config_from_flat(p["config"]), status=statuses[i % len(statuses)],
+                      source="synthetic", run_id=f"{p['name']}/1",
+                      mfu=0.4 if statuses[i % len(statuses)] == "completed" else None)
+            for i, p in enumerate(record["proposals"])]  # type: ignore[attr-defined]
+    return validate_sweeps(pd.DataFrame(rows))
+
+
+def test_a_layout_that_was_run_is_never_proposed_again(tmp_path: Path) -> None:
+    first = read_round(propose(space(), tmp_path / "r1", k=6))
+    runs = measured(first)
+    again = read_round(propose(space(), tmp_path / "r2", k=1000, runs=runs))
+    ran = {layout_key(config_from_flat(p["config"])) for p in first["proposals"]}
+    proposed = {layout_key(config_from_flat(p["config"])) for p in again["proposals"]}
+    assert ran and proposed and not ran & proposed
+    assert len(proposed) == again["goal"]["candidates"] - len(ran)  # every other one
+
+
+def test_a_space_whose_every_layout_was_run_is_an_error(tmp_path: Path) -> None:
+    first = read_round(propose(tiny_space(), tmp_path / "r1", k=50))
+    assert len(first["proposals"]) == first["goal"]["candidates"]
+    with pytest.raises(ConfigError, match=r"was run already .*nothing is left to propose"):
+        propose(tiny_space(), tmp_path / "r2", k=2, runs=measured(first))
+    assert not (tmp_path / "r2").exists()
+
+
+@pytest.mark.parametrize(("max_p_oom", "margin", "match"), [
+    (0.0, 0.0, r"no candidate is left .* above --max-p-oom 0; .*raise --max-p-oom to 0\.01"),
+    (0.5, 0.95, r"none keeps 95% of the GPU's memory free .* lower --memory-margin"),
+])
+def test_no_candidate_within_the_limits_says_which_to_relax(
+        tmp_path: Path, max_p_oom: float, margin: float, match: str) -> None:
+    from surrogate.layouts.search import Limits
+
+    with pytest.raises(ConfigError, match=match):
+        propose(space(), tmp_path / "r", k=2,
+                limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=margin))
+    assert not (tmp_path / "r").exists()
+
+
+def test_runs_that_are_no_sweep_table_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="status column"):
+        propose(space(), tmp_path / "r", k=2, runs=pd.DataFrame({"dp": [8], "tp": [1]}))
+    bad = measured(read_round(propose(tiny_space(), tmp_path / "r1", k=1)))
+    bad["dp"] = 3  # no layout of one node
+    with pytest.raises(DataError, match="runs, row 0: not a configuration"):
+        propose(space(), tmp_path / "r2", k=2, runs=bad)
+
+
+def test_read_measured_runs_says_what_the_table_is_instead(tmp_path: Path) -> None:
+    from surrogate.loop.active import read_measured_runs
+
+    first = propose(tiny_space(), tmp_path / "r1", k=2)
+    with pytest.raises(DataError, match=r"is a round's proposals\.csv .*surrogate ingest"):
+        read_measured_runs(first / "proposals.csv")
+    proposals = pd.read_csv(first / "proposals.csv")
+    cases = {
+        "predictions.csv": (proposals.drop(columns=["name", "reason"]), "a table of predictions"),
+        "layouts.csv": (proposals[["num_layers", "dp", "tp"]], "configurations without outcomes"),
+        "other.csv": (pd.DataFrame({"a": [1], "b": [2]}), r"no sweep table: its columns \(a, b\)"),
+        "both.csv": (pd.concat([measured(read_round(first)),
+                                pd.DataFrame({"pred_mfu": [0.3, 0.4]})], axis=1),
+                     "a sweep table with predictions added"),
+    }
+    for name, (table, match) in cases.items():
+        table.to_csv(tmp_path / name, index=False)
+        with pytest.raises(DataError, match=match):
+            read_measured_runs(tmp_path / name)
+    runs = measured(read_round(first))
+    runs.to_parquet(tmp_path / "runs.parquet")
+    runs.to_csv(tmp_path / "runs.csv", index=False)
+    assert len(read_measured_runs(tmp_path / "runs.parquet")) == 2
+    assert len(read_measured_runs(tmp_path / "runs.csv")) == 2
+
+
+def test_the_round_records_what_it_costs(tmp_path: Path) -> None:
+    out = propose(space(), tmp_path / "r1", k=4, steps=20)
+    record, proposals = read_round(out), pd.read_csv(out / "proposals.csv")
+    cost = record["cost"]
+    hours = proposals["num_nodes"] * 8 * 20 * proposals["pred_step_time_s"] / 3600
+    assert proposals["gpu_hours"].to_numpy() == pytest.approx(hours.to_numpy())
+    assert cost["gpu_hours"] == pytest.approx(hours.sum())
+    assert cost["steps_per_run"] == 20 and "[training] steps" in cost["steps_from"]
+    assert cost["expected_ooms"] == pytest.approx(proposals["p_oom"].sum())
+    assert cost["gpus"] == 4 * 8 and cost["gpu_hours_at_time_limit"] == pytest.approx(16.0)
+    assert cost["budget_gpu_hours"] is None and cost["left_out_over_budget"] == 0
+
+
+def test_a_budget_keeps_the_picks_within_it_and_says_what_it_left_out(tmp_path: Path) -> None:
+    free = read_round(propose(space(), tmp_path / "r1", k=4))
+    hours = [p["predicted"]["gpu_hours"] for p in free["proposals"]]
+    budget = sum(hours) * 0.6
+    capped = read_round(propose(space(), tmp_path / "r2", k=4, budget_gpu_hours=budget))
+    spent = [p["predicted"]["gpu_hours"] for p in capped["proposals"]]
+    assert sum(spent) <= budget and capped["cost"]["gpu_hours"] == pytest.approx(sum(spent))
+    cost = capped["cost"]
+    assert cost["budget_gpu_hours"] == budget
+    if len(spent) < 4:
+        assert cost["left_out_over_budget"] >= 1 and cost["left_out"][0]["gpu_hours"] > 0
+    with pytest.raises(ConfigError, match="no candidate fits --budget-gpu-hours"):
+        propose(space(), tmp_path / "r3", k=4, budget_gpu_hours=min(hours) / 1000)
+    for bad in (0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ConfigError, match="budget_gpu_hours must be"):
+            propose(space(), tmp_path / "r4", k=4, budget_gpu_hours=bad)
+
+
+def test_a_round_of_no_run_is_never_written(tmp_path: Path) -> None:
+    from surrogate.loop.acquisition import Acquisition
+    from surrogate.loop.active import write_round
+
+    with pytest.raises(ConfigError, match="at least one run"):
+        write_round(tmp_path / "r", [], model_info={}, goal={}, acquisition=Acquisition())
     assert not (tmp_path / "r").exists()
