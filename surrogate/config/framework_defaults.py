@@ -185,6 +185,27 @@ def defaults_line(layout: Any) -> str:
             + ", ".join(f"{s.replace('_', ' ')} {v}" for s, v, _ in items))
 
 
+def space_defaults_line(framework: str) -> str:
+    """One line naming the documented defaults of ``framework`` that a layout search assumes
+    (those that are not configuration columns: the search enumerates the columns), each with
+    the layouts it applies to; '' for a framework without any."""
+    items = [d for d in defaults_for(framework) if not d.column]
+    if not items:
+        return ""
+    releases = sorted({r for r in (BRIDGE, CORE) if any(r in d.source for d in items)})
+    where = f" ({', '.join(releases)})" if releases else ""
+    name = _canonical(framework)
+    return (f"{name} defaults assumed{where}: "
+            + ", ".join(f"{d.setting.replace('_', ' ')} {d.value}"
+                        + (f" [{d.condition}]" if d.condition else "") for d in items))
+
+
+def _canonical(framework: str) -> str:
+    from surrogate.config.frameworks import get_framework
+
+    return get_framework(framework).name
+
+
 def assumptions_text(items: list[tuple[str, str, str]]) -> str:
     """``setting=value`` pairs joined by ``;`` (values' spaces as ``_``): a short,
     machine-readable record of what was assumed."""

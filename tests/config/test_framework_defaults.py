@@ -37,3 +37,18 @@ def test_overrides_and_text() -> None:
     text = assumptions_text(items)
     assert "recompute=full" in text and "distributed_optimizer=on" in text
     assert " " not in text
+
+
+def test_the_lines_predict_and_search_print():
+    from surrogate.config.framework_defaults import defaults_line, space_defaults_line
+    from surrogate.config.layout import LayoutConfig
+
+    line = defaults_line(LayoutConfig(framework="nemo", tp=4, pp=2, dp=1, zero_stage=1,
+                                      sequence_parallel=True, dtype="fp8"))
+    assert line.startswith("megatron defaults assumed (megatron-bridge 0.3.1, megatron-core")
+    assert "distributed optimizer on" in line and "sequence parallel on" in line
+    assert "distributed optimizer" not in defaults_line(LayoutConfig(framework="megatron"))
+    assert defaults_line(LayoutConfig(framework="nanotron")) == ""
+    space = space_defaults_line("megatron-bridge")
+    assert "tp comm overlap on [tp > 1]" in space and "distributed optimizer" not in space
+    assert space_defaults_line("torchtitan") == ""
