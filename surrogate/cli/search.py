@@ -214,6 +214,7 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
         model_line,
         print_correction_lines,
     )
+    from surrogate.config.framework_defaults import space_defaults_line
 
     console = make_console(wide=wide)
     narrow, full = is_narrow(console, wide), is_full(console, wide)
@@ -228,6 +229,10 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
                       f"{result.n_infeasible} over the limits); {same}")
     console.print(escape(model_line(learned, space.gpu, model_dir, profile)), highlight=False)
+    for framework in space.frameworks:
+        line = space_defaults_line(framework)
+        if line:
+            console.print(escape(line), highlight=False)
     for note in notes:
         console.print(f"[yellow]{escape(note)}[/]")
     kw = {"narrow": narrow, "full": full, "frameworks": len(space.frameworks) > 1}
