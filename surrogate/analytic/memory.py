@@ -324,7 +324,7 @@ def _heaviest_middle_stage(c: Cols, per_layer: LayerBytes) -> Array:
     layer more than the first, and it is the heaviest middle stage: layers and micro-batches in
     flight do not grow down the pipeline (``pipeline``)."""
     p = c["pp"]
-    index = np.where((p >= 3) & (c["weighted_pipeline_split"] > 0), 1.0, -1.0)
+    index = np.where((p >= 3) & (pipeline.slot_split(c) > 0), 1.0, -1.0)
     rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
     if len(rows) == 0:
         return index

@@ -25,7 +25,7 @@ PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 (GPipe, Huang et al. 2019: every micro-batch's forward, then every backward)."""
 
 
-PipelineSplit = Literal["even", "cost", "weighted"]
+PipelineSplit = Literal["even", "cost", "weighted", "megatron"]
 
 
 PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
@@ -34,7 +34,15 @@ PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
 pp x vpp (Megatron-LM); ``cost``, nanotron's greedy balance of a compute cost per block;
 ``weighted``, torchtitan's: the embedding and the output head count as one layer each, and
 L + 2 layer slots are spread evenly over the pp x vpp (virtual) stages, the first ones taking
-one more where they do not divide, so any layer count fits."""
+one more where they do not divide, so any layer count fits; ``megatron``, Megatron-Core's:
+even where L divides by pp x vpp, and otherwise, where L + 2 does, the embedding and the loss
+count as one layer each (``account_for_embedding_in_pipeline_split``,
+``account_for_loss_in_pipeline_split``: megatron-core 0.16.1
+``transformer/transformer_block.py`` ``get_num_layers_to_build``, which builds (L + 2) / (pp x
+vpp) layers per model chunk and one fewer on the first chunk of the first rank and the last
+chunk of the last rank; ``transformer/transformer_config.py`` checks that L + 2 divides), the
+split Megatron-Bridge's Llama 3.1 405B recipe sets (megatron-bridge 0.3.1
+``recipes/llama/llama3.py`` ``llama31_405b_pretrain_config``: 126 layers on pp 8 x vpp 8)."""
 
 
 @dataclass(frozen=True, kw_only=True)

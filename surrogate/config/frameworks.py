@@ -65,6 +65,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             expert_parallel=True,
             recompute_modes=("none", "selective", "full"),
             sequence_parallel_with_tp=(False, True),
+            pipeline_split="megatron",
             source=(
                 "NVIDIA/Megatron-LM arguments.py: accumulate_allreduce_grads_in_fp32 is forced on "
                 "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3; "
@@ -73,6 +74,10 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "--recompute-granularity selective|full (full with --recompute-method block "
                 "--recompute-num-layers N: the first N layers of each model chunk), "
                 "--sequence-parallel; "
+                "--account-for-embedding-in-pipeline-split and "
+                "--account-for-loss-in-pipeline-split (the embedding and the loss take a layer "
+                "slot each where the layers alone do not divide by pp x vpp: megatron-core "
+                "0.16.1 transformer/transformer_block.py get_num_layers_to_build); "
                 "--swiglu trains with bias_swiglu_fusion on (--no-bias-swiglu-fusion turns it "
                 "off; Megatron-LM's megatron/training/arguments.py, not in the megatron-core "
                 "package), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) "
