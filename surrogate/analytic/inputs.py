@@ -73,7 +73,7 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
     return (float(fw.fp32_grad_accumulation), float(fw.pipeline_split == "cost"),
             float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
             float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
-            float(fw.pipeline_split == "megatron"),
+            float(fw.pipeline_split == "megatron"), float(fw.keeps_bf16_gradients),
             float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
             float(fw.fused_cross_entropy),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
@@ -84,7 +84,7 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
 
 _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
                       "framework_code", "flash_attention_2", "weighted_pipeline_split",
-                      "megatron_pipeline_split",
+                      "megatron_pipeline_split", "keeps_bf16_gradients",
                       "saves_gathered_tp_inputs", "fused_swiglu", "fused_cross_entropy",
                       "selective_per_op",
                       "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",

@@ -3,7 +3,9 @@
 Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3 and Fig. 1): mixed-precision AdamW
 keeps bf16 weights (2 bytes/param), bf16 gradients (2), and fp32 master weights plus two
 fp32 moments (12): 16 bytes per parameter. Frameworks that accumulate gradients in fp32
-(nanotron, Megatron; ``surrogate.config.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
+(nanotron, Megatron; ``surrogate.config.frameworks``) keep 4 more; Megatron-Core keeps no bf16
+gradient beside its fp32 ``main_grad`` buffer (``FrameworkTraits.keeps_bf16_gradients``), so
+its gradients take 4 bytes per parameter. ZeRO-1 shards the optimizer
 states, ZeRO-2 also the gradients, ZeRO-3 also the weights, over the dp x cp ranks (over
 dp x cp / ep for expert weights); with hybrid sharding (``dp_replicate`` copies of the
 shards: PyTorch FSDP's HSDP, Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.1) over dp x cp /
@@ -165,7 +167,10 @@ def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]
             np.where(on, dense / shard_dense, dense) + np.where(on, experts / shard_expert, experts)
         )
 
-    grad_bytes = 2 + 4 * c["fp32_grad_accumulation"]
+    # a bf16 gradient where the framework keeps one, and an fp32 accumulation buffer
+    # (Megatron-Core keeps the fp32 buffer alone: FrameworkTraits.keeps_bf16_gradients)
+    grad_bytes = (2 * np.asarray(c.get("keeps_bf16_gradients", 1.0))
+                  + 4 * c["fp32_grad_accumulation"])
     return {
         "weights": sharded(2.0, 3),
         "gradients": sharded(grad_bytes, 2),

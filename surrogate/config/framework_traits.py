@@ -51,6 +51,19 @@ class FrameworkTraits:
     fp32_grad_accumulation: bool
     """Keeps a persistent fp32 gradient-accumulation buffer beside the bf16 gradients
     (+4 bytes per parameter, sharded like the gradients)."""
+    keeps_bf16_gradients: bool = True
+    """Keeps each parameter's bf16 gradient until the optimizer step (2 bytes per parameter,
+    beside an fp32 accumulation buffer where :attr:`fp32_grad_accumulation`). False:
+    Megatron-Core's data parallelism adds each gradient into the parameter's ``main_grad``
+    buffer as the backward makes it and frees it (megatron-core 0.16.1
+    ``distributed/distributed_data_parallel.py``, the backward hook: ``param.main_grad.add_(
+    param.grad.data)``, ``param.grad = None``; with ``gradient_accumulation_fusion``, on
+    wherever the fused kernel is available in Megatron-Bridge 0.3.1's ``GPTModelProvider``,
+    Transformer Engine's weight-gradient GEMM writes into ``main_grad`` itself), so the
+    ``main_grad`` buffer is its only gradient: 4 bytes per parameter in fp32
+    (``grad_reduce_in_fp32``, which Megatron-LM forces with ``--bf16`` and Megatron-Bridge's
+    Llama recipes set), the "6 + 12 / d" bytes per parameter of its distributed optimizer
+    (bf16 parameter, fp32 gradient, fp32 main parameter and two moments sharded over d)."""
     zero_stages: tuple[int, ...]
     """ZeRO stages the framework implements."""
     versions: tuple[str, ...]

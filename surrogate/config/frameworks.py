@@ -56,6 +56,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
         FrameworkTraits(
             name="megatron",
             fp32_grad_accumulation=True,
+            keeps_bf16_gradients=False,
             zero_stages=(0, 1, 3),
             versions=("core",),
             tensor_parallel=True,

@@ -76,12 +76,27 @@ def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
 def test_bytes_per_param_under_each_zero_stage(cols, framework):
     dp, n = 8, np.array([1e9])
     accum = 4 * FRAMEWORKS[framework].fp32_grad_accumulation
+    bf16 = 2 * FRAMEWORKS[framework].keeps_bf16_gradients
     for z in FRAMEWORKS[framework].zero_stages:
         c = cols("8b", dp=dp, zero_stage=z, framework=framework)
         s = memory.model_state_bytes(c, n, np.array([0.0]))
         assert s["weights"][0] == 2e9 / (dp if z >= 3 else 1)
-        assert s["gradients"][0] == (2 + accum) * 1e9 / (dp if z >= 2 else 1)
+        assert s["gradients"][0] == (bf16 + accum) * 1e9 / (dp if z >= 2 else 1)
         assert s["optimizer"][0] == 12e9 / (dp if z >= 1 else 1)
+
+
+def test_megatron_distributed_optimizer_keeps_6_plus_12_over_d_bytes_per_param(cols):
+    """Megatron-Core's distributed optimizer (ZeRO-1): bf16 parameter, fp32 main_grad (no
+    bf16 gradient beside it), fp32 main parameter and two moments sharded over d; nanotron
+    keeps a bf16 gradient beside its fp32 accumulator, 2 bytes more."""
+    n, none = np.array([1e9]), np.array([0.0])
+    for dp in (1, 2, 8):
+        c = cols("8b", dp=dp, zero_stage=1, framework="megatron")
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
+            (6 + 12 / dp) * 1e9)
+        c = cols("8b", dp=dp, zero_stage=1, framework="nanotron")
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
+            (8 + 12 / dp) * 1e9)
 
 
 @pytest.mark.parametrize(("framework", "zero"), [("torchtitan", 2), ("torchtitan", 3),
