@@ -22,7 +22,8 @@ def ingest_cmd(
     fmt: Annotated[
         str | None,
         typer.Option("--format", help="Force a format: playbook, nanotron, torchtitan, "
-                     "megatron, nccl-tests, xla, microbench-jsonl, train-step-jsonl."),
+                     "megatron, llm-foundry, nccl-tests, xla, microbench-jsonl, train-step-jsonl, "
+                     "published (a Megatron-Bridge performance table)."),
     ] = None,
     set_values: Annotated[
         list[str] | None,

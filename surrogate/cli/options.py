@@ -111,7 +111,8 @@ class ModelOptions:
         return ModelConfig(**values)
 
 
-_FRAMEWORKS_HELP = "nanotron, torchtitan or megatron."
+_FRAMEWORKS_HELP = ("nanotron, torchtitan or megatron (nemo and megatron-bridge are names of "
+                    "megatron).")
 
 
 @dataclass(frozen=True)
@@ -229,7 +230,8 @@ class SpaceOptions:
     global_batch_seqs: Annotated[int | None, _space(
         "Global batch in sequences.", metavar="N")] = None
     framework: Annotated[str, _space(
-        "Allowed frameworks (nanotron, torchtitan, megatron), comma-separated.",
+        "Allowed frameworks (nanotron, torchtitan, megatron; nemo and megatron-bridge name "
+        "megatron), comma-separated.",
         "--framework", metavar="LIST")] = DEFAULT_FRAMEWORK
     zero: Annotated[str | None, _space(
         "Allowed ZeRO stages, e.g. 0,1 (default: every stage the framework runs).", "--zero",

@@ -212,11 +212,26 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
 }
 
 
+FRAMEWORK_ALIASES: dict[str, str] = {
+    "nemo": "megatron",
+    "megatron-bridge": "megatron",
+    "megatron-core": "megatron",
+    "megatron-lm": "megatron",
+    "mcore": "megatron",
+}
+"""Other names users give a framework: NeMo and Megatron-Bridge train through Megatron-Core
+(NVIDIA-NeMo/Megatron-Bridge builds its models with megatron.core), so their runs are
+Megatron-Core's (``megatron``)."""
+
+
 def get_framework(name: str) -> FrameworkTraits:
-    """Traits of ``name``; raises ConfigError naming the known frameworks."""
+    """Traits of ``name`` (a framework or an alias of :data:`FRAMEWORK_ALIASES`); raises
+    ConfigError naming the known frameworks."""
+    key = name.strip().lower()
     try:
-        return FRAMEWORKS[name.strip().lower()]
+        return FRAMEWORKS[FRAMEWORK_ALIASES.get(key, key)]
     except KeyError:
         raise ConfigError(
-            f"framework must be one of {', '.join(sorted(FRAMEWORKS))}, got {name!r}"
+            f"framework must be one of {', '.join(sorted(FRAMEWORKS))}, got {name!r} "
+            f"(aliases: {', '.join(f'{a} = {t}' for a, t in FRAMEWORK_ALIASES.items())})"
         ) from None

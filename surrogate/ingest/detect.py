@@ -10,15 +10,23 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from surrogate.errors import DataError
-from surrogate.ingest import llmfoundry, megatron, nanotron, playbook, torchtitan, train_step
+from surrogate.ingest import (
+    llmfoundry,
+    megatron,
+    nanotron,
+    playbook,
+    published,
+    torchtitan,
+    train_step,
+)
 
 Format = Literal[
     "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
-    "microbench-jsonl", "train-step-jsonl",
+    "microbench-jsonl", "train-step-jsonl", "published",
 ]
 FORMATS: tuple[str, ...] = get_args(Format)
 SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron", "llm-foundry",
-                                  "train-step-jsonl")
+                                  "train-step-jsonl", "published")
 MICROBENCH_FORMATS: tuple[str, ...] = ("nccl-tests", "xla", "microbench-jsonl")
 _HEAD_BYTES = 1 << 20
 
@@ -44,6 +52,8 @@ def detect_format(path: str | Path) -> Format:
     first_line = head.split("\n", 1)[0]
     if suffix == ".csv" and all(m in first_line for m in playbook.HEADER_MARKERS):
         return "playbook"
+    if suffix == ".csv" and published.is_published_head(first_line):
+        return "published"
     if suffix in (".txtpb", ".pbtxt"):
         return "xla"
     if suffix == ".jsonl":

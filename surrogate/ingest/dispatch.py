@@ -32,6 +32,7 @@ from surrogate.ingest.megatron import parse_megatron
 from surrogate.ingest.nanotron import parse_nanotron
 from surrogate.ingest.playbook import parse_playbook
 from surrogate.ingest.playbook_network import parse_playbook_network
+from surrogate.ingest.published import parse_published
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.sweep_files import append_sweeps, read_sweeps
 from surrogate.ingest.sweeps import empty_sweeps
@@ -99,6 +100,7 @@ def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
 
 _TABLE_FORMATS = {"playbook": "the Playbook table carries its own",
                   "llm-foundry": "the llm-foundry tables carry their own",
+                  "published": "a published performance table carries its own",
                   "train-step-jsonl": "each train-step record carries its own"}
 """Sweep formats whose files carry every configuration column (no --set)."""
 
@@ -127,6 +129,8 @@ def parse_file(
         return parse_playbook(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "llm-foundry":
         return parse_llmfoundry(path)
+    if fmt == "published":
+        return parse_published(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "train-step-jsonl":
         return parse_train_step_jsonl(path)
     if fmt == "nanotron":

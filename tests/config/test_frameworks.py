@@ -191,3 +191,11 @@ def test_megatron_moe_with_tp_needs_sequence_parallelism():
                             frameworks=("megatron",), max_cp=1, max_mbs=1)
         table = space_table(space)
         assert bool(((table["tp"] > 1) & ~table["sequence_parallel"].astype(bool)).any()) == no_sp
+
+
+@pytest.mark.parametrize("alias", ["nemo", "megatron-bridge", "Megatron-Core", " NeMo "])
+def test_megatron_aliases(alias: str) -> None:
+    assert get_framework(alias) is FRAMEWORKS["megatron"]
+    from surrogate.config.layout import LayoutConfig
+
+    assert LayoutConfig(framework=alias, tp=2).framework == "megatron"

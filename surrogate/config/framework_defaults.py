@@ -1,0 +1,132 @@
+"""What a framework does when its user does not say: one table of documented defaults per
+framework, each with the file and release it is read from.
+
+A published performance table (``surrogate.ingest.published``) states a layout (tp, pp, cp, ep,
+vp, micro-batch, global batch, precision) and leaves the rest to the framework: whether the
+optimizer is distributed, whether tensor parallelism shards the sequence, what is recomputed,
+which FP8 recipe runs, whether communication overlaps, how layers are split into pipeline
+stages. ``surrogate predict --framework megatron`` leaves the same settings to the same
+framework. Both read them here, so the assumptions a prediction makes and the ones a published
+run is ingested with are the same, and both say them (:func:`assumed`, :func:`assumptions_text`).
+
+Settings that are configuration columns (``zero_stage``, ``sequence_parallel``, ``recompute``)
+enter the configuration; the others (overlap, FP8 recipe, pipeline split) are recorded as
+assumptions only: the analytic model's framework terms (``surrogate.analytic``,
+``surrogate.config.framework_traits``) say what it does with them.
+
+Megatron-Core's entries are read from megatron-bridge 0.3.1 (PyPI wheel; the library recipes
+under ``megatron/bridge/recipes/`` and ``megatron/bridge/training/``) and megatron-core 0.16.1
+(``megatron/core/transformer/transformer_config.py``). NVIDIA's performance scripts
+(``scripts/performance/`` of the Megatron-Bridge repository) are not in the wheel: where they
+set something else for a published run, the table does not say and neither can we.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+BRIDGE = "megatron-bridge 0.3.1"
+CORE = "megatron-core 0.16.1"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Default:
+    """One documented default: ``setting`` takes ``value`` when the user does not say;
+    ``when`` (a configuration's tp, dtype, ... as keyword arguments) says where it applies
+    (None: always); ``source`` names the file and release."""
+
+    setting: str
+    value: str
+    source: str
+    when: Callable[..., bool] | None = None
+    condition: str = ""
+    """``when`` in words, for the docs."""
+
+    def applies(self, **cfg: Any) -> bool:
+        return self.when is None or bool(self.when(**cfg))
+
+
+def _tp(**cfg: Any) -> bool:
+    return int(cfg.get("tp", 1)) > 1
+
+
+def _fp8(**cfg: Any) -> bool:
+    return cfg.get("dtype") == "fp8"
+
+
+def _pp(**cfg: Any) -> bool:
+    return int(cfg.get("pp", 1)) > 1
+
+
+FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
+    "megatron": (
+        Default(setting="distributed_optimizer", value="on (zero_stage 1)",
+                source=f"{BRIDGE} recipes/llama/llama3.py, recipes/qwen/qwen3_moe.py: "
+                       "cfg.ddp.use_distributed_optimizer = True in every pre-training recipe"),
+        Default(setting="overlap_grad_reduce", value="on",
+                source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_grad_reduce = True"),
+        Default(setting="overlap_param_gather", value="on",
+                source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_param_gather = True"),
+        Default(setting="grad_reduce_in_fp32", value="on",
+                source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig."
+                       "grad_reduce_in_fp32 = True"),
+        Default(setting="sequence_parallel", value="on", when=_tp, condition="tp > 1",
+                source=f"{BRIDGE} recipes/llama/llama3.py (70B, 405B), recipes/qwen/"
+                       "qwen3_moe.py: cfg.model.sequence_parallel = True with tp > 1"),
+        Default(setting="tp_comm_overlap", value="on", when=_tp, condition="tp > 1",
+                source=f"{BRIDGE} recipes/llama/llama3.py: CommOverlapConfig(tp_comm_overlap="
+                       "True, userbuffers_*_h100_*) for 70B and 405B"),
+        Default(setting="recompute", value="none",
+                source=f"{BRIDGE} recipes/llama/llama3.py: cfg.model.recompute_granularity = "
+                       "None"),
+        Default(setting="fp8_recipe", value="tensorwise (current scaling)", when=_fp8,
+                condition="dtype fp8",
+                source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig.fp8_recipe "
+                       "= 'tensorwise'; bf16_with_fp8_current_scaling_mixed: fp8 'hybrid', "
+                       "first_last_layers_bf16 True, fp8_param_gather True"),
+        Default(setting="pipeline_split", value="even (embedding and loss not counted)",
+                when=_pp, condition="pp > 1",
+                source=f"{CORE} transformer/transformer_config.py: "
+                       "account_for_embedding_in_pipeline_split = False, "
+                       "account_for_loss_in_pipeline_split = False"),
+    ),
+    "llm-foundry": (
+        Default(setting="attention", value="not FlashAttention-2 (triton or torch)",
+                source="mosaicml/llm-foundry 4952183 scripts/train/benchmarking/README.md "
+                       "(predates FlashAttention-2 with ALiBi; surrogate.config.frameworks)"),
+        Default(setting="loss", value="fused cross entropy",
+                source="llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy'"),
+    ),
+}
+"""Documented defaults per framework (canonical names, ``surrogate.config.frameworks``)."""
+
+
+def defaults_for(framework: str) -> tuple[Default, ...]:
+    """The documented defaults of ``framework`` (a name or an alias); empty where the table
+    has none."""
+    from surrogate.config.frameworks import get_framework
+
+    return FRAMEWORK_DEFAULTS.get(get_framework(framework).name, ())
+
+
+def assumed(framework: str, overrides: dict[str, str] | None = None,
+            **cfg: Any) -> list[tuple[str, str, str]]:
+    """(setting, value, source) of every default of ``framework`` that applies to a
+    configuration (``cfg``: tp, pp, dtype, ... as keywords), ``overrides`` (setting -> value,
+    with its own source after a ``|``) replacing the table's value."""
+    out = []
+    for d in defaults_for(framework):
+        if d.setting in (overrides or {}):
+            value, _, source = (overrides or {})[d.setting].partition("|")
+            out.append((d.setting, value, source or d.source))
+        elif d.applies(**cfg):
+            out.append((d.setting, d.value, d.source))
+    return out
+
+
+def assumptions_text(items: list[tuple[str, str, str]]) -> str:
+    """``setting=value`` pairs joined by ``;`` (values' spaces as ``_``): a short,
+    machine-readable record of what was assumed."""
+    return ";".join(f"{s}={v.split(' (')[0].replace(' ', '_')}" for s, v, _ in items)

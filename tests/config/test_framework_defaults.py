@@ -1,0 +1,39 @@
+"""The documented defaults per framework: which apply to a configuration, overrides, the
+machine-readable record."""
+
+from __future__ import annotations
+
+from surrogate.config.framework_defaults import (
+    FRAMEWORK_DEFAULTS,
+    assumed,
+    assumptions_text,
+    defaults_for,
+)
+from surrogate.config.frameworks import FRAMEWORKS
+
+
+def test_every_entry_is_a_framework_with_sources() -> None:
+    assert set(FRAMEWORK_DEFAULTS) <= set(FRAMEWORKS)
+    for entries in FRAMEWORK_DEFAULTS.values():
+        assert all(d.source and d.value for d in entries)
+        assert len({d.setting for d in entries}) == len(entries)
+
+
+def test_conditional_defaults_and_aliases() -> None:
+    assert defaults_for("nemo") == defaults_for("megatron-bridge") == defaults_for("megatron")
+    assert defaults_for("nanotron") == ()
+    bf16 = {s for s, _, _ in assumed("megatron", tp=1, pp=1, dtype="bf16")}
+    assert "sequence_parallel" not in bf16 and "fp8_recipe" not in bf16
+    assert "distributed_optimizer" in bf16
+    fp8 = dict((s, v) for s, v, _ in assumed("megatron", tp=4, pp=8, dtype="fp8"))
+    assert fp8["sequence_parallel"] == "on" and fp8["fp8_recipe"].startswith("tensorwise")
+    assert fp8["pipeline_split"].startswith("even")
+
+
+def test_overrides_and_text() -> None:
+    items = assumed("megatron", {"recompute": "full|a recipe"}, tp=2, pp=1, dtype="bf16")
+    recompute = [i for i in items if i[0] == "recompute"]
+    assert recompute == [("recompute", "full", "a recipe")]
+    text = assumptions_text(items)
+    assert "recompute=full" in text and "distributed_optimizer=on" in text
+    assert " " not in text
