@@ -313,7 +313,8 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
     act_bytes = layers * activations.activation_bytes_per_layer(
-        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
+        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none,
+         "fp8_saves_quantized_inputs": none}
     )
     again = full_recompute_share(c) + per_op_recompute(c)
     return (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)

@@ -130,6 +130,18 @@ class FrameworkTraits:
     selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
     attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
     kept)."""
+    fp8_saves_quantized_inputs: bool = False
+    """Under fp8 its linear layers keep their GEMM input for the weight gradient in FP8, one
+    byte an element, and no bf16 copy of it: Transformer Engine's ``Linear`` saves the
+    quantized input with one usage only (row- or column-wise; 2.20.2
+    ``pytorch/module/linear.py``, "Discard row-wise data since it is not needed in backward
+    pass") and ``LayerNormLinear`` its quantized normed output (``layernorm_linear.py``,
+    ``ln_out_to_save``, with the norm's bf16 input), so a layer keeps the QKV and MLP-in
+    projections' inputs (the norms' outputs) and the MLP-out projection's input in FP8, and
+    the attention output projection keeps an FP8 copy of the attention output beside the bf16
+    one the flash-attention kernel saves. Megatron-Core runs its linear layers on Transformer
+    Engine (``transformer_impl = "transformer_engine"`` in Megatron-Bridge 0.3.1's recipes).
+    False: a bf16 copy as without fp8 (torchtitan's Float8 linears, nanotron)."""
     moe_routed_bytes: float = 2.0
     """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
     beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that

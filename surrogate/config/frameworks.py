@@ -86,6 +86,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "datasets/saved_activations/; unfused it keeps five T x ffn tensors)"
             ),
             fused_swiglu=True,
+            fp8_saves_quantized_inputs=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

@@ -183,6 +183,20 @@ def test_activations_by_hand(cols):
     assert activations.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
 
 
+def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
+    """Under fp8 Megatron-Core on Transformer Engine keeps the QKV and MLP-in projections'
+    normed inputs and the MLP-out projection's input at 1 byte, and an FP8 copy of the
+    attention output: T (2 h - o + ffn) / tp bytes fewer a layer (sequence parallel, o = h);
+    torchtitan's Float8 linears keep their bf16 inputs."""
+    T, h, ffn, tp = 8192, 4096, 14336, 2
+    kw = dict(dp=4, tp=tp, sequence_parallel=True)
+    layer = {(fw, dtype): activations.activation_bytes_per_layer(
+        cols("8b", framework=fw, dtype=dtype, **kw))[0]
+        for fw in ("megatron", "torchtitan") for dtype in ("bf16", "fp8")}
+    assert layer["megatron", "bf16"] - layer["megatron", "fp8"] == T * (h + ffn) / tp
+    assert layer["torchtitan", "fp8"] == layer["torchtitan", "bf16"]
+
+
 def test_variant_activations_by_hand(cols):
     """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
     T, h = 2 * 32, 64
