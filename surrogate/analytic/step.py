@@ -23,11 +23,13 @@ fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-bat
 step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32 gradient,
 master weight and two moments).
 
-Overlap assumptions: TP and EP are exposed; CP is hidden under the attention core where it is
-shorter; the DP gradient reduction is hidden under ``dp_overlap`` of the last micro-batch's
-backward (2/3 of its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where
-shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupies: it takes
-1 / (1 - ``nccl_sm_share``) as long for as long as the collective runs (the ``overhead`` term).
+Overlap assumptions: TP (except where the framework overlaps it with its GEMMs,
+``FrameworkTraits.tp_comm_overlap``: Megatron-Core's userbuffers) and EP are exposed; CP is
+hidden under the attention core where it is shorter; the DP gradient reduction is hidden under
+``dp_overlap`` of the last micro-batch's backward (2/3 of its compute); ZeRO-3 gathers are
+hidden under each micro-batch's compute where shorter. Compute that runs beside a hidden
+collective loses the SMs NCCL occupies: it takes 1 / (1 - ``nccl_sm_share``) as long for as
+long as the collective runs (the ``overhead`` term).
 
 Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
 calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
@@ -221,7 +223,7 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     layer_s, attn_s = layer_compute_s(c, perf)
     stage = _slowest_stage(c, layer_s, lm_head_compute_s(c, perf))
     spans = comm.spans_nodes(c)
-    mb = _microbatch_terms(c, perf, stage, attn_s, spans)
+    mb = _microbatch_terms(c, perf, stage, layer_s, attn_s, spans)
     dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle,
                                    LayerParams.of(c) if layer_params is None else layer_params)
     params = dense + experts
@@ -233,7 +235,8 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     share = np.asarray(param(c, "nccl_sm_share"))
     slowdown = share / (1.0 - np.minimum(share, 0.9))
     hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
-                 + stage.layers * np.minimum(mb.pop("cp_layer"), attn_s))
+                 + stage.layers * (np.minimum(mb.pop("cp_layer"), attn_s)
+                                   + mb.pop("tp_hidden_layer")))
     fixed_mb = stage.layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
     overhead_mb = fixed_mb + slowdown * hidden_mb
     work = (compute_mb + mb["tp_comm"] + mb["cp_comm"] + mb["ep_comm"] + mb["memory_bound"]
@@ -285,20 +288,34 @@ def _slowest_stage(c: Cols, layer_s: Array, head_s: Array) -> _Stage:
                   piped)
 
 
-def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, attn_s: Array,
+def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, attn_s: Array,
                       spans: dict[str, Array]) -> dict[str, Array]:
     """Per micro-batch on the slowest stage: its compute and exposed TP, CP and EP
-    communication, and ``cp_layer``, a layer's CP time, hidden or not."""
+    communication, ``cp_layer``, a layer's CP time, hidden or not, and ``tp_hidden_layer``, a
+    layer's TP time that runs under its GEMMs.
+
+    A framework that overlaps its TP collectives with their GEMMs within a node
+    (``FrameworkTraits.tp_comm_overlap``) exposes the longer of 1 / tp of each layer's TP
+    time (the first chunk of a ring of tp ranks, which no GEMM chunk covers) and the part
+    longer than the layer's GEMMs, at the profile's time (the fitted ``tp_comm_scale``
+    carries other frameworks' overlap and is not applied); the rest is hidden. Elsewhere the
+    fitted scale prices it all as exposed."""
     layers = stage.layers
     tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"),
                         param(c, "tp_comm_scale"))
     tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
                   * param(c, "tp_inter_step_latency_s"))
+    tp_layer = comm.tp_time_per_layer_s(c, perf)
+    overlapped = ((np.asarray(c.get("tp_comm_overlap", 0.0)) > 0) & (spans["tp"] == 0)
+                  & (c["tp"] > 1))
+    exposed = np.maximum(tp_layer / np.maximum(c["tp"], 1.0), tp_layer - (layer_s - attn_s))
+    tp_exposed = np.where(overlapped, exposed, tp_layer * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
     moe_layers = np.where(c["num_experts"] >= 2, layers, 0.0)
     return {
         "compute": stage.compute_s,
-        "tp_comm": layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency),
+        "tp_comm": layers * tp_exposed,
+        "tp_hidden_layer": np.where(overlapped, tp_layer - exposed, 0.0),
         "cp_comm": layers * np.maximum(cp_layer - attn_s, 0.0),
         "ep_comm": moe_layers * comm.ep_time_per_layer_s(c, perf),
         "cp_layer": cp_layer,

@@ -142,6 +142,20 @@ class FrameworkTraits:
     one the flash-attention kernel saves. Megatron-Core runs its linear layers on Transformer
     Engine (``transformer_impl = "transformer_engine"`` in Megatron-Bridge 0.3.1's recipes).
     False: a bf16 copy as without fp8 (torchtitan's Float8 linears, nanotron)."""
+    tp_comm_overlap: bool = False
+    """Overlaps each tensor-parallel collective of a layer with the GEMM it feeds or follows
+    by splitting both into chunks (Transformer Engine's userbuffers: ring-exchange all-gathers
+    before the QKV and MLP-in projections and in the output projections' data gradients,
+    pipelined reduce-scatters after the output projections, bulk overlap of the data-gradient
+    reduce-scatters with the weight-gradient GEMMs; megatron-bridge 0.3.1
+    ``training/comm_overlap.py``, the ``userbuffers_*_h100_*`` configurations its Llama 3 70B
+    and 3.1 405B recipes set with ``tp_comm_overlap=True``; megatron-core 0.16.1
+    ``extensions/transformer_engine.py`` passes ``ub_overlap_ag`` / ``ub_overlap_rs`` to TE's
+    linear layers). Within a node only (userbuffers map the NVLink peers' memory). The model
+    exposes what no chunk of GEMM can cover: the first of the tp chunks a ring of tp ranks
+    moves (1 / tp of the collective), or the part longer than the layer's GEMMs; the rest runs
+    under the GEMMs and takes NCCL's SM share from them (``surrogate.analytic.step``). False:
+    the fitted ``tp_comm_scale`` prices it (nanotron's asynchronous TP is in that fit)."""
     moe_routed_bytes: float = 2.0
     """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
     beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that

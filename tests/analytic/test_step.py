@@ -293,3 +293,32 @@ def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
                  for r in ("none", "full", "selective")], shipped_parameter_sets())
     bound = step.step_breakdown(c, PERF)["memory_bound"]
     np.testing.assert_allclose(bound[1:] / bound[0], 4 / 3, rtol=1e-12)
+
+
+# --- Megatron-Core's framework terms -----------------------------------------------------------
+
+
+def _megatron_without(c, *traits):
+    """The columns of ``c`` with Megatron's ``traits`` switched off."""
+    return {**c, **{t: np.zeros(1) for t in traits}}
+
+
+def test_megatron_overlaps_tp_with_its_gemms_exposing_one_chunk_of_the_ring(cols):
+    """tp_comm_overlap: a layer exposes max(1 / tp of its TP time, the part beyond its GEMMs),
+    at the profile's time (no fitted scale); the rest is hidden; off, the fitted scale prices it
+    all. nanotron's is unchanged."""
+    from surrogate.analytic import comm
+
+    for tp in (2, 4, 8):
+        c = dict(cols("llama3-70b", dp=8 // tp, tp=tp, pp=1, grad_accum=2, framework="megatron",
+                      sequence_parallel=True))
+        layer_s, attn_s = step.layer_compute_s(c, PERF)
+        raw = comm.tp_time_per_layer_s(c, PERF)[0]
+        exposed = max(raw / tp, raw - (layer_s - attn_s)[0])
+        out = step.step_breakdown(c, PERF)
+        assert out["tp_comm"][0] == pytest.approx(2 * 80 * exposed)
+        plain = step.step_breakdown(_megatron_without(c, "tp_comm_overlap"), PERF)
+        assert plain["tp_comm"][0] == pytest.approx(
+            2 * 80 * raw * c["p_tp_comm_scale"][0])
+        assert out["tp_comm"][0] < plain["tp_comm"][0]
+
