@@ -19,7 +19,9 @@ about 3 x the layer's activation bytes through HBM per micro-batch (forward and 
 a third of it forward, which recomputation runs again (full: in the share of the layers it
 recomputes; per operator: all of it, since torch's checkpoint replays the block's whole forward
 and takes only the saved operators' outputs from its cache);
-fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch; the AdamW
+fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch (none where
+the weight-gradient GEMM accumulates in its epilogue: ``FrameworkTraits.fused_wgrad_accumulation``,
+Megatron-Core's ``gradient_accumulation_fusion``); the AdamW
 step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32 gradient,
 master weight and two moments).
 
@@ -335,7 +337,8 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     )
     again = full_recompute_share(c) + per_op_recompute(c)
     return (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
-            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
+            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]
+            * (1.0 - np.asarray(c.get("fused_wgrad_accumulation", 0.0)))) / c["hbm_bw"]
 
 
 def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,

@@ -156,6 +156,14 @@ class FrameworkTraits:
     moves (1 / tp of the collective), or the part longer than the layer's GEMMs; the rest runs
     under the GEMMs and takes NCCL's SM share from them (``surrogate.analytic.step``). False:
     the fitted ``tp_comm_scale`` prices it (nanotron's asynchronous TP is in that fit)."""
+    fused_wgrad_accumulation: bool = False
+    """Accumulates weight gradients into its fp32 buffer inside the weight-gradient GEMM
+    (the GEMM's epilogue adds to ``main_grad``: megatron-core's ``gradient_accumulation_fusion``,
+    on by default in Megatron-Bridge 0.3.1's ``GPTModelProvider`` wherever the fused kernel is
+    available; TE's ``fuse_wgrad_accumulation``), so no separate kernel reads the bf16
+    gradient and rewrites the fp32 buffer each micro-batch (the 10 bytes per parameter
+    ``surrogate.analytic.step`` charges otherwise): that traffic runs inside compute-bound
+    GEMMs."""
     moe_routed_bytes: float = 2.0
     """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
     beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that

@@ -88,6 +88,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fused_swiglu=True,
             fp8_saves_quantized_inputs=True,
             tp_comm_overlap=True,
+            fused_wgrad_accumulation=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

@@ -322,3 +322,15 @@ def test_megatron_overlaps_tp_with_its_gemms_exposing_one_chunk_of_the_ring(cols
             2 * 80 * raw * c["p_tp_comm_scale"][0])
         assert out["tp_comm"][0] < plain["tp_comm"][0]
 
+
+def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
+    """fused_wgrad_accumulation: no 10 bytes per parameter per micro-batch of memory-bound
+    accumulation; nanotron still pays them."""
+    c = dict(cols("llama3-8b", dp=8, grad_accum=4, framework="megatron", zero_stage=1))
+    fused = step.step_breakdown(c, PERF)["memory_bound"][0]
+    unfused = step.step_breakdown(_megatron_without(c, "fused_wgrad_accumulation"),
+                                  PERF)["memory_bound"][0]
+    params = flops.total_params(c)[0]
+    assert unfused - fused == pytest.approx(
+        4 * step.GRAD_ACCUM_BYTES_PER_PARAM * params / c["hbm_bw"][0], rel=0.01)
+
