@@ -210,11 +210,18 @@ def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
-    """Output head of one micro-batch, forward + backward (not recomputed)."""
+    """Output head of one micro-batch, forward + backward (not recomputed); under fp8 in
+    bf16 where the framework keeps it there (``FrameworkTraits.fp8_head_in_bf16``)."""
     T = comm.tokens_per_rank(c)
     n, k = c["vocab_size"] / c["tp"], c["hidden_size"]
-    eff = perf.gemm_efficiency(T, n, k, c)
-    return 6 * T * n * k / (c["peak_flops"] * eff) * param(c, "gemm_time_scale")
+    fp8 = np.asarray(c.get("fp8", 0.0))
+    bf16_head = (fp8 > 0) & (np.asarray(c.get("fp8_head_in_bf16", 0.0)) > 0)
+    if np.any(bf16_head):
+        eff = perf.gemm_efficiency(T, n, k, {**c, "fp8": np.where(bf16_head, 0.0, fp8)})
+        peak = np.where(bf16_head, c["peak_flops_bf16"], c["peak_flops"])
+    else:
+        eff, peak = perf.gemm_efficiency(T, n, k, c), c["peak_flops"]
+    return 6 * T * n * k / (peak * eff) * param(c, "gemm_time_scale")
 
 
 def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = None

@@ -164,6 +164,11 @@ class FrameworkTraits:
     gradient and rewrites the fp32 buffer each micro-batch (the 10 bytes per parameter
     ``surrogate.analytic.step`` charges otherwise): that traffic runs inside compute-bound
     GEMMs."""
+    fp8_head_in_bf16: bool = False
+    """Under fp8 its output head runs in bf16: Megatron-Core's output layer is its own
+    ``tensor_parallel.ColumnParallelLinear`` (megatron-core 0.16.1 ``models/gpt/gpt_model.py``),
+    not a Transformer Engine module, so ``fp8_autocast`` leaves it in bf16. False: the head's
+    GEMM is timed at the fp8 peak like the layers' (the model's behaviour before this trait)."""
     moe_routed_bytes: float = 2.0
     """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
     beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that

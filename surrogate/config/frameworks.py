@@ -89,6 +89,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp8_saves_quantized_inputs=True,
             tp_comm_overlap=True,
             fused_wgrad_accumulation=True,
+            fp8_head_in_bf16=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

@@ -334,3 +334,14 @@ def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
     assert unfused - fused == pytest.approx(
         4 * step.GRAD_ACCUM_BYTES_PER_PARAM * params / c["hbm_bw"][0], rel=0.01)
 
+
+def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
+    """fp8_head_in_bf16: the head's GEMM at the bf16 peak under fp8; in bf16 nothing
+    changes."""
+    fp8 = dict(cols("llama3-8b", dp=8, framework="megatron", dtype="fp8"))
+    bf16 = dict(cols("llama3-8b", dp=8, framework="megatron"))
+    assert step.lm_head_compute_s(fp8, PERF)[0] == pytest.approx(
+        step.lm_head_compute_s(bf16, PERF)[0])
+    at_fp8 = step.lm_head_compute_s(_megatron_without(fp8, "fp8_head_in_bf16"), PERF)[0]
+    assert at_fp8 == pytest.approx(step.lm_head_compute_s(fp8, PERF)[0]
+                                   * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0])
