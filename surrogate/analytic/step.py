@@ -260,8 +260,15 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     mb["overhead"] = overhead_mb + (slot - work)
     # the reduction hides under the last micro-batch's backward, which lasts as long as its
     # compute, or as the host floor where that binds (the GPU then idles between kernels)
-    window = param(c, "dp_overlap") * BACKWARD_SHARE * np.maximum(compute_mb, floor_mb)
-    return _step_totals(c, perf, mb, slot, spans, dp, window, slowdown, params)
+    # (a framework whose buckets reduce as the backward fills them hides it under the whole
+    # backward: FrameworkTraits.overlaps_dp_with_compute)
+    overlapped = np.asarray(c.get("overlaps_dp_with_compute", 0.0)) > 0
+    window = (np.where(overlapped, 1.0, param(c, "dp_overlap")) * BACKWARD_SHARE
+              * np.maximum(compute_mb, floor_mb))
+    # ZeRO-1/2's weight gather: exposed, or under the first micro-batch's forward where the
+    # framework waits for each bucket in the forward (a third of the slot)
+    gather_window = np.where(overlapped, (1.0 - BACKWARD_SHARE) * slot, 0.0)
+    return _step_totals(c, perf, mb, slot, spans, dp, window, slowdown, params, gather_window)
 
 
 @dataclass(frozen=True)
@@ -350,7 +357,7 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
 
 def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
                  spans: dict[str, Array], dp: dict[str, Array], window: Array,
-                 slowdown: Array, params: Array) -> dict[str, Array]:
+                 slowdown: Array, params: Array, gather_window: Array) -> dict[str, Array]:
     """The step's terms from one micro-batch's (``mb``) and the slot's: the micro-batches,
     the bubble, the pipeline sends, the exposed DP reduction and the optimizer; and the
     headline outputs."""
@@ -361,7 +368,9 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
     pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
             + waits * param(c, "pp_slot_latency_s"))
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
-    dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
+    gather_exposed = np.maximum(dp["param_gather"] - gather_window, 0.0)
+    dp_contention = slowdown * (np.minimum(dp["grad_reduce"], window)
+                                + np.minimum(dp["param_gather"], gather_window))
     updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
     out = {
         "compute": m * mb["compute"],
@@ -373,7 +382,7 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
         "overhead": m * mb["overhead"] + dp_contention,
         "bubble": (slots - m) * slot,
         "pp_comm": pp_s,
-        "dp_comm": dp_exposed + dp["param_gather"],
+        "dp_comm": dp_exposed + gather_exposed,
         "optimizer": OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"],
     }
     step = np.asarray(sum(out.values()), dtype=np.float64)

@@ -164,6 +164,19 @@ class FrameworkTraits:
     gradient and rewrites the fp32 buffer each micro-batch (the 10 bytes per parameter
     ``surrogate.analytic.step`` charges otherwise): that traffic runs inside compute-bound
     GEMMs."""
+    overlaps_dp_with_compute: bool = False
+    """Its data-parallel gradient reduction and ZeRO-1 weight gather overlap compute by design:
+    Megatron-Core's ``overlap_grad_reduce`` launches each bucket's reduce-scatter as soon as
+    the backward has filled it (so the reduction runs under the last micro-batch's backward),
+    and ``overlap_param_gather`` launches the distributed optimizer's all-gathers after the
+    step and waits for each bucket in the forward pre-hook of the first module that needs it
+    (so the gather runs under the first micro-batch's forward): megatron-core 0.16.1
+    ``distributed/distributed_data_parallel.py`` and ``param_and_grad_buffer.py``; both on in
+    every Megatron-Bridge 0.3.1 pre-training recipe (``cfg.ddp.overlap_grad_reduce``,
+    ``overlap_param_gather``). The model hides the reduction under the whole backward of the
+    last micro-batch (``dp_overlap`` 1 for it, not the fitted value) and the gather under the
+    forward of the first (a third of a slot), each paying NCCL's SM share where hidden.
+    False: the fitted ``dp_overlap`` hides part of the reduction and the gather is exposed."""
     fp8_head_in_bf16: bool = False
     """Under fp8 its output head runs in bf16: Megatron-Core's output layer is its own
     ``tensor_parallel.ColumnParallelLinear`` (megatron-core 0.16.1 ``models/gpt/gpt_model.py``),

@@ -90,6 +90,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             tp_comm_overlap=True,
             fused_wgrad_accumulation=True,
             fp8_head_in_bf16=True,
+            overlaps_dp_with_compute=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

@@ -345,3 +345,15 @@ def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
     at_fp8 = step.lm_head_compute_s(_megatron_without(fp8, "fp8_head_in_bf16"), PERF)[0]
     assert at_fp8 == pytest.approx(step.lm_head_compute_s(fp8, PERF)[0]
                                    * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0])
+
+
+def test_megatron_hides_its_dp_reduction_and_gather_under_compute(cols):
+    """overlaps_dp_with_compute: the gradient reduction hides under the whole backward of the
+    last micro-batch (not the fitted dp_overlap's share) and ZeRO-1's gather under the first
+    forward, so less of either is exposed than with the trait off."""
+    c = dict(cols("llama3-8b", dp=32, grad_accum=2, framework="megatron",
+                  zero_stage=1))
+    on = step.step_breakdown(c, PERF)
+    off = step.step_breakdown(_megatron_without(c, "overlaps_dp_with_compute"), PERF)
+    assert on["dp_comm"][0] < off["dp_comm"][0]
+    assert on["step_time_s"][0] < off["step_time_s"][0]
