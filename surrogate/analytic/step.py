@@ -161,7 +161,10 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # kernel (in bf16 under fp8 too): T x heads / tp query rows over s keys.
     measured = perf.attention_efficiency(T * c["num_heads"] / tp, s, c["qk_head_dim"], c)
     if measured is not None:
-        flash = attn_flops / (c["peak_flops_bf16"] * measured)
+        # the curve is our H100's FlashAttention-2-class kernel; a framework whose Hopper
+        # kernel is faster (FrameworkTraits.hopper_attention_speedup) divides it
+        speedup = np.asarray(c.get("hopper_attention_speedup", 1.0))
+        flash = attn_flops / (c["peak_flops_bf16"] * measured * speedup)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
     # forward again: the key projection (its share of the QKV GEMM), the attention output

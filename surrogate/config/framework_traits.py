@@ -99,6 +99,17 @@ class FrameworkTraits:
     backend, or a faster fused one): the analytic model times it by the profile's measured
     flash-attention curve where the profile has one. False: a kernel nobody measured here,
     timed by the GEMM proxy (``surrogate.analytic.step``)."""
+    hopper_attention_speedup: float = 1.0
+    """How many times faster than the measured FlashAttention-2-class curve (PyTorch SDPA's
+    flash backend on our H100, every shipped H100 profile's ``attention``) its attention
+    kernel runs on Hopper GPUs (H100, H200). Megatron-Core runs Transformer Engine's
+    ``DotProductAttention``, which on Hopper prefers cuDNN's fused attention ("Disabling
+    FlashAttention to give FusedAttention preference on Hopper+ for performance reasons":
+    TE 2.20.2 ``pytorch/attention/dot_product_attention/utils.py``), a kernel of
+    FlashAttention-3's class, which Shah et al. 2024 ("FlashAttention-3", sec. 4.1, with cuDNN
+    plotted beside it) measure 1.5-2.0x faster than FlashAttention-2 forward and 1.5-1.75x
+    backward in bf16 on H100. Not measured here: the lower end of that range, 1.5, as the
+    prior. 1: the measured curve as it is (the others)."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors

@@ -91,6 +91,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fused_wgrad_accumulation=True,
             fp8_head_in_bf16=True,
             overlaps_dp_with_compute=True,
+            hopper_attention_speedup=1.5,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,
