@@ -128,7 +128,15 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }
-    eff = _gemm_efficiencies(shapes, perf, c)
+    # fp8 GEMMs at the bf16 curve times the framework's measured fp8 speed-up where it has one
+    # (FrameworkTraits.fp8_gemm_speedup), else on the profile's fp8 curve
+    speedup = np.asarray(c.get("fp8_gemm_speedup", 0.0))
+    by_bf16 = (np.asarray(c.get("fp8", 0.0)) > 0) & (speedup > 0)
+    if np.any(by_bf16):
+        eff = _gemm_efficiencies(shapes, perf, {**c, "fp8": np.where(by_bf16, 0.0, c["fp8"])})
+        peak = np.where(by_bf16, c["peak_flops_bf16"] * speedup, peak)
+    else:
+        eff = _gemm_efficiencies(shapes, perf, c)
     # 6 x (m n k) FLOPs per GEMM for forward + backward.
     g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
     # MLA's query, key-value and their up projections (flops.py) replace the QKV projection;

@@ -110,6 +110,16 @@ class FrameworkTraits:
     plotted beside it) measure 1.5-2.0x faster than FlashAttention-2 forward and 1.5-1.75x
     backward in bf16 on H100. Not measured here: the lower end of that range, 1.5, as the
     prior. 1: the measured curve as it is (the others)."""
+    fp8_gemm_speedup: float = 0.0
+    """Its fp8 GEMMs' speed over the same shape's bf16 GEMM: an fp8 layer GEMM takes the
+    profile's bf16 time divided by this. Megatron-Core: 1.84, the median over the 301 shapes
+    with every side of at least 2048 of our own H100's fp8 (``torch._scaled_mm``, cuBLASLt, as
+    Transformer Engine calls) and bf16 GEMMs (``datasets/h100/2026-11-23/gemm.jsonl``; 10th-90th
+    percentile 1.68-1.96; the datasheet's 2.0 is the bound), where the public profile's fp8
+    curve is its bf16 curve at twice the peak (no public fp8 H100 table: 0.80 of the measured
+    fp8 time in median, ``docs/measurements.md``). The measurement holds for any framework's
+    fp8 GEMMs; it is scoped to Megatron-Core so that the sets fitted on llm-foundry's fp8 runs
+    stay valid (moving them is a refit). 0: the profile's fp8 curve (the others)."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors

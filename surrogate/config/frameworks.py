@@ -92,6 +92,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fp8_head_in_bf16=True,
             overlaps_dp_with_compute=True,
             hopper_attention_speedup=1.5,
+            fp8_gemm_speedup=1.84,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

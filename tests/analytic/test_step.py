@@ -373,3 +373,20 @@ def test_megatron_attention_runs_faster_than_the_measured_flash_attention_2_curv
     assert attn[0] == pytest.approx(curve[0] / 1.5)
     n = dict(cols("llama3-8b", dp=8, framework="nanotron"))
     assert n["hopper_attention_speedup"][0] == 1.0
+
+
+def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
+    """fp8_gemm_speedup: under fp8 a Megatron layer's GEMMs take the bf16 time / 1.84 (our
+    H100's measured median); in bf16 nothing changes; torchtitan keeps the profile's fp8."""
+    from surrogate.hardware.profile import default_profile
+
+    perf = default_profile("H100-SXM-80GB")
+    kw = dict(dp=8, framework="megatron")
+    bf16 = dict(cols("llama3-8b", **kw))
+    fp8 = dict(cols("llama3-8b", dtype="fp8", **kw))
+    gemms = {k: np.subtract(*step.layer_compute_s(v, perf)) for k, v in
+             (("bf16", bf16), ("fp8", fp8))}
+    assert gemms["fp8"][0] == pytest.approx(gemms["bf16"][0] / 1.84)
+    assert fp8["fp8_gemm_speedup"][0] == 1.84
+    assert dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2,
+                     dtype="fp8"))["fp8_gemm_speedup"][0] == 0.0
