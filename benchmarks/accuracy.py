@@ -6,7 +6,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
                                   [--shipped-physics] [--by COLUMN] [--analytic]
-                                  [--across]
+                                  [--across [--published]]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs, under the shipped sets less the
 default set, which saw them: zero-shot, then k = 10 and 50 of
@@ -39,7 +39,10 @@ Playbook's, MPT on H100, MPT on A100, the project's own H100 runs; ``training/ac
 analytic model fitted on everything else, a held-out framework version at its priors and at the
 default set fitted on the rest (each set's runs weighed alike, or each run once). The learned
 model adds nothing there: a framework or GPU outside its data keeps the analytic answer
-(``surrogate.learned.domain``). About 8 minutes on two cores.
+(``surrogate.learned.domain``). About 8 minutes on two cores. ``--published`` adds NVIDIA's
+Megatron-Bridge runs (``surrogate.ingest.published``: framework megatron, cluster
+megatron-bridge-h100) to the runs held out and fitted on; ``benchmarks/frameworks_at_scale.py``
+prints the same held-out predictions per source as a user gets them (OOM calls included).
 
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
@@ -99,7 +102,10 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--by", default=None, metavar="COLUMN")
     ap.add_argument("--analytic", action="store_true")
     ap.add_argument("--across", action="store_true")
+    ap.add_argument("--published", action="store_true")
     args = ap.parse_args()
+    if args.published and not args.across:
+        ap.error("--published adds NVIDIA's Megatron-Bridge runs to --across: give --across")
     if args.analytic:
         for flag in ("shrink", "shape_weight", "model_dir"):
             if getattr(args, flag) is not None:
@@ -123,7 +129,7 @@ def main() -> None:
     if args.analytic:
         logged = analytic_only(data, args)
         if args.across:
-            logged |= across(args.data_dir, summary)
+            logged |= across(args.data_dir, summary, published=args.published)
         finish(args, runs, summary, start, {}, logged)
         return
     logged, baseline = learned_protocols(data, args, params, summary)
@@ -132,7 +138,7 @@ def main() -> None:
         logged |= more
         baseline |= more_baseline
     if args.across:
-        baseline |= across(args.data_dir, summary)
+        baseline |= across(args.data_dir, summary, published=args.published)
     finish(args, runs, summary, start, logged, baseline)
 
 
@@ -284,14 +290,15 @@ def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> 
 
 
 def across(data_dir: Path | None,
-           summary: dict[str, dict[str, float]] | None = None) -> dict[str, float]:
+           summary: dict[str, dict[str, float]] | None = None, *,
+           published: bool = False) -> dict[str, float]:
     """``--across``: hold out each framework, then each cluster (``training.across``); print
     the table and the intervals the held-out errors give; return the figures by MLflow name
     (``across_<grouping>_<held out>/<variant>/<figure>``); add each held-out case's coverage
     and error (tokens/s as MFU's) to ``summary``."""
     from training.across import GROUPINGS, all_runs, leave_one_out, transfer_intervals
 
-    measured = leave_one_out(all_runs(data_dir))
+    measured = leave_one_out(all_runs(data_dir, published=published))
     table = measured.table
     out: dict[str, float] = {}
     for grouping, part in table.groupby("grouping", sort=False):

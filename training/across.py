@@ -66,15 +66,24 @@ def own_h100_runs() -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True)
 
 
-def all_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
+def all_runs(data_dir: str | Path | None = None, *, published: bool = False) -> pd.DataFrame:
     """Every measured run of every framework and cluster, with a ``cluster`` column:
-    ``playbook``, ``mpt-h100``, ``mpt-a100`` (both A100 memory sizes) and ``own-h100``."""
+    ``playbook``, ``mpt-h100``, ``mpt-a100`` (both A100 memory sizes) and ``own-h100``;
+    ``published``: NVIDIA's Megatron-Bridge runs too (``megatron-bridge-h100``, the runs whose
+    layout the project's rules accept; ``surrogate.ingest.published``)."""
     playbook = playbook_runs(data_dir).assign(cluster="playbook")
     mpt = parse_llmfoundry(resolve_data_dir(data_dir)
                            / "sweeps/llmfoundry_mpt/benchmarking_README.md")[0]
     mpt["cluster"] = np.where(mpt["gpu"].str.startswith("H100"), "mpt-h100", "mpt-a100")
     own = own_h100_runs().assign(cluster="own-h100")
-    return pd.concat([playbook, mpt, own], ignore_index=True)
+    frames = [playbook, mpt, own]
+    if published:
+        from surrogate.ingest.published import parse_published
+
+        path = resolve_data_dir(data_dir) / "published/megatron_bridge_h100.csv"
+        frames.append(parse_published(path, flagged=False)[0]
+                      .assign(cluster="megatron-bridge-h100"))
+    return pd.concat(frames, ignore_index=True)
 
 
 def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
@@ -153,11 +162,7 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
                 _record(rows, errors, column, held, test, measured[test.tobytes()])
                 continue
             touched = set(taken[test])
-            refit_rows = ~test & np.isin(taken, list(touched))
-            refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None,
-                              sets=sets)["sets"]
-                     if refit_rows.any() else {})
-            kept = {k: v for k, v in full.items() if k not in touched} | refit
+            kept = kept_sets(runs, test, taken=taken, full=full, sets=sets)
             train = runs[~test].reset_index(drop=True)
             held_runs = runs[test].reset_index(drop=True)
             variants: dict[str, dict[str, Any]] = {"priors": kept}
@@ -173,6 +178,49 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
             _record(rows, errors, column, held, test, results)
             progress(f"  {GROUPINGS[column]}: {held} done")
     return Transfer(pd.DataFrame(rows), pd.concat(errors, ignore_index=True))
+
+
+def kept_sets(runs: pd.DataFrame, test: np.ndarray, *, taken: np.ndarray | None = None,
+              full: dict[str, Any] | None = None,
+              sets: ParameterSets | None = None) -> dict[str, Any]:
+    """The framework versions' own sets with the runs of ``test`` held out: those fitted on
+    every run (``full``, fitted here when None) less the sets the held-out runs take (``taken``:
+    each run's set, :func:`_parameter_sets_taken` when None), refitted on those sets' other
+    runs (a set with none left is dropped). The default set is not among them
+    (:func:`held_out_sets`)."""
+    taken = _parameter_sets_taken(runs) if taken is None else taken
+    full = fit_runs(runs, group_by=None, sets=sets)["sets"] if full is None else full
+    touched = set(taken[test])
+    refit_rows = ~test & np.isin(taken, list(touched))
+    refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None,
+                      sets=sets)["sets"]
+             if refit_rows.any() else {})
+    return {k: v for k, v in full.items() if k not in touched} | refit
+
+
+def held_out_sets(runs: pd.DataFrame, test: np.ndarray, *, balance: Balance = "sets",
+                  taken: np.ndarray | None = None, full: dict[str, Any] | None = None,
+                  sets: ParameterSets | None = None) -> ParameterSets:
+    """Every parameter set a user would predict the runs of ``test`` with had they never been
+    measured: :func:`kept_sets`, and the default set fitted on every other run
+    (``balance`` as :func:`surrogate.calibration.fit_params.fit_default`)."""
+    kept = kept_sets(runs, test, taken=taken, full=full, sets=sets)
+    train = runs[~test].reset_index(drop=True)
+    default = fit_default(train, balance=balance, sets=ParameterSets(kept))
+    return ParameterSets(kept | {DEFAULT_SET: default})
+
+
+def level_and_spread(ratio: np.ndarray) -> tuple[float, float, float]:
+    """Of predicted / measured ratios (NaN ignored): the level, their median; the spread about
+    it, the mean of |ratio / level - 1| (the MAPE once the level is removed); and the median of
+    the same (robust to a few outliers). NaN for no finite ratio."""
+    r = np.asarray(ratio, dtype=np.float64)
+    r = r[np.isfinite(r)]
+    if not len(r):
+        return np.nan, np.nan, np.nan
+    level = float(np.median(r))
+    dev = np.abs(r / level - 1)
+    return level, float(np.mean(dev)), float(np.median(dev))
 
 
 def _cases(errors: pd.DataFrame, variant: str, column: str) -> list[pd.DataFrame]:

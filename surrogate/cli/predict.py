@@ -25,6 +25,7 @@ from surrogate.cli.options import (
     with_options,
 )
 from surrogate.config.files import check_counts, check_table_counts, expand_model_column
+from surrogate.config.framework_defaults import defaults_line
 from surrogate.config.frameworks import get_framework
 from surrogate.config.gpus import GIB
 from surrogate.config.presets import model_values, require_model_shape
@@ -128,6 +129,9 @@ def _print_layout(pred: Any, console: Any) -> None:
         f"{lay.framework}/{lay.framework_version}; global batch {cfg.batch_seqs} seqs x "
         f"{m.seq_len:,} tokens = {cfg.batch_tokens:,} tokens"
     )
+    defaults = defaults_line(lay)
+    if defaults:
+        console.print(escape(defaults), highlight=False)
     runs_as = cfg.runs_as_another()
     if runs_as:
         console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "

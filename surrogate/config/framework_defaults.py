@@ -27,6 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from surrogate.errors import ConfigError
+
 BRIDGE = "megatron-bridge 0.3.1"
 CORE = "megatron-core 0.16.1"
 
@@ -43,6 +45,11 @@ class Default:
     when: Callable[..., bool] | None = None
     condition: str = ""
     """``when`` in words, for the docs."""
+    column: str = ""
+    """The configuration column the setting is, where it is one ('' for an assumption the
+    configuration does not hold, e.g. overlap)."""
+    column_value: Any = None
+    """That column's value under this default."""
 
     def applies(self, **cfg: Any) -> bool:
         return self.when is None or bool(self.when(**cfg))
@@ -63,6 +70,7 @@ def _pp(**cfg: Any) -> bool:
 FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
     "megatron": (
         Default(setting="distributed_optimizer", value="on (zero_stage 1)",
+                column="zero_stage", column_value=1,
                 source=f"{BRIDGE} recipes/llama/llama3.py, recipes/qwen/qwen3_moe.py: "
                        "cfg.ddp.use_distributed_optimizer = True in every pre-training recipe"),
         Default(setting="overlap_grad_reduce", value="on",
@@ -73,12 +81,13 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
                 source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig."
                        "grad_reduce_in_fp32 = True"),
         Default(setting="sequence_parallel", value="on", when=_tp, condition="tp > 1",
+                column="sequence_parallel", column_value=True,
                 source=f"{BRIDGE} recipes/llama/llama3.py (70B, 405B), recipes/qwen/"
                        "qwen3_moe.py: cfg.model.sequence_parallel = True with tp > 1"),
         Default(setting="tp_comm_overlap", value="on", when=_tp, condition="tp > 1",
                 source=f"{BRIDGE} recipes/llama/llama3.py: CommOverlapConfig(tp_comm_overlap="
                        "True, userbuffers_*_h100_*) for 70B and 405B"),
-        Default(setting="recompute", value="none",
+        Default(setting="recompute", value="none", column="recompute", column_value="none",
                 source=f"{BRIDGE} recipes/llama/llama3.py: cfg.model.recompute_granularity = "
                        "None"),
         Default(setting="fp8_recipe", value="tensorwise (current scaling)", when=_fp8,
@@ -111,6 +120,31 @@ def defaults_for(framework: str) -> tuple[Default, ...]:
     return FRAMEWORK_DEFAULTS.get(get_framework(framework).name, ())
 
 
+DOCUMENTED_COLUMNS: frozenset[str] = frozenset(
+    d.column for entries in FRAMEWORK_DEFAULTS.values() for d in entries if d.column)
+"""The configuration columns some framework's documented default sets."""
+
+
+def defaults_for_columns(framework: str) -> tuple[Default, ...]:
+    """The defaults of ``framework`` that set a configuration column (none for an unknown
+    name)."""
+    try:
+        return tuple(d for d in defaults_for(framework) if d.column)
+    except ConfigError:
+        return ()
+
+
+def config_defaults(framework: str, **cfg: Any) -> dict[str, Any]:
+    """The configuration columns ``framework``'s documented defaults set for a configuration
+    (``cfg``: tp, pp, dtype, ... as keywords): what a configuration that names the framework but
+    not the column takes (:func:`surrogate.config.training.config_from_flat`)."""
+    try:
+        entries = defaults_for(framework)
+    except ConfigError:  # an unknown framework is reported where the layout is built
+        return {}
+    return {d.column: d.column_value for d in entries if d.column and d.applies(**cfg)}
+
+
 def assumed(framework: str, overrides: dict[str, str] | None = None,
             **cfg: Any) -> list[tuple[str, str, str]]:
     """(setting, value, source) of every default of ``framework`` that applies to a
@@ -124,6 +158,31 @@ def assumed(framework: str, overrides: dict[str, str] | None = None,
         elif d.applies(**cfg):
             out.append((d.setting, d.value, d.source))
     return out
+
+
+def assumed_for(layout: Any) -> list[tuple[str, str, str]]:
+    """(setting, value, source) of the documented defaults a layout
+    (:class:`~surrogate.config.layout.LayoutConfig`) is predicted under: every default that
+    applies to it, those that are configuration columns only where the layout holds the
+    default's value (``--zero 0`` is not the distributed optimizer)."""
+    out = []
+    cfg = {"tp": layout.tp, "pp": layout.pp, "dtype": layout.dtype}
+    for d in defaults_for(layout.framework):
+        if d.applies(**cfg) and (not d.column or getattr(layout, d.column) == d.column_value):
+            out.append((d.setting, d.value, d.source))
+    return out
+
+
+def defaults_line(layout: Any) -> str:
+    """One line naming the documented defaults :func:`assumed_for` gives, with their
+    releases; '' for a framework without a table."""
+    items = assumed_for(layout)
+    if not items:
+        return ""
+    releases = sorted({r for r in (BRIDGE, CORE) if any(r in src for _, _, src in items)})
+    where = f" ({', '.join(releases)})" if releases else ""
+    return (f"{layout.framework} defaults assumed{where}: "
+            + ", ".join(f"{s.replace('_', ' ')} {v}" for s, v, _ in items))
 
 
 def assumptions_text(items: list[tuple[str, str, str]]) -> str:

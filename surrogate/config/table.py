@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.config.framework_defaults import DOCUMENTED_COLUMNS, defaults_for_columns
 from surrogate.config.frameworks import get_framework
 from surrogate.config.gpus import get_gpu
 from surrogate.config.layout import RUNS_AS_FIELDS, ClusterConfig, LayoutConfig
@@ -287,14 +288,20 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     v: dict[str, np.ndarray] = {}
     keys: dict[str, np.ndarray] = {}  # text columns' codes, each column factorised once
     sp_missing = np.zeros(n, dtype=bool)
+    documented_missing = np.zeros(n, dtype=bool)  # a framework default applies: row by row
     for name in CONFIG_COLUMNS:
         v[name], missing = _cells(df, name, slow, keys)
+        if name in DOCUMENTED_COLUMNS:
+            documented_missing |= missing
         if name in _REQUIRED and name != "num_kv_heads":
             slow |= missing
         elif name == "num_kv_heads":  # config_from_flat: as many as num_heads when missing
             v[name] = np.where(missing, v["num_heads"], v[name])
         elif name == "sequence_parallel":
             sp_missing = missing
+    if documented_missing.any():  # config_from_flat: the framework's documented defaults
+        slow |= documented_missing & _per_framework(
+            v["framework"], lambda f: bool(defaults_for_columns(f)), keys.get("framework"))
     if sp_missing.any():  # config_from_flat: the framework's default, for the model
         framework = v["framework"]
         default = (v["tp"] > 1) & (

@@ -25,6 +25,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from surrogate.config.checks import MAX_COUNT, MAX_TEXT, positive_int
+from surrogate.config.framework_defaults import config_defaults
 from surrogate.config.framework_traits import FrameworkTraits
 from surrogate.config.frameworks import get_framework
 from surrogate.config.layout import ClusterConfig, LayoutConfig
@@ -306,8 +307,11 @@ def coerce_column(name: str, value: Any) -> Any:
 def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
     """Build a :class:`TrainingConfig` from one flat row of :data:`CONFIG_COLUMNS`.
 
-    Missing optional columns take the dataclass defaults (or ``defaults``), except a missing
-    ``sequence_parallel``, which takes the framework's: on where its tensor parallelism always
+    Missing optional columns take the framework's documented defaults
+    (:func:`surrogate.config.framework_defaults.config_defaults`: Megatron-Core's distributed
+    optimizer, zero_stage 1, and sequence parallelism with tp > 1, as Megatron-Bridge's recipes
+    set them), else the dataclass defaults (or ``defaults``, which win over both); a missing
+    ``sequence_parallel`` then takes the framework's: on where its tensor parallelism always
     shards the sequence (torchtitan) and tp > 1. Unknown keys are ignored so that a sweep row
     with outcome columns can be passed as is. A missing required model column raises
     ConfigError. ``global_batch_seqs`` is honoured if present.
@@ -321,8 +325,12 @@ def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
                 kwargs[f.name] = _coerce(f.name, values[f.name])
         parts[key] = kwargs
     layout = parts["layout"]
+    framework = layout.get("framework", LayoutConfig.framework)
+    documented = config_defaults(framework, tp=layout.get("tp", 1), pp=layout.get("pp", 1),
+                                 dtype=layout.get("dtype", LayoutConfig.dtype))
+    for column, value in documented.items():  # the framework's documented defaults
+        layout.setdefault(column, value)
     if "sequence_parallel" not in layout:  # the framework's default, for this model
-        framework = layout.get("framework", LayoutConfig.framework)
         moe = parts["model"].get("num_experts", ModelConfig.num_experts) >= 2
         layout["sequence_parallel"] = layout.get("tp", 1) > 1 and (
             always_sequence_parallel(framework)

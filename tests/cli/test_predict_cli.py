@@ -429,3 +429,24 @@ def test_inputs_far_outside_anything_known(capsys, extra, rc, said):
         assert captured.err.count("\n") == 1 and not captured.out
     else:
         assert "tokens/s per GPU: 0 " not in text
+
+
+@pytest.mark.parametrize("name", ["megatron", "nemo", "megatron-bridge"])
+def test_a_megatron_recipe_says_the_defaults_it_assumed(capsys, name):
+    """Llama 3 70B as NVIDIA's performance table runs it on 64 H100s (tp 4, pp 8, vp 5, mbs 1,
+    gbs 256, seq 8,192, FP8): the distributed optimizer and sequence parallelism are taken
+    from the framework's documented defaults, and the output says so."""
+    argv = ["predict", "--model", "70b", "--gpu", "H100", "--nodes", "8", "--dp", "2",
+            "--tp", "4", "--pp", "8", "--vpp", "5", "--mbs", "1", "--grad-accum", "128",
+            "--seq-len", "8192", "--dtype", "fp8", "--framework", name]
+    assert main(argv) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "zero=1" in out and "sp=True" in out and "megatron/core" in out
+    assert "megatron defaults assumed (megatron-bridge 0.3.1, megatron-core 0.16.1):" in out
+    for said in ("distributed optimizer on", "sequence parallel on", "recompute none",
+                 "fp8 recipe tensorwise", "tp comm overlap on", "overlap grad reduce on"):
+        assert said in out
+    assert main([*argv, "--zero", "0"]) == 0  # given: no longer an assumption
+    assert "distributed optimizer" not in capsys.readouterr().out
+    assert main(FLAGS) == 0  # nanotron: no table of defaults, no line
+    assert "defaults assumed" not in capsys.readouterr().out

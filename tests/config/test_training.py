@@ -338,13 +338,23 @@ def test_from_flat_coerces_strictly_and_fills_defaults():
     ("torchtitan", 2, True),  # its tensor parallelism always shards the sequence
     ("torchtitan", 1, False),
     ("nanotron", 2, False),
-    ("megatron", 2, False),
+    ("megatron", 2, True),  # Megatron-Bridge's recipes (surrogate.config.framework_defaults)
+    ("megatron", 1, False),
 ])
 def test_a_missing_sequence_parallel_takes_the_frameworks_default(framework, tp, expected):
     zero = 2 if framework == "torchtitan" else 0  # its bf16 beside tp needs FSDP
     cfg = config_from_flat(row(framework=framework, tp=tp, dp=8 // tp, zero_stage=zero))
     assert cfg.layout.sequence_parallel is expected
     assert cfg.layout.runs_as_another() is None
+
+
+def test_megatrons_documented_defaults_fill_what_is_missing_only():
+    cfg = config_from_flat(row(framework="nemo", tp=2, dp=4))
+    assert cfg.layout.zero_stage == 1 and cfg.layout.sequence_parallel  # distributed optimizer
+    given = config_from_flat(row(framework="megatron", tp=2, dp=4, zero_stage=0,
+                                 sequence_parallel=False))
+    assert given.layout.zero_stage == 0 and not given.layout.sequence_parallel
+    assert config_from_flat(row(framework="nanotron", dp=8)).layout.zero_stage == 0
 
 
 @pytest.mark.parametrize("framework,tp,expected", [

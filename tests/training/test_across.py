@@ -61,3 +61,23 @@ def test_the_quantile_weighs_each_case_alike():
     # one case of 99 runs and one of 1: the single run counts for half
     assert balanced_quantile([big, small], "e", 0.4) == pytest.approx(0.1)
     assert balanced_quantile([big, small], "e", 0.6) == pytest.approx(1.0)
+
+
+def test_level_and_spread():
+    from training.across import level_and_spread
+
+    level, spread, med_dev = level_and_spread(np.array([0.9, 1.0, 1.1, np.nan, 2.0]))
+    assert level == pytest.approx(1.05)
+    devs = np.abs(np.array([0.9, 1.0, 1.1, 2.0]) / 1.05 - 1)
+    assert spread == pytest.approx(devs.mean()) and med_dev == pytest.approx(np.median(devs))
+    assert all(np.isnan(v) for v in level_and_spread(np.array([np.nan])))
+
+
+def test_held_out_sets_leave_the_held_out_framework_out(synthetic_runs):
+    from surrogate.analytic.params import DEFAULT_SET
+    from training.across import held_out_sets
+
+    test = (synthetic_runs["framework"] == "torchtitan").to_numpy()
+    sets = held_out_sets(synthetic_runs, test)
+    assert DEFAULT_SET in sets.sets
+    assert not any(k.startswith("torchtitan/") for k in sets.sets if k != DEFAULT_SET)

@@ -1,0 +1,181 @@
+"""How the zero-run default predicts each framework's published and measured runs, as a user
+would: one source held out at a time.
+
+    python benchmarks/frameworks_at_scale.py [--shipped] [--by COLUMN] [--runs-out FILE]
+                                             [--data-dir DIR]
+
+The runs (``training.across.all_runs(published=True)``): NVIDIA's Megatron-Bridge DGX-H100
+runs (``surrogate.ingest.published``), MosaicML's MPT runs (llm-foundry FSDP on H100 and
+A100), the Ultra-Scale Playbook's (nanotron, H100 + EFA) and the project's own single-H100
+runs (PyTorch autocast, FSDP2, torchtitan). Each source is held out in turn: every parameter
+set is fitted on the other sources' runs (``training.across.held_out_sets``: the framework
+versions' own sets less those the held-out runs take, and the default set, each set's runs
+weighed alike, as ``training/ship_physics.py`` ships it), and the held-out runs are predicted
+from their configuration alone (``surrogate.prediction.predict.predict_frame``, the default
+hardware profile, or the shipped profile of the run's cluster where it has one, as a user of
+that cluster who calibrated it would: nothing measured on the run itself, its own network
+bandwidth included; ``--default-profile``: every GPU's default), by the
+analytic model alone and by the bundled learned model (trained on the Playbook's runs: on those
+its figures are not held out, and are marked so). ``--shipped`` predicts with the shipped sets
+instead (seconds, not minutes; not held out for the sources the shipped default set saw, which
+are all but Megatron-Bridge's).
+
+Figures per group (a cluster; the project's own runs per framework), each model:
+
+- ``runs``: completed runs predicted; ``refused``: completed runs whose layout the project's
+  rules refuse (not predicted: Megatron-Bridge's flagged rows);
+- ``tps x``: median of predicted / measured tokens/s per GPU;
+- ``spread``: the mean over the runs of |ratio / median ratio - 1| (the MAPE once the
+  group's level, its median, is removed): how far the runs scatter about that level;
+  ``med dev``: the median of the same (robust: two outliers of six do not move it);
+- ``OOM called``: completed runs predicted to run out of memory (``p_oom`` > 0.5);
+- ``mem MAPE``: mean |predicted / measured - 1| of peak reserved memory over the completed
+  runs with a measurement (``-`` where the source measures none), with their count.
+
+``--by COLUMN`` adds the same figures per value of a run column within each group (e.g.
+``--by model_name``); ``--runs-out FILE`` writes every held-out run's predictions (CSV).
+About 4 minutes on two cores (one default-set fit per source); ``--shipped`` 30 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from surrogate.analytic.params import ParameterSets
+from surrogate.calibration.clusters import SOURCE_PROFILES
+from surrogate.calibration.fit_params import fit_runs
+from surrogate.config.training import CONFIG_COLUMNS
+from surrogate.ingest.published import parse_published
+from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.prediction.predict import predict_frame
+from training.across import _parameter_sets_taken, all_runs, held_out_sets, level_and_spread
+
+MODELS: dict[str, Any] = {"analytic": None, "learned": "default"}
+LEARNED_TRAINED_ON = "hf_ultrascale_playbook"
+"""The source the bundled learned model is trained on (its figures there are not held out)."""
+OOM_P = 0.5
+
+
+def group_of(runs: pd.DataFrame) -> pd.Series:
+    """The reporting group of each run: its cluster; the project's own runs per framework."""
+    own = runs["cluster"] == "own-h100"
+    return runs["cluster"].where(~own, "own-h100 " + runs["framework"].astype(str))
+
+
+def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | None],
+                *, cluster_profiles: bool = True) -> pd.DataFrame:
+    """Every run of ``runs`` predicted under its source's held-out sets, by each of
+    :data:`MODELS` (columns ``<model>_tps``, ``<model>_p_oom``, ``<model>_mem``), with its
+    cluster's shipped profile (``cluster_profiles``; else the GPU's default one)."""
+    out = runs.copy()
+    for name, model in MODELS.items():
+        for col in ("tps", "p_oom", "mem"):
+            out[f"{name}_{col}"] = np.nan
+        for source, sets in sets_by_source.items():
+            rows = (runs["source"] == source).to_numpy()
+            profile = SOURCE_PROFILES.get(source) if cluster_profiles else None
+            pred = predict_frame(runs.loc[rows, list(CONFIG_COLUMNS)].reset_index(drop=True),
+                                 model=model, sets=sets, profile=profile)
+            bad = pred["error"].astype(bool)
+            if bad.any():
+                raise SystemExit(f"{source}: {int(bad.sum())} runs not predicted, e.g. "
+                                 f"{pred.loc[bad, 'error'].iloc[0]}")
+            out.loc[rows, f"{name}_tps"] = pred["pred_tokens_per_s_per_gpu"].to_numpy()
+            out.loc[rows, f"{name}_p_oom"] = pred["p_oom"].to_numpy()
+            out.loc[rows, f"{name}_mem"] = pred["pred_peak_mem_gib"].to_numpy()
+    return out
+
+
+def figures(part: pd.DataFrame, model: str) -> dict[str, Any]:
+    """The figures of the module docstring for the runs of ``part`` under ``model``."""
+    done = part[part["status"] == "completed"]
+    ratio = (done[f"{model}_tps"] / done["tokens_per_s_per_gpu"]).to_numpy(float)
+    level, spread, med_dev = level_and_spread(ratio)
+    mem = (done[f"{model}_mem"] / done["peak_mem_reserved_gib"]).to_numpy(float)
+    mok = np.isfinite(mem)
+    return {"runs": int(np.isfinite(ratio).sum()), "tps x": level, "spread": spread,
+            "med dev": med_dev,
+            "OOM called": int((done[f"{model}_p_oom"] > OOM_P).sum()),
+            "mem MAPE": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan,
+            "mem runs": int(mok.sum())}
+
+
+def table(scored: pd.DataFrame, refused: dict[str, int], by: str | None = None) -> pd.DataFrame:
+    """One row per (group[, value of ``by``], model)."""
+    keys = ["group", "framework"] + ([by] if by else [])
+    rows = []
+    for key, part in scored.groupby(keys, sort=True):
+        values = dict(zip(keys, key if isinstance(key, tuple) else (key,), strict=True))
+        for model in MODELS:
+            label = model
+            if model == "learned" and (part["source"] == LEARNED_TRAINED_ON).all():
+                label = "learned (trained on these)"
+            rows.append({**values, "model": label,
+                         "refused": refused.get(str(values["group"]), 0) if not by else "",
+                         **figures(part, model)})
+    return pd.DataFrame(rows)
+
+
+def show(frame: pd.DataFrame) -> str:
+    shown = frame.copy()
+    shown["tps x"] = shown["tps x"].map(lambda v: f"{v:.2f}")
+    for col in ("spread", "med dev"):
+        shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
+    shown["mem MAPE"] = [("-" if not np.isfinite(v) else f"{100 * v:.1f}% ({n})")
+                         for v, n in zip(shown["mem MAPE"], shown["mem runs"], strict=True)]
+    return shown.drop(columns="mem runs").to_string(index=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--shipped", action="store_true")
+    ap.add_argument("--default-profile", action="store_true")
+    ap.add_argument("--by", default=None, metavar="COLUMN")
+    ap.add_argument("--runs-out", type=Path, default=None, metavar="FILE")
+    ap.add_argument("--data-dir", type=Path, default=None)
+    args = ap.parse_args()
+    runs = all_runs(args.data_dir, published=True)
+    if args.by and args.by not in runs:
+        ap.error(f"--by {args.by}: not a column of the runs")
+    runs["group"] = group_of(runs)
+    sources = sorted(runs["source"].unique())
+    sets_by_source: dict[str, ParameterSets | None] = {}
+    if args.shipped:
+        sets_by_source = dict.fromkeys(sources)
+    else:
+        taken = _parameter_sets_taken(runs)
+        full = fit_runs(runs, group_by=None)["sets"]
+        for source in sources:
+            test = (runs["source"] == source).to_numpy()
+            sets_by_source[source] = held_out_sets(runs, test, taken=taken, full=full)
+            print(f"  held out {source}: sets fitted on the other {int((~test).sum())} runs",
+                  flush=True)
+    scored = predictions(runs, sets_by_source, cluster_profiles=not args.default_profile)
+    path = resolve_data_dir(args.data_dir) / "published/megatron_bridge_h100.csv"
+    flagged = parse_published(path, flagged=True)[0]
+    refused = {"megatron-bridge-h100": int(flagged["layout_problem"].notna().sum())}
+    how = ("the shipped parameter sets (not held out but for megatron_bridge)" if args.shipped
+           else "each source held out of every fit")
+    profiles = ("every GPU's default hardware profile" if args.default_profile else
+                "the cluster's shipped profile where it has one (Playbook: hf-playbook-cluster, "
+                "own H100: h100-own-measured), else the GPU's default")
+    print(f"\n{len(runs)} runs; predicted from their configuration alone, {profiles}, {how}")
+    print(show(table(scored, refused)))
+    if args.by:
+        print(f"\nper {args.by}:")
+        print(show(table(scored, refused, by=args.by)))
+    if args.runs_out is not None:
+        keep = ["source", "run_id", "group", "model_name", "status", "tokens_per_s_per_gpu",
+                "peak_mem_reserved_gib", *(f"{m}_{c}" for m in MODELS
+                                          for c in ("tps", "p_oom", "mem"))]
+        scored[keep].to_csv(args.runs_out, index=False)
+        print(f"wrote {len(scored)} runs' predictions to {args.runs_out}")
+
+
+if __name__ == "__main__":
+    main()
