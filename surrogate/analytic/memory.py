@@ -227,6 +227,13 @@ def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None 
     return np.where(partial, mixed, layers * kept)
 
 
+def activation_scale(c: Cols) -> Array:
+    """Stored activations over the derived count: the framework's own value where it states
+    one (``FrameworkTraits.activation_scale``: Megatron-Core's), else the parameter set's."""
+    own = np.asarray(c.get("framework_activation_scale", 0.0), dtype=np.float64)
+    return np.where(own > 0, own, param(c, "activation_scale"))
+
+
 def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:
     """What a stage holding ``inflight`` micro-batches keeps beyond the derived activations:
     ``inflight_hidden_tensors`` unsharded T x h bf16 tensors for each micro-batch in flight
@@ -265,7 +272,7 @@ def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
                                   per_layer=per_layer.params)
     out = model_state_bytes(c, dense, experts)
     out["activations"] = (inflight * stage_activation_bytes(c, layers, per_layer)
-                          * param(c, "activation_scale")
+                          * activation_scale(c)
                           + inflight_hidden_bytes(c, inflight))
     out["transient"] = per_layer.transient
     out["logits"] = per_layer.logits if last else np.zeros_like(layers)

@@ -120,6 +120,19 @@ class FrameworkTraits:
     fp8 time in median, ``docs/measurements.md``). The measurement holds for any framework's
     fp8 GEMMs; it is scoped to Megatron-Core so that the sets fitted on llm-foundry's fp8 runs
     stay valid (moving them is a refit). 0: the profile's fp8 curve (the others)."""
+    activation_scale: float = 0.0
+    """Stored activations over the derived count (the free parameter ``activation_scale``) for
+    this framework where it takes a parameter set fitted on other frameworks' runs; 0: the
+    set's value. Megatron-Core (no run of it measures memory): 1.08, the value every set
+    fitted on runs whose activations are bf16 agrees on (nanotron pp-fix 1.080 and pre-pp-fix
+    1.093 on the Playbook's cluster, ``pytorch-fsdp2/bf16`` 1.075 on our H100), where the
+    default set (1.20) pools runs whose residual stream is fp32 (PyTorch autocast's set fits
+    1.29: an fp32-parameter model under autocast keeps fp32 residuals, ``docs/measurements.md``);
+    Megatron-Core trains bf16 parameters with a bf16 residual stream
+    (``fp32_residual_connection`` off by default in megatron-core 0.16.1
+    ``transformer_config.py``), and its layer's saved tensors match the derived count
+    (``tests/analytic/test_memory_measured_saves.py``). A documented prior, not fitted on
+    any Megatron run."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors

@@ -93,6 +93,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             overlaps_dp_with_compute=True,
             hopper_attention_speedup=1.5,
             fp8_gemm_speedup=1.84,
+            activation_scale=1.08,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

@@ -197,6 +197,16 @@ def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
     assert layer["torchtitan", "fp8"] == layer["torchtitan", "bf16"]
 
 
+def test_megatron_states_its_own_activation_scale_the_others_take_their_sets(cols):
+    """Megatron-Core's stored activations over the count are 1.08 (FrameworkTraits), not the
+    default set's; nanotron's and torchtitan's come from their parameter sets."""
+    mg = cols("8b", dp=8, framework="megatron", zero_stage=1)
+    assert memory.activation_scale(mg)[0] == 1.08
+    for fw, z in (("nanotron", 1), ("torchtitan", 2)):
+        c = cols("8b", dp=8, framework=fw, zero_stage=z)
+        assert memory.activation_scale(c)[0] == param(c, "activation_scale")[0]
+
+
 def test_variant_activations_by_hand(cols):
     """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
     T, h = 2 * 32, 64
