@@ -153,7 +153,13 @@ class FrameworkTraits:
     defaults to flash-attn's ``CrossEntropyLoss`` (``ComposerMPTCausalLM``: ``loss_fn``
     ``fused_crossentropy``; flash-attn 2.5.6 ``flash_attn/ops/triton/cross_entropy.py`` saves
     the logits and an fp32 log-sum-exp per token, and its backward allocates the gradient
-    with ``torch.empty_like(logits)``), read from their sources, not measured here."""
+    with ``torch.empty_like(logits)``), read from their sources, not measured here.
+    Megatron-Core as Megatron-Bridge 0.3.1's Llama recipes run it (``cross_entropy_loss_fusion
+    = True``, ``cross_entropy_fusion_impl = "te"``: megatron-core 0.16.1
+    ``models/common/language_module/language_module.py`` calls Transformer Engine's
+    ``parallel_cross_entropy``) keeps the same: TE 2.20.2 ``pytorch/triton/cross_entropy.py``
+    writes the logits' gradient into one bf16 tensor of their shape in the forward and saves
+    it, with fp32 statistics per token only."""
     selective_per_op: bool = False
     """Its 'selective' recomputation is per-operator activation checkpointing (torchtitan's
     ``selective_ac_option = "op"``, what its Llama 3 8B configuration runs): each block keeps

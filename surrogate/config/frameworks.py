@@ -94,6 +94,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             hopper_attention_speedup=1.5,
             fp8_gemm_speedup=1.84,
             activation_scale=1.08,
+            fused_cross_entropy=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,

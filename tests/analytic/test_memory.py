@@ -261,6 +261,9 @@ def test_a_fused_cross_entropy_keeps_four_bytes_per_logit(cols):
     logits = 2 * 32 * 1000
     assert memory.logits_bytes(foundry)[0] == memory.FUSED_LOGIT_BYTES * logits == 4 * logits
     assert memory.logits_bytes(nanotron)[0] == param(nanotron, "logit_bytes")[0] * logits
+    # Megatron-Core with Transformer Engine's fused cross entropy (Megatron-Bridge's recipes)
+    megatron = cols(model, dp=2, mbs=2, zero_stage=1, framework="megatron")
+    assert memory.logits_bytes(megatron)[0] == 4 * logits
 
 
 def test_leading_dense_layers_sit_on_the_first_stage(cols):
