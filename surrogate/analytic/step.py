@@ -328,8 +328,11 @@ def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, a
     carries other frameworks' overlap and is not applied); the rest is hidden. Elsewhere the
     fitted scale prices it all as exposed."""
     layers = stage.layers
-    tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"),
-                        param(c, "tp_comm_scale"))
+    # a framework whose TP runs synchronously pays the profile's time within a node
+    # (FrameworkTraits.tp_comm_synchronous: torchtitan without async TP)
+    intra = np.where(np.asarray(c.get("tp_comm_synchronous", 0.0)) > 0, 1.0,
+                     param(c, "tp_comm_scale"))
+    tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"), intra)
     tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
                   * param(c, "tp_inter_step_latency_s"))
     tp_layer = comm.tp_time_per_layer_s(c, perf)

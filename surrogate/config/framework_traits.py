@@ -196,6 +196,13 @@ class FrameworkTraits:
     moves (1 / tp of the collective), or the part longer than the layer's GEMMs; the rest runs
     under the GEMMs and takes NCCL's SM share from them (``surrogate.analytic.step``). False:
     the fitted ``tp_comm_scale`` prices it (nanotron's asynchronous TP is in that fit)."""
+    tp_comm_synchronous: bool = False
+    """Its tensor-parallel collectives run synchronously, between the GEMMs, so a TP group
+    within a node pays the profile's time for them, not the fitted ``tp_comm_scale`` (which
+    carries nanotron's asynchronous TP). torchtitan: DTensor's collectives, and async TP only
+    with ``compile.enable_async_tensor_parallel``, off by default and refused without
+    ``compile.enable`` (torchtitan 0.3.0 ``config/configs.py``, ``CompileConfig``); the
+    surrogate's layouts do not say that a run compiles, so the default holds."""
     fused_wgrad_accumulation: bool = False
     """Accumulates weight gradients into its fp32 buffer inside the weight-gradient GEMM
     (the GEMM's epilogue adds to ``main_grad``: megatron-core's ``gradient_accumulation_fusion``,

@@ -132,6 +132,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "torchtitan 0.2.2's Llama block: datasets/saved_activations/)"
             ),
             saves_gathered_tp_inputs=True,
+            tp_comm_synchronous=True,
             selective_per_op=True,
             shards_over_cp=True,
             partial_recompute=True,

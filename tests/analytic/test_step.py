@@ -390,3 +390,16 @@ def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
     assert fp8["fp8_gemm_speedup"][0] == 1.84
     assert dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2,
                      dtype="fp8"))["fp8_gemm_speedup"][0] == 0.0
+
+
+def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
+    """tp_comm_synchronous: torchtitan's TP within a node costs the profile's time (no async
+    TP by default), not the fitted tp_comm_scale nanotron's asynchronous TP sets."""
+    from surrogate.analytic import comm
+
+    c = dict(cols("llama3-70b", dp=1, tp=8, grad_accum=2, framework="torchtitan",
+                  zero_stage=0, sequence_parallel=True))
+    out = step.step_breakdown(c, PERF)
+    assert out["tp_comm"][0] == pytest.approx(2 * 80 * comm.tp_time_per_layer_s(c, PERF)[0])
+    scaled = step.step_breakdown({**c, "tp_comm_synchronous": np.zeros(1)}, PERF)
+    assert scaled["tp_comm"][0] == pytest.approx(out["tp_comm"][0] * c["p_tp_comm_scale"][0])
