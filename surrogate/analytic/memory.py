@@ -63,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from surrogate.analytic import pipeline
 from surrogate.analytic.activations import (
@@ -156,6 +157,14 @@ def _dense_mlp_layers_on_stage(c: Cols, layers: Array, start: Array) -> Array:
     return np.clip(k - start, 0.0, layers)
 
 
+def pipeline_unsharded(c: Cols) -> NDArray[np.bool_]:
+    """Where the framework keeps a pipeline stage's FSDP parameters (bf16) and accumulated
+    gradients (fp32) unsharded all step: pp > 1 under ZeRO-2 or 3 with
+    ``FrameworkTraits.pipeline_keeps_fsdp_unsharded`` (torchtitan)."""
+    return np.asarray((np.asarray(c.get("pipeline_keeps_fsdp_unsharded", 0.0)) > 0)
+                      & (c["pp"] > 1) & (c["zero_stage"] >= 2), dtype=bool)
+
+
 def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
     """Weights, gradients and optimizer states of ``dense`` + ``experts`` parameters on a rank."""
     shard_dense, shard_expert = _sharding(c)
@@ -171,9 +180,13 @@ def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]
     # (Megatron-Core keeps the fp32 buffer alone: FrameworkTraits.keeps_bf16_gradients)
     grad_bytes = (2 * np.asarray(c.get("keeps_bf16_gradients", 1.0))
                   + 4 * c["fp32_grad_accumulation"])
+    # under a pipeline a framework may keep the stage's FSDP states unsharded all step: bf16
+    # parameters and fp32 accumulated gradients (FrameworkTraits.pipeline_keeps_fsdp_unsharded)
+    unsharded = pipeline_unsharded(c)
+    whole = dense + experts
     return {
-        "weights": sharded(2.0, 3),
-        "gradients": sharded(grad_bytes, 2),
+        "weights": np.where(unsharded, 2.0 * whole, sharded(2.0, 3)),
+        "gradients": np.where(unsharded, 4.0 * whole, sharded(grad_bytes, 2)),
         "optimizer": sharded(12.0, 1),
     }
 
@@ -201,7 +214,9 @@ class LayerBytes:
         whole = unrecomputed_activation_bytes(c)
         recomputed = (c["recompute"] == 2) | per_op_recompute(c)
         layer_weights = (params.attention + params.mlp) / c["tp"]
-        zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
+        # (no gather buffers where the stage's parameters stay unsharded all step)
+        zero3_gather = np.where((c["zero_stage"] >= 3) & ~pipeline_unsharded(c),
+                                2 * 2 * layer_weights, 0.0)
         return cls(kept=activation_bytes_per_layer(c, whole), whole=whole,
                    transient=np.where(recomputed, 2 * whole, whole), logits=logits_bytes(c),
                    buffers=DDP_BUCKET_BYTES + zero3_gather, params=params)

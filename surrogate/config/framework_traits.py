@@ -203,6 +203,18 @@ class FrameworkTraits:
     with ``compile.enable_async_tensor_parallel``, off by default and refused without
     ``compile.enable`` (torchtitan 0.3.0 ``config/configs.py``, ``CompileConfig``); the
     surrogate's layouts do not say that a run compiles, so the default holds."""
+    pipeline_keeps_fsdp_unsharded: bool = False
+    """Under pipeline parallelism its sharded data parallelism keeps every parameter of the
+    stage unsharded in bf16 for the whole step, and each one's gradient unsharded in fp32
+    until the last micro-batch's backward: torchtitan does not reshard after the forward when
+    pp > 1 (``fsdp_reshard_after_forward`` "default": torchtitan 0.3.0
+    ``distributed/fsdp.py``, ``get_fsdp_reshard_after_forward_policy``), and PyTorch's
+    pipeline schedules run every backward but the last with ``set_reshard_after_backward(False)``
+    and ``set_requires_gradient_sync(False)`` (torch 2.13 ``distributed/pipelining/stage.py``,
+    ``backward_maybe_with_nosync``), under which FSDP2 accumulates the unsharded gradient in
+    its reduce dtype, fp32 in torchtitan (``distributed/fsdp/_fully_shard/_fsdp_param.py``,
+    ``to_accumulated_grad_if_needed``). So with pp > 1 and ZeRO-2 or 3 a rank holds 2 + 4
+    bytes per parameter of its stage unsharded, where the ZeRO count shards them."""
     fused_wgrad_accumulation: bool = False
     """Accumulates weight gradients into its fp32 buffer inside the weight-gradient GEMM
     (the GEMM's epilogue adds to ``main_grad``: megatron-core's ``gradient_accumulation_fusion``,

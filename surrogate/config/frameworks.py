@@ -133,6 +133,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             ),
             saves_gathered_tp_inputs=True,
             tp_comm_synchronous=True,
+            pipeline_keeps_fsdp_unsharded=True,
             selective_per_op=True,
             shards_over_cp=True,
             partial_recompute=True,

@@ -207,6 +207,24 @@ def test_megatron_states_its_own_activation_scale_the_others_take_their_sets(col
         assert memory.activation_scale(c)[0] == param(c, "activation_scale")[0]
 
 
+def test_torchtitan_pipelines_keep_fsdp_states_unsharded(cols):
+    """pipeline_keeps_fsdp_unsharded: torchtitan with pp > 1 under ZeRO-2/3 holds its stage's
+    parameters unsharded in bf16 and their gradients unsharded in fp32 (6 bytes a parameter
+    beside the sharded optimizer); without a pipeline, and for Megatron, the ZeRO count."""
+    n, none = np.array([1e9]), np.array([0.0])
+    for z in (2, 3):
+        piped = memory.model_state_bytes(
+            cols("8b", dp=4, pp=2, zero_stage=z, framework="torchtitan"), n, none)
+        assert piped["weights"][0] == 2e9 and piped["gradients"][0] == 4e9
+        assert piped["optimizer"][0] == 12e9 / 4
+        flat = memory.model_state_bytes(
+            cols("8b", dp=8, zero_stage=z, framework="torchtitan"), n, none)
+        assert flat["gradients"][0] == 2e9 / 8
+    mg = memory.model_state_bytes(cols("8b", dp=4, pp=2, zero_stage=3, framework="megatron"),
+                                  n, none)
+    assert mg["weights"][0] == 2e9 / 4
+
+
 def test_variant_activations_by_hand(cols):
     """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
     T, h = 2 * 32, 64
