@@ -337,7 +337,7 @@ def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, a
                   * param(c, "tp_inter_step_latency_s"))
     tp_layer = comm.tp_time_per_layer_s(c, perf)
     overlapped = ((np.asarray(c.get("tp_comm_overlap", 0.0)) > 0) & (spans["tp"] == 0)
-                  & (c["tp"] > 1))
+                  & (c["tp"] > 1) & (c["sequence_parallel"] > 0))
     exposed = np.maximum(tp_layer / np.maximum(c["tp"], 1.0), tp_layer - (layer_s - attn_s))
     tp_exposed = np.where(overlapped, exposed, tp_layer * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)

@@ -191,7 +191,9 @@ class FrameworkTraits:
     ``training/comm_overlap.py``, the ``userbuffers_*_h100_*`` configurations its Llama 3 70B
     and 3.1 405B recipes set with ``tp_comm_overlap=True``; megatron-core 0.16.1
     ``extensions/transformer_engine.py`` passes ``ub_overlap_ag`` / ``ub_overlap_rs`` to TE's
-    linear layers). Within a node only (userbuffers map the NVLink peers' memory). The model
+    linear layers). Within a node only (userbuffers map the NVLink peers' memory), and with
+    sequence parallelism only (Megatron-Bridge turns it off without: ``comm_overlap.py``,
+    "Disabling tensor parallel communication overlap due to sequence_parallel=False"). The model
     exposes what no chunk of GEMM can cover: the first of the tp chunks a ring of tp ranks
     moves (1 / tp of the collective), or the part longer than the layer's GEMMs; the rest runs
     under the GEMMs and takes NCCL's SM share from them (``surrogate.analytic.step``). False:

@@ -322,6 +322,11 @@ def test_megatron_overlaps_tp_with_its_gemms_exposing_one_chunk_of_the_ring(cols
         assert plain["tp_comm"][0] == pytest.approx(
             2 * 80 * raw * c["p_tp_comm_scale"][0])
         assert out["tp_comm"][0] < plain["tp_comm"][0]
+    # without sequence parallelism Megatron-Bridge turns the overlap off
+    no_sp = dict(cols("llama3-70b", dp=2, tp=4, pp=1, grad_accum=2, framework="megatron",
+                      sequence_parallel=False))
+    assert step.step_breakdown(no_sp, PERF)["tp_comm"][0] == pytest.approx(step.step_breakdown(
+        _megatron_without(no_sp, "tp_comm_overlap"), PERF)["tp_comm"][0])
 
 
 def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
