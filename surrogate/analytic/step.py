@@ -379,8 +379,12 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
     m = pipeline.microbatches(c)
     # handshakes across a node boundary wait a fixed time each (pipeline.cross_node_waits)
     waits = pipeline.cross_node_waits(c) * spans["pp"]
-    pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
-            + waits * param(c, "pp_slot_latency_s"))
+    transfers = slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+    # under an interleaved schedule that overlaps its sends with the next chunk's compute
+    # (FrameworkTraits.overlaps_interleaved_pp_comm) the transfers are hidden
+    hidden_pp = np.where((np.asarray(c.get("overlaps_interleaved_pp_comm", 0.0)) > 0)
+                         & (c["vpp"] > 1), transfers, 0.0)
+    pp_s = transfers - hidden_pp + waits * param(c, "pp_slot_latency_s")
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     gather_exposed = np.maximum(dp["param_gather"] - gather_window, 0.0)
     dp_contention = slowdown * (np.minimum(dp["grad_reduce"], window)
@@ -393,7 +397,7 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
         "ep_comm": m * mb["ep_comm"],
         "memory_bound": m * mb["memory_bound"],
         "zero3_comm": m * mb["zero3_comm"],
-        "overhead": m * mb["overhead"] + dp_contention,
+        "overhead": m * mb["overhead"] + dp_contention + slowdown * hidden_pp,
         "bubble": (slots - m) * slot,
         "pp_comm": pp_s,
         "dp_comm": dp_exposed + gather_exposed,

@@ -238,6 +238,15 @@ class FrameworkTraits:
     last micro-batch (``dp_overlap`` 1 for it, not the fitted value) and the gather under the
     forward of the first (a third of a slot), each paying NCCL's SM share where hidden.
     False: the fitted ``dp_overlap`` hides part of the reduction and the gather is exposed."""
+    overlaps_interleaved_pp_comm: bool = False
+    """Under its interleaved schedule (vpp > 1) the pipeline's sends and receives run while the
+    next model chunk computes: Megatron-Bridge 0.3.1 sets ``overlap_p2p_comm`` (and not
+    ``batch_p2p_comm``) wherever pp > 1 and vpp > 1 (``training/comm_overlap.py``), and
+    megatron-core 0.16.1's interleaved schedule then posts each chunk's send and receive
+    before the next chunk's compute and waits for them after it
+    (``pipeline_parallel/schedules.py``). The model exposes none of the transfer time there
+    (the handshake waits across nodes stay), and charges NCCL's SM share for the hidden part.
+    False, or vpp 1: the transfers lie on the critical path (``pp_comm_scale``)."""
     fp8_head_in_bf16: bool = False
     """Under fp8 its output head runs in bf16: Megatron-Core's output layer is its own
     ``tensor_parallel.ColumnParallelLinear`` (megatron-core 0.16.1 ``models/gpt/gpt_model.py``),

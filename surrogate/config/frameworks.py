@@ -91,6 +91,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fused_wgrad_accumulation=True,
             fp8_head_in_bf16=True,
             overlaps_dp_with_compute=True,
+            overlaps_interleaved_pp_comm=True,
             hopper_attention_speedup=1.5,
             fp8_gemm_speedup=1.84,
             activation_scale=1.08,

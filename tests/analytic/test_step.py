@@ -408,3 +408,15 @@ def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
     assert out["tp_comm"][0] == pytest.approx(2 * 80 * comm.tp_time_per_layer_s(c, PERF)[0])
     scaled = step.step_breakdown({**c, "tp_comm_synchronous": np.zeros(1)}, PERF)
     assert scaled["tp_comm"][0] == pytest.approx(out["tp_comm"][0] * c["p_tp_comm_scale"][0])
+
+
+def test_megatron_hides_its_interleaved_pipeline_transfers(cols):
+    """overlaps_interleaved_pp_comm: with vpp > 1 Megatron's sends and receives run under the
+    next chunk's compute (only the handshake waits stay); with vpp 1 they are exposed."""
+    inter = dict(cols("llama3-8b", dp=1, pp=4, vpp=2, grad_accum=8, framework="megatron"))
+    on = step.step_breakdown(inter, PERF)
+    off = step.step_breakdown(_megatron_without(inter, "overlaps_interleaved_pp_comm"), PERF)
+    assert on["pp_comm"][0] < off["pp_comm"][0]
+    plain = dict(cols("llama3-8b", dp=1, pp=4, grad_accum=8, framework="megatron"))
+    assert step.step_breakdown(plain, PERF)["pp_comm"][0] == pytest.approx(step.step_breakdown(
+        _megatron_without(plain, "overlaps_interleaved_pp_comm"), PERF)["pp_comm"][0])

@@ -203,7 +203,8 @@ def test_megatron_aliases(alias: str) -> None:
 
 MEGATRON_TERMS = ("keeps_bf16_gradients", "fp8_saves_quantized_inputs", "tp_comm_overlap",
                   "fused_wgrad_accumulation", "fp8_head_in_bf16", "overlaps_dp_with_compute",
-                  "hopper_attention_speedup", "fp8_gemm_speedup", "activation_scale")
+                  "hopper_attention_speedup", "fp8_gemm_speedup", "activation_scale",
+                  "overlaps_interleaved_pp_comm")
 
 
 def test_megatron_terms_are_scoped_to_megatron():
