@@ -77,3 +77,60 @@ def test_unknown_gpu(bad):
     with pytest.raises(ConfigError, match=r"gpu must be one of A100-SXM-40GB, .* \(or an alias "
                                           r"such as H100\), got "):
         get_gpu(bad)
+
+
+@pytest.mark.parametrize("name,rated,clock", [
+    ("H100-SXM-80GB", 700, 1830), ("H100-PCIe-80GB", 350, 1620), ("H100-NVL-94GB", 400, 1545),
+    ("H200-SXM-141GB", 700, 1830), ("H200-NVL-141GB", 600, 1545), ("H100-SXM-96GB", 700, 1830),
+])
+def test_hopper_parts_carry_power_and_the_clock_their_peak_implies(name, rated, clock):
+    g = GPUS[name]
+    assert g.rated_power_w == rated and g.power_limit_w == rated and g.sustained_scale == 1
+    assert g.tensor_clock_mhz == pytest.approx(clock, abs=1)
+
+
+def test_the_hbm2e_part_flags_its_assumptions():
+    g = get_gpu("H100-96GB")
+    assert g.name == "H100-SXM-96GB" and "assumed" in g.assumed
+    assert all(not GPUS[n].assumed for n in REQUIRED)  # the datasheet parts assume nothing
+
+
+def test_a_power_limit_scales_sustained_throughput_within_its_range():
+    from surrogate.config.gpus import POWER_CAP_EXPONENT, power_cap_scale
+
+    assert canonical_gpu_name("h100@500w") == "H100-SXM-80GB@500W"
+    capped = get_gpu("H100-SXM-80GB@500W")
+    assert capped.name == "H100-SXM-80GB" and capped.power_limit_w == 500
+    assert capped.peak_flops("bf16") == GPUS["H100-SXM-80GB"].peak_flops("bf16")  # MFU's peak
+    assert capped.sustained_scale == pytest.approx((500 / 700) ** POWER_CAP_EXPONENT)
+    # the assumption's range: clock proportional to power (exponent 1) up to its cube root
+    assert 500 / 700 < capped.sustained_scale < 1
+    assert power_cap_scale(800, 700) == 1
+    assert canonical_gpu_name("H100@700W") == "H100-SXM-80GB"  # the rated power: no limit
+    with pytest.raises(ConfigError, match=r"power limit of H100-SXM-80GB must be at least 350 W"):
+        canonical_gpu_name("H100@300W")
+    with pytest.raises(ConfigError, match=r"needs the GPU's rated power"):
+        canonical_gpu_name("A100@200W")
+    with pytest.raises(ConfigError, match=r"gpu must be one of"):
+        canonical_gpu_name("H100@lots")
+
+
+def test_a_capped_gpu_predicts_slower_and_the_uncapped_unchanged():
+    from surrogate.config.layout import ClusterConfig, LayoutConfig
+    from surrogate.config.presets import get_preset
+    from surrogate.config.training import TrainingConfig
+    from surrogate.hardware.perf_models import PowerCapped, resolve_perf_model
+    from surrogate.prediction.predict import predict
+
+    assert not isinstance(resolve_perf_model("H100-SXM-80GB"), PowerCapped)
+    assert isinstance(resolve_perf_model("H100@500W"), PowerCapped)
+
+    def tps(gpu: str) -> float:
+        cfg = TrainingConfig(model=get_preset("llama3-8b"),
+                             cluster=ClusterConfig(gpu=gpu, num_nodes=1),
+                             layout=LayoutConfig(dp=8, mbs=1, grad_accum=4, zero_stage=1))
+        return predict(cfg, model=None).tokens_per_s_per_gpu
+
+    full, capped = tps("H100-SXM-80GB"), tps("H100-SXM-80GB@500W")
+    assert capped < full
+    assert capped > full * (500 / 700)  # only the tensor-core time slows, by at most the cap
