@@ -217,6 +217,15 @@ class FrameworkTraits:
     its reduce dtype, fp32 in torchtitan (``distributed/fsdp/_fully_shard/_fsdp_param.py``,
     ``to_accumulated_grad_if_needed``). So with pp > 1 and ZeRO-2 or 3 a rank holds 2 + 4
     bytes per parameter of its stage unsharded, where the ZeRO count shards them."""
+    reduces_every_microbatch: bool = False
+    """Without a pipeline its sharded data parallelism reduce-scatters the gradients after
+    every micro-batch's backward, not once a step: torchtitan 0.3.0's trainer runs each
+    gradient-accumulation step's ``forward_backward_step`` with FSDP's gradient
+    synchronisation on (``trainer.py``; only its chunked loss turns it off for the head,
+    ``components/loss.py``). Under ZeRO-2 the model then charges a reduce-scatter per
+    micro-batch, hidden under that micro-batch's compute where shorter (as ZeRO-3's are);
+    ZeRO-3's are counted so already. With a pipeline the schedule defers it
+    (:attr:`pipeline_keeps_fsdp_unsharded`)."""
     fused_wgrad_accumulation: bool = False
     """Accumulates weight gradients into its fp32 buffer inside the weight-gradient GEMM
     (the GEMM's epilogue adds to ``main_grad``: megatron-core's ``gradient_accumulation_fusion``,

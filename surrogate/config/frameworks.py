@@ -135,6 +135,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             saves_gathered_tp_inputs=True,
             tp_comm_synchronous=True,
             pipeline_keeps_fsdp_unsharded=True,
+            reduces_every_microbatch=True,
             selective_per_op=True,
             shards_over_cp=True,
             partial_recompute=True,

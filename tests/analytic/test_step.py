@@ -420,3 +420,17 @@ def test_megatron_hides_its_interleaved_pipeline_transfers(cols):
     plain = dict(cols("llama3-8b", dp=1, pp=4, grad_accum=8, framework="megatron"))
     assert step.step_breakdown(plain, PERF)["pp_comm"][0] == pytest.approx(step.step_breakdown(
         _megatron_without(plain, "overlaps_interleaved_pp_comm"), PERF)["pp_comm"][0])
+
+
+def test_torchtitan_reduces_every_micro_batch_under_zero2_without_a_pipeline(cols):
+    """reduces_every_microbatch: torchtitan's ZeRO-2 pays m - 1 more reduce-scatters a step
+    (under each micro-batch's compute) without a pipeline; none with one micro-batch."""
+    from surrogate.analytic import comm, memory
+
+    c = dict(cols("llama3-8b", dp=8, grad_accum=4, framework="torchtitan", zero_stage=2))
+    params = flops.total_params(c)
+    dp = comm.dp_times_s(c, PERF, params, np.zeros(1))
+    assert dp["zero3_per_microbatch"][0] == pytest.approx(dp["grad_reduce"][0] * 3 / 4)
+    one = dict(cols("llama3-8b", dp=8, grad_accum=1, framework="torchtitan", zero_stage=2))
+    assert comm.dp_times_s(one, PERF, params, np.zeros(1))["zero3_per_microbatch"][0] == 0
+    assert memory.zero_shard_ranks(c)[0] == 8

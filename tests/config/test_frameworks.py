@@ -223,5 +223,7 @@ def test_megatron_terms_are_scoped_to_megatron():
         if name != "megatron":
             assert {k: getattr(fw, k) for k in defaults} == defaults, name
     assert megatron.pipeline_split == "megatron"
-    assert FRAMEWORKS["torchtitan"].tp_comm_synchronous
-    assert not any(fw.tp_comm_synchronous for n, fw in FRAMEWORKS.items() if n != "torchtitan")
+    for term in ("tp_comm_synchronous", "pipeline_keeps_fsdp_unsharded",
+                 "reduces_every_microbatch"):
+        assert getattr(FRAMEWORKS["torchtitan"], term), term
+        assert not any(getattr(fw, term) for n, fw in FRAMEWORKS.items() if n != "torchtitan")
