@@ -16,6 +16,14 @@ SwiGLU MLP, in bf16, for T = mbs x seq_len / cp tokens on a rank:
   GELU, as MPT's ``MPTMLP``), described by its SwiGLU-equivalent width, keeps the GELU's input
   and output, 2 x 2 T x 4 h = 3 x 2 T ffn bytes.
 
+FP8 (``FrameworkTraits.fp8_saves_quantized_inputs``: Megatron-Core on Transformer Engine, whose
+linear layers save their GEMM inputs quantized; TE 2.20.2 ``pytorch/module/linear.py`` and
+``layernorm_linear.py``): the QKV and MLP-in projections' normed inputs and the MLP-out
+projection's input at 1 byte an element instead of 2, and the attention output projection's FP8
+copy of the attention output (T x heads x v_head_dim bytes) beside flash attention's bf16 one.
+The attention core (Q, K, V, output) stays bf16 (TE's ``fp8_dot_product_attention`` off, the
+Megatron-Bridge default).
+
 Sequence parallelism (Korthikanti sec. 4.2.2) splits the replicated part by tp too, the
 projections' inputs as shards that each projection gathers again in its backward. A framework
 whose projections keep the gathered input instead (``FrameworkTraits.saves_gathered_tp_inputs``:
@@ -101,7 +109,14 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / tp)
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
-    projections = 2 * 2 * tokens * h + latents
+    # Under fp8 a framework on Transformer Engine keeps its linear layers' inputs in FP8
+    # (FrameworkTraits.fp8_saves_quantized_inputs): the normed inputs of the QKV and MLP-in
+    # projections and the MLP-out projection's input at one byte, and an FP8 copy of the
+    # attention output beside the bf16 one flash attention keeps.
+    q8 = (np.asarray(c.get("fp8", 0.0)) > 0) & (
+        np.asarray(c.get("fp8_saves_quantized_inputs", 0.0)) > 0)
+    projections = np.where(q8, 1.0, 2.0) * 2 * tokens * h + latents
+    attn = attn + np.where(q8, tokens * o, 0.0)
     # Under sequence parallelism a projection keeps its shard and gathers it again in the
     # backward (Megatron-LM, Korthikanti sec. 4.2.2), or keeps the gathered input whole
     # (PyTorch's DTensor plans: FrameworkTraits.saves_gathered_tp_inputs).
@@ -112,7 +127,7 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
         "attention": attn / tp,
         # a two-matrix MLP (gated_mlp False, dense only) keeps its activation's input and
         # output, 2 x 4 h wide = 3 of its SwiGLU-equivalent ffn, as a fused SwiGLU does
-        "mlp": np.where(c["gated_mlp"] > 0, unfused, 3.0) * 2 * tokens * ffn / tp
+        "mlp": (np.where(c["gated_mlp"] > 0, unfused, 3.0) * 2 - q8) * tokens * ffn / tp
         + np.where(moe, moe_frac * (routed + padding), 0.0),
     }
 

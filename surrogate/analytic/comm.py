@@ -179,7 +179,9 @@ def dp_times_s(
     ``param_and_grad_buffer``: a reduce-scatter in the instance, then an all-reduce across).
 
     Returns ``grad_reduce`` (overlappable with the last backward), ``param_gather`` (ZeRO-1/2,
-    exposed), ``zero3_per_microbatch`` (prefetched under compute).
+    exposed), ``zero3_per_microbatch`` (prefetched under compute: ZeRO-3's gathers and
+    reduction, and the earlier micro-batches' reductions of a framework that reduces every
+    micro-batch under ZeRO-2).
     """
     (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = zero_groups(c)
     # Expert gradients really reduce over dp x cp / ep replicas; one group is an approximation.
@@ -192,10 +194,17 @@ def dp_times_s(
     across = np.where(copies > 1, perf.collective_time_s(
         "all_reduce", grad_bytes / shard, copies, copy_inter, c, copy_local), 0.0)
     ag = perf.collective_time_s("all_gather", 2 * params, shard, shard_inter, c, shard_local)
+    # a framework that reduce-scatters after every micro-batch's backward under ZeRO-2
+    # (FrameworkTraits.reduces_every_microbatch: torchtitan without a pipeline) pays the
+    # m - 1 earlier ones beside the step's last, each under its micro-batch's compute
+    m = np.maximum(c["grad_accum"], 1.0)
+    every = ((np.asarray(c.get("reduces_every_microbatch", 0.0)) > 0) & (z == 2)
+             & (c["pp"] == 1))
     return {
         "grad_reduce": np.where(z == 0, ar, rs + across),
         "param_gather": np.where((z == 1) | (z == 2), ag, 0.0),
-        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs + across, 0.0),
+        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs + across,
+                                         np.where(every, (rs + across) * (m - 1) / m, 0.0)),
     }
 
 

@@ -3,7 +3,9 @@
 Model states (Rajbhandari et al. 2020, "ZeRO", sec. 3 and Fig. 1): mixed-precision AdamW
 keeps bf16 weights (2 bytes/param), bf16 gradients (2), and fp32 master weights plus two
 fp32 moments (12): 16 bytes per parameter. Frameworks that accumulate gradients in fp32
-(nanotron, Megatron; ``surrogate.config.frameworks``) keep 4 more. ZeRO-1 shards the optimizer
+(nanotron, Megatron; ``surrogate.config.frameworks``) keep 4 more; Megatron-Core keeps no bf16
+gradient beside its fp32 ``main_grad`` buffer (``FrameworkTraits.keeps_bf16_gradients``), so
+its gradients take 4 bytes per parameter. ZeRO-1 shards the optimizer
 states, ZeRO-2 also the gradients, ZeRO-3 also the weights, over the dp x cp ranks (over
 dp x cp / ep for expert weights); with hybrid sharding (``dp_replicate`` copies of the
 shards: PyTorch FSDP's HSDP, Zhao et al. 2023, "PyTorch FSDP", sec. 3.2.1) over dp x cp /
@@ -61,6 +63,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from surrogate.analytic import pipeline
 from surrogate.analytic.activations import (
@@ -154,6 +157,14 @@ def _dense_mlp_layers_on_stage(c: Cols, layers: Array, start: Array) -> Array:
     return np.clip(k - start, 0.0, layers)
 
 
+def pipeline_unsharded(c: Cols) -> NDArray[np.bool_]:
+    """Where the framework keeps a pipeline stage's FSDP parameters (bf16) and accumulated
+    gradients (fp32) unsharded all step: pp > 1 under ZeRO-2 or 3 with
+    ``FrameworkTraits.pipeline_keeps_fsdp_unsharded`` (torchtitan)."""
+    return np.asarray((np.asarray(c.get("pipeline_keeps_fsdp_unsharded", 0.0)) > 0)
+                      & (c["pp"] > 1) & (c["zero_stage"] >= 2), dtype=bool)
+
+
 def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
     """Weights, gradients and optimizer states of ``dense`` + ``experts`` parameters on a rank."""
     shard_dense, shard_expert = _sharding(c)
@@ -165,10 +176,17 @@ def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]
             np.where(on, dense / shard_dense, dense) + np.where(on, experts / shard_expert, experts)
         )
 
-    grad_bytes = 2 + 4 * c["fp32_grad_accumulation"]
+    # a bf16 gradient where the framework keeps one, and an fp32 accumulation buffer
+    # (Megatron-Core keeps the fp32 buffer alone: FrameworkTraits.keeps_bf16_gradients)
+    grad_bytes = (2 * np.asarray(c.get("keeps_bf16_gradients", 1.0))
+                  + 4 * c["fp32_grad_accumulation"])
+    # under a pipeline a framework may keep the stage's FSDP states unsharded all step: bf16
+    # parameters and fp32 accumulated gradients (FrameworkTraits.pipeline_keeps_fsdp_unsharded)
+    unsharded = pipeline_unsharded(c)
+    whole = dense + experts
     return {
-        "weights": sharded(2.0, 3),
-        "gradients": sharded(grad_bytes, 2),
+        "weights": np.where(unsharded, 2.0 * whole, sharded(2.0, 3)),
+        "gradients": np.where(unsharded, 4.0 * whole, sharded(grad_bytes, 2)),
         "optimizer": sharded(12.0, 1),
     }
 
@@ -196,7 +214,9 @@ class LayerBytes:
         whole = unrecomputed_activation_bytes(c)
         recomputed = (c["recompute"] == 2) | per_op_recompute(c)
         layer_weights = (params.attention + params.mlp) / c["tp"]
-        zero3_gather = np.where(c["zero_stage"] >= 3, 2 * 2 * layer_weights, 0.0)
+        # (no gather buffers where the stage's parameters stay unsharded all step)
+        zero3_gather = np.where((c["zero_stage"] >= 3) & ~pipeline_unsharded(c),
+                                2 * 2 * layer_weights, 0.0)
         return cls(kept=activation_bytes_per_layer(c, whole), whole=whole,
                    transient=np.where(recomputed, 2 * whole, whole), logits=logits_bytes(c),
                    buffers=DDP_BUCKET_BYTES + zero3_gather, params=params)
@@ -220,6 +240,13 @@ def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None 
     whole = unrecomputed_activation_bytes(c) if per_layer is None else per_layer.whole
     mixed = checkpointed * kept + (layers - checkpointed) * whole
     return np.where(partial, mixed, layers * kept)
+
+
+def activation_scale(c: Cols) -> Array:
+    """Stored activations over the derived count: the framework's own value where it states
+    one (``FrameworkTraits.activation_scale``: Megatron-Core's), else the parameter set's."""
+    own = np.asarray(c.get("framework_activation_scale", 0.0), dtype=np.float64)
+    return np.where(own > 0, own, param(c, "activation_scale"))
 
 
 def inflight_hidden_bytes(c: Cols, inflight: Array) -> Array:
@@ -260,7 +287,7 @@ def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
                                   per_layer=per_layer.params)
     out = model_state_bytes(c, dense, experts)
     out["activations"] = (inflight * stage_activation_bytes(c, layers, per_layer)
-                          * param(c, "activation_scale")
+                          * activation_scale(c)
                           + inflight_hidden_bytes(c, inflight))
     out["transient"] = per_layer.transient
     out["logits"] = per_layer.logits if last else np.zeros_like(layers)
@@ -324,7 +351,7 @@ def _heaviest_middle_stage(c: Cols, per_layer: LayerBytes) -> Array:
     layer more than the first, and it is the heaviest middle stage: layers and micro-batches in
     flight do not grow down the pipeline (``pipeline``)."""
     p = c["pp"]
-    index = np.where((p >= 3) & (c["weighted_pipeline_split"] > 0), 1.0, -1.0)
+    index = np.where((p >= 3) & (pipeline.slot_split(c) > 0), 1.0, -1.0)
     rows = np.flatnonzero((p >= 3) & (c["num_experts"] >= 2) & (c["num_dense_layers"] > 0))
     if len(rows) == 0:
         return index

@@ -16,6 +16,13 @@ one layer each (``pipeline_parallel_first_stage_less_layers`` and ``_last_stage_
 and one more on the first (L + 2) mod S, and rank i runs virtual stages i, i + p, ...
 (torchtitan 0.2.2 and 0.3.0, ``distributed/pipeline_parallel.py``,
 ``_generate_llm_fqn_per_model_part``).
+Megatron-Core splits evenly where the layers divide by p v, and otherwise, where L + 2 does,
+counts the embedding and the loss as one layer each (``account_for_embedding_in_pipeline_split``
+and ``account_for_loss_in_pipeline_split``; megatron-core 0.16.1
+``transformer/transformer_block.py`` ``get_num_layers_to_build``): (L + 2) / (p v) layers per
+model chunk, one fewer on the first chunk of rank 0 and on the last chunk of rank p - 1, which
+is torchtitan's weighted split where the slots divide (:func:`slot_split`). Megatron-Bridge's
+Llama 3.1 405B recipe runs it (126 layers on pp 8 x vpp 8: 15, 16 x 6, 15 layers per rank).
 The Llama 3 paper describes the same balance (Dubey et al. 2024, sec. 3.3.2: one layer fewer on
 the first and the last stage). Under it a middle stage can hold the most layers, so the step and
 the memory weigh stage 1 too (``surrogate.analytic.step``, ``surrogate.analytic.memory``).
@@ -83,6 +90,17 @@ def first_stage_inflight(c: Cols) -> Array:
     return np.where(c["pp_afab"] > 0, m, one_f_one_b)
 
 
+def slot_split(c: Cols) -> Array:
+    """1 where the layers are split by slots with the embedding and the head taking one each
+    (module docstring): torchtitan's weighted split always, Megatron-Core's where L does not
+    divide by p v and L + 2 does; else 0."""
+    stages = c["pp"] * c["vpp"]
+    L = c["num_layers"]
+    accounted = ((c.get("megatron_pipeline_split", 0.0) > 0) & (np.mod(L, stages) != 0)
+                 & (np.mod(L + 2, stages) == 0))
+    return np.where((c["weighted_pipeline_split"] > 0) | accounted, 1.0, 0.0)
+
+
 def _nanotron_layer_cost(c: Cols) -> tuple[Array, Array]:
     h = c["hidden_size"]
     layer_cost = 4 * h * h + 3 * h * c["ffn_hidden_size"]
@@ -130,8 +148,7 @@ def first_stage_layers(c: Cols) -> Array:
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
     split = np.where(c["cost_pipeline_split"] > 0, nano,
-                     np.where(c["weighted_pipeline_split"] > 0, weighted_rank_layers(c, 0),
-                              even))
+                     np.where(slot_split(c) > 0, weighted_rank_layers(c, 0), even))
     return np.where(p == 1, L, split)
 
 
@@ -148,8 +165,7 @@ def last_stage_layers(c: Cols) -> Array:
     before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
     nano_rest = L - before_last
     split = np.where(c["cost_pipeline_split"] > 0, nano_rest,
-                     np.where(c["weighted_pipeline_split"] > 0,
-                              weighted_rank_layers(c, p - 1), even_rest))
+                     np.where(slot_split(c) > 0, weighted_rank_layers(c, p - 1), even_rest))
     return np.where(p == 1, L, split)
 
 
@@ -165,7 +181,7 @@ def stage_start(c: Cols, i: Array | float) -> Array:
     base, extra = _weighted_slots(c)
     weighted = np.minimum(L, j * base + np.minimum(j, extra) - 1)
     inner = np.where(c["cost_pipeline_split"] > 0, nano,
-                     np.where(c["weighted_pipeline_split"] > 0, weighted, even))
+                     np.where(slot_split(c) > 0, weighted, even))
     return np.where(j <= 0, 0.0, np.where(j >= p, L, inner))
 
 
@@ -174,7 +190,7 @@ def stage_layers(c: Cols, i: Array | float) -> Array:
     :func:`first_stage_layers` and :func:`last_stage_layers`."""
     j = np.asarray(i, dtype=np.float64)
     between = np.maximum(stage_start(c, j + 1) - stage_start(c, j), 0.0)
-    split = np.where(c["weighted_pipeline_split"] > 0, weighted_rank_layers(c, j), between)
+    split = np.where(slot_split(c) > 0, weighted_rank_layers(c, j), between)
     return np.where(c["pp"] == 1, c["num_layers"], split)
 
 

@@ -19,15 +19,19 @@ about 3 x the layer's activation bytes through HBM per micro-batch (forward and 
 a third of it forward, which recomputation runs again (full: in the share of the layers it
 recomputes; per operator: all of it, since torch's checkpoint replays the block's whole forward
 and takes only the saved operators' outputs from its cache);
-fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch; the AdamW
+fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch (none where
+the weight-gradient GEMM accumulates in its epilogue: ``FrameworkTraits.fused_wgrad_accumulation``,
+Megatron-Core's ``gradient_accumulation_fusion``); the AdamW
 step reads and writes about 30 bytes per parameter it updates (bf16 weight, fp32 gradient,
 master weight and two moments).
 
-Overlap assumptions: TP and EP are exposed; CP is hidden under the attention core where it is
-shorter; the DP gradient reduction is hidden under ``dp_overlap`` of the last micro-batch's
-backward (2/3 of its compute); ZeRO-3 gathers are hidden under each micro-batch's compute where
-shorter. Compute that runs beside a hidden collective loses the SMs NCCL occupies: it takes
-1 / (1 - ``nccl_sm_share``) as long for as long as the collective runs (the ``overhead`` term).
+Overlap assumptions: TP (except where the framework overlaps it with its GEMMs,
+``FrameworkTraits.tp_comm_overlap``: Megatron-Core's userbuffers) and EP are exposed; CP is
+hidden under the attention core where it is shorter; the DP gradient reduction is hidden under
+``dp_overlap`` of the last micro-batch's backward (2/3 of its compute); ZeRO-3 gathers are
+hidden under each micro-batch's compute where shorter. Compute that runs beside a hidden
+collective loses the SMs NCCL occupies: it takes 1 / (1 - ``nccl_sm_share``) as long for as
+long as the collective runs (the ``overhead`` term).
 
 Free parameters (``surrogate.analytic.params``, fitted per framework version by ``surrogate
 calibrate --runs``): ``gemm_time_scale`` multiplies every GEMM and attention time,
@@ -124,7 +128,15 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }
-    eff = _gemm_efficiencies(shapes, perf, c)
+    # fp8 GEMMs at the bf16 curve times the framework's measured fp8 speed-up where it has one
+    # (FrameworkTraits.fp8_gemm_speedup), else on the profile's fp8 curve
+    speedup = np.asarray(c.get("fp8_gemm_speedup", 0.0))
+    by_bf16 = (np.asarray(c.get("fp8", 0.0)) > 0) & (speedup > 0)
+    if np.any(by_bf16):
+        eff = _gemm_efficiencies(shapes, perf, {**c, "fp8": np.where(by_bf16, 0.0, c["fp8"])})
+        peak = np.where(by_bf16, c["peak_flops_bf16"] * speedup, peak)
+    else:
+        eff = _gemm_efficiencies(shapes, perf, c)
     # 6 x (m n k) FLOPs per GEMM for forward + backward.
     g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
     # MLA's query, key-value and their up projections (flops.py) replace the QKV projection;
@@ -157,7 +169,10 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # kernel (in bf16 under fp8 too): T x heads / tp query rows over s keys.
     measured = perf.attention_efficiency(T * c["num_heads"] / tp, s, c["qk_head_dim"], c)
     if measured is not None:
-        flash = attn_flops / (c["peak_flops_bf16"] * measured)
+        # the curve is our H100's FlashAttention-2-class kernel; a framework whose Hopper
+        # kernel is faster (FrameworkTraits.hopper_attention_speedup) divides it
+        speedup = np.asarray(c.get("hopper_attention_speedup", 1.0))
+        flash = attn_flops / (c["peak_flops_bf16"] * measured * speedup)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
     # forward again: the key projection (its share of the QKV GEMM), the attention output
@@ -206,11 +221,18 @@ def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
-    """Output head of one micro-batch, forward + backward (not recomputed)."""
+    """Output head of one micro-batch, forward + backward (not recomputed); under fp8 in
+    bf16 where the framework keeps it there (``FrameworkTraits.fp8_head_in_bf16``)."""
     T = comm.tokens_per_rank(c)
     n, k = c["vocab_size"] / c["tp"], c["hidden_size"]
-    eff = perf.gemm_efficiency(T, n, k, c)
-    return 6 * T * n * k / (c["peak_flops"] * eff) * param(c, "gemm_time_scale")
+    fp8 = np.asarray(c.get("fp8", 0.0))
+    bf16_head = (fp8 > 0) & (np.asarray(c.get("fp8_head_in_bf16", 0.0)) > 0)
+    if np.any(bf16_head):
+        eff = perf.gemm_efficiency(T, n, k, {**c, "fp8": np.where(bf16_head, 0.0, fp8)})
+        peak = np.where(bf16_head, c["peak_flops_bf16"], c["peak_flops"])
+    else:
+        eff, peak = perf.gemm_efficiency(T, n, k, c), c["peak_flops"]
+    return 6 * T * n * k / (peak * eff) * param(c, "gemm_time_scale")
 
 
 def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = None
@@ -221,7 +243,7 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     layer_s, attn_s = layer_compute_s(c, perf)
     stage = _slowest_stage(c, layer_s, lm_head_compute_s(c, perf))
     spans = comm.spans_nodes(c)
-    mb = _microbatch_terms(c, perf, stage, attn_s, spans)
+    mb = _microbatch_terms(c, perf, stage, layer_s, attn_s, spans)
     dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle,
                                    LayerParams.of(c) if layer_params is None else layer_params)
     params = dense + experts
@@ -233,7 +255,8 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     share = np.asarray(param(c, "nccl_sm_share"))
     slowdown = share / (1.0 - np.minimum(share, 0.9))
     hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
-                 + stage.layers * np.minimum(mb.pop("cp_layer"), attn_s))
+                 + stage.layers * (np.minimum(mb.pop("cp_layer"), attn_s)
+                                   + mb.pop("tp_hidden_layer")))
     fixed_mb = stage.layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
     overhead_mb = fixed_mb + slowdown * hidden_mb
     work = (compute_mb + mb["tp_comm"] + mb["cp_comm"] + mb["ep_comm"] + mb["memory_bound"]
@@ -248,8 +271,15 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     mb["overhead"] = overhead_mb + (slot - work)
     # the reduction hides under the last micro-batch's backward, which lasts as long as its
     # compute, or as the host floor where that binds (the GPU then idles between kernels)
-    window = param(c, "dp_overlap") * BACKWARD_SHARE * np.maximum(compute_mb, floor_mb)
-    return _step_totals(c, perf, mb, slot, spans, dp, window, slowdown, params)
+    # (a framework whose buckets reduce as the backward fills them hides it under the whole
+    # backward: FrameworkTraits.overlaps_dp_with_compute)
+    overlapped = np.asarray(c.get("overlaps_dp_with_compute", 0.0)) > 0
+    window = (np.where(overlapped, 1.0, param(c, "dp_overlap")) * BACKWARD_SHARE
+              * np.maximum(compute_mb, floor_mb))
+    # ZeRO-1/2's weight gather: exposed, or under the first micro-batch's forward where the
+    # framework waits for each bucket in the forward (a third of the slot)
+    gather_window = np.where(overlapped, (1.0 - BACKWARD_SHARE) * slot, 0.0)
+    return _step_totals(c, perf, mb, slot, spans, dp, window, slowdown, params, gather_window)
 
 
 @dataclass(frozen=True)
@@ -285,20 +315,37 @@ def _slowest_stage(c: Cols, layer_s: Array, head_s: Array) -> _Stage:
                   piped)
 
 
-def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, attn_s: Array,
+def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, attn_s: Array,
                       spans: dict[str, Array]) -> dict[str, Array]:
     """Per micro-batch on the slowest stage: its compute and exposed TP, CP and EP
-    communication, and ``cp_layer``, a layer's CP time, hidden or not."""
+    communication, ``cp_layer``, a layer's CP time, hidden or not, and ``tp_hidden_layer``, a
+    layer's TP time that runs under its GEMMs.
+
+    A framework that overlaps its TP collectives with their GEMMs within a node
+    (``FrameworkTraits.tp_comm_overlap``) exposes the longer of 1 / tp of each layer's TP
+    time (the first chunk of a ring of tp ranks, which no GEMM chunk covers) and the part
+    longer than the layer's GEMMs, at the profile's time (the fitted ``tp_comm_scale``
+    carries other frameworks' overlap and is not applied); the rest is hidden. Elsewhere the
+    fitted scale prices it all as exposed."""
     layers = stage.layers
-    tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"),
-                        param(c, "tp_comm_scale"))
+    # a framework whose TP runs synchronously pays the profile's time within a node
+    # (FrameworkTraits.tp_comm_synchronous: torchtitan without async TP)
+    intra = np.where(np.asarray(c.get("tp_comm_synchronous", 0.0)) > 0, 1.0,
+                     param(c, "tp_comm_scale"))
+    tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"), intra)
     tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
                   * param(c, "tp_inter_step_latency_s"))
+    tp_layer = comm.tp_time_per_layer_s(c, perf)
+    overlapped = ((np.asarray(c.get("tp_comm_overlap", 0.0)) > 0) & (spans["tp"] == 0)
+                  & (c["tp"] > 1) & (c["sequence_parallel"] > 0))
+    exposed = np.maximum(tp_layer / np.maximum(c["tp"], 1.0), tp_layer - (layer_s - attn_s))
+    tp_exposed = np.where(overlapped, exposed, tp_layer * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
     moe_layers = np.where(c["num_experts"] >= 2, layers, 0.0)
     return {
         "compute": stage.compute_s,
-        "tp_comm": layers * (comm.tp_time_per_layer_s(c, perf) * tp_scale + tp_latency),
+        "tp_comm": layers * tp_exposed,
+        "tp_hidden_layer": np.where(overlapped, tp_layer - exposed, 0.0),
         "cp_comm": layers * np.maximum(cp_layer - attn_s, 0.0),
         "ep_comm": moe_layers * comm.ep_time_per_layer_s(c, perf),
         "cp_layer": cp_layer,
@@ -313,16 +360,18 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
     act_bytes = layers * activations.activation_bytes_per_layer(
-        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none}
+        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none,
+         "fp8_saves_quantized_inputs": none}
     )
     again = full_recompute_share(c) + per_op_recompute(c)
     return (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
-            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]) / c["hbm_bw"]
+            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]
+            * (1.0 - np.asarray(c.get("fused_wgrad_accumulation", 0.0)))) / c["hbm_bw"]
 
 
 def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
                  spans: dict[str, Array], dp: dict[str, Array], window: Array,
-                 slowdown: Array, params: Array) -> dict[str, Array]:
+                 slowdown: Array, params: Array, gather_window: Array) -> dict[str, Array]:
     """The step's terms from one micro-batch's (``mb``) and the slot's: the micro-batches,
     the bubble, the pipeline sends, the exposed DP reduction and the optimizer; and the
     headline outputs."""
@@ -330,10 +379,16 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
     m = pipeline.microbatches(c)
     # handshakes across a node boundary wait a fixed time each (pipeline.cross_node_waits)
     waits = pipeline.cross_node_waits(c) * spans["pp"]
-    pp_s = (slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
-            + waits * param(c, "pp_slot_latency_s"))
+    transfers = slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
+    # under an interleaved schedule that overlaps its sends with the next chunk's compute
+    # (FrameworkTraits.overlaps_interleaved_pp_comm) the transfers are hidden
+    hidden_pp = np.where((np.asarray(c.get("overlaps_interleaved_pp_comm", 0.0)) > 0)
+                         & (c["vpp"] > 1), transfers, 0.0)
+    pp_s = transfers - hidden_pp + waits * param(c, "pp_slot_latency_s")
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
-    dp_contention = slowdown * np.minimum(dp["grad_reduce"], window)
+    gather_exposed = np.maximum(dp["param_gather"] - gather_window, 0.0)
+    dp_contention = slowdown * (np.minimum(dp["grad_reduce"], window)
+                                + np.minimum(dp["param_gather"], gather_window))
     updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
     out = {
         "compute": m * mb["compute"],
@@ -342,10 +397,10 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
         "ep_comm": m * mb["ep_comm"],
         "memory_bound": m * mb["memory_bound"],
         "zero3_comm": m * mb["zero3_comm"],
-        "overhead": m * mb["overhead"] + dp_contention,
+        "overhead": m * mb["overhead"] + dp_contention + slowdown * hidden_pp,
         "bubble": (slots - m) * slot,
         "pp_comm": pp_s,
-        "dp_comm": dp_exposed + dp["param_gather"],
+        "dp_comm": dp_exposed + gather_exposed,
         "optimizer": OPTIMIZER_BYTES_PER_PARAM * updated / c["hbm_bw"],
     }
     step = np.asarray(sum(out.values()), dtype=np.float64)

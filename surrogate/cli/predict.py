@@ -154,8 +154,11 @@ def _print_sources(pred: Any, console: Any) -> None:
              "priors": f"{escape(pset)}'s priors (no fitted set)",
              "default": f"the default set ({escape(pset)} has none of its own; fitted on "
                         "every framework's runs)"}[pred.parameter_source]
+    stated = get_framework(lay.framework).activation_scale
     console.print(f"analytic parameters: {which}"
-                  + ("" if pset == own else f" ({escape(own)} {how})"), highlight=False)
+                  + ("" if pset == own else f" ({escape(own)} {how})")
+                  + (f"; activation_scale {stated:g}, {escape(lay.framework)}'s own"
+                     if stated > 0 else ""), highlight=False)
     clusters = pred.parameter_sets.clusters(pset)
     if clusters and cluster_key(str(pred.perf_model)) not in clusters:
         console.print(f"  (cluster-scoped terms: the default set's, not "

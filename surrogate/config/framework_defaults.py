@@ -95,11 +95,16 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
                 source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig.fp8_recipe "
                        "= 'tensorwise'; bf16_with_fp8_current_scaling_mixed: fp8 'hybrid', "
                        "first_last_layers_bf16 True, fp8_param_gather True"),
-        Default(setting="pipeline_split", value="even (embedding and loss not counted)",
+        Default(setting="pipeline_split",
+                value="even (where the layers do not divide by pp x vpp, the embedding and the "
+                      "loss count as a layer each)",
                 when=_pp, condition="pp > 1",
                 source=f"{CORE} transformer/transformer_config.py: "
                        "account_for_embedding_in_pipeline_split = False, "
-                       "account_for_loss_in_pipeline_split = False"),
+                       "account_for_loss_in_pipeline_split = False; where the layers do not "
+                       "divide, both on, as the Llama 3.1 405B recipe sets them "
+                       "(transformer/transformer_block.py get_num_layers_to_build; "
+                       "surrogate.analytic.pipeline.slot_split)"),
     ),
     "llm-foundry": (
         Default(setting="attention", value="not FlashAttention-2 (triton or torch)",

@@ -25,7 +25,7 @@ PIPELINE_SCHEDULES: tuple[str, ...] = get_args(PipelineSchedule)
 (GPipe, Huang et al. 2019: every micro-batch's forward, then every backward)."""
 
 
-PipelineSplit = Literal["even", "cost", "weighted"]
+PipelineSplit = Literal["even", "cost", "weighted", "megatron"]
 
 
 PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
@@ -34,7 +34,15 @@ PIPELINE_SPLITS: tuple[str, ...] = get_args(PipelineSplit)
 pp x vpp (Megatron-LM); ``cost``, nanotron's greedy balance of a compute cost per block;
 ``weighted``, torchtitan's: the embedding and the output head count as one layer each, and
 L + 2 layer slots are spread evenly over the pp x vpp (virtual) stages, the first ones taking
-one more where they do not divide, so any layer count fits."""
+one more where they do not divide, so any layer count fits; ``megatron``, Megatron-Core's:
+even where L divides by pp x vpp, and otherwise, where L + 2 does, the embedding and the loss
+count as one layer each (``account_for_embedding_in_pipeline_split``,
+``account_for_loss_in_pipeline_split``: megatron-core 0.16.1
+``transformer/transformer_block.py`` ``get_num_layers_to_build``, which builds (L + 2) / (pp x
+vpp) layers per model chunk and one fewer on the first chunk of the first rank and the last
+chunk of the last rank; ``transformer/transformer_config.py`` checks that L + 2 divides), the
+split Megatron-Bridge's Llama 3.1 405B recipe sets (megatron-bridge 0.3.1
+``recipes/llama/llama3.py`` ``llama31_405b_pretrain_config``: 126 layers on pp 8 x vpp 8)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -43,6 +51,19 @@ class FrameworkTraits:
     fp32_grad_accumulation: bool
     """Keeps a persistent fp32 gradient-accumulation buffer beside the bf16 gradients
     (+4 bytes per parameter, sharded like the gradients)."""
+    keeps_bf16_gradients: bool = True
+    """Keeps each parameter's bf16 gradient until the optimizer step (2 bytes per parameter,
+    beside an fp32 accumulation buffer where :attr:`fp32_grad_accumulation`). False:
+    Megatron-Core's data parallelism adds each gradient into the parameter's ``main_grad``
+    buffer as the backward makes it and frees it (megatron-core 0.16.1
+    ``distributed/distributed_data_parallel.py``, the backward hook: ``param.main_grad.add_(
+    param.grad.data)``, ``param.grad = None``; with ``gradient_accumulation_fusion``, on
+    wherever the fused kernel is available in Megatron-Bridge 0.3.1's ``GPTModelProvider``,
+    Transformer Engine's weight-gradient GEMM writes into ``main_grad`` itself), so the
+    ``main_grad`` buffer is its only gradient: 4 bytes per parameter in fp32
+    (``grad_reduce_in_fp32``, which Megatron-LM forces with ``--bf16`` and Megatron-Bridge's
+    Llama recipes set), the "6 + 12 / d" bytes per parameter of its distributed optimizer
+    (bf16 parameter, fp32 gradient, fp32 main parameter and two moments sharded over d)."""
     zero_stages: tuple[int, ...]
     """ZeRO stages the framework implements."""
     versions: tuple[str, ...]
@@ -78,6 +99,40 @@ class FrameworkTraits:
     backend, or a faster fused one): the analytic model times it by the profile's measured
     flash-attention curve where the profile has one. False: a kernel nobody measured here,
     timed by the GEMM proxy (``surrogate.analytic.step``)."""
+    hopper_attention_speedup: float = 1.0
+    """How many times faster than the measured FlashAttention-2-class curve (PyTorch SDPA's
+    flash backend on our H100, every shipped H100 profile's ``attention``) its attention
+    kernel runs on Hopper GPUs (H100, H200). Megatron-Core runs Transformer Engine's
+    ``DotProductAttention``, which on Hopper prefers cuDNN's fused attention ("Disabling
+    FlashAttention to give FusedAttention preference on Hopper+ for performance reasons":
+    TE 2.20.2 ``pytorch/attention/dot_product_attention/utils.py``), a kernel of
+    FlashAttention-3's class, which Shah et al. 2024 ("FlashAttention-3", sec. 4.1, with cuDNN
+    plotted beside it) measure 1.5-2.0x faster than FlashAttention-2 forward and 1.5-1.75x
+    backward in bf16 on H100. Not measured here: the lower end of that range, 1.5, as the
+    prior. 1: the measured curve as it is (the others)."""
+    fp8_gemm_speedup: float = 0.0
+    """Its fp8 GEMMs' speed over the same shape's bf16 GEMM: an fp8 layer GEMM takes the
+    profile's bf16 time divided by this. Megatron-Core: 1.84, the median over the 301 shapes
+    with every side of at least 2048 of our own H100's fp8 (``torch._scaled_mm``, cuBLASLt, as
+    Transformer Engine calls) and bf16 GEMMs (``datasets/h100/2026-11-23/gemm.jsonl``; 10th-90th
+    percentile 1.68-1.96; the datasheet's 2.0 is the bound), where the public profile's fp8
+    curve is its bf16 curve at twice the peak (no public fp8 H100 table: 0.80 of the measured
+    fp8 time in median, ``docs/measurements.md``). The measurement holds for any framework's
+    fp8 GEMMs; it is scoped to Megatron-Core so that the sets fitted on llm-foundry's fp8 runs
+    stay valid (moving them is a refit). 0: the profile's fp8 curve (the others)."""
+    activation_scale: float = 0.0
+    """Stored activations over the derived count (the free parameter ``activation_scale``) for
+    this framework where it takes a parameter set fitted on other frameworks' runs; 0: the
+    set's value. Megatron-Core (no run of it measures memory): 1.08, the value every set
+    fitted on runs whose activations are bf16 agrees on (nanotron pp-fix 1.080 and pre-pp-fix
+    1.093 on the Playbook's cluster, ``pytorch-fsdp2/bf16`` 1.075 on our H100), where the
+    default set (1.20) pools runs whose residual stream is fp32 (PyTorch autocast's set fits
+    1.29: an fp32-parameter model under autocast keeps fp32 residuals, ``docs/measurements.md``);
+    Megatron-Core trains bf16 parameters with a bf16 residual stream
+    (``fp32_residual_connection`` off by default in megatron-core 0.16.1
+    ``transformer_config.py``), and its layer's saved tensors match the derived count
+    (``tests/analytic/test_memory_measured_saves.py``). A documented prior, not fitted on
+    any Megatron run."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors
@@ -98,7 +153,13 @@ class FrameworkTraits:
     defaults to flash-attn's ``CrossEntropyLoss`` (``ComposerMPTCausalLM``: ``loss_fn``
     ``fused_crossentropy``; flash-attn 2.5.6 ``flash_attn/ops/triton/cross_entropy.py`` saves
     the logits and an fp32 log-sum-exp per token, and its backward allocates the gradient
-    with ``torch.empty_like(logits)``), read from their sources, not measured here."""
+    with ``torch.empty_like(logits)``), read from their sources, not measured here.
+    Megatron-Core as Megatron-Bridge 0.3.1's Llama recipes run it (``cross_entropy_loss_fusion
+    = True``, ``cross_entropy_fusion_impl = "te"``: megatron-core 0.16.1
+    ``models/common/language_module/language_module.py`` calls Transformer Engine's
+    ``parallel_cross_entropy``) keeps the same: TE 2.20.2 ``pytorch/triton/cross_entropy.py``
+    writes the logits' gradient into one bf16 tensor of their shape in the forward and saves
+    it, with fp32 statistics per token only."""
     selective_per_op: bool = False
     """Its 'selective' recomputation is per-operator activation checkpointing (torchtitan's
     ``selective_ac_option = "op"``, what its Llama 3 8B configuration runs): each block keeps
@@ -109,6 +170,97 @@ class FrameworkTraits:
     selective mode recomputes the attention core (Korthikanti et al. 2022), which flash
     attention recomputes anyway (measured on Megatron-Core: only the log-sum-exp is not
     kept)."""
+    fp8_saves_quantized_inputs: bool = False
+    """Under fp8 its linear layers keep their GEMM input for the weight gradient in FP8, one
+    byte an element, and no bf16 copy of it: Transformer Engine's ``Linear`` saves the
+    quantized input with one usage only (row- or column-wise; 2.20.2
+    ``pytorch/module/linear.py``, "Discard row-wise data since it is not needed in backward
+    pass") and ``LayerNormLinear`` its quantized normed output (``layernorm_linear.py``,
+    ``ln_out_to_save``, with the norm's bf16 input), so a layer keeps the QKV and MLP-in
+    projections' inputs (the norms' outputs) and the MLP-out projection's input in FP8, and
+    the attention output projection keeps an FP8 copy of the attention output beside the bf16
+    one the flash-attention kernel saves. Megatron-Core runs its linear layers on Transformer
+    Engine (``transformer_impl = "transformer_engine"`` in Megatron-Bridge 0.3.1's recipes).
+    False: a bf16 copy as without fp8 (torchtitan's Float8 linears, nanotron)."""
+    tp_comm_overlap: bool = False
+    """Overlaps each tensor-parallel collective of a layer with the GEMM it feeds or follows
+    by splitting both into chunks (Transformer Engine's userbuffers: ring-exchange all-gathers
+    before the QKV and MLP-in projections and in the output projections' data gradients,
+    pipelined reduce-scatters after the output projections, bulk overlap of the data-gradient
+    reduce-scatters with the weight-gradient GEMMs; megatron-bridge 0.3.1
+    ``training/comm_overlap.py``, the ``userbuffers_*_h100_*`` configurations its Llama 3 70B
+    and 3.1 405B recipes set with ``tp_comm_overlap=True``; megatron-core 0.16.1
+    ``extensions/transformer_engine.py`` passes ``ub_overlap_ag`` / ``ub_overlap_rs`` to TE's
+    linear layers). Within a node only (userbuffers map the NVLink peers' memory), and with
+    sequence parallelism only (Megatron-Bridge turns it off without: ``comm_overlap.py``,
+    "Disabling tensor parallel communication overlap due to sequence_parallel=False"). The model
+    exposes what no chunk of GEMM can cover: the first of the tp chunks a ring of tp ranks
+    moves (1 / tp of the collective), or the part longer than the layer's GEMMs; the rest runs
+    under the GEMMs and takes NCCL's SM share from them (``surrogate.analytic.step``). False:
+    the fitted ``tp_comm_scale`` prices it (nanotron's asynchronous TP is in that fit)."""
+    tp_comm_synchronous: bool = False
+    """Its tensor-parallel collectives run synchronously, between the GEMMs, so a TP group
+    within a node pays the profile's time for them, not the fitted ``tp_comm_scale`` (which
+    carries nanotron's asynchronous TP). torchtitan: DTensor's collectives, and async TP only
+    with ``compile.enable_async_tensor_parallel``, off by default and refused without
+    ``compile.enable`` (torchtitan 0.3.0 ``config/configs.py``, ``CompileConfig``); the
+    surrogate's layouts do not say that a run compiles, so the default holds."""
+    pipeline_keeps_fsdp_unsharded: bool = False
+    """Under pipeline parallelism its sharded data parallelism keeps every parameter of the
+    stage unsharded in bf16 for the whole step, and each one's gradient unsharded in fp32
+    until the last micro-batch's backward: torchtitan does not reshard after the forward when
+    pp > 1 (``fsdp_reshard_after_forward`` "default": torchtitan 0.3.0
+    ``distributed/fsdp.py``, ``get_fsdp_reshard_after_forward_policy``), and PyTorch's
+    pipeline schedules run every backward but the last with ``set_reshard_after_backward(False)``
+    and ``set_requires_gradient_sync(False)`` (torch 2.13 ``distributed/pipelining/stage.py``,
+    ``backward_maybe_with_nosync``), under which FSDP2 accumulates the unsharded gradient in
+    its reduce dtype, fp32 in torchtitan (``distributed/fsdp/_fully_shard/_fsdp_param.py``,
+    ``to_accumulated_grad_if_needed``). So with pp > 1 and ZeRO-2 or 3 a rank holds 2 + 4
+    bytes per parameter of its stage unsharded, where the ZeRO count shards them."""
+    reduces_every_microbatch: bool = False
+    """Without a pipeline its sharded data parallelism reduce-scatters the gradients after
+    every micro-batch's backward, not once a step: torchtitan 0.3.0's trainer runs each
+    gradient-accumulation step's ``forward_backward_step`` with FSDP's gradient
+    synchronisation on (``trainer.py``; only its chunked loss turns it off for the head,
+    ``components/loss.py``). Under ZeRO-2 the model then charges a reduce-scatter per
+    micro-batch, hidden under that micro-batch's compute where shorter (as ZeRO-3's are);
+    ZeRO-3's are counted so already. With a pipeline the schedule defers it
+    (:attr:`pipeline_keeps_fsdp_unsharded`)."""
+    fused_wgrad_accumulation: bool = False
+    """Accumulates weight gradients into its fp32 buffer inside the weight-gradient GEMM
+    (the GEMM's epilogue adds to ``main_grad``: megatron-core's ``gradient_accumulation_fusion``,
+    on by default in Megatron-Bridge 0.3.1's ``GPTModelProvider`` wherever the fused kernel is
+    available; TE's ``fuse_wgrad_accumulation``), so no separate kernel reads the bf16
+    gradient and rewrites the fp32 buffer each micro-batch (the 10 bytes per parameter
+    ``surrogate.analytic.step`` charges otherwise): that traffic runs inside compute-bound
+    GEMMs."""
+    overlaps_dp_with_compute: bool = False
+    """Its data-parallel gradient reduction and ZeRO-1 weight gather overlap compute by design:
+    Megatron-Core's ``overlap_grad_reduce`` launches each bucket's reduce-scatter as soon as
+    the backward has filled it (so the reduction runs under the last micro-batch's backward),
+    and ``overlap_param_gather`` launches the distributed optimizer's all-gathers after the
+    step and waits for each bucket in the forward pre-hook of the first module that needs it
+    (so the gather runs under the first micro-batch's forward): megatron-core 0.16.1
+    ``distributed/distributed_data_parallel.py`` and ``param_and_grad_buffer.py``; both on in
+    every Megatron-Bridge 0.3.1 pre-training recipe (``cfg.ddp.overlap_grad_reduce``,
+    ``overlap_param_gather``). The model hides the reduction under the whole backward of the
+    last micro-batch (``dp_overlap`` 1 for it, not the fitted value) and the gather under the
+    forward of the first (a third of a slot), each paying NCCL's SM share where hidden.
+    False: the fitted ``dp_overlap`` hides part of the reduction and the gather is exposed."""
+    overlaps_interleaved_pp_comm: bool = False
+    """Under its interleaved schedule (vpp > 1) the pipeline's sends and receives run while the
+    next model chunk computes: Megatron-Bridge 0.3.1 sets ``overlap_p2p_comm`` (and not
+    ``batch_p2p_comm``) wherever pp > 1 and vpp > 1 (``training/comm_overlap.py``), and
+    megatron-core 0.16.1's interleaved schedule then posts each chunk's send and receive
+    before the next chunk's compute and waits for them after it
+    (``pipeline_parallel/schedules.py``). The model exposes none of the transfer time there
+    (the handshake waits across nodes stay), and charges NCCL's SM share for the hidden part.
+    False, or vpp 1: the transfers lie on the critical path (``pp_comm_scale``)."""
+    fp8_head_in_bf16: bool = False
+    """Under fp8 its output head runs in bf16: Megatron-Core's output layer is its own
+    ``tensor_parallel.ColumnParallelLinear`` (megatron-core 0.16.1 ``models/gpt/gpt_model.py``),
+    not a Transformer Engine module, so ``fp8_autocast`` leaves it in bf16. False: the head's
+    GEMM is timed at the fp8 peak like the layers' (the model's behaviour before this trait)."""
     moe_routed_bytes: float = 2.0
     """Bytes an MoE layer keeps per routed token (each of its top-k copies) and hidden unit
     beside its experts' MLP activations: 2 for the bf16 copy of the tokens in expert order that

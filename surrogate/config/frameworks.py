@@ -56,6 +56,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
         FrameworkTraits(
             name="megatron",
             fp32_grad_accumulation=True,
+            keeps_bf16_gradients=False,
             zero_stages=(0, 1, 3),
             versions=("core",),
             tensor_parallel=True,
@@ -65,6 +66,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             expert_parallel=True,
             recompute_modes=("none", "selective", "full"),
             sequence_parallel_with_tp=(False, True),
+            pipeline_split="megatron",
             source=(
                 "NVIDIA/Megatron-LM arguments.py: accumulate_allreduce_grads_in_fp32 is forced on "
                 "with --bf16; --use-distributed-optimizer is ZeRO-1, Megatron-FSDP ZeRO-3; "
@@ -73,6 +75,10 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "--recompute-granularity selective|full (full with --recompute-method block "
                 "--recompute-num-layers N: the first N layers of each model chunk), "
                 "--sequence-parallel; "
+                "--account-for-embedding-in-pipeline-split and "
+                "--account-for-loss-in-pipeline-split (the embedding and the loss take a layer "
+                "slot each where the layers alone do not divide by pp x vpp: megatron-core "
+                "0.16.1 transformer/transformer_block.py get_num_layers_to_build); "
                 "--swiglu trains with bias_swiglu_fusion on (--no-bias-swiglu-fusion turns it "
                 "off; Megatron-LM's megatron/training/arguments.py, not in the megatron-core "
                 "package), whose SwiGLUFunction (megatron/core/fusions/fused_bias_swiglu.py) "
@@ -80,6 +86,16 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "datasets/saved_activations/; unfused it keeps five T x ffn tensors)"
             ),
             fused_swiglu=True,
+            fp8_saves_quantized_inputs=True,
+            tp_comm_overlap=True,
+            fused_wgrad_accumulation=True,
+            fp8_head_in_bf16=True,
+            overlaps_dp_with_compute=True,
+            overlaps_interleaved_pp_comm=True,
+            hopper_attention_speedup=1.5,
+            fp8_gemm_speedup=1.84,
+            activation_scale=1.08,
+            fused_cross_entropy=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,
@@ -117,6 +133,9 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "torchtitan 0.2.2's Llama block: datasets/saved_activations/)"
             ),
             saves_gathered_tp_inputs=True,
+            tp_comm_synchronous=True,
+            pipeline_keeps_fsdp_unsharded=True,
+            reduces_every_microbatch=True,
             selective_per_op=True,
             shards_over_cp=True,
             partial_recompute=True,

@@ -39,6 +39,7 @@ from surrogate.config.training import (
     CROSS_RULES,
     MODEL_FIELDS,
     TrainingConfig,
+    accounted_split,
     always_sequence_parallel,
     config_from_flat,
     config_to_flat,
@@ -388,6 +389,8 @@ def _cross_rules(v: FlatTable, framework_key: np.ndarray | None
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
     c.weighted_split = _per_framework(v["framework"], weighted_split,
                                       framework_key).astype(np.float64)
+    c.accounted_split = _per_framework(v["framework"], accounted_split,
+                                       framework_key).astype(np.float64)
     inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):

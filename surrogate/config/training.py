@@ -51,7 +51,8 @@ CROSS_COUNTS: tuple[str, ...] = (
 )
 """The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
 where the framework splits layers into stages by torchtitan's weighted slots, which take any
-layer count (:func:`weighted_split`), else 0."""
+layer count (:func:`weighted_split`), else 0; and ``accounted_split``: 1 where it splits them as
+Megatron-Core does (:func:`accounted_split`), else 0."""
 
 
 def framework_flag(framework: str, flag: Callable[[FrameworkTraits], bool]) -> bool:
@@ -67,6 +68,14 @@ def weighted_split(framework: str) -> bool:
     """Whether ``framework`` splits layers into pipeline stages by weighted slots (any layer
     count fits an interleaved pipeline); False for an unknown name (reported elsewhere)."""
     return framework_flag(framework, lambda t: t.pipeline_split == "weighted")
+
+
+def accounted_split(framework: str) -> bool:
+    """Whether ``framework`` splits layers as Megatron-Core does (``PipelineSplit``
+    ``megatron``): an interleaved pipeline fits where num_layers or num_layers + 2 (the
+    embedding and the loss as a layer slot each) divides by pp x vpp; False for an unknown
+    name (reported elsewhere)."""
+    return framework_flag(framework, lambda t: t.pipeline_split == "megatron")
 
 
 def always_sequence_parallel(framework: str) -> bool:
@@ -93,7 +102,8 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
         seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
         num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
         vpp=lay.vpp, recompute_layers=lay.recompute_layers, dp_replicate=lay.dp_replicate,
-        weighted_split=int(weighted_split(lay.framework)))
+        weighted_split=int(weighted_split(lay.framework)),
+        accounted_split=int(accounted_split(lay.framework)))
 
 
 def _heads_rule(name: str) -> Rule:
@@ -113,9 +123,12 @@ CROSS_RULES: tuple[Rule, ...] = (
     Rule(lambda v: v.num_layers < v.pp * v.vpp,
          lambda v: (f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
                     f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
-    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0) & (v.weighted_split == 0),
+    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0) & (v.weighted_split == 0)
+         & ((v.accounted_split == 0) | ((v.num_layers + 2) % (v.pp * v.vpp) != 0)),
          lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines "
-                    f"(torchtitan's split takes any count), got num_layers={v.num_layers} "
+                    f"(Megatron's also takes num_layers + 2 divisible, the embedding and the "
+                    f"loss as a layer each; torchtitan's split takes any count), got "
+                    f"num_layers={v.num_layers} "
                     f"pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
     Rule(lambda v: v.recompute_layers * v.pp > v.num_layers,
          lambda v: (f"recompute_layers counts the checkpointed layers of one pipeline stage: it "

@@ -21,7 +21,13 @@ from typing import Any
 import numpy as np
 
 from surrogate.config.table import FlatTable, per_group, validate_table
-from surrogate.config.training import CONFIG_COLUMNS, LAYOUT_FIELDS, MODEL_FIELDS, weighted_split
+from surrogate.config.training import (
+    CONFIG_COLUMNS,
+    LAYOUT_FIELDS,
+    MODEL_FIELDS,
+    accounted_split,
+    weighted_split,
+)
 from surrogate.layouts.degrees import node_copies, recompute_layers_for_share, runs_as_described
 from surrogate.layouts.space import DIMENSIONS, REST_DIMENSIONS, LayoutSpace
 
@@ -82,8 +88,11 @@ def _cheap_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray
     layers, stages = space.model.num_layers, pp * vpp
     weighted = np.array([weighted_split(f) for f in ch["framework"]],
                         dtype=bool)[axes["framework"]]
+    accounted = np.array([accounted_split(f) for f in ch["framework"]],
+                         dtype=bool)[axes["framework"]]
     keep = keep & ((vpp == 1) | ((pp > 1) & (stages <= layers)
-                                 & (weighted | (layers % stages == 0))))
+                                 & (weighted | (layers % stages == 0)
+                                    | (accounted & ((layers + 2) % stages == 0)))))
     partial = _chooses_share(space, ch)[axes["recompute"], axes["framework"]]
     hybrid = np.array([[space.chooses_sharding(z, f) for f in ch["framework"]]
                        for z in ch["zero_stage"]], dtype=bool)

@@ -212,7 +212,9 @@ class LayoutSpace:
         ep = [d for d in divisors(m.num_experts) if d in world_divs
               and (d == 1 or any(t.expert_parallel for t in traits))] if m.is_moe else [1]
         vpp = [v for v in range(1, self.max_vpp + 1) if v == 1 or any(
-               t.interleaved_pipeline and (m.num_layers % v == 0 or t.pipeline_split == "weighted")
+               t.interleaved_pipeline and (m.num_layers % v == 0 or t.pipeline_split == "weighted"
+                                           or (t.pipeline_split == "megatron"
+                                               and (m.num_layers + 2) % v == 0))
                for t in traits)]
         mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
         out: dict[str, list[Any]] = {

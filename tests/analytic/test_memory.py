@@ -76,12 +76,27 @@ def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
 def test_bytes_per_param_under_each_zero_stage(cols, framework):
     dp, n = 8, np.array([1e9])
     accum = 4 * FRAMEWORKS[framework].fp32_grad_accumulation
+    bf16 = 2 * FRAMEWORKS[framework].keeps_bf16_gradients
     for z in FRAMEWORKS[framework].zero_stages:
         c = cols("8b", dp=dp, zero_stage=z, framework=framework)
         s = memory.model_state_bytes(c, n, np.array([0.0]))
         assert s["weights"][0] == 2e9 / (dp if z >= 3 else 1)
-        assert s["gradients"][0] == (2 + accum) * 1e9 / (dp if z >= 2 else 1)
+        assert s["gradients"][0] == (bf16 + accum) * 1e9 / (dp if z >= 2 else 1)
         assert s["optimizer"][0] == 12e9 / (dp if z >= 1 else 1)
+
+
+def test_megatron_distributed_optimizer_keeps_6_plus_12_over_d_bytes_per_param(cols):
+    """Megatron-Core's distributed optimizer (ZeRO-1): bf16 parameter, fp32 main_grad (no
+    bf16 gradient beside it), fp32 main parameter and two moments sharded over d; nanotron
+    keeps a bf16 gradient beside its fp32 accumulator, 2 bytes more."""
+    n, none = np.array([1e9]), np.array([0.0])
+    for dp in (1, 2, 8):
+        c = cols("8b", dp=dp, zero_stage=1, framework="megatron")
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
+            (6 + 12 / dp) * 1e9)
+        c = cols("8b", dp=dp, zero_stage=1, framework="nanotron")
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
+            (8 + 12 / dp) * 1e9)
 
 
 @pytest.mark.parametrize(("framework", "zero"), [("torchtitan", 2), ("torchtitan", 3),
@@ -168,6 +183,48 @@ def test_activations_by_hand(cols):
     assert activations.activation_bytes_per_layer(full)[0] == 2 * T * h / 2
 
 
+def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
+    """Under fp8 Megatron-Core on Transformer Engine keeps the QKV and MLP-in projections'
+    normed inputs and the MLP-out projection's input at 1 byte, and an FP8 copy of the
+    attention output: T (2 h - o + ffn) / tp bytes fewer a layer (sequence parallel, o = h);
+    torchtitan's Float8 linears keep their bf16 inputs."""
+    T, h, ffn, tp = 8192, 4096, 14336, 2
+    kw = dict(dp=4, tp=tp, sequence_parallel=True)
+    layer = {(fw, dtype): activations.activation_bytes_per_layer(
+        cols("8b", framework=fw, dtype=dtype, **kw))[0]
+        for fw in ("megatron", "torchtitan") for dtype in ("bf16", "fp8")}
+    assert layer["megatron", "bf16"] - layer["megatron", "fp8"] == T * (h + ffn) / tp
+    assert layer["torchtitan", "fp8"] == layer["torchtitan", "bf16"]
+
+
+def test_megatron_states_its_own_activation_scale_the_others_take_their_sets(cols):
+    """Megatron-Core's stored activations over the count are 1.08 (FrameworkTraits), not the
+    default set's; nanotron's and torchtitan's come from their parameter sets."""
+    mg = cols("8b", dp=8, framework="megatron", zero_stage=1)
+    assert memory.activation_scale(mg)[0] == 1.08
+    for fw, z in (("nanotron", 1), ("torchtitan", 2)):
+        c = cols("8b", dp=8, framework=fw, zero_stage=z)
+        assert memory.activation_scale(c)[0] == param(c, "activation_scale")[0]
+
+
+def test_torchtitan_pipelines_keep_fsdp_states_unsharded(cols):
+    """pipeline_keeps_fsdp_unsharded: torchtitan with pp > 1 under ZeRO-2/3 holds its stage's
+    parameters unsharded in bf16 and their gradients unsharded in fp32 (6 bytes a parameter
+    beside the sharded optimizer); without a pipeline, and for Megatron, the ZeRO count."""
+    n, none = np.array([1e9]), np.array([0.0])
+    for z in (2, 3):
+        piped = memory.model_state_bytes(
+            cols("8b", dp=4, pp=2, zero_stage=z, framework="torchtitan"), n, none)
+        assert piped["weights"][0] == 2e9 and piped["gradients"][0] == 4e9
+        assert piped["optimizer"][0] == 12e9 / 4
+        flat = memory.model_state_bytes(
+            cols("8b", dp=8, zero_stage=z, framework="torchtitan"), n, none)
+        assert flat["gradients"][0] == 2e9 / 8
+    mg = memory.model_state_bytes(cols("8b", dp=4, pp=2, zero_stage=3, framework="megatron"),
+                                  n, none)
+    assert mg["weights"][0] == 2e9 / 4
+
+
 def test_variant_activations_by_hand(cols):
     """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
     T, h = 2 * 32, 64
@@ -222,6 +279,9 @@ def test_a_fused_cross_entropy_keeps_four_bytes_per_logit(cols):
     logits = 2 * 32 * 1000
     assert memory.logits_bytes(foundry)[0] == memory.FUSED_LOGIT_BYTES * logits == 4 * logits
     assert memory.logits_bytes(nanotron)[0] == param(nanotron, "logit_bytes")[0] * logits
+    # Megatron-Core with Transformer Engine's fused cross entropy (Megatron-Bridge's recipes)
+    megatron = cols(model, dp=2, mbs=2, zero_stage=1, framework="megatron")
+    assert memory.logits_bytes(megatron)[0] == 4 * logits
 
 
 def test_leading_dense_layers_sit_on_the_first_stage(cols):

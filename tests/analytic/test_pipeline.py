@@ -122,3 +122,41 @@ def test_all_forward_all_backward_keeps_the_bubble_and_holds_every_micro_batch(c
     assert pipeline.first_stage_inflight(c)[0] == m
     for i in range(pp):
         assert pipeline.stage_inflight(c, i)[0] == m
+
+
+def megatron_rank_layers(layers: int, pp: int, vpp: int) -> list[int]:
+    """Megatron-Core 0.16.1's ``get_num_layers_to_build`` summed over each rank's model chunks,
+    with ``account_for_embedding_in_pipeline_split`` and ``account_for_loss_in_pipeline_split``
+    (transcribed): (L + 2) / pp layers per rank split into vpp chunks, one fewer on the first
+    chunk of rank 0 and on the last chunk of rank pp - 1."""
+    per_chunk = (layers + 2) // pp // vpp
+    out = []
+    for rank in range(pp):
+        chunks = [per_chunk - (rank == 0 and v == 0) - (rank == pp - 1 and v == vpp - 1)
+                  for v in range(vpp)]
+        out.append(sum(chunks))
+    return out
+
+
+@pytest.mark.parametrize("layers,pp,vpp", [(126, 8, 8), (126, 8, 1), (126, 4, 2), (30, 4, 2),
+                                           (62, 8, 4)])
+def test_megatron_counts_the_embedding_and_loss_where_the_layers_do_not_divide(
+        config, layers, pp, vpp):
+    """Llama 3.1 405B's 126 layers on pp 8 x vpp 8 (Megatron-Bridge's recipe): 128 slots, 15
+    layers on the first and last ranks, 16 on the others."""
+    model = ModelConfig(num_layers=layers, hidden_size=1024, ffn_hidden_size=4096, num_heads=8,
+                        num_kv_heads=8, vocab_size=32000, seq_len=2048)
+    c = to_cols([config(model, dp=1, pp=pp, vpp=vpp, framework="megatron")],
+                shipped_parameter_sets())
+    expected = megatron_rank_layers(layers, pp, vpp)
+    assert sum(expected) == layers
+    assert [float(pipeline.stage_layers(c, r)[0]) for r in range(pp)] == expected
+    assert pipeline.first_stage_layers(c)[0] == expected[0]
+    assert pipeline.last_stage_layers(c)[0] == expected[-1]
+
+
+def test_megatron_splits_evenly_where_the_layers_divide(config):
+    c = to_cols([config("llama3-70b", dp=1, pp=8, vpp=5, framework="megatron")],
+                shipped_parameter_sets())
+    assert [float(pipeline.stage_layers(c, r)[0]) for r in range(8)] == [10.0] * 8
+    assert pipeline.slot_split(c)[0] == 0

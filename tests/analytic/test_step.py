@@ -242,7 +242,8 @@ def test_flash_attention_frameworks_take_the_measured_curve(cols):
     T, s, heads, d = c["mbs"] * c["seq_len"], c["seq_len"], c["num_heads"], c["qk_head_dim"]
     eff = measured.attention_efficiency(T * heads, s, d, c)  # tp 1: all heads on the rank
     flops = 12 * T * s * heads * d  # forward + backward at the full count
-    expected = flops / (c["peak_flops_bf16"] * eff) * param(c, "gemm_time_scale")
+    expected = (flops / (c["peak_flops_bf16"] * eff * c["hopper_attention_speedup"])
+                * param(c, "gemm_time_scale"))
     np.testing.assert_allclose(attn, expected)
     assert attn[0] < attn_proxy[0]
     fp8 = cols("8b", dp=8, framework="megatron", zero_stage=0, dtype="fp8")
@@ -293,3 +294,143 @@ def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
                  for r in ("none", "full", "selective")], shipped_parameter_sets())
     bound = step.step_breakdown(c, PERF)["memory_bound"]
     np.testing.assert_allclose(bound[1:] / bound[0], 4 / 3, rtol=1e-12)
+
+
+# --- Megatron-Core's framework terms -----------------------------------------------------------
+
+
+def _megatron_without(c, *traits):
+    """The columns of ``c`` with Megatron's ``traits`` switched off."""
+    return {**c, **{t: np.zeros(1) for t in traits}}
+
+
+def test_megatron_overlaps_tp_with_its_gemms_exposing_one_chunk_of_the_ring(cols):
+    """tp_comm_overlap: a layer exposes max(1 / tp of its TP time, the part beyond its GEMMs),
+    at the profile's time (no fitted scale); the rest is hidden; off, the fitted scale prices it
+    all. nanotron's is unchanged."""
+    from surrogate.analytic import comm
+
+    for tp in (2, 4, 8):
+        c = dict(cols("llama3-70b", dp=8 // tp, tp=tp, pp=1, grad_accum=2, framework="megatron",
+                      sequence_parallel=True))
+        layer_s, attn_s = step.layer_compute_s(c, PERF)
+        raw = comm.tp_time_per_layer_s(c, PERF)[0]
+        exposed = max(raw / tp, raw - (layer_s - attn_s)[0])
+        out = step.step_breakdown(c, PERF)
+        assert out["tp_comm"][0] == pytest.approx(2 * 80 * exposed)
+        plain = step.step_breakdown(_megatron_without(c, "tp_comm_overlap"), PERF)
+        assert plain["tp_comm"][0] == pytest.approx(
+            2 * 80 * raw * c["p_tp_comm_scale"][0])
+        assert out["tp_comm"][0] < plain["tp_comm"][0]
+    # without sequence parallelism Megatron-Bridge turns the overlap off
+    no_sp = dict(cols("llama3-70b", dp=2, tp=4, pp=1, grad_accum=2, framework="megatron",
+                      sequence_parallel=False))
+    assert step.step_breakdown(no_sp, PERF)["tp_comm"][0] == pytest.approx(step.step_breakdown(
+        _megatron_without(no_sp, "tp_comm_overlap"), PERF)["tp_comm"][0])
+
+
+def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
+    """fused_wgrad_accumulation: no 10 bytes per parameter per micro-batch of memory-bound
+    accumulation; nanotron still pays them."""
+    c = dict(cols("llama3-8b", dp=8, grad_accum=4, framework="megatron", zero_stage=1))
+    fused = step.step_breakdown(c, PERF)["memory_bound"][0]
+    unfused = step.step_breakdown(_megatron_without(c, "fused_wgrad_accumulation"),
+                                  PERF)["memory_bound"][0]
+    params = flops.total_params(c)[0]
+    assert unfused - fused == pytest.approx(
+        4 * step.GRAD_ACCUM_BYTES_PER_PARAM * params / c["hbm_bw"][0], rel=0.01)
+
+
+def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
+    """fp8_head_in_bf16: the head's GEMM at the bf16 peak under fp8; in bf16 nothing
+    changes."""
+    fp8 = dict(cols("llama3-8b", dp=8, framework="megatron", dtype="fp8"))
+    bf16 = dict(cols("llama3-8b", dp=8, framework="megatron"))
+    assert step.lm_head_compute_s(fp8, PERF)[0] == pytest.approx(
+        step.lm_head_compute_s(bf16, PERF)[0])
+    at_fp8 = step.lm_head_compute_s(_megatron_without(fp8, "fp8_head_in_bf16"), PERF)[0]
+    assert at_fp8 == pytest.approx(step.lm_head_compute_s(fp8, PERF)[0]
+                                   * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0])
+
+
+def test_megatron_hides_its_dp_reduction_and_gather_under_compute(cols):
+    """overlaps_dp_with_compute: the gradient reduction hides under the whole backward of the
+    last micro-batch (not the fitted dp_overlap's share) and ZeRO-1's gather under the first
+    forward, so less of either is exposed than with the trait off."""
+    c = dict(cols("llama3-8b", dp=32, grad_accum=2, framework="megatron",
+                  zero_stage=1))
+    on = step.step_breakdown(c, PERF)
+    off = step.step_breakdown(_megatron_without(c, "overlaps_dp_with_compute"), PERF)
+    assert on["dp_comm"][0] < off["dp_comm"][0]
+    assert on["step_time_s"][0] < off["step_time_s"][0]
+
+
+def test_megatron_attention_runs_faster_than_the_measured_flash_attention_2_curve(cols):
+    """hopper_attention_speedup: the measured curve's attention time divided by 1.5 for
+    Megatron-Core (TE's cuDNN fused attention on Hopper); nanotron's stays on the curve."""
+    from surrogate.hardware.profile import default_profile
+
+    perf = default_profile("H100-SXM-80GB")
+    c = dict(cols("llama3-8b", dp=8, framework="megatron"))
+    _, attn = step.layer_compute_s(c, perf)
+    _, curve = step.layer_compute_s(_megatron_without(c, "hopper_attention_speedup")
+                                    | {"hopper_attention_speedup": np.ones(1)}, perf)
+    assert attn[0] == pytest.approx(curve[0] / 1.5)
+    n = dict(cols("llama3-8b", dp=8, framework="nanotron"))
+    assert n["hopper_attention_speedup"][0] == 1.0
+
+
+def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
+    """fp8_gemm_speedup: under fp8 a Megatron layer's GEMMs take the bf16 time / 1.84 (our
+    H100's measured median); in bf16 nothing changes; torchtitan keeps the profile's fp8."""
+    from surrogate.hardware.profile import default_profile
+
+    perf = default_profile("H100-SXM-80GB")
+    kw = dict(dp=8, framework="megatron")
+    bf16 = dict(cols("llama3-8b", **kw))
+    fp8 = dict(cols("llama3-8b", dtype="fp8", **kw))
+    gemms = {k: np.subtract(*step.layer_compute_s(v, perf)) for k, v in
+             (("bf16", bf16), ("fp8", fp8))}
+    assert gemms["fp8"][0] == pytest.approx(gemms["bf16"][0] / 1.84)
+    assert fp8["fp8_gemm_speedup"][0] == 1.84
+    assert dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2,
+                     dtype="fp8"))["fp8_gemm_speedup"][0] == 0.0
+
+
+def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
+    """tp_comm_synchronous: torchtitan's TP within a node costs the profile's time (no async
+    TP by default), not the fitted tp_comm_scale nanotron's asynchronous TP sets."""
+    from surrogate.analytic import comm
+
+    c = dict(cols("llama3-70b", dp=1, tp=8, grad_accum=2, framework="torchtitan",
+                  zero_stage=0, sequence_parallel=True))
+    out = step.step_breakdown(c, PERF)
+    assert out["tp_comm"][0] == pytest.approx(2 * 80 * comm.tp_time_per_layer_s(c, PERF)[0])
+    scaled = step.step_breakdown({**c, "tp_comm_synchronous": np.zeros(1)}, PERF)
+    assert scaled["tp_comm"][0] == pytest.approx(out["tp_comm"][0] * c["p_tp_comm_scale"][0])
+
+
+def test_megatron_hides_its_interleaved_pipeline_transfers(cols):
+    """overlaps_interleaved_pp_comm: with vpp > 1 Megatron's sends and receives run under the
+    next chunk's compute (only the handshake waits stay); with vpp 1 they are exposed."""
+    inter = dict(cols("llama3-8b", dp=1, pp=4, vpp=2, grad_accum=8, framework="megatron"))
+    on = step.step_breakdown(inter, PERF)
+    off = step.step_breakdown(_megatron_without(inter, "overlaps_interleaved_pp_comm"), PERF)
+    assert on["pp_comm"][0] < off["pp_comm"][0]
+    plain = dict(cols("llama3-8b", dp=1, pp=4, grad_accum=8, framework="megatron"))
+    assert step.step_breakdown(plain, PERF)["pp_comm"][0] == pytest.approx(step.step_breakdown(
+        _megatron_without(plain, "overlaps_interleaved_pp_comm"), PERF)["pp_comm"][0])
+
+
+def test_torchtitan_reduces_every_micro_batch_under_zero2_without_a_pipeline(cols):
+    """reduces_every_microbatch: torchtitan's ZeRO-2 pays m - 1 more reduce-scatters a step
+    (under each micro-batch's compute) without a pipeline; none with one micro-batch."""
+    from surrogate.analytic import comm, memory
+
+    c = dict(cols("llama3-8b", dp=8, grad_accum=4, framework="torchtitan", zero_stage=2))
+    params = flops.total_params(c)
+    dp = comm.dp_times_s(c, PERF, params, np.zeros(1))
+    assert dp["zero3_per_microbatch"][0] == pytest.approx(dp["grad_reduce"][0] * 3 / 4)
+    one = dict(cols("llama3-8b", dp=8, grad_accum=1, framework="torchtitan", zero_stage=2))
+    assert comm.dp_times_s(one, PERF, params, np.zeros(1))["zero3_per_microbatch"][0] == 0
+    assert memory.zero_shard_ranks(c)[0] == 8

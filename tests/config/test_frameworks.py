@@ -199,3 +199,31 @@ def test_megatron_aliases(alias: str) -> None:
     from surrogate.config.layout import LayoutConfig
 
     assert LayoutConfig(framework=alias, tp=2).framework == "megatron"
+
+
+MEGATRON_TERMS = ("keeps_bf16_gradients", "fp8_saves_quantized_inputs", "tp_comm_overlap",
+                  "fused_wgrad_accumulation", "fp8_head_in_bf16", "overlaps_dp_with_compute",
+                  "hopper_attention_speedup", "fp8_gemm_speedup", "activation_scale",
+                  "overlaps_interleaved_pp_comm")
+
+
+def test_megatron_terms_are_scoped_to_megatron():
+    """Each framework term read from Megatron-Core's and Transformer Engine's sources is
+    Megatron's alone: every other framework keeps the field's default, so their predictions
+    (and the sets fitted on their runs) do not move."""
+    from dataclasses import fields
+
+    from surrogate.config.framework_traits import FrameworkTraits
+
+    defaults = {f.name: f.default for f in fields(FrameworkTraits) if f.name in MEGATRON_TERMS}
+    assert set(defaults) == set(MEGATRON_TERMS)
+    megatron = FRAMEWORKS["megatron"]
+    assert all(getattr(megatron, name) != default for name, default in defaults.items())
+    for name, fw in FRAMEWORKS.items():
+        if name != "megatron":
+            assert {k: getattr(fw, k) for k in defaults} == defaults, name
+    assert megatron.pipeline_split == "megatron"
+    for term in ("tp_comm_synchronous", "pipeline_keeps_fsdp_unsharded",
+                 "reduces_every_microbatch"):
+        assert getattr(FRAMEWORKS["torchtitan"], term), term
+        assert not any(getattr(fw, term) for n, fw in FRAMEWORKS.items() if n != "torchtitan")

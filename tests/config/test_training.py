@@ -217,9 +217,11 @@ def test_layout_rules(change, match):
          r"num_heads must be divisible by tp, got num_heads=12 tp=8"),
         (dict(model=dict(SMALL, num_layers=2), dp=2, pp=4),
          r"num_layers must be >= pp \* vpp .*got num_layers=2 pp=4 vpp=1 \(4\)"),
-        (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, vpp=2, framework="megatron"),
+        (dict(model=dict(SMALL, num_layers=5), dp=4, pp=2, vpp=2, framework="megatron"),
          r"num_layers must be divisible by pp \* vpp for interleaved pipelines "
-         r"\(torchtitan's split takes any count\), got num_layers=6 pp=2 vpp=2 \(4\)"),
+         r"\(Megatron's also takes num_layers \+ 2 divisible, the embedding and the loss as a "
+         r"layer each; torchtitan's split takes any count\), got num_layers=5 pp=2 vpp=2 "
+         r"\(4\)"),
         (dict(model=dict(SMALL, num_layers=6), dp=4, pp=2, recompute="full",
               recompute_layers=4),
          r"recompute_layers counts the checkpointed layers of one pipeline stage: it must be "
@@ -281,6 +283,19 @@ def test_torchtitan_interleaves_any_layer_count():
     assert cfg.layout.vpp == 2
     with pytest.raises(ConfigError, match="num_layers must be >= pp"):
         training(dict(SMALL, num_layers=3), dp=4, pp=2, vpp=2, framework="torchtitan")
+
+
+def test_megatron_interleaves_layers_that_divide_with_the_embedding_and_loss():
+    """Llama 3.1 405B's 126 layers on pp 8 x vpp 8 (Megatron-Bridge's recipe on 1,024 H100s):
+    126 + 2 slots divide by 64 (``account_for_embedding_in_pipeline_split`` and
+    ``account_for_loss_in_pipeline_split``); nanotron has no interleaving, and 125 layers fit
+    neither way."""
+    model = dict(SMALL, num_layers=126)
+    cfg = training(model, num_nodes=8, dp=1, pp=8, vpp=8, tp=8, framework="megatron")
+    assert cfg.layout.vpp == 8
+    with pytest.raises(ConfigError, match="num_layers must be divisible by pp"):
+        training(dict(SMALL, num_layers=125), num_nodes=8, dp=1, pp=8, vpp=8, tp=8,
+                 framework="megatron")
 
 
 def test_a_matching_global_batch_and_fp8_on_hopper_are_accepted():

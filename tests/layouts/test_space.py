@@ -135,10 +135,11 @@ def test_node_sharding_copies_the_shards_once_per_node() -> None:
 
 
 def test_torchtitan_spaces_interleave_any_layer_count():
-    """Megatron interleaves only where vpp divides the layers; torchtitan's split takes any."""
-    model = ModelConfig(name="odd", num_layers=30, hidden_size=512, ffn_hidden_size=1024,
+    """Megatron interleaves only where vpp divides the layers or the layers + 2 (the embedding
+    and the loss as a layer slot each); torchtitan's split takes any."""
+    model = ModelConfig(name="odd", num_layers=31, hidden_size=512, ffn_hidden_size=1024,
                         num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024)
-    for framework, expected in (("megatron", [1, 2, 3]), ("torchtitan", [1, 2, 3, 4])):
+    for framework, expected in (("megatron", [1, 3]), ("torchtitan", [1, 2, 3, 4])):
         space = LayoutSpace(model=model, global_batch_seqs=16, node_counts=(1,),
                             frameworks=(framework,), max_vpp=4)
         assert space.choices()["vpp"] == expected, framework
