@@ -60,11 +60,12 @@ def _gpu_traits(gpu: str, dtype: str) -> tuple[float, ...]:
     return (spec.peak_flops(dtype), spec.peak_flops("bf16"), spec.memory_gib * GIB,
             spec.hbm_bw_bytes_per_s, spec.intra_node_bw_bytes_per_s, spec.inter_node_bw_bytes_per_s,
             spec.intra_node_latency_s, spec.inter_node_latency_s,
-            float(GPU_NAMES.index(spec.name)))
+            float(GPU_NAMES.index(spec.name)), float(spec.hopper))
 
 
 _GPU_COLUMNS = ("peak_flops", "peak_flops_bf16", "memory_bytes", "hbm_bw", "intra_node_bw",
-                "inter_node_bw", "intra_node_latency_s", "inter_node_latency_s", "gpu_code")
+                "inter_node_bw", "intra_node_latency_s", "inter_node_latency_s", "gpu_code",
+                "hopper")
 
 
 def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:

@@ -171,7 +171,9 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     if measured is not None:
         # the curve is our H100's FlashAttention-2-class kernel; a framework whose Hopper
         # kernel is faster (FrameworkTraits.hopper_attention_speedup) divides it
-        speedup = np.asarray(c.get("hopper_attention_speedup", 1.0))
+        # on a Hopper GPU only: elsewhere its kernel is not the one measured to be faster
+        speedup = np.where(np.asarray(c.get("hopper", 0.0)) > 0,
+                           np.asarray(c.get("hopper_attention_speedup", 1.0)), 1.0)
         flash = attn_flops / (c["peak_flops_bf16"] * measured * speedup)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's

@@ -93,6 +93,12 @@ class GPUSpec:
             return 1.0
         return power_cap_scale(self.power_limit_w, self.rated_power_w)
 
+    @property
+    def hopper(self) -> bool:
+        """A Hopper part (H100, H200): where Transformer Engine prefers cuDNN's fused attention
+        (``FrameworkTraits.hopper_attention_speedup``)."""
+        return self.name.startswith(("H100-", "H200-"))
+
     def peak_flops(self, dtype: str) -> float:
         """Dense peak for ``dtype`` ('bf16' or 'fp8'); raises ConfigError if the GPU lacks it."""
         if dtype == "bf16":

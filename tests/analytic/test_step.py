@@ -380,6 +380,21 @@ def test_megatron_attention_runs_faster_than_the_measured_flash_attention_2_curv
     assert n["hopper_attention_speedup"][0] == 1.0
 
 
+def test_megatron_attention_speedup_is_hopper_only(cols):
+    """hopper_attention_speedup holds on H100 and H200 only: on an A100 Megatron-Core's
+    attention takes the measured curve as every other framework's does."""
+    from surrogate.hardware.profile import default_profile
+
+    perf = default_profile("H100-SXM-80GB")  # its measured curve, on A100 columns
+    c = dict(cols("llama3-8b", dp=8, framework="megatron", gpu="A100-SXM-80GB"))
+    assert c["hopper"][0] == 0.0
+    _, attn = step.layer_compute_s(c, perf)
+    _, curve = step.layer_compute_s(c | {"hopper_attention_speedup": np.ones(1)}, perf)
+    assert attn[0] == curve[0]
+    h200 = dict(cols("llama3-8b", dp=8, framework="megatron", gpu="H200-SXM-141GB"))
+    assert h200["hopper"][0] == 1.0
+
+
 def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
     """fp8_gemm_speedup: under fp8 a Megatron layer's GEMMs take the bf16 time / 1.84 (our
     H100's measured median); in bf16 nothing changes; torchtitan keeps the profile's fp8."""
