@@ -1,11 +1,12 @@
 """Command-line interface: parse, call the library, print a table or JSON, return an exit code.
 
-Every :class:`~surrogate.errors.SurrogateError`, and every usage error (an unknown command or
-option, a value of the wrong type, a missing value), becomes one line on stderr and exit code
-2; ``--debug`` (anywhere on the command line) shows the traceback instead. That holds for the
-plugin commands of the programs (``train``, ``evaluate``, ``microbench``) too, which
-:mod:`surrogate.cli.app` loads from entry points only when one of them, or the help, is asked
-for.
+Every :class:`~surrogate.errors.SurrogateError`, every usage error (an unknown command or
+option, a value of the wrong type, a missing value), an output the system refuses (a full disk,
+a closed or full stdout: :mod:`surrogate.cli.streams`) and running out of memory become one
+line on stderr and exit code 2; ``--debug`` (anywhere on the command line) shows the traceback
+instead. That holds for the plugin commands of the programs (``train``, ``evaluate``,
+``microbench``) too, which :mod:`surrogate.cli.app` loads from entry points only when one of
+them, or the help, is asked for.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from surrogate.cli import calibrate, data, heatmap, predict, propose, rounds, se
 
 # isort: on
 from surrogate.cli.app import app, ensure_plugins
+from surrogate.cli.streams import flush, prepare, restore, silence, write_failure
 from surrogate.errors import SurrogateError
 
 try:  # typer >= 0.2x parses with its own copy of click; older typer with the click package
@@ -78,12 +80,21 @@ def _usage_error_line(e: Exception, args: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    before = prepare()
+    try:
+        return _main(argv)
+    finally:
+        restore(before)
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
-    ensure_plugins(args)
     try:
+        ensure_plugins(args)
         result = app(args=args, prog_name="surrogate", standalone_mode=False)
+        flush()
     except SurrogateError as e:
         if debug:
             raise
@@ -111,6 +122,20 @@ def main(argv: list[str] | None = None) -> int:
     except _ABORT:
         print("aborted", file=sys.stderr)
         return 130
+    except OSError as e:  # a write the system refused: a full disk, a closed or full stdout
+        message = write_failure(e)
+        if message is None or debug:
+            raise
+        silence()
+        print("error: " + _one_line(message), file=sys.stderr)
+        return 2
+    except MemoryError:  # an address-space limit (ulimit -v), or the machine's memory
+        if debug:
+            raise
+        print("error: out of memory (is an address-space limit set, ulimit -v? the command "
+              "needs more; a large --from-csv table or search space needs the most)",
+              file=sys.stderr)
+        return 2
     return result if isinstance(result, int) else 0
 
 

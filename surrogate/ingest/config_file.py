@@ -22,6 +22,7 @@ from surrogate.config.files import (
 )
 from surrogate.errors import ConfigError, shown
 from surrogate.ingest.torchtitan import job_config_columns
+from surrogate.io.input_files import read_input_text
 from surrogate.io.json_files import refuse_duplicate_keys
 
 MAX_YAML_VALUES = 10_000
@@ -118,8 +119,8 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
         columns = job_config_columns(p, given or {})
         check_counts(columns, where=str(p))
         return columns
+    text = read_input_text(p, what="--config", kind="config", error=ConfigError)
     try:
-        text = p.read_text()
         if p.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
         else:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from surrogate.config.model import ModelConfig
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError
+from surrogate.io.atomic import atomic_write
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import search
 from surrogate.layouts.space import LayoutSpace
@@ -170,7 +171,5 @@ def write_html(grids: dict[str, pd.DataFrame], path: str | Path, *, title: str) 
             parts.append("</tr>")
         parts.append("</table>")
     out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(out, "\n".join(parts))
     return out
