@@ -36,7 +36,10 @@ class MeasurementError(SurrogateError, RuntimeError):
 
 
 class OutputError(SurrogateError, OSError):
-    """An output could not be written; the message names the file or stream and why."""
+    """An output could not be written; the message names the file or stream and why
+    (``reason``: the why alone, for a caller that names a larger output)."""
+
+    reason: str = ""
 
 
 MESSAGE_VALUE_CHARS = 80

@@ -129,14 +129,39 @@ def _main(argv: list[str] | None) -> int:
         silence()
         print("error: " + _one_line(message), file=sys.stderr)
         return 2
-    except MemoryError:  # an address-space limit (ulimit -v), or the machine's memory
-        if debug:
+    except (MemoryError, ImportError) as e:  # an address-space limit (ulimit -v), or the RAM
+        if debug or not (isinstance(e, MemoryError) or _out_of_memory(e)):
             raise
-        print("error: out of memory (is an address-space limit set, ulimit -v? the command "
-              "needs more; a large --from-csv table or search space needs the most)",
-              file=sys.stderr)
+        print(f"error: {OUT_OF_MEMORY}", file=sys.stderr)
         return 2
     return result if isinstance(result, int) else 0
+
+
+OUT_OF_MEMORY = ("out of memory (is an address-space limit set, ulimit -v? the command needs "
+                 "more; a large --from-csv table or search space needs the most)")
+MIN_ADDRESS_SPACE_BYTES = 1 << 30
+"""Below this address-space limit (``ulimit -v``) the command is refused before it starts:
+the native libraries it loads (numpy, pyarrow, LightGBM) then crash the process as they start
+their threads (an abort or a segmentation fault at 300-600 MB, measured), which no handler can
+turn into a message. A single prediction needs about 1.5-2 GB of address space (measured)."""
+
+
+def _out_of_memory(e: ImportError) -> bool:
+    """Whether ``e`` is a shared library that could not be mapped (no address space left)."""
+    text = str(e).lower()
+    return "failed to map segment" in text or "cannot allocate memory" in text
+
+
+def address_space_error() -> str | None:
+    """The error line for an address-space limit below :data:`MIN_ADDRESS_SPACE_BYTES`."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE_BYTES:
+        return None
+    return (f"error: the address-space limit (ulimit -v) is {soft / 2**20:,.0f} MiB; surrogate "
+            f"needs at least {MIN_ADDRESS_SPACE_BYTES >> 20:,} MiB (its native libraries map "
+            "that much as they start), a prediction about 2 GB")
 
 
 def entry() -> None:
@@ -144,4 +169,7 @@ def entry() -> None:
     from surrogate.cli import lean_imports
 
     lean_imports.ONE_COMMAND_PROCESS = True  # one command, then exit
+    if (refused := address_space_error()) is not None:
+        print(refused, file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())

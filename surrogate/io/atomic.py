@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import IO
 
 from surrogate.errors import OutputError
+from surrogate.io.input_files import NOT_REGULAR as _NOT_REGULAR
 
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO,
                           errno.EPIPE, errno.EBADF, errno.EACCES, errno.EPERM, errno.ENOMEM})
@@ -35,10 +36,15 @@ WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, 
 
 def output_error(target: str | Path, e: OSError) -> OutputError:
     """The OutputError of a write of ``target`` that failed with ``e``."""
-    why = e.strerror or re.sub(r"\[Errno \d+\] ", "", str(e))
-    if e.errno == errno.EFBIG:
+    code = e.errno
+    if code is None and (m := re.search(r"\[[Ee]rrno (\d+)\]", str(e))):  # pyarrow's text
+        code = int(m.group(1))
+    why = os.strerror(code) if code else (e.strerror or str(e))
+    if code == errno.EFBIG:
         why += " (the file-size limit, ulimit -f?)"
-    return OutputError(f"cannot write {str(target)!r}: {why}")
+    error = OutputError(f"cannot write {str(target)!r}: {why}")
+    error.reason = why
+    return error
 
 
 def is_write_failure(e: OSError) -> bool:
@@ -46,13 +52,33 @@ def is_write_failure(e: OSError) -> bool:
     carry no errno, only ``[Errno N]`` in their text."""
     if e.errno is not None:
         return e.errno in WRITE_ERRNOS
-    return any(f"[Errno {n}]" in str(e) for n in WRITE_ERRNOS)
+    return any(f"[{word} {n}]" in str(e) for n in WRITE_ERRNOS for word in ("Errno", "errno"))
+
+
+def target_of(path: str | Path) -> Path:
+    """The file a write of ``path`` replaces: ``path``, or the file a symbolic link names (the
+    link stays). OutputError if that exists and is not a regular file: renaming over a device,
+    a FIFO or a directory (``--out /dev/stdout`` as root) would replace it."""
+    p = Path(path)
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return p
+    except OSError as e:
+        raise output_error(p, e) from None
+    if not stat.S_ISREG(st.st_mode):
+        fmt = stat.S_IFMT(st.st_mode)
+        is_a = next((name for mode, name in _NOT_REGULAR if mode == fmt), "not a regular file")
+        raise OutputError(f"cannot write {str(p)!r}: it is {is_a}; an output is a regular file "
+                          "(replaced whole) or a new one")
+    return p.resolve() if p.is_symlink() else p
 
 
 def new_temporary(path: str | Path) -> Path:
     """A new empty file in the directory of ``path`` (created if missing), to be renamed over
     it by :func:`commit_temporary`: the mode bits of ``path`` if it exists, else 0666 less the
-    umask. OutputError naming ``path`` if it cannot be created."""
+    umask. OutputError naming ``path`` if it cannot be created. ``path`` must be a
+    :func:`target_of`."""
     p = Path(path)
     tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
@@ -94,7 +120,8 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         OutputError: the directory cannot be created, or the file cannot be written, synced or
             renamed, for a reason of the system (:data:`WRITE_ERRNOS`), naming ``path``.
     """
-    tmp = new_temporary(path)
+    target = target_of(path)
+    tmp = new_temporary(target)
     try:
         yield tmp
     except BaseException as e:
@@ -102,7 +129,7 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
         if isinstance(e, OSError) and not isinstance(e, OutputError) and is_write_failure(e):
             raise output_error(path, e) from None
         raise
-    commit_temporary(tmp, path)
+    commit_temporary(tmp, target)
 
 
 @contextmanager

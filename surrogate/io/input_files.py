@@ -35,13 +35,14 @@ CAP_BYTES: dict[FileKind, int] = {
 }
 """The most bytes read from a file of each kind."""
 
-_NOT_REGULAR: tuple[tuple[int, str], ...] = (
+NOT_REGULAR: tuple[tuple[int, str], ...] = (
     (stat.S_IFDIR, "a directory"),
     (stat.S_IFIFO, "a FIFO (named pipe)"),
     (stat.S_IFCHR, "a character device"),
     (stat.S_IFBLK, "a block device"),
     (stat.S_IFSOCK, "a socket"),
 )
+"""What a path that is not a regular file is, by its ``stat`` file type."""
 
 
 def size_text(n_bytes: int) -> str:
@@ -64,7 +65,7 @@ def _check_stat(st: os.stat_result, path: Path, *, what: str, kind: FileKind,
     cap = CAP_BYTES[kind]
     if not stat.S_ISREG(st.st_mode):
         fmt = stat.S_IFMT(st.st_mode)
-        is_a = next((name for mode, name in _NOT_REGULAR if mode == fmt), "not a regular file")
+        is_a = next((name for mode, name in NOT_REGULAR if mode == fmt), "not a regular file")
         link = " (through a symbolic link)" if path.is_symlink() else ""
         raise error(f"{_what(what, path)} must be a regular file, but it is {is_a}{link}")
     if st.st_size > cap:

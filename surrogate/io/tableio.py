@@ -38,6 +38,7 @@ from surrogate.io.atomic import (
     is_write_failure,
     new_temporary,
     output_error,
+    target_of,
 )
 from surrogate.io.input_files import check_input_file
 
@@ -468,7 +469,8 @@ class TableWriter:
         self.path = Path(path)
         self.format = table_format(self.path)
         self.rows = 0
-        self._tmp = new_temporary(self.path)
+        self._target = target_of(self.path)
+        self._tmp = new_temporary(self._target)
         self._file: IO[bytes] | None = None
         self._parquet: Any = None
         self._schema: Any = None
@@ -520,7 +522,7 @@ class TableWriter:
             if isinstance(e, OSError) and is_write_failure(e):
                 raise output_error(self.path, e) from None
             raise
-        commit_temporary(self._tmp, self.path)
+        commit_temporary(self._tmp, self._target)
 
     def abort(self) -> None:
         """Drop what was written; ``path`` is left as it was."""

@@ -34,7 +34,7 @@ import numpy as np
 from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
-from surrogate.errors import ConfigError, DataError
+from surrogate.errors import ConfigError, DataError, OutputError
 from surrogate.io.atomic import is_write_failure, output_error
 from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
@@ -154,6 +154,8 @@ def write_round(
             raise ConfigError(
                 f"round directory {str(final)!r} was written by another propose meanwhile: a "
                 "round is never overwritten; give a new --round directory") from None
+        if isinstance(e, OutputError):  # a file of the round: name the round, not its tmp
+            raise OutputError(f"cannot write the round {str(final)!r}: {e.reason}") from None
         if isinstance(e, OSError) and is_write_failure(e):
             raise output_error(final, e) from None
         raise
