@@ -41,21 +41,24 @@ class ClosedStream(io.TextIOBase):
         return False
 
 
-def prepare() -> object:
-    """Make stdout and ``COLUMNS`` fit to write to (module docstring); returns the stdout to
-    put back with :func:`restore`."""
-    before = sys.stdout
+def prepare() -> tuple[object, str | None]:
+    """Make stdout and ``COLUMNS`` fit to write to (module docstring); returns what to put
+    back with :func:`restore` (a caller in the same process, a test, finds them as they were)."""
+    before = (sys.stdout, os.environ.get("COLUMNS"))
     if sys.stdout is None:
         sys.stdout = ClosedStream()
-    columns = os.environ.get("COLUMNS")
+    columns = before[1]
     if columns is not None and not (columns.strip().isdigit()
                                     and int(columns) >= MIN_COLUMNS):
         del os.environ["COLUMNS"]
     return before
 
 
-def restore(before: object) -> None:
-    sys.stdout = before
+def restore(before: tuple[object, str | None]) -> None:
+    stdout, columns = before
+    sys.stdout = stdout
+    if columns is not None:
+        os.environ["COLUMNS"] = columns
 
 
 def flush() -> None:

@@ -102,13 +102,11 @@ def read_input_bytes(path: str | Path, *, what: str, kind: FileKind,
         SurrogateError: ``error`` (DataError by default) if it does not exist, cannot be read,
             is not a regular file, or holds more than the cap.
     """
-    p = Path(path)
+    p = check_input_file(path, what=what, kind=kind, error=error)
     try:
         fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
         raise error(f"{_what(what, p)} does not exist") from None
-    except IsADirectoryError:
-        raise error(f"{_what(what, p)} must be a regular file, but it is a directory") from None
     except OSError as e:
         raise error(f"cannot open {_what(what, p)}: {e.strerror or e}") from None
     cap = CAP_BYTES[kind]
