@@ -108,3 +108,28 @@ def test_running_out_of_memory_is_one_error_line(capsys: pytest.CaptureFixture[s
     assert main(PREDICT) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: out of memory (is an address-space limit set, ulimit -v?")
+
+
+def test_every_output_on_a_full_disk_is_one_error_line_and_leaves_nothing(
+        tmp_path: Path, full_dir: Path, capsys: pytest.CaptureFixture[str],
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """ingest --into, search --launch-dir (which left a .tmp file), propose --round, calibrate
+    --out: one line naming what could not be written, and nothing half-written left."""
+    playbook = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_playbook_excerpt.csv"
+    goal = ["--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4",
+            "--global-batch-tokens", "4194304"]
+    monkeypatch.chdir(tmp_path)
+    for argv, names in [
+            (["ingest", str(playbook), "--into", str(full_dir / "t.parquet")], "t.parquet"),
+            (["ingest", str(playbook), "--into", str(full_dir / "t.csv")], "t.csv"),
+            (["search", *goal, "--analytic", "--launch-dir", str(full_dir / "launch")],
+             "launch/top01-"),
+            (["propose", *goal, "--round", str(full_dir / "r1")], "the round '.*r1'"),
+            (["calibrate", "--runs", "playbook", "--gpu", "H100", "--out",
+              str(full_dir / "p.json")], "p.json")]:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and re.search(rf"^error: cannot write .*{names}.*: No "
+                                                  r"space left on device$", err), err
+        assert sorted(p.name for p in full_dir.iterdir() if not p.name.endswith(".lock")) == [
+            "filler"], argv

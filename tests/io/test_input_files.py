@@ -116,3 +116,78 @@ def test_a_file_that_cannot_be_read_says_why(tmp_path: Path) -> None:
         return
     with pytest.raises(DataError, match=r"cannot open --config .*secret\.yaml': Permission"):
         read_input_bytes(p, what="--config", kind="config")
+
+
+# ----------------------------------------------------------- every file argument of the CLI
+PREDICT = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--analytic"]
+SHAPE = ["--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8", "--tp", "4", "--analytic"]
+GOAL = ["--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4",
+        "--global-batch-tokens", "4194304"]
+FILE_ARGUMENTS = {
+    "--from-csv": lambda f: ["predict", "--from-csv", f],
+    "--config": lambda f: ["predict", "--config", f, *SHAPE],
+    "--hf-config": lambda f: ["predict", "--hf-config", f, *SHAPE],
+    "--profile": lambda f: [*PREDICT, "--profile", f],
+    "ingest": lambda f: ["ingest", f, "--into", "t.parquet"],
+    "ingest --format torchtitan": lambda f: ["ingest", f, "--into", "t.parquet", "--format",
+                                             "torchtitan"],
+    "ingest --format nccl-tests": lambda f: ["ingest", f, "--into", "t.parquet", "--format",
+                                             "nccl-tests"],
+    "calibrate": lambda f: ["calibrate", f, "--gpu", "H100", "--out", "p.json"],
+    "calibrate --runs": lambda f: ["calibrate", "--runs", f, "--gpu", "H100", "--out",
+                                   "p.json"],
+    "propose --runs": lambda f: ["propose", "--runs", f, *GOAL, "--round", "r1"],
+    "heatmap --measured": lambda f: ["heatmap", "--measured", f, "--out", "h"],
+    "data summary --sweeps": lambda f: ["data", "summary", "--sweeps", f],
+}
+
+
+def _hostile(tmp_path: Path, kind: str, suffix: str) -> str:
+    p = tmp_path / f"in{suffix}"
+    if kind == "fifo":
+        os.mkfifo(p)
+    elif kind == "dir":
+        p.mkdir()
+    elif kind == "device link":
+        p.symlink_to("/dev/zero")
+    elif kind == "device":
+        return "/dev/zero"
+    return str(p)
+
+
+SUFFIX = {"--from-csv": ".csv", "--config": ".yaml", "--hf-config": ".json",
+          "--profile": ".json", "ingest": ".log", "ingest --format torchtitan": ".log",
+          "ingest --format nccl-tests": ".log", "calibrate": ".jsonl",
+          "calibrate --runs": ".csv", "propose --runs": ".csv",
+          "heatmap --measured": ".csv", "data summary --sweeps": ".parquet"}
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "device link", "dir"])
+@pytest.mark.parametrize("where", list(FILE_ARGUMENTS))
+def test_every_file_argument_refuses_what_is_not_a_regular_file_in_one_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        where: str, kind: str) -> None:
+    """Used to hang (a FIFO, /dev/zero read whole), or fail in a traceback. (ingest reads the
+    logs under a directory; calibrate takes /dev/zero's missing suffix first.)"""
+    from surrogate.cli import main
+
+    if kind == "dir" and where.startswith("ingest"):
+        pytest.skip("ingest DIRECTORY reads the logs under it")
+    monkeypatch.chdir(tmp_path)
+    path = _hostile(tmp_path, kind, SUFFIX[where])
+    if kind == "fifo":  # were an open to block, this writer would unblock it (and fail it)
+        def unblock() -> None:
+            with suppress(OSError):
+                os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+
+        watchdog = threading.Timer(20, unblock)
+        watchdog.daemon = True
+        watchdog.start()
+    assert main(FILE_ARGUMENTS[where](path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: "), err
+    what = {"fifo": "a FIFO", "device": "a character device", "device link":
+            "a character device (through a symbolic link)", "dir": "a directory"}[kind]
+    assert path in err, err
+    assert (what in err or (kind == "dir" and "the directory" in err)
+            or (where == "calibrate" and "got 'no suffix'" in err)), err
