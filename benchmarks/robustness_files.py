@@ -17,6 +17,7 @@ from pathlib import Path
 
 from robustness_harness import EXE, ROOT, Case, environment
 from robustness_inputs import CSV_GOOD, PREDICT, csv_text
+from robustness_runs import round_copy
 
 PLAYBOOK_EXCERPT = ROOT / "tests" / "fixtures" / "sweeps_playbook_excerpt.csv"
 TORCHTITAN = ROOT / "tests" / "fixtures" / "sweeps_torchtitan" / "llama3_8b"
@@ -56,7 +57,7 @@ FILE_OPTIONS: dict[str, tuple[tuple[str, ...], str, int]] = {
                        16 << 30),
     "heatmap --measured": (("heatmap", "--measured", "{f}", "--out", "h"), ".csv", 16 << 30),
     "data summary --sweeps": (("data", "summary", "--sweeps", "{f}"), ".parquet", 16 << 30),
-    "score-round --runs": (("score-round", "--round", "r1", "--runs", "{f}", "--no-mlflow"),
+    "score-round --runs": (("score-round", "--round", "r01", "--runs", "{f}", "--no-mlflow"),
                            ".csv", 16 << 30),
 }
 
@@ -91,17 +92,18 @@ def file_argument_cases() -> Iterator[Case]:
     c = "file arguments"
     for where, (argv, suffix, cap) in FILE_OPTIONS.items():
         name = f"in{suffix}"
+        rounds = (round_copy,) if where.startswith("score-round") else ()
         for kind, names in KIND_NAMES.items():
             if kind == "directory" and where.startswith("ingest"):
                 continue  # ingest DIRECTORY reads the logs under it
             if kind == "over its cap" and cap > (16 << 20):
                 continue  # a sparse file of the tables' and logs' caps: refused all the same
             given = tuple(a.replace("{f}", name) for a in argv)
-            yield Case(c, given, "refuse", setup=_make(kind, name, cap), timeout_s=30,
-                       names=names if kind != "directory" else "directory")
+            yield Case(c, given, "refuse", setup=_both(*rounds, _make(kind, name, cap)),
+                       timeout_s=30, names=names if kind != "directory" else "directory")
         for device in ("/dev/zero", "/dev/null", "/dev/urandom"):
             given = tuple(a.replace("{f}", device) for a in argv)
-            yield Case(c, given, "refuse", timeout_s=30,
+            yield Case(c, given, "refuse", setup=_both(*rounds), timeout_s=30,
                        names=r"character device|suffix|must end in")
 
 
