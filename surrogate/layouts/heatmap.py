@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from surrogate.config.model import ModelConfig
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError
-from surrogate.io.atomic import atomic_write
+from surrogate.io.atomic import atomic_path, atomic_write
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import search
 from surrogate.layouts.space import LayoutSpace
@@ -132,8 +132,11 @@ def draw_png(grids: dict[str, pd.DataFrame], path: str | Path) -> Path:
         fig.colorbar(image, ax=ax, label="MFU")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
+    try:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=130, format=out.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return out
 
 def _colour(value: float, vmax: float) -> str:
