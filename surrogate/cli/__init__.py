@@ -11,6 +11,7 @@ them, or the help, is asked for.
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -127,6 +128,8 @@ def _main(argv: list[str] | None) -> int:
         if message is None or debug:
             raise
         silence()
+        if e.errno == errno.EPIPE and e.filename is None:
+            return 1  # the reader left (``| head``): quietly, as rich's own writes end
         print("error: " + _one_line(message), file=sys.stderr)
         return 2
     except (MemoryError, ImportError) as e:  # an address-space limit (ulimit -v), or the RAM

@@ -6,10 +6,11 @@ never answer nothing with exit 0 or end in a traceback:
 - a **closed** stdout (``surrogate predict ... >&-``): Python sets ``sys.stdout`` to None and
   ``print`` and rich write nowhere without a word. :func:`prepare` puts in its place a stream
   whose every write fails (EBADF), so the command fails as it would writing to any broken file;
-- a **full** or broken one (``> /dev/full``, a pipe whose reader left): the write fails with
-  ENOSPC or EPIPE; :func:`write_failure` turns it into the message, and :func:`silence`
-  points the descriptor at ``/dev/null`` so that the interpreter's own flush at exit does not
-  fail again with a second report;
+- a **full** one (``> /dev/full``): the write fails with ENOSPC; :func:`write_failure` turns
+  it into the message, and :func:`silence` points the descriptor at ``/dev/null`` so that the
+  interpreter's own flush at exit does not fail again with a second report. A pipe whose
+  reader left (``| head``) ends the command quietly with exit 1, as rich does for its own
+  writes: the reader asked for no more;
 - a **width** of 0 (``COLUMNS=0``): rich would draw every table and line 0 columns wide, that is
   not at all. :func:`prepare` drops a ``COLUMNS`` below :data:`MIN_COLUMNS` (or not a number),
   so the terminal's width, or 80 columns, is used.

@@ -30,8 +30,9 @@ from surrogate.errors import OutputError
 from surrogate.io.input_files import NOT_REGULAR as _NOT_REGULAR
 
 WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO,
-                          errno.EPIPE, errno.EBADF, errno.EACCES, errno.EPERM, errno.ENOMEM})
-"""The errors of a write that say the system refused it, not that the program is wrong."""
+                          errno.EPIPE, errno.EBADF})
+"""The errors of a write that say the system refused it, not that the program is wrong (a
+permission refused is named where the temporary file is created: :func:`new_temporary`)."""
 
 
 def output_error(target: str | Path, e: OSError) -> OutputError:

@@ -26,12 +26,13 @@ from typing import Literal
 
 from surrogate.errors import DataError, SurrogateError
 
-FileKind = Literal["config", "log", "table", "model"]
+FileKind = Literal["config", "log", "table", "model", "database"]
 CAP_BYTES: dict[FileKind, int] = {
     "config": 16 << 20,   # YAML/JSON/TOML configs, config.json, profiles, sidecars: < 100 kB
     "log": 2 << 30,       # a training log, microbench JSON lines, nccl-tests output
     "table": 16 << 30,    # a CSV or Parquet table (read in chunks where it can be)
     "model": 1 << 30,     # a learned model's booster text files (a few MB)
+    "database": 1 << 40,  # an SQLite tracking store: only its header is read here
 }
 """The most bytes read from a file of each kind."""
 

@@ -76,7 +76,7 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
         raise ConfigError(f"{e}; {fix}") from None
     if db.is_dir():
         raise ConfigError(f"{where}: {str(db)!r} is a directory, not a database file; {fix}")
-    if db.exists() and check_input_file(db, what=where, kind="table", error=ConfigError
+    if db.exists() and check_input_file(db, what=where, kind="database", error=ConfigError
                                         ).stat().st_size:
         with open(db, "rb") as f:
             head = f.read(16)

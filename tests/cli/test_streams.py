@@ -133,3 +133,14 @@ def test_every_output_on_a_full_disk_is_one_error_line_and_leaves_nothing(
                                                   r"space left on device$", err), err
         assert sorted(p.name for p in full_dir.iterdir() if not p.name.endswith(".lock")) == [
             "filler"], argv
+
+
+@pytest.mark.parametrize("args", [["data", "summary"], PREDICT])
+def test_a_reader_that_leaves_ends_the_command_quietly(args: list[str], tmp_path: Path) -> None:
+    """``surrogate ... | head``: the reader asked for no more; no traceback, no message."""
+    entry = f"{sys.executable} -c 'from surrogate.cli import entry; entry()'"
+    done = subprocess.run(["bash", "-c", f"{entry} {' '.join(args)} 2>err | head -c 1 >/dev/null;"
+                           " echo ${PIPESTATUS[0]}; cat err"], capture_output=True, text=True,
+                          env=ENV, cwd=tmp_path, check=False, timeout=120)
+    status, *err = done.stdout.splitlines()
+    assert status in ("0", "1") and err == [], done.stdout
