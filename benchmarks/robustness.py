@@ -36,6 +36,14 @@ options, keys, fields and files they go into), in these classes:
   **hf-config names** (search names a config.json's model by the config and says where its
   sequence length came from); **flagged runs** (an ingest keeps the runs the validator
   rejects).
+- files and outputs (``FILES_AND_OUTPUTS``): **file arguments** (every file option given a
+  FIFO, a device, a link to one, a directory, a socket, a file over its kind's cap);
+  **outputs** (a full disk under every output, a full or closed stdout, ``COLUMNS`` of 0 or
+  nonsense, an output that is a device or a FIFO, ``ulimit -f`` and ``ulimit -v``); **lock
+  waits** (a table's lock held by a stopped, a busy or an anonymous process, the wait's
+  variable given nonsense); **concurrent rounds** (2-4 proposes into one new round at once:
+  exactly one round, whole); **log parsers** (torchtitan, nanotron and Megatron logs with a
+  zero throughput or iteration time).
 
 Each input says what it expects: ``refuse`` (the input is wrong), ``answer`` (it is right), or
 ``either`` (a refusal and a sane answer are both acceptable). A run counts as:
@@ -82,6 +90,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pandas as pd
+from robustness_files import files_and_outputs_cases
 from robustness_harness import (
     CLASSES,
     COLUMNS,
@@ -102,7 +111,7 @@ from robustness_runs import far_cases, model_cases, outputs_cases, search_cases
 def all_cases() -> dict[str, list[Case]]:
     out: dict[str, list[Case]] = {}
     for gen in (usage_cases, hf_cases, config_cases, model_cases, far_cases, search_cases,
-                outputs_cases, new_user_cases):
+                outputs_cases, new_user_cases, files_and_outputs_cases):
         for case in gen():
             out.setdefault(case.cls, []).append(case)
     return out

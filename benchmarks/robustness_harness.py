@@ -40,9 +40,16 @@ NEW_USER = ("profiles", "tracking stores", "YAML anchors", "batch tables", "torc
 that cannot take a run (before the work, and failing after it), YAML merge keys and alias
 bombs, batch columns the reader does not read, torchtitan values, propose's checks and hints,
 a config.json's name and sequence length, the runs the validator rejects."""
+FILES_AND_OUTPUTS = ("file arguments", "outputs", "lock waits", "concurrent rounds",
+                     "log parsers")
+"""Files that are not regular (a FIFO, a device, a directory, a socket, a link to a device) or
+too large given to every file option; outputs that cannot be written (a full disk, a full or
+closed stdout, a width of 0, file-size and address-space limits); a table's lock held by a
+stopped or silent process; proposes into one new round at once; logs with a zero
+throughput."""
 CLASSES = ("concurrent appends", "usage errors", "hf-config", "config files, CSV",
            "model integrity", "far-outside inputs", "search messages",
-           "score-round/train outputs", *NEW_USER)
+           "score-round/train outputs", *NEW_USER, *FILES_AND_OUTPUTS)
 
 
 @dataclass(frozen=True)
@@ -63,6 +70,12 @@ class Case:
     a wrong answer."""
     kept: Callable[[Path], str | None] | None = None
     """After any exit: what of the work already done is lost (None: nothing), a row lost."""
+    stdout: Literal["capture", "closed", "full"] = "capture"
+    """The run's stdout: captured, closed (``>&-``) or ``/dev/full``."""
+    limits: tuple[tuple[int, int], ...] = ()
+    """``(resource.RLIMIT_*, bytes)`` set in the run's process (``ulimit -f``, ``-v``)."""
+    teardown: Callable[[Path], object] | None = None
+    """After the run and ``kept``, whatever happened (unmount, stop a helper process)."""
 
 
 @dataclass
@@ -109,20 +122,45 @@ def run_case(case: Case) -> Result:
                 path.write_text(content)
         if case.setup is not None:
             case.setup(d)
-        argv = [a.replace("{d}", str(d)) for a in case.argv]
-        env = {**environment(d), **{k: v.replace("{d}", str(d)) for k, v in case.env}}
-        start = time.perf_counter()
         try:
-            done = subprocess.run([EXE, *argv], cwd=d, capture_output=True, text=True,
-                                  errors="replace", timeout=case.timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            return Result(case, "hang", f"no answer within {case.timeout_s:.0f} s")
-        seconds = time.perf_counter() - start
-        verdict, why = classify(case, done.returncode, done.stdout, done.stderr, d)
-        lost = case.kept(d) if case.kept is not None else None
-        if lost is not None:
-            verdict, why = "wrong", f"lost: {lost} ({verdict}: {why})"
+            return _run(case, d)
+        finally:
+            if case.teardown is not None:
+                case.teardown(d)
+
+
+def _run(case: Case, d: Path) -> Result:
+    argv = [a.replace("{d}", str(d)) for a in case.argv]
+    env = {**environment(d), **{k: v.replace("{d}", str(d)) for k, v in case.env}}
+    start = time.perf_counter()
+    try:
+        with open(os.devnull if case.stdout != "full" else "/dev/full", "w") as full:
+            done = subprocess.run(
+                [EXE, *argv], cwd=d, stdin=subprocess.DEVNULL,
+                stdout=full if case.stdout == "full" else subprocess.PIPE,
+                stderr=subprocess.PIPE, text=True, errors="replace", timeout=case.timeout_s,
+                env=env, preexec_fn=_preexec(case) if case.stdout == "closed" or case.limits
+                else None)
+    except subprocess.TimeoutExpired:
+        return Result(case, "hang", f"no answer within {case.timeout_s:.0f} s")
+    seconds = time.perf_counter() - start
+    verdict, why = classify(case, done.returncode, done.stdout or "", done.stderr, d)
+    lost = case.kept(d) if case.kept is not None else None
+    if lost is not None:
+        verdict, why = "wrong", f"lost: {lost} ({verdict}: {why})"
     return Result(case, verdict, why, seconds)
+
+
+def _preexec(case: Case) -> Callable[[], None]:
+    """In the child before it runs: close stdout, set the resource limits."""
+    def child() -> None:
+        import resource
+
+        for which, value in case.limits:
+            resource.setrlimit(which, (value, value))
+        if case.stdout == "closed":
+            os.close(1)
+    return child
 
 
 def classify(case: Case, rc: int, out: str, err: str, d: Path) -> tuple[Verdict, str]:

@@ -4,6 +4,8 @@
 - :class:`DataError`: an input file or table is malformed or breaks the schema.
 - :class:`NoModelError`: a learned model was asked for but none is fitted or found.
 - :class:`MeasurementError`: a microbenchmark could not measure (timeout, backend failure).
+- :class:`OutputError`: an output could not be written (a full disk, a file-size limit, a
+  closed or full stream); the message names the file or stream.
 
 The CLI turns any :class:`SurrogateError` into one line on stderr and exit code 2.
 """
@@ -31,6 +33,13 @@ class NoModelError(SurrogateError, LookupError):
 
 class MeasurementError(SurrogateError, RuntimeError):
     """A measurement failed or timed out."""
+
+
+class OutputError(SurrogateError, OSError):
+    """An output could not be written; the message names the file or stream and why
+    (``reason``: the why alone, for a caller that names a larger output)."""
+
+    reason: str = ""
 
 
 MESSAGE_VALUE_CHARS = 80

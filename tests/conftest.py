@@ -124,3 +124,30 @@ def same_predictions(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None
             assert list(a[k]) == list(b[k]), k
         else:
             np.testing.assert_array_equal(a[k], b[k], err_msg=k)
+
+
+@pytest.fixture
+def full_dir(tmp_path: Path) -> Any:
+    """A directory on a filesystem with no space left: a 64 KiB tmpfs mounted over
+    ``tmp_path/full`` and filled (skipped where mounting is not permitted, as without root)."""
+    import os
+    import subprocess
+
+    d = tmp_path / "full"
+    d.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)],
+                             capture_output=True, check=False).returncode == 0
+    if not mounted:
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        fd = os.open(d / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 4096):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+        yield d
+    finally:
+        subprocess.run(["umount", "-l", str(d)], check=False)

@@ -182,9 +182,8 @@ def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
     """The evaluation's figures (learned and analytic, per protocol) and the tuning's best
     values as JSON at ``path``, atomically (NaN as null)."""
     import json
-    import os
-    import tempfile
 
+    from surrogate.io.atomic import atomic_write
     from surrogate.io.jsonsafe import json_safe
 
     data = {"evaluation": {p: {"learned": r.metrics, "analytic": r.analytic_metrics,
@@ -192,10 +191,7 @@ def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
                            for p, r in evaluation.items()},
             "tuning": {t: {"study_name": r.study_name, "best_value": r.best_value,
                            "best_params": r.best_params} for t, r in tuning.items()}}
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(json_safe(data), f, indent=2, default=str)
-    os.replace(tmp, path)
+    atomic_write(path, json.dumps(json_safe(data), indent=2, default=str))
 
 
 def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,

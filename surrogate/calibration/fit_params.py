@@ -24,7 +24,6 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -54,6 +53,7 @@ from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.gpus import GIB, get_gpu
 from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
+from surrogate.io.atomic import atomic_write
 
 TIME_PARAMETERS: tuple[str, ...] = tuple(
     p.name for p in PARAMETERS.values() if p.kind == "time")
@@ -415,7 +415,7 @@ def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
                          else "one each"))),
         "sets": result["sets"],
     }
-    Path(path).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    atomic_write(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
     """Each run's probability of running out of memory from its held-out memory prediction

@@ -1,15 +1,17 @@
 """Command-line interface: parse, call the library, print a table or JSON, return an exit code.
 
-Every :class:`~surrogate.errors.SurrogateError`, and every usage error (an unknown command or
-option, a value of the wrong type, a missing value), becomes one line on stderr and exit code
-2; ``--debug`` (anywhere on the command line) shows the traceback instead. That holds for the
-plugin commands of the programs (``train``, ``evaluate``, ``microbench``) too, which
-:mod:`surrogate.cli.app` loads from entry points only when one of them, or the help, is asked
-for.
+Every :class:`~surrogate.errors.SurrogateError`, every usage error (an unknown command or
+option, a value of the wrong type, a missing value), an output the system refuses (a full disk,
+a closed or full stdout: :mod:`surrogate.cli.streams`) and running out of memory become one
+line on stderr and exit code 2; ``--debug`` (anywhere on the command line) shows the traceback
+instead. That holds for the plugin commands of the programs (``train``, ``evaluate``,
+``microbench``) too, which :mod:`surrogate.cli.app` loads from entry points only when one of
+them, or the help, is asked for.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 
 import typer
@@ -19,6 +21,7 @@ from surrogate.cli import calibrate, data, heatmap, predict, propose, rounds, se
 
 # isort: on
 from surrogate.cli.app import app, ensure_plugins
+from surrogate.cli.streams import flush, prepare, restore, silence, write_failure
 from surrogate.errors import SurrogateError
 
 try:  # typer >= 0.2x parses with its own copy of click; older typer with the click package
@@ -78,12 +81,21 @@ def _usage_error_line(e: Exception, args: list[str]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    before = prepare()
+    try:
+        return _main(argv)
+    finally:
+        restore(before)
+
+
+def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
-    ensure_plugins(args)
     try:
+        ensure_plugins(args)
         result = app(args=args, prog_name="surrogate", standalone_mode=False)
+        flush()
     except SurrogateError as e:
         if debug:
             raise
@@ -111,7 +123,48 @@ def main(argv: list[str] | None = None) -> int:
     except _ABORT:
         print("aborted", file=sys.stderr)
         return 130
+    except OSError as e:  # a write the system refused: a full disk, a closed or full stdout
+        message = write_failure(e)
+        if message is None or debug:
+            raise
+        silence()
+        if e.errno == errno.EPIPE and e.filename is None:
+            return 1  # the reader left (``| head``): quietly, as rich's own writes end
+        print("error: " + _one_line(message), file=sys.stderr)
+        return 2
+    except (MemoryError, ImportError) as e:  # an address-space limit (ulimit -v), or the RAM
+        if debug or not (isinstance(e, MemoryError) or _out_of_memory(e)):
+            raise
+        print(f"error: {OUT_OF_MEMORY}", file=sys.stderr)
+        return 2
     return result if isinstance(result, int) else 0
+
+
+OUT_OF_MEMORY = ("out of memory (is an address-space limit set, ulimit -v? the command needs "
+                 "more; a large --from-csv table or search space needs the most)")
+MIN_ADDRESS_SPACE_BYTES = 1 << 30
+"""Below this address-space limit (``ulimit -v``) the command is refused before it starts:
+the native libraries it loads (numpy, pyarrow, LightGBM) then crash the process as they start
+their threads (an abort or a segmentation fault at 300-600 MB, measured), which no handler can
+turn into a message. A single prediction needs about 1.5-2 GB of address space (measured)."""
+
+
+def _out_of_memory(e: ImportError) -> bool:
+    """Whether ``e`` is a shared library that could not be mapped (no address space left)."""
+    text = str(e).lower()
+    return "failed to map segment" in text or "cannot allocate memory" in text
+
+
+def address_space_error() -> str | None:
+    """The error line for an address-space limit below :data:`MIN_ADDRESS_SPACE_BYTES`."""
+    import resource
+
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE_BYTES:
+        return None
+    return (f"error: the address-space limit (ulimit -v) is {soft / 2**20:,.0f} MiB; surrogate "
+            f"needs at least {MIN_ADDRESS_SPACE_BYTES >> 20:,} MiB (its native libraries map "
+            "that much as they start), a prediction about 2 GB")
 
 
 def entry() -> None:
@@ -119,4 +172,7 @@ def entry() -> None:
     from surrogate.cli import lean_imports
 
     lean_imports.ONE_COMMAND_PROCESS = True  # one command, then exit
+    if (refused := address_space_error()) is not None:
+        print(refused, file=sys.stderr)
+        sys.exit(2)
     sys.exit(main())

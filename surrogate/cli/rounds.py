@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -111,10 +109,9 @@ MATCHED_FILE = "matched_runs.csv"
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
-    os.replace(tmp, path)
+    from surrogate.io.atomic import atomic_write
+
+    atomic_write(path, json.dumps(data, indent=2, default=str))
 
 
 def _print_round(record: dict[str, Any], metrics: dict[str, float],

@@ -164,19 +164,33 @@ def _is_storage_error(error: Exception) -> bool:
 
 
 def _write_launch(result: Any, launch_dir: Path) -> list[str]:
-    """Launch files of each top layout torchtitan runs; a line per layout."""
+    """Launch files of each top layout torchtitan runs; a line per layout. If a write fails
+    (a full disk), the directories this call created are removed: a rerun finds no half-written
+    launch directory in its way."""
+    import shutil
+    from contextlib import suppress
+
     from surrogate.loop.launch import launch_problem, write_launch_files
 
     written = []
-    for i, key in enumerate(result.top["key"], start=1):
-        cfg = result.configs[key]
-        problem = launch_problem(cfg)
-        if problem:
-            written.append(f"#{i}: not written ({problem})")
-            continue
-        name = f"top{i:02d}-" + str(result.top["layout"].iloc[i - 1]).replace(" ", "_")
-        files = write_launch_files(cfg, launch_dir / name, run_name=name)
-        written.append(f"#{i}: {files.directory}")
+    created = [] if launch_dir.exists() else [launch_dir]
+    try:
+        for i, key in enumerate(result.top["key"], start=1):
+            cfg = result.configs[key]
+            problem = launch_problem(cfg)
+            if problem:
+                written.append(f"#{i}: not written ({problem})")
+                continue
+            name = f"top{i:02d}-" + str(result.top["layout"].iloc[i - 1]).replace(" ", "_")
+            if not (launch_dir / name).exists():
+                created.append(launch_dir / name)
+            files = write_launch_files(cfg, launch_dir / name, run_name=name)
+            written.append(f"#{i}: {files.directory}")
+    except BaseException:
+        for d in reversed(created):
+            with suppress(OSError):
+                shutil.rmtree(d)
+        raise
     return written
 
 

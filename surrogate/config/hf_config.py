@@ -44,6 +44,7 @@ from typing import Any
 
 from surrogate.config.model import ModelConfig
 from surrogate.errors import ConfigError
+from surrogate.io.input_files import read_input_text
 from surrogate.io.json_files import refuse_duplicate_keys
 
 ARCHITECTURES: dict[str, str] = {
@@ -137,12 +138,9 @@ def read_json_object(path: str | Path) -> dict[str, Any]:
     """The JSON object in ``path``; ConfigError if missing, malformed, not an object, or a key
     appears twice (JSON parsers otherwise keep the last silently)."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except FileNotFoundError:
-        raise ConfigError(f"--hf-config must name an existing file, got {str(p)!r}") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError(f"{p}: cannot read ({e})") from None
+    if not p.exists():
+        raise ConfigError(f"--hf-config must name an existing file, got {str(p)!r}")
+    text = read_input_text(p, what="--hf-config", kind="config", error=ConfigError)
     try:
         cfg = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
     except json.JSONDecodeError as e:

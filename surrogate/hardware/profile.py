@@ -54,6 +54,8 @@ from surrogate.analytic.perf import (
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.errors import DataError, shorten, shown
 from surrogate.hardware.fabric import Fabric
+from surrogate.io.atomic import atomic_write
+from surrogate.io.input_files import read_input_bytes
 from surrogate.io.jsonsafe import json_safe
 
 SCHEMA_VERSION = 1
@@ -374,21 +376,8 @@ class CalibrationProfile:
                             f"{shorten(str(e))}") from e
 
     def save(self, path: str | Path) -> None:
-        """Write the profile as JSON, atomically (temporary file, then rename)."""
-        import os
-        import tempfile
-
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=p.parent)
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump(self.to_json(), f, indent=1)
-                f.write("\n")
-            os.replace(tmp, p)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        """Write the profile as JSON, atomically (:mod:`surrogate.io.atomic`)."""
+        atomic_write(path, json.dumps(self.to_json(), indent=1) + "\n")
 
 def _net_scale_rows(c: Cols, rows: np.ndarray, shape: tuple[int, ...]) -> Cols:
     """The columns :meth:`Fabric.time_s` reads (``net_scale``, where given) at flat positions
@@ -420,11 +409,12 @@ def load_profile(path: str | Path) -> CalibrationProfile:
     if p.is_dir():
         raise DataError(f"a calibration profile is a JSON file written by `surrogate calibrate` "
                         f"(or a shipped profile: {shipped}), got the directory {str(p)!r}")
-    try:
-        d = json.loads(p.read_bytes().decode("utf-8-sig"))
-    except FileNotFoundError:
+    if not p.exists():
         raise DataError(f"calibration profile {str(p)!r} does not exist (a file, or one of "
-                        f"the shipped profiles: {shipped})") from None
+                        f"the shipped profiles: {shipped})")
+    raw = read_input_bytes(p, what="calibration profile", kind="config")
+    try:
+        d = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
         raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
                         f"calibrate`, but this file is not text (an image? a binary?)") from None
@@ -432,9 +422,6 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
                         f"calibrate`, but this is not valid JSON ({e.msg} at line "
                         f"{e.lineno})") from None
-    except OSError as e:
-        raise DataError(f"cannot read calibration profile {str(p)!r}: "
-                        f"{e.strerror or e}") from None
     if not isinstance(d, dict):
         raise DataError(f"{p}: a calibration profile is a JSON object")
     try:

@@ -24,6 +24,7 @@ from surrogate.config.files import (
 )
 from surrogate.errors import ConfigError, shown
 from surrogate.ingest.torchtitan import job_config_columns
+from surrogate.io.input_files import check_input_file, read_input_text
 from surrogate.io.json_files import refuse_duplicate_keys
 
 MAX_YAML_VALUES = 10_000
@@ -161,15 +162,16 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
     one), or a key is given twice (in the file, or in two sections).
     """
     p = Path(path)
-    if not p.is_file():
+    if not p.exists():
         raise ConfigError(f"--config must name an existing file, got {str(p)!r}")
+    check_input_file(p, what="--config", kind="config", error=ConfigError)
     if p.suffix.lower() == ".toml":
         columns = job_config_columns(p, given or {})
         check_finite(columns, where=str(p))
         check_counts(columns, where=str(p))
         return columns
+    text = read_input_text(p, what="--config", kind="config", error=ConfigError)
     try:
-        text = p.read_text()
         if p.suffix.lower() == ".json":
             data = json.loads(text, object_pairs_hook=refuse_duplicate_keys)
         else:

@@ -19,6 +19,7 @@ from surrogate.ingest import (
     torchtitan,
     train_step,
 )
+from surrogate.io.input_files import check_input_file
 
 Format = Literal[
     "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
@@ -41,13 +42,12 @@ def check_format(name: str) -> Format:
 def detect_format(path: str | Path) -> Format:
     """The format of ``path``; DataError if the file is missing or its format unknown."""
     p = Path(path)
+    check_input_file(p, what="file to ingest", kind="table")
     try:
         with p.open("rb") as f:
             head = f.read(_HEAD_BYTES).decode("utf-8", errors="replace")
-    except FileNotFoundError:
-        raise DataError(f"{str(p)!r} does not exist") from None
-    except IsADirectoryError:
-        raise DataError(f"{str(p)!r} is a directory, not a file") from None
+    except OSError as e:
+        raise DataError(f"cannot read {str(p)!r}: {e.strerror or e}") from None
     suffix = p.suffix.lower()
     first_line = head.split("\n", 1)[0]
     if suffix == ".csv" and all(m in first_line for m in playbook.HEADER_MARKERS):

@@ -68,6 +68,7 @@ from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.sweeps import frame_from_rows, sweep_row
+from surrogate.io.input_files import read_input_text
 
 SOURCE = "llmfoundry_mpt"
 VOCAB_SIZE = 50368
@@ -219,12 +220,7 @@ def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     (and every table without the needed columns) is a counted skip with file:line."""
     p = Path(path)
     report = IngestReport(files=[str(p)])
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        raise DataError(f"llm-foundry README {str(p)!r} does not exist") from None
-    except UnicodeDecodeError as e:
-        raise DataError(f"{p}: not a UTF-8 Markdown file ({e})") from None
+    lines = read_input_text(p, what="llm-foundry README", kind="log").splitlines()
     rows = []
     heading = ""
     header: list[str] | None = None

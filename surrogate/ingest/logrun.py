@@ -8,6 +8,7 @@ time are the median over the logged iterations after the first (the only one if 
 
 from __future__ import annotations
 
+import math
 import re
 import statistics
 from collections.abc import Mapping, Sequence
@@ -20,6 +21,7 @@ from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import build_config, merge, place_on_nodes
 from surrogate.ingest.status import run_status
 from surrogate.ingest.sweeps import sweep_row
+from surrogate.io.input_files import read_input_bytes, read_input_text
 
 _HUMAN = re.compile(r"^\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([KMGTPE]?)\s*$")
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -45,21 +47,15 @@ def steady(values: Sequence[float]) -> float | None:
 
 def read_log(path: Path) -> str:
     """The log's text, ANSI colour codes removed; DataError if it cannot be read."""
-    try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise DataError(f"log {str(path)!r} does not exist") from None
-    except OSError as e:
-        raise DataError(f"cannot read log {str(path)!r}: {e.strerror}") from None
+    raw = read_input_bytes(path, what="log", kind="log")
     return ANSI.sub("", raw.decode("utf-8", errors="replace"))
 
 
 def read_optional(path: Path) -> str | None:
     """A small side file's text (status.txt), or None if absent."""
-    try:
-        return path.read_text(encoding="utf-8", errors="replace")
-    except FileNotFoundError:
+    if not path.exists():
         return None
+    return read_input_text(path, what="status file", kind="config", errors="replace")
 
 
 @dataclass(kw_only=True)
@@ -113,6 +109,12 @@ def run_row(
         report.skip(where, None, verdict.evidence)
         return None
     tps, step = run.tokens_per_s_per_gpu, run.step_time_s
+    for name, value in (("tokens/s per GPU", tps), ("step time", step)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            # a zero throughput (a stalled or mis-timed run) is no measurement, and the other
+            # figure cannot be derived from it
+            report.skip(where, None, f"the log's {name} must be a positive number, got {value:g}")
+            return None
     gpus = cfg.cluster.num_gpus
     if tps is None and step is not None:
         tps = cfg.batch_tokens / (step * gpus)

@@ -23,9 +23,9 @@ from typing import Any, Final
 
 import pandas as pd
 
-from surrogate.errors import DataError
 from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
+from surrogate.io.input_files import read_input_text
 
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"
@@ -68,10 +68,7 @@ def record_to_row(rec: dict[str, Any], *, file: str) -> dict[str, object]:
 def parse_microbench_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read one JSON-lines file written by ``microbench``; raises DataError if unreadable."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read microbenchmark file {str(p)!r}: {e}") from e
+    lines = read_input_text(p, what="microbenchmark file", kind="log").splitlines()
     report = IngestReport(files=[str(p)])
     rows: list[dict[str, object]] = []
     for lineno, ln in enumerate(lines, start=1):

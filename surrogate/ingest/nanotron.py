@@ -30,6 +30,7 @@ from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.sweeps import frame_from_rows
+from surrogate.io.input_files import read_input_text
 
 SOURCE = "bench_cluster"
 MARKERS: tuple[str, ...] = ("elapsed_time_per_iteration_ms", "tokens_per_sec_per_gpu")
@@ -115,7 +116,9 @@ def _read_config(log: Path) -> tuple[dict[str, Any], int | None, str | None]:
     import yaml
 
     try:
-        tree = yaml.safe_load(path.read_text(encoding="utf-8"))
+        tree = yaml.safe_load(read_input_text(path, what="nanotron config", kind="config"))
+    except DataError as e:
+        return {}, None, str(e)
     except yaml.YAMLError as e:
         return {}, None, f"{path}: not valid YAML ({str(e).splitlines()[0]})"
     if not isinstance(tree, dict):

@@ -28,6 +28,7 @@ from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
 from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
+from surrogate.io.input_files import read_input_text
 
 SOURCE = "nccl-tests"
 
@@ -97,10 +98,8 @@ def parse_nccl_tests(
     no op, or holds no table row (e.g. truncated before the table).
     """
     p = Path(path)
-    try:
-        lines = p.read_text(errors="replace").splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read nccl-tests file {str(p)!r}: {e}") from e
+    lines = read_input_text(p, what="nccl-tests file", kind="log",
+                            errors="replace").splitlines()
     report = IngestReport(files=[str(p)])
     text = "\n".join(lines)
     the_op = op or _op_from_text(text) or _op_from_name(p.name)

@@ -47,6 +47,7 @@ from surrogate.ingest.nanotron import pp_schedule_of
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.status import status_from_label
 from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_row, frame_from_rows, sweep_row
+from surrogate.io.input_files import check_input_file
 from surrogate.io.tableio import check_csv_header
 
 SOURCE = "hf_ultrascale_playbook"
@@ -93,6 +94,8 @@ def read_table(path: Path, *, needs: tuple[str, ...], what: str,
     e.g. "a Playbook table needs", opens that message)."""
     dtype = {"name": str, "log_file": str, "date": str, "status": str,
              **read_csv.pop("dtype", {})}
+    if Path(path).exists():
+        check_input_file(path, what="Playbook table", kind="table")
     try:
         header = check_csv_header(path)  # trailing commas must not shift the values
         raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, usecols=range(len(header)) or None,

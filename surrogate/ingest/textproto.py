@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TypeAlias
 
 from surrogate.errors import DataError
+from surrogate.io.input_files import read_input_text
 
 Scalar: TypeAlias = int | float | bool | str
 Value: TypeAlias = "Scalar | Message"
@@ -188,8 +189,5 @@ def parse_textproto(text: str, *, where: str = "<text>") -> Message:
 def read_textproto(path: str | Path) -> Message:
     """Read and parse a ``.txtpb`` file."""
     p = Path(path)
-    try:
-        text = p.read_text()
-    except OSError as e:
-        raise DataError(f"cannot read text proto {str(p)!r}: {e}") from e
+    text = read_input_text(p, what="text proto", kind="table")
     return parse_textproto(text, where=str(p))

@@ -73,6 +73,7 @@ from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optiona
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import place_on_nodes
 from surrogate.ingest.sweeps import frame_from_rows
+from surrogate.io.input_files import read_input_text
 
 SOURCE = "torchtitan"
 MARKERS: tuple[str, ...] = ("[titan]",)
@@ -231,8 +232,9 @@ def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, 
     file leaves open (the world of data_parallel_shard_degree = -1, a model's layer count).
     ConfigError naming the file for what cannot be read."""
     p = Path(path)
+    text = read_input_text(p, what="--config", kind="config", error=ConfigError)
     try:
-        found, _ = config_values(tomllib.loads(p.read_text(encoding="utf-8")), dict(given))
+        found, _ = config_values(tomllib.loads(text), dict(given))
         if "num_nodes" not in given:
             placed = {"gpus_per_node": given.get("gpus_per_node", 8)}
             place_on_nodes(placed, found["dp"] * found["tp"] * found["pp"] * found["cp"])
@@ -380,7 +382,7 @@ def parse_torchtitan(
     toml_path = _config_file(log)
     try:
         if toml_path is not None:
-            cfg = tomllib.loads(toml_path.read_text(encoding="utf-8"))
+            cfg = tomllib.loads(read_input_text(toml_path, what="job config", kind="config"))
             found, steps = config_values(cfg, given)
     except tomllib.TOMLDecodeError as e:
         report.skip(str(log), None, f"{toml_path}: not valid TOML ({e})")

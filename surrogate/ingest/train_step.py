@@ -26,10 +26,11 @@ from typing import Any, Final
 import pandas as pd
 
 from surrogate.config.training import config_from_flat
-from surrogate.errors import ConfigError, DataError
+from surrogate.errors import ConfigError
 from surrogate.ingest.microbench_table import hardware_from_device_name
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.sweeps import frame_from_rows, sweep_row
+from surrogate.io.input_files import read_input_text
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
 STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",
@@ -74,10 +75,7 @@ def parse_train_step_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport
     number and reason; raises DataError if the file cannot be read."""
 
     p = Path(path)
-    try:
-        lines = p.read_text(encoding="utf-8").splitlines()
-    except OSError as e:
-        raise DataError(f"cannot read train-step file {str(p)!r}: {e}") from e
+    lines = read_input_text(p, what="train-step file", kind="log").splitlines()
     report = IngestReport(files=[str(p)])
     rows = []
     for number, text in enumerate(lines, start=1):

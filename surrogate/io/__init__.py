@@ -1,1 +1,2 @@
-"""Files and stores: tables, data sources, output checks, JSON values, SQLite and MLflow."""
+"""Files and stores: opening a user's file, writing atomically, tables, data sources, output
+checks, JSON values, SQLite and MLflow."""

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 from surrogate.errors import DataError
+from surrogate.io.input_files import read_input_text
 
 SOURCES_TOML = Path(__file__).resolve().parents[1] / "data" / "sources.toml"
 """The public files the project reads, shipped with the package."""
@@ -87,9 +88,7 @@ def load_sources(path: str | Path = SOURCES_TOML) -> list[Source]:
     """The ``[[source]]`` entries of a sources TOML."""
     p = Path(path)
     try:
-        tree = tomllib.loads(p.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise DataError(f"sources file {str(p)!r} does not exist") from None
+        tree = tomllib.loads(read_input_text(p, what="sources file", kind="config"))
     except tomllib.TOMLDecodeError as e:
         raise DataError(f"{p}: not valid TOML ({e})") from None
     entries = tree.get("source")

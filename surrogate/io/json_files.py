@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from surrogate.errors import ConfigError, DataError, SurrogateError, shown
+from surrogate.io.input_files import read_input_text
 
 
 def read_json(path: Path, *, missing: SurrogateError) -> Any:
@@ -21,12 +22,11 @@ def read_json(path: Path, *, missing: SurrogateError) -> Any:
     """
     if not path.exists():
         raise missing
+    text = read_input_text(path, what="JSON file", kind="config")
     try:
-        return json.loads(path.read_text())
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read it ({e})") from None
 
 def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook`` for :func:`json.loads`: a key given twice is a ConfigError (the

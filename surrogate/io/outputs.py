@@ -40,6 +40,9 @@ def check_output_file(path: str | Path, *, flag: str) -> None:
     p = Path(path)
     if p.is_dir():
         raise ConfigError(f"{flag} must name a file, got the directory {str(p)!r}")
+    if p.exists() and not p.is_file():
+        raise ConfigError(f"{flag} must name a regular file (replaced whole) or a new one, got "
+                          f"{str(p)!r}, which is not (a device? a FIFO?)")
     check_writable_dir(p.parent, flag=flag)
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from surrogate.errors import ConfigError
 from surrogate.extras import require
+from surrogate.io.input_files import check_input_file
 from surrogate.io.outputs import check_writable_dir
 from surrogate.io.table_files import file_kind
 
@@ -75,7 +76,8 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
         raise ConfigError(f"{e}; {fix}") from None
     if db.is_dir():
         raise ConfigError(f"{where}: {str(db)!r} is a directory, not a database file; {fix}")
-    if db.exists() and db.stat().st_size:
+    if db.exists() and check_input_file(db, what=where, kind="database", error=ConfigError
+                                        ).stat().st_size:
         with open(db, "rb") as f:
             head = f.read(16)
         if head != b"SQLite format 3\x00":

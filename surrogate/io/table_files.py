@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from surrogate.errors import DataError
+from surrogate.io.input_files import check_input_file
 
 SNIFF_BYTES = 8192
 """Bytes read from the start of a file to tell its kind."""
@@ -61,6 +62,7 @@ def check_table_file(path: str | Path, *, flag: str) -> None:
         raise DataError(f"table {str(p)!r} does not exist (given to {flag})")
     if p.is_dir():
         raise DataError(f"{want}; {str(p)!r} is a directory")
+    check_input_file(p, what=flag, kind="table")
     try:
         with open(p, "rb") as f:
             head = f.read(SNIFF_BYTES)

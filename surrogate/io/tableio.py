@@ -1,31 +1,46 @@
 """Reading and atomically writing tables (Parquet or CSV), locking them for appends, and
 running the pandera schemas that check them (:func:`failure_cases`).
 
-Writes go to a temporary file in the table's directory and are renamed over it, so a crash
-never leaves a half-written table; the new file keeps the mode bits of the one it replaces
-(a new table gets the usual 0666 less the umask). An append is a read-modify-write: two
+Writes are atomic (:mod:`surrogate.io.atomic`): a temporary file in the table's directory,
+renamed over it, so a crash or a full disk never leaves a half-written table; the new file
+keeps the mode bits of the one it replaces. Reads open only regular files of a table's size
+(:mod:`surrogate.io.input_files`). An append is a read-modify-write: two
 processes appending at once would each write the table they read plus their own rows, and the
 second rename would drop the first one's rows. :func:`locked` serialises them with an
 advisory lock on a sibling file ``.NAME.lock`` (the ``filelock`` package: ``flock``, which
 local filesystems and NFSv4 honour); every append path holds it around the whole
-read-modify-write.
+read-modify-write. The holder writes its pid, host and command into ``.NAME.lock.holder``, so
+that a process kept waiting (by a stopped ingest, say) says who holds the lock, and gives up
+after a bounded time (:func:`locked`).
 """
 
 from __future__ import annotations
 
 import csv
+import json
 import os
 import re
-import stat
-import uuid
-from collections.abc import Iterable, Iterator
+import socket
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
 
 import pandas as pd
 
-from surrogate.errors import DataError
+from surrogate.errors import DataError, shorten
+from surrogate.io.atomic import (
+    atomic_path,
+    atomic_write,
+    commit_temporary,
+    is_write_failure,
+    new_temporary,
+    output_error,
+    target_of,
+)
+from surrogate.io.input_files import check_input_file
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -34,8 +49,15 @@ TableFormat = Literal["parquet", "csv"]
 TABLE_SUFFIXES: dict[str, TableFormat] = {".parquet": "parquet", ".pq": "parquet",
                                           ".csv": "csv"}
 """The table files written, by suffix (case-insensitive)."""
-LOCK_TIMEOUT_S = 600.0
-"""How long an append waits for another process's append to the same table before giving up."""
+LOCK_TIMEOUT_S = 60.0
+"""How long an append waits for another process's append to the same table before giving up
+(unless :data:`LOCK_TIMEOUT_ENV` says otherwise)."""
+LOCK_TIMEOUT_ENV = "SURROGATE_LOCK_TIMEOUT_S"
+"""The environment variable that sets the lock wait in seconds (0: fail at once if held)."""
+LOCK_NOTICE_S = 2.0
+"""A wait for the lock longer than this is told, with the holder."""
+LOCK_NOTICE_EVERY_S = 10.0
+"""Then told again this often."""
 
 
 def table_format(path: str | Path) -> TableFormat:
@@ -48,25 +70,101 @@ def table_format(path: str | Path) -> TableFormat:
     return TABLE_SUFFIXES[suffix]
 
 
-@contextmanager
-def locked(path: str | Path, *, timeout_s: float = LOCK_TIMEOUT_S) -> Iterator[None]:
-    """Hold the append lock of the table at ``path`` (module docstring) for the ``with`` body.
+def lock_timeout_s() -> float:
+    """How long an append waits for the lock: :data:`LOCK_TIMEOUT_ENV` if set, else
+    :data:`LOCK_TIMEOUT_S`. DataError for a value that is not a number of seconds >= 0."""
+    text = os.environ.get(LOCK_TIMEOUT_ENV, "").strip()
+    if not text:
+        return LOCK_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not (0 <= value < float("inf")):
+        raise DataError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds >= 0, got {text!r}")
+    return value
 
-    Not re-entrant: a second ``locked`` on the same table inside the body waits for the first.
-    DataError if another holder keeps it for ``timeout_s``."""
+
+def _holder_file(p: Path) -> Path:
+    return p.with_name(f".{p.name}.lock.holder")
+
+
+def _write_holder(p: Path) -> None:
+    """Say in the lock's sidecar who holds it: pid, host, command line, since when."""
+    record = {"pid": os.getpid(), "host": socket.gethostname(),
+              "command": " ".join(["surrogate", *sys.argv[1:]])
+              if Path(sys.argv[0]).name == "surrogate" else " ".join(sys.argv),
+              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with suppress(OSError):  # the sidecar informs; the lock holds without it
+        atomic_write(_holder_file(p), json.dumps(record))
+
+
+def lock_holder(path: str | Path) -> str:
+    """Who holds the append lock of the table at ``path``, as its sidecar says: ``pid 123 on
+    host h (surrogate ingest a.csv --into t.parquet) since 2026-01-01T00:00:00Z``; a process
+    of this host that no longer runs is said to be gone (a stopped one still holds it)."""
+    side = _holder_file(Path(path))
+    try:
+        record = json.loads(side.read_text(encoding="utf-8"))
+        pid, host = int(record["pid"]), str(record["host"])
+        command, since = shorten(str(record["command"]), 120), str(record["since"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return f"a process that did not say who it is ({side.name} missing or unreadable)"
+    alive = ""
+    if host == socket.gethostname():
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            alive = ", which no longer runs"
+        except OSError:
+            pass
+    return f"pid {pid} on host {host} ({command}) since {since}{alive}"
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def locked(path: str | Path, *, timeout_s: float | None = None,
+           notify: Callable[[str], None] = _to_stderr) -> Iterator[None]:
+    """Hold the append lock of the table at ``path`` (module docstring) for the ``with`` body;
+    the sidecar ``.NAME.lock.holder`` says who holds it (:func:`lock_holder`).
+
+    A wait longer than :data:`LOCK_NOTICE_S` is told through ``notify`` (on stderr by
+    default), naming the holder, then every :data:`LOCK_NOTICE_EVERY_S`. Not re-entrant: a
+    second ``locked`` on the same table inside the body waits for the first. DataError naming
+    the holder if it keeps the lock for ``timeout_s`` (None: :func:`lock_timeout_s`)."""
     from filelock import FileLock, Timeout
 
+    limit_s = lock_timeout_s() if timeout_s is None else timeout_s
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    lock = FileLock(p.with_name(f".{p.name}.lock"), timeout=timeout_s)
+    lock = FileLock(p.with_name(f".{p.name}.lock"))
+    start = time.monotonic()
+    notice_s = LOCK_NOTICE_S
+    while True:
+        waited = time.monotonic() - start
+        try:
+            lock.acquire(timeout=max(0.0, min(limit_s - waited, notice_s - waited, 1.0)))
+            break
+        except Timeout:
+            waited = time.monotonic() - start
+            if waited >= limit_s:
+                raise DataError(
+                    f"the table {str(p)!r} is locked by {lock_holder(p)}; gave up after "
+                    f"{limit_s:g} s ({LOCK_TIMEOUT_ENV} sets how long to wait; a stopped "
+                    f"process holds the lock until it resumes or is killed)") from None
+            if waited >= notice_s:
+                notify(f"waiting for the lock of {str(p)!r}, held by {lock_holder(p)} "
+                       f"({waited:.0f} s of at most {limit_s:g} s)")
+                notice_s += LOCK_NOTICE_EVERY_S
     try:
-        lock.acquire()
-    except Timeout:
-        raise DataError(f"another process has held the lock of {str(p)!r} ({lock.lock_file}) "
-                        f"for more than {timeout_s:g} s; is an ingest stuck?") from None
-    try:
+        _write_holder(p)
         yield
     finally:
+        with suppress(OSError):
+            _holder_file(p).unlink()
         lock.release()
 
 
@@ -75,9 +173,7 @@ def read_table(path: str | Path) -> pd.DataFrame:
     header repeats a column or whose rows hold values without a column
     (:func:`check_csv_header`). A CSV is read by pyarrow's reader (:func:`iter_table`'s
     column types); one with ragged rows by the csv module and pandas."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"table {str(p)!r} does not exist")
+    p = check_input_file(path, what="table", kind="table")
     if p.suffix.lower() in (".parquet", ".pq"):
         try:
             return pd.read_parquet(p)
@@ -172,9 +268,7 @@ def iter_table(path: str | Path, *, chunk_rows: int | None = CHUNK_ROWS
     header naming a column twice or an unreadable file."""
     import pyarrow as pa
 
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"table {str(p)!r} does not exist")
+    p = check_input_file(path, what="table", kind="table")
     if p.suffix.lower() in (".parquet", ".pq"):
         import pyarrow.parquet as pq
 
@@ -264,10 +358,10 @@ def check_csv_header(path: str | Path) -> list[str]:
 
 def write_csv(df: pd.DataFrame, target: str | Path | IO[str]) -> None:
     """Write ``df`` as CSV (no index) that reads back as written, by pyarrow's CSV writer
-    (:func:`csv_bytes`)."""
+    (:func:`csv_bytes`); a path atomically (:func:`surrogate.io.atomic.atomic_write`)."""
     data = csv_bytes(df)
     if isinstance(target, str | Path):
-        Path(target).write_bytes(data)
+        atomic_write(target, data)
     else:
         target.write(data.decode("utf-8"))
 
@@ -375,19 +469,27 @@ class TableWriter:
         self.path = Path(path)
         self.format = table_format(self.path)
         self.rows = 0
-        self._tmp = _temporary_beside(self.path)
+        self._target = target_of(self.path)
+        self._tmp = new_temporary(self._target)
         self._file: IO[bytes] | None = None
         self._parquet: Any = None
         self._schema: Any = None
 
     def write(self, df: pd.DataFrame) -> None:
-        """Append the rows of ``df`` (the same columns in every chunk)."""
-        if self.format == "csv":
-            if self._file is None:
-                self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed by commit/abort)
-            self._file.write(csv_bytes(df, header=self.rows == 0))
-        else:
-            self._write_parquet(df)
+        """Append the rows of ``df`` (the same columns in every chunk). OutputError naming the
+        table if the system refuses the write (the temporary file is removed)."""
+        try:
+            if self.format == "csv":
+                if self._file is None:
+                    self._file = open(self._tmp, "wb")  # noqa: SIM115 (closed by commit/abort)
+                self._file.write(csv_bytes(df, header=self.rows == 0))
+            else:
+                self._write_parquet(df)
+        except OSError as e:
+            self.abort()
+            if is_write_failure(e):
+                raise output_error(self.path, e) from None
+            raise
         self.rows += len(df)
 
     def _write_parquet(self, df: pd.DataFrame) -> None:
@@ -415,10 +517,12 @@ class TableWriter:
             if self.format == "csv" and self._file is None:
                 raise DataError(f"no rows were written to {str(self.path)!r}")
             self._close()
-            os.replace(self._tmp, self.path)
-        except BaseException:
+        except BaseException as e:
             self.abort()
+            if isinstance(e, OSError) and is_write_failure(e):
+                raise output_error(self.path, e) from None
             raise
+        commit_temporary(self._tmp, self._target)
 
     def abort(self) -> None:
         """Drop what was written; ``path`` is left as it was."""
@@ -444,38 +548,17 @@ class TableWriter:
             self.abort()
 
 
-def _temporary_beside(p: Path) -> Path:
-    """A new empty file in ``p``'s directory, to be renamed over ``p``: the mode bits of ``p``
-    if it exists, else 0666 less the umask."""
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
-    # os.open applies the umask to 0o666, as creating the file by name would (mkstemp: 0600)
-    os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
-    try:
-        with suppress(FileNotFoundError):  # a new table keeps the umask's mode
-            os.chmod(tmp, stat.S_IMODE(os.stat(p).st_mode))
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return tmp
-
-
 def write_table_atomic(df: pd.DataFrame, path: str | Path) -> None:
     """Write ``df`` to ``path`` (Parquet, or CSV by suffix: :func:`table_format`) via a
     temporary file and a rename, so that a crash never leaves a half-written table. The table
     keeps the mode bits of the file it replaces; a new one gets 0666 less the umask."""
     p = Path(path)
     fmt = table_format(p)
-    tmp = _temporary_beside(p)
-    try:
+    with atomic_path(p) as tmp:
         if fmt == "csv":
-            write_csv(df, tmp)
+            tmp.write_bytes(csv_bytes(df))
         else:
             df.to_parquet(tmp, index=False)
-        os.replace(tmp, p)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:

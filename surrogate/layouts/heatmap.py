@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from surrogate.config.model import ModelConfig
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError
+from surrogate.io.atomic import atomic_path, atomic_write
 from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import search
 from surrogate.layouts.space import LayoutSpace
@@ -131,8 +132,11 @@ def draw_png(grids: dict[str, pd.DataFrame], path: str | Path) -> Path:
         fig.colorbar(image, ax=ax, label="MFU")
     fig.tight_layout()
     out = Path(path)
-    fig.savefig(out, dpi=130)
-    plt.close(fig)
+    try:
+        with atomic_path(out) as tmp:
+            fig.savefig(tmp, dpi=130, format=out.suffix.lstrip(".").lower() or "png")
+    finally:
+        plt.close(fig)
     return out
 
 def _colour(value: float, vmax: float) -> str:
@@ -170,7 +174,5 @@ def write_html(grids: dict[str, pd.DataFrame], path: str | Path, *, title: str) 
             parts.append("</tr>")
         parts.append("</table>")
     out = Path(path)
-    tmp = out.with_name(out.name + ".tmp")
-    tmp.write_text("\n".join(parts), encoding="utf-8")
-    tmp.replace(out)
+    atomic_write(out, "\n".join(parts))
     return out

@@ -32,12 +32,13 @@ import importlib.util
 import logging
 import os
 import platform
-import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+from surrogate.io.atomic import atomic_path, atomic_write
 
 if TYPE_CHECKING:
     import lightgbm as lgb
@@ -192,16 +193,11 @@ class CompiledForest:
                 obj.unlink()
             _log.info("compiling %d trees to native code (once; cached as %s)",
                       model.num_trees(), obj)
-            fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{obj.stem}.", suffix=".o")
-            os.close(fd)
-            os.unlink(tmp)  # lleaves writes the cache only where no file is
-            try:
-                model.compile(cache=tmp, raw_score=raw_score, **_OPTIONS)
+            with atomic_path(obj) as tmp:
+                tmp.unlink()  # lleaves writes the cache only where no file is
+                model.compile(cache=str(tmp), raw_score=raw_score, **_OPTIONS)
                 _write_atomically(digest_file,
-                                  hashlib.sha256(Path(tmp).read_bytes()).hexdigest().encode())
-                os.replace(tmp, obj)
-            finally:
-                Path(tmp).unlink(missing_ok=True)
+                                  hashlib.sha256(tmp.read_bytes()).hexdigest().encode())
             return model
 
 
@@ -219,10 +215,4 @@ def _pool() -> ThreadPoolExecutor:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic_write(path, data)

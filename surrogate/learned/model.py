@@ -70,6 +70,7 @@ import numpy as np
 
 from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError
+from surrogate.io.atomic import atomic_path
 from surrogate.learned import compiled_trees
 from surrogate.learned.blend import (
     MAX_WIDEN,
@@ -430,9 +431,9 @@ class SurrogateModel(Estimator):
         """
         self._check_fitted()
         d = Path(directory)
-        d.mkdir(parents=True, exist_ok=True)
-        for name, booster in self._boosters().items():
-            booster.save_model(str(d / f"{name}.txt"))
+        for name, booster in self._boosters().items():  # each file atomically
+            with atomic_path(d / f"{name}.txt") as tmp:
+                booster.save_model(str(tmp))
         self.saved_sha256_ = write_sidecar(d, sidecar_of(self))
         return d
 

@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from surrogate.errors import DataError, NoModelError
+from surrogate.io.atomic import atomic_write
+from surrogate.io.input_files import read_input_bytes
 from surrogate.io.json_files import read_json
 
 _MODEL_FILES = ("status", "mfu", "mfu_lo", "mfu_hi", "mem")
@@ -39,9 +41,7 @@ def write_sidecar(d: Path, sidecar: dict[str, Any]) -> str:
     sidecar["file_sha256"] = {f"{n}.txt": _sha256((d / f"{n}.txt").read_bytes())
                               for n in _MODEL_FILES}
     sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
-    tmp = d / "model.json.tmp"
-    tmp.write_text(json.dumps(sidecar, indent=2, sort_keys=True))
-    tmp.replace(d / "model.json")
+    atomic_write(d / "model.json", json.dumps(sidecar, indent=2, sort_keys=True))
     return str(sidecar["sidecar_sha256"])
 
 
@@ -70,7 +70,7 @@ def verified_texts(d: Path, meta: dict[str, Any]) -> dict[str, str]:
         path = d / f"{name}.txt"
         if not path.exists():
             raise DataError(f"{d}: model file {name}.txt missing")
-        data = path.read_bytes()
+        data = read_input_bytes(path, what="model file", kind="model")
         if _sha256(data) != hashes.get(path.name):
             raise DataError(
                 f"model file {path} is damaged: its sha256 differs from the one {side.name} "

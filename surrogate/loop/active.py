@@ -19,6 +19,7 @@ The loop (``surrogate propose`` -> run -> ``surrogate ingest`` -> ``surrogate sc
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -34,7 +35,8 @@ from surrogate.config.files import CONFIG_KEYS
 from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
-from surrogate.errors import ConfigError, DataError
+from surrogate.errors import ConfigError, DataError, OutputError
+from surrogate.io.atomic import is_write_failure, output_error
 from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
@@ -171,12 +173,20 @@ def write_round(
         if cost is not None:
             record["cost"] = dict(cost)
         (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))
-        if final.exists():
-            final.rmdir()  # empty (checked above)
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp.rename(final)
-    except BaseException:
+        # one rename: it replaces an absent or empty directory, never a written round, so of
+        # several proposes into one new directory at once exactly one wins
+        os.rename(tmp, final)
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise ConfigError(
+                f"round directory {str(final)!r} was written by another propose meanwhile: a "
+                "round is never overwritten; give a new --round directory") from None
+        if isinstance(e, OutputError):  # a file of the round: name the round, not its tmp
+            raise OutputError(f"cannot write the round {str(final)!r}: {e.reason}") from None
+        if isinstance(e, OSError) and is_write_failure(e):
+            raise output_error(final, e) from None
         raise
     return final
 

@@ -50,6 +50,7 @@ from surrogate.config.presets import TORCHTITAN_FLAVOURS
 from surrogate.config.table import FlatTable, runs_as_another, take
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.io.atomic import atomic_path
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
 """Run and job names: letters, digits, ``_ . -``; no leading dot or dash."""
@@ -436,8 +437,7 @@ def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: 
                        command=command)
 
 def _write_atomic(path: Path, text: str, *, executable: bool = False) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(text, encoding="utf-8")
-    if executable:
-        os.chmod(tmp, 0o755)
-    tmp.replace(path)
+    with atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+        if executable:
+            os.chmod(tmp, 0o755)

@@ -165,3 +165,17 @@ def test_precision(tmp_path: Path, bf16: str, fp16: str, dtype: str | None) -> N
         assert df.empty and "trained in fp32" in report.skips[0].reason
     else:
         assert report.skips == [] and df.iloc[0]["dtype"] == dtype
+
+
+@pytest.mark.parametrize("ms", ["0.0", "0"])
+def test_a_zero_iteration_time_is_a_counted_skip(tmp_path: Path, ms: str) -> None:
+    """Megatron logs no tokens/s: they are derived from the iteration time, which must not
+    be 0."""
+    import re
+
+    log = tmp_path / LOG.name
+    log.write_text(re.sub(r"elapsed time per iteration \(ms\): [\d.]+",
+                          f"elapsed time per iteration (ms): {ms}", LOG.read_text()))
+    df, report = parse_megatron(log)
+    assert df.empty
+    assert report.skips[-1].reason == "the log's step time must be a positive number, got 0"

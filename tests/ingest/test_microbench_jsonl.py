@@ -48,5 +48,5 @@ def test_make_record_rejects_unknown_fields() -> None:
 
 
 def test_missing_file(tmp_path: Path) -> None:
-    with pytest.raises(DataError, match="cannot read microbenchmark file"):
+    with pytest.raises(DataError, match=r"microbenchmark file .*nope\.jsonl. does not exist"):
         parse_microbench_jsonl(tmp_path / "nope.jsonl")

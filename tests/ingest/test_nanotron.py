@@ -159,3 +159,16 @@ def test_a_precision_not_modelled_is_a_skip_that_says_why(tmp_path: Path) -> Non
     config.write_text(config.read_text().replace("dtype: bfloat16", "dtype: float32"))
     df, report = parse_nanotron(run / DONE.name)
     assert df.empty and "model dtype 'float32' is not modelled" in report.skips[0].reason
+
+
+def test_a_zero_throughput_is_a_counted_skip(tmp_path: Path) -> None:
+    import re
+
+    run = tmp_path / "run"
+    shutil.copytree(DONE.parent, run)
+    log = run / DONE.name
+    log.write_text(re.sub(r"tokens_per_sec_per_gpu: [\d.]+K", "tokens_per_sec_per_gpu: 0",
+                          log.read_text()))
+    df, report = parse_nanotron(log)
+    assert df.empty
+    assert "tokens/s per GPU must be a positive number, got 0" in report.skips[-1].reason

@@ -194,3 +194,19 @@ def test_a_precision_the_surrogate_does_not_model_is_a_skip_that_says_why(
     disabled), and other precisions are not modelled."""
     df, report = parse_torchtitan(_edited(tmp_path, *edits), given={"num_nodes": "1"})
     assert df.empty and said in report.skips[0].reason, report.skips
+
+
+@pytest.mark.parametrize("tps", ["0", "0.0", "0K"])
+def test_a_zero_throughput_is_a_counted_skip_not_a_division_by_zero(tmp_path: Path,
+                                                                   tps: str) -> None:
+    """A stalled or mis-timed run logs ``tps: 0``; its step time cannot be derived from it."""
+    import re
+
+    run = tmp_path / "run"
+    shutil.copytree(RUN, run)
+    log = run / "train.log"
+    log.write_text(re.sub(r"tps: [\d,]+", f"tps: {tps}", log.read_text()))
+    df, report = parse_torchtitan(log, given={"num_nodes": "1"})
+    assert df.empty
+    assert [s.reason for s in report.skips] == [
+        "the log's tokens/s per GPU must be a positive number, got 0"]

@@ -25,7 +25,7 @@ def test_a_missing_file_raises_what_the_caller_says(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("content", "match"), [
     (b"{", r"r\.json: not valid JSON \(Expecting"),
-    (b"\xff\xfe{}", r"r\.json: cannot read it"),
+    (b"\xff\xfe{}", r"r\.json. must be UTF-8 text"),
 ])
 def test_a_corrupt_file_is_a_data_error_naming_it(tmp_path: Path, content: bytes,
                                                   match: str) -> None:
@@ -37,7 +37,7 @@ def test_a_corrupt_file_is_a_data_error_naming_it(tmp_path: Path, content: bytes
 
 def test_a_directory_is_a_data_error_naming_it(tmp_path: Path) -> None:
     (tmp_path / "r.json").mkdir()
-    with pytest.raises(DataError, match=r"r\.json: cannot read it"):
+    with pytest.raises(DataError, match=r"r\.json. must be a regular file, but it is a dir"):
         read_json(tmp_path / "r.json", missing=DataError("none"))
 
 

@@ -397,3 +397,37 @@ def test_a_round_of_no_run_is_never_written(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="at least one run"):
         write_round(tmp_path / "r", [], model_info={}, goal={}, acquisition=Acquisition())
     assert not (tmp_path / "r").exists()
+
+def test_of_proposes_into_one_new_round_at_once_exactly_one_wins(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another propose writes the round between this one's check and its rename: this one is
+    refused in one line, the winner's round stays whole, no temporary directory is left."""
+    from surrogate.loop import active
+
+    final = tmp_path / "r1"
+    real = active.check_new_round_dir
+    calls = []
+
+    def and_meanwhile_another_writes_it(round_dir: str | Path) -> Path:
+        out = real(round_dir)
+        calls.append(round_dir)
+        if len(calls) == 2:  # write_round's own check, after the scoring
+            final.mkdir()
+            (final / "round.json").write_text('{"round": 1}')
+        return out
+
+    monkeypatch.setattr(active, "check_new_round_dir", and_meanwhile_another_writes_it)
+    with pytest.raises(ConfigError, match=r"round directory .*r1' was written by another "
+                                          r"propose meanwhile"):
+        propose(space(), final, k=2)
+    assert (final / "round.json").read_text() == '{"round": 1}'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]
+
+
+def test_a_round_on_a_full_disk_is_one_error_naming_it_and_leaves_nothing(
+        full_dir: Path) -> None:
+    from surrogate.errors import OutputError
+
+    with pytest.raises(OutputError, match=r"cannot write the round '.*r1': No space left"):
+        propose(space(), full_dir / "r1", k=2)
+    assert sorted(p.name for p in full_dir.iterdir()) == ["filler"]
