@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from surrogate.config.frameworks import get_framework
 from surrogate.errors import ConfigError
 
 BRIDGE = "megatron-bridge 0.3.1"
@@ -120,8 +121,6 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
 def defaults_for(framework: str) -> tuple[Default, ...]:
     """The documented defaults of ``framework`` (a name or an alias); empty where the table
     has none."""
-    from surrogate.config.frameworks import get_framework
-
     return FRAMEWORK_DEFAULTS.get(get_framework(framework).name, ())
 
 
@@ -206,8 +205,6 @@ def space_defaults_line(framework: str) -> str:
 
 
 def _canonical(framework: str) -> str:
-    from surrogate.config.frameworks import get_framework
-
     return get_framework(framework).name
 
 

@@ -63,6 +63,7 @@ line of ``path`` at ``commit``), model_name as the table names it, hardware
 
 from __future__ import annotations
 
+import io
 import math
 import re
 from collections.abc import Callable
@@ -72,14 +73,17 @@ from typing import Any
 
 import pandas as pd
 
-from surrogate.config.framework_defaults import assumed, assumptions_text
+from surrogate.config.framework_defaults import assumed, assumptions_text, defaults_for
 from surrogate.config.gpus import get_gpu
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import get_preset
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.ingest.llmfoundry import parse_llmfoundry
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.sweeps import flagged_row, frame_from_rows, sweep_row
+from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.io.input_files import read_input_text
 
 SOURCE = "megatron_bridge"
 FRAMEWORK = "megatron"
@@ -327,10 +331,9 @@ def _slug(text: str) -> str:
 
 
 def _read_csv(path: Path) -> pd.DataFrame:
+    text = read_input_text(path, what="published table", kind="table")
     try:
-        table = pd.read_csv(path, dtype=str, keep_default_na=False)
-    except FileNotFoundError:
-        raise DataError(f"published table {str(path)!r} does not exist") from None
+        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False)
     except (UnicodeDecodeError, pd.errors.ParserError, pd.errors.EmptyDataError) as e:
         raise DataError(f"{path}: not a CSV table ({e})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
@@ -429,14 +432,10 @@ def published_runs(source: str, data_dir: str | Path | None = None, *,
                    flagged: bool = False) -> pd.DataFrame:
     """The runs of a published table (``source``: a key of :data:`PUBLISHED_TABLES`) with
     :data:`PUBLISHED_COLUMNS`; ``flagged``: with the runs whose layout is refused."""
-    from surrogate.io.datasource import data_dir as resolve_data_dir
-
     if source not in PUBLISHED_TABLES:
         raise DataError(f"source must be one of {', '.join(PUBLISHED_TABLES)}, got {source!r}")
     path = resolve_data_dir(data_dir) / PUBLISHED_TABLES[source]
     if source == "llmfoundry_mpt":
-        from surrogate.ingest.llmfoundry import parse_llmfoundry
-
         return annotate_mpt(parse_llmfoundry(path)[0])
     return parse_published_annotated(path, flagged=flagged)[0]
 
@@ -444,8 +443,6 @@ def published_runs(source: str, data_dir: str | Path | None = None, *,
 def assumption_sources() -> dict[str, str]:
     """setting -> where its value comes from: the framework's defaults, the models' recipes,
     and the parser's own (for the docs)."""
-    from surrogate.config.framework_defaults import defaults_for
-
     out = {d.setting: d.source for d in defaults_for(FRAMEWORK)}
     for key, recipe in RECIPES.items():
         for setting, text in recipe.items():
