@@ -6,7 +6,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
                                   [--shipped-physics] [--by COLUMN] [--analytic]
-                                  [--across]
+                                  [--across] [--network both|measured|profile]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs, under the shipped sets less the
 default set, which saw them: zero-shot, then k = 10 and 50 of
@@ -41,6 +41,13 @@ default set fitted on the rest (each set's runs weighed alike, or each run once)
 model adds nothing there: a framework or GPU outside its data keeps the analytic answer
 (``surrogate.learned.domain``). About 8 minutes on two cores.
 
+``--network`` (default ``both``): the network each held-out Playbook run is predicted under:
+``measured``, the all-reduce bandwidth the run measured at its own start (its ``net_scale``,
+``surrogate.calibration.clusters``), which no user has before a run; ``profile``, the cluster
+profile's curve at the run's node count alone, as a user predicts; ``both`` prints every
+protocol under each, from the same fits (training always explains its runs under their own
+measured network). The profile's figures are labelled ``profile network``.
+
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
 in the run ``analytic baseline DATA``).
@@ -60,6 +67,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from surrogate.calibration.clusters import NETWORKS
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
 from training.coverage import (
@@ -74,7 +82,7 @@ from training.evaluate import (
     PROTOCOLS,
     accuracy_metrics,
     evaluate_analytic,
-    evaluate_shrinks,
+    evaluate_grid,
     format_metric,
 )
 from training.train import load_runs
@@ -99,6 +107,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--by", default=None, metavar="COLUMN")
     ap.add_argument("--analytic", action="store_true")
     ap.add_argument("--across", action="store_true")
+    ap.add_argument("--network", choices=("both", *NETWORKS), default="both")
     args = ap.parse_args()
     if args.analytic:
         for flag in ("shrink", "shape_weight", "model_dir"):
@@ -136,6 +145,18 @@ def main() -> None:
     finish(args, runs, summary, start, logged, baseline)
 
 
+NET_LABEL = {"measured": "", "profile": " (profile network)"}
+"""What a protocol's summary row adds to its name per network (the measured one: nothing, as
+before both were printed)."""
+NET_KEY = {"measured": "", "profile": "_profile_network"}
+"""The same in MLflow's figure names."""
+
+
+def networks(args: argparse.Namespace) -> tuple[str, ...]:
+    """The networks ``--network`` asks for, in :data:`NETWORKS`' order."""
+    return tuple(NETWORKS) if args.network == "both" else (args.network,)
+
+
 def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
                       summary: dict[str, dict[str, float]]
                       ) -> tuple[dict[str, float], dict[str, float]]:
@@ -149,11 +170,10 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
     if args.survivors_only_memory:
         settings["censored_memory"] = False
     for name in args.protocol or DEFAULT_PROTOCOLS:
-        # one fit per split serves every shrinkage (it acts at prediction time)
-        by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed,
-                                     settings=settings,
-                                     refit_physics=not args.shipped_physics)
-        for shrink, r in by_shrink.items():
+        # one fit per split serves every shrinkage and network (both act at prediction time)
+        grid = evaluate_grid(data, name, shrinks, networks(args), params=params, seed=args.seed,
+                             settings=settings, refit_physics=not args.shipped_physics)
+        for (shrink, net), r in grid.items():
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             tag += (" (shipped physics: fitted on every run)" if args.shipped_physics
                     else " (physics refit per split)")
@@ -161,16 +181,19 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
                 "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
                 "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
             })
-            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
+            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}"
+                  f"\nnetwork: {NETWORKS[net]}")
             print(table.to_string())
             print(reliability(r.predictions, r.analytic_predictions))
             summary.setdefault(
-                name + ("" if shrink is None else f" shrink {shrink:g}"), dict(r.metrics))
+                name + ("" if shrink is None else f" shrink {shrink:g}") + NET_LABEL[net],
+                dict(r.metrics))
             print(coverage_table(r.predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
             key += "_shipped_physics" if args.shipped_physics else ""
+            key += NET_KEY[net]
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
             baseline |= {f"{key}/{k}": v for k, v in r.analytic_metrics.items()}
     return logged, baseline
@@ -194,19 +217,20 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     ``--transfer``, on the other cluster and Llama 3 405B); return them by MLflow name."""
     logged: dict[str, float] = {}
     for name in args.protocol or DEFAULT_PROTOCOLS:
-        r = evaluate_analytic(data, name, seed=args.seed,
-                              refit_physics=not args.shipped_physics)
-        tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
-               else " (physics refit per split)")
-        print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the analytic "
-              f"model alone{tag}")
-        print(pd.DataFrame({"analytic": {k: format_metric(k, v)
-                                         for k, v in r.metrics.items()}}).to_string())
-        print(reliability(None, r.predictions))
-        if args.by is not None:
-            print(by_column(r.predictions, None, args.by).to_string())
-        key = name + ("_shipped_physics" if args.shipped_physics else "")
-        logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
+        for net in networks(args):
+            r = evaluate_analytic(data, name, seed=args.seed,
+                                  refit_physics=not args.shipped_physics, network=net)
+            tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
+                   else " (physics refit per split)")
+            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the "
+                  f"analytic model alone{tag}\nnetwork: {NETWORKS[net]}")
+            print(pd.DataFrame({"analytic": {k: format_metric(k, v)
+                                             for k, v in r.metrics.items()}}).to_string())
+            print(reliability(None, r.predictions))
+            if args.by is not None:
+                print(by_column(r.predictions, None, args.by).to_string())
+            key = name + ("_shipped_physics" if args.shipped_physics else "") + NET_KEY[net]
+            logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
     if args.transfer:
         logged |= analytic_transfer(args.data_dir)
     return logged
