@@ -11,6 +11,7 @@ from surrogate.cli.app import app
 from surrogate.cli.options import (
     ModelDirOpt,
     ModelOptions,
+    NetworkOpt,
     ProfileOpt,
     RankOpt,
     SpaceOptions,
@@ -50,6 +51,7 @@ def propose_cmd(
     wide: WideOpt = False,
     rank: RankOpt = "mean",
     profile: ProfileOpt = None,
+    network: NetworkOpt = None,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
@@ -68,6 +70,10 @@ def propose_cmd(
         check_table_file(runs, flag="--runs")
     m = model.config()
     space = space_options.space(m)
+    from surrogate.cli.network import under_network
+
+    _, assumed, network_line = under_network(network, profile, space.gpu, space.node_counts,
+                                             space.gpus_per_node)
     table = None
     if runs is not None:
         from surrogate.io.tableio import read_table
@@ -79,8 +85,10 @@ def propose_cmd(
         out = propose(space, round_dir, k=k, model=model_dir or "default",
                       limits=space_options.limits(max_p_oom), acquisition=acquisition,
                       runs=table, round_number=round_number, steps=steps, progress=report,
-                      rank=rank, profile=profile)  # type: ignore[arg-type]
+                      rank=rank, profile=profile,  # type: ignore[arg-type]
+                      network_scale=assumed.get("scale"))
     _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide, profile=profile)
+    typer.echo(network_line)
     import shlex
 
     logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
@@ -90,7 +98,7 @@ def propose_cmd(
 
 
 def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
-                     model_dir: Path | None, wide: bool, profile: Path | None) -> None:
+                     model_dir: Path | None, wide: bool, profile: Any) -> None:
     """The proposed runs' table, and whether any extrapolates or gives way."""
     import pandas as pd
     from rich.markup import escape

@@ -20,8 +20,10 @@ the smallest's value holds. ``latency(n)`` grows with log2 of the node count, as
 depth (NCCL uses trees for latency-bound all-reduce), from ``latency_s`` at 2 nodes.
 
 Ops without a curve of their own use the all_reduce curve (labelled ``extrapolated``).
-A per-configuration column ``net_scale`` (default 1), if present, multiplies the efficiency:
-training uses it to explain a run with the bandwidth that run itself measured.
+A per-configuration column ``net_scale``, if present, multiplies the efficiency: training uses
+it to explain a run with the bandwidth that run itself measured. Without the column the
+fabric's own ``net_scale`` (default 1) does: a profile put under the network a user measured
+before a job (``surrogate.hardware.network``), the same scale of the same measurement.
 """
 
 from __future__ import annotations
@@ -176,6 +178,10 @@ class Fabric:
     """Latency of one inter-node collective spanning 2 nodes."""
     curves: dict[str, ScaleCurve]
     derived_from: str = ""
+    net_scale: float = 1.0
+    """The measured network of the day over the curves (``surrogate.hardware.network``),
+    where a configuration has no ``net_scale`` column of its own (not saved: a profile is
+    the cluster's, the scale one job's)."""
 
     def efficiency(self, op: str, nodes: Array) -> Array:
         curve = self.curves.get(op) or self.curves["all_reduce"]
@@ -187,7 +193,7 @@ class Fabric:
         g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
         group = np.asarray(group_size, dtype=np.float64)
         n = np.maximum(group / g, 2.0)
-        scale = np.asarray(c.get("net_scale", 1.0), dtype=np.float64)
+        scale = np.asarray(c.get("net_scale", self.net_scale), dtype=np.float64)
         eff = np.clip(self.efficiency(op, n) * scale, 1e-4, 1.0)
         bw = g * self.nic_bw_bytes_per_s * eff
         lat = self.latency_s * (1 + np.log2(n / 2))
