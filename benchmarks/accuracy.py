@@ -189,6 +189,8 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
                 name + ("" if shrink is None else f" shrink {shrink:g}") + NET_LABEL[net],
                 dict(r.metrics))
             print(coverage_table(r.predictions))
+            if net == "profile" and (shrink, "measured") in grid:
+                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -287,6 +289,35 @@ def coverage_table(predictions: pd.DataFrame) -> str:
             f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
             "the recalibration a trained model ships, held out by cells):\n"
             + shown.to_string(index=False))
+
+
+def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame) -> str:
+    """Per node count, the 80% intervals' coverage of the held-out runs predicted under the
+    profile's curve alone (``profile``): as the protocol's model gives them, after the
+    recalibration a trained model ships fitted as it is fitted today, on runs predicted under
+    their own measured network (``measured``, the same runs), and after one fitted on
+    profile-network predictions (what intervals calibrated for a user's use would cover);
+    both held out by cells (``training.coverage.recalibrated_hits``)."""
+    from training.coverage import interval_hits
+
+    columns = {"model": interval_hits(profile),
+               "shipped recal (fit: measured network)":
+                   recalibrated_hits(profile, fitted_on=measured),
+               "recal fit on profile network": recalibrated_hits(profile)}
+    rows: dict[Any, dict[str, str]] = {}
+    for label, (mfu, mem) in columns.items():
+        nodes = profile.loc[mfu.index, "num_nodes"]
+        for value, part in mfu.groupby(nodes):
+            row = rows.setdefault(int(value), {"runs": str(len(part))})
+            row[f"MFU {label}"] = format_metric("share", float(part.mean()))
+        rows.setdefault("all", {"runs": str(len(mfu))})[f"MFU {label}"] = format_metric(
+            "share", float(mfu.mean()))
+        if len(mem):
+            rows["all"][f"memory {label}"] = format_metric("share", float(mem.mean()))
+    table = pd.DataFrame(rows).T.fillna("")
+    table.index.name = "num_nodes"
+    return ("80% interval coverage of the runs predicted under the profile's curve, per node "
+            "count (completed runs with an MFU):\n" + table.to_string())
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
