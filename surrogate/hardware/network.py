@@ -75,13 +75,18 @@ class Network:
 def profile_network(profile: Any, nodes: int, gpus_per_node: int) -> dict[str, Any]:
     """What a prediction without ``--network`` assumes: the profile's curve, and its
     all-reduce bus bandwidth at ``nodes`` (None where the profile has no inter-node curve or
-    the job is one node)."""
+    the job is one node), with the spread the cluster's runs measured at that node count
+    where the profile records it (``measured_spread``, ``Fabric.spread``)."""
     fabric = getattr(profile, "fabric", None)
     gbps = None
+    out: dict[str, Any] = {"assumed": "profile curve", "busbw_gbps": gbps, "nodes": nodes}
     if fabric is not None and nodes >= 2:
-        gbps = float(gpus_per_node * fabric.nic_bw_bytes_per_s
-                     * fabric.efficiency("all_reduce", np.array([float(nodes)]))[0]) / 1e9
-    return {"assumed": "profile curve", "busbw_gbps": gbps, "nodes": nodes}
+        out["busbw_gbps"] = float(
+            gpus_per_node * fabric.nic_bw_bytes_per_s
+            * fabric.efficiency("all_reduce", np.array([float(nodes)]))[0]) / 1e9
+        if float(nodes) in fabric.spread:  # the cluster's measured spread there
+            out["measured_spread"] = dict(fabric.spread[float(nodes)])
+    return out
 
 
 def describe_profile_network(profile: Any, nodes: int, gpus_per_node: int) -> str:
@@ -89,7 +94,13 @@ def describe_profile_network(profile: Any, nodes: int, gpus_per_node: int) -> st
     d = profile_network(profile, nodes, gpus_per_node)
     if d["busbw_gbps"] is None:
         return "profile curve"
-    return f"profile curve ({d['busbw_gbps']:.1f} GB/s all-reduce busbw at {nodes} nodes)"
+    spread = ""
+    if "measured_spread" in d:
+        q = d["measured_spread"]
+        spread = (f"; the cluster's runs measured {q['p10_gbps']:.0f}-{q['p90_gbps']:.0f} GB/s "
+                  f"there, 10th-90th percentile of {q['runs']:.0f}: --network gives yours")
+    return (f"profile curve ({d['busbw_gbps']:.1f} GB/s all-reduce busbw at {nodes} nodes"
+            f"{spread})")
 
 
 def busbw_rows(busbw_gbps: float, nodes: int, gpus_per_node: int,

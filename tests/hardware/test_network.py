@@ -94,3 +94,30 @@ def test_what_must_hold() -> None:
     rows = busbw_rows(100.0, 4, 8)
     assert float(rows["size_bytes"].iloc[0] * 2 * 31 / 32 / rows["time_s"].iloc[0]) == \
         pytest.approx(100e9)
+
+
+def test_the_profile_records_the_spread_its_runs_measured() -> None:
+    """A fabric fitted on several runs per node count records the spread of their all-reduce
+    busbw (synthetic rows: 10 runs at 4 nodes, 10 to 100 GB/s), which survives the profile's
+    JSON, and a prediction without --network says it (the shipped Playbook profile: 335
+    runs at 16 nodes, the median its curve's)."""
+    import pandas as pd
+
+    from surrogate.hardware.fabric import Fabric, busbw_spread, fit_fabric
+    from surrogate.hardware.network import describe_profile_network, profile_network
+
+    rows = pd.concat([busbw_rows(float(g), 4, 8, run_id=f"r{g}") for g in range(10, 101, 10)],
+                     ignore_index=True).assign(source="synthetic", file="synthetic")
+    fabric = fit_fabric(rows, 50e9, 1e-5)
+    assert fabric is not None
+    q = fabric.spread[4.0]
+    assert q["runs"] == 10 and q["median_gbps"] == pytest.approx(55.0)
+    assert q["p10_gbps"] == pytest.approx(19.0) and q["p90_gbps"] == pytest.approx(91.0)
+    assert Fabric.from_json(fabric.to_json()).spread == {4.0: pytest.approx(q)}
+    assert busbw_spread(rows[rows["nodes"] > 4]) == {}
+    shipped = load_profile("hf-playbook-cluster")
+    d = profile_network(shipped, 16, 8)
+    assert d["measured_spread"]["runs"] == 335
+    assert d["measured_spread"]["median_gbps"] == pytest.approx(d["busbw_gbps"], rel=1e-4)
+    assert "10th-90th percentile of 335" in describe_profile_network(shipped, 16, 8)
+    assert "measured_spread" not in profile_network(shipped, 12, 8)  # no runs at 12 nodes
