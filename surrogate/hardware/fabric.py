@@ -287,9 +287,9 @@ def busbw_spread(coll: pd.DataFrame) -> dict[float, dict[str, float]]:
     per_run = logs.groupby([rows["nodes"], rows["run_id"]]).mean()
     for _, runs in per_run.groupby(level=0):
         v = np.exp(runs.to_numpy(dtype=np.float64)) / 1e9
-        out[float(runs.index[0][0])] = {"runs": float(len(v)), "p10_gbps": float(np.quantile(v, 0.1)),
-                             "median_gbps": float(np.median(v)),
-                             "p90_gbps": float(np.quantile(v, 0.9))}
+        out[float(runs.index[0][0])] = {
+            "runs": float(len(v)), "p10_gbps": float(np.quantile(v, 0.1)),
+            "median_gbps": float(np.median(v)), "p90_gbps": float(np.quantile(v, 0.9))}
     return out
 
 

@@ -30,12 +30,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.perf import bus_factor
 from surrogate.errors import ConfigError, DataError
+from surrogate.hardware.fabric import MIN_BANDWIDTH_BYTES, run_scales
+from surrogate.hardware.perf_models import resolve_perf_model
+from surrogate.hardware.profile import CalibrationProfile
 
 if TYPE_CHECKING:
     import pandas as pd
-
-    from surrogate.hardware.profile import CalibrationProfile
 
 BUSBW = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*gb(?:ps|/s)\s*$", re.IGNORECASE)
 """A bus bandwidth in GB/s as ``--network`` takes it (``120GBps``, ``120 GB/s``)."""
@@ -110,8 +112,6 @@ def busbw_rows(busbw_gbps: float, nodes: int, gpus_per_node: int,
     ``surrogate.ingest.playbook_network`` writes them)."""
     import pandas as pd
 
-    from surrogate.analytic.perf import bus_factor
-
     group = float(nodes * gpus_per_node)
     busbw = busbw_gbps * 1e9
     algbw = busbw / float(bus_factor("all_reduce", group))
@@ -127,8 +127,6 @@ def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
     ``nodes`` x ``gpus_per_node`` GPUs. ConfigError for a value that is neither a bandwidth
     nor a file, a job of one node, or a profile without an inter-node curve; DataError for a
     log that measured no inter-node all-reduce of >= 64 MiB."""
-    from surrogate.hardware.fabric import MIN_BANDWIDTH_BYTES, run_scales
-
     fabric = profile.fabric
     if fabric is None:
         raise ConfigError(
@@ -147,6 +145,7 @@ def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
         rows = busbw_rows(gbps, nodes, gpus_per_node)
         at, source = nodes, f"--network {s.strip()}"
     elif Path(s).is_file():
+        # here, not at the top: the ingest package's readers, only for a log
         from surrogate.ingest.nccl_tests import parse_nccl_tests
 
         try:
@@ -191,9 +190,6 @@ def scaled_profile(profile: Any, gpu: str, scale: float | None) -> Any:
     earlier (a round's ``network_scale``): unchanged where ``scale`` is None."""
     if scale is None:
         return profile
-    from surrogate.hardware.perf_models import resolve_perf_model
-    from surrogate.hardware.profile import CalibrationProfile
-
     resolved = resolve_perf_model(gpu, profile)
     fabric = resolved.fabric if isinstance(resolved, CalibrationProfile) else None
     if fabric is None or not isinstance(resolved, CalibrationProfile):

@@ -34,6 +34,7 @@ from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError
+from surrogate.hardware.network import scaled_profile
 from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
 from surrogate.io.outputs import check_writable_dir
@@ -245,8 +246,6 @@ def score_round(
             f"name, e.g. {next(iter(names), '?')}/..., or by configuration): ingest the round's "
             "logs into the table first (surrogate ingest ROUND/logs --into TABLE)")
     configs = [config_from_flat(r) for r in frame.to_dict("records")]
-    from surrogate.hardware.network import scaled_profile
-
     goal = record.get("goal", {})
     pred = score_configs(configs, model=model,
                          profile=scaled_profile(goal.get("profile"), str(goal.get("gpu")),
@@ -316,8 +315,6 @@ def propose(
                           f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
                           f"stages {stages})")
     report(progress, f"scoring {n:,} candidates", 0, 1)
-    from surrogate.hardware.network import scaled_profile
-
     scored = score_configs(candidates, model=learned, limits=limits,
                            profile=scaled_profile(profile, space.gpu, network_scale))
     report(progress, f"scoring {n:,} candidates", 1, 1)
