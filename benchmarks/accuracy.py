@@ -6,7 +6,7 @@ model alone (protocols and metrics: ``training/evaluate.py``).
                                   [--shrink 0.5 --shrink 2 ...] [--shape-weight W]
                                   [--survivors-only-memory] [--transfer] [--track]
                                   [--shipped-physics] [--by COLUMN] [--analytic]
-                                  [--across [--published]]
+                                  [--across [--published]] [--network both|measured|profile]
 
 ``--transfer`` adds the other cluster (MosaicML's MPT runs, under the shipped sets less the
 default set, which saw them: zero-shot, then k = 10 and 50 of
@@ -44,6 +44,13 @@ Megatron-Bridge runs (``surrogate.ingest.published``: framework megatron, cluste
 megatron-bridge-h100) to the runs held out and fitted on; ``benchmarks/frameworks_at_scale.py``
 prints the same held-out predictions per source as a user gets them (OOM calls included).
 
+``--network`` (default ``both``): the network each held-out Playbook run is predicted under:
+``measured``, the all-reduce bandwidth the run measured at its own start (its ``net_scale``,
+``surrogate.calibration.clusters``), which no user has before a run; ``profile``, the cluster
+profile's curve at the run's node count alone, as a user predicts; ``both`` prints every
+protocol under each, from the same fits (training always explains its runs under their own
+measured network). The profile's figures are labelled ``profile network``.
+
 ``--track`` logs every figure to MLflow (experiment ``surrogate-accuracy``: a run ``accuracy
 DATE DATA`` with ``<protocol>/<metric>``, and the analytic model's figures under the same names
 in the run ``analytic baseline DATA``).
@@ -63,6 +70,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from surrogate.calibration.clusters import NETWORKS
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
 from training.coverage import (
@@ -77,7 +85,7 @@ from training.evaluate import (
     PROTOCOLS,
     accuracy_metrics,
     evaluate_analytic,
-    evaluate_shrinks,
+    evaluate_grid,
     format_metric,
 )
 from training.train import load_runs
@@ -103,6 +111,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--analytic", action="store_true")
     ap.add_argument("--across", action="store_true")
     ap.add_argument("--published", action="store_true")
+    ap.add_argument("--network", choices=("both", *NETWORKS), default="both")
     args = ap.parse_args()
     if args.published and not args.across:
         ap.error("--published adds NVIDIA's Megatron-Bridge runs to --across: give --across")
@@ -142,6 +151,18 @@ def main() -> None:
     finish(args, runs, summary, start, logged, baseline)
 
 
+NET_LABEL = {"measured": "", "profile": " (profile network)"}
+"""What a protocol's summary row adds to its name per network (the measured one: nothing, as
+before both were printed)."""
+NET_KEY = {"measured": "", "profile": "_profile_network"}
+"""The same in MLflow's figure names."""
+
+
+def networks(args: argparse.Namespace) -> tuple[str, ...]:
+    """The networks ``--network`` asks for, in :data:`NETWORKS`' order."""
+    return tuple(NETWORKS) if args.network == "both" else (args.network,)
+
+
 def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
                       summary: dict[str, dict[str, float]]
                       ) -> tuple[dict[str, float], dict[str, float]]:
@@ -155,11 +176,10 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
     if args.survivors_only_memory:
         settings["censored_memory"] = False
     for name in args.protocol or DEFAULT_PROTOCOLS:
-        # one fit per split serves every shrinkage (it acts at prediction time)
-        by_shrink = evaluate_shrinks(data, name, shrinks, params=params, seed=args.seed,
-                                     settings=settings,
-                                     refit_physics=not args.shipped_physics)
-        for shrink, r in by_shrink.items():
+        # one fit per split serves every shrinkage and network (both act at prediction time)
+        grid = evaluate_grid(data, name, shrinks, networks(args), params=params, seed=args.seed,
+                             settings=settings, refit_physics=not args.shipped_physics)
+        for (shrink, net), r in grid.items():
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             tag += (" (shipped physics: fitted on every run)" if args.shipped_physics
                     else " (physics refit per split)")
@@ -167,16 +187,21 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
                 "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
                 "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
             })
-            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}")
+            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}"
+                  f"\nnetwork: {NETWORKS[net]}")
             print(table.to_string())
             print(reliability(r.predictions, r.analytic_predictions))
             summary.setdefault(
-                name + ("" if shrink is None else f" shrink {shrink:g}"), dict(r.metrics))
+                name + ("" if shrink is None else f" shrink {shrink:g}") + NET_LABEL[net],
+                dict(r.metrics))
             print(coverage_table(r.predictions))
+            if net == "profile" and (shrink, "measured") in grid:
+                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
             key += "_shipped_physics" if args.shipped_physics else ""
+            key += NET_KEY[net]
             logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
             baseline |= {f"{key}/{k}": v for k, v in r.analytic_metrics.items()}
     return logged, baseline
@@ -200,19 +225,20 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     ``--transfer``, on the other cluster and Llama 3 405B); return them by MLflow name."""
     logged: dict[str, float] = {}
     for name in args.protocol or DEFAULT_PROTOCOLS:
-        r = evaluate_analytic(data, name, seed=args.seed,
-                              refit_physics=not args.shipped_physics)
-        tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
-               else " (physics refit per split)")
-        print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the analytic "
-              f"model alone{tag}")
-        print(pd.DataFrame({"analytic": {k: format_metric(k, v)
-                                         for k, v in r.metrics.items()}}).to_string())
-        print(reliability(None, r.predictions))
-        if args.by is not None:
-            print(by_column(r.predictions, None, args.by).to_string())
-        key = name + ("_shipped_physics" if args.shipped_physics else "")
-        logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
+        for net in networks(args):
+            r = evaluate_analytic(data, name, seed=args.seed,
+                                  refit_physics=not args.shipped_physics, network=net)
+            tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
+                   else " (physics refit per split)")
+            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the "
+                  f"analytic model alone{tag}\nnetwork: {NETWORKS[net]}")
+            print(pd.DataFrame({"analytic": {k: format_metric(k, v)
+                                             for k, v in r.metrics.items()}}).to_string())
+            print(reliability(None, r.predictions))
+            if args.by is not None:
+                print(by_column(r.predictions, None, args.by).to_string())
+            key = name + ("_shipped_physics" if args.shipped_physics else "") + NET_KEY[net]
+            logged |= {f"{key}/{k}": v for k, v in r.metrics.items()}
     if args.transfer:
         logged |= analytic_transfer(args.data_dir)
     return logged
@@ -269,6 +295,35 @@ def coverage_table(predictions: pd.DataFrame) -> str:
             f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
             "the recalibration a trained model ships, held out by cells):\n"
             + shown.to_string(index=False))
+
+
+def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame) -> str:
+    """Per node count, the 80% intervals' coverage of the held-out runs predicted under the
+    profile's curve alone (``profile``): as the protocol's model gives them, after the
+    recalibration a trained model ships fitted as it is fitted today, on runs predicted under
+    their own measured network (``measured``, the same runs), and after one fitted on
+    profile-network predictions (what intervals calibrated for a user's use would cover);
+    both held out by cells (``training.coverage.recalibrated_hits``)."""
+    from training.coverage import interval_hits
+
+    columns = {"model": interval_hits(profile),
+               "shipped recal (fit: measured network)":
+                   recalibrated_hits(profile, fitted_on=measured),
+               "recal fit on profile network": recalibrated_hits(profile)}
+    rows: dict[Any, dict[str, str]] = {}
+    for label, (mfu, mem) in columns.items():
+        nodes = profile.loc[mfu.index, "num_nodes"]
+        for value, part in mfu.groupby(nodes):
+            row = rows.setdefault(int(value), {"runs": str(len(part))})
+            row[f"MFU {label}"] = format_metric("share", float(part.mean()))
+        rows.setdefault("all", {"runs": str(len(mfu))})[f"MFU {label}"] = format_metric(
+            "share", float(mfu.mean()))
+        if len(mem):
+            rows["all"][f"memory {label}"] = format_metric("share", float(mem.mean()))
+    table = pd.DataFrame(rows).T.fillna("")
+    table.index.name = "num_nodes"
+    return ("80% interval coverage of the runs predicted under the profile's curve, per node "
+            "count (completed runs with an MFU):\n" + table.to_string())
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:

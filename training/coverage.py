@@ -108,19 +108,24 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
 
 
 def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
-                      min_runs: int = MIN_CATEGORY_RUNS) -> tuple[pd.Series, pd.Series]:
+                      min_runs: int = MIN_CATEGORY_RUNS,
+                      fitted_on: pd.DataFrame | None = None) -> tuple[pd.Series, pd.Series]:
     """:func:`interval_hits` after the recalibration a trained model ships
     (:mod:`surrogate.learned.recalibration`: factors per node band, pipeline or none and
     framework version, else per pipeline or none and framework version, else pooled) fitted
     on the protocol's own held-out runs, itself held out: the held-out runs' (model, nodes)
     cells in ``n_folds`` grouped folds, each fold's intervals scaled by the factors the
     other folds' runs needed. What the shipped widths cover on runs they were not fitted
-    on."""
+    on. ``fitted_on``: the same runs predicted otherwise (e.g. under each run's measured
+    network), whose needed factors the recalibration is fitted on instead (applied to
+    ``res``'s intervals: a shipped recalibration used on predictions made another way)."""
     import pandas as pd
     from sklearn.model_selection import GroupKFold
 
     out = []
-    for needed in measured_needed(res):
+    basis = measured_needed(res if fitted_on is None else fitted_on)
+    for needed, fit_on in zip(measured_needed(res), basis, strict=True):
+        fit_values = fit_on.reindex(needed.index).to_numpy()
         hits = pd.Series(False, index=needed.index)
         cells = cell_groups(res.loc[needed.index])
         n = min(n_folds, len(np.unique(cells)))
@@ -130,8 +135,8 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
         values = needed.to_numpy()
         fine, coarse = run_categories(res.loc[needed.index])
         for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
-            table = fit_factors(values[train], fine[train], coarse[train], coverage=coverage,
-                                min_runs=min_runs)
+            table = fit_factors(fit_values[train], fine[train], coarse[train],
+                                coverage=coverage, min_runs=min_runs)
             hits.iloc[test] = values[test] <= factors_for(table, fine[test], coarse[test])
         out.append(hits)
     return out[0], out[1]

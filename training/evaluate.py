@@ -168,6 +168,9 @@ class ProtocolResult:
     (:func:`physics_of`)."""
     analytic_predictions: pd.DataFrame | None = None
     """The same test runs with the analytic model's prediction columns instead."""
+    network: str = "measured"
+    """The network the test runs were predicted under
+    (``surrogate.calibration.clusters.NETWORKS``)."""
 
 
 def evaluate_protocol(
@@ -182,6 +185,7 @@ def evaluate_protocol(
     progress: ProgressFn | None = None,
     settings: dict[str, Any] | None = None,
     refit_physics: bool = True,
+    network: str = "measured",
 ) -> ProtocolResult:
     """Refit on each training part with ``params`` (keys status, mfu, mem) and score the
     pooled test parts (``shrink_doublings``: see ``surrogate.learned.domain``; None: the default;
@@ -189,12 +193,14 @@ def evaluate_protocol(
     SurrogateModel settings, e.g. ``unseen_shape_weight``; ``refit_physics``: refit the
     analytic model's free parameters on each training part too, :func:`physics_of`, the
     default; False keeps the shipped parameters, which were fitted on every Playbook run, the
-    test runs among them). ``runs``: the table, or
+    test runs among them; ``network``: the network the test runs are predicted under,
+    :func:`evaluate_grid`). ``runs``: the table, or
     :func:`~surrogate.learned.training_data.training_data` of it (then ``profile`` must be its
     own)."""
     return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
                             n_folds=n_folds, profile=profile, progress=progress,
-                            settings=settings, refit_physics=refit_physics)[shrink_doublings]
+                            settings=settings, refit_physics=refit_physics,
+                            network=network)[shrink_doublings]
 
 
 def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -225,20 +231,51 @@ def evaluate_shrinks(
     progress: ProgressFn | None = None,
     settings: dict[str, Any] | None = None,
     refit_physics: bool = True,
+    network: str = "measured",
 ) -> dict[float | None, ProtocolResult]:
     """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
-    split (the shrinkage acts at prediction time only)."""
+    split (the shrinkage acts at prediction time only); the held-out runs predicted under
+    ``network`` (:func:`evaluate_grid`)."""
+    grid = evaluate_grid(runs, protocol, shrinks, (network,), params=params, seed=seed,
+                         n_folds=n_folds, profile=profile, progress=progress,
+                         settings=settings, refit_physics=refit_physics)
+    return {s: grid[s, network] for s in shrinks}
+
+
+def evaluate_grid(
+    runs: pd.DataFrame | TrainingData,
+    protocol: str,
+    shrinks: Sequence[float | None],
+    networks: Sequence[str] = ("measured",),
+    *,
+    params: dict[str, dict[str, Any] | None] | None = None,
+    seed: int = 0,
+    n_folds: int = 5,
+    profile: Any = None,
+    progress: ProgressFn | None = None,
+    settings: dict[str, Any] | None = None,
+    refit_physics: bool = True,
+) -> dict[tuple[float | None, str], ProtocolResult]:
+    """:func:`evaluate_protocol` per (domain shrinkage, network) from one fit per split: both
+    act at prediction time only. ``networks`` (``surrogate.calibration.clusters.NETWORKS``):
+    the held-out runs scored with the network each measured at its start (``measured``) or
+    under the cluster profile's curve alone (``profile``: as a user predicts before a run;
+    ``surrogate.calibration.clusters.as_predicted``). Training always explains its runs under
+    their own measured network."""
     import pandas as pd
+
+    from surrogate.calibration.clusters import as_predicted
 
     data = _prepared(runs, profile)
     runs, profile = data.runs, data.profile
     params = params or {}
-    parts: dict[float | None, list[pd.DataFrame]] = {s: [] for s in shrinks}
+    keys = [(s, net) for net in networks for s in shrinks]
+    parts: dict[tuple[float | None, str], list[pd.DataFrame]] = {k: [] for k in keys}
+    analytic_parts: dict[str, list[pd.DataFrame]] = {net: [] for net in networks}
     n = 0
     todo = _usable_splits(runs, protocol, seed=seed, n_folds=n_folds)
     stage = f"evaluating {protocol}: one refit per split"
     report(progress, stage, 0, len(todo))
-    analytic_parts = []
     for train, test in todo:
         sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
         # every feature and target is its own run's (TrainingData), so a refit physics
@@ -249,28 +286,31 @@ def evaluate_shrinks(
                                mfu_params=params.get("mfu"), mem_params=params.get("mem"),
                                n_folds=n_folds, seed=seed, **(settings or {}))
         model.fit(part_data)
-        test_runs = runs.iloc[test]
-        for shrink in shrinks:
-            pred = score_runs(test_runs, model=model, profile=profile,
-                              shrink_doublings=shrink)
-            part = test_runs.copy()
-            for k in PRED_KEYS:
-                part[k] = pred[k].to_numpy()
-            parts[shrink].append(part)
-        analytic_parts.append(analytic_predictions(test_runs, profile=profile, sets=sets))
+        for net in networks:
+            test_runs = as_predicted(runs.iloc[test], net)
+            for shrink in shrinks:
+                pred = score_runs(test_runs, model=model, profile=profile,
+                                  shrink_doublings=shrink)
+                part = runs.iloc[test].copy()
+                for k in PRED_KEYS:
+                    part[k] = pred[k].to_numpy()
+                parts[shrink, net].append(part)
+            analytic_parts[net].append(analytic_predictions(test_runs, profile=profile,
+                                                            sets=sets))
         n += 1
         report(progress, stage, n, len(todo))
-    first = pd.concat(parts[shrinks[0]]).sort_index()
-    base = pd.concat([first.drop(columns=list(PRED_KEYS)),
-                      pd.concat(analytic_parts).sort_index()], axis=1)
-    analytic = accuracy_metrics(base)
-    out: dict[float | None, ProtocolResult] = {}
-    for shrink, pieces in parts.items():
-        res = pd.concat(pieces).sort_index()
-        out[shrink] = ProtocolResult(protocol=protocol, predictions=res,
-                                     metrics=accuracy_metrics(res), analytic_metrics=analytic,
-                                     n_splits=n, refit_physics=refit_physics,
-                                     analytic_predictions=base)
+    out: dict[tuple[float | None, str], ProtocolResult] = {}
+    for net in networks:
+        first = pd.concat(parts[shrinks[0], net]).sort_index()
+        base = pd.concat([first.drop(columns=list(PRED_KEYS)),
+                          pd.concat(analytic_parts[net]).sort_index()], axis=1)
+        analytic = accuracy_metrics(base)
+        for shrink in shrinks:
+            res = pd.concat(parts[shrink, net]).sort_index()
+            out[shrink, net] = ProtocolResult(
+                protocol=protocol, predictions=res, metrics=accuracy_metrics(res),
+                analytic_metrics=analytic, n_splits=n, refit_physics=refit_physics,
+                analytic_predictions=base, network=net)
     return out
 
 
@@ -283,12 +323,16 @@ def evaluate_analytic(
     profile: Any = None,
     progress: ProgressFn | None = None,
     refit_physics: bool = True,
+    network: str = "measured",
 ) -> ProtocolResult:
     """The analytic model alone under ``protocol``, no learned model fitted: each split's test
     runs predicted under the free parameters fitted on its training part (:func:`physics_of`;
-    ``refit_physics=False``: the shipped ones). The figures are those :func:`evaluate_protocol`
-    gives as its analytic baseline; ``metrics`` and ``analytic_metrics`` both hold them."""
+    ``refit_physics=False``: the shipped ones) and under ``network`` (:func:`evaluate_grid`).
+    The figures are those :func:`evaluate_protocol` gives as its analytic baseline;
+    ``metrics`` and ``analytic_metrics`` both hold them."""
     import pandas as pd
+
+    from surrogate.calibration.clusters import as_predicted
 
     data = _prepared(runs, profile)
     runs, profile = data.runs, data.profile
@@ -299,14 +343,16 @@ def evaluate_analytic(
     for n, (train, test) in enumerate(todo, start=1):
         sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
         test_runs = runs.iloc[test]
-        parts.append(pd.concat([test_runs, analytic_predictions(test_runs, profile=profile,
-                                                                sets=sets)], axis=1))
+        scored = analytic_predictions(as_predicted(test_runs, network), profile=profile,
+                                      sets=sets)
+        parts.append(pd.concat([test_runs, scored], axis=1))
         report(progress, stage, n, len(todo))
     res = pd.concat(parts).sort_index()
     metrics = accuracy_metrics(res)
     return ProtocolResult(protocol=protocol, predictions=res, metrics=metrics,
                           analytic_metrics=metrics, n_splits=len(todo),
-                          refit_physics=refit_physics, analytic_predictions=res)
+                          refit_physics=refit_physics, analytic_predictions=res,
+                          network=network)
 
 
 def _usable_splits(runs: pd.DataFrame, protocol: str, *, seed: int,

@@ -84,6 +84,24 @@ def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> 
     out["net_scale"] = np.where(mine, out["run_id"].map(scale), prior)
     return out
 
+NETWORKS: dict[str, str] = {
+    "measured": "each run's network as it measured it at its start (net_scale)",
+    "profile": "the cluster profile's curve alone, as a user predicts before the run",
+}
+"""The networks a held-out run can be predicted under (``training.evaluate``)."""
+
+def as_predicted(runs: pd.DataFrame, network: str) -> pd.DataFrame:
+    """``runs`` as they are scored at prediction time under ``network`` (:data:`NETWORKS`):
+    as they are (``measured``), or with no ``net_scale`` (``profile``: each run under its
+    cluster profile's curve at its node count, what a user has before the run)."""
+    if network not in NETWORKS:
+        raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
+    if network == "measured" or "net_scale" not in runs:
+        return runs
+    out = runs.copy()
+    out["net_scale"] = np.nan
+    return out
+
 PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 """The Playbook sweep under the data directory (``surrogate.io.datasource.data_dir``)."""
 

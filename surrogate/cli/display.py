@@ -41,7 +41,7 @@ def is_full(out: Console, wide: bool) -> bool:
 
 
 def model_line(model: Any, gpu: str, where: str | Path | None = None,
-               profile: str | Path | None = None) -> str:
+               profile: Any = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
     for a model argument of :func:`surrogate.prediction.predict.resolve_model` ("default", a path, a
     model or None) and the calibration profile that sets the hardware speed (``profile``, else

@@ -314,6 +314,10 @@ ProfileOpt = Annotated[Path | None, _option(
     "--profile", help="Calibration profile of your cluster: a JSON file from `surrogate "
     "calibrate`, or a shipped one by name, e.g. hf-playbook-cluster (default: the GPU's own, "
     "else its datasheet).", panel=LAYOUT, metavar="FILE|NAME")]
+NetworkOpt = Annotated[str | None, _option(
+    "--network", help="The network of the day between the job's nodes: an nccl-tests "
+    "all_reduce_perf log, or the all-reduce bus bandwidth measured at the job's node count, "
+    "e.g. 120GBps (default: the profile's curve).", panel=LAYOUT, metavar="LOG|GBps")]
 ModelDirOpt = Annotated[Path | None, _option(
     "--model-dir", help="A trained model directory (default: the bundled model).",
     panel=OUTPUT, metavar="DIR")]

@@ -20,6 +20,7 @@ from surrogate.cli.options import (
     LayoutOptions,
     ModelDirOpt,
     ModelOptions,
+    NetworkOpt,
     ProfileOpt,
     check_profile,
     with_options,
@@ -90,6 +91,8 @@ def _check_mode(from_csv: Path | None, out: Path | None, options: dict[str, Any]
         key = given[0]
         if key in ("json", "explain"):
             why = "the predictions are a CSV table (--out FILE, else stdout)"
+        elif key == "network":
+            why = "it is one job's network: predict that job's configuration"
         elif key in ("config", "hf_config"):
             why = ("each row of the table is a whole configuration (a model column may name a "
                    "preset)")
@@ -242,12 +245,14 @@ def _print_memory_and_time(pred: Any, console: Any) -> None:
                   f"{pred.mfu:.1%}{interval}   bubble: {pred.bubble_frac:.1%}")
 
 
-def _print_table(pred: Any) -> None:
+def _print_table(pred: Any, network: str) -> None:
     from rich.console import Console
+    from rich.markup import escape
 
     console = Console()
     _print_layout(pred, console)
     _print_sources(pred, console)
+    console.print(escape(network), highlight=False)
     _print_learned(pred, console)
     _print_memory_and_time(pred, console)
     if pred.explanation:
@@ -363,13 +368,14 @@ def predict_cmd(
     explain: Annotated[bool, typer.Option(
         "--explain", help="Show the learned correction and its largest contributions.",
         rich_help_panel=OUTPUT)] = False,
+    network: NetworkOpt = None,
 ) -> None:
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of
     them)."""
     flags = model.given() | layout.given()
     _check_mode(from_csv, out, flags | {"model": model.model, "hf_config": model.hf_config,
                                         "config": config, "json": as_json or None,
-                                        "explain": explain or None})
+                                        "explain": explain or None, "network": network})
     check_profile(profile)
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     physics = _physics(analytic, model_dir)
@@ -379,7 +385,13 @@ def predict_cmd(
     given = flags | ({"model": model.model} if model.model else {})
     file_values = _load_config_file(config, given) if config is not None else {}
     cfg = build_config(model.model, model.hf_config, file_values, flags)
-    _predict_one(cfg, profile, model_arg, physics, explain=explain, as_json=as_json)
+    from surrogate.cli.network import under_network
+
+    cluster = cfg.cluster
+    speed, assumed, line = under_network(network, profile, cluster.gpu, [cluster.num_nodes],
+                                         cluster.gpus_per_node)
+    _predict_one(cfg, speed, model_arg, physics, explain=explain, as_json=as_json,
+                 network=(assumed, line))
     if not as_json:
         from surrogate.cli.display import seq_len_note
 
@@ -389,13 +401,15 @@ def predict_cmd(
             typer.echo(f"note: {note}")
 
 
-def _predict_one(cfg: Any, profile: Path | None, model_arg: Path | str | None,
-                 physics: ParameterSets | None, *, explain: bool, as_json: bool) -> None:
-    """Predict one configuration; print its tables, or its JSON."""
+def _predict_one(cfg: Any, profile: Any, model_arg: Path | str | None,
+                 physics: ParameterSets | None, *, explain: bool, as_json: bool,
+                 network: tuple[dict[str, Any], str]) -> None:
+    """Predict one configuration; print its tables, or its JSON (``network``: what it
+    assumed, as JSON and as a line, ``surrogate.cli.network.under_network``)."""
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start
 
     pred = predict(cfg, profile=profile, model=model_arg, explain=explain, sets=physics)
     if as_json:
-        typer.echo(json.dumps(pred.to_dict(), indent=2))
+        typer.echo(json.dumps(pred.to_dict() | {"network": network[0]}, indent=2))
     else:
-        _print_table(pred)
+        _print_table(pred, network[1])

@@ -11,6 +11,7 @@ from surrogate.cli.app import app
 from surrogate.cli.options import (
     ModelDirOpt,
     ModelOptions,
+    NetworkOpt,
     ProfileOpt,
     RankOpt,
     SpaceOptions,
@@ -58,6 +59,7 @@ def propose_cmd(
     wide: WideOpt = False,
     rank: RankOpt = "mean",
     profile: ProfileOpt = None,
+    network: NetworkOpt = None,
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
@@ -72,15 +74,13 @@ def propose_cmd(
     acquisition = Acquisition(boundary_frac=boundary_frac)
     check_new_round_dir(round_dir)
     check_profile(profile)
-    table = None
-    if runs is not None:  # before the space is scored: a table that is no runs costs a line
-        from surrogate.io.table_files import check_table_file
-        from surrogate.loop.active import read_measured_runs
-
-        check_table_file(runs, flag="--runs")
-        table = read_measured_runs(runs, flag="--runs")
+    table = None if runs is None else _measured_runs(runs)  # before the space is scored
     m = model.config()
     space = space_options.space(m)
+    from surrogate.cli.network import under_network
+
+    _, assumed, network_line = under_network(network, profile, space.gpu, space.node_counts,
+                                             space.gpus_per_node)
     from surrogate.progress import bars
 
     with bars() as report:
@@ -88,8 +88,9 @@ def propose_cmd(
                       limits=space_options.limits(max_p_oom), acquisition=acquisition,
                       runs=table, round_number=round_number, steps=steps, progress=report,
                       rank=rank, profile=profile,  # type: ignore[arg-type]
-                      budget_gpu_hours=budget_gpu_hours)
+                      budget_gpu_hours=budget_gpu_hours, network_scale=assumed.get("scale"))
     _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide, profile=profile)
+    typer.echo(network_line)
     _print_cost(out, k, wide=wide)
     import shlex
 
@@ -99,8 +100,18 @@ def propose_cmd(
                f"{where} --runs TABLE` before `surrogate train`")
 
 
+def _measured_runs(runs: Path) -> Any:
+    """``--runs`` read as a sweep table of measured runs, before the space is scored: a table
+    that is no runs costs one line, not a scoring."""
+    from surrogate.io.table_files import check_table_file
+    from surrogate.loop.active import read_measured_runs
+
+    check_table_file(runs, flag="--runs")
+    return read_measured_runs(runs, flag="--runs")
+
+
 def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
-                     model_dir: Path | None, wide: bool, profile: Path | None) -> None:
+                     model_dir: Path | None, wide: bool, profile: Any) -> None:
     """The proposed runs' table, and whether any extrapolates or gives way."""
     import pandas as pd
     from rich.markup import escape

@@ -16,6 +16,7 @@ from surrogate.cli.options import (
     JsonOpt,
     ModelDirOpt,
     ModelOptions,
+    NetworkOpt,
     ProfileOpt,
     RankOpt,
     SpaceOptions,
@@ -97,6 +98,7 @@ def search_cmd(
         rich_help_panel=OUTPUT)] = None,
     rank: RankOpt = "mean",
     profile: ProfileOpt = None,
+    network: NetworkOpt = None,
 ) -> None:
     """Find the best layouts for a model, cluster and global batch (and what the rules of
     thumb pick)."""
@@ -112,6 +114,10 @@ def search_cmd(
     m = model.config()
     space = space_options.space(m)
     limits = space_options.limits(max_p_oom)
+    from surrogate.cli.network import under_network
+
+    profile, assumed, network_line = under_network(network, profile, space.gpu,
+                                                   space.node_counts, space.gpus_per_node)
     learned: Any = None if analytic else (model_dir or "default")
     result = _run_search(space, learned, limits, study, rank=rank, progress=not as_json,
                          profile=profile)
@@ -124,16 +130,17 @@ def search_cmd(
     if as_json:
         summary = _summary(m, space, result, notes, written)
         summary["space"]["hardware_speed"] = resolve_perf_model(space.gpu, profile).name
+        summary["space"]["network"] = assumed
         summary["rules_of_thumb"] = {"source": CITATION, **scored_to_records(rules_row)[0]}
         typer.echo(json.dumps(summary, indent=2, default=str))
         return
     _print_search(m, space, result, rules_row, learned=learned, model_dir=model_dir,
                   objective=study.objective, notes=notes, written=written, wide=wide,
-                  profile=profile)
+                  profile=profile, network=network_line)
 
 
 def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, rank: str,
-                progress: bool, profile: Path | None) -> Any:
+                progress: bool, profile: Any) -> Any:
     """:func:`surrogate.layouts.search.search` with progress bars; a failing storage's error in a
     line."""
     from surrogate.layouts.search import search
@@ -216,7 +223,7 @@ def _summary(m: Any, space: Any, result: Any, notes: list[str],
 
 def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: Any,
                   model_dir: Path | None, objective: str, notes: list[str],
-                  written: list[str], wide: bool, profile: Path | None) -> None:
+                  written: list[str], wide: bool, profile: Any, network: str) -> None:
     """The search's tables: the best layouts, the Pareto front, the rules of thumb's pick."""
     from rich.markup import escape
 
@@ -247,6 +254,7 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
         line = space_defaults_line(framework)
         if line:
             console.print(escape(line), highlight=False)
+    console.print(escape(network), highlight=False)
     for note in notes:
         console.print(f"[yellow]{escape(note)}[/]")
     kw = {"narrow": narrow, "full": full, "frameworks": len(space.frameworks) > 1}

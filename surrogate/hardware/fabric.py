@@ -20,8 +20,10 @@ the smallest's value holds. ``latency(n)`` grows with log2 of the node count, as
 depth (NCCL uses trees for latency-bound all-reduce), from ``latency_s`` at 2 nodes.
 
 Ops without a curve of their own use the all_reduce curve (labelled ``extrapolated``).
-A per-configuration column ``net_scale`` (default 1), if present, multiplies the efficiency:
-training uses it to explain a run with the bandwidth that run itself measured.
+A per-configuration column ``net_scale``, if present, multiplies the efficiency: training uses
+it to explain a run with the bandwidth that run itself measured. Without the column the
+fabric's own ``net_scale`` (default 1) does: a profile put under the network a user measured
+before a job (``surrogate.calibration.network``), the same scale of the same measurement.
 """
 
 from __future__ import annotations
@@ -176,6 +178,13 @@ class Fabric:
     """Latency of one inter-node collective spanning 2 nodes."""
     curves: dict[str, ScaleCurve]
     derived_from: str = ""
+    spread: dict[float, dict[str, float]] = field(default_factory=dict)
+    """Per measured node count, the spread of the all-reduce bus bandwidth between runs
+    (:func:`busbw_spread`: runs, p10, median, p90 in GB/s); empty where not recorded."""
+    net_scale: float = 1.0
+    """The measured network of the day over the curves (``surrogate.calibration.network``),
+    where a configuration has no ``net_scale`` column of its own (not saved: a profile is
+    the cluster's, the scale one job's)."""
 
     def efficiency(self, op: str, nodes: Array) -> Array:
         curve = self.curves.get(op) or self.curves["all_reduce"]
@@ -187,25 +196,33 @@ class Fabric:
         g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
         group = np.asarray(group_size, dtype=np.float64)
         n = np.maximum(group / g, 2.0)
-        scale = np.asarray(c.get("net_scale", 1.0), dtype=np.float64)
+        scale = np.asarray(c.get("net_scale", self.net_scale), dtype=np.float64)
         eff = np.clip(self.efficiency(op, n) * scale, 1e-4, 1.0)
         bw = g * self.nic_bw_bytes_per_s * eff
         lat = self.latency_s * (1 + np.log2(n / 2))
         return np.asarray(lat + size_bytes * bus_factor(op, group) / bw, dtype=np.float64)
 
     def to_json(self) -> dict[str, Any]:
-        return {"nic_bw_bytes_per_s": self.nic_bw_bytes_per_s, "latency_s": self.latency_s,
-                "derived_from": self.derived_from,
-                "curves": [c.to_json() for c in self.curves.values()]}
+        out: dict[str, Any] = {
+            "nic_bw_bytes_per_s": self.nic_bw_bytes_per_s, "latency_s": self.latency_s,
+            "derived_from": self.derived_from,
+            "curves": [c.to_json() for c in self.curves.values()]}
+        if self.spread:
+            out["all_reduce_busbw_spread"] = [
+                {"nodes": n, **{k: float(f"{v:.6g}") for k, v in q.items()}}
+                for n, q in sorted(self.spread.items())]
+        return out
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Fabric:
         curves = {c.op: c for c in (ScaleCurve.from_json(v) for v in d["curves"])}
         if "all_reduce" not in curves:
             raise DataError("a fabric needs an all_reduce scale curve")
+        spread = {float(q["nodes"]): {k: float(v) for k, v in q.items() if k != "nodes"}
+                  for q in d.get("all_reduce_busbw_spread", [])}
         return cls(nic_bw_bytes_per_s=float(d["nic_bw_bytes_per_s"]),
                    latency_s=float(d["latency_s"]), curves=curves,
-                   derived_from=str(d.get("derived_from", "")))
+                   derived_from=str(d.get("derived_from", "")), spread=spread)
 
 
 def measured_efficiency(rows: pd.DataFrame, nic_bw_bytes_per_s: float) -> pd.Series:
@@ -250,7 +267,30 @@ def fit_fabric(coll: pd.DataFrame, nic_bw_bytes_per_s: float,
     sources = sorted({f"{s}:{f}" for s, f in zip(big["source"], big["file"], strict=True)})
     return Fabric(nic_bw_bytes_per_s=nic_bw_bytes_per_s, latency_s=latency, curves=curves,
                   derived_from=f"{len(big)} inter-node measurements >= 64 MiB from "
-                               + ", ".join(sources))
+                               + ", ".join(sources), spread=busbw_spread(big))
+
+
+def busbw_spread(coll: pd.DataFrame) -> dict[float, dict[str, float]]:
+    """Per node count (>= 2), how the all-reduce bus bandwidth (messages >= 64 MiB) varies
+    between runs: ``runs`` (distinct ``run_id``), and the 10th, 50th and 90th percentile
+    over runs (``p10_gbps``, ``median_gbps``, ``p90_gbps``, GB/s) of each run's geometric
+    mean, the mean :func:`run_scales` takes."""
+    import pandas as pd
+
+    rows = coll[(coll["op"] == "all_reduce") & (coll["nodes"] >= 2)
+                & (coll["size_bytes"] >= MIN_BANDWIDTH_BYTES)]
+    out: dict[float, dict[str, float]] = {}
+    if rows.empty:
+        return out
+    busbw = rows["size_bytes"] * bus_factor_series(rows) / rows["time_s"]
+    logs = pd.Series(np.log(busbw.to_numpy(dtype=np.float64)), index=rows.index)
+    per_run = logs.groupby([rows["nodes"], rows["run_id"]]).mean()
+    for _, runs in per_run.groupby(level=0):
+        v = np.exp(runs.to_numpy(dtype=np.float64)) / 1e9
+        out[float(runs.index[0][0])] = {
+            "runs": float(len(v)), "p10_gbps": float(np.quantile(v, 0.1)),
+            "median_gbps": float(np.median(v)), "p90_gbps": float(np.quantile(v, 0.9))}
+    return out
 
 
 def run_scales(coll: pd.DataFrame, fabric: Fabric) -> pd.Series:
@@ -271,5 +311,5 @@ def run_scales(coll: pd.DataFrame, fabric: Fabric) -> pd.Series:
     return scales
 
 
-__all__ = ["LAWS", "Fabric", "ScaleCurve", "fit_fabric", "fit_scale_curve", "law_scores",
-           "run_scales"]
+__all__ = ["LAWS", "Fabric", "ScaleCurve", "busbw_spread", "fit_fabric", "fit_scale_curve",
+           "law_scores", "run_scales"]

@@ -36,6 +36,7 @@ from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import ConfigError, DataError, OutputError
+from surrogate.calibration.network import scaled_profile
 from surrogate.io.atomic import is_write_failure, output_error
 from surrogate.io.json_files import read_json
 from surrogate.io.jsonsafe import json_safe
@@ -284,7 +285,10 @@ def score_round(
             f"name, e.g. {next(iter(names), '?')}/..., or by configuration): ingest the round's "
             "logs into the table first (surrogate ingest ROUND/logs --into TABLE)")
     configs = [config_from_flat(r) for r in frame.to_dict("records")]
-    pred = score_configs(configs, model=model, profile=record.get("goal", {}).get("profile"))
+    goal = record.get("goal", {})
+    pred = score_configs(configs, model=model,
+                         profile=scaled_profile(goal.get("profile"), str(goal.get("gpu")),
+                                                goal.get("network_scale")))
     frame = frame.reset_index(drop=True)
     for col in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "p_oom", "p_completed"):
         frame[col] = pred[col].to_numpy()
@@ -424,6 +428,7 @@ def propose(
     rank: RankBy = "mean",
     profile: str | Path | None = None,
     budget_gpu_hours: float | None = None,
+    network_scale: float | None = None,
 ) -> Path:
     """Propose ``k`` runs in ``space`` (a :class:`~surrogate.layouts.space.LayoutSpace`, enumerated
     whole) and write the round. ``runs``: the sweep table so far (its layouts are not
@@ -433,11 +438,13 @@ def propose(
     MFU (``"mean"``) or by its 10% quantile (``"safe"``); each carries ``p_best``, its
     probability of being the best of the proposals (:func:`surrogate.layouts.best_odds.p_best`).
     ``profile``: the cluster's calibration profile, as for :func:`surrogate.predict` (a file or
-    a shipped name; None: the GPU's default); the round records it and
-    :func:`score_round` scores under it. ``budget_gpu_hours``: the picks' cost at their
-    predicted step times (:func:`run_gpu_hours`) sums to at most this; a pick that would exceed
-    what is left is passed over for the next best, and the round records what was left out.
-    ``round.json`` records the round's cost (:func:`round_cost`) in any case."""
+    a shipped name; None: the GPU's default); ``network_scale``: the network measured before
+    the round over the profile's curve (``surrogate.calibration.network``; None: the curve); the
+    round records both and :func:`score_round` scores under them. ``budget_gpu_hours``: the
+    picks' cost at their predicted step times (:func:`run_gpu_hours`) sums to at most this; a
+    pick that would exceed what is left is passed over for the next best, and the round records
+    what was left out. ``round.json`` records the round's cost (:func:`round_cost`) in any
+    case."""
     check_new_round_dir(round_dir)  # before the work, not after it
     check_budget(budget_gpu_hours)
     if rank not in RANK_COLUMNS:
@@ -461,7 +468,8 @@ def propose(
                           f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
                           f"stages {stages})")
     report(progress, f"scoring {n:,} candidates", 0, 1)
-    scored = score_configs(candidates, model=learned, limits=limits, profile=profile)
+    scored = score_configs(candidates, model=learned, limits=limits,
+                           profile=scaled_profile(profile, space.gpu, network_scale))
     report(progress, f"scoring {n:,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
     if not keep.any():
@@ -508,6 +516,8 @@ def propose(
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
             "candidates": n, "best_measured_mfu": best, "rank": rank,
             "profile": _profile_record(profile)}
+    if network_scale is not None:
+        goal["network_scale"] = network_scale
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
     return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
                        acquisition=acq, round_number=round_number, steps=steps, cost=spent)

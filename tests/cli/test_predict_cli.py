@@ -462,3 +462,35 @@ def test_a_megatron_recipe_says_the_defaults_it_assumed(capsys, name):
     assert "distributed optimizer" not in capsys.readouterr().out
     assert main(FLAGS) == 0  # nanotron: no table of defaults, no line
     assert "defaults assumed" not in capsys.readouterr().out
+
+
+def test_network_of_the_day(capsys, mbench_data_dir):
+    """--network takes a bandwidth at the job's node count or an nccl-tests log, and the
+    output says which network the prediction assumed; without it, the profile's curve."""
+    flags = [*FLAGS, "--profile", "hf-playbook-cluster"]
+    plain = run_json(capsys, [*flags, "--json"])
+    assert plain["network"]["assumed"] == "profile curve"
+    slow = run_json(capsys, [*flags, "--json", "--network", "50GBps"])
+    assert slow["network"]["assumed"] == "measured" and slow["network"]["nodes"] == 4
+    assert slow["network"]["busbw_gbps"] == 50.0 and slow["network"]["scale"] < 1
+    assert slow["mfu"] < plain["mfu"]
+    assert run_json(capsys, [*flags, "--json", "--network", "50 GB/s"])["mfu"] == slow["mfu"]
+    log = mbench_data_dir / "microbench/nccl-tests/gcp_a3mega_2node_16gpu_all_reduce.log"
+    assert main([*flags, "--network", str(log)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"network: measured: [\d.]+ GB/s all-reduce busbw at 2 nodes", out)
+    assert main(flags) == 0
+    assert "network: profile curve (" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("value,match", [
+    ("fast", r"error: --network must be an nccl-tests all_reduce_perf log \(a file\) or a "
+             r"measured all-reduce bus bandwidth"),
+    ("0GBps", r"error: --network must be a positive bus bandwidth"),
+])
+def test_a_bad_network_is_one_line(capsys, value, match):
+    assert main([*FLAGS, "--profile", "hf-playbook-cluster", "--network", value]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and re.match(match, lines[0]), lines
+    assert captured.out == ""

@@ -309,3 +309,31 @@ def test_search_top_k_is_capped_saying_why(top_k: str,
     err = capsys.readouterr().err
     assert err.startswith(f"error: --top-k must be at most {MAX_TOP_K:,}") and "odds" in err
     assert err.count("\n") == 1
+
+
+def test_search_and_propose_take_the_network_of_the_day(capsys: pytest.CaptureFixture[str],
+                                                        tmp_path: Path) -> None:
+    """--network, as predict takes it: the search says which network it assumed and ranks
+    under it; a round records its scale; a bandwidth over several node counts is a one-line
+    error."""
+    two = [*SMALL[:2], "--nodes", "2", *SMALL[4:], "--profile", "hf-playbook-cluster"]
+    assert main(["search", *two, "--trials", "0", "--json"]) == 0
+    plain = json.loads(capsys.readouterr().out)
+    assert plain["space"]["network"]["assumed"] == "profile curve"
+    assert main(["search", *two, "--trials", "0", "--json", "--network", "20GBps"]) == 0
+    slow = json.loads(capsys.readouterr().out)
+    assert slow["space"]["network"]["busbw_gbps"] == 20.0
+    assert slow["top"][0]["pred_mfu"] <= plain["top"][0]["pred_mfu"]
+    assert main(["search", *two, "--trials", "0", "--network", "20GBps"]) == 0
+    assert "network: measured: 20.0 GB/s all-reduce busbw at 2 nodes" in \
+        capsys.readouterr().out.replace("\n", " ")
+    rnd = tmp_path / "r1"
+    assert main(["propose", "--round", str(rnd), "--k", "2", *two,
+                 "--network", "20GBps"]) == 0
+    goal = json.loads((rnd / "round.json").read_text())["goal"]
+    assert goal["profile"] == "hf-playbook-cluster" and 0 < goal["network_scale"] < 1
+    assert "network: measured: 20.0 GB/s" in capsys.readouterr().out.replace("\n", " ")
+    several = [*SMALL[:2], "--nodes", "2,4", *SMALL[4:], "--profile", "hf-playbook-cluster"]
+    assert main(["search", *several, "--trials", "0", "--network", "20GBps"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is a bandwidth at one node count" in err

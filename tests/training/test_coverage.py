@@ -83,3 +83,9 @@ def test_recalibration_scales_each_group_to_its_own_held_out_errors():
         mine = res.index[res["pp"] == p]
         assert low <= before.loc[mine].mean() <= high
         assert 0.7 <= after.loc[mine].mean() <= 0.9
+    # fitted on another prediction of the same runs: factors from its errors, applied to
+    # these intervals (as a shipped recalibration fitted under the measured network is
+    # applied to profile-network predictions); fitted on itself, the default
+    pd.testing.assert_series_equal(recalibrated_hits(res, fitted_on=res)[0], after)
+    narrow = res.assign(mfu=0.4 * np.exp(sign * factor * half / 4))  # 4x closer
+    assert recalibrated_hits(res, fitted_on=narrow)[0].mean() < after.mean()

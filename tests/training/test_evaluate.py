@@ -229,3 +229,35 @@ def test_analytic_alone_reports_progress_and_refuses_an_empty_protocol(playbook_
     one_size = playbook_subset[model_key(playbook_subset) == model_key(playbook_subset)[0]]
     with pytest.raises(DataError, match="no split with both training and test runs"):
         evaluate_analytic(one_size, "lomo")
+
+
+def test_profile_network_predicts_the_held_out_runs_without_their_measurement(playbook_subset):
+    """network="profile" scores each held-out run under its cluster profile's curve alone (no
+    net_scale: what a user has before the run), from the same fits as "measured", which is
+    the default; the held-out table keeps the runs' own columns."""
+    from surrogate.calibration.clusters import as_predicted, playbook_runs
+    from training.evaluate import analytic_predictions, evaluate_grid
+
+    params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
+    scales = playbook_runs().set_index("run_id")["net_scale"]
+    playbook_subset = playbook_subset.assign(net_scale=playbook_subset["run_id"].map(scales))
+    grid = evaluate_grid(playbook_subset, "nodes", (None,), ("measured", "profile"),
+                         params=params, refit_physics=False)
+    measured, profile = grid[None, "measured"], grid[None, "profile"]
+    assert (measured.network, profile.network) == ("measured", "profile")
+    default = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
+    assert pd.Series(default.metrics).equals(pd.Series(measured.metrics))
+    assert (profile.predictions.index == measured.predictions.index).all()
+    test = profile.predictions.index
+    runs = playbook_subset.loc[test]
+    assert runs["net_scale"].notna().any()
+    pd.testing.assert_series_equal(profile.predictions["net_scale"], runs["net_scale"])
+    assert profile.analytic_predictions is not None
+    expected = analytic_predictions(as_predicted(runs, "profile"))
+    pd.testing.assert_frame_equal(profile.analytic_predictions[list(PRED_KEYS)],
+                                  expected[list(PRED_KEYS)])
+    assert not profile.predictions["pred_mfu"].equals(measured.predictions["pred_mfu"])
+    alone = evaluate_analytic(playbook_subset, "nodes", refit_physics=False, network="profile")
+    assert pd.Series(alone.metrics).equals(pd.Series(profile.analytic_metrics))
+    with pytest.raises(ValueError, match="network must be one of measured, profile"):
+        as_predicted(runs, "median")
