@@ -214,7 +214,7 @@ def config_cases() -> Iterator[Case]:
             yield file_case({**VALID_FILE, key: value}, fmt, "answer",
                             check=prediction({key: value}, differs=(base_argv, path)))
     yield from _table_cases(c)
-    yield from issue71_cases()
+    yield from flag_and_round_cases()
 
 
 def _table_cases(c: str) -> Iterator[Case]:
@@ -262,7 +262,7 @@ def _table_cases(c: str) -> Iterator[Case]:
                files=(("in.csv", csv_text(header, [good])),))
 
 
-# ------------------------------------------------------------------------ issue 71, "propose"
+# ------------------------------------------- flags, caps, strict numbers, propose's runs and cost
 # List flags (a value named twice, empty items, ranges that overlap), the caps on --top-k and
 # --k, YAML and JSON numbers read strictly, the model column of --from-csv, and propose's
 # --runs, limits and budget. Each case joins an existing class.
@@ -290,7 +290,7 @@ def _round_cost(budget: float | None) -> Check:
     return check
 
 
-def issue71_cases() -> Iterator[Case]:
+def flag_and_round_cases() -> Iterator[Case]:
     usage, files, prop = "usage errors", "config files, CSV", "propose"
     search = ("search", *SMALL_SPACE, "--trials", "0", "--json", "--top-k", "2")
     for flag, value in (("--framework", "torchtitan,torchtitan"),
