@@ -65,8 +65,9 @@ def heatmap_cmd(
     profile: ProfileOpt = None,
 ) -> None:
     """Draw the Playbook's "best configuration by model size and nodes" from the surrogate."""
-    from surrogate.layouts.heatmap import draw_png, predicted_grid, write_html
+    from surrogate.layouts.heatmap import predicted_grid
     from surrogate.layouts.search import Limits
+    from surrogate.progress import bars
 
     if models is not None and models_alias is not None:
         raise ConfigError("give --model (--models is its former name), not both")
@@ -75,12 +76,8 @@ def heatmap_cmd(
     check_profile(profile)
     presets = list({p.name: p for p in (get_preset(name)  # a preset named twice: once
                                         for name in names(models, "--models"))}.values())
-    options = {"gpu": gpu, "gpus_per_node": gpus_per_node,
-               "frameworks": names(framework, "--framework"), "zero_stages": ints(zero, "--zero"),
-               "recompute_modes": names(recompute, "--recompute"), "max_cp": max_cp,
-               "max_vpp": max_vpp}
-    from surrogate.progress import bars
-
+    options = _space_options(gpu=gpu, gpus_per_node=gpus_per_node, framework=framework,
+                             zero=zero, recompute=recompute, max_cp=max_cp, max_vpp=max_vpp)
     learned = None if analytic else (model_dir or "default")
     with bars() as report:
         grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
@@ -90,14 +87,31 @@ def heatmap_cmd(
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         grids["measured"] = _measured(measured, presets)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    png = draw_png(grids, out.with_suffix(".png"))
-    page = write_html(grids, out.with_suffix(".html"),
-                      title="Best configuration by model size and number of nodes")
+    png, page = _draw(grids, out)
     from surrogate.cli.display import model_line
 
     typer.echo(model_line(learned, gpu, model_dir, profile))
     typer.echo(f"wrote {png} and {page}")
+
+
+def _space_options(*, gpu: str, gpus_per_node: int, framework: str, zero: str | None,
+                   recompute: str, max_cp: int, max_vpp: int) -> dict[str, Any]:
+    """The options of each cell's layout space, its lists parsed."""
+    return {"gpu": gpu, "gpus_per_node": gpus_per_node,
+            "frameworks": names(framework, "--framework"), "zero_stages": ints(zero, "--zero"),
+            "recompute_modes": names(recompute, "--recompute"), "max_cp": max_cp,
+            "max_vpp": max_vpp}
+
+
+def _draw(grids: dict[str, Any], out: Path) -> tuple[Path, Path]:
+    """The figures drawn: OUT.png and OUT.html, their paths."""
+    from surrogate.layouts.heatmap import draw_png, write_html
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    png = draw_png(grids, out.with_suffix(".png"))
+    page = write_html(grids, out.with_suffix(".html"),
+                      title="Best configuration by model size and number of nodes")
+    return png, page
 
 
 def _check_files(out: Path, measured: Path | None) -> None:

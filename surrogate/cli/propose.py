@@ -63,17 +63,9 @@ def propose_cmd(
 ) -> None:
     """Propose the k runs that would teach the surrogate most; write launch files and
     round.json."""
-    at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
-    from surrogate.loop.acquisition import Acquisition
-    from surrogate.loop.active import check_budget, check_k, check_new_round_dir, propose
-
-    check_k(k, "--k")
-    check_budget(budget_gpu_hours, "--budget-gpu-hours")
-    if not 0 <= boundary_frac <= 1:
-        raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
-    acquisition = Acquisition(boundary_frac=boundary_frac)
-    check_new_round_dir(round_dir)
-    check_profile(profile)
+    acquisition = _checked(round_dir, k=k, steps=steps, round_number=round_number,
+                           boundary_frac=boundary_frac, budget_gpu_hours=budget_gpu_hours,
+                           profile=profile)
     table = None if runs is None else _measured_runs(runs)  # before the space is scored
     m = model.config()
     space = space_options.space(m)
@@ -81,6 +73,7 @@ def propose_cmd(
 
     _, assumed, network_line = under_network(network, profile, space.gpu, space.node_counts,
                                              space.gpus_per_node)
+    from surrogate.loop.active import propose
     from surrogate.progress import bars
 
     with bars() as report:
@@ -92,6 +85,30 @@ def propose_cmd(
     _print_proposals(out, space, model, m, model_dir=model_dir, wide=wide, profile=profile)
     typer.echo(network_line)
     _print_cost(out, k, wide=wide)
+    _print_next_steps(out)
+
+
+def _checked(round_dir: Path, *, k: int, steps: int, round_number: int | None,
+             boundary_frac: float, budget_gpu_hours: float | None, profile: Any) -> Any:
+    """The options checked before any scoring; the acquisition they ask for."""
+    at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
+    from surrogate.loop.acquisition import Acquisition
+    from surrogate.loop.active import check_k
+    from surrogate.loop.cost import check_budget
+    from surrogate.loop.round_files import check_new_round_dir
+
+    check_k(k, "--k")
+    check_budget(budget_gpu_hours, "--budget-gpu-hours")
+    if not 0 <= boundary_frac <= 1:
+        raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
+    acquisition = Acquisition(boundary_frac=boundary_frac)
+    check_new_round_dir(round_dir)
+    check_profile(profile)
+    return acquisition
+
+
+def _print_next_steps(out: Path) -> None:
+    """What was written, and what to do with it."""
     import shlex
 
     logs, where = shlex.quote(f"{out}/logs"), shlex.quote(str(out))  # a path with spaces
@@ -104,7 +121,7 @@ def _measured_runs(runs: Path) -> Any:
     """``--runs`` read as a sweep table of measured runs, before the space is scored: a table
     that is no runs costs one line, not a scoring."""
     from surrogate.io.table_files import check_table_file
-    from surrogate.loop.active import read_measured_runs
+    from surrogate.loop.measured import read_measured_runs
 
     check_table_file(runs, flag="--runs")
     return read_measured_runs(runs, flag="--runs")
@@ -125,7 +142,7 @@ def _print_proposals(out: Path, space: Any, model: ModelOptions, m: Any, *,
         print_correction_lines,
         seq_len_note,
     )
-    from surrogate.loop.active import PROPOSALS_FILE
+    from surrogate.loop.round_files import PROPOSALS_FILE
 
     console = make_console(wide=wide)
     if note := seq_len_note(model.hf_config, model.seq_len, m):
@@ -144,9 +161,9 @@ def _runs(n: int) -> str:
 
 
 def _print_cost(out: Path, k: int, *, wide: bool) -> None:
-    """What the round costs, as round.json records it (:func:`surrogate.loop.active.round_cost`),
+    """What the round costs, as round.json records it (:func:`surrogate.loop.cost.round_cost`),
     and what its budget left out."""
-    from surrogate.loop.active import read_round
+    from surrogate.loop.round_files import read_round
 
     cost = read_round(out).get("cost") or {}
     if not cost:

@@ -34,7 +34,8 @@ def score_round_cmd(
     (scoring a round again updates its MLflow run)."""
     from surrogate.io.table_files import check_table_file
     from surrogate.io.tableio import read_table
-    from surrogate.loop.active import load_round_model, read_round, score_round
+    from surrogate.loop.active import load_round_model, score_round
+    from surrogate.loop.round_files import read_round
 
     record = read_round(round_dir)
     if model_dir is not None:

@@ -180,27 +180,8 @@ def select(
     if n == 0:
         return []
     ran = flat_table(list(already_run))
-    problems = problem_codes(concat(table, ran))
-    problem, ran_problem = problems[:n], problems[n:]
-    done_keys = set(zip(ran_problem.tolist(), layout_keys(ran), strict=True))
-    free = np.array([key not in done_keys for key in zip(problem.tolist(), layout_keys(table),
-                                                         strict=True)], dtype=bool)
-    opening = best_measured is None
-    if best_measured is None:
-        likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
-        mu = scored["pred_mfu"].to_numpy(dtype=float)
-        best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
-    values = {"oom-boundary": boundary_value(scored)}
-    values[acq.gain] = (expected_improvement(scored, best_measured)
-                        if acq.gain == "expected-improvement"
-                        else probability_best(scored, best_measured))
-    n_boundary = round(k * acq.boundary_frac)
-    plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
-    if acq.open_with_best and opening and k > n_boundary:
-        plan[0] = "best-predicted"
-        values["best-predicted"] = np.asarray(
-            scored["pred_mfu"].to_numpy(dtype=float)
-            * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0))
+    problem, ran_problem, free = _not_run(table, ran)
+    plan, values = _slot_values(scored, k, best_measured, acq)
     vectors = layout_vectors(table)
     spread = acq.diversity_scale > 0
     # Per row, the squared distance to the nearest layout of its problem run or picked so far
@@ -222,29 +203,78 @@ def select(
             value = value * (1 - np.exp(-nearest / (2 * acq.diversity_scale**2)))
         value = np.where(free, value, -np.inf)
         i = int(np.argmax(value))
-        if costs is not None and budget is not None and not costs[i] <= left:
-            # the slot's pick is too dear for what is left: it and every better one that is
-            # too dear are passed over (for good: what is left only shrinks), the best that
-            # fits is picked
-            order = np.argsort(-value, kind="stable")
-            order = order[free[order]]
-            fits = costs[order] <= left
-            if not fits.any():  # nothing fits what is left: the slot's pick is left out
-                if skipped is not None:
-                    skipped.append(i)
-                break
-            j = int(np.argmax(fits))
-            dear, i = order[:j], int(order[j])
-            if skipped is not None:
-                skipped.extend(dear.tolist())
-            free[dear] = False
         if costs is not None and budget is not None:
+            fitting = _within_budget(value, free, costs, left, i, skipped)
+            if fitting is None:
+                break
+            i = fitting
             left -= float(costs[i])
         out.append((i, reason, float(values[reason][i])))
         free[i] = False
         if spread:
             nearest = _nearer(nearest, vectors, problem == problem[i], vectors[i])
     return out
+
+
+def _not_run(table: FlatTable, ran: FlatTable) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The problem code of each row of ``table`` and of each run of ``ran``
+    (:func:`problem_codes`), and per row whether its layout is still free (not run already
+    for its own problem)."""
+    n = table_len(table)
+    problems = problem_codes(concat(table, ran))
+    problem, ran_problem = problems[:n], problems[n:]
+    done_keys = set(zip(ran_problem.tolist(), layout_keys(ran), strict=True))
+    free = np.array([key not in done_keys for key in zip(problem.tolist(), layout_keys(table),
+                                                         strict=True)], dtype=bool)
+    return problem, ran_problem, free
+
+
+def _slot_values(scored: pd.DataFrame, k: int, best_measured: float | None,
+                 acq: Acquisition) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The reason of each of the ``k`` slots, and per reason the value of each row (see
+    :func:`select` for the incumbent when ``best_measured`` is None)."""
+    opening = best_measured is None
+    if best_measured is None:
+        likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
+        mu = scored["pred_mfu"].to_numpy(dtype=float)
+        best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
+    values = {"oom-boundary": boundary_value(scored)}
+    values[acq.gain] = (expected_improvement(scored, best_measured)
+                        if acq.gain == "expected-improvement"
+                        else probability_best(scored, best_measured))
+    n_boundary = round(k * acq.boundary_frac)
+    plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
+    if acq.open_with_best and opening and k > n_boundary:
+        plan[0] = "best-predicted"
+        values["best-predicted"] = np.asarray(
+            scored["pred_mfu"].to_numpy(dtype=float)
+            * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0))
+    return plan, values
+
+
+def _within_budget(value: np.ndarray, free: np.ndarray, costs: np.ndarray, left: float, i: int,
+                   skipped: list[int] | None) -> int | None:
+    """The slot's pick ``i`` if its cost fits what is ``left``; else the best free row that
+    fits, the dearer better ones passed over (marked not free, appended to ``skipped``); None
+    if none fits (``i`` appended to ``skipped``)."""
+    if costs[i] <= left:
+        return i
+    # the slot's pick is too dear for what is left: it and every better one that is
+    # too dear are passed over (for good: what is left only shrinks), the best that
+    # fits is picked
+    order = np.argsort(-value, kind="stable")
+    order = order[free[order]]
+    fits = costs[order] <= left
+    if not fits.any():  # nothing fits what is left: the slot's pick is left out
+        if skipped is not None:
+            skipped.append(i)
+        return None
+    j = int(np.argmax(fits))
+    dear, i = order[:j], int(order[j])
+    if skipped is not None:
+        skipped.extend(dear.tolist())
+    free[dear] = False
+    return i
 
 
 def _nearer(nearest: np.ndarray, vectors: np.ndarray, same: np.ndarray, v: np.ndarray

@@ -6,53 +6,43 @@ The loop (``surrogate propose`` -> run -> ``surrogate ingest`` -> ``surrogate sc
 1. :func:`propose` scores the space's layouts and :func:`surrogate.loop.acquisition.select`
    picks k of them (expected improvement, the OOM boundary, diversity).
 
-2. :func:`write_round` writes ``proposals.csv``, ``logs/<name>/`` launch files (torchtitan TOML,
-   torchrun, sbatch: :mod:`surrogate.loop.launch`) and ``round.json`` (what, why, by which model:
-   its ``data_hash``, and the goal). It refuses to overwrite a round.
+2. :func:`surrogate.loop.round_files.write_round` writes ``proposals.csv``, ``logs/<name>/``
+   launch files (torchtitan TOML, torchrun, sbatch: :mod:`surrogate.loop.launch`) and
+   ``round.json`` (what, why, by which model: its ``data_hash``, and the goal, and what the
+   round costs: :mod:`surrogate.loop.cost`). It refuses to overwrite a round.
 
 3. :func:`score_round`: the round's ingested runs against the proposing model's predictions
    (prospective accuracy) and the best MFU found so far; :func:`log_round` sends them to
    MLflow: one experiment per campaign (the directory holding its rounds), one run per round
    found again by its tags, metrics stepped by round, figures, and a run drawing accuracy
    against rounds beside the analytic baseline.
+
+The measured runs so far (``propose --runs``) are read by :mod:`surrogate.loop.measured`.
 """
 
 from __future__ import annotations
 
-import errno
-import json
 import math
-import os
-import shutil
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.config.files import CONFIG_KEYS
-from surrogate.config.frameworks import get_framework
-from surrogate.config.table import FlatTable, concat, flat_table, table_len, take
-from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
-from surrogate.errors import ConfigError, DataError, OutputError
 from surrogate.calibration.network import scaled_profile
-from surrogate.io.atomic import is_write_failure, output_error
-from surrogate.io.json_files import read_json
-from surrogate.io.jsonsafe import json_safe
-from surrogate.io.outputs import check_writable_dir
+from surrogate.config.frameworks import get_framework
+from surrogate.config.table import FlatTable, table_len, take
+from surrogate.config.training import TrainingConfig, config_from_flat
+from surrogate.errors import ConfigError, DataError
 from surrogate.layouts.best_odds import p_best
 from surrogate.layouts.grid import TABLE_LIMIT, space_table
-from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
-from surrogate.loop.acquisition import Acquisition, problem_codes, select
-from surrogate.loop.launch import (
-    LAUNCH_FRAMEWORK,
-    SBATCH_TIME_LIMIT,
-    launchable,
-    write_launch_files,
-)
+from surrogate.loop.acquisition import Acquisition, select
+from surrogate.loop.cost import budget_record, check_budget, round_cost, run_gpu_hours
+from surrogate.loop.launch import LAUNCH_FRAMEWORK, launchable
+from surrogate.loop.measured import runs_and_incumbent
+from surrogate.loop.round_files import check_new_round_dir, model_identity, write_round
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import report
 
@@ -63,9 +53,6 @@ if TYPE_CHECKING:
     from surrogate.learned.model import SurrogateModel
     from surrogate.progress import ProgressFn
 
-ROUND_FILE = "round.json"
-PROPOSALS_FILE = "proposals.csv"
-LOGS_DIR = "logs"
 MAX_K = 1_000
 """Most runs one round proposes (``k``, ``propose --k``). A round is runs to launch on a
 cluster, each with its launch files; the picking costs k passes over the candidates and the
@@ -84,137 +71,6 @@ def check_k(k: int, flag: str = "k") -> None:
             f"than the square of their count; propose {MAX_K:,} or fewer, and more in the next "
             f"round, once these have taught the model")
 
-
-# ------------------------------------------------------------------ round files
-def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
-    """What identifies the proposing model in ``round.json``: where it was, the data it was
-    trained on and, for a saved model, its own sha256 (``saved_sha256_``: a model retrained on
-    the same data with other settings is another model)."""
-    if model is None:
-        return {"path": None, "kind": "analytic", "data_hash": None}
-    return {"path": where, "kind": "learned", "data_hash": model.data_hash_,
-            "model_sha256": getattr(model, "saved_sha256_", None), "n_train": model.n_train_}
-
-def next_round_number(round_dir: Path) -> int:
-    """1 + the largest round number recorded beside ``round_dir`` (1 for the first)."""
-    numbers = [0]
-    parent = round_dir.parent
-    if parent.is_dir():
-        for f in parent.glob(f"*/{ROUND_FILE}"):
-            try:
-                numbers.append(int(json.loads(f.read_text())["round"]))
-            except (ValueError, KeyError, TypeError, json.JSONDecodeError):
-                continue
-    return max(numbers) + 1
-
-def check_new_round_dir(round_dir: str | Path) -> Path:
-    """``round_dir`` as a Path if a new round can be written there (absent or an empty
-    directory, in a writable place); ConfigError otherwise. :func:`propose` checks before it
-    scores the space, so a taken directory costs nothing."""
-
-    final = Path(round_dir)
-    if final.exists() and not final.is_dir():
-        raise ConfigError(f"--round must be a new directory, got the file {str(final)!r}")
-    if final.is_dir() and any(final.iterdir()):
-        raise ConfigError(
-            f"round directory {str(final)!r} already exists and is not empty: a round is never "
-            "overwritten; give a new --round directory")
-    check_writable_dir(final.parent, flag="--round")
-    return final
-
-def write_round(
-    round_dir: str | Path,
-    picks: Sequence[tuple[TrainingConfig, str, Mapping[str, Any]]],
-    *,
-    model_info: Mapping[str, Any],
-    goal: Mapping[str, Any],
-    acquisition: Acquisition,
-    round_number: int | None = None,
-    steps: int = 50,
-    cost: Mapping[str, Any] | None = None,
-) -> Path:
-    """Write a round directory (module docstring) atomically; ConfigError if it exists.
-
-    ``picks``: per run its configuration, the reason it was picked and its predicted scores;
-    ``cost``: what the round costs (:func:`round_cost`), recorded as ``cost``."""
-    import pandas as pd
-
-    final = check_new_round_dir(round_dir)
-    if not picks:  # read_round and score-round refuse a round of no run: none is written
-        raise ConfigError("a round holds at least one run, got none to write")
-    number = round_number if round_number is not None else next_round_number(final)
-    tmp = final.with_name(f".{final.name}.tmp-{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
-    try:
-        rows, records = [], []
-        for i, (cfg, reason, scores) in enumerate(picks):
-            name = f"r{number:02d}-{i:02d}-n{cfg.cluster.num_nodes}-" + layout_label(cfg).replace(
-                " ", "_")
-            files = write_launch_files(cfg, tmp / LOGS_DIR / name, run_name=name, steps=steps)
-            flat = config_to_flat(cfg) | {"global_batch_seqs": cfg.batch_seqs}
-            clean = {k: json_safe(v) for k, v in scores.items()}
-            rows.append({"name": name, "reason": reason, "layout": layout_label(cfg), **flat,
-                         **clean})
-            records.append({"name": name, "reason": reason, "config": flat, "predicted": clean,
-                            "command": files.command})
-        pd.DataFrame(rows).to_csv(tmp / PROPOSALS_FILE, index=False)
-        record = {
-            "round": number,
-            "created": datetime.now(UTC).isoformat(timespec="seconds"),
-            "goal": dict(goal),
-            "model": dict(model_info),
-            "acquisition": {"boundary_frac": acquisition.boundary_frac,
-                            "diversity_scale": acquisition.diversity_scale,
-                            "gain": acquisition.gain,
-                            "open_with_best": acquisition.open_with_best},
-            "proposals": records,
-        }
-        if cost is not None:
-            record["cost"] = dict(cost)
-        (tmp / ROUND_FILE).write_text(json.dumps(json_safe(record), indent=2))
-        final.parent.mkdir(parents=True, exist_ok=True)
-        # one rename: it replaces an absent or empty directory, never a written round, so of
-        # several proposes into one new directory at once exactly one wins
-        os.rename(tmp, final)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError) and e.errno in (errno.ENOTEMPTY, errno.EEXIST):
-            raise ConfigError(
-                f"round directory {str(final)!r} was written by another propose meanwhile: a "
-                "round is never overwritten; give a new --round directory") from None
-        if isinstance(e, OutputError):  # a file of the round: name the round, not its tmp
-            raise OutputError(f"cannot write the round {str(final)!r}: {e.reason}") from None
-        if isinstance(e, OSError) and is_write_failure(e):
-            raise output_error(final, e) from None
-        raise
-    return final
-
-def read_round(round_dir: str | Path) -> dict[str, Any]:
-    path = Path(round_dir) / ROUND_FILE
-    data = read_json(path, missing=DataError(
-        f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)"))
-    return _check_round(data, path)
-
-def _check_round(record: Any, where: Path) -> dict[str, Any]:
-    """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
-    file must not end in a KeyError or score under a round number that is not one)."""
-    if not isinstance(record, dict):
-        raise DataError(f"{where}: a round file holds a JSON object, got "
-                        f"{type(record).__name__}")
-    number = record.get("round")
-    if isinstance(number, bool) or not isinstance(number, int) or number < 1:
-        raise DataError(f"{where}: round must be an integer >= 1, got {number!r}")
-    proposals = record.get("proposals")
-    if not isinstance(proposals, list) or not proposals or not all(
-            isinstance(p, dict) and isinstance(p.get("name"), str)
-            and isinstance(p.get("config"), dict) for p in proposals):
-        raise DataError(f"{where}: proposals must be a non-empty list of objects with a name "
-                        "and a config (what `surrogate propose` writes)")
-    if not isinstance(record.get("model"), dict):
-        raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
-    return record
 
 # ------------------------------------------------------------------ scoring a round
 def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
@@ -305,114 +161,16 @@ def score_round(
         metrics["best_mfu_round"] = float(done["mfu"].max())
     return metrics, frame
 
-# ------------------------------------------------------------------ the runs so far
-def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFrame:
-    """The measured runs of ``path``: a sweep table (what ``surrogate ingest`` writes, checked
-    against its schema) or a file a sweep parser reads as runs
-    (:func:`surrogate.ingest.dispatch.read_runs`). Anything else is a DataError that says what
-    the table looks like instead (an earlier round's ``proposals.csv``, predictions, layouts
-    without outcomes): its rows were never run, and taking them as runs would hide their layouts
-    from the proposals and take a predicted MFU for a measured one."""
-    # here, not at the top: the readers of every log format and pandas double the import of
-    # this module (0.55 -> 1.3 s), which scoring a round or proposing without --runs needs not
-    from surrogate.ingest.dispatch import read_runs
-
-    p = Path(path)
-    try:
-        return read_runs(p)
-    except DataError as e:
-        looks = _what_table(p)  # what it is instead, where its columns say
-        if looks is not None:
-            raise DataError(f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of "
-                            "measured runs (what `surrogate ingest LOGS --into TABLE` writes: a "
-                            "status and the measurements of each run)") from None
-        raise DataError(f"{flag} must be a sweep table of measured runs (what `surrogate ingest "
-                        f"LOGS --into TABLE` writes): {e}") from None
-
-
-def _what_table(path: Path) -> str | None:
-    """What a table that no runs reader takes looks like, from its columns (None: not a table
-    whose columns can be read, or none of these: :func:`read_measured_runs` says why)."""
-    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
-    from surrogate.io.tableio import read_table
-
-    if path.suffix.lower() not in (".csv", ".parquet", ".pq"):
-        return None
-    try:
-        columns = {str(c) for c in read_table(path).columns}
-    except DataError:
-        return None
-    predicted = sorted(c for c in columns if c.startswith("pred_") or c == "p_oom")
-    if {"name", "reason", "layout"} <= columns and predicted:
-        return (f"a round's {PROPOSALS_FILE} (runs `surrogate propose` proposed, with their "
-                "predictions, not measurements): run them, then `surrogate ingest ROUND/logs "
-                "--into TABLE` and pass that table")
-    if predicted and "status" not in columns:
-        return (f"a table of predictions ({', '.join(predicted[:3])}...: what `surrogate "
-                "predict --out` writes), not of measured runs")
-    if predicted:
-        return (f"a sweep table with predictions added ({', '.join(predicted[:3])}...): pass the "
-                "sweep table itself")
-    if "status" not in columns and columns & set(CONFIG_KEYS):
-        return ("a table of configurations without outcomes (no status column): layouts, not "
-                "measured runs")
-    if "status" not in columns:
-        shown_columns = ", ".join(sorted(columns)[:5]) + (" ..." if len(columns) > 5 else "")
-        return (f"no sweep table: its columns ({shown_columns}) hold no configuration and no "
-                "status")
-    return None
-
-
-# ------------------------------------------------------------------ what a round costs
-MAX_LEFT_OUT_LISTED = 10
-"""Layouts a round lists by name among those its budget left out (all are counted)."""
-
-
-def check_budget(budget_gpu_hours: float | None, flag: str = "budget_gpu_hours") -> None:
-    """ConfigError unless the budget is None or a finite number of GPU-hours above 0."""
-    if budget_gpu_hours is None:
-        return
-    if isinstance(budget_gpu_hours, bool) or not isinstance(budget_gpu_hours, int | float) \
-            or not math.isfinite(budget_gpu_hours) or budget_gpu_hours <= 0:
-        raise ConfigError(f"{flag} must be a number of GPU-hours above 0, got "
-                          f"{budget_gpu_hours!r}")
-
-
-def run_gpu_hours(scored: pd.DataFrame, steps: int) -> np.ndarray:
-    """Per scored layout, the GPU-hours of one run of ``steps`` steps at its predicted step
-    time: GPUs x steps x step time / 3600 (start-up, compilation and checkpoints not counted;
-    NaN where no step time is predicted)."""
-    gpus = scored["num_gpus"].to_numpy(dtype=float)
-    return np.asarray(gpus * steps * scored["pred_step_time_s"].to_numpy(dtype=float) / 3600.0)
-
-
-def round_cost(picked: pd.DataFrame, *, steps: int) -> dict[str, Any]:
-    """What the runs of a round cost (rows of scored layouts with ``gpu_hours``): GPU-hours at
-    the predicted step times, the GPU-hours the sbatch time limit allows at most, how many are
-    predicted to run past it, and the expected number of OOMs (the sum of p_oom) and of other
-    failures (the sum of p_fail; NaN under the analytic model, which predicts none)."""
-    hours = picked["gpu_hours"].to_numpy(dtype=float)
-    gpus = picked["num_gpus"].to_numpy(dtype=float)
-    h, m, sec = (int(x) for x in SBATCH_TIME_LIMIT.split(":"))
-    limit_h = h + m / 60 + sec / 3600
-    run_hours = np.divide(hours, gpus, out=np.full(len(hours), np.nan), where=gpus > 0)
-    p_fail = picked["p_fail"].to_numpy(dtype=float)
-    return {
-        "runs": len(picked), "gpus": int(gpus.sum()),
-        "steps_per_run": steps,
-        "steps_from": "--steps, written as [training] steps in each run's config.toml",
-        "gpu_hours": float(np.nansum(hours)),
-        "runs_without_step_time": int(np.isnan(hours).sum()),
-        "sbatch_time_limit": SBATCH_TIME_LIMIT,
-        "gpu_hours_at_time_limit": float(gpus.sum() * limit_h),
-        "runs_past_time_limit": int((run_hours > limit_h).sum()),
-        "expected_ooms": float(picked["p_oom"].to_numpy(dtype=float).sum()),
-        "expected_other_failures": (float(p_fail.sum()) if np.isfinite(p_fail).all()
-                                    else None),
-    }
-
 
 # ------------------------------------------------------------------ the propose step
+PROPOSAL_COLUMNS = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
+                    "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
+                    "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail",
+                    "extrapolation", "correction_share")
+"""The predictions each proposal carries in ``proposals.csv`` and ``round.json`` (and its
+GPU-hours)."""
+
+
 def propose(
     space: Any,
     round_dir: str | Path,
@@ -441,11 +199,43 @@ def propose(
     a shipped name; None: the GPU's default); ``network_scale``: the network measured before
     the round over the profile's curve (``surrogate.calibration.network``; None: the curve); the
     round records both and :func:`score_round` scores under them. ``budget_gpu_hours``: the
-    picks' cost at their predicted step times (:func:`run_gpu_hours`) sums to at most this; a
-    pick that would exceed what is left is passed over for the next best, and the round records
-    what was left out. ``round.json`` records the round's cost (:func:`round_cost`) in any
-    case."""
+    picks' cost at their predicted step times (:func:`surrogate.loop.cost.run_gpu_hours`) sums
+    to at most this; a pick that would exceed what is left is passed over for the next best,
+    and the round records what was left out. ``round.json`` records the round's cost
+    (:func:`surrogate.loop.cost.round_cost`) in any case."""
     check_new_round_dir(round_dir)  # before the work, not after it
+    _check_asked(k=k, rank=rank, steps=steps, round_number=round_number,
+                 budget_gpu_hours=budget_gpu_hours)
+    acq = acquisition or Acquisition()
+    limits = limits or Limits(max_p_oom=1.0)
+    learned = resolve_model(model)
+    candidates, scored = _feasible_candidates(space, learned, limits, progress=progress,
+                                              profile=profile, network_scale=network_scale)
+    n = table_len(candidates)
+    ran, best = runs_and_incumbent(runs, candidates)
+    report(progress, f"picking {k} of {n:,}", 0, 1)
+    cost = run_gpu_hours(scored, steps)
+    skipped: list[int] = []
+    picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq,
+                   cost=cost, budget=budget_gpu_hours, skipped=skipped)
+    report(progress, f"picking {k} of {n:,}", 1, 1)
+    _check_picked(picks, bool(skipped), cost, candidates=n, ran=len(ran), limits=limits,
+                  budget_gpu_hours=budget_gpu_hours, steps=steps)
+    scored = scored.assign(gpu_hours=cost)
+    chosen = _listed(scored, _configs(space, scored, picks), picks,
+                     (*PROPOSAL_COLUMNS, "gpu_hours"), RANK_COLUMNS[rank])
+    spent = round_cost(scored.iloc[[i for i, _, _ in picks]], steps=steps)
+    spent |= budget_record(scored, skipped, budget_gpu_hours)
+    goal = _goal(space, limits, candidates=n, best=best, rank=rank, profile=profile,
+                 network_scale=network_scale)
+    where = str(model) if not isinstance(model, str) or model != "default" else "default"
+    return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
+                       acquisition=acq, round_number=round_number, steps=steps, cost=spent)
+
+
+def _check_asked(*, k: int, rank: str, steps: int, round_number: int | None,
+                 budget_gpu_hours: float | None) -> None:
+    """ConfigError unless what :func:`propose` is asked holds (before any scoring)."""
     check_budget(budget_gpu_hours)
     if rank not in RANK_COLUMNS:
         raise ConfigError(f"rank must be mean or safe, got {rank!r}")
@@ -453,9 +243,14 @@ def propose(
     for name, value in (("steps", steps), ("round_number", round_number)):
         if value is not None and (isinstance(value, bool) or value < 1):
             raise ConfigError(f"{name} must be >= 1, got {value!r}")
-    acq = acquisition or Acquisition()
-    limits = limits or Limits(max_p_oom=1.0)
-    learned = resolve_model(model)
+
+
+def _feasible_candidates(
+    space: Any, learned: SurrogateModel | None, limits: Limits, *,
+    progress: ProgressFn | None, profile: str | Path | None, network_scale: float | None,
+) -> tuple[FlatTable, pd.DataFrame]:
+    """The space's layouts torchtitan can launch that are within the limits, and their scores
+    (aligned rows); ConfigError if none is launchable, or none within the limits."""
     space.check_bound(TABLE_LIMIT, optuna=False)  # propose weighs every layout
     report(progress, "enumerating the layouts torchtitan can launch", 0, 1)
     every = space_table(space)
@@ -474,16 +269,14 @@ def propose(
     keep = scored["feasible"].to_numpy()
     if not keep.any():
         raise ConfigError(_none_feasible(scored, limits))
-    candidates = take(candidates, np.flatnonzero(keep))
-    n = table_len(candidates)
-    scored = scored[keep].reset_index(drop=True)
-    ran, best = _runs_of(runs, candidates)
-    report(progress, f"picking {k} of {n:,}", 0, 1)
-    cost = run_gpu_hours(scored, steps)
-    skipped: list[int] = []
-    picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq,
-                   cost=cost, budget=budget_gpu_hours, skipped=skipped)
-    report(progress, f"picking {k} of {n:,}", 1, 1)
+    return take(candidates, np.flatnonzero(keep)), scored[keep].reset_index(drop=True)
+
+
+def _check_picked(picks: Sequence[tuple[int, str, float]], skipped: bool, cost: np.ndarray, *,
+                  candidates: int, ran: int, limits: Limits, budget_gpu_hours: float | None,
+                  steps: int) -> None:
+    """ConfigError if nothing was picked, saying why: nothing fits the budget (``skipped``:
+    the budget left something out), or every candidate was run already."""
     if not picks and budget_gpu_hours is not None and skipped:
         cheapest = float(np.nanmin(cost)) if np.isfinite(cost).any() else math.nan
         raise ConfigError(
@@ -492,35 +285,25 @@ def propose(
             "budget, lower --steps, or allow fewer --nodes (nothing was written)")
     if not picks:
         raise ConfigError(
-            f"every one of the {n:,} candidates within the limits was run already (--runs "
-            f"holds {len(ran):,} runs): nothing is left to propose; widen the space (more "
+            f"every one of the {candidates:,} candidates within the limits was run already "
+            f"(--runs holds {ran:,} runs): nothing is left to propose; widen the space (more "
             f"--nodes, --framework, --recompute choices) or relax --max-p-oom "
             f"({limits.max_p_oom:g}) and --memory-margin ({limits.memory_margin_frac:g})")
-    cols = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-            "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
-            "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail", "extrapolation",
-            "correction_share")
-    scored = scored.assign(gpu_hours=cost)
-    chosen = _listed(scored, _configs(space, scored, picks), picks, (*cols, "gpu_hours"),
-                     RANK_COLUMNS[rank])
-    spent = round_cost(scored.iloc[[i for i, _, _ in picks]], steps=steps)
-    left_out = scored.iloc[skipped]
-    spent |= {"budget_gpu_hours": budget_gpu_hours, "left_out_over_budget": len(skipped),
-              "left_out": [{"layout": str(r["layout"]), "num_nodes": int(r["num_nodes"]),
-                            "pred_mfu": json_safe(r["pred_mfu"]),
-                            "gpu_hours": json_safe(r["gpu_hours"])}
-                           for r in left_out.head(MAX_LEFT_OUT_LISTED).to_dict("records")]}
+
+
+def _goal(space: Any, limits: Limits, *, candidates: int, best: float | None, rank: RankBy,
+          profile: str | Path | None, network_scale: float | None) -> dict[str, Any]:
+    """The round's goal as ``round.json`` records it: the problem, the limits, the candidates'
+    count, the incumbent, the ranking and the calibration profile (and network) scored under."""
     goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,
             "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
             "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
             "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
-            "candidates": n, "best_measured_mfu": best, "rank": rank,
+            "candidates": candidates, "best_measured_mfu": best, "rank": rank,
             "profile": _profile_record(profile)}
     if network_scale is not None:
         goal["network_scale"] = network_scale
-    where = str(model) if not isinstance(model, str) or model != "default" else "default"
-    return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
-                       acquisition=acq, round_number=round_number, steps=steps, cost=spent)
+    return goal
 
 
 def _none_feasible(scored: pd.DataFrame, limits: Limits) -> str:
@@ -553,46 +336,6 @@ def _profile_record(profile: str | Path | None) -> str | None:
     if profile is None:
         return None
     return str(Path(profile).resolve()) if Path(profile).is_file() else str(profile)
-
-
-def _runs_of(runs: pd.DataFrame | None, candidates: FlatTable,
-             ) -> tuple[list[TrainingConfig], float | None]:
-    """The configurations of ``runs`` (a sweep table; its flagged runs skipped, another row
-    that is no configuration a DataError) and the best MFU
-    completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
-    the incumbent of expected improvement is not another model's MFU."""
-    # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
-    from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_mask
-
-    ran: list[TrainingConfig] = []
-    mfu: list[float] = []
-    if runs is None:
-        return ran, None
-    if "status" not in runs.columns:
-        raise DataError("runs must be a sweep table of measured runs, with a status column "
-                        "(what `surrogate ingest` writes), got the columns "
-                        f"{', '.join(map(str, runs.columns[:8]))}"
-                        f"{' ...' if len(runs.columns) > 8 else ''}")
-    flagged = flagged_mask(runs)  # runs of a layout the validator refuses: never a candidate
-    for number, row in enumerate(runs.to_dict("records")):
-        if flagged[number]:
-            continue
-        try:
-            cfg = config_from_flat(row)
-        except ConfigError as e:
-            raise DataError(f"runs, row {number}: not a configuration ({e}); a run whose layout "
-                            f"is refused is flagged in {FLAG_COLUMN}") from None
-        ran.append(cfg)
-        done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
-        mfu.append(float(row["mfu"]) if done else math.nan)
-    if not ran:
-        return ran, None
-    n = table_len(candidates)
-    problems = problem_codes(concat(candidates, flat_table(ran)))
-    mine = np.isin(problems[n:], problems[:n])
-    measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
-    measured = measured[np.isfinite(measured)]
-    return ran, float(measured.max()) if len(measured) else None
 
 
 def _configs(space: Any, scored: pd.DataFrame, picks: Sequence[tuple[int, str, float]]

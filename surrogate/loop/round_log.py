@@ -14,7 +14,7 @@ from surrogate.io import tracking
 from surrogate.io.tracking import REGISTERED_MODEL
 from surrogate.io.tracking import tracking_uri as uri
 from surrogate.loop import round_plots
-from surrogate.loop.active import ROUND_FILE, read_round
+from surrogate.loop.round_files import ROUND_FILE, read_round
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -72,7 +72,7 @@ def predicted_vs_measured(matched: pd.DataFrame, title: str,
 
 def _numbers(frame: pd.DataFrame) -> list[str]:
     """Each run's number in ``proposals.csv`` (1-based), read from the names that
-    :func:`surrogate.loop.active.write_round` gives (``r<round>-<index>-...``)."""
+    :func:`surrogate.loop.round_files.write_round` gives (``r<round>-<index>-...``)."""
     out = []
     for i, name in enumerate(frame.get("name", frame.index)):
         parts = str(name).split("-")

@@ -15,7 +15,8 @@ from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.layouts.search import score_configs
 from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace, layout_key
-from surrogate.loop.active import load_round_model, propose, read_round, score_round
+from surrogate.loop.active import load_round_model, propose, score_round
+from surrogate.loop.round_files import read_round
 from surrogate.loop.round_log import log_round
 
 
@@ -334,7 +335,7 @@ def test_runs_that_are_no_sweep_table_are_refused(tmp_path: Path) -> None:
 
 
 def test_read_measured_runs_says_what_the_table_is_instead(tmp_path: Path) -> None:
-    from surrogate.loop.active import read_measured_runs
+    from surrogate.loop.measured import read_measured_runs
 
     first = propose(tiny_space(), tmp_path / "r1", k=2)
     with pytest.raises(DataError, match=r"is a round's proposals\.csv .*surrogate ingest"):
@@ -392,7 +393,7 @@ def test_a_budget_keeps_the_picks_within_it_and_says_what_it_left_out(tmp_path: 
 
 def test_a_round_of_no_run_is_never_written(tmp_path: Path) -> None:
     from surrogate.loop.acquisition import Acquisition
-    from surrogate.loop.active import write_round
+    from surrogate.loop.round_files import write_round
 
     with pytest.raises(ConfigError, match="at least one run"):
         write_round(tmp_path / "r", [], model_info={}, goal={}, acquisition=Acquisition())
@@ -402,10 +403,10 @@ def test_of_proposes_into_one_new_round_at_once_exactly_one_wins(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Another propose writes the round between this one's check and its rename: this one is
     refused in one line, the winner's round stays whole, no temporary directory is left."""
-    from surrogate.loop import active
+    from surrogate.loop import active, round_files
 
     final = tmp_path / "r1"
-    real = active.check_new_round_dir
+    real = round_files.check_new_round_dir
     calls = []
 
     def and_meanwhile_another_writes_it(round_dir: str | Path) -> Path:
@@ -417,6 +418,7 @@ def test_of_proposes_into_one_new_round_at_once_exactly_one_wins(
         return out
 
     monkeypatch.setattr(active, "check_new_round_dir", and_meanwhile_another_writes_it)
+    monkeypatch.setattr(round_files, "check_new_round_dir", and_meanwhile_another_writes_it)
     with pytest.raises(ConfigError, match=r"round directory .*r1' was written by another "
                                           r"propose meanwhile"):
         propose(space(), final, k=2)
