@@ -224,7 +224,7 @@ _HOLDERS: dict[str, subprocess.Popen[bytes]] = {}
 HOLD = """
 import os, signal, sys, time
 from pathlib import Path
-from surrogate.io.tableio import locked
+from surrogate.io.locks import locked
 table, how = Path(sys.argv[1]), sys.argv[2]
 with locked(table):
     if how == "anonymous":

@@ -115,7 +115,6 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # MoE: each token visits top-k experts; with ep the experts (and their tokens) are spread
     # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
     ffn_tokens = np.where(moe, T * c["experts_topk"], T)
-    peak = c["peak_flops"]
     # MLA's and MoE's extra GEMMs are evaluated only when some row has them (their values are
     # discarded on the other rows): a dense batch has 5 shapes per row instead of 14.
     mla = c["kv_lora_rank"] > 0
@@ -128,17 +127,7 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }
-    # fp8 GEMMs at the bf16 curve times the framework's measured fp8 speed-up where it has one
-    # (FrameworkTraits.fp8_gemm_speedup), else on the profile's fp8 curve
-    speedup = np.asarray(c.get("fp8_gemm_speedup", 0.0))
-    by_bf16 = (np.asarray(c.get("fp8", 0.0)) > 0) & (speedup > 0)
-    if np.any(by_bf16):
-        eff = _gemm_efficiencies(shapes, perf, {**c, "fp8": np.where(by_bf16, 0.0, c["fp8"])})
-        peak = np.where(by_bf16, c["peak_flops_bf16"] * speedup, peak)
-    else:
-        eff = _gemm_efficiencies(shapes, perf, c)
-    # 6 x (m n k) FLOPs per GEMM for forward + backward.
-    g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
+    g, peak, attention_eff = _gemm_seconds(shapes, perf, c)
     # MLA's query, key-value and their up projections (flops.py) replace the QKV projection;
     # rows without MLA get placeholder widths of 1 (their value is discarded).
     qkv = g["qkv"]
@@ -149,22 +138,67 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     seconds = qkv + g["out"] + routed
     mlp_again = g["gate_up"] / 2  # the up projection, half the gate-and-up GEMM
     if any_moe:
-        # An MoE layer adds the shared expert to its routed experts, and its leading dense
-        # layers have a dense MLP in place of experts, averaged over the layers.
-        shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
-                          g["shared_gate_up"] + g["shared_down"], 0.0)
-        dense_frac = 1 - moe_layers(c) / c["num_layers"]
-        extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
-        seconds = seconds + np.where(moe, extra, 0.0)
-        # Per operator, an MoE layer runs its routed experts again whole and its shared
-        # expert's up projection (activations.per_op_checkpoint_bytes: what it keeps).
-        moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
-                                      g["shared_gate_up"] / 2, 0.0)
-        mlp_again = np.where(moe, (1 - dense_frac) * moe_again
-                             + dense_frac * g["dense_gate_up"] / 2, mlp_again)
+        seconds, mlp_again = _with_moe_layers(c, g, moe, routed, seconds, mlp_again)
+    attn_s = _attention_core_s(c, perf, T, q + o, peak, attention_eff)
+    # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
+    # forward again: the key projection (its share of the QKV GEMM), the attention output
+    # projection and the MLP's up projection (half of the gate-and-up GEMM); in an MoE layer
+    # the routed experts whole and the shared expert's up projection.
+    again = np.where(per_op_recompute(c),
+                     (qkv * kv / (q + 2 * kv) + g["out"] + mlp_again) / 3, 0.0)
+    scale = param(c, "gemm_time_scale")
+    return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
+
+
+def _gemm_seconds(shapes: dict[str, Shape], perf: PerfModel, c: Cols
+                  ) -> tuple[dict[str, Array], Array, Array]:
+    """Forward + backward seconds of every GEMM of ``shapes`` (6 x m n k FLOPs each), with the
+    peak FLOP/s and the attention core's efficiency they were computed with.
+
+    fp8 GEMMs run at the bf16 curve times the framework's measured fp8 speed-up where it has
+    one (``FrameworkTraits.fp8_gemm_speedup``), else on the profile's fp8 curve."""
+    peak = c["peak_flops"]
+    speedup = np.asarray(c.get("fp8_gemm_speedup", 0.0))
+    by_bf16 = (np.asarray(c.get("fp8", 0.0)) > 0) & (speedup > 0)
+    if np.any(by_bf16):
+        eff = _gemm_efficiencies(shapes, perf, {**c, "fp8": np.where(by_bf16, 0.0, c["fp8"])})
+        peak = np.where(by_bf16, c["peak_flops_bf16"] * speedup, peak)
+    else:
+        eff = _gemm_efficiencies(shapes, perf, c)
+    # 6 x (m n k) FLOPs per GEMM for forward + backward.
+    g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
+    return g, peak, eff["attention"]
+
+
+def _with_moe_layers(c: Cols, g: dict[str, Array], moe: NDArray[np.bool_], routed: Array,
+                     seconds: Array, mlp_again: Array) -> tuple[Array, Array]:
+    """An MoE model's layer ``seconds`` and per-operator recomputed MLP ``mlp_again``, the
+    shared expert and the leading dense layers accounted for (``g``: :func:`_gemm_seconds`)."""
+    # An MoE layer adds the shared expert to its routed experts, and its leading dense
+    # layers have a dense MLP in place of experts, averaged over the layers.
+    shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
+                      g["shared_gate_up"] + g["shared_down"], 0.0)
+    dense_frac = 1 - moe_layers(c) / c["num_layers"]
+    extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
+    seconds = seconds + np.where(moe, extra, 0.0)
+    # Per operator, an MoE layer runs its routed experts again whole and its shared
+    # expert's up projection (activations.per_op_checkpoint_bytes: what it keeps).
+    moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
+                                  g["shared_gate_up"] / 2, 0.0)
+    mlp_again = np.where(moe, (1 - dense_frac) * moe_again
+                         + dense_frac * g["dense_gate_up"] / 2, mlp_again)
+    return seconds, mlp_again
+
+
+def _attention_core_s(c: Cols, perf: PerfModel, T: Array, qo: Array, peak: Array,
+                      eff: Array) -> Array:
+    """Seconds of the attention core of one layer, forward + backward, for ``T`` tokens per
+    rank; ``qo``: the query and output widths summed; ``eff``: the GEMM proxy's efficiency
+    at ``peak`` FLOP/s."""
+    tp, s = c["tp"], c["seq_len"]
     # Attention core: 12 h s FLOPs per token over tp ranks (flops.attention_flops_per_token).
-    attn_flops = 6 * T * s * (q + o) / tp
-    attn_s = attn_flops / (peak * eff["attention"])
+    attn_flops = 6 * T * s * qo / tp
+    attn_s = attn_flops / (peak * eff)
     # A measured flash-attention curve replaces the proxy for frameworks that run such a
     # kernel (in bf16 under fp8 too): T x heads / tp query rows over s keys.
     measured = perf.attention_efficiency(T * c["num_heads"] / tp, s, c["qk_head_dim"], c)
@@ -176,14 +210,7 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
                            np.asarray(c.get("hopper_attention_speedup", 1.0)), 1.0)
         flash = attn_flops / (c["peak_flops_bf16"] * measured * speedup)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
-    # Per-operator selective checkpointing (torchtitan's 'op') runs every other matmul's
-    # forward again: the key projection (its share of the QKV GEMM), the attention output
-    # projection and the MLP's up projection (half of the gate-and-up GEMM); in an MoE layer
-    # the routed experts whole and the shared expert's up projection.
-    again = np.where(per_op_recompute(c),
-                     (qkv * kv / (q + 2 * kv) + g["out"] + mlp_again) / 3, 0.0)
-    scale = param(c, "gemm_time_scale")
-    return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
+    return attn_s
 
 
 Shape = tuple[Array, Array, Array]

@@ -23,7 +23,8 @@ import pandas as pd
 
 from surrogate.analytic.perf import COLLECTIVE_OPS
 from surrogate.errors import DataError
-from surrogate.io.tableio import failure_cases, locked, read_table, table_format, write_table_atomic
+from surrogate.io.locks import locked
+from surrogate.io.tableio import failure_cases, read_table, table_format, write_table_atomic
 
 if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate predict` needs none
     import pandera.pandas as pa
@@ -250,7 +251,7 @@ def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
 
     Rows equal on :data:`DEDUP_KEY` are one measurement: the newly appended one replaces the
     stored one (and within ``df`` the last one wins). The whole read-modify-write holds the
-    table's lock (:func:`surrogate.io.tableio.locked`), so concurrent appends from several
+    table's lock (:func:`surrogate.io.locks.locked`), so concurrent appends from several
     processes all land.
     """
 

@@ -11,7 +11,8 @@ import numpy as np
 import pandas as pd
 
 from surrogate.ingest.sweeps import empty_sweeps, is_missing, unflagged, validate_sweeps
-from surrogate.io.tableio import locked, read_table, table_format, write_table_atomic
+from surrogate.io.locks import locked
+from surrogate.io.tableio import read_table, table_format, write_table_atomic
 
 
 def read_sweeps(path: str | Path, *, flagged: bool = False) -> pd.DataFrame:
@@ -60,7 +61,7 @@ def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
     A row whose (source, run_id) is already in the table replaces the old row, and the result
     counts it; ``new_df`` itself must not repeat a key (which of two would win is not ours to
     guess). The whole read-modify-write holds the table's lock
-    (:func:`surrogate.io.tableio.locked`),
+    (:func:`surrogate.io.locks.locked`),
     so concurrent appends from several processes all land.
     """
 

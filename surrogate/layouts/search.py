@@ -194,16 +194,8 @@ def search(
     how = _scorer(space, model, profile, limits, objective, rank)
     result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
                           n_invalid=0, n_infeasible=0, study_name=None)
-    enum_frame = _score_enumerated(space, how, enumerate_limit, result, progress,
-                                   optuna_scores=use_optuna and n_trials > 0)
-    scored_rows = [] if enum_frame is None else [enum_frame]
-    invalid: list[str] = []  # optuna trials' broken rules
-    if use_optuna and n_trials > 0:
-        opt_frame, invalid = _score_trials(space, how, objective, n_trials, storage,
-                                           study_name, seed, enum_frame, result, progress)
-        scored_rows += [] if opt_frame is None else [opt_frame]
-    if not scored_rows:
-        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+    scored_rows = _scored_rows(space, how, objective, n_trials if use_optuna else 0, storage,
+                               study_name, seed, enumerate_limit, result, progress)
     _choose(result, space, scored_rows, how, objective, top_k)
     return result
 
@@ -221,6 +213,25 @@ def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
                           "which the analytic model alone does not give: rank mean, or a "
                           "learned model")
     return Scorer(learned=learned, profile=profile, limits=limits or Limits(), rank=rank)
+
+
+def _scored_rows(space: LayoutSpace, how: Scorer, objective: Objective, n_trials: int,
+                 storage: str | None, study_name: str | None, seed: int, enumerate_limit: int,
+                 result: SearchResult, progress: ProgressFn | None) -> list[pd.DataFrame]:
+    """The layouts :func:`search` scored and ranked: the enumerated space's (when it has at
+    most ``enumerate_limit`` points), then ``n_trials`` optuna trials' (0: none); the counts go
+    to ``result``. ConfigError when no layout scored is valid, naming a rule they break."""
+    enum_frame = _score_enumerated(space, how, enumerate_limit, result, progress,
+                                   optuna_scores=n_trials > 0)
+    scored_rows = [] if enum_frame is None else [enum_frame]
+    invalid: list[str] = []  # optuna trials' broken rules
+    if n_trials > 0:
+        opt_frame, invalid = _score_trials(space, how, objective, n_trials, storage,
+                                           study_name, seed, enum_frame, result, progress)
+        scored_rows += [] if opt_frame is None else [opt_frame]
+    if not scored_rows:
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+    return scored_rows
 
 
 def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: SearchResult,
