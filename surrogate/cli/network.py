@@ -18,7 +18,6 @@ def under_network(network: str | None, profile: Path | None, gpu: str,
     default) with its inter-node curve scaled by the measurement
     (``surrogate.calibration.network.measure``). A bandwidth given as a number is measured at
     one node count: ConfigError for a search over several."""
-    from surrogate.errors import ConfigError
     from surrogate.calibration.network import (
         BUSBW,
         describe_profile_network,
@@ -26,6 +25,7 @@ def under_network(network: str | None, profile: Path | None, gpu: str,
         profile_network,
     )
     from surrogate.calibration.network import under_network as scaled
+    from surrogate.errors import ConfigError
     from surrogate.hardware.perf_models import resolve_perf_model
 
     resolved = resolve_perf_model(gpu, profile)

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from surrogate.calibration.network import busbw_rows, measure, scaled_profile, under_network
 from surrogate.errors import ConfigError, DataError
 from surrogate.hardware.fabric import run_scales
-from surrogate.calibration.network import busbw_rows, measure, scaled_profile, under_network
 from surrogate.hardware.profile import load_profile
 
 PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
@@ -103,8 +103,8 @@ def test_the_profile_records_the_spread_its_runs_measured() -> None:
     runs at 16 nodes, the median its curve's)."""
     import pandas as pd
 
-    from surrogate.hardware.fabric import Fabric, busbw_spread, fit_fabric
     from surrogate.calibration.network import describe_profile_network, profile_network
+    from surrogate.hardware.fabric import Fabric, busbw_spread, fit_fabric
 
     rows = pd.concat([busbw_rows(float(g), 4, 8, run_id=f"r{g}") for g in range(10, 101, 10)],
                      ignore_index=True).assign(source="synthetic", file="synthetic")
