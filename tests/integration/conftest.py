@@ -213,16 +213,22 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def synthetic_outcomes(round_dir: Path, path: Path, *, shift: float = 0.0) -> Path:
     """A sweep table of made-up outcomes for a round's proposals (the last one OOM), as if they
-    had been run and ingested: the numbers are this test's, not measurements."""
+    had been run and ingested (``surrogate.ingest.sweeps.sweep_row``, what ingest writes): the
+    numbers are this test's, not measurements."""
     import pandas as pd
 
-    props = pd.read_csv(round_dir / "proposals.csv")
-    n = len(props)
-    status = ["completed"] * (n - 1) + ["oom"]
-    mfu = [0.25 + shift + 0.03 * i if s == "completed" else float("nan")
-           for i, s in enumerate(status)]
-    table = props.assign(run_id=props["name"] + "/train-1", status=status, mfu=mfu,
-                         source="synthetic")
+    from surrogate.config.training import config_from_flat
+    from surrogate.ingest.sweeps import sweep_row, validate_sweeps
+    from surrogate.loop.round_files import read_round
+
+    proposals = read_round(round_dir)["proposals"]
+    n = len(proposals)
+    rows = [sweep_row(config_from_flat(p["config"]),
+                      status="completed" if i < n - 1 else "oom", source="synthetic",
+                      run_id=f"{p['name']}/train-1",
+                      mfu=0.25 + shift + 0.03 * i if i < n - 1 else None)
+            for i, p in enumerate(proposals)]
+    table = validate_sweeps(pd.DataFrame(rows))
     if path.exists():
         table = pd.concat([pd.read_csv(path), table], ignore_index=True)
     table.to_csv(path, index=False)
