@@ -48,7 +48,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surrogate.analytic.flops import full_recompute_share, per_op_recompute
+from surrogate.analytic.flops import expert_tp, folded, full_recompute_share, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.memory import zero_shard_ranks
 from surrogate.analytic.perf import PerfModel
@@ -66,7 +66,7 @@ def spans_nodes(c: Cols) -> dict[str, Array]:
     return {
         "tp": (tp > g).astype(np.float64),
         "cp": (tp * cp > g).astype(np.float64),
-        "ep": (tp * c["ep"] > g).astype(np.float64),
+        "ep": (expert_tp(c) * c["ep"] > g).astype(np.float64),
         "dp": (tp * cp * dp > g).astype(np.float64),
         "pp": (tp * cp * dp * c["pp"] > g).astype(np.float64),
     }
@@ -80,7 +80,7 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
     dp_replicate ranks tp apart (:func:`zero_groups`)."""
     g, tp = c["gpus_per_node"], c["tp"]
     return {"tp": np.minimum(tp, g), "cp": _on_a_node(c["cp"], tp, g),
-            "ep": _on_a_node(c["ep"], tp, g),
+            "ep": _on_a_node(c["ep"], expert_tp(c), g),
             "dp": _on_a_node(zero_shard_ranks(c), tp, g), "pp": np.ones_like(tp)}
 
 
@@ -145,7 +145,8 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     the whole sequence's routed tokens (T x k, torchtitan), or where the framework routes its
     sequence shard (``FrameworkTraits.moe_dispatch_from_shard``, Megatron) T / tp x k of them,
     and the tokens received are gathered over tp before the experts and reduce-scattered
-    after them."""
+    after them, unless the experts are folded (:func:`~surrogate.analytic.flops.folded`:
+    whole on each rank, the ep group ep consecutive ranks)."""
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
     tp = c["tp"]
     shard = (c["moe_dispatch_from_shard"] > 0) & (tp > 1)
@@ -153,7 +154,8 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
                                spans_nodes(c)["ep"], c, ranks_per_node(c)["ep"])
     gather = perf.collective_time_s("all_gather", size, tp, spans_nodes(c)["tp"], c,
                                     ranks_per_node(c)["tp"])
-    t = t + np.where(shard, gather, 0.0)
+    # folded experts (expert tensor parallelism 1, flops.folded) take the routed tokens whole
+    t = t + np.where(shard & ~folded(c), gather, 0.0)
     return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
                     (4 + 2 * full_recompute_share(c)) * t, 0.0)
 
