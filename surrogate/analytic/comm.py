@@ -1,9 +1,10 @@
 """Communication per training step, for each parallel dimension: bytes and time.
 
 Rank order (Megatron-LM ``parallel_state``; torchtitan ``ParallelDims``): tp innermost, then
-cp, then dp (ep inside dp x cp), then pp outermost. A group spans nodes when its stride times
-its size exceeds the GPUs of a node: tp when tp > gpus_per_node, cp when tp cp > g, dp when
-tp cp dp > g, and the pipeline when tp cp dp pp > g. Pipeline neighbours are tp cp dp ranks
+cp, then dp (ep inside dp x cp; ep consecutive ranks where the experts are folded), then pp
+outermost. A group spans nodes when its stride times its size exceeds the GPUs of a node: tp
+when tp > gpus_per_node, cp when tp cp > g, dp when tp cp dp > g, and the pipeline when
+tp cp dp pp > g. Pipeline neighbours are tp cp dp ranks
 apart: with a stride below g several stages share a node, and the pipeline still crosses a node
 boundary between two of them wherever its pp stages fill more than one node (nanotron's
 ``ParallelContext`` orders its ranks the same way, pp outside dp outside tp). A pipeline slot
@@ -23,8 +24,11 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   group (torchtitan gathers the layer's input first); where the framework routes the
   sequence shard (Megatron-Core, ``FrameworkTraits.moe_dispatch_from_shard``) 2 T k h / tp,
   then a gather over tp of the tokens received and a reduce-scatter back (measured where the
-  tokens go: ``microbench/saved_activations.py --moe --tp 2``). Exposed; per-operator
-  checkpointing keeps the all-to-alls' outputs, so it runs them once.
+  tokens go: ``microbench/saved_activations.py --moe --tp 2``), except where the experts are
+  folded with expert tensor parallelism 1 (``FrameworkTraits.moe_parallel_folding``,
+  Megatron-Core: the ep group is ep consecutive ranks, its experts take the tokens whole, no
+  gather). Exposed; per-operator checkpointing keeps the all-to-alls' outputs, so it runs
+  them once.
 - Recomputation runs the forward's collectives again in the backward (Korthikanti et al. 2022
   sec. 5: the recomputed forward is the whole forward, its communication included): full
   recomputation adds a share (``flops.full_recompute_share``) of each layer's forward TP, CP
