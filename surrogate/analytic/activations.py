@@ -66,7 +66,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surrogate.analytic.flops import moe_layers, per_op_recompute
+from surrogate.analytic.flops import expert_tp, folded, moe_layers, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
 
 ACTIVATION_TERMS: tuple[str, ...] = ("norm_inputs", "projection_inputs", "attention", "mlp")
@@ -101,12 +101,16 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     # The tokens in expert order, each of its top-k copies (FrameworkTraits.moe_routed_bytes).
     # Experts split by tp take every token their tp group routes to them (torchtitan gathers
     # the layer's input, Megatron the routed tokens), so the copies are not split by tp.
-    routed = tokens * c["experts_topk"] * h * c["moe_routed_bytes"]
+    # Folded experts (expert tensor parallelism 1, flops.folded) take the T / tp x k rows
+    # their rank routes, whole: the copies split by tp, the padding rows full width.
+    fold = folded(c)
+    rows = np.where(fold, tokens * c["experts_topk"] / tp, tokens * c["experts_topk"])
+    routed = rows * h * c["moe_routed_bytes"]
     # The rows that pad the experts' token groups on this rank, each kept like a routed
     # token's GEMM input and expert activations (FrameworkTraits.moe_token_group_align).
     unfused = 4 - (c["fused_swiglu"] > 0)
-    padding = moe_padding_rows(c, tokens * c["experts_topk"]) * (
-        2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / tp)
+    padding = moe_padding_rows(c, rows) * (
+        2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / expert_tp(c))
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
     # Under fp8 a framework on Transformer Engine keeps its linear layers' inputs in FP8

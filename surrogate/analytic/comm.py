@@ -1,9 +1,10 @@
 """Communication per training step, for each parallel dimension: bytes and time.
 
 Rank order (Megatron-LM ``parallel_state``; torchtitan ``ParallelDims``): tp innermost, then
-cp, then dp (ep inside dp x cp), then pp outermost. A group spans nodes when its stride times
-its size exceeds the GPUs of a node: tp when tp > gpus_per_node, cp when tp cp > g, dp when
-tp cp dp > g, and the pipeline when tp cp dp pp > g. Pipeline neighbours are tp cp dp ranks
+cp, then dp (ep inside dp x cp; ep consecutive ranks where the experts are folded), then pp
+outermost. A group spans nodes when its stride times its size exceeds the GPUs of a node: tp
+when tp > gpus_per_node, cp when tp cp > g, dp when tp cp dp > g, and the pipeline when
+tp cp dp pp > g. Pipeline neighbours are tp cp dp ranks
 apart: with a stride below g several stages share a node, and the pipeline still crosses a node
 boundary between two of them wherever its pp stages fill more than one node (nanotron's
 ``ParallelContext`` orders its ranks the same way, pp outside dp outside tp). A pipeline slot
@@ -23,8 +24,11 @@ Per micro-batch of T = mbs x seq_len / cp tokens on a rank (bf16 activations, 2 
   group (torchtitan gathers the layer's input first); where the framework routes the
   sequence shard (Megatron-Core, ``FrameworkTraits.moe_dispatch_from_shard``) 2 T k h / tp,
   then a gather over tp of the tokens received and a reduce-scatter back (measured where the
-  tokens go: ``microbench/saved_activations.py --moe --tp 2``). Exposed; per-operator
-  checkpointing keeps the all-to-alls' outputs, so it runs them once.
+  tokens go: ``microbench/saved_activations.py --moe --tp 2``), except where the experts are
+  folded with expert tensor parallelism 1 (``FrameworkTraits.moe_parallel_folding``,
+  Megatron-Core: the ep group is ep consecutive ranks, its experts take the tokens whole, no
+  gather). Exposed; per-operator checkpointing keeps the all-to-alls' outputs, so it runs
+  them once.
 - Recomputation runs the forward's collectives again in the backward (Korthikanti et al. 2022
   sec. 5: the recomputed forward is the whole forward, its communication included): full
   recomputation adds a share (``flops.full_recompute_share``) of each layer's forward TP, CP
@@ -48,7 +52,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from surrogate.analytic.flops import full_recompute_share, per_op_recompute
+from surrogate.analytic.flops import expert_tp, folded, full_recompute_share, per_op_recompute
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.memory import zero_shard_ranks
 from surrogate.analytic.perf import PerfModel
@@ -66,7 +70,7 @@ def spans_nodes(c: Cols) -> dict[str, Array]:
     return {
         "tp": (tp > g).astype(np.float64),
         "cp": (tp * cp > g).astype(np.float64),
-        "ep": (tp * c["ep"] > g).astype(np.float64),
+        "ep": (expert_tp(c) * c["ep"] > g).astype(np.float64),
         "dp": (tp * cp * dp > g).astype(np.float64),
         "pp": (tp * cp * dp * c["pp"] > g).astype(np.float64),
     }
@@ -80,7 +84,7 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
     dp_replicate ranks tp apart (:func:`zero_groups`)."""
     g, tp = c["gpus_per_node"], c["tp"]
     return {"tp": np.minimum(tp, g), "cp": _on_a_node(c["cp"], tp, g),
-            "ep": _on_a_node(c["ep"], tp, g),
+            "ep": _on_a_node(c["ep"], expert_tp(c), g),
             "dp": _on_a_node(zero_shard_ranks(c), tp, g), "pp": np.ones_like(tp)}
 
 
@@ -145,7 +149,8 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     the whole sequence's routed tokens (T x k, torchtitan), or where the framework routes its
     sequence shard (``FrameworkTraits.moe_dispatch_from_shard``, Megatron) T / tp x k of them,
     and the tokens received are gathered over tp before the experts and reduce-scattered
-    after them."""
+    after them, unless the experts are folded (:func:`~surrogate.analytic.flops.folded`:
+    whole on each rank, the ep group ep consecutive ranks)."""
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
     tp = c["tp"]
     shard = (c["moe_dispatch_from_shard"] > 0) & (tp > 1)
@@ -153,7 +158,8 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
                                spans_nodes(c)["ep"], c, ranks_per_node(c)["ep"])
     gather = perf.collective_time_s("all_gather", size, tp, spans_nodes(c)["tp"], c,
                                     ranks_per_node(c)["tp"])
-    t = t + np.where(shard, gather, 0.0)
+    # folded experts (expert tensor parallelism 1, flops.folded) take the routed tokens whole
+    t = t + np.where(shard & ~folded(c), gather, 0.0)
     return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
                     (4 + 2 * full_recompute_share(c)) * t, 0.0)
 

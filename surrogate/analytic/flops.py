@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from surrogate.analytic.inputs import Array, Cols
 from surrogate.analytic.pipeline import weighted_rank_layers
@@ -81,6 +82,19 @@ def router_params_per_layer(c: Cols) -> Array:
 def moe_layers(c: Cols) -> Array:
     """Layers with experts: all but the leading ``num_dense_layers`` of an MoE model."""
     return np.where(c["num_experts"] >= 2, c["num_layers"] - c["num_dense_layers"], 0.0)
+
+
+def folded(c: Cols) -> NDArray[np.bool_]:
+    """Where the framework folds its experts over tp x dp x cp with expert tensor parallelism 1
+    (``FrameworkTraits.moe_parallel_folding``, Megatron-Core) on an MoE model with tp > 1."""
+    fold = np.asarray(c.get("moe_parallel_folding", 0.0)) > 0
+    return np.asarray(fold & (c["num_experts"] >= 2) & (c["tp"] > 1), dtype=bool)
+
+
+def expert_tp(c: Cols) -> Array:
+    """Ranks that split each expert's matrices: 1 where the experts are folded
+    (:func:`folded`), else tp."""
+    return np.where(folded(c), 1.0, c["tp"])
 
 
 def expert_params_per_layer(c: Cols) -> Array:

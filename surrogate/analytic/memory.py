@@ -74,6 +74,7 @@ from surrogate.analytic.flops import (
     LayerParams,
     checkpointed_layers,
     embedding_params,
+    folded,
     per_op_recompute,
 )
 from surrogate.analytic.inputs import Array, Cols
@@ -107,9 +108,12 @@ def zero_shard_ranks(c: Cols) -> Array:
 
 def _sharding(c: Cols) -> tuple[Array, Array]:
     """Ranks over which dense and expert states are sharded by ZeRO: :func:`zero_shard_ranks`
-    and that over ep."""
+    and that over ep; folded experts (:func:`~surrogate.analytic.flops.folded`) over
+    tp x dp x cp / ep."""
     dense = zero_shard_ranks(c)
-    return dense, dense / c["ep"]
+    # folded experts (expert tensor parallelism 1) shard over the expert data-parallel
+    # group, tp x dp x cp / ep ranks (megatron-core parallel_state: ETP x EP x EDP = TP x CP x DP)
+    return dense, np.where(folded(c), dense * c["tp"] / c["ep"], dense / c["ep"])
 
 
 def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
@@ -119,7 +123,8 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
 
     Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
     embedding and head); norm weights and the MoE router are replicated. Experts are split by
-    ep x tp; a shared expert is split by tp like a dense MLP (Megatron ``SharedExpertMLP``).
+    ep x tp, or by ep alone where folded (:func:`~surrogate.analytic.flops.folded`); a shared
+    expert is split by tp like a dense MLP (Megatron ``SharedExpertMLP``).
     An MoE model's leading dense layers (``num_dense_layers``) sit on the first stages. With
     pp > 1 the last stage holds its own output head even when the embeddings are tied
     (nanotron and Megatron untie them across stages). ``start``: the stage's first layer
@@ -146,7 +151,7 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
     if last:
         tied_here = np.where(c["pp"] > 1, 0.0, c["tie_embeddings"])
         dense = dense + (1 - tied_here) * vocab + h
-    experts = n_moe * p.experts / (c["ep"] * tp)
+    experts = np.where(folded(c), n_moe * p.experts / c["ep"], n_moe * p.experts / (c["ep"] * tp))
     return dense, experts
 
 

@@ -70,6 +70,7 @@ from numpy.typing import NDArray
 from surrogate.analytic import activations, comm, memory, pipeline
 from surrogate.analytic.flops import (
     LayerParams,
+    folded,
     full_recompute_share,
     model_flops_per_token,
     moe_layers,
@@ -115,6 +116,11 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # MoE: each token visits top-k experts; with ep the experts (and their tokens) are spread
     # over ep ranks, so a rank still processes T x k expert-token rows per micro-batch.
     ffn_tokens = np.where(moe, T * c["experts_topk"], T)
+    # Folded experts (expert tensor parallelism 1, flops.folded) are whole on a rank, which
+    # runs them on the T / tp x k rows it routes.
+    fold = folded(c)
+    ffn_tp = np.where(fold, 1.0, tp)
+    ffn_tokens = np.where(fold, T * c["experts_topk"] / tp, ffn_tokens)
     # MLA's and MoE's extra GEMMs are evaluated only when some row has them (their values are
     # discarded on the other rows): a dense batch has 5 shapes per row instead of 14.
     mla = c["kv_lora_rank"] > 0
@@ -122,8 +128,8 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     shapes = {
         "qkv": (T, (q + 2 * kv) / tp, h),      # QKV projection
         "out": (T, h, o / tp),                 # attention output projection
-        "gate_up": (ffn_tokens, 2 * ffn / tp, h),  # gate and up projections
-        "down": (ffn_tokens, h, ffn / tp),     # down projection
+        "gate_up": (ffn_tokens, 2 * ffn / ffn_tp, h),  # gate and up projections
+        "down": (ffn_tokens, h, ffn / ffn_tp),     # down projection
         **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }

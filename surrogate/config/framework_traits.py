@@ -290,6 +290,20 @@ class FrameworkTraits:
     rank routes its shard and its experts receive the tp group's tokens). False: every rank
     of a tp group routes the whole sequence and sends it over ep (torchtitan's
     ``apply_moe_ep_tp``, which all-gathers the layer's input; measured likewise)."""
+    moe_parallel_folding: bool = False
+    """Its expert layers take their own parallel mapping with expert tensor parallelism 1
+    (Megatron-Core's MoE "parallel folding": ETP x EP x EDP = TP x CP x DP on each pipeline
+    stage; megatron-core 0.16.1 ``parallel_state.initialize_model_parallel`` builds the
+    expert ranks from ``expert_tensor_parallel_size``, which defaults to tp, and
+    megatron-bridge 0.3.1's MoE recipes, ``recipes/qwen/qwen3_moe.py``, set it to 1, as the
+    published tables' runs do). Then ep divides tp x dp x cp; each rank holds num_experts /
+    ep experts whole (not split by tp) and runs their GEMMs on the tokens it routes, T / tp
+    x k rows of the full expert width; the expert gradients and optimizer states shard over
+    the expert data-parallel group, tp x dp x cp / ep ranks; the all-to-all runs over ep
+    consecutive ranks (across nodes where ep > gpus_per_node) with no gather over tp. Load
+    balance: routing is taken as even over the experts (the aux-loss balanced, dropless
+    routing of the recipes; a 'tokendrop' row's capacity factor caps, and does not add,
+    expert rows). False: the experts are split by tp (ETP = TP) and ep divides dp x cp."""
     moe_tp_needs_sequence_parallel: bool = False
     """Its MoE layer refuses tensor parallelism without sequence parallelism in training
     (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout

@@ -99,6 +99,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
             moe_dispatch_from_shard=True,
+            moe_parallel_folding=True,
             moe_tp_needs_sequence_parallel=True,
         ),
         FrameworkTraits(

@@ -43,6 +43,7 @@ from surrogate.config.training import (
     always_sequence_parallel,
     config_from_flat,
     config_to_flat,
+    folds_experts,
     moe_needs_sequence_parallel,
     weighted_split,
 )
@@ -391,6 +392,8 @@ def _cross_rules(v: FlatTable, framework_key: np.ndarray | None
                                       framework_key).astype(np.float64)
     c.accounted_split = _per_framework(v["framework"], accounted_split,
                                        framework_key).astype(np.float64)
+    c.folds_experts = _per_framework(v["framework"], folds_experts,
+                                     framework_key).astype(np.float64)
     inexact = np.zeros(len(c.dp), dtype=bool)
     for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
                     c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):

@@ -52,7 +52,8 @@ CROSS_COUNTS: tuple[str, ...] = (
 """The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
 where the framework splits layers into stages by torchtitan's weighted slots, which take any
 layer count (:func:`weighted_split`), else 0; and ``accounted_split``: 1 where it splits them as
-Megatron-Core does (:func:`accounted_split`), else 0."""
+Megatron-Core does (:func:`accounted_split`), else 0; and ``folds_experts``: 1 where it folds
+its experts over tp x dp x cp (:func:`folds_experts`), else 0."""
 
 
 def framework_flag(framework: str, flag: Callable[[FrameworkTraits], bool]) -> bool:
@@ -76,6 +77,14 @@ def accounted_split(framework: str) -> bool:
     embedding and the loss as a layer slot each) divides by pp x vpp; False for an unknown
     name (reported elsewhere)."""
     return framework_flag(framework, lambda t: t.pipeline_split == "megatron")
+
+
+def folds_experts(framework: str) -> bool:
+    """Whether ``framework`` folds its experts over the tensor, data and context parallel
+    ranks with expert tensor parallelism 1
+    (:attr:`~surrogate.config.framework_traits.FrameworkTraits.moe_parallel_folding`): ep
+    divides tp x dp x cp; False for an unknown name (reported elsewhere)."""
+    return framework_flag(framework, lambda t: t.moe_parallel_folding)
 
 
 def always_sequence_parallel(framework: str) -> bool:
@@ -103,7 +112,8 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
         num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
         vpp=lay.vpp, recompute_layers=lay.recompute_layers, dp_replicate=lay.dp_replicate,
         weighted_split=int(weighted_split(lay.framework)),
-        accounted_split=int(accounted_split(lay.framework)))
+        accounted_split=int(accounted_split(lay.framework)),
+        folds_experts=int(folds_experts(lay.framework)))
 
 
 def _heads_rule(name: str) -> Rule:
@@ -141,9 +151,13 @@ CROSS_RULES: tuple[Rule, ...] = (
     Rule(lambda v: (v.ep > 1) & (v.num_experts % v.ep != 0),
          lambda v: (f"num_experts must be divisible by ep, got num_experts={v.num_experts} "
                     f"ep={v.ep}")),
-    Rule(lambda v: (v.ep > 1) & ((v.dp * v.cp) % v.ep != 0),
+    Rule(lambda v: (v.ep > 1) & (v.folds_experts == 0) & ((v.dp * v.cp) % v.ep != 0),
          lambda v: (f"ep must divide dp * cp (experts are sharded over the data and context "
                     f"parallel ranks), got dp={v.dp} cp={v.cp} ep={v.ep}")),
+    Rule(lambda v: (v.ep > 1) & (v.folds_experts > 0) & ((v.tp * v.dp * v.cp) % v.ep != 0),
+         lambda v: (f"ep must divide tp * dp * cp (Megatron-Core folds its experts over the "
+                    f"tensor, data and context parallel ranks, expert tensor parallelism 1), "
+                    f"got tp={v.tp} dp={v.dp} cp={v.cp} ep={v.ep}")),
     Rule(lambda v: v.dp % v.dp_replicate != 0,
          lambda v: (f"dp_replicate must divide dp (each copy of ZeRO's shards is dp / "
                     f"dp_replicate data-parallel ranks), got dp={v.dp} "

@@ -49,10 +49,11 @@ with ``expert_tensor_parallel_size`` 1) parallel ranks, so ep does not multiply 
 - the value in parentheses (``variant`` alt_in_parens: another FP8 scaling recipe) gives
   TFLOP/s only, no tokens/s: a counted skip.
 
-A row whose layout the project's rules refuse (126-layer Llama 3.1 405B at pp 8 x vp 8 needs
-Megatron's embedding and loss counted as pipeline stages; Qwen3 235B's ep 32 over dp 16 needs
-expert tensor parallelism 1) is kept flagged (``layout_problem``) with the rule's message:
-the run trained, and that is data.
+A row whose layout the project's rules refuse is kept flagged (``layout_problem``) with the
+rule's message: the run trained, and that is data. (Llama 3.1 405B's 126 layers at pp 8 x vp 8,
+Megatron's embedding and loss counted as pipeline stages, and Qwen3 235B's ep 32 over tp 2 x
+dp 16, Megatron's experts folded with expert tensor parallelism 1,
+``FrameworkTraits.moe_parallel_folding``, are layouts of the project's rules.)
 
 Measurements: tokens_per_s_per_gpu as given; step_time_s = gbs x seq_len / (tokens/s/GPU x
 num_gpus); tflops_per_gpu_reported as given; mfu recomputed under the project's definition;
@@ -157,6 +158,11 @@ UNREPRESENTED: dict[str, str] = {
 _BOTH_SPLIT = ("embedding and loss counted as stages|{src}: "
                "account_for_embedding_in_pipeline_split = account_for_loss_in_pipeline_split "
                "= True")
+_QWEN3_DISPATCHER = (
+    f"flex (DeepEP)|{BRIDGE} recipes/qwen/qwen3_moe.py: moe_token_dispatcher_type 'alltoall', "
+    "moe_grouped_gemm True, then apply_flex_dispatcher_backend(cfg.model, 'deepep') "
+    "(training/flex_dispatcher_backend.py) sets moe_token_dispatcher_type 'flex' on Hopper; "
+    "the analytic model times it as the all-to-all of the routed tokens")
 RECIPES: dict[str, dict[str, str]] = {
     "LLAMA3.1_405B": {
         "pipeline_split": _BOTH_SPLIT.format(
@@ -168,16 +174,14 @@ RECIPES: dict[str, dict[str, str]] = {
                       "recompute_method 'uniform', recompute_num_layers 1"),
         "expert_tensor_parallel": (f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: "
                                    "expert_tensor_parallel_size = 1"),
-        "moe_dispatcher": (f"alltoall|{BRIDGE} recipes/qwen/qwen3_moe.py: "
-                           "moe_token_dispatcher_type 'alltoall', moe_grouped_gemm True"),
+        "moe_dispatcher": _QWEN3_DISPATCHER,
     },
     "QWEN3_235B_A22B": {
         "pipeline_split": _BOTH_SPLIT.format(
             src=f"{BRIDGE} recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config"),
         "expert_tensor_parallel": (f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: "
                                    "expert_tensor_parallel_size = 1"),
-        "moe_dispatcher": (f"alltoall|{BRIDGE} recipes/qwen/qwen3_moe.py: "
-                           "moe_token_dispatcher_type 'alltoall', moe_grouped_gemm True"),
+        "moe_dispatcher": _QWEN3_DISPATCHER,
     },
 }
 """What a model's own recipe sets instead of the framework's default (``value|source``)."""
@@ -295,6 +299,12 @@ def _map_row(row: dict[str, str]) -> _Mapped:
     ep = _int(row, "ep", empty=1)
     moe = MODELS[key][1](1).num_experts >= 2
     if moe:
+        # the recipe's MoE settings, no framework default's (the analytic model folds
+        # Megatron's experts with expert tensor parallelism 1: FrameworkTraits.moe_parallel_folding)
+        for setting in ("expert_tensor_parallel", "moe_dispatcher"):
+            if setting in overrides:
+                value, _, source = overrides.pop(setting).partition("|")
+                extra.append((setting, value, source))
         extra.append(("moe_dispatch", qualifier or "dropless", _EXTRA["moe_dispatch"]))
         extra.append(("moe_load_balance", "uniform", _EXTRA["moe_load_balance"]))
     recompute = overrides.get("recompute", "none").split(" ")[0].split("|")[0]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from surrogate.analytic.inputs import to_cols
 from surrogate.analytic.perf import SpecPerfModel
 from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.frameworks import FRAMEWORKS
+from surrogate.config.presets import get_preset
 
 PERF = SpecPerfModel()
 
@@ -185,14 +188,19 @@ def test_recomputation_runs_the_forward_collectives_again(config):
 
 def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
     """torchtitan sends the whole sequence's routed tokens from every rank of a tp group;
-    Megatron routes its shard (T / tp x k tokens) and gathers what it received over tp, then
-    reduce-scatters it back: four of each per layer, forward and backward. Without tp the
-    two agree."""
+    Megatron routes its shard (T / tp x k tokens): with its experts folded (expert tensor
+    parallelism 1, ``FrameworkTraits.moe_parallel_folding``) its experts take them whole;
+    with expert tensor parallelism tp (megatron-core's default, the column set to 0) it
+    gathers what it received over tp, then reduce-scatters it back: four of each per layer,
+    forward and backward. Without tp they agree."""
     kw = dict(dp=8, tp=2, ep=4, zero_stage=3, sequence_parallel=True)
     c = to_cols([config("mixtral-8x7b", **kw, framework=f) for f in ("torchtitan", "megatron")]
                 + [config("mixtral-8x7b", **{**kw, "dp": 16, "tp": 1, "sequence_parallel":
                                              False}, framework=f)
-                   for f in ("torchtitan", "megatron")], shipped_parameter_sets())
+                   for f in ("torchtitan", "megatron")]
+                + [config("mixtral-8x7b", **kw, framework="megatron")], shipped_parameter_sets())
+    assert c["moe_parallel_folding"].tolist() == [0, 1, 0, 1, 1]
+    c["moe_parallel_folding"][4] = 0.0
     size = 2 * 32768 * 2 * 4096  # the preset's sequence, top-2, hidden 4096, bf16
     got = comm.ep_time_per_layer_s(c, PERF)
     inter, local = comm.spans_nodes(c), comm.ranks_per_node(c)
@@ -205,6 +213,20 @@ def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
                                             local[group][i:i + 1])[0])
 
     assert got[0] == pytest.approx(4 * coll("all_to_all", size, "ep", 0))
-    assert got[1] == pytest.approx(4 * (coll("all_to_all", size / 2, "ep", 1)
-                                        + coll("all_gather", size, "tp", 1)))
+    assert got[1] == pytest.approx(4 * coll("all_to_all", size / 2, "ep", 1))
+    assert got[4] == pytest.approx(4 * (coll("all_to_all", size / 2, "ep", 4)
+                                        + coll("all_gather", size, "tp", 4)))
     assert got[2] == pytest.approx(got[3])
+
+
+def test_folded_expert_groups_are_ep_consecutive_ranks(config):
+    """Folded (expert tensor parallelism 1), the ep group is ep consecutive ranks: ep 8
+    fills one 8-GPU node whatever tp is, ep 16 spans two with 8 ranks on each; experts split
+    by tp (torchtitan) are tp apart, so tp 2 x ep 8 spans two nodes, 4 ranks on each."""
+    kw = dict(dp=8, tp=2, sequence_parallel=True)
+    c = to_cols([config("mixtral-8x7b", **kw, ep=8, framework=f)
+                 for f in ("megatron", "torchtitan")]
+                + [config(replace(get_preset("mixtral-8x7b"), num_experts=16),
+                          **kw, ep=16, framework="megatron")], shipped_parameter_sets())
+    assert comm.spans_nodes(c)["ep"].tolist() == [0, 1, 1]
+    assert comm.ranks_per_node(c)["ep"].tolist() == [8, 4, 8]

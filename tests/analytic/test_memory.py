@@ -134,6 +134,42 @@ def test_tp_and_ep_split_parameters(cols):
     assert d0[0] / 4 < d1[0] < d0[0] / 3  # norms and the router stay replicated
 
 
+def test_folded_experts_are_whole_and_shard_their_states_over_tp_dp_cp_over_ep(cols):
+    """Megatron's folded experts (expert tensor parallelism 1): a rank holds num_experts / ep
+    experts whole, tp times the share of experts split by tp (expert tensor parallelism tp,
+    megatron-core's default: the column set to 0); its distributed optimizer shards their
+    states over tp x dp x cp / ep ranks, so the optimizer's bytes per rank are the same and
+    the weights' and gradients' tp times more; the dense parameters alike; the copies of the
+    routed tokens those a rank routes, T / tp x k of them."""
+    mega = cols("mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True,
+                framework="megatron")
+    unfolded = {**mega, "moe_parallel_folding": np.zeros(1)}
+    layers = np.array([32.0])
+    d0, e0 = memory.stage_params(unfolded, layers, first=True, last=True)
+    d1, e1 = memory.stage_params(mega, layers, first=True, last=True)
+    assert d1[0] == d0[0] and e1[0] == pytest.approx(2 * e0[0])
+    assert e1[0] == pytest.approx(32 * flops.expert_params_per_layer(mega)[0] / 4)
+    s0, s1 = (memory.model_state_bytes(c, np.array([0.0]), e)
+              for c, e in ((unfolded, e0), (mega, e1)))
+    assert s1["optimizer"][0] == pytest.approx(s0["optimizer"][0])
+    assert s1["optimizer"][0] == pytest.approx(12 * e1[0] / (2 * 4 / 4))
+    assert s1["weights"][0] == pytest.approx(2 * s0["weights"][0])
+    assert s1["gradients"][0] == pytest.approx(2 * s0["gradients"][0])
+    h, k, t = 4096, 2, 32768  # the preset's hidden size, top-k and sequence
+    mlp = (activations.activation_terms_per_layer(unfolded)["mlp"][0]
+           - activations.activation_terms_per_layer(mega)["mlp"][0])
+    assert mlp == pytest.approx(t * k * h * 2 * (1 - 1 / 2))
+
+
+def test_without_tp_folding_changes_nothing(cols):
+    kw = dict(dp=8, ep=8, zero_stage=1)
+    mega = cols("mixtral-8x7b", **kw, framework="megatron")
+    unfolded = {**mega, "moe_parallel_folding": np.zeros(1)}
+    for a, b in ((memory.memory_breakdown(mega), memory.memory_breakdown(unfolded)),):
+        for key in a:
+            np.testing.assert_array_equal(a[key], b[key], err_msg=key)
+
+
 # --- activations -----------------------------------------------------------------------------
 
 ACT_GRID = [

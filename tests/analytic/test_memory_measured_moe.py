@@ -41,8 +41,11 @@ def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
     """The model's columns of the record's MoE layer, on a rank of ``ep`` = its ``ep``."""
     c = rec["config"]
     model = measured_moe_model(c, num_layers=1, ffn_hidden_size=64)
-    return cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
-                gpus_per_node=c["ep"] * c["tp"], framework=framework)
+    got = cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
+               gpus_per_node=c["ep"] * c["tp"], framework=framework)
+    # the records ran megatron-core's default expert tensor parallelism, tp (microbench/
+    # moe_blocks.py sets none): its experts split by tp, not folded
+    return {**got, "moe_parallel_folding": 0.0 * got["moe_parallel_folding"]}
 
 
 def _mlp(got: Any) -> float:

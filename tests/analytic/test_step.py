@@ -449,3 +449,17 @@ def test_torchtitan_reduces_every_micro_batch_under_zero2_without_a_pipeline(col
     one = dict(cols("llama3-8b", dp=8, grad_accum=1, framework="torchtitan", zero_stage=2))
     assert comm.dp_times_s(one, PERF, params, np.zeros(1))["zero3_per_microbatch"][0] == 0
     assert memory.zero_shard_ranks(c)[0] == 8
+
+
+def test_folded_experts_run_the_same_flops_in_another_shape(cols):
+    """Folded (expert tensor parallelism 1), a rank's experts run T / tp x k rows at the full
+    expert width instead of T x k rows at width / tp: at a constant GEMM efficiency the layer
+    takes as long; the all-to-all sheds its gather over tp."""
+    mega = cols("mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True,
+                framework="megatron")
+    unfolded = {**mega, "moe_parallel_folding": np.zeros(1)}
+    folded_s, _ = step.layer_compute_s(mega, PERF)
+    split_s, _ = step.layer_compute_s(unfolded, PERF)
+    assert folded_s[0] == pytest.approx(split_s[0], rel=1e-12)
+    a, b = (step.step_breakdown(c, PERF) for c in (mega, unfolded))
+    assert 0 < a["ep_comm"][0] < b["ep_comm"][0]

@@ -134,6 +134,19 @@ def test_mla_and_moe_models():
     assert_same_as_rows(df)
 
 
+def test_megatron_folds_experts_in_a_table_as_one_row_at_a_time():
+    """ep dividing tp x dp x cp but not dp x cp: a layout under Megatron-Core's parallel
+    folding, refused under the other frameworks, column-wise as row by row."""
+    mixtral = config_to_flat(config_from_flat({
+        **get_preset("mixtral-8x7b").__dict__, "num_nodes": 2, "dp": 2, "tp": 4, "pp": 2,
+        "ep": 8, "framework": "megatron", "sequence_parallel": True}))
+    df = pd.DataFrame([mixtral, dict(mixtral, framework="torchtitan"),
+                       dict(mixtral, tp=2, dp=4, ep=8, framework="nanotron"),
+                       dict(mixtral, tp=1, dp=8, pp=2, ep=8)])
+    assert_same_as_rows(df)
+    assert validate_table(df).rows.tolist() == [0, 3]
+
+
 @settings(max_examples=60, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.fixed_dictionaries(

@@ -55,6 +55,18 @@ def test_ep_is_carved_out_of_dp_cp_and_does_not_multiply_the_world():
     assert cfg.layout.ep == 8
 
 
+def test_megatron_folds_its_experts_over_tp_dp_cp():
+    """Megatron-Core's MoE parallel folding (expert tensor parallelism 1): ep divides
+    tp x dp x cp, so Qwen3 235B's recipe (tp 2, dp 16, ep 32) is a layout; the other
+    frameworks still need ep to divide dp x cp."""
+    model = dict(MOE, num_experts=16)
+    cfg = training(model, num_nodes=2, dp=2, tp=4, pp=2, ep=8, framework="megatron",
+                   sequence_parallel=True)
+    assert cfg.layout.ep == 8 and cfg.layout.dp * cfg.layout.cp == 2
+    with pytest.raises(ConfigError, match=r"ep must divide dp \* cp .*got dp=2 cp=1 ep=8"):
+        training(model, num_nodes=2, dp=2, tp=4, pp=2, ep=8, framework="torchtitan")
+
+
 @pytest.mark.parametrize("dp,cp,mbs,grad_accum", [(8, 1, 1, 1), (4, 2, 2, 8), (2, 4, 3, 5)])
 def test_global_batch_tokens_is_dp_grad_accum_mbs_seq_len(dp, cp, mbs, grad_accum):
     cfg = training(dp=dp, cp=cp, mbs=mbs, grad_accum=grad_accum)
@@ -233,6 +245,11 @@ def test_layout_rules(change, match):
          r"num_experts must be divisible by ep, got num_experts=6 ep=4"),
         (dict(model=MOE, dp=2, tp=4, ep=4),
          r"ep must divide dp \* cp .*got dp=2 cp=1 ep=4"),
+        (dict(model=dict(MOE, num_experts=16), num_nodes=2, dp=1, tp=4, cp=2, pp=2, ep=16,
+              framework="megatron", sequence_parallel=True),
+         r"ep must divide tp \* dp \* cp \(Megatron-Core folds its experts over the tensor, "
+         r"data and context parallel ranks, expert tensor parallelism 1\), got tp=4 dp=1 cp=2 "
+         r"ep=16"),
         (dict(dp=8, zero_stage=1, dp_replicate=3, framework="megatron"),
          r"dp_replicate must divide dp \(each copy of ZeRO's shards is dp / dp_replicate "
          r"data-parallel ranks\), got dp=8 dp_replicate=3"),

@@ -208,6 +208,12 @@ def test_real_megatron_bridge_table() -> None:
     llama70 = kept[kept["model_name"] == "LLAMA3_70B"]
     assert set(zip(llama70["tp"], llama70["pp"], llama70["vpp"], llama70["dp"],
                    strict=True)) == {(4, 8, 5, 2)}
+    # Qwen3 235B-A22B: ep 32 over tp 2 x dp 16, Megatron's experts folded (expert tensor
+    # parallelism 1, the recipe's), a layout of the rules: no row is flagged
+    qwen = df[df["model_name"].str.startswith("Qwen3_235B")]
+    assert len(qwen) == 6 and qwen["layout_problem"].isna().all()
+    assert set(zip(qwen["tp"], qwen["dp"], qwen["ep"], strict=True)) == {(2, 16, 32)}
+    assert qwen["assumptions"].str.contains("expert_tensor_parallel=1").all()
     assert df[list(PUBLISHED_COLUMNS)].notna().all().all()
 
 

@@ -72,6 +72,21 @@ def test_moe_space_has_ep_dividing_dp_cp_and_experts() -> None:
     assert all((c.layout.dp * c.layout.cp) % c.layout.ep == 0 for c in configs)
 
 
+def test_megatron_moe_space_folds_ep_over_tp() -> None:
+    """Megatron-Core's parallel folding: its layouts take ep dividing tp x dp x cp (experts
+    whole on each rank), torchtitan's ep dividing dp x cp."""
+    moe = ModelConfig(name="tiny-moe", num_layers=4, hidden_size=512, ffn_hidden_size=1024,
+                      num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024,
+                      num_experts=8, experts_topk=2)
+    by = {f: LayoutSpace(model=moe, global_batch_seqs=16, max_cp=1, max_vpp=1,
+                         recompute_modes=("none",), frameworks=(f,)).enumerate()
+          for f in ("megatron", "torchtitan")}
+    lay = [c.layout for c in by["megatron"]]
+    assert all((x.tp * x.dp * x.cp) % x.ep == 0 for x in lay)
+    assert any((x.dp * x.cp) % x.ep != 0 for x in lay)
+    assert all((c.layout.dp * c.layout.cp) % c.layout.ep == 0 for c in by["torchtitan"])
+
+
 def test_torchtitan_tp_always_has_sequence_parallel() -> None:
     space = LayoutSpace(**{**SMALL, "frameworks": ("torchtitan",)})  # type: ignore[arg-type]
     assert all(c.layout.sequence_parallel for c in space.enumerate() if c.layout.tp > 1)
@@ -263,8 +278,9 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
             moe_router_topk=model.experts_topk, moe_token_dispatcher_type="alltoall",
             tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
             virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
-            expert_model_parallel_size=lay.ep, sequence_parallel=lay.sequence_parallel,
-            pipeline_dtype=torch.bfloat16, bf16=True, gated_linear_unit=True,
+            expert_model_parallel_size=lay.ep, expert_tensor_parallel_size=1,
+            sequence_parallel=lay.sequence_parallel, pipeline_dtype=torch.bfloat16, bf16=True,
+            gated_linear_unit=True,
             activation_func=F.silu, normalization="RMSNorm", add_bias_linear=False,
             **recompute)  # type: ignore[arg-type]
         with fake_world(16):
@@ -272,10 +288,12 @@ def test_megatron_accepts_the_layouts_of_its_space_where_it_is_installed() -> No
                 parallel_state.initialize_model_parallel(
                     tensor_model_parallel_size=lay.tp, pipeline_model_parallel_size=lay.pp,
                     virtual_pipeline_model_parallel_size=vpp, context_parallel_size=lay.cp,
-                    expert_model_parallel_size=lay.ep, create_gloo_process_groups=False,
+                    expert_model_parallel_size=lay.ep, expert_tensor_parallel_size=1,
+                    create_gloo_process_groups=False,
                     num_distributed_optimizer_instances=lay.dp_replicate)
             finally:
                 parallel_state.destroy_model_parallel()
     assert any(k[0] > 1 and k[3] > 1 for k in seen) and any(k[4] > 1 for k in seen)
     assert not any(k[0] > 1 and not k[5] for k in seen)  # MoE under tp: sequence parallel
     assert any(k[8] > 1 for k in seen)  # distributed optimizer instances
+    assert any(k[3] > 1 and (16 // (k[0] * k[1] * k[2]) * k[2]) % k[3] for k in seen)  # folded
