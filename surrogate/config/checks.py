@@ -31,6 +31,15 @@ def positive_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> None
                           f"float64 up to there), got {got}")
 
 
+def capped_count(value: Any, flag: str, cap: int, why: str) -> None:
+    """ConfigError unless ``value`` is an integer in [1, ``cap``]; past the cap the message
+    gives ``why`` (what the cap spares the user)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{flag} must be >= 1, got {value!r}")
+    if value > cap:
+        raise ConfigError(f"{flag} must be at most {cap:,}, got {value:,}: {why}")
+
+
 def check_ints(obj: Any, names: tuple[str, ...], *, minimum: int = 1) -> None:
     owner = type(obj).__name__
     for n in names:

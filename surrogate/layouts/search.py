@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from surrogate.config.checks import capped_count
 from surrogate.config.table import table_len
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError
@@ -75,14 +76,10 @@ their correlated errors whose time grows faster than the square of their count (
 
 def check_top_k(top_k: int, flag: str = "top_k") -> None:
     """ConfigError unless 1 <= ``top_k`` <= :data:`MAX_TOP_K`, saying why the cap."""
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise ConfigError(f"{flag} must be >= 1, got {top_k!r}")
-    if top_k > MAX_TOP_K:
-        raise ConfigError(
-            f"{flag} must be at most {MAX_TOP_K:,}, got {top_k:,}: each layout shown gets its "
-            f"odds of being the best of those shown, a Monte Carlo over their correlated errors "
-            f"whose time grows faster than the square of their count (minutes beyond a few "
-            f"thousand)")
+    capped_count(top_k, flag, MAX_TOP_K,
+                 "each layout shown gets its odds of being the best of those shown, a Monte "
+                 "Carlo over their correlated errors whose time grows faster than the square of "
+                 "their count (minutes beyond a few thousand)")
 
 
 TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",

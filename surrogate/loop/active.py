@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.calibration.network import scaled_profile
+from surrogate.config.checks import capped_count
 from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat
@@ -62,14 +63,11 @@ Carlo whose time grows faster than the square of k (minutes beyond a few thousan
 
 def check_k(k: int, flag: str = "k") -> None:
     """ConfigError unless 1 <= ``k`` <= :data:`MAX_K`, saying why the cap."""
-    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
-        raise ConfigError(f"{flag} must be >= 1, got {k!r}")
-    if k > MAX_K:
-        raise ConfigError(
-            f"{flag} must be at most {MAX_K:,}, got {k:,}: a round is runs to launch, and "
-            f"picking them and their odds of being the best of them take time that grows faster "
-            f"than the square of their count; propose {MAX_K:,} or fewer, and more in the next "
-            f"round, once these have taught the model")
+    capped_count(k, flag, MAX_K,
+                 "a round is runs to launch, and picking them and their odds of being the best "
+                 "of them take time that grows faster than the square of their count; propose "
+                 f"{MAX_K:,} or fewer, and more in the next round, once these have taught the "
+                 "model")
 
 
 # ------------------------------------------------------------------ scoring a round
