@@ -25,7 +25,7 @@ from surrogate.cli.options import (
     check_profile,
     with_options,
 )
-from surrogate.config.files import check_counts, check_table_counts
+from surrogate.config.files import check_counts, check_table_counts, expand_model_column
 from surrogate.config.framework_defaults import defaults_line
 from surrogate.config.frameworks import get_framework
 from surrogate.config.gpus import GIB
@@ -271,29 +271,6 @@ def _default_framework(chunk: Any) -> Any:
     return chunk.assign(framework=given.where(named, DEFAULT_FRAMEWORK))
 
 
-def _check_model_cells(chunk: Any, *, where: str, first_row: int) -> None:
-    """ConfigError naming the file and row of the first ``model`` cell that names no preset.
-    The presets' columns are filled in by predict_frame (what ``surrogate.predict`` of a table
-    does too: ``surrogate.config.files.expand_model_column``); here each distinct name is
-    checked once, so that the error names the row in the whole file."""
-    if "model" not in chunk.columns:
-        return
-    from surrogate.config.presets import get_preset
-
-    known: set[str] = set()
-    for row, cell in enumerate(chunk["model"].tolist(), start=first_row):
-        if cell is None or (isinstance(cell, float) and cell != cell):
-            continue
-        name = str(cell)
-        if not name.strip() or name in known:
-            continue
-        try:
-            get_preset(name)
-        except ConfigError as e:
-            raise ConfigError(f"{where}, row {row}: {e}") from None
-        known.add(name)
-
-
 def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
                    model_arg: Path | str | None, physics: ParameterSets | None) -> None:
     """``--from-csv``: every check that needs no prediction first (the output's place, the
@@ -324,7 +301,9 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     def check(chunk: Any, first_row: int) -> Any:
         if first_row == 1:
             check_batch_columns(chunk.columns, where=where)  # names the file
-        _check_model_cells(chunk, where=where, first_row=first_row)
+        # the presets filled in here name a bad cell by its row in the whole file;
+        # predict_frame's own pass then finds every cell filled
+        chunk = expand_model_column(chunk, where=where, first_row=first_row)
         check_table_counts(chunk, where=where, first_row=first_row)
         return _default_framework(chunk)
 

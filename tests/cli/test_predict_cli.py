@@ -434,13 +434,13 @@ def test_inputs_far_outside_anything_known(capsys, extra, rc, said):
 def test_a_model_cell_naming_no_preset_is_named_by_its_row_in_the_whole_file() -> None:
     """--from-csv reads its table a chunk at a time; a chunk's rows are numbered in the file.
     Each distinct name is looked up once; empty cells take the row's own model columns."""
-    from surrogate.cli.predict import _check_model_cells
+    from surrogate.config.files import expand_model_column
 
     chunk = pd.DataFrame({"model": ["8b", None, " ", "8b", "13b", "13b"]})
     with pytest.raises(ConfigError, match=r"^t\.csv, row 14: model must be one of .*'13b'"):
-        _check_model_cells(chunk, where="t.csv", first_row=10)
-    _check_model_cells(chunk.head(4), where="t.csv", first_row=10)
-    _check_model_cells(pd.DataFrame({"dp": [8]}), where="t.csv", first_row=1)
+        expand_model_column(chunk, where="t.csv", first_row=10)
+    expand_model_column(chunk.head(4), where="t.csv", first_row=10)
+    expand_model_column(pd.DataFrame({"dp": [8]}), where="t.csv", first_row=1)
 
 
 @pytest.mark.parametrize("name", ["megatron", "nemo", "megatron-bridge"])
