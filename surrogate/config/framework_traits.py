@@ -305,35 +305,12 @@ class FrameworkTraits:
     routing of the recipes; a 'tokendrop' row's capacity factor caps, and does not add,
     expert rows). False: the experts are split by tp (ETP = TP) and ep divides dp x cp."""
     moe_flex_dispatch: bool = False
-    """Its expert all-to-alls run DeepEP's fused dispatch and combine ("flex" dispatcher), which
-    send a token once to each rank that holds any of its top-k experts (not once per expert),
-    and across nodes once to each node over the network (to the rank of the same local index
-    there, which forwards it over NVLink to the ranks it goes to): megatron-core 0.16.1
-    ``transformer/moe/token_dispatcher.py`` ``MoEFlexTokenDispatcher`` (a per-rank routing map,
-    ``_initialize_metadata``) and ``fused_a2a.py`` (DeepEP's ``get_dispatch_layout`` counts
-    ``num_tokens_per_rank`` and ``num_tokens_per_rdma_rank``); megatron-bridge 0.3.1's MoE
-    recipes (``recipes/qwen/qwen3_moe.py``) set ``moe_flex_dispatcher_backend = "deepep"``
-    and ``apply_flex_dispatcher_backend`` (``training/flex_dispatcher_backend.py``) turns the
-    dispatcher to ``flex`` on Ampere and Hopper GPUs. With expert tensor parallelism 1
-    (:attr:`moe_parallel_folding`) the model prices each of the four all-to-alls of a layer
-    (and the recomputed forward's) as the longer of its two legs: the network leg, one row
-    per remote node the token reaches, moved by each rank's own NIC (an all-to-all over the
-    ep / gpus_per_node nodes, one rank a node), and the NVLink leg, one row per rank the token
-    reaches (an all-to-all within the node); within a node the NVLink leg alone. Which ranks
-    and nodes a token reaches is an expectation under balanced routing, each token's top-k
-    experts distinct and uniform over the experts (``comm.reached``); the recipes' aux-loss
-    balances the load, and their routing is not node-limited. False: one row per routed copy
-    (Megatron-Core's ``alltoall`` dispatcher, torchtitan's), priced by the profile as one
-    all-to-all over the ep group."""
+    """Its expert all-to-alls are DeepEP's (``flex``: megatron-core 0.16.1 ``transformer/moe/
+    token_dispatcher.py``, ``fused_a2a.py``; megatron-bridge 0.3.1's MoE recipes on Hopper): a
+    token goes once to each rank, and over the network to each node, its experts reach
+    (``comm.ep_time_per_layer_s``). False: every routed copy (``alltoall``, torchtitan)."""
     moe_grouped_gemm: bool = False
-    """Its experts' GEMMs run as one grouped GEMM of one GEMM per local expert (Transformer
-    Engine's ``GroupedLinear`` under ``TEGroupedMLP``: megatron-core 0.16.1
-    ``transformer/moe/experts.py``; ``moe_grouped_gemm = True`` in megatron-bridge 0.3.1's MoE
-    recipes), each as fast as a GEMM of its own shape: the rows a rank routes to its experts,
-    split evenly over its num_experts / ep local experts (balanced routing), so the profile's
-    efficiency is read at the per-expert row count (lower where it falls below the curve's
-    plateau, e.g. 2,048 rows of Qwen3 30B-A3B's 768-wide experts at ep 8). False: the routed
-    rows timed as one GEMM."""
+    """One GEMM per local expert (TE ``GroupedLinear``), each at its own rows' efficiency."""
     moe_tp_needs_sequence_parallel: bool = False
     """Its MoE layer refuses tensor parallelism without sequence parallelism in training
     (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout
