@@ -160,8 +160,43 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
                                     ranks_per_node(c)["tp"])
     # folded experts (expert tensor parallelism 1, flops.folded) take the routed tokens whole
     t = t + np.where(shard & ~folded(c), gather, 0.0)
+    flex = ((np.asarray(c.get("moe_flex_dispatch", 0.0)) > 0) & (expert_tp(c) == 1)
+            & (c["ep"] > 1) & (c["num_experts"] >= 2))
+    if np.any(flex):
+        t = np.where(flex, _flex_all_to_all_s(c, perf, np.where(shard, size / tp, size)), t)
     return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
                     (4 + 2 * full_recompute_share(c)) * t, 0.0)
+
+
+def reached(num_experts: Array, topk: Array, groups: Array) -> Array:
+    """Expected groups, of ``groups`` equal groups of the experts (ranks, or nodes), that one
+    token's top-k experts fall in, its experts distinct and uniform over all (balanced
+    routing): groups x (1 - C(E - E / groups, k) / C(E, k))."""
+    E, k, groups = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64)
+                                         for a in (num_experts, topk, groups)))
+    outside = E - E / np.maximum(groups, 1.0)
+    miss = np.ones(E.shape)
+    for i in range(int(np.max(k, initial=0.0))):  # C(a, k) / C(E, k), one factor a step
+        step = np.clip((outside - i) / np.maximum(E - i, 1.0), 0.0, 1.0)
+        miss = miss * np.where(i < k, step, 1.0)
+    return np.asarray(groups * (1.0 - miss), dtype=np.float64)
+
+
+def _flex_all_to_all_s(c: Cols, perf: PerfModel, routed_bytes: Array) -> Array:
+    """One dispatch (or combine) of DeepEP's flex dispatcher (``FrameworkTraits.
+    moe_flex_dispatch``) for a rank whose routed copies weigh ``routed_bytes`` (k rows a
+    token): a row to each rank (NVLink leg) and to each node (network leg, one rank a node
+    by its own NIC) that the token's experts reach (:func:`reached`); the longer leg."""
+    g, ep = c["gpus_per_node"], c["ep"]
+    row = routed_bytes / np.maximum(c["experts_topk"], 1.0)
+    local = np.minimum(ep, g)
+    nodes = np.maximum(ep / g, 1.0)
+    nvlink = perf.collective_time_s("all_to_all", row * reached(c["num_experts"],
+                                    c["experts_topk"], ep), local, np.zeros_like(ep), c, local)
+    network = perf.collective_time_s("all_to_all", row * reached(
+        c["num_experts"], c["experts_topk"], nodes), nodes, (nodes > 1).astype(np.float64), c,
+        np.ones_like(ep))
+    return np.asarray(np.maximum(nvlink, network), dtype=np.float64)
 
 
 def pp_time_per_slot_s(c: Cols, perf: PerfModel) -> Array:

@@ -85,7 +85,8 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
             float(fw.fused_cross_entropy),
             float(fw.selective_per_op), float(fw.moe_routed_bytes),
             float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard),
-            float(fw.moe_parallel_folding),
+            float(fw.moe_parallel_folding), float(fw.moe_flex_dispatch),
+            float(fw.moe_grouped_gemm),
             *(float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
               for name in (fw.autocast_parameters, fw.fsdp_parameters)))
 
@@ -102,7 +103,8 @@ _FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framewor
                       "saves_gathered_tp_inputs", "fused_swiglu", "fused_cross_entropy",
                       "selective_per_op",
                       "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",
-                      "moe_parallel_folding", "autocast_code", "fsdp_code")
+                      "moe_parallel_folding", "moe_flex_dispatch", "moe_grouped_gemm",
+                      "autocast_code", "fsdp_code")
 
 
 def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,

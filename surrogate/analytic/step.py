@@ -141,6 +141,8 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
         queries = np.where(c["q_lora_rank"] > 0, g["mla_q_down"] + g["mla_q_up"], g["mla_q"])
         qkv = np.where(mla, queries + g["mla_kv_down"] + g["mla_kv_up"], qkv)
     routed = g["gate_up"] + g["down"]
+    if any_moe:
+        routed = _grouped_expert_gemms_s(c, perf, shapes, routed)
     seconds = qkv + g["out"] + routed
     mlp_again = g["gate_up"] / 2  # the up projection, half the gate-and-up GEMM
     if any_moe:
@@ -174,6 +176,21 @@ def _gemm_seconds(shapes: dict[str, Shape], perf: PerfModel, c: Cols
     # 6 x (m n k) FLOPs per GEMM for forward + backward.
     g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
     return g, peak, eff["attention"]
+
+
+def _grouped_expert_gemms_s(c: Cols, perf: PerfModel, shapes: dict[str, Shape],
+                            routed: Array) -> Array:
+    """The routed experts' GEMMs of a framework that runs them as one GEMM per local expert
+    (``FrameworkTraits.moe_grouped_gemm``): each at the efficiency of its own rows, the
+    rank's routed rows over its num_experts / ep local experts (balanced routing)."""
+    grouped = (np.asarray(c.get("moe_grouped_gemm", 0.0)) > 0) & (c["num_experts"] >= 2)
+    if not np.any(grouped):
+        return routed
+    local = np.maximum(c["num_experts"] / c["ep"], 1.0)
+    per = {name: (np.maximum(shapes[name][0] / local, 1.0), *shapes[name][1:])
+           for name in ("gate_up", "down", "attention")}
+    g = _gemm_seconds(per, perf, c)[0]
+    return np.where(grouped, local * (g["gate_up"] + g["down"]), routed)
 
 
 def _with_moe_layers(c: Cols, g: dict[str, Array], moe: NDArray[np.bool_], routed: Array,

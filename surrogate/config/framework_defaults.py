@@ -68,6 +68,10 @@ def _pp(**cfg: Any) -> bool:
     return int(cfg.get("pp", 1)) > 1
 
 
+def _ep(**cfg: Any) -> bool:
+    return int(cfg.get("ep", 1)) > 1
+
+
 FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
     "megatron": (
         Default(setting="distributed_optimizer", value="on (zero_stage 1)",
@@ -96,6 +100,17 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
                 source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig.fp8_recipe "
                        "= 'tensorwise'; bf16_with_fp8_current_scaling_mixed: fp8 'hybrid', "
                        "first_last_layers_bf16 True, fp8_param_gather True"),
+        Default(setting="expert_tensor_parallel", value="1 (each expert whole on a rank)",
+                when=_ep, condition="ep > 1",
+                source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: cfg.model.expert_tensor_parallel_"
+                       f"size = 1 in every MoE recipe ({CORE} transformer_config.py leaves it "
+                       "None, i.e. tp; FrameworkTraits.moe_parallel_folding)"),
+        Default(setting="moe_dispatcher", value="flex (DeepEP), grouped GEMM", when=_ep,
+                condition="ep > 1",
+                source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: moe_flex_dispatcher_backend "
+                       "'deepep', moe_grouped_gemm True; training/flex_dispatcher_backend.py "
+                       "apply_flex_dispatcher_backend sets moe_token_dispatcher_type 'flex' on "
+                       "Ampere and Hopper (FrameworkTraits.moe_flex_dispatch, moe_grouped_gemm)"),
         Default(setting="pipeline_split",
                 value="even (where the layers do not divide by pp x vpp, the embedding and the "
                       "loss count as a layer each)",
@@ -170,7 +185,7 @@ def assumed_for(layout: Any) -> list[tuple[str, str, str]]:
     applies to it, those that are configuration columns only where the layout holds the
     default's value (``--zero 0`` is not the distributed optimizer)."""
     out = []
-    cfg = {"tp": layout.tp, "pp": layout.pp, "dtype": layout.dtype}
+    cfg = {"tp": layout.tp, "pp": layout.pp, "dtype": layout.dtype, "ep": layout.ep}
     for d in defaults_for(layout.framework):
         if d.applies(**cfg) and (not d.column or getattr(layout, d.column) == d.column_value):
             out.append((d.setting, d.value, d.source))

@@ -304,6 +304,13 @@ class FrameworkTraits:
     balance: routing is taken as even over the experts (the aux-loss balanced, dropless
     routing of the recipes; a 'tokendrop' row's capacity factor caps, and does not add,
     expert rows). False: the experts are split by tp (ETP = TP) and ep divides dp x cp."""
+    moe_flex_dispatch: bool = False
+    """Its expert all-to-alls are DeepEP's (``flex``: megatron-core 0.16.1 ``transformer/moe/
+    token_dispatcher.py``, ``fused_a2a.py``; megatron-bridge 0.3.1's MoE recipes on Hopper): a
+    token goes once to each rank, and over the network to each node, its experts reach
+    (``comm.ep_time_per_layer_s``). False: every routed copy (``alltoall``, torchtitan)."""
+    moe_grouped_gemm: bool = False
+    """One GEMM per local expert (TE ``GroupedLinear``), each at its own rows' efficiency."""
     moe_tp_needs_sequence_parallel: bool = False
     """Its MoE layer refuses tensor parallelism without sequence parallelism in training
     (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout

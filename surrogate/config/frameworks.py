@@ -101,6 +101,8 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             moe_dispatch_from_shard=True,
             moe_parallel_folding=True,
             moe_tp_needs_sequence_parallel=True,
+            moe_flex_dispatch=True,
+            moe_grouped_gemm=True,
         ),
         FrameworkTraits(
             name="torchtitan",

@@ -162,7 +162,8 @@ _QWEN3_DISPATCHER = (
     f"flex (DeepEP)|{BRIDGE} recipes/qwen/qwen3_moe.py: moe_token_dispatcher_type 'alltoall', "
     "moe_grouped_gemm True, then apply_flex_dispatcher_backend(cfg.model, 'deepep') "
     "(training/flex_dispatcher_backend.py) sets moe_token_dispatcher_type 'flex' on Hopper; "
-    "the analytic model times it as the all-to-all of the routed tokens")
+    "the analytic model times it as DeepEP's dispatch, a row per rank and per node a token's "
+    "experts reach (FrameworkTraits.moe_flex_dispatch)")
 RECIPES: dict[str, dict[str, str]] = {
     "LLAMA3.1_405B": {
         "pipeline_split": _BOTH_SPLIT.format(

@@ -201,6 +201,7 @@ def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
                 + [config("mixtral-8x7b", **kw, framework="megatron")], shipped_parameter_sets())
     assert c["moe_parallel_folding"].tolist() == [0, 1, 0, 1, 1]
     c["moe_parallel_folding"][4] = 0.0
+    c["moe_flex_dispatch"] = np.zeros(5)  # the alltoall dispatcher (DeepEP's: below)
     size = 2 * 32768 * 2 * 4096  # the preset's sequence, top-2, hidden 4096, bf16
     got = comm.ep_time_per_layer_s(c, PERF)
     inter, local = comm.spans_nodes(c), comm.ranks_per_node(c)
@@ -230,3 +231,44 @@ def test_folded_expert_groups_are_ep_consecutive_ranks(config):
                           **kw, ep=16, framework="megatron")], shipped_parameter_sets())
     assert comm.spans_nodes(c)["ep"].tolist() == [0, 1, 1]
     assert comm.ranks_per_node(c)["ep"].tolist() == [8, 4, 8]
+
+
+def test_reached_groups_of_a_tokens_experts():
+    """Under balanced routing a token's k distinct experts reach G (1 - C(E - E/G, k) /
+    C(E, k)) of G equal groups: one group where there is one, one where k is 1, k where each
+    expert is its own group, and never more than min(k, G)."""
+    got = comm.reached(np.array([128.0, 128, 128, 128, 128, 8]),
+                       np.array([8.0, 1, 8, 8, 8, 2]), np.array([1.0, 32, 128, 4, 2, 4]))
+    assert got[:3] == pytest.approx([1.0, 1.0, 8.0])
+    miss4 = np.prod([(96 - i) / (128 - i) for i in range(8)])
+    assert got[3] == pytest.approx(4 * (1 - miss4))  # Qwen3 235B-A22B's ep 32 on 4 nodes
+    assert 1.99 < got[4] <= 2.0
+    assert got[5] == pytest.approx(4 * (1 - 15 / 28))  # C(6, 2) / C(8, 2)
+
+
+def test_flex_dispatch_sends_a_row_per_rank_and_per_node_reached(config):
+    """Megatron-Core's DeepEP dispatcher (FrameworkTraits.moe_flex_dispatch) sends one row per
+    rank a token's experts reach within a node, and across nodes the longer of the NVLink leg
+    and the network leg (one row per node reached, one rank a node on its own NIC);
+    torchtitan's all-to-all sends every routed copy."""
+    model = replace(get_preset("mixtral-8x7b"), num_experts=64, experts_topk=8)
+    c = to_cols([config(model, dp=8, ep=8, framework="megatron"),
+                 config(model, dp=16, ep=16, framework="megatron"),
+                 config(model, dp=8, ep=8, framework="torchtitan", zero_stage=3)],
+                shipped_parameter_sets())
+    assert c["moe_flex_dispatch"].tolist() == [1, 1, 0]
+    got = comm.ep_time_per_layer_s(c, PERF)
+    row = 2 * 32768 * 4096  # the preset's sequence, hidden 4096, bf16
+
+    def a2a(nbytes: float, n: float, inter: float, local: float) -> float:
+        one = {k: v[:1] for k, v in c.items()}
+        return float(PERF.collective_time_s("all_to_all", np.array([nbytes]), np.array([n]),
+                                            np.array([inter]), one, np.array([local]))[0])
+
+    on_ranks = comm.reached(np.array([64.0, 64]), np.array([8.0, 8]), np.array([8.0, 16]))
+    on_nodes = comm.reached(np.array([64.0]), np.array([8.0]), np.array([2.0]))
+    assert got[0] == pytest.approx(4 * a2a(row * on_ranks[0], 8, 0, 8))
+    assert got[1] == pytest.approx(4 * max(a2a(row * on_ranks[1], 8, 0, 8),
+                                           a2a(row * on_nodes[0], 2, 1, 1)))
+    assert got[2] == pytest.approx(4 * a2a(8 * row, 8, 0, 8))
+    assert got[0] < got[2]

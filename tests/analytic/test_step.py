@@ -463,3 +463,21 @@ def test_folded_experts_run_the_same_flops_in_another_shape(cols):
     assert folded_s[0] == pytest.approx(split_s[0], rel=1e-12)
     a, b = (step.step_breakdown(c, PERF) for c in (mega, unfolded))
     assert 0 < a["ep_comm"][0] < b["ep_comm"][0]
+
+
+def test_grouped_expert_gemms_run_at_their_own_rows(cols):
+    """Megatron-Core's grouped GEMM (FrameworkTraits.moe_grouped_gemm) runs one GEMM per local
+    expert: at a constant efficiency it takes what one GEMM of all the rows takes; where the
+    efficiency falls with the rows, it takes longer, by the per-expert shape's efficiency."""
+
+    class RowBound(SpecPerfModel):
+        def gemm_efficiency(self, m, n, k, c):
+            return 0.7 * np.asarray(m) / (np.asarray(m) + 2048.0)
+
+    mega = cols("mixtral-8x7b", dp=8, ep=4, zero_stage=1, framework="megatron")
+    one = {**mega, "moe_grouped_gemm": np.zeros(1)}
+    assert mega["moe_grouped_gemm"][0] == 1
+    flat = [step.layer_compute_s(c, PERF)[0][0] for c in (mega, one)]
+    assert flat[0] == pytest.approx(flat[1], rel=1e-12)
+    slow = [step.layer_compute_s(c, RowBound())[0][0] for c in (mega, one)]
+    assert slow[0] > slow[1]

@@ -28,6 +28,9 @@ def test_conditional_defaults_and_aliases() -> None:
     fp8 = dict((s, v) for s, v, _ in assumed("megatron", tp=4, pp=8, dtype="fp8"))
     assert fp8["sequence_parallel"] == "on" and fp8["fp8_recipe"].startswith("tensorwise")
     assert fp8["pipeline_split"].startswith("even")
+    assert "expert_tensor_parallel" not in fp8
+    moe = dict((s, v) for s, v, _ in assumed("megatron", tp=2, pp=1, ep=8, dtype="fp8"))
+    assert moe["expert_tensor_parallel"].startswith("1") and "DeepEP" in moe["moe_dispatcher"]
 
 
 def test_overrides_and_text() -> None:
