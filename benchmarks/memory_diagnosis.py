@@ -3,9 +3,10 @@
     python benchmarks/memory_diagnosis.py
 
 With the shipped parameters (``surrogate/data/analytic_params.json``), over the completed
-Playbook runs, nine tables:
+Playbook runs, seven tables:
 
-1. mean log(predicted / measured) reserved memory by framework version, tp and pp;
+1. mean log(predicted / measured) reserved memory by framework version, tp and pp, and
+   beneath it pre-pp-fix's without a pipeline by tp within each job batch;
 2. without a pipeline, per model, tp, ZeRO stage and version (three micro-batch sizes or
    more): the measured and predicted GiB added per sequence of micro-batch (least-squares
    slopes over the median of each micro-batch size). Activations do not depend on the ZeRO
@@ -33,24 +34,11 @@ Playbook runs, nine tables:
    its activation term (the allocator's share spread over both), median per version, tp and
    pp, over the runs whose activations are at least half of the prediction. The first stage
    holds about L / pp layers for pp micro-batches, so a per-layer miscount would not change
-   with pp at one tp, and would show in both versions (one code, one activation count);
-8. the shape of the in-flight term (free parameter ``inflight_hidden_tensors``: unsharded
-   T x h bf16 tensors per micro-batch in flight beyond the first): per version, three scales
-   (every other term, the derived activations, the term) refitted for each candidate shape,
-   in-sample and leaving each model size and each pp out. Before the term existed, table 7
-   grew with pp and tp in pp-fix (0.75 at tp 1 pp 2, 1.82 at tp 16 pp 8) and stayed near 1
-   in pre-pp-fix: a term per micro-batch in flight that tp does not split is what that shape
-   asks for. The shipped shape is chosen among these by the held-out columns;
-9. beside the vocab-parallel logits (T x V / tp, free parameter ``logit_bytes``), a term the
-   tensor-parallel split does not shrink: per version, over the runs without a pipeline (the
-   only ones whose logged rank holds the loss), three scales (every other term, the split
-   logits, the candidate) refitted for each candidate, in-sample and leaving each model size
-   and each tp out, and the completed runs each fit puts over their GPU's memory. With the
-   split logits alone, pre-pp-fix's mean log error runs from +0.18 at tp 1 to -0.32 at tp
-   32 (table 1, pp = 1), and within the largest job batches too (printed beneath). The
-   candidates fit that trend, and none ships: docs/design-decisions.md ("Memory
-   forms rejected") gives the full calibration's figures and the
-   reasons.
+   with pp at one tp, and would show in both versions (one code, one activation count).
+
+Two finished studies that chose the in-flight term's shape and rejected terms at the loss that
+tp does not split (tables 8 and 9) are out of the tree: ``git show
+7086ef9:benchmarks/memory_diagnosis.py``; ``docs/design-decisions.md`` gives their figures.
 
 Groups are keyed on the model's shape (:data:`SHAPE`), not its name: the sweep's "80G" is three
 shapes (64 or 8 key-value heads, vocabulary 131,072 or 49,152).
@@ -64,15 +52,11 @@ from analytic_vs_playbook import predictions
 from scipy.optimize import least_squares
 
 from surrogate.analytic.memory import (
-    CUDA_CONTEXT_BYTES,
-    inflight_hidden_bytes,
     logged_breakdown,
     memory_breakdown,
 )
-from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.calibration.blocks import blocks_for_runs
 from surrogate.calibration.clusters import playbook_runs
-from surrogate.config.gpus import get_gpu
 
 GIB = 2.0**30
 SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
@@ -254,118 +238,6 @@ def implied_activation_factor(runs: pd.DataFrame) -> pd.DataFrame:
     return held[act >= 0.5 * piped["pred_gib"] * GIB]
 
 
-def inflight_unit_gib(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per run, ``unit``: one unsharded T x h bf16 tensor per micro-batch in flight on the first
-    stage beyond the first, the allocator's share included, in GiB (the unit of the free
-    parameter ``inflight_hidden_tensors``), and ``shipped``: the GiB its shipped count adds."""
-    out = pd.DataFrame(np.nan, index=runs.index, columns=["unit", "shipped"])
-    blocks, rows = blocks_for_runs(runs)
-    for block, idx in zip(blocks, rows, strict=True):
-        c = block.cols
-        one = inflight_hidden_bytes({**c, "p_inflight_hidden_tensors": np.ones(len(idx))},
-                                    first_stage_inflight(c))
-        unit = one * (1 + c["p_allocator_overhead_frac"]) / GIB
-        out.iloc[idx, 0] = unit
-        out.iloc[idx, 1] = unit * c["p_inflight_hidden_tensors"]
-    return out
-
-
-INFLIGHT_FORMS = {
-    "none": lambda runs: 0.0 * runs["pp"],
-    "x (in flight - 1) (shipped)": lambda runs: 1.0 + 0.0 * runs["pp"],
-    "x sqrt(in flight - 1)": lambda runs: 1 / np.sqrt(np.maximum(runs["pp"] - 1, 1)),
-    "x log2 pp": lambda runs: np.log2(runs["pp"]) / np.maximum(runs["pp"] - 1, 1),
-    "x (in flight - 1) / tp": lambda runs: 1 / runs["tp"],
-}
-"""Table 8's candidate shapes of the term, named as multiples of an unsharded T x h tensor and
-given as factors on :func:`inflight_unit_gib`, which holds in flight - 1 of them (where m >= pp
-the first stage holds pp micro-batches, so pp - 1 stands for in flight - 1)."""
-
-
-def inflight_forms(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table 8 (module docstring): per version, the memory MAPE after refitting three scales
-    (every other term, the derived activations, the in-flight term of each shape) by soft-L1
-    on log memory, in-sample and leaving each model size and each pp out."""
-    terms = term_bytes(runs) / GIB
-    inflight = inflight_unit_gib(runs)
-    unit = inflight["unit"]
-    act = terms["activations"] - inflight["shipped"]
-    other = terms.drop(columns="activations").sum(axis=1)
-    rows = []
-    for version, part in runs.groupby("framework_version"):
-        for name, shape in INFLIGHT_FORMS.items():
-            x_term = (unit[part.index] * shape(part)).to_numpy()
-            a = np.c_[other[part.index], act[part.index], x_term]
-            x, figures = refit_scales(a, part, ("model_name", "pp"))
-            rows.append({"version": version, "shape": name,
-                         "tensors": x[2] if name != "none" else np.nan, **figures})
-    return pd.DataFrame(rows)
-
-
-def refit_scales(a: np.ndarray, part: pd.DataFrame,
-                 held_out: tuple[str, ...]) -> tuple[np.ndarray, dict[str, float]]:
-    """Non-negative scales of the columns of ``a`` (GiB per run of ``part``) fitted by soft-L1
-    on log measured memory, and the memory MAPE in-sample and leaving out each value of each
-    column named in ``held_out`` in turn."""
-    y = part["meas_gib"].to_numpy()
-
-    def fit(keep: np.ndarray) -> np.ndarray:
-        res = least_squares(lambda z: np.log(np.maximum(a[keep] @ z, 1e-3) / y[keep]),
-                            np.ones(a.shape[1]), bounds=(0, np.inf), loss="soft_l1",
-                            f_scale=0.2)
-        return np.asarray(res.x)
-
-    x = fit(np.ones(len(part), dtype=bool))
-    figures = {"in-sample": float(np.mean(np.abs(a @ x / y - 1)))}
-    for key in held_out:
-        err = np.zeros(len(part))
-        for value in part[key].unique():
-            out = (part[key] == value).to_numpy()
-            err[out] = a[out] @ fit(~out) / y[out] - 1
-        figures[f"held out by {key}"] = float(np.mean(np.abs(err)))
-    return x, figures
-
-
-ALONE = "split logits alone"
-"""Table 9's form without a candidate term."""
-LOSS_FORMS = {
-    ALONE: lambda runs: 0.0 * runs["tp"],
-    "+ whole T x V": lambda runs: runs["vocab_size"],
-    "+ whole T x h": lambda runs: 2.0 * runs["hidden_size"],
-    "+ whole T x h x layers": lambda runs: 2.0 * runs["hidden_size"] * runs["num_layers"],
-}
-"""Table 9's candidate terms beside the vocab-parallel logits (T x V / tp): bytes per token of
-the micro-batch that tp does not split (in units of one byte per logit of the whole vocabulary,
-of one unsharded T x h bf16 tensor, or of one per layer)."""
-
-
-def loss_forms(runs: pd.DataFrame) -> pd.DataFrame:
-    """Table 9 (module docstring): per version, runs without a pipeline (whose logged rank
-    holds the loss), the memory MAPE after refitting three scales (every other term, the
-    vocab-parallel logits, the candidate term) in-sample and leaving each model size and each
-    tp out, the bytes per split logit and the candidate's scale fitted on all of them, and
-    the completed runs that fit puts over their GPU's memory (the CUDA context included)."""
-    single = runs[runs["pp"] == 1]
-    terms, growth = terms_and_growth(single)
-    terms, grow = terms / GIB, growth / GIB  # GiB per byte of the breakdown
-    tokens = single["mbs"] * single["seq_len"] / single["cp"]
-    split = grow * tokens * single["vocab_size"] / single["tp"]
-    other = terms.drop(columns="logits").sum(axis=1)
-    capacity = single["gpu"].map(lambda gpu: get_gpu(gpu).memory_gib)
-    rows = []
-    for version, part in single.groupby("framework_version"):
-        for name, per_token in LOSS_FORMS.items():
-            extra = (grow * tokens * per_token(single))[part.index]
-            a = np.c_[other[part.index], split[part.index], extra]
-            x, figures = refit_scales(a, part, ("model_name", "tp"))
-            over = a @ x + CUDA_CONTEXT_BYTES / GIB > capacity[part.index]
-            rows.append({"version": version, "runs": len(part), "term": name,
-                         "B per split logit": x[1],
-                         "scale": np.nan if name == ALONE else x[2], **figures,
-                         "over capacity": int(over.sum())})
-    return pd.DataFrame(rows)
-
-
 def trend_by_batch(runs: pd.DataFrame, least: int = 30) -> pd.DataFrame:
     """Mean log error by tp (rows) over ``runs`` and within each job batch (the run id's first
     four digits) of at least ``least`` of them (columns): whether a trend in tp is the job
@@ -396,6 +268,10 @@ def main() -> None:
           f"parameters: memory MAPE {mape:.1%}")
     print("\n1. mean log(predicted / measured) by framework version, tp (rows) and pp (columns)")
     print_tp_by_pp(runs, "log_err", "mean")
+    print("pre-pp-fix without a pipeline, mean log(predicted / measured) by tp, over all runs "
+          "and within each job batch (run ids by their first four digits) of 30 runs or more:")
+    print(trend_by_batch(runs[(runs["framework_version"] == "pre-pp-fix") & (runs["pp"] == 1)])
+          .round(2).to_string(na_rep=""))
     print("\n2. without a pipeline: GiB per sequence of micro-batch, measured vs predicted")
     print(slopes(runs).round(3).to_string(index=False))
     n, groups, floor, model = repeat_floor(runs)
@@ -426,17 +302,6 @@ def main() -> None:
           "version, tp (rows) and pp (columns), runs whose activations are >= half the "
           "prediction")
     print_tp_by_pp(implied_activation_factor(runs), "factor", "median")
-    print("\n8. the in-flight term's shape: memory MAPE after refitting the scales of every other "
-          "term, the activations and the term, per version")
-    print(inflight_forms(runs).round(3).to_string(index=False, na_rep=""))
-    print("\n9. beside the vocab-parallel logits, a term tp does not split: without a pipeline, "
-          "memory MAPE after refitting the scales of every other term, the split logits and the "
-          "term, per version")
-    print(loss_forms(runs).round(3).to_string(index=False, na_rep=""))
-    print("pre-pp-fix without a pipeline, mean log(predicted / measured) by tp, over all runs "
-          "and within each job batch (run ids by their first four digits) of 30 runs or more:")
-    print(trend_by_batch(runs[(runs["framework_version"] == "pre-pp-fix") & (runs["pp"] == 1)])
-          .round(2).to_string(na_rep=""))
 
 
 if __name__ == "__main__":

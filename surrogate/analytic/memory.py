@@ -29,7 +29,7 @@ Pipelined stages also keep, for each micro-batch in flight beyond the first, a f
 number of unsharded T x h tensors in bf16 (free parameter ``inflight_hidden_tensors``). This
 term is measured, not derived: the Playbook's nanotron pp-fix pipelines hold about five more
 such tensors per micro-batch than the activation count, a number that does not shrink as tp
-splits the layers (``benchmarks/memory_diagnosis.py`` table 8 compares the shapes); which
+splits the layers (``docs/design-decisions.md`` compares the shapes); which
 tensors they are in nanotron's engine is not identified.
 
 Logits: at the start of the backward, the output head's T x V / tp logits in bf16 (2 bytes),

@@ -221,7 +221,7 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "derived activations (surrogate.analytic.memory). Measured, not derived: in the "
         "Playbook's nanotron pp-fix pipelines the memory the activation count misses grows "
         "with the micro-batches in flight and does not shrink with tp (diagnosis of "
-        "2026-11-23, benchmarks/memory_diagnosis.py table 8); the cause in nanotron's "
+        "2026-11-23, benchmarks/memory_diagnosis.py table 7); the cause in nanotron's "
         "pipeline engine is not identified. Prior 0.1, wide: a framework whose pipelines "
         "keep nothing extra fits it negligible.",
         fit_start=2.0,

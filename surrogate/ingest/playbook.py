@@ -23,7 +23,7 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
   dp and mbs (a static peak), and 20 bytes per parameter (bf16 weights and gradients, fp32
   master weights, fp32 accumulator, Adam) give 1,342,244,864 x 20 B = 25.00 GiB = 26.84 GB;
   in GB the 25.07 would be a fractional 18.7 bytes per parameter
-  (``benchmarks/playbook_ingest.py`` prints this).
+  (``docs/data.md`` records the check).
   mfu is recomputed under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`).
 - run_id = ``<job_id>/<name>``: one Slurm job ran several configurations, so job_id repeats.
 - date: the ``date`` column, else the timestamp in ``log_file``, else missing.

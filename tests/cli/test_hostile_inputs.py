@@ -1,5 +1,5 @@
 """One test per class of hostile input the fuzz suite (``test_fuzz.py``) and
-``benchmarks/robustness.py`` found answered with a traceback or a silent wrong answer: each is
+``tests/fuzz/robustness.py`` found answered with a traceback or a silent wrong answer: each is
 now one line on stderr and exit 2, or a right answer."""
 
 from __future__ import annotations

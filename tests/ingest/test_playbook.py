@@ -182,7 +182,7 @@ def test_allocated_memory_is_what_stays_after_the_step() -> None:
     pipeline it is the model states after the optimizer step, 20 B/param under ZeRO-0 and
     a + b / dp under ZeRO-1 (about 10 + 14.4 / dp), plus about two T x h bf16 tensors per
     micro-batch, whatever the micro-batch's activations (``datasets/README.md``;
-    ``benchmarks/playbook_ingest.py`` prints the fit)."""
+    ``docs/data.md`` gives the fit)."""
     from surrogate.analytic.inputs import to_cols
     from surrogate.analytic.memory import memory_breakdown
     from surrogate.calibration.parameter_files import shipped_parameter_sets

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import pandas as pd
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "hf_configs"
 MODEL_DIR = ROOT / "surrogate" / "data" / "models" / "default"
 PLAYBOOK = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")

@@ -1,7 +1,9 @@
 """Robustness of the CLI under bad, hostile and concurrent input: a table per class.
 
-    python benchmarks/robustness.py [--quick] [--repeats N] [--jobs 2] [--only CLASS ...]
-                                    [--show N]
+    python tests/fuzz/robustness.py [--quick] [--repeats N] [--jobs 2] [--only CLASS ...]
+                                     [--show N]
+
+(``python -m pytest -m fuzz`` runs it with ``--quick``: ``tests/fuzz/test_robustness.py``.)
 
 Every input runs as a real ``surrogate`` process (what a user sees), in a temporary directory of
 its own, ``--jobs`` at a time. The inputs are generated (products of hostile values with the
@@ -74,7 +76,8 @@ Rows lost (concurrent appends): per repeat, rows of the chunks - rows in the tab
 eight ingests reported skipped; summed over the repeats. A table that ends with more rows than
 that, or a process that fails, counts too. Target: 0 tracebacks, 0 silent wrong answers, 0 rows
 lost. ``--quick`` runs every fourth input of each class and 2 repeats; ``--show N`` prints up to N
-failures per class with their command lines.
+failures per class with their command lines. The exit status is 1 where any input failed or a
+row was lost, else 0.
 """
 
 from __future__ import annotations
@@ -193,7 +196,7 @@ def print_table(tallies: dict[str, Tally], seconds: float) -> None:
     print(f"\n{sum(total.values())} inputs in {seconds:.0f} s")
 
 
-def main() -> None:
+def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
                     help="every fourth input of each class, 2 repeats of the concurrent ingest")
@@ -233,6 +236,7 @@ def main() -> None:
             argv = " ".join(map(repr_arg, r.case.argv))
             print(f"\n[{cls}] {r.verdict}: {r.why}\n  surrogate {argv}  (expects "
                   f"{r.case.expect})")
+    return 1 if any(t.failures or t.rows_lost for t in tallies.values()) else 0
 
 
 def repr_arg(a: str) -> str:
@@ -240,4 +244,4 @@ def repr_arg(a: str) -> str:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
