@@ -69,7 +69,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.analytic.params import ParameterSets
+from surrogate.analytic.run import analytic_for
 from surrogate.errors import DataError
+from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.io.atomic import atomic_path
 from surrogate.learned import compiled_trees
 from surrogate.learned.blend import (
@@ -100,17 +102,18 @@ from surrogate.learned.domain import (
     join_reasons,
 )
 from surrogate.learned.estimator import Estimator, not_fitted_error
-from surrogate.learned.features import FEATURE_NAMES
+from surrogate.learned.features import FEATURE_NAMES, features_from_analytic
 from surrogate.learned.intervals import by_framework, fit_memory_interval, fit_mfu_interval
 from surrogate.learned.model_files import verified_texts, write_sidecar
 from surrogate.learned.recalibration import Recalibration, fit_recalibration, kinds_of
-from surrogate.learned.saved import read_sidecar, restore, settings_of, sidecar_of
+from surrogate.learned.saved import fitted_attributes, read_sidecar, settings_of, sidecar_of
 from surrogate.learned.training_data import TrainingData, fit_inputs
-from surrogate.prediction.scoring import score
 
 if TYPE_CHECKING:
     import lightgbm as lgb
     import pandas as pd
+
+    from surrogate.config.table import FlatTable
 
 def __getattr__(name: str) -> Any:
     """``NotFittedError``, made on first use (:func:`not_fitted_error`)."""
@@ -392,25 +395,34 @@ class SurrogateModel(Estimator):
             rows.append(row)
         return rows
 
-    def predict(self, configs: Sequence[Any], *, profile: Any = None) -> dict[str, np.ndarray]:
-        """Predictions for TrainingConfigs: :func:`surrogate.prediction.scoring.score`'s columns.
+    def predict(self, X: Sequence[Any] | FlatTable, *, profile: Any = None
+                ) -> dict[str, np.ndarray]:
+        """The corrected predictions of configurations: the analytic model's answer under the
+        parameter sets this model was trained against (:meth:`parameter_sets`), corrected.
+
+        These are the corrector's own columns. :func:`surrogate.prediction.scoring.score` (and
+        so ``surrogate.predict``) makes the same predictions and then reconciles the memory
+        interval, ``p_oom`` and the status (``surrogate.prediction.memory_verdict``) and adds
+        the device's memory, the capacity and the physical impossibilities.
 
         Args:
-            configs: The configurations to predict.
+            X: TrainingConfigs, or their flat table (``surrogate.config.table``).
             profile: The hardware's speeds, as for :func:`surrogate.predict` (None: each GPU's
                 default profile).
 
         Returns:
-            One array per column of :data:`surrogate.prediction.scoring` (``pred_mfu``,
-                ``pred_mfu_lo``, ``pred_mfu_hi``, ``p_oom``, ``pred_status``,
-                ``pred_peak_mem_gib``, ...), a value per configuration in order;
-                :func:`surrogate.predict` wraps them in ``Prediction`` objects.
+            One array per column (``pred_mfu``, ``pred_mfu_lo``, ``pred_mfu_hi``, ``p_oom``,
+                ``pred_status``, ``pred_peak_mem_gib``, ..., ``domain_weight``,
+                ``correction_share``, ``extrapolation``), a value per configuration in order.
 
         Raises:
             NoModelError: The model is not fitted.
         """
         self._check_fitted()
-        return score(list(configs), model=self, profile=profile).columns
+        configs = X if isinstance(X, dict) else list(X)
+        sets = self.parameter_sets()
+        c, out, _ = analytic_for(configs, profile, sets=sets, resolve=resolve_perf_model)
+        return self.predict_from_features(features_from_analytic(c, out), out, c, sets=sets)
 
     # ------------------------------------------------------------ persistence
     def save(self, directory: str | Path) -> Path:
@@ -434,7 +446,7 @@ class SurrogateModel(Estimator):
         for name, booster in self._boosters().items():  # each file atomically
             with atomic_path(d / f"{name}.txt") as tmp:
                 booster.save_model(str(tmp))
-        self.saved_sha256_ = write_sidecar(d, sidecar_of(self))
+        self.saved_sha256_ = write_sidecar(d, sidecar_of(vars(self)))
         return d
 
     def _boosters(self) -> dict[str, lgb.Booster]:
@@ -471,7 +483,7 @@ class SurrogateModel(Estimator):
             boosters = {n: lgb.Booster(model_str=t) for n, t in texts.items()}
             domain = Domain.from_json(meta["domain"])
             model = cls(**settings_of(meta, domain))
-            restore(model, meta, domain, boosters)
+            vars(model).update(fitted_attributes(meta, domain, boosters, where=str(d)))
         except (KeyError, TypeError, ValueError) as e:
             raise DataError(f"{d / 'model.json'}: malformed sidecar ({type(e).__name__}: {e})"
                             ) from None
