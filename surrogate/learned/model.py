@@ -54,6 +54,7 @@ import numpy as np
 
 from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.run import analytic_for
+from surrogate.config.table import table_len
 from surrogate.errors import DataError
 from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.io.atomic import atomic_path
@@ -64,6 +65,7 @@ from surrogate.learned.blend import (
     memory_bounds,
     memory_half_width,
     mfu_bounds,
+    no_predictions,
     prediction_columns,
     shrunk_status,
     unseen_widths,
@@ -193,11 +195,10 @@ class SurrogateModel(Estimator):
         return self.base_parameter_sets_.with_more(self.physics_sets_)
 
     def __sklearn_tags__(self) -> Any:
-        """What scikit-learn's tools (``check_is_fitted``, ``clone``) ask of an estimator
-        (scikit-learn >= 1.6; asked only by scikit-learn, so importing it here costs nothing
-        more): it learns from a table of runs (strings, categories, NaN for what was not
-        measured) whose own columns are the targets (no ``y``), and is neither a plain
-        classifier nor a plain regressor."""
+        """What scikit-learn's tools (``check_is_fitted``, ``clone``; scikit-learn >= 1.6,
+        imported only for them) ask of an estimator: it learns from a table of runs (strings,
+        categories, NaN for what was not measured) whose own columns are the targets (no
+        ``y``), and is neither a plain classifier nor a plain regressor."""
         from sklearn.utils import InputTags, Tags, TargetTags
 
         return Tags(estimator_type=None, target_tags=TargetTags(required=False),
@@ -367,10 +368,9 @@ class SurrogateModel(Estimator):
         throughput: tuple[np.ndarray, np.ndarray, np.ndarray], mem: np.ndarray,
         analytic_mem: np.ndarray, transfer: tuple[float, float] | None,
     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """The MFU interval (low, high) and the memory's (:func:`memory_bounds`) of the
-        interval model, around the correction: ``throughput`` is its unshrunk factor, the
-        factor kept and the share borne out, ``mem`` the corrected memory, ``where`` the
-        domain's assessment and ``transfer`` the sets' transfer half-widths (module doc)."""
+        """The interval model's MFU interval (low, high) and memory's (:func:`memory_bounds`)
+        around the correction (``throughput``: its unshrunk factor, the factor kept and the
+        share borne out; ``mem``: the corrected memory; module doc)."""
         f, center, borne = throughput
         q_conf = by_framework(self.conformal_q_by_framework_, self.conformal_q_,
                               cols["framework_code"], cols["pp"])
@@ -409,10 +409,8 @@ class SurrogateModel(Estimator):
     def predict(self, X: Sequence[Any] | FlatTable, *, profile: Any = None
                 ) -> dict[str, np.ndarray]:
         """Predictions of configurations: the analytic answer under the parameter sets this
-        model was trained against (:meth:`parameter_sets`), corrected, with its intervals.
-        :func:`surrogate.prediction.scoring.score` (``surrogate.predict``) then reconciles the
-        memory interval, ``p_oom`` and the status and adds the device's memory, the capacity
-        and the physical impossibilities.
+        model was trained against (:meth:`parameter_sets`), corrected, with its intervals
+        (``surrogate.prediction.scoring.score`` then makes the memory verdict agree).
 
         Args:
             X: TrainingConfigs, or their flat table (``surrogate.config.table``).
@@ -428,6 +426,8 @@ class SurrogateModel(Estimator):
         """
         self._check_fitted()
         configs = X if isinstance(X, dict) else list(X)
+        if (table_len(configs) if isinstance(configs, dict) else len(configs)) == 0:
+            return no_predictions()
         sets = self.parameter_sets()
         c, out, _ = analytic_for(configs, profile, sets=sets, resolve=resolve_perf_model)
         return self.predict_from_features(features_from_analytic(c, out), out, c, sets=sets)
@@ -436,8 +436,8 @@ class SurrogateModel(Estimator):
     def save(self, directory: str | Path) -> Path:
         """Write ``<name>.txt`` LightGBM models and ``model.json`` into ``directory``.
 
-        The sidecar ``model.json`` records the settings, the domain, the metrics and the
-        sha256 of every file, which :meth:`load` checks.
+        The sidecar ``model.json`` records the settings, the parameter sets, the domain, the
+        metrics and the sha256 of every file, which :meth:`load` checks.
 
         Args:
             directory: Where to write (created if missing; files of the same names are

@@ -76,3 +76,11 @@ def test_the_bundled_model_records_the_shipped_sets():
     assert sets_sha256(bundled.base_parameter_sets_) == sets_sha256(shipped_parameter_sets()), (
         "the shipped parameter sets changed: retrain the bundled model on them"
     )
+
+
+def test_a_loaded_model_predicts_the_same_columns_for_none_and_for_some(fitted, configs, tmp_path):
+    fitted.save(tmp_path / "m")
+    loaded = SurrogateModel.load(tmp_path / "m")
+    none, some = loaded.predict([]), loaded.predict(configs)
+    assert none.keys() == some.keys()
+    assert all(len(v) == 0 and v.dtype == some[k].dtype for k, v in none.items())
