@@ -175,6 +175,8 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool 
     versions they lack (a user's own), under which every run is explained: the correction
     learns what calibrated physics misses, and a model fitted on these data carries the sets
     (``parameter_sets``, ``physics_sets``)."""
+    if physics is not None and sets is not None:
+        raise ValueError("give the physics or the sets it starts from, not both")
     if len(runs) == 0:
         raise DataError("cannot learn from an empty sweep table")
     runs = runs.reset_index(drop=True)

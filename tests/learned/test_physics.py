@@ -47,6 +47,8 @@ def test_training_data_computes_every_target_under_the_physics_given(playbook_su
     assert given.targets_hash == same.targets_hash
     assert given.targets_hash != training_data(playbook_subset).targets_hash
     np.testing.assert_array_equal(given.y_mfu, same.y_mfu)
+    with pytest.raises(ValueError, match="not both"):
+        training_data(playbook_subset, physics=Physics(base=moved), sets=moved)
 
 
 def test_the_hash_names_the_sets_by_their_content():
