@@ -11,7 +11,7 @@ expert width in use), and the MLA ranks, shared-expert width and dense-layer cou
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,11 +23,20 @@ from surrogate.config.model import ModelConfig
 from surrogate.config.table import FlatTable, flat_table, per_group, table_len
 from surrogate.config.training import MODEL_FIELDS, TrainingConfig
 
-if TYPE_CHECKING:
-    from surrogate.analytic.params import ParameterSets
-
 Array = NDArray[np.float64]
 Cols = Mapping[str, Array]
+
+
+class ParameterColumns(Protocol):
+    """What the columns read of the fitted parameter sets
+    (:class:`surrogate.analytic.params.ParameterSets`, which reads this module's
+    :data:`FRAMEWORK_VERSIONS`: named by what it does, so that neither module imports the other
+    back)."""
+
+    def param_columns(self, parameter_codes: Array) -> dict[str, Array]:
+        """``p_<name>`` columns for configurations of the given ``parameter_code`` each."""
+        ...
+
 
 RECOMPUTE_CODE = {name: float(i) for i, name in enumerate(RECOMPUTE_MODES)}
 """none -> 0, selective -> 1, full -> 2."""
@@ -116,7 +125,7 @@ def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
     return {name: values[j][codes] for j, name in enumerate(columns)}
 
 
-def cols_from_table(table: FlatTable, sets: ParameterSets) -> dict[str, Array]:
+def cols_from_table(table: FlatTable, sets: ParameterColumns) -> dict[str, Array]:
     """The analytic model's columns of validated configurations given as a flat table
     (:mod:`surrogate.config.table`), with the free parameters of each configuration's
     framework version in ``sets`` (``p_<name>``, :mod:`surrogate.analytic.params`). Derived
@@ -147,6 +156,6 @@ def cols_from_table(table: FlatTable, sets: ParameterSets) -> dict[str, Array]:
     return cols
 
 
-def to_cols(configs: Sequence[TrainingConfig], sets: ParameterSets) -> dict[str, Array]:
+def to_cols(configs: Sequence[TrainingConfig], sets: ParameterColumns) -> dict[str, Array]:
     """:func:`cols_from_table` of validated configurations."""
     return cols_from_table(flat_table(configs), sets)

@@ -1,2 +1,3 @@
-"""The learned surrogate: LightGBM corrections of the analytic model, their features, training
-data, domain of applicability and saved files."""
+"""The learned surrogate: LightGBM corrections of the analytic model, the physics (parameter
+sets) they are trained against, their features, training data, domain of applicability,
+intervals and saved files."""

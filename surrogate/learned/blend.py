@@ -128,6 +128,16 @@ def unseen_widths(lo: np.ndarray, hi: np.ndarray, half: np.ndarray, center: np.n
     return lo, hi, half
 
 
+def no_predictions() -> dict[str, np.ndarray]:
+    """The learned model's columns (:func:`prediction_columns` and the domain's) for no
+    configuration: empty arrays."""
+    texts = ("pred_status", "extrapolation")
+    names = ("p_completed", "p_oom", "p_fail", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
+             "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
+             "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "domain_weight", "correction_share")
+    return {**{k: np.zeros(0) for k in names}, **{k: np.zeros(0, dtype=object) for k in texts}}
+
+
 def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...],
                        factor: np.ndarray, lo: np.ndarray, hi: np.ndarray,
                        memory: tuple[np.ndarray, np.ndarray, np.ndarray]

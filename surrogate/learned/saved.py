@@ -1,7 +1,9 @@
 """A fitted :class:`~surrogate.learned.model.SurrogateModel` as saved: its sidecar
-``model.json`` (the settings, the fitted figures, the domain, the metrics and the versions that
-wrote it), read back and checked (:func:`read_sidecar`) and restored onto a model
-(:func:`restore`). The files' integrity is :mod:`surrogate.learned.model_files`'."""
+``model.json`` (the settings, the fitted figures, the analytic parameter sets the boosters were
+trained against, the domain, the metrics and the versions that wrote it), made of the model's
+attributes (:func:`sidecar_of`), read back and checked (:func:`read_sidecar`) and turned into
+the fitted attributes of a loaded model (:func:`fitted_attributes`). The files' integrity is
+:mod:`surrogate.learned.model_files`'."""
 
 from __future__ import annotations
 
@@ -11,18 +13,19 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import surrogate
-from surrogate.calibration.parameter_files import shipped_parameter_sets
+from surrogate.analytic.params import ParameterSets
 from surrogate.errors import DataError, NoModelError
 from surrogate.io.json_files import read_json
 from surrogate.learned.domain import Domain
 from surrogate.learned.features import FEATURE_NAMES
+from surrogate.learned.physics import plain_sets, sets_sha256, unrecorded_physics
 from surrogate.learned.recalibration import Recalibration
+from surrogate.version import __version__
 
 if TYPE_CHECKING:
-    import lightgbm as lgb
+    from collections.abc import Mapping
 
-    from surrogate.learned.model import SurrogateModel
+    import lightgbm as lgb
 
 FORMAT = "surrogate.model/2"
 
@@ -32,36 +35,41 @@ def _json_float(x: float) -> float | None:
     return None if np.isnan(x) else float(x)
 
 
-def sidecar_of(model: SurrogateModel) -> dict[str, Any]:
-    """The sidecar of a fitted model, less the sha256 of its files
+def sidecar_of(model: Mapping[str, Any]) -> dict[str, Any]:
+    """The sidecar of a fitted model, of its settings and fitted attributes by name (its
+    ``vars``), less the sha256 of its files
     (:func:`surrogate.learned.model_files.write_sidecar` adds them)."""
     import lightgbm as lgb
 
+    sets: ParameterSets = model["base_parameter_sets_"]
     return {
         "format": FORMAT,
-        "feature_names": model.feature_names_,
-        "status_classes": model.status_classes_,
-        "status_fail_rate": model.status_fail_rate_,
-        "conformal_q": model.conformal_q_,
-        "conformal_q_by_framework": model.conformal_q_by_framework_,
-        "mem_conformal_q": _json_float(model.mem_conformal_q_),
-        "mem_conformal_q_by_framework": model.mem_conformal_q_by_framework_,
-        "mem_conformal_q_unseen_shape": _json_float(model.mem_conformal_q_unseen_shape_),
-        "correction_weight_by_framework": model.correction_weight_by_framework_,
-        **({"physics_sets": model.physics_sets_} if model.physics_sets_ else {}),
-        "coverage": model.coverage,
-        "seed": model.seed,
-        "n_folds": model.n_folds,
-        "balance_sources": model.balance_sources,
-        "censored_memory": model.censored_memory,
-        "params": model.lightgbm_params,
-        "data_hash": model.data_hash_,
-        "domain": model.domain_.to_json(),
-        "n_train": model.n_train_,
-        "metrics": model.metrics_,
-        **({"recalibration": model.recalibration_.to_json()}
-           if model.recalibration_ is not None else {}),
-        "versions": {"surrogate": surrogate.__version__, "lightgbm": lgb.__version__,
+        "feature_names": model["feature_names_"],
+        "status_classes": model["status_classes_"],
+        "status_fail_rate": model["status_fail_rate_"],
+        "conformal_q": model["conformal_q_"],
+        "conformal_q_by_framework": model["conformal_q_by_framework_"],
+        "mem_conformal_q": _json_float(model["mem_conformal_q_"]),
+        "mem_conformal_q_by_framework": model["mem_conformal_q_by_framework_"],
+        "mem_conformal_q_unseen_shape": _json_float(model["mem_conformal_q_unseen_shape_"]),
+        "correction_weight_by_framework": model["correction_weight_by_framework_"],
+        **({"physics_sets": model["physics_sets_"]} if model["physics_sets_"] else {}),
+        "parameter_sets": plain_sets(sets),
+        "parameter_sets_sha256": sets_sha256(sets),
+        "coverage": model["coverage"],
+        "seed": model["seed"],
+        "n_folds": model["n_folds"],
+        "balance_sources": model["balance_sources"],
+        "censored_memory": model["censored_memory"],
+        "params": {"status": model["status_params"], "mfu": model["mfu_params"],
+                   "mem": model["mem_params"]},
+        "data_hash": model["data_hash_"],
+        "domain": model["domain_"].to_json(),
+        "n_train": model["n_train_"],
+        "metrics": model["metrics_"],
+        **({"recalibration": model["recalibration_"].to_json()}
+           if model["recalibration_"] is not None else {}),
+        "versions": {"surrogate": __version__, "lightgbm": lgb.__version__,
                      "python": platform.python_version()},
     }
 
@@ -97,35 +105,42 @@ def settings_of(meta: dict[str, Any], domain: Domain) -> dict[str, Any]:
     }
 
 
-def restore(model: SurrogateModel, meta: dict[str, Any], domain: Domain,
-            boosters: dict[str, lgb.Booster]) -> None:
-    """Set the fitted attributes of ``model`` from a verified sidecar and its boosters."""
-    model.status_model_ = boosters["status"]
-    model.mfu_model_ = boosters["mfu"]
-    model.mfu_lo_model_ = boosters["mfu_lo"]
-    model.mfu_hi_model_ = boosters["mfu_hi"]
-    model.mem_model_ = boosters["mem"]
-    model.status_classes_ = list(meta["status_classes"])
+def fitted_attributes(meta: dict[str, Any], domain: Domain,
+                      boosters: dict[str, lgb.Booster], *, where: str) -> dict[str, Any]:
+    """The fitted attributes of a model, by name, from a verified sidecar and its boosters.
+
+    The analytic parameter sets are the ones the sidecar records; a sidecar saved before they
+    were recorded (``where`` names it) gives the shipped ones, with a warning
+    (:func:`surrogate.learned.physics.unrecorded_physics`)."""
     fail_rate = meta.get("status_fail_rate")  # absent before the status model had a start
-    model.status_fail_rate_ = None if fail_rate is None else float(fail_rate)
-    model.conformal_q_ = float(meta["conformal_q"])
-    model.conformal_q_by_framework_ = {  # absent before the widening was per framework
-        str(k): float(v) for k, v in meta.get("conformal_q_by_framework", {}).items()}
     mem_q = meta.get("mem_conformal_q")  # absent before the memory had an interval
-    model.mem_conformal_q_ = float("nan") if mem_q is None else float(mem_q)
-    model.mem_conformal_q_by_framework_ = {  # absent before it was per framework
-        str(k): float(v) for k, v in meta.get("mem_conformal_q_by_framework", {}).items()}
-    mem_q = meta.get("mem_conformal_q_unseen_shape")  # absent before it had its own
-    model.mem_conformal_q_unseen_shape_ = float("nan") if mem_q is None else float(mem_q)
-    model.physics_sets_ = dict(meta.get("physics_sets", {}))  # absent: none of its own
-    model.base_parameter_sets_ = shipped_parameter_sets()
-    model.correction_weight_by_framework_ = {  # absent: the full correction everywhere
-        str(k): float(v) for k, v in meta.get("correction_weight_by_framework", {}).items()}
-    model.feature_names_ = list(meta["feature_names"])
-    model.data_hash_ = meta["data_hash"]
-    model.domain_ = domain
-    model.n_train_ = meta["n_train"]
-    model.metrics_ = meta.get("metrics", {})
+    unseen_q = meta.get("mem_conformal_q_unseen_shape")  # absent before it had its own
+    recorded = meta.get("parameter_sets")  # absent before the sets were recorded
     recal = meta.get("recalibration")  # absent: the intervals as fitted
-    model.recalibration_ = None if recal is None else Recalibration.from_json(recal)
-    model.saved_sha256_ = str(meta["sidecar_sha256"])
+    return {
+        "status_model_": boosters["status"], "mfu_model_": boosters["mfu"],
+        "mfu_lo_model_": boosters["mfu_lo"], "mfu_hi_model_": boosters["mfu_hi"],
+        "mem_model_": boosters["mem"],
+        "status_classes_": list(meta["status_classes"]),
+        "status_fail_rate_": None if fail_rate is None else float(fail_rate),
+        "conformal_q_": float(meta["conformal_q"]),
+        "conformal_q_by_framework_": {  # absent before the widening was per framework
+            str(k): float(v) for k, v in meta.get("conformal_q_by_framework", {}).items()},
+        "mem_conformal_q_": float("nan") if mem_q is None else float(mem_q),
+        "mem_conformal_q_by_framework_": {  # absent before it was per framework
+            str(k): float(v) for k, v in meta.get("mem_conformal_q_by_framework", {}).items()},
+        "mem_conformal_q_unseen_shape_": float("nan") if unseen_q is None else float(unseen_q),
+        "physics_sets_": dict(meta.get("physics_sets", {})),  # absent: none of its own
+        "base_parameter_sets_": (unrecorded_physics(where) if recorded is None
+                                 else ParameterSets(recorded)),
+        "correction_weight_by_framework_": {  # absent: the full correction everywhere
+            str(k): float(v)
+            for k, v in meta.get("correction_weight_by_framework", {}).items()},
+        "feature_names_": list(meta["feature_names"]),
+        "data_hash_": meta["data_hash"],
+        "domain_": domain,
+        "n_train_": meta["n_train"],
+        "metrics_": meta.get("metrics", {}),
+        "recalibration_": None if recal is None else Recalibration.from_json(recal),
+        "saved_sha256_": str(meta["sidecar_sha256"]),
+    }

@@ -26,6 +26,7 @@ from surrogate.analytic.params import ParameterSets
 from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.errors import DataError
 from surrogate.learned.features import features_for_runs
+from surrogate.learned.physics import Physics, fit_physics
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -105,6 +106,12 @@ class TrainingData:
     def __len__(self) -> int:
         return len(self.runs)
 
+    @property
+    def physics(self) -> Physics:
+        """The analytic parameter sets the features and targets were computed under
+        (``surrogate.learned.physics``)."""
+        return Physics(base=self.parameter_sets, own=self.physics_sets)
+
     def take(self, rows: np.ndarray) -> TrainingData:
         """The part of the table at positions ``rows``, as :func:`training_data` would
         prepare it (without computing anything again)."""
@@ -148,8 +155,9 @@ class TrainingData:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
         return h.hexdigest()
 
-def training_data(runs: pd.DataFrame, *, profile: Any = None,
-                  own_physics: bool = True, sets: ParameterSets | None = None) -> TrainingData:
+def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool = True,
+                  sets: ParameterSets | None = None,
+                  physics: Physics | None = None) -> TrainingData:
     """Features and targets of a runs table, computed once (:class:`TrainingData`).
 
     The targets are the runs' own measurements relative to the analytic model's answer for
@@ -161,21 +169,23 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None,
     memory,
     and prediction applies it to the most loaded rank's.
 
-    ``sets``: the analytic parameter sets (None: the shipped ones). With ``own_physics``, the
-    framework versions they lack (a user's own) first get theirs fitted on these runs
-    (``surrogate.calibration.fit_params.own_sets``), and every run is explained under them:
-    the correction learns what calibrated physics misses, and a model fitted on these data
-    carries the sets (``physics_sets``)."""
-    # here, not at the top: the fit imports scipy, which a prediction never needs
-    from surrogate.calibration.fit_params import own_sets
-
+    The physics comes first, its own step (``surrogate.learned.physics``): ``physics`` as
+    given, else :func:`~surrogate.learned.physics.fit_physics` of these runs: ``sets`` (None:
+    the shipped ones) and, with ``own_physics``, sets fitted on these runs for the framework
+    versions they lack (a user's own), under which every run is explained: the correction
+    learns what calibrated physics misses, and a model fitted on these data carries the sets
+    (``parameter_sets``, ``physics_sets``)."""
+    if physics is not None and sets is not None:
+        raise ValueError("give the physics or the sets it starts from, not both")
     if len(runs) == 0:
         raise DataError("cannot learn from an empty sweep table")
     runs = runs.reset_index(drop=True)
     y_status = status_labels(runs["status"])
-    base = shipped_parameter_sets() if sets is None else sets
-    own = own_sets(runs, profile, sets=base) if own_physics else {}
-    X, out, cols = features_for_runs(runs, profile, base.with_more(own))
+    if physics is None:
+        physics = (fit_physics(runs, profile=profile, sets=sets) if own_physics else
+                   Physics(base=shipped_parameter_sets() if sets is None else sets))
+    base, own = physics.base, dict(physics.own)
+    X, out, cols = features_for_runs(runs, profile, physics.sets)
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
     mem_gib = runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
     done = (y_status == 0) & (tps > 0)

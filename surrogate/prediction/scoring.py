@@ -54,6 +54,7 @@ from surrogate.config.training import TrainingConfig
 from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.learned.domain import beyond_practice
 from surrogate.learned.features import features_from_analytic
+from surrogate.learned.physics import check_physics
 from surrogate.prediction.memory_verdict import STATUS_NAMES
 from surrogate.prediction.memory_verdict import agree as agreeing
 
@@ -123,7 +124,8 @@ def score(
     unreconciled (``surrogate.prediction.memory_verdict``; ``benchmarks/oom_agreement.py``
     counts what that changes). ``sets``: the analytic parameter sets (None: the model's,
     :meth:`SurrogateModel.parameter_sets`, or without a model the shipped ones); a model's own
-    sets (``physics_sets_``) go over them."""
+    sets (``physics_sets_``) go over them, and sets other than those the model was trained
+    against are warned about (``surrogate.learned.physics.check_physics``)."""
     n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
         return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
@@ -132,6 +134,8 @@ def score(
     if sets is None:
         used = shipped_parameter_sets() if model is None else model.parameter_sets()
     else:
+        if model is not None:
+            check_physics(model.base_parameter_sets_, sets)
         used = sets if model is None else sets.with_more(model.physics_sets_)
     c, out, names = analytic_for(configs, profile, extra=extra, sets=used,
                                  resolve=resolve_perf_model)
