@@ -8,7 +8,8 @@
   best predicted, before any run), with the learned 80% interval read as a normal
   distribution (sigma = (hi - lo) / (2 x 1.2816)), times the probability the run completes;
   or, with ``Acquisition(gain="probability-best")``, each candidate's probability of being the
-  best of them and above the incumbent (:mod:`surrogate.layouts.best_odds`);
+  best of them and above the incumbent (:func:`probability_best`: the runs go where the model
+  cannot tell the layouts apart, the close calls);
 - *OOM boundary*: a share of the slots goes to layouts whose p_oom is most uncertain
   (4 p (1 - p), highest at p = 0.5), weighted by their predicted MFU, so the boundary is
   learned where it matters;
@@ -46,6 +47,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
+Gain = Literal["expected-improvement", "probability-best"]
+GAINS: tuple[str, ...] = ("expected-improvement", "probability-best")
+"""How the slots that look for the best can value a candidate (``Acquisition.gain``)."""
+SHORTLIST = 256
+"""Most candidates :func:`probability_best` draws (of the highest upper end x p_completed): the
+draws' cost grows faster than the square of their count, and a layout whose interval ends
+below hundreds of others has no odds of being the best."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,7 +64,7 @@ class Acquisition:
     """Share of the k slots for layouts near the OOM boundary."""
     diversity_scale: float = 1.0
     """Length scale of the diversity penalty, in doublings (0 disables it)."""
-    gain: Literal["expected-improvement", "probability-best"] = "expected-improvement"
+    gain: Gain = "probability-best"
     """How the slots that look for the best value a candidate: its expected improvement, or
     its probability of being the best of the candidates and above the incumbent
     (:func:`probability_best`: errors correlated as :mod:`surrogate.layouts.best_odds`
@@ -73,9 +81,8 @@ class Acquisition:
             raise ConfigError(f"boundary_frac must be in [0, 1], got {self.boundary_frac}")
         if self.diversity_scale < 0:
             raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
-        if self.gain not in ("expected-improvement", "probability-best"):
-            raise ConfigError(f"gain must be expected-improvement or probability-best, got "
-                              f"{self.gain!r}")
+        if self.gain not in GAINS:
+            raise ConfigError(f"gain must be one of {', '.join(GAINS)}, got {self.gain!r}")
 
 
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
@@ -95,8 +102,24 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
 
 def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
     """Each row's probability of completing with the highest MFU of the rows and above
-    ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
-    return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
+    ``best`` (:func:`surrogate.layouts.best_odds.p_best`), drawn over the :data:`SHORTLIST`
+    rows of the highest upper end x p_completed (0 elsewhere). Where no row has odds above
+    ``best``, a millionth of the odds without it, so that the picks still follow them;
+    without intervals (the analytic model alone), the predicted MFU x p_completed."""
+    mu = scored["pred_mfu"].to_numpy(dtype=float)
+    p_ok = np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0)
+    hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
+    upper = np.nan_to_num(np.where(np.isfinite(hi), hi, mu) * p_ok, nan=-np.inf)
+    rows = np.argsort(-upper, kind="stable")[:SHORTLIST]
+    shortlist = scored.iloc[rows]
+    odds = p_best(shortlist, incumbent=best)
+    if not np.isfinite(odds).all():
+        return np.asarray(np.nan_to_num(mu * p_ok, nan=0.0))
+    if not odds.sum() > 0:
+        odds = 1e-6 * p_best(shortlist)
+    out = np.zeros(len(scored))
+    out[rows] = odds
+    return out
 
 
 def boundary_value(scored: pd.DataFrame) -> np.ndarray:
@@ -239,9 +262,8 @@ def _slot_values(scored: pd.DataFrame, k: int, best_measured: float | None,
         mu = scored["pred_mfu"].to_numpy(dtype=float)
         best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
     values = {"oom-boundary": boundary_value(scored)}
-    values[acq.gain] = (expected_improvement(scored, best_measured)
-                        if acq.gain == "expected-improvement"
-                        else probability_best(scored, best_measured))
+    gains = {"expected-improvement": expected_improvement, "probability-best": probability_best}
+    values[acq.gain] = gains[acq.gain](scored, best_measured)
     n_boundary = round(k * acq.boundary_frac)
     plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
     if acq.open_with_best and opening and k > n_boundary:

@@ -55,11 +55,15 @@ def test_search_ranks_safe_and_shows_the_odds(capsys: pytest.CaptureFixture[str]
     lows = [r["pred_mfu_lo"] for r in top]
     assert lows == sorted(lows, reverse=True)
     assert 0 < sum(r["p_best"] for r in top) <= 1 + 1e-9
+    held = [r["p_best"] for r in top if r["best_set"]]  # the layouts it cannot tell apart
+    assert held and sum(held) >= 0.9 * sum(r["p_best"] for r in top) - 1e-9
     assert all(r["pred_tokens_per_s_per_gpu_lo"] <= r["pred_tokens_per_s_per_gpu"] for r in top)
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["search", *SMALL, "--trials", "0"]) == 0
     text = capsys.readouterr().out
     assert "P(best)" in text and max(len(line) for line in text.splitlines()) <= 80
+    assert ("close call: #" in text) != ("clear lead: #" in text)
+    assert "*: the layouts" in text
     assert main(["search", *SMALL, "--trials", "0", "--rank", "best"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "rank must be mean or safe" in err
@@ -129,8 +133,10 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (pd.read_csv(rnd / "proposals.csv")["num_layers"] == 12).all()  # the flag's model
     table = capsys.readouterr().out
     assert "round-1: 3 proposed runs" in table and "why" in table
-    assert "EI " in table or "OOM edge" in table
-    assert "EI: expected improvement" in table or "EI " not in table  # said what it is
+    assert "best of all: " in table or "OOM edge" in table
+    # said what it is
+    assert "best of all: the odds that the run completes" in " ".join(table.split()) or \
+        "best of all: " not in table
     assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
