@@ -3,6 +3,8 @@
     python benchmarks/active_replay.py [--data-dir DIR] [--cells 8.86G@4,80G@16] [--max-runs 12]
                                        [--batch 2] [--seed 0] [--seeds 20] [--no-mlflow]
                                        [--profile hf-playbook-cluster] [--network typical|any]
+                                       [--gain probability-best|expected-improvement]
+                                       [--diversity-scale 1.0]
 
 For each (model, nodes) cell of the Playbook table: a SurrogateModel is trained on the *other*
 cells only (cheap settings, cached per cell under ``--cache-dir`` by its features and targets),
@@ -151,7 +153,8 @@ def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
     row["random_expected"] = (n + 1) / (h + 1)
 
     acq = Acquisition(boundary_frac=args.boundary_frac, gain=args.gain,
-                      open_with_best=not args.explore_first)
+                      open_with_best=not args.explore_first,
+                      diversity_scale=args.diversity_scale)
     ran: list[int] = []
     found: int | None = None
     failed = 0
@@ -196,6 +199,9 @@ def parse_args() -> argparse.Namespace:
                     choices=GAINS,
                     help="how the loop values a candidate "
                          "(surrogate.loop.acquisition.Acquisition.gain)")
+    ap.add_argument("--diversity-scale", type=float, default=Acquisition().diversity_scale,
+                    help="length scale of the diversity penalty in doublings, 0: none "
+                         "(surrogate.loop.acquisition.Acquisition.diversity_scale)")
     ap.add_argument("--profile", default=PROFILE,
                     help="calibration profile the layouts are scored on (the sweep's cluster)")
     ap.add_argument("--seed", type=int, default=0,

@@ -210,10 +210,10 @@ def best_set_line(frame: Any) -> str | None:
         return None
     rows = [i for i, held in enumerate(frame["best_set"].tolist(), start=1) if held]
     p = frame["p_best"].to_numpy()
-    if len(rows) == 1:
-        return (f"clear lead: #{rows[0]} is the best of those shown with P(best) "
-                f"{p[rows[0] - 1]:.0%} (90% or more of their P(best))")
     held = sum(float(p[i - 1]) for i in rows)
+    if len(rows) == 1:
+        return (f"clear lead: #{rows[0]} holds {held / float(p.sum()):.0%} of P(best); the "
+                "model tells it apart from the others shown")
     if len(rows) == len(frame):
         return (f"close call: the model cannot tell the {len(rows)} shown apart (no fewer hold "
                 "90% of P(best)); a larger --top-k shows how far it reaches")

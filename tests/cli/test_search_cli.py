@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -343,3 +344,24 @@ def test_search_and_propose_take_the_network_of_the_day(capsys: pytest.CaptureFi
     assert main(["search", *several, "--trials", "0", "--network", "20GBps"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a bandwidth at one node count" in err
+
+
+def test_the_line_under_the_top_says_clear_lead_or_close_call() -> None:
+    """Which layouts the model cannot tell apart, numbered as in the table (synthetic
+    P(best)); nothing without P(best)."""
+    from surrogate.cli.display import best_set_line, odds_cell
+    from surrogate.layouts.best_odds import best_set
+
+    def top(p: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"p_best": p, "best_set": best_set(np.array(p))})
+
+    assert best_set_line(top([0.95, 0.03, 0.02])) == (
+        "clear lead: #1 holds 95% of P(best); the model tells it apart from the others shown")
+    assert best_set_line(top([0.5, 0.05, 0.4, 0.05])) == (
+        "close call: #1 and #3 hold 90% of P(best) together; the model cannot tell which is "
+        "fastest")
+    assert "cannot tell the 2 shown apart" in str(best_set_line(top([0.5, 0.5])))
+    assert best_set_line(top([float("nan")] * 2)) is None
+    assert best_set_line(pd.DataFrame({"p_best": [0.4]})) is None
+    assert odds_cell({"p_best": 0.4, "best_set": True}) == "40%*"
+    assert odds_cell({"p_best": 0.4, "best_set": False}) == "40%"

@@ -40,6 +40,11 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
     assert {reason for _, reason, _ in picks} == {"probability-best"}
     values = [v for _, _, v in picks]
     assert 0 < sum(values) <= 1 and values[0] == max(values)
+    # no diversity penalty: the correlated draws already share the odds between neighbours
+    odds = probability_best(scored, 0.2)
+    top = [int(i) for i in np.argsort(-odds, kind="stable")[:3]]
+    assert [i for i, _, _ in select(scored, configs, 3, best_measured=0.2,
+                                    acquisition=acq)] == top
     high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
     assert 0.0 < high[0][2] < 1e-5  # a millionth of the odds without the incumbent
     assert high[0][0] == int(np.argmax(probability_best(scored, None)))
@@ -66,14 +71,16 @@ def test_probability_best_draws_a_shortlist_and_needs_intervals(
 
 
 def test_picks_are_diverse_not_near_copies() -> None:
+    """Expected improvement's picks are spread by the diversity penalty (probability-best's
+    by its correlated draws)."""
     configs = space().enumerate()
     scored = score_configs(configs)
-    picks = select(scored, configs, 6, acquisition=Acquisition(boundary_frac=0.0))
+    ei = Acquisition(boundary_frac=0.0, gain="expected-improvement")
+    picks = select(scored, configs, 6, acquisition=ei)
     vecs = np.stack([layout_vector(configs[i]) for i, _, _ in picks])
     d = np.sqrt(((vecs[:, None] - vecs[None]) ** 2).sum(-1))
     assert len({i for i, _, _ in picks}) == 6
-    no_penalty = select(scored, configs, 6,
-                        acquisition=Acquisition(boundary_frac=0.0, diversity_scale=0.0))
+    no_penalty = select(scored, configs, 6, acquisition=replace(ei, diversity_scale=0.0))
     vecs0 = np.stack([layout_vector(configs[i]) for i, _, _ in no_penalty])
     d0 = np.sqrt(((vecs0[:, None] - vecs0[None]) ** 2).sum(-1))
     assert d[np.triu_indices(6, 1)].min() >= d0[np.triu_indices(6, 1)].min()
