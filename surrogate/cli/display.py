@@ -223,8 +223,9 @@ def best_set_line(frame: Any) -> str | None:
 
 
 ODDS_NOTE = ("best of all: the odds that the run completes faster than every other candidate "
-             "and the best run so far, its errors correlated with its neighbours' (the runs "
-             "go where the model cannot tell layouts apart)")
+             "and the best so far (the best measured run, else the best predicted), its errors "
+             "correlated with its neighbours' (the runs go where the model cannot tell layouts "
+             "apart)")
 """What the ``why`` of a probability-best pick means (:func:`reason`)."""
 
 EI_NOTE = ("EI: expected improvement, the MFU points a run is expected to add above the best so "
