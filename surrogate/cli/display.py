@@ -127,6 +127,8 @@ def reason(r: dict[str, Any]) -> str:
         return f"OOM edge (p_oom {r['p_oom']:.2f})"
     if r.get("reason") == "expected-improvement" and value == value and value is not None:
         return f"EI {100 * float(value):.1f} MFU pts"
+    if r.get("reason") == "probability-best" and value == value and value is not None:
+        return f"best of all: {float(value):.0%}"
     if r.get("reason") == "best-predicted":
         return "best predicted"
     return str(r.get("reason", ""))
@@ -173,18 +175,58 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
         row += [f"{r['pred_device_mem_gib']:.1f}"]
         if full:
             row += [memory_interval(r)]
-        row += [f"{r['p_oom']:.2f}"] + ([f"{r['p_best']:.0%}"] if odds else [])
+        row += [f"{r['p_oom']:.2f}"] + ([odds_cell(r)] if odds else [])
         t.add_row(*row, *([escape(reason(r))] if reasons else []))
     from surrogate.layouts.labels import label_legend
 
     notes = [label_legend(frame["layout"].astype(str))] if len(frame) else []
+    if odds and "best_set" in frame.columns and bool(frame["best_set"].any()):
+        notes.append(BEST_SET_NOTE)
     if reasons and "reason" in frame.columns and (
             frame["reason"] == "expected-improvement").any():
         notes.append(EI_NOTE)
+    if reasons and "reason" in frame.columns and (frame["reason"] == "probability-best").any():
+        notes.append(ODDS_NOTE)
     t.caption = escape("; ".join(n for n in notes if n)) or None
     t.caption_justify = "left"
     return t
 
+
+BEST_SET_NOTE = ("*: the layouts that together hold 90% of P(best), which the model cannot "
+                 "tell apart")
+"""What a P(best) marked * means (:func:`odds_cell`)."""
+
+
+def odds_cell(r: dict[str, Any]) -> str:
+    """A row's P(best), marked * where it is one of the layouts the search cannot tell apart
+    (``best_set``: :func:`surrogate.layouts.best_odds.best_set`)."""
+    return f"{r['p_best']:.0%}" + ("*" if str(r.get("best_set")) == "True" else "")
+
+
+def best_set_line(frame: Any) -> str | None:
+    """Whether the top of a search is a close call: which of its rows (numbered from 1) the
+    model cannot tell apart, or the one that leads clearly; None without P(best)."""
+    if "best_set" not in frame.columns or not bool(frame["best_set"].any()):
+        return None
+    rows = [i for i, held in enumerate(frame["best_set"].tolist(), start=1) if held]
+    p = frame["p_best"].to_numpy()
+    held = sum(float(p[i - 1]) for i in rows)
+    if len(rows) == 1:
+        return (f"clear lead: #{rows[0]} holds {held / float(p.sum()):.0%} of P(best); the "
+                "model tells it apart from the others shown")
+    if len(rows) == len(frame):
+        return (f"close call: the model cannot tell the {len(rows)} shown apart (no fewer hold "
+                "90% of P(best)); a larger --top-k shows how far it reaches")
+    named = ", ".join(f"#{i}" for i in rows[:-1]) + f" and #{rows[-1]}"
+    return (f"close call: {named} hold {held:.0%} of P(best) together; the model cannot tell "
+            "which is fastest")
+
+
+ODDS_NOTE = ("best of all: the odds that the run completes faster than every other candidate "
+             "and the best so far (the best measured run, else the best predicted), its errors "
+             "correlated with its neighbours' (the runs go where the model cannot tell layouts "
+             "apart)")
+"""What the ``why`` of a probability-best pick means (:func:`reason`)."""
 
 EI_NOTE = ("EI: expected improvement, the MFU points a run is expected to add above the best so "
            "far (the best measured run, else the best predicted), from its 80% interval and "

@@ -46,6 +46,10 @@ def propose_cmd(
         metavar="TABLE")] = None,
     boundary_frac: Annotated[float, _opt(
         "Share of runs near the OOM boundary.", metavar="X")] = 0.25,
+    gain: Annotated[str, _opt(
+        "How the other runs are valued: probability-best (the odds of being the best, where "
+        "the model cannot tell layouts apart) or expected-improvement.",
+        metavar="NAME")] = "probability-best",
     model_dir: ModelDirOpt = None,
     round_number: Annotated[int | None, _opt(
         "Round number (default: next after the sibling rounds).", metavar="N")] = None,
@@ -65,7 +69,7 @@ def propose_cmd(
     round.json."""
     acquisition = _checked(round_dir, k=k, steps=steps, round_number=round_number,
                            boundary_frac=boundary_frac, budget_gpu_hours=budget_gpu_hours,
-                           profile=profile)
+                           profile=profile, gain=gain)
     table = None if runs is None else _measured_runs(runs)  # before the space is scored
     m = model.config()
     space = space_options.space(m)
@@ -89,10 +93,11 @@ def propose_cmd(
 
 
 def _checked(round_dir: Path, *, k: int, steps: int, round_number: int | None,
-             boundary_frac: float, budget_gpu_hours: float | None, profile: Any) -> Any:
+             boundary_frac: float, budget_gpu_hours: float | None, profile: Any,
+             gain: str) -> Any:
     """The options checked before any scoring; the acquisition they ask for."""
     at_least(1, round_number=round_number, k=k, steps=steps)  # before any scoring
-    from surrogate.loop.acquisition import Acquisition
+    from surrogate.loop.acquisition import GAINS, Acquisition
     from surrogate.loop.active import check_k
     from surrogate.loop.cost import check_budget
     from surrogate.loop.round_files import check_new_round_dir
@@ -101,7 +106,9 @@ def _checked(round_dir: Path, *, k: int, steps: int, round_number: int | None,
     check_budget(budget_gpu_hours, "--budget-gpu-hours")
     if not 0 <= boundary_frac <= 1:
         raise ConfigError(f"--boundary-frac must be in [0, 1], got {boundary_frac}")
-    acquisition = Acquisition(boundary_frac=boundary_frac)
+    if gain not in GAINS:
+        raise ConfigError(f"--gain must be {' or '.join(GAINS)}, got {gain!r}")
+    acquisition = Acquisition(boundary_frac=boundary_frac, gain=gain)  # type: ignore[arg-type]
     check_new_round_dir(round_dir)
     check_profile(profile)
     return acquisition

@@ -227,14 +227,15 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
     """The search's tables: the best layouts, the Pareto front, the rules of thumb's pick."""
     from rich.markup import escape
 
-    from surrogate.cli.display import console as make_console
     from surrogate.cli.display import (
+        best_set_line,
         is_full,
         is_narrow,
         layout_table,
         model_line,
         print_correction_lines,
     )
+    from surrogate.cli.display import console as make_console
     from surrogate.config.framework_defaults import space_defaults_line
 
     console = make_console(wide=wide)
@@ -259,6 +260,8 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
         console.print(f"[yellow]{escape(note)}[/]")
     kw = {"narrow": narrow, "full": full, "frameworks": len(space.frameworks) > 1}
     console.print(layout_table("Best predicted layouts", result.top, **kw))
+    if odds := best_set_line(result.top):
+        console.print(escape(odds), highlight=False)
     if learned is not None:
         print_correction_lines(console, result.top)
     if result.pareto is not None:

@@ -175,3 +175,27 @@ def p_best(frame: pd.DataFrame, *, n_draws: int = N_DRAWS,
     won = completes.any(axis=1) & (log_mfu[np.arange(n_draws), best] > floor)
     wins = np.bincount(best[won], minlength=n)
     return np.asarray(wins / n_draws, dtype=float)
+
+
+BEST_SET_MASS = 0.9
+"""The share of the shown layouts' P(best) that :func:`best_set` holds."""
+
+
+def best_set(p: np.ndarray, mass: float = BEST_SET_MASS) -> np.ndarray:
+    """Per row, whether it is one of the layouts a search cannot tell apart: the fewest rows,
+    taken by P(best) (``p``, :func:`p_best`) from the highest, whose P(best) sums to at least
+    ``mass`` of the rows' total (the chance that one of them is the best, given that one of
+    the rows is; ties keep the rows' order). One row alone: a clear lead. All False where
+    P(best) is NaN (no intervals) or every row's is 0."""
+    if not 0 < mass <= 1:
+        raise ConfigError(f"best-set mass must be in (0, 1], got {mass}")
+    p = np.asarray(p, dtype=float)
+    out = np.zeros(len(p), dtype=bool)
+    total = float(p.sum()) if len(p) and np.all(np.isfinite(p)) else 0.0
+    if not total > 0:
+        return out
+    order = np.argsort(-p, kind="stable")
+    held = np.cumsum(p[order]) / total
+    n = int(np.searchsorted(held, mass - 1e-12)) + 1  # the first prefix that holds ``mass``
+    out[order[:n]] = True
+    return out

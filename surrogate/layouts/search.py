@@ -32,7 +32,7 @@ from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError
 from surrogate.extras import require
 from surrogate.io.stores import check_storage, ensure_sqlite_dir
-from surrogate.layouts.best_odds import p_best
+from surrogate.layouts.best_odds import best_set, p_best
 from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
@@ -83,10 +83,12 @@ def check_top_k(top_k: int, flag: str = "top_k") -> None:
 
 
 TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",
-                                "p_best")
+                                "p_best", "best_set")
 """What the top layouts carry besides :func:`score_configs`' columns: the tokens/s interval (the
-MFU interval's, in tokens/s per GPU) and the probability that the layout completes and is the
-fastest of the top ones (:func:`surrogate.layouts.best_odds.p_best`; NaN without intervals)."""
+MFU interval's, in tokens/s per GPU), the probability that the layout completes and is the
+fastest of the top ones (:func:`surrogate.layouts.best_odds.p_best`; NaN without intervals) and
+whether it is one of the layouts the search cannot tell apart, which together hold 90% of the
+top's P(best) (:func:`surrogate.layouts.best_odds.best_set`)."""
 
 
 @dataclass(kw_only=True)
@@ -303,6 +305,7 @@ def _choose(result: SearchResult, space: LayoutSpace, scored_rows: list[pd.DataF
     top["pred_tokens_per_s_per_gpu_lo"] = ratio * top["pred_mfu_lo"]
     top["pred_tokens_per_s_per_gpu_hi"] = ratio * top["pred_mfu_hi"]
     top["p_best"] = p_best(top)
+    top["best_set"] = best_set(top["p_best"].to_numpy())
     result.top = top
     shown = [result.top] if result.pareto is None else [result.top, result.pareto]
     for frame in shown:  # enumerated layouts are rows of a table: their configurations,

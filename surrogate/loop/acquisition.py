@@ -4,18 +4,23 @@
 
 - *the best predicted* layout first, before any completed run of the problem
   (``Acquisition.open_with_best``);
-- *expected improvement* (Jones et al. 1998) of the MFU over the best measured so far (or the
-  best predicted, before any run), with the learned 80% interval read as a normal
-  distribution (sigma = (hi - lo) / (2 x 1.2816)), times the probability the run completes;
-  or, with ``Acquisition(gain="probability-best")``, each candidate's probability of being the
-  best of them and above the incumbent (:mod:`surrogate.layouts.best_odds`);
+- *probability of being the best* (``Acquisition.gain``, the default): each candidate's
+  probability of completing with the highest MFU of them and above the best measured so far
+  (or the best predicted, before any run), errors correlated as in
+  :mod:`surrogate.layouts.best_odds` (:func:`probability_best`): the runs go where the model
+  cannot tell the layouts apart, the close calls, and a layout likely to fail has little of
+  it (it is the best only in the draws where it completes); or, with
+  ``gain="expected-improvement"``, the expected improvement (Jones et al. 1998) of the MFU over
+  the same incumbent, the learned 80% interval read as a normal distribution (sigma =
+  (hi - lo) / (2 x 1.2816)), times the probability the run completes;
 - *OOM boundary*: a share of the slots goes to layouts whose p_oom is most uncertain
   (4 p (1 - p), highest at p = 0.5), weighted by their predicted MFU, so the boundary is
   learned where it matters;
-- *diversity*: each value is multiplied by 1 - exp(-d^2 / 2), d the distance (in doublings
-  of the parallel degrees, micro-batch and nodes, and steps of ZeRO/recompute) to the nearest
-  layout of the same problem (:func:`problem_codes`) already picked or run, so the k picks are
-  not near-copies.
+- *diversity*: each expected-improvement or OOM-boundary value is multiplied by
+  1 - exp(-d^2 / 2), d the distance (in doublings of the parallel degrees, micro-batch and
+  nodes, and steps of ZeRO/recompute) to the nearest layout of the same problem
+  (:func:`problem_codes`) already picked or run, so the k picks are not near-copies; the
+  probability of being the best needs none (:data:`SPREAD_BY_DRAWS`).
 """
 
 from __future__ import annotations
@@ -46,6 +51,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 _Z80 = 1.2815515655446004  # standard normal quantile of 0.9: an 80% interval is mu +- 1.28 sigma
+Gain = Literal["expected-improvement", "probability-best"]
+GAINS: tuple[str, ...] = ("expected-improvement", "probability-best")
+"""How the slots that look for the best can value a candidate (``Acquisition.gain``)."""
+SPREAD_BY_DRAWS = frozenset({"probability-best"})
+"""Slots without the diversity penalty: their odds are drawn with correlated errors, which
+already share a layout's chance with its near neighbours (two near copies each get about half
+of it), and a penalty on top would count that twice. On the Playbook replay (seeds 0 and 1)
+without it: 24 and 23 cells of 27 within 3 runs, 2 and 2 behind the ranking; with it: 23 and
+23, 2 and 3."""
+SHORTLIST = 256
+"""Most candidates :func:`probability_best` draws (of the highest upper end x p_completed): the
+draws' cost grows faster than the square of their count, and a layout whose interval ends
+below hundreds of others has no odds of being the best."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -55,12 +73,15 @@ class Acquisition:
     boundary_frac: float = 0.25
     """Share of the k slots for layouts near the OOM boundary."""
     diversity_scale: float = 1.0
-    """Length scale of the diversity penalty, in doublings (0 disables it)."""
-    gain: Literal["expected-improvement", "probability-best"] = "expected-improvement"
-    """How the slots that look for the best value a candidate: its expected improvement, or
-    its probability of being the best of the candidates and above the incumbent
-    (:func:`probability_best`: errors correlated as :mod:`surrogate.layouts.best_odds`
-    models them)."""
+    """Length scale of the diversity penalty, in doublings (0 disables it); the
+    probability-best slots have none (:data:`SPREAD_BY_DRAWS`)."""
+    gain: Gain = "probability-best"
+    """How the slots that look for the best value a candidate: its probability of being the
+    best of the candidates and above the incumbent (:func:`probability_best`: errors
+    correlated as :mod:`surrogate.layouts.best_odds` models them), or its expected
+    improvement. On the Playbook replay (``benchmarks/active_replay.py``, seed 0) the first
+    finds a layout within 2% of a cell's best within 3 runs in 24 cells of 27 and lets 4 of
+    its 72 runs fail (5.6%), expected improvement 22 and 6 of 76 (7.9%)."""
     open_with_best: bool = True
     """Before any completed run of the problem, the first pick is the layout the model ranks
     best (predicted MFU x p_completed: what a user would run first), the others explore. On
@@ -73,9 +94,8 @@ class Acquisition:
             raise ConfigError(f"boundary_frac must be in [0, 1], got {self.boundary_frac}")
         if self.diversity_scale < 0:
             raise ConfigError(f"diversity_scale must be >= 0, got {self.diversity_scale}")
-        if self.gain not in ("expected-improvement", "probability-best"):
-            raise ConfigError(f"gain must be expected-improvement or probability-best, got "
-                              f"{self.gain!r}")
+        if self.gain not in GAINS:
+            raise ConfigError(f"gain must be one of {', '.join(GAINS)}, got {self.gain!r}")
 
 
 def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
@@ -95,8 +115,24 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
 
 def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
     """Each row's probability of completing with the highest MFU of the rows and above
-    ``best`` (:func:`surrogate.layouts.best_odds.p_best`; 0 where the rows have no interval)."""
-    return np.asarray(np.nan_to_num(p_best(scored, incumbent=best), nan=0.0))
+    ``best`` (:func:`surrogate.layouts.best_odds.p_best`), drawn over the :data:`SHORTLIST`
+    rows of the highest upper end x p_completed (0 elsewhere). Where no row has odds above
+    ``best``, a millionth of the odds without it, so that the picks still follow them;
+    without intervals (the analytic model alone), the predicted MFU x p_completed."""
+    mu = scored["pred_mfu"].to_numpy(dtype=float)
+    p_ok = np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0)
+    hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
+    upper = np.nan_to_num(np.where(np.isfinite(hi), hi, mu) * p_ok, nan=-np.inf)
+    rows = np.argsort(-upper, kind="stable")[:SHORTLIST]
+    shortlist = scored.iloc[rows]
+    odds = p_best(shortlist, incumbent=best)
+    if not np.isfinite(odds).all():
+        return np.asarray(np.nan_to_num(mu * p_ok, nan=0.0))
+    if not odds.sum() > 0:
+        odds = 1e-6 * p_best(shortlist)
+    out = np.zeros(len(scored))
+    out[rows] = odds
+    return out
 
 
 def boundary_value(scored: pd.DataFrame) -> np.ndarray:
@@ -199,7 +235,7 @@ def select(
         if not free.any():
             break
         value = np.nan_to_num(values[reason], nan=0.0)
-        if spread:
+        if spread and reason not in SPREAD_BY_DRAWS:
             value = value * (1 - np.exp(-nearest / (2 * acq.diversity_scale**2)))
         value = np.where(free, value, -np.inf)
         i = int(np.argmax(value))
@@ -239,9 +275,8 @@ def _slot_values(scored: pd.DataFrame, k: int, best_measured: float | None,
         mu = scored["pred_mfu"].to_numpy(dtype=float)
         best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
     values = {"oom-boundary": boundary_value(scored)}
-    values[acq.gain] = (expected_improvement(scored, best_measured)
-                        if acq.gain == "expected-improvement"
-                        else probability_best(scored, best_measured))
+    gains = {"expected-improvement": expected_improvement, "probability-best": probability_best}
+    values[acq.gain] = gains[acq.gain](scored, best_measured)
     n_boundary = round(k * acq.boundary_frac)
     plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
     if acq.open_with_best and opening and k > n_boundary:

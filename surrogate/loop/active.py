@@ -35,7 +35,7 @@ from surrogate.config.frameworks import get_framework
 from surrogate.config.table import FlatTable, table_len, take
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
-from surrogate.layouts.best_odds import p_best
+from surrogate.layouts.best_odds import best_set, p_best
 from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.search import RANK_COLUMNS, Limits, score_configs
 from surrogate.layouts.space import layout_key
@@ -349,12 +349,15 @@ def _configs(space: Any, scored: pd.DataFrame, picks: Sequence[tuple[int, str, f
 def _listed(scored: pd.DataFrame, candidates: Mapping[int, TrainingConfig],
             picks: Sequence[tuple[int, str, float]], cols: Sequence[str],
             by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
-    """The picks with their scores and ``p_best`` among them, ordered by the column ``by``
-    (the predicted MFU or its 10% quantile; stable: ties keep the order they were picked)."""
+    """The picks with their scores, ``p_best`` among them and ``best_set`` (those the model
+    cannot tell apart: :func:`surrogate.layouts.best_odds.best_set`), ordered by the column
+    ``by`` (the predicted MFU or its 10% quantile; stable: ties keep the order they were
+    picked)."""
     rows = scored.iloc[[i for i, _, _ in picks]].reset_index(drop=True)
     odds = p_best(rows)
+    tied = best_set(odds)
     order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf),
                        kind="stable")
     return [(candidates[picks[j][0]], picks[j][1],
              {"value": picks[j][2], **{c: rows[c].iloc[j] for c in cols},
-              "p_best": odds[j]}) for j in order]
+              "p_best": odds[j], "best_set": bool(tied[j])}) for j in order]

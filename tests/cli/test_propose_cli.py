@@ -96,3 +96,28 @@ def test_k_is_capped_before_any_work(tmp_path: Path, capsys: pytest.CaptureFixtu
                                      flag: str, value: str) -> None:
     one_line_error(capsys, ["propose", "--round", str(tmp_path / "r"), *SMALL, flag, value],
                    r"--k must be at most 1,000, got .*: a round is runs to launch")
+
+
+def test_the_gain_is_chosen_and_recorded(tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """--gain probability-best values runs by their odds of being the best (the close calls);
+    an unknown gain is one line, before any work; the default is the acquisition's."""
+    from surrogate.loop.acquisition import Acquisition
+
+    rnd = tmp_path / "r1"
+    assert main(["propose", "--round", str(rnd), "--k", "3", "--boundary-frac", "0",
+                 "--gain", "probability-best", *SMALL]) == 0
+    capsys.readouterr()
+    record = json.loads((rnd / "round.json").read_text())
+    assert "probability-best" in json.dumps(record["acquisition"])
+    picked = pd.read_csv(rnd / "proposals.csv")
+    assert set(picked["reason"]) <= {"best-predicted", "probability-best"}
+    held = picked.loc[picked["best_set"], "p_best"]  # the picks the model cannot tell apart
+    assert len(held) and held.sum() >= 0.9 * picked["p_best"].sum() - 1e-9
+    one_line_error(capsys, ["propose", "--round", str(tmp_path / "r2"), *SMALL, "--gain",
+                            "random"], r"--gain must be expected-improvement or "
+                                       r"probability-best, got 'random'")
+    assert not (tmp_path / "r2").exists()
+    assert main(["propose", "--round", str(tmp_path / "r3"), "--k", "1", *SMALL]) == 0
+    default = json.loads((tmp_path / "r3" / "round.json").read_text())["acquisition"]["gain"]
+    assert default == Acquisition().gain

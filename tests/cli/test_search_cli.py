@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -55,11 +56,15 @@ def test_search_ranks_safe_and_shows_the_odds(capsys: pytest.CaptureFixture[str]
     lows = [r["pred_mfu_lo"] for r in top]
     assert lows == sorted(lows, reverse=True)
     assert 0 < sum(r["p_best"] for r in top) <= 1 + 1e-9
+    held = [r["p_best"] for r in top if r["best_set"]]  # the layouts it cannot tell apart
+    assert held and sum(held) >= 0.9 * sum(r["p_best"] for r in top) - 1e-9
     assert all(r["pred_tokens_per_s_per_gpu_lo"] <= r["pred_tokens_per_s_per_gpu"] for r in top)
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["search", *SMALL, "--trials", "0"]) == 0
     text = capsys.readouterr().out
     assert "P(best)" in text and max(len(line) for line in text.splitlines()) <= 80
+    assert ("close call: #" in text) != ("clear lead: #" in text)
+    assert "*: the layouts" in text
     assert main(["search", *SMALL, "--trials", "0", "--rank", "best"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "rank must be mean or safe" in err
@@ -129,8 +134,10 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert (pd.read_csv(rnd / "proposals.csv")["num_layers"] == 12).all()  # the flag's model
     table = capsys.readouterr().out
     assert "round-1: 3 proposed runs" in table and "why" in table
-    assert "EI " in table or "OOM edge" in table
-    assert "EI: expected improvement" in table or "EI " not in table  # said what it is
+    assert "best of all: " in table or "OOM edge" in table
+    # said what it is
+    assert "best of all: the odds that the run completes" in " ".join(table.split()) or \
+        "best of all: " not in table
     assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
@@ -337,3 +344,24 @@ def test_search_and_propose_take_the_network_of_the_day(capsys: pytest.CaptureFi
     assert main(["search", *several, "--trials", "0", "--network", "20GBps"]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is a bandwidth at one node count" in err
+
+
+def test_the_line_under_the_top_says_clear_lead_or_close_call() -> None:
+    """Which layouts the model cannot tell apart, numbered as in the table (synthetic
+    P(best)); nothing without P(best)."""
+    from surrogate.cli.display import best_set_line, odds_cell
+    from surrogate.layouts.best_odds import best_set
+
+    def top(p: list[float]) -> pd.DataFrame:
+        return pd.DataFrame({"p_best": p, "best_set": best_set(np.array(p))})
+
+    assert best_set_line(top([0.95, 0.03, 0.02])) == (
+        "clear lead: #1 holds 95% of P(best); the model tells it apart from the others shown")
+    assert best_set_line(top([0.5, 0.05, 0.4, 0.05])) == (
+        "close call: #1 and #3 hold 90% of P(best) together; the model cannot tell which is "
+        "fastest")
+    assert "cannot tell the 2 shown apart" in str(best_set_line(top([0.5, 0.5])))
+    assert best_set_line(top([float("nan")] * 2)) is None
+    assert best_set_line(pd.DataFrame({"p_best": [0.4]})) is None
+    assert odds_cell({"p_best": 0.4, "best_set": True}) == "40%*"
+    assert odds_cell({"p_best": 0.4, "best_set": False}) == "40%"

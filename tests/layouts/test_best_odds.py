@@ -12,6 +12,7 @@ from surrogate.layouts.best_odds import (
     DIMENSIONS,
     Z80,
     Correlation,
+    best_set,
     correlation_matrix,
     draw_log_errors,
     log_sd,
@@ -103,6 +104,23 @@ def test_an_incumbent_above_every_layout_leaves_little_chance() -> None:
     frame = synthetic([{"mfu": 0.40, "sd": 0.02}, {"mfu": 0.39, "sd": 0.02, "tp": 2}])
     assert p_best(frame, incumbent=0.60).sum() < 0.01
     assert p_best(frame, incumbent=0.10).sum() == pytest.approx(1.0)
+
+
+def test_the_best_set_holds_90_percent_of_p_best() -> None:
+    """The fewest layouts, by P(best), that hold 90% of it: one for a clear lead, several
+    for a close call (in any order of the rows), none without P(best)."""
+    assert best_set(np.array([0.95, 0.04, 0.01])).tolist() == [True, False, False]
+    assert best_set(np.array([0.1, 0.45, 0.05, 0.4])).tolist() == [True, True, False, True]
+    assert best_set(np.array([0.5, 0.4, 0.1])).tolist() == [True, True, False]  # exactly 90%
+    # the shares are of the rows' total: a chance that none completes does not widen it
+    assert best_set(np.array([0.48, 0.02])).tolist() == [True, False]
+    assert not best_set(np.array([np.nan, 0.5])).any()
+    assert not best_set(np.zeros(3)).any() and len(best_set(np.zeros(0))) == 0
+    twins = synthetic([{"mfu": 0.4, "sd": 0.1}, {"mfu": 0.4, "sd": 0.1, "tp": 2},
+                       {"mfu": 0.2, "sd": 0.05, "pp": 2}])
+    assert best_set(p_best(twins)).tolist() == [True, True, False]
+    with pytest.raises(ConfigError, match="mass must be in"):
+        best_set(np.array([1.0]), mass=0.0)
 
 
 @pytest.mark.parametrize(("kw", "match"), [

@@ -167,6 +167,8 @@ def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
     assert 0 < result.top["p_best"].sum() <= 1 + 1e-9
     again = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
     assert list(again.top["p_best"]) == list(result.top["p_best"])
+    held = result.top.loc[result.top["best_set"], "p_best"]  # those it cannot tell apart
+    assert len(held) and held.sum() >= 0.9 * result.top["p_best"].sum() - 1e-9
     top = result.top
     assert (top["pred_tokens_per_s_per_gpu_lo"] <= top["pred_tokens_per_s_per_gpu"]).all()
     assert (top["pred_tokens_per_s_per_gpu"] <= top["pred_tokens_per_s_per_gpu_hi"]).all()

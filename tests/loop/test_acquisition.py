@@ -19,6 +19,7 @@ from surrogate.loop.acquisition import (
     Acquisition,
     layout_vector,
     layout_vectors,
+    probability_best,
     problem_codes,
     select,
 )
@@ -39,21 +40,47 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
     assert {reason for _, reason, _ in picks} == {"probability-best"}
     values = [v for _, _, v in picks]
     assert 0 < sum(values) <= 1 and values[0] == max(values)
+    # no diversity penalty: the correlated draws already share the odds between neighbours
+    odds = probability_best(scored, 0.2)
+    top = [int(i) for i in np.argsort(-odds, kind="stable")[:3]]
+    assert [i for i, _, _ in select(scored, configs, 3, best_measured=0.2,
+                                    acquisition=acq)] == top
     high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
-    assert high[0][2] == 0.0
+    assert 0.0 < high[0][2] < 1e-5  # a millionth of the odds without the incumbent
+    assert high[0][0] == int(np.argmax(probability_best(scored, None)))
     with pytest.raises(ConfigError, match="gain must be"):
         Acquisition(gain="luck")  # type: ignore[arg-type]
 
 
-def test_picks_are_diverse_not_near_copies() -> None:
+def test_probability_best_draws_a_shortlist_and_needs_intervals(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only the rows of the highest upper end x p_completed are drawn (the rest have no
+    odds); without intervals the value is the ranking's, predicted MFU x p_completed."""
+    import surrogate.loop.acquisition as acquisition
+
     configs = space().enumerate()
     scored = score_configs(configs)
-    picks = select(scored, configs, 6, acquisition=Acquisition(boundary_frac=0.0))
+    monkeypatch.setattr(acquisition, "SHORTLIST", 5)
+    odds = probability_best(scored, None)
+    upper = (scored["pred_mfu_hi"] * scored["p_completed"]).to_numpy()
+    assert set(np.flatnonzero(odds > 0)) <= set(np.argsort(-upper, kind="stable")[:5])
+    assert 0 < odds.sum() <= 1 + 1e-9
+    bare = scored.assign(pred_mfu_lo=np.nan, pred_mfu_hi=np.nan)
+    assert probability_best(bare, None) == pytest.approx(
+        (bare["pred_mfu"] * bare["p_completed"]).to_numpy())
+
+
+def test_picks_are_diverse_not_near_copies() -> None:
+    """Expected improvement's picks are spread by the diversity penalty (probability-best's
+    by its correlated draws)."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    ei = Acquisition(boundary_frac=0.0, gain="expected-improvement")
+    picks = select(scored, configs, 6, acquisition=ei)
     vecs = np.stack([layout_vector(configs[i]) for i, _, _ in picks])
     d = np.sqrt(((vecs[:, None] - vecs[None]) ** 2).sum(-1))
     assert len({i for i, _, _ in picks}) == 6
-    no_penalty = select(scored, configs, 6,
-                        acquisition=Acquisition(boundary_frac=0.0, diversity_scale=0.0))
+    no_penalty = select(scored, configs, 6, acquisition=replace(ei, diversity_scale=0.0))
     vecs0 = np.stack([layout_vector(configs[i]) for i, _, _ in no_penalty])
     d0 = np.sqrt(((vecs0[:, None] - vecs0[None]) ** 2).sum(-1))
     assert d[np.triu_indices(6, 1)].min() >= d0[np.triu_indices(6, 1)].min()
@@ -94,10 +121,13 @@ def test_a_campaign_opens_with_the_best_predicted_layout() -> None:
     picks = select(scored, configs, 3, acquisition=Acquisition(boundary_frac=0.0))
     ranked = (scored["pred_mfu"] * scored["p_completed"]).to_numpy()
     assert picks[0][:2] == (int(np.argmax(ranked)), "best-predicted")
-    assert {reason for _, reason, _ in picks[1:]} == {"expected-improvement"}
+    assert {reason for _, reason, _ in picks[1:]} == {"probability-best"}
     later = select(scored, configs, 3, best_measured=0.2, acquisition=Acquisition(
         boundary_frac=0.0))
-    assert {reason for _, reason, _ in later} == {"expected-improvement"}
+    assert {reason for _, reason, _ in later} == {"probability-best"}
+    ei = Acquisition(boundary_frac=0.0, gain="expected-improvement")  # still selectable
+    assert {reason for _, reason, _ in select(scored, configs, 3, acquisition=ei)[1:]} == {
+        "expected-improvement"}
 
 
 def test_candidates_as_a_table_are_picked_as_configurations() -> None:

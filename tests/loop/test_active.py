@@ -34,7 +34,7 @@ def test_propose_writes_a_round_and_refuses_to_overwrite(tmp_path: Path) -> None
     assert record["model"]["data_hash"]  # the bundled model's identity
     assert record["goal"]["global_batch_seqs"] == 32
     assert {p["reason"] for p in record["proposals"]} <= {"best-predicted",
-                                                         "expected-improvement",
+                                                         "probability-best",
                                                          "oom-boundary"}
     for name in proposals["name"]:
         run = out / "logs" / name
