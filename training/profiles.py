@@ -35,11 +35,11 @@ from microbench.gemm import GRID_SIDES
 from surrogate.calibration.calibrate import fit_profile
 from surrogate.hardware.profile import CalibrationProfile
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.ingest.microbench_table import GEMM_OP
 from surrogate.ingest.nccl_tests import parse_nccl_tests
 from surrogate.ingest.playbook_network import parse_playbook_network
 from surrogate.ingest.xla_tables import parse_xla_table
 from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.runs.microbench_table import GEMM_OP
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
 PLAYBOOK_PROFILE = "hf-playbook-cluster"

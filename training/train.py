@@ -52,7 +52,7 @@ def load_runs(
     """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
     import pandas as pd
 
-    from surrogate.ingest.sweep_files import read_sweeps
+    from surrogate.runs.sweep_files import read_sweeps
 
     frames = []
     if playbook:

@@ -2,7 +2,7 @@
 
 Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
 
-- ``status`` Success / OOM / Other -> completed / oom / fail (:mod:`surrogate.ingest.status`).
+- ``status`` Success / OOM / Other -> completed / oom / fail (:mod:`surrogate.runs.status`).
 - Model shape: the name's prefix (``8.86G``) gives the preset of
   :func:`surrogate.config.presets.playbook_model` (the table has no MLP width); hidden_size,
   num_layers, num_heads, vocab_size and seq_len come from the row and must agree with the name
@@ -24,7 +24,7 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
   master weights, fp32 accumulator, Adam) give 1,342,244,864 x 20 B = 25.00 GiB = 26.84 GB;
   in GB the 25.07 would be a fractional 18.7 bytes per parameter
   (``benchmarks/playbook_ingest.py`` prints this).
-  mfu is recomputed under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`).
+  mfu is recomputed under the project's definition (:func:`surrogate.runs.sweeps.recompute_mfu`).
 - run_id = ``<job_id>/<name>``: one Slurm job ran several configurations, so job_id repeats.
 - date: the ``date`` column, else the timestamp in ``log_file``, else missing.
 
@@ -45,10 +45,10 @@ from surrogate.config.training import TrainingConfig, coerce_column, config_from
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.nanotron import pp_schedule_of
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.status import status_from_label
-from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_row, frame_from_rows, sweep_row
 from surrogate.io.input_files import check_input_file
 from surrogate.io.tableio import check_csv_header
+from surrogate.runs.status import status_from_label
+from surrogate.runs.sweeps import FLAG_COLUMN, flagged_row, frame_from_rows, sweep_row
 
 SOURCE = "hf_ultrascale_playbook"
 HARDWARE = "8x H100 80GB SXM per node, NVLink inside a node, AWS EFA between nodes"
@@ -175,7 +175,7 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
 
     ``flagged``: a run whose layout the configuration validator rejects (a pipeline deeper than
     the layers, heads not divisible by tp) is kept, flagged with the reason
-    (:data:`surrogate.ingest.sweeps.FLAG_COLUMN`), instead of skipped: it was launched and it
+    (:data:`surrogate.runs.sweeps.FLAG_COLUMN`), instead of skipped: it was launched and it
     failed (or ran), which is data. ``surrogate ingest`` keeps them; readers that build
     configurations take the others."""
     p = Path(path)

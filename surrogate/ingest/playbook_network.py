@@ -5,7 +5,7 @@ at the start of the run with 256 MB messages (``../shared/data/MANIFEST.md``, "R
 network measurements inside the Playbook sweep"): ``AllReduce``, ``AllGather`` and
 ``ReduceScatter (GB/s)`` over all of the run's GPUs (group nodes x 8, spanning ``nodes``
 nodes), and ``AR``, ``AG``, ``RS Intra-node (GB/s)`` inside one node (group 8, nodes 1). Each
-(run, column) with a value becomes one row (:mod:`surrogate.ingest.microbench_table`):
+(run, column) with a value becomes one row (:mod:`surrogate.runs.microbench_table`):
 
 - op all_reduce / all_gather / reduce_scatter, layout ``contiguous`` (the whole job, or one
   node's consecutive ranks), in_place missing, dtype ``bf16`` (the runs' training dtype,
@@ -61,9 +61,9 @@ from typing import Any, Final
 import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
-from surrogate.ingest.microbench_table import rows_to_microbench
 from surrogate.ingest.playbook import GPU, GPUS_PER_NODE, SOURCE, read_table, run_date
 from surrogate.ingest.report import IngestReport
+from surrogate.runs.microbench_table import rows_to_microbench
 
 SIZE_BYTES: Final = 256 * 2**20
 """256 MiB, assumed (see the module docstring)."""

@@ -27,10 +27,10 @@ import pandas as pd
 
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError
-from surrogate.ingest.microbench_table import hardware_from_device_name
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.microbench_table import hardware_from_device_name
+from surrogate.runs.sweeps import frame_from_rows, sweep_row
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
 STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",

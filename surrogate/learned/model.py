@@ -155,7 +155,7 @@ class SurrogateModel(Estimator):
         ```python
         from surrogate.learned.model import SurrogateModel
 
-        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.ingest.sweeps columns)
+        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.runs.sweeps columns)
         model.save("my-model")
         columns = SurrogateModel.load("my-model").predict([cfg])   # cfg: a TrainingConfig
         ```
@@ -222,7 +222,7 @@ class SurrogateModel(Estimator):
     # ---------------------------------------------------------------- fitting
     def fit(self, X: pd.DataFrame | TrainingData, y: None = None, *, profile: Any = None,
             sample_weight: np.ndarray | None = None) -> SurrogateModel:
-        """Learn from the runs of a sweep table (``surrogate.ingest.sweeps`` columns); the model.
+        """Learn from the runs of a sweep table (``surrogate.runs.sweeps`` columns); the model.
 
         ``X`` is the runs table, or the :class:`TrainingData` :func:`training_data` made of it
         (or a part of one, :meth:`TrainingData.take`). ``y`` must be None: the targets are the

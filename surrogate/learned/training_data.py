@@ -71,7 +71,7 @@ class TrainingData:
     parts of one table prepares it once."""
 
     runs: pd.DataFrame
-    """The runs (``surrogate.ingest.sweeps`` columns), indexed 0..n-1."""
+    """The runs (``surrogate.runs.sweeps`` columns), indexed 0..n-1."""
     profile: Any
     """The calibration profile the features were computed under (None: each run's cluster's,
     ``surrogate.calibration.clusters.run_context``)."""

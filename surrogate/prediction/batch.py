@@ -28,10 +28,10 @@ from typing import IO, TYPE_CHECKING, Any
 
 from surrogate.config.files import CONFIG_KEYS, OWN_COLUMN_PREFIX, nearest_key
 from surrogate.errors import ConfigError, shown
-from surrogate.ingest.sweeps import FLAG_COLUMN, OUTCOME_COLUMNS, PROVENANCE_COLUMNS
 from surrogate.io.tableio import CHUNK_ROWS, NotStreamable, TableWriter, iter_table, read_table
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame, resolve_model
 from surrogate.progress import ProgressFn, report
+from surrogate.runs.sweeps import FLAG_COLUMN, OUTCOME_COLUMNS, PROVENANCE_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd

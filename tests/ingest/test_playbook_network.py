@@ -12,8 +12,8 @@ import pytest
 from surrogate.analytic.perf import bus_factor
 from surrogate.cli import main
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import MICROBENCH_COLUMNS, validate_microbench
 from surrogate.ingest.playbook_network import NETWORK_COLUMNS, parse_playbook_network
+from surrogate.runs.microbench_table import MICROBENCH_COLUMNS, validate_microbench
 
 HEADER = (
     "job_id,name,nodes,seq_len,mbs,batch_accum,gbs,mTFLOPs,hTFLOPs,tok/s/gpu,AllReduce (GB/s),"

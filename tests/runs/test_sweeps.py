@@ -18,8 +18,8 @@ from surrogate.config.model import ARCHITECTURE_FIELDS
 from surrogate.config.presets import get_preset
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig
 from surrogate.errors import DataError
-from surrogate.ingest.sweep_files import append_sweeps, read_sweeps, write_sweeps
-from surrogate.ingest.sweeps import (
+from surrogate.runs.sweep_files import append_sweeps, read_sweeps, write_sweeps
+from surrogate.runs.sweeps import (
     STATUSES,
     SWEEP_COLUMNS,
     empty_sweeps,
@@ -150,7 +150,7 @@ def test_a_clean_table_of_thousands_of_rows_validates_unchanged() -> None:
 
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
-    code = "import sys, surrogate.ingest.sweeps; print('pandera' in sys.modules)"
+    code = "import sys, surrogate.runs.sweeps; print('pandera' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
