@@ -30,8 +30,7 @@ from surrogate.ingest.detect import (
 from surrogate.ingest.llmfoundry import parse_llmfoundry
 from surrogate.ingest.megatron import parse_megatron
 from surrogate.ingest.nanotron import parse_nanotron
-from surrogate.ingest.playbook import parse_playbook
-from surrogate.ingest.playbook_network import parse_playbook_network
+from surrogate.ingest.playbook_network import parse_playbook_network, parse_playbook_runs
 from surrogate.ingest.published import parse_published
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.torchtitan import parse_torchtitan
@@ -126,7 +125,7 @@ def parse_file(
     if fmt == "playbook":
         if network:
             return parse_playbook_network(path)
-        return parse_playbook(path, flagged=True)  # an ingest keeps every run, flagged
+        return parse_playbook_runs(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "llm-foundry":
         return parse_llmfoundry(path)
     if fmt == "published":
