@@ -71,8 +71,8 @@ from surrogate.analytic.memory import (
 )
 from surrogate.analytic.pipeline import first_stage_inflight
 from surrogate.calibration.blocks import blocks_for_runs
-from surrogate.calibration.clusters import playbook_runs
 from surrogate.config.gpus import get_gpu
+from surrogate.ingest.playbook_network import playbook_runs
 
 GIB = 2.0**30
 SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",

@@ -77,7 +77,7 @@ _KEEP: list[Any] = []
 
 def _sweep_table(d: Path) -> None:
     """150 Playbook runs as a sweep table (a small, fast training set)."""
-    from surrogate.calibration.clusters import playbook_runs
+    from surrogate.ingest.playbook_network import playbook_runs
     from surrogate.runs.sweep_files import write_sweeps
     from surrogate.runs.sweeps import SWEEP_COLUMNS
 

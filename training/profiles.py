@@ -14,8 +14,8 @@ the project's own.
   nodes, the law that best forecast held-out larger node counts.
 - ``h100-own-measured.json``: the GEMMs this project measured on one H100 SXM
   (``datasets/h100/2026-11-23``), with the public intra-node collectives; the profile under
-  which the project's own single-GPU training steps are explained
-  (``surrogate.calibration.clusters``).
+  which the project's own single-GPU training steps are explained (their ``profile`` column,
+  ``surrogate.ingest.train_step.OWN_H100_PROFILE``).
 
 Why the healthy fabric is the default: the Playbook cluster's collapse with scale is one
 cluster's network (a user's is better described by their own nccl-tests or

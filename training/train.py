@@ -56,7 +56,7 @@ def load_runs(
 
     frames = []
     if playbook:
-        from surrogate.calibration.clusters import playbook_runs
+        from surrogate.ingest.playbook_network import playbook_runs
 
         frames.append(playbook_runs(data_dir))
     for p in sweep_paths:
