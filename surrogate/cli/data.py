@@ -28,7 +28,8 @@ def ingest_cmd(
     set_values: Annotated[
         list[str] | None,
         typer.Option("--set", help="KEY=VALUE for what a log lacks (a configuration column, "
-                     "model=PRESET, source, hardware, date). Repeatable."),
+                     "model=PRESET, source, hardware, date; profile, peak_mem_stage, net_scale: "
+                     "how training explains the runs). Repeatable."),
     ] = None,
     network: Annotated[
         bool,
