@@ -46,7 +46,7 @@ prints the same held-out predictions per source as a user gets them (OOM calls i
 
 ``--network`` (default ``both``): the network each held-out Playbook run is predicted under:
 ``measured``, the all-reduce bandwidth the run measured at its own start (its ``net_scale``,
-``surrogate.calibration.clusters``), which no user has before a run; ``profile``, the cluster
+``surrogate.runs.context``), which no user has before a run; ``profile``, the cluster
 profile's curve at the run's node count alone, as a user predicts; ``both`` prints every
 protocol under each, from the same fits (training always explains its runs under their own
 measured network). The profile's figures are labelled ``profile network``.
@@ -69,9 +69,9 @@ from typing import Any
 import pandas as pd
 from accuracy_transfer import across, analytic_transfer, by_column, transfer
 
-from surrogate.calibration.clusters import NETWORKS
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
+from surrogate.runs.context import NETWORKS
 from training.coverage import (
     COVERAGE_FLOOR,
     MIN_GROUP_RUNS,

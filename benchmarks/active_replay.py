@@ -9,7 +9,7 @@
 For each (model, nodes) cell of the Playbook table: a SurrogateModel is trained on the *other*
 cells only (cheap settings, cached per cell under ``--cache-dir`` by its features and targets),
 each run explained under the network it measured, as ``surrogate train`` does
-(:func:`surrogate.calibration.clusters.playbook_runs`); the loop then proposes
+(:func:`surrogate.ingest.playbook_network.playbook_runs`); the loop then proposes
 ``--batch`` runs per round among the cell's configurations present in the table (running one =
 reading its measured outcome), adds them to the training data and retrains, until a run within
 2% (relative) of the cell's best measured MFU is found or ``--max-runs`` runs are spent.
@@ -49,9 +49,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from surrogate.calibration.clusters import SOURCE_PROFILES, playbook_runs
 from surrogate.config.training import TrainingConfig, config_from_flat, config_to_flat
 from surrogate.errors import NoModelError
+from surrogate.ingest.playbook import PROFILE
+from surrogate.ingest.playbook_network import playbook_runs
 from surrogate.layouts.rules import rules_order
 from surrogate.layouts.search import Limits, score_configs
 from surrogate.learned.model import SurrogateModel
@@ -62,7 +63,6 @@ CHEAP = {"n_estimators": 100}
 TOLERANCE = 0.02
 BUDGET = 8
 SHORT = 3
-PROFILE = SOURCE_PROFILES["hf_ultrascale_playbook"]
 NETWORK_FACTOR = 2.0
 
 

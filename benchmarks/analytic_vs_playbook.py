@@ -2,7 +2,7 @@
 calibration.
 
 Each run is explained under its own cluster (the ``hf-playbook-cluster`` profile and the
-bandwidth the run measured, ``surrogate.calibration.clusters``). Three rows:
+bandwidth the run measured, ``surrogate.runs.context``). Three rows:
 
 - ``priors``: the free parameters at their priors (``surrogate.analytic.params``), nothing
   fitted;
@@ -38,8 +38,8 @@ from surrogate.calibration.blocks import (
     predicted_step_s,
     values_in_use,
 )
-from surrogate.calibration.clusters import playbook_runs
 from surrogate.calibration.fit_params import fit_runs, held_out_figures
+from surrogate.ingest.playbook_network import playbook_runs
 
 
 def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str, np.ndarray]:

@@ -47,7 +47,6 @@ import numpy as np
 import pandas as pd
 
 from surrogate.analytic.params import ParameterSets
-from surrogate.calibration.clusters import SOURCE_PROFILES
 from surrogate.calibration.fit_params import fit_runs
 from surrogate.config.training import CONFIG_COLUMNS
 from surrogate.ingest.published import parse_published
@@ -67,6 +66,14 @@ def group_of(runs: pd.DataFrame) -> pd.Series:
     return runs["cluster"].where(~own, "own-h100 " + runs["framework"].astype(str))
 
 
+def _cluster_profile(runs: pd.DataFrame) -> str | None:
+    """The one profile the runs of a source carry (their ``profile`` column), or None."""
+    given = set(runs["profile"].dropna()) if "profile" in runs else set()
+    if len(given) > 1:
+        raise SystemExit(f"one source's runs carry several profiles: {sorted(given)}")
+    return given.pop() if given else None
+
+
 def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | None],
                 *, cluster_profiles: bool = True) -> pd.DataFrame:
     """Every run of ``runs`` predicted under its source's held-out sets, by each of
@@ -78,7 +85,7 @@ def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | No
             out[f"{name}_{col}"] = np.nan
         for source, sets in sets_by_source.items():
             rows = (runs["source"] == source).to_numpy()
-            profile = SOURCE_PROFILES.get(source) if cluster_profiles else None
+            profile = _cluster_profile(runs.loc[rows]) if cluster_profiles else None
             pred = predict_frame(runs.loc[rows, list(CONFIG_COLUMNS)].reset_index(drop=True),
                                  model=model, sets=sets, profile=profile)
             bad = pred["error"].astype(bool)

@@ -56,7 +56,7 @@ from surrogate.analytic.memory import (
     memory_breakdown,
 )
 from surrogate.calibration.blocks import blocks_for_runs
-from surrogate.calibration.clusters import playbook_runs
+from surrogate.ingest.playbook_network import playbook_runs
 
 GIB = 2.0**30
 SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",

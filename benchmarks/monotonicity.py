@@ -41,7 +41,7 @@ import numpy as np
 import pandas as pd
 from memory_diagnosis import SHAPE
 
-from surrogate.calibration.clusters import playbook_runs
+from surrogate.ingest.playbook_network import playbook_runs
 from surrogate.learned.model import SurrogateModel
 from surrogate.prediction.scoring import score_runs
 

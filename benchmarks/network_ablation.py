@@ -5,7 +5,7 @@
 Two parts (about 2 minutes):
 
 1. **Ablation.** Every Playbook run is explained under its cluster's profile and the bandwidth
-   it measured at start-up (``net_scale``, ``surrogate.calibration.clusters``). Without that column
+   it measured at start-up (``net_scale``, ``surrogate.runs.context``). Without that column
    every
    run gets the cluster's median curve at its node count instead. Both ways, the script prints
    the analytic model alone with its free parameters fitted with each node count held out in
@@ -29,8 +29,8 @@ import numpy as np
 import pandas as pd
 
 from surrogate.calibration.blocks import blocks_for_runs, predicted_breakdown, values_in_use
-from surrogate.calibration.clusters import playbook_runs
 from surrogate.calibration.fit_params import fit_runs, held_out_figures
+from surrogate.ingest.playbook_network import playbook_runs
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import training_data
 from surrogate.prediction.predict import DEFAULT_MODEL_DIR

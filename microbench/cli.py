@@ -89,7 +89,7 @@ def microbench_cmd(
 def _gpu_name(torch: Any) -> str:
     """This machine's GPU by the name of the GPU table (an H100's where it has none)."""
     # the ingest module reads tables with pandas: loaded only where a GPU is there to name
-    from surrogate.ingest.microbench_table import hardware_from_device_name
+    from surrogate.runs.microbench_table import hardware_from_device_name
 
     gpu = hardware_from_device_name(torch.cuda.get_device_name())
     try:

@@ -25,7 +25,7 @@ from typing import Any
 from microbench.fingerprint import collect
 from microbench.gemm import int_list, resolve_device, time_call_s
 from microbench.records import JsonlWriter, make_record
-from surrogate.ingest.microbench_table import MEMORY_BOUND_OPS
+from surrogate.runs.microbench_table import MEMORY_BOUND_OPS
 
 STANDARD_TOKENS = (4096, 16384)
 STANDARD_WIDTHS = (2048, 4096, 8192)

@@ -30,7 +30,7 @@ microbench.torchtitan_runs train-one <run>``, from the plan directory: what the 
 ``env.txt`` gets ``nvidia-smi`` and the fingerprint of :mod:`microbench.fingerprint`.
 
 ``ingest`` reads each run with the torchtitan reader (:mod:`surrogate.ingest.torchtitan`: the
-log's step lines, status by the one rule of ``surrogate.ingest.status``), giving it the
+log's step lines, status by the one rule of ``surrogate.runs.status``), giving it the
 columns of ``flavour.json``, and appends the rows to a sweep table.
 """
 
@@ -300,7 +300,7 @@ def read_run_dirs(root: Path) -> tuple[Any, list[str]]:
 def ingest(root: Path, into: Path) -> Any:
     """Append the rows of :func:`read_run_dirs` to the sweep table ``into``; returns the
     append summary."""
-    from surrogate.ingest.sweep_files import append_sweeps
+    from surrogate.runs.sweep_files import append_sweeps
 
     frame, lines = read_run_dirs(root)
     print("\n".join(lines))

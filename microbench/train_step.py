@@ -63,7 +63,7 @@ from microbench.watchdog import Watchdog
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import PRESETS
 from surrogate.config.training import MODEL_FIELDS
-from surrogate.ingest.microbench_table import hardware_from_device_name
+from surrogate.runs.microbench_table import hardware_from_device_name
 
 RECORD_SCHEMA = "surrogate.train_step/1"
 GIB = 2.0**30

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from surrogate.calibration.clusters import SOURCE_PROFILES, run_context
 from surrogate.config.model import ModelConfig
 from surrogate.config.training import CONFIG_COLUMNS
 from surrogate.hardware.profile import load_profile, shipped_profiles
 from surrogate.ingest.dispatch import read_runs
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
+from surrogate.ingest.train_step import OWN_H100_PROFILE
+from surrogate.runs.context import run_context
 
 DATA = Path(__file__).resolve().parents[1] / "datasets" / "h100" / "2026-11-23"
 
@@ -34,7 +35,7 @@ def test_training_steps_read_whole_and_use_their_profile() -> None:
     assert (runs["source"] == "surrogate_h100").all()
     assert "h100-own-measured" in shipped_profiles()
     profiles, _ = run_context(runs)
-    assert set(profiles) == {SOURCE_PROFILES["surrogate_h100"]} == {"h100-own-measured"}
+    assert set(profiles) == set(runs["profile"]) == {OWN_H100_PROFILE} == {"h100-own-measured"}
     prof = load_profile("h100-own-measured")
     assert {c.provenance for c in prof.gemm.values()} == {"measured"}
 

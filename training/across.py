@@ -38,11 +38,12 @@ from surrogate.calibration.blocks import (
     predicted_logged_reserved,
     predicted_step_s,
 )
-from surrogate.calibration.clusters import playbook_runs
 from surrogate.calibration.fit_params import Balance, fit_default, fit_runs
 from surrogate.config.training import config_from_flat
 from surrogate.ingest.dispatch import read_runs
 from surrogate.ingest.llmfoundry import parse_llmfoundry
+from surrogate.ingest.playbook_network import playbook_runs
+from surrogate.ingest.train_step import OWN_H100_PROFILE
 from surrogate.io.datasource import data_dir as resolve_data_dir
 
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
@@ -61,7 +62,8 @@ def own_h100_runs() -> pd.DataFrame:
     paths += sorted((DATASETS / "2026-11-24" / "fsdp2").glob("train_steps_*.jsonl"))
     frames = [read_runs(p) for p in paths]
     torchtitan = read_run_dirs(DATASETS / "2026-11-24" / "torchtitan")[0]
-    torchtitan["source"] = "surrogate_h100"  # the same machine: its profile explains them
+    torchtitan["source"] = "surrogate_h100"
+    torchtitan["profile"] = OWN_H100_PROFILE  # the same machine: its profile explains them
     frames.append(torchtitan)
     return pd.concat(frames, ignore_index=True)
 

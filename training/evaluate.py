@@ -170,7 +170,7 @@ class ProtocolResult:
     """The same test runs with the analytic model's prediction columns instead."""
     network: str = "measured"
     """The network the test runs were predicted under
-    (``surrogate.calibration.clusters.NETWORKS``)."""
+    (``surrogate.runs.context.NETWORKS``)."""
 
 
 def evaluate_protocol(
@@ -257,14 +257,14 @@ def evaluate_grid(
     refit_physics: bool = True,
 ) -> dict[tuple[float | None, str], ProtocolResult]:
     """:func:`evaluate_protocol` per (domain shrinkage, network) from one fit per split: both
-    act at prediction time only. ``networks`` (``surrogate.calibration.clusters.NETWORKS``):
+    act at prediction time only. ``networks`` (``surrogate.runs.context.NETWORKS``):
     the held-out runs scored with the network each measured at its start (``measured``) or
     under the cluster profile's curve alone (``profile``: as a user predicts before a run;
-    ``surrogate.calibration.clusters.as_predicted``). Training always explains its runs under
+    ``surrogate.runs.context.as_predicted``). Training always explains its runs under
     their own measured network."""
     import pandas as pd
 
-    from surrogate.calibration.clusters import as_predicted
+    from surrogate.runs.context import as_predicted
 
     data = _prepared(runs, profile)
     runs, profile = data.runs, data.profile
@@ -332,7 +332,7 @@ def evaluate_analytic(
     ``metrics`` and ``analytic_metrics`` both hold them."""
     import pandas as pd
 
-    from surrogate.calibration.clusters import as_predicted
+    from surrogate.runs.context import as_predicted
 
     data = _prepared(runs, profile)
     runs, profile = data.runs, data.profile

@@ -14,8 +14,8 @@ the project's own.
   nodes, the law that best forecast held-out larger node counts.
 - ``h100-own-measured.json``: the GEMMs this project measured on one H100 SXM
   (``datasets/h100/2026-11-23``), with the public intra-node collectives; the profile under
-  which the project's own single-GPU training steps are explained
-  (``surrogate.calibration.clusters``).
+  which the project's own single-GPU training steps are explained (their ``profile`` column,
+  ``surrogate.ingest.train_step.OWN_H100_PROFILE``).
 
 Why the healthy fabric is the default: the Playbook cluster's collapse with scale is one
 cluster's network (a user's is better described by their own nccl-tests or
@@ -35,11 +35,11 @@ from microbench.gemm import GRID_SIDES
 from surrogate.calibration.calibrate import fit_profile
 from surrogate.hardware.profile import CalibrationProfile
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.ingest.microbench_table import GEMM_OP
 from surrogate.ingest.nccl_tests import parse_nccl_tests
 from surrogate.ingest.playbook_network import parse_playbook_network
 from surrogate.ingest.xla_tables import parse_xla_table
 from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.runs.microbench_table import GEMM_OP
 
 PROFILES_DIR = Path(__file__).resolve().parents[1] / "surrogate" / "data" / "profiles"
 PLAYBOOK_PROFILE = "hf-playbook-cluster"

@@ -52,11 +52,11 @@ def load_runs(
     """The Playbook runs (unless ``playbook=False``) and the given sweep tables, stacked."""
     import pandas as pd
 
-    from surrogate.ingest.sweep_files import read_sweeps
+    from surrogate.runs.sweep_files import read_sweeps
 
     frames = []
     if playbook:
-        from surrogate.calibration.clusters import playbook_runs
+        from surrogate.ingest.playbook_network import playbook_runs
 
         frames.append(playbook_runs(data_dir))
     for p in sweep_paths:

@@ -396,16 +396,16 @@ def torch_reserved_bytes(breakdown: dict[str, Array]) -> Array:
 LOGGED_STAGE_COLUMN = "peak_mem_stage"
 """The analytic column of the 0-based pipeline stage of the rank whose log a run's measured peak
 memory comes from (NaN or absent: the most loaded rank's, the maximum over ranks); training and
-calibration set it per run from the run's source
-(``surrogate.calibration.clusters.run_context``)."""
+calibration read it from the run's own column of that name
+(``surrogate.runs.context.run_context``)."""
 
 
 def logged_breakdown(c: Cols, breakdown: dict[str, Array]) -> dict[str, Array]:
     """The breakdown of the rank whose log a run's measured memory comes from: of stage
     ``c[LOGGED_STAGE_COLUMN]`` where it is given and a stage of the run (the Playbook's table
-    is written by world rank 0, on the first stage: ``surrogate.calibration.clusters``), else
-    ``breakdown`` (:func:`memory_breakdown`: the most loaded stage, which is what runs out of
-    memory and what ``predict`` reports)."""
+    is written by world rank 0, on the first stage: ``surrogate.ingest.playbook.LOGGED_STAGE``),
+    else ``breakdown`` (:func:`memory_breakdown`: the most loaded stage, which is what runs out
+    of memory and what ``predict`` reports)."""
     stage = np.asarray(c.get(LOGGED_STAGE_COLUMN, np.nan), dtype=np.float64)
     stage = np.broadcast_to(stage, np.shape(breakdown["total"]))
     rows = np.flatnonzero(np.isfinite(stage) & (stage >= 0) & (stage < c["pp"]) & (c["pp"] > 1))

@@ -1,2 +1,2 @@
-"""Fitting the analytic model to measurements: calibration profiles from microbenchmarks, the
-free parameters from measured runs, and which cluster each run ran on."""
+"""Fitting the analytic model to measurements: calibration profiles from microbenchmarks and
+the free parameters from measured runs."""

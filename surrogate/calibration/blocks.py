@@ -20,11 +20,11 @@ from surrogate.analytic.memory import (
 from surrogate.analytic.params import ParameterSets
 from surrogate.analytic.perf import PerfModel
 from surrogate.analytic.step import step_breakdown
-from surrogate.calibration.clusters import run_context
 from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.gpus import GIB
 from surrogate.config.training import config_from_flat
 from surrogate.hardware.perf_models import resolve_perf_model
+from surrogate.runs.context import run_context
 
 
 @dataclass
@@ -97,7 +97,7 @@ healthy|all`` prints both)."""
 def blocks_for_runs(runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
                     ) -> tuple[list[Block], list[np.ndarray]]:
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
-    (:func:`surrogate.calibration.clusters.run_context`), one per (PerfModel, parameter set: the
+    (:func:`surrogate.runs.context.run_context`), one per (PerfModel, parameter set: the
     framework
     version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
     indices of ``runs`` each block holds; their columns carry the values of ``sets`` (None:

@@ -41,7 +41,7 @@ from surrogate.config.gpus import GPUSpec, canonical_gpu_name, get_gpu
 from surrogate.errors import DataError
 from surrogate.hardware.fabric import fit_fabric
 from surrogate.hardware.profile import CalibrationProfile, CollectiveCurve, GemmCurve
-from surrogate.ingest.microbench_table import GEMM_OP, validate_microbench
+from surrogate.runs.microbench_table import GEMM_OP, validate_microbench
 
 GEMM_DTYPES = ("bf16", "fp8")
 ATTENTION_OP = "sdpa_causal_fwd_bwd"

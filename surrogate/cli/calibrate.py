@@ -99,9 +99,9 @@ def _calibrate_runs(sources: list[str], out: Path, profile: str | None, group_by
     import numpy as np
     import pandas as pd
 
-    from surrogate.calibration.clusters import playbook_runs
     from surrogate.calibration.fit_params import fit_runs, held_out_figures, write_sets
     from surrogate.ingest.dispatch import read_runs
+    from surrogate.ingest.playbook_network import playbook_runs
     frames = [playbook_runs() if s == "playbook" else read_runs(s) for s in sources]
     table = pd.concat(frames, ignore_index=True)
     with console.status(escape(f"fitting the analytic model's parameters on {len(table)} "

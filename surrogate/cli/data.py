@@ -1,7 +1,7 @@
 """`surrogate ingest`, `surrogate data fetch`, `surrogate data summary` (datasets issue).
 
 Thin: parse options, call :mod:`surrogate.ingest.dispatch` / :mod:`surrogate.io.datasource` /
-:mod:`surrogate.ingest.sweeps`, print. pandas and the parsers are imported inside the commands.
+:mod:`surrogate.runs.sweeps`, print. pandas and the parsers are imported inside the commands.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def ingest_cmd(
     set_values: Annotated[
         list[str] | None,
         typer.Option("--set", help="KEY=VALUE for what a log lacks (a configuration column, "
-                     "model=PRESET, source, hardware, date). Repeatable."),
+                     "model=PRESET, source, hardware, date; profile, peak_mem_stage, net_scale: "
+                     "how training explains the runs). Repeatable."),
     ] = None,
     network: Annotated[
         bool,
@@ -102,14 +103,14 @@ def summary_cmd(
 ) -> int:
     """What data is available: runs by source, model, nodes and status; microbenchmark
     coverage by op and size."""
-    from surrogate.ingest.sweep_files import read_sweeps
-    from surrogate.ingest.sweeps import sweep_summary
     from surrogate.io.datasource import data_dir as resolve_data_dir
     from surrogate.io.datasource import load_sources
+    from surrogate.runs.sweep_files import read_sweeps
+    from surrogate.runs.sweeps import sweep_summary
 
     if sweeps is not None:
         df = read_sweeps(sweeps, flagged=True)  # a summary counts every run it holds
-        from surrogate.ingest.sweeps import flagged_mask
+        from surrogate.runs.sweeps import flagged_mask
 
         flagged = int(flagged_mask(df).sum())
         typer.echo(f"sweep table {sweeps}: {len(df)} runs" + (

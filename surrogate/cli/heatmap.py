@@ -130,9 +130,9 @@ def _measured(measured: Path, presets: list[Any]) -> Any:
     """The measured grid of a sweep table or the Playbook CSV, its models named as
     ``presets``."""
     from surrogate.ingest.playbook import REQUIRED_COLUMNS, parse_playbook
-    from surrogate.ingest.sweeps import unflagged
     from surrogate.io.tableio import read_table
     from surrogate.layouts.heatmap import measured_grid
+    from surrogate.runs.sweeps import unflagged
 
     table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
     if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \

@@ -1,9 +1,9 @@
 """``surrogate ingest``: expand paths, detect formats, run the parsers, write one table.
 
-Sweep formats (training runs) go to :func:`surrogate.ingest.sweep_files.append_sweeps`;
+Sweep formats (training runs) go to :func:`surrogate.runs.sweep_files.append_sweeps`;
 microbenchmark
 formats go to the parsers of the microbenchmark table (``surrogate.ingest.nccl_tests``,
-``xla_tables``, ``microbench_jsonl``) and ``surrogate.ingest.microbench_table.append_microbench``,
+``xla_tables``, ``microbench_jsonl``) and ``surrogate.runs.microbench_table.append_microbench``,
 imported only when such a file is ingested. One call writes one table, so sweep and
 microbenchmark files cannot be mixed. ``network=True`` reads a Playbook table's per-run network
 measurements (:mod:`surrogate.ingest.playbook_network`) into a microbenchmark table instead of
@@ -30,16 +30,15 @@ from surrogate.ingest.detect import (
 from surrogate.ingest.llmfoundry import parse_llmfoundry
 from surrogate.ingest.megatron import parse_megatron
 from surrogate.ingest.nanotron import parse_nanotron
-from surrogate.ingest.playbook import parse_playbook
-from surrogate.ingest.playbook_network import parse_playbook_network
+from surrogate.ingest.playbook_network import parse_playbook_network, parse_playbook_runs
 from surrogate.ingest.published import parse_published
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweep_files import append_sweeps, read_sweeps
-from surrogate.ingest.sweeps import empty_sweeps
 from surrogate.ingest.torchtitan import parse_torchtitan
 from surrogate.ingest.train_step import parse_train_step_jsonl
 from surrogate.io.outputs import check_output_file
 from surrogate.io.tableio import table_format
+from surrogate.runs.sweep_files import append_sweeps, read_sweeps
+from surrogate.runs.sweeps import empty_sweeps
 
 CANDIDATE_SUFFIXES = frozenset(
     {".csv", ".out", ".log", ".txt", ".txtpb", ".pbtxt", ".jsonl", ".md"}
@@ -126,7 +125,7 @@ def parse_file(
     if fmt == "playbook":
         if network:
             return parse_playbook_network(path)
-        return parse_playbook(path, flagged=True)  # an ingest keeps every run, flagged
+        return parse_playbook_runs(path, flagged=True)  # an ingest keeps every run, flagged
     if fmt == "llm-foundry":
         return parse_llmfoundry(path)
     if fmt == "published":
@@ -217,7 +216,7 @@ def ingest(
         result = append_sweeps(frame, into)
         return IngestResult(kind=kind, frame=frame, report=report,
                             append_summary=f"{into}: {result.summary()}")
-    append = _load("surrogate.ingest.microbench_table", "append_microbench", "microbenchmark table")
+    append = _load("surrogate.runs.microbench_table", "append_microbench", "microbenchmark table")
     if not frames:
         return IngestResult(kind=kind, frame=pd.DataFrame(), report=report,
                             append_summary=f"nothing to add to {into}")

@@ -31,7 +31,7 @@ Mapping (also in ``datasets/README.md``, section "llm-foundry MPT tables"):
   farthest), and a row off by more than :data:`PARAM_TOLERANCE` (2 %) is a counted skip. The
   README's MFU counts the whole ``NumParams`` (position table and biases included), so it is
   at most 3.8 % above ours (mpt-125m at 65,536 tokens; median 0.3 %); ``mfu`` is recomputed
-  under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`), ``MFU`` is kept
+  under the project's definition (:func:`surrogate.runs.sweeps.recompute_mfu`), ``MFU`` is kept
   as ``mfu_reported``.
 - Cluster: ``GPU`` h100_80gb / a100_80gb / a100_40gb -> H100-SXM-80GB / A100-SXM-80GB /
   A100-SXM-40GB; gpus_per_node = min(8, ``# GPUs``), num_nodes = ``# GPUs`` / gpus_per_node.
@@ -67,8 +67,8 @@ from surrogate.config.model import swiglu_equivalent_width
 from surrogate.config.training import TrainingConfig, config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.sweeps import frame_from_rows, sweep_row
 
 SOURCE = "llmfoundry_mpt"
 VOCAB_SIZE = 50368

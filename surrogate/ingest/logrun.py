@@ -19,9 +19,9 @@ from typing import Any
 from surrogate.errors import DataError
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import build_config, merge, place_on_nodes
-from surrogate.ingest.status import run_status
-from surrogate.ingest.sweeps import sweep_row
 from surrogate.io.input_files import read_input_bytes, read_input_text
+from surrogate.runs.status import run_status
+from surrogate.runs.sweeps import sweep_row, with_context
 
 _HUMAN = re.compile(r"^\s*(-?\d+(?:\.\d*)?(?:[eE][-+]?\d+)?)\s*([KMGTPE]?)\s*$")
 _SCALE = {"": 1.0, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "P": 1e15, "E": 1e18}
@@ -74,7 +74,7 @@ class LogRun:
     tokens_per_s_per_gpu: float | None = None
     step_time_s: float | None = None
     measurements: dict[str, float | None] = field(default_factory=dict)
-    """Other measurements (:data:`surrogate.ingest.sweeps.MEASUREMENT_COLUMNS` names)."""
+    """Other measurements (:data:`surrogate.runs.sweeps.MEASUREMENT_COLUMNS` names)."""
     date: str | None = None
     global_batch_tokens: int | None = None
     """Tokens per optimizer step as the log states it, when it does (checked)."""
@@ -121,7 +121,7 @@ def run_row(
     if step is None and tps is not None:
         step = cfg.batch_tokens / (tps * gpus)
     source = str(given.get("source") or run.default_source)
-    return sweep_row(
+    row = sweep_row(
         cfg, status=verdict.status, source=source, run_id=run.run_id,
         date=str(given.get("date") or run.date) if (given.get("date") or run.date) else None,
         hardware=str(given.get("hardware")
@@ -129,3 +129,7 @@ def run_row(
         model_name=str(values["model_name"]) if values.get("model_name") else None,
         tokens_per_s_per_gpu=tps, step_time_s=step, **run.measurements,
     )
+    stage, scale = given.get("peak_mem_stage"), given.get("net_scale")
+    return with_context(row, profile=given.get("profile"),  # what the user knows: --set
+                        peak_mem_stage=None if stage is None else float(stage),
+                        net_scale=None if scale is None else float(scale))

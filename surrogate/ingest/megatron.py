@@ -50,7 +50,7 @@ from surrogate.config.model import swiglu_equivalent_width
 from surrogate.errors import DataError
 from surrogate.ingest.logrun import LogRun, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import frame_from_rows
+from surrogate.runs.sweeps import frame_from_rows
 
 SOURCE = "megatron"
 MARKERS: tuple[str, ...] = ("elapsed time per iteration (ms)", "end of arguments")

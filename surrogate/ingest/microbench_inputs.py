@@ -1,6 +1,6 @@
 """Microbenchmark inputs of any format read into one table: tables (.parquet, .csv) and the
 raw outputs each parser reads (nccl-tests logs, XLA perf tables, ``microbench`` JSON lines),
-validated against the schema of :mod:`surrogate.ingest.microbench_table`."""
+validated against the schema of :mod:`surrogate.runs.microbench_table`."""
 
 from __future__ import annotations
 
@@ -10,10 +10,10 @@ import pandas as pd
 
 from surrogate.errors import DataError
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.ingest.microbench_table import empty_microbench, validate_microbench
 from surrogate.ingest.nccl_tests import parse_nccl_tests
 from surrogate.ingest.xla_tables import parse_xla_table
 from surrogate.io.tableio import read_table
+from surrogate.runs.microbench_table import empty_microbench, validate_microbench
 
 
 def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[str]]:

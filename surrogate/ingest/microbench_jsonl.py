@@ -23,9 +23,9 @@ from typing import Any, Final
 
 import pandas as pd
 
-from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.microbench_table import hardware_from_device_name, rows_to_microbench
 
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"

@@ -15,7 +15,7 @@ significant digits, K/M/G = powers of 1000; memory in MiB = 2**20 bytes)::
 (one line each in the log). The configuration comes from ``config.yaml`` beside the log
 (model_config, parallelism, tokens, optimizer), completed by ``ingest --set``; the node count
 is the world size over ``gpus_per_node`` (8 unless given). The status comes from ``status.txt``
-when present, else from the log (:func:`surrogate.ingest.status.run_status`).
+when present, else from the log (:func:`surrogate.runs.status.run_status`).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import pandas as pd
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import frame_from_rows
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.sweeps import frame_from_rows
 
 SOURCE = "bench_cluster"
 MARKERS: tuple[str, ...] = ("elapsed_time_per_iteration_ms", "tokens_per_sec_per_gpu")

@@ -26,9 +26,9 @@ import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import hardware_from_device_name, rows_to_microbench
 from surrogate.ingest.report import IngestReport
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.microbench_table import hardware_from_device_name, rows_to_microbench
 
 SOURCE = "nccl-tests"
 

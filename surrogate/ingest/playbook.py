@@ -2,7 +2,7 @@
 
 Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
 
-- ``status`` Success / OOM / Other -> completed / oom / fail (:mod:`surrogate.ingest.status`).
+- ``status`` Success / OOM / Other -> completed / oom / fail (:mod:`surrogate.runs.status`).
 - Model shape: the name's prefix (``8.86G``) gives the preset of
   :func:`surrogate.config.presets.playbook_model` (the table has no MLP width); hidden_size,
   num_layers, num_heads, vocab_size and seq_len come from the row and must agree with the name
@@ -24,9 +24,13 @@ Mapping (``../shared/data/MANIFEST.md``; evidence in ``datasets/README.md``):
   master weights, fp32 accumulator, Adam) give 1,342,244,864 x 20 B = 25.00 GiB = 26.84 GB;
   in GB the 25.07 would be a fractional 18.7 bytes per parameter
   (``docs/data.md`` records the check).
-  mfu is recomputed under the project's definition (:func:`surrogate.ingest.sweeps.recompute_mfu`).
+  mfu is recomputed under the project's definition (:func:`surrogate.runs.sweeps.recompute_mfu`).
 - run_id = ``<job_id>/<name>``: one Slurm job ran several configurations, so job_id repeats.
 - date: the ``date`` column, else the timestamp in ``log_file``, else missing.
+- How the runs are explained (:data:`surrogate.runs.sweeps.CONTEXT_COLUMNS`): profile
+  :data:`PROFILE`, the cluster's shipped calibration; peak_mem_stage :data:`LOGGED_STAGE`;
+  net_scale is the network each run measured, which
+  :func:`surrogate.ingest.playbook_network.parse_playbook_runs` adds.
 
 Rows that break a configuration rule (e.g. pp > num_layers, heads % tp != 0) are counted skips.
 """
@@ -45,15 +49,34 @@ from surrogate.config.training import TrainingConfig, coerce_column, config_from
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.nanotron import pp_schedule_of
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.status import status_from_label
-from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_row, frame_from_rows, sweep_row
 from surrogate.io.input_files import check_input_file
 from surrogate.io.tableio import check_csv_header
+from surrogate.runs.status import status_from_label
+from surrogate.runs.sweeps import (
+    FLAG_COLUMN,
+    flagged_row,
+    frame_from_rows,
+    sweep_row,
+    with_context,
+)
 
 SOURCE = "hf_ultrascale_playbook"
 HARDWARE = "8x H100 80GB SXM per node, NVLink inside a node, AWS EFA between nodes"
 GPU = "H100-SXM-80GB"
 GPUS_PER_NODE = 8
+PROFILE = "hf-playbook-cluster"
+"""The shipped calibration profile of the cluster the runs ran on: its fabric efficiency is
+that cluster's measured curve over node count."""
+LOGGED_STAGE = 0.0
+"""The pipeline stage (0-based) of the rank whose peak memory the table records. The table is
+written by world rank 0 alone (nanotron ``helpers.log_throughput``: ``write_to_csv`` where
+``dist.get_rank(world_pg) == 0``, its ``Mem Res (GB)`` that rank's
+``torch.cuda.max_memory_reserved()``), and nanotron's ``ParallelContext`` lays the world ranks
+out as (ep, pp, dp, tp), so world rank 0 is on the first pipeline stage. A run whose most
+loaded stage is another (the last, holding the logits) measured less than its peak: training
+and calibration compare its measurement with the predicted memory of the first stage
+(``surrogate.analytic.memory.logged_breakdown``), while out-of-memory and ``predict`` go by the
+most loaded stage."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "job_id", "name", "nodes", "seq_len", "mbs", "batch_accum", "dp", "tp", "pp", "tp_mode",
@@ -175,7 +198,7 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
 
     ``flagged``: a run whose layout the configuration validator rejects (a pipeline deeper than
     the layers, heads not divisible by tp) is kept, flagged with the reason
-    (:data:`surrogate.ingest.sweeps.FLAG_COLUMN`), instead of skipped: it was launched and it
+    (:data:`surrogate.runs.sweeps.FLAG_COLUMN`), instead of skipped: it was launched and it
     failed (or ran), which is data. ``surrogate ingest`` keeps them; readers that build
     configurations take the others."""
     p = Path(path)
@@ -226,12 +249,14 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
             "hardware": HARDWARE, "model_name": str(row["name"]).split("_", 1)[0]}
         if cfg is None:
             assert problem is not None
-            rows.append(flagged_row(_values(row), problem, **provenance, **measured))
+            rows.append(with_context(flagged_row(_values(row), problem, **provenance, **measured),
+                                     profile=PROFILE, peak_mem_stage=LOGGED_STAGE))
             flagged_runs += 1
             continue
         if tps is not None:
             measured["step_time_s"] = cfg.batch_tokens / (tps * cfg.cluster.num_gpus)
-        rows.append(sweep_row(cfg, **provenance, **measured))
+        rows.append(with_context(sweep_row(cfg, **provenance, **measured), profile=PROFILE,
+                                 peak_mem_stage=LOGGED_STAGE))
     if flagged_runs:
         report.note(f"kept {flagged_runs} run(s) whose layout the configuration validator "
                     f"rejects, flagged in the {FLAG_COLUMN} column")

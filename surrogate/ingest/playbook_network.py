@@ -5,7 +5,7 @@ at the start of the run with 256 MB messages (``../shared/data/MANIFEST.md``, "R
 network measurements inside the Playbook sweep"): ``AllReduce``, ``AllGather`` and
 ``ReduceScatter (GB/s)`` over all of the run's GPUs (group nodes x 8, spanning ``nodes``
 nodes), and ``AR``, ``AG``, ``RS Intra-node (GB/s)`` inside one node (group 8, nodes 1). Each
-(run, column) with a value becomes one row (:mod:`surrogate.ingest.microbench_table`):
+(run, column) with a value becomes one row (:mod:`surrogate.runs.microbench_table`):
 
 - op all_reduce / all_gather / reduce_scatter, layout ``contiguous`` (the whole job, or one
   node's consecutive ranks), in_place missing, dtype ``bf16`` (the runs' training dtype,
@@ -50,6 +50,11 @@ nodes on; the rows carry them as measured.
 A value that is empty (every run that did not complete), zero, negative or not a number is a
 counted skip with its line; so is a repeat of a run_id. ``rows_read`` counts the six values of
 every CSV row, so read = ingested + skipped.
+
+:func:`parse_playbook_runs` reads the runs with the network each measured: its ``net_scale``
+column (:data:`surrogate.runs.sweeps.CONTEXT_COLUMNS`), the geometric mean of its inter-node
+efficiencies over the curve of the cluster's shipped profile at its node count
+(:func:`surrogate.hardware.fabric.run_scales`; missing where it measured none).
 """
 
 from __future__ import annotations
@@ -58,12 +63,26 @@ import math
 from pathlib import Path
 from typing import Any, Final
 
+import numpy as np
 import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
-from surrogate.ingest.microbench_table import rows_to_microbench
-from surrogate.ingest.playbook import GPU, GPUS_PER_NODE, SOURCE, read_table, run_date
+from surrogate.errors import DataError
+from surrogate.hardware.fabric import run_scales
+from surrogate.hardware.profile import load_profile
+from surrogate.ingest.playbook import (
+    GPU,
+    GPUS_PER_NODE,
+    PROFILE,
+    SOURCE,
+    parse_playbook,
+    read_table,
+    run_date,
+)
 from surrogate.ingest.report import IngestReport
+from surrogate.io.datasource import data_dir as resolve_data_dir
+from surrogate.io.tableio import check_csv_header
+from surrogate.runs.microbench_table import rows_to_microbench
 
 SIZE_BYTES: Final = 256 * 2**20
 """256 MiB, assumed (see the module docstring)."""
@@ -153,3 +172,42 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
                 "date": date, "detail": f"{DETAIL}, column {col}",
             })
     return rows_to_microbench(rows), report
+
+
+def measured_net_scale(network: pd.DataFrame, profile: str = PROFILE) -> pd.Series:
+    """Per ``run_id`` of ``network`` (microbenchmark rows the runs measured themselves): the
+    run's ``net_scale`` under ``profile``'s fabric (empty where the profile has none)."""
+    fabric = load_profile(profile).fabric
+    if fabric is None:
+        return pd.Series(dtype=float)
+    return run_scales(network, fabric)
+
+
+def parse_playbook_runs(path: str | Path, *, flagged: bool = False
+                        ) -> tuple[pd.DataFrame, IngestReport]:
+    """:func:`surrogate.ingest.playbook.parse_playbook`'s runs, each with the network it
+    measured (``net_scale``, missing where it measured none, or where the table has no
+    network columns)."""
+    runs, report = parse_playbook(path, flagged=flagged)
+    if not all(c in check_csv_header(path) for c in NETWORK_COLUMNS):
+        report.note("no network columns: every run is explained under its profile's curve")
+        return runs, report
+    scale = runs["run_id"].map(measured_net_scale(parse_playbook_network(path)[0]))
+    scale = scale.astype("float64")
+    runs["net_scale"] = scale.where(np.isfinite(scale) & (scale > 0))  # else: none measured
+    return runs, report
+
+
+PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
+"""The Playbook sweep under the data directory (``surrogate.io.datasource.data_dir``)."""
+
+
+def playbook_runs(data_dir: str | Path | None = None) -> pd.DataFrame:
+    """The Playbook's runs of the data directory, each with the network it measured."""
+    path = resolve_data_dir(data_dir) / PLAYBOOK_PATH
+    if not path.exists():
+        raise DataError(
+            f"the Playbook sweep is not at {str(path)!r}: run `surrogate data fetch`, set "
+            "SURROGATE_DATA_DIR, or pass --no-playbook with --sweeps"
+        )
+    return parse_playbook_runs(path)[0]

@@ -11,7 +11,7 @@ Two published tables go through this concept:
   :mod:`surrogate.ingest.llmfoundry`, whose rows are kept as they are; :func:`published_runs`
   adds the shared columns).
 
-:func:`parse_published` returns a sweep table (``surrogate.ingest.sweeps``), what ``surrogate
+:func:`parse_published` returns a sweep table (``surrogate.runs.sweeps``), what ``surrogate
 ingest`` writes; :func:`published_runs` returns it with :data:`PUBLISHED_COLUMNS` beside:
 
 - ``assumptions``: ``setting=value`` pairs joined by ``;``, every setting the table does not
@@ -82,9 +82,9 @@ from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError, DataError
 from surrogate.ingest.llmfoundry import parse_llmfoundry
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import flagged_row, frame_from_rows, sweep_row
 from surrogate.io.datasource import data_dir as resolve_data_dir
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.sweeps import flagged_row, frame_from_rows, sweep_row
 
 SOURCE = "megatron_bridge"
 FRAMEWORK = "megatron"

@@ -7,6 +7,7 @@ given both ways must agree: a conflict is an error, never a silent choice.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -20,11 +21,26 @@ from surrogate.config.training import (
     config_from_flat,
 )
 from surrogate.errors import ConfigError, DataError
+from surrogate.runs.sweeps import CONTEXT_COLUMNS
 
 PROVENANCE_KEYS: tuple[str, ...] = ("source", "date", "hardware", "model_name")
-GIVEN_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "model", *PROVENANCE_KEYS)
+GIVEN_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "model", *PROVENANCE_KEYS, *CONTEXT_COLUMNS)
 """Keys ``--set`` accepts: configuration columns, ``model`` (a preset name, expanded to its
-shape) and provenance."""
+shape), provenance and how the runs are explained (``profile``, ``peak_mem_stage``,
+``net_scale``: :data:`surrogate.runs.sweeps.CONTEXT_COLUMNS`)."""
+_CONTEXT_NUMBERS = {"peak_mem_stage": "a pipeline stage, a whole number >= 0",
+                    "net_scale": "a finite number > 0"}
+
+def _check_context_number(key: str, text: str) -> None:
+    """ConfigError unless ``text`` is what the context column ``key`` holds."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    ok = (math.isfinite(value) and value > 0) if key == "net_scale" else (
+        math.isfinite(value) and value >= 0 and value.is_integer())
+    if not ok:
+        raise ConfigError(f"--set {key} must be {_CONTEXT_NUMBERS[key]}, got {text!r}")
 
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     """``["tp=8", "model=8b"]`` -> ``{"tp": "8", "model": "8b"}``, keys checked."""
@@ -44,6 +60,8 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
                 coerce_column(key, value.strip())
             except ConfigError as e:
                 raise ConfigError(f"--set {e}") from None
+        if key in _CONTEXT_NUMBERS:
+            _check_context_number(key, value.strip())
         if key == "model":  # a preset name, checked before any file is parsed
 
             try:

@@ -72,8 +72,8 @@ from surrogate.errors import ConfigError, DataError, shown
 from surrogate.ingest.logrun import LogRun, human_number, read_log, read_optional, run_row, steady
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.runconfig import place_on_nodes
-from surrogate.ingest.sweeps import frame_from_rows
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
 MARKERS: tuple[str, ...] = ("[titan]",)

@@ -14,7 +14,9 @@ first campaign (2026-11-23) wrote a dense model as ``num_experts`` 1, ``experts_
 configuration's rule is 0 and 0 (dense), so 1 expert of top 1 is read as dense: the same model.
 Provenance: source ``surrogate_h100`` for an H100 (else ``surrogate_<gpu>``), run_id
 ``<fingerprint run_id>/<line>``, date the fingerprint's, hardware
-``<device name>, driver <driver>, CUDA <cuda>, torch <torch>``.
+``<device name>, driver <driver>, CUDA <cuda>, torch <torch>``; an H100's runs are explained
+under :data:`OWN_H100_PROFILE` (their ``profile`` column), the GEMMs measured on the project's
+H100.
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ import pandas as pd
 
 from surrogate.config.training import config_from_flat
 from surrogate.errors import ConfigError
-from surrogate.ingest.microbench_table import hardware_from_device_name
 from surrogate.ingest.report import IngestReport
-from surrogate.ingest.sweeps import frame_from_rows, sweep_row
 from surrogate.io.input_files import read_input_text
+from surrogate.runs.microbench_table import hardware_from_device_name
+from surrogate.runs.sweeps import frame_from_rows, sweep_row, with_context
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
 STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",
                                      "error": "fail"}
+OWN_H100_PROFILE: Final = "h100-own-measured"
+"""The shipped calibration profile of the project's own H100 (``datasets/h100``)."""
 OUTCOME_FIELDS: Final[tuple[str, ...]] = (
     "step_time_s", "tokens_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib",
 )
@@ -66,9 +70,11 @@ def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
     measured = {k: rec.get(k) for k in OUTCOME_FIELDS} if status == "completed" else {}
     hardware = (f"{fp['gpu_name']}, driver {fp.get('driver')}, CUDA {fp.get('cuda')}, "
                 f"torch {fp.get('torch')}")
-    return sweep_row(cfg, status=status, source=source_for(cfg.cluster.gpu),
+    source = source_for(cfg.cluster.gpu)
+    row = sweep_row(cfg, status=status, source=source,
                      run_id=f"{fp['run_id']}/{line}", date=str(fp.get("date", ""))[:19] or None,
                      hardware=hardware, model_name=rec.get("model_name"), **measured)
+    return with_context(row, profile=OWN_H100_PROFILE if source == "surrogate_h100" else None)
 
 def parse_train_step_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read one file of train-step records; malformed lines are counted skips with their line

@@ -27,9 +27,9 @@ import pandas as pd
 
 from surrogate.analytic.perf import bus_factor
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import rows_to_microbench
 from surrogate.ingest.report import IngestReport
 from surrogate.ingest.textproto import Message, read_textproto
+from surrogate.runs.microbench_table import rows_to_microbench
 
 SOURCE = "xla"
 

@@ -46,6 +46,7 @@ from surrogate.calibration.parameter_files import shipped_parameter_sets
 from surrogate.config.table import FlatTable, valid_table
 from surrogate.config.training import TrainingConfig
 from surrogate.hardware.perf_models import resolve_perf_model
+from surrogate.runs.context import run_context
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -175,10 +176,8 @@ def features_for_runs(
     sets: ParameterSets | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Features of a sweep table's runs, each explained under its own cluster
-    (:func:`surrogate.calibration.clusters.run_context`), under parameter sets ``sets`` (None: the
+    (:func:`surrogate.runs.context.run_context`), under parameter sets ``sets`` (None: the
     shipped ones)."""
-    # here, not at the top: its Playbook readers add 0.06-0.09 s to a cold prediction
-    from surrogate.calibration.clusters import run_context
 
     table = valid_table(runs, where="runs to explain")
     profiles, extra = run_context(runs, profile)

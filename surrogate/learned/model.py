@@ -144,7 +144,7 @@ class SurrogateModel(Estimator):
         ```python
         from surrogate.learned.model import SurrogateModel
 
-        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.ingest.sweeps columns)
+        model = SurrogateModel().fit(runs)   # runs: a sweep table (surrogate.runs.sweeps columns)
         model.save("my-model")
         columns = SurrogateModel.load("my-model").predict([cfg])   # cfg: a TrainingConfig
         ```
@@ -208,7 +208,7 @@ class SurrogateModel(Estimator):
     # ---------------------------------------------------------------- fitting
     def fit(self, X: pd.DataFrame | TrainingData, y: None = None, *, profile: Any = None,
             sample_weight: np.ndarray | None = None) -> SurrogateModel:
-        """Learn from the runs of a sweep table (``surrogate.ingest.sweeps`` columns); the model.
+        """Learn from the runs of a sweep table (``surrogate.runs.sweeps`` columns); the model.
 
         The pipeline in turn: the physics (a table's :func:`training_data` fits it; a
         :class:`TrainingData` carries its own), the corrector, the interval model. ``y`` must

@@ -72,10 +72,10 @@ class TrainingData:
     parts of one table prepares it once."""
 
     runs: pd.DataFrame
-    """The runs (``surrogate.ingest.sweeps`` columns), indexed 0..n-1."""
+    """The runs (``surrogate.runs.sweeps`` columns), indexed 0..n-1."""
     profile: Any
     """The calibration profile the features were computed under (None: each run's cluster's,
-    ``surrogate.calibration.clusters.run_context``)."""
+    ``surrogate.runs.context.run_context``)."""
     X: pd.DataFrame
     """Features (:data:`surrogate.learned.features.FEATURE_NAMES`), one row per run."""
     analytic: dict[str, np.ndarray]
@@ -165,7 +165,7 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool 
     (``surrogate.learned.features.features_for_runs``):
     the status code, log(measured / analytic tokens/s per GPU) and log(measured / analytic
     peak reserved memory), the latter of the rank the measurement was logged on
-    (``surrogate.calibration.clusters.SOURCE_MEMORY_STAGES``): the learned factor corrects a rank's
+    (``surrogate.ingest.playbook.LOGGED_STAGE``): the learned factor corrects a rank's
     memory,
     and prediction applies it to the most loaded rank's.
 

@@ -85,7 +85,7 @@ def runs_and_incumbent(runs: pd.DataFrame | None, candidates: FlatTable,
     completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
     the incumbent of expected improvement is not another model's MFU."""
     # here, not at the top: pandas, which the module's import leaves out (read_measured_runs)
-    from surrogate.ingest.sweeps import FLAG_COLUMN, flagged_mask
+    from surrogate.runs.sweeps import FLAG_COLUMN, flagged_mask
 
     ran: list[TrainingConfig] = []
     mfu: list[float] = []

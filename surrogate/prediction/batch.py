@@ -28,10 +28,15 @@ from typing import IO, TYPE_CHECKING, Any
 
 from surrogate.config.files import CONFIG_KEYS, OWN_COLUMN_PREFIX, nearest_key
 from surrogate.errors import ConfigError, shown
-from surrogate.ingest.sweeps import FLAG_COLUMN, OUTCOME_COLUMNS, PROVENANCE_COLUMNS
 from surrogate.io.tableio import CHUNK_ROWS, NotStreamable, TableWriter, iter_table, read_table
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame, resolve_model
 from surrogate.progress import ProgressFn, report
+from surrogate.runs.sweeps import (
+    CONTEXT_COLUMNS,
+    FLAG_COLUMN,
+    OUTCOME_COLUMNS,
+    PROVENANCE_COLUMNS,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -133,12 +138,13 @@ def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
     """ConfigError for a column of a ``predict --from-csv`` table that the batch reader does not
     read, as the YAML reader refuses an unknown key: a column it ignored would leave its setting
     at the default and the row predicted for another configuration. The reader knows the
-    configuration columns (``model`` naming a preset among them), a sweep table's outcome and
-    provenance columns, the columns a prediction adds (a table of predictions can be predicted
-    again), and columns named ``_...`` (the user's own, carried through). The message names the
-    configuration column the name most likely means (:func:`nearest_key`)."""
-    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, FLAG_COLUMN,
-             *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"}
+    configuration columns (``model`` naming a preset among them), a sweep table's outcome,
+    provenance and context columns (carried through: a prediction's profile is ``--profile``,
+    as a user has before the run), the columns a prediction adds (a table of predictions can be
+    predicted again), and columns named ``_...`` (the user's own, carried through). The message
+    names the configuration column the name most likely means (:func:`nearest_key`)."""
+    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, *CONTEXT_COLUMNS,
+             FLAG_COLUMN, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"}
     names = [str(c) for c in columns]
     for name in names:
         if name in known or name.startswith(OWN_COLUMN_PREFIX):

@@ -57,6 +57,7 @@ from surrogate.learned.features import features_from_analytic
 from surrogate.learned.physics import check_physics
 from surrogate.prediction.memory_verdict import STATUS_NAMES
 from surrogate.prediction.memory_verdict import agree as agreeing
+from surrogate.runs.context import run_context
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -202,13 +203,11 @@ def score_runs(
     sets: ParameterSets | None = None,
 ) -> pd.DataFrame:
     """:func:`score` a sweep table's runs, each explained under its own cluster
-    (:func:`surrogate.calibration.clusters.run_context`: the cluster's profile and the bandwidth
+    (:func:`surrogate.runs.context.run_context`: the cluster's profile and the bandwidth
     the run
     measured); the columns indexed like ``runs``, and ``pred_logged_mem_gib``: the predicted
     peak reserved memory of the rank whose log the run's measurement comes from (the most
     loaded rank's, ``pred_peak_mem_gib``, unless the source logs another)."""
-    # here, not at the top: its Playbook readers add 0.06-0.09 s to a cold prediction
-    from surrogate.calibration.clusters import run_context
 
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)

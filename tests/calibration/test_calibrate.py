@@ -12,7 +12,7 @@ import pytest
 from surrogate.calibration.calibrate import fit_profile, fit_smooth_gemm, isotonic_increasing
 from surrogate.config.gpus import get_gpu
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import rows_to_microbench
+from surrogate.runs.microbench_table import rows_to_microbench
 
 H100 = get_gpu("H100")
 

@@ -403,7 +403,7 @@ def test_score_round_keeps_its_figures_when_the_store_fails_after_scoring(
 def test_train_keeps_its_model_and_evaluation_when_the_store_fails(
         tmp_path, capsys, monkeypatch, playbook_subset):
     """train used to lose its evaluation tables when MLflow failed after the work."""
-    from surrogate.ingest.sweep_files import write_sweeps
+    from surrogate.runs.sweep_files import write_sweeps
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path}/mlflow.db")
     sweeps = tmp_path / "runs.parquet"
@@ -639,7 +639,7 @@ def test_runs_the_validator_rejects_are_kept_flagged_and_training_reads_around_t
     flagged = table[table["layout_problem"].notna()]
     assert len(flagged) == 1 and flagged["pp"].iloc[0] > flagged["num_layers"].iloc[0]
     assert "num_layers must be >= pp * vpp" in flagged["layout_problem"].iloc[0]
-    from surrogate.ingest.sweep_files import read_sweeps, write_sweeps
+    from surrogate.runs.sweep_files import read_sweeps, write_sweeps
 
     mixed = pd.concat([read_sweeps(into, flagged=True), playbook_subset.head(150)],
                       ignore_index=True)

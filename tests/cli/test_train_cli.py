@@ -8,8 +8,8 @@ import json
 import pytest
 
 from surrogate.cli import main
-from surrogate.ingest.sweep_files import write_sweeps
 from surrogate.learned.model import SurrogateModel
+from surrogate.runs.sweep_files import write_sweeps
 
 
 @pytest.fixture

@@ -296,7 +296,7 @@ def test_playbook_rows_are_ingested_or_counted(table: tuple[str, int]) -> None:
     """rows in = rows ingested + rows skipped (each with a reason), through the same append
     as ``surrogate ingest``; a malformed table is a DataError."""
     from surrogate.ingest.dispatch import ingest
-    from surrogate.ingest.sweep_files import read_sweeps
+    from surrogate.runs.sweep_files import read_sweeps
 
     text, n = table
     with tempfile.TemporaryDirectory(prefix="surrogate-fuzz-") as d:

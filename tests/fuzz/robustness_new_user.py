@@ -77,9 +77,9 @@ _KEEP: list[Any] = []
 
 def _sweep_table(d: Path) -> None:
     """150 Playbook runs as a sweep table (a small, fast training set)."""
-    from surrogate.calibration.clusters import playbook_runs
-    from surrogate.ingest.sweep_files import write_sweeps
-    from surrogate.ingest.sweeps import SWEEP_COLUMNS
+    from surrogate.ingest.playbook_network import playbook_runs
+    from surrogate.runs.sweep_files import write_sweeps
+    from surrogate.runs.sweeps import SWEEP_COLUMNS
 
     runs = playbook_runs()
     runs = runs[runs["hidden_size"] == 2048].sample(150, random_state=0)

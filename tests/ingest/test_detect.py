@@ -10,7 +10,7 @@ import pytest
 from surrogate.errors import DataError
 from surrogate.ingest.detect import check_format, detect_format
 from surrogate.ingest.dispatch import ingest
-from surrogate.ingest.sweep_files import read_sweeps
+from surrogate.runs.sweep_files import read_sweeps
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PLAYBOOK = FIXTURES / "sweeps_playbook_excerpt.csv"

@@ -19,8 +19,8 @@ from surrogate.ingest.llmfoundry import (
     param_check,
     parse_llmfoundry,
 )
-from surrogate.ingest.sweep_files import read_sweeps
-from surrogate.ingest.sweeps import validate_sweeps
+from surrogate.runs.sweep_files import read_sweeps
+from surrogate.runs.sweeps import validate_sweeps
 
 EXCERPT = Path(__file__).resolve().parent / "fixtures" / "llmfoundry_excerpt.md"
 """Rows of three tables of ../shared/data/sweeps/llmfoundry_mpt/benchmarking_README.md; its

@@ -9,7 +9,7 @@ import pytest
 
 from surrogate.errors import DataError
 from surrogate.ingest.microbench_inputs import read_microbench_inputs
-from surrogate.ingest.microbench_table import rows_to_microbench
+from surrogate.runs.microbench_table import rows_to_microbench
 
 
 def _row(size: float, t: float) -> dict[str, object]:

@@ -11,7 +11,7 @@ from microbench.fingerprint import Fingerprint
 from microbench.records import JsonlWriter, make_record
 from surrogate.errors import DataError
 from surrogate.ingest.microbench_jsonl import RECORD_SCHEMA, parse_microbench_jsonl
-from surrogate.ingest.microbench_table import validate_microbench
+from surrogate.runs.microbench_table import validate_microbench
 
 FP = Fingerprint(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=8, world_size=8, nodes=1,
                  driver="550.54", cuda="12.4", nccl="2.21.5", torch="2.13.0", backend="nccl",

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import validate_microbench
 from surrogate.ingest.nccl_tests import parse_nccl_tests
+from surrogate.runs.microbench_table import validate_microbench
 
 FIX = Path(__file__).parent / "fixtures"
 EXCERPT = FIX / "mbench_nccl_2node_excerpt.log"

@@ -12,8 +12,14 @@ import pytest
 from surrogate.analytic.perf import bus_factor
 from surrogate.cli import main
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import MICROBENCH_COLUMNS, validate_microbench
-from surrogate.ingest.playbook_network import NETWORK_COLUMNS, parse_playbook_network
+from surrogate.ingest.playbook import PROFILE
+from surrogate.ingest.playbook_network import (
+    NETWORK_COLUMNS,
+    measured_net_scale,
+    parse_playbook_network,
+    parse_playbook_runs,
+)
+from surrogate.runs.microbench_table import MICROBENCH_COLUMNS, validate_microbench
 
 HEADER = (
     "job_id,name,nodes,seq_len,mbs,batch_accum,gbs,mTFLOPs,hTFLOPs,tok/s/gpu,AllReduce (GB/s),"
@@ -152,3 +158,18 @@ def test_real_file_counts_and_medians() -> None:
     from_two = med[med.index >= 2].sort_index()
     assert len(from_two) >= 5
     assert from_two.is_monotonic_decreasing, from_two.to_dict()
+
+
+def test_the_runs_carry_their_cluster_and_the_network_each_measured(tmp_path: Path) -> None:
+    excerpt = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_playbook_excerpt.csv"
+    runs, _ = parse_playbook_runs(excerpt)
+    assert (runs["profile"] == PROFILE).all() and (runs["peak_mem_stage"] == 0.0).all()
+    expected = runs["run_id"].map(measured_net_scale(parse_playbook_network(excerpt)[0]))
+    pd.testing.assert_series_equal(runs["net_scale"], expected, check_names=False)
+    assert runs["net_scale"].notna().any()
+    # without the network columns every run is explained under its profile's curve, noted
+    bare = tmp_path / "bare.csv"
+    pd.read_csv(excerpt, dtype=str).drop(columns=NET).to_csv(bare, index=False)
+    plain, report = parse_playbook_runs(bare)
+    assert plain["net_scale"].isna().all() and (plain["profile"] == PROFILE).all()
+    assert any("no network columns" in n for n in report.notes)

@@ -23,8 +23,8 @@ from surrogate.ingest.published import (
     parse_published_annotated,
     published_runs,
 )
-from surrogate.ingest.sweep_files import read_sweeps
-from surrogate.ingest.sweeps import SWEEP_COLUMNS, validate_sweeps
+from surrogate.runs.sweep_files import read_sweeps
+from surrogate.runs.sweeps import SWEEP_COLUMNS, validate_sweeps
 
 COLUMNS = [
     "source_repo", "commit", "path", "source_line", "table", "container_version", "task",

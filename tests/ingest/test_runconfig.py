@@ -19,6 +19,8 @@ from surrogate.ingest.runconfig import (
 
 def test_parse_assignments() -> None:
     assert parse_assignments(["tp=8", " model = 8b "]) == {"tp": "8", "model": "8b"}
+    assert parse_assignments(["profile=my.json", "peak_mem_stage=0", "net_scale=0.7"]) == {
+        "profile": "my.json", "peak_mem_stage": "0", "net_scale": "0.7"}
 
 
 @pytest.mark.parametrize(
@@ -30,6 +32,10 @@ def test_parse_assignments() -> None:
         (["tp=8", "tp=4"], "--set tp given twice: '8' and '4'"),
         (["dp=abc"], "--set dp must be an integer, got 'abc'"),  # was reported as a conflict
         (["sequence_parallel=maybe"], "--set sequence_parallel must be true or false"),
+        (["net_scale=0"], r"--set net_scale must be a finite number > 0, got '0'"),
+        (["net_scale=inf"], "--set net_scale must be a finite number > 0"),
+        (["peak_mem_stage=1.5"], "--set peak_mem_stage must be a pipeline stage, a whole number"),
+        (["peak_mem_stage=last"], "--set peak_mem_stage must be a pipeline stage"),
     ],
 )
 def test_parse_assignments_errors(items: list[str], match: str) -> None:

@@ -210,3 +210,12 @@ def test_a_zero_throughput_is_a_counted_skip_not_a_division_by_zero(tmp_path: Pa
     assert df.empty
     assert [s.reason for s in report.skips] == [
         "the log's tokens/s per GPU must be a positive number, got 0"]
+
+
+def test_what_the_user_knows_of_the_cluster_is_written_with_the_runs() -> None:
+    df, _ = parse_torchtitan(LOG, given={"num_nodes": "1", "profile": "my-cluster.json",
+                                         "peak_mem_stage": "0", "net_scale": "0.7"})
+    assert df[["profile", "peak_mem_stage", "net_scale"]].iloc[0].tolist() == [
+        "my-cluster.json", 0.0, 0.7]
+    plain, _ = parse_torchtitan(LOG, given={"num_nodes": "1"})
+    assert plain[["profile", "peak_mem_stage", "net_scale"]].isna().all(axis=None)

@@ -4,6 +4,7 @@ by the test with an H100's fingerprint, never measured)."""
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +52,7 @@ def test_records_become_runs(tmp_path: Path) -> None:
     assert (done["gpu"], done["framework"], done["framework_version"]) == (
         "H100-SXM-80GB", "pytorch", "autocast")
     assert (done["source"], done["run_id"]) == ("surrogate_h100", "synthetic1/1")
+    assert done["profile"] == "h100-own-measured" and math.isnan(done["net_scale"])
     assert done["peak_mem_reserved_gib"] == 3.5 and done["step_time_s"] == pytest.approx(0.1)
     assert 0 < done["mfu"] < 1
     assert df.iloc[1][["step_time_s", "peak_mem_reserved_gib"]].isna().all()

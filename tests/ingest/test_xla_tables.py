@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import validate_microbench
 from surrogate.ingest.textproto import parse_textproto
 from surrogate.ingest.xla_tables import parse_xla_table
+from surrogate.runs.microbench_table import validate_microbench
 
 FIX = Path(__file__).parent / "fixtures"
 

@@ -213,13 +213,13 @@ def subprocess_env(**extra: str) -> dict[str, str]:
 
 def synthetic_outcomes(round_dir: Path, path: Path, *, shift: float = 0.0) -> Path:
     """A sweep table of made-up outcomes for a round's proposals (the last one OOM), as if they
-    had been run and ingested (``surrogate.ingest.sweeps.sweep_row``, what ingest writes): the
+    had been run and ingested (``surrogate.runs.sweeps.sweep_row``, what ingest writes): the
     numbers are this test's, not measurements."""
     import pandas as pd
 
     from surrogate.config.training import config_from_flat
-    from surrogate.ingest.sweeps import sweep_row, validate_sweeps
     from surrogate.loop.round_files import read_round
+    from surrogate.runs.sweeps import sweep_row, validate_sweeps
 
     proposals = read_round(round_dir)["proposals"]
     n = len(proposals)

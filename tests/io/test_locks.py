@@ -14,9 +14,9 @@ import pytest
 
 from surrogate.errors import DataError
 from surrogate.ingest.dispatch import ingest
-from surrogate.ingest.sweep_files import read_sweeps
 from surrogate.io import locks
 from surrogate.io.locks import locked
+from surrogate.runs.sweep_files import read_sweeps
 
 PLAYBOOK = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_playbook_excerpt.csv"
 WRITERS = 8

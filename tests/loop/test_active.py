@@ -284,7 +284,7 @@ def measured(record: dict[str, object], statuses: tuple[str, ...] = ("completed"
              ) -> pd.DataFrame:
     """A sweep table of a round's proposals as if they had run (synthetic outcomes, made up
     by this test)."""
-    from surrogate.ingest.sweeps import sweep_row, validate_sweeps
+    from surrogate.runs.sweeps import sweep_row, validate_sweeps
 
     rows = [sweep_row(config_from_flat(p["config"]), status=statuses[i % len(statuses)],
                       source="synthetic", run_id=f"{p['name']}/1",

@@ -12,7 +12,7 @@ import pytest
 
 from microbench.collectives import group_sizes, message_sizes, parse_bytes, subgroups
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.ingest.microbench_table import validate_microbench
+from surrogate.runs.microbench_table import validate_microbench
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ import pytest
 
 from microbench import attention, membound
 from surrogate.ingest.microbench_jsonl import parse_microbench_jsonl
-from surrogate.ingest.microbench_table import ATTENTION_OPS, MEMORY_BOUND_OPS, validate_microbench
+from surrogate.runs.microbench_table import ATTENTION_OPS, MEMORY_BOUND_OPS, validate_microbench
 
 
 def test_attention_records_are_table_rows(tmp_path: Path) -> None:

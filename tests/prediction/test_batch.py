@@ -15,8 +15,9 @@ from surrogate.config.presets import get_preset
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.io.tableio import read_table, write_table_atomic
-from surrogate.prediction.batch import predict_file
+from surrogate.prediction.batch import check_batch_columns, predict_file
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame
+from surrogate.runs.sweeps import SWEEP_COLUMNS
 
 
 def _synthetic_rows() -> pd.DataFrame:
@@ -114,3 +115,10 @@ def test_a_ragged_csv_is_predicted_whole(tmp_path: Path) -> None:
     done = predict_file(src, dst, model=None, chunk_rows=1)
     assert (done.rows, done.chunks) == (3, 1)
     _same(read_table(dst), predict_frame(table, model=None))
+
+
+def test_a_sweep_tables_columns_are_read_and_carried() -> None:
+    """A sweep table (here with how its runs are explained) predicts as it is."""
+    check_batch_columns(SWEEP_COLUMNS, where="runs.parquet")
+    with pytest.raises(ConfigError, match="not a column predict reads"):
+        check_batch_columns([*SWEEP_COLUMNS, "cluster_name"], where="runs.parquet")

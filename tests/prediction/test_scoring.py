@@ -111,7 +111,7 @@ def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_s
     assert piped.any() and (~piped).any()
     np.testing.assert_allclose(logged[~piped], peak[~piped], rtol=1e-12)
     assert (logged <= peak * (1 + 1e-12)).all() and (logged[piped] < peak[piped]).any()
-    other = score_runs(runs.assign(source="mine"))  # a source that logs the peak
+    other = score_runs(runs.assign(peak_mem_stage=np.nan))  # runs that log the peak
     np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_gib"])
 
 

@@ -235,7 +235,8 @@ def test_profile_network_predicts_the_held_out_runs_without_their_measurement(pl
     """network="profile" scores each held-out run under its cluster profile's curve alone (no
     net_scale: what a user has before the run), from the same fits as "measured", which is
     the default; the held-out table keeps the runs' own columns."""
-    from surrogate.calibration.clusters import as_predicted, playbook_runs
+    from surrogate.ingest.playbook_network import playbook_runs
+    from surrogate.runs.context import as_predicted
     from training.evaluate import analytic_predictions, evaluate_grid
 
     params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}

@@ -7,8 +7,8 @@ import pytest
 
 from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
-from surrogate.ingest.sweep_files import write_sweeps
 from surrogate.learned.model import SurrogateModel
+from surrogate.runs.sweep_files import write_sweeps
 from training.train import data_summary, load_runs, train
 
 FAST = dict(n_trials=1, max_estimators=15, protocols=("nodes",), progress=False)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import surrogate
@@ -22,21 +21,6 @@ def test_far_outside_the_data_the_bundled_model_says_so_and_keeps_to_physics():
     assert learned.mfu_lo <= analytic.mfu <= learned.mfu_hi
     d = learned.to_dict()
     assert d["extrapolates"] is True and d["domain_weight"] == 0.0
-
-
-def test_training_runs_are_explained_under_their_own_cluster():
-    import pandas as pd
-
-    from surrogate.calibration.clusters import run_context
-
-    runs = pd.DataFrame({"source": ["hf_ultrascale_playbook", "mine"],
-                         "net_scale": [0.5, float("nan")]})
-    profiles, extra = run_context(runs, "my.json")
-    assert profiles == ["hf-playbook-cluster", "my.json"]
-    assert extra["net_scale"].tolist() == [0.5, 1.0]
-    # the Playbook's table logs memory on the first pipeline stage; another source's: the peak
-    stage = extra["peak_mem_stage"]
-    assert stage[0] == 0.0 and np.isnan(stage[1])
 
 
 def test_llama3_table_lists_the_reported_figures():

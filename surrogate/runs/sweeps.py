@@ -8,7 +8,10 @@ Columns (documented in ``datasets/README.md``):
   canonical form :func:`surrogate.config.training.config_to_flat` gives back;
 - the outcome :data:`OUTCOME_COLUMNS` (``status`` from :data:`STATUSES`; measurements are
   NaN when missing, never 0 or -1);
-- the provenance :data:`PROVENANCE_COLUMNS` (``framework_version`` is a configuration column).
+- the provenance :data:`PROVENANCE_COLUMNS` (``framework_version`` is a configuration column);
+- how the run is explained, :data:`CONTEXT_COLUMNS`: the calibration profile of the cluster it
+  ran on, the pipeline stage its peak memory was logged on and the network it measured
+  (optional in a table given to the package: missing where absent, their documented defaults).
 
 Rows are unique on (source, run_id). Validation runs on every read and write; appends are
 atomic (:func:`surrogate.io.tableio.write_table_atomic`) and say what they added and replaced.
@@ -27,6 +30,7 @@ import pandas as pd
 
 from surrogate.analytic.flops import mfu
 from surrogate.analytic.inputs import cols_from_table
+from surrogate.analytic.memory import LOGGED_STAGE_COLUMN
 from surrogate.analytic.params import ParameterSets
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
@@ -69,8 +73,18 @@ divisible by tp), or missing. Such a run was really launched and really failed (
 ran): it is kept as data, flagged, with its configuration columns as the source gave them,
 rather than dropped at ingestion. :func:`read_sweeps` leaves flagged runs out unless asked
 (``flagged=True``): nothing that builds a configuration from a row can take them."""
+CONTEXT_COLUMNS: tuple[str, ...] = ("profile", LOGGED_STAGE_COLUMN, "net_scale")
+"""How a run is explained (:func:`surrogate.runs.context.run_context`), written by the parser
+of its source; each is missing where the source does not know it:
+
+- ``profile``: the calibration profile of the cluster it ran on, a shipped profile's name or a
+  profile file's path (missing: the profile given to training, else the GPU's default one);
+- ``peak_mem_stage``: the 0-based pipeline stage of the rank whose peak memory the row records,
+  a whole number below ``pp`` (missing: the most loaded stage, the maximum over ranks);
+- ``net_scale``: the run's measured network efficiency over its profile's curve at its node
+  count, a number > 0 (missing: 1, the profile's curve)."""
 SWEEP_COLUMNS: tuple[str, ...] = (*CONFIG_COLUMNS, *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS,
-                                  FLAG_COLUMN)
+                                  *CONTEXT_COLUMNS, FLAG_COLUMN)
 KEY_COLUMNS: tuple[str, str] = ("source", "run_id")
 
 _MAX_ERRORS_SHOWN = 5
@@ -89,8 +103,10 @@ def _config_dtypes() -> dict[str, str]:
 
 _CONFIG_DTYPES = _config_dtypes()
 
+_FLOAT_COLUMNS = (*MEASUREMENT_COLUMNS, LOGGED_STAGE_COLUMN, "net_scale")
+
 def _dtype(column: str) -> str:
-    if column in MEASUREMENT_COLUMNS:
+    if column in _FLOAT_COLUMNS:
         return "float64"
     return _CONFIG_DTYPES.get(column, "object")
 
@@ -124,6 +140,14 @@ def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, 
         value = measurements.get(name)
         row[name] = math.nan if value is None else float(value)
     row.update(provenance)
+    return row
+
+def with_context(row: dict[str, Any], *, profile: str | None = None,
+                 peak_mem_stage: float | None = None,
+                 net_scale: float | None = None) -> dict[str, Any]:
+    """``row`` (:func:`sweep_row`, :func:`flagged_row`) with what its source knows of how the
+    run is explained (:data:`CONTEXT_COLUMNS`; None: missing, the column's default)."""
+    row.update(profile=profile, peak_mem_stage=peak_mem_stage, net_scale=net_scale)
     return row
 
 def recompute_mfu(df: pd.DataFrame) -> pd.Series:
@@ -180,6 +204,17 @@ def _rules() -> tuple[_Rule, ...]:
         rules.append(_Rule(col, f"{col} is text", _each(lambda v: isinstance(v, str)
                                                          and bool(v.strip())),
                            "must be a non-empty string, got {raw!r}"))
+    rules += [
+        _Rule("profile", "profile is text", _each(lambda v: is_missing(v) or (
+            isinstance(v, str) and bool(v.strip()))),
+              "must be a profile's name or path, or missing, got {raw!r}"),
+        _Rule(LOGGED_STAGE_COLUMN, "peak_mem_stage is a stage", lambda s: s.isna() | (
+            (_numbers(s) >= 0) & (_numbers(s) % 1 == 0)),
+              "must be a pipeline stage, a whole number >= 0, or missing, got {raw!r}"),
+        _Rule("net_scale", "net_scale > 0", lambda s: s.isna() | (
+            (_numbers(s) > 0) & np.isfinite(_numbers(s))),
+              "must be a finite number > 0 or missing, got {raw!r}"),
+    ]
     for col in ("date", "hardware", "model_name", FLAG_COLUMN):
         rules.append(_Rule(col, f"{col} is text", _each(lambda v: is_missing(v)
                                                         or isinstance(v, str)),
@@ -267,6 +302,9 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         df = df.assign(dp_replicate=1)
     if FLAG_COLUMN not in df.columns:  # a table written before runs were flagged
         df = df.assign(**{FLAG_COLUMN: None})
+    absent = [c for c in CONTEXT_COLUMNS if c not in df.columns]
+    if absent:  # optional: a source that knows none of them
+        df = df.assign(**dict.fromkeys(absent, None))
     missing = [c for c in SWEEP_COLUMNS if c not in df.columns]
     extra = [c for c in df.columns if c not in SWEEP_COLUMNS]
     if missing or extra:
@@ -284,6 +322,7 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     checked = validate_table(out[list(CONFIG_COLUMNS)].loc[~flagged].reset_index(drop=True))
     valid_rows = np.flatnonzero(~flagged)
     errors = [f"row {valid_rows[i]}: {e}" for i, e in enumerate(checked.errors) if e]
+    errors += _stages_beyond(out, valid_rows)
     raw_config = _flagged_configs(out, flagged, errors)
     problems = _value_problems(out)
     if errors or problems:
@@ -292,18 +331,26 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
             _describe(out, *p) for p in problems[: max(0, _MAX_ERRORS_SHOWN - len(errors))]]
         more = f" (and {count - _MAX_ERRORS_SHOWN} more)" if count > _MAX_ERRORS_SHOWN else ""
         raise DataError(f"{where}: {count} problem(s): {'; '.join(shown)}{more}")
-    for col in MEASUREMENT_COLUMNS:
+    for col in _FLOAT_COLUMNS:
         out[col] = _numbers(out[col])
     for col in CONFIG_COLUMNS:
         values = np.empty(len(out), dtype=object)
         values[valid_rows] = list(checked.table[col])
         values[np.flatnonzero(flagged)] = raw_config[col]
         out[col] = values
-    for col in ("date", "hardware", "model_name"):
+    for col in ("date", "hardware", "model_name", "profile"):
         out[col] = out[col].map(lambda v: None if is_missing(v) else v).astype("object")
     for col in SWEEP_COLUMNS:
         out[col] = out[col].astype(_dtype(col))  # type: ignore[call-overload]
     return out[list(SWEEP_COLUMNS)]
+
+def _stages_beyond(out: pd.DataFrame, rows: np.ndarray) -> list[str]:
+    """A problem per row of ``rows`` whose ``peak_mem_stage`` is not a stage of its pipeline."""
+    stage = _numbers(out[LOGGED_STAGE_COLUMN]).to_numpy()[rows]
+    pp = _numbers(out["pp"]).to_numpy()[rows]
+    return [f"row {r}: {LOGGED_STAGE_COLUMN} must be a stage of the run's pipeline, below pp "
+            f"= {p:g}, got {s:g}" for r, s, p in zip(rows.tolist(), stage, pp, strict=True)
+            if s >= p]
 
 def flagged_mask(df: pd.DataFrame) -> np.ndarray:
     """True for the runs flagged with a :data:`FLAG_COLUMN` (none when the column is absent)."""

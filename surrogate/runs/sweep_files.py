@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from surrogate.ingest.sweeps import empty_sweeps, is_missing, unflagged, validate_sweeps
 from surrogate.io.locks import locked
 from surrogate.io.tableio import read_table, table_format, write_table_atomic
+from surrogate.runs.sweeps import empty_sweeps, is_missing, unflagged, validate_sweeps
 
 
 def read_sweeps(path: str | Path, *, flagged: bool = False) -> pd.DataFrame:

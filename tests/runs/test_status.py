@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from surrogate.ingest.status import run_status, status_from_label
+from surrogate.runs.status import run_status, status_from_label
 
 OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 3 has "
             "a total capacity of 79.33 GiB of which 5.12 GiB is free.")

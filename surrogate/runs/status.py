@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from surrogate.ingest.sweeps import STATUSES, Status
+from surrogate.runs.sweeps import STATUSES, Status
 
 _OOM = re.compile(
     r"OutOfMemoryError|CUDA out of memory|HIP out of memory|CUBLAS_STATUS_ALLOC_FAILED"

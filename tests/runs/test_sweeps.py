@@ -18,8 +18,9 @@ from surrogate.config.model import ARCHITECTURE_FIELDS
 from surrogate.config.presets import get_preset
 from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig
 from surrogate.errors import DataError
-from surrogate.ingest.sweep_files import append_sweeps, read_sweeps, write_sweeps
-from surrogate.ingest.sweeps import (
+from surrogate.runs.sweep_files import append_sweeps, read_sweeps, write_sweeps
+from surrogate.runs.sweeps import (
+    CONTEXT_COLUMNS,
     STATUSES,
     SWEEP_COLUMNS,
     empty_sweeps,
@@ -29,6 +30,7 @@ from surrogate.ingest.sweeps import (
     sweep_schema,
     sweep_summary,
     validate_sweeps,
+    with_context,
 )
 
 
@@ -75,6 +77,14 @@ def test_sweep_row_rejects_unknown_measurement() -> None:
         ("run_id", "", "run_id must be a non-empty string"),
         ("tp", 3, r"dp \* tp \* pp \* cp must equal the number of GPUs \(8"),
         ("date", 20240101, "date must be text or missing"),
+        ("profile", "  ", "profile must be a profile's name or path, or missing"),
+        ("peak_mem_stage", 0.5, "peak_mem_stage must be a pipeline stage, a whole number >= 0"),
+        ("peak_mem_stage", -1, "peak_mem_stage must be a pipeline stage"),
+        ("peak_mem_stage", 1, r"peak_mem_stage must be a stage of the run's pipeline, below pp "
+                              r"= 1, got 1"),
+        ("net_scale", 0.0, "net_scale must be a finite number > 0 or missing, got 0.0"),
+        ("net_scale", float("inf"), "net_scale must be a finite number > 0"),
+        ("net_scale", "fast", "net_scale must be a finite number > 0"),
     ],
 )
 def test_validation_says_what_must_hold(column: str, value: Any, match: str) -> None:
@@ -150,7 +160,7 @@ def test_a_clean_table_of_thousands_of_rows_validates_unchanged() -> None:
 
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
-    code = "import sys, surrogate.ingest.sweeps; print('pandera' in sys.modules)"
+    code = "import sys, surrogate.runs.sweeps; print('pandera' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
@@ -184,6 +194,20 @@ def test_tables_from_before_the_pipeline_schedule_column_read_as_1f1b(tmp_path: 
     assert (df["pp_schedule"] == "1f1b").all()
     df.drop(columns=["pp_schedule"]).to_csv(tmp_path / "old.csv", index=False)
     pd.testing.assert_frame_equal(read_sweeps(tmp_path / "old.csv"), df, check_dtype=False)
+
+
+def test_how_a_run_is_explained_is_optional_and_read_back(tmp_path: Path) -> None:
+    df = _table()
+    assert df[list(CONTEXT_COLUMNS)].isna().all(axis=None)  # the test source knows none
+    df.drop(columns=list(CONTEXT_COLUMNS)).to_csv(tmp_path / "plain.csv", index=False)
+    pd.testing.assert_frame_equal(read_sweeps(tmp_path / "plain.csv"), df, check_dtype=False)
+    cfg = TrainingConfig(model=get_preset("8b"), layout=LayoutConfig(dp=2, pp=4))
+    row = sweep_row(cfg, status="completed", source="mine", run_id="r")
+    mine = frame_from_rows([with_context(row, profile="my-cluster.json", peak_mem_stage=3,
+                                         net_scale=0.8)])
+    write_sweeps(mine, tmp_path / "mine.parquet")
+    back = read_sweeps(tmp_path / "mine.parquet")
+    assert back[list(CONTEXT_COLUMNS)].iloc[0].tolist() == ["my-cluster.json", 3.0, 0.8]
 
 
 def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ import pandera.pandas as pa
 import pytest
 
 from surrogate.errors import DataError
-from surrogate.ingest.microbench_table import (
+from surrogate.runs.microbench_table import (
     append_microbench,
     empty_microbench,
     hardware_from_device_name,
@@ -84,7 +84,7 @@ def test_rules_are_a_pandera_schema_and_a_large_clean_table_passes() -> None:
 
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
-    code = "import sys, surrogate.ingest.microbench_table; print('pandera' in sys.modules)"
+    code = "import sys, surrogate.runs.microbench_table; print('pandera' in sys.modules)"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           check=True)
     assert done.stdout.strip() == "False"
