@@ -74,7 +74,10 @@ def test_no_function_over_its_limit():
 
 
 def test_sizes_count_statements_not_wrapping():
-    wrapped = 'def f(\n    a,\n    b,\n):\n    """One.\n\n    Two."""\n    return g(\n        a,\n        b,\n    )\n'
+    wrapped = (
+        'def f(\n    a,\n    b,\n):\n    """One.\n\n    Two."""\n'
+        "    return g(\n        a,\n        b,\n    )\n"
+    )
     assert len(_statement_ends(wrapped)) == 3  # the def, its docstring, the return
 
 
