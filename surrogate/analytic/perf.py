@@ -65,6 +65,26 @@ def ring_steps(op: str, group_size: Array | float) -> Array:
     return n - 1
 
 
+def nic_share(op: str, group_size: Array | float, ranks_per_node: Array | float) -> Array:
+    """How many times longer a group spanning nodes takes on the network than a ring over its
+    ``g = ranks_per_node`` NICs a node: g (N - g) / (N - 1) for all_to_all, 1 for the rest.
+
+    A ring's inter-node bytes per rank are size x bus_factor spread over the node's g NICs
+    (one ring channel per NIC). An all-to-all is pairwise: NCCL has no all-to-all kernel, and
+    nccl-tests' ``alltoall`` (src/alltoall.cu, as NCCL's docs' point-to-point example) posts
+    one ``ncclSend`` and ``ncclRecv`` per peer in a group, so each of the node's g ranks sends
+    size x (N - g) / N to the ranks of other nodes, and the node's g NICs (one a GPU on a DGX
+    H100: eight ConnectX-7 at 400 Gb/s) carry g times that, each at its own rate, whichever
+    GPU's NIC a send leaves by. Bounded: 1 with one rank a node (g = 1, or N = g + 1), g as N
+    grows; the NVLink share, size x (g - 1) / N, leaves meanwhile and is shorter."""
+    n = np.asarray(group_size, dtype=np.float64)
+    if op != "all_to_all":
+        return np.ones_like(n)
+    g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
+    share = g * (n - g) / np.maximum(n - 1.0, 1.0)
+    return np.asarray(np.clip(share, 1.0, g), dtype=np.float64)
+
+
 class PerfModel(Protocol):
     """What the analytic model needs to know of the hardware's speed."""
 
@@ -141,7 +161,8 @@ class SpecPerfModel:
         ranks_per_node: Array | None = None,
     ) -> Array:
         g = local_ranks(group_size, c, ranks_per_node)
-        network = np.minimum(g * c["inter_node_bw"], c["intra_node_bw"])
+        network = np.minimum(g * c["inter_node_bw"] / nic_share(op, group_size, g),
+                             c["intra_node_bw"])
         bw = np.where(inter_node > 0, network, c["intra_node_bw"])
         lat = np.where(inter_node > 0, c["inter_node_latency_s"], c["intra_node_latency_s"])
         t = ring_steps(op, group_size) * lat + size_bytes * bus_factor(op, group_size) / bw

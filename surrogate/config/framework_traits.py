@@ -310,7 +310,7 @@ class FrameworkTraits:
     token goes once to each rank, and over the network to each node, its experts reach
     (``comm.ep_time_per_layer_s``). False: every routed copy (``alltoall``, torchtitan)."""
     moe_grouped_gemm: bool = False
-    """One GEMM per local expert (TE ``GroupedLinear``), each at its own rows' efficiency."""
+    """One GEMM per local expert at its own rows' (TE ``GroupedLinear``; ``torch._grouped_mm``)."""
     moe_tp_needs_sequence_parallel: bool = False
     """Its MoE layer refuses tensor parallelism without sequence parallelism in training
     (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout

@@ -149,6 +149,10 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             fsdp_parameters="pytorch-fsdp2/bf16",
             moe_routed_bytes=6.0,
             moe_token_group_align=8,
+            # torchtitan 0.2.2 models/moe/moe.py (0.3.0 models/common/moe.py): use_grouped_mm
+            # True by default, the routed experts' three GEMMs one torch._grouped_mm each over
+            # the local experts' token groups (offsets), a CUTLASS sm90 grouped kernel
+            moe_grouped_gemm=True,
         ),
         FrameworkTraits(
             name="llm-foundry",

@@ -19,7 +19,10 @@ law is ``flat`` (the non-blocking ideal: efficiency holds). Below the smallest m
 the smallest's value holds. ``latency(n)`` grows with log2 of the node count, as a tree's
 depth (NCCL uses trees for latency-bound all-reduce), from ``latency_s`` at 2 nodes.
 
-Ops without a curve of their own use the all_reduce curve (labelled ``extrapolated``).
+An all_to_all is pairwise, not a ring: each rank's rows for other nodes leave by its own NIC,
+so its time is that of the formula times g (N - g) / (N - 1) (:func:`~surrogate.analytic.perf.
+nic_share`; 1 with one rank a node, up to g). Ops without a curve of their own use the
+all_reduce curve (labelled ``extrapolated``).
 A per-configuration column ``net_scale``, if present, multiplies the efficiency: training uses
 it to explain a run with the bandwidth that run itself measured. Without the column the
 fabric's own ``net_scale`` (default 1) does: a profile put under the network a user measured
@@ -34,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.analytic.perf import bus_factor
+from surrogate.analytic.perf import bus_factor, nic_share
 from surrogate.errors import DataError
 
 if TYPE_CHECKING:
@@ -200,7 +203,9 @@ class Fabric:
         eff = np.clip(self.efficiency(op, n) * scale, 1e-4, 1.0)
         bw = g * self.nic_bw_bytes_per_s * eff
         lat = self.latency_s * (1 + np.log2(n / 2))
-        return np.asarray(lat + size_bytes * bus_factor(op, group) / bw, dtype=np.float64)
+        # an all-to-all's remote rows leave by every rank's own NIC, not a ring's g channels
+        return np.asarray(lat + size_bytes * bus_factor(op, group) / bw * nic_share(op, group, g),
+                          dtype=np.float64)
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {

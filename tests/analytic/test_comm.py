@@ -272,3 +272,17 @@ def test_flex_dispatch_sends_a_row_per_rank_and_per_node_reached(config):
                                            a2a(row * on_nodes[0], 2, 1, 1)))
     assert got[2] == pytest.approx(4 * a2a(8 * row, 8, 0, 8))
     assert got[0] < got[2]
+
+
+def test_an_all_to_all_across_nodes_leaves_by_each_ranks_nic(config):
+    """torchtitan's expert all-to-all at ep 16 over two 8-GPU nodes: each rank sends the half
+    of its routed copies bound for the other node over its own NIC (perf.nic_share), not over
+    the node's eight NICs as a ring would, four all-to-alls a layer."""
+    model = replace(get_preset("mixtral-8x7b"), num_experts=64, experts_topk=8)
+    c = to_cols([config(model, dp=16, ep=16, framework="torchtitan", zero_stage=3)],
+                shipped_parameter_sets())
+    assert comm.spans_nodes(c)["ep"][0] == 1 and comm.ranks_per_node(c)["ep"][0] == 8
+    routed = 2 * 32768 * 8 * 4096  # the preset's sequence, top-8, hidden 4096, bf16
+    lat, nic = c["inter_node_latency_s"][0], c["inter_node_bw"][0]
+    got = comm.ep_time_per_layer_s(c, PERF)[0]
+    assert got == pytest.approx(4 * (15 * lat + routed * 8 / 16 / nic))

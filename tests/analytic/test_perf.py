@@ -10,6 +10,7 @@ from surrogate.analytic.perf import (
     SpecPerfModel,
     best_gemm_efficiency,
     bus_factor,
+    nic_share,
     ring_steps,
 )
 
@@ -61,6 +62,28 @@ def test_collective_time_by_hand():
     assert packed[0] == pytest.approx(15 * 2e-5 + 1e9 * 15 / 16 / 40e9)
     for op in COLLECTIVE_OPS:
         assert perf.collective_time_s(op, size, np.array([1.0]), np.array([0.0]), c)[0] == 0
+
+
+def test_an_all_to_all_across_nodes_leaves_by_each_ranks_nic():
+    """An all-to-all is pairwise: each of a node's g ranks sends size x (N - g) / N to other
+    nodes over its own NIC, g (N - g) / (N - 1) times a ring's time over the g NICs; 1 with one
+    rank a node, at most g; the other ops keep the ring's."""
+    n, g = np.array([16.0, 32.0, 9.0, 4.0, 1024.0]), np.array([8.0, 8.0, 8.0, 1.0, 8.0])
+    share = nic_share("all_to_all", n, g)
+    assert share[:4] == pytest.approx([64 / 15, 192 / 31, 1.0, 1.0])
+    assert 7.9 < share[4] < 8.0
+    assert nic_share("all_to_all", np.array([4.0]), np.array([1.0]))[0] == 1.0  # exactly
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "send_recv"):
+        assert nic_share(op, n, g).tolist() == [1.0] * 5
+    c = {"intra_node_bw": np.array([450e9]), "inter_node_bw": np.array([50e9]),
+         "intra_node_latency_s": np.array([0.0]), "inter_node_latency_s": np.array([0.0])}
+    perf, size = SpecPerfModel(), np.array([1e9])
+    a2a = perf.collective_time_s("all_to_all", size, np.array([16.0]), np.array([1.0]), c,
+                                 np.array([8.0]))
+    assert a2a[0] == pytest.approx(1e9 * 8 / 16 / 50e9)  # half the rows, one NIC
+    ring = perf.collective_time_s("all_gather", size, np.array([16.0]), np.array([1.0]), c,
+                                  np.array([8.0]))
+    assert a2a[0] / ring[0] == pytest.approx(64 / 15)
 
 
 def test_gemm_efficiency_is_the_setting():

@@ -78,6 +78,22 @@ def test_time_uses_the_nics_of_the_ranks_on_each_node():
     assert slow[0] == pytest.approx(2 * t[0])
 
 
+def test_an_all_to_all_sends_its_remote_rows_by_each_ranks_nic():
+    """At ep 16 and 32 over 8-GPU nodes an all-to-all takes g (N - g) / (N - 1) = 4.3 and 6.2
+    times the ring's time at the same bus factor: each rank's rows for other nodes, size x
+    (N - 8) / N, over its own NIC; with one rank a node the two agree."""
+    curve = ScaleCurve(op="all_reduce", nodes=np.array([2.0]), efficiency=np.array([0.5]),
+                       points=np.array([1.0]), law="flat", law_params=(0.5, 0.0))
+    fabric = Fabric(nic_bw_bytes_per_s=50e9, latency_s=0.0, curves={"all_reduce": curve})
+    size, n = np.full(3, 1e9), np.array([16.0, 32.0, 4.0])
+    g = np.array([8.0, 8.0, 1.0])
+    a2a = fabric.time_s("all_to_all", size, n, g, {})
+    ring = fabric.time_s("all_gather", size, n, g, {})
+    assert a2a[0] == pytest.approx(1e9 * 8 / 16 / (50e9 * 0.5))
+    assert a2a[1] == pytest.approx(1e9 * 24 / 32 / (50e9 * 0.5))
+    assert (a2a / ring).tolist() == pytest.approx([64 / 15, 192 / 31, 1.0])
+
+
 def test_round_trip_and_bad_json():
     rows = _synthetic_rows(lambda n: 0.8)
     fabric = fit_fabric(rows, 50e9, 25e-6)
