@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -28,6 +28,9 @@ from surrogate.cli.options import (
 )
 from surrogate.errors import ConfigError, DataError
 from surrogate.hardware.perf_models import resolve_perf_model
+
+if TYPE_CHECKING:
+    from surrogate.layouts.search import Objective, RankBy
 
 __all__ = ["parse_nodes", "search_cmd"]
 
@@ -69,22 +72,20 @@ class StudyOptions:
                               f"{self.objective!r}")
         at_least(0, trials=self.trials)
         at_least(1, top_k=self.top_k)
-        if self.storage is not None:  # before the space is scored, not after
-            if self.trials < 1:
-                raise ConfigError(f"--storage holds a study of optuna's trials: --trials must "
-                                  f"be >= 1, got {self.trials}")
+        from surrogate.layouts.search import check_top_k
+
+        check_top_k(self.top_k, "--top-k")
+        if self.storage is not None:  # before the space is built and scored, not after
             from surrogate.extras import require
+            from surrogate.io.stores import check_storage
 
             require("optuna", purpose="search --storage (a study of optuna's trials; without "
                                       "--storage a space that can be enumerated is scored "
                                       "whole, without optuna)")
-        from surrogate.layouts.search import check_top_k
-
-        check_top_k(self.top_k, "--top-k")
-        if self.storage is not None:
-            from surrogate.io.stores import check_storage
-
-            check_storage(self.storage)  # before the space is built and scored
+            check_storage(self.storage)
+            if self.trials < 1:
+                raise ConfigError(f"--storage holds a study of optuna's trials: --trials must "
+                                  f"be >= 1, got {self.trials}")
 
 
 @app.command("search")
@@ -156,10 +157,10 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
     try:
         with bars(progress) as report:
             return search(space, model=learned, limits=limits, profile=profile,
-                          objective=study.objective,  # type: ignore[arg-type]
+                          objective=cast("Objective", study.objective),  # checked: check()
                           n_trials=study.trials, top_k=study.top_k, storage=study.storage,
                           study_name=study.study_name, seed=study.seed, progress=report,
-                          rank=rank)  # type: ignore[arg-type]
+                          rank=cast("RankBy", rank))  # search checks it, saying which
     except Exception as e:
         if not _is_storage_error(e):
             raise

@@ -3,6 +3,8 @@ which its table (:mod:`surrogate.layouts.grid`) and the space itself are built o
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 DIMENSIONS: tuple[str, ...] = (
     "num_nodes",
     "tp",
@@ -25,7 +27,8 @@ checkpoints some layers; elsewhere it is 1 (every layer, or none). ``sharding``
 (:data:`SHARDINGS`) is a choice only where the point's framework copies ZeRO's shards at its
 ZeRO stage (``FrameworkTraits.hybrid_sharding_stages``); elsewhere it is 'full'."""
 
-SHARDINGS: tuple[str, ...] = ("full", "node")
+Sharding = Literal["full", "node"]
+SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 """How ZeRO shards a point's states: 'full', over every data- and context-parallel rank;
 'node', over those of one node, with a copy of the shards per node (hybrid sharding, HSDP:
 ``dp_replicate`` = dp x cp / the group's ranks on a node,

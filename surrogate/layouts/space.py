@@ -39,7 +39,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.checks import Dtype
+from surrogate.config.framework_traits import Recompute, ZeroStage
+from surrogate.config.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from surrogate.config.gpus import canonical_gpu_name
 from surrogate.config.model import ModelConfig
 from surrogate.config.table import FlatTable
@@ -50,7 +52,7 @@ from surrogate.layouts.degrees import (
     divisors,
     expressed_recompute_modes,
 )
-from surrogate.layouts.dimensions import DIMENSIONS, REST_DIMENSIONS, SHARDINGS
+from surrogate.layouts.dimensions import DIMENSIONS, REST_DIMENSIONS, SHARDINGS, Sharding
 from surrogate.layouts.grid import point_config, space_table, table_configs
 
 _CONDITIONAL: tuple[str, ...] = ("recompute_share", "sharding")
@@ -82,10 +84,10 @@ class LayoutSpace:
     gpus_per_node: int = 8
     node_counts: tuple[int, ...] = (1,)
     """Allowed node counts; more than one makes the GPU count a choice."""
-    frameworks: tuple[str, ...] = ("nanotron",)
-    zero_stages: tuple[int, ...] | None = None
+    frameworks: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
+    zero_stages: tuple[ZeroStage, ...] | None = None
     """Allowed ZeRO stages; None: every stage some allowed framework implements."""
-    recompute_modes: tuple[str, ...] | None = None
+    recompute_modes: tuple[Recompute, ...] | None = None
     """Allowed recompute modes; None: every mode some allowed framework expresses."""
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int | None = None
@@ -95,10 +97,10 @@ class LayoutSpace:
     recompute_shares: tuple[float, ...] = RECOMPUTE_SHARES
     """Shares of a stage's layers full recomputation may checkpoint where the framework
     checkpoints some layers (:data:`RECOMPUTE_SHARES`); 1 (every layer) must be one."""
-    shardings: tuple[str, ...] = SHARDINGS
+    shardings: tuple[Sharding, ...] = SHARDINGS
     """ZeRO shardings a point may take where its framework copies shards at its stage
     (:data:`SHARDINGS`); 'full' must be one."""
-    dtype: str = "bf16"
+    dtype: Dtype = "bf16"
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Dimensions pinned to one value (e.g. {"tp": 8})."""
 

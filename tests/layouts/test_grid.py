@@ -32,13 +32,15 @@ def test_the_table_holds_the_enumerated_layouts_in_order(model, nodes, framework
 
 
 def test_a_space_without_layouts_gives_an_empty_table() -> None:
-    space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
+    space = LayoutSpace(frameworks=("nanotron",),
+                        model=get_preset("llama3-8b"), global_batch_seqs=3, node_counts=(1,),
                         fixed={"tp": 8, "pp": 2})  # tp x pp = 16 does not divide 8 GPUs
     assert space.enumerate() == [] and len(space_table(space)["dp"]) == 0
 
 
 def test_a_space_over_the_limit_is_refused() -> None:
-    space = LayoutSpace(model=get_preset("llama3-8b"), global_batch_seqs=256, node_counts=(1, 2))
+    space = LayoutSpace(frameworks=("nanotron",),
+                        model=get_preset("llama3-8b"), global_batch_seqs=256, node_counts=(1, 2))
     with pytest.raises(ConfigError, match="more than the enumeration limit"):
         space_table(space, limit=10)
 

@@ -14,7 +14,8 @@ from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import TOP_COLUMNS, Limits, rank, score_configs, search
 from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
 
-TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
+TINY = dict(model=get_preset("1.34b"), frameworks=("nanotron",),
+                                       global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
 
 
@@ -83,7 +84,8 @@ def test_optuna_finds_the_best_of_a_small_space() -> None:
 def test_a_storage_or_a_space_too_large_takes_optuna(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     assert search(tiny(), n_trials=20, storage=url).method == "optuna"
-    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    big = LayoutSpace(frameworks=("nanotron",),
+                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
     assert search(big, model=None, n_trials=20, enumerate_limit=100).method == "optuna"
     with pytest.raises(ConfigError, match="at least one trial, got n_trials=0"):
         search(tiny(), n_trials=0, method="optuna")
@@ -125,7 +127,8 @@ def test_multi_objective_pareto_front() -> None:
 def test_errors() -> None:
     with pytest.raises(ConfigError, match="max_p_oom must be between 0 and 1"):
         Limits(max_p_oom=2.0)
-    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    big = LayoutSpace(frameworks=("nanotron",),
+                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
     with pytest.raises(ConfigError, match="enumeration limit"):
         search(big, method="enumerate", enumerate_limit=100)
     with pytest.raises(ConfigError, match="more than the enumeration limit"):  # not "no layout"
