@@ -201,7 +201,7 @@ def search(
                        _score_trials(space, how, objective, n_trials, storage, study_name, seed,
                                      result, progress))
     if scored is None:  # invalid: optuna trials' broken rules
-        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid, result.n_trials))
     _choose(result, space, scored, how, objective, top_k)
     return result
 
@@ -309,8 +309,9 @@ def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
-    """Why a search found nothing to score: the space and one rule its points break."""
+def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str], trials: int) -> str:
+    """Why a search found nothing to score: the space (or optuna's ``trials``, which need not
+    have met every point) and one rule its points break."""
     example = invalid[:1]
     if not example and space.is_enumerable(limit):
         for point in space.points():
@@ -320,11 +321,14 @@ def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
                 example = [str(e)]
                 break
     nodes = ",".join(map(str, space.node_counts))
-    return (f"the space holds no valid layout of {space.model.name} on {nodes} x "
-            f"{space.gpus_per_node} {space.gpu} for a global batch of "
-            f"{space.global_batch_seqs} sequences" + (f" (e.g. {example[0]})" if example else "")
-            + ": widen it (other node counts or frameworks, a larger --max-mbs or --max-cp, a "
-            "global batch that more data-parallel degrees divide)")
+    found = (f"none of optuna's {trials} trials was a valid layout" if trials else
+             "the space holds no valid layout")
+    return (f"{found} of {space.model.name} on {nodes} x {space.gpus_per_node} {space.gpu} for "
+            f"a global batch of {space.global_batch_seqs} sequences"
+            + (f" (e.g. {example[0]})" if example else "")
+            + (": run more trials, or" if trials else ":") + " widen it (other node counts or "
+            "frameworks, a larger --max-mbs or --max-cp, a global batch that more "
+            "data-parallel degrees divide)")
 
 
 def _pareto(frame: pd.DataFrame, objective: Objective, column: str = "pred_mfu") -> pd.DataFrame:
