@@ -2,7 +2,7 @@
 and in process, search, streaming memory, training.
 
     python benchmarks/speed.py [--model-dir DIR] [--rows 200000] [--stream-rows 0]
-                               [--n-trials 5] [--skip-train]
+                               [--n-trials 5] [--skip-train] [--search-only]
 
 Every figure is printed with its aim and as a ratio against a reference measured in the same
 run on the same machine, so that runs on different (or busy) machines compare: the cold CLI
@@ -30,13 +30,13 @@ spaces of Mixtral 8x7B with cp, ep and vpp (every layout scored, no optuna): on 
 valid layouts), both with full recomputation of every layer only (``recompute_shares=(1,)``)
 and ZeRO over every data-parallel rank (``shardings=("full",)``), then the first with the
 default shares of layers (:data:`surrogate.layouts.space.RECOMPUTE_SHARES`), then with hybrid
-sharding
-too (:data:`surrogate.layouts.space.SHARDINGS`), with the analytic model alone and with the learned
-model.
+sharding too (:data:`surrogate.layouts.dimensions.SHARDINGS`), then the second with both
+(about 1.5 x 10^7 points, about 10^6 valid layouts: the aim's), with the analytic model alone
+and with the learned model, in wall and in CPU time.
 Aims: cold CLI no slower than ``import pandas, lightgbm``; one configuration < 5 ms; 200,000
 rows end to end (CSV in, CSV out) >= 100,000 rows/s; in process >= 250,000 rows/s learned
-and >= 500,000 rows/s analytic; a search of 10^6 layouts <= 5 s; 10^7 rows streamed in
-under 4 GiB.
+and >= 500,000 rows/s analytic; a search of 10^6 valid layouts <= 8 s; 10^7 rows streamed in
+under 4 GiB. ``--search-only`` prints the searches' figures alone.
 """
 
 from __future__ import annotations
@@ -61,8 +61,9 @@ from surrogate.config.table import validate_table
 from surrogate.config.training import CONFIG_COLUMNS, config_from_flat
 from surrogate.hardware.perf_models import resolve_perf_model
 from surrogate.io.tableio import CHUNK_ROWS
+from surrogate.layouts.dimensions import SHARDINGS
 from surrogate.layouts.search import search
-from surrogate.layouts.space import RECOMPUTE_SHARES, SHARDINGS, LayoutSpace
+from surrogate.layouts.space import RECOMPUTE_SHARES, LayoutSpace
 from surrogate.learned.compiled_trees import COMPILE_MIN_ROWS, cache_root
 from surrogate.learned.features import build_features_cols
 from surrogate.learned.model import SurrogateModel
@@ -189,10 +190,12 @@ def main() -> None:
                          "memory (0: skip; the aim is stated for 10^7)")
     ap.add_argument("--n-trials", type=int, default=5)
     ap.add_argument("--skip-train", action="store_true")
+    ap.add_argument("--search-only", action="store_true", help="only the searches' times")
     args = ap.parse_args()
-
-    runs = load_runs()
     model = SurrogateModel.load(args.model_dir or DEFAULT_MODEL_DIR)
+    if args.search_only:
+        return search_timings(model)
+    runs = load_runs()
     trees_path = _warm_trees(model, runs)
     exe = shutil.which("surrogate") or str(Path(sys.executable).parent / "surrogate")
     floor = median_s(lambda: subprocess.run(
@@ -260,15 +263,17 @@ def main() -> None:
 
 
 def search_timings(model: SurrogateModel) -> None:
-    """Print how long searches of Mixtral 8x7B take that score every valid layout of about
-    10^6 points, with the analytic model alone and with ``model``."""
-    # ~10^6 points; ~10^6 valid layouts: full recomputation of every layer only and ZeRO
-    # over every data-parallel rank (the spaces of the aim as first measured), then the first
-    # with the default shares of layers too, then with hybrid sharding too (SHARDINGS).
+    """Print how long searches of Mixtral 8x7B take that score every valid layout (2 x 10^5 to
+    10^6 of them), with the analytic model alone and with ``model``."""
+    # Full recomputation of every layer only and ZeRO over every data-parallel rank (the
+    # spaces of the aim as first measured), then the first with the default shares of layers
+    # too, then with hybrid sharding too (SHARDINGS), then the second with both: about 10^6
+    # valid layouts, the aim's.
     for nodes, shares, shardings in (((1024,), (1.0,), ("full",)),
                                      ((256, 512, 1024), (1.0,), ("full",)),
                                      ((1024,), RECOMPUTE_SHARES, ("full",)),
-                                     ((1024,), RECOMPUTE_SHARES, SHARDINGS)):
+                                     ((1024,), RECOMPUTE_SHARES, SHARDINGS),
+                                     ((256, 512, 1024), RECOMPUTE_SHARES, SHARDINGS)):
         space = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=4096,
                             node_counts=nodes, frameworks=("megatron", "torchtitan"),
                             recompute_shares=shares, shardings=shardings)
@@ -278,14 +283,15 @@ def search_timings(model: SurrogateModel) -> None:
         if len(shardings) > 1:
             which += "; ZeRO over all or one node's data-parallel ranks"
         for label, m in (("analytic model alone", None), ("learned model", model)):
-            t = time.perf_counter()
-            found = search(space, model=m, use_optuna=False, enumerate_limit=2 * bound)
-            took = time.perf_counter() - t
+            t, cpu = time.perf_counter(), time.process_time()
+            found = search(space, model=m, method="enumerate", enumerate_limit=2 * bound)
+            took, cpu = time.perf_counter() - t, time.process_time() - cpu
             print(f"search of Mixtral 8x7B on {'/'.join(f'{n:,}' for n in nodes)} nodes x 8 "
                   f"(cp, ep, vpp; megatron and torchtitan; full recomputation of {which}), "
                   f"{bound:,} points, "
                   f"{found.enumerated:,} valid layouts, every one scored, {label}: "
-                  f"{took:.1f} s ({_aim(took, 5)}; {found.enumerated / took:,.0f} layouts/s)")
+                  f"{took:.1f} s of wall time ({_aim(took, 8)}; {found.enumerated / took:,.0f} "
+                  f"layouts/s), {cpu:.1f} s of CPU time (every thread of this process)")
 
 
 if __name__ == "__main__":

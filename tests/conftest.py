@@ -73,7 +73,7 @@ def mbench_data_dir() -> Path:
 def build_config(model: str | ModelConfig = "8b", *, gpu: str = "H100-SXM-80GB",
                  gpus_per_node: int = 8, **layout: Any) -> TrainingConfig:
     """A TrainingConfig whose cluster is sized to the layout's world (dp x tp x pp x cp)."""
-    lay = LayoutConfig(**layout)
+    lay = LayoutConfig(**{"framework": "nanotron", **layout})
     world = lay.dp * lay.tp * lay.pp * lay.cp
     per_node = min(world, gpus_per_node)
     return TrainingConfig(

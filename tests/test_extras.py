@@ -89,16 +89,17 @@ SEARCH = ["search", "--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "
 
 
 def test_search_without_optuna_enumerates_or_names_the_extra() -> None:
-    """Without optuna (nor SQLAlchemy, which comes with it) ``search --trials 0`` scores the
-    enumerated space, and ``search`` with trials says in one line which extra brings them,
-    before any scoring."""
-    out = _without_extras(*SEARCH, "--trials", "0")
+    """Without optuna (nor SQLAlchemy, which comes with it) ``search`` scores an enumerable
+    space whole, and ``search --storage`` (optuna's study) says in one line which extra brings
+    it, before any scoring."""
+    out = _without_extras(*SEARCH)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "RC 0 ASKED []", out.stdout[-2000:]
     assert '"top"' in out.stdout
-    out = _without_extras(*SEARCH)
+    out = _without_extras(*SEARCH, "--storage", "sqlite:///study.db")
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "RC 2 ASKED ['optuna']", out.stdout[-2000:]
     assert out.stderr.strip().splitlines() == [
-        "error: search --trials N (0 scores the enumerated space alone, without optuna) needs "
-        "optuna, which is not installed: pip install 'surrogate[search]'"]
+        "error: search --storage (a study of optuna's trials; without --storage a space that "
+        "can be enumerated is scored whole, without optuna) needs optuna, which is not "
+        "installed: pip install 'surrogate[search]'"]

@@ -19,19 +19,14 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, fields, is_dataclass
 from pathlib import Path
-from typing import Annotated, Any, TypeVar, get_type_hints
+from typing import Annotated, Any, TypeVar, cast, get_type_hints
 
 import typer
 
+from surrogate.config.frameworks import DEFAULT_FRAMEWORK as DEFAULT_FRAMEWORK
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import model_values, require_model_shape
 from surrogate.errors import ConfigError
-
-DEFAULT_FRAMEWORK = "torchtitan"
-"""The framework of a layout that names none, in every command: torchtitan, the framework of
-the runs ``propose`` and ``search --launch-dir`` write launch files for. The bundled learned
-model was trained on nanotron runs (the Playbook's) and torchtitan has no fitted parameter set
-of its own, so its predictions say so (``--framework nanotron`` for the Playbook's)."""
 
 MODEL = "Model"
 LAYOUT = "Cluster and layout"
@@ -298,14 +293,14 @@ class SpaceOptions:
                               "--global-batch-seqs (one of them)")
         if seqs is None:
             seqs = batch_seqs_from_tokens(int(tokens or 0), model.seq_len)
-        return LayoutSpace(
+        return LayoutSpace(  # the closed choices are checked by LayoutSpace, saying which
             model=model, global_batch_seqs=seqs, gpu=self.gpu,
             gpus_per_node=self.gpus_per_node, node_counts=parse_nodes(self.nodes),
             frameworks=names(self.framework, "--framework"),
-            zero_stages=ints(self.zero, "--zero"),
-            recompute_modes=names(self.recompute, "--recompute"),
+            zero_stages=cast(Any, ints(self.zero, "--zero")),
+            recompute_modes=cast(Any, names(self.recompute, "--recompute")),
             recompute_shares=floats(self.recompute_shares, "--recompute-shares"),
-            shardings=names(self.shardings, "--shardings"),
+            shardings=cast(Any, names(self.shardings, "--shardings")),
             max_cp=self.max_cp, max_vpp=self.max_vpp, max_mbs=self.max_mbs,
         )
 

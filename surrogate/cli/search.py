@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -29,6 +29,9 @@ from surrogate.cli.options import (
 from surrogate.errors import ConfigError, DataError
 from surrogate.hardware.perf_models import resolve_perf_model
 
+if TYPE_CHECKING:
+    from surrogate.layouts.search import Objective, RankBy
+
 __all__ = ["parse_nodes", "search_cmd"]
 
 OBJECTIVES = ("mfu", "mfu-vs-oom", "mfu-vs-gpus")
@@ -44,9 +47,12 @@ class StudyOptions:
         help="mfu (TPE), mfu-vs-oom or mfu-vs-gpus (NSGA-II).", metavar="NAME",
         rich_help_panel=_STUDY)] = "mfu"
     trials: Annotated[int, typer.Option(
-        help="optuna trials (0: enumeration only).", metavar="N", rich_help_panel=_STUDY)] = 200
+        help="optuna trials, where optuna searches: a space of more than 10,000,000 points, "
+        "or a study in --storage (a smaller space is scored whole, without optuna).",
+        metavar="N", rich_help_panel=_STUDY)] = 200
     storage: Annotated[str | None, typer.Option(
-        help="optuna storage URL, e.g. sqlite:///study.db (parallel workers share it).",
+        help="optuna storage URL, e.g. sqlite:///study.db: optuna searches, in a study that "
+        "parallel workers share.",
         metavar="URL", rich_help_panel=_STUDY)] = None
     study_name: Annotated[str | None, typer.Option(
         help="Study name (resumed if it exists in --storage).", metavar="NAME",
@@ -66,18 +72,20 @@ class StudyOptions:
                               f"{self.objective!r}")
         at_least(0, trials=self.trials)
         at_least(1, top_k=self.top_k)
-        if self.trials > 0:  # before the space is scored, not after
-            from surrogate.extras import require
-
-            require("optuna", purpose="search --trials N (0 scores the enumerated space "
-                                      "alone, without optuna)")
         from surrogate.layouts.search import check_top_k
 
         check_top_k(self.top_k, "--top-k")
-        if self.storage is not None:
+        if self.storage is not None:  # before the space is built and scored, not after
+            from surrogate.extras import require
             from surrogate.io.stores import check_storage
 
-            check_storage(self.storage)  # before the space is built and scored
+            require("optuna", purpose="search --storage (a study of optuna's trials; without "
+                                      "--storage a space that can be enumerated is scored "
+                                      "whole, without optuna)")
+            check_storage(self.storage)
+            if self.trials < 1:
+                raise ConfigError(f"--storage holds a study of optuna's trials: --trials must "
+                                  f"be >= 1, got {self.trials}")
 
 
 @app.command("search")
@@ -149,10 +157,10 @@ def _run_search(space: Any, learned: Any, limits: Any, study: StudyOptions, *, r
     try:
         with bars(progress) as report:
             return search(space, model=learned, limits=limits, profile=profile,
-                          objective=study.objective,  # type: ignore[arg-type]
+                          objective=cast("Objective", study.objective),  # checked: check()
                           n_trials=study.trials, top_k=study.top_k, storage=study.storage,
                           study_name=study.study_name, seed=study.seed, progress=report,
-                          rank=rank)  # type: ignore[arg-type]
+                          rank=cast("RankBy", rank))  # search checks it, saying which
     except Exception as e:
         if not _is_storage_error(e):
             raise
@@ -211,9 +219,9 @@ def _summary(m: Any, space: Any, result: Any, notes: list[str],
                   "global_batch_seqs": space.global_batch_seqs,
                   "node_counts": list(space.node_counts), "points": space.size_bound(),
                   "enumerated_valid": result.enumerated},
-        "optuna": {"trials": result.n_trials, "invalid": result.n_invalid,
-                   "infeasible": result.n_infeasible, "study": result.study_name,
-                   "found_enumerated_best": result.optuna_found_enum_best},
+        "optuna": None if result.method == "enumerate" else {
+            "trials": result.n_trials, "invalid": result.n_invalid,
+            "infeasible": result.n_infeasible, "study": result.study_name},
         "top": scored_to_records(result.top),
         "pareto": None if result.pareto is None else scored_to_records(result.pareto),
         "rules_of_thumb": None,
@@ -241,15 +249,13 @@ def _print_search(m: Any, space: Any, result: Any, rules_row: Any, *, learned: A
     console = make_console(wide=wide)
     narrow, full = is_narrow(console, wide), is_full(console, wide)
     scored = (f", {result.enumerated:,} valid layouts scored" if result.enumerated is not None
-              else ", too many to enumerate")
+              else ", searched by optuna")
     console.print(f"[bold]{escape(m.name)}[/] on {','.join(map(str, space.node_counts))} x "
                   f"{space.gpus_per_node} {space.gpu}, global batch {space.global_batch_seqs} "
                   f"seqs x {m.seq_len} tokens; {space.size_bound():,} points{scored}")
-    if result.n_trials:
-        same = {True: "found the enumerated best", False: "did not find the enumerated best",
-                None: "(no enumeration to compare)"}[result.optuna_found_enum_best]
+    if result.method == "optuna":
         console.print(f"optuna: {result.n_trials} trials ({result.n_invalid} invalid, "
-                      f"{result.n_infeasible} over the limits); {same}")
+                      f"{result.n_infeasible} over the limits)")
     console.print(escape(model_line(learned, space.gpu, model_dir, profile)), highlight=False)
     for framework in space.frameworks:
         line = space_defaults_line(framework)

@@ -9,6 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 Recompute = Literal["none", "selective", "full"]
+FrameworkName = Literal["nanotron", "torchtitan", "megatron", "llm-foundry", "pytorch",
+                        "pytorch-fsdp2"]
+"""The frameworks whose runs are described (:data:`surrogate.config.frameworks.FRAMEWORKS`)."""
+ZeroStage = Literal[0, 1, 2, 3]
+"""ZeRO stage (Rajbhandari et al. 2020): 0 none, 1 optimizer states, 2 and gradients, 3 and
+parameters sharded over the data-parallel ranks."""
+ZERO_STAGES: tuple[int, ...] = get_args(ZeroStage)
 
 
 RECOMPUTE_MODES: tuple[str, ...] = get_args(Recompute)
@@ -47,7 +54,7 @@ split Megatron-Bridge's Llama 3.1 405B recipe sets (megatron-bridge 0.3.1
 
 @dataclass(frozen=True, kw_only=True)
 class FrameworkTraits:
-    name: str
+    name: FrameworkName
     fp32_grad_accumulation: bool
     """Keeps a persistent fp32 gradient-accumulation buffer beside the bf16 gradients
     (+4 bytes per parameter, sharded like the gradients)."""
@@ -64,7 +71,7 @@ class FrameworkTraits:
     (``grad_reduce_in_fp32``, which Megatron-LM forces with ``--bf16`` and Megatron-Bridge's
     Llama recipes set), the "6 + 12 / d" bytes per parameter of its distributed optimizer
     (bf16 parameter, fp32 gradient, fp32 main parameter and two moments sharded over d)."""
-    zero_stages: tuple[int, ...]
+    zero_stages: tuple[ZeroStage, ...]
     """ZeRO stages the framework implements."""
     versions: tuple[str, ...]
     """Known implementation versions, oldest first; the last is the default."""

@@ -20,8 +20,16 @@ reads the traits and keeps no list of its own. The rules apply at two levels:
 
 from __future__ import annotations
 
-from surrogate.config.framework_traits import FrameworkTraits
+from surrogate.config.framework_traits import FrameworkName, FrameworkTraits
 from surrogate.errors import ConfigError
+
+DEFAULT_FRAMEWORK: FrameworkName = "torchtitan"
+"""The framework of a layout that names none, everywhere: ``LayoutConfig``, a table's row
+without a ``framework`` cell (``surrogate.predict`` and ``predict --from-csv`` alike), a
+``LayoutSpace`` and every command. torchtitan: the framework of the runs ``propose`` and
+``search --launch-dir`` write launch files for. The bundled learned model was trained mostly on
+nanotron runs (the Playbook's) and torchtitan has no fitted parameter set of its own, so its
+predictions say so; the Playbook's runs name nanotron (``--framework nanotron``)."""
 
 FRAMEWORKS: dict[str, FrameworkTraits] = {
     t.name: t

@@ -9,10 +9,12 @@ from surrogate.config.checks import DTYPES, Dtype, check_bool, check_ints
 from surrogate.config.framework_traits import (
     PIPELINE_SCHEDULES,
     RECOMPUTE_MODES,
+    FrameworkName,
     PipelineSchedule,
     Recompute,
+    ZeroStage,
 )
-from surrogate.config.frameworks import get_framework
+from surrogate.config.frameworks import DEFAULT_FRAMEWORK, get_framework
 from surrogate.config.gpus import GPUSpec, canonical_gpu_name, get_gpu
 from surrogate.errors import ConfigError
 
@@ -53,7 +55,7 @@ class ClusterConfig:
 class LayoutConfig:
     """The parallel layout and training recipe of one run.
 
-    Every field is keyword-only and has a default (one GPU, no parallelism, nanotron). The
+    Every field is keyword-only and has a default (one GPU, no parallelism, torchtitan). The
     degrees ``dp``, ``tp``, ``pp``, ``cp`` and ``ep`` are data, tensor, pipeline, context and
     expert parallelism; expert parallelism is carved out of dp x cp, so the world size is
     dp x tp x pp x cp. Which ZeRO stages, schedules and recomputation modes a framework runs
@@ -83,7 +85,7 @@ class LayoutConfig:
     """Micro-batch size in sequences per data-parallel rank."""
     grad_accum: int = 1
     """Micro-batches per optimizer step."""
-    zero_stage: int = 0
+    zero_stage: ZeroStage = 0
     dp_replicate: int = 1
     """Copies of ZeRO's shards (hybrid sharding, HSDP): with zero_stage >= 1 the states are
     sharded over dp x cp / dp_replicate ranks (the inner ones, consecutive data-parallel
@@ -101,9 +103,9 @@ class LayoutConfig:
     floor(its layers / n) (``analytic.flops.checkpointed_layers``)."""
     sequence_parallel: bool = False
     dtype: Dtype = "bf16"
-    framework: str = "nanotron"
-    """Implementation whose runs are described. The default is nanotron because the bundled
-    measurements (the Playbook sweep) are nanotron runs."""
+    framework: FrameworkName = DEFAULT_FRAMEWORK
+    """Implementation whose runs are described (default:
+    :data:`~surrogate.config.frameworks.DEFAULT_FRAMEWORK`, torchtitan, as in every command)."""
     framework_version: str | None = None
     """Implementation version where it matters (nanotron: 'pre-pp-fix' or 'pp-fix');
     None means the newest known."""

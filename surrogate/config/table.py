@@ -37,6 +37,7 @@ from surrogate.config.training import (
     CONFIG_COLUMNS,
     CROSS_COUNTS,
     CROSS_RULES,
+    INT_FIELD_TYPES,
     MODEL_FIELDS,
     TrainingConfig,
     accounted_split,
@@ -56,7 +57,7 @@ FlatTable = dict[str, np.ndarray]
 """CONFIG_COLUMNS -> one array each, one element per configuration (module docstring)."""
 
 _FIELDS = {f.name: f for cls in (ModelConfig, ClusterConfig, LayoutConfig) for f in fields(cls)}
-_INT = tuple(n for n in CONFIG_COLUMNS if _FIELDS[n].type in ("int", int))
+_INT = tuple(n for n in CONFIG_COLUMNS if _FIELDS[n].type in INT_FIELD_TYPES)
 _BOOL = tuple(n for n in CONFIG_COLUMNS if _FIELDS[n].type in ("bool", bool))
 _TEXT = tuple(n for n in CONFIG_COLUMNS if n not in _INT and n not in _BOOL)
 _REQUIRED = MODEL_FIELDS[:7]

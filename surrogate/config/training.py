@@ -256,9 +256,13 @@ LAYOUT_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(LayoutConfig))
 CONFIG_COLUMNS: tuple[str, ...] = MODEL_FIELDS + CLUSTER_FIELDS + LAYOUT_FIELDS
 """The flat column names of one configuration (``predict --from-csv``, sweep tables)."""
 
+INT_FIELD_TYPES: tuple[object, ...] = ("int", int, "ZeroStage")
+"""The annotations of the integer fields of a configuration (``ZeroStage``: a Literal of
+integers), read as integer columns by tables and coercion."""
+
 _INT_FIELDS = frozenset(
     f.name for cls in (ModelConfig, ClusterConfig, LayoutConfig) for f in fields(cls)
-    if f.type in ("int", int)
+    if f.type in INT_FIELD_TYPES
 )
 _BOOL_FIELDS = frozenset({"tie_embeddings", "sequence_parallel", "gated_mlp"})
 _TRUE = frozenset({"true", "1", "yes", "y", "t"})

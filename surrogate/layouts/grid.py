@@ -1,40 +1,56 @@
 """Every valid layout of a :class:`~surrogate.layouts.space.LayoutSpace` as a flat table
-(:mod:`surrogate.config.table`), in the order of :meth:`LayoutSpace.enumerate`, without one
-TrainingConfig per point.
+(:mod:`surrogate.config.table`), without one TrainingConfig per point: the one place the
+space's rules are written.
 
 The points are the space's grid of choices (:meth:`LayoutSpace.choices`). The rules that
 need one or two choices only (the batch divides, virtual stages fit, a share or a sharding
 only where it is a choice) are judged on the grid itself, its indices broadcast one axis each;
 the points kept are then carried as their indices into the choices, text choices included,
-and each step gathers only the columns it reads: :meth:`LayoutSpace.build`'s derivations,
-shares that give the same count made one layout, hybrid sharding that would be full, the
-framework's own rules (each distinct signature judged once,
-:func:`~surrogate.layouts.degrees.runs_as_described`). Every column is gathered once, at the
-end, and the table validated column-wise, its text columns as categoricals (read by their
-codes)."""
+and each step gathers only the columns it reads: the derived degrees (dp = GPUs / (tp x pp x
+cp), grad_accum, the layers a share checkpoints), shares that give the same count made one
+layout, hybrid sharding that would be full, the framework's own rules (each distinct
+signature judged once, :func:`~surrogate.layouts.degrees.runs_as_described`). Every column is
+gathered once, at the end, and the table validated column-wise, its text columns as
+categoricals (read by their codes).
+
+One point (:func:`point_config`, ``LayoutSpace.build``, an optuna trial) is judged by the same
+steps on the space of that point alone; the first step that drops it says why."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from surrogate.config.table import FlatTable, per_group, validate_table
+from surrogate.config.frameworks import get_framework
+from surrogate.config.layout import ClusterConfig, LayoutConfig
+from surrogate.config.table import FlatTable, per_group, table_len, validate_table
 from surrogate.config.training import (
     CONFIG_COLUMNS,
     LAYOUT_FIELDS,
     MODEL_FIELDS,
+    TrainingConfig,
     accounted_split,
     weighted_split,
 )
-from surrogate.layouts.degrees import node_copies, recompute_layers_for_share, runs_as_described
-from surrogate.layouts.space import DIMENSIONS, REST_DIMENSIONS, LayoutSpace
+from surrogate.errors import ConfigError
+from surrogate.layouts.degrees import (
+    node_copies,
+    partial_frameworks,
+    recompute_layers_for_share,
+    runs_as_described,
+)
+from surrogate.layouts.dimensions import DIMENSIONS, REST_DIMENSIONS, SHARDINGS
+
+if TYPE_CHECKING:
+    from surrogate.layouts.space import LayoutSpace
 
 TABLE_LIMIT = 10_000_000
 """Points :func:`space_table` (and so a search) generates by default. Mixtral 8x7B on 1-64
 nodes with torchtitan at a 4M-token batch, 9,408,000 points and 287,480 valid layouts, is
-generated and scored whole by ``surrogate search --trials 0`` in 10.3 s of wall time at 0.95 GB
+generated and scored whole by ``surrogate search`` in 10.3 s of wall time at 0.95 GB
 of peak memory on a 2-core machine (docs/speed.md)."""
 
 _HEADS: tuple[str, ...] = DIMENSIONS[:4]
@@ -48,14 +64,23 @@ class _Points:
     """The points of a space's grid kept so far: each dimension's index into its choices."""
 
     def __init__(self, space: LayoutSpace, ch: dict[str, list[Any]],
-                 heads: list[tuple[int, int, int, int]]) -> None:
+                 heads: list[tuple[int, int, int, int]], skip: tuple[str, ...] = ()) -> None:
         self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
         axes = dict(zip(("head", *REST_DIMENSIONS), np.meshgrid(
             np.arange(len(heads)), *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),
             indexing="ij", sparse=True), strict=True))
         self.shape = (len(heads), *(len(ch[k]) for k in REST_DIMENSIONS))
-        keep = np.broadcast_to(_cheap_rules(space, ch, self.heads, axes), self.shape)
+        keep: Any = True
+        self.dropped = ""
+        """The first rule of :func:`_grid_rules` that leaves no point (else '')."""
+        for name, passes in _grid_rules(space, ch, self.heads, axes).items():
+            if name in skip:
+                continue
+            keep = keep & passes
+            if not self.dropped and not np.any(keep):
+                self.dropped = name
+        keep = np.broadcast_to(keep, self.shape)
         self.index = dict(zip(axes, np.nonzero(keep), strict=True))
 
     def at(self, rows: np.ndarray | slice, *names: str) -> dict[str, np.ndarray]:
@@ -72,33 +97,36 @@ class _Points:
         return out
 
 
-def _cheap_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
-                 axes: dict[str, np.ndarray]) -> np.ndarray:
+def _grid_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
+                axes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Where the points of the grid (``axes``: each dimension's index, broadcastable) pass
-    the rules of one or two choices: ``dp x mbs`` divides the batch; virtual stages the
-    validation would refuse anyway (vpp > 1 needs pp > 1 and a layer per virtual stage, and
-    pp x vpp dividing the layers unless the framework's split is torchtitan's); the share a
-    choice only where recomputation is full on a framework that checkpoints some layers, the
-    sharding only where the framework copies shards at the point's ZeRO stage (elsewhere only
-    their first value, 1 or 'full')."""
+    the rules of one or two choices, per rule: ``batch``, ``dp x mbs`` divides the batch;
+    ``vpp``, virtual stages the configuration's validation would refuse anyway (vpp > 1 needs
+    pp > 1 and a layer per virtual stage, and pp x vpp dividing the layers unless the
+    framework's split is torchtitan's); ``conditional``, the share a choice only where
+    recomputation is full on a framework that checkpoints some layers, the sharding only where
+    the framework copies shards at the point's ZeRO stage (elsewhere only their first value,
+    1 or 'full')."""
     pp = heads[:, 2][axes["head"]]
     dp = heads[:, 0] * space.gpus_per_node // np.prod(heads[:, 1:], axis=1)
     vpp, mbs = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs"))
-    keep = space.global_batch_seqs % (dp[axes["head"]] * mbs) == 0
     layers, stages = space.model.num_layers, pp * vpp
     weighted = np.array([weighted_split(f) for f in ch["framework"]],
                         dtype=bool)[axes["framework"]]
     accounted = np.array([accounted_split(f) for f in ch["framework"]],
                          dtype=bool)[axes["framework"]]
-    keep = keep & ((vpp == 1) | ((pp > 1) & (stages <= layers)
-                                 & (weighted | (layers % stages == 0)
-                                    | (accounted & ((layers + 2) % stages == 0)))))
     partial = _chooses_share(space, ch)[axes["recompute"], axes["framework"]]
     hybrid = np.array([[space.chooses_sharding(z, f) for f in ch["framework"]]
                        for z in ch["zero_stage"]], dtype=bool)
-    return np.asarray(keep & ((partial | (axes["recompute_share"] == 0))
-                              & (hybrid[axes["zero_stage"], axes["framework"]]
-                                 | (axes["sharding"] == 0))), dtype=bool)
+    return {
+        "batch": space.global_batch_seqs % (dp[axes["head"]] * mbs) == 0,
+        "vpp": (vpp == 1) | ((pp > 1) & (stages <= layers)
+                             & (weighted | (layers % stages == 0)
+                                | (accounted & ((layers + 2) % stages == 0)))),
+        "conditional": ((partial | (axes["recompute_share"] == 0))
+                        & (hybrid[axes["zero_stage"], axes["framework"]]
+                           | (axes["sharding"] == 0))),
+    }
 
 
 def _chooses_share(space: LayoutSpace, ch: dict[str, list[Any]]) -> np.ndarray:
@@ -110,6 +138,13 @@ def _chooses_share(space: LayoutSpace, ch: dict[str, list[Any]]) -> np.ndarray:
 def space_table(space: LayoutSpace, limit: int = TABLE_LIMIT) -> FlatTable:
     """Every valid layout of ``space`` as a flat table (module docstring); ConfigError if the
     space holds more than ``limit`` points."""
+    return _table(space, limit, None)
+
+
+def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
+    """:func:`space_table`; with ``why`` (a space of one point, :func:`point_config`), the
+    grid's rule of the validation's own then judges that point, and ``why`` gets the reason
+    a step drops it."""
     import pandas as pd
 
     space.check_bound(limit)
@@ -118,8 +153,12 @@ def space_table(space: LayoutSpace, limit: int = TABLE_LIMIT) -> FlatTable:
              for pp in ch["pp"] for cp in ch["cp"]
              if (n * space.gpus_per_node) % (tp * pp * cp) == 0]
     if not heads:
-        return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
-    points = _Points(space, ch, heads)
+        _dropped(why, space, "heads")
+        return _empty()
+    points = _Points(space, ch, heads, skip=() if why is None else ("vpp",))
+    if why is not None and points.dropped:
+        _dropped(why, space, points.dropped)
+        return _empty()
     p = points.at(slice(None), "framework", "pp", "vpp", "recompute", "recompute_share")
     share = np.where(_chooses_share(space, ch)[p["recompute"], p["framework"]],
                      p["recompute_share"], 1.0)
@@ -137,15 +176,120 @@ def space_table(space: LayoutSpace, limit: int = TABLE_LIMIT) -> FlatTable:
     copies = np.where(node, node_copies(dp, p["cp"], p["tp"], space.gpus_per_node), 1)
     whole = ~node | (copies > 1)  # else it would be 'full' (build refuses it)
     rows, dp, copies = rows[whole], dp[whole], copies[whole]
+    if not len(rows):
+        _dropped(why, space, "copies")
+        return _empty()
     runs = runs_as_described(
         {**points.at(rows, *_HEADS[1:], "ep", "vpp", "zero_stage", "recompute",
                      "sequence_parallel", "framework"), "dp": dp, "dp_replicate": copies},
         moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
     rows = rows[runs]
+    if not len(rows):
+        _dropped(why, space, "framework", dp=int(dp[0]), copies=int(copies[0]))
+        return _empty()
     p = points.at(rows, *(k for k in DIMENSIONS if k not in ("recompute_share", "sharding")))
     p.update(recompute_layers=checkpointed[rows], dp=dp[runs], dp_replicate=copies[runs])
     p["grad_accum"] = space.global_batch_seqs // (p["dp"] * p["mbs"])
-    return validate_table(pd.DataFrame(_frame(space, p, ch)), messages=False).table
+    checked = validate_table(pd.DataFrame(_frame(space, p, ch)), messages=why is not None)
+    if why is not None and checked.errors and checked.errors[0]:
+        why.append(checked.errors[0])
+    return checked.table
+
+
+def _empty() -> FlatTable:
+    import pandas as pd
+
+    return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
+
+
+def point_config(space: LayoutSpace, point: Mapping[str, Any]) -> TrainingConfig:
+    """The configuration of one point of ``space`` (a value per :data:`DIMENSIONS`, ``fixed``
+    applied), judged by the rules of :func:`space_table` (a space of that point alone);
+    ConfigError naming the first rule it breaks."""
+    p = _pinned(space, point)
+    one = replace(space, fixed=p, node_counts=(int(p["num_nodes"]),))
+    why: list[str] = []
+    table = _table(one, 1, why)
+    if table_len(table):
+        return table_configs(space, table)[0]
+    raise ConfigError(why[0] if why else f"the point {dict(point)} is not a layout of the space")
+
+
+def _pinned(space: LayoutSpace, point: Mapping[str, Any]) -> dict[str, Any]:
+    """``point`` with the space's fixed dimensions, its framework's canonical name, and its
+    share and sharding where they are not a choice (a pinned share or sharding holds where it
+    is one; a point's own holds everywhere and is refused where it means nothing)."""
+    p = {**point, **space.fixed}
+    missing = [d for d in DIMENSIONS[:-2] if d not in p]
+    if missing:
+        raise ConfigError(f"a point gives a value per dimension ({', '.join(DIMENSIONS)}), "
+                          f"missing {', '.join(missing)}")
+    framework = get_framework(str(p["framework"]))
+    zero, recompute = int(p["zero_stage"]), str(p["recompute"])
+    hybrid = space.chooses_sharding(zero, framework.name)
+    sharding = str((p if hybrid else point).get("sharding", "full"))
+    if sharding not in SHARDINGS:
+        raise ConfigError(f"sharding must be one of {', '.join(SHARDINGS)}, got {sharding!r}")
+    if sharding == "node" and not hybrid:
+        stages = " or ".join(map(str, framework.hybrid_sharding_stages))
+        raise ConfigError(
+            f"sharding 'node' copies ZeRO's shards, which {framework.name} does "
+            + (f"with zero_stage {stages} only, got zero_stage={zero}" if stages
+               else "not: its sharding must be 'full'"))
+    partial = space.chooses_share(recompute, framework.name)
+    share = float((p if partial else point).get("recompute_share", 1.0))
+    if share != 1.0 and not partial:
+        raise ConfigError(
+            f"recompute_share below 1 needs full recomputation on a framework that "
+            f"checkpoints some layers ({', '.join(partial_frameworks())}), got "
+            f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
+    if not 0.0 < share <= 1.0:
+        raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
+    return {**p, "framework": framework.name, "recompute_share": share, "sharding": sharding}
+
+
+def table_configs(space: LayoutSpace, table: FlatTable) -> list[TrainingConfig]:
+    """The configurations of the rows of a table of ``space`` (:func:`space_table`), each with
+    the space's model and batch."""
+    cols = {k: table[k].tolist() for k in ("gpu", "gpus_per_node", "num_nodes", *LAYOUT_FIELDS)}
+    out = []
+    for i in range(table_len(table)):
+        cluster = ClusterConfig(gpu=cols["gpu"][i], gpus_per_node=cols["gpus_per_node"][i],
+                                num_nodes=cols["num_nodes"][i])
+        layout = LayoutConfig(**{k: cols[k][i] for k in LAYOUT_FIELDS})
+        out.append(TrainingConfig(model=space.model, cluster=cluster, layout=layout,
+                                  global_batch_seqs=space.global_batch_seqs))
+    return out
+
+
+def _dropped(why: list[str] | None, space: LayoutSpace, step: str, **derived: int) -> None:
+    """Record in ``why`` (when given) why the one point of ``space`` fails ``step``: the
+    rule's message, with what was given."""
+    if why is None:
+        return
+    p = space.fixed
+    nodes, tp, pp, cp, mbs = (int(p[k]) for k in ("num_nodes", "tp", "pp", "cp", "mbs"))
+    world = nodes * space.gpus_per_node
+    dp = derived.get("dp", world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 0)
+    if step == "heads":
+        why.append(f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} "
+                   f"pp={pp} cp={cp} ({tp * pp * cp})")
+    elif step == "batch":
+        why.append(f"dp * mbs must divide the global batch ({space.global_batch_seqs} "
+                   f"sequences), got dp={dp} mbs={mbs} ({dp * mbs})")
+    elif step == "copies":
+        why.append(f"sharding 'node' needs the data- and context-parallel ranks to span whole "
+                   f"nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
+                   f"{space.gpus_per_node} GPUs a node): it would be 'full'")
+    elif step == "framework":
+        problem = get_framework(str(p["framework"])).runs_as_another(
+            dp=dp, tp=tp, pp=pp, cp=cp, ep=int(p["ep"]), vpp=int(p["vpp"]),
+            zero_stage=int(p["zero_stage"]), recompute=str(p["recompute"]),
+            sequence_parallel=bool(p["sequence_parallel"]),  # under 1F1B (space's docstring)
+            dp_replicate=derived["copies"], moe=space.model.num_experts >= 2)
+        why.append(problem or f"{p['framework']} does not run this layout as described")
+    else:  # a pinned conditional dimension: checked by point_config before
+        why.append(f"the point breaks the space's rule {step!r}")
 
 
 def _frame(space: LayoutSpace, p: dict[str, np.ndarray], ch: dict[str, list[Any]]

@@ -57,7 +57,7 @@ def predicted_grid(
             space = LayoutSpace(model=m, global_batch_seqs=global_batch_seqs,
                                 node_counts=(nodes,), **(space_options or {}))
             try:
-                result = search(space, model=learned, limits=limits, use_optuna=False, top_k=1,
+                result = search(space, model=learned, limits=limits, method="enumerate", top_k=1,
                                 profile=profile)
                 best = result.top.iloc[0]
                 ok = bool(best["feasible"])

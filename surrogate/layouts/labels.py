@@ -1,6 +1,6 @@
 """How a layout is named: its short label (``dp8 tp4 pp2 mbs2 ...``), one configuration's or a
 table's, as search results, proposals and the heatmap show it, and its point of the layout
-space (:func:`point_of`: a value per :data:`surrogate.layouts.space.DIMENSIONS`)."""
+space (:func:`point_of`: a value per :data:`surrogate.layouts.dimensions.DIMENSIONS`)."""
 
 from __future__ import annotations
 

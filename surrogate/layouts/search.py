@@ -1,19 +1,23 @@
-"""Searching a :class:`~surrogate.layouts.space.LayoutSpace` against the surrogate with optuna.
+"""Searching a :class:`~surrogate.layouts.space.LayoutSpace` for the best layouts: every valid
+layout scored and ranked, or, where that cannot be, optuna's trials.
 
-- Single objective (TPE, Bergstra et al. 2011): maximise the predicted MFU.
-- Multi-objective (NSGA-II, Deb et al. 2002): predicted MFU against the OOM risk, or against the
-  number of GPUs when the space holds several node counts.
+Which path a search takes (``method``, :func:`search`):
 
-Invalid points (a rule of :mod:`surrogate.config.training` or :mod:`surrogate.layouts.space`
-broken) and
-infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin) are
-optuna *constraints* (``constraints_func``: a value > 0 is a violation), so the samplers learn
-to avoid them instead of seeing a fake objective. A study lives in any optuna storage: an RDB
-URL (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it.
-
-Scoring is vectorised: :func:`score_configs` runs the analytic model once over all
-configurations and the learned model once over all features. When the space is small enough it
-is scored whole and :func:`search` reports whether optuna found the same best.
+- **enumerate** (``"auto"``'s choice for a space of at most ``enumerate_limit`` points,
+  :data:`~surrogate.layouts.grid.TABLE_LIMIT` by default, and no storage): the space is
+  generated as a table (:func:`~surrogate.layouts.grid.space_table`), every valid layout
+  scored in one vectorised pass (:func:`score_configs`: the analytic model once over all
+  configurations, the learned model once over all features) and ranked. The answer is exact
+  under the model; no sampler runs.
+- **optuna** (``"auto"``'s choice for a larger space, or whenever an optuna storage is given):
+  ``n_trials`` trials, TPE (Bergstra et al. 2011) maximising the predicted MFU, or NSGA-II
+  (Deb et al. 2002) for MFU against the OOM risk or against the number of GPUs. Invalid
+  points (a rule of the space broken, :func:`~surrogate.layouts.grid.point_config`) and
+  infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin)
+  are optuna *constraints* (a value > 0 is a violation), so the samplers learn to avoid them
+  instead of seeing a fake objective. A study lives in any optuna storage: an RDB URL
+  (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it and a later
+  search resume it.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from surrogate.errors import ConfigError
 from surrogate.extras import require
 from surrogate.io.stores import check_storage, ensure_sqlite_dir
 from surrogate.layouts.best_odds import best_set, p_best
+from surrogate.layouts.dimensions import DIMENSIONS
 from surrogate.layouts.grid import TABLE_LIMIT, space_table
 from surrogate.layouts.labels import layout_label, layout_labels
 from surrogate.layouts.scored import (
@@ -46,11 +51,7 @@ from surrogate.layouts.scored import (
     scored_to_records,
     with_keys,
 )
-from surrogate.layouts.space import (
-    DIMENSIONS,
-    LayoutSpace,
-    layout_key,
-)
+from surrogate.layouts.space import LayoutSpace, layout_key
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
@@ -65,6 +66,8 @@ if TYPE_CHECKING:
     from surrogate.learned.model import SurrogateModel
 
 Objective = Literal["mfu", "mfu-vs-oom", "mfu-vs-gpus"]
+Method = Literal["auto", "enumerate", "optuna"]
+METHODS: tuple[Method, ...] = ("auto", "enumerate", "optuna")
 
 
 MAX_TOP_K = 1_000
@@ -106,11 +109,10 @@ class SearchResult:
     n_invalid: int
     n_infeasible: int
     study_name: str | None
+    method: Literal["enumerate", "optuna"] = "enumerate"
+    """The path the search took (module docstring)."""
     enumerated: int | None = None
-    """Valid layouts scored by enumeration (None: the space was too large)."""
-    enum_best: pd.Series | None = None
-    optuna_found_enum_best: bool | None = None
-    """Whether optuna's best is the enumerated best (None when not enumerated or no optuna)."""
+    """Valid layouts scored by enumeration (None: optuna searched)."""
     notes: list[str] = field(default_factory=list)
 
 
@@ -137,15 +139,15 @@ def search(
     study_name: str | None = None,
     seed: int = 0,
     enumerate_limit: int = TABLE_LIMIT,
-    use_optuna: bool = True,
+    method: Method = "auto",
     progress: ProgressFn | None = None,
     rank: RankBy = "mean",
 ) -> SearchResult:
     """Search ``space`` for the best layouts (module docstring).
 
-    Every valid layout is scored when the space has at most ``enumerate_limit`` points; optuna
-    then samples ``n_trials`` more (TPE for ``"mfu"``, NSGA-II for the two-objective modes)
-    and the result says whether it found the enumerated best.
+    Every valid layout is scored and ranked when the space has at most ``enumerate_limit``
+    points and no ``storage`` is given; else optuna runs ``n_trials`` trials (TPE for
+    ``"mfu"``, NSGA-II for the two-objective modes). ``method`` forces one path.
 
     Args:
         space: The layouts to consider: a model, a batch, node counts, frameworks and bounds.
@@ -156,31 +158,33 @@ def search(
             None: :class:`Limits`' defaults.
         objective: ``"mfu"`` (predicted MFU), ``"mfu-vs-oom"`` (MFU against the OOM risk) or
             ``"mfu-vs-gpus"`` (MFU against the GPU count; needs several node counts).
-        n_trials: Optuna trials (0: the enumerated space alone).
+        n_trials: Optuna's trials, where optuna searches (at least 1 there; unused when the
+            space is enumerated).
         top_k: Layouts returned in ``SearchResult.top``, 1 to :data:`MAX_TOP_K`.
         storage: An optuna storage URL (``sqlite:///study.db``, ``postgresql+psycopg://...``)
             shared by workers; None keeps the study in memory.
         study_name: The study's name in ``storage`` (a new or an existing one).
         seed: The sampler's seed.
         enumerate_limit: Largest number of points scored by enumeration.
-        use_optuna: False scores the enumerated space alone.
-        progress: Hears of the enumeration and of each trial (:mod:`surrogate.progress`).
+        method: ``"auto"`` (module docstring), ``"enumerate"`` (every valid layout, however
+            large the space, up to ``enumerate_limit`` points) or ``"optuna"`` (trials even
+            where the space could be enumerated).
+        progress: Hears of the enumeration or of each trial (:mod:`surrogate.progress`).
         rank: ``"mean"`` ranks (and optuna maximises) the predicted MFU; ``"safe"`` the lower
-            end of its 80% interval, its 10% quantile (:data:`RANK_COLUMNS`; needs a learned
-            model).
+            end of its 80% interval (:data:`RANK_COLUMNS`; needs a learned model).
 
     Returns:
         A ``SearchResult``, the best feasible layouts ranked (or the least bad ones, with
             a note, when none meets the limits) with each one's tokens/s interval and
-            probability of being the best of them (``p_best``,
-            :mod:`surrogate.layouts.best_odds`), the
-            Pareto front of a two-objective search, the configuration of each key shown, and
-            the trial counts.
+            probability of being the best of them (``p_best``), the Pareto front of a
+            two-objective search, the configuration of each key shown, and the trial counts.
 
     Raises:
         ConfigError: No layout of the space is valid (the message names one rule its points
-            break), the space is too large to enumerate without optuna trials, ``storage`` is
-            a URL optuna cannot open, ``"mfu-vs-gpus"`` is asked of one node count, or
+            break), the space is too large to enumerate without optuna trials, optuna is
+            to search with fewer than one trial, ``storage`` is given to an enumeration or is
+            a URL optuna cannot open, ``method`` is none of :data:`METHODS`,
+            ``"mfu-vs-gpus"`` is asked of one node count, or
             ``rank`` is not mean or safe (safe without a learned model), or ``top_k`` is
             not in 1 to :data:`MAX_TOP_K`.
         MissingExtraError: Optuna trials are asked for and the ``search`` extra (optuna) is not
@@ -192,11 +196,36 @@ def search(
     check_top_k(top_k)
     how = _scorer(space, model, profile, limits, objective, rank)
     result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
-                          n_invalid=0, n_infeasible=0, study_name=None)
-    scored_rows = _scored_rows(space, how, objective, n_trials if use_optuna else 0, storage,
-                               study_name, seed, enumerate_limit, result, progress)
-    _choose(result, space, scored_rows, how, objective, top_k)
+                          n_invalid=0, n_infeasible=0, study_name=None,
+                          method=_method(space, method, n_trials, storage, enumerate_limit))
+    scored, invalid = ((_score_enumerated(space, how, enumerate_limit, result, progress), [])
+                       if result.method == "enumerate" else
+                       _score_trials(space, how, objective, n_trials, storage, study_name, seed,
+                                     result, progress))
+    if scored is None:  # invalid: optuna trials' broken rules
+        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid, result.n_trials))
+    _choose(result, space, scored, how, objective, top_k)
     return result
+
+
+def _method(space: LayoutSpace, method: Method, n_trials: int, storage: str | None,
+            limit: int) -> Literal["enumerate", "optuna"]:
+    """The path :func:`search` takes (module docstring); ConfigError where the request
+    cannot be met (its Raises)."""
+    if method not in METHODS:
+        raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
+    if method == "enumerate" and storage is not None:
+        raise ConfigError("an optuna storage holds optuna's trials: search it with method "
+                          "optuna (or auto), or enumerate without a storage")
+    if method == "enumerate" or (method == "auto" and storage is None
+                                 and space.is_enumerable(limit)):
+        space.check_bound(limit, optuna=method == "auto")  # raises, saying why
+        return "enumerate"
+    if n_trials < 1:
+        if method == "auto" and storage is None:
+            space.check_bound(limit)  # too large to enumerate: raises, saying why
+        raise ConfigError(f"optuna searches with at least one trial, got n_trials={n_trials}")
+    return "optuna"
 
 
 def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
@@ -214,55 +243,24 @@ def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
     return Scorer(learned=learned, profile=profile, limits=limits or Limits(), rank=rank)
 
 
-def _scored_rows(space: LayoutSpace, how: Scorer, objective: Objective, n_trials: int,
-                 storage: str | None, study_name: str | None, seed: int, enumerate_limit: int,
-                 result: SearchResult, progress: ProgressFn | None) -> list[pd.DataFrame]:
-    """The layouts :func:`search` scored and ranked: the enumerated space's (when it has at
-    most ``enumerate_limit`` points), then ``n_trials`` optuna trials' (0: none); the counts go
-    to ``result``. ConfigError when no layout scored is valid, naming a rule they break."""
-    enum_frame = _score_enumerated(space, how, enumerate_limit, result, progress,
-                                   optuna_scores=n_trials > 0)
-    scored_rows = [] if enum_frame is None else [enum_frame]
-    invalid: list[str] = []  # optuna trials' broken rules
-    if n_trials > 0:
-        opt_frame, invalid = _score_trials(space, how, objective, n_trials, storage,
-                                           study_name, seed, enum_frame, result, progress)
-        scored_rows += [] if opt_frame is None else [opt_frame]
-    if not scored_rows:
-        raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid))
-    return scored_rows
-
-
 def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: SearchResult,
-                      progress: ProgressFn | None, *, optuna_scores: bool) -> pd.DataFrame | None:
-    """The enumerated space scored and ranked (None: too large, or no valid layout); records
-    the count and the best in ``result``. Raises when the space is too large and no optuna
-    trial would score a layout."""
-    if not space.is_enumerable(limit):
-        if not optuna_scores:
-            space.enumerate(limit)  # raises, saying why
-        return None
+                      progress: ProgressFn | None) -> pd.DataFrame | None:
+    """Every valid layout of the space scored and ranked (None: none is valid); the count goes
+    to ``result``."""
     report(progress, "enumerating and scoring the space", 0, 1)
     every = space_table(space, limit)
     result.enumerated = table_len(every)
-    frame = None
-    if result.enumerated:
-        frame = how.ranked(every, labels=False, keys=False)
-        if frame["feasible"].iloc[0]:
-            result.enum_best = _labelled(frame.head(1)).iloc[0]
+    frame = how.ranked(every, labels=False, keys=False) if result.enumerated else None
     report(progress, "enumerating and scoring the space", 1, 1)
     return frame
 
 
 def _score_trials(space: LayoutSpace, how: Scorer, objective: Objective, n_trials: int,
-                  storage: str | None, study_name: str | None, seed: int,
-                  enum_frame: pd.DataFrame | None, result: SearchResult,
+                  storage: str | None, study_name: str | None, seed: int, result: SearchResult,
                   progress: ProgressFn | None) -> tuple[pd.DataFrame | None, list[str]]:
     """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
-    rules the invalid ones broke; the counts, the configurations and whether optuna found the
-    enumerated best go to ``result``."""
-    known = None if enum_frame is None else _score_cache(with_keys(enum_frame), how)
-    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, known,
+    rules the invalid ones broke; the counts and the configurations go to ``result``."""
+    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed,
                               progress)
     result.study_name = study.study_name
     result.n_trials = len(study.trials)
@@ -271,27 +269,16 @@ def _score_trials(space: LayoutSpace, how: Scorer, objective: Objective, n_trial
         1 for t in study.trials if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
     result.configs.update({layout_key(c): c for c in found})
     invalid = [str(t.user_attrs["invalid"]) for t in study.trials if t.user_attrs.get("invalid")]
-    frame = how.ranked(found) if found else None
-    if result.enum_best is not None:
-        result.optuna_found_enum_best = bool(
-            frame is not None and frame["feasible"].iloc[0]
-            and frame["key"].iloc[0] == result.enum_best["key"])
-    return frame, invalid
+    return (how.ranked(found) if found else None), invalid
 
 
-def _choose(result: SearchResult, space: LayoutSpace, scored_rows: list[pd.DataFrame],
+def _choose(result: SearchResult, space: LayoutSpace, every_scored: pd.DataFrame,
             how: Scorer, objective: Objective, top_k: int) -> None:
     """Fill ``result``'s top (with each one's odds of being the best), Pareto front, notes and
-    the configurations of the layouts shown, from every layout scored."""
-    import pandas as pd
-
-    every_scored = (scored_rows[0] if len(scored_rows) == 1  # ranked, its keys distinct
-                    else rank(pd.concat(scored_rows, ignore_index=True).drop_duplicates("key"),
-                              how.rank))
+    the configurations of the layouts shown, from every layout scored (ranked, keys
+    distinct)."""
     feasible = every_scored[every_scored["feasible"]]
-    if objective != "mfu":
-        # Over every layout scored: the enumerated space (exact) and optuna's trials. Optuna's
-        # alone may hold no feasible layout when most of its trials are invalid points.
+    if objective != "mfu":  # over every layout scored: the whole space, or optuna's trials
         result.pareto = _labelled(_pareto(every_scored, objective, RANK_COLUMNS[how.rank]))
     if feasible.empty:
         limits = how.limits
@@ -325,8 +312,9 @@ def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
-    """Why a search found nothing to score: the space and one rule its points break."""
+def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str], trials: int) -> str:
+    """Why a search found nothing to score: the space (or optuna's ``trials``, which need not
+    have met every point) and one rule its points break."""
     example = invalid[:1]
     if not example and space.is_enumerable(limit):
         for point in space.points():
@@ -336,24 +324,14 @@ def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str]) -> str:
                 example = [str(e)]
                 break
     nodes = ",".join(map(str, space.node_counts))
-    return (f"the space holds no valid layout of {space.model.name} on {nodes} x "
-            f"{space.gpus_per_node} {space.gpu} for a global batch of "
-            f"{space.global_batch_seqs} sequences" + (f" (e.g. {example[0]})" if example else "")
-            + ": widen it (other node counts or frameworks, a larger --max-mbs or --max-cp, a "
-            "global batch that more data-parallel degrees divide)")
-
-
-def _score_cache(
-    frame: pd.DataFrame, how: Scorer,
-) -> dict[tuple[Any, ...], tuple[float, float, float, float, float]]:
-    """Per key: optuna's value (:meth:`Scorer.value`), p_oom, peak and capacity GiB, GPUs."""
-    import numpy as np
-
-    cols = ["p_oom", "pred_device_mem_gib", "capacity_gib", "num_gpus"]
-    values = np.nan_to_num(frame[RANK_COLUMNS[how.rank]].to_numpy(dtype=float), nan=0.0)
-    return {key: (float(value), float(p), float(peak), float(cap), float(gpus))
-            for key, value, (p, peak, cap, gpus) in zip(frame["key"], values,
-                                                        frame[cols].to_numpy(), strict=True)}
+    found = (f"none of optuna's {trials} trials was a valid layout" if trials else
+             "the space holds no valid layout")
+    return (f"{found} of {space.model.name} on {nodes} x {space.gpus_per_node} {space.gpu} for "
+            f"a global batch of {space.global_batch_seqs} sequences"
+            + (f" (e.g. {example[0]})" if example else "")
+            + (": run more trials, or" if trials else ":") + " widen it (other node counts or "
+            "frameworks, a larger --max-mbs or --max-cp, a global batch that more "
+            "data-parallel degrees divide)")
 
 
 def _pareto(frame: pd.DataFrame, objective: Objective, column: str = "pred_mfu") -> pd.DataFrame:
@@ -376,7 +354,6 @@ def _run_study(
     storage: str | None,
     study_name: str | None,
     seed: int,
-    known: dict[tuple[Any, ...], tuple[float, float, float, float, float]] | None = None,
     progress: ProgressFn | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
     require("optuna")
@@ -391,9 +368,8 @@ def _run_study(
         ensure_sqlite_dir(storage)
     study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
                                 directions=directions, load_if_exists=study_name is not None)
-    # Scores of the enumerated space, when there is one: the same numbers, looked up.
     found: dict[tuple[Any, ...], TrainingConfig] = {}
-    run = _trial_objective(space, how, objective, dict(known or {}), found, native)
+    run = _trial_objective(space, how, objective, {}, found, native)
     stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
     report(progress, stage, 0, n_trials)
     finished = 0
@@ -427,8 +403,9 @@ def _trial_objective(
     cache: dict[tuple[Any, ...], tuple[float, float, float, float, float]],
     found: dict[tuple[Any, ...], TrainingConfig], native: bool,
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
-    """Optuna's objective: a trial's layout built, scored (or looked up in ``cache``), its
-    constraints set and its values returned; each valid layout lands in ``found``."""
+    """Optuna's objective: a trial's layout built, scored (or looked up in ``cache``, where a
+    layout met before is kept), its constraints set and its values returned; each valid
+    layout lands in ``found``."""
     choices = space.choices()
     worker = f"{socket.gethostname()}:{os.getpid()}"  # which of several workers ran a trial
     limits = how.limits

@@ -10,9 +10,11 @@ data-parallel rank or over one node's (``sharding``, :data:`SHARDINGS`: ``dp_rep
 :func:`node_copies`). The rest is derived, following the
 conventions of :mod:`surrogate.config.training`: dp = GPUs / (tp x pp x cp), grad_accum = global
 batch / (dp x mbs), which must both be integers, and ``recompute_layers`` from the share
-(:func:`recompute_layers_for_share`). A point that breaks a rule is invalid
-(:meth:`LayoutSpace.build` raises ConfigError); :mod:`surrogate.layouts.search` treats that as a
-constraint. Small spaces are enumerated whole (:meth:`LayoutSpace.enumerate`).
+(:func:`recompute_layers_for_share`). The space's rules exist once, on columns, in its table
+(:func:`surrogate.layouts.grid.space_table`): every valid layout is a row of it,
+:meth:`LayoutSpace.enumerate` gives them as configurations, and :meth:`LayoutSpace.build`
+judges one point by the same rules (ConfigError naming the rule it breaks;
+:mod:`surrogate.layouts.search` treats that as an optuna constraint).
 
 Beyond :class:`~surrogate.config.training.TrainingConfig`'s rules, the space holds only layouts that
 their framework runs as described
@@ -37,9 +39,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from surrogate.config.frameworks import FRAMEWORKS, get_framework
+from surrogate.config.checks import Dtype
+from surrogate.config.framework_traits import Recompute, ZeroStage
+from surrogate.config.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from surrogate.config.gpus import canonical_gpu_name
-from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
 from surrogate.config.table import FlatTable
 from surrogate.config.training import TrainingConfig
@@ -48,20 +51,9 @@ from surrogate.layouts.degrees import (
     choice_product,
     divisors,
     expressed_recompute_modes,
-    node_copies,
-    partial_frameworks,
-    recompute_layers_for_share,
 )
-
-DIMENSIONS: tuple[str, ...] = (
-    "num_nodes", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage", "recompute",
-    "sequence_parallel", "framework", "recompute_share", "sharding",
-)
-"""The free choices of a point, in the order :meth:`LayoutSpace.choices` lists them.
-``recompute_share`` is a choice only where the point's recomputation is full and its framework
-checkpoints some layers; elsewhere it is 1 (every layer, or none). ``sharding``
-(:data:`SHARDINGS`) is a choice only where the point's framework copies ZeRO's shards at its
-ZeRO stage (``FrameworkTraits.hybrid_sharding_stages``); elsewhere it is 'full'."""
+from surrogate.layouts.dimensions import DIMENSIONS, REST_DIMENSIONS, SHARDINGS, Sharding
+from surrogate.layouts.grid import point_config, space_table, table_configs
 
 _CONDITIONAL: tuple[str, ...] = ("recompute_share", "sharding")
 """The dimensions that are a choice only for some values of the others."""
@@ -70,13 +62,6 @@ KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d not in _CONDITIONAL)
                                "recompute_layers", "dp_replicate", "dp", "grad_accum")
 """What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
 becomes, its sharding as the copies of the shards, and the derived degrees."""
-
-SHARDINGS: tuple[str, ...] = ("full", "node")
-"""How ZeRO shards a point's states: 'full', over every data- and context-parallel rank;
-'node', over those of one node, with a copy of the shards per node (hybrid sharding, HSDP:
-``dp_replicate`` = dp x cp / the group's ranks on a node, :func:`node_copies`), the usual
-recipe (PyTorch FSDP's ``HYBRID_SHARD`` shards within a node by default). Other shard groups
-are weighed by ``surrogate predict --dp-replicate``."""
 
 RECOMPUTE_SHARES: tuple[float, ...] = (0.25, 0.5, 0.75, 1.0)
 """Shares of each pipeline stage's layers that full recomputation checkpoints, where the
@@ -87,12 +72,6 @@ shares that round to the same count are one layout."""
 DEFAULT_ENUMERATION_LIMIT = 500_000
 """Points :meth:`LayoutSpace.enumerate` tries by default, one TrainingConfig each (a search
 generates its space as columns, up to :data:`surrogate.layouts.grid.TABLE_LIMIT`)."""
-
-REST_DIMENSIONS: tuple[str, ...] = ("ep", "vpp", "mbs", "zero_stage", "recompute",
-                                    "sequence_parallel", "framework", "recompute_share",
-                                    "sharding")
-"""The dimensions after the degrees' heads, in the order points are generated."""
-
 
 @dataclass(frozen=True, kw_only=True)
 class LayoutSpace:
@@ -105,10 +84,10 @@ class LayoutSpace:
     gpus_per_node: int = 8
     node_counts: tuple[int, ...] = (1,)
     """Allowed node counts; more than one makes the GPU count a choice."""
-    frameworks: tuple[str, ...] = ("nanotron",)
-    zero_stages: tuple[int, ...] | None = None
+    frameworks: tuple[str, ...] = (DEFAULT_FRAMEWORK,)
+    zero_stages: tuple[ZeroStage, ...] | None = None
     """Allowed ZeRO stages; None: every stage some allowed framework implements."""
-    recompute_modes: tuple[str, ...] | None = None
+    recompute_modes: tuple[Recompute, ...] | None = None
     """Allowed recompute modes; None: every mode some allowed framework expresses."""
     sequence_parallel: tuple[bool, ...] = (False, True)
     max_cp: int | None = None
@@ -118,10 +97,10 @@ class LayoutSpace:
     recompute_shares: tuple[float, ...] = RECOMPUTE_SHARES
     """Shares of a stage's layers full recomputation may checkpoint where the framework
     checkpoints some layers (:data:`RECOMPUTE_SHARES`); 1 (every layer) must be one."""
-    shardings: tuple[str, ...] = SHARDINGS
+    shardings: tuple[Sharding, ...] = SHARDINGS
     """ZeRO shardings a point may take where its framework copies shards at its stage
     (:data:`SHARDINGS`); 'full' must be one."""
-    dtype: str = "bf16"
+    dtype: Dtype = "bf16"
     fixed: Mapping[str, Any] = field(default_factory=dict)
     """Dimensions pinned to one value (e.g. {"tp": 8})."""
 
@@ -236,74 +215,9 @@ class LayoutSpace:
     # ----------------------------------------------------------------- points
     def build(self, point: Mapping[str, Any]) -> TrainingConfig:
         """The configuration of one point (a value per :data:`DIMENSIONS`); ConfigError when
-        the point breaks a rule, saying which."""
-        p = {**point, **self.fixed}
-        nodes, tp, pp, cp = int(p["num_nodes"]), int(p["tp"]), int(p["pp"]), int(p["cp"])
-        world = nodes * self.gpus_per_node
-        if world % (tp * pp * cp):
-            raise ConfigError(
-                f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} pp={pp} "
-                f"cp={cp} ({tp * pp * cp})"
-            )
-        dp = world // (tp * pp * cp)
-        mbs = int(p["mbs"])
-        if self.global_batch_seqs % (dp * mbs):
-            raise ConfigError(
-                f"dp * mbs must divide the global batch ({self.global_batch_seqs} sequences), "
-                f"got dp={dp} mbs={mbs} ({dp * mbs})"
-            )
-        zero, sp = int(p["zero_stage"]), bool(p["sequence_parallel"])
-        ep, vpp, recompute = int(p["ep"]), int(p["vpp"]), str(p["recompute"])
-        framework = get_framework(str(p["framework"]))
-        hybrid = self.chooses_sharding(zero, framework.name)
-        sharding = str((p if hybrid else point).get("sharding", "full"))
-        if sharding not in SHARDINGS:
-            raise ConfigError(f"sharding must be one of {', '.join(SHARDINGS)}, got "
-                              f"{sharding!r}")
-        copies = 1
-        if sharding == "node":
-            if not hybrid:
-                stages = " or ".join(map(str, framework.hybrid_sharding_stages))
-                raise ConfigError(
-                    f"sharding 'node' copies ZeRO's shards, which {framework.name} does "
-                    + (f"with zero_stage {stages} only, got zero_stage={zero}" if stages
-                       else "not: its sharding must be 'full'"))
-            copies = node_copies(dp, cp, tp, self.gpus_per_node)
-            if copies <= 1:
-                raise ConfigError(
-                    f"sharding 'node' needs the data- and context-parallel ranks to span "
-                    f"whole nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
-                    f"{self.gpus_per_node} GPUs a node): it would be 'full'")
-        problem = framework.runs_as_another(dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp,
-                                            zero_stage=zero, recompute=recompute,
-                                            sequence_parallel=sp,  # under 1F1B (module doc)
-                                            dp_replicate=copies,
-                                            moe=self.model.num_experts >= 2)
-        if problem:
-            raise ConfigError(problem)
-        # A share pinned by ``fixed`` holds where the share is a choice; a point's own holds
-        # everywhere (and is refused where it means nothing).
-        partial = self.chooses_share(recompute, framework.name)
-        share = float((p if partial else point).get("recompute_share", 1.0))
-        if share != 1.0 and not partial:
-            raise ConfigError(
-                f"recompute_share below 1 needs full recomputation on a framework that "
-                f"checkpoints some layers ({', '.join(partial_frameworks())}), got "
-                f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
-        if not 0.0 < share <= 1.0:
-            raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
-        checkpointed = (recompute_layers_for_share(framework.name, self.model.num_layers, pp,
-                                                   vpp, share) if share < 1.0 else 0)
-        layout = LayoutConfig(
-            dp=dp, tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, mbs=mbs,
-            grad_accum=self.global_batch_seqs // (dp * mbs), zero_stage=zero,
-            dp_replicate=copies, recompute=recompute,  # type: ignore[arg-type]
-            recompute_layers=checkpointed, sequence_parallel=sp,
-            dtype=self.dtype, framework=framework.name,  # type: ignore[arg-type]
-        )
-        cluster = ClusterConfig(gpu=self.gpu, gpus_per_node=self.gpus_per_node, num_nodes=nodes)
-        return TrainingConfig(model=self.model, cluster=cluster, layout=layout,
-                              global_batch_seqs=self.global_batch_seqs)
+        the point breaks a rule, saying which. The rules are the space's table's
+        (:func:`surrogate.layouts.grid.point_config`)."""
+        return point_config(self, point)
 
     def share_choices(self, recompute: str, framework: str,
                       ch: Mapping[str, list[Any]] | None = None) -> list[float]:
@@ -366,17 +280,10 @@ class LayoutSpace:
             )
 
     def enumerate(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> list[TrainingConfig]:
-        """Every valid layout, once (shares that give the same count are one layout);
-        ConfigError if the space holds more than ``limit`` points."""
-        self.check_bound(limit)
-        out: dict[tuple[Any, ...], TrainingConfig] = {}
-        for point in self.points():
-            try:
-                cfg = self.build(point)
-            except ConfigError:
-                continue
-            out.setdefault(layout_key(cfg), cfg)
-        return list(out.values())
+        """Every valid layout, once (shares that give the same count are one layout), as
+        configurations: the rows of :func:`surrogate.layouts.grid.space_table`; ConfigError if
+        the space holds more than ``limit`` points."""
+        return table_configs(self, space_table(self, limit))
 
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit

@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, overload
+from typing import TYPE_CHECKING, Any, Literal, get_args, overload
 
 import numpy as np
 
@@ -66,6 +66,11 @@ is still predicted as given), '' where it runs as given or the row is not a conf
 _EMPTY: dict[str, Any] = {"pred_status": None, "extrapolation": ""}
 """What a row without a prediction holds in the non-numeric :data:`PRED_COLUMNS` (NaN else)."""
 
+PredStatus = Literal["completed", "oom", "fail"]
+"""A prediction's likeliest outcome (``fail`` only with a learned model)."""
+_PRED_STATUSES: dict[str, PredStatus] = {s: s for s in get_args(PredStatus)}
+
+
 @dataclass(frozen=True, kw_only=True)
 class Prediction:
     """What the surrogate says of one configuration."""
@@ -92,7 +97,7 @@ class Prediction:
     peak_reserved_hi_gib: float = float("nan")
     """The interval of ``peak_reserved_gib`` (learned model: ``coverage`` of held-out runs
     inside; NaN for the analytic model alone)."""
-    pred_status: str
+    pred_status: PredStatus
     """completed / oom (/ fail with a learned model)."""
     source: str = "analytic"
     """'analytic', or 'learned' when a SurrogateModel corrected the analytic estimate."""
@@ -143,7 +148,7 @@ class Prediction:
         return "default" if DEFAULT_SET in self.parameter_sets else "priors"
 
     @property
-    def status(self) -> str:
+    def status(self) -> PredStatus:
         return self.pred_status
 
     @property
@@ -249,7 +254,7 @@ def _predict_configs(
             mfu_hi=float(col["pred_mfu_hi"][j]),
             p_oom=float(col["p_oom"][j]),
             p_fail=float(col["p_fail"][j]),
-            pred_status=str(col["pred_status"][j]),
+            pred_status=_PRED_STATUSES[str(col["pred_status"][j])],
             peak_reserved_gib=float(col["pred_peak_mem_gib"][j]),
             peak_reserved_lo_gib=float(col["pred_peak_mem_lo_gib"][j]),
             peak_reserved_hi_gib=float(col["pred_peak_mem_hi_gib"][j]),

@@ -35,7 +35,12 @@ from surrogate.analytic.params import ParameterSets
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ARCHITECTURE_FIELDS, ModelConfig
 from surrogate.config.table import valid_table, validate_table
-from surrogate.config.training import CONFIG_COLUMNS, TrainingConfig, config_to_flat
+from surrogate.config.training import (
+    CONFIG_COLUMNS,
+    INT_FIELD_TYPES,
+    TrainingConfig,
+    config_to_flat,
+)
 from surrogate.errors import DataError
 from surrogate.io.tableio import failure_cases
 
@@ -94,9 +99,9 @@ def empty_sweeps() -> pd.DataFrame:
     return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in SWEEP_COLUMNS})
 
 def _config_dtypes() -> dict[str, str]:
-    types = {"int": "int64", "bool": "bool"}
     return {
-        f.name: types.get(str(f.type), "object")
+        f.name: ("int64" if f.type in INT_FIELD_TYPES else "bool" if f.type in ("bool", bool)
+                 else "object")
         for cls in (ModelConfig, ClusterConfig, LayoutConfig)
         for f in fields(cls)
     }

@@ -227,7 +227,7 @@ def test_search_storage_failures_are_one_line(capsys: pytest.CaptureFixture[str]
         raise OperationalError("connect", {}, Exception("could not connect to server\nmore"))
 
     monkeypatch.setattr("surrogate.layouts.search.search", unreachable)
-    one_line_error(capsys, [*SEARCH, "--storage", "sqlite:///study.db"],
+    one_line_error(capsys, [*SEARCH, "--trials", "1", "--storage", "sqlite:///study.db"],
                    r"error: the optuna storage 'sqlite:///study\.db' failed: .*could not connect")
 
 

@@ -26,7 +26,8 @@ def test_console_predict_skips_sklearn_and_agrees_with_the_library():
                           text=True, check=True)
     assert "SKLEARN False" in done.stderr
     cfg = TrainingConfig(model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
-                         layout=LayoutConfig(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1))
+                         layout=LayoutConfig(framework="nanotron", dp=8, tp=4, mbs=2,
+                                             grad_accum=16, zero_stage=1))
     assert json.loads(done.stdout)["mfu"] == predict(cfg).mfu
 
 

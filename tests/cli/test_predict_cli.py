@@ -350,13 +350,39 @@ def test_from_csv(tmp_path, capsys):
     assert out["pred_mfu"].iloc[[1, 3]].isna().all()
 
 
+def test_a_table_without_framework_gets_one_answer_from_library_and_cli(tmp_path: Path) -> None:
+    """One default framework (torchtitan) for a row that names none: surrogate.predict on the
+    table and predict --from-csv on the same table agree."""
+    from surrogate import predict
+    from surrogate.config.frameworks import DEFAULT_FRAMEWORK
+    from surrogate.config.layout import ClusterConfig, LayoutConfig
+    from surrogate.config.presets import get_preset
+    from surrogate.config.training import TrainingConfig
+
+    rows = [config_to_flat(TrainingConfig(
+        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=2),
+        layout=LayoutConfig(dp=dp, tp=16 // dp, mbs=1, grad_accum=4, zero_stage=2,
+                            sequence_parallel=dp < 16)))
+        for dp in (4, 8, 16)]
+    table = pd.DataFrame(rows).drop(columns=["framework", "framework_version"])
+    table.to_csv(tmp_path / "in.csv", index=False)
+    assert main(["predict", "--from-csv", str(tmp_path / "in.csv"), "--analytic", "--out",
+                 str(tmp_path / "out.csv")]) == 0
+    cli = pd.read_csv(tmp_path / "out.csv")
+    library = predict(table, model=None)
+    assert DEFAULT_FRAMEWORK == "torchtitan" and rows[0]["framework"] == DEFAULT_FRAMEWORK
+    assert cli["pred_mfu"].tolist() == pytest.approx(library["pred_mfu"].tolist(), rel=1e-12)
+    assert cli["pred_peak_mem_gib"].tolist() == pytest.approx(
+        library["pred_peak_mem_gib"].tolist(), rel=1e-12)
+
+
 def test_from_csv_to_stdout(tmp_path, capsys):
     from surrogate.config.layout import ClusterConfig, LayoutConfig
     from surrogate.config.presets import get_preset
     from surrogate.config.training import TrainingConfig
 
     cfg = TrainingConfig(model=get_preset("1.34b"), cluster=ClusterConfig(),
-                         layout=LayoutConfig(dp=8))
+                         layout=LayoutConfig(framework="nanotron", dp=8))
     src = tmp_path / "in.csv"
     pd.DataFrame([config_to_flat(cfg)]).to_csv(src, index=False)
     assert main(["predict", "--from-csv", str(src)]) == 0

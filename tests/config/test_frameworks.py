@@ -128,8 +128,9 @@ def test_pipeline_schedules_each_framework_runs():
     assert get_framework("nanotron").pipeline_schedules == {"1f1b": "1f1b", "afab": "afab"}
     assert get_framework("torchtitan").pipeline_schedules == {"1f1b": "1F1B", "afab": "GPipe"}
     assert get_framework("megatron").pipeline_schedules == {"1f1b": "1F1B"}
-    assert LayoutConfig(pp=2, pp_schedule="afab").pp_schedule == "afab"
-    assert LayoutConfig(pp=1, pp_schedule="afab").pp_schedule == "afab"  # nanotron's engine
+    assert LayoutConfig(framework="nanotron", pp=2, pp_schedule="afab").pp_schedule == "afab"
+    # nanotron's engine
+    assert LayoutConfig(framework="nanotron", pp=1, pp_schedule="afab").pp_schedule == "afab"
     assert LayoutConfig(pp=4, framework="torchtitan", pp_schedule="afab").pp_schedule == "afab"
 
 

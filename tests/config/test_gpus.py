@@ -128,7 +128,8 @@ def test_a_capped_gpu_predicts_slower_and_the_uncapped_unchanged():
     def tps(gpu: str) -> float:
         cfg = TrainingConfig(model=get_preset("llama3-8b"),
                              cluster=ClusterConfig(gpu=gpu, num_nodes=1),
-                             layout=LayoutConfig(dp=8, mbs=1, grad_accum=4, zero_stage=1))
+                             layout=LayoutConfig(framework="nanotron", dp=8, mbs=1, grad_accum=4,
+                                                 zero_stage=1))
         return predict(cfg, model=None).tokens_per_s_per_gpu
 
     full, capped = tps("H100-SXM-80GB"), tps("H100-SXM-80GB@500W")

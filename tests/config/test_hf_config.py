@@ -55,7 +55,7 @@ def write(tmp_path: Path, data: dict | str, name: str = "config.json") -> Path:
 
 def cols_of(model):
     cfg = TrainingConfig(model=model, cluster=ClusterConfig(num_nodes=1),
-                         layout=LayoutConfig(dp=8))
+                         layout=LayoutConfig(framework="nanotron", dp=8))
     return to_cols([cfg], shipped_parameter_sets())
 
 

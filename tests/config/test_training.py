@@ -7,6 +7,7 @@ import math
 
 import pytest
 
+from surrogate.config.frameworks import DEFAULT_FRAMEWORK
 from surrogate.config.layout import ClusterConfig, LayoutConfig
 from surrogate.config.model import ModelConfig
 from surrogate.config.presets import PRESETS, get_preset
@@ -32,7 +33,7 @@ def training(model: dict | None = None, *, num_nodes: int = 1, gpu: str = "H100"
     return TrainingConfig(
         model=ModelConfig(**(model or SMALL)),
         cluster=ClusterConfig(gpu=gpu, num_nodes=num_nodes),
-        layout=LayoutConfig(**layout),
+        layout=LayoutConfig(**{"framework": "nanotron", **layout}),
         global_batch_seqs=global_batch_seqs,
     )
 
@@ -78,7 +79,7 @@ def test_defaults_and_canonical_names():
     lay = LayoutConfig(framework=" TorchTitan ")
     assert lay.framework == "torchtitan"
     assert lay.framework_version == "main"
-    assert LayoutConfig().framework_version == "pp-fix"  # newest nanotron version
+    assert LayoutConfig(framework="nanotron").framework_version == "pp-fix"  # the newest
     assert ClusterConfig(gpu="h100").gpu == "H100-SXM-80GB"
     m = ModelConfig(**MOE)
     assert m.is_moe and m.attention_head_dim == 64 and m.expert_ffn_hidden_size == 1024
@@ -90,7 +91,7 @@ def test_defaults_and_canonical_names():
 
 
 def test_configs_are_frozen_and_keyword_only():
-    lay = LayoutConfig()
+    lay = LayoutConfig(framework="nanotron")
     with pytest.raises(dataclasses.FrozenInstanceError):
         lay.dp = 2  # type: ignore[misc]
     with pytest.raises(TypeError):
@@ -211,7 +212,7 @@ def test_layout_degrees_are_positive_integers(name, value):
 )
 def test_layout_rules(change, match):
     with pytest.raises(ConfigError, match=match):
-        LayoutConfig(**change)
+        LayoutConfig(**{"framework": "nanotron", **change})
 
 
 # --- TrainingConfig rules (the parts against each other) -------------------------------------
@@ -285,7 +286,7 @@ def test_hybrid_sharding_is_copies_of_the_shards_where_the_framework_has_them():
 def test_only_frameworks_with_partial_recomputation_run_some_layers_checkpointed():
     """nanotron's recompute_layer is all or nothing: such a layout is a configuration (a
     sweep row may hold it) that nanotron would not run as described."""
-    lay = LayoutConfig(recompute="full", recompute_layers=2)
+    lay = LayoutConfig(framework="nanotron", recompute="full", recompute_layers=2)
     assert lay.runs_as_another() == ("framework nanotron recomputes every layer or none: "
                                      "recompute_layers must be 0, got 2")
     for name in ("megatron", "torchtitan"):
@@ -347,7 +348,9 @@ def test_from_flat_coerces_strictly_and_fills_defaults():
     assert cfg.model.num_layers == 8 and isinstance(cfg.model.num_layers, int)
     assert cfg.model.tie_embeddings is True and cfg.layout.sequence_parallel is False
     assert cfg.model.num_kv_heads == cfg.model.num_heads  # NaN means missing -> MHA
-    assert cfg.layout.framework == "nanotron" and cfg.cluster.gpu == "H100-SXM-80GB"
+    # a row that names no framework takes the one default, as in every command
+    assert cfg.layout.framework == DEFAULT_FRAMEWORK == "torchtitan"
+    assert cfg.cluster.gpu == "H100-SXM-80GB"
     assert config_from_flat(row(global_batch_seqs=8.0)).global_batch_seqs == 8
 
 
@@ -434,7 +437,7 @@ def test_from_flat_needs_the_model_shape():
 @pytest.mark.parametrize("preset", sorted(PRESETS))
 def test_to_flat_round_trips(preset):
     model = get_preset(preset)
-    layout = LayoutConfig(dp=4, tp=2, mbs=2, grad_accum=3, zero_stage=1,
+    layout = LayoutConfig(framework="nanotron", dp=4, tp=2, mbs=2, grad_accum=3, zero_stage=1,
                           recompute="selective", sequence_parallel=True)
     cfg = TrainingConfig(model=model, cluster=ClusterConfig(), layout=layout)
     flat = config_to_flat(cfg)
@@ -473,7 +476,8 @@ def test_counts_beyond_float64_integers_are_refused(build, match):
 def test_integers_past_float64_are_refused_not_rounded(mbs):
     row = {**config_to_flat(TrainingConfig(model=get_preset("8b"),
                                            cluster=ClusterConfig(num_nodes=1),
-                                           layout=LayoutConfig(dp=8))), "mbs": mbs}
+                                           layout=LayoutConfig(framework="nanotron",
+                                                               dp=8))), "mbs": mbs}
     with pytest.raises(ConfigError, match=r"mbs must be at most 2\*\*53") as e:
         config_from_flat(row)
     assert "9,007,199,254,740,992)" not in str(e.value).split("got")[-1]  # not rounded

@@ -1,4 +1,5 @@
-"""optuna search against the surrogate: constraints, RDB storage, enumeration agreement."""
+"""Searching a layout space: every valid layout scored and ranked where the space can be
+enumerated; optuna (constraints, RDB storage) where it cannot, or for a shared study."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import TOP_COLUMNS, Limits, rank, score_configs, search
 from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
 
-TINY = dict(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,), max_cp=1,
+TINY = dict(model=get_preset("1.34b"), frameworks=("nanotron",),
+                                       global_batch_seqs=16, node_counts=(1,), max_cp=1,
             max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
 
 
@@ -49,25 +51,48 @@ def test_search_labels_the_rows_it_shows() -> None:
     handful); the rows shown carry them, where score_configs puts them."""
     space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
     assert "layout" not in score_configs(space.enumerate(), labels=False)
-    result = search(space, model=None, objective="mfu-vs-gpus", n_trials=0, use_optuna=False)
+    result = search(space, model=None, objective="mfu-vs-gpus")
     labelled = score_configs(space.enumerate(), model=None)
     for frame in (result.top, result.pareto):
         assert frame is not None and len(frame) >= 1
         extra = TOP_COLUMNS if frame is result.top else ()
         assert list(frame.columns) == [*labelled.columns, *extra]
         assert list(frame["layout"]) == [layout_label(result.configs[k]) for k in frame["key"]]
-    assert result.enum_best is not None
-    assert result.enum_best["layout"] == result.top["layout"].iloc[0]
+    assert result.method == "enumerate" and result.n_trials == 0
 
 
-def test_optuna_finds_the_enumerated_best_on_a_small_space() -> None:
+def test_an_enumerable_space_is_scored_whole_and_ranked_without_optuna() -> None:
+    """The search's top is the ranked scores of every valid layout; no trial runs."""
     space = tiny()
-    n = len(space.enumerate())
-    result = search(space, n_trials=4 * space.size_bound(), seed=0)
-    assert result.enumerated == n
-    assert result.optuna_found_enum_best is True
-    assert result.top["key"].iloc[0] == result.enum_best["key"]  # type: ignore[index]
+    configs = space.enumerate()
+    result = search(space, n_trials=200, seed=0)
+    assert result.method == "enumerate" and result.enumerated == len(configs)
+    assert result.n_trials == 0 and result.study_name is None
+    ranked = rank(score_configs(configs))
+    assert list(result.top["key"]) == list(ranked[ranked["feasible"]]["key"].head(5))
+
+
+def test_optuna_finds_the_best_of_a_small_space() -> None:
+    space = tiny()
+    exact = search(space)
+    result = search(space, n_trials=4 * space.size_bound(), seed=0, method="optuna")
+    assert result.method == "optuna" and result.enumerated is None
+    assert result.top["key"].iloc[0] == exact.top["key"].iloc[0]
     assert result.n_invalid > 0  # invalid points were met and handled as constraints
+
+
+def test_a_storage_or_a_space_too_large_takes_optuna(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    assert search(tiny(), n_trials=20, storage=url).method == "optuna"
+    big = LayoutSpace(frameworks=("nanotron",),
+                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    assert search(big, model=None, n_trials=20, enumerate_limit=100).method == "optuna"
+    with pytest.raises(ConfigError, match="at least one trial, got n_trials=0"):
+        search(tiny(), n_trials=0, method="optuna")
+    with pytest.raises(ConfigError, match="search it with method optuna"):
+        search(tiny(), storage=url, method="enumerate")
+    with pytest.raises(ConfigError, match="method must be one of auto, enumerate, optuna"):
+        search(tiny(), method="grid")  # type: ignore[arg-type]
 
 
 def test_rdb_storage_is_shared_by_workers(tmp_path: Path) -> None:
@@ -83,14 +108,14 @@ def test_rdb_storage_is_shared_by_workers(tmp_path: Path) -> None:
 
 def test_limits_make_layouts_infeasible() -> None:
     strict = search(tiny(), limits=Limits(memory_margin_frac=0.99), n_trials=0,
-                    use_optuna=False)
+                    method="enumerate")
     assert not strict.top["feasible"].any()
     assert strict.notes and "no layout meets the limits" in strict.notes[0]
 
 
 def test_multi_objective_pareto_front() -> None:
     space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
-    result = search(space, objective="mfu-vs-gpus", n_trials=30, seed=0)
+    result = search(space, objective="mfu-vs-gpus", n_trials=30, seed=0, method="optuna")
     front = result.pareto
     assert front is not None and len(front) >= 1
     # along the front, more MFU costs more GPUs (no point dominates another)
@@ -102,16 +127,16 @@ def test_multi_objective_pareto_front() -> None:
 def test_errors() -> None:
     with pytest.raises(ConfigError, match="max_p_oom must be between 0 and 1"):
         Limits(max_p_oom=2.0)
-    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    big = LayoutSpace(frameworks=("nanotron",),
+                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
     with pytest.raises(ConfigError, match="enumeration limit"):
-        search(big, use_optuna=False, enumerate_limit=100)
+        search(big, method="enumerate", enumerate_limit=100)
     with pytest.raises(ConfigError, match="more than the enumeration limit"):  # not "no layout"
         search(big, n_trials=0, enumerate_limit=100)
 
 
 def test_pareto_front_covers_every_scored_layout() -> None:
-    """With 3 optuna trials (mostly invalid points) the front used to be empty: it was drawn
-    from optuna's trials alone although the whole space had been scored."""
+    """An enumerated space's front is drawn from every valid layout."""
     from surrogate.layouts.search import _pareto
 
     space = LayoutSpace(**{**TINY, "node_counts": (1, 2)})  # type: ignore[arg-type]
@@ -129,7 +154,10 @@ def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
     with pytest.raises(ConfigError, match=r"the space holds no valid layout of playbook-1\.34b on "
                                           r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
                                           r"\(e\.g\. .+ must .+\): widen it"):
-        search(odd, model=None, n_trials=5)
+        search(odd, model=None)
+    with pytest.raises(ConfigError, match=r"none of optuna's 5 trials was a valid layout of "
+                                          r"playbook-1\.34b .+ \(e\.g\. .+\): run more trials"):
+        search(odd, model=None, n_trials=5, method="optuna")
 
 
 def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> None:
@@ -152,7 +180,7 @@ def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> N
                            for t in sharded)
     partial = [c for c in result.configs.values() if c.layout.recompute_layers]
     assert all(c.layout.framework == "megatron" for c in partial)
-    assert result.enumerated is not None and result.enumerated == len(space.enumerate())
+    assert result.method == "optuna" and result.enumerated is None
 
 
 def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
@@ -161,11 +189,11 @@ def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
     scored = score_configs(tiny().enumerate())
     safe = rank(scored, "safe")
     assert safe[safe["feasible"]]["pred_mfu_lo"].is_monotonic_decreasing
-    result = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    result = search(tiny(), top_k=4, rank="safe")
     assert result.top["pred_mfu_lo"].is_monotonic_decreasing
     assert list(result.top["key"]) == list(safe[safe["feasible"]]["key"].head(4))
     assert 0 < result.top["p_best"].sum() <= 1 + 1e-9
-    again = search(tiny(), n_trials=0, use_optuna=False, top_k=4, rank="safe")
+    again = search(tiny(), top_k=4, rank="safe")
     assert list(again.top["p_best"]) == list(result.top["p_best"])
     held = result.top.loc[result.top["best_set"], "p_best"]  # those it cannot tell apart
     assert len(held) and held.sum() >= 0.9 * result.top["p_best"].sum() - 1e-9
@@ -176,9 +204,9 @@ def test_safe_ranks_by_the_lower_end_of_the_interval() -> None:
 
 def test_safe_needs_intervals_and_rank_names_its_choices() -> None:
     with pytest.raises(ConfigError, match="rank safe"):
-        search(tiny(), model=None, n_trials=0, use_optuna=False, rank="safe")
+        search(tiny(), model=None, rank="safe")
     with pytest.raises(ConfigError, match="mean or safe"):
-        search(tiny(), n_trials=0, use_optuna=False, rank="best")  # type: ignore[arg-type]
+        search(tiny(), rank="best")  # type: ignore[arg-type]
 
 
 def test_a_space_of_millions_of_points_is_searched_whole() -> None:
@@ -187,7 +215,7 @@ def test_a_space_of_millions_of_points_is_searched_whole() -> None:
     space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=8,
                         node_counts=(1, 2, 4, 8, 16, 32, 64), frameworks=("torchtitan",))
     assert DEFAULT_ENUMERATION_LIMIT < space.size_bound() <= TABLE_LIMIT
-    result = search(space, model=None, use_optuna=False)
+    result = search(space, model=None)
     assert result.enumerated == len(space_table(space)["dp"]) > 10_000
 
 

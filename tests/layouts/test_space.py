@@ -23,7 +23,8 @@ from surrogate.layouts.grid import space_table
 from surrogate.layouts.labels import layout_label, point_of
 from surrogate.layouts.space import LayoutSpace, layout_key, layout_keys
 
-SMALL = dict(model=get_preset("1.34b"), global_batch_seqs=32, node_counts=(1,), max_cp=2,
+SMALL = dict(model=get_preset("1.34b"), frameworks=("nanotron",),
+                                        global_batch_seqs=32, node_counts=(1,), max_cp=2,
              max_vpp=2, max_mbs=4)
 
 
@@ -65,7 +66,8 @@ def test_moe_space_has_ep_dividing_dp_cp_and_experts() -> None:
     moe = ModelConfig(name="tiny-moe", num_layers=4, hidden_size=512, ffn_hidden_size=1024,
                       num_heads=8, num_kv_heads=8, vocab_size=1000, seq_len=1024,
                       num_experts=4, experts_topk=2)
-    configs = LayoutSpace(model=moe, global_batch_seqs=16, max_cp=1, max_vpp=1,
+    configs = LayoutSpace(frameworks=("nanotron",),
+                          model=moe, global_batch_seqs=16, max_cp=1, max_vpp=1,
                           recompute_modes=("none",)).enumerate()
     eps = {c.layout.ep for c in configs}
     assert eps == {1, 2, 4}

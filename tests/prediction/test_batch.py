@@ -30,7 +30,8 @@ def _synthetic_rows() -> pd.DataFrame:
                 for mbs in (1, 2):
                     cfg = TrainingConfig(model=get_preset(model),
                                          cluster=ClusterConfig(num_nodes=nodes),
-                                         layout=LayoutConfig(dp=8 * nodes // tp, tp=tp,
+                                         layout=LayoutConfig(framework="nanotron",
+                                                             dp=8 * nodes // tp, tp=tp,
                                                              mbs=mbs, zero_stage=1))
                     rows.append(config_to_flat(cfg))
     good = rows[0]

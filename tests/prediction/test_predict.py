@@ -33,7 +33,8 @@ def analytic_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:
-    layout = {"dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16, "zero_stage": 1, **layout}
+    layout = {"dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16, "zero_stage": 1,
+              "framework": "nanotron", **layout}
     return TrainingConfig(model=get_preset(model), cluster=ClusterConfig(num_nodes=nodes),
                           layout=LayoutConfig(**layout))
 
@@ -184,7 +185,7 @@ def test_predict_frame_reads_a_model_column_as_from_csv_does(tmp_path, capsys):
         np.testing.assert_allclose(out[column].astype(float), from_csv[column], rtol=1e-9)
     one = surrogate.predict(TrainingConfig(
         model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
-        layout=LayoutConfig(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)))
+        layout=LayoutConfig(framework="nanotron", dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)))
     assert out["pred_mfu"].iloc[0] == pytest.approx(one.mfu)
     with pytest.raises(ConfigError, match=r"^the configuration table, row 2: .*'nope'"):
         surrogate.predict(rows.assign(model=["8b", "nope"]))

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(
 
 
 def cfg(**layout: int) -> TrainingConfig:
-    base = dict(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)
+    base = dict(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1, framework="nanotron")
     return TrainingConfig(
         model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
         layout=LayoutConfig(**{**base, **layout}),

@@ -27,7 +27,8 @@ def _configs() -> list[TrainingConfig]:
         ("playbook-1.34b", 2, {"dp": 16, "tp": 1, "mbs": 4, "grad_accum": 2, "zero_stage": 0}),
     ]
     return [TrainingConfig(model=get_preset(m), cluster=ClusterConfig(num_nodes=n),
-                           layout=LayoutConfig(**lay)) for m, n, lay in layouts]
+                           layout=LayoutConfig(framework="nanotron", **lay))
+            for m, n, lay in layouts]
 
 
 # Prediction attribute for each score column a single prediction reports.

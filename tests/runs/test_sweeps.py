@@ -35,7 +35,7 @@ from surrogate.runs.sweeps import (
 
 
 def _row(run_id: str = "r1", status: str = "completed", **meas: Any) -> dict[str, Any]:
-    cfg = TrainingConfig(model=get_preset("8b"), layout=LayoutConfig(dp=8))
+    cfg = TrainingConfig(model=get_preset("8b"), layout=LayoutConfig(framework="nanotron", dp=8))
     meas.setdefault("tokens_per_s_per_gpu", 1000.0)
     return sweep_row(cfg, status=status, source="test", run_id=run_id, **meas)
 
