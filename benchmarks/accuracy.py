@@ -66,6 +66,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from accuracy_transfer import across, analytic_transfer, by_column, transfer
 
@@ -292,32 +293,38 @@ def coverage_table(predictions: pd.DataFrame) -> str:
 
 
 def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame) -> str:
-    """Per node count, the 80% intervals' coverage of the held-out runs predicted under the
-    profile's curve alone (``profile``): as the protocol's model gives them, after the
-    recalibration a trained model ships fitted as it is fitted today, on runs predicted under
-    their own measured network (``measured``, the same runs), and after one fitted on
-    profile-network predictions (what intervals calibrated for a user's use would cover);
-    both held out by cells (``training.coverage.recalibrated_hits``)."""
-    from training.coverage import interval_hits
+    """Per node count, the 80% MFU intervals' coverage of the held-out runs predicted under
+    the profile's curve alone (``profile``; their intervals widened by the cluster's spread of
+    the network, ``surrogate.learned.blend.with_network_spread``): as the protocol's model
+    gives them; after a recalibration fitted on runs predicted under their own measured
+    network (``measured``, the same runs: how models were recalibrated before); and as a
+    trained model ships them, recalibrated on profile-network predictions
+    (``surrogate.learned.recalibration``'s ``mfu_profile``), with their widths (hi / lo,
+    median and 90th percentile) and those of the same runs predicted under their measured
+    network as shipped (``with --network``); per node count, pipeline or none and over all;
+    every recalibration held out by cells (``training.coverage.recalibrated_hits``)."""
+    from training.coverage import interval_hits, recalibrated_widths
 
-    columns = {"model": interval_hits(profile),
-               "shipped recal (fit: measured network)":
-                   recalibrated_hits(profile, fitted_on=measured),
-               "recal fit on profile network": recalibrated_hits(profile)}
+    shipped = "as shipped (recal fit: profile network)"
+    columns = {"model": interval_hits(profile)[0],
+               "recal fit: measured network": recalibrated_hits(profile,
+                                                                fitted_on=measured)[0],
+               shipped: recalibrated_hits(profile)[0]}
+    width = recalibrated_widths(profile)
+    known = recalibrated_widths(measured).reindex(width.index)
     rows: dict[Any, dict[str, str]] = {}
-    for label, (mfu, mem) in columns.items():
-        nodes = profile.loc[mfu.index, "num_nodes"]
-        for value, part in mfu.groupby(nodes):
-            row = rows.setdefault(int(value), {"runs": str(len(part))})
-            row[f"MFU {label}"] = format_metric("share", float(part.mean()))
-        rows.setdefault("all", {"runs": str(len(mfu))})[f"MFU {label}"] = format_metric(
-            "share", float(mfu.mean()))
-        if len(mem):
-            rows["all"][f"memory {label}"] = format_metric("share", float(mem.mean()))
+    nodes = profile.loc[width.index, "num_nodes"].astype(int)
+    pipelined = np.where(profile.loc[width.index, "pp"] > 1, "pp>1", "pp=1")
+    for value, part in [*width.groupby(nodes), *width.groupby(pipelined), ("all", width)]:
+        row = rows.setdefault(value, {"runs": str(len(part))})
+        for label, hits in columns.items():
+            row[f"MFU {label}"] = format_metric("share", float(hits.loc[part.index].mean()))
+        for label, w in (("width median / p90", part), ("with --network", known[part.index])):
+            row[label] = f"{float(w.median()):.2f} / {float(w.quantile(0.9)):.2f}"
     table = pd.DataFrame(rows).T.fillna("")
     table.index.name = "num_nodes"
-    return ("80% interval coverage of the runs predicted under the profile's curve, per node "
-            "count (completed runs with an MFU):\n" + table.to_string())
+    return ("80% MFU interval coverage of the runs predicted under the profile's curve, per "
+            "node count (completed runs with an MFU):\n" + table.to_string())
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:

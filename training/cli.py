@@ -42,8 +42,9 @@ def _print_results(results: dict[str, ProtocolResult]) -> None:
     for name, r in results.items():
         physics = ("physics refit per split" if r.refit_physics
                    else "shipped physics, fitted on every run")
-        table = Table(title=f"{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs; "
-                            f"{physics})")
+        network = "" if r.network == "measured" else "; network: the profile's curve alone"
+        table = Table(title=f"{name}: {PROTOCOLS[r.protocol]} ({r.n_splits} splits, held-out "
+                            f"runs; {physics}{network})")
         table.add_column("metric")
         table.add_column("learned", justify="right")
         table.add_column("analytic", justify="right")
@@ -172,6 +173,7 @@ def _train_json(result: Any) -> dict[str, Any]:
                        "n_complete": r.n_complete, "n_pruned": r.n_pruned}
                    for t, r in result.tuning.items()},
         "evaluation": _json_results(result.evaluation),
+        "evaluation_profile_network": _json_results(result.as_predicted),
         "mlflow": None if tracked is None else {
             "tracking_uri": tracked.tracking_uri, "experiment_id": tracked.experiment_id,
             "run_id": tracked.run_id, "run_name": tracked.run_name,
@@ -188,6 +190,7 @@ def _print_training(result: Any) -> None:
     """``train`` without ``--json``: the evaluation's tables, then what tuning found, what the
     model fitted of its own, where it is saved and where MLflow recorded it."""
     _print_results(result.evaluation)
+    _print_results({f"{p} (profile network)": r for p, r in result.as_predicted.items()})
     for t, r in result.tuning.items():
         typer.echo(f"tuned {t}: best grouped-CV score {r.best_value:.4f} over {r.n_complete} "
                    f"complete and {r.n_pruned} pruned trials (study {r.study_name})")

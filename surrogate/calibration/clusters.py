@@ -51,18 +51,20 @@ def run_context(
     runs: pd.DataFrame, profile: str | Path | PerfModel | None = None
 ) -> tuple[list[Any], dict[str, np.ndarray]]:
     """Per run: the profile to explain it with, and extra analytic columns: ``net_scale``
-    (1 where the run measured nothing) and the pipeline stage its peak memory was logged on
-    (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``, from :data:`SOURCE_MEMORY_STAGES`;
-    NaN: the most loaded stage)."""
+    (1 where the run measured nothing), ``net_measured`` (1 where it measured its network:
+    the cluster's spread between jobs then no longer widens its interval) and the pipeline
+    stage its peak memory was logged on (``surrogate.analytic.memory.LOGGED_STAGE_COLUMN``,
+    from :data:`SOURCE_MEMORY_STAGES`; NaN: the most loaded stage)."""
 
     sources = runs["source"].astype(str).tolist() if "source" in runs else [""] * len(runs)
     profiles: list[Any] = [SOURCE_PROFILES.get(s, profile) for s in sources]
-    scale = np.ones(len(runs))
+    scale, measured = np.ones(len(runs)), np.zeros(len(runs))
     if "net_scale" in runs:
         given = runs["net_scale"].to_numpy(dtype=np.float64)
-        scale = np.where(np.isfinite(given) & (given > 0), given, 1.0)
+        measured = (np.isfinite(given) & (given > 0)).astype(np.float64)
+        scale = np.where(measured > 0, given, 1.0)
     stage = np.array([SOURCE_MEMORY_STAGES.get(s, np.nan) for s in sources], dtype=np.float64)
-    return profiles, {"net_scale": scale, LOGGED_STAGE_COLUMN: stage}
+    return profiles, {"net_scale": scale, "net_measured": measured, LOGGED_STAGE_COLUMN: stage}
 
 def measured_net_scale(network: pd.DataFrame, source: str) -> pd.Series:
     """Per ``run_id`` of ``network`` (microbenchmark rows the runs of ``source`` measured

@@ -81,6 +81,7 @@ from surrogate.learned.blend import (
     prediction_columns,
     shrunk_status,
     unseen_widths,
+    with_network_spread,
 )
 from surrogate.learned.boosters import (
     CATEGORICAL,
@@ -300,13 +301,17 @@ class SurrogateModel(Estimator):
         self.saved_sha256_: str | None = None
         return self
 
-    def recalibrate(self, held_out: dict[str, pd.DataFrame]) -> SurrogateModel:
+    def recalibrate(self, held_out: dict[str, pd.DataFrame],
+                    as_predicted: dict[str, pd.DataFrame] | None = None) -> SurrogateModel:
         """Scale the intervals per kind of configuration and category by what the protocols'
         held-out runs needed (``held_out``: their predictions per protocol, as
-        ``training.evaluate`` gives them; :mod:`surrogate.learned.recalibration`); the model.
-        """
+        ``training.evaluate`` gives them, under each run's measured network; ``as_predicted``:
+        the same under the profile's curve alone, which scale the MFU intervals of
+        configurations whose network is not known; :mod:`surrogate.learned.recalibration`);
+        the model."""
         self._check_fitted()
-        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage)
+        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage,
+                                                as_predicted=as_predicted)
         return self
 
     # ------------------------------------------------------------- predicting
@@ -359,13 +364,14 @@ class SurrogateModel(Estimator):
         half = memory_half_width(q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape,
                                  widen, cap_mem)
         lo, hi, half = unseen_widths(lo, hi, half, center, where.distance, transfer)
-        columns = prediction_columns(out, status, factor, lo, hi,
-                                     memory_bounds(mem, half, out["mem_reserved"], outside))
+        columns = with_network_spread(
+            prediction_columns(out, status, factor, lo, hi,
+                               memory_bounds(mem, half, out["mem_reserved"], outside)), out)
         if self.recalibration_ is not None:
             columns = self.recalibration_.apply(
                 columns, kinds_of(where.distance, where.unseen_shape), cols,
                 out.get("mfu_ceiling", 1.0), analytic=(out["mfu"], out["mem_reserved"] / 2**30),
-                holds=(outside | (borne < 1), outside))
+                holds=(outside | (borne < 1), outside), network_known=out.get("net_known"))
         return {
             **columns,
             "domain_weight": w,

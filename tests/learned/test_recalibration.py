@@ -166,3 +166,33 @@ def test_narrowed_intervals_still_hold_the_analytic_answer_where_they_did():
     assert (out["pred_mfu_lo"][~holds] > 0.25).all()  # narrowed around the prediction
     assert (out["pred_peak_mem_hi_gib"][~holds] < 65.0).all()
     assert (out["pred_mfu_hi"] <= 0.7).all()
+
+
+def test_unknown_networks_take_the_factors_fitted_on_runs_predicted_as_a_user_would(
+        fitted, playbook_subset):
+    """``mfu_profile`` (fitted on held-out runs under the profile's curve alone) scales the
+    MFU intervals of configurations whose network is not known, ``mfu`` those whose network
+    was measured; memory has one table; both survive the JSON round trip."""
+    measured = _held_out(fitted, playbook_subset, 1.0)
+    recal = fit_recalibration({"cv": measured},
+                              as_predicted={"cv": _held_out(fitted, playbook_subset, 3.0)})
+    assert recal.mfu["inside"][""] == pytest.approx(1.0)
+    assert recal.mfu_profile["inside"][""] == pytest.approx(3.0)
+    assert set(recal.memory) == {"inside"}
+    assert Recalibration.from_json(recal.to_json()) == recal
+    n = 2
+    cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
+    columns = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.2),
+               "pred_mfu_hi": np.full(n, 0.6), "pred_peak_mem_gib": np.full(n, 50.0),
+               "pred_peak_mem_lo_gib": np.full(n, 40.0), "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+    kind = np.full(n, list(KINDS).index("inside"))
+    out = recal.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
+                      columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      network_known=np.array([1.0, 0.0]))
+    np.testing.assert_allclose(np.log(0.4 / out["pred_mfu_lo"]), [np.log(2), 3 * np.log(2)])
+    older = Recalibration(mfu=recal.mfu, memory=recal.memory)  # saved before: one table
+    assert "mfu_profile" not in older.to_json()
+    same = older.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
+                       columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                       network_known=np.array([1.0, 0.0]))
+    assert same["pred_mfu_lo"][0] == same["pred_mfu_lo"][1]
