@@ -72,6 +72,7 @@ from accuracy_transfer import across, analytic_transfer, by_column, transfer
 
 from surrogate.calibration.clusters import NETWORKS
 from surrogate.learned.model import SurrogateModel
+from surrogate.learned.recalibration import measured_needed
 from surrogate.learned.training_data import training_data
 from training.coverage import (
     COVERAGE_FLOOR,
@@ -109,7 +110,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--analytic", action="store_true")
     ap.add_argument("--across", action="store_true")
     ap.add_argument("--published", action="store_true")
-    ap.add_argument("--network", choices=("both", *NETWORKS), default="both")
+    ap.add_argument("--network", choices=("both", "measured", "profile"), default="both")
     args = ap.parse_args()
     if args.published and not args.across:
         ap.error("--published adds NVIDIA's Megatron-Bridge runs to --across: give --across")
@@ -158,7 +159,7 @@ NET_KEY = {"measured": "", "profile": "_profile_network"}
 
 def networks(args: argparse.Namespace) -> tuple[str, ...]:
     """The networks ``--network`` asks for, in :data:`NETWORKS`' order."""
-    return tuple(NETWORKS) if args.network == "both" else (args.network,)
+    return ("measured", "profile") if args.network == "both" else (args.network,)
 
 
 def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
@@ -175,9 +176,14 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
         settings["censored_memory"] = False
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage and network (both act at prediction time)
-        grid = evaluate_grid(data, name, shrinks, networks(args), params=params, seed=args.seed,
+        # both: the curve too, as if measured (the known network's interval, which the
+        # shipped interval of an unknown network also holds: shipped_coverage)
+        nets = networks(args) + (("curve",) if args.network == "both" else ())
+        grid = evaluate_grid(data, name, shrinks, nets, params=params, seed=args.seed,
                              settings=settings, refit_physics=not args.shipped_physics)
         for (shrink, net), r in grid.items():
+            if net == "curve":
+                continue
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             tag += (" (shipped physics: fitted on every run)" if args.shipped_physics
                     else " (physics refit per split)")
@@ -194,7 +200,8 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
                 dict(r.metrics))
             print(coverage_table(r.predictions))
             if net == "profile" and (shrink, "measured") in grid:
-                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions))
+                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions,
+                                       grid[shrink, "curve"].predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -292,25 +299,40 @@ def coverage_table(predictions: pd.DataFrame) -> str:
             + shown.to_string(index=False))
 
 
-def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame) -> str:
+def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
+                     curve: pd.DataFrame) -> str:
     """Per node count, the 80% MFU intervals' coverage of the held-out runs predicted under
     the profile's curve alone (``profile``; their intervals widened by the cluster's spread of
     the network, ``surrogate.learned.blend.with_network_spread``): as the protocol's model
     gives them; after a recalibration fitted on runs predicted under their own measured
     network (``measured``, the same runs: how models were recalibrated before); and as a
-    trained model ships them, recalibrated on profile-network predictions
-    (``surrogate.learned.recalibration``'s ``mfu_profile``), with their widths (hi / lo,
-    median and 90th percentile) and those of the same runs predicted under their measured
-    network as shipped (``with --network``); per node count, pipeline or none and over all;
-    every recalibration held out by cells (``training.coverage.recalibrated_hits``)."""
-    from training.coverage import interval_hits, recalibrated_widths
+    trained model ships them: recalibrated on profile-network predictions
+    (``surrogate.learned.recalibration``'s ``mfu_profile``) and holding the interval of the
+    same prediction with its network known (``curve``, recalibrated as ``measured``'s:
+    ``Recalibration.apply``'s ``unwidened``), with their widths (hi / lo, median and 90th
+    percentile) and those of ``measured`` as shipped (``with --network``); per node count,
+    pipeline or none and over all; every recalibration held out by cells
+    (``training.coverage.recalibrated_factors``)."""
+    from training.coverage import interval_hits, recalibrated_factors, recalibrated_widths
 
+    k_profile = recalibrated_factors(profile)[0]
+    k_known = recalibrated_factors(curve, fitted_on=measured)[0].reindex(k_profile.index)
+    need_profile, need_known = measured_needed(profile)[0], measured_needed(curve)[0]
     shipped = "as shipped (recal fit: profile network)"
     columns = {"model": interval_hits(profile)[0],
                "recal fit: measured network": recalibrated_hits(profile,
                                                                 fitted_on=measured)[0],
-               shipped: recalibrated_hits(profile)[0]}
-    width = recalibrated_widths(profile)
+               "profile recal alone": need_profile <= k_profile,
+               shipped: (need_profile <= k_profile)
+               | (need_known.reindex(k_profile.index) <= k_known)}
+    done = profile.loc[k_profile.index]
+    own = (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k_profile
+    base = curve.loc[k_profile.index]
+    lo = np.minimum(done["pred_mfu"] * (done["pred_mfu_lo"] / done["pred_mfu"]) ** k_profile,
+                    base["pred_mfu"] * (base["pred_mfu_lo"] / base["pred_mfu"]) ** k_known)
+    hi = np.maximum(done["pred_mfu"] * (done["pred_mfu_hi"] / done["pred_mfu"]) ** k_profile,
+                    base["pred_mfu"] * (base["pred_mfu_hi"] / base["pred_mfu"]) ** k_known)
+    width = (hi / lo).where(np.isfinite(hi / lo), own)
     known = recalibrated_widths(measured).reindex(width.index)
     rows: dict[Any, dict[str, str]] = {}
     nodes = profile.loc[width.index, "num_nodes"].astype(int)

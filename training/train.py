@@ -22,6 +22,7 @@ tuning folds, the evaluation splits and the final fit each take their part of th
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -119,14 +120,16 @@ def train(
     progress: bool = True,
     profile: Any = None,
     params: dict[str, dict[str, Any] | None] | None = None,
+    keep: SurrogateModel | None = None,
 ) -> TrainResult:
     """Load, tune (``n_trials`` per study), evaluate, fit, save to ``out_dir`` and record.
 
     ``runs`` replaces loading (a sweep table already in memory); ``storage=None`` keeps the
     optuna studies in memory; ``track=False`` skips MLflow; ``params`` (LightGBM settings by
     target, status / mfu / mem, e.g. a saved model's) replaces tuning, so ``n_trials`` must
-    then be 0.
-    """
+    then be 0. ``keep``: a fitted model whose trees, widths and settings are kept (no final
+    fit): only its metrics and recalibration are refitted; its point predictions stay."""
+    params = params if keep is None else {**(params or {}), **keep.lightgbm_params}
     start = time.monotonic()
     if runs is None:
         runs = load_runs(sweep_paths, playbook=playbook, data_dir=data_dir)
@@ -155,18 +158,10 @@ def train(
                                                      seed=seed, n_folds=n_folds,
                                                      progress=report)
         report(f"fitting the final model on {len(runs):,} runs", 0, 1)
-        model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
-                               mem_params=params["mem"], n_folds=n_folds, seed=seed)
-        model.fit(data)
-        model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
-                          for p, r in evaluation.items()}
-        model.metrics_ |= {p + PROFILE_NETWORK: {"learned": r.metrics,
-                                                 "analytic": r.analytic_metrics}
-                           for p, r in as_predicted.items()}
-        # the intervals rescaled by what the protocols' held-out runs needed, the MFU's of a
-        # configuration whose network is not known by those predicted as a user would
-        model.recalibrate({p: r.predictions for p, r in evaluation.items()},
-                          {p: r.predictions for p, r in as_predicted.items()})
+        model = copy.copy(keep) if keep is not None else SurrogateModel(
+            status_params=params["status"], mfu_params=params["mfu"],
+            mem_params=params["mem"], n_folds=n_folds, seed=seed).fit(data)
+        recalibrated(model, evaluation, as_predicted)
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
         tracked, failure = None, None
@@ -185,6 +180,21 @@ def train(
                        evaluation=evaluation, as_predicted=as_predicted, tracked=tracked,
                        tracking_error=failure,
                        seconds=time.monotonic() - start)
+
+
+def recalibrated(model: SurrogateModel, evaluation: dict[str, ProtocolResult],
+                 as_predicted: dict[str, ProtocolResult]) -> SurrogateModel:
+    """``model`` with the protocols' figures in its metrics (``as_predicted``'s under the
+    protocol's name and :data:`PROFILE_NETWORK`) and its intervals rescaled by what their
+    held-out runs needed: the MFU's of a configuration whose network is not known by the runs
+    predicted as a user would (under the profile's curve alone)."""
+    model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
+                      for p, r in evaluation.items()}
+    model.metrics_ |= {p + PROFILE_NETWORK: {"learned": r.metrics,
+                                             "analytic": r.analytic_metrics}
+                       for p, r in as_predicted.items()}
+    return model.recalibrate({p: r.predictions for p, r in evaluation.items()},
+                             {p: r.predictions for p, r in as_predicted.items()})
 
 
 PROFILE_NETWORK = "_profile_network"

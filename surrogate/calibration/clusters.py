@@ -89,19 +89,22 @@ def attach_net_scale(runs: pd.DataFrame, network: pd.DataFrame, source: str) -> 
 NETWORKS: dict[str, str] = {
     "measured": "each run's network as it measured it at its start (net_scale)",
     "profile": "the cluster profile's curve alone, as a user predicts before the run",
+    "curve": "the cluster profile's curve as if the run had measured it (--network at the "
+             "curve's own bandwidth: the interval of a known network)",
 }
 """The networks a held-out run can be predicted under (``training.evaluate``)."""
 
 def as_predicted(runs: pd.DataFrame, network: str) -> pd.DataFrame:
     """``runs`` as they are scored at prediction time under ``network`` (:data:`NETWORKS`):
     as they are (``measured``), or with no ``net_scale`` (``profile``: each run under its
-    cluster profile's curve at its node count, what a user has before the run)."""
+    cluster profile's curve at its node count, what a user has before the run), or with a
+    measured scale of 1 (``curve``: the same prediction, with a known network's interval)."""
     if network not in NETWORKS:
         raise ValueError(f"network must be one of {', '.join(NETWORKS)}, got {network!r}")
-    if network == "measured" or "net_scale" not in runs:
+    if network == "measured" or ("net_scale" not in runs and network == "profile"):
         return runs
     out = runs.copy()
-    out["net_scale"] = np.nan
+    out["net_scale"] = np.nan if network == "profile" else 1.0
     return out
 
 PLAYBOOK_PATH = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")

@@ -364,14 +364,15 @@ class SurrogateModel(Estimator):
         half = memory_half_width(q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape,
                                  widen, cap_mem)
         lo, hi, half = unseen_widths(lo, hi, half, center, where.distance, transfer)
-        columns = with_network_spread(
-            prediction_columns(out, status, factor, lo, hi,
-                               memory_bounds(mem, half, out["mem_reserved"], outside)), out)
+        known = prediction_columns(out, status, factor, lo, hi,
+                                   memory_bounds(mem, half, out["mem_reserved"], outside))
+        columns = with_network_spread(known, out)
         if self.recalibration_ is not None:
             columns = self.recalibration_.apply(
                 columns, kinds_of(where.distance, where.unseen_shape), cols,
                 out.get("mfu_ceiling", 1.0), analytic=(out["mfu"], out["mem_reserved"] / 2**30),
-                holds=(outside | (borne < 1), outside), network_known=out.get("net_known"))
+                holds=(outside | (borne < 1), outside), network_known=out.get("net_known"),
+                unwidened=known)
         return {
             **columns,
             "domain_weight": w,

@@ -213,7 +213,8 @@ class Recalibration:
     def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
               cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float, *,
               analytic: tuple[np.ndarray, np.ndarray], holds: tuple[np.ndarray, np.ndarray],
-              network_known: np.ndarray | None = None) -> dict[str, np.ndarray]:
+              network_known: np.ndarray | None = None,
+              unwidened: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The predicted ``columns`` (``surrogate.learned.blend.prediction_columns``) with
         their MFU and memory intervals rescaled by :meth:`factors` (the analytic columns
         ``cols`` give each configuration's category); where ``holds`` (MFU, memory) they still
@@ -221,11 +222,14 @@ class Recalibration:
         and for MFU where the answer is shared with the physics); the MFU interval still under
         the hardware's ``ceiling`` (or the prediction, where that is higher) and 100%. The MFU
         factors are ``mfu``'s where ``network_known`` (1: a measured network), else
-        ``mfu_profile``'s (None: the network of none is known)."""
+        ``mfu_profile``'s (None: the network of none is known); there the interval also holds
+        the one a known network would give, ``unwidened`` (the columns before the network's
+        spread was added) under ``mfu``'s factors: not knowing the network never makes the
+        interval narrower on either side."""
         where = (kind, cols["num_nodes"], cols["pp"], cols["framework_code"])
         known = (np.zeros(len(kind), dtype=bool) if network_known is None
                  else np.asarray(network_known) > 0)
-        mfu = self.factors("mfu", *where)
+        mfu = measured = self.factors("mfu", *where)
         if not known.all():
             mfu = np.where(known, mfu, self.factors("mfu_profile", *where))
         out = dict(columns)
@@ -236,6 +240,13 @@ class Recalibration:
             new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi], factors)
             out[lo] = np.where(mask, np.minimum(new_lo, physics), new_lo)
             out[hi] = np.where(mask, np.maximum(new_hi, physics), new_hi)
+        if unwidened is not None and not known.all():  # at least a known network's
+            base_lo, base_hi = rescaled(unwidened["pred_mfu"], unwidened["pred_mfu_lo"],
+                                        unwidened["pred_mfu_hi"], measured)
+            out["pred_mfu_lo"] = np.where(known, out["pred_mfu_lo"],
+                                          np.minimum(out["pred_mfu_lo"], base_lo))
+            out["pred_mfu_hi"] = np.where(known, out["pred_mfu_hi"],
+                                          np.maximum(out["pred_mfu_hi"], base_hi))
         pred = columns["pred_mfu"]
         out["pred_mfu_hi"] = np.minimum(out["pred_mfu_hi"],
                                         np.minimum(np.maximum(ceiling, pred), 1.0))

@@ -196,3 +196,24 @@ def test_unknown_networks_take_the_factors_fitted_on_runs_predicted_as_a_user_wo
                        columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
                        network_known=np.array([1.0, 0.0]))
     assert same["pred_mfu_lo"][0] == same["pred_mfu_lo"][1]
+
+
+def test_not_knowing_the_network_never_narrows_an_interval_side():
+    """Where the network is unknown the interval also holds what a known network's factors
+    give the interval without the spread (``unwidened``), on each side."""
+    recal = Recalibration(mfu={"inside": {"": 1.0}}, memory={},
+                          mfu_profile={"inside": {"": 0.5}})
+    n = 2
+    cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
+    mem = {"pred_peak_mem_gib": np.full(n, 50.0), "pred_peak_mem_lo_gib": np.full(n, 40.0),
+           "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+    raw = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.3),
+           "pred_mfu_hi": np.full(n, 0.5), **mem}
+    widened = {**raw, "pred_mfu_lo": np.full(n, 0.28), "pred_mfu_hi": np.full(n, 0.9)}
+    kind = np.full(n, list(KINDS).index("inside"))
+    out = recal.apply(widened, kind, cols, 1.0, analytic=(raw["pred_mfu"],
+                      raw["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      network_known=np.array([1.0, 0.0]), unwidened=raw)
+    assert out["pred_mfu_lo"][1] == pytest.approx(0.3)  # the known network's side
+    assert out["pred_mfu_hi"][1] == pytest.approx(0.4 * np.sqrt(0.9 / 0.4))  # the spread's
+    assert out["pred_mfu_hi"][0] == pytest.approx(0.9)  # known: its own factor, 1
