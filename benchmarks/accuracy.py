@@ -72,7 +72,6 @@ from accuracy_transfer import across, analytic_transfer, by_column, transfer
 
 from surrogate.calibration.clusters import NETWORKS
 from surrogate.learned.model import SurrogateModel
-from surrogate.learned.recalibration import measured_needed
 from surrogate.learned.training_data import training_data
 from training.coverage import (
     COVERAGE_FLOOR,
@@ -309,22 +308,21 @@ def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
     trained model ships them: recalibrated on profile-network predictions
     (``surrogate.learned.recalibration``'s ``mfu_profile``) and holding the interval of the
     same prediction with its network known (``curve``, recalibrated as ``measured``'s:
-    ``Recalibration.apply``'s ``unwidened``), with their widths (hi / lo, median and 90th
+    ``Recalibration.apply``'s ``unwidened``;
+    ``training.coverage.unknown_network_factors``; ``profile recal alone``: without the
+    known network's interval), with their widths (hi / lo, median and 90th
     percentile) and those of ``measured`` as shipped (``with --network``); per node count,
     pipeline or none and over all; every recalibration held out by cells
     (``training.coverage.recalibrated_factors``)."""
-    from training.coverage import interval_hits, recalibrated_factors, recalibrated_widths
+    from training.coverage import interval_hits, recalibrated_widths, unknown_network_factors
 
-    k_profile = recalibrated_factors(profile)[0]
-    k_known = recalibrated_factors(curve, fitted_on=measured)[0].reindex(k_profile.index)
-    need_profile, need_known = measured_needed(profile)[0], measured_needed(curve)[0]
+    hull, k_profile, k_known = unknown_network_factors(profile, curve, measured)
     shipped = "as shipped (recal fit: profile network)"
     columns = {"model": interval_hits(profile)[0],
                "recal fit: measured network": recalibrated_hits(profile,
                                                                 fitted_on=measured)[0],
-               "profile recal alone": need_profile <= k_profile,
-               shipped: (need_profile <= k_profile)
-               | (need_known.reindex(k_profile.index) <= k_known)}
+               "profile recal alone": recalibrated_hits(profile)[0],
+               shipped: hull}
     done = profile.loc[k_profile.index]
     own = (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k_profile
     base = curve.loc[k_profile.index]

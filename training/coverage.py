@@ -161,6 +161,46 @@ def recalibrated_factors(res: pd.DataFrame, *, n_folds: int = 5, coverage: float
     return out[0], out[1]
 
 
+def unknown_network_factors(profile: pd.DataFrame, curve: pd.DataFrame,
+                            measured: pd.DataFrame, *, n_folds: int = 5,
+                            coverage: float = 0.8, min_runs: int = MIN_CATEGORY_RUNS
+                            ) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """For the completed runs with an MFU, the MFU interval a trained model ships for an
+    unknown network, held out as in :func:`recalibrated_factors`: per fold of cells, the
+    known network's factors fitted on the other folds' ``measured`` runs and applied to
+    ``curve``'s intervals (the same predictions, the network known), and the unknown
+    network's fitted on the other folds' ``profile`` runs beyond what those hold
+    (``surrogate.learned.recalibration.beyond_known``): (whether the run is inside either,
+    the unknown network's factor, the known network's), indexed by run."""
+    import pandas as pd
+    from sklearn.model_selection import GroupKFold
+
+    from surrogate.learned.recalibration import beyond_known
+
+    need_p = measured_needed(profile)[0]
+    index = need_p.index
+    need_c = measured_needed(curve)[0].reindex(index).to_numpy()
+    need_m = measured_needed(measured)[0].reindex(index).to_numpy()
+    values = need_p.to_numpy()
+    k_p, k_k = np.ones(len(index)), np.ones(len(index))
+    cells = cell_groups(profile.loc[index])
+    n = min(n_folds, len(np.unique(cells)))
+    if n >= 2:
+        fine, coarse = run_categories(profile.loc[index])
+        for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
+            known = fit_factors(need_m[train], fine[train], coarse[train], coverage=coverage,
+                                min_runs=min_runs)
+            effective = beyond_known(values[train], need_c[train],
+                                     factors_for(known, fine[train], coarse[train]))
+            unknown = fit_factors(effective, fine[train], coarse[train], coverage=coverage,
+                                  min_runs=min_runs)
+            k_p[test] = factors_for(unknown, fine[test], coarse[test])
+            k_k[test] = factors_for(known, fine[test], coarse[test])
+    hits = (values <= k_p) | (need_c <= k_k)
+    return (pd.Series(hits, index=index), pd.Series(k_p, index=index),
+            pd.Series(k_k, index=index))
+
+
 RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
 """Edges of the p_oom bins of :func:`oom_reliability`: finer near 0 and 1, where most
 predictions fall."""

@@ -154,14 +154,14 @@ def train(
     with bars(progress) as report:  # after tuning: 30-90 s on two cores
         # every protocol's held-out runs under their measured network and under the
         # profile's curve alone (as a user predicts), from the same fits
-        evaluation, as_predicted = evaluate_networks(data, protocols, params=params,
-                                                     seed=seed, n_folds=n_folds,
-                                                     progress=report)
+        evaluation, as_predicted, known = evaluate_networks(data, protocols, params=params,
+                                                            seed=seed, n_folds=n_folds,
+                                                            progress=report)
         report(f"fitting the final model on {len(runs):,} runs", 0, 1)
         model = copy.copy(keep) if keep is not None else SurrogateModel(
             status_params=params["status"], mfu_params=params["mfu"],
             mem_params=params["mem"], n_folds=n_folds, seed=seed).fit(data)
-        recalibrated(model, evaluation, as_predicted)
+        recalibrated(model, evaluation, as_predicted, known)
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
         tracked, failure = None, None
@@ -183,18 +183,21 @@ def train(
 
 
 def recalibrated(model: SurrogateModel, evaluation: dict[str, ProtocolResult],
-                 as_predicted: dict[str, ProtocolResult]) -> SurrogateModel:
+                 as_predicted: dict[str, ProtocolResult],
+                 known: dict[str, ProtocolResult]) -> SurrogateModel:
     """``model`` with the protocols' figures in its metrics (``as_predicted``'s under the
     protocol's name and :data:`PROFILE_NETWORK`) and its intervals rescaled by what their
     held-out runs needed: the MFU's of a configuration whose network is not known by the runs
-    predicted as a user would (under the profile's curve alone)."""
+    predicted as a user would (under the profile's curve alone), beyond what the same
+    predictions with the network known (``known``) hold."""
     model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
                       for p, r in evaluation.items()}
     model.metrics_ |= {p + PROFILE_NETWORK: {"learned": r.metrics,
                                              "analytic": r.analytic_metrics}
                        for p, r in as_predicted.items()}
     return model.recalibrate({p: r.predictions for p, r in evaluation.items()},
-                             {p: r.predictions for p, r in as_predicted.items()})
+                             {p: r.predictions for p, r in as_predicted.items()},
+                             {p: r.predictions for p, r in known.items()})
 
 
 PROFILE_NETWORK = "_profile_network"
@@ -203,18 +206,20 @@ predicted under the profile's curve alone."""
 
 
 def evaluate_networks(data: Any, protocols: Sequence[str], **kwargs: Any
-                      ) -> tuple[dict[str, ProtocolResult], dict[str, ProtocolResult]]:
-    """Each protocol's held-out runs predicted under their measured network and under the
-    cluster profile's curve alone (``training.evaluate.evaluate_grid``: one fit per split
-    serves both)."""
+                      ) -> tuple[dict[str, ProtocolResult], ...]:
+    """Each protocol's held-out runs predicted under their measured network, under the
+    cluster profile's curve alone, and under the curve taken as measured (the interval of a
+    known network; ``training.evaluate.evaluate_grid``: one fit per split serves all)."""
     unknown = [p for p in protocols if p not in PROTOCOLS]
     if unknown:
         raise DataError(f"protocols must be among {', '.join(PROTOCOLS)}, got {unknown}")
-    measured, profile = {}, {}
+    nets = ("measured", "profile", "curve")
+    out: tuple[dict[str, ProtocolResult], ...] = ({}, {}, {})
     for p in protocols:
-        grid = evaluate_grid(data, p, (None,), ("measured", "profile"), **kwargs)
-        measured[p], profile[p] = grid[None, "measured"], grid[None, "profile"]
-    return measured, profile
+        grid = evaluate_grid(data, p, (None,), nets, **kwargs)
+        for part, net in zip(out, nets, strict=True):
+            part[p] = grid[None, net]
+    return out
 
 
 EVALUATION_FILE = "evaluation.json"

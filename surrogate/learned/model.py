@@ -302,16 +302,18 @@ class SurrogateModel(Estimator):
         return self
 
     def recalibrate(self, held_out: dict[str, pd.DataFrame],
-                    as_predicted: dict[str, pd.DataFrame] | None = None) -> SurrogateModel:
+                    as_predicted: dict[str, pd.DataFrame] | None = None,
+                    known: dict[str, pd.DataFrame] | None = None) -> SurrogateModel:
         """Scale the intervals per kind of configuration and category by what the protocols'
         held-out runs needed (``held_out``: their predictions per protocol, as
         ``training.evaluate`` gives them, under each run's measured network; ``as_predicted``:
         the same under the profile's curve alone, which scale the MFU intervals of
-        configurations whose network is not known; :mod:`surrogate.learned.recalibration`);
+        configurations whose network is not known, beyond what ``known``, the same
+        predictions with the network known, hold; :mod:`surrogate.learned.recalibration`);
         the model."""
         self._check_fitted()
         self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage,
-                                                as_predicted=as_predicted)
+                                                as_predicted=as_predicted, known=known)
         return self
 
     # ------------------------------------------------------------- predicting

@@ -333,25 +333,46 @@ def run_categories(res: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float = 0.8,
                       min_runs: int = MIN_CATEGORY_RUNS,
-                      as_predicted: Mapping[str, pd.DataFrame] | None = None
-                      ) -> Recalibration:
+                      as_predicted: Mapping[str, pd.DataFrame] | None = None,
+                      known: Mapping[str, pd.DataFrame] | None = None) -> Recalibration:
     """The factors of each kind from its protocol's held-out predictions (``held_out``: a
     table of runs with prediction columns per protocol name, as ``training.evaluate``
     gives them, under each run's measured network; ``as_predicted``: the same runs under the
-    profile's curve alone, which give ``mfu_profile``); a kind whose protocol is absent keeps
-    1."""
+    profile's curve alone, which give ``mfu_profile``; ``known``: the same predictions with
+    the network taken as known, whose interval an unknown network's also holds
+    (:meth:`Recalibration.apply`), so that the runs it holds ask nothing of ``mfu_profile``:
+    :func:`beyond_known`); a kind whose protocol is absent keeps 1."""
     tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {},
                                                       "mfu_profile": {}}
     for kind, protocol in KINDS.items():
-        for source, quantities in ((held_out, ("mfu", "memory")),
-                                   (as_predicted or {}, ("mfu_profile", None))):
-            res = source.get(protocol)
-            if res is None or not len(res):
-                continue
-            for quantity, needed in zip(quantities, measured_needed(res), strict=True):
-                if quantity is not None and len(needed):
-                    fine, coarse = run_categories(res.loc[needed.index])
-                    tables[quantity][kind] = fit_factors(needed.to_numpy(), fine, coarse,
-                                                         coverage=coverage, min_runs=min_runs)
+        res = held_out.get(protocol)
+        if res is None or not len(res):
+            continue
+        for quantity, needed in zip(("mfu", "memory"), measured_needed(res), strict=True):
+            if len(needed):
+                fine, coarse = run_categories(res.loc[needed.index])
+                tables[quantity][kind] = fit_factors(needed.to_numpy(), fine, coarse,
+                                                     coverage=coverage, min_runs=min_runs)
+        user = (as_predicted or {}).get(protocol)
+        if user is None or not len(user):
+            continue
+        needed = measured_needed(user)[0]
+        fine, coarse = run_categories(user.loc[needed.index])
+        values = needed.to_numpy()
+        curve = (known or {}).get(protocol)
+        if curve is not None:
+            values = beyond_known(values, measured_needed(curve)[0].reindex(needed.index),
+                                  factors_for(tables["mfu"].get(kind, {}), fine, coarse))
+        tables["mfu_profile"][kind] = fit_factors(values, fine, coarse, coverage=coverage,
+                                                  min_runs=min_runs)
     return Recalibration(mfu=tables["mfu"], memory=tables["memory"], coverage=coverage,
                          mfu_profile=tables["mfu_profile"])
+
+
+def beyond_known(needed: np.ndarray, needed_known: Any, factors: np.ndarray) -> np.ndarray:
+    """The factors an unknown network's interval needs (``needed``) where the known
+    network's interval, scaled by its ``factors``, does not already hold the run
+    (``needed_known`` over them; NaN: not known), else 0: the interval shipped for an
+    unknown network holds both (:meth:`Recalibration.apply`)."""
+    held = np.asarray(needed_known, dtype=np.float64) <= factors
+    return np.asarray(np.where(held, 0.0, needed), dtype=np.float64)

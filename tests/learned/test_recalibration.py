@@ -217,3 +217,11 @@ def test_not_knowing_the_network_never_narrows_an_interval_side():
     assert out["pred_mfu_lo"][1] == pytest.approx(0.3)  # the known network's side
     assert out["pred_mfu_hi"][1] == pytest.approx(0.4 * np.sqrt(0.9 / 0.4))  # the spread's
     assert out["pred_mfu_hi"][0] == pytest.approx(0.9)  # known: its own factor, 1
+
+
+def test_runs_the_known_networks_interval_holds_ask_nothing_of_the_unknown_ones():
+    from surrogate.learned.recalibration import beyond_known
+
+    needed = np.array([2.0, 3.0, 0.5, 4.0])
+    got = beyond_known(needed, np.array([0.9, 1.5, np.nan, 1.0]), np.full(4, 1.0))
+    np.testing.assert_array_equal(got, [0.0, 3.0, 0.5, 0.0])
