@@ -66,6 +66,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 from accuracy_transfer import across, analytic_transfer, by_column, transfer
 
@@ -108,7 +109,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--analytic", action="store_true")
     ap.add_argument("--across", action="store_true")
     ap.add_argument("--published", action="store_true")
-    ap.add_argument("--network", choices=("both", *NETWORKS), default="both")
+    ap.add_argument("--network", choices=("both", "measured", "profile"), default="both")
     args = ap.parse_args()
     if args.published and not args.across:
         ap.error("--published adds NVIDIA's Megatron-Bridge runs to --across: give --across")
@@ -157,7 +158,7 @@ NET_KEY = {"measured": "", "profile": "_profile_network"}
 
 def networks(args: argparse.Namespace) -> tuple[str, ...]:
     """The networks ``--network`` asks for, in :data:`NETWORKS`' order."""
-    return tuple(NETWORKS) if args.network == "both" else (args.network,)
+    return ("measured", "profile") if args.network == "both" else (args.network,)
 
 
 def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
@@ -174,9 +175,14 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
         settings["censored_memory"] = False
     for name in args.protocol or DEFAULT_PROTOCOLS:
         # one fit per split serves every shrinkage and network (both act at prediction time)
-        grid = evaluate_grid(data, name, shrinks, networks(args), params=params, seed=args.seed,
+        # both: the curve too, as if measured (the known network's interval, which the
+        # shipped interval of an unknown network also holds: shipped_coverage)
+        nets = networks(args) + (("curve",) if args.network == "both" else ())
+        grid = evaluate_grid(data, name, shrinks, nets, params=params, seed=args.seed,
                              settings=settings, refit_physics=not args.shipped_physics)
         for (shrink, net), r in grid.items():
+            if net == "curve":
+                continue
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
             tag += (" (shipped physics: fitted on every run)" if args.shipped_physics
                     else " (physics refit per split)")
@@ -193,7 +199,8 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
                 dict(r.metrics))
             print(coverage_table(r.predictions))
             if net == "profile" and (shrink, "measured") in grid:
-                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions))
+                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions,
+                                       grid[shrink, "curve"].predictions))
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -291,33 +298,53 @@ def coverage_table(predictions: pd.DataFrame) -> str:
             + shown.to_string(index=False))
 
 
-def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame) -> str:
-    """Per node count, the 80% intervals' coverage of the held-out runs predicted under the
-    profile's curve alone (``profile``): as the protocol's model gives them, after the
-    recalibration a trained model ships fitted as it is fitted today, on runs predicted under
-    their own measured network (``measured``, the same runs), and after one fitted on
-    profile-network predictions (what intervals calibrated for a user's use would cover);
-    both held out by cells (``training.coverage.recalibrated_hits``)."""
-    from training.coverage import interval_hits
+def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
+                     curve: pd.DataFrame) -> str:
+    """Per node count, the 80% MFU intervals' coverage of the held-out runs predicted under
+    the profile's curve alone (``profile``; their intervals widened by the cluster's spread of
+    the network, ``surrogate.learned.blend.with_network_spread``): as the protocol's model
+    gives them; after a recalibration fitted on runs predicted under their own measured
+    network (``measured``, the same runs: how models were recalibrated before); and as a
+    trained model ships them: recalibrated on profile-network predictions
+    (``surrogate.learned.recalibration``'s ``mfu_profile``) and holding the interval of the
+    same prediction with its network known (``curve``, recalibrated as ``measured``'s:
+    ``Recalibration.apply``'s ``unwidened``;
+    ``training.coverage.unknown_network_factors``; ``profile recal alone``: without the
+    known network's interval), with their widths (hi / lo, median and 90th
+    percentile) and those of ``measured`` as shipped (``with --network``); per node count,
+    pipeline or none and over all; every recalibration held out by cells
+    (``training.coverage.recalibrated_factors``)."""
+    from training.coverage import interval_hits, recalibrated_widths, unknown_network_factors
 
-    columns = {"model": interval_hits(profile),
-               "shipped recal (fit: measured network)":
-                   recalibrated_hits(profile, fitted_on=measured),
-               "recal fit on profile network": recalibrated_hits(profile)}
+    hull, k_profile, k_known = unknown_network_factors(profile, curve, measured)
+    shipped = "as shipped (recal fit: profile network)"
+    columns = {"model": interval_hits(profile)[0],
+               "recal fit: measured network": recalibrated_hits(profile,
+                                                                fitted_on=measured)[0],
+               "profile recal alone": recalibrated_hits(profile)[0],
+               shipped: hull}
+    done = profile.loc[k_profile.index]
+    own = (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k_profile
+    base = curve.loc[k_profile.index]
+    lo = np.minimum(done["pred_mfu"] * (done["pred_mfu_lo"] / done["pred_mfu"]) ** k_profile,
+                    base["pred_mfu"] * (base["pred_mfu_lo"] / base["pred_mfu"]) ** k_known)
+    hi = np.maximum(done["pred_mfu"] * (done["pred_mfu_hi"] / done["pred_mfu"]) ** k_profile,
+                    base["pred_mfu"] * (base["pred_mfu_hi"] / base["pred_mfu"]) ** k_known)
+    width = (hi / lo).where(np.isfinite(hi / lo), own)
+    known = recalibrated_widths(measured).reindex(width.index)
     rows: dict[Any, dict[str, str]] = {}
-    for label, (mfu, mem) in columns.items():
-        nodes = profile.loc[mfu.index, "num_nodes"]
-        for value, part in mfu.groupby(nodes):
-            row = rows.setdefault(int(value), {"runs": str(len(part))})
-            row[f"MFU {label}"] = format_metric("share", float(part.mean()))
-        rows.setdefault("all", {"runs": str(len(mfu))})[f"MFU {label}"] = format_metric(
-            "share", float(mfu.mean()))
-        if len(mem):
-            rows["all"][f"memory {label}"] = format_metric("share", float(mem.mean()))
+    nodes = profile.loc[width.index, "num_nodes"].astype(int)
+    pipelined = np.where(profile.loc[width.index, "pp"] > 1, "pp>1", "pp=1")
+    for value, part in [*width.groupby(nodes), *width.groupby(pipelined), ("all", width)]:
+        row = rows.setdefault(value, {"runs": str(len(part))})
+        for label, hits in columns.items():
+            row[f"MFU {label}"] = format_metric("share", float(hits.loc[part.index].mean()))
+        for label, w in (("width median / p90", part), ("with --network", known[part.index])):
+            row[label] = f"{float(w.median()):.2f} / {float(w.quantile(0.9)):.2f}"
     table = pd.DataFrame(rows).T.fillna("")
     table.index.name = "num_nodes"
-    return ("80% interval coverage of the runs predicted under the profile's curve, per node "
-            "count (completed runs with an MFU):\n" + table.to_string())
+    return ("80% MFU interval coverage of the runs predicted under the profile's curve, per "
+            "node count (completed runs with an MFU):\n" + table.to_string())
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:

@@ -42,8 +42,9 @@ def _print_results(results: dict[str, ProtocolResult]) -> None:
     for name, r in results.items():
         physics = ("physics refit per split" if r.refit_physics
                    else "shipped physics, fitted on every run")
-        table = Table(title=f"{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs; "
-                            f"{physics})")
+        network = "" if r.network == "measured" else "; network: the profile's curve alone"
+        table = Table(title=f"{name}: {PROTOCOLS[r.protocol]} ({r.n_splits} splits, held-out "
+                            f"runs; {physics}{network})")
         table.add_column("metric")
         table.add_column("learned", justify="right")
         table.add_column("analytic", justify="right")
@@ -127,6 +128,11 @@ def train_cmd(
     as_json: JsonOpt = False,
     force: Annotated[bool, typer.Option(
         "--force", help="Replace what --out already holds.")] = False,
+    keep_trees: Annotated[Path | None, typer.Option(
+        "--keep-trees",
+        help="Keep this saved model's trees, widths and settings (with --n-trials 0) and "
+             "refit only its metrics and its intervals' recalibration on the protocols' "
+             "held-out runs: its point predictions unchanged.")] = None,
 ) -> None:
     """Tune, evaluate, fit and save the learned surrogate; record it in MLflow
     ($MLFLOW_TRACKING_URI, default sqlite:///mlruns/mlflow.db)."""
@@ -134,11 +140,18 @@ def train_cmd(
     from training.train import train
 
     params = tuning.given_params()
+    keep = None
+    if keep_trees is not None:
+        if tuning.n_trials > 0:
+            raise ConfigError(f"--keep-trees keeps the model's settings: give --n-trials 0, "
+                              f"got {tuning.n_trials}")
+        keep = SurrogateModel.load(keep_trees)
     result = train(
         list(runs.sweeps or []), out, tuning.n_trials, seed, playbook=not runs.no_playbook,
         data_dir=runs.data_dir, storage=tuning.storage,
         protocols=tuple(protocol or DEFAULT_PROTOCOLS), max_estimators=tuning.max_estimators,
         timeout_s=tuning.timeout, track=not no_track, progress=not as_json, params=params,
+        keep=keep,
     )
     if as_json:
         typer.echo(json.dumps(_train_json(result), indent=2))
@@ -172,6 +185,7 @@ def _train_json(result: Any) -> dict[str, Any]:
                        "n_complete": r.n_complete, "n_pruned": r.n_pruned}
                    for t, r in result.tuning.items()},
         "evaluation": _json_results(result.evaluation),
+        "evaluation_profile_network": _json_results(getattr(result, "as_predicted", {})),
         "mlflow": None if tracked is None else {
             "tracking_uri": tracked.tracking_uri, "experiment_id": tracked.experiment_id,
             "run_id": tracked.run_id, "run_name": tracked.run_name,
@@ -188,6 +202,8 @@ def _print_training(result: Any) -> None:
     """``train`` without ``--json``: the evaluation's tables, then what tuning found, what the
     model fitted of its own, where it is saved and where MLflow recorded it."""
     _print_results(result.evaluation)
+    _print_results({f"{p} (profile network)": r
+                    for p, r in getattr(result, "as_predicted", {}).items()})
     for t, r in result.tuning.items():
         typer.echo(f"tuned {t}: best grouped-CV score {r.best_value:.4f} over {r.n_complete} "
                    f"complete and {r.n_pruned} pruned trials (study {r.study_name})")

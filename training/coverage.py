@@ -110,7 +110,29 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
 def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
                       min_runs: int = MIN_CATEGORY_RUNS,
                       fitted_on: pd.DataFrame | None = None) -> tuple[pd.Series, pd.Series]:
-    """:func:`interval_hits` after the recalibration a trained model ships
+    """Whether each measured run lies inside its interval after the recalibration a trained
+    model ships, held out (:func:`recalibrated_factors`, whose arguments these are)."""
+    factors = recalibrated_factors(res, n_folds=n_folds, coverage=coverage, min_runs=min_runs,
+                                   fitted_on=fitted_on)
+    needed = measured_needed(res)
+    return (needed[0] <= factors[0]), (needed[1] <= factors[1])
+
+
+def recalibrated_widths(res: pd.DataFrame, **kwargs: Any) -> pd.Series:
+    """Per completed run with an MFU, its MFU interval's width (hi / lo) after the
+    recalibration a trained model ships, held out (:func:`recalibrated_factors`): the log
+    half-widths scaled by k make the width (hi / lo)^k."""
+    k = recalibrated_factors(res, **kwargs)[0]
+    done = res.loc[k.index]
+    return (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k
+
+
+def recalibrated_factors(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
+                         min_runs: int = MIN_CATEGORY_RUNS,
+                         fitted_on: pd.DataFrame | None = None
+                         ) -> tuple[pd.Series, pd.Series]:
+    """The factor on each measured run's MFU and memory interval (log half-widths) of the
+    recalibration a trained model ships
     (:mod:`surrogate.learned.recalibration`: factors per node band, pipeline or none and
     framework version, else per pipeline or none and framework version, else pooled) fitted
     on the protocol's own held-out runs, itself held out: the held-out runs' (model, nodes)
@@ -126,20 +148,57 @@ def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 
     basis = measured_needed(res if fitted_on is None else fitted_on)
     for needed, fit_on in zip(measured_needed(res), basis, strict=True):
         fit_values = fit_on.reindex(needed.index).to_numpy()
-        hits = pd.Series(False, index=needed.index)
+        k = np.ones(len(needed))
         cells = cell_groups(res.loc[needed.index])
         n = min(n_folds, len(np.unique(cells)))
-        if n < 2:
-            out.append(needed <= 1.0)
-            continue
-        values = needed.to_numpy()
-        fine, coarse = run_categories(res.loc[needed.index])
-        for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
-            table = fit_factors(fit_values[train], fine[train], coarse[train],
-                                coverage=coverage, min_runs=min_runs)
-            hits.iloc[test] = values[test] <= factors_for(table, fine[test], coarse[test])
-        out.append(hits)
+        if n >= 2:
+            fine, coarse = run_categories(res.loc[needed.index])
+            for train, test in GroupKFold(n_splits=n).split(fit_values, groups=cells):
+                table = fit_factors(fit_values[train], fine[train], coarse[train],
+                                    coverage=coverage, min_runs=min_runs)
+                k[test] = factors_for(table, fine[test], coarse[test])
+        out.append(pd.Series(k, index=needed.index))
     return out[0], out[1]
+
+
+def unknown_network_factors(profile: pd.DataFrame, curve: pd.DataFrame,
+                            measured: pd.DataFrame, *, n_folds: int = 5,
+                            coverage: float = 0.8, min_runs: int = MIN_CATEGORY_RUNS
+                            ) -> tuple[pd.Series, pd.Series, pd.Series]:
+    """For the completed runs with an MFU, the MFU interval a trained model ships for an
+    unknown network, held out as in :func:`recalibrated_factors`: per fold of cells, the
+    known network's factors fitted on the other folds' ``measured`` runs and applied to
+    ``curve``'s intervals (the same predictions, the network known), and the unknown
+    network's fitted on the other folds' ``profile`` runs beyond what those hold
+    (``surrogate.learned.recalibration.beyond_known``): (whether the run is inside either,
+    the unknown network's factor, the known network's), indexed by run."""
+    import pandas as pd
+    from sklearn.model_selection import GroupKFold
+
+    from surrogate.learned.recalibration import beyond_known
+
+    need_p = measured_needed(profile)[0]
+    index = need_p.index
+    need_c = measured_needed(curve)[0].reindex(index).to_numpy()
+    need_m = measured_needed(measured)[0].reindex(index).to_numpy()
+    values = need_p.to_numpy()
+    k_p, k_k = np.ones(len(index)), np.ones(len(index))
+    cells = cell_groups(profile.loc[index])
+    n = min(n_folds, len(np.unique(cells)))
+    if n >= 2:
+        fine, coarse = run_categories(profile.loc[index])
+        for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
+            known = fit_factors(need_m[train], fine[train], coarse[train], coverage=coverage,
+                                min_runs=min_runs)
+            effective = beyond_known(values[train], need_c[train],
+                                     factors_for(known, fine[train], coarse[train]))
+            unknown = fit_factors(effective, fine[train], coarse[train], coverage=coverage,
+                                  min_runs=min_runs)
+            k_p[test] = factors_for(unknown, fine[test], coarse[test])
+            k_k[test] = factors_for(known, fine[test], coarse[test])
+    hits = (values <= k_p) | (need_c <= k_k)
+    return (pd.Series(hits, index=index), pd.Series(k_p, index=index),
+            pd.Series(k_k, index=index))
 
 
 RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)

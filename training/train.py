@@ -5,7 +5,8 @@
    sweep tables given (``surrogate ingest`` output: runs of another framework or GPU).
 2. Tune the throughput corrector and the status classifier with optuna
    (:mod:`training.tune`; ``n_trials=0`` keeps the library defaults).
-3. Evaluate the tuned settings under the protocols of :mod:`training.evaluate`.
+3. Evaluate the tuned settings under the protocols of :mod:`training.evaluate`, each
+   held-out run under its measured network and under the profile's curve alone.
    The hyperparameters were tuned on all the data, test parts included, so the figures are
    slightly optimistic about the settings (not about the fitted models, which never see their
    test part).
@@ -21,6 +22,7 @@ tuning folds, the evaluation splits and the final fit each take their part of th
 
 from __future__ import annotations
 
+import copy
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -32,7 +34,7 @@ from surrogate.io.tracking import store_failure
 from surrogate.learned.boosters import DEFAULT_PARAMS
 from surrogate.learned.model import SurrogateModel
 from surrogate.learned.training_data import cell_groups, training_data
-from training.evaluate import DEFAULT_PROTOCOLS, ProtocolResult, evaluate
+from training.evaluate import DEFAULT_PROTOCOLS, PROTOCOLS, ProtocolResult, evaluate_grid
 from training.tune import DEFAULT_STORAGE, MAX_ESTIMATORS, TuneResult, tune
 
 if TYPE_CHECKING:
@@ -90,6 +92,10 @@ class TrainResult:
     params: dict[str, dict[str, Any] | None]
     tuning: dict[str, TuneResult] = field(default_factory=dict)
     evaluation: dict[str, ProtocolResult] = field(default_factory=dict)
+    as_predicted: dict[str, ProtocolResult] = field(default_factory=dict)
+    """The same protocols' held-out runs under the profile's curve alone (as a user predicts
+    before a run): what the MFU intervals of a configuration whose network is not known are
+    recalibrated on."""
     tracked: TrackedRun | None = None
     tracking_error: str | None = None
     """Why recording in MLflow failed (the evaluation is then in :data:`EVALUATION_FILE`)."""
@@ -114,14 +120,16 @@ def train(
     progress: bool = True,
     profile: Any = None,
     params: dict[str, dict[str, Any] | None] | None = None,
+    keep: SurrogateModel | None = None,
 ) -> TrainResult:
     """Load, tune (``n_trials`` per study), evaluate, fit, save to ``out_dir`` and record.
 
     ``runs`` replaces loading (a sweep table already in memory); ``storage=None`` keeps the
     optuna studies in memory; ``track=False`` skips MLflow; ``params`` (LightGBM settings by
     target, status / mfu / mem, e.g. a saved model's) replaces tuning, so ``n_trials`` must
-    then be 0.
-    """
+    then be 0. ``keep``: a fitted model whose trees, widths and settings are kept (no final
+    fit): only its metrics and recalibration are refitted; its point predictions stay."""
+    params = params if keep is None else {**(params or {}), **keep.lightgbm_params}
     start = time.monotonic()
     if runs is None:
         runs = load_runs(sweep_paths, playbook=playbook, data_dir=data_dir)
@@ -144,16 +152,16 @@ def train(
     from surrogate.progress import bars
 
     with bars(progress) as report:  # after tuning: 30-90 s on two cores
-        evaluation = evaluate(data, protocols, params=params, seed=seed, n_folds=n_folds,
-                              progress=report)
+        # every protocol's held-out runs under their measured network and under the
+        # profile's curve alone (as a user predicts), from the same fits
+        evaluation, as_predicted, known = evaluate_networks(data, protocols, params=params,
+                                                            seed=seed, n_folds=n_folds,
+                                                            progress=report)
         report(f"fitting the final model on {len(runs):,} runs", 0, 1)
-        model = SurrogateModel(status_params=params["status"], mfu_params=params["mfu"],
-                               mem_params=params["mem"], n_folds=n_folds, seed=seed)
-        model.fit(data)
-        model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
-                          for p, r in evaluation.items()}
-        # the intervals rescaled by what the protocols' held-out runs needed
-        model.recalibrate({p: r.predictions for p, r in evaluation.items()})
+        model = copy.copy(keep) if keep is not None else SurrogateModel(
+            status_params=params["status"], mfu_params=params["mfu"],
+            mem_params=params["mem"], n_folds=n_folds, seed=seed).fit(data)
+        recalibrated(model, evaluation, as_predicted, known)
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
         tracked, failure = None, None
@@ -161,15 +169,57 @@ def train(
             report("recording in MLflow (metrics, plots, model files)", 0, 1)
             try:
                 tracked = _track(runs, model, out, params, tuning, evaluation,
-                                 sweep_paths=sweep_paths, n_trials=n_trials, seed=seed,
+                                 sweep_paths=sweep_paths, as_predicted=as_predicted,
+                                 n_trials=n_trials, seed=seed,
                                  max_estimators=max_estimators, n_folds=n_folds)
             except Exception as e:  # any failure of the store, after the work: keep the work
                 failure = store_failure(e)
                 save_evaluation(out / EVALUATION_FILE, evaluation, tuning)
             report("recording in MLflow (metrics, plots, model files)", 1, 1)
     return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
-                       evaluation=evaluation, tracked=tracked, tracking_error=failure,
+                       evaluation=evaluation, as_predicted=as_predicted, tracked=tracked,
+                       tracking_error=failure,
                        seconds=time.monotonic() - start)
+
+
+def recalibrated(model: SurrogateModel, evaluation: dict[str, ProtocolResult],
+                 as_predicted: dict[str, ProtocolResult],
+                 known: dict[str, ProtocolResult]) -> SurrogateModel:
+    """``model`` with the protocols' figures in its metrics (``as_predicted``'s under the
+    protocol's name and :data:`PROFILE_NETWORK`) and its intervals rescaled by what their
+    held-out runs needed: the MFU's of a configuration whose network is not known by the runs
+    predicted as a user would (under the profile's curve alone), beyond what the same
+    predictions with the network known (``known``) hold."""
+    model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
+                      for p, r in evaluation.items()}
+    model.metrics_ |= {p + PROFILE_NETWORK: {"learned": r.metrics,
+                                             "analytic": r.analytic_metrics}
+                       for p, r in as_predicted.items()}
+    return model.recalibrate({p: r.predictions for p, r in evaluation.items()},
+                             {p: r.predictions for p, r in as_predicted.items()},
+                             {p: r.predictions for p, r in known.items()})
+
+
+PROFILE_NETWORK = "_profile_network"
+"""What a protocol's name takes in the model's metrics and in MLflow for its held-out runs
+predicted under the profile's curve alone."""
+
+
+def evaluate_networks(data: Any, protocols: Sequence[str], **kwargs: Any
+                      ) -> tuple[dict[str, ProtocolResult], ...]:
+    """Each protocol's held-out runs predicted under their measured network, under the
+    cluster profile's curve alone, and under the curve taken as measured (the interval of a
+    known network; ``training.evaluate.evaluate_grid``: one fit per split serves all)."""
+    unknown = [p for p in protocols if p not in PROTOCOLS]
+    if unknown:
+        raise DataError(f"protocols must be among {', '.join(PROTOCOLS)}, got {unknown}")
+    nets = ("measured", "profile", "curve")
+    out: tuple[dict[str, ProtocolResult], ...] = ({}, {}, {})
+    for p in protocols:
+        grid = evaluate_grid(data, p, (None,), nets, **kwargs)
+        for part, net in zip(out, nets, strict=True):
+            part[p] = grid[None, net]
+    return out
 
 
 EVALUATION_FILE = "evaluation.json"
@@ -197,7 +247,7 @@ def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
 def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
            params: dict[str, dict[str, Any] | None], tuning: dict[str, TuneResult],
            evaluation: dict[str, ProtocolResult], *, sweep_paths: Sequence[str | Path],
-           **settings: Any) -> TrackedRun:
+           as_predicted: dict[str, ProtocolResult], **settings: Any) -> TrackedRun:
     from training import plots
     from training.tracking import data_label, log_training, rounds_in
 
@@ -221,8 +271,10 @@ def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
                     "best_value": r.best_value, "n_complete": r.n_complete,
                     "n_pruned": r.n_pruned, "best_params": r.best_params,
                     "top_trials": r.top_trials} for t, r in tuning.items()},
-        metrics={p: r.metrics for p, r in evaluation.items()},
-        baseline={p: r.analytic_metrics for p, r in evaluation.items()},
+        metrics={p: r.metrics for p, r in evaluation.items()}
+        | {p + PROFILE_NETWORK: r.metrics for p, r in as_predicted.items()},
+        baseline={p: r.analytic_metrics for p, r in evaluation.items()}
+        | {p + PROFILE_NETWORK: r.analytic_metrics for p, r in as_predicted.items()},
         label=data_label(runs["source"], sweep_paths),
         lineage={"data.rounds": ",".join(map(str, rounds))} if rounds else None,
         model_dir=out,

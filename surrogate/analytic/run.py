@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from surrogate.analytic.comm import spans_nodes
 from surrogate.analytic.flops import LayerParams, active_params, embedding_params
 from surrogate.analytic.inputs import Cols, cols_from_table
 from surrogate.analytic.memory import (
@@ -48,7 +49,38 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     for k in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "bubble_frac"):
         out[k] = step[k]
     out["mfu_ceiling"] = mfu_ceiling(c, perf)
+    spread = getattr(perf, "network_spread", None)  # a calibration profile's, where recorded
+    if spread is not None:
+        down, up, known = spread(c)
+        out["net_spread_lo"], out["net_spread_hi"] = network_widening(c, step, down, up)
+        out["net_known"] = known
     return out
+
+
+NETWORK_TERMS: dict[str, str] = {"tp_comm": "tp", "cp_comm": "cp", "ep_comm": "ep",
+                                 "pp_comm": "pp", "dp_comm": "dp", "zero3_comm": "dp"}
+"""The exposed communication terms of the step time and the dimension whose group decides
+whether each crosses nodes (``surrogate.analytic.comm.spans_nodes``)."""
+
+
+def network_widening(c: Cols, step: dict[str, np.ndarray], down: np.ndarray,
+                     up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """How far the network between jobs moves each configuration's MFU, as log factors
+    (down, up): its exposed communication across nodes takes a share e of the step time
+    (:data:`NETWORK_TERMS`), and at a bandwidth b' against the curve's b the step takes
+    1 + e (b / b' - 1) of its time (every transfer's time is its bytes over the bandwidth,
+    ``surrogate.hardware.fabric``); at the cluster's 10th and 90th percentile of bandwidth
+    (``down``: log(median / p10), ``up``: log(p90 / median)) that is log(1 + e (e^down - 1))
+    slower and -log(1 - e (1 - e^-up)) faster. Bounded by the share: a layout without
+    exposed communication across nodes is not moved; the slower side counts only the
+    communication exposed at the curve's bandwidth (a lower bound: at a slower network more of
+    it may stop hiding under compute)."""
+    spans = spans_nodes(c)
+    exposed = sum(step[term] * spans[dim] for term, dim in NETWORK_TERMS.items())
+    share = np.clip(exposed / np.maximum(step["step_time_s"], 1e-300), 0.0, 1.0)
+    slower = np.log1p(share * np.expm1(down))
+    faster = -np.log1p(share * np.expm1(-up))
+    return np.asarray(slower, dtype=np.float64), np.asarray(faster, dtype=np.float64)
 
 
 def mfu_ceiling(c: Cols, perf: PerfModel) -> np.ndarray:

@@ -182,7 +182,8 @@ def under_network(profile: CalibrationProfile, network: Network) -> CalibrationP
     assert profile.fabric is not None  # measure() said so
     return dataclasses.replace(profile,
                                fabric=dataclasses.replace(profile.fabric,
-                                                          net_scale=network.scale))
+                                                          net_scale=network.scale,
+                                                          measured=True))
 
 
 def scaled_profile(profile: Any, gpu: str, scale: float | None) -> Any:
@@ -195,7 +196,8 @@ def scaled_profile(profile: Any, gpu: str, scale: float | None) -> Any:
     if fabric is None or not isinstance(resolved, CalibrationProfile):
         raise ConfigError(f"a network scale needs a profile with an inter-node curve; "
                           f"{resolved.name!r} has none")
-    return dataclasses.replace(resolved, fabric=dataclasses.replace(fabric, net_scale=scale))
+    return dataclasses.replace(resolved, fabric=dataclasses.replace(fabric, net_scale=scale,
+                                                                     measured=True))
 
 
 __all__ = ["BUSBW", "MESSAGE_BYTES", "Network", "busbw_rows", "describe_profile_network",

@@ -188,10 +188,32 @@ class Fabric:
     """The measured network of the day over the curves (``surrogate.calibration.network``),
     where a configuration has no ``net_scale`` column of its own (not saved: a profile is
     the cluster's, the scale one job's)."""
+    measured: bool = False
+    """Whether ``net_scale`` is the job's own measured network (``surrogate.calibration.network``):
+    then the cluster's spread between jobs (:meth:`log_spread`) is no longer unknown (not
+    saved)."""
 
     def efficiency(self, op: str, nodes: Array) -> Array:
         curve = self.curves.get(op) or self.curves["all_reduce"]
         return curve(nodes)
+
+    def log_spread(self, nodes: Array) -> tuple[np.ndarray, np.ndarray]:
+        """Per node count, how far the all-reduce bus bandwidth of the cluster's runs fell
+        under and rose over its median there (:attr:`spread`): log(median / p10) and
+        log(p90 / median), interpolated in log2 nodes between the node counts recorded (the
+        nearest one's beyond them); 0 on one node, without a recorded spread, and where this
+        fabric's network was measured (:attr:`measured`)."""
+        n = np.asarray(nodes, dtype=np.float64)
+        if self.measured or not self.spread:
+            return np.zeros(n.shape), np.zeros(n.shape)
+        at = sorted(self.spread)
+        q = [self.spread[k] for k in at]
+        x, xs = np.log2(np.maximum(n, 1.0)), np.log2(np.asarray(at, dtype=np.float64))
+        down = np.interp(x, xs, [np.log(v["median_gbps"] / v["p10_gbps"]) for v in q])
+        up = np.interp(x, xs, [np.log(v["p90_gbps"] / v["median_gbps"]) for v in q])
+        one = n < 2
+        return (np.asarray(np.where(one, 0.0, down), dtype=np.float64),
+                np.asarray(np.where(one, 0.0, up), dtype=np.float64))
 
     def time_s(self, op: str, size_bytes: Array, group_size: Array, ranks_per_node: Array,
                c: Cols) -> Array:

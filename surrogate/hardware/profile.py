@@ -284,6 +284,20 @@ class CalibrationProfile:
         shape = np.broadcast(rows, seq, head_dim).shape
         return np.broadcast_to(self.attention(rows, seq, head_dim), shape).astype(np.float64)
 
+    def network_spread(self, c: Cols) -> tuple[Array, Array, Array]:
+        """Per configuration: the cluster's measured spread of the all-reduce bandwidth at its
+        node count below and above the median (:meth:`Fabric.log_spread`, log ratios), and
+        whether its own network is known (1: a ``net_measured`` column > 0, a run's start-up
+        measurement, or a fabric put under a measured network), where the spread is 0."""
+        n = np.asarray(c["num_nodes"], dtype=np.float64)
+        known = np.asarray(c.get("net_measured", np.zeros(n.shape)), dtype=np.float64) > 0
+        if self.fabric is None:
+            return np.zeros(n.shape), np.zeros(n.shape), known.astype(np.float64)
+        known = known | self.fabric.measured
+        down, up = self.fabric.log_spread(n)
+        return (np.where(known, 0.0, down), np.where(known, 0.0, up),
+                np.broadcast_to(known, n.shape).astype(np.float64))
+
     def curve(self, op: str, group_size: int, inter_node: bool) -> tuple[CollectiveCurve, float]:
         """The curve answering (op, group_size, inter_node) and the factor its times are
         multiplied by (1 for an exact match; the bus-factor ratio for another group size).

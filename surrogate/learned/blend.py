@@ -164,3 +164,33 @@ def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...
         "pred_peak_mem_lo_gib": mem_lo / 2**30,
         "pred_peak_mem_hi_gib": mem_hi / 2**30,
     }
+
+
+def with_network_spread(columns: dict[str, Any], out: dict[str, np.ndarray]
+                        ) -> dict[str, Any]:
+    """The predicted ``columns`` with the MFU interval widened by the network between jobs
+    where the configuration's own network is unknown: its log half-widths and the analytic
+    model's (``net_spread_lo``, ``net_spread_hi`` of ``out``: how far the cluster's 10th and
+    90th percentile of all-reduce bandwidth move the MFU, ``surrogate.analytic.run.
+    network_widening``) added in quadrature, two independent sources of error, each of 80%;
+    still under the hardware's ceiling. Unchanged where both are 0 (a known network, one
+    node, a profile without a recorded spread)."""
+    if "net_spread_lo" not in out:
+        return columns
+    down, up = out["net_spread_lo"], out["net_spread_hi"]
+    rows = np.flatnonzero((down > 0) | (up > 0))
+    if not len(rows):
+        return columns
+    pred = columns["pred_mfu"][rows]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        below = np.maximum(np.log(pred / columns["pred_mfu_lo"][rows]), 0.0)
+        above = np.maximum(np.log(columns["pred_mfu_hi"][rows] / pred), 0.0)
+    lo = np.array(columns["pred_mfu_lo"], dtype=np.float64)
+    hi = np.array(columns["pred_mfu_hi"], dtype=np.float64)
+    new_lo = pred * np.exp(-np.hypot(below, down[rows]))
+    new_hi = pred * np.exp(np.hypot(above, up[rows]))
+    lo[rows] = np.where(np.isfinite(new_lo), new_lo, lo[rows])
+    ceiling = np.minimum(np.maximum(np.asarray(out.get("mfu_ceiling", 1.0)) * np.ones(len(lo)),
+                                    columns["pred_mfu"]), 1.0)[rows]
+    hi[rows] = np.where(np.isfinite(new_hi), np.minimum(new_hi, ceiling), hi[rows])
+    return {**columns, "pred_mfu_lo": lo, "pred_mfu_hi": hi}

@@ -69,6 +69,7 @@ from surrogate.learned.blend import (
     prediction_columns,
     shrunk_status,
     unseen_widths,
+    with_network_spread,
 )
 from surrogate.learned.boosters import (
     CATEGORICAL,
@@ -299,13 +300,19 @@ class SurrogateModel(Estimator):
         self.conformal_q_by_framework_ = interval.conformal_q_by_framework
         self.correction_weight_by_framework_ = interval.correction_weight_by_framework
 
-    def recalibrate(self, held_out: dict[str, pd.DataFrame]) -> SurrogateModel:
+    def recalibrate(self, held_out: dict[str, pd.DataFrame],
+                    as_predicted: dict[str, pd.DataFrame] | None = None,
+                    known: dict[str, pd.DataFrame] | None = None) -> SurrogateModel:
         """Scale the intervals per kind of configuration and category by what the protocols'
         held-out runs needed (``held_out``: their predictions per protocol, as
-        ``training.evaluate`` gives them; :mod:`surrogate.learned.recalibration`); the model.
-        """
+        ``training.evaluate`` gives them, under each run's measured network; ``as_predicted``:
+        the same under the profile's curve alone, which scale the MFU intervals of
+        configurations whose network is not known, beyond what ``known``, the same
+        predictions with the network known, hold; :mod:`surrogate.learned.recalibration`);
+        the model."""
         self._check_fitted()
-        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage)
+        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage,
+                                                as_predicted=as_predicted, known=known)
         return self
 
     # ------------------------------------------------------------- predicting
@@ -348,13 +355,15 @@ class SurrogateModel(Estimator):
         transfer = (self.parameter_sets() if sets is None else sets).transfer_half_widths()
         lo, hi, mem_bounds = self._intervals(X, cols, where, (f, center, borne), mem,
                                              out["mem_reserved"], transfer)
-        columns = prediction_columns(out, status, factor, lo, hi, mem_bounds)
+        known = prediction_columns(out, status, factor, lo, hi, mem_bounds)
+        columns = with_network_spread(known, out)
         outside = where.distance > 0
         if self.recalibration_ is not None:
             columns = self.recalibration_.apply(
                 columns, kinds_of(where.distance, where.unseen_shape), cols,
                 out.get("mfu_ceiling", 1.0), analytic=(out["mfu"], out["mem_reserved"] / 2**30),
-                holds=(outside | (borne < 1), outside))
+                holds=(outside | (borne < 1), outside), network_known=out.get("net_known"),
+                unwidened=known)
         return {
             **columns,
             "domain_weight": w,

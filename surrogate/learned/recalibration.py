@@ -18,6 +18,12 @@ kind and category (:meth:`Recalibration.apply`).
 - **Categories**: node band x pipeline or none x framework version where that category
   holds :data:`MIN_CATEGORY_RUNS` held-out runs, else pipeline or none x framework version,
   else all the kind's runs.
+- **Networks**: the MFU factors twice, from the same protocols' held-out runs predicted
+  under each run's measured network (``mfu``: for a configuration whose network is known,
+  ``--network`` or a run's start-up measurement) and under the cluster profile's curve alone,
+  their intervals widened by the cluster's spread (``mfu_profile``: for the rest, predicted as
+  a user predicts before a run; ``surrogate.learned.blend.with_network_spread``). Memory does
+  not depend on the network: one table.
 """
 
 from __future__ import annotations
@@ -160,13 +166,17 @@ class Recalibration:
     mfu: dict[str, dict[str, float]] = field(default_factory=dict)
     memory: dict[str, dict[str, float]] = field(default_factory=dict)
     coverage: float = 0.8
+    mfu_profile: dict[str, dict[str, float]] = field(default_factory=dict)
+    """The MFU factors for a configuration whose network is not known (module doc); empty:
+    ``mfu``'s."""
 
     def factors(self, quantity: str, kind: np.ndarray, num_nodes: np.ndarray, pp: np.ndarray,
                 framework_code: np.ndarray) -> np.ndarray:
-        """Per configuration, the factor on the log half-widths of ``quantity`` (``'mfu'`` or
-        ``'memory'``) for its ``kind`` (:func:`kinds_of`: an index into :data:`KINDS`, or
-        ``len(KINDS)``: unscaled) and its category (its framework version by its index in
-        ``FRAMEWORK_VERSIONS``), from a table of every kind and category computed once."""
+        """Per configuration, the factor on the log half-widths of ``quantity`` (``'mfu'``,
+        ``'mfu_profile'`` or ``'memory'``) for its ``kind`` (:func:`kinds_of`: an index into
+        :data:`KINDS`, or ``len(KINDS)``: unscaled) and its category (its framework version
+        by its index in ``FRAMEWORK_VERSIONS``), from a table of every kind and category
+        computed once."""
         table = self._lookups[quantity]
         code = ((np.asarray(kind, dtype=np.int64) * len(NODE_BANDS) + band_index(num_nodes))
                 * 2 + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + np.asarray(
@@ -177,7 +187,8 @@ class Recalibration:
     def _lookups(self) -> dict[str, np.ndarray]:
         """:meth:`_lookup` of each quantity, computed once per recalibration (not per call: a
         one-layout prediction would pay it every time)."""
-        return {"mfu": self._lookup(self.mfu), "memory": self._lookup(self.memory)}
+        return {"mfu": self._lookup(self.mfu), "memory": self._lookup(self.memory),
+                "mfu_profile": self._lookup(self.mfu_profile or self.mfu)}
 
     @staticmethod
     def _lookup(tables: dict[str, dict[str, float]]) -> np.ndarray:
@@ -201,31 +212,52 @@ class Recalibration:
 
     def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
               cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float, *,
-              analytic: tuple[np.ndarray, np.ndarray], holds: tuple[np.ndarray, np.ndarray]
-              ) -> dict[str, np.ndarray]:
+              analytic: tuple[np.ndarray, np.ndarray], holds: tuple[np.ndarray, np.ndarray],
+              network_known: np.ndarray | None = None,
+              unwidened: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
         """The predicted ``columns`` (``surrogate.learned.blend.prediction_columns``) with
         their MFU and memory intervals rescaled by :meth:`factors` (the analytic columns
         ``cols`` give each configuration's category); where ``holds`` (MFU, memory) they still
         hold the ``analytic`` answer (MFU, memory in GiB), as before rescaling (off the domain,
         and for MFU where the answer is shared with the physics); the MFU interval still under
-        the hardware's ``ceiling`` (or the prediction, where that is higher) and 100%."""
+        the hardware's ``ceiling`` (or the prediction, where that is higher) and 100%. The MFU
+        factors are ``mfu``'s where ``network_known`` (1: a measured network), else
+        ``mfu_profile``'s (None: the network of none is known); there the interval also holds
+        the one a known network would give, ``unwidened`` (the columns before the network's
+        spread was added) under ``mfu``'s factors: not knowing the network never makes the
+        interval narrower on either side."""
         where = (kind, cols["num_nodes"], cols["pp"], cols["framework_code"])
+        known = (np.zeros(len(kind), dtype=bool) if network_known is None
+                 else np.asarray(network_known) > 0)
+        mfu = measured = self.factors("mfu", *where)
+        if not known.all():
+            mfu = np.where(known, mfu, self.factors("mfu_profile", *where))
         out = dict(columns)
-        for (center, lo, hi), quantity, physics, mask in (
-                (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), "mfu", analytic[0], holds[0]),
+        for (center, lo, hi), factors, physics, mask in (
+                (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), mfu, analytic[0], holds[0]),
                 (("pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib"),
-                 "memory", analytic[1], holds[1])):
-            new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi],
-                                      self.factors(quantity, *where))
+                 self.factors("memory", *where), analytic[1], holds[1])):
+            new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi], factors)
             out[lo] = np.where(mask, np.minimum(new_lo, physics), new_lo)
             out[hi] = np.where(mask, np.maximum(new_hi, physics), new_hi)
+        if unwidened is not None and not known.all():  # at least a known network's
+            base_lo, base_hi = rescaled(unwidened["pred_mfu"], unwidened["pred_mfu_lo"],
+                                        unwidened["pred_mfu_hi"], measured)
+            out["pred_mfu_lo"] = np.where(known, out["pred_mfu_lo"],
+                                          np.minimum(out["pred_mfu_lo"], base_lo))
+            out["pred_mfu_hi"] = np.where(known, out["pred_mfu_hi"],
+                                          np.maximum(out["pred_mfu_hi"], base_hi))
         pred = columns["pred_mfu"]
         out["pred_mfu_hi"] = np.minimum(out["pred_mfu_hi"],
                                         np.minimum(np.maximum(ceiling, pred), 1.0))
         return out
 
     def to_json(self) -> dict[str, Any]:
-        return {"mfu": self.mfu, "memory": self.memory, "coverage": self.coverage}
+        out: dict[str, Any] = {"mfu": self.mfu, "memory": self.memory,
+                               "coverage": self.coverage}
+        if self.mfu_profile:
+            out["mfu_profile"] = self.mfu_profile
+        return out
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recalibration:
@@ -233,7 +265,8 @@ class Recalibration:
             return {str(kind): {str(k): float(v) for k, v in t.items()}
                     for kind, t in d.items()}
         return cls(mfu=tables(data["mfu"]), memory=tables(data["memory"]),
-                   coverage=float(data["coverage"]))
+                   coverage=float(data["coverage"]),
+                   mfu_profile=tables(data.get("mfu_profile", {})))
 
 
 def kinds_of(distance: np.ndarray, unseen_shape: np.ndarray | None) -> np.ndarray:
@@ -299,11 +332,18 @@ def run_categories(res: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float = 0.8,
-                      min_runs: int = MIN_CATEGORY_RUNS) -> Recalibration:
+                      min_runs: int = MIN_CATEGORY_RUNS,
+                      as_predicted: Mapping[str, pd.DataFrame] | None = None,
+                      known: Mapping[str, pd.DataFrame] | None = None) -> Recalibration:
     """The factors of each kind from its protocol's held-out predictions (``held_out``: a
     table of runs with prediction columns per protocol name, as ``training.evaluate``
-    gives them); a kind whose protocol is absent keeps 1."""
-    tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {}}
+    gives them, under each run's measured network; ``as_predicted``: the same runs under the
+    profile's curve alone, which give ``mfu_profile``; ``known``: the same predictions with
+    the network taken as known, whose interval an unknown network's also holds
+    (:meth:`Recalibration.apply`), so that the runs it holds ask nothing of ``mfu_profile``:
+    :func:`beyond_known`); a kind whose protocol is absent keeps 1."""
+    tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {},
+                                                      "mfu_profile": {}}
     for kind, protocol in KINDS.items():
         res = held_out.get(protocol)
         if res is None or not len(res):
@@ -313,4 +353,26 @@ def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float =
                 fine, coarse = run_categories(res.loc[needed.index])
                 tables[quantity][kind] = fit_factors(needed.to_numpy(), fine, coarse,
                                                      coverage=coverage, min_runs=min_runs)
-    return Recalibration(mfu=tables["mfu"], memory=tables["memory"], coverage=coverage)
+        user = (as_predicted or {}).get(protocol)
+        if user is None or not len(user):
+            continue
+        needed = measured_needed(user)[0]
+        fine, coarse = run_categories(user.loc[needed.index])
+        values = needed.to_numpy()
+        curve = (known or {}).get(protocol)
+        if curve is not None:
+            values = beyond_known(values, measured_needed(curve)[0].reindex(needed.index),
+                                  factors_for(tables["mfu"].get(kind, {}), fine, coarse))
+        tables["mfu_profile"][kind] = fit_factors(values, fine, coarse, coverage=coverage,
+                                                  min_runs=min_runs)
+    return Recalibration(mfu=tables["mfu"], memory=tables["memory"], coverage=coverage,
+                         mfu_profile=tables["mfu_profile"])
+
+
+def beyond_known(needed: np.ndarray, needed_known: Any, factors: np.ndarray) -> np.ndarray:
+    """The factors an unknown network's interval needs (``needed``) where the known
+    network's interval, scaled by its ``factors``, does not already hold the run
+    (``needed_known`` over them; NaN: not known), else 0: the interval shipped for an
+    unknown network holds both (:meth:`Recalibration.apply`)."""
+    held = np.asarray(needed_known, dtype=np.float64) <= factors
+    return np.asarray(np.where(held, 0.0, needed), dtype=np.float64)

@@ -16,7 +16,7 @@ import yaml
 from surrogate.cli import main
 from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
-from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER
+from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, resolve_model
 
 FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
          "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
@@ -507,6 +507,25 @@ def test_network_of_the_day(capsys, mbench_data_dir):
     assert re.search(r"network: measured: [\d.]+ GB/s all-reduce busbw at 2 nodes", out)
     assert main(flags) == 0
     assert "network: profile curve (" in capsys.readouterr().out
+
+
+def test_without_a_network_the_interval_holds_the_clusters_spread(capsys, monkeypatch):
+    """Without --network the MFU interval includes the spread of the cluster's measured
+    all-reduce bandwidth at the job's node count (the profile records it); with the network
+    measured at the profile curve's own bandwidth the prediction is the same and its interval
+    the narrower one, inside the other (the bundled learned model's)."""
+    monkeypatch.setattr("surrogate.prediction.predict.resolve_model", resolve_model)
+    flags = [*FLAGS, "--profile", "hf-playbook-cluster", "--model", "playbook-8.86b",
+             "--nodes", "32", "--dp", "32", "--pp", "2", "--grad-accum", "4", "--json"]
+    plain = run_json(capsys, flags)
+    spread = plain["network"]["measured_spread"]
+    assert spread["p10_gbps"] < spread["median_gbps"] < spread["p90_gbps"]
+    curve = f"{plain['network']['busbw_gbps']:.6f}GBps"
+    known = run_json(capsys, [*flags, "--network", curve])
+    assert known["mfu"] == pytest.approx(plain["mfu"], rel=1e-3)
+    ulp = 1 + 1e-12
+    assert plain["mfu_lo"] <= known["mfu_lo"] * ulp and known["mfu_hi"] <= plain["mfu_hi"] * ulp
+    assert plain["mfu_hi"] / plain["mfu_lo"] > known["mfu_hi"] / known["mfu_lo"]
 
 
 @pytest.mark.parametrize("value,match", [

@@ -112,3 +112,22 @@ def test_round_trip_and_bad_json():
 def test_no_bandwidth_bound_rows_no_fabric():
     rows = _synthetic_rows(lambda n: 0.8).assign(size_bytes=1024.0)
     assert fit_fabric(rows, 50e9, 25e-6) is None
+
+
+def test_the_spread_between_jobs_is_interpolated_in_log_nodes_and_none_once_measured():
+    fabric = fit_fabric(_synthetic_rows(lambda n: 0.9 / np.sqrt(n)), 50e9, 1e-5)
+    assert fabric is not None
+    spread = {4.0: {"runs": 10.0, "p10_gbps": 50.0, "median_gbps": 100.0, "p90_gbps": 200.0},
+              16.0: {"runs": 10.0, "p10_gbps": 25.0, "median_gbps": 100.0, "p90_gbps": 100.0}}
+    fabric = Fabric(nic_bw_bytes_per_s=50e9, latency_s=1e-5, curves=fabric.curves,
+                    spread=spread)
+    down, up = fabric.log_spread(np.array([1.0, 2.0, 4.0, 8.0, 16.0, 64.0]))
+    np.testing.assert_allclose(down, [0.0, np.log(2), np.log(2), np.log(2) * 1.5,
+                                      np.log(4), np.log(4)])
+    np.testing.assert_allclose(up, [0.0, np.log(2), np.log(2), np.log(2) / 2, 0.0, 0.0],
+                               atol=1e-12)
+    measured = Fabric(nic_bw_bytes_per_s=50e9, latency_s=1e-5, curves=fabric.curves,
+                      spread=spread, net_scale=1.3, measured=True)
+    assert not measured.log_spread(np.array([8.0]))[0].any()
+    bare = Fabric(nic_bw_bytes_per_s=50e9, latency_s=1e-5, curves=fabric.curves)
+    assert not bare.log_spread(np.array([8.0]))[1].any()

@@ -166,3 +166,62 @@ def test_narrowed_intervals_still_hold_the_analytic_answer_where_they_did():
     assert (out["pred_mfu_lo"][~holds] > 0.25).all()  # narrowed around the prediction
     assert (out["pred_peak_mem_hi_gib"][~holds] < 65.0).all()
     assert (out["pred_mfu_hi"] <= 0.7).all()
+
+
+def test_unknown_networks_take_the_factors_fitted_on_runs_predicted_as_a_user_would(
+        fitted, playbook_subset):
+    """``mfu_profile`` (fitted on held-out runs under the profile's curve alone) scales the
+    MFU intervals of configurations whose network is not known, ``mfu`` those whose network
+    was measured; memory has one table; both survive the JSON round trip."""
+    measured = _held_out(fitted, playbook_subset, 1.0)
+    recal = fit_recalibration({"cv": measured},
+                              as_predicted={"cv": _held_out(fitted, playbook_subset, 3.0)})
+    assert recal.mfu["inside"][""] == pytest.approx(1.0)
+    assert recal.mfu_profile["inside"][""] == pytest.approx(3.0)
+    assert set(recal.memory) == {"inside"}
+    assert Recalibration.from_json(recal.to_json()) == recal
+    n = 2
+    cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
+    columns = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.2),
+               "pred_mfu_hi": np.full(n, 0.6), "pred_peak_mem_gib": np.full(n, 50.0),
+               "pred_peak_mem_lo_gib": np.full(n, 40.0), "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+    kind = np.full(n, list(KINDS).index("inside"))
+    out = recal.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
+                      columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      network_known=np.array([1.0, 0.0]))
+    np.testing.assert_allclose(np.log(0.4 / out["pred_mfu_lo"]), [np.log(2), 3 * np.log(2)])
+    older = Recalibration(mfu=recal.mfu, memory=recal.memory)  # saved before: one table
+    assert "mfu_profile" not in older.to_json()
+    same = older.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
+                       columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                       network_known=np.array([1.0, 0.0]))
+    assert same["pred_mfu_lo"][0] == same["pred_mfu_lo"][1]
+
+
+def test_not_knowing_the_network_never_narrows_an_interval_side():
+    """Where the network is unknown the interval also holds what a known network's factors
+    give the interval without the spread (``unwidened``), on each side."""
+    recal = Recalibration(mfu={"inside": {"": 1.0}}, memory={},
+                          mfu_profile={"inside": {"": 0.5}})
+    n = 2
+    cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
+    mem = {"pred_peak_mem_gib": np.full(n, 50.0), "pred_peak_mem_lo_gib": np.full(n, 40.0),
+           "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+    raw = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.3),
+           "pred_mfu_hi": np.full(n, 0.5), **mem}
+    widened = {**raw, "pred_mfu_lo": np.full(n, 0.28), "pred_mfu_hi": np.full(n, 0.9)}
+    kind = np.full(n, list(KINDS).index("inside"))
+    out = recal.apply(widened, kind, cols, 1.0, analytic=(raw["pred_mfu"],
+                      raw["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      network_known=np.array([1.0, 0.0]), unwidened=raw)
+    assert out["pred_mfu_lo"][1] == pytest.approx(0.3)  # the known network's side
+    assert out["pred_mfu_hi"][1] == pytest.approx(0.4 * np.sqrt(0.9 / 0.4))  # the spread's
+    assert out["pred_mfu_hi"][0] == pytest.approx(0.9)  # known: its own factor, 1
+
+
+def test_runs_the_known_networks_interval_holds_ask_nothing_of_the_unknown_ones():
+    from surrogate.learned.recalibration import beyond_known
+
+    needed = np.array([2.0, 3.0, 0.5, 4.0])
+    got = beyond_known(needed, np.array([0.9, 1.5, np.nan, 1.0]), np.full(4, 1.0))
+    np.testing.assert_array_equal(got, [0.0, 3.0, 0.5, 0.0])
