@@ -19,8 +19,7 @@ steps on the space of that point alone; the first step that drops it says why.""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -45,7 +44,32 @@ from surrogate.layouts.degrees import (
 from surrogate.layouts.dimensions import DIMENSIONS, REST_DIMENSIONS, SHARDINGS
 
 if TYPE_CHECKING:
-    from surrogate.layouts.space import LayoutSpace
+    from surrogate.config.model import ModelConfig
+
+
+class SpaceView(Protocol):
+    """What the table reads of a space (:class:`surrogate.layouts.space.LayoutSpace`, which
+    builds its points from this module: a protocol here keeps the import one way)."""
+
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def global_batch_seqs(self) -> int: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def gpus_per_node(self) -> int: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def fixed(self) -> Mapping[str, Any]: ...
+    def choices(self) -> dict[str, list[Any]]: ...
+    def chooses_share(self, recompute: str, framework: str) -> bool: ...
+    def chooses_sharding(self, zero_stage: int, framework: str) -> bool: ...
+    def check_bound(self, limit: int, *, optuna: bool = True) -> None: ...
+    def pinned_to(self, point: Mapping[str, Any]) -> SpaceView:
+        """The space of ``point`` alone (its dimensions fixed, its node count the only one)."""
+        ...
 
 TABLE_LIMIT = 10_000_000
 """Points :func:`space_table` (and so a search) generates by default. Mixtral 8x7B on 1-64
@@ -63,7 +87,7 @@ _TEXT: tuple[str, ...] = ("recompute", "framework", "sharding")
 class _Points:
     """The points of a space's grid kept so far: each dimension's index into its choices."""
 
-    def __init__(self, space: LayoutSpace, ch: dict[str, list[Any]],
+    def __init__(self, space: SpaceView, ch: dict[str, list[Any]],
                  heads: list[tuple[int, int, int, int]], skip: tuple[str, ...] = ()) -> None:
         self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
@@ -97,7 +121,7 @@ class _Points:
         return out
 
 
-def _grid_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
+def _grid_rules(space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray,
                 axes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """Where the points of the grid (``axes``: each dimension's index, broadcastable) pass
     the rules of one or two choices, per rule: ``batch``, ``dp x mbs`` divides the batch;
@@ -129,19 +153,19 @@ def _grid_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
     }
 
 
-def _chooses_share(space: LayoutSpace, ch: dict[str, list[Any]]) -> np.ndarray:
+def _chooses_share(space: SpaceView, ch: dict[str, list[Any]]) -> np.ndarray:
     """Per recompute choice and framework choice: whether its points choose a share."""
     return np.array([[space.chooses_share(r, f) for f in ch["framework"]]
                      for r in ch["recompute"]], dtype=bool)
 
 
-def space_table(space: LayoutSpace, limit: int = TABLE_LIMIT) -> FlatTable:
+def space_table(space: SpaceView, limit: int = TABLE_LIMIT) -> FlatTable:
     """Every valid layout of ``space`` as a flat table (module docstring); ConfigError if the
     space holds more than ``limit`` points."""
     return _table(space, limit, None)
 
 
-def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
+def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
     """:func:`space_table`; with ``why`` (a space of one point, :func:`point_config`), the
     grid's rule of the validation's own then judges that point, and ``why`` gets the reason
     a step drops it."""
@@ -202,12 +226,12 @@ def _empty() -> FlatTable:
     return validate_table(pd.DataFrame(columns=list(CONFIG_COLUMNS))).table
 
 
-def point_config(space: LayoutSpace, point: Mapping[str, Any]) -> TrainingConfig:
+def point_config(space: SpaceView, point: Mapping[str, Any]) -> TrainingConfig:
     """The configuration of one point of ``space`` (a value per :data:`DIMENSIONS`, ``fixed``
     applied), judged by the rules of :func:`space_table` (a space of that point alone);
     ConfigError naming the first rule it breaks."""
     p = _pinned(space, point)
-    one = replace(space, fixed=p, node_counts=(int(p["num_nodes"]),))
+    one = space.pinned_to(p)
     why: list[str] = []
     table = _table(one, 1, why)
     if table_len(table):
@@ -215,7 +239,7 @@ def point_config(space: LayoutSpace, point: Mapping[str, Any]) -> TrainingConfig
     raise ConfigError(why[0] if why else f"the point {dict(point)} is not a layout of the space")
 
 
-def _pinned(space: LayoutSpace, point: Mapping[str, Any]) -> dict[str, Any]:
+def _pinned(space: SpaceView, point: Mapping[str, Any]) -> dict[str, Any]:
     """``point`` with the space's fixed dimensions, its framework's canonical name, and its
     share and sharding where they are not a choice (a pinned share or sharding holds where it
     is one; a point's own holds everywhere and is refused where it means nothing)."""
@@ -248,7 +272,7 @@ def _pinned(space: LayoutSpace, point: Mapping[str, Any]) -> dict[str, Any]:
     return {**p, "framework": framework.name, "recompute_share": share, "sharding": sharding}
 
 
-def table_configs(space: LayoutSpace, table: FlatTable) -> list[TrainingConfig]:
+def table_configs(space: SpaceView, table: FlatTable) -> list[TrainingConfig]:
     """The configurations of the rows of a table of ``space`` (:func:`space_table`), each with
     the space's model and batch."""
     cols = {k: table[k].tolist() for k in ("gpu", "gpus_per_node", "num_nodes", *LAYOUT_FIELDS)}
@@ -262,7 +286,7 @@ def table_configs(space: LayoutSpace, table: FlatTable) -> list[TrainingConfig]:
     return out
 
 
-def _dropped(why: list[str] | None, space: LayoutSpace, step: str, **derived: int) -> None:
+def _dropped(why: list[str] | None, space: SpaceView, step: str, **derived: int) -> None:
     """Record in ``why`` (when given) why the one point of ``space`` fails ``step``: the
     rule's message, with what was given."""
     if why is None:
@@ -292,7 +316,7 @@ def _dropped(why: list[str] | None, space: LayoutSpace, step: str, **derived: in
         why.append(f"the point breaks the space's rule {step!r}")
 
 
-def _frame(space: LayoutSpace, p: dict[str, np.ndarray], ch: dict[str, list[Any]]
+def _frame(space: SpaceView, p: dict[str, np.ndarray], ch: dict[str, list[Any]]
            ) -> dict[str, Any]:
     """The columns of the configurations of points ``p``: the model's, the cluster's and the
     layouts', text as categoricals."""
@@ -320,7 +344,7 @@ def _one_value(n: int, value: Any) -> Any:
     return np.full(n, value)
 
 
-def _checkpointed(space: LayoutSpace, p: dict[str, np.ndarray], frameworks: Sequence[str]
+def _checkpointed(space: SpaceView, p: dict[str, np.ndarray], frameworks: Sequence[str]
                   ) -> np.ndarray:
     """``recompute_layers`` of each point of columns ``p`` (its framework the code of one of
     ``frameworks``; :func:`recompute_layers_for_share`), judged once per distinct framework,

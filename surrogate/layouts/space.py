@@ -288,6 +288,10 @@ class LayoutSpace:
     def is_enumerable(self, limit: int = DEFAULT_ENUMERATION_LIMIT) -> bool:
         return self.size_bound() <= limit
 
+    def pinned_to(self, point: Mapping[str, Any]) -> LayoutSpace:
+        """The space of ``point`` alone: its dimensions fixed, its node count the only one."""
+        return replace(self, fixed=point, node_counts=(int(point["num_nodes"]),))
+
     def with_nodes(self, node_counts: Sequence[int]) -> LayoutSpace:
         return replace(self, node_counts=tuple(node_counts))
 
