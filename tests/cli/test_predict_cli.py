@@ -372,8 +372,8 @@ def test_a_table_without_framework_gets_one_answer_from_library_and_cli(tmp_path
     library = predict(table, model=None)
     assert DEFAULT_FRAMEWORK == "torchtitan" and rows[0]["framework"] == DEFAULT_FRAMEWORK
     assert cli["pred_mfu"].tolist() == pytest.approx(library["pred_mfu"].tolist(), rel=1e-12)
-    assert cli["pred_peak_mem_gib"].tolist() == pytest.approx(
-        library["pred_peak_mem_gib"].tolist(), rel=1e-12)
+    assert cli["pred_peak_mem_reserved_gib"].tolist() == pytest.approx(
+        library["pred_peak_mem_reserved_gib"].tolist(), rel=1e-12)
 
 
 def test_from_csv_to_stdout(tmp_path, capsys):

@@ -155,14 +155,15 @@ def test_narrowed_intervals_still_hold_the_analytic_answer_where_they_did():
     n = 4
     cols = {"num_nodes": np.full(n, 64.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
     columns = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.2),
-               "pred_mfu_hi": np.full(n, 0.78), "pred_peak_mem_gib": np.full(n, 50.0),
-               "pred_peak_mem_lo_gib": np.full(n, 30.0), "pred_peak_mem_hi_gib": np.full(n, 70.0)}
+               "pred_mfu_hi": np.full(n, 0.78), "pred_peak_mem_reserved_gib": np.full(n, 50.0),
+               "pred_peak_mem_reserved_lo_gib": np.full(n, 30.0),
+               "pred_peak_mem_reserved_hi_gib": np.full(n, 70.0)}
     analytic = (np.full(n, 0.25), np.full(n, 65.0))
     holds = np.array([True, True, False, False])
     out = recal.apply(columns, np.full(n, list(KINDS).index("beyond")), cols, 0.7,
                       analytic=analytic, holds=(holds, holds))
     assert (out["pred_mfu_lo"][holds] == 0.25).all()
-    assert (out["pred_peak_mem_hi_gib"][holds] == 65.0).all()
+    assert (out["pred_peak_mem_reserved_hi_gib"][holds] == 65.0).all()
     assert (out["pred_mfu_lo"][~holds] > 0.25).all()  # narrowed around the prediction
-    assert (out["pred_peak_mem_hi_gib"][~holds] < 65.0).all()
+    assert (out["pred_peak_mem_reserved_hi_gib"][~holds] < 65.0).all()
     assert (out["pred_mfu_hi"] <= 0.7).all()

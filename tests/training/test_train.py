@@ -26,7 +26,7 @@ def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
     assert loaded.recalibration_ == result.model.recalibration_
     assert set(loaded.recalibration_.mfu) == {"beyond"}
     configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
-    for column in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_peak_mem_lo_gib"):
+    for column in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_peak_mem_reserved_lo_gib"):
         np.testing.assert_array_equal(loaded.predict(configs)[column],
                                       result.model.predict(configs)[column])
     again = train(runs=playbook_subset, out_dir=tmp_path / "m2", storage=None, track=False,
