@@ -97,11 +97,11 @@ def analytic_transfer(data_dir: Path | None) -> dict[str, float]:
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: the "
           "analytic model alone); vpp 2 and 4: the interleaved schedule the paper describes "
           "(sec. 3.3.2), whose V it does not publish")
-    shown = table[["gpus", "dp", "cp", "seq_len", "vpp", "reported_mfu", "analytic_mfu",
-                   "analytic_err", "peak_gib"]].copy()
-    for col in ("reported_mfu", "analytic_mfu", "analytic_err"):
+    shown = table[["gpus", "dp", "cp", "seq_len", "vpp", "mfu_reported", "analytic_mfu",
+                   "analytic_err", "analytic_peak_mem_reserved_gib"]].copy()
+    for col in ("mfu_reported", "analytic_mfu", "analytic_err"):
         shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
-    shown["peak_gib"] = shown["peak_gib"].round(1)
+    shown["analytic_peak_mem_reserved_gib"] = shown["analytic_peak_mem_reserved_gib"].round(1)
     print(shown.to_string(index=False))
     return out | llama3_figures(table, "analytic_err")
 
@@ -183,12 +183,13 @@ def transfer(runs: pd.DataFrame, params: dict[str, Any] | None, data_dir: Path |
     print("\nLlama 3 405B, Table 4 of the Llama 3 paper (reported MFU: Meta's; predicted: ours)."
           "\nvpp 1: the layouts as Table 4 gives them; vpp 2 and 4: with the interleaved "
           "schedule the paper describes (sec. 3.3.2), whose V it does not publish."
-          "\npeak_gib: the predicted peak memory of the most loaded rank (80 GB H100s)")
+          "\nanalytic_peak_mem_reserved_gib: the predicted peak reserved memory of the most "
+          "loaded rank (80 GB H100s)")
     shown = table.drop(columns="extrapolation").copy()
-    for col in ("reported_mfu", "learned_mfu", "learned_lo", "learned_hi", "analytic_mfu",
+    for col in ("mfu_reported", "learned_mfu", "learned_lo", "learned_hi", "analytic_mfu",
                 "learned_err", "analytic_err"):
         shown[col] = [f"{100 * v:.1f}%" for v in shown[col]]
-    shown["peak_gib"] = shown["peak_gib"].round(1)
+    shown["analytic_peak_mem_reserved_gib"] = shown["analytic_peak_mem_reserved_gib"].round(1)
     print(shown.to_string(index=False))
     print("extrapolates along (each layout, every vpp alike):")
     for (gpus, dp, cp), part in table.groupby(["gpus", "dp", "cp"], sort=False):

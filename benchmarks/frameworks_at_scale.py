@@ -55,6 +55,8 @@ from surrogate.prediction.predict import predict_frame
 from training.across import _parameter_sets_taken, all_runs, held_out_sets, level_and_spread
 
 MODELS: dict[str, Any] = {"analytic": None, "learned": "default"}
+PRED = ("pred_tokens_per_s_per_gpu", "p_oom", "pred_peak_mem_reserved_gib")
+"""The predictions kept per model, as ``<model>_<column>`` (predict_frame's columns)."""
 LEARNED_TRAINED_ON = "hf_ultrascale_playbook"
 """The source the bundled learned model is trained on (its figures there are not held out)."""
 OOM_P = 0.5
@@ -77,11 +79,12 @@ def _cluster_profile(runs: pd.DataFrame) -> str | None:
 def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | None],
                 *, cluster_profiles: bool = True) -> pd.DataFrame:
     """Every run of ``runs`` predicted under its source's held-out sets, by each of
-    :data:`MODELS` (columns ``<model>_tps``, ``<model>_p_oom``, ``<model>_mem``), with its
+    :data:`MODELS` (columns ``<model>_pred_tokens_per_s_per_gpu``, ``<model>_p_oom``,
+    ``<model>_pred_peak_mem_reserved_gib``), with its
     cluster's shipped profile (``cluster_profiles``; else the GPU's default one)."""
     out = runs.copy()
     for name, model in MODELS.items():
-        for col in ("tps", "p_oom", "mem"):
+        for col in PRED:
             out[f"{name}_{col}"] = np.nan
         for source, sets in sets_by_source.items():
             rows = (runs["source"] == source).to_numpy()
@@ -92,18 +95,19 @@ def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | No
             if bad.any():
                 raise SystemExit(f"{source}: {int(bad.sum())} runs not predicted, e.g. "
                                  f"{pred.loc[bad, 'error'].iloc[0]}")
-            out.loc[rows, f"{name}_tps"] = pred["pred_tokens_per_s_per_gpu"].to_numpy()
-            out.loc[rows, f"{name}_p_oom"] = pred["p_oom"].to_numpy()
-            out.loc[rows, f"{name}_mem"] = pred["pred_peak_mem_gib"].to_numpy()
+            for col in PRED:
+                out.loc[rows, f"{name}_{col}"] = pred[col].to_numpy()
     return out
 
 
 def figures(part: pd.DataFrame, model: str) -> dict[str, Any]:
     """The figures of the module docstring for the runs of ``part`` under ``model``."""
     done = part[part["status"] == "completed"]
-    ratio = (done[f"{model}_tps"] / done["tokens_per_s_per_gpu"]).to_numpy(float)
+    ratio = (done[f"{model}_pred_tokens_per_s_per_gpu"]
+             / done["tokens_per_s_per_gpu"]).to_numpy(float)
     level, spread, med_dev = level_and_spread(ratio)
-    mem = (done[f"{model}_mem"] / done["peak_mem_reserved_gib"]).to_numpy(float)
+    mem = (done[f"{model}_pred_peak_mem_reserved_gib"]
+           / done["peak_mem_reserved_gib"]).to_numpy(float)
     mok = np.isfinite(mem)
     return {"runs": int(np.isfinite(ratio).sum()), "tps x": level, "spread": spread,
             "med dev": med_dev,
@@ -178,8 +182,7 @@ def main() -> None:
         print(show(table(scored, refused, by=args.by)))
     if args.runs_out is not None:
         keep = ["source", "run_id", "group", "model_name", "status", "tokens_per_s_per_gpu",
-                "peak_mem_reserved_gib", *(f"{m}_{c}" for m in MODELS
-                                          for c in ("tps", "p_oom", "mem"))]
+                "peak_mem_reserved_gib", *(f"{m}_{c}" for m in MODELS for c in PRED)]
         scored[keep].to_csv(args.runs_out, index=False)
         print(f"wrote {len(scored)} runs' predictions to {args.runs_out}")
 

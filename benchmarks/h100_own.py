@@ -184,7 +184,7 @@ def steps_report(section: str = "4", files: list[Path] | None = None,
     for label, model in (("analytic, shipped fit (in-sample)", None),
                          ("learned (bundled model)", resolve_model("default"))):
         s = score(table, model=model, profile="h100-own-measured")
-        print(f"   {label}: " + step_figures(runs, s.columns["pred_peak_mem_gib"] * GIB,
+        print(f"   {label}: " + step_figures(runs, s.columns["pred_peak_mem_reserved_gib"] * GIB,
                                                s.columns["pred_step_time_s"],
                                                s.columns["p_oom"]))
     # The priors: every parameter as if nothing had been fitted for this framework.
@@ -193,7 +193,7 @@ def steps_report(section: str = "4", files: list[Path] | None = None,
     prior = {f"p_{name}": np.full(len(runs), value) for name, value in PRIORS.items()}
     s = score(table, profile="h100-own-measured", extra=prior)
     print("   analytic, priors (no fit): " + step_figures(
-        runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
+        runs, s.columns["pred_peak_mem_reserved_gib"] * GIB, s.columns["pred_step_time_s"],
         s.columns["p_oom"]))
     return runs
 
@@ -237,7 +237,7 @@ def torchtitan_report() -> None:
                       ("learned (bundled model)", {"model": resolve_model("default")})):
         sc = score(table, profile="h100-own-measured", **kw)
         p_step = sc.columns["pred_step_time_s"]
-        p_mem = sc.columns["pred_peak_mem_gib"]
+        p_mem = sc.columns["pred_peak_mem_reserved_gib"]
         said = sc.columns["p_oom"] > 0.5
         oom = ~done
         print(f"   {label}: OOM said for {int((said & oom).sum())} of {int(oom.sum())} "
@@ -265,7 +265,7 @@ def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
     extra = {f"p_{name}": np.full(len(runs), autocast[name]) for name in PRIORS}
     s = score(table, profile="h100-own-measured", extra=extra)
     print("   analytic, pytorch/autocast's set (section 4's): " + step_figures(
-        runs, s.columns["pred_peak_mem_gib"] * GIB, s.columns["pred_step_time_s"],
+        runs, s.columns["pred_peak_mem_reserved_gib"] * GIB, s.columns["pred_step_time_s"],
         s.columns["p_oom"]))
     done = runs[runs["status"] == "completed"]
     ratio = done.merge(autocast_runs[autocast_runs["status"] == "completed"],

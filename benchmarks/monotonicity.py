@@ -77,8 +77,8 @@ def predictions(runs: pd.DataFrame, model: SurrogateModel, max_mbs: int) -> pd.D
     table["net_scale"] = np.nan  # the cluster's median bandwidth at each node count
     learned = score_runs(table, model=model)
     analytic = score_runs(table)
-    table["mem_learned"] = learned["pred_peak_mem_gib"].to_numpy()
-    table["mem_analytic"] = analytic["pred_peak_mem_gib"].to_numpy()
+    table["mem_learned"] = learned["pred_peak_mem_reserved_gib"].to_numpy()
+    table["mem_analytic"] = analytic["pred_peak_mem_reserved_gib"].to_numpy()
     table["p_oom_learned"] = learned["p_oom"].to_numpy()
     table["p_oom_analytic"] = analytic["p_oom"].to_numpy()
     return table.sort_values(["layout", "mbs"]).reset_index(drop=True)

@@ -73,8 +73,8 @@ def main() -> None:
         raw = s.columns
         bad = disagreements(raw, context)
         before += int(bad.sum())
-        lo = raw["pred_peak_mem_lo_gib"] + context
-        hi = raw["pred_peak_mem_hi_gib"] + context
+        lo = raw["pred_peak_mem_reserved_lo_gib"] + context
+        hi = raw["pred_peak_mem_reserved_hi_gib"] + context
         p, cap = raw["p_oom"], raw["capacity_gib"]
         kinds["interval within capacity, p_oom > 0.1"] += int(((hi <= cap) & (p > 0.1)).sum())
         kinds["interval beyond capacity, p_oom < 0.9"] += int(((lo > cap) & (p < 0.9)).sum())

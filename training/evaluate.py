@@ -54,8 +54,9 @@ PROTOCOLS: dict[str, str] = {
 }
 DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
 PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                              "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
-                              "pred_peak_mem_hi_gib", "pred_logged_mem_gib", "domain_weight")
+                              "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
+                              "pred_peak_mem_reserved_hi_gib", "pred_logged_mem_gib",
+                              "domain_weight")
 NODES_TRAIN_MAX = 16
 
 
@@ -119,7 +120,8 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     hits = float((true_oom & pred_oom).sum())
     # against the prediction for the rank each run's memory was logged on
     # (surrogate.prediction.scoring)
-    pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_gib"]
+    pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
+                   else "pred_peak_mem_reserved_gib"]
     mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
                / mem["peak_mem_reserved_gib"]).to_numpy()
     inside, mem_inside = interval_hits(res)

@@ -136,10 +136,10 @@ def reason(r: dict[str, Any]) -> str:
 
 def memory_interval(r: dict[str, Any]) -> str:
     """The device's peak memory interval of a scored row, in GiB ('' without one)."""
-    lo, hi = r.get("pred_peak_mem_lo_gib"), r.get("pred_peak_mem_hi_gib")
+    lo, hi = r.get("pred_peak_mem_reserved_lo_gib"), r.get("pred_peak_mem_reserved_hi_gib")
     if lo is None or hi is None or lo != lo or hi != hi:
         return ""
-    context = r["pred_device_mem_gib"] - r["pred_peak_mem_gib"]
+    context = r["pred_peak_device_mem_gib"] - r["pred_peak_mem_reserved_gib"]
     return f"{lo + context:.1f}-{hi + context:.1f}"
 
 
@@ -172,7 +172,7 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
         row = [str(i), str(r["num_nodes"]), escape(layout), f"{r['pred_mfu']:.1%}", interval]
         if not narrow:
             row += [f"{r['pred_tokens_per_s_per_gpu']:,.0f}", f"{r['pred_step_time_s']:.2f}"]
-        row += [f"{r['pred_device_mem_gib']:.1f}"]
+        row += [f"{r['pred_peak_device_mem_gib']:.1f}"]
         if full:
             row += [memory_interval(r)]
         row += [f"{r['p_oom']:.2f}"] + ([odds_cell(r)] if odds else [])

@@ -108,9 +108,10 @@ def _rate(tokens_per_s: float) -> str:
 
 def _mem_interval(pred: Any) -> str:
     """' (80% interval LO - HI GiB)' of the learned peak memory, '' without one."""
-    if pred.peak_reserved_lo_gib != pred.peak_reserved_lo_gib:  # NaN
+    if pred.peak_mem_reserved_lo_gib != pred.peak_mem_reserved_lo_gib:  # NaN
         return ""
-    return f" (80% interval {pred.peak_reserved_lo_gib:.1f} - {pred.peak_reserved_hi_gib:.1f})"
+    return (f" (80% interval {pred.peak_mem_reserved_lo_gib:.1f} - "
+            f"{pred.peak_mem_reserved_hi_gib:.1f})")
 
 
 def _print_layout(pred: Any, console: Any) -> None:
@@ -181,7 +182,7 @@ def _print_learned(pred: Any, console: Any) -> None:
     console.print(
         f"learned correction: analytic MFU {pred.analytic_mfu:.1%} -> {pred.mfu:.1%} "
         f"(x{pred.mfu / pred.analytic_mfu:.2f}); peak reserved memory "
-        f"{pred.peak_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
+        f"{pred.peak_mem_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
         f"{analytic_gib:.1f} GiB analytic; the tables below are the analytic breakdown"
     )
     keeps = (f"the learned correction keeps {pred.domain_weight:.0%} of itself (the rest is "

@@ -59,7 +59,7 @@ def score_configs(
     (:func:`surrogate.layouts.space.layout_key`; left out with ``keys=False``: a million Python
     tuples
     take a second, and a search without optuna needs only the shown rows' keys).
-    ``feasible``: p_oom within the limit and the device peak (``pred_device_mem_gib``) within
+    ``feasible``: p_oom within the limit and the device peak (``pred_peak_device_mem_gib``) within
     the GPU's memory less the margin.
 
     A model whose shape makes every layout's answer impossible is a ConfigError: no layout of
@@ -85,7 +85,8 @@ def score_configs(
             frame[k] = v
     frame["analytic_fits"] = s.analytic["mem_total"] <= s.cols["memory_bytes"]
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
-        frame["pred_device_mem_gib"] <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
+        frame["pred_peak_device_mem_gib"]
+        <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
     if keys:
         frame["key"] = layout_keys(table)
     return frame

@@ -440,7 +440,7 @@ def _trial_objective(
         if key not in cache:
             s = score_configs([cfg], model=how.learned, profile=how.profile,
                               limits=limits).iloc[0]
-            cache[key] = (how.value(s), float(s["p_oom"]), float(s["pred_device_mem_gib"]),
+            cache[key] = (how.value(s), float(s["p_oom"]), float(s["pred_peak_device_mem_gib"]),
                           float(s["capacity_gib"]), float(s["num_gpus"]))
         found[key] = cfg
         value, p_oom, peak, cap, gpus = (float(v) for v in cache[key])

@@ -133,8 +133,9 @@ def no_predictions() -> dict[str, np.ndarray]:
     configuration: empty arrays."""
     texts = ("pred_status", "extrapolation")
     names = ("p_completed", "p_oom", "p_fail", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-             "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
-             "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "domain_weight", "correction_share")
+             "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
+             "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "domain_weight",
+             "correction_share")
     return {**{k: np.zeros(0) for k in names}, **{k: np.zeros(0, dtype=object) for k in texts}}
 
 
@@ -160,9 +161,9 @@ def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...
             np.maximum(out.get("mfu_ceiling", 1.0), out["mfu"] * factor), 1.0)),
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
         "pred_step_time_s": out["step_time_s"] / factor,
-        "pred_peak_mem_gib": mem / 2**30,
-        "pred_peak_mem_lo_gib": mem_lo / 2**30,
-        "pred_peak_mem_hi_gib": mem_hi / 2**30,
+        "pred_peak_mem_reserved_gib": mem / 2**30,
+        "pred_peak_mem_reserved_lo_gib": mem_lo / 2**30,
+        "pred_peak_mem_reserved_hi_gib": mem_hi / 2**30,
     }
 
 

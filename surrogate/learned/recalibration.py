@@ -235,7 +235,8 @@ class Recalibration:
         out = dict(columns)
         for (center, lo, hi), factors, physics, mask in (
                 (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), mfu, analytic[0], holds[0]),
-                (("pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib"),
+                (("pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
+                  "pred_peak_mem_reserved_hi_gib"),
                  self.factors("memory", *where), analytic[1], holds[1])):
             new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi], factors)
             out[lo] = np.where(mask, np.minimum(new_lo, physics), new_lo)
@@ -295,14 +296,15 @@ def logged_memory(mem: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
     the memory was logged on (``pred_logged_mem_gib`` where given, the interval scaled by its
     share of the peak rank's): ``(measured, pred, lo, hi)``, or None without memory
     intervals."""
-    if "pred_peak_mem_lo_gib" not in mem or not mem["pred_peak_mem_lo_gib"].notna().any():
+    if ("pred_peak_mem_reserved_lo_gib" not in mem
+            or not mem["pred_peak_mem_reserved_lo_gib"].notna().any()):
         return None
     pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-               else "pred_peak_mem_gib"].to_numpy(float)
-    logged = pred / mem["pred_peak_mem_gib"].to_numpy(float)  # the logged rank's share
+               else "pred_peak_mem_reserved_gib"].to_numpy(float)
+    logged = pred / mem["pred_peak_mem_reserved_gib"].to_numpy(float)  # the logged rank's share
     return (mem["peak_mem_reserved_gib"].to_numpy(float), pred,
-            mem["pred_peak_mem_lo_gib"].to_numpy(float) * logged,
-            mem["pred_peak_mem_hi_gib"].to_numpy(float) * logged)
+            mem["pred_peak_mem_reserved_lo_gib"].to_numpy(float) * logged,
+            mem["pred_peak_mem_reserved_hi_gib"].to_numpy(float) * logged)
 
 
 def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:

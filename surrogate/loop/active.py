@@ -162,8 +162,9 @@ def score_round(
 
 # ------------------------------------------------------------------ the propose step
 PROPOSAL_COLUMNS = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-                    "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
-                    "pred_peak_mem_hi_gib", "pred_device_mem_gib", "p_oom", "p_fail",
+                    "pred_step_time_s", "pred_peak_mem_reserved_gib",
+                    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib",
+                    "pred_peak_device_mem_gib", "p_oom", "p_fail",
                     "extrapolation", "correction_share")
 """The predictions each proposal carries in ``proposals.csv`` and ``round.json`` (and its
 GPU-hours)."""
@@ -308,7 +309,7 @@ def _none_feasible(scored: pd.DataFrame, limits: Limits) -> str:
     """Why no candidate is left after the limits, and which to relax, by how much."""
     p_oom = np.nan_to_num(scored["p_oom"].to_numpy(dtype=float), nan=1.0)
     headroom = (1.0 - limits.memory_margin_frac) * scored["capacity_gib"].to_numpy(dtype=float)
-    in_memory = scored["pred_device_mem_gib"].to_numpy(dtype=float) <= headroom
+    in_memory = scored["pred_peak_device_mem_gib"].to_numpy(dtype=float) <= headroom
     head = f"no candidate is left to propose (nothing was written): of the {len(scored):,} " \
            "launchable layouts, "
     if p_oom.min() >= 0.5:

@@ -31,6 +31,7 @@ from surrogate.errors import ConfigError, shown
 from surrogate.io.tableio import CHUNK_ROWS, NotStreamable, TableWriter, iter_table, read_table
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame, resolve_model
 from surrogate.progress import ProgressFn, report
+from surrogate.runs.names import known_names
 from surrogate.runs.sweeps import (
     CONTEXT_COLUMNS,
     FLAG_COLUMN,
@@ -141,10 +142,11 @@ def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
     configuration columns (``model`` naming a preset among them), a sweep table's outcome,
     provenance and context columns (carried through: a prediction's profile is ``--profile``,
     as a user has before the run), the columns a prediction adds (a table of predictions can be
-    predicted again), and columns named ``_...`` (the user's own, carried through). The message
-    names the configuration column the name most likely means (:func:`nearest_key`)."""
-    known = {*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS, *CONTEXT_COLUMNS,
-             FLAG_COLUMN, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"}
+    predicted again, under older names too: :mod:`surrogate.runs.names`), and columns named
+    ``_...`` (the user's own, carried through). The message names the configuration column the
+    name most likely means (:func:`nearest_key`)."""
+    known = known_names((*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS,
+                         *CONTEXT_COLUMNS, FLAG_COLUMN, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"))
     names = [str(c) for c in columns]
     for name in names:
         if name in known or name.startswith(OWN_COLUMN_PREFIX):

@@ -65,9 +65,9 @@ def agree(columns: dict[str, np.ndarray], context_gib: np.ndarray,
     lo, hi, cap = _device_interval(columns, context_gib)
     reserved_cap = cap - context_gib  # the reserved peak that fills the GPU
     mem_hi = np.where((hi <= cap) & (p_oom > tail), reserved_cap + _PAST,
-                      columns["pred_peak_mem_hi_gib"])
+                      columns["pred_peak_mem_reserved_hi_gib"])
     mem_lo = np.where((lo > cap) & (p_oom < 1 - tail), reserved_cap - _PAST,
-                      columns["pred_peak_mem_lo_gib"])
+                      columns["pred_peak_mem_reserved_lo_gib"])
     p_fail = np.asarray(columns["p_fail"], dtype=np.float64)
     p_fail = np.where(np.isnan(p_fail), p_fail, np.minimum(p_fail, 1.0 - p_oom))
     fail_or_none = np.nan_to_num(p_fail)
@@ -75,7 +75,7 @@ def agree(columns: dict[str, np.ndarray], context_gib: np.ndarray,
     # codes into STATUS_NAMES: one shared string object per status, not one per row
     code = np.where(p_oom >= 0.5, 0, np.where(fail_or_none > p_done, 1, 2))
     return {**columns, "p_fail": p_fail, "p_completed": p_done,
-            "pred_peak_mem_lo_gib": mem_lo, "pred_peak_mem_hi_gib": mem_hi,
+            "pred_peak_mem_reserved_lo_gib": mem_lo, "pred_peak_mem_reserved_hi_gib": mem_hi,
             "pred_status": STATUS_NAMES[code]}
 
 
@@ -83,7 +83,7 @@ def _device_interval(columns: dict[str, np.ndarray], context_gib: np.ndarray
                      ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The memory interval on the device (reserved plus context) and the capacity, GiB; an
     interval that is not there (NaN) bounds nothing."""
-    lo = np.asarray(columns["pred_peak_mem_lo_gib"], dtype=np.float64) + context_gib
-    hi = np.asarray(columns["pred_peak_mem_hi_gib"], dtype=np.float64) + context_gib
+    lo = np.asarray(columns["pred_peak_mem_reserved_lo_gib"], dtype=np.float64) + context_gib
+    hi = np.asarray(columns["pred_peak_mem_reserved_hi_gib"], dtype=np.float64) + context_gib
     cap = np.asarray(columns["capacity_gib"], dtype=np.float64)
     return lo, hi, cap

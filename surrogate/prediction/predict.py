@@ -33,6 +33,7 @@ from surrogate.errors import ConfigError, NoModelError
 from surrogate.io.jsonsafe import json_safe
 from surrogate.learned.model import SurrogateModel
 from surrogate.prediction.scoring import score
+from surrogate.runs.names import current_names
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -44,16 +45,16 @@ DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "data" / "models" / "default"
 
 PRED_COLUMNS: tuple[str, ...] = (
     "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
-    "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation", "domain_weight",
-    "correction_share",
+    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "extrapolation",
+    "domain_weight", "correction_share",
 )
 """Columns ``predict --from-csv`` adds to the input columns (and ``error``).
 
-``pred_peak_mem_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
+``pred_peak_mem_reserved_gib`` is the peak memory reserved by PyTorch's allocator on the most loaded
 GPU (what frameworks log and the sweep tables measure as ``peak_mem_reserved_gib``), with
 its interval from a learned model (NaN analytic alone); the device total adds the CUDA
-context (``Prediction.peak_mem_gib``). ``extrapolation`` is empty where the learned model has
+context (``Prediction.peak_device_mem_gib``). ``extrapolation`` is empty where the learned model has
 data and the configuration lies within published practice, else what lies outside them
 (``surrogate.learned.domain``); with the analytic model alone, only the latter. ``domain_weight``
 and ``correction_share``: how much of the learned correction the row keeps, off the data and
@@ -90,12 +91,12 @@ class Prediction:
     bubble_frac: float
     perf_model: str
     """Which hardware speed was used: a profile's name or 'datasheet'."""
-    peak_reserved_gib: float
+    peak_mem_reserved_gib: float
     """What ``torch.cuda.max_memory_reserved`` would report on the most loaded GPU (no CUDA
-    context): ``pred_peak_mem_gib`` of :mod:`surrogate.prediction.scoring`."""
-    peak_reserved_lo_gib: float = float("nan")
-    peak_reserved_hi_gib: float = float("nan")
-    """The interval of ``peak_reserved_gib`` (learned model: ``coverage`` of held-out runs
+    context): ``pred_peak_mem_reserved_gib`` of :mod:`surrogate.prediction.scoring`."""
+    peak_mem_reserved_lo_gib: float = float("nan")
+    peak_mem_reserved_hi_gib: float = float("nan")
+    """The interval of ``peak_mem_reserved_gib`` (learned model: ``coverage`` of held-out runs
     inside; NaN for the analytic model alone)."""
     pred_status: PredStatus
     """completed / oom (/ fail with a learned model)."""
@@ -152,10 +153,10 @@ class Prediction:
         return self.pred_status
 
     @property
-    def peak_mem_gib(self) -> float:
-        """Device memory of the most loaded GPU, GiB: ``peak_reserved_gib`` plus the CUDA
-        context (``pred_device_mem_gib`` of :mod:`surrogate.prediction.scoring`)."""
-        return self.peak_reserved_gib + self.memory_bytes["cuda_context"] / GIB
+    def peak_device_mem_gib(self) -> float:
+        """Device memory of the most loaded GPU, GiB: ``peak_mem_reserved_gib`` plus the CUDA
+        context (``pred_peak_device_mem_gib`` of :mod:`surrogate.prediction.scoring`)."""
+        return self.peak_mem_reserved_gib + self.memory_bytes["cuda_context"] / GIB
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: configuration, breakdowns (GiB and seconds) and headline figures."""
@@ -170,9 +171,9 @@ class Prediction:
             "p_oom": self.p_oom,
             "p_fail": self.p_fail,
             "pred_status": self.status,
-            "peak_reserved_gib": self.peak_reserved_gib,
-            "peak_reserved_lo_gib": self.peak_reserved_lo_gib,
-            "peak_reserved_hi_gib": self.peak_reserved_hi_gib,
+            "peak_mem_reserved_gib": self.peak_mem_reserved_gib,
+            "peak_mem_reserved_lo_gib": self.peak_mem_reserved_lo_gib,
+            "peak_mem_reserved_hi_gib": self.peak_mem_reserved_hi_gib,
             "analytic_mfu": self.analytic_mfu,
             "explanation": self.explanation,
             "runs_as_another": self.config.runs_as_another() or "",
@@ -255,9 +256,9 @@ def _predict_configs(
             p_oom=float(col["p_oom"][j]),
             p_fail=float(col["p_fail"][j]),
             pred_status=_PRED_STATUSES[str(col["pred_status"][j])],
-            peak_reserved_gib=float(col["pred_peak_mem_gib"][j]),
-            peak_reserved_lo_gib=float(col["pred_peak_mem_lo_gib"][j]),
-            peak_reserved_hi_gib=float(col["pred_peak_mem_hi_gib"][j]),
+            peak_mem_reserved_gib=float(col["pred_peak_mem_reserved_gib"][j]),
+            peak_mem_reserved_lo_gib=float(col["pred_peak_mem_reserved_lo_gib"][j]),
+            peak_mem_reserved_hi_gib=float(col["pred_peak_mem_reserved_hi_gib"][j]),
             source="learned" if learned else "analytic",
             explanation=s.explanations[j] if s.explanations else None,
             extrapolation=str(col["extrapolation"][j]),
@@ -283,6 +284,7 @@ def predict_frame(
     ConfigError, not a silently defaulted column, as is a ``model`` cell that names no preset.
     Anything but a DataFrame is a TypeError saying what is taken."""
     _check_frame(df)
+    df = current_names(df)  # a table of predictions under older names predicts again
     check_table_columns(df.columns, where="the configuration table")
     # the one reader of a model column, --from-csv's (whose chunks come here already filled)
     df = expand_model_column(df, where="the configuration table")

@@ -16,12 +16,13 @@ Columns (:data:`SCORE_COLUMNS`, one array each, in configuration order):
 - ``pred_mfu``, ``pred_mfu_lo``, ``pred_mfu_hi``: MFU and its interval (NaN analytic alone).
 - ``pred_tokens_per_s_per_gpu``, ``pred_step_time_s``: throughput and step time, consistent
   with ``pred_mfu``.
-- ``pred_peak_mem_gib``: peak memory reserved by PyTorch's caching allocator on the most
+- ``pred_peak_mem_reserved_gib``: peak memory reserved by PyTorch's caching allocator on the most
   loaded GPU (``torch.cuda.max_memory_reserved``: what frameworks log and the sweep tables
   hold as ``peak_mem_reserved_gib``).
-- ``pred_peak_mem_lo_gib``, ``pred_peak_mem_hi_gib``: its interval (NaN analytic alone).
-- ``pred_device_mem_gib``: the device's peak, ``pred_peak_mem_gib`` plus the CUDA context;
-  this is what must fit ``capacity_gib``.
+- ``pred_peak_mem_reserved_lo_gib``, ``pred_peak_mem_reserved_hi_gib``: its interval (NaN
+  analytic alone).
+- ``pred_peak_device_mem_gib``: the device's peak, ``pred_peak_mem_reserved_gib`` plus the CUDA
+  context; this is what must fit ``capacity_gib``.
 - ``capacity_gib``: the GPU's memory.
 - ``analytic_mfu``: the analytic model's MFU, before any correction.
 - ``domain_weight``: share of the learned correction kept (1 inside the learned model's data,
@@ -67,9 +68,9 @@ if TYPE_CHECKING:
 
 SCORE_COLUMNS: tuple[str, ...] = (
     "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib", "pred_peak_mem_lo_gib",
-    "pred_peak_mem_hi_gib", "pred_device_mem_gib", "capacity_gib", "analytic_mfu",
-    "domain_weight", "correction_share", "extrapolation", "error",
+    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "pred_peak_device_mem_gib",
+    "capacity_gib", "analytic_mfu", "domain_weight", "correction_share", "extrapolation", "error",
 )
 """What :func:`score` returns for every configuration (module docstring)."""
 
@@ -149,13 +150,13 @@ def score(
         columns = {k: np.asarray(learned[k]) for k in (
             "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo",
             "pred_mfu_hi", "pred_tokens_per_s_per_gpu", "pred_step_time_s",
-            "pred_peak_mem_gib", "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib",
-            "domain_weight", "correction_share", "extrapolation")}
+            "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
+            "pred_peak_mem_reserved_hi_gib", "domain_weight", "correction_share", "extrapolation")}
         if explain:
             explanations = model.explain(X)
     else:
         columns = _analytic_columns(c, out)
-    columns["pred_device_mem_gib"] = columns["pred_peak_mem_gib"] + context / GIB
+    columns["pred_peak_device_mem_gib"] = columns["pred_peak_mem_reserved_gib"] + context / GIB
     columns["capacity_gib"] = c["memory_bytes"] / GIB
     columns["analytic_mfu"] = out["mfu"]
     # one answer about memory: interval, p_oom and verdict
@@ -185,9 +186,9 @@ def _analytic_columns(c: dict[str, np.ndarray], out: dict[str, np.ndarray]
         "pred_mfu_hi": nan(),
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"],
         "pred_step_time_s": out["step_time_s"],
-        "pred_peak_mem_gib": out["mem_reserved"] / GIB,
-        "pred_peak_mem_lo_gib": nan(),
-        "pred_peak_mem_hi_gib": nan(),
+        "pred_peak_mem_reserved_gib": out["mem_reserved"] / GIB,
+        "pred_peak_mem_reserved_lo_gib": nan(),
+        "pred_peak_mem_reserved_hi_gib": nan(),
         "domain_weight": np.zeros(n),
         "correction_share": np.zeros(n),
         "extrapolation": np.array(beyond_practice(c), dtype=object),
@@ -207,7 +208,7 @@ def score_runs(
     the run
     measured); the columns indexed like ``runs``, and ``pred_logged_mem_gib``: the predicted
     peak reserved memory of the rank whose log the run's measurement comes from (the most
-    loaded rank's, ``pred_peak_mem_gib``, unless the source logs another)."""
+    loaded rank's, ``pred_peak_mem_reserved_gib``, unless the source logs another)."""
 
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
@@ -215,9 +216,9 @@ def score_runs(
                    shrink_doublings=shrink_doublings, sets=sets)
     frame = scores.frame(index=runs.index)
     # the prediction of what each run measured: its memory on the rank it was logged on, the
-    # learned factor (pred_peak_mem_gib over the analytic most loaded rank's) applied to it
+    # learned factor (pred_peak_mem_reserved_gib over the analytic most loaded rank's) applied to it
     a = scores.analytic
-    frame["pred_logged_mem_gib"] = (frame["pred_peak_mem_gib"].to_numpy()
+    frame["pred_logged_mem_gib"] = (frame["pred_peak_mem_reserved_gib"].to_numpy()
                                     * a["mem_reserved_logged"] / a["mem_reserved"])
     return frame
 

@@ -372,8 +372,8 @@ def test_a_table_without_framework_gets_one_answer_from_library_and_cli(tmp_path
     library = predict(table, model=None)
     assert DEFAULT_FRAMEWORK == "torchtitan" and rows[0]["framework"] == DEFAULT_FRAMEWORK
     assert cli["pred_mfu"].tolist() == pytest.approx(library["pred_mfu"].tolist(), rel=1e-12)
-    assert cli["pred_peak_mem_gib"].tolist() == pytest.approx(
-        library["pred_peak_mem_gib"].tolist(), rel=1e-12)
+    assert cli["pred_peak_mem_reserved_gib"].tolist() == pytest.approx(
+        library["pred_peak_mem_reserved_gib"].tolist(), rel=1e-12)
 
 
 def test_from_csv_to_stdout(tmp_path, capsys):
@@ -539,3 +539,23 @@ def test_a_bad_network_is_one_line(capsys, value, match):
     lines = captured.err.splitlines()
     assert len(lines) == 1 and re.match(match, lines[0]), lines
     assert captured.out == ""
+
+
+def test_from_csv_reads_a_table_of_predictions_under_older_names(tmp_path):
+    """`predict --from-csv` given back its own output written under the older names (e.g.
+    pred_peak_mem_gib, pred_peak_mem_lo_gib) predicts it again under the current names only."""
+    from surrogate.runs.names import RENAMED_COLUMNS
+
+    flat = dict(LAYOUT) | {"model": "8b"}
+    pd.DataFrame([flat]).to_csv(tmp_path / "in.csv", index=False)
+    assert main(["predict", "--from-csv", str(tmp_path / "in.csv"), "--analytic", "--out",
+                 str(tmp_path / "new.csv")]) == 0
+    new = pd.read_csv(tmp_path / "new.csv")
+    older = {n: o for o, n in RENAMED_COLUMNS.items() if n in new.columns}
+    assert {"pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_hi_gib"} <= set(older)
+    new.rename(columns=older).to_csv(tmp_path / "old.csv", index=False)
+    assert main(["predict", "--from-csv", str(tmp_path / "old.csv"), "--analytic", "--out",
+                 str(tmp_path / "again.csv")]) == 0
+    again = pd.read_csv(tmp_path / "again.csv")
+    assert list(again.columns) == list(new.columns)
+    pd.testing.assert_frame_equal(again, new)

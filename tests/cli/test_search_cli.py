@@ -157,8 +157,9 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
     proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
-    assert (proposals["pred_peak_mem_lo_gib"] < proposals["pred_peak_mem_gib"]).all()
-    assert (proposals["pred_peak_mem_gib"] < proposals["pred_peak_mem_hi_gib"]).all()
+    lo, mid, hi = (proposals[f"pred_peak_mem_reserved{end}_gib"] for end in ("_lo", "", "_hi"))
+    assert (lo < mid).all()
+    assert (mid < hi).all()
     runs = proposals.assign(run_id=proposals["name"] + "/train-1", status="completed",
                             mfu=0.3, source="synthetic")
     runs.to_csv(tmp_path / "runs.csv", index=False)

@@ -42,7 +42,7 @@ def test_no_configuration_scores_to_the_columns_of_some() -> None:
     empty = score_configs([], model=None)
     assert len(empty) == 0
     assert set(empty.columns) <= set(scored.columns)
-    assert {"layout", "num_gpus", "pred_status", "pred_mfu", "pred_peak_mem_hi_gib",
+    assert {"layout", "num_gpus", "pred_status", "pred_mfu", "pred_peak_mem_reserved_hi_gib",
             "analytic_fits", "feasible", "key"} <= set(empty.columns)
 
 

@@ -44,10 +44,10 @@ def test_predictions_are_coherent(fitted, configs):
     assert (p["pred_mfu_lo"] <= p["pred_mfu"]).all()
     assert (p["pred_mfu"] <= p["pred_mfu_hi"]).all()
     assert (p["pred_mfu_lo"] < p["pred_mfu_hi"]).all()
-    assert (p["pred_peak_mem_gib"] > 0).all() and (p["pred_step_time_s"] > 0).all()
+    assert (p["pred_peak_mem_reserved_gib"] > 0).all() and (p["pred_step_time_s"] > 0).all()
     assert 0 < fitted.mem_conformal_q_ < 1
-    assert (p["pred_peak_mem_lo_gib"] < p["pred_peak_mem_gib"]).all()
-    assert (p["pred_peak_mem_gib"] < p["pred_peak_mem_hi_gib"]).all()
+    assert (p["pred_peak_mem_reserved_lo_gib"] < p["pred_peak_mem_reserved_gib"]).all()
+    assert (p["pred_peak_mem_reserved_gib"] < p["pred_peak_mem_reserved_hi_gib"]).all()
 
 
 def test_unfitted_model_raises_scikit_learns_and_the_projects_error(configs, tmp_path):
@@ -175,10 +175,10 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     assert pred["pred_mfu"] == pytest.approx(out["mfu"])
     assert (pred["pred_mfu_lo"] <= out["mfu"]).all() and (out["mfu"] <= pred["pred_mfu_hi"]).all()
     mem = out["mem_reserved"] / 2**30
-    assert pred["pred_peak_mem_gib"] == pytest.approx(mem)
+    assert pred["pred_peak_mem_reserved_gib"] == pytest.approx(mem)
     # the memory interval widens by 1 + the distance (at most 5x) around the physics
-    half = np.log(pred["pred_peak_mem_hi_gib"] / mem)
-    np.testing.assert_allclose(half, np.log(mem / pred["pred_peak_mem_lo_gib"]))
+    half = np.log(pred["pred_peak_mem_reserved_hi_gib"] / mem)
+    np.testing.assert_allclose(half, np.log(mem / pred["pred_peak_mem_reserved_lo_gib"]))
     assert (half > fitted.mem_conformal_q_).all()
     assert (half <= 5 * fitted.mem_conformal_q_ * (1 + 1e-9)).all()  # the cap may bind
     assert all("framework torchtitan/main never seen" in r for r in pred["extrapolation"])
@@ -205,8 +205,8 @@ def test_an_unseen_framework_takes_the_width_transfer_measured(fitted, configs):
     np.testing.assert_allclose(pred["pred_mfu_hi"], np.minimum(out["mfu"] * np.exp(0.3),
                                                                out["mfu_ceiling"]))
     mem = out["mem_reserved"] / 2**30
-    np.testing.assert_allclose(pred["pred_peak_mem_hi_gib"], mem * np.exp(0.1))
-    np.testing.assert_allclose(pred["pred_peak_mem_lo_gib"], mem * np.exp(-0.1))
+    np.testing.assert_allclose(pred["pred_peak_mem_reserved_hi_gib"], mem * np.exp(0.1))
+    np.testing.assert_allclose(pred["pred_peak_mem_reserved_lo_gib"], mem * np.exp(-0.1))
     assert (pred["pred_mfu_hi"] <= np.maximum(out["mfu_ceiling"], pred["pred_mfu"])).all()
 
 
@@ -231,7 +231,7 @@ def test_rows_off_the_domain_skip_boosters_without_changing_any_row(fitted, conf
                 np.testing.assert_allclose(pred[k][rows], part[k], rtol=1e-12, err_msg=k)
     assert outside["p_oom"] == pytest.approx(out["p_oom"])  # the physics' own
     assert (outside["p_fail"] == 0).all()
-    assert outside["pred_peak_mem_gib"] == pytest.approx(out["mem_reserved"] / 2**30)
+    assert outside["pred_peak_mem_reserved_gib"] == pytest.approx(out["mem_reserved"] / 2**30)
 
 
 def test_sample_weight_must_match_the_runs(playbook_subset):
@@ -272,7 +272,7 @@ def test_a_certain_oom_keeps_the_physics_status(fitted, configs):
     np.testing.assert_allclose(pred["p_oom"][done], CERTAIN_P_OOM)
     assert (pred["p_fail"][done] == 0).all()
     rest = np.setdiff1d(np.arange(len(configs)), done)
-    for k in ("p_oom", "p_fail", "pred_mfu", "pred_peak_mem_gib"):
+    for k in ("p_oom", "p_fail", "pred_mfu", "pred_peak_mem_reserved_gib"):
         np.testing.assert_allclose(pred[k][rest], base[k][rest], rtol=1e-12, err_msg=k)
     np.testing.assert_allclose(pred["pred_mfu"], base["pred_mfu"], rtol=1e-12)
 
@@ -375,8 +375,10 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     old = SurrogateModel.load(tmp_path / "m")
     assert np.isnan(old.mem_conformal_q_) and old.censored_memory is False
     p, now = old.predict(configs), fitted.predict(configs)
-    assert np.isnan(p["pred_peak_mem_lo_gib"]).all() and np.isnan(p["pred_peak_mem_hi_gib"]).all()
-    np.testing.assert_array_equal(p["pred_peak_mem_gib"], now["pred_peak_mem_gib"])
+    assert np.isnan(p["pred_peak_mem_reserved_lo_gib"]).all()
+    assert np.isnan(p["pred_peak_mem_reserved_hi_gib"]).all()
+    np.testing.assert_array_equal(p["pred_peak_mem_reserved_gib"],
+                                  now["pred_peak_mem_reserved_gib"])
 
 
 def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, configs):
@@ -394,7 +396,7 @@ def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, config
         X, out, cols = build_features_cols(cfgs)
         pred = model.predict_from_features(X, out, cols)
         assert (pred["domain_weight"] > 0).all()
-        return np.log(pred["pred_peak_mem_hi_gib"] / pred["pred_peak_mem_gib"])
+        return np.log(pred["pred_peak_mem_reserved_hi_gib"] / pred["pred_peak_mem_reserved_gib"])
 
     # the subset's two shapes: each held out lies beyond the other's range, so no width
     assert np.isnan(fitted.mem_conformal_q_unseen_shape_)
@@ -422,10 +424,10 @@ def test_the_memory_interval_widens_by_each_frameworks_own_quantile(fitted, conf
     own = by_framework(fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"],
                        cols["pp"])
     assert (own > 0).all()
-    np.testing.assert_allclose(np.log(base["pred_peak_mem_hi_gib"] / base["pred_peak_mem_gib"]),
-                               own)
     np.testing.assert_allclose(
-        np.log(pooled["pred_peak_mem_hi_gib"] / pooled["pred_peak_mem_gib"]),
+        np.log(base["pred_peak_mem_reserved_hi_gib"] / base["pred_peak_mem_reserved_gib"]), own)
+    np.testing.assert_allclose(
+        np.log(pooled["pred_peak_mem_reserved_hi_gib"] / pooled["pred_peak_mem_reserved_gib"]),
         fitted.mem_conformal_q_)
 
 

@@ -155,16 +155,17 @@ def test_narrowed_intervals_still_hold_the_analytic_answer_where_they_did():
     n = 4
     cols = {"num_nodes": np.full(n, 64.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
     columns = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.2),
-               "pred_mfu_hi": np.full(n, 0.78), "pred_peak_mem_gib": np.full(n, 50.0),
-               "pred_peak_mem_lo_gib": np.full(n, 30.0), "pred_peak_mem_hi_gib": np.full(n, 70.0)}
+               "pred_mfu_hi": np.full(n, 0.78), "pred_peak_mem_reserved_gib": np.full(n, 50.0),
+               "pred_peak_mem_reserved_lo_gib": np.full(n, 30.0),
+               "pred_peak_mem_reserved_hi_gib": np.full(n, 70.0)}
     analytic = (np.full(n, 0.25), np.full(n, 65.0))
     holds = np.array([True, True, False, False])
     out = recal.apply(columns, np.full(n, list(KINDS).index("beyond")), cols, 0.7,
                       analytic=analytic, holds=(holds, holds))
     assert (out["pred_mfu_lo"][holds] == 0.25).all()
-    assert (out["pred_peak_mem_hi_gib"][holds] == 65.0).all()
+    assert (out["pred_peak_mem_reserved_hi_gib"][holds] == 65.0).all()
     assert (out["pred_mfu_lo"][~holds] > 0.25).all()  # narrowed around the prediction
-    assert (out["pred_peak_mem_hi_gib"][~holds] < 65.0).all()
+    assert (out["pred_peak_mem_reserved_hi_gib"][~holds] < 65.0).all()
     assert (out["pred_mfu_hi"] <= 0.7).all()
 
 
@@ -183,17 +184,18 @@ def test_unknown_networks_take_the_factors_fitted_on_runs_predicted_as_a_user_wo
     n = 2
     cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
     columns = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.2),
-               "pred_mfu_hi": np.full(n, 0.6), "pred_peak_mem_gib": np.full(n, 50.0),
-               "pred_peak_mem_lo_gib": np.full(n, 40.0), "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+               "pred_mfu_hi": np.full(n, 0.6), "pred_peak_mem_reserved_gib": np.full(n, 50.0),
+               "pred_peak_mem_reserved_lo_gib": np.full(n, 40.0),
+               "pred_peak_mem_reserved_hi_gib": np.full(n, 60.0)}
     kind = np.full(n, list(KINDS).index("inside"))
     out = recal.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
-                      columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      columns["pred_peak_mem_reserved_gib"]), holds=(np.zeros(n, bool),) * 2,
                       network_known=np.array([1.0, 0.0]))
     np.testing.assert_allclose(np.log(0.4 / out["pred_mfu_lo"]), [np.log(2), 3 * np.log(2)])
     older = Recalibration(mfu=recal.mfu, memory=recal.memory)  # saved before: one table
     assert "mfu_profile" not in older.to_json()
     same = older.apply(columns, kind, cols, 1.0, analytic=(columns["pred_mfu"],
-                       columns["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                       columns["pred_peak_mem_reserved_gib"]), holds=(np.zeros(n, bool),) * 2,
                        network_known=np.array([1.0, 0.0]))
     assert same["pred_mfu_lo"][0] == same["pred_mfu_lo"][1]
 
@@ -205,14 +207,15 @@ def test_not_knowing_the_network_never_narrows_an_interval_side():
                           mfu_profile={"inside": {"": 0.5}})
     n = 2
     cols = {"num_nodes": np.full(n, 16.0), "pp": np.ones(n), "framework_code": np.zeros(n)}
-    mem = {"pred_peak_mem_gib": np.full(n, 50.0), "pred_peak_mem_lo_gib": np.full(n, 40.0),
-           "pred_peak_mem_hi_gib": np.full(n, 60.0)}
+    mem = {"pred_peak_mem_reserved_gib": np.full(n, 50.0),
+           "pred_peak_mem_reserved_lo_gib": np.full(n, 40.0),
+           "pred_peak_mem_reserved_hi_gib": np.full(n, 60.0)}
     raw = {"pred_mfu": np.full(n, 0.4), "pred_mfu_lo": np.full(n, 0.3),
            "pred_mfu_hi": np.full(n, 0.5), **mem}
     widened = {**raw, "pred_mfu_lo": np.full(n, 0.28), "pred_mfu_hi": np.full(n, 0.9)}
     kind = np.full(n, list(KINDS).index("inside"))
     out = recal.apply(widened, kind, cols, 1.0, analytic=(raw["pred_mfu"],
-                      raw["pred_peak_mem_gib"]), holds=(np.zeros(n, bool),) * 2,
+                      raw["pred_peak_mem_reserved_gib"]), holds=(np.zeros(n, bool),) * 2,
                       network_known=np.array([1.0, 0.0]), unwidened=raw)
     assert out["pred_mfu_lo"][1] == pytest.approx(0.3)  # the known network's side
     assert out["pred_mfu_hi"][1] == pytest.approx(0.4 * np.sqrt(0.9 / 0.4))  # the spread's

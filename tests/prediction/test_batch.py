@@ -17,6 +17,7 @@ from surrogate.errors import ConfigError
 from surrogate.io.tableio import read_table, write_table_atomic
 from surrogate.prediction.batch import check_batch_columns, predict_file
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, predict_frame
+from surrogate.runs.names import RENAMED_COLUMNS
 from surrogate.runs.sweeps import SWEEP_COLUMNS
 
 
@@ -123,3 +124,25 @@ def test_a_sweep_tables_columns_are_read_and_carried() -> None:
     check_batch_columns(SWEEP_COLUMNS, where="runs.parquet")
     with pytest.raises(ConfigError, match="not a column predict reads"):
         check_batch_columns([*SWEEP_COLUMNS, "cluster_name"], where="runs.parquet")
+
+
+def test_a_table_of_predictions_under_older_names_predicts_again(tmp_path: Path) -> None:
+    """A ``predict --from-csv`` output written under the older column names (e.g.
+    ``pred_peak_mem_gib``) is read, its columns renamed, and predicted again: the output
+    carries the current names only, with the same answer as the table under them."""
+    first = predict_frame(_synthetic_rows(), model=None)
+    older = {new: old for old, new in RENAMED_COLUMNS.items() if new in first.columns}
+    assert "pred_peak_mem_reserved_gib" in older
+    renamed = first.rename(columns=older)
+    check_batch_columns(renamed.columns, where="old.csv")
+    src, dst = tmp_path / "old.csv", tmp_path / "again.csv"
+    renamed.to_csv(src, index=False)
+    predict_file(src, dst, model=None)
+    again = read_table(dst)
+    assert not set(older.values()) & set(again.columns)
+    _same(again, read_table(_written(tmp_path / "want.csv", predict_frame(first, model=None))))
+
+
+def _written(path: Path, df: pd.DataFrame) -> Path:
+    df.to_csv(path, index=False)
+    return path

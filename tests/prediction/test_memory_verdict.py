@@ -33,8 +33,8 @@ def answers(draw: Any) -> tuple[dict[str, np.ndarray], np.ndarray]:
     columns = {"p_oom": np.array([p_oom]), "p_fail": np.array([p_fail]),
                "p_completed": np.array([1.0 - p_oom - p_fail]),
                "pred_status": np.array([status], dtype=object),
-               "pred_peak_mem_lo_gib": np.array([mem * np.exp(-half)]),
-               "pred_peak_mem_hi_gib": np.array([mem * np.exp(half)]),
+               "pred_peak_mem_reserved_lo_gib": np.array([mem * np.exp(-half)]),
+               "pred_peak_mem_reserved_hi_gib": np.array([mem * np.exp(half)]),
                "capacity_gib": np.array([draw(st.sampled_from([40.0, 80.0, 141.0]))])}
     return columns, np.array([draw(st.floats(0.0, 2.0))])
 
@@ -59,29 +59,30 @@ def test_agree_keeps_p_oom_and_stretches_the_interval_to_the_capacity(drawn):
     columns, context = drawn
     out = agree(columns, context)
     np.testing.assert_array_equal(out["p_oom"], columns["p_oom"])
-    lo, hi = out["pred_peak_mem_lo_gib"], out["pred_peak_mem_hi_gib"]
-    assert (lo <= columns["pred_peak_mem_lo_gib"]).all()  # only ever wider
-    assert (hi >= columns["pred_peak_mem_hi_gib"]).all()
+    lo, hi = out["pred_peak_mem_reserved_lo_gib"], out["pred_peak_mem_reserved_hi_gib"]
+    assert (lo <= columns["pred_peak_mem_reserved_lo_gib"]).all()  # only ever wider
+    assert (hi >= columns["pred_peak_mem_reserved_hi_gib"]).all()
     cap = columns["capacity_gib"] - context
     p = columns["p_oom"]
-    if p[0] > TAIL and columns["pred_peak_mem_hi_gib"][0] + context[0] <= \
+    if p[0] > TAIL and columns["pred_peak_mem_reserved_hi_gib"][0] + context[0] <= \
             columns["capacity_gib"][0]:
         assert hi[0] == pytest.approx(cap[0])  # reaches the capacity, no further
     else:
-        assert hi[0] == columns["pred_peak_mem_hi_gib"][0]
-    if p[0] < 1 - TAIL and columns["pred_peak_mem_lo_gib"][0] + context[0] > \
+        assert hi[0] == columns["pred_peak_mem_reserved_hi_gib"][0]
+    if p[0] < 1 - TAIL and columns["pred_peak_mem_reserved_lo_gib"][0] + context[0] > \
             columns["capacity_gib"][0]:
         assert lo[0] == pytest.approx(cap[0])
     else:
-        assert lo[0] == columns["pred_peak_mem_lo_gib"][0]
+        assert lo[0] == columns["pred_peak_mem_reserved_lo_gib"][0]
 
 
 def test_without_an_interval_only_the_verdict_rule_applies():
     columns = {"p_oom": np.array([0.3, 0.7]), "p_fail": np.array([np.nan, np.nan]),
                "p_completed": np.array([0.7, 0.3]),
                "pred_status": np.array(["oom", "completed"], dtype=object),
-               "pred_peak_mem_lo_gib": np.full(2, np.nan),
-               "pred_peak_mem_hi_gib": np.full(2, np.nan), "capacity_gib": np.full(2, 80.0)}
+               "pred_peak_mem_reserved_lo_gib": np.full(2, np.nan),
+               "pred_peak_mem_reserved_hi_gib": np.full(2, np.nan),
+               "capacity_gib": np.full(2, 80.0)}
     out = agree(columns, np.zeros(2))
     np.testing.assert_array_equal(out["p_oom"], [0.3, 0.7])
     assert list(out["pred_status"]) == ["completed", "oom"]
@@ -124,7 +125,7 @@ def test_predictions_of_random_layouts_agree(bundled, layout):
     assert not disagreements(s.columns, context).any()
     p = predict(cfg, model=bundled)
     assert p.fits == (p.status != "oom")
-    if p.peak_reserved_hi_gib + context[0] <= p.capacity_bytes / 2**30:
+    if p.peak_mem_reserved_hi_gib + context[0] <= p.capacity_bytes / 2**30:
         assert p.p_oom <= TAIL
-    if p.peak_reserved_lo_gib + context[0] > p.capacity_bytes / 2**30:
+    if p.peak_mem_reserved_lo_gib + context[0] > p.capacity_bytes / 2**30:
         assert p.p_oom >= 1 - TAIL and not p.fits

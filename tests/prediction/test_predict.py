@@ -23,7 +23,10 @@ from surrogate.config.training import (
     config_to_flat,
 )
 from surrogate.hardware.perf_models import resolve_perf_model
+from surrogate.loop.active import PROPOSAL_COLUMNS
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, Prediction, predict_frame
+from surrogate.prediction.scoring import SCORE_COLUMNS
+from surrogate.runs.names import RENAMED_COLUMNS
 
 
 @pytest.fixture(autouse=True)
@@ -41,9 +44,21 @@ def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:
 
 def test_pred_columns_are_the_issue_columns():
     assert PRED_COLUMNS == ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                            "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_gib",
-                            "pred_peak_mem_lo_gib", "pred_peak_mem_hi_gib", "extrapolation",
-                            "domain_weight", "correction_share")
+                            "pred_tokens_per_s_per_gpu", "pred_step_time_s",
+                            "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
+                            "pred_peak_mem_reserved_hi_gib", "extrapolation", "domain_weight",
+                            "correction_share")
+
+
+def test_outputs_carry_one_name_per_quantity():
+    """No output uses an older name (surrogate.runs.names); a Prediction's attribute and JSON
+    key for a quantity is the name of the measured column its ``pred_`` column predicts."""
+    p = surrogate.predict(cfg())
+    for names in (PRED_COLUMNS, SCORE_COLUMNS, PROPOSAL_COLUMNS, p.to_dict()):
+        assert not set(names) & set(RENAMED_COLUMNS), names
+    for name in ("peak_mem_reserved_gib", "tokens_per_s_per_gpu", "mfu"):
+        assert f"pred_{name}" in PRED_COLUMNS and name in p.to_dict()
+        assert getattr(p, name) == p.to_dict()[name]
 
 
 
@@ -58,8 +73,8 @@ def test_predict_one_config():
     assert 0 < p.mfu < 1 and p.fits and p.status == "completed" and p.p_oom < 0.5
     assert math.isnan(p.mfu_lo) and math.isnan(p.mfu_hi)
     assert p.capacity_bytes == pytest.approx(cfg().cluster.spec.memory_gib * GIB)
-    assert p.peak_mem_gib == pytest.approx(p.memory_bytes["total"] / GIB)
-    assert p.peak_reserved_gib == pytest.approx(p.peak_mem_gib - 1.0)
+    assert p.peak_device_mem_gib == pytest.approx(p.memory_bytes["total"] / GIB)
+    assert p.peak_mem_reserved_gib == pytest.approx(p.peak_device_mem_gib - 1.0)
     assert p.tokens_per_s_per_gpu * 32 * p.step_time_s == pytest.approx(cfg().batch_tokens)
     # the GPU's shipped calibration profile if there is one, else the datasheet
     assert p.perf_model == resolve_perf_model("H100-SXM-80GB").name and p.source == "analytic"
@@ -68,7 +83,7 @@ def test_predict_one_config():
 def test_predict_oom():
     p = surrogate.predict(cfg("70b", nodes=1, dp=8, tp=1, zero_stage=0))
     assert p.p_oom == 1 and not p.fits and p.status == "oom"
-    assert p.peak_mem_gib > 80
+    assert p.peak_device_mem_gib > 80
 
 
 def test_to_dict_is_json_ready():
@@ -107,11 +122,11 @@ def test_predict_frame_keeps_inputs_and_reports_errors_per_row():
     assert out["error"].iloc[1].startswith("dp * tp * pp * cp must equal the number of GPUs")
     assert out["error"].iloc[3] == "dp must be an integer, got 8.5"
     assert list(out["pred_status"]) == ["completed", None, "oom", None]
-    assert out.loc[[1, 3], ["p_oom", "pred_mfu", "pred_peak_mem_gib"]].isna().all().all()
+    assert out.loc[[1, 3], ["p_oom", "pred_mfu", "pred_peak_mem_reserved_gib"]].isna().all().all()
     single = surrogate.predict(cfg())
     assert out["pred_mfu"].iloc[0] == pytest.approx(single.mfu)
     assert out["pred_step_time_s"].iloc[0] == pytest.approx(single.step_time_s)
-    assert out["pred_peak_mem_gib"].iloc[0] == pytest.approx(single.peak_reserved_gib)
+    assert out["pred_peak_mem_reserved_gib"].iloc[0] == pytest.approx(single.peak_mem_reserved_gib)
     assert out["p_oom"].iloc[2] == 1
     assert out[["pred_mfu_lo", "pred_mfu_hi"]].isna().all().all()
 
@@ -181,7 +196,7 @@ def test_predict_frame_reads_a_model_column_as_from_csv_does(tmp_path, capsys):
     rows.to_csv(src, index=False)
     assert main(["predict", "--from-csv", str(src), "--out", str(dst), "--analytic"]) == 0
     from_csv = pd.read_csv(dst)
-    for column in ("pred_mfu", "pred_peak_mem_gib", "p_oom", "pred_step_time_s"):
+    for column in ("pred_mfu", "pred_peak_mem_reserved_gib", "p_oom", "pred_step_time_s"):
         np.testing.assert_allclose(out[column].astype(float), from_csv[column], rtol=1e-9)
     one = surrogate.predict(TrainingConfig(
         model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),

@@ -36,7 +36,8 @@ _ATTRIBUTE = {
     "p_oom": "p_oom", "p_fail": "p_fail", "pred_status": "status", "pred_mfu": "mfu",
     "pred_mfu_lo": "mfu_lo", "pred_mfu_hi": "mfu_hi",
     "pred_tokens_per_s_per_gpu": "tokens_per_s_per_gpu", "pred_step_time_s": "step_time_s",
-    "pred_peak_mem_gib": "peak_reserved_gib", "pred_device_mem_gib": "peak_mem_gib",
+    "pred_peak_mem_reserved_gib": "peak_mem_reserved_gib",
+    "pred_peak_device_mem_gib": "peak_device_mem_gib",
     "analytic_mfu": "analytic_mfu", "domain_weight": "domain_weight",
     "correction_share": "correction_share", "extrapolation": "extrapolation",
 }
@@ -80,10 +81,11 @@ def test_every_path_gives_the_same_columns(which: str) -> None:
 def test_peak_memory_means_reserved_and_device_adds_the_context() -> None:
     s = score(_configs())
     context = s.analytic["mem_cuda_context"] / GIB
-    np.testing.assert_allclose(s.columns["pred_peak_mem_gib"], s.analytic["mem_reserved"] / GIB)
-    np.testing.assert_allclose(s.columns["pred_device_mem_gib"],
-                               s.columns["pred_peak_mem_gib"] + context)
-    np.testing.assert_allclose(s.columns["pred_device_mem_gib"], s.analytic["mem_total"] / GIB)
+    np.testing.assert_allclose(s.columns["pred_peak_mem_reserved_gib"],
+                               s.analytic["mem_reserved"] / GIB)
+    np.testing.assert_allclose(s.columns["pred_peak_device_mem_gib"],
+                               s.columns["pred_peak_mem_reserved_gib"] + context)
+    np.testing.assert_allclose(s.columns["pred_peak_device_mem_gib"], s.analytic["mem_total"] / GIB)
 
 
 def test_analytic_alone_has_no_interval_no_p_fail_and_keeps_no_correction() -> None:
@@ -107,13 +109,13 @@ def test_runs_are_also_predicted_on_the_rank_that_logged_their_memory(playbook_s
 
     runs = playbook_subset.iloc[:150]
     pred = score_runs(runs)
-    logged, peak = pred["pred_logged_mem_gib"], pred["pred_peak_mem_gib"]
+    logged, peak = pred["pred_logged_mem_gib"], pred["pred_peak_mem_reserved_gib"]
     piped = (runs["pp"] > 1).to_numpy()
     assert piped.any() and (~piped).any()
     np.testing.assert_allclose(logged[~piped], peak[~piped], rtol=1e-12)
     assert (logged <= peak * (1 + 1e-12)).all() and (logged[piped] < peak[piped]).any()
     other = score_runs(runs.assign(peak_mem_stage=np.nan))  # runs that log the peak
-    np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_gib"])
+    np.testing.assert_allclose(other["pred_logged_mem_gib"], other["pred_peak_mem_reserved_gib"])
 
 
 def _synthetic_table() -> dict[str, np.ndarray]:

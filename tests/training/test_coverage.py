@@ -44,7 +44,8 @@ def test_coverage_per_group_reports_groups_of_enough_runs_and_flags_the_low_ones
         "num_nodes": nodes, "pp": [1] * 20 + [4] * 25, "framework": "nanotron",
         "framework_version": "pp-fix", "status": "completed", "mfu": mfu,
         "pred_mfu_lo": 0.2, "pred_mfu_hi": hi, "peak_mem_reserved_gib": 40.0,
-        "pred_peak_mem_gib": 40.0, "pred_peak_mem_lo_gib": 35.0, "pred_peak_mem_hi_gib": 45.0,
+        "pred_peak_mem_reserved_gib": 40.0, "pred_peak_mem_reserved_lo_gib": 35.0,
+        "pred_peak_mem_reserved_hi_gib": 45.0,
     })
     res.loc[40:, "pred_mfu_hi"] = 0.5
     table = coverage_by_group(res).set_index(["grouping", "group"])

@@ -77,20 +77,21 @@ def test_metrics_of_perfect_predictions():
     res["pred_mfu_hi"] = res["pred_mfu"] * 1.1
     res["pred_status"] = ["completed", "completed", "completed", "oom", "completed"]
     res["p_oom"] = [0.0, 0.0, 0.0, 1.0, 0.0]
-    res["pred_peak_mem_gib"] = res["peak_mem_reserved_gib"]
-    res["pred_peak_mem_lo_gib"] = res["pred_peak_mem_gib"] - 1.0
-    res["pred_peak_mem_hi_gib"] = res["pred_peak_mem_gib"] + 1.0
+    res["pred_peak_mem_reserved_gib"] = res["peak_mem_reserved_gib"]
+    res["pred_peak_mem_reserved_lo_gib"] = res["pred_peak_mem_reserved_gib"] - 1.0
+    res["pred_peak_mem_reserved_hi_gib"] = res["pred_peak_mem_reserved_gib"] + 1.0
     m = accuracy_metrics(res)
     assert m["memory_interval_coverage"] == 1
     # scored against the rank each run's memory was logged on: a logged rank at half the
     # most loaded one's memory has half its interval
-    res["pred_logged_mem_gib"] = res["pred_peak_mem_gib"]
-    res["pred_peak_mem_gib"] *= 2
-    res["pred_peak_mem_lo_gib"] *= 2
-    res["pred_peak_mem_hi_gib"] *= 2
+    res["pred_logged_mem_gib"] = res["pred_peak_mem_reserved_gib"]
+    res["pred_peak_mem_reserved_gib"] *= 2
+    res["pred_peak_mem_reserved_lo_gib"] *= 2
+    res["pred_peak_mem_reserved_hi_gib"] *= 2
     assert accuracy_metrics(res)["memory_interval_coverage"] == 1
-    res["pred_peak_mem_hi_gib"] = res["pred_peak_mem_gib"] * 1.01
-    res["pred_peak_mem_lo_gib"] = [105.0, 118.0, 150.0, np.nan, np.nan]  # 52.5, 59, 75 logged
+    res["pred_peak_mem_reserved_hi_gib"] = res["pred_peak_mem_reserved_gib"] * 1.01
+    # 52.5, 59, 75 logged
+    res["pred_peak_mem_reserved_lo_gib"] = [105.0, 118.0, 150.0, np.nan, np.nan]
     assert accuracy_metrics(res)["memory_interval_coverage"] == pytest.approx(1 / 3)
     assert m["completed"] == 3 and m["runs"] == 5
     assert m["mfu_mape_ge10"] == 0 and m["mfu_median_ape"] == 0 and m["mfu_mae_points"] == 0
@@ -107,7 +108,7 @@ def test_metrics_of_wrong_predictions():
     res["pred_mfu_hi"] = np.nan
     res["pred_status"] = ["oom", "completed", "completed", "completed", "oom"]
     res["p_oom"] = [1.0, 0.0, 0.0, 0.0, 1.0]
-    res["pred_peak_mem_gib"] = res["peak_mem_reserved_gib"] * 1.1
+    res["pred_peak_mem_reserved_gib"] = res["peak_mem_reserved_gib"] * 1.1
     m = accuracy_metrics(res)
     assert m["mfu_mape_ge10"] == pytest.approx((0.5 + 0.5) / 2)  # the 0.05 run is excluded
     assert m["mfu_median_ape"] == pytest.approx(0.5)

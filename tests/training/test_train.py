@@ -30,7 +30,7 @@ def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
     assert set(loaded.recalibration_.mfu) == {"beyond"}
     assert set(loaded.recalibration_.mfu_profile) == {"beyond"}
     configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
-    for column in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_peak_mem_lo_gib"):
+    for column in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_peak_mem_reserved_lo_gib"):
         np.testing.assert_array_equal(loaded.predict(configs)[column],
                                       result.model.predict(configs)[column])
     again = train(runs=playbook_subset, out_dir=tmp_path / "m2", storage=None, track=False,
@@ -51,7 +51,8 @@ def test_keeping_a_models_trees_refits_its_recalibration_alone(playbook_subset, 
     configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
     before, after = kept.predict(configs), SurrogateModel.load(tmp_path / "k").predict(configs)
     np.testing.assert_array_equal(after["pred_mfu"], before["pred_mfu"])
-    np.testing.assert_array_equal(after["pred_peak_mem_gib"], before["pred_peak_mem_gib"])
+    mem = "pred_peak_mem_reserved_gib"
+    np.testing.assert_array_equal(after[mem], before[mem])
     assert again.model.recalibration_ == first.model.recalibration_
     assert kept.recalibration_ is None  # the kept model itself is not changed
 
