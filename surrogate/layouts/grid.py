@@ -61,16 +61,22 @@ _TEXT: tuple[str, ...] = ("recompute", "framework", "sharding")
 
 
 class _Points:
-    """The points of a space's grid kept so far: each dimension's index into its choices."""
+    """The points of a space's grid kept so far: each one's flat index into the grid (C
+    order over the head, then :data:`REST_DIMENSIONS`), a dimension's index into its choices
+    computed from it where read."""
 
     def __init__(self, space: LayoutSpace, ch: dict[str, list[Any]],
                  heads: list[tuple[int, int, int, int]], skip: tuple[str, ...] = ()) -> None:
         self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
-        axes = dict(zip(("head", *REST_DIMENSIONS), np.meshgrid(
+        names = ("head", *REST_DIMENSIONS)
+        axes = dict(zip(names, np.meshgrid(
             np.arange(len(heads)), *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),
             indexing="ij", sparse=True), strict=True))
         self.shape = (len(heads), *(len(ch[k]) for k in REST_DIMENSIONS))
+        self.size = dict(zip(names, self.shape, strict=True))
+        self.stride = dict(zip(names, np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist(),
+                               strict=True))
         keep: Any = True
         self.dropped = ""
         """The first rule of :func:`_grid_rules` that leaves no point (else '')."""
@@ -80,20 +86,33 @@ class _Points:
             keep = keep & passes
             if not self.dropped and not np.any(keep):
                 self.dropped = name
-        keep = np.broadcast_to(keep, self.shape)
-        self.index = dict(zip(axes, np.nonzero(keep), strict=True))
+        self.flat = np.flatnonzero(np.broadcast_to(keep, self.shape))
+
+    def index(self, name: str, flat: np.ndarray) -> np.ndarray:
+        """The index into dimension ``name``'s choices of the points at grid positions
+        ``flat``."""
+        out = flat // self.stride[name] if self.stride[name] > 1 else flat
+        return out % self.size[name] if name != "head" else out
+
+    def others(self, name: str, flat: np.ndarray) -> np.ndarray:
+        """The grid positions ``flat`` in the grid without dimension ``name``: equal where two
+        points differ in ``name`` alone."""
+        stride = self.stride[name]
+        out: np.ndarray = flat // (stride * self.size[name]) * stride + flat % stride
+        return out
 
     def at(self, rows: np.ndarray | slice, *names: str) -> dict[str, np.ndarray]:
         """The columns ``names`` at positions ``rows`` of the points kept: counts and flags as
         values, text as codes."""
+        flat = self.flat[rows]
         out = {}
         for k in names:
             if k in _HEADS:
-                out[k] = self.heads[self.index["head"][rows], _HEADS.index(k)]
+                out[k] = self.heads[:, _HEADS.index(k)][self.index("head", flat)]
             elif k in _TEXT:
-                out[k] = self.index[k][rows]
+                out[k] = self.index(k, flat)
             else:
-                out[k] = np.asarray(self.ch[k])[self.index[k][rows]]
+                out[k] = np.asarray(self.ch[k])[self.index(k, flat)]
         return out
 
 
@@ -164,9 +183,7 @@ def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
                      p["recompute_share"], 1.0)
     checkpointed = _checkpointed(space, {**p, "recompute_share": share}, ch["framework"])
     # Shares that give the same count are one layout: the first of them is kept.
-    others = np.ravel_multi_index(
-        [i for k, i in points.index.items() if k != "recompute_share"],
-        [n for k, n in zip(points.index, points.shape, strict=True) if k != "recompute_share"])
+    others = points.others("recompute_share", points.flat)
     _, first = np.unique(others * (space.model.num_layers + 1) + checkpointed,
                          return_index=True)
     rows = np.sort(first)
