@@ -94,11 +94,14 @@ class _Points:
         out = flat // self.stride[name] if self.stride[name] > 1 else flat
         return out % self.size[name] if name != "head" else out
 
-    def others(self, name: str, flat: np.ndarray) -> np.ndarray:
-        """The grid positions ``flat`` in the grid without dimension ``name``: equal where two
-        points differ in ``name`` alone."""
-        stride = self.stride[name]
-        out: np.ndarray = flat // (stride * self.size[name]) * stride + flat % stride
+    def without(self, names: tuple[str, ...], flat: np.ndarray) -> np.ndarray:
+        """The grid positions ``flat`` in the grid without dimensions ``names``: equal where
+        two points differ in ``names`` alone."""
+        out, dropped = flat, 1
+        for name in sorted(names, key=self.stride.__getitem__):  # the innermost first
+            stride = self.stride[name] // dropped
+            out = out // (stride * self.size[name]) * stride + out % stride
+            dropped *= self.size[name]
         return out
 
     def at(self, rows: np.ndarray | slice, *names: str) -> dict[str, np.ndarray]:
@@ -107,7 +110,9 @@ class _Points:
         flat = self.flat[rows]
         out = {}
         for k in names:
-            if k in _HEADS:
+            if k == "head":
+                out[k] = self.index(k, flat)
+            elif k in _HEADS:
                 out[k] = self.heads[:, _HEADS.index(k)][self.index("head", flat)]
             elif k in _TEXT:
                 out[k] = self.index(k, flat)
@@ -183,23 +188,21 @@ def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
                      p["recompute_share"], 1.0)
     checkpointed = _checkpointed(space, {**p, "recompute_share": share}, ch["framework"])
     # Shares that give the same count are one layout: the first of them is kept.
-    others = points.others("recompute_share", points.flat)
+    others = points.without(("recompute_share",), points.flat)
     _, first = np.unique(others * (space.model.num_layers + 1) + checkpointed,
                          return_index=True)
     rows = np.sort(first)
-    p = points.at(rows, *_HEADS, "mbs", "sharding")
-    dp = p["num_nodes"] * space.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
+    dp_head, copies_head = _head_degrees(space, points.heads)
+    p = points.at(rows, "head", "sharding")
     node = (np.asarray(ch["sharding"], dtype=object) == "node")[p["sharding"]]
-    copies = np.where(node, node_copies(dp, p["cp"], p["tp"], space.gpus_per_node), 1)
+    dp, copies = dp_head[p["head"]], np.where(node, copies_head[p["head"]], 1)
     whole = ~node | (copies > 1)  # else it would be 'full' (build refuses it)
     rows, dp, copies = rows[whole], dp[whole], copies[whole]
     if not len(rows):
         _dropped(why, space, "copies")
         return _empty()
-    runs = runs_as_described(
-        {**points.at(rows, *_HEADS[1:], "ep", "vpp", "zero_stage", "recompute",
-                     "sequence_parallel", "framework"), "dp": dp, "dp_replicate": copies},
-        moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
+    runs = _runs(space, ch, points, dp_head, copies_head)[
+        points.without(("mbs", "recompute_share"), points.flat[rows])]
     rows = rows[runs]
     if not len(rows):
         _dropped(why, space, "framework", dp=int(dp[0]), copies=int(copies[0]))
@@ -211,6 +214,34 @@ def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
     if why is not None and checked.errors and checked.errors[0]:
         why.append(checked.errors[0])
     return checked.table
+
+
+def _head_degrees(space: LayoutSpace, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per head (num_nodes, tp, pp, cp): dp, and dp_replicate under the 'node' sharding."""
+    nodes, tp, pp, cp = heads.T
+    dp = nodes * space.gpus_per_node // (tp * pp * cp)
+    return dp, node_copies(dp, cp, tp, space.gpus_per_node)
+
+
+def _runs(space: LayoutSpace, ch: dict[str, list[Any]], points: _Points, dp: np.ndarray,
+          copies: np.ndarray) -> np.ndarray:
+    """Per cell of the grid without mbs and recompute_share (no framework rule reads them;
+    C order, ``dp`` and ``copies`` per head): whether its framework runs it as described
+    (:func:`~surrogate.layouts.degrees.runs_as_described`)."""
+    names = tuple(k for k in points.size if k not in ("mbs", "recompute_share"))
+    shape = tuple(points.size[k] for k in names)
+    axes = dict(zip(names, np.meshgrid(*(np.arange(n) for n in shape), indexing="ij",
+                                       sparse=True), strict=True))
+    head = axes["head"]
+    node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
+    cols = {k: points.heads[:, _HEADS.index(k)][head] for k in _HEADS[1:]}
+    cols.update({k: np.asarray(ch[k])[axes[k]]
+                 for k in ("ep", "vpp", "zero_stage", "sequence_parallel")})
+    cols.update(recompute=axes["recompute"], framework=axes["framework"], dp=dp[head],
+                dp_replicate=np.where(node, copies[head], 1))
+    return runs_as_described(
+        {k: np.broadcast_to(v, shape).ravel() for k, v in cols.items()},
+        moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
 
 
 def _empty() -> FlatTable:
