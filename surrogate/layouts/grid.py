@@ -210,7 +210,9 @@ def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
     p = points.at(rows, *(k for k in DIMENSIONS if k not in ("recompute_share", "sharding")))
     p.update(recompute_layers=checkpointed[rows], dp=dp[runs], dp_replicate=copies[runs])
     p["grad_accum"] = space.global_batch_seqs // (p["dp"] * p["mbs"])
-    checked = validate_table(pd.DataFrame(_frame(space, p, ch)), messages=why is not None)
+    # copy=False: one block per column, none stacked (the columns are this table's own)
+    checked = validate_table(pd.DataFrame(_frame(space, p, ch), copy=False),
+                             messages=why is not None)
     if why is not None and checked.errors and checked.errors[0]:
         why.append(checked.errors[0])
     return checked.table
