@@ -130,10 +130,14 @@ def _grid_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
     framework's split is torchtitan's); ``conditional``, the share a choice only where
     recomputation is full on a framework that checkpoints some layers, the sharding only where
     the framework copies shards at the point's ZeRO stage (elsewhere only their first value,
-    1 or 'full')."""
-    pp = heads[:, 2][axes["head"]]
+    1 or 'full'); ``replicas``, copies of ZeRO's shards ('node' sharding) the validation would
+    refuse anyway (:func:`_copies_hold`)."""
+    head = axes["head"]
+    pp = heads[:, 2][head]
     dp = heads[:, 0] * space.gpus_per_node // np.prod(heads[:, 1:], axis=1)
-    vpp, mbs = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs"))
+    copies = node_copies(dp, heads[:, 3], heads[:, 1], space.gpus_per_node)
+    vpp, mbs, ep = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs", "ep"))
+    node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
     layers, stages = space.model.num_layers, pp * vpp
     weighted = np.array([weighted_split(f) for f in ch["framework"]],
                         dtype=bool)[axes["framework"]]
@@ -143,14 +147,26 @@ def _grid_rules(space: LayoutSpace, ch: dict[str, list[Any]], heads: np.ndarray,
     hybrid = np.array([[space.chooses_sharding(z, f) for f in ch["framework"]]
                        for z in ch["zero_stage"]], dtype=bool)
     return {
-        "batch": space.global_batch_seqs % (dp[axes["head"]] * mbs) == 0,
+        "batch": space.global_batch_seqs % (dp[head] * mbs) == 0,
         "vpp": (vpp == 1) | ((pp > 1) & (stages <= layers)
                              & (weighted | (layers % stages == 0)
                                 | (accounted & ((layers + 2) % stages == 0)))),
         "conditional": ((partial | (axes["recompute_share"] == 0))
                         & (hybrid[axes["zero_stage"], axes["framework"]]
                            | (axes["sharding"] == 0))),
+        "replicas": ~node | _copies_hold(dp[head], heads[:, 3][head], copies[head], ep),
     }
+
+
+def _copies_hold(dp: np.ndarray, cp: np.ndarray, copies: np.ndarray, ep: np.ndarray
+                 ) -> np.ndarray:
+    """Where ``copies`` copies of ZeRO's shards (arrays broadcast together) make a layout the
+    validation keeps: more than one, dividing dp, fewer than dp x cp, the ranks of each copy
+    divisible by ep."""
+    ranks = dp * cp // np.maximum(copies, 1)
+    holds: np.ndarray = ((copies > 1) & (dp % np.maximum(copies, 1) == 0) & (dp * cp > copies)
+                         & ((ep <= 1) | (ranks % ep == 0)))
+    return holds
 
 
 def _chooses_share(space: LayoutSpace, ch: dict[str, list[Any]]) -> np.ndarray:
@@ -179,7 +195,7 @@ def _table(space: LayoutSpace, limit: int, why: list[str] | None) -> FlatTable:
     if not heads:
         _dropped(why, space, "heads")
         return _empty()
-    points = _Points(space, ch, heads, skip=() if why is None else ("vpp",))
+    points = _Points(space, ch, heads, skip=() if why is None else ("vpp", "replicas"))
     if why is not None and points.dropped:
         _dropped(why, space, points.dropped)
         return _empty()
