@@ -85,16 +85,22 @@ _TEXT: tuple[str, ...] = ("recompute", "framework", "sharding")
 
 
 class _Points:
-    """The points of a space's grid kept so far: each dimension's index into its choices."""
+    """The points of a space's grid kept so far: each one's flat index into the grid (C
+    order over the head, then :data:`REST_DIMENSIONS`), a dimension's index into its choices
+    computed from it where read."""
 
     def __init__(self, space: SpaceView, ch: dict[str, list[Any]],
                  heads: list[tuple[int, int, int, int]], skip: tuple[str, ...] = ()) -> None:
         self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
-        axes = dict(zip(("head", *REST_DIMENSIONS), np.meshgrid(
+        names = ("head", *REST_DIMENSIONS)
+        axes = dict(zip(names, np.meshgrid(
             np.arange(len(heads)), *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),
             indexing="ij", sparse=True), strict=True))
         self.shape = (len(heads), *(len(ch[k]) for k in REST_DIMENSIONS))
+        self.size = dict(zip(names, self.shape, strict=True))
+        self.stride = dict(zip(names, np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist(),
+                               strict=True))
         keep: Any = True
         self.dropped = ""
         """The first rule of :func:`_grid_rules` that leaves no point (else '')."""
@@ -104,20 +110,38 @@ class _Points:
             keep = keep & passes
             if not self.dropped and not np.any(keep):
                 self.dropped = name
-        keep = np.broadcast_to(keep, self.shape)
-        self.index = dict(zip(axes, np.nonzero(keep), strict=True))
+        self.flat = np.flatnonzero(np.broadcast_to(keep, self.shape))
+
+    def index(self, name: str, flat: np.ndarray) -> np.ndarray:
+        """The index into dimension ``name``'s choices of the points at grid positions
+        ``flat``."""
+        out = flat // self.stride[name] if self.stride[name] > 1 else flat
+        return out % self.size[name] if name != "head" else out
+
+    def without(self, names: tuple[str, ...], flat: np.ndarray) -> np.ndarray:
+        """The grid positions ``flat`` in the grid without dimensions ``names``: equal where
+        two points differ in ``names`` alone."""
+        out, dropped = flat, 1
+        for name in sorted(names, key=self.stride.__getitem__):  # the innermost first
+            stride = self.stride[name] // dropped
+            out = out // (stride * self.size[name]) * stride + out % stride
+            dropped *= self.size[name]
+        return out
 
     def at(self, rows: np.ndarray | slice, *names: str) -> dict[str, np.ndarray]:
         """The columns ``names`` at positions ``rows`` of the points kept: counts and flags as
         values, text as codes."""
+        flat = self.flat[rows]
         out = {}
         for k in names:
-            if k in _HEADS:
-                out[k] = self.heads[self.index["head"][rows], _HEADS.index(k)]
+            if k == "head":
+                out[k] = self.index(k, flat)
+            elif k in _HEADS:
+                out[k] = self.heads[:, _HEADS.index(k)][self.index("head", flat)]
             elif k in _TEXT:
-                out[k] = self.index[k][rows]
+                out[k] = self.index(k, flat)
             else:
-                out[k] = np.asarray(self.ch[k])[self.index[k][rows]]
+                out[k] = np.asarray(self.ch[k])[self.index(k, flat)]
         return out
 
 
@@ -130,10 +154,14 @@ def _grid_rules(space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray,
     framework's split is torchtitan's); ``conditional``, the share a choice only where
     recomputation is full on a framework that checkpoints some layers, the sharding only where
     the framework copies shards at the point's ZeRO stage (elsewhere only their first value,
-    1 or 'full')."""
-    pp = heads[:, 2][axes["head"]]
+    1 or 'full'); ``replicas``, copies of ZeRO's shards ('node' sharding) the validation would
+    refuse anyway (:func:`_copies_hold`)."""
+    head = axes["head"]
+    pp = heads[:, 2][head]
     dp = heads[:, 0] * space.gpus_per_node // np.prod(heads[:, 1:], axis=1)
-    vpp, mbs = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs"))
+    copies = node_copies(dp, heads[:, 3], heads[:, 1], space.gpus_per_node)
+    vpp, mbs, ep = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs", "ep"))
+    node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
     layers, stages = space.model.num_layers, pp * vpp
     weighted = np.array([weighted_split(f) for f in ch["framework"]],
                         dtype=bool)[axes["framework"]]
@@ -143,14 +171,26 @@ def _grid_rules(space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray,
     hybrid = np.array([[space.chooses_sharding(z, f) for f in ch["framework"]]
                        for z in ch["zero_stage"]], dtype=bool)
     return {
-        "batch": space.global_batch_seqs % (dp[axes["head"]] * mbs) == 0,
+        "batch": space.global_batch_seqs % (dp[head] * mbs) == 0,
         "vpp": (vpp == 1) | ((pp > 1) & (stages <= layers)
                              & (weighted | (layers % stages == 0)
                                 | (accounted & ((layers + 2) % stages == 0)))),
         "conditional": ((partial | (axes["recompute_share"] == 0))
                         & (hybrid[axes["zero_stage"], axes["framework"]]
                            | (axes["sharding"] == 0))),
+        "replicas": ~node | _copies_hold(dp[head], heads[:, 3][head], copies[head], ep),
     }
+
+
+def _copies_hold(dp: np.ndarray, cp: np.ndarray, copies: np.ndarray, ep: np.ndarray
+                 ) -> np.ndarray:
+    """Where ``copies`` copies of ZeRO's shards (arrays broadcast together) make a layout the
+    validation keeps: more than one, dividing dp, fewer than dp x cp, the ranks of each copy
+    divisible by ep."""
+    ranks = dp * cp // np.maximum(copies, 1)
+    holds: np.ndarray = ((copies > 1) & (dp % np.maximum(copies, 1) == 0) & (dp * cp > copies)
+                         & ((ep <= 1) | (ranks % ep == 0)))
+    return holds
 
 
 def _chooses_share(space: SpaceView, ch: dict[str, list[Any]]) -> np.ndarray:
@@ -179,7 +219,7 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
     if not heads:
         _dropped(why, space, "heads")
         return _empty()
-    points = _Points(space, ch, heads, skip=() if why is None else ("vpp",))
+    points = _Points(space, ch, heads, skip=() if why is None else ("vpp", "replicas"))
     if why is not None and points.dropped:
         _dropped(why, space, points.dropped)
         return _empty()
@@ -188,25 +228,21 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
                      p["recompute_share"], 1.0)
     checkpointed = _checkpointed(space, {**p, "recompute_share": share}, ch["framework"])
     # Shares that give the same count are one layout: the first of them is kept.
-    others = np.ravel_multi_index(
-        [i for k, i in points.index.items() if k != "recompute_share"],
-        [n for k, n in zip(points.index, points.shape, strict=True) if k != "recompute_share"])
+    others = points.without(("recompute_share",), points.flat)
     _, first = np.unique(others * (space.model.num_layers + 1) + checkpointed,
                          return_index=True)
     rows = np.sort(first)
-    p = points.at(rows, *_HEADS, "mbs", "sharding")
-    dp = p["num_nodes"] * space.gpus_per_node // (p["tp"] * p["pp"] * p["cp"])
+    dp_head, copies_head = _head_degrees(space, points.heads)
+    p = points.at(rows, "head", "sharding")
     node = (np.asarray(ch["sharding"], dtype=object) == "node")[p["sharding"]]
-    copies = np.where(node, node_copies(dp, p["cp"], p["tp"], space.gpus_per_node), 1)
+    dp, copies = dp_head[p["head"]], np.where(node, copies_head[p["head"]], 1)
     whole = ~node | (copies > 1)  # else it would be 'full' (build refuses it)
     rows, dp, copies = rows[whole], dp[whole], copies[whole]
     if not len(rows):
         _dropped(why, space, "copies")
         return _empty()
-    runs = runs_as_described(
-        {**points.at(rows, *_HEADS[1:], "ep", "vpp", "zero_stage", "recompute",
-                     "sequence_parallel", "framework"), "dp": dp, "dp_replicate": copies},
-        moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
+    runs = _runs(space, ch, points, dp_head, copies_head)[
+        points.without(("mbs", "recompute_share"), points.flat[rows])]
     rows = rows[runs]
     if not len(rows):
         _dropped(why, space, "framework", dp=int(dp[0]), copies=int(copies[0]))
@@ -214,10 +250,40 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
     p = points.at(rows, *(k for k in DIMENSIONS if k not in ("recompute_share", "sharding")))
     p.update(recompute_layers=checkpointed[rows], dp=dp[runs], dp_replicate=copies[runs])
     p["grad_accum"] = space.global_batch_seqs // (p["dp"] * p["mbs"])
-    checked = validate_table(pd.DataFrame(_frame(space, p, ch)), messages=why is not None)
+    # copy=False: one block per column, none stacked (the columns are this table's own)
+    checked = validate_table(pd.DataFrame(_frame(space, p, ch), copy=False),
+                             messages=why is not None)
     if why is not None and checked.errors and checked.errors[0]:
         why.append(checked.errors[0])
     return checked.table
+
+
+def _head_degrees(space: SpaceView, heads: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per head (num_nodes, tp, pp, cp): dp, and dp_replicate under the 'node' sharding."""
+    nodes, tp, pp, cp = heads.T
+    dp = nodes * space.gpus_per_node // (tp * pp * cp)
+    return dp, node_copies(dp, cp, tp, space.gpus_per_node)
+
+
+def _runs(space: SpaceView, ch: dict[str, list[Any]], points: _Points, dp: np.ndarray,
+          copies: np.ndarray) -> np.ndarray:
+    """Per cell of the grid without mbs and recompute_share (no framework rule reads them;
+    C order, ``dp`` and ``copies`` per head): whether its framework runs it as described
+    (:func:`~surrogate.layouts.degrees.runs_as_described`)."""
+    names = tuple(k for k in points.size if k not in ("mbs", "recompute_share"))
+    shape = tuple(points.size[k] for k in names)
+    axes = dict(zip(names, np.meshgrid(*(np.arange(n) for n in shape), indexing="ij",
+                                       sparse=True), strict=True))
+    head = axes["head"]
+    node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
+    cols = {k: points.heads[:, _HEADS.index(k)][head] for k in _HEADS[1:]}
+    cols.update({k: np.asarray(ch[k])[axes[k]]
+                 for k in ("ep", "vpp", "zero_stage", "sequence_parallel")})
+    cols.update(recompute=axes["recompute"], framework=axes["framework"], dp=dp[head],
+                dp_replicate=np.where(node, copies[head], 1))
+    return runs_as_described(
+        {k: np.broadcast_to(v, shape).ravel() for k, v in cols.items()},
+        moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
 
 
 def _empty() -> FlatTable:
