@@ -128,8 +128,10 @@ def main() -> None:
     params: dict[str, Any] | None = None
     if args.model_dir is not None:
         params = SurrogateModel.load(args.model_dir).lightgbm_params
-    print(f"{len(runs)} runs; LightGBM settings: "
-          f"{'from ' + str(args.model_dir) if params else 'library defaults'}")
+    print(
+        f"{len(runs)} runs; LightGBM settings: "
+        f"{'from ' + str(args.model_dir) if params else 'library defaults'}"
+    )
     start = time.perf_counter()
     data = training_data(runs)  # features and targets once, sliced per split
     summary: dict[str, dict[str, float]] = {}  # per protocol run: its figures
@@ -161,16 +163,20 @@ def networks(args: argparse.Namespace) -> tuple[str, ...]:
     return ("measured", "profile") if args.network == "both" else (args.network,)
 
 
-def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any] | None,
-                      summary: dict[str, dict[str, float]]
-                      ) -> tuple[dict[str, float], dict[str, float]]:
+def learned_protocols(
+    data: Any,
+    args: argparse.Namespace,
+    params: dict[str, Any] | None,
+    summary: dict[str, dict[str, float]],
+) -> tuple[dict[str, float], dict[str, float]]:
     """Print the learned and the analytic model's figures per protocol and shrinkage (adding
     them to ``summary``); return both by MLflow name."""
     logged: dict[str, float] = {}
     baseline: dict[str, float] = {}
     shrinks: list[float | None] = list(args.shrink or [None])
-    settings: dict[str, Any] = ({} if args.shape_weight is None
-                                else {"unseen_shape_weight": args.shape_weight})
+    settings: dict[str, Any] = (
+        {} if args.shape_weight is None else {"unseen_shape_weight": args.shape_weight}
+    )
     if args.survivors_only_memory:
         settings["censored_memory"] = False
     for name in args.protocol or DEFAULT_PROTOCOLS:
@@ -178,29 +184,50 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
         # both: the curve too, as if measured (the known network's interval, which the
         # shipped interval of an unknown network also holds: shipped_coverage)
         nets = networks(args) + (("curve",) if args.network == "both" else ())
-        grid = evaluate_grid(data, name, shrinks, nets, params=params, seed=args.seed,
-                             settings=settings, refit_physics=not args.shipped_physics)
+        grid = evaluate_grid(
+            data,
+            name,
+            shrinks,
+            nets,
+            params=params,
+            seed=args.seed,
+            settings=settings,
+            refit_physics=not args.shipped_physics,
+        )
         for (shrink, net), r in grid.items():
             if net == "curve":
                 continue
             tag = "" if shrink is None else f" (shrink_doublings {shrink:g})"
-            tag += (" (shipped physics: fitted on every run)" if args.shipped_physics
-                    else " (physics refit per split)")
-            table = pd.DataFrame({
-                "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
-                "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
-            })
-            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}"
-                  f"\nnetwork: {NETWORKS[net]}")
+            tag += (
+                " (shipped physics: fitted on every run)"
+                if args.shipped_physics
+                else " (physics refit per split)"
+            )
+            table = pd.DataFrame(
+                {
+                    "learned": {k: format_metric(k, v) for k, v in r.metrics.items()},
+                    "analytic": {k: format_metric(k, v) for k, v in r.analytic_metrics.items()},
+                }
+            )
+            print(
+                f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs){tag}"
+                f"\nnetwork: {NETWORKS[net]}"
+            )
             print(table.to_string())
             print(reliability(r.predictions, r.analytic_predictions))
             summary.setdefault(
                 name + ("" if shrink is None else f" shrink {shrink:g}") + NET_LABEL[net],
-                dict(r.metrics))
+                dict(r.metrics),
+            )
             print(coverage_table(r.predictions))
             if net == "profile" and (shrink, "measured") in grid:
-                print(shipped_coverage(r.predictions, grid[shrink, "measured"].predictions,
-                                       grid[shrink, "curve"].predictions))
+                print(
+                    shipped_coverage(
+                        r.predictions,
+                        grid[shrink, "measured"].predictions,
+                        grid[shrink, "curve"].predictions,
+                    )
+                )
             if args.by is not None:
                 print(by_column(r.predictions, r.analytic_predictions, args.by).to_string())
             key = name if shrink is None else f"{name}_shrink{shrink:g}"
@@ -211,8 +238,14 @@ def learned_protocols(data: Any, args: argparse.Namespace, params: dict[str, Any
     return logged, baseline
 
 
-def finish(args: argparse.Namespace, runs: pd.DataFrame, summary: dict[str, dict[str, float]],
-           start: float, logged: dict[str, float], baseline: dict[str, float]) -> None:
+def finish(
+    args: argparse.Namespace,
+    runs: pd.DataFrame,
+    summary: dict[str, dict[str, float]],
+    start: float,
+    logged: dict[str, float],
+    baseline: dict[str, float],
+) -> None:
     """Print the summary and the time taken; with ``--track``, log the figures to MLflow."""
     print_summary(summary)
     print(f"\nevaluated in {time.perf_counter() - start:.0f} s")
@@ -220,8 +253,12 @@ def finish(args: argparse.Namespace, runs: pd.DataFrame, summary: dict[str, dict
         from surrogate.learned.training_data import data_hash
         from training.tracking import data_label
 
-        track(logged, baseline, label=data_label(runs["source"], args.sweeps),
-              data_hash=data_hash(runs))
+        track(
+            logged,
+            baseline,
+            label=data_label(runs["source"], args.sweeps),
+            data_hash=data_hash(runs),
+        )
 
 
 def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
@@ -230,14 +267,23 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     logged: dict[str, float] = {}
     for name in args.protocol or DEFAULT_PROTOCOLS:
         for net in networks(args):
-            r = evaluate_analytic(data, name, seed=args.seed,
-                                  refit_physics=not args.shipped_physics, network=net)
-            tag = (" (shipped physics: fitted on every run)" if args.shipped_physics
-                   else " (physics refit per split)")
-            print(f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the "
-                  f"analytic model alone{tag}\nnetwork: {NETWORKS[net]}")
-            print(pd.DataFrame({"analytic": {k: format_metric(k, v)
-                                             for k, v in r.metrics.items()}}).to_string())
+            r = evaluate_analytic(
+                data, name, seed=args.seed, refit_physics=not args.shipped_physics, network=net
+            )
+            tag = (
+                " (shipped physics: fitted on every run)"
+                if args.shipped_physics
+                else " (physics refit per split)"
+            )
+            print(
+                f"\n{name}: {PROTOCOLS[name]} ({r.n_splits} splits, held-out runs), the "
+                f"analytic model alone{tag}\nnetwork: {NETWORKS[net]}"
+            )
+            print(
+                pd.DataFrame(
+                    {"analytic": {k: format_metric(k, v) for k, v in r.metrics.items()}}
+                ).to_string()
+            )
             print(reliability(None, r.predictions))
             if args.by is not None:
                 print(by_column(r.predictions, None, args.by).to_string())
@@ -248,10 +294,15 @@ def analytic_only(data: Any, args: argparse.Namespace) -> dict[str, float]:
     return logged
 
 
-SUMMARY = (("mfu_mape_ge10", "MFU MAPE"), ("interval_coverage", "MFU/step 80% coverage"),
-           ("interval_coverage_recalibrated", "recal"),
-           ("memory_mape", "memory MAPE"), ("memory_interval_coverage", "memory 80% coverage"),
-           ("memory_interval_coverage_recalibrated", "recal "), ("oom_brier", "p_oom Brier"))
+SUMMARY = (
+    ("mfu_mape_ge10", "MFU MAPE"),
+    ("interval_coverage", "MFU/step 80% coverage"),
+    ("interval_coverage_recalibrated", "recal"),
+    ("memory_mape", "memory MAPE"),
+    ("memory_interval_coverage", "memory 80% coverage"),
+    ("memory_interval_coverage_recalibrated", "recal "),
+    ("oom_brier", "p_oom Brier"),
+)
 """The figures :func:`print_summary` shows per protocol: each interval's coverage beside the
 error of the value it surrounds."""
 
@@ -267,8 +318,7 @@ def print_summary(summary: dict[str, dict[str, float]]) -> None:
         row = {}
         for key, label in SUMMARY:
             value = m.get(key, float("nan"))
-            mark = ("*" if "coverage" in key and value == value
-                    and not 0.76 <= value <= 0.84 else "")
+            mark = "*" if "coverage" in key and value == value and not 0.76 <= value <= 0.84 else ""
             row[label] = format_metric(key, value) + mark
         rows[name] = row
     print("\nheld-out coverage beside error, every protocol run (* coverage outside 76-84%):")
@@ -283,8 +333,9 @@ def coverage_table(predictions: pd.DataFrame) -> str:
     (``training.coverage.recalibrated_hits``; ``recal``)."""
     table = coverage_by_group(predictions)
     recal = coverage_by_group(predictions, hits=recalibrated_hits(predictions))
-    shown = table[["grouping", "group", "mfu_runs", "mfu_coverage", "memory_runs",
-                   "memory_coverage", "below"]].copy()
+    shown = table[
+        ["grouping", "group", "mfu_runs", "mfu_coverage", "memory_runs", "memory_coverage", "below"]
+    ].copy()
     shown.insert(4, "mfu_recal", recal["mfu_coverage"])
     shown.insert(7, "memory_recal", recal["memory_coverage"])
     shown["below, recal"] = recal["below"]
@@ -292,14 +343,15 @@ def coverage_table(predictions: pd.DataFrame) -> str:
         shown[col] = [format_metric("share", v) for v in shown[col]]
     flagged = int((table["below"] != "").sum())
     flagged_recal = int((recal["below"] != "").sum())
-    return (f"80% interval coverage per group (>= {MIN_GROUP_RUNS} measured runs; "
-            f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
-            "the recalibration a trained model ships, held out by cells):\n"
-            + shown.to_string(index=False))
+    return (
+        f"80% interval coverage per group (>= {MIN_GROUP_RUNS} measured runs; "
+        f"{flagged} group(s) under {100 * COVERAGE_FLOOR:.0f}%, {flagged_recal} after "
+        "the recalibration a trained model ships, held out by cells):\n"
+        + shown.to_string(index=False)
+    )
 
 
-def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
-                     curve: pd.DataFrame) -> str:
+def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame, curve: pd.DataFrame) -> str:
     """Per node count, the 80% MFU intervals' coverage of the held-out runs predicted under
     the profile's curve alone (``profile``; their intervals widened by the cluster's spread of
     the network, ``surrogate.learned.blend.with_network_spread``): as the protocol's model
@@ -318,18 +370,23 @@ def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
 
     hull, k_profile, k_known = unknown_network_factors(profile, curve, measured)
     shipped = "as shipped (recal fit: profile network)"
-    columns = {"model": interval_hits(profile)[0],
-               "recal fit: measured network": recalibrated_hits(profile,
-                                                                fitted_on=measured)[0],
-               "profile recal alone": recalibrated_hits(profile)[0],
-               shipped: hull}
+    columns = {
+        "model": interval_hits(profile)[0],
+        "recal fit: measured network": recalibrated_hits(profile, fitted_on=measured)[0],
+        "profile recal alone": recalibrated_hits(profile)[0],
+        shipped: hull,
+    }
     done = profile.loc[k_profile.index]
     own = (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k_profile
     base = curve.loc[k_profile.index]
-    lo = np.minimum(done["pred_mfu"] * (done["pred_mfu_lo"] / done["pred_mfu"]) ** k_profile,
-                    base["pred_mfu"] * (base["pred_mfu_lo"] / base["pred_mfu"]) ** k_known)
-    hi = np.maximum(done["pred_mfu"] * (done["pred_mfu_hi"] / done["pred_mfu"]) ** k_profile,
-                    base["pred_mfu"] * (base["pred_mfu_hi"] / base["pred_mfu"]) ** k_known)
+    lo = np.minimum(
+        done["pred_mfu"] * (done["pred_mfu_lo"] / done["pred_mfu"]) ** k_profile,
+        base["pred_mfu"] * (base["pred_mfu_lo"] / base["pred_mfu"]) ** k_known,
+    )
+    hi = np.maximum(
+        done["pred_mfu"] * (done["pred_mfu_hi"] / done["pred_mfu"]) ** k_profile,
+        base["pred_mfu"] * (base["pred_mfu_hi"] / base["pred_mfu"]) ** k_known,
+    )
     width = (hi / lo).where(np.isfinite(hi / lo), own)
     known = recalibrated_widths(measured).reindex(width.index)
     rows: dict[Any, dict[str, str]] = {}
@@ -343,8 +400,10 @@ def shipped_coverage(profile: pd.DataFrame, measured: pd.DataFrame,
             row[label] = f"{float(w.median()):.2f} / {float(w.quantile(0.9)):.2f}"
     table = pd.DataFrame(rows).T.fillna("")
     table.index.name = "num_nodes"
-    return ("80% MFU interval coverage of the runs predicted under the profile's curve, per "
-            "node count (completed runs with an MFU):\n" + table.to_string())
+    return (
+        "80% MFU interval coverage of the runs predicted under the profile's curve, per "
+        "node count (completed runs with an MFU):\n" + table.to_string()
+    )
 
 
 def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> str:
@@ -365,8 +424,9 @@ def reliability(learned: pd.DataFrame | None, analytic: pd.DataFrame | None) -> 
     return "p_oom reliability (held-out completed and out-of-memory runs):\n" + table.to_string()
 
 
-def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
-          data_hash: str) -> None:
+def track(
+    metrics: dict[str, float], baseline: dict[str, float], *, label: str, data_hash: str
+) -> None:
     """Log the figures as a run of the experiment ``surrogate-accuracy`` and the analytic
     model's as that data's ``analytic baseline`` run (updated in place); no learned run where
     ``metrics`` is empty (``--analytic``)."""
@@ -377,22 +437,28 @@ def track(metrics: dict[str, float], baseline: dict[str, float], *, label: str,
     exp_id = tracking.experiment(
         "surrogate-accuracy",
         description="One run per `python benchmarks/accuracy.py --track`; the analytic model's "
-                    "figures on the same data are the `analytic baseline` runs.")
+        "figures on the same data are the `analytic baseline` runs.",
+    )
     client = tracking.client()
     if metrics:
-        run = client.create_run(exp_id,
-                                run_name=f"accuracy {datetime.now(UTC):%Y-%m-%d} {label}",
-                                tags={tracking.KIND_TAG: "accuracy", "data_hash": data_hash,
-                                      "data_label": label})
+        run = client.create_run(
+            exp_id,
+            run_name=f"accuracy {datetime.now(UTC):%Y-%m-%d} {label}",
+            tags={tracking.KIND_TAG: "accuracy", "data_hash": data_hash, "data_label": label},
+        )
         tracking.log_metrics(run.info.run_id, metrics)
         client.set_terminated(run.info.run_id)
-    base_id, _ = tracking.run_for(exp_id, f"analytic baseline {label}",
-                                  {tracking.KIND_TAG: "analytic-baseline", "data_label": label,
-                                   "data_hash": data_hash})
+    base_id, _ = tracking.run_for(
+        exp_id,
+        f"analytic baseline {label}",
+        {tracking.KIND_TAG: "analytic-baseline", "data_label": label, "data_hash": data_hash},
+    )
     tracking.log_metrics(base_id, baseline)
     client.set_terminated(base_id)
-    print(f"logged {len(metrics)} figures and {len(baseline)} baseline figures to MLflow at "
-          f"{tracking.tracking_uri()}")
+    print(
+        f"logged {len(metrics)} figures and {len(baseline)} baseline figures to MLflow at "
+        f"{tracking.tracking_uri()}"
+    )
 
 
 if __name__ == "__main__":

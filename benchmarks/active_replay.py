@@ -75,16 +75,18 @@ def fit_cached(runs: pd.DataFrame, cache: Path | None, seed: int = 0) -> Surroga
     targets were fitted (``TrainingData.targets_hash``: they change with the runs and with the
     physics under them, so a cached model never outlives the analytic model it corrected)."""
     data = training_data(runs)
-    digest = hashlib.sha256((data.targets_hash + json.dumps(CHEAP)
-                             + ("" if seed == 0 else f"seed={seed}")).encode()).hexdigest()[:16]
+    digest = hashlib.sha256(
+        (data.targets_hash + json.dumps(CHEAP) + ("" if seed == 0 else f"seed={seed}")).encode()
+    ).hexdigest()[:16]
     if cache is not None:
         d = cache / digest
         try:
             return SurrogateModel.load(d)
         except NoModelError:
             pass
-    model = SurrogateModel(status_params=CHEAP, mfu_params=CHEAP, mem_params=CHEAP, n_folds=3,
-                           seed=seed).fit(data)
+    model = SurrogateModel(
+        status_params=CHEAP, mfu_params=CHEAP, mem_params=CHEAP, n_folds=3, seed=seed
+    ).fit(data)
     if cache is not None:
         model.save(cache / digest)
     return model
@@ -92,15 +94,17 @@ def fit_cached(runs: pd.DataFrame, cache: Path | None, seed: int = 0) -> Surroga
 
 def candidates_of(cell: pd.DataFrame) -> tuple[list[TrainingConfig], pd.DataFrame]:
     """One candidate per distinct configuration: best completed MFU over its repeats."""
-    ids = cell.apply(lambda r: json.dumps(config_to_flat(config_from_flat(r)), sort_keys=True),
-                     axis=1)
+    ids = cell.apply(
+        lambda r: json.dumps(config_to_flat(config_from_flat(r)), sort_keys=True), axis=1
+    )
     cell = cell.assign(_id=ids.to_numpy())
     rows = []
     for cid, group in cell.groupby("_id", sort=True):
         done = group[group["status"] == "completed"]
         status = "completed" if len(done) else group["status"].mode().iloc[0]
-        rows.append({"_id": cid, "status": status,
-                     "mfu": float(done["mfu"].max()) if len(done) else np.nan})
+        rows.append(
+            {"_id": cid, "status": status, "mfu": float(done["mfu"].max()) if len(done) else np.nan}
+        )
     outcome = pd.DataFrame(rows)
     configs = [config_from_flat(json.loads(c)) for c in outcome["_id"]]
     return configs, outcome
@@ -123,8 +127,9 @@ def runs_until_hit(order: list[int], hit: np.ndarray) -> int | None:
     return None
 
 
-def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
-                cache: Path | None) -> dict[str, Any]:
+def replay_cell(
+    name: str, runs: pd.DataFrame, args: argparse.Namespace, cache: Path | None
+) -> dict[str, Any]:
     in_cell = cell_key(runs) == name
     cell, others = runs[in_cell], runs[~in_cell].reset_index(drop=True)
     if args.network == "typical":
@@ -148,13 +153,15 @@ def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
     rng = np.random.default_rng(0)
     random_counts = [runs_until_hit(list(rng.permutation(n)), hit) for _ in range(args.seeds)]
     row["random_mean"] = float(np.mean(random_counts))
-    row["random_within_8"] = float(np.mean([c is not None and c <= BUDGET
-                                            for c in random_counts]))
+    row["random_within_8"] = float(np.mean([c is not None and c <= BUDGET for c in random_counts]))
     row["random_expected"] = (n + 1) / (h + 1)
 
-    acq = Acquisition(boundary_frac=args.boundary_frac, gain=args.gain,
-                      open_with_best=not args.explore_first,
-                      diversity_scale=args.diversity_scale)
+    acq = Acquisition(
+        boundary_frac=args.boundary_frac,
+        gain=args.gain,
+        open_with_best=not args.explore_first,
+        diversity_scale=args.diversity_scale,
+    )
     ran: list[int] = []
     found: int | None = None
     failed = 0
@@ -164,8 +171,14 @@ def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
         done = done[done["status"] == "completed"]
         incumbent = float(done["mfu"].max()) if len(done) else None
         k = min(args.batch, args.max_runs - len(ran))
-        picks = select(scored, configs, k, best_measured=incumbent,
-                       already_run=[configs[i] for i in ran], acquisition=acq)
+        picks = select(
+            scored,
+            configs,
+            k,
+            best_measured=incumbent,
+            already_run=[configs[i] for i in ran],
+            acquisition=acq,
+        )
         rounds += 1
         for i, _reason, _value in picks:
             ran.append(i)
@@ -174,8 +187,9 @@ def replay_cell(name: str, runs: pd.DataFrame, args: argparse.Namespace,
                 found = len(ran)
         if found is None and len(ran) < args.max_runs:
             observed_ids = set(outcome["_id"].iloc[ran])
-            ids = cell.apply(lambda r: json.dumps(config_to_flat(config_from_flat(r)),
-                                                  sort_keys=True), axis=1)
+            ids = cell.apply(
+                lambda r: json.dumps(config_to_flat(config_from_flat(r)), sort_keys=True), axis=1
+            )
             seen = cell[ids.isin(observed_ids).to_numpy()]
             model = fit_cached(pd.concat([others, seen], ignore_index=True), None, args.seed)
             scored = score_configs(configs, model=model, limits=limits, profile=args.profile)
@@ -193,26 +207,50 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--max-runs", type=int, default=12)
     ap.add_argument("--max-rounds", type=int, default=1000)
     ap.add_argument("--batch", type=int, default=2, help="runs proposed per round")
-    ap.add_argument("--boundary-frac", type=float, default=0.0,
-                    help="share of each round for OOM-boundary runs (the goal here is the best)")
-    ap.add_argument("--gain", default=Acquisition().gain,
-                    choices=GAINS,
-                    help="how the loop values a candidate "
-                         "(surrogate.loop.acquisition.Acquisition.gain)")
-    ap.add_argument("--diversity-scale", type=float, default=Acquisition().diversity_scale,
-                    help="length scale of the diversity penalty in doublings, 0: none "
-                         "(surrogate.loop.acquisition.Acquisition.diversity_scale)")
-    ap.add_argument("--profile", default=PROFILE,
-                    help="calibration profile the layouts are scored on (the sweep's cluster)")
-    ap.add_argument("--seed", type=int, default=0,
-                    help="the models' seed (a replay's spread: run it with a few)")
-    ap.add_argument("--explore-first", action="store_true",
-                    help="no opening pick of the best-ranked layout "
-                         "(surrogate.loop.acquisition.Acquisition.open_with_best)")
+    ap.add_argument(
+        "--boundary-frac",
+        type=float,
+        default=0.0,
+        help="share of each round for OOM-boundary runs (the goal here is the best)",
+    )
+    ap.add_argument(
+        "--gain",
+        default=Acquisition().gain,
+        choices=GAINS,
+        help="how the loop values a candidate (surrogate.loop.acquisition.Acquisition.gain)",
+    )
+    ap.add_argument(
+        "--diversity-scale",
+        type=float,
+        default=Acquisition().diversity_scale,
+        help="length scale of the diversity penalty in doublings, 0: none "
+        "(surrogate.loop.acquisition.Acquisition.diversity_scale)",
+    )
+    ap.add_argument(
+        "--profile",
+        default=PROFILE,
+        help="calibration profile the layouts are scored on (the sweep's cluster)",
+    )
+    ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="the models' seed (a replay's spread: run it with a few)",
+    )
+    ap.add_argument(
+        "--explore-first",
+        action="store_true",
+        help="no opening pick of the best-ranked layout "
+        "(surrogate.loop.acquisition.Acquisition.open_with_best)",
+    )
     ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--network", default="typical", choices=("typical", "any"),
-                    help="the cell's runs that count: those on a typical network for their "
-                         "node count (typical_network), or every run")
+    ap.add_argument(
+        "--network",
+        default="typical",
+        choices=("typical", "any"),
+        help="the cell's runs that count: those on a typical network for their "
+        "node count (typical_network), or every run",
+    )
     ap.add_argument("--cache-dir", default="benchmarks/.cache/active_replay")
     ap.add_argument("--no-mlflow", action="store_true")
     return ap.parse_args()
@@ -222,8 +260,10 @@ def main() -> None:
     args = parse_args()
     t0 = time.perf_counter()
     runs = playbook_runs(args.data_dir)
-    cells = sorted(cell_key(runs).unique(),
-                   key=lambda c: (float(c.split("@")[0].rstrip("G")), int(c.split("@")[1])))
+    cells = sorted(
+        cell_key(runs).unique(),
+        key=lambda c: (float(c.split("@")[0].rstrip("G")), int(c.split("@")[1])),
+    )
     if args.cells:
         wanted = args.cells.split(",")
         unknown = set(wanted) - set(cells)
@@ -240,8 +280,11 @@ def main() -> None:
         if row["hits"] == 0:
             print(f"{name:>9}: no completed run, skipped", flush=True)
             continue
-        print(f"{name:>9}: loop {row['loop']}  rules {row['rules']}  greedy {row['greedy']}  "
-              f"random {row['random_mean']:.1f}  ({row['seconds']} s)", flush=True)
+        print(
+            f"{name:>9}: loop {row['loop']}  rules {row['rules']}  greedy {row['greedy']}  "
+            f"random {row['random_mean']:.1f}  ({row['seconds']} s)",
+            flush=True,
+        )
     table, metrics = summarize(pd.DataFrame(rows), args)
     elapsed = time.perf_counter() - t0
     print(f"total time {elapsed:.0f} s")
@@ -249,8 +292,10 @@ def main() -> None:
         log_mlflow(table, metrics, vars(args), elapsed)
 
 
-def summarize(table: pd.DataFrame, args: argparse.Namespace,
-              ) -> tuple[pd.DataFrame, dict[str, float]]:
+def summarize(
+    table: pd.DataFrame,
+    args: argparse.Namespace,
+) -> tuple[pd.DataFrame, dict[str, float]]:
     """Print the per-cell table and the summary figures; the counted cells and the metrics."""
     skipped = table[table["hits"] == 0]["cell"].tolist()
     table = table[table["hits"] > 0].reset_index(drop=True)
@@ -263,40 +308,57 @@ def summarize(table: pd.DataFrame, args: argparse.Namespace,
         "random": float(table["random_within_8"].mean()),
     }
     pd.set_option("display.width", 200)
-    print(f"\nruns until one within {TOLERANCE:.0%} (relative) of the cell's best measured MFU "
-          f"(loop: {args.batch} per round, retrained each round, at most {args.max_runs}; "
-          f"NaN: not found)")
+    print(
+        f"\nruns until one within {TOLERANCE:.0%} (relative) of the cell's best measured MFU "
+        f"(loop: {args.batch} per round, retrained each round, at most {args.max_runs}; "
+        f"NaN: not found)"
+    )
     print(table.drop(columns=["random_within_8"]).to_string(index=False, float_format="%.3f"))
     if skipped:
         print(f"cells without a completed run (not counted): {', '.join(skipped)}")
-    print(f"\nshare of {len(table)} cells hit within {BUDGET} runs: "
-          + ", ".join(f"{k} {v:.0%}" for k, v in within.items()))
+    print(
+        f"\nshare of {len(table)} cells hit within {BUDGET} runs: "
+        + ", ".join(f"{k} {v:.0%}" for k, v in within.items())
+    )
     loop = table["loop"].fillna(np.inf)
     behind = (loop - table["greedy"].fillna(np.inf)).fillna(0.0)
-    print(f"loop: within {SHORT} runs in {np.mean(loop <= SHORT):.0%} of cells "
-          f"({int((loop <= SHORT).sum())}), within {BUDGET} in {np.mean(loop <= BUDGET):.0%} "
-          f"({int((loop <= BUDGET).sum())})")
-    print(f"loop behind its initial ranking by more than one run in {int((behind > 1).sum())} "
-          f"cells, by at most {behind.max():g} runs (inf: the loop missed where the ranking "
-          f"found)")
+    print(
+        f"loop: within {SHORT} runs in {np.mean(loop <= SHORT):.0%} of cells "
+        f"({int((loop <= SHORT).sum())}), within {BUDGET} in {np.mean(loop <= BUDGET):.0%} "
+        f"({int((loop <= BUDGET).sum())})"
+    )
+    print(
+        f"loop behind its initial ranking by more than one run in {int((behind > 1).sum())} "
+        f"cells, by at most {behind.max():g} runs (inf: the loop missed where the ranking "
+        f"found)"
+    )
     spent, failed = int(table["loop_runs_spent"].sum()), int(table["loop_failed"].sum())
-    print(f"proposed runs that ran out of memory or failed: {failed} of {spent} "
-          f"({failed / max(spent, 1):.1%})")
+    print(
+        f"proposed runs that ran out of memory or failed: {failed} of {spent} "
+        f"({failed / max(spent, 1):.1%})"
+    )
     regret = table["top1_regret"]
-    print(f"top-1 regret (the initial ranking's first pick short of the cell's best; 1: it did "
-          f"not complete): median {regret.median():.1%}, mean {regret.mean():.1%}, "
-          f"max {regret.max():.1%}")
-    print(f"median runs: loop {table['loop'].median()}, rules {table['rules'].median()}, "
-          f"greedy {table['greedy'].median()}, random (mean over seeds) "
-          f"{table['random_mean'].median():.1f}")
-    return table, within | {f"loop_within_{SHORT}": float(np.mean(loop <= SHORT)),
-                            "loop_behind_cells": float((behind > 1).sum()),
-                            "loop_failed_share": failed / max(spent, 1),
-                            "top1_regret_median": float(regret.median())}
+    print(
+        f"top-1 regret (the initial ranking's first pick short of the cell's best; 1: it did "
+        f"not complete): median {regret.median():.1%}, mean {regret.mean():.1%}, "
+        f"max {regret.max():.1%}"
+    )
+    print(
+        f"median runs: loop {table['loop'].median()}, rules {table['rules'].median()}, "
+        f"greedy {table['greedy'].median()}, random (mean over seeds) "
+        f"{table['random_mean'].median():.1f}"
+    )
+    return table, within | {
+        f"loop_within_{SHORT}": float(np.mean(loop <= SHORT)),
+        "loop_behind_cells": float((behind > 1).sum()),
+        "loop_failed_share": failed / max(spent, 1),
+        "top1_regret_median": float(regret.median()),
+    }
 
 
-def log_mlflow(table: pd.DataFrame, within: dict[str, float], params: dict[str, Any],
-               elapsed: float) -> None:
+def log_mlflow(
+    table: pd.DataFrame, within: dict[str, float], params: dict[str, Any], elapsed: float
+) -> None:
     import tempfile
 
     import mlflow
@@ -305,12 +367,17 @@ def log_mlflow(table: pd.DataFrame, within: dict[str, float], params: dict[str, 
 
     uri = tracking.connect()
     exp_id = tracking.experiment("surrogate-active-replay")
-    with mlflow.start_run(experiment_id=exp_id, run_name="playbook replay",
-                          tags={tracking.KIND_TAG: "accuracy"}):
+    with mlflow.start_run(
+        experiment_id=exp_id, run_name="playbook replay", tags={tracking.KIND_TAG: "accuracy"}
+    ):
         mlflow.log_params({k: v for k, v in params.items() if v is not None})
-        mlflow.log_metrics({(k if k.startswith(("loop_", "top1_")) else f"within_{BUDGET}/{k}"): v
-                            for k, v in within.items()}
-                           | {"replay/cells": float(len(table)), "replay/seconds": elapsed})
+        mlflow.log_metrics(
+            {
+                (k if k.startswith(("loop_", "top1_")) else f"within_{BUDGET}/{k}"): v
+                for k, v in within.items()
+            }
+            | {"replay/cells": float(len(table)), "replay/seconds": elapsed}
+        )
         with tempfile.TemporaryDirectory() as tmp:
             out = Path(tmp) / "active_replay.csv"
             table.to_csv(out, index=False)

@@ -47,9 +47,16 @@ def predictions(runs: pd.DataFrame, values: dict[str, float] | None) -> dict[str
     the most loaded rank) and memory error of every run with ``values`` (None: the shipped
     parameters of each run's framework version)."""
     blocks, rows = blocks_for_runs(runs)
-    out = {k: np.full(len(runs), np.nan)
-           for k in ("step_time_s", "reserved_bytes", "peak_reserved_bytes", "memory_log_sd",
-                     "oom_log_margin")}
+    out = {
+        k: np.full(len(runs), np.nan)
+        for k in (
+            "step_time_s",
+            "reserved_bytes",
+            "peak_reserved_bytes",
+            "memory_log_sd",
+            "oom_log_margin",
+        )
+    }
     for b, idx in zip(blocks, rows, strict=True):
         vals = values if values is not None else values_in_use(b)
         out["step_time_s"][idx] = predicted_step_s(b, vals)
@@ -66,13 +73,21 @@ GROUPS = {"model": "model_name", "nodes": "num_nodes", "tp": "tp", "pp": "pp"}
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--fit-on", choices=["all", "healthy"], default="all",
-                    help="fit time parameters on all completed runs (default) or on those of "
-                         "MFU >= 10%%")
-    ap.add_argument("--by", choices=list(GROUPS), default=None,
-                    help="also print the held-out figures per group")
-    ap.add_argument("--hold-out", choices=list(GROUPS), default="model",
-                    help="what the held-out fits leave out in turn (default: each model size)")
+    ap.add_argument(
+        "--fit-on",
+        choices=["all", "healthy"],
+        default="all",
+        help="fit time parameters on all completed runs (default) or on those of MFU >= 10%%",
+    )
+    ap.add_argument(
+        "--by", choices=list(GROUPS), default=None, help="also print the held-out figures per group"
+    )
+    ap.add_argument(
+        "--hold-out",
+        choices=list(GROUPS),
+        default="model",
+        help="what the held-out fits leave out in turn (default: each model size)",
+    )
     args = ap.parse_args()
     runs = playbook_runs()
     print(f"{len(runs)} Playbook runs, {int((runs.status == 'completed').sum())} completed")
@@ -85,8 +100,10 @@ def main() -> None:
     print(pd.DataFrame(rows).T.round(3).to_string())
     if args.by:
         key = GROUPS[args.by]
-        per = {g: held_out_figures(part, {k: v[part.index] for k, v in held.items()})
-               for g, part in runs.groupby(key)}
+        per = {
+            g: held_out_figures(part, {k: v[part.index] for k, v in held.items()})
+            for g, part in runs.groupby(key)
+        }
         print(pd.DataFrame(per).T.round(3).to_string())
 
 

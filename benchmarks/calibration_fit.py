@@ -36,14 +36,18 @@ GPU = "H100-SXM-80GB"
 
 def _inputs(data_dir: Path) -> list[Path]:
     mb = data_dir / "microbench"
-    return [mb / "xla" / "default_matmul_perf_table.txtpb",
-            mb / "xla" / "default_collective_perf_table.txtpb",
-            *sorted((mb / "nccl-tests").glob("*.log"))]
+    return [
+        mb / "xla" / "default_matmul_perf_table.txtpb",
+        mb / "xla" / "default_collective_perf_table.txtpb",
+        *sorted((mb / "nccl-tests").glob("*.log")),
+    ]
 
 
 def _stats(err: np.ndarray) -> str:
-    return (f"n={len(err):4d}  median {100 * np.median(err):6.1f}%  "
-            f"p90 {100 * np.quantile(err, 0.9):6.1f}%  max {100 * np.max(err):7.1f}%")
+    return (
+        f"n={len(err):4d}  median {100 * np.median(err):6.1f}%  "
+        f"p90 {100 * np.quantile(err, 0.9):6.1f}%  max {100 * np.max(err):7.1f}%"
+    )
 
 
 def gemm_errors(profile: CalibrationProfile, t: pd.DataFrame) -> list[str]:
@@ -77,23 +81,30 @@ def collective_errors(profile: CalibrationProfile, t: pd.DataFrame) -> list[str]
     for cv in profile.collectives:
         if cv.provenance != "measured":
             continue
-        rows = coll[(coll["op"] == cv.op) & (coll["group_size"] == cv.group_size)
-                    & ((coll["nodes"] > 1) == cv.inter_node)]
+        rows = coll[
+            (coll["op"] == cv.op)
+            & (coll["group_size"] == cv.group_size)
+            & ((coll["nodes"] > 1) == cv.inter_node)
+        ]
         where = "inter" if cv.inter_node else "intra"
         for src, r in rows.groupby("source"):
             pred = cv(r["size_bytes"].to_numpy())
             err = np.abs(pred - r["time_s"].to_numpy()) / r["time_s"].to_numpy()
-            lines.append(f"{cv.op:14s} g={cv.group_size:<3d}{where} {src:10s} in-sample "
-                         f"{_stats(err)}")
+            lines.append(
+                f"{cv.op:14s} g={cv.group_size:<3d}{where} {src:10s} in-sample {_stats(err)}"
+            )
         sizes = np.sort(rows["size_bytes"].unique())
         train = rows[rows["size_bytes"].isin(sizes[::2])]
         test = rows[rows["size_bytes"].isin(sizes[1:-1:2])]
         if len(test):
             hold = fit_collective_curve(train, cv.op, cv.group_size, cv.inter_node)
-            err = np.abs(hold(test["size_bytes"].to_numpy()) - test["time_s"].to_numpy()) \
+            err = (
+                np.abs(hold(test["size_bytes"].to_numpy()) - test["time_s"].to_numpy())
                 / test["time_s"].to_numpy()
-            lines.append(f"{cv.op:14s} g={cv.group_size:<3d}{where} {'all':10s} hold-out  "
-                         f"{_stats(err)}")
+            )
+            lines.append(
+                f"{cv.op:14s} g={cv.group_size:<3d}{where} {'all':10s} hold-out  {_stats(err)}"
+            )
     return lines
 
 
@@ -111,8 +122,11 @@ def plot(profile: CalibrationProfile, t: pd.DataFrame, path: Path) -> None:
     smooth = curve.smooth_efficiency(*(rows[c].to_numpy() for c in ("m", "n", "k")))
     a1.scatter(meas, smooth, s=8, label="smooth model (fills unmeasured cells)")
     a1.plot([0, 1], [0, 1], "k--", lw=0.8)
-    a1.set(xlabel="measured efficiency (XLA sm_90, bf16)", ylabel="predicted efficiency",
-           title="GEMM efficiency, fraction of the 989 TFLOP/s dense peak")
+    a1.set(
+        xlabel="measured efficiency (XLA sm_90, bf16)",
+        ylabel="predicted efficiency",
+        title="GEMM efficiency, fraction of the 989 TFLOP/s dense peak",
+    )
     a1.legend()
     coll = t[(t["op"] == "all_reduce")]
     for cv in profile.collectives:
@@ -123,8 +137,13 @@ def plot(profile: CalibrationProfile, t: pd.DataFrame, path: Path) -> None:
         label = f"g={cv.group_size} {'inter' if cv.inter_node else 'intra'}"
         line = a2.plot(s, s * 2 * (cv.group_size - 1) / cv.group_size / cv(s), label=label)[0]
         a2.scatter(r["size_bytes"], r["busbw_bytes_per_s"], s=6, color=line.get_color())
-    a2.set(xscale="log", yscale="log", xlabel="size (bytes)", ylabel="busbw (B/s)",
-           title="all_reduce: fitted curve and measured points")
+    a2.set(
+        xscale="log",
+        yscale="log",
+        xlabel="size (bytes)",
+        ylabel="busbw (B/s)",
+        title="all_reduce: fitted curve and measured points",
+    )
     a2.legend()
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -132,10 +151,14 @@ def plot(profile: CalibrationProfile, t: pd.DataFrame, path: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    default = Path(os.environ.get("SURROGATE_DATA_DIR",
-                                  Path(__file__).resolve().parents[1].parent / "shared" / "data"))
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    default = Path(
+        os.environ.get(
+            "SURROGATE_DATA_DIR", Path(__file__).resolve().parents[1].parent / "shared" / "data"
+        )
+    )
     ap.add_argument("--data-dir", type=Path, default=default)
     ap.add_argument("--plot", type=Path, default=Path("benchmarks/calibration_fit.png"))
     args = ap.parse_args(argv)

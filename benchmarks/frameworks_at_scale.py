@@ -78,8 +78,12 @@ def _cluster_profile(runs: pd.DataFrame) -> str | None:
     return given.pop() if given else None
 
 
-def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | None],
-                *, cluster_profiles: bool = True) -> pd.DataFrame:
+def predictions(
+    runs: pd.DataFrame,
+    sets_by_source: dict[str, ParameterSets | None],
+    *,
+    cluster_profiles: bool = True,
+) -> pd.DataFrame:
     """Every run of ``runs`` predicted under its source's held-out sets, by each of
     :data:`MODELS` (columns ``<model>_pred_tokens_per_s_per_gpu``, ``<model>_p_oom``,
     ``<model>_pred_peak_mem_reserved_gib``), with its
@@ -95,12 +99,18 @@ def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | No
                 # held out on purpose: the bundled model corrects the shipped sets, and the
                 # learned figures here are its corrections over sets fitted without a source
                 warnings.simplefilter("ignore", PhysicsWarning)
-                pred = predict_frame(runs.loc[rows, list(CONFIG_COLUMNS)].reset_index(drop=True),
-                                     model=model, sets=sets, profile=profile)
+                pred = predict_frame(
+                    runs.loc[rows, list(CONFIG_COLUMNS)].reset_index(drop=True),
+                    model=model,
+                    sets=sets,
+                    profile=profile,
+                )
             bad = pred["error"].astype(bool)
             if bad.any():
-                raise SystemExit(f"{source}: {int(bad.sum())} runs not predicted, e.g. "
-                                 f"{pred.loc[bad, 'error'].iloc[0]}")
+                raise SystemExit(
+                    f"{source}: {int(bad.sum())} runs not predicted, e.g. "
+                    f"{pred.loc[bad, 'error'].iloc[0]}"
+                )
             for col in PRED:
                 out.loc[rows, f"{name}_{col}"] = pred[col].to_numpy()
     return out
@@ -109,17 +119,23 @@ def predictions(runs: pd.DataFrame, sets_by_source: dict[str, ParameterSets | No
 def figures(part: pd.DataFrame, model: str) -> dict[str, Any]:
     """The figures of the module docstring for the runs of ``part`` under ``model``."""
     done = part[part["status"] == "completed"]
-    ratio = (done[f"{model}_pred_tokens_per_s_per_gpu"]
-             / done["tokens_per_s_per_gpu"]).to_numpy(float)
+    ratio = (done[f"{model}_pred_tokens_per_s_per_gpu"] / done["tokens_per_s_per_gpu"]).to_numpy(
+        float
+    )
     level, spread, med_dev = level_and_spread(ratio)
-    mem = (done[f"{model}_pred_peak_mem_reserved_gib"]
-           / done["peak_mem_reserved_gib"]).to_numpy(float)
+    mem = (done[f"{model}_pred_peak_mem_reserved_gib"] / done["peak_mem_reserved_gib"]).to_numpy(
+        float
+    )
     mok = np.isfinite(mem)
-    return {"runs": int(np.isfinite(ratio).sum()), "tps x": level, "spread": spread,
-            "med dev": med_dev,
-            "OOM called": int((done[f"{model}_p_oom"] > OOM_P).sum()),
-            "mem MAPE": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan,
-            "mem runs": int(mok.sum())}
+    return {
+        "runs": int(np.isfinite(ratio).sum()),
+        "tps x": level,
+        "spread": spread,
+        "med dev": med_dev,
+        "OOM called": int((done[f"{model}_p_oom"] > OOM_P).sum()),
+        "mem MAPE": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan,
+        "mem runs": int(mok.sum()),
+    }
 
 
 def table(scored: pd.DataFrame, refused: dict[str, int], by: str | None = None) -> pd.DataFrame:
@@ -132,9 +148,14 @@ def table(scored: pd.DataFrame, refused: dict[str, int], by: str | None = None) 
             label = model
             if model == "learned" and (part["source"] == LEARNED_TRAINED_ON).all():
                 label = "learned (trained on these)"
-            rows.append({**values, "model": label,
-                         "refused": refused.get(str(values["group"]), 0) if not by else "",
-                         **figures(part, model)})
+            rows.append(
+                {
+                    **values,
+                    "model": label,
+                    "refused": refused.get(str(values["group"]), 0) if not by else "",
+                    **figures(part, model),
+                }
+            )
     return pd.DataFrame(rows)
 
 
@@ -143,8 +164,10 @@ def show(frame: pd.DataFrame) -> str:
     shown["tps x"] = shown["tps x"].map(lambda v: f"{v:.2f}")
     for col in ("spread", "med dev"):
         shown[col] = shown[col].map(lambda v: f"{100 * v:.1f}%")
-    shown["mem MAPE"] = [("-" if not np.isfinite(v) else f"{100 * v:.1f}% ({n})")
-                         for v, n in zip(shown["mem MAPE"], shown["mem runs"], strict=True)]
+    shown["mem MAPE"] = [
+        ("-" if not np.isfinite(v) else f"{100 * v:.1f}% ({n})")
+        for v, n in zip(shown["mem MAPE"], shown["mem runs"], strict=True)
+    ]
     return shown.drop(columns="mem runs").to_string(index=False)
 
 
@@ -170,25 +193,41 @@ def main() -> None:
         for source in sources:
             test = (runs["source"] == source).to_numpy()
             sets_by_source[source] = held_out_sets(runs, test, taken=taken, full=full)
-            print(f"  held out {source}: sets fitted on the other {int((~test).sum())} runs",
-                  flush=True)
+            print(
+                f"  held out {source}: sets fitted on the other {int((~test).sum())} runs",
+                flush=True,
+            )
     scored = predictions(runs, sets_by_source, cluster_profiles=not args.default_profile)
     path = resolve_data_dir(args.data_dir) / "published/megatron_bridge_h100.csv"
     flagged = parse_published(path, flagged=True)[0]
     refused = {"megatron-bridge-h100": int(flagged["layout_problem"].notna().sum())}
-    how = ("the shipped parameter sets (not held out but for megatron_bridge)" if args.shipped
-           else "each source held out of every fit")
-    profiles = ("every GPU's default hardware profile" if args.default_profile else
-                "the cluster's shipped profile where it has one (Playbook: hf-playbook-cluster, "
-                "own H100: h100-own-measured), else the GPU's default")
+    how = (
+        "the shipped parameter sets (not held out but for megatron_bridge)"
+        if args.shipped
+        else "each source held out of every fit"
+    )
+    profiles = (
+        "every GPU's default hardware profile"
+        if args.default_profile
+        else "the cluster's shipped profile where it has one (Playbook: hf-playbook-cluster, "
+        "own H100: h100-own-measured), else the GPU's default"
+    )
     print(f"\n{len(runs)} runs; predicted from their configuration alone, {profiles}, {how}")
     print(show(table(scored, refused)))
     if args.by:
         print(f"\nper {args.by}:")
         print(show(table(scored, refused, by=args.by)))
     if args.runs_out is not None:
-        keep = ["source", "run_id", "group", "model_name", "status", "tokens_per_s_per_gpu",
-                "peak_mem_reserved_gib", *(f"{m}_{c}" for m in MODELS for c in PRED)]
+        keep = [
+            "source",
+            "run_id",
+            "group",
+            "model_name",
+            "status",
+            "tokens_per_s_per_gpu",
+            "peak_mem_reserved_gib",
+            *(f"{m}_{c}" for m in MODELS for c in PRED),
+        ]
         scored[keep].to_csv(args.runs_out, index=False)
         print(f"wrote {len(scored)} runs' predictions to {args.runs_out}")
 

@@ -59,8 +59,10 @@ GPU = "H100-SXM-80GB"
 
 
 def _stats(ratio: np.ndarray) -> str:
-    return (f"median {np.median(ratio):.3f}, MAPE {np.mean(np.abs(ratio - 1)):.1%}, "
-            f"range {ratio.min():.2f}-{ratio.max():.2f}")
+    return (
+        f"median {np.median(ratio):.3f}, MAPE {np.mean(np.abs(ratio - 1)):.1%}, "
+        f"range {ratio.min():.2f}-{ratio.max():.2f}"
+    )
 
 
 def gemm_report() -> None:
@@ -73,8 +75,9 @@ def gemm_report() -> None:
         for dtype in ("bf16", "fp8"):
             for label, sel in (("grid", grid), ("preset shapes", ~grid)):
                 rows = t[sel & (t["dtype"] == dtype)]
-                eff = prof.gemm[dtype](rows["m"].to_numpy(), rows["n"].to_numpy(),
-                                       rows["k"].to_numpy())
+                eff = prof.gemm[dtype](
+                    rows["m"].to_numpy(), rows["n"].to_numpy(), rows["k"].to_numpy()
+                )
                 pred = 2 * rows["m"] * rows["n"] * rows["k"] / (spec.peak_flops(dtype) * eff)
                 ratio = (pred / rows["time_s"]).to_numpy()
                 prov = prof.gemm[dtype].provenance
@@ -82,8 +85,10 @@ def gemm_report() -> None:
     for dtype in ("bf16", "fp8"):
         rows = t[t["dtype"] == dtype]
         eff = rows["flops_per_s"] / spec.peak_flops(dtype)
-        print(f"   measured {dtype} efficiency over the dense peak: median {eff.median():.3f}, "
-              f"max {eff.max():.3f}")
+        print(
+            f"   measured {dtype} efficiency over the dense peak: median {eff.median():.3f}, "
+            f"max {eff.max():.3f}"
+        )
 
 
 def attention_report() -> None:
@@ -92,17 +97,23 @@ def attention_report() -> None:
     peak = get_gpu(GPU).peak_flops("bf16")
     full = t[t["op"] == "sdpa_fwd_bwd"].set_index(["m", "k", "batch"])
     causal = t[t["op"] == "sdpa_causal_fwd_bwd"].set_index(["m", "k", "batch"])
-    print("\n2. Flash attention, forward + backward (torch SDPA flash backend, bf16); efficiency "
-          "= the analytic count (12 T s h, no causal discount) / time / dense peak")
-    print(f"   {'seq':>6} {'hd':>4} {'heads':>5} {'full':>6} {'causal':>7} {'causal/full time':>17}"
-          f" {'proxy (GEMM T x s x hd)':>24}")
+    print(
+        "\n2. Flash attention, forward + backward (torch SDPA flash backend, bf16); efficiency "
+        "= the analytic count (12 T s h, no causal discount) / time / dense peak"
+    )
+    print(
+        f"   {'seq':>6} {'hd':>4} {'heads':>5} {'full':>6} {'causal':>7} {'causal/full time':>17}"
+        f" {'proxy (GEMM T x s x hd)':>24}"
+    )
     for (s, d, b), row in full.iterrows():
         c = causal.loc[(s, d, b)]
         seqs = max(1, TOKENS_PER_HEAD // int(s))
         tokens, heads = seqs * int(s), int(b) // seqs
         model = float(public.gemm["bf16"](np.array([tokens]), np.array([s]), np.array([d]))[0])
-        print(f"   {int(s):6d} {int(d):4d} {heads:5d} {row['flops_per_s'] / peak:6.3f} "
-              f"{c['flops_per_s'] / peak:7.3f} {c['time_s'] / row['time_s']:17.3f} {model:24.3f}")
+        print(
+            f"   {int(s):6d} {int(d):4d} {heads:5d} {row['flops_per_s'] / peak:6.3f} "
+            f"{c['flops_per_s'] / peak:7.3f} {c['time_s'] / row['time_s']:17.3f} {model:24.3f}"
+        )
 
 
 def membound_report() -> None:
@@ -111,8 +122,10 @@ def membound_report() -> None:
     print(f"\n3. Memory-bound kernels: achieved bandwidth / HBM datasheet ({hbm / 1e12:.2f} TB/s)")
     for op, rows in t.groupby("op", sort=False):
         share = rows["algbw_bytes_per_s"] / hbm
-        print(f"   {op:22s} {len(rows):2d} shapes: median {share.median():.3f}, "
-              f"range {share.min():.3f}-{share.max():.3f}")
+        print(
+            f"   {op:22s} {len(rows):2d} shapes: median {share.median():.3f}, "
+            f"range {share.min():.3f}-{share.max():.3f}"
+        )
 
 
 FSDP2 = DATA.parent / "2026-11-24" / "fsdp2"
@@ -124,8 +137,9 @@ def load_steps(files: list[Path] | None = None) -> pd.DataFrame:
     return pd.concat([read_runs(p) for p in paths], ignore_index=True)
 
 
-def step_figures(runs: pd.DataFrame, reserved: np.ndarray, step_s: np.ndarray,
-                 p_oom: np.ndarray) -> str:
+def step_figures(
+    runs: pd.DataFrame, reserved: np.ndarray, step_s: np.ndarray, p_oom: np.ndarray
+) -> str:
     done = (runs["status"] == "completed").to_numpy()
     meas_mem = runs["peak_mem_reserved_gib"].to_numpy(float) * GIB
     tokens = (runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
@@ -138,10 +152,12 @@ def step_figures(runs: pd.DataFrame, reserved: np.ndarray, step_s: np.ndarray,
     recall = (said & oom).sum() / max(oom.sum(), 1)
     precision = (said & oom).sum() / max((said & judged).sum(), 1)
     exact, cases = boundary_exact(runs, said)
-    return (f"memory MAPE {mem:.1%}; step time MAPE {time.mean():.1%} "
-            f"(median {np.median(time):.1%}, within 10% {np.mean(time <= 0.10):.0%}); "
-            f"OOM recall {recall:.1%} precision {precision:.1%}; "
-            f"largest micro-batch exact in {exact}/{cases} cases")
+    return (
+        f"memory MAPE {mem:.1%}; step time MAPE {time.mean():.1%} "
+        f"(median {np.median(time):.1%}, within 10% {np.mean(time <= 0.10):.0%}); "
+        f"OOM recall {recall:.1%} precision {precision:.1%}; "
+        f"largest micro-batch exact in {exact}/{cases} cases"
+    )
 
 
 def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
@@ -163,8 +179,9 @@ def boundary_exact(runs: pd.DataFrame, said_oom: np.ndarray) -> tuple[int, int]:
     return exact, cases
 
 
-def steps_report(section: str = "4", files: list[Path] | None = None,
-                 framework: str = "pytorch/autocast") -> pd.DataFrame:
+def steps_report(
+    section: str = "4", files: list[Path] | None = None, framework: str = "pytorch/autocast"
+) -> pd.DataFrame:
     """Prints the figures of the steps of ``files``; returns their runs."""
     from surrogate.calibration.fit_params import fit_runs, held_out_p_oom
     from surrogate.prediction.predict import resolve_model
@@ -172,29 +189,48 @@ def steps_report(section: str = "4", files: list[Path] | None = None,
 
     runs = load_steps(files)
     n_ok = int((runs["status"] == "completed").sum())
-    print(f"\n{section}. Single-GPU training steps: {len(runs)} tries ({n_ok} completed, "
-          f"{int((runs['status'] == 'oom').sum())} out of memory) of "
-          f"{runs['model_name'].nunique()} models, framework {framework}")
+    print(
+        f"\n{section}. Single-GPU training steps: {len(runs)} tries ({n_ok} completed, "
+        f"{int((runs['status'] == 'oom').sum())} out of memory) of "
+        f"{runs['model_name'].nunique()} models, framework {framework}"
+    )
     result = fit_runs(runs, group_by="model_name")
     held = result["held_out"]
-    print("   analytic, fitted leaving the run's model out: "
-          + step_figures(runs, held["reserved_bytes"], held["step_time_s"],
-                         held_out_p_oom(runs, held)))
+    print(
+        "   analytic, fitted leaving the run's model out: "
+        + step_figures(
+            runs, held["reserved_bytes"], held["step_time_s"], held_out_p_oom(runs, held)
+        )
+    )
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
-    for label, model in (("analytic, shipped fit (in-sample)", None),
-                         ("learned (bundled model)", resolve_model("default"))):
+    for label, model in (
+        ("analytic, shipped fit (in-sample)", None),
+        ("learned (bundled model)", resolve_model("default")),
+    ):
         s = score(table, model=model, profile="h100-own-measured")
-        print(f"   {label}: " + step_figures(runs, s.columns["pred_peak_mem_reserved_gib"] * GIB,
-                                               s.columns["pred_step_time_s"],
-                                               s.columns["p_oom"]))
+        print(
+            f"   {label}: "
+            + step_figures(
+                runs,
+                s.columns["pred_peak_mem_reserved_gib"] * GIB,
+                s.columns["pred_step_time_s"],
+                s.columns["p_oom"],
+            )
+        )
     # The priors: every parameter as if nothing had been fitted for this framework.
     from surrogate.analytic.params import PRIORS
 
     prior = {f"p_{name}": np.full(len(runs), value) for name, value in PRIORS.items()}
     s = score(table, profile="h100-own-measured", extra=prior)
-    print("   analytic, priors (no fit): " + step_figures(
-        runs, s.columns["pred_peak_mem_reserved_gib"] * GIB, s.columns["pred_step_time_s"],
-        s.columns["p_oom"]))
+    print(
+        "   analytic, priors (no fit): "
+        + step_figures(
+            runs,
+            s.columns["pred_peak_mem_reserved_gib"] * GIB,
+            s.columns["pred_step_time_s"],
+            s.columns["p_oom"],
+        )
+    )
     return runs
 
 
@@ -203,8 +239,10 @@ TORCHTITAN = DATA.parent / "2026-11-24" / "torchtitan"
 
 def _ratios(pred: np.ndarray, meas: np.ndarray) -> str:
     r = pred / meas
-    return (f"MAPE {np.mean(np.abs(r - 1)):5.1%}, median predicted / measured "
-            f"{np.median(r):.2f}, range {r.min():.2f}-{r.max():.2f}")
+    return (
+        f"MAPE {np.mean(np.abs(r - 1)):5.1%}, median predicted / measured "
+        f"{np.median(r):.2f}, range {r.min():.2f}-{r.max():.2f}"
+    )
 
 
 def torchtitan_report() -> None:
@@ -218,34 +256,44 @@ def torchtitan_report() -> None:
 
     runs, _ = read_run_dirs(TORCHTITAN)
     done = (runs["status"] == "completed").to_numpy()
-    print(f"\n5. torchtitan 0.2.2 on one H100: {len(runs)} runs ({int(done.sum())} completed, "
-          f"{int((~done).sum())} out of memory) of {runs['model_name'].nunique()} models, "
-          "launch files of surrogate.loop.launch; predicted / measured step time and peak reserved "
-          "memory over the completed runs")
+    print(
+        f"\n5. torchtitan 0.2.2 on one H100: {len(runs)} runs ({int(done.sum())} completed, "
+        f"{int((~done).sum())} out of memory) of {runs['model_name'].nunique()} models, "
+        "launch files of surrogate.loop.launch; predicted / measured step time and peak reserved "
+        "memory over the completed runs"
+    )
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
     tokens = (runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
     step = tokens / runs["tokens_per_s_per_gpu"].to_numpy(float)
     mem = runs["peak_mem_reserved_gib"].to_numpy(float)
     moe = (runs["num_experts"] > 0).to_numpy()
     selective = (runs["recompute"] == "selective").to_numpy()
-    kinds = (("dense, none/full recompute", done & ~moe & ~selective),
-             ("MoE, none/full recompute  ", done & moe & ~selective),
-             ("selective (per operator)  ", done & selective))
+    kinds = (
+        ("dense, none/full recompute", done & ~moe & ~selective),
+        ("MoE, none/full recompute  ", done & moe & ~selective),
+        ("selective (per operator)  ", done & selective),
+    )
     prior = {f"p_{name}": np.full(len(runs), value) for name, value in PRIORS.items()}
-    for label, kw in (("analytic, the set it takes (pytorch/autocast; held out)", {}),
-                      ("analytic, torchtitan's priors (no fit)", {"extra": prior}),
-                      ("learned (bundled model)", {"model": resolve_model("default")})):
+    for label, kw in (
+        ("analytic, the set it takes (pytorch/autocast; held out)", {}),
+        ("analytic, torchtitan's priors (no fit)", {"extra": prior}),
+        ("learned (bundled model)", {"model": resolve_model("default")}),
+    ):
         sc = score(table, profile="h100-own-measured", **kw)
         p_step = sc.columns["pred_step_time_s"]
         p_mem = sc.columns["pred_peak_mem_reserved_gib"]
         said = sc.columns["p_oom"] > 0.5
         oom = ~done
-        print(f"   {label}: OOM said for {int((said & oom).sum())} of {int(oom.sum())} "
-              f"out-of-memory runs and {int((said & done).sum())} of {int(done.sum())} "
-              "completed ones")
+        print(
+            f"   {label}: OOM said for {int((said & oom).sum())} of {int(oom.sum())} "
+            f"out-of-memory runs and {int((said & done).sum())} of {int(done.sum())} "
+            "completed ones"
+        )
         for kind, sel in kinds:
-            print(f"     {kind} ({int(sel.sum()):2d}) step time {_ratios(p_step[sel], step[sel])}; "
-                  f"memory {_ratios(p_mem[sel], mem[sel])}")
+            print(
+                f"     {kind} ({int(sel.sum()):2d}) step time {_ratios(p_step[sel], step[sel])}; "
+                f"memory {_ratios(p_mem[sel], mem[sel])}"
+            )
 
 
 def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
@@ -264,21 +312,31 @@ def fsdp2_report(autocast_runs: pd.DataFrame) -> None:
     autocast = shipped_parameter_sets().sets["pytorch/autocast"]["values"]
     extra = {f"p_{name}": np.full(len(runs), autocast[name]) for name in PRIORS}
     s = score(table, profile="h100-own-measured", extra=extra)
-    print("   analytic, pytorch/autocast's set (section 4's): " + step_figures(
-        runs, s.columns["pred_peak_mem_reserved_gib"] * GIB, s.columns["pred_step_time_s"],
-        s.columns["p_oom"]))
+    print(
+        "   analytic, pytorch/autocast's set (section 4's): "
+        + step_figures(
+            runs,
+            s.columns["pred_peak_mem_reserved_gib"] * GIB,
+            s.columns["pred_step_time_s"],
+            s.columns["p_oom"],
+        )
+    )
     done = runs[runs["status"] == "completed"]
-    ratio = done.merge(autocast_runs[autocast_runs["status"] == "completed"],
-                       on=["model_name", "seq_len", "recompute", "mbs", "grad_accum"],
-                       suffixes=("", "_autocast"))
+    ratio = done.merge(
+        autocast_runs[autocast_runs["status"] == "completed"],
+        on=["model_name", "seq_len", "recompute", "mbs", "grad_accum"],
+        suffixes=("", "_autocast"),
+    )
     ratio = ratio[ratio["zero_stage"] == 3]
     r = ratio["tokens_per_s_per_gpu_autocast"] / ratio["tokens_per_s_per_gpu"]
     small = (ratio["mbs"] <= 2).to_numpy()
-    print(f"   measured step time, FSDP2 (ZeRO-3) / autocast, same model, sequence, "
-          f"recomputation and micro-batch ({len(ratio)} pairs): micro-batch <= 2 median "
-          f"{np.median(r[small]):.2f} (range {r[small].min():.2f}-{r[small].max():.2f}); "
-          f"above, median {np.median(r[~small]):.2f} "
-          f"(range {r[~small].min():.2f}-{r[~small].max():.2f})")
+    print(
+        f"   measured step time, FSDP2 (ZeRO-3) / autocast, same model, sequence, "
+        f"recomputation and micro-batch ({len(ratio)} pairs): micro-batch <= 2 median "
+        f"{np.median(r[small]):.2f} (range {r[small].min():.2f}-{r[small].max():.2f}); "
+        f"above, median {np.median(r[~small]):.2f} "
+        f"(range {r[~small].min():.2f}-{r[~small].max():.2f})"
+    )
 
 
 def main() -> None:

@@ -59,8 +59,7 @@ from surrogate.calibration.blocks import blocks_for_runs
 from surrogate.ingest.playbook_network import playbook_runs
 
 GIB = 2.0**30
-SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
-         "tie_embeddings"]
+SHAPE = ["num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size", "tie_embeddings"]
 """The columns that fix a model's shape (``model_name`` alone does not)."""
 
 
@@ -68,8 +67,7 @@ def measured_and_predicted(runs: pd.DataFrame) -> pd.DataFrame:
     """Completed runs with a measured reserved memory: ``meas_gib``, ``pred_gib``, ``log_err``."""
     measured = runs["peak_mem_reserved_gib"].to_numpy(float)
     predicted = predictions(runs, None)["reserved_bytes"] / GIB
-    out = runs.assign(meas_gib=measured, pred_gib=predicted,
-                      log_err=np.log(predicted / measured))
+    out = runs.assign(meas_gib=measured, pred_gib=predicted, log_err=np.log(predicted / measured))
     return out[(out["status"] == "completed") & np.isfinite(out["log_err"])]
 
 
@@ -78,16 +76,22 @@ def slopes(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     keys = ["model_name", "tp", "zero_stage", "framework_version"]
     for key, group in runs[runs["pp"] == 1].groupby([*SHAPE, *keys]):
-        key = key[len(SHAPE):]
+        key = key[len(SHAPE) :]
         per_mbs = group.groupby("mbs")[["meas_gib", "pred_gib"]].median()
         if len(per_mbs) < 3:
             continue
         mbs = per_mbs.index.to_numpy(dtype=np.float64)
         measured = np.polyfit(mbs, per_mbs["meas_gib"], 1)[0]
         predicted = np.polyfit(mbs, per_mbs["pred_gib"], 1)[0]
-        rows.append({**dict(zip(keys, key, strict=True)), "mbs_sizes": len(per_mbs),
-                     "measured_gib_per_seq": measured, "predicted_gib_per_seq": predicted,
-                     "ratio": measured / predicted})
+        rows.append(
+            {
+                **dict(zip(keys, key, strict=True)),
+                "mbs_sizes": len(per_mbs),
+                "measured_gib_per_seq": measured,
+                "predicted_gib_per_seq": predicted,
+                "ratio": measured / predicted,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -99,22 +103,30 @@ def same_memory_groups(runs: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
     grouped = same.groupby(keys)["meas_gib"]
     same = same.assign(n=grouped.transform("count"), median=grouped.transform("median"))
     same = same[same["n"] >= 2]
-    return same.assign(floor=(same["meas_gib"] / same["median"] - 1).abs(),
-                       model=(np.exp(same["log_err"]) - 1).abs())
+    return same.assign(
+        floor=(same["meas_gib"] / same["median"] - 1).abs(),
+        model=(np.exp(same["log_err"]) - 1).abs(),
+    )
 
 
 def repeat_floor(runs: pd.DataFrame) -> tuple[int, int, float, float]:
     """(runs, groups, MAPE against the group median, the model's MAPE on the same runs)."""
     keys = [*SHAPE, "tp", "mbs", "framework_version"]
     same = same_memory_groups(runs[runs["pp"] == 1], keys)
-    return (len(same), same.groupby(keys).ngroups, float(same["floor"].mean()),
-            float(same["model"].mean()))
+    return (
+        len(same),
+        same.groupby(keys).ngroups,
+        float(same["floor"].mean()),
+        float(same["model"].mean()),
+    )
 
 
 def tp_pipe_bands(runs: pd.DataFrame) -> list[np.ndarray]:
     """Per run, its tp band (up to 8: one node; 16 and more: across nodes) and pipeline."""
-    return [np.where(runs["tp"] >= 16, "tp >= 16", "tp <= 8"),
-            np.where(runs["pp"] > 1, "pp > 1", "pp = 1")]
+    return [
+        np.where(runs["tp"] >= 16, "tp >= 16", "tp <= 8"),
+        np.where(runs["pp"] > 1, "pp > 1", "pp = 1"),
+    ]
 
 
 def by_tp_band(runs: pd.DataFrame, least_twins: int = 30) -> pd.DataFrame:
@@ -137,8 +149,9 @@ def floor_by_tp(runs: pd.DataFrame) -> pd.DataFrame:
     """Per tp: ZeRO-0 runs of one model, tp, pp, micro-batch and version (any dp, gradient
     accumulation): their MAPE against their group's median, and the model's on them."""
     same = same_memory_groups(runs, [*SHAPE, "tp", "pp", "mbs", "framework_version"])
-    return same.groupby("tp").agg(runs=("floor", "size"), floor=("floor", "mean"),
-                                  model=("model", "mean"))
+    return same.groupby("tp").agg(
+        runs=("floor", "size"), floor=("floor", "mean"), model=("model", "mean")
+    )
 
 
 def twins(runs: pd.DataFrame) -> pd.DataFrame:
@@ -158,22 +171,30 @@ def twins(runs: pd.DataFrame) -> pd.DataFrame:
     if not rows:
         return runs.iloc[:0].assign(twin_median=[], twin=[], model=[])
     out = pd.concat(rows)
-    return out.assign(twin=(out["twin_median"] / out["meas_gib"] - 1).abs(),
-                      model=(np.exp(out["log_err"]) - 1).abs())
+    return out.assign(
+        twin=(out["twin_median"] / out["meas_gib"] - 1).abs(),
+        model=(np.exp(out["log_err"]) - 1).abs(),
+    )
 
 
 def twin_floor(runs: pd.DataFrame) -> pd.DataFrame:
     """:func:`twins` per tp band and pipeline, and over all: runs, the twins' MAPE, the
     model's MAPE on the same runs."""
     t = twins(runs)
-    table = t.groupby(tp_pipe_bands(t)).agg(runs=("twin", "size"), twins=("twin", "mean"),
-                                        model=("model", "mean"))
+    table = t.groupby(tp_pipe_bands(t)).agg(
+        runs=("twin", "size"), twins=("twin", "mean"), model=("model", "mean")
+    )
     table.loc[("all", ""), :] = [len(t), t["twin"].mean(), t["model"].mean()]
     return table.astype({"runs": int})
 
 
-TERMS = {"model states": ("weights", "gradients", "optimizer"), "activations": ("activations",),
-         "logits": ("logits",), "backward working set": ("transient",), "buffers": ("buffers",)}
+TERMS = {
+    "model states": ("weights", "gradients", "optimizer"),
+    "activations": ("activations",),
+    "logits": ("logits",),
+    "backward working set": ("transient",),
+    "buffers": ("buffers",),
+}
 """The breakdown terms table 6 rescales (the allocator's share scales with all of them)."""
 
 
@@ -195,8 +216,9 @@ def terms_and_growth(runs: pd.DataFrame) -> tuple[pd.DataFrame, pd.Series]:
         grow = 1 + block.cols["p_allocator_overhead_frac"]
         growth.iloc[idx] = grow
         for name, keys in TERMS.items():
-            out.iloc[idx, out.columns.get_loc(name)] = grow * np.sum([parts[k] for k in keys],
-                                                                     axis=0)
+            out.iloc[idx, out.columns.get_loc(name)] = grow * np.sum(
+                [parts[k] for k in keys], axis=0
+            )
     return out, growth
 
 
@@ -213,17 +235,28 @@ def best_rescaling(runs: pd.DataFrame) -> pd.DataFrame:
         def log_residuals(x: np.ndarray, a: np.ndarray = a, y: np.ndarray = y) -> np.ndarray:
             return np.log(np.maximum(a @ x, 1.0) / y)
 
-        fit = least_squares(log_residuals, np.ones(a.shape[1]), bounds=(0, np.inf),
-                            loss="soft_l1", f_scale=0.2)
-        rows.append({"version": version, "pipeline": piped, "runs": len(part),
-                     **dict(zip(TERMS, fit.x.round(2), strict=True)),
-                     "model": float(np.mean(np.abs(np.exp(part["log_err"]) - 1))),
-                     "rescaled": float(np.mean(np.abs(np.exp(log_residuals(fit.x)) - 1)))})
+        fit = least_squares(
+            log_residuals, np.ones(a.shape[1]), bounds=(0, np.inf), loss="soft_l1", f_scale=0.2
+        )
+        rows.append(
+            {
+                "version": version,
+                "pipeline": piped,
+                "runs": len(part),
+                **dict(zip(TERMS, fit.x.round(2), strict=True)),
+                "model": float(np.mean(np.abs(np.exp(part["log_err"]) - 1))),
+                "rescaled": float(np.mean(np.abs(np.exp(log_residuals(fit.x)) - 1))),
+            }
+        )
     table = pd.DataFrame(rows)
     n = table["runs"].sum()
-    table.loc[len(table)] = {"version": "all", "pipeline": "", "runs": n,
-                             "model": (table["model"] * table["runs"]).sum() / n,
-                             "rescaled": (table["rescaled"] * table["runs"]).sum() / n}
+    table.loc[len(table)] = {
+        "version": "all",
+        "pipeline": "",
+        "runs": n,
+        "model": (table["model"] * table["runs"]).sum() / n,
+        "rescaled": (table["rescaled"] * table["runs"]).sum() / n,
+    }
     return table
 
 
@@ -264,43 +297,80 @@ def print_tp_by_pp(runs: pd.DataFrame, value: str, how: str) -> None:
 def main() -> None:
     runs = measured_and_predicted(playbook_runs())
     mape = float(np.mean(np.abs(np.exp(runs["log_err"]) - 1)))
-    print(f"{len(runs)} completed Playbook runs with measured reserved memory; shipped "
-          f"parameters: memory MAPE {mape:.1%}")
+    print(
+        f"{len(runs)} completed Playbook runs with measured reserved memory; shipped "
+        f"parameters: memory MAPE {mape:.1%}"
+    )
     print("\n1. mean log(predicted / measured) by framework version, tp (rows) and pp (columns)")
     print_tp_by_pp(runs, "log_err", "mean")
-    print("pre-pp-fix without a pipeline, mean log(predicted / measured) by tp, over all runs "
-          "and within each job batch (run ids by their first four digits) of 30 runs or more:")
-    print(trend_by_batch(runs[(runs["framework_version"] == "pre-pp-fix") & (runs["pp"] == 1)])
-          .round(2).to_string(na_rep=""))
+    print(
+        "pre-pp-fix without a pipeline, mean log(predicted / measured) by tp, over all runs "
+        "and within each job batch (run ids by their first four digits) of 30 runs or more:"
+    )
+    print(
+        trend_by_batch(runs[(runs["framework_version"] == "pre-pp-fix") & (runs["pp"] == 1)])
+        .round(2)
+        .to_string(na_rep="")
+    )
     print("\n2. without a pipeline: GiB per sequence of micro-batch, measured vs predicted")
     print(slopes(runs).round(3).to_string(index=False))
     n, groups, floor, model = repeat_floor(runs)
-    print(f"\n3. ZeRO-0 runs without a pipeline differing only in dp and gradient accumulation: "
-          f"{n} runs in {groups} groups; MAPE against their group's median {floor:.1%} "
-          f"(the model on the same runs: {model:.1%})")
-    print("\n4. memory MAPE by tp and pipeline, each band's share of the summed error, and the "
-          "MAPE over all runs were the band's runs predicted as well as its runs with a twin "
-          "agree with their twins (table 5; empty under 30 such runs); then per tp the floor of "
-          "ZeRO-0 runs of one model, tp, pp, micro-batch and version (MAPE against their "
-          "group's median) beside the model's error on them")
+    print(
+        f"\n3. ZeRO-0 runs without a pipeline differing only in dp and gradient accumulation: "
+        f"{n} runs in {groups} groups; MAPE against their group's median {floor:.1%} "
+        f"(the model on the same runs: {model:.1%})"
+    )
+    print(
+        "\n4. memory MAPE by tp and pipeline, each band's share of the summed error, and the "
+        "MAPE over all runs were the band's runs predicted as well as its runs with a twin "
+        "agree with their twins (table 5; empty under 30 such runs); then per tp the floor of "
+        "ZeRO-0 runs of one model, tp, pp, micro-batch and version (MAPE against their "
+        "group's median) beside the model's error on them"
+    )
     print(by_tp_band(runs).round(3).to_string())
     print(floor_by_tp(runs).round(3).to_string())
     t = twins(runs)
-    print(f"\n5. replicate floor: {len(t)} runs with a twin (same shape, tp, pp, micro-batch, "
-          "ZeRO stage, version, and dp under ZeRO >= 1), each predicted by the median of its "
-          "twins (leaving itself out), MAPE beside the model's on the same runs")
+    print(
+        f"\n5. replicate floor: {len(t)} runs with a twin (same shape, tp, pp, micro-batch, "
+        "ZeRO stage, version, and dp under ZeRO >= 1), each predicted by the median of its "
+        "twins (leaving itself out), MAPE beside the model's on the same runs"
+    )
     print(twin_floor(runs).round(3).to_string())
-    worst = t.sort_values("twin", ascending=False).drop_duplicates(
-        [*SHAPE, "tp", "pp", "mbs", "zero_stage", "framework_version", "dp_key"]).head(5)
+    worst = (
+        t.sort_values("twin", ascending=False)
+        .drop_duplicates([*SHAPE, "tp", "pp", "mbs", "zero_stage", "framework_version", "dp_key"])
+        .head(5)
+    )
     print("the twins that disagree most:")
-    print(worst[["model_name", "tp", "pp", "mbs", "zero_stage", "dp", "num_nodes", "run_id",
-                 "meas_gib", "twin_median", "pred_gib"]].round(2).to_string(index=False))
-    print("\n6. the best rescaling of the model's own terms (factors per version and pipeline, "
-          "fitted in-sample on those runs), MAPE beside the model's")
+    print(
+        worst[
+            [
+                "model_name",
+                "tp",
+                "pp",
+                "mbs",
+                "zero_stage",
+                "dp",
+                "num_nodes",
+                "run_id",
+                "meas_gib",
+                "twin_median",
+                "pred_gib",
+            ]
+        ]
+        .round(2)
+        .to_string(index=False)
+    )
+    print(
+        "\n6. the best rescaling of the model's own terms (factors per version and pipeline, "
+        "fitted in-sample on those runs), MAPE beside the model's"
+    )
     print(best_rescaling(runs).round(3).to_string(index=False, na_rep=""))
-    print("\n7. pipelines: (measured - the model's other terms) / its activations, median by "
-          "version, tp (rows) and pp (columns), runs whose activations are >= half the "
-          "prediction")
+    print(
+        "\n7. pipelines: (measured - the model's other terms) / its activations, median by "
+        "version, tp (rows) and pp (columns), runs whose activations are >= half the "
+        "prediction"
+    )
     print_tp_by_pp(implied_activation_factor(runs), "factor", "median")
 
 

@@ -72,8 +72,9 @@ def predictions(runs: pd.DataFrame, model: SurrogateModel, max_mbs: int) -> pd.D
     learned and the analytic peak memory and p_oom."""
     layouts = runs.drop_duplicates(LAYOUT).reset_index(drop=True)
     sizes = 2 ** np.arange(int(np.log2(max_mbs)) + 1)
-    table = pd.concat([layouts.assign(mbs=int(m), layout=layouts.index) for m in sizes],
-                      ignore_index=True)
+    table = pd.concat(
+        [layouts.assign(mbs=int(m), layout=layouts.index) for m in sizes], ignore_index=True
+    )
     table["net_scale"] = np.nan  # the cluster's median bandwidth at each node count
     learned = score_runs(table, model=model)
     analytic = score_runs(table)
@@ -86,11 +87,18 @@ def predictions(runs: pd.DataFrame, model: SurrogateModel, max_mbs: int) -> pd.D
 
 def measured_steps(runs: pd.DataFrame) -> pd.DataFrame:
     """Median reserved memory per micro-batch size of each measured layout (part 3)."""
-    done = runs[(runs["status"] == "completed") & (runs["peak_mem_reserved_gib"] > 0)
-                & (runs["grad_accum"] >= runs["pp"])]
+    done = runs[
+        (runs["status"] == "completed")
+        & (runs["peak_mem_reserved_gib"] > 0)
+        & (runs["grad_accum"] >= runs["pp"])
+    ]
     keys = [*SHAPE, "dp", "tp", "pp", "zero_stage", "framework_version"]
-    med = (done.groupby([*keys, "mbs"])["peak_mem_reserved_gib"].median()
-           .reset_index().sort_values([*keys, "mbs"]))
+    med = (
+        done.groupby([*keys, "mbs"])["peak_mem_reserved_gib"]
+        .median()
+        .reset_index()
+        .sort_values([*keys, "mbs"])
+    )
     med["layout"] = med.groupby(keys).ngroup()
     return med
 
@@ -103,17 +111,27 @@ def survivorship(runs: pd.DataFrame) -> pd.DataFrame:
     data = training_data(runs)
     ratio = data.analytic["mem_reserved"] / data.cols["memory_bytes"]
     edges = [0, 0.5, 0.7, 0.8, 0.9, 1.0, 1.1, 1.2, 1.5, 2, 4, np.inf]
-    table = pd.DataFrame({"estimate / capacity": pd.cut(ratio, edges), "y": data.y_mem,
-                          "completed": data.mem_ok, "oom": data.y_status == 1})
+    table = pd.DataFrame(
+        {
+            "estimate / capacity": pd.cut(ratio, edges),
+            "y": data.y_mem,
+            "completed": data.mem_ok,
+            "oom": data.y_status == 1,
+        }
+    )
     return table.groupby("estimate / capacity", observed=True).agg(
-        runs=("y", "size"), completed=("completed", "sum"), oom=("oom", "sum"),
-        mean_log_measured_over_analytic=("y", "mean"))
+        runs=("y", "size"),
+        completed=("completed", "sum"),
+        oom=("oom", "sum"),
+        mean_log_measured_over_analytic=("y", "mean"),
+    )
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", type=Path, default=None,
-                    help="the learned model (default: the bundled one)")
+    ap.add_argument(
+        "--model-dir", type=Path, default=None, help="the learned model (default: the bundled one)"
+    )
     ap.add_argument("--max-mbs", type=int, default=64)
     args = ap.parse_args()
     if args.max_mbs < 2:
@@ -126,8 +144,10 @@ def main() -> None:
     runs = playbook_runs()
     table = predictions(runs, model, args.max_mbs)
     steps = int(table["mbs"].gt(1).sum())
-    print(f"1. {table['layout'].nunique()} Playbook layouts at micro-batch 1 to "
-          f"{args.max_mbs}: {steps} steps to the next micro-batch size")
+    print(
+        f"1. {table['layout'].nunique()} Playbook layouts at micro-batch 1 to "
+        f"{args.max_mbs}: {steps} steps to the next micro-batch size"
+    )
     rows = {}
     for who in ("learned", "analytic"):
         change, fell = falls(table[f"mem_{who}"], table["layout"])
@@ -136,7 +156,8 @@ def main() -> None:
             f"memory falls > {FALL_GIB} GiB and {FALL_FRAC:.0%}": int(fell.sum()),
             "layouts with one": int(table.loc[fell, "layout"].nunique()),
             f"of them from under {FITS_GIB:g} GiB": int(
-                (fell & (table[f"mem_{who}"] - change < FITS_GIB)).sum()),
+                (fell & (table[f"mem_{who}"] - change < FITS_GIB)).sum()
+            ),
             "worst fall (GiB)": f"{min(float(change.min()), 0.0):.1f}",
             f"p_oom falls > {FALL_P_OOM}": int((p_change < -FALL_P_OOM).sum()),
         }
@@ -145,29 +166,48 @@ def main() -> None:
     change, fell = falls(table["mem_learned"], table["layout"])
     where = pd.DataFrame({"band": band(table), "fell": fell, "step": table["mbs"] > 1})
     print("\n2. falls of the learned memory by version, tp and pipeline")
-    per = where[where["step"]].groupby("band").agg(steps=("fell", "size"),
-                                                    falls=("fell", "sum"))
+    per = where[where["step"]].groupby("band").agg(steps=("fell", "size"), falls=("fell", "sum"))
     print(per.to_string())
     worst = table.assign(change=change)[fell].nsmallest(5, "change")
-    cols = ["model_name", "num_nodes", "dp", "tp", "pp", "grad_accum", "zero_stage",
-            "framework_version", "mbs", "change", "mem_learned", "mem_analytic"]
+    cols = [
+        "model_name",
+        "num_nodes",
+        "dp",
+        "tp",
+        "pp",
+        "grad_accum",
+        "zero_stage",
+        "framework_version",
+        "mbs",
+        "change",
+        "mem_learned",
+        "mem_analytic",
+    ]
     print("the largest falls (change: GiB from the micro-batch before):")
     print(worst[cols].round(1).to_string(index=False))
 
     med = measured_steps(runs)
     change, fell = falls(med["peak_mem_reserved_gib"], med["layout"])
     has = med.groupby("layout")["mbs"].transform("size") >= 2
-    measured = pd.DataFrame({"band": band(med), "fell": fell,
-                             "step": med.groupby("layout").cumcount() > 0})[has]
-    print(f"\n3. measured: {int(measured['step'].sum())} steps between micro-batch sizes of "
-          f"{int(med.loc[has, 'layout'].nunique())} measured layouts; reserved memory falls "
-          f"(> {FALL_GIB} GiB and {FALL_FRAC:.0%}) in {int(measured['fell'].sum())}")
-    per = measured[measured["step"]].groupby("band").agg(steps=("fell", "size"),
-                                                          falls=("fell", "sum"))
+    measured = pd.DataFrame(
+        {"band": band(med), "fell": fell, "step": med.groupby("layout").cumcount() > 0}
+    )[has]
+    print(
+        f"\n3. measured: {int(measured['step'].sum())} steps between micro-batch sizes of "
+        f"{int(med.loc[has, 'layout'].nunique())} measured layouts; reserved memory falls "
+        f"(> {FALL_GIB} GiB and {FALL_FRAC:.0%}) in {int(measured['fell'].sum())}"
+    )
+    per = (
+        measured[measured["step"]]
+        .groupby("band")
+        .agg(steps=("fell", "size"), falls=("fell", "sum"))
+    )
     print(per.to_string())
 
-    print("\n4. survivorship: the Playbook's runs by analytic peak reserved memory over the "
-          "capacity; the mean is over the completed runs")
+    print(
+        "\n4. survivorship: the Playbook's runs by analytic peak reserved memory over the "
+        "capacity; the mean is over the completed runs"
+    )
     print(survivorship(runs).round(3).to_string())
 
 

@@ -43,18 +43,22 @@ def ablation(runs: pd.DataFrame, params: dict[str, object], seed: int) -> pd.Dat
     """Analytic held out by node count and the learned nodes protocol, with and without the
     runs' own bandwidth."""
     rows = {}
-    for name, table in (("own bandwidth per run", runs),
-                        ("cluster median curve only", runs.drop(columns=["net_scale"]))):
+    for name, table in (
+        ("own bandwidth per run", runs),
+        ("cluster median curve only", runs.drop(columns=["net_scale"])),
+    ):
         held = fit_runs(table, group_by="num_nodes")["held_out"]
         analytic = held_out_figures(table, held)
-        nodes = evaluate_shrinks(training_data(table), "nodes", (None,), params=params,
-                                 seed=seed)[None]
+        nodes = evaluate_shrinks(training_data(table), "nodes", (None,), params=params, seed=seed)[
+            None
+        ]
         rows[name] = {
             "analytic held out by nodes: MFU MAPE": analytic["mfu_mape_ge10"],
             "analytic held out by nodes: Spearman": analytic["spearman"],
             "nodes protocol, learned: MFU MAPE": nodes.metrics["mfu_mape_ge10"],
-            "nodes protocol, analytic (refitted): MFU MAPE":
-                nodes.analytic_metrics["mfu_mape_ge10"],
+            "nodes protocol, analytic (refitted): MFU MAPE": nodes.analytic_metrics[
+                "mfu_mape_ge10"
+            ],
             "nodes protocol, learned: Spearman": nodes.metrics["mfu_spearman"],
         }
     return pd.DataFrame(rows)
@@ -68,9 +72,10 @@ def dp_bias(runs: pd.DataFrame) -> pd.DataFrame:
     for b, rows in zip(blocks, idx, strict=True):
         br = predicted_breakdown(b, values_in_use(b))
         pred[rows], dp[rows], meas[rows] = br["step_time_s"], br["dp_comm"], b.step_time_s
-    t = runs.assign(err=np.log(pred / meas),
-                    dp_share=pd.cut(dp / pred, DP_BANDS, labels=[
-                        "DP < 5%", "5-20%", "20-50%", "> 50%"]))
+    t = runs.assign(
+        err=np.log(pred / meas),
+        dp_share=pd.cut(dp / pred, DP_BANDS, labels=["DP < 5%", "5-20%", "20-50%", "> 50%"]),
+    )
     t = t[np.isfinite(t["err"])]
     g = t.groupby(["zero_stage", "num_nodes", "dp_share"], observed=True)["err"]
     cell = g.median().map("{:+.2f}".format) + " (" + g.size().astype(str) + ")"
@@ -85,16 +90,25 @@ def main() -> None:
     runs = playbook_runs().reset_index(drop=True)
     params = SurrogateModel.load(args.model_dir).lightgbm_params
     done = runs[runs["status"] == "completed"]
-    print(f"{len(runs)} Playbook runs, {len(done)} completed; "
-          f"{int((done['net_scale'] > 3).sum())} of them measured more than 3x their node "
-          "count's median bandwidth")
+    print(
+        f"{len(runs)} Playbook runs, {len(done)} completed; "
+        f"{int((done['net_scale'] > 3).sum())} of them measured more than 3x their node "
+        "count's median bandwidth"
+    )
     print("\n1. with and without each run's own bandwidth measurement")
     table = ablation(runs, params, args.seed)
-    print(table.apply(lambda col: [
-        format_metric("mfu_spearman" if "Spearman" in k else "mfu_mape_ge10", v)
-        for k, v in col.items()]).to_string())
-    print("\n2. median log(predicted / measured) step, shipped parameters, by ZeRO stage, node "
-          "count and exposed DP share of the predicted step (runs in brackets)")
+    print(
+        table.apply(
+            lambda col: [
+                format_metric("mfu_spearman" if "Spearman" in k else "mfu_mape_ge10", v)
+                for k, v in col.items()
+            ]
+        ).to_string()
+    )
+    print(
+        "\n2. median log(predicted / measured) step, shipped parameters, by ZeRO stage, node "
+        "count and exposed DP share of the predicted step (runs in brackets)"
+    )
     print(dp_bias(runs).to_string())
 
 

@@ -31,8 +31,14 @@ from surrogate.layouts.space import LayoutSpace
 from surrogate.prediction.memory_verdict import agree, disagreements
 from surrogate.prediction.scoring import score
 
-MODELS = ("playbook-1.34b", "playbook-3.57b", "playbook-8.86b", "playbook-80b", "llama3-8b",
-          "llama3-70b")
+MODELS = (
+    "playbook-1.34b",
+    "playbook-3.57b",
+    "playbook-8.86b",
+    "playbook-80b",
+    "llama3-8b",
+    "llama3-70b",
+)
 NODES = (1, 2, 4, 8, 16, 32, 64)
 FRAMEWORKS = ("nanotron", "megatron", "torchtitan")
 
@@ -46,9 +52,15 @@ def random_layouts(n: int, seed: int) -> list[FlatTable]:
     for (name, nodes), count in zip(spaces, counts, strict=True):
         if not count:
             continue
-        space = LayoutSpace(model=get_preset(name), global_batch_seqs=512,
-                            node_counts=(nodes,), frameworks=FRAMEWORKS, max_mbs=8,
-                            max_vpp=2, recompute_shares=(0.5, 1.0))
+        space = LayoutSpace(
+            model=get_preset(name),
+            global_batch_seqs=512,
+            node_counts=(nodes,),
+            frameworks=FRAMEWORKS,
+            max_mbs=8,
+            max_vpp=2,
+            recompute_shares=(0.5, 1.0),
+        )
         table = space_table(space)
         size = table_len(table)
         tables.append(take(table, rng.integers(size, size=count)))
@@ -65,8 +77,11 @@ def main() -> None:
 
     model = resolve_model(args.model_dir or "default")
     before = after = total = 0
-    kinds = {"interval within capacity, p_oom > 0.1": 0,
-             "interval beyond capacity, p_oom < 0.9": 0, "verdict not p_oom >= 0.5": 0}
+    kinds = {
+        "interval within capacity, p_oom > 0.1": 0,
+        "interval beyond capacity, p_oom < 0.9": 0,
+        "verdict not p_oom >= 0.5": 0,
+    }
     for table in random_layouts(args.n, args.seed):
         s = score(table, model=model, agree=False)
         context = s.analytic["mem_cuda_context"] / 2**30
@@ -78,14 +93,17 @@ def main() -> None:
         p, cap = raw["p_oom"], raw["capacity_gib"]
         kinds["interval within capacity, p_oom > 0.1"] += int(((hi <= cap) & (p > 0.1)).sum())
         kinds["interval beyond capacity, p_oom < 0.9"] += int(((lo > cap) & (p < 0.9)).sum())
-        kinds["verdict not p_oom >= 0.5"] += int(((p >= 0.5) != (raw["pred_status"] == "oom"))
-                                                 .sum())
+        kinds["verdict not p_oom >= 0.5"] += int(
+            ((p >= 0.5) != (raw["pred_status"] == "oom")).sum()
+        )
         after += int(disagreements(agree(raw, context), context).sum())
         total += len(bad)
-    print(f"{total} random layouts (seed {args.seed}), the learned model "
-          f"{args.model_dir or 'bundled'}: memory interval, p_oom and verdict disagree on "
-          f"{before} before reconciling, {after} after "
-          "(surrogate.prediction.memory_verdict)")
+    print(
+        f"{total} random layouts (seed {args.seed}), the learned model "
+        f"{args.model_dir or 'bundled'}: memory interval, p_oom and verdict disagree on "
+        f"{before} before reconciling, {after} after "
+        "(surrogate.prediction.memory_verdict)"
+    )
     for kind, count in kinds.items():
         print(f"  before, {kind}: {count}")
 

@@ -52,8 +52,10 @@ def main() -> None:
         runs = entry.get("runs", {})
         where = ", ".join(entry.get("clusters", [])) or "any cluster"
         pooled = f"; pooled from {', '.join(entry['pooled'])}" if "pooled" in entry else ""
-        print(f"  {name}: {runs.get('time', 0)} / {runs.get('memory', 0)} runs; "
-              f"cluster-scoped values hold on {where}{pooled}")
+        print(
+            f"  {name}: {runs.get('time', 0)} / {runs.get('memory', 0)} runs; "
+            f"cluster-scoped values hold on {where}{pooled}"
+        )
     for kind in ("time", "memory", "error"):
         rows = table(kind)
         print(f"\n{kind} parameters")

@@ -75,14 +75,34 @@ def pair_correlations(done: pd.DataFrame, x: np.ndarray) -> pd.DataFrame:
     model_sum, model_n = within(models)
     all_sum = (xc.sum() ** 2 - np.sum(xc**2)) / 2
     all_n = len(xc) * (len(xc) - 1) // 2
-    rows = [{"pairs": f"same cell, d = {d}{'+' if d == MAX_D else ''}", "d": d, "n": len(v),
-             "correlation": float(np.mean(v)) / var} for d, v in sorted(sums.items())]
-    rows.append({"pairs": "same cell, any", "d": -1, "n": cell_n,
-                 "correlation": cell_sum / cell_n / var})
-    rows.append({"pairs": "same model, other nodes", "d": -1, "n": model_n - cell_n,
-                 "correlation": (model_sum - cell_sum) / (model_n - cell_n) / var})
-    rows.append({"pairs": "other models", "d": -1, "n": all_n - model_n,
-                 "correlation": (all_sum - model_sum) / (all_n - model_n) / var})
+    rows = [
+        {
+            "pairs": f"same cell, d = {d}{'+' if d == MAX_D else ''}",
+            "d": d,
+            "n": len(v),
+            "correlation": float(np.mean(v)) / var,
+        }
+        for d, v in sorted(sums.items())
+    ]
+    rows.append(
+        {"pairs": "same cell, any", "d": -1, "n": cell_n, "correlation": cell_sum / cell_n / var}
+    )
+    rows.append(
+        {
+            "pairs": "same model, other nodes",
+            "d": -1,
+            "n": model_n - cell_n,
+            "correlation": (model_sum - cell_sum) / (model_n - cell_n) / var,
+        }
+    )
+    rows.append(
+        {
+            "pairs": "other models",
+            "d": -1,
+            "n": all_n - model_n,
+            "correlation": (all_sum - model_sum) / (all_n - model_n) / var,
+        }
+    )
     return pd.DataFrame(rows)
 
 
@@ -126,28 +146,34 @@ def p_best_reliability(res: pd.DataFrame, tail_dfs: tuple[float, ...]) -> pd.Dat
     nu 0 is the baseline that gives each shown layout 1 / their number."""
     from dataclasses import replace
 
-    judged = res[res["status"].isin(["completed", "oom", "fail"]) & (res["pred_mfu"] > 0)
-                 & np.isfinite(res["pred_mfu_lo"])]
+    judged = res[
+        res["status"].isin(["completed", "oom", "fail"])
+        & (res["pred_mfu"] > 0)
+        & np.isfinite(res["pred_mfu_lo"])
+    ]
     # the protocol keeps p_oom; what completes is the rest (failures other than OOM: few)
     judged = judged.assign(p_completed=1.0 - judged["p_oom"])
     rows = []
     for _, cell in judged.groupby(cell_groups(judged)):
-        shown = cell.assign(score=cell["pred_mfu"] * cell["p_completed"]).nlargest(
-            SHOWN, "score")
+        shown = cell.assign(score=cell["pred_mfu"] * cell["p_completed"]).nlargest(SHOWN, "score")
         if len(shown) < 2:
             continue
         mfu = np.where(shown["status"] == "completed", shown["mfu"].fillna(0.0), 0.0)
         won = (mfu == mfu.max()) & (mfu > 0)
         for nu in tail_dfs:
             p = p_best(shown, correlation=replace(CORRELATION, tail_df=nu))
-            rows += [{"nu": nu, "p": float(pi), "best": bool(w)}
-                     for pi, w in zip(p, won, strict=True)]
+            rows += [
+                {"nu": nu, "p": float(pi), "best": bool(w)} for pi, w in zip(p, won, strict=True)
+            ]
         # the baseline: every shown layout alike
         rows += [{"nu": 0.0, "p": 1.0 / len(shown), "best": bool(w)} for w in won]
     out = pd.DataFrame(rows)
     out["bin"] = pd.cut(out["p"], [0, 0.1, 0.3, 0.5, 0.7, 0.9, 1.0], include_lowest=True)
-    table = out.groupby(["nu", "bin"], observed=True).agg(
-        layouts=("p", "size"), said=("p", "mean"), were_best=("best", "mean")).reset_index()
+    table = (
+        out.groupby(["nu", "bin"], observed=True)
+        .agg(layouts=("p", "size"), said=("p", "mean"), were_best=("best", "mean"))
+        .reset_index()
+    )
     brier = out.assign(sq=(out["p"] - out["best"]) ** 2).groupby("nu")["sq"].mean()
     table["brier"] = table["nu"].map(brier)
     return table
@@ -159,8 +185,13 @@ def held_out(data: object, protocol: str, args: argparse.Namespace) -> pd.DataFr
     if path is not None and path.exists():
         return pd.read_parquet(path)
     params = None if args.full_fit else {"status": CHEAP, "mfu": CHEAP, "mem": CHEAP}
-    res = evaluate_protocol(data, protocol, params=params, seed=args.seed,  # type: ignore[arg-type]
-                            refit_physics=False).predictions
+    res = evaluate_protocol(
+        data,
+        protocol,
+        params=params,
+        seed=args.seed,  # type: ignore[arg-type]
+        refit_physics=False,
+    ).predictions
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
         res.to_parquet(path)
@@ -169,8 +200,9 @@ def held_out(data: object, protocol: str, args: argparse.Namespace) -> pd.DataFr
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--protocol", action="append", default=None,
-                    help="cv_cells and/or cv (default: both)")
+    ap.add_argument(
+        "--protocol", action="append", default=None, help="cv_cells and/or cv (default: both)"
+    )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--full-fit", action="store_true", help="library-default LightGBM settings")
     ap.add_argument("--predictions", default=None, help="keep the held-out predictions here")
@@ -179,8 +211,12 @@ def main() -> None:
     data = training_data(load_runs())
     for protocol in args.protocol or ["cv_cells", "cv"]:
         res = held_out(data, protocol, args)
-        done = res[(res["status"] == "completed") & (res["mfu"] > 0) & (res["pred_mfu"] > 0)
-                   & np.isfinite(res["pred_mfu_lo"])].reset_index(drop=True)
+        done = res[
+            (res["status"] == "completed")
+            & (res["mfu"] > 0)
+            & (res["pred_mfu"] > 0)
+            & np.isfinite(res["pred_mfu_lo"])
+        ].reset_index(drop=True)
         sd = log_sd(done["pred_mfu_lo"].to_numpy(), done["pred_mfu_hi"].to_numpy())
         r = np.log(done["mfu"].to_numpy() / done["pred_mfu"].to_numpy())
         z = r / sd
@@ -188,19 +224,27 @@ def main() -> None:
         table["z"] = pair_correlations(done, z)["correlation"]
         clipped = pair_correlations(done, np.clip(z, -3, 3))
         table["z, clipped to 3"] = clipped["correlation"]
-        print(f"\n{protocol}: {len(done)} completed runs held out; log error: sd {r.std():.3f}; "
-              f"z: mean {z.mean():+.2f}, sd {z.std():.2f} (1 if the intervals were exact), "
-              f"{np.mean(np.abs(z) > 3):.1%} beyond 3")
+        print(
+            f"\n{protocol}: {len(done)} completed runs held out; log error: sd {r.std():.3f}; "
+            f"z: mean {z.mean():+.2f}, sd {z.std():.2f} (1 if the intervals were exact), "
+            f"{np.mean(np.abs(z) > 3):.1%} beyond 3"
+        )
         print(table.drop(columns="d").to_string(index=False, float_format="%.2f"))
         a, b, lam = fit_decay(clipped)
         print(f"fit to the clipped z, d >= 1: corr = {a:.3f} + {b:.3f} x {lam:.2f}^d")
         nu, scores = fit_tail_df(z)
-        print(f"tails: z likeliest under a Student t of nu = {nu:g} (mean log-likelihood "
-              + ", ".join(f"{k:g}: {v:.3f}" for k, v in scores.items()) + ")")
-        print(f"P(best) of each held-out cell's top {SHOWN} (nu inf: normal errors; nu 0: each "
-              "alike), against which was best:")
-        print(p_best_reliability(res, (float("inf"), nu)).to_string(index=False,
-                                                                   float_format="%.3f"))
+        print(
+            f"tails: z likeliest under a Student t of nu = {nu:g} (mean log-likelihood "
+            + ", ".join(f"{k:g}: {v:.3f}" for k, v in scores.items())
+            + ")"
+        )
+        print(
+            f"P(best) of each held-out cell's top {SHOWN} (nu inf: normal errors; nu 0: each "
+            "alike), against which was best:"
+        )
+        print(
+            p_best_reliability(res, (float("inf"), nu)).to_string(index=False, float_format="%.3f")
+        )
     print(f"\n{time.perf_counter() - t0:.0f} s")
 
 

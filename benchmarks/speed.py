@@ -70,9 +70,30 @@ from surrogate.learned.model import SurrogateModel
 from surrogate.prediction.predict import DEFAULT_MODEL_DIR, predict, predict_frame
 from training.train import load_runs, train
 
-CLI = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-       "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
-       "--framework", "nanotron", "--json"]
+CLI = [
+    "predict",
+    "--model",
+    "8b",
+    "--gpu",
+    "H100-SXM-80GB",
+    "--nodes",
+    "4",
+    "--dp",
+    "8",
+    "--tp",
+    "4",
+    "--pp",
+    "1",
+    "--mbs",
+    "2",
+    "--grad-accum",
+    "16",
+    "--zero",
+    "1",
+    "--framework",
+    "nanotron",
+    "--json",
+]
 
 
 def median_s(fn: Callable[[], Any], repeats: int) -> float:
@@ -104,28 +125,32 @@ def _warm_trees(model: SurrogateModel, runs: pd.DataFrame) -> str:
     """Which trees the learned model runs, compiling them first if they are not cached (the
     one-off cost is printed, not counted in the figures below)."""
     if not model._compiled:
-        return ("LightGBM (compiled trees need the `fast` extra, and "
-                "SURROGATE_COMPILED_TREES not 0)")
+        return "LightGBM (compiled trees need the `fast` extra, and SURROGATE_COMPILED_TREES not 0)"
     rows = pd.concat([runs] * -(-COMPILE_MIN_ROWS // len(runs)), ignore_index=True)
     frame = rows[[c for c in CONFIG_COLUMNS if c in rows.columns]].head(COMPILE_MIN_ROWS)
     t = time.perf_counter()
     predict_frame(frame, model=model)
     took = time.perf_counter() - t
-    print(f"compiled trees (lleaves): compiled for this machine or loaded from "
-          f"{cache_root()}, with a first learned predict_frame of {len(frame):,} rows, in "
-          f"{took:.1f} s (not counted below)")
+    print(
+        f"compiled trees (lleaves): compiled for this machine or loaded from "
+        f"{cache_root()}, with a first learned predict_frame of {len(frame):,} rows, in "
+        f"{took:.1f} s (not counted below)"
+    )
     return "compiled by lleaves (surrogate.learned.compiled_trees)"
 
 
 def _peak_rss_gib(argv: list[str]) -> tuple[float, float]:
     """Wall time and peak resident memory (GiB) of the command ``argv``, run as the only
     child of a fresh Python process (``getrusage``'s children's maximum is then its own)."""
-    probe = ("import resource, subprocess, sys, time; t = time.perf_counter(); "
-             "subprocess.run(sys.argv[1:], check=True, capture_output=True); "
-             "print(time.perf_counter() - t, "
-             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
-    done = subprocess.run([sys.executable, "-c", probe, *argv], check=True,
-                          capture_output=True, text=True)
+    probe = (
+        "import resource, subprocess, sys, time; t = time.perf_counter(); "
+        "subprocess.run(sys.argv[1:], check=True, capture_output=True); "
+        "print(time.perf_counter() - t, "
+        "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, *argv], check=True, capture_output=True, text=True
+    )
     wall, kib = done.stdout.split()
     return float(wall), int(kib) / 2**20
 
@@ -143,11 +168,13 @@ def _end_to_end(exe: str, frame: pd.DataFrame, scratch: Path, stream_rows: int) 
     took = median_s(lambda: subprocess.run(argv, check=True, capture_output=True), 3)
     out = pcsv.read_csv(dst)
     floor = median_s(lambda: (pcsv.read_csv(src), pcsv.write_csv(out, scratch / "ref.csv")), 3)
-    print(f"end to end, `surrogate predict --from-csv` {n:,} rows CSV in, CSV out (fresh "
-          f"process, median of 3): {took:.2f} s, {n / took:,.0f} rows/s "
-          f"({_aim(n / took, 100_000, higher_is_better=True)}); reference: pyarrow reading "
-          f"the input and writing the output {floor:.2f} s ({n / floor:,.0f} rows/s): "
-          f"x{took / floor:.1f} the time")
+    print(
+        f"end to end, `surrogate predict --from-csv` {n:,} rows CSV in, CSV out (fresh "
+        f"process, median of 3): {took:.2f} s, {n / took:,.0f} rows/s "
+        f"({_aim(n / took, 100_000, higher_is_better=True)}); reference: pyarrow reading "
+        f"the input and writing the output {floor:.2f} s ({n / floor:,.0f} rows/s): "
+        f"x{took / floor:.1f} the time"
+    )
     if stream_rows <= 0:
         return
     big = scratch / "big.csv"
@@ -158,13 +185,16 @@ def _end_to_end(exe: str, frame: pd.DataFrame, scratch: Path, stream_rows: int) 
         for _ in range(-(-stream_rows // n)):
             f.write(body)
     rows = -(-stream_rows // n) * n
-    wall, gib = _peak_rss_gib([exe, "predict", "--from-csv", str(big), "--out",
-                               str(scratch / "big.parquet")])
+    wall, gib = _peak_rss_gib(
+        [exe, "predict", "--from-csv", str(big), "--out", str(scratch / "big.parquet")]
+    )
     _, small_gib = _peak_rss_gib(argv)
-    print(f"streamed `surrogate predict --from-csv` {rows:,} rows CSV in, Parquet out: "
-          f"{wall:.0f} s ({rows / wall:,.0f} rows/s), peak resident memory {gib:.2f} GiB "
-          f"({_aim(gib, 4.0)}); the {n:,}-row table above peaks at {small_gib:.2f} GiB: "
-          f"memory is bounded by the chunk ({CHUNK_ROWS:,} rows), not the table")
+    print(
+        f"streamed `surrogate predict --from-csv` {rows:,} rows CSV in, Parquet out: "
+        f"{wall:.0f} s ({rows / wall:,.0f} rows/s), peak resident memory {gib:.2f} GiB "
+        f"({_aim(gib, 4.0)}); the {n:,}-row table above peaks at {small_gib:.2f} GiB: "
+        f"memory is bounded by the chunk ({CHUNK_ROWS:,} rows), not the table"
+    )
 
 
 def _arrow(frame: pd.DataFrame) -> Any:
@@ -182,12 +212,20 @@ def _lightgbm_only(model_dir: Path) -> SurrogateModel:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model-dir", type=Path, default=None,
-                    help="learned model directory (default: the bundled model)")
+    ap.add_argument(
+        "--model-dir",
+        type=Path,
+        default=None,
+        help="learned model directory (default: the bundled model)",
+    )
     ap.add_argument("--rows", type=int, default=200_000)
-    ap.add_argument("--stream-rows", type=int, default=0,
-                    help="rows to stream through `surrogate predict --from-csv` for its peak "
-                         "memory (0: skip; the aim is stated for 10^7)")
+    ap.add_argument(
+        "--stream-rows",
+        type=int,
+        default=0,
+        help="rows to stream through `surrogate predict --from-csv` for its peak "
+        "memory (0: skip; the aim is stated for 10^7)",
+    )
     ap.add_argument("--n-trials", type=int, default=5)
     ap.add_argument("--skip-train", action="store_true")
     ap.add_argument("--search-only", action="store_true", help="only the searches' times")
@@ -198,19 +236,27 @@ def main() -> None:
     runs = load_runs()
     trees_path = _warm_trees(model, runs)
     exe = shutil.which("surrogate") or str(Path(sys.executable).parent / "surrogate")
-    floor = median_s(lambda: subprocess.run(
-        [sys.executable, "-c", "import pandas, lightgbm"], check=True, capture_output=True), 5)
+    floor = median_s(
+        lambda: subprocess.run(
+            [sys.executable, "-c", "import pandas, lightgbm"], check=True, capture_output=True
+        ),
+        5,
+    )
     cold = median_s(lambda: subprocess.run([exe, *CLI], check=True, capture_output=True), 5)
-    print(f"cold `surrogate predict` (fresh process, median of 5): {cold:.3f} s; reference "
-          f"`python -c 'import pandas, lightgbm'` {floor:.3f} s: x{cold / floor:.2f} "
-          f"({_aim(cold / floor, 1.0)})")
+    print(
+        f"cold `surrogate predict` (fresh process, median of 5): {cold:.3f} s; reference "
+        f"`python -c 'import pandas, lightgbm'` {floor:.3f} s: x{cold / floor:.2f} "
+        f"({_aim(cold / floor, 1.0)})"
+    )
 
     cfg = config_from_flat(runs.iloc[0].to_dict())
     predict(cfg, model=model)
     one = median_s(lambda: predict(cfg, model=model), 200)
     alone = median_s(lambda: predict(cfg, model=None), 200)
-    print(f"in-process surrogate.predict(TrainingConfig): {1e3 * one:.2f} ms "
-          f"({_aim(1e3 * one, 5)}); the analytic model alone {1e3 * alone:.2f} ms")
+    print(
+        f"in-process surrogate.predict(TrainingConfig): {1e3 * one:.2f} ms "
+        f"({_aim(1e3 * one, 5)}); the analytic model alone {1e3 * alone:.2f} ms"
+    )
 
     reps = -(-args.rows // len(runs))
     table = pd.concat([runs] * reps, ignore_index=True).head(args.rows)
@@ -223,43 +269,67 @@ def main() -> None:
     t_check = median_s(lambda: validate_table(frame), 3)
     checked = validate_table(frame)
     sets = shipped_parameter_sets()
-    t_cols = median_s(lambda: analytic_for(checked.table, sets=sets, resolve=resolve_perf_model),
-                      3)
+    t_cols = median_s(lambda: analytic_for(checked.table, sets=sets, resolve=resolve_perf_model), 3)
     X, out, cols = build_features_cols(checked.table)
     t_trees = median_s(lambda: model.predict_from_features(X, out, cols), 3)
     plain = _lightgbm_only(args.model_dir or DEFAULT_MODEL_DIR)
     t_plain = median_s(lambda: plain.predict_from_features(X, out, cols), 3)
-    print(f"predict_frame in process, learned model, {n:,} rows: {n / t_frame:,.0f} configs/s "
-          f"({_aim(n / t_frame, 250_000, higher_is_better=True)})")
-    print(f"predict_frame in process, analytic model alone: {n / t_analytic:,.0f} configs/s "
-          f"({_aim(n / t_analytic, 500_000, higher_is_better=True)}; "
-          f"x{t_frame / t_analytic:.1f} faster than with the learned model)")
-    print("  parts, as shares of the learned predict_frame's time: "
-          f"validating the table column-wise {t_check / t_frame:.0%} "
-          f"({n / t_check:,.0f} configs/s), "
-          f"analytic model on it {t_cols / t_frame:.0%} ({n / t_cols:,.0f} configs/s), "
-          f"learned model on prebuilt features {t_trees / t_frame:.0%} "
-          f"({n / t_trees:,.0f} configs/s: the boosters' own bound)")
-    print(f"  the boosters' trees: {trees_path}; LightGBM's own predict on the same features "
-          f"{n / t_plain:,.0f} configs/s (x{t_plain / t_trees:.1f} the time)")
-    cpu = {label: n / cpu_best_s(fn, 3) for label, fn in (
-        ("learned", lambda: predict_frame(frame, model=model)),
-        ("analytic model alone", lambda: predict_frame(frame, model=None)),
-        ("validating", lambda: validate_table(frame)),
-        ("analytic model on the validated table",
-         lambda: analytic_for(checked.table, sets=sets, resolve=resolve_perf_model)))}
-    print("  per second of CPU time (best of 3, every thread of this process): predict_frame "
-          + "; ".join(f"{label} {rate:,.0f} configs/s" for label, rate in cpu.items()))
+    print(
+        f"predict_frame in process, learned model, {n:,} rows: {n / t_frame:,.0f} configs/s "
+        f"({_aim(n / t_frame, 250_000, higher_is_better=True)})"
+    )
+    print(
+        f"predict_frame in process, analytic model alone: {n / t_analytic:,.0f} configs/s "
+        f"({_aim(n / t_analytic, 500_000, higher_is_better=True)}; "
+        f"x{t_frame / t_analytic:.1f} faster than with the learned model)"
+    )
+    print(
+        "  parts, as shares of the learned predict_frame's time: "
+        f"validating the table column-wise {t_check / t_frame:.0%} "
+        f"({n / t_check:,.0f} configs/s), "
+        f"analytic model on it {t_cols / t_frame:.0%} ({n / t_cols:,.0f} configs/s), "
+        f"learned model on prebuilt features {t_trees / t_frame:.0%} "
+        f"({n / t_trees:,.0f} configs/s: the boosters' own bound)"
+    )
+    print(
+        f"  the boosters' trees: {trees_path}; LightGBM's own predict on the same features "
+        f"{n / t_plain:,.0f} configs/s (x{t_plain / t_trees:.1f} the time)"
+    )
+    cpu = {
+        label: n / cpu_best_s(fn, 3)
+        for label, fn in (
+            ("learned", lambda: predict_frame(frame, model=model)),
+            ("analytic model alone", lambda: predict_frame(frame, model=None)),
+            ("validating", lambda: validate_table(frame)),
+            (
+                "analytic model on the validated table",
+                lambda: analytic_for(checked.table, sets=sets, resolve=resolve_perf_model),
+            ),
+        )
+    }
+    print(
+        "  per second of CPU time (best of 3, every thread of this process): predict_frame "
+        + "; ".join(f"{label} {rate:,.0f} configs/s" for label, rate in cpu.items())
+    )
 
     search_timings(model)
 
     if not args.skip_train:
         t = time.perf_counter()
-        result = train(runs=runs, out_dir=Path("mlruns/speed_model"), n_trials=args.n_trials,
-                       storage=None, protocols=(), track=False, progress=False)
+        result = train(
+            runs=runs,
+            out_dir=Path("mlruns/speed_model"),
+            n_trials=args.n_trials,
+            storage=None,
+            protocols=(),
+            track=False,
+            progress=False,
+        )
         pruned = sum(r.n_pruned for r in result.tuning.values())
-        print(f"training with tuning ({args.n_trials} trials per study, {pruned} pruned; "
-              f"{len(runs)} runs) and the final fit: {time.perf_counter() - t:.0f} s")
+        print(
+            f"training with tuning ({args.n_trials} trials per study, {pruned} pruned; "
+            f"{len(runs)} runs) and the final fit: {time.perf_counter() - t:.0f} s"
+        )
 
 
 def search_timings(model: SurrogateModel) -> None:
@@ -269,29 +339,41 @@ def search_timings(model: SurrogateModel) -> None:
     # spaces of the aim as first measured), then the first with the default shares of layers
     # too, then with hybrid sharding too (SHARDINGS), then the second with both: about 10^6
     # valid layouts, the aim's.
-    for nodes, shares, shardings in (((1024,), (1.0,), ("full",)),
-                                     ((256, 512, 1024), (1.0,), ("full",)),
-                                     ((1024,), RECOMPUTE_SHARES, ("full",)),
-                                     ((1024,), RECOMPUTE_SHARES, SHARDINGS),
-                                     ((256, 512, 1024), RECOMPUTE_SHARES, SHARDINGS)):
-        space = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=4096,
-                            node_counts=nodes, frameworks=("megatron", "torchtitan"),
-                            recompute_shares=shares, shardings=shardings)
+    for nodes, shares, shardings in (
+        ((1024,), (1.0,), ("full",)),
+        ((256, 512, 1024), (1.0,), ("full",)),
+        ((1024,), RECOMPUTE_SHARES, ("full",)),
+        ((1024,), RECOMPUTE_SHARES, SHARDINGS),
+        ((256, 512, 1024), RECOMPUTE_SHARES, SHARDINGS),
+    ):
+        space = LayoutSpace(
+            model=get_preset("mixtral-8x7b"),
+            global_batch_seqs=4096,
+            node_counts=nodes,
+            frameworks=("megatron", "torchtitan"),
+            recompute_shares=shares,
+            shardings=shardings,
+        )
         bound = space.size_bound()
-        which = ("every layer" if shares == (1.0,) else
-                 f"shares {', '.join(f'{x:g}' for x in shares)} of layers")
+        which = (
+            "every layer"
+            if shares == (1.0,)
+            else f"shares {', '.join(f'{x:g}' for x in shares)} of layers"
+        )
         if len(shardings) > 1:
             which += "; ZeRO over all or one node's data-parallel ranks"
         for label, m in (("analytic model alone", None), ("learned model", model)):
             t, cpu = time.perf_counter(), time.process_time()
             found = search(space, model=m, method="enumerate", enumerate_limit=2 * bound)
             took, cpu = time.perf_counter() - t, time.process_time() - cpu
-            print(f"search of Mixtral 8x7B on {'/'.join(f'{n:,}' for n in nodes)} nodes x 8 "
-                  f"(cp, ep, vpp; megatron and torchtitan; full recomputation of {which}), "
-                  f"{bound:,} points, "
-                  f"{found.enumerated:,} valid layouts, every one scored, {label}: "
-                  f"{took:.1f} s of wall time ({_aim(took, 8)}; {found.enumerated / took:,.0f} "
-                  f"layouts/s), {cpu:.1f} s of CPU time (every thread of this process)")
+            print(
+                f"search of Mixtral 8x7B on {'/'.join(f'{n:,}' for n in nodes)} nodes x 8 "
+                f"(cp, ep, vpp; megatron and torchtitan; full recomputation of {which}), "
+                f"{bound:,} points, "
+                f"{found.enumerated:,} valid layouts, every one scored, {label}: "
+                f"{took:.1f} s of wall time ({_aim(took, 8)}; {found.enumerated / took:,.0f} "
+                f"layouts/s), {cpu:.1f} s of CPU time (every thread of this process)"
+            )
 
 
 if __name__ == "__main__":

@@ -48,8 +48,9 @@ def flash_only(device: str) -> Callable[[], Any]:
     return lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)
 
 
-def sdpa_calls(b: int, heads: int, s: int, d: int, *, causal: bool,
-               device: str) -> tuple[Callable[[], Any], Callable[[], Any]]:
+def sdpa_calls(
+    b: int, heads: int, s: int, d: int, *, causal: bool, device: str
+) -> tuple[Callable[[], Any], Callable[[], Any]]:
     """Closures running the attention of ``b`` sequences once: forward, and forward plus
     backward (input gradients, nothing accumulated); operands allocated now. On a GPU the flash
     backend is forced: a shape it cannot run raises instead of running on another backend."""
@@ -57,8 +58,10 @@ def sdpa_calls(b: int, heads: int, s: int, d: int, *, causal: bool,
     import torch.nn.functional as F
 
     backend = flash_only(device)
-    q, k, v = (torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16,
-                           requires_grad=True) for _ in range(3))
+    q, k, v = (
+        torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16, requires_grad=True)
+        for _ in range(3)
+    )
     grad = torch.randn(b, heads, s, d, device=device, dtype=torch.bfloat16)
 
     def fwd() -> Any:
@@ -72,8 +75,11 @@ def sdpa_calls(b: int, heads: int, s: int, d: int, *, causal: bool,
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.attention", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.attention",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", default="-")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--seqs", default=",".join(map(str, STANDARD_SEQS)))
@@ -101,20 +107,32 @@ def main(argv: Sequence[str] | None = None) -> int:
                         fields = dict(dtype="bf16", m=s, n=s, k=d, batch=b * heads)
                         try:
                             flops = 4.0 * b * heads * s * s * d
-                            fwd, fwd_bwd = sdpa_calls(b, heads, s, d, causal=causal,
-                                                      device=device)
-                            for op, fn, work in ((fwd_op, fwd, flops),
-                                                 (both_op, fwd_bwd, 3 * flops)):
-                                t = time_call_s(fn, device=device, warmup=args.warmup,
-                                                repeats=args.repeats)
-                                writer.write(make_record(fingerprint, op=op, time_s=t,
-                                                         flops_per_s=work / t, **fields))
+                            fwd, fwd_bwd = sdpa_calls(b, heads, s, d, causal=causal, device=device)
+                            for op, fn, work in (
+                                (fwd_op, fwd, flops),
+                                (both_op, fwd_bwd, 3 * flops),
+                            ):
+                                t = time_call_s(
+                                    fn, device=device, warmup=args.warmup, repeats=args.repeats
+                                )
+                                writer.write(
+                                    make_record(
+                                        fingerprint, op=op, time_s=t, flops_per_s=work / t, **fields
+                                    )
+                                )
                         except (RuntimeError, ValueError) as e:
                             failures += 1
-                            writer.write(make_record(
-                                fingerprint, status="error", op=fwd_op, **fields,
-                                message=f"sdpa s={s} heads={heads} d={d} causal={causal}: {e}"
-                                        [:500]))
+                            writer.write(
+                                make_record(
+                                    fingerprint,
+                                    status="error",
+                                    op=fwd_op,
+                                    **fields,
+                                    message=f"sdpa s={s} heads={heads} d={d} causal={causal}: {e}"[
+                                        :500
+                                    ],
+                                )
+                            )
                         finally:
                             fwd = fwd_bwd = None  # type: ignore[assignment]
                             if cuda:

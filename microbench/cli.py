@@ -42,15 +42,20 @@ def _count_lines(path: Path) -> int:
 
 def microbench_cmd(
     out_dir: Annotated[Path, typer.Option("--out-dir", help="Where the JSON lines go.")] = Path(
-        "datasets/microbench/local"),
+        "datasets/microbench/local"
+    ),
     quick: Annotated[bool, typer.Option(help="A small suite (minutes on a GPU).")] = False,
-    print_commands: Annotated[bool, typer.Option(
-        "--print-commands", help="Print the commands and the estimate; run nothing.")] = False,
+    print_commands: Annotated[
+        bool,
+        typer.Option("--print-commands", help="Print the commands and the estimate; run nothing."),
+    ] = False,
     ops: Annotated[str, typer.Option(help="Comma-separated collectives to run.")] = (
-        "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,send_recv"),
+        "all_reduce,all_gather,reduce_scatter,all_to_all,broadcast,send_recv"
+    ),
     gemm: Annotated[bool, typer.Option(help="Run the GEMM suite.")] = True,
-    nproc: Annotated[int, typer.Option(help="Processes for collectives (0: all GPUs, or 2 on "
-                                            "a CPU).")] = 0,
+    nproc: Annotated[
+        int, typer.Option(help="Processes for collectives (0: all GPUs, or 2 on a CPU).")
+    ] = 0,
 ) -> int:
     """Run the standard microbenchmark suite on this machine's devices."""
     torch = require("torch")
@@ -63,15 +68,25 @@ def microbench_cmd(
     if nproc < 0:
         raise ConfigError(f"--nproc must be >= 0, got {nproc}")
     procs = nproc or (torch.cuda.device_count() if cuda else 2)
-    settings = SuiteSettings(out_dir=out_dir, nproc=procs, cuda=cuda, gpu=gpu, quick=quick,
-                             ops=chosen, gemm=gemm, fp8=cuda and fp8_supported())
+    settings = SuiteSettings(
+        out_dir=out_dir,
+        nproc=procs,
+        cuda=cuda,
+        gpu=gpu,
+        quick=quick,
+        ops=chosen,
+        gemm=gemm,
+        fp8=cuda and fp8_supported(),
+    )
     steps = plan(settings)
     console = Console(stderr=True)
     total_s = sum(s.estimate_s for s in steps)
     device = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name()}" if cuda else "CPU"
-    console.print(f"[bold]{len(steps)} step(s)[/], {sum(s.records for s in steps)} measurements "
-                  f"on {escape(device)}; estimated {total_s / 60:.1f} min"
-                  + ("" if cuda else " at GPU speed (a CPU run is slower)"))
+    console.print(
+        f"[bold]{len(steps)} step(s)[/], {sum(s.records for s in steps)} measurements "
+        f"on {escape(device)}; estimated {total_s / 60:.1f} min"
+        + ("" if cuda else " at GPU speed (a CPU run is slower)")
+    )
     if print_commands:
         for s in steps:
             print(f"# {s.name}: {s.records} measurements, about {s.estimate_s:.0f} s")
@@ -82,7 +97,8 @@ def microbench_cmd(
         console.print(f"wrote {escape(str(written))}", highlight=False)
     if failed:
         raise MeasurementError(
-            "some steps failed, their other measurements are kept: " + "; ".join(failed))
+            "some steps failed, their other measurements are kept: " + "; ".join(failed)
+        )
     return 0
 
 
@@ -102,22 +118,28 @@ def _run_steps(steps: Sequence[Step], console: Console) -> list[str]:
     """Run ``steps`` one by one under a progress bar fed by the lines each writes; return
     what failed (step, exit code, last line of its stderr)."""
     failed: list[str] = []
-    with Progress(TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed}/{task.total}"), TimeRemainingColumn(),
-                  console=console) as progress:
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeRemainingColumn(),
+        console=console,
+    ) as progress:
         for s in steps:
             task = progress.add_task(escape(s.name), total=s.records)
             start = _count_lines(s.out)
-            proc = subprocess.Popen(list(s.argv), stdout=subprocess.DEVNULL,
-                                    stderr=subprocess.PIPE, text=True)
+            proc = subprocess.Popen(
+                list(s.argv), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+            )
             while proc.poll() is None:
                 progress.update(task, completed=min(s.records, _count_lines(s.out) - start))
                 time.sleep(0.5)
             progress.update(task, completed=min(s.records, _count_lines(s.out) - start))
             if proc.returncode != 0:
                 err = (proc.stderr.read() if proc.stderr else "").strip().splitlines()
-                failed.append(f"{s.name} (exit {proc.returncode}): "
-                              f"{err[-1] if err else 'no message'}")
+                failed.append(
+                    f"{s.name} (exit {proc.returncode}): {err[-1] if err else 'no message'}"
+                )
     return failed
 
 

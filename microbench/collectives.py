@@ -45,19 +45,36 @@ from microbench.watchdog import TIMEOUT_EXIT_CODE, Watchdog
 from surrogate.analytic.perf import bus_factor
 
 OPS: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv",
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "send_recv",
 )
 LAYOUTS: tuple[str, ...] = ("contiguous", "strided")
-_UNITS = {"": 1, "B": 1, "K": 2**10, "KB": 2**10, "KIB": 2**10, "M": 2**20, "MB": 2**20,
-          "MIB": 2**20, "G": 2**30, "GB": 2**30, "GIB": 2**30}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 2**10,
+    "KB": 2**10,
+    "KIB": 2**10,
+    "M": 2**20,
+    "MB": 2**20,
+    "MIB": 2**20,
+    "G": 2**30,
+    "GB": 2**30,
+    "GIB": 2**30,
+}
 
 
 def parse_bytes(text: str) -> int:
     """``4096``, ``64KiB``, ``1M``, ``2GiB`` -> bytes (binary units)."""
     m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", text)
     if m is None or m.group(2).upper() not in _UNITS:
-        raise argparse.ArgumentTypeError(f"a size is a number with an optional unit (KiB, MiB, "
-                                         f"GiB), got {text!r}")
+        raise argparse.ArgumentTypeError(
+            f"a size is a number with an optional unit (KiB, MiB, GiB), got {text!r}"
+        )
     return int(m.group(1)) * _UNITS[m.group(2).upper()]
 
 
@@ -75,8 +92,9 @@ def message_sizes(min_bytes: int, max_bytes: int) -> list[int]:
 def subgroups(world: int, group_size: int, layout: str) -> list[list[int]]:
     """The world/g sub-groups of ``layout`` (see the module doc)."""
     if group_size < 2 or world % group_size:
-        raise ValueError(f"group_size must be >= 2 and divide the world size ({world}), "
-                         f"got {group_size}")
+        raise ValueError(
+            f"group_size must be >= 2 and divide the world size ({world}), got {group_size}"
+        )
     count = world // group_size
     if layout == "contiguous":
         return [list(range(i * group_size, (i + 1) * group_size)) for i in range(count)]
@@ -103,8 +121,9 @@ def _fault(op: str, rank: int) -> bool:
     return len(parts) == 3 and parts[0] == "hang" and parts[1] == op and parts[2] == str(rank)
 
 
-def _make_op(op: str, size_bytes: int, members: list[int], group: Any, rank: int,
-             device: str, dtype: Any) -> tuple[Callable[[], None], int]:
+def _make_op(
+    op: str, size_bytes: int, members: list[int], group: Any, rank: int, device: str, dtype: Any
+) -> tuple[Callable[[], None], int]:
     """A closure running ``op`` once on this rank's sub-group, and the size it really moves
     (``size_bytes`` rounded down to whole elements per rank)."""
     import torch
@@ -144,8 +163,12 @@ def _make_op(op: str, size_bytes: int, members: list[int], group: Any, rank: int
         send, recv = buf(count), buf(count)
 
         def exchange() -> None:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, send, peer, group=group),
-                                           dist.P2POp(dist.irecv, recv, peer, group=group)])
+            reqs = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(dist.isend, send, peer, group=group),
+                    dist.P2POp(dist.irecv, recv, peer, group=group),
+                ]
+            )
             for r in reqs:
                 r.wait()
 
@@ -172,22 +195,33 @@ def _time_window_s(fn: Callable[[], None], *, iters: int, cuda: bool) -> float:
 
 
 def _parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="torchrun ... -m microbench.collectives",
-                                 description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="torchrun ... -m microbench.collectives",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", default="-", help="JSON-lines file rank 0 appends to (- = stdout)")
-    ap.add_argument("--ops", default=",".join(OPS), help="comma-separated subset of " +
-                    ", ".join(OPS))
+    ap.add_argument(
+        "--ops", default=",".join(OPS), help="comma-separated subset of " + ", ".join(OPS)
+    )
     ap.add_argument("--min-bytes", type=parse_bytes, default=parse_bytes("4KiB"))
     ap.add_argument("--max-bytes", type=parse_bytes, default=parse_bytes("1GiB"))
     ap.add_argument("--group-sizes", default="", help="comma-separated, default 2,4,8,...")
     ap.add_argument("--layouts", default=",".join(LAYOUTS))
-    ap.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
-                    help="element type (nccl-tests and XLA use f32)")
+    ap.add_argument(
+        "--dtype",
+        choices=("f32", "bf16"),
+        default="f32",
+        help="element type (nccl-tests and XLA use f32)",
+    )
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--timeout-s", type=float, default=60.0,
-                    help="limit for one measurement (warm-up, timed window, rank reduction)")
+    ap.add_argument(
+        "--timeout-s",
+        type=float,
+        default=60.0,
+        help="limit for one measurement (warm-up, timed window, rank reduction)",
+    )
     ap.add_argument("--backend", choices=("auto", "nccl", "gloo"), default="auto")
     return ap
 
@@ -222,10 +256,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     layouts = [x.strip() for x in args.layouts.split(",") if x.strip()]
     bad += [x for x in layouts if x not in LAYOUTS]
     if bad:
-        ap.error(f"unknown op or layout {', '.join(bad)}; ops are {', '.join(OPS)}, layouts "
-                 f"{', '.join(LAYOUTS)}")
-    backend = args.backend if args.backend != "auto" else (
-        "nccl" if torch.cuda.is_available() else "gloo")
+        ap.error(
+            f"unknown op or layout {', '.join(bad)}; ops are {', '.join(OPS)}, layouts "
+            f"{', '.join(LAYOUTS)}"
+        )
+    backend = (
+        args.backend
+        if args.backend != "auto"
+        else ("nccl" if torch.cuda.is_available() else "gloo")
+    )
     cuda = backend == "nccl"
     device = "cpu"
     if cuda:
@@ -247,13 +286,30 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     def on_timeout(label: str, limit_s: float) -> None:
         if writer is not None:
-            writer.write(make_record(fp, status="timeout", message=(
-                f"{label} did not finish within {limit_s:g} s on rank {rank} (a hung or dead "
-                f"peer?); measurements before it are kept"), **current))
+            writer.write(
+                make_record(
+                    fp,
+                    status="timeout",
+                    message=(
+                        f"{label} did not finish within {limit_s:g} s on rank {rank} "
+                        f"(a hung or dead peer?); measurements before it are kept"
+                    ),
+                    **current,
+                )
+            )
         print(f"microbench.collectives: rank {rank}: timeout: {label}", file=sys.stderr)
 
-    session = _Session(args=args, rank=rank, device=device, cuda=cuda, dtype=tdtype, fp=fp,
-                       writer=writer, dog=Watchdog(on_timeout), current=current)
+    session = _Session(
+        args=args,
+        rank=rank,
+        device=device,
+        cuda=cuda,
+        dtype=tdtype,
+        fp=fp,
+        writer=writer,
+        dog=Watchdog(on_timeout),
+        current=current,
+    )
     errors = 0
     for g in group_sizes(world, asked):
         for layout in layouts if g < world else layouts[:1]:
@@ -265,8 +321,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if op == "send_recv" and g != 2:
                     continue
                 for size in sizes:
-                    if not _measure(session, op, size, g, layout, groups[mine], handles[mine],
-                                    spans):
+                    if not _measure(
+                        session, op, size, g, layout, groups[mine], handles[mine], spans
+                    ):
                         errors += 1
                         break  # the other sizes of this op would fail alike
     session.dog.close()
@@ -276,16 +333,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 1 if errors else 0
 
 
-def _measure(s: _Session, op: str, size: int, g: int, layout: str, group: Sequence[int],
-             handle: Any, spans: int) -> bool:
+def _measure(
+    s: _Session,
+    op: str,
+    size: int,
+    g: int,
+    layout: str,
+    group: Sequence[int],
+    handle: Any,
+    spans: int,
+) -> bool:
     """Time ``op`` on messages of ``size`` bytes in this rank's group, the slowest rank's time;
     rank 0 records it, or the error it raised (then False)."""
     import torch
     import torch.distributed as dist
 
     s.current.clear()
-    s.current.update(op=op, dtype=s.args.dtype, group_size=g, layout=layout,
-                     size_bytes=size, in_place=op in ("all_reduce", "broadcast"), nodes=spans)
+    s.current.update(
+        op=op,
+        dtype=s.args.dtype,
+        group_size=g,
+        layout=layout,
+        size_bytes=size,
+        in_place=op in ("all_reduce", "broadcast"),
+        nodes=spans,
+    )
     label = f"{op} size={size} B group={g} {layout}"
     # other ranks wait a little longer, so that rank 0 (the writer) records
     # the timeout before a peer's exit turns it into a connection error
@@ -305,15 +377,20 @@ def _measure(s: _Session, op: str, size: int, g: int, layout: str, group: Sequen
     except (RuntimeError, ValueError) as e:
         s.dog.disarm()
         if s.writer is not None:
-            s.writer.write(make_record(s.fp, status="error", message=f"{label}: {e}",
-                                       **s.current))
+            s.writer.write(make_record(s.fp, status="error", message=f"{label}: {e}", **s.current))
         return False
     s.dog.disarm()
     if s.writer is not None:
         algbw = real / t
-        s.writer.write(make_record(
-            s.fp, time_s=t, algbw_bytes_per_s=algbw,
-            busbw_bytes_per_s=algbw * float(bus_factor(op, g)), **s.current))
+        s.writer.write(
+            make_record(
+                s.fp,
+                time_s=t,
+                algbw_bytes_per_s=algbw,
+                busbw_bytes_per_s=algbw * float(bus_factor(op, g)),
+                **s.current,
+            )
+        )
     return True
 
 

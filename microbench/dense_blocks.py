@@ -9,14 +9,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-NEEDS_TORCHTITAN = ("measuring torchtitan's block needs torchtitan 0.2.x "
-                    "(pip install torchtitan==0.2.2 triton)")
-NEEDS_MEGATRON = ("measuring Megatron-Core's layer needs megatron-core "
-                  "(pip install megatron-core==0.16.1)")
+NEEDS_TORCHTITAN = (
+    "measuring torchtitan's block needs torchtitan 0.2.x (pip install torchtitan==0.2.2 triton)"
+)
+NEEDS_MEGATRON = (
+    "measuring Megatron-Core's layer needs megatron-core (pip install megatron-core==0.16.1)"
+)
 STANDARD_SHAPES: tuple[dict[str, int], ...] = tuple(
-    {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": kv, "seq_len": 512, "mbs": mbs,
-     "tp": tp}
-    for kv in (16, 8) for mbs in (1, 2) for tp in (1, 2, 4, 8)
+    {"hidden_size": 1024, "num_heads": 16, "num_kv_heads": kv, "seq_len": 512, "mbs": mbs, "tp": tp}
+    for kv in (16, 8)
+    for mbs in (1, 2)
+    for tp in (1, 2, 4, 8)
 )
 """Multi-head and grouped-query attention, two micro-batches, tp 1-8: bytes scale with the
 widths and tokens, so small shapes stand for large ones."""
@@ -32,8 +35,9 @@ class Saved:
     bytes: int
 
 
-def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
-                    ) -> tuple[list[Saved], Any]:
+def saved_by_module(
+    block: Any, run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
+) -> tuple[list[Saved], Any]:
     """The storages autograd saves while ``run()`` runs ``block``'s forward, each once, with
     the innermost submodule of ``block`` running when it was saved (``(block)`` for the block's
     own code); tensors sharing a storage with the block's parameters and buffers or with
@@ -44,8 +48,10 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
     def local(t: Any) -> Any:  # a DTensor's shard on this rank
         return getattr(t, "_local_tensor", t)
 
-    skip = {local(t).untyped_storage().data_ptr()
-            for t in (*block.parameters(), *block.buffers(), *leave_out)}
+    skip = {
+        local(t).untyped_storage().data_ptr()
+        for t in (*block.parameters(), *block.buffers(), *leave_out)
+    }
     stack = ["(block)"]
 
     def enter(name: str) -> Callable[..., None]:
@@ -65,9 +71,12 @@ def saved_by_module(block: Any, run: Callable[[], Any], *, leave_out: Sequence[A
         shard = local(t)
         st = shard.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = Saved(module=stack[-1], shape=tuple(shard.shape),
-                                        dtype=str(shard.dtype).removeprefix("torch."),
-                                        bytes=st.nbytes())
+            seen[st.data_ptr()] = Saved(
+                module=stack[-1],
+                shape=tuple(shard.shape),
+                dtype=str(shard.dtype).removeprefix("torch."),
+                bytes=st.nbytes(),
+            )
         return t
 
     try:
@@ -134,14 +143,23 @@ def checkpointed(model: Any, ac: tuple[str, str], save_list: set[Any]) -> None:
 
     titan_ac._layer_sac_count = 0  # what a fresh process counts from
     save = {*save_list, torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default}
-    titan_ac.apply_ac(model, ActivationCheckpoint(mode=ac[0], selective_ac_option=ac[1]),
-                      op_sac_save_list=save)
+    titan_ac.apply_ac(
+        model, ActivationCheckpoint(mode=ac[0], selective_ac_option=ac[1]), op_sac_save_list=save
+    )
 
 
 @contextmanager
-def torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                      mbs: int, tp: int, num_layers: int = 1,
-                      ac: tuple[str, str] | None = None) -> Iterator[Stack]:
+def torchtitan_stack(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    seq_len: int,
+    mbs: int,
+    tp: int,
+    num_layers: int = 1,
+    ac: tuple[str, str] | None = None,
+) -> Iterator[Stack]:
     """torchtitan's Llama 3 model with ``num_layers`` blocks under its tensor-parallel plan,
     and with ``ac`` = (mode, selective_ac_option) its activation checkpointing."""
     import torch
@@ -155,18 +173,26 @@ def torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
     from torch.distributed.device_mesh import init_device_mesh
 
     with fake_world(tp):
-        args = TransformerModelArgs(dim=hidden_size, n_layers=num_layers, n_heads=num_heads,
-                                    n_kv_heads=num_kv_heads, vocab_size=256,
-                                    max_seq_len=seq_len)
+        args = TransformerModelArgs(
+            dim=hidden_size,
+            n_layers=num_layers,
+            n_heads=num_heads,
+            n_kv_heads=num_kv_heads,
+            vocab_size=256,
+            max_seq_len=seq_len,
+        )
         model = bf16_model(Transformer, args)
         if tp > 1:
-            apply_tp(model, init_device_mesh("cpu", (tp,)), loss_parallel=True,
-                     enable_float8_tensorwise_tp=False)
+            apply_tp(
+                model,
+                init_device_mesh("cpu", (tp,)),
+                loss_parallel=True,
+                enable_float8_tensorwise_tp=False,
+            )
         ffn = int(model.layers["0"].feed_forward.w1.weight.shape[0])
         if ac is not None:
             checkpointed(model, ac, _op_sac_save_list)
-        x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16,
-                        requires_grad=True)
+        x = torch.randn(mbs, seq_len // tp, hidden_size, dtype=torch.bfloat16, requires_grad=True)
 
         def run() -> Any:
             y = x
@@ -174,18 +200,32 @@ def torchtitan_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq
                 y = model.layers[str(i)](y, model.freqs_cis, None)
             return y
 
-        config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn, "num_heads": num_heads,
-                  "num_kv_heads": num_kv_heads, "seq_len": seq_len, "mbs": mbs, "tp": tp,
-                  "sequence_parallel": tp > 1}
+        config = {
+            "hidden_size": hidden_size,
+            "ffn_hidden_size": ffn,
+            "num_heads": num_heads,
+            "num_kv_heads": num_kv_heads,
+            "seq_len": seq_len,
+            "mbs": mbs,
+            "tp": tp,
+            "sequence_parallel": tp > 1,
+        }
         yield Stack(run=run, inputs=(x, model.freqs_cis), modules=model, config=config)
 
 
-def torchtitan_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                     mbs: int, tp: int) -> tuple[dict[str, Any], list[Saved]]:
+def torchtitan_block(
+    *, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int, mbs: int, tp: int
+) -> tuple[dict[str, Any], list[Saved]]:
     """torchtitan's Llama 3 block under its tensor-parallel plan on a fake process group of
     ``tp`` ranks: its configuration and what its forward saves."""
-    with torchtitan_stack(hidden_size=hidden_size, num_heads=num_heads,
-                           num_kv_heads=num_kv_heads, seq_len=seq_len, mbs=mbs, tp=tp) as s:
+    with torchtitan_stack(
+        hidden_size=hidden_size,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        seq_len=seq_len,
+        mbs=mbs,
+        tp=tp,
+    ) as s:
         saved, _out = saved_by_module(s.modules.layers["0"], s.run, leave_out=s.inputs)
         return s.config, saved
 
@@ -231,11 +271,11 @@ def megatron_on_cpu() -> Iterator[None]:
         # NCCL gathers rows of different counts; gloo gathers them padded to the largest
         most = max(o.shape[0] for o in outputs)
         padded = tensor.new_zeros((most, *tensor.shape[1:]))
-        padded[:tensor.shape[0]] = tensor
+        padded[: tensor.shape[0]] = tensor
         gathered = [torch.empty_like(padded) for _ in outputs]
         all_gather(gathered, padded, group=group)
         for out, got in zip(outputs, gathered, strict=True):
-            out.copy_(got[:out.shape[0]])
+            out.copy_(got[: out.shape[0]])
 
     def uneven_reduce_scatter(output: Any, inputs: list[Any], group: Any = None) -> None:
         # NCCL reduce-scatters chunks of different counts; gloo reduces each, keeps its own
@@ -246,16 +286,17 @@ def megatron_on_cpu() -> Iterator[None]:
                 output.copy_(summed)
 
     stream = _OneStream()
-    patches = [(torch.cuda, "current_device", lambda: "cpu"),
-               (megatron_random, "_get_all_rng_states",
-                lambda: (torch.get_rng_state(), None, {})),
-               (torch.cuda, "Stream", lambda *_, **__: stream),
-               (torch.cuda, "current_stream", lambda *_, **__: stream),
-               (torch.cuda, "stream", lambda *_: contextlib.nullcontext()),
-               (moe_utils, "te_general_gemm", None),
-               (token_dispatcher, "maybe_move_tensor_to_cpu", to_host),
-               (torch.distributed, "all_gather", uneven_all_gather),
-               (torch.distributed, "reduce_scatter", uneven_reduce_scatter)]
+    patches = [
+        (torch.cuda, "current_device", lambda: "cpu"),
+        (megatron_random, "_get_all_rng_states", lambda: (torch.get_rng_state(), None, {})),
+        (torch.cuda, "Stream", lambda *_, **__: stream),
+        (torch.cuda, "current_stream", lambda *_, **__: stream),
+        (torch.cuda, "stream", lambda *_: contextlib.nullcontext()),
+        (moe_utils, "te_general_gemm", None),
+        (token_dispatcher, "maybe_move_tensor_to_cpu", to_host),
+        (torch.distributed, "all_gather", uneven_all_gather),
+        (torch.distributed, "reduce_scatter", uneven_reduce_scatter),
+    ]
     missing = object()
     before = [(owner, name, getattr(owner, name, missing)) for owner, name, _ in patches]
     for owner, name, value in patches:
@@ -271,9 +312,18 @@ def megatron_on_cpu() -> Iterator[None]:
 
 
 @contextmanager
-def megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                    mbs: int, tp: int, fused_swiglu: bool = True, num_layers: int | None = None,
-                    recompute: str | None = None) -> Iterator[Stack]:
+def megatron_stack(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    seq_len: int,
+    mbs: int,
+    tp: int,
+    fused_swiglu: bool = True,
+    num_layers: int | None = None,
+    recompute: str | None = None,
+) -> Iterator[Stack]:
     """Megatron-Core's GPT layer (local spec, RMSNorm, SwiGLU with its fusion on or off, rotary
     embeddings, sequence parallelism with tp > 1) on a fake process group of ``tp`` ranks, with
     the stand-ins of the module docstring: one ``TransformerLayer`` (``num_layers`` None) or a
@@ -307,13 +357,19 @@ def megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_l
     tracker = megatron_random.get_cuda_rng_tracker()
     with fake_world(tp), megatron_on_cpu():
         try:
-            parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp,
-                                                     create_gloo_process_groups=False)
+            parallel_state.initialize_model_parallel(
+                tensor_model_parallel_size=tp, create_gloo_process_groups=False
+            )
             head_dim = hidden_size // num_heads
-            cfg, ffn = _megatron_config(hidden_size=hidden_size, num_heads=num_heads,
-                                        num_kv_heads=num_kv_heads, tp=tp,
-                                        fused_swiglu=fused_swiglu, num_layers=num_layers,
-                                        recompute=recompute)
+            cfg, ffn = _megatron_config(
+                hidden_size=hidden_size,
+                num_heads=num_heads,
+                num_kv_heads=num_kv_heads,
+                tp=tp,
+                fused_swiglu=fused_swiglu,
+                num_layers=num_layers,
+                recompute=recompute,
+            )
             spec = get_gpt_layer_local_spec(normalization="RMSNorm")
             spec.submodules.input_layernorm = Norm
             spec.submodules.pre_mlp_layernorm = Norm
@@ -325,28 +381,49 @@ def megatron_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_l
                 layers = list(modules.layers)
                 # the block forks the CUDA generator of the tensor-parallel region
                 tracker.fork = (  # type: ignore[method-assign]
-                    lambda *_, **__: contextlib.nullcontext())
+                    lambda *_, **__: contextlib.nullcontext()
+                )
             for layer in layers:
                 layer.self_attention.core_attention = FlashCore()
-            freqs = RotaryEmbedding(kv_channels=head_dim, rotary_percent=1.0,
-                                    use_cpu_initialization=True).get_freqs_non_repeated(seq_len)
+            freqs = RotaryEmbedding(
+                kv_channels=head_dim, rotary_percent=1.0, use_cpu_initialization=True
+            ).get_freqs_non_repeated(seq_len)
             rotary = torch.cat((freqs, freqs), dim=-1)[:, None, None, :]  # what get_emb returns
-            x = torch.randn(seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16,
-                            requires_grad=True)
-            config = {"hidden_size": hidden_size, "ffn_hidden_size": ffn,
-                      "num_heads": num_heads, "num_kv_heads": num_kv_heads, "seq_len": seq_len,
-                      "mbs": mbs, "tp": tp, "sequence_parallel": tp > 1,
-                      "fused_swiglu": fused_swiglu}
-            yield Stack(run=lambda: modules(x, attention_mask=None, rotary_pos_emb=rotary),
-                        inputs=(x, rotary), modules=modules, config=config)
+            x = torch.randn(
+                seq_len // tp, mbs, hidden_size, dtype=torch.bfloat16, requires_grad=True
+            )
+            config = {
+                "hidden_size": hidden_size,
+                "ffn_hidden_size": ffn,
+                "num_heads": num_heads,
+                "num_kv_heads": num_kv_heads,
+                "seq_len": seq_len,
+                "mbs": mbs,
+                "tp": tp,
+                "sequence_parallel": tp > 1,
+                "fused_swiglu": fused_swiglu,
+            }
+            yield Stack(
+                run=lambda: modules(x, attention_mask=None, rotary_pos_emb=rotary),
+                inputs=(x, rotary),
+                modules=modules,
+                config=config,
+            )
         finally:
             tracker.__dict__.pop("fork", None)  # the class's own again
             parallel_state.destroy_model_parallel()
 
 
-def _megatron_config(*, hidden_size: int, num_heads: int, num_kv_heads: int, tp: int,
-                     fused_swiglu: bool, num_layers: int | None,
-                     recompute: str | None) -> tuple[Any, int]:
+def _megatron_config(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    tp: int,
+    fused_swiglu: bool,
+    num_layers: int | None,
+    recompute: str | None,
+) -> tuple[Any, int]:
     """:func:`megatron_stack`'s ``TransformerConfig`` and its SwiGLU width (torchtitan's)."""
     import torch
     import torch.nn.functional as F
@@ -357,37 +434,69 @@ def _megatron_config(*, hidden_size: int, num_heads: int, num_kv_heads: int, tp:
     if recompute == "selective":
         recomputing = {"recompute_granularity": "selective"}
     elif recompute == "full":
-        recomputing = {"recompute_granularity": "full", "recompute_method": "uniform",
-                       "recompute_num_layers": 1}
+        recomputing = {
+            "recompute_granularity": "full",
+            "recompute_method": "uniform",
+            "recompute_num_layers": 1,
+        }
     cfg = TransformerConfig(
-        num_layers=num_layers or 1, hidden_size=hidden_size,
-        num_attention_heads=num_heads, num_query_groups=num_kv_heads,
-        ffn_hidden_size=ffn, gated_linear_unit=True, activation_func=F.silu,
-        normalization="RMSNorm", add_bias_linear=False,
-        bias_activation_fusion=fused_swiglu, use_cpu_initialization=True,
-        params_dtype=torch.bfloat16, bf16=True, hidden_dropout=0.0,
-        attention_dropout=0.0, sequence_parallel=tp > 1, tensor_model_parallel_size=tp,
-        **recomputing)
+        num_layers=num_layers or 1,
+        hidden_size=hidden_size,
+        num_attention_heads=num_heads,
+        num_query_groups=num_kv_heads,
+        ffn_hidden_size=ffn,
+        gated_linear_unit=True,
+        activation_func=F.silu,
+        normalization="RMSNorm",
+        add_bias_linear=False,
+        bias_activation_fusion=fused_swiglu,
+        use_cpu_initialization=True,
+        params_dtype=torch.bfloat16,
+        bf16=True,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        sequence_parallel=tp > 1,
+        tensor_model_parallel_size=tp,
+        **recomputing,
+    )
     return cfg, ffn
 
 
-def megatron_block(*, hidden_size: int, num_heads: int, num_kv_heads: int, seq_len: int,
-                   mbs: int, tp: int, fused_swiglu: bool = True
-                   ) -> tuple[dict[str, Any], list[Saved]]:
+def megatron_block(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    seq_len: int,
+    mbs: int,
+    tp: int,
+    fused_swiglu: bool = True,
+) -> tuple[dict[str, Any], list[Saved]]:
     """Megatron-Core's GPT layer (:func:`megatron_stack`): its configuration and what its
     forward saves."""
-    with megatron_stack(hidden_size=hidden_size, num_heads=num_heads,
-                         num_kv_heads=num_kv_heads, seq_len=seq_len, mbs=mbs, tp=tp,
-                         fused_swiglu=fused_swiglu) as s:
+    with megatron_stack(
+        hidden_size=hidden_size,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        seq_len=seq_len,
+        mbs=mbs,
+        tp=tp,
+        fused_swiglu=fused_swiglu,
+    ) as s:
         saved, _out = saved_by_module(s.modules, s.run, leave_out=s.inputs)
         return s.config, saved
 
 
-BLOCKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]],
-                        tuple[dict[str, Any], ...]]] = {
+BLOCKS: dict[
+    str, tuple[Callable[..., tuple[dict[str, Any], list[Saved]]], tuple[dict[str, Any], ...]]
+] = {
     "torchtitan": (torchtitan_block, STANDARD_SHAPES),
-    "megatron": (megatron_block, tuple({**shape, "fused_swiglu": fused}
-                                       for fused in (True, False) for shape in STANDARD_SHAPES)),
+    "megatron": (
+        megatron_block,
+        tuple(
+            {**shape, "fused_swiglu": fused} for fused in (True, False) for shape in STANDARD_SHAPES
+        ),
+    ),
 }
 """Each framework's block and the shapes it is measured at (Megatron-LM trains with its fused
 SwiGLU on, ``--no-bias-swiglu-fusion`` turns it off; Megatron-Core's own default is off)."""

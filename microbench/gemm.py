@@ -85,13 +85,17 @@ def preset_shapes(tps: Sequence[int] = PRESET_TPS, *, mbs: int = 1) -> list[Gemm
                 if (d_out if column else d_in) % tp:
                     continue
                 o, i = (d_out // tp, d_in) if column else (d_out, d_in // tp)
-                for kind, (m, n, k) in (("fwd", (t, o, i)), ("dgrad", (t, i, o)),
-                                        ("wgrad", (o, i, t))):
+                for kind, (m, n, k) in (
+                    ("fwd", (t, o, i)),
+                    ("dgrad", (t, i, o)),
+                    ("wgrad", (o, i, t)),
+                ):
                     if (m, n, k) in seen:
                         continue
                     seen.add((m, n, k))
-                    out.append(GemmShape(m=m, n=n, k=k, origin=f"{model.name} tp={tp} "
-                                                               f"{layer} {kind}"))
+                    out.append(
+                        GemmShape(m=m, n=n, k=k, origin=f"{model.name} tp={tp} {layer} {kind}")
+                    )
     return out
 
 
@@ -104,8 +108,12 @@ def fp8_supported() -> bool:
     """FP8 tensor cores (compute capability >= 8.9) and ``torch._scaled_mm`` available."""
     import torch
 
-    return (torch.cuda.is_available() and torch.cuda.get_device_capability() >= (8, 9)
-            and hasattr(torch, "_scaled_mm") and hasattr(torch, "float8_e4m3fn"))
+    return (
+        torch.cuda.is_available()
+        and torch.cuda.get_device_capability() >= (8, 9)
+        and hasattr(torch, "_scaled_mm")
+        and hasattr(torch, "float8_e4m3fn")
+    )
 
 
 def _operands(shape: GemmShape, dtype: str, device: str) -> Callable[[], Any]:
@@ -114,8 +122,9 @@ def _operands(shape: GemmShape, dtype: str, device: str) -> Callable[[], Any]:
 
     if dtype == "fp8":
         if shape.batch != 1:
-            raise ValueError("fp8 GEMMs are measured unbatched (torch._scaled_mm), got "
-                             f"batch={shape.batch}")
+            raise ValueError(
+                f"fp8 GEMMs are measured unbatched (torch._scaled_mm), got batch={shape.batch}"
+            )
         a = torch.randn(shape.m, shape.k, device=device).to(torch.float8_e4m3fn)
         b = torch.randn(shape.n, shape.k, device=device).to(torch.float8_e4m3fn).t()
         one = torch.ones((), device=device)
@@ -144,12 +153,14 @@ def int_list(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x.strip()]
 
 
-def time_call_s(fn: Callable[[], Any], *, device: str, warmup: int, repeats: int,
-                target_window_s: float = 1e-3) -> float:
+def time_call_s(
+    fn: Callable[[], Any], *, device: str, warmup: int, repeats: int, target_window_s: float = 1e-3
+) -> float:
     """Median seconds per call of ``fn`` (see the module doc for the method)."""
     import torch
 
     cuda = device.startswith("cuda")
+
     def sync() -> None:
         if cuda:
             torch.cuda.synchronize()
@@ -182,8 +193,15 @@ def time_call_s(fn: Callable[[], Any], *, device: str, warmup: int, repeats: int
 
 
 def run_gemms(
-    shapes: Iterable[GemmShape], dtypes: Sequence[str], *, device: str, writer: JsonlWriter,
-    fingerprint: Fingerprint, warmup: int = 5, repeats: int = 20, timeout_s: float = 120.0,
+    shapes: Iterable[GemmShape],
+    dtypes: Sequence[str],
+    *,
+    device: str,
+    writer: JsonlWriter,
+    fingerprint: Fingerprint,
+    warmup: int = 5,
+    repeats: int = 20,
+    timeout_s: float = 120.0,
 ) -> int:
     """Measure every shape in every dtype, writing one record each; returns the failures.
 
@@ -196,9 +214,14 @@ def run_gemms(
     current: dict[str, Any] = {}
 
     def on_timeout(label: str, limit_s: float) -> None:
-        writer.write(make_record(fingerprint, status="timeout",
-                                 message=f"{label} did not finish within {limit_s:g} s",
-                                 **current))
+        writer.write(
+            make_record(
+                fingerprint,
+                status="timeout",
+                message=f"{label} did not finish within {limit_s:g} s",
+                **current,
+            )
+        )
 
     dog = Watchdog(on_timeout)
     failures = 0
@@ -206,8 +229,9 @@ def run_gemms(
         for shape in shapes:
             for dtype in dtypes:
                 current.clear()
-                current.update(op="gemm", dtype=dtype, m=shape.m, n=shape.n, k=shape.k,
-                               batch=shape.batch)
+                current.update(
+                    op="gemm", dtype=dtype, m=shape.m, n=shape.n, k=shape.k, batch=shape.batch
+                )
                 label = f"gemm {dtype} m={shape.m} n={shape.n} k={shape.k} b={shape.batch}"
                 dog.arm(label, timeout_s)
                 try:
@@ -215,16 +239,22 @@ def run_gemms(
                     t = time_call_s(fn, device=device, warmup=warmup, repeats=repeats)
                 except (RuntimeError, ValueError, TypeError) as e:
                     failures += 1
-                    writer.write(make_record(fingerprint, status="error",
-                                             message=f"{label} ({shape.origin}): {e}",
-                                             **current))
+                    writer.write(
+                        make_record(
+                            fingerprint,
+                            status="error",
+                            message=f"{label} ({shape.origin}): {e}",
+                            **current,
+                        )
+                    )
                     if device.startswith("cuda"):
                         torch.cuda.empty_cache()
                     continue
                 finally:
                     dog.disarm()
-                writer.write(make_record(fingerprint, time_s=t, flops_per_s=shape.flops / t,
-                                         **current))
+                writer.write(
+                    make_record(fingerprint, time_s=t, flops_per_s=shape.flops / t, **current)
+                )
     finally:
         dog.close()
     return failures
@@ -234,20 +264,36 @@ def _parse_shape(text: str) -> GemmShape:
     parts = [int(x) for x in text.split(",")]
     if len(parts) not in (3, 4):
         raise argparse.ArgumentTypeError(f"a shape is m,n,k or m,n,k,batch, got {text!r}")
-    return GemmShape(m=parts[0], n=parts[1], k=parts[2], batch=parts[3] if len(parts) == 4
-                     else 1, origin="command line")
+    return GemmShape(
+        m=parts[0],
+        n=parts[1],
+        k=parts[2],
+        batch=parts[3] if len(parts) == 4 else 1,
+        origin="command line",
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.gemm", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.gemm",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", default="-", help="JSON-lines file to append to (- = stdout)")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda:N")
     ap.add_argument("--suite", choices=("standard", "grid", "presets"), default="standard")
-    ap.add_argument("--shapes", nargs="*", type=_parse_shape, default=None,
-                    help="explicit m,n,k[,batch] shapes instead of a suite")
-    ap.add_argument("--dtypes", default="auto",
-                    help="comma-separated bf16,fp8,f32; auto = bf16 (+fp8 where supported)")
+    ap.add_argument(
+        "--shapes",
+        nargs="*",
+        type=_parse_shape,
+        default=None,
+        help="explicit m,n,k[,batch] shapes instead of a suite",
+    )
+    ap.add_argument(
+        "--dtypes",
+        default="auto",
+        help="comma-separated bf16,fp8,f32; auto = bf16 (+fp8 where supported)",
+    )
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=20)
     ap.add_argument("--timeout-s", type=float, default=120.0)
@@ -260,18 +306,28 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.shapes:
         shapes = list(args.shapes)
     else:
-        shapes = {"standard": standard_shapes, "grid": grid_shapes,
-                  "presets": preset_shapes}[args.suite]()
+        shapes = {"standard": standard_shapes, "grid": grid_shapes, "presets": preset_shapes}[
+            args.suite
+        ]()
     writer = JsonlWriter(args.out)
     try:
-        failures = run_gemms(shapes, dtypes, device=device, writer=writer,
-                             fingerprint=collect(), warmup=args.warmup,
-                             repeats=args.repeats, timeout_s=args.timeout_s)
+        failures = run_gemms(
+            shapes,
+            dtypes,
+            device=device,
+            writer=writer,
+            fingerprint=collect(),
+            warmup=args.warmup,
+            repeats=args.repeats,
+            timeout_s=args.timeout_s,
+        )
     finally:
         writer.close()
     if failures:
-        print(f"{failures} GEMM measurement(s) failed; see the records with status 'error'",
-              file=sys.stderr)
+        print(
+            f"{failures} GEMM measurement(s) failed; see the records with status 'error'",
+            file=sys.stderr,
+        )
     return 1 if failures else 0
 
 

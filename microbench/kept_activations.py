@@ -29,7 +29,9 @@ KEPT_LAYERS = 4
 """Layers per measured stack under recomputation: torchtitan's default selective mode
 checkpoints every second one."""
 TORCHTITAN_AC: dict[str, tuple[str, str] | None] = {
-    "none": None, "selective": ("selective", "2"), "selective-op": ("selective", "op"),
+    "none": None,
+    "selective": ("selective", "2"),
+    "selective-op": ("selective", "op"),
     "full": ("full", "2"),
 }
 """torchtitan's ``[activation_checkpoint]`` (mode, selective_ac_option) for each measured
@@ -48,8 +50,9 @@ class Kept:
     bytes: int
 
 
-def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
-                       ) -> tuple[list[Kept], Any]:
+def kept_after_forward(
+    run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
+) -> tuple[list[Kept], Any]:
     """The storages that operators created while ``run()`` ran and that are still alive after
     it (``leave_out``'s and the result's aside), each once: what the forward keeps for the
     backward, whatever holds it (autograd's saved tensors, a checkpoint's inputs, a per-operator
@@ -67,8 +70,9 @@ def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
     clock = itertools.count()
 
     class Track(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
-                               kwargs: Any = None) -> Any:
+        def __torch_dispatch__(
+            self, func: Any, types: Any, args: Any = (), kwargs: Any = None
+        ) -> Any:
             out = func(*args, **(kwargs or {}))
             for t in tree_flatten(out)[0]:
                 if not isinstance(t, torch.Tensor):
@@ -83,17 +87,28 @@ def kept_after_forward(run: Callable[[], Any], *, leave_out: Sequence[Any] = ()
                 # left may hold a new one, made now
                 seen = made.get(ptr)
                 when = seen[0] if seen and not seen[1].expired() else next(clock)
-                made[ptr] = (when, StorageWeakRef(st), Kept(
-                    op=str(func), shape=tuple(local.shape),
-                    dtype=str(local.dtype).removeprefix("torch."), bytes=st.nbytes()))
+                made[ptr] = (
+                    when,
+                    StorageWeakRef(st),
+                    Kept(
+                        op=str(func),
+                        shape=tuple(local.shape),
+                        dtype=str(local.dtype).removeprefix("torch."),
+                        bytes=st.nbytes(),
+                    ),
+                )
             return out
 
     with Track():
         out = run()
-    aside = {storage(t).data_ptr() for t in (*leave_out, *tree_flatten(out)[0])
-             if isinstance(t, torch.Tensor)}
-    alive = sorted((when, k) for ptr, (when, ref, k) in made.items()
-                   if ptr not in aside and not ref.expired())
+    aside = {
+        storage(t).data_ptr()
+        for t in (*leave_out, *tree_flatten(out)[0])
+        if isinstance(t, torch.Tensor)
+    }
+    alive = sorted(
+        (when, k) for ptr, (when, ref, k) in made.items() if ptr not in aside and not ref.expired()
+    )
     return [k for _, k in alive], out
 
 
@@ -104,22 +119,39 @@ def torchtitan_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], li
     with torchtitan_stack(**shape, num_layers=KEPT_LAYERS, ac=ac) as s:
         kept, _out = kept_after_forward(s.run, leave_out=s.aside())
         option = {} if ac is None else {"mode": ac[0], "selective_ac_option": ac[1]}
-        return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute,
-                "activation_checkpoint": option}, kept
+        return {
+            **s.config,
+            "num_layers": KEPT_LAYERS,
+            "recompute": recompute,
+            "activation_checkpoint": option,
+        }, kept
 
 
 MOE_KEPT_SHAPES: tuple[dict[str, Any], ...] = tuple(
     {**s, "num_heads": 8, "num_kv_heads": 8, "recompute": r}
-    for r in ("none", "selective-op", "full") for s in MOE_SHAPES)
+    for r in ("none", "selective-op", "full")
+    for s in MOE_SHAPES
+)
 """torchtitan's stack of MoE blocks at :data:`MOE_SHAPES` under no, per-operator and full
 recomputation (``--moe --recompute``; tp and ep from the command line)."""
 
 
-def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
-                        num_kv_heads: int, moe_ffn_hidden_size: int, num_experts: int,
-                        top_k: int, num_shared_experts: int, score_before_experts: bool,
-                        seq_len: int, mbs: int, tp: int = 1, ep: int = 1
-                        ) -> tuple[dict[str, Any], list[Kept]]:
+def torchtitan_moe_kept(
+    *,
+    recompute: str,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    moe_ffn_hidden_size: int,
+    num_experts: int,
+    top_k: int,
+    num_shared_experts: int,
+    score_before_experts: bool,
+    seq_len: int,
+    mbs: int,
+    tp: int = 1,
+    ep: int = 1,
+) -> tuple[dict[str, Any], list[Kept]]:
     """What a stack of :data:`KEPT_LAYERS` torchtitan Llama 4 blocks, every one an MoE block
     (``interleave_moe_layer_step`` 1; attention as Llama 3's, the experts on the grouped
     GEMM), keeps after its forward under the activation checkpointing ``recompute`` names
@@ -141,15 +173,25 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
         raise SystemExit(f"{NEEDS_TORCHTITAN}: {e}") from None
     ac = TORCHTITAN_AC[recompute]
     torch.manual_seed(0)
-    model = _llama4_moe_stack(hidden_size=hidden_size, num_heads=num_heads,
-                              num_kv_heads=num_kv_heads, moe_ffn_hidden_size=moe_ffn_hidden_size,
-                              num_experts=num_experts, top_k=top_k,
-                              num_shared_experts=num_shared_experts,
-                              score_before_experts=score_before_experts, seq_len=seq_len)
+    model = _llama4_moe_stack(
+        hidden_size=hidden_size,
+        num_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        moe_ffn_hidden_size=moe_ffn_hidden_size,
+        num_experts=num_experts,
+        top_k=top_k,
+        num_shared_experts=num_shared_experts,
+        score_before_experts=score_before_experts,
+        seq_len=seq_len,
+    )
     rank, plans, tp_mesh = split_moe_blocks(model, tp=tp, ep=ep)
     if tp_mesh is not None:  # the attention's and norms' plan (torchtitan applies it first;
-        apply_non_moe_tp(model, tp_mesh, loss_parallel=True,  # their modules are apart)
-                         enable_float8_tensorwise_tp=False)
+        apply_non_moe_tp(
+            model,
+            tp_mesh,
+            loss_parallel=True,  # their modules are apart)
+            enable_float8_tensorwise_tp=False,
+        )
     if tp * ep > 1:
         torch.manual_seed(1 + rank)  # each rank's own tokens
     if ac is not None:
@@ -167,44 +209,78 @@ def torchtitan_moe_kept(*, recompute: str, hidden_size: int, num_heads: int,
         return y
 
     with integer_histc(), cpu_permute_indices():
-        kept, _out = kept_after_forward(run, leave_out=(x, model.freqs_cis,
-                                                        *model.parameters(),
-                                                        *model.buffers()))
+        kept, _out = kept_after_forward(
+            run, leave_out=(x, model.freqs_cis, *model.parameters(), *model.buffers())
+        )
     option = {} if ac is None else {"mode": ac[0], "selective_ac_option": ac[1]}
-    config = {"hidden_size": hidden_size, "num_heads": num_heads, "num_kv_heads": num_kv_heads,
-              "moe_ffn_hidden_size": moe_ffn_hidden_size, "num_experts": num_experts,
-              "top_k": top_k, "num_shared_experts": num_shared_experts,
-              "score_before_experts": score_before_experts, "seq_len": seq_len, "mbs": mbs,
-              "tp": tp, "ep": ep, "rank": rank, "sequence_parallel": tp > 1,
-              "grouped_mm": True, "num_layers": KEPT_LAYERS, "recompute": recompute,
-              "activation_checkpoint": option,
-              # the rows each block's experts received on this rank (balanced: T k, the
-              # whole sequence's under tp)
-              "routed_tokens": [sum(plan.output_splits or ()) for plan in plans]
-              or [mbs * seq_len * top_k] * KEPT_LAYERS}
+    config = {
+        "hidden_size": hidden_size,
+        "num_heads": num_heads,
+        "num_kv_heads": num_kv_heads,
+        "moe_ffn_hidden_size": moe_ffn_hidden_size,
+        "num_experts": num_experts,
+        "top_k": top_k,
+        "num_shared_experts": num_shared_experts,
+        "score_before_experts": score_before_experts,
+        "seq_len": seq_len,
+        "mbs": mbs,
+        "tp": tp,
+        "ep": ep,
+        "rank": rank,
+        "sequence_parallel": tp > 1,
+        "grouped_mm": True,
+        "num_layers": KEPT_LAYERS,
+        "recompute": recompute,
+        "activation_checkpoint": option,
+        # the rows each block's experts received on this rank (balanced: T k, the
+        # whole sequence's under tp)
+        "routed_tokens": [sum(plan.output_splits or ()) for plan in plans]
+        or [mbs * seq_len * top_k] * KEPT_LAYERS,
+    }
     return config, kept
 
 
-def _llama4_moe_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int,
-                      moe_ffn_hidden_size: int, num_experts: int, top_k: int,
-                      num_shared_experts: int, score_before_experts: bool,
-                      seq_len: int) -> Any:
+def _llama4_moe_stack(
+    *,
+    hidden_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    moe_ffn_hidden_size: int,
+    num_experts: int,
+    top_k: int,
+    num_shared_experts: int,
+    score_before_experts: bool,
+    seq_len: int,
+) -> Any:
     """:func:`torchtitan_moe_kept`'s model: torchtitan's Llama 4 of :data:`KEPT_LAYERS` MoE
     blocks, in bf16; an error if its experts' width is not ``moe_ffn_hidden_size``."""
     from torchtitan.models.llama4.model.args import TransformerModelArgs
     from torchtitan.models.llama4.model.model import Transformer
     from torchtitan.models.moe.moe import MoEArgs
 
-    moe = MoEArgs(num_experts=num_experts, num_shared_experts=num_shared_experts, top_k=top_k,
-                  use_grouped_mm=True, score_before_experts=score_before_experts,
-                  score_func="softmax", load_balance_coeff=None)
+    moe = MoEArgs(
+        num_experts=num_experts,
+        num_shared_experts=num_shared_experts,
+        top_k=top_k,
+        use_grouped_mm=True,
+        score_before_experts=score_before_experts,
+        score_func="softmax",
+        load_balance_coeff=None,
+    )
     # the experts' width: int(8 h / 3 x multiplier), rounded up to a multiple of 256
-    args = TransformerModelArgs(dim=hidden_size, n_layers=KEPT_LAYERS, n_heads=num_heads,
-                                n_kv_heads=num_kv_heads, vocab_size=256, max_seq_len=seq_len,
-                                multiple_of=moe_ffn_hidden_size,
-                                ffn_dim_multiplier=moe_ffn_hidden_size / (3 * hidden_size),
-                                auto_scale_hidden_dim=False, interleave_moe_layer_step=1,
-                                moe_args=moe)
+    args = TransformerModelArgs(
+        dim=hidden_size,
+        n_layers=KEPT_LAYERS,
+        n_heads=num_heads,
+        n_kv_heads=num_kv_heads,
+        vocab_size=256,
+        max_seq_len=seq_len,
+        multiple_of=moe_ffn_hidden_size,
+        ffn_dim_multiplier=moe_ffn_hidden_size / (3 * hidden_size),
+        auto_scale_hidden_dim=False,
+        interleave_moe_layer_step=1,
+        moe_args=moe,
+    )
     model = bf16_model(Transformer, args)
     width = int(model.layers["0"].moe.experts.w1.shape[1])
     if width != moe_ffn_hidden_size:
@@ -212,8 +288,9 @@ def _llama4_moe_stack(*, hidden_size: int, num_heads: int, num_kv_heads: int,
     return model
 
 
-MOE_STACKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]],
-                            tuple[dict[str, Any], ...]]] = {
+MOE_STACKS: dict[
+    str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]], tuple[dict[str, Any], ...]]
+] = {
     "torchtitan": (torchtitan_moe_kept, MOE_KEPT_SHAPES),
 }
 """Each framework's stack of MoE blocks under recomputation and its settings (``--moe
@@ -223,19 +300,28 @@ MOE_STACKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]],
 def megatron_kept(*, recompute: str, **shape: int) -> tuple[dict[str, Any], list[Kept]]:
     """What a Megatron-Core block of :data:`KEPT_LAYERS` layers keeps after its forward, with
     ``recompute`` none, selective (its core attention) or full (every layer)."""
-    with megatron_stack(**shape, num_layers=KEPT_LAYERS,
-                         recompute=None if recompute == "none" else recompute) as s:
+    with megatron_stack(
+        **shape, num_layers=KEPT_LAYERS, recompute=None if recompute == "none" else recompute
+    ) as s:
         kept, _out = kept_after_forward(s.run, leave_out=s.aside())
         return {**s.config, "num_layers": KEPT_LAYERS, "recompute": recompute}, kept
 
 
-STACKS: dict[str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]],
-                        tuple[dict[str, Any], ...]]] = {
-    "torchtitan": (torchtitan_kept, tuple({**shape, "recompute": r}
-                                          for r in TORCHTITAN_AC for shape in STANDARD_SHAPES)),
-    "megatron": (megatron_kept, tuple({**shape, "recompute": r}
-                                      for r in ("none", "selective", "full")
-                                      for shape in STANDARD_SHAPES)),
+STACKS: dict[
+    str, tuple[Callable[..., tuple[dict[str, Any], list[Kept]]], tuple[dict[str, Any], ...]]
+] = {
+    "torchtitan": (
+        torchtitan_kept,
+        tuple({**shape, "recompute": r} for r in TORCHTITAN_AC for shape in STANDARD_SHAPES),
+    ),
+    "megatron": (
+        megatron_kept,
+        tuple(
+            {**shape, "recompute": r}
+            for r in ("none", "selective", "full")
+            for shape in STANDARD_SHAPES
+        ),
+    ),
 }
 """Each framework's stack under recomputation and the settings it is measured at
 (``--recompute``)."""

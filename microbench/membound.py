@@ -85,8 +85,11 @@ def kernel(name: str, m: int, n: int, *, device: str) -> tuple[Callable[[], Any]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.membound", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.membound",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", default="-")
     ap.add_argument("--device", default="auto")
     ap.add_argument("--tokens", default=",".join(map(str, STANDARD_TOKENS)))
@@ -111,20 +114,36 @@ def main(argv: Sequence[str] | None = None) -> int:
                     dtype = "f32" if name == "adamw_step" else "bf16"
                     try:
                         fn, size = kernel(name, m, n, device=device)
-                        t = time_call_s(fn, device=device, warmup=args.warmup,
-                                        repeats=args.repeats)
+                        t = time_call_s(fn, device=device, warmup=args.warmup, repeats=args.repeats)
                     except (RuntimeError, ValueError) as e:
                         failures += 1
-                        writer.write(make_record(fingerprint, status="error", op=name,
-                                                 dtype=dtype, m=m, n=n,
-                                                 message=f"{name} m={m} n={n}: {e}"[:500]))
+                        writer.write(
+                            make_record(
+                                fingerprint,
+                                status="error",
+                                op=name,
+                                dtype=dtype,
+                                m=m,
+                                n=n,
+                                message=f"{name} m={m} n={n}: {e}"[:500],
+                            )
+                        )
                         continue
                     finally:
                         if device.startswith("cuda"):
                             torch.cuda.empty_cache()
-                    writer.write(make_record(fingerprint, op=name, dtype=dtype, m=m, n=n,
-                                             size_bytes=size, time_s=t,
-                                             algbw_bytes_per_s=size / t))
+                    writer.write(
+                        make_record(
+                            fingerprint,
+                            op=name,
+                            dtype=dtype,
+                            m=m,
+                            n=n,
+                            size_bytes=size,
+                            time_s=t,
+                            algbw_bytes_per_s=size / t,
+                        )
+                    )
     finally:
         writer.close()
     return 1 if failures else 0

@@ -22,8 +22,10 @@ def make_record(
     """A record of the schema; measurement fields not given are null."""
     unknown = set(measurement) - set(MEASUREMENT_FIELDS)
     if unknown:
-        raise ValueError(f"measurement fields must be among {', '.join(MEASUREMENT_FIELDS)}, "
-                         f"got {', '.join(sorted(unknown))}")
+        raise ValueError(
+            f"measurement fields must be among {', '.join(MEASUREMENT_FIELDS)}, "
+            f"got {', '.join(sorted(unknown))}"
+        )
     rec: dict[str, Any] = {"schema": RECORD_SCHEMA, "status": status, "message": message}
     for name in MEASUREMENT_FIELDS:
         v = measurement.get(name)

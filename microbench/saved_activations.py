@@ -106,51 +106,93 @@ from microbench.moe_blocks import MOE_BLOCKS, parallel_shapes
 from microbench.records import JsonlWriter
 
 SCHEMA = "surrogate.saved_activations/1"
-PACKAGES = {"torchtitan": ("torchtitan", NEEDS_TORCHTITAN),
-            "megatron": ("megatron-core", NEEDS_MEGATRON)}
+PACKAGES = {
+    "torchtitan": ("torchtitan", NEEDS_TORCHTITAN),
+    "megatron": ("megatron-core", NEEDS_MEGATRON),
+}
 """Each framework's distribution and what to install when it is missing."""
-def record(framework: str, version: str, config: dict[str, Any], saved: list[Saved],
-           fingerprint: dict[str, Any]) -> dict[str, Any]:
+
+
+def record(
+    framework: str,
+    version: str,
+    config: dict[str, Any],
+    saved: list[Saved],
+    fingerprint: dict[str, Any],
+) -> dict[str, Any]:
     """One line of the schema."""
     by_module: dict[str, int] = {}
     for s in saved:
         by_module[s.module] = by_module.get(s.module, 0) + s.bytes
-    return {"schema": SCHEMA, "status": "ok", "framework": framework,
-            "framework_version": version, "config": config,
-            "saved": [asdict(s) for s in saved], "bytes_by_module": by_module,
-            "fingerprint": fingerprint}
+    return {
+        "schema": SCHEMA,
+        "status": "ok",
+        "framework": framework,
+        "framework_version": version,
+        "config": config,
+        "saved": [asdict(s) for s in saved],
+        "bytes_by_module": by_module,
+        "fingerprint": fingerprint,
+    }
 
 
-def kept_record(framework: str, version: str, config: dict[str, Any], kept: list[Kept],
-                fingerprint: dict[str, Any]) -> dict[str, Any]:
+def kept_record(
+    framework: str,
+    version: str,
+    config: dict[str, Any],
+    kept: list[Kept],
+    fingerprint: dict[str, Any],
+) -> dict[str, Any]:
     """One line of :data:`KEPT_SCHEMA`."""
-    return {"schema": KEPT_SCHEMA, "status": "ok", "framework": framework,
-            "framework_version": version, "config": config,
-            "kept": [asdict(k) for k in kept], "kept_bytes": sum(k.bytes for k in kept),
-            "fingerprint": fingerprint}
+    return {
+        "schema": KEPT_SCHEMA,
+        "status": "ok",
+        "framework": framework,
+        "framework_version": version,
+        "config": config,
+        "kept": [asdict(k) for k in kept],
+        "kept_bytes": sum(k.bytes for k in kept),
+        "fingerprint": fingerprint,
+    }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--framework", choices=list(BLOCKS), default="torchtitan")
-    ap.add_argument("--recompute", action="store_true",
-                    help=f"what a stack of {KEPT_LAYERS} layers keeps after its forward under "
-                         "each recomputation setting (schema surrogate.kept_activations/1)")
-    ap.add_argument("--moe", action="store_true",
-                    help="what an MoE layer (router, experts, shared expert) saves, in place "
-                         "of the dense block")
-    ap.add_argument("--ep", type=int, default=1,
-                    help="with --moe: split the experts over this many ranks (run under "
-                         "torchrun --nproc-per-node EP x TP; gloo)")
-    ap.add_argument("--tp", type=int, default=1,
-                    help="with --moe: split the layer over this many ranks by the framework's "
-                         "tensor parallelism (run under torchrun --nproc-per-node TP x EP; "
-                         "gloo)")
+    ap.add_argument(
+        "--recompute",
+        action="store_true",
+        help=f"what a stack of {KEPT_LAYERS} layers keeps after its forward under "
+        "each recomputation setting (schema surrogate.kept_activations/1)",
+    )
+    ap.add_argument(
+        "--moe",
+        action="store_true",
+        help="what an MoE layer (router, experts, shared expert) saves, in place "
+        "of the dense block",
+    )
+    ap.add_argument(
+        "--ep",
+        type=int,
+        default=1,
+        help="with --moe: split the experts over this many ranks (run under "
+        "torchrun --nproc-per-node EP x TP; gloo)",
+    )
+    ap.add_argument(
+        "--tp",
+        type=int,
+        default=1,
+        help="with --moe: split the layer over this many ranks by the framework's "
+        "tensor parallelism (run under torchrun --nproc-per-node TP x EP; "
+        "gloo)",
+    )
     ap.add_argument("--out", default="-", help="JSONL file to append to ('-': stdout)")
     args = ap.parse_args(argv)
     if args.moe and args.recompute and args.framework not in MOE_STACKS:
-        ap.error(f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks, got "
-                 f"--framework {args.framework}")
+        ap.error(
+            f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks, got "
+            f"--framework {args.framework}"
+        )
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.tp < 1 or (args.tp > 1 and not args.moe):
@@ -170,19 +212,29 @@ def main(argv: Sequence[str] | None = None) -> int:
         for i, setting in enumerate(settings, 1):
             config, found = measure(**setting)
             fp = collect(world_size=setting["tp"], backend="fake").to_dict()
-            out.write(write(args.framework, fw_version, config, found,  # type: ignore[operator]
-                            {**fp, package: fw_version}))
-            print(f"[{i}/{len(settings)}] {setting}: "
-                  f"{sum(s.bytes for s in found) / 2**20:.1f} MiB "
-                  f"{'kept' if args.recompute else 'saved'}", file=sys.stderr)
+            out.write(
+                write(
+                    args.framework,
+                    fw_version,
+                    config,
+                    found,  # type: ignore[operator]
+                    {**fp, package: fw_version},
+                )
+            )
+            print(
+                f"[{i}/{len(settings)}] {setting}: "
+                f"{sum(s.bytes for s in found) / 2**20:.1f} MiB "
+                f"{'kept' if args.recompute else 'saved'}",
+                file=sys.stderr,
+            )
     finally:
         out.close()
     return 0
 
 
-def _measurement(args: argparse.Namespace) -> tuple[Callable[..., Any],
-                                                     tuple[dict[str, Any], ...],
-                                                     Callable[..., dict[str, Any]]]:
+def _measurement(
+    args: argparse.Namespace,
+) -> tuple[Callable[..., Any], tuple[dict[str, Any], ...], Callable[..., dict[str, Any]]]:
     """What the command line asks to measure: the function, its settings and the record it
     writes (:func:`record` of what a layer saves, :func:`kept_record` of what a stack keeps)."""
     if args.moe:
@@ -208,8 +260,10 @@ def _main_distributed(args: argparse.Namespace) -> int:
     world = args.tp * args.ep
     flag = " ".join(f"--{name} {n}" for name, n in (("tp", args.tp), ("ep", args.ep)) if n > 1)
     if int(os.environ.get("WORLD_SIZE", "1")) != world:
-        raise SystemExit(f"{flag} runs under torchrun --nproc-per-node {world} "
-                         f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})")
+        raise SystemExit(
+            f"{flag} runs under torchrun --nproc-per-node {world} "
+            f"(WORLD_SIZE is {os.environ.get('WORLD_SIZE', 'unset')})"
+        )
     dist.init_process_group("gloo")
     try:
         package = PACKAGES[args.framework][0]
@@ -228,10 +282,12 @@ def _main_distributed(args: argparse.Namespace) -> int:
                 if out is not None:
                     for rec in every:
                         out.write(rec)
-                    print(f"[{i}/{len(split)}] {setting} {flag}: "
-                          + ", ".join(f"{_total_bytes(r) / 2**20:.1f}" for r in every)
-                          + f" MiB {'kept' if args.recompute else 'saved'} by rank",
-                          file=sys.stderr)
+                    print(
+                        f"[{i}/{len(split)}] {setting} {flag}: "
+                        + ", ".join(f"{_total_bytes(r) / 2**20:.1f}" for r in every)
+                        + f" MiB {'kept' if args.recompute else 'saved'} by rank",
+                        file=sys.stderr,
+                    )
         finally:
             if out is not None:
                 out.close()

@@ -59,8 +59,9 @@ class SuiteSettings:
     fp8: bool = False
 
 
-def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmup: int,
-                     repeats: int) -> float:
+def _gemm_estimate_s(
+    shapes: list[GemmShape], dtypes: list[str], gpu: str, warmup: int, repeats: int
+) -> float:
     spec = get_gpu(gpu)
     total = 0.0
     for d in dtypes:
@@ -71,21 +72,25 @@ def _gemm_estimate_s(shapes: list[GemmShape], dtypes: list[str], gpu: str, warmu
     return total
 
 
-def _collective_estimate_s(op: str, sizes: list[int], groups: list[int], world: int, gpu: str,
-                           warmup: int, iters: int) -> tuple[int, float]:
+def _collective_estimate_s(
+    op: str, sizes: list[int], groups: list[int], world: int, gpu: str, warmup: int, iters: int
+) -> tuple[int, float]:
     spec = get_gpu(gpu)
-    c = {"intra_node_bw": np.array(spec.intra_node_bw_bytes_per_s),
-         "inter_node_bw": np.array(spec.inter_node_bw_bytes_per_s),
-         "intra_node_latency_s": np.array(spec.intra_node_latency_s),
-         "inter_node_latency_s": np.array(spec.inter_node_latency_s)}
+    c = {
+        "intra_node_bw": np.array(spec.intra_node_bw_bytes_per_s),
+        "inter_node_bw": np.array(spec.inter_node_bw_bytes_per_s),
+        "intra_node_latency_s": np.array(spec.intra_node_latency_s),
+        "inter_node_latency_s": np.array(spec.inter_node_latency_s),
+    }
     n, total = 0, PROCESS_START_S
     size_arr = np.array(sizes, dtype=np.float64)
     for g in groups:
         if op == "send_recv" and g != 2:
             continue
         layouts = len(LAYOUTS) if g < world else 1
-        t = SpecPerfModel().collective_time_s(op, size_arr, np.full_like(size_arr, g),
-                                              np.zeros_like(size_arr), c)
+        t = SpecPerfModel().collective_time_s(
+            op, size_arr, np.full_like(size_arr, g), np.zeros_like(size_arr), c
+        )
         n += layouts * len(sizes)
         total += layouts * float(np.sum((warmup + iters) * t + PER_MEASUREMENT_S))
     return n, total
@@ -107,27 +112,69 @@ def plan(s: SuiteSettings) -> list[Step]:
         if s.cuda:
             shapes = grid_shapes() if s.quick else standard_shapes()
             dtypes = ["bf16"] + (["fp8"] if s.fp8 else [])
-            argv = [py, "-m", "microbench.gemm", "--out", str(out), "--suite",
-                    "grid" if s.quick else "standard", "--dtypes", ",".join(dtypes)]
+            argv = [
+                py,
+                "-m",
+                "microbench.gemm",
+                "--out",
+                str(out),
+                "--suite",
+                "grid" if s.quick else "standard",
+                "--dtypes",
+                ",".join(dtypes),
+            ]
         else:
             shapes = grid_shapes((64, 128, 256)) if s.quick else grid_shapes((256, 512, 1024))
             dtypes = ["f32"]
-            argv = [py, "-m", "microbench.gemm", "--out", str(out), "--device", "cpu",
-                    "--dtypes", "f32", "--shapes", *[f"{x.m},{x.n},{x.k}" for x in shapes]]
+            argv = [
+                py,
+                "-m",
+                "microbench.gemm",
+                "--out",
+                str(out),
+                "--device",
+                "cpu",
+                "--dtypes",
+                "f32",
+                "--shapes",
+                *[f"{x.m},{x.n},{x.k}" for x in shapes],
+            ]
         argv += ["--warmup", str(warmup), "--repeats", str(repeats)]
-        steps.append(Step(name="gemm", argv=tuple(argv), out=out,
-                          records=len(shapes) * len(dtypes),
-                          estimate_s=_gemm_estimate_s(shapes, dtypes, s.gpu, warmup, repeats)))
+        steps.append(
+            Step(
+                name="gemm",
+                argv=tuple(argv),
+                out=out,
+                records=len(shapes) * len(dtypes),
+                estimate_s=_gemm_estimate_s(shapes, dtypes, s.gpu, warmup, repeats),
+            )
+        )
     if s.nproc >= 2:
         lo, hi = ("4KiB", "64KiB") if not s.cuda else ("4KiB", "64MiB" if s.quick else "1GiB")
         sizes = message_sizes(4096, 65536 if not s.cuda else (2**26 if s.quick else 2**30))
         groups = group_sizes(s.nproc, None)
         out = s.out_dir / "collectives.jsonl"
         for op in s.ops:
-            argv = [*torchrun_argv(), "--standalone", "--nproc-per-node", str(s.nproc), "-m",
-                    "microbench.collectives",
-                    "--ops", op, "--min-bytes", lo, "--max-bytes", hi, "--warmup", str(warmup),
-                    "--iters", str(iters), "--out", str(out)]
+            argv = [
+                *torchrun_argv(),
+                "--standalone",
+                "--nproc-per-node",
+                str(s.nproc),
+                "-m",
+                "microbench.collectives",
+                "--ops",
+                op,
+                "--min-bytes",
+                lo,
+                "--max-bytes",
+                hi,
+                "--warmup",
+                str(warmup),
+                "--iters",
+                str(iters),
+                "--out",
+                str(out),
+            ]
             n, est = _collective_estimate_s(op, sizes, groups, s.nproc, s.gpu, warmup, iters)
             steps.append(Step(name=op, argv=tuple(argv), out=out, records=n, estimate_s=est))
     return steps

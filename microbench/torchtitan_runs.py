@@ -87,42 +87,101 @@ class Case:
         return f"{self.label}-s{self.seq_len}-mbs{self.mbs}{suffix}"
 
 
-def _llama(name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, vocab: int,
-           **moe: int) -> dict[str, Any]:
-    return {"name": name, "num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": ffn,
-            "num_heads": heads, "num_kv_heads": kv, "vocab_size": vocab,
-            "tie_embeddings": False, **moe}
+def _llama(
+    name: str, layers: int, hidden: int, ffn: int, heads: int, kv: int, vocab: int, **moe: int
+) -> dict[str, Any]:
+    return {
+        "name": name,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "ffn_hidden_size": ffn,
+        "num_heads": heads,
+        "num_kv_heads": kv,
+        "vocab_size": vocab,
+        "tie_embeddings": False,
+        **moe,
+    }
 
 
 _DENSE_05B = _llama("bench-0.5b", 24, 1024, 4096, 16, 4, 32000)
 _DENSE_1B = _llama("tt-dense-1.5b", 16, 2048, 8192, 32, 8, 128256)
 _DENSE_3B = _llama("tt-dense-3.6b", 28, 3072, 8192, 24, 8, 128256)
-_MOE_16E = _llama("tt-moe-16e-top1", 12, 1024, 2048, 16, 8, 32768, num_experts=16,
-                  experts_topk=1, moe_ffn_hidden_size=2048, shared_expert_ffn_hidden_size=2048)
-_MOE_8E = _llama("tt-moe-8e-top2", 8, 2048, 2816, 16, 8, 32768, num_experts=8,
-                 experts_topk=2, moe_ffn_hidden_size=2816, shared_expert_ffn_hidden_size=0)
-_MOE_32E = _llama("tt-moe-32e-top4", 8, 1024, 512, 16, 8, 32768, num_experts=32,
-                  experts_topk=4, moe_ffn_hidden_size=512, shared_expert_ffn_hidden_size=512)
+_MOE_16E = _llama(
+    "tt-moe-16e-top1",
+    12,
+    1024,
+    2048,
+    16,
+    8,
+    32768,
+    num_experts=16,
+    experts_topk=1,
+    moe_ffn_hidden_size=2048,
+    shared_expert_ffn_hidden_size=2048,
+)
+_MOE_8E = _llama(
+    "tt-moe-8e-top2",
+    8,
+    2048,
+    2816,
+    16,
+    8,
+    32768,
+    num_experts=8,
+    experts_topk=2,
+    moe_ffn_hidden_size=2816,
+    shared_expert_ffn_hidden_size=0,
+)
+_MOE_32E = _llama(
+    "tt-moe-32e-top4",
+    8,
+    1024,
+    512,
+    16,
+    8,
+    32768,
+    num_experts=32,
+    experts_topk=4,
+    moe_ffn_hidden_size=512,
+    shared_expert_ffn_hidden_size=512,
+)
 _LLAMA3_8B = {"name": "llama3-8b"}
 
-CASES: tuple[Case, ...] = tuple(Case(*c) for c in (
-    # the first campaign
-    ("dense1b", _DENSE_1B, 4096, 1), ("dense1b", _DENSE_1B, 4096, 2),
-    ("dense1b", _DENSE_1B, 4096, 4), ("dense1b", _DENSE_1B, 4096, 2, "selective"),
-    ("dense1b", _DENSE_1B, 4096, 8, "full"), ("dense3b", _DENSE_3B, 2048, 1),
-    ("dense3b", _DENSE_3B, 2048, 4, "full"), ("llama3-8b", _LLAMA3_8B, 2048, 1, "full"),
-    ("moe16e", _MOE_16E, 4096, 2), ("moe16e", _MOE_16E, 4096, 4),
-    ("moe16e", _MOE_16E, 4096, 8, "full"), ("moe8e", _MOE_8E, 4096, 1),
-    ("moe8e", _MOE_8E, 4096, 2), ("moe8e", _MOE_8E, 4096, 4, "selective"),
-    # the second campaign
-    ("dense05b", _DENSE_05B, 4096, 4), ("dense05b", _DENSE_05B, 4096, 8),
-    ("dense05b", _DENSE_05B, 4096, 16, "full"), ("dense05b", _DENSE_05B, 8192, 2),
-    ("dense1b", _DENSE_1B, 2048, 4), ("dense1b", _DENSE_1B, 8192, 1),
-    ("dense1b", _DENSE_1B, 4096, 4, "full"), ("dense3b", _DENSE_3B, 2048, 2),
-    ("dense3b", _DENSE_3B, 4096, 2, "full"), ("moe16e", _MOE_16E, 2048, 8),
-    ("moe16e", _MOE_16E, 4096, 4, "selective"), ("moe8e", _MOE_8E, 4096, 4),
-    ("moe32e", _MOE_32E, 4096, 4), ("moe32e", _MOE_32E, 4096, 8, "full"),
-))
+CASES: tuple[Case, ...] = tuple(
+    Case(*c)
+    for c in (
+        # the first campaign
+        ("dense1b", _DENSE_1B, 4096, 1),
+        ("dense1b", _DENSE_1B, 4096, 2),
+        ("dense1b", _DENSE_1B, 4096, 4),
+        ("dense1b", _DENSE_1B, 4096, 2, "selective"),
+        ("dense1b", _DENSE_1B, 4096, 8, "full"),
+        ("dense3b", _DENSE_3B, 2048, 1),
+        ("dense3b", _DENSE_3B, 2048, 4, "full"),
+        ("llama3-8b", _LLAMA3_8B, 2048, 1, "full"),
+        ("moe16e", _MOE_16E, 4096, 2),
+        ("moe16e", _MOE_16E, 4096, 4),
+        ("moe16e", _MOE_16E, 4096, 8, "full"),
+        ("moe8e", _MOE_8E, 4096, 1),
+        ("moe8e", _MOE_8E, 4096, 2),
+        ("moe8e", _MOE_8E, 4096, 4, "selective"),
+        # the second campaign
+        ("dense05b", _DENSE_05B, 4096, 4),
+        ("dense05b", _DENSE_05B, 4096, 8),
+        ("dense05b", _DENSE_05B, 4096, 16, "full"),
+        ("dense05b", _DENSE_05B, 8192, 2),
+        ("dense1b", _DENSE_1B, 2048, 4),
+        ("dense1b", _DENSE_1B, 8192, 1),
+        ("dense1b", _DENSE_1B, 4096, 4, "full"),
+        ("dense3b", _DENSE_3B, 2048, 2),
+        ("dense3b", _DENSE_3B, 4096, 2, "full"),
+        ("moe16e", _MOE_16E, 2048, 8),
+        ("moe16e", _MOE_16E, 4096, 4, "selective"),
+        ("moe8e", _MOE_8E, 4096, 4),
+        ("moe32e", _MOE_32E, 4096, 4),
+        ("moe32e", _MOE_32E, 4096, 8, "full"),
+    )
+)
 """The planned runs, in the order ``run`` takes them."""
 
 
@@ -132,10 +191,23 @@ def _case_config(case: Case) -> Any:
     model = dict(case.model)
     name = model.pop("name")
     flat = asdict(PRESETS[name]) if name in PRESETS else model | {"name": name}
-    flat |= {"seq_len": case.seq_len, "gpu": "H100-SXM-80GB", "gpus_per_node": 1,
-             "num_nodes": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": case.mbs,
-             "grad_accum": 1, "zero_stage": 0, "recompute": case.recompute, "dtype": "bf16",
-             "framework": "torchtitan"}
+    flat |= {
+        "seq_len": case.seq_len,
+        "gpu": "H100-SXM-80GB",
+        "gpus_per_node": 1,
+        "num_nodes": 1,
+        "dp": 1,
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+        "ep": 1,
+        "mbs": case.mbs,
+        "grad_accum": 1,
+        "zero_stage": 0,
+        "recompute": case.recompute,
+        "dtype": "bf16",
+        "framework": "torchtitan",
+    }
     return config_from_flat(flat)
 
 
@@ -156,9 +228,17 @@ def write_synthetic_assets(root: Path, *, seed: int = 0) -> None:
     tdir = root / "tests" / "assets" / "tokenizer"
     tdir.mkdir(parents=True, exist_ok=True)
     tok.save(str(tdir / "tokenizer.json"))
-    (tdir / "tokenizer_config.json").write_text(json.dumps(
-        {"bos_token": specials[1], "eos_token": specials[2], "add_bos_token": True,
-         "add_eos_token": True, "note": "synthetic word-level tokenizer (surrogate)"}))
+    (tdir / "tokenizer_config.json").write_text(
+        json.dumps(
+            {
+                "bos_token": specials[1],
+                "eos_token": specials[2],
+                "add_bos_token": True,
+                "add_eos_token": True,
+                "note": "synthetic word-level tokenizer (surrogate)",
+            }
+        )
+    )
     ddir = root / "tests" / "assets" / "c4_test"
     ddir.mkdir(parents=True, exist_ok=True)
     rng = random.Random(seed)
@@ -181,17 +261,22 @@ def plan(out: Path, cases: Sequence[Case] = CASES, *, steps: int = STEPS) -> lis
         write_launch_files(cfg, d, run_name=case.name, steps=steps)
         shipped = cfg.model.name in TORCHTITAN_FLAVOURS
         columns = ({"model": cfg.model.name} if shipped else _model_columns(cfg.model)) | {
-            "gpu": cfg.cluster.gpu, "gpus_per_node": 1, "num_nodes": 1}
+            "gpu": cfg.cluster.gpu,
+            "gpus_per_node": 1,
+            "num_nodes": 1,
+        }
         launch_spec = {} if shipped else json.loads((d / FLAVOUR_FILE).read_text())
         (d / FLAVOUR_FILE).write_text(
-            json.dumps({"columns": columns, **launch_spec}, indent=1) + "\n")
+            json.dumps({"columns": columns, **launch_spec}, indent=1) + "\n"
+        )
         dirs.append(d)
     return dirs
 
 
 def _model_columns(model: Any) -> dict[str, Any]:
     return {"model_name": model.name} | {
-        f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")}
+        f: getattr(model, f) for f in MODEL_FIELDS if f not in ("name", "seq_len")
+    }
 
 
 def train_one(run_dir: Path, extra: Sequence[str] = ()) -> None:
@@ -214,8 +299,10 @@ def run_all(root: Path, *, timeout_s: float, budget_s: float, max_runs: int | No
     """Run every run directory under ``root`` that has no log yet (in the planned order), at
     most ``max_runs`` of them; returns how many ran."""
     order = [c.name for c in CASES]
-    dirs = sorted((d for d in root.iterdir() if (d / FLAVOUR_FILE).exists()),
-                  key=lambda d: order.index(d.name) if d.name in order else len(order))
+    dirs = sorted(
+        (d for d in root.iterdir() if (d / FLAVOUR_FILE).exists()),
+        key=lambda d: order.index(d.name) if d.name in order else len(order),
+    )
     _write_env(root)
     if not (root / "tests" / "assets").exists():
         write_synthetic_assets(root)
@@ -229,15 +316,33 @@ def run_all(root: Path, *, timeout_s: float, budget_s: float, max_runs: int | No
             break
         if (d / LOG_FILE).exists():
             continue
-        cmd = ["torchrun", "--standalone", "--nproc_per_node", "1", "-m",
-               "microbench.torchtitan_runs", "train-one", str(d.relative_to(root))]
-        env = os.environ | {"PYTHONPATH": os.pathsep.join(
-            [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")])}
+        cmd = [
+            "torchrun",
+            "--standalone",
+            "--nproc_per_node",
+            "1",
+            "-m",
+            "microbench.torchtitan_runs",
+            "train-one",
+            str(d.relative_to(root)),
+        ]
+        env = os.environ | {
+            "PYTHONPATH": os.pathsep.join(
+                [str(Path(__file__).resolve().parents[1]), os.environ.get("PYTHONPATH", "")]
+            )
+        }
         start = time.monotonic()
         with open(d / LOG_FILE, "w", encoding="utf-8") as log:
             try:
-                rc = subprocess.run(cmd, cwd=root, stdout=log, stderr=subprocess.STDOUT,
-                                    env=env, timeout=timeout_s, check=False).returncode
+                rc = subprocess.run(
+                    cmd,
+                    cwd=root,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    timeout=timeout_s,
+                    check=False,
+                ).returncode
             except subprocess.TimeoutExpired:
                 (d / STATUS_FILE).write_text("timeout\n")
                 rc = -1
@@ -259,8 +364,10 @@ def kernel_table(trace: Path, *, top: int = 40) -> str:
     busy = sum(t[0] for t in totals.values())
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep")]
     wall = max((float(e.get("dur", 0.0)) / 1e3 for e in steps), default=float("nan"))
-    lines = [f"profiled step: {wall:.2f} ms wall, {busy:.2f} ms of GPU kernels, "
-             f"{len(totals)} kernel names"]
+    lines = [
+        f"profiled step: {wall:.2f} ms wall, {busy:.2f} ms of GPU kernels, "
+        f"{len(totals)} kernel names"
+    ]
     for name, (ms, n) in sorted(totals.items(), key=lambda kv: -kv[1][0])[:top]:
         lines.append(f"{ms:9.3f} ms {int(n):6d}x  {name}")
     return "\n".join(lines) + "\n"
@@ -268,14 +375,27 @@ def kernel_table(trace: Path, *, top: int = 40) -> str:
 
 def _write_env(root: Path) -> None:
     smi = shutil.which("nvidia-smi")
-    text = subprocess.run([smi, "--query-gpu=name,driver_version,memory.total,clocks.max.sm,"
-                           "power.limit", "--format=csv"], capture_output=True, text=True,
-                          check=False).stdout if smi else "no nvidia-smi\n"
+    text = (
+        subprocess.run(
+            [
+                smi,
+                "--query-gpu=name,driver_version,memory.total,clocks.max.sm,power.limit",
+                "--format=csv",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout
+        if smi
+        else "no nvidia-smi\n"
+    )
     import torch
     import torchtitan
 
-    text += (f"torch {torch.__version__} CUDA {torch.version.cuda} torchtitan "
-             f"{torchtitan.__version__}\nfingerprint: {json.dumps(collect().to_dict())}\n")
+    text += (
+        f"torch {torch.__version__} CUDA {torch.version.cuda} torchtitan "
+        f"{torchtitan.__version__}\nfingerprint: {json.dumps(collect().to_dict())}\n"
+    )
     (root / "env.txt").write_text(text)
 
 
@@ -308,8 +428,11 @@ def ingest(root: Path, into: Path) -> Any:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.torchtitan_runs", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.torchtitan_runs",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("plan", help="write the launch files (run writes the synthetic assets)")
     p.add_argument("--out", type=Path, required=True)
@@ -332,8 +455,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for d in plan(args.out, steps=args.steps):
             print(d)
     elif args.command == "run":
-        run_all(args.root, timeout_s=args.timeout_s, budget_s=args.budget_s,
-                max_runs=args.max_runs)
+        run_all(args.root, timeout_s=args.timeout_s, budget_s=args.budget_s, max_runs=args.max_runs)
     elif args.command == "train-one":
         train_one(args.run_dir, args.extra)
     elif args.command == "kernels":

@@ -82,17 +82,41 @@ MODELS: dict[str, ModelConfig] = {
     m.name: m
     for m in (
         # For tests on a CPU.
-        ModelConfig(name="tiny", num_layers=2, hidden_size=64, ffn_hidden_size=128,
-                    num_heads=4, num_kv_heads=2, vocab_size=256, seq_len=64,
-                    tie_embeddings=False),
+        ModelConfig(
+            name="tiny",
+            num_layers=2,
+            hidden_size=64,
+            ffn_hidden_size=128,
+            num_heads=4,
+            num_kv_heads=2,
+            vocab_size=256,
+            seq_len=64,
+            tie_embeddings=False,
+        ),
         # GPT-2-small-sized Llama block, multi-head attention.
-        ModelConfig(name="bench-0.15b", num_layers=12, hidden_size=768, ffn_hidden_size=2048,
-                    num_heads=12, num_kv_heads=12, vocab_size=32000, seq_len=4096,
-                    tie_embeddings=False),
+        ModelConfig(
+            name="bench-0.15b",
+            num_layers=12,
+            hidden_size=768,
+            ffn_hidden_size=2048,
+            num_heads=12,
+            num_kv_heads=12,
+            vocab_size=32000,
+            seq_len=4096,
+            tie_embeddings=False,
+        ),
         # Grouped-query attention (4 key-value heads of 16).
-        ModelConfig(name="bench-0.5b", num_layers=24, hidden_size=1024, ffn_hidden_size=4096,
-                    num_heads=16, num_kv_heads=4, vocab_size=32000, seq_len=4096,
-                    tie_embeddings=False),
+        ModelConfig(
+            name="bench-0.5b",
+            num_layers=24,
+            hidden_size=1024,
+            ffn_hidden_size=4096,
+            num_heads=16,
+            num_kv_heads=4,
+            vocab_size=32000,
+            seq_len=4096,
+            tie_embeddings=False,
+        ),
         # The Playbook's two smallest models (tied embeddings).
         PRESETS["playbook-1.34b"],
         PRESETS["playbook-3.57b"],
@@ -145,8 +169,9 @@ def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
                 k = k.repeat_interleave(rep, dim=2)
                 v = v.repeat_interleave(rep, dim=2)
             with flash():
-                o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                                   v.transpose(1, 2), is_causal=True)
+                o = F.scaled_dot_product_attention(
+                    q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True
+                )
             x = x + self.wo(o.transpose(1, 2).reshape(b, t, -1))
             y = self.mlp_norm(x)
             return x + self.w2(F.silu(self.w1(y)) * self.w3(y))
@@ -164,8 +189,9 @@ def build_model(shape: ModelConfig, *, device: str, recompute: str) -> Any:
         def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
             t = tokens.shape[1]
             pos = torch.arange(t, device=tokens.device, dtype=torch.float32)
-            inv = 1.0 / (500000.0 ** (torch.arange(0, hd, 2, device=tokens.device,
-                                                   dtype=torch.float32) / hd))
+            inv = 1.0 / (
+                500000.0 ** (torch.arange(0, hd, 2, device=tokens.device, dtype=torch.float32) / hd)
+            )
             ang = torch.outer(pos, inv)[None, :, None, :]
             cos, sin = ang.cos(), ang.sin()
             x = self.embed(tokens)
@@ -190,18 +216,39 @@ def param_count(shape: ModelConfig) -> int:
     return shape.num_layers * layer + emb + h
 
 
-def config_row(shape: ModelConfig, *, gpu: str, seq_len: int, mbs: int, grad_accum: int,
-               recompute: str, mode: str = "autocast") -> dict[str, Any]:
+def config_row(
+    shape: ModelConfig,
+    *,
+    gpu: str,
+    seq_len: int,
+    mbs: int,
+    grad_accum: int,
+    recompute: str,
+    mode: str = "autocast",
+) -> dict[str, Any]:
     """The sweep table's configuration columns for one try (one GPU, no parallelism)."""
     model = replace(shape, seq_len=seq_len)
     framework, version, zero_stage = MODES[mode]
     return {
         **{f: getattr(model, f) for f in MODEL_FIELDS},
-        "gpu": gpu, "gpus_per_node": 1,
-        "num_nodes": 1, "dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "vpp": 1,
-        "pp_schedule": "1f1b", "mbs": mbs, "grad_accum": grad_accum, "zero_stage": zero_stage,
-        "recompute": recompute, "sequence_parallel": False, "dtype": "bf16",
-        "framework": framework, "framework_version": version,
+        "gpu": gpu,
+        "gpus_per_node": 1,
+        "num_nodes": 1,
+        "dp": 1,
+        "tp": 1,
+        "pp": 1,
+        "cp": 1,
+        "ep": 1,
+        "vpp": 1,
+        "pp_schedule": "1f1b",
+        "mbs": mbs,
+        "grad_accum": grad_accum,
+        "zero_stage": zero_stage,
+        "recompute": recompute,
+        "sequence_parallel": False,
+        "dtype": "bf16",
+        "framework": framework,
+        "framework_version": version,
     }
 
 
@@ -221,11 +268,14 @@ def shard(model: Any, shape: ModelConfig, *, device: str, reshard_after_forward:
         if cuda:
             index = torch.device(device).index
             torch.cuda.set_device(torch.cuda.current_device() if index is None else index)
-        dist.init_process_group("nccl" if cuda else "gloo", store=dist.HashStore(), rank=0,
-                                world_size=1)
+        dist.init_process_group(
+            "nccl" if cuda else "gloo", store=dist.HashStore(), rank=0, world_size=1
+        )
     mesh = init_device_mesh("cuda" if cuda else "cpu", (1,))
-    kw: dict[str, Any] = {"mesh": mesh, "mp_policy": MixedPrecisionPolicy(
-        param_dtype=torch.bfloat16, reduce_dtype=torch.float32)}
+    kw: dict[str, Any] = {
+        "mesh": mesh,
+        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
+    }
     if not shape.tie_embeddings:
         fully_shard(model.embed, **kw, reshard_after_forward=reshard_after_forward)
     for block in model.blocks:
@@ -254,8 +304,9 @@ def _free_memory() -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
-            s: Settings) -> dict[str, Any]:
+def measure(
+    shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str, s: Settings
+) -> dict[str, Any]:
     """Run one try; returns the outcome fields (raises ``torch.OutOfMemoryError`` on OOM)."""
     import torch
 
@@ -266,14 +317,14 @@ def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
         shard(model, shape, device=s.device, reshard_after_forward=MODES[s.mode][2] == 3)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=cuda)
     g = torch.Generator(device=s.device).manual_seed(0)
-    data = torch.randint(shape.vocab_size, (s.grad_accum, mbs, seq_len + 1), device=s.device,
-                         generator=g)
+    data = torch.randint(
+        shape.vocab_size, (s.grad_accum, mbs, seq_len + 1), device=s.device, generator=g
+    )
     amp_device = "cuda" if cuda else "cpu"
 
     def step() -> None:
         for i in range(s.grad_accum):
-            with torch.autocast(device_type=amp_device, dtype=torch.bfloat16,
-                                enabled=autocast):
+            with torch.autocast(device_type=amp_device, dtype=torch.bfloat16, enabled=autocast):
                 loss = model(data[i, :, :-1], data[i, :, 1:])
             (loss / s.grad_accum).backward()
         opt.step()
@@ -309,15 +360,29 @@ def measure(shape: ModelConfig, *, seq_len: int, mbs: int, recompute: str,
     if cuda:
         alloc = torch.cuda.max_memory_allocated() / GIB
         reserved = torch.cuda.max_memory_reserved() / GIB
-        out.update(peak_mem_allocated_gib=alloc, peak_mem_reserved_gib=reserved,
-                   try_peak_mem_allocated_gib=max(alloc, try_alloc),
-                   try_peak_mem_reserved_gib=max(reserved, try_reserved))
+        out.update(
+            peak_mem_allocated_gib=alloc,
+            peak_mem_reserved_gib=reserved,
+            try_peak_mem_allocated_gib=max(alloc, try_alloc),
+            try_peak_mem_reserved_gib=max(reserved, try_reserved),
+        )
     return out
 
 
-def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_mbs: int,
-             s: Settings, writer: JsonlWriter, fingerprint: Fingerprint, dog: Watchdog,
-             deadline: float, on_timeout: list[Any]) -> bool:
+def run_case(
+    shape: ModelConfig,
+    *,
+    gpu: str,
+    seq_len: int,
+    recompute: str,
+    max_mbs: int,
+    s: Settings,
+    writer: JsonlWriter,
+    fingerprint: Fingerprint,
+    dog: Watchdog,
+    deadline: float,
+    on_timeout: list[Any],
+) -> bool:
     """Doubling then bisection of the micro-batch for one case; False once the budget is spent
     (the case may then be unfinished). A try that fails otherwise than by running out of memory
     ends the case: its boundary is then unknown."""
@@ -329,9 +394,19 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
         if time.monotonic() > deadline:
             return "budget"
         rec: dict[str, Any] = {
-            "schema": RECORD_SCHEMA, "status": "ok", "message": "", "model_name": shape.name,
-            "config": config_row(shape, gpu=gpu, seq_len=seq_len, mbs=mbs,
-                                 grad_accum=s.grad_accum, recompute=recompute, mode=s.mode),
+            "schema": RECORD_SCHEMA,
+            "status": "ok",
+            "message": "",
+            "model_name": shape.name,
+            "config": config_row(
+                shape,
+                gpu=gpu,
+                seq_len=seq_len,
+                mbs=mbs,
+                grad_accum=s.grad_accum,
+                recompute=recompute,
+                mode=s.mode,
+            ),
             "params": param_count(shape),
         }
         if s.device.startswith("cuda"):
@@ -341,9 +416,14 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
         dog.arm(label, s.timeout_s)
 
         def on_timeout_record() -> None:
-            writer.write({**rec, "status": "timeout",
-                          "message": f"{label} did not finish within {s.timeout_s:g} s",
-                          "fingerprint": fingerprint.to_dict()})
+            writer.write(
+                {
+                    **rec,
+                    "status": "timeout",
+                    "message": f"{label} did not finish within {s.timeout_s:g} s",
+                    "fingerprint": fingerprint.to_dict(),
+                }
+            )
 
         on_timeout[0] = on_timeout_record
         oom_message = ""
@@ -354,8 +434,14 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
             out = None
         except (RuntimeError, ValueError) as e:
             dog.disarm()
-            writer.write({**rec, "status": "error", "message": f"{label}: {e}"[:500],
-                          "fingerprint": fingerprint.to_dict()})
+            writer.write(
+                {
+                    **rec,
+                    "status": "error",
+                    "message": f"{label}: {e}"[:500],
+                    "fingerprint": fingerprint.to_dict(),
+                }
+            )
             _free_memory()
             print(f"error  {label}: {str(e)[:200]}", file=sys.stderr, flush=True)
             return "error"
@@ -363,14 +449,23 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
             dog.disarm()
         _free_memory()
         if out is None:
-            writer.write({**rec, "status": "oom", "message": oom_message,
-                          "fingerprint": fingerprint.to_dict()})
+            writer.write(
+                {
+                    **rec,
+                    "status": "oom",
+                    "message": oom_message,
+                    "fingerprint": fingerprint.to_dict(),
+                }
+            )
             print(f"oom    {label}", file=sys.stderr, flush=True)
             return "oom"
         writer.write({**rec, **out, "fingerprint": fingerprint.to_dict()})
-        print(f"ok     {label}: {out['step_time_s'] * 1e3:.1f} ms/step, "
-              f"{out.get('peak_mem_reserved_gib', math.nan):.2f} GiB reserved",
-              file=sys.stderr, flush=True)
+        print(
+            f"ok     {label}: {out['step_time_s'] * 1e3:.1f} ms/step, "
+            f"{out.get('peak_mem_reserved_gib', math.nan):.2f} GiB reserved",
+            file=sys.stderr,
+            flush=True,
+        )
         return "fit"
 
     mbs = 1
@@ -397,25 +492,36 @@ def run_case(shape: ModelConfig, *, gpu: str, seq_len: int, recompute: str, max_
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m microbench.train_step", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(
+        prog="python -m microbench.train_step",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     ap.add_argument("--out", default="-", help="JSON-lines file to append to (- = stdout)")
     ap.add_argument("--device", default="auto", help="auto (cuda if present), cpu, cuda:N")
-    ap.add_argument("--models", default=",".join(STANDARD_MODELS),
-                    help=f"comma-separated, among {', '.join(MODELS)}")
+    ap.add_argument(
+        "--models",
+        default=",".join(STANDARD_MODELS),
+        help=f"comma-separated, among {', '.join(MODELS)}",
+    )
     ap.add_argument("--seqs", default=",".join(map(str, STANDARD_SEQS)))
     ap.add_argument("--recompute", default="none,full", help="comma-separated: none, full")
-    ap.add_argument("--mode", default="autocast", choices=tuple(MODES),
-                    help="autocast: fp32 parameters under torch.autocast (torchtitan on one "
-                         "GPU); fsdp2: FSDP2 as torchtitan shards, bf16 parameters, ZeRO-3; "
-                         "fsdp2-no-reshard: the same, ZeRO-2")
+    ap.add_argument(
+        "--mode",
+        default="autocast",
+        choices=tuple(MODES),
+        help="autocast: fp32 parameters under torch.autocast (torchtitan on one "
+        "GPU); fsdp2: FSDP2 as torchtitan shards, bf16 parameters, ZeRO-3; "
+        "fsdp2-no-reshard: the same, ZeRO-2",
+    )
     ap.add_argument("--max-mbs", type=int, default=64)
     ap.add_argument("--grad-accum", type=int, default=1)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--timeout-s", type=float, default=300.0)
-    ap.add_argument("--budget-s", type=float, default=math.inf,
-                    help="start no try after this many seconds")
+    ap.add_argument(
+        "--budget-s", type=float, default=math.inf, help="start no try after this many seconds"
+    )
     args = ap.parse_args(argv)
 
     import torch
@@ -429,14 +535,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not set(recomputes) <= {"none", "full"}:
         ap.error(f"--recompute must be none and/or full, got {args.recompute!r}")
     seqs = int_list(args.seqs)
-    for name, v in (("--max-mbs", args.max_mbs), ("--grad-accum", args.grad_accum),
-                    ("--steps", args.steps)):
+    for name, v in (
+        ("--max-mbs", args.max_mbs),
+        ("--grad-accum", args.grad_accum),
+        ("--steps", args.steps),
+    ):
         if v < 1:
             ap.error(f"{name} must be >= 1, got {v}")
-    gpu = hardware_from_device_name(torch.cuda.get_device_name(device)) \
-        if device.startswith("cuda") else "cpu"
-    s = Settings(device=device, mode=args.mode, grad_accum=args.grad_accum, warmup=args.warmup,
-                 steps=args.steps, timeout_s=args.timeout_s)
+    gpu = (
+        hardware_from_device_name(torch.cuda.get_device_name(device))
+        if device.startswith("cuda")
+        else "cpu"
+    )
+    s = Settings(
+        device=device,
+        mode=args.mode,
+        grad_accum=args.grad_accum,
+        warmup=args.warmup,
+        steps=args.steps,
+        timeout_s=args.timeout_s,
+    )
     fingerprint = collect()
     writer = JsonlWriter(args.out)
     on_timeout: list[Any] = [lambda: None]  # the record of the try under way
@@ -447,10 +565,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for recompute in recomputes:
             for name in models:
                 for seq in seqs:
-                    if not run_case(MODELS[name], gpu=gpu, seq_len=seq, recompute=recompute,
-                                    max_mbs=args.max_mbs, s=s, writer=writer,
-                                    fingerprint=fingerprint, dog=dog, deadline=deadline,
-                                    on_timeout=on_timeout):
+                    if not run_case(
+                        MODELS[name],
+                        gpu=gpu,
+                        seq_len=seq,
+                        recompute=recompute,
+                        max_mbs=args.max_mbs,
+                        s=s,
+                        writer=writer,
+                        fingerprint=fingerprint,
+                        dog=dog,
+                        deadline=deadline,
+                        on_timeout=on_timeout,
+                    ):
                         complete = False
                         break
                 if not complete:
@@ -461,8 +588,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         dog.close()
         writer.close()
     if not complete:
-        print(f"stopped: the budget of {args.budget_s:g} s was spent; the records written so "
-              "far are kept", file=sys.stderr)
+        print(
+            f"stopped: the budget of {args.budget_s:g} s was spent; the records written so "
+            "far are kept",
+            file=sys.stderr,
+        )
     return 0
 
 

@@ -21,7 +21,10 @@ class Watchdog:
     exits with :data:`TIMEOUT_EXIT_CODE` unless ``exit_on_timeout`` is False (for tests)."""
 
     def __init__(
-        self, on_timeout: Callable[[str, float], None], *, exit_on_timeout: bool = True,
+        self,
+        on_timeout: Callable[[str, float], None],
+        *,
+        exit_on_timeout: bool = True,
         poll_s: float = 0.05,
     ) -> None:
         self._on_timeout = on_timeout

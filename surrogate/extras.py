@@ -29,8 +29,7 @@ class MissingExtraError(SurrogateError, ImportError):
 
 
 def _message(module: str, extra: str, purpose: str) -> str:
-    return (f"{purpose} needs {module}, which is not installed: "
-            f"pip install 'surrogate[{extra}]'")
+    return f"{purpose} needs {module}, which is not installed: pip install 'surrogate[{extra}]'"
 
 
 def require(module: str, *, extra: str | None = None, purpose: str | None = None) -> ModuleType:
@@ -43,8 +42,9 @@ def require(module: str, *, extra: str | None = None, purpose: str | None = None
     except ModuleNotFoundError as e:
         if e.name is not None and e.name.split(".")[0] != top:
             raise  # the module is there but something it imports is broken: show that
-        raise MissingExtraError(_message(top, extra or default_extra,
-                                         purpose or default_purpose)) from None
+        raise MissingExtraError(
+            _message(top, extra or default_extra, purpose or default_purpose)
+        ) from None
 
 
 def missing_extra_message(error: ImportError) -> str | None:

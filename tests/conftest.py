@@ -70,8 +70,13 @@ def mbench_data_dir() -> Path:
     return d
 
 
-def build_config(model: str | ModelConfig = "8b", *, gpu: str = "H100-SXM-80GB",
-                 gpus_per_node: int = 8, **layout: Any) -> TrainingConfig:
+def build_config(
+    model: str | ModelConfig = "8b",
+    *,
+    gpu: str = "H100-SXM-80GB",
+    gpus_per_node: int = 8,
+    **layout: Any,
+) -> TrainingConfig:
     """A TrainingConfig whose cluster is sized to the layout's world (dp x tp x pp x cp)."""
     lay = LayoutConfig(**{"framework": "nanotron", **layout})
     world = lay.dp * lay.tp * lay.pp * lay.cp
@@ -95,8 +100,9 @@ def small_model() -> SurrogateModel:
     """An unfitted SurrogateModel of small boosters (:data:`SMALL_BOOSTERS`), seed 3."""
     from surrogate.learned.model import SurrogateModel
 
-    return SurrogateModel(status_params=SMALL_BOOSTERS, mfu_params=SMALL_BOOSTERS,
-                          mem_params=SMALL_BOOSTERS, seed=3)
+    return SurrogateModel(
+        status_params=SMALL_BOOSTERS, mfu_params=SMALL_BOOSTERS, mem_params=SMALL_BOOSTERS, seed=3
+    )
 
 
 @pytest.fixture(scope="module")
@@ -135,8 +141,14 @@ def full_dir(tmp_path: Path) -> Any:
 
     d = tmp_path / "full"
     d.mkdir()
-    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)],
-                             capture_output=True, check=False).returncode == 0
+    mounted = (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(d)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
     if not mounted:
         pytest.skip("cannot mount a small tmpfs here (needs root)")
     try:

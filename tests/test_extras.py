@@ -15,9 +15,12 @@ from surrogate.extras import OPTIONAL, MissingExtraError, missing_extra_message,
 
 def test_require_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "optuna", None)  # an import of it now fails
-    with pytest.raises(MissingExtraError, match=r"^searching with optuna needs optuna, which "
-                                                r"is not installed: pip install "
-                                                r"'surrogate\[search\]'$"):
+    with pytest.raises(
+        MissingExtraError,
+        match=r"^searching with optuna needs optuna, which "
+        r"is not installed: pip install "
+        r"'surrogate\[search\]'$",
+    ):
         require("optuna")
     with pytest.raises(MissingExtraError, match=r"tuning needs optuna, .*'surrogate\[train\]'"):
         require("optuna", extra="train", purpose="tuning")
@@ -42,7 +45,8 @@ def test_tracking_without_mlflow_says_what_to_install(monkeypatch: pytest.Monkey
 def test_missing_extra_message_only_for_optional_modules() -> None:
     assert missing_extra_message(ModuleNotFoundError("no torch", name="torch.cuda")) == (
         "running microbenchmarks needs torch, which is not installed: "
-        "pip install 'surrogate[microbench]'")
+        "pip install 'surrogate[microbench]'"
+    )
     assert missing_extra_message(ModuleNotFoundError("x", name="numpy")) is None
     assert missing_extra_message(ImportError("x")) is None
     assert set(OPTIONAL) == {"torch", "mlflow", "optuna", "sqlalchemy"}
@@ -69,23 +73,55 @@ def _without_extras(*args: str) -> subprocess.CompletedProcess[str]:
         rc = main({list(args)!r})
         print("RC", rc, "ASKED", sorted(set(asked)))
     """)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          timeout=300, check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def test_predict_runs_without_torch_mlflow_and_optuna() -> None:
     """``surrogate predict`` with the optional modules made unimportable: it answers, and none
     of them was even asked for."""
-    out = _without_extras("predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4",
-                          "--mbs", "2", "--grad-accum", "16", "--zero", "1", "--framework",
-                          "nanotron", "--json")
+    out = _without_extras(
+        "predict",
+        "--model",
+        "8b",
+        "--nodes",
+        "4",
+        "--dp",
+        "8",
+        "--tp",
+        "4",
+        "--mbs",
+        "2",
+        "--grad-accum",
+        "16",
+        "--zero",
+        "1",
+        "--framework",
+        "nanotron",
+        "--json",
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == "RC 0 ASKED []", out.stdout[-2000:]
     assert '"mfu"' in out.stdout
 
 
-SEARCH = ["search", "--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16",
-          "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "2", "--json"]
+SEARCH = [
+    "search",
+    "--model",
+    "1.34b",
+    "--nodes",
+    "1",
+    "--global-batch-seqs",
+    "16",
+    "--max-cp",
+    "1",
+    "--max-vpp",
+    "1",
+    "--max-mbs",
+    "2",
+    "--json",
+]
 
 
 def test_search_without_optuna_enumerates_or_names_the_extra() -> None:
@@ -102,4 +138,5 @@ def test_search_without_optuna_enumerates_or_names_the_extra() -> None:
     assert out.stderr.strip().splitlines() == [
         "error: search --storage (a study of optuna's trials; without --storage a space that "
         "can be enumerated is scored whole, without optuna) needs optuna, which is not "
-        "installed: pip install 'surrogate[search]'"]
+        "installed: pip install 'surrogate[search]'"
+    ]

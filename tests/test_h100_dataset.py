@@ -59,7 +59,9 @@ def test_torchtitan_runs_read_whole_as_their_logs_say() -> None:
     assert len(runs) == len(CASES) == 28, lines
     assert (runs["status"] == "oom").sum() == 2 and (runs["status"] == "completed").sum() == 26
     assert set(runs.loc[runs["status"] == "oom", "run_id"]) == {
-        "dense1b-s4096-mbs8-full/train", "llama3-8b-s2048-mbs1-full/train"}
+        "dense1b-s4096-mbs8-full/train",
+        "llama3-8b-s2048-mbs1-full/train",
+    }
     assert (runs["framework"] == "torchtitan").all() and (runs["dtype"] == "bf16").all()
     assert runs.loc[runs["status"] == "completed", "peak_mem_reserved_gib"].notna().all()
     table = validate_table(runs[list(CONFIG_COLUMNS)]).table
@@ -80,7 +82,8 @@ def test_the_runs_are_the_launch_files_surrogate_writes(tmp_path: Path) -> None:
 
     for d in plan(tmp_path):
         assert tomllib.loads((d / "config.toml").read_text()) == tomllib.loads(
-            (TORCHTITAN / d.name / "config.toml").read_text()), d.name
+            (TORCHTITAN / d.name / "config.toml").read_text()
+        ), d.name
         written = json.loads((d / "flavour.json").read_text())
         committed = json.loads((TORCHTITAN / d.name / "flavour.json").read_text())
         # a model column added since holds its default in a file written before it existed

@@ -37,8 +37,11 @@ def _unexplained(path: Path, root: Path = ROOT) -> list[str]:
         if not isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
         for node in ast.walk(fn):
-            if (isinstance(node, ast.ImportFrom) and (node.module or "").startswith("surrogate")
-                    and not _has_reason(lines, node.lineno - 1)):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and (node.module or "").startswith("surrogate")
+                and not _has_reason(lines, node.lineno - 1)
+            ):
                 out.append(f"{path.relative_to(root).as_posix()}:{node.lineno} {node.module}")
     return out
 
@@ -48,13 +51,17 @@ def _cycles(package: str, *, type_checking: bool = False) -> list[str]:
     imports (with ``type_checking``, of imports for type checking too) leads back to."""
     import grimp  # import-linter's graph of imports (the test extra)
 
-    graph = grimp.build_graph(package, exclude_type_checking_imports=not type_checking,
-                              cache_dir=None)  # a cache can hold imports since removed
-    return sorted({f"{module} -> {' -> '.join(chain)}"
-                   for module in graph.modules
-                   for imported in graph.find_modules_directly_imported_by(module)
-                   if (chain := graph.find_shortest_chain(importer=imported,
-                                                           imported=module)) is not None})
+    graph = grimp.build_graph(
+        package, exclude_type_checking_imports=not type_checking, cache_dir=None
+    )  # a cache can hold imports since removed
+    return sorted(
+        {
+            f"{module} -> {' -> '.join(chain)}"
+            for module in graph.modules
+            for imported in graph.find_modules_directly_imported_by(module)
+            if (chain := graph.find_shortest_chain(importer=imported, imported=module)) is not None
+        }
+    )
 
 
 def test_no_import_cycle():
@@ -71,8 +78,9 @@ def test_the_layer_contracts_hold_without_exemptions():
     import tomllib
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
-    exempt = {c["name"]: c["ignore_imports"] for c in config["contracts"]
-              if c.get("ignore_imports")}
+    exempt = {
+        c["name"]: c["ignore_imports"] for c in config["contracts"] if c.get("ignore_imports")
+    }
     assert not exempt, f"an import against the layers: move what it needs below it: {exempt}"
 
 
@@ -82,27 +90,36 @@ def test_a_cycle_is_found(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     (package / "a.py").write_text("from cyclic import b\n")
     (package / "b.py").write_text("def f():\n    from cyclic import a\n    return a\n")
-    (package / "c.py").write_text("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                                  "    from cyclic import d\n")
+    (package / "c.py").write_text(
+        "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from cyclic import d\n"
+    )
     (package / "d.py").write_text("from cyclic import c\n")
     monkeypatch.syspath_prepend(str(tmp_path))
-    assert _cycles("cyclic") == ["cyclic.a -> cyclic.b -> cyclic.a",
-                                 "cyclic.b -> cyclic.a -> cyclic.b"]
+    assert _cycles("cyclic") == [
+        "cyclic.a -> cyclic.b -> cyclic.a",
+        "cyclic.b -> cyclic.a -> cyclic.b",
+    ]
     assert "cyclic.c -> cyclic.d -> cyclic.c" in _cycles("cyclic", type_checking=True)
 
 
 def test_own_imports_inside_functions_say_why():
-    found = [entry for path in sorted((ROOT / "surrogate").rglob("*.py"))
-             if not path.relative_to(ROOT).as_posix().startswith("surrogate/cli/")
-             for entry in _unexplained(path)]
+    found = [
+        entry
+        for path in sorted((ROOT / "surrogate").rglob("*.py"))
+        if not path.relative_to(ROOT).as_posix().startswith("surrogate/cli/")
+        for entry in _unexplained(path)
+    ]
     assert not found, (
         f"imports of the package inside functions: move them to the top of the module, or "
-        f"say why on the line above ({REASON} ...): {found}")
+        f"say why on the line above ({REASON} ...): {found}"
+    )
 
 
 def test_the_check_sees_an_unexplained_import(tmp_path):
     module = tmp_path / "m.py"
-    module.write_text("def f():\n    from surrogate.errors import DataError\n    return DataError\n"
-                      "\n\ndef g():\n    # here, not at the top: a cycle\n"
-                      "    from surrogate.errors import ConfigError\n    return ConfigError\n")
+    module.write_text(
+        "def f():\n    from surrogate.errors import DataError\n    return DataError\n"
+        "\n\ndef g():\n    # here, not at the top: a cycle\n"
+        "    from surrogate.errors import ConfigError\n    return ConfigError\n"
+    )
     assert _unexplained(module, root=tmp_path) == ["m.py:2 surrogate.errors"]

@@ -70,7 +70,8 @@ def test_no_function_over_its_limit():
     over = {f: n for f, (n, limit) in _function_lines().items() if n > limit}
     assert not over, (
         f"functions over {FUNCTION_LINES} lines ({CLI_FUNCTION_LINES} in a command-line "
-        f"interface): {over}")
+        f"interface): {over}"
+    )
 
 
 def test_sizes_count_statements_not_wrapping():

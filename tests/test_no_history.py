@@ -126,15 +126,17 @@ def _history_examples() -> list[str]:
     with the noun left out, each noun before a number, an issue number and reference, and the
     verbs of a loan after each machine."""
     nouns = ["session", "work period"]
-    ordinals = [*_UNITS[5:], *_TENS, "thirty-" + _UNITS[3], ("twenty-" + _UNITS[2]).title(),
-                "12th"]
+    ordinals = [*_UNITS[5:], *_TENS, "thirty-" + _UNITS[3], ("twenty-" + _UNITS[2]).title(), "12th"]
     out = [f"figures of the {o} {n}" for o in ordinals for n in nouns]
     out += [f"the {o}'s figures" for o in _UNITS[5:]] + [f"(one more in the {_UNITS[11]})"]
     out += [f"since {n} {k}" for n in nouns for k in (3, 35)]
     out += ["a work period", "as in earlier sessions", f"see issue {7 * 8}", "fixed (#12)"]
     loan = "lent"  # the loan phrases of the pattern above, built from its parts
-    out += [f"an {m} {phrase}" for m in ("H100", "GPU", "machine")
-            for phrase in (f"was {loan}", f"{loan} again", f"{loan} to the project")]
+    out += [
+        f"an {m} {phrase}"
+        for m in ("H100", "GPU", "machine")
+        for phrase in (f"was {loan}", f"{loan} again", f"{loan} to the project")
+    ]
     return out
 
 

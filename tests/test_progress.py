@@ -17,8 +17,9 @@ def test_bars_draw_nothing_off_a_terminal(capsys: pytest.CaptureFixture[str]) ->
     assert capsys.readouterr() == ("", "")
 
 
-def test_bars_on_a_terminal_keep_stdout_clean(monkeypatch: pytest.MonkeyPatch,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_bars_on_a_terminal_keep_stdout_clean(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     monkeypatch.setenv("FORCE_TERMINAL", "1")
     with bars() as progress:
         progress("scoring", 0, 3)

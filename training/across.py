@@ -49,8 +49,10 @@ from surrogate.io.datasource import data_dir as resolve_data_dir
 DATASETS = Path(__file__).resolve().parents[1] / "datasets" / "h100"
 """The project's own H100 measurements (``datasets/h100``)."""
 
-GROUPINGS: dict[str, str] = {"framework": "leave one framework out",
-                             "cluster": "leave one cluster out"}
+GROUPINGS: dict[str, str] = {
+    "framework": "leave one framework out",
+    "cluster": "leave one cluster out",
+}
 VARIANTS: tuple[str, ...] = ("priors", "default (runs)", "default (sets)")
 
 
@@ -74,8 +76,9 @@ def all_runs(data_dir: str | Path | None = None, *, published: bool = False) -> 
     ``published``: NVIDIA's Megatron-Bridge runs too (``megatron-bridge-h100``, the runs whose
     layout the project's rules accept; ``surrogate.ingest.published``)."""
     playbook = playbook_runs(data_dir).assign(cluster="playbook")
-    mpt = parse_llmfoundry(resolve_data_dir(data_dir)
-                           / "sweeps/llmfoundry_mpt/benchmarking_README.md")[0]
+    mpt = parse_llmfoundry(
+        resolve_data_dir(data_dir) / "sweeps/llmfoundry_mpt/benchmarking_README.md"
+    )[0]
     mpt["cluster"] = np.where(mpt["gpu"].str.startswith("H100"), "mpt-h100", "mpt-a100")
     own = own_h100_runs().assign(cluster="own-h100")
     frames = [playbook, mpt, own]
@@ -83,14 +86,16 @@ def all_runs(data_dir: str | Path | None = None, *, published: bool = False) -> 
         from surrogate.ingest.published import parse_published
 
         path = resolve_data_dir(data_dir) / "published/megatron_bridge_h100.csv"
-        frames.append(parse_published(path, flagged=False)[0]
-                      .assign(cluster="megatron-bridge-h100"))
+        frames.append(
+            parse_published(path, flagged=False)[0].assign(cluster="megatron-bridge-h100")
+        )
     return pd.concat(frames, ignore_index=True)
 
 
 def _parameter_sets_taken(runs: pd.DataFrame) -> np.ndarray:
-    return np.array([config_from_flat(r).layout.parameter_set()
-                     for r in runs.to_dict("records")], dtype=object)
+    return np.array(
+        [config_from_flat(r).layout.parameter_set() for r in runs.to_dict("records")], dtype=object
+    )
 
 
 def log_errors(runs: pd.DataFrame, sets: ParameterSets | None = None) -> dict[str, np.ndarray]:
@@ -118,12 +123,14 @@ def figures(runs: pd.DataFrame, errors: dict[str, np.ndarray]) -> dict[str, floa
     mem = np.exp(errors["log_memory"])
     mok = np.isfinite(mem)
     ape = np.abs(ratio - 1)
-    return {"runs": float(ok.sum()),
-            "tps_ratio_median": float(np.median(ratio[ok])) if ok.any() else np.nan,
-            "tps_mape_ge10": float(np.mean(ape[big])) if big.any() else np.nan,
-            "tps_median_ape": float(np.median(ape[ok])) if ok.any() else np.nan,
-            "memory_runs": float(mok.sum()),
-            "memory_mape": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan}
+    return {
+        "runs": float(ok.sum()),
+        "tps_ratio_median": float(np.median(ratio[ok])) if ok.any() else np.nan,
+        "tps_mape_ge10": float(np.mean(ape[big])) if big.any() else np.nan,
+        "tps_median_ape": float(np.median(ape[ok])) if ok.any() else np.nan,
+        "memory_runs": float(mok.sum()),
+        "memory_mape": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan,
+    }
 
 
 @dataclass
@@ -135,20 +142,39 @@ class Transfer:
     errors: pd.DataFrame
 
 
-def _record(rows: list[dict[str, Any]], errors: list[pd.DataFrame], column: str, held: str,
-            test: np.ndarray,
-            results: dict[str, tuple[dict[str, Any], dict[str, np.ndarray], str]]) -> None:
+def _record(
+    rows: list[dict[str, Any]],
+    errors: list[pd.DataFrame],
+    column: str,
+    held: str,
+    test: np.ndarray,
+    results: dict[str, tuple[dict[str, Any], dict[str, np.ndarray], str]],
+) -> None:
     """Append one held-out group's figures and log errors, per variant."""
     for name, (figs, err, own) in results.items():
-        rows.append({"grouping": column, "held_out": held, "variant": name, "own_sets": own,
-                     **figs})
-        errors.append(pd.DataFrame({"grouping": column, "held_out": held, "variant": name,
-                                    "run": np.flatnonzero(test), **err}))
+        rows.append(
+            {"grouping": column, "held_out": held, "variant": name, "own_sets": own, **figs}
+        )
+        errors.append(
+            pd.DataFrame(
+                {
+                    "grouping": column,
+                    "held_out": held,
+                    "variant": name,
+                    "run": np.flatnonzero(test),
+                    **err,
+                }
+            )
+        )
 
 
-def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
-                  balances: Sequence[Balance] = ("runs", "sets"),
-                  progress: Any = print, sets: ParameterSets | None = None) -> Transfer:
+def leave_one_out(
+    runs: pd.DataFrame,
+    by: Sequence[str] = tuple(GROUPINGS),
+    balances: Sequence[Balance] = ("runs", "sets"),
+    progress: Any = print,
+    sets: ParameterSets | None = None,
+) -> Transfer:
     """For each column of ``by`` and each of its values: fit on the other runs, predict the
     held-out ones (module doc); the fits start from parameter sets ``sets`` (None: the
     shipped ones)."""
@@ -182,9 +208,14 @@ def leave_one_out(runs: pd.DataFrame, by: Sequence[str] = tuple(GROUPINGS),
     return Transfer(pd.DataFrame(rows), pd.concat(errors, ignore_index=True))
 
 
-def kept_sets(runs: pd.DataFrame, test: np.ndarray, *, taken: np.ndarray | None = None,
-              full: dict[str, Any] | None = None,
-              sets: ParameterSets | None = None) -> dict[str, Any]:
+def kept_sets(
+    runs: pd.DataFrame,
+    test: np.ndarray,
+    *,
+    taken: np.ndarray | None = None,
+    full: dict[str, Any] | None = None,
+    sets: ParameterSets | None = None,
+) -> dict[str, Any]:
     """The framework versions' own sets with the runs of ``test`` held out: those fitted on
     every run (``full``, fitted here when None) less the sets the held-out runs take (``taken``:
     each run's set, :func:`_parameter_sets_taken` when None), refitted on those sets' other
@@ -194,15 +225,23 @@ def kept_sets(runs: pd.DataFrame, test: np.ndarray, *, taken: np.ndarray | None 
     full = fit_runs(runs, group_by=None, sets=sets)["sets"] if full is None else full
     touched = set(taken[test])
     refit_rows = ~test & np.isin(taken, list(touched))
-    refit = (fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None,
-                      sets=sets)["sets"]
-             if refit_rows.any() else {})
+    refit = (
+        fit_runs(runs[refit_rows].reset_index(drop=True), group_by=None, sets=sets)["sets"]
+        if refit_rows.any()
+        else {}
+    )
     return {k: v for k, v in full.items() if k not in touched} | refit
 
 
-def held_out_sets(runs: pd.DataFrame, test: np.ndarray, *, balance: Balance = "sets",
-                  taken: np.ndarray | None = None, full: dict[str, Any] | None = None,
-                  sets: ParameterSets | None = None) -> ParameterSets:
+def held_out_sets(
+    runs: pd.DataFrame,
+    test: np.ndarray,
+    *,
+    balance: Balance = "sets",
+    taken: np.ndarray | None = None,
+    full: dict[str, Any] | None = None,
+    sets: ParameterSets | None = None,
+) -> ParameterSets:
     """Every parameter set a user would predict the runs of ``test`` with had they never been
     measured: :func:`kept_sets`, and the default set fitted on every other run
     (``balance`` as :func:`surrogate.calibration.fit_params.fit_default`)."""
@@ -249,8 +288,9 @@ def balanced_quantile(cases: Sequence[pd.DataFrame], column: str, coverage: floa
     return float(values[order][np.searchsorted(cum, coverage)])
 
 
-def transfer_intervals(errors: pd.DataFrame, *, variant: str = "default (sets)",
-                       coverage: float = 0.8) -> dict[str, Any]:
+def transfer_intervals(
+    errors: pd.DataFrame, *, variant: str = "default (sets)", coverage: float = 0.8
+) -> dict[str, Any]:
     """The half-width, in log, of a ``coverage`` interval around a prediction for a framework or
     cluster the sets were not fitted on (tokens/s and memory): the balanced quantile of the
     held-out errors (:func:`balanced_quantile`), and its own check, each case held out of the
@@ -266,7 +306,13 @@ def transfer_intervals(errors: pd.DataFrame, *, variant: str = "default (sets)",
         for i, case in enumerate(cases):
             q = balanced_quantile([c for j, c in enumerate(cases) if j != i], column, coverage)
             inside = float(np.mean(np.abs(case[column].to_numpy(float)) <= q))
-            checks.append({"held_out": f"{case['grouping'].iloc[0]} {case['held_out'].iloc[0]}",
-                           "runs": len(case), "coverage": inside, "width": float(np.exp(2 * q))})
+            checks.append(
+                {
+                    "held_out": f"{case['grouping'].iloc[0]} {case['held_out'].iloc[0]}",
+                    "runs": len(case),
+                    "coverage": inside,
+                    "width": float(np.exp(2 * q)),
+                }
+            )
         out[f"{column}_check"] = checks
     return out

@@ -67,9 +67,11 @@ def coverage_groups(res: pd.DataFrame) -> dict[str, pd.Series]:
     if "framework_version" in res:
         version = res["framework_version"].fillna("").astype(str)
         framework = framework.where(version == "", framework + "/" + version)
-    return {"nodes": pd.Series(node_bands(res["num_nodes"].to_numpy()), index=res.index),
-            "framework": framework,
-            "pipeline": pd.Series(pipeline_labels(res["pp"].to_numpy()), index=res.index)}
+    return {
+        "nodes": pd.Series(node_bands(res["num_nodes"].to_numpy()), index=res.index),
+        "framework": framework,
+        "pipeline": pd.Series(pipeline_labels(res["pp"].to_numpy()), index=res.index),
+    }
 
 
 def _band_order(label: str) -> tuple[int, str]:
@@ -78,9 +80,13 @@ def _band_order(label: str) -> tuple[int, str]:
     return (int(head) if head.isdigit() else 0, label)
 
 
-def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
-                      floor: float = COVERAGE_FLOOR,
-                      hits: tuple[pd.Series, pd.Series] | None = None) -> pd.DataFrame:
+def coverage_by_group(
+    res: pd.DataFrame,
+    *,
+    min_runs: int = MIN_GROUP_RUNS,
+    floor: float = COVERAGE_FLOOR,
+    hits: tuple[pd.Series, pd.Series] | None = None,
+) -> pd.DataFrame:
     """Coverage of the 80% MFU (and step time) and peak memory intervals of held-out runs per
     group of :func:`coverage_groups` with at least ``min_runs`` measured runs of that
     quantity (NaN with fewer): columns grouping, group, mfu_runs, mfu_coverage, memory_runs,
@@ -98,8 +104,9 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
             for name, hits in (("mfu", inside), ("memory", mem_inside)):
                 mine = hits[labels.loc[hits.index] == group] if len(hits) else hits
                 row[f"{name}_runs"] = len(mine)
-                row[f"{name}_coverage"] = (float(mine.mean()) if len(mine) >= min_runs
-                                           else float("nan"))
+                row[f"{name}_coverage"] = (
+                    float(mine.mean()) if len(mine) >= min_runs else float("nan")
+                )
                 if row[f"{name}_coverage"] < floor:
                     below.append(name)
             row["below"] = ", ".join(below)
@@ -107,13 +114,19 @@ def coverage_by_group(res: pd.DataFrame, *, min_runs: int = MIN_GROUP_RUNS,
     return pd.DataFrame(rows)
 
 
-def recalibrated_hits(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
-                      min_runs: int = MIN_CATEGORY_RUNS,
-                      fitted_on: pd.DataFrame | None = None) -> tuple[pd.Series, pd.Series]:
+def recalibrated_hits(
+    res: pd.DataFrame,
+    *,
+    n_folds: int = 5,
+    coverage: float = 0.8,
+    min_runs: int = MIN_CATEGORY_RUNS,
+    fitted_on: pd.DataFrame | None = None,
+) -> tuple[pd.Series, pd.Series]:
     """Whether each measured run lies inside its interval after the recalibration a trained
     model ships, held out (:func:`recalibrated_factors`, whose arguments these are)."""
-    factors = recalibrated_factors(res, n_folds=n_folds, coverage=coverage, min_runs=min_runs,
-                                   fitted_on=fitted_on)
+    factors = recalibrated_factors(
+        res, n_folds=n_folds, coverage=coverage, min_runs=min_runs, fitted_on=fitted_on
+    )
     needed = measured_needed(res)
     return (needed[0] <= factors[0]), (needed[1] <= factors[1])
 
@@ -127,10 +140,14 @@ def recalibrated_widths(res: pd.DataFrame, **kwargs: Any) -> pd.Series:
     return (done["pred_mfu_hi"] / done["pred_mfu_lo"]) ** k
 
 
-def recalibrated_factors(res: pd.DataFrame, *, n_folds: int = 5, coverage: float = 0.8,
-                         min_runs: int = MIN_CATEGORY_RUNS,
-                         fitted_on: pd.DataFrame | None = None
-                         ) -> tuple[pd.Series, pd.Series]:
+def recalibrated_factors(
+    res: pd.DataFrame,
+    *,
+    n_folds: int = 5,
+    coverage: float = 0.8,
+    min_runs: int = MIN_CATEGORY_RUNS,
+    fitted_on: pd.DataFrame | None = None,
+) -> tuple[pd.Series, pd.Series]:
     """The factor on each measured run's MFU and memory interval (log half-widths) of the
     recalibration a trained model ships
     (:mod:`surrogate.learned.recalibration`: factors per node band, pipeline or none and
@@ -154,17 +171,27 @@ def recalibrated_factors(res: pd.DataFrame, *, n_folds: int = 5, coverage: float
         if n >= 2:
             fine, coarse = run_categories(res.loc[needed.index])
             for train, test in GroupKFold(n_splits=n).split(fit_values, groups=cells):
-                table = fit_factors(fit_values[train], fine[train], coarse[train],
-                                    coverage=coverage, min_runs=min_runs)
+                table = fit_factors(
+                    fit_values[train],
+                    fine[train],
+                    coarse[train],
+                    coverage=coverage,
+                    min_runs=min_runs,
+                )
                 k[test] = factors_for(table, fine[test], coarse[test])
         out.append(pd.Series(k, index=needed.index))
     return out[0], out[1]
 
 
-def unknown_network_factors(profile: pd.DataFrame, curve: pd.DataFrame,
-                            measured: pd.DataFrame, *, n_folds: int = 5,
-                            coverage: float = 0.8, min_runs: int = MIN_CATEGORY_RUNS
-                            ) -> tuple[pd.Series, pd.Series, pd.Series]:
+def unknown_network_factors(
+    profile: pd.DataFrame,
+    curve: pd.DataFrame,
+    measured: pd.DataFrame,
+    *,
+    n_folds: int = 5,
+    coverage: float = 0.8,
+    min_runs: int = MIN_CATEGORY_RUNS,
+) -> tuple[pd.Series, pd.Series, pd.Series]:
     """For the completed runs with an MFU, the MFU interval a trained model ships for an
     unknown network, held out as in :func:`recalibrated_factors`: per fold of cells, the
     known network's factors fitted on the other folds' ``measured`` runs and applied to
@@ -188,17 +215,19 @@ def unknown_network_factors(profile: pd.DataFrame, curve: pd.DataFrame,
     if n >= 2:
         fine, coarse = run_categories(profile.loc[index])
         for train, test in GroupKFold(n_splits=n).split(values, groups=cells):
-            known = fit_factors(need_m[train], fine[train], coarse[train], coverage=coverage,
-                                min_runs=min_runs)
-            effective = beyond_known(values[train], need_c[train],
-                                     factors_for(known, fine[train], coarse[train]))
-            unknown = fit_factors(effective, fine[train], coarse[train], coverage=coverage,
-                                  min_runs=min_runs)
+            known = fit_factors(
+                need_m[train], fine[train], coarse[train], coverage=coverage, min_runs=min_runs
+            )
+            effective = beyond_known(
+                values[train], need_c[train], factors_for(known, fine[train], coarse[train])
+            )
+            unknown = fit_factors(
+                effective, fine[train], coarse[train], coverage=coverage, min_runs=min_runs
+            )
             k_p[test] = factors_for(unknown, fine[test], coarse[test])
             k_k[test] = factors_for(known, fine[test], coarse[test])
     hits = (values <= k_p) | (need_c <= k_k)
-    return (pd.Series(hits, index=index), pd.Series(k_p, index=index),
-            pd.Series(k_k, index=index))
+    return (pd.Series(hits, index=index), pd.Series(k_p, index=index), pd.Series(k_k, index=index))
 
 
 RELIABILITY_BINS: tuple[float, ...] = (0.0, 0.05, 0.2, 0.5, 0.8, 0.95, 1.0)
@@ -220,7 +249,12 @@ def oom_reliability(res: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for b in range(len(edges) - 1):
         sel = which == b
-        rows.append({"p_oom": f"{edges[b]:.2f}-{edges[b + 1]:.2f}", "runs": int(sel.sum()),
-                     "said": float(p[sel].mean()) if sel.any() else float("nan"),
-                     "ran_out": float(oom[sel].mean()) if sel.any() else float("nan")})
+        rows.append(
+            {
+                "p_oom": f"{edges[b]:.2f}-{edges[b + 1]:.2f}",
+                "runs": int(sel.sum()),
+                "said": float(p[sel].mean()) if sel.any() else float("nan"),
+                "ran_out": float(oom[sel].mean()) if sel.any() else float("nan"),
+            }
+        )
     return pd.DataFrame(rows)

@@ -53,10 +53,18 @@ PROTOCOLS: dict[str, str] = {
     "nodes": "train <= 16 nodes, test 32 and 64",
 }
 DEFAULT_PROTOCOLS: tuple[str, ...] = ("cv", "lomo", "nodes")
-PRED_KEYS: tuple[str, ...] = ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                              "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
-                              "pred_peak_mem_reserved_hi_gib", "pred_logged_mem_gib",
-                              "domain_weight")
+PRED_KEYS: tuple[str, ...] = (
+    "p_oom",
+    "pred_status",
+    "pred_mfu",
+    "pred_mfu_lo",
+    "pred_mfu_hi",
+    "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib",
+    "pred_peak_mem_reserved_hi_gib",
+    "pred_logged_mem_gib",
+    "domain_weight",
+)
 NODES_TRAIN_MAX = 16
 
 
@@ -65,8 +73,9 @@ def model_key(runs: pd.DataFrame) -> np.ndarray:
     return (runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str)).to_numpy()
 
 
-def splits(runs: pd.DataFrame, protocol: str, *, seed: int = 0,
-           n_folds: int = 5) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+def splits(
+    runs: pd.DataFrame, protocol: str, *, seed: int = 0, n_folds: int = 5
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """(train, test) positional indices of ``runs`` for ``protocol``."""
     from sklearn.model_selection import GroupKFold, KFold
 
@@ -89,8 +98,9 @@ def splits(runs: pd.DataFrame, protocol: str, *, seed: int = 0,
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, got {protocol!r}")
 
 
-def analytic_predictions(runs: pd.DataFrame, *, profile: Any = None,
-                         sets: ParameterSets | None = None) -> pd.DataFrame:
+def analytic_predictions(
+    runs: pd.DataFrame, *, profile: Any = None, sets: ParameterSets | None = None
+) -> pd.DataFrame:
     """The analytic model's answers in the learned model's columns (baseline), under
     parameter sets ``sets`` (None: the shipped ones)."""
     return score_runs(runs, profile=profile, sets=sets)[list(PRED_KEYS)]
@@ -120,10 +130,12 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
     hits = float((true_oom & pred_oom).sum())
     # against the prediction for the rank each run's memory was logged on
     # (surrogate.prediction.scoring)
-    pred_mem = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-                   else "pred_peak_mem_reserved_gib"]
-    mem_ape = ((pred_mem - mem["peak_mem_reserved_gib"]).abs()
-               / mem["peak_mem_reserved_gib"]).to_numpy()
+    pred_mem = mem[
+        "pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_reserved_gib"
+    ]
+    mem_ape = (
+        (pred_mem - mem["peak_mem_reserved_gib"]).abs() / mem["peak_mem_reserved_gib"]
+    ).to_numpy()
     inside, mem_inside = interval_hits(res)
     with_interval = bool(len(done)) and bool(done["pred_mfu_lo"].notna().any())
     # the coverage of the intervals as a trained model ships them (recalibrated, held out)
@@ -136,22 +148,24 @@ def accuracy_metrics(res: pd.DataFrame) -> dict[str, float]:
         "mfu_mape_ge10": float(ape[big].mean()) if big.any() else nan,
         "mfu_median_ape": float(np.median(ape)) if len(ape) else nan,
         "mfu_spearman": float(spearmanr(done["pred_mfu"], done["mfu"]).statistic)
-        if len(done) > 2 else nan,
+        if len(done) > 2
+        else nan,
         "mfu_mae_points": float(100 * np.mean(np.abs(done["pred_mfu"] - done["mfu"])))
-        if len(done) else nan,
+        if len(done)
+        else nan,
         "regret_median": float(np.median(regret)) if len(regret) else nan,
         "regret_max": float(regret.max()) if len(regret) else nan,
         "regret_cells": float(len(regret)),
         "oom_recall": hits / float(true_oom.sum()) if true_oom.any() else nan,
         "oom_precision": hits / float(pred_oom.sum()) if pred_oom.any() else nan,
         "oom_brier": float(np.mean((judged["p_oom"].to_numpy(float) - true_oom) ** 2))
-        if len(judged) else nan,
+        if len(judged)
+        else nan,
         "memory_mape": float(mem_ape.mean()) if len(mem_ape) else nan,
         "interval_coverage": float(inside.mean()) if with_interval else nan,
         "memory_interval_coverage": float(mem_inside.mean()) if len(mem_inside) else nan,
         "interval_coverage_recalibrated": float(recal[0].mean()) if len(recal[0]) else nan,
-        "memory_interval_coverage_recalibrated": float(recal[1].mean())
-        if len(recal[1]) else nan,
+        "memory_interval_coverage_recalibrated": float(recal[1].mean()) if len(recal[1]) else nan,
     }
 
 
@@ -199,10 +213,19 @@ def evaluate_protocol(
     :func:`evaluate_grid`). ``runs``: the table, or
     :func:`~surrogate.learned.training_data.training_data` of it (then ``profile`` must be its
     own)."""
-    return evaluate_shrinks(runs, protocol, (shrink_doublings,), params=params, seed=seed,
-                            n_folds=n_folds, profile=profile, progress=progress,
-                            settings=settings, refit_physics=refit_physics,
-                            network=network)[shrink_doublings]
+    return evaluate_shrinks(
+        runs,
+        protocol,
+        (shrink_doublings,),
+        params=params,
+        seed=seed,
+        n_folds=n_folds,
+        profile=profile,
+        progress=progress,
+        settings=settings,
+        refit_physics=refit_physics,
+        network=network,
+    )[shrink_doublings]
 
 
 def physics_of(data: TrainingData, train: np.ndarray) -> dict[str, dict[str, Any]]:
@@ -238,9 +261,19 @@ def evaluate_shrinks(
     """:func:`evaluate_protocol` for each domain shrinkage in ``shrinks``, from one fit per
     split (the shrinkage acts at prediction time only); the held-out runs predicted under
     ``network`` (:func:`evaluate_grid`)."""
-    grid = evaluate_grid(runs, protocol, shrinks, (network,), params=params, seed=seed,
-                         n_folds=n_folds, profile=profile, progress=progress,
-                         settings=settings, refit_physics=refit_physics)
+    grid = evaluate_grid(
+        runs,
+        protocol,
+        shrinks,
+        (network,),
+        params=params,
+        seed=seed,
+        n_folds=n_folds,
+        profile=profile,
+        progress=progress,
+        settings=settings,
+        refit_physics=refit_physics,
+    )
     return {s: grid[s, network] for s in shrinks}
 
 
@@ -282,37 +315,51 @@ def evaluate_grid(
         sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
         # every feature and target is its own run's (TrainingData), so a refit physics
         # prepares the training part alone: the test part is scored below
-        part_data = (data.take(train) if not refit_physics
-                     else training_data(runs.iloc[train], profile=profile, sets=sets))
-        model = SurrogateModel(status_params=params.get("status"),
-                               mfu_params=params.get("mfu"), mem_params=params.get("mem"),
-                               n_folds=n_folds, seed=seed, **(settings or {}))
+        part_data = (
+            data.take(train)
+            if not refit_physics
+            else training_data(runs.iloc[train], profile=profile, sets=sets)
+        )
+        model = SurrogateModel(
+            status_params=params.get("status"),
+            mfu_params=params.get("mfu"),
+            mem_params=params.get("mem"),
+            n_folds=n_folds,
+            seed=seed,
+            **(settings or {}),
+        )
         model.fit(part_data)
         for net in networks:
             test_runs = as_predicted(runs.iloc[test], net)
             for shrink in shrinks:
-                pred = score_runs(test_runs, model=model, profile=profile,
-                                  shrink_doublings=shrink)
+                pred = score_runs(test_runs, model=model, profile=profile, shrink_doublings=shrink)
                 part = runs.iloc[test].copy()
                 for k in PRED_KEYS:
                     part[k] = pred[k].to_numpy()
                 parts[shrink, net].append(part)
-            analytic_parts[net].append(analytic_predictions(test_runs, profile=profile,
-                                                            sets=sets))
+            analytic_parts[net].append(analytic_predictions(test_runs, profile=profile, sets=sets))
         n += 1
         report(progress, stage, n, len(todo))
     out: dict[tuple[float | None, str], ProtocolResult] = {}
     for net in networks:
         first = pd.concat(parts[shrinks[0], net]).sort_index()
-        base = pd.concat([first.drop(columns=list(PRED_KEYS)),
-                          pd.concat(analytic_parts[net]).sort_index()], axis=1)
+        base = pd.concat(
+            [first.drop(columns=list(PRED_KEYS)), pd.concat(analytic_parts[net]).sort_index()],
+            axis=1,
+        )
         analytic = accuracy_metrics(base)
         for shrink in shrinks:
             res = pd.concat(parts[shrink, net]).sort_index()
             out[shrink, net] = ProtocolResult(
-                protocol=protocol, predictions=res, metrics=accuracy_metrics(res),
-                analytic_metrics=analytic, n_splits=n, refit_physics=refit_physics,
-                analytic_predictions=base, network=net)
+                protocol=protocol,
+                predictions=res,
+                metrics=accuracy_metrics(res),
+                analytic_metrics=analytic,
+                n_splits=n,
+                refit_physics=refit_physics,
+                analytic_predictions=base,
+                network=net,
+            )
     return out
 
 
@@ -345,23 +392,30 @@ def evaluate_analytic(
     for n, (train, test) in enumerate(todo, start=1):
         sets = ParameterSets(physics_of(data, train)) if refit_physics else data.parameter_sets
         test_runs = runs.iloc[test]
-        scored = analytic_predictions(as_predicted(test_runs, network), profile=profile,
-                                      sets=sets)
+        scored = analytic_predictions(as_predicted(test_runs, network), profile=profile, sets=sets)
         parts.append(pd.concat([test_runs, scored], axis=1))
         report(progress, stage, n, len(todo))
     res = pd.concat(parts).sort_index()
     metrics = accuracy_metrics(res)
-    return ProtocolResult(protocol=protocol, predictions=res, metrics=metrics,
-                          analytic_metrics=metrics, n_splits=len(todo),
-                          refit_physics=refit_physics, analytic_predictions=res,
-                          network=network)
+    return ProtocolResult(
+        protocol=protocol,
+        predictions=res,
+        metrics=metrics,
+        analytic_metrics=metrics,
+        n_splits=len(todo),
+        refit_physics=refit_physics,
+        analytic_predictions=res,
+        network=network,
+    )
 
 
-def _usable_splits(runs: pd.DataFrame, protocol: str, *, seed: int,
-                   n_folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+def _usable_splits(
+    runs: pd.DataFrame, protocol: str, *, seed: int, n_folds: int
+) -> list[tuple[np.ndarray, np.ndarray]]:
     """The (train, test) splits of ``protocol`` with both parts non-empty; an error if none."""
-    todo = [(a, b) for a, b in splits(runs, protocol, seed=seed, n_folds=n_folds)
-            if len(a) and len(b)]
+    todo = [
+        (a, b) for a, b in splits(runs, protocol, seed=seed, n_folds=n_folds) if len(a) and len(b)
+    ]
     if not todo:
         raise DataError(f"protocol {protocol!r} has no split with both training and test runs")
     return todo
@@ -371,8 +425,10 @@ def _prepared(runs: pd.DataFrame | TrainingData, profile: Any) -> TrainingData:
     if not isinstance(runs, TrainingData):
         return training_data(runs, profile=profile)
     if profile is not None and profile is not runs.profile:
-        raise ValueError("profile must be None or the TrainingData's own: its features were "
-                         "computed under that one")
+        raise ValueError(
+            "profile must be None or the TrainingData's own: its features were "
+            "computed under that one"
+        )
     return runs
 
 

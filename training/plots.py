@@ -34,8 +34,9 @@ def mfu_scatter(pred: pd.DataFrame, title: str) -> Figure:
     ax = fig.add_subplot()
     lo = (done["pred_mfu"] - done["pred_mfu_lo"]).clip(lower=0)
     hi = (done["pred_mfu_hi"] - done["pred_mfu"]).clip(lower=0)
-    ax.errorbar(done["mfu"], done["pred_mfu"], yerr=[lo, hi], fmt="o", ms=2, alpha=0.4,
-                elinewidth=0.5)
+    ax.errorbar(
+        done["mfu"], done["pred_mfu"], yerr=[lo, hi], fmt="o", ms=2, alpha=0.4, elinewidth=0.5
+    )
     top = float(max(done["mfu"].max(), done["pred_mfu"].max())) if len(done) else 1.0
     ax.plot([0, top], [0, top], "k--", lw=1)
     ax.set_xlabel("measured MFU")
@@ -73,14 +74,13 @@ def oom_calibration(pred: pd.DataFrame, title: str, n_bins: int = 10) -> Figure:
 def interval_coverage(pred: pd.DataFrame, title: str, nominal: float = 0.8) -> Figure:
     """Share of completed runs inside their MFU interval, per (model, nodes) cell."""
     done = pred[(pred["status"] == "completed") & (pred["mfu"] > 0)]
-    inside = ((done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"]))
+    inside = (done["pred_mfu_lo"] <= done["mfu"]) & (done["mfu"] <= done["pred_mfu_hi"])
     per_cell = inside.groupby(cell_groups(done)).mean().sort_index()
     fig = _figure(8.0, 5.0)
     ax = fig.add_subplot()
     ax.bar(range(len(per_cell)), per_cell.to_numpy())
     ax.axhline(nominal, color="k", ls="--", lw=1, label=f"nominal {nominal:.0%}")
-    ax.axhline(float(inside.mean()) if len(inside) else np.nan, color="C1", lw=1,
-               label="overall")
+    ax.axhline(float(inside.mean()) if len(inside) else np.nan, color="C1", lw=1, label="overall")
     ax.set_xticks(range(len(per_cell)), list(per_cell.index), rotation=90, fontsize=6)
     ax.set_ylabel("coverage")
     ax.set_ylim(0, 1.05)
@@ -92,8 +92,9 @@ def interval_coverage(pred: pd.DataFrame, title: str, nominal: float = 0.8) -> F
 def feature_importance(model: SurrogateModel, top: int = 20) -> Figure:
     """Total gain of the features of the throughput corrector and the status classifier."""
     fig = _figure(10.0, 6.0)
-    for i, (name, booster) in enumerate((("MFU factor", model.mfu_model_),
-                                         ("status", model.status_model_))):
+    for i, (name, booster) in enumerate(
+        (("MFU factor", model.mfu_model_), ("status", model.status_model_))
+    ):
         gain = np.asarray(booster.feature_importance(importance_type="gain"), dtype=float)
         order = np.argsort(gain)[::-1][:top][::-1]
         ax = fig.add_subplot(1, 2, i + 1)

@@ -76,28 +76,37 @@ def _own_attention() -> pd.DataFrame:
 
 def healthy_profile(root: Path) -> CalibrationProfile:
     table = pd.concat([*_public_tables(root, gcp=True), _own_attention()], ignore_index=True)
-    return fit_profile(table, "H100-SXM-80GB",
-                       name="H100-SXM-80GB healthy fabric (public XLA sm_90 + nccl-tests; "
-                            "our flash attention)",
-                       notes=(*_NOTES_COMMON,
-                              "Network: nccl-tests all_reduce over 16 GPUs on 2 GCP "
-                              "a3-megagpu-8g nodes (GPUDirect-TCPXO), the only public "
-                              "multi-node H100 measurement; one node count, so the fabric "
-                              "efficiency holds at every scale (non-blocking ideal)"))
+    return fit_profile(
+        table,
+        "H100-SXM-80GB",
+        name="H100-SXM-80GB healthy fabric (public XLA sm_90 + nccl-tests; our flash attention)",
+        notes=(
+            *_NOTES_COMMON,
+            "Network: nccl-tests all_reduce over 16 GPUs on 2 GCP "
+            "a3-megagpu-8g nodes (GPUDirect-TCPXO), the only public "
+            "multi-node H100 measurement; one node count, so the fabric "
+            "efficiency holds at every scale (non-blocking ideal)",
+        ),
+    )
 
 
 def playbook_profile(root: Path) -> CalibrationProfile:
     network = parse_playbook_network(root / _PLAYBOOK_CSV)[0]
-    table = pd.concat([*_public_tables(root, gcp=False), network, _own_attention()],
-                      ignore_index=True)
-    return fit_profile(table, "H100-SXM-80GB",
-                       name=f"{PLAYBOOK_PROFILE}: the Playbook's H100 + AWS EFA cluster as "
-                            "measured",
-                       notes=(*_NOTES_COMMON,
-                              "Network: the AllReduce / AllGather / ReduceScatter bandwidths "
-                              "(whole job and intra-node, 256 MiB, busbw) that nanotron "
-                              "measured at the start of every completed Ultra-Scale Playbook "
-                              "run, 1 to 64 nodes of 8x H100 on AWS EFA"))
+    table = pd.concat(
+        [*_public_tables(root, gcp=False), network, _own_attention()], ignore_index=True
+    )
+    return fit_profile(
+        table,
+        "H100-SXM-80GB",
+        name=f"{PLAYBOOK_PROFILE}: the Playbook's H100 + AWS EFA cluster as measured",
+        notes=(
+            *_NOTES_COMMON,
+            "Network: the AllReduce / AllGather / ReduceScatter bandwidths "
+            "(whole job and intra-node, 256 MiB, busbw) that nanotron "
+            "measured at the start of every completed Ultra-Scale Playbook "
+            "run, 1 to 64 nodes of 8x H100 on AWS EFA",
+        ),
+    )
 
 
 def own_profile(root: Path) -> CalibrationProfile:
@@ -107,19 +116,22 @@ def own_profile(root: Path) -> CalibrationProfile:
     # curve (benchmarks/h100_own.py).
     gemms = gemms[gemms[["m", "n", "k"]].isin(GRID_SIDES).all(axis=1)]
     public = pd.concat(_public_tables(root, gcp=False), ignore_index=True)
-    table = pd.concat([gemms, public[public["op"] != GEMM_OP], _own_attention()],
-                      ignore_index=True)
-    return fit_profile(table, "H100-SXM-80GB",
-                       name=f"{OWN_PROFILE}: GEMMs measured by this project on one H100 SXM",
-                       notes=(
-                           "GEMM: this project's microbench.gemm on one NVIDIA H100 80GB HBM3 "
-                           "(driver 580.159.04, CUDA 13.0, torch 2.11.0; "
-                           "datasets/h100/2026-11-23/gemm.jsonl), bf16 and fp8 "
-                           "(torch._scaled_mm), unbatched, the 6^3 grid of m, n, k in 256..8192 "
-                           "(the preset models' shapes, also measured, are left out of the fit "
-                           "as its check); efficiency = FLOP/s / dense peak",
-                           *_NOTES_COMMON[1:],
-                           "Network: none measured here (one GPU); the datasheet model"))
+    table = pd.concat([gemms, public[public["op"] != GEMM_OP], _own_attention()], ignore_index=True)
+    return fit_profile(
+        table,
+        "H100-SXM-80GB",
+        name=f"{OWN_PROFILE}: GEMMs measured by this project on one H100 SXM",
+        notes=(
+            "GEMM: this project's microbench.gemm on one NVIDIA H100 80GB HBM3 "
+            "(driver 580.159.04, CUDA 13.0, torch 2.11.0; "
+            "datasets/h100/2026-11-23/gemm.jsonl), bf16 and fp8 "
+            "(torch._scaled_mm), unbatched, the 6^3 grid of m, n, k in 256..8192 "
+            "(the preset models' shapes, also measured, are left out of the fit "
+            "as its check); efficiency = FLOP/s / dense peak",
+            *_NOTES_COMMON[1:],
+            "Network: none measured here (one GPU); the datasheet model",
+        ),
+    )
 
 
 def main() -> None:
@@ -128,17 +140,23 @@ def main() -> None:
     ap.add_argument("--out-dir", type=Path, default=PROFILES_DIR)
     args = ap.parse_args()
     root = resolve_data_dir(args.data_dir)
-    for name, build in (("H100-SXM-80GB", healthy_profile), (PLAYBOOK_PROFILE, playbook_profile),
-                        (OWN_PROFILE, own_profile)):
+    for name, build in (
+        ("H100-SXM-80GB", healthy_profile),
+        (PLAYBOOK_PROFILE, playbook_profile),
+        (OWN_PROFILE, own_profile),
+    ):
         prof = build(root)
         prof.save(args.out_dir / f"{name}.json")
         print(f"{name}: {prof.name}")
         if prof.fabric is not None:
             for cv in prof.fabric.curves.values():
-                eff = ", ".join(f"{n:g}: {e:.3f}" for n, e in zip(cv.nodes, cv.efficiency,
-                                                                  strict=True))
-                print(f"  {cv.op}: efficiency by nodes {eff}; beyond: {cv.law} "
-                      f"{dict(sorted(cv.law_scores.items(), key=lambda kv: kv[1]))}")
+                eff = ", ".join(
+                    f"{n:g}: {e:.3f}" for n, e in zip(cv.nodes, cv.efficiency, strict=True)
+                )
+                print(
+                    f"  {cv.op}: efficiency by nodes {eff}; beyond: {cv.law} "
+                    f"{dict(sorted(cv.law_scores.items(), key=lambda kv: kv[1]))}"
+                )
 
 
 if __name__ == "__main__":

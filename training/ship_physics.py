@@ -45,15 +45,19 @@ def main() -> None:
     start = time.perf_counter()
     runs = all_runs(args.data_dir)
     own = runs[runs["cluster"].isin(OWN_SETS_FROM) & (runs["framework"] != "torchtitan")]
-    print(f"{len(runs)} runs; own sets from {len(own)} ({', '.join(OWN_SETS_FROM)}, "
-          "torchtitan's aside)")
+    print(
+        f"{len(runs)} runs; own sets from {len(own)} ({', '.join(OWN_SETS_FROM)}, "
+        "torchtitan's aside)"
+    )
     result = fit_runs(own.reset_index(drop=True), group_by="model_name")
-    print(f"own sets fitted: {', '.join(result['sets'])} "
-          f"({time.perf_counter() - start:.0f} s)")
-    result["sets"][DEFAULT_SET] = fit_default(runs, balance="sets",
-                                              sets=ParameterSets(result["sets"]))
-    print(f"default set fitted on {result['sets'][DEFAULT_SET]['runs']} runs "
-          f"({time.perf_counter() - start:.0f} s)")
+    print(f"own sets fitted: {', '.join(result['sets'])} ({time.perf_counter() - start:.0f} s)")
+    result["sets"][DEFAULT_SET] = fit_default(
+        runs, balance="sets", sets=ParameterSets(result["sets"])
+    )
+    print(
+        f"default set fitted on {result['sets'][DEFAULT_SET]['runs']} runs "
+        f"({time.perf_counter() - start:.0f} s)"
+    )
     measured = leave_one_out(runs, balances=("sets",))
     print(measured.table.to_string(index=False))
     transfer = transfer_intervals(measured.errors)
@@ -61,13 +65,17 @@ def main() -> None:
         for row in transfer.get(key, []):
             print(f"  {key}: {row}")
     result["sets"][DEFAULT_SET]["transfer"] = {
-        k: v for k, v in transfer.items() if not k.endswith("_check")}
-    print(f"transfer intervals measured ({time.perf_counter() - start:.0f} s): "
-          + ", ".join(f"{k} {v:.3f}" for k, v in transfer.items()
-                      if isinstance(v, float)))
-    sources = ("playbook, datasets/h100/2026-11-23/train_steps_*.jsonl, "
-               "datasets/h100/2026-11-24/fsdp2/train_steps_*.jsonl; default set also: "
-               "llmfoundry_mpt benchmarking README, datasets/h100/2026-11-24/torchtitan")
+        k: v for k, v in transfer.items() if not k.endswith("_check")
+    }
+    print(
+        f"transfer intervals measured ({time.perf_counter() - start:.0f} s): "
+        + ", ".join(f"{k} {v:.3f}" for k, v in transfer.items() if isinstance(v, float))
+    )
+    sources = (
+        "playbook, datasets/h100/2026-11-23/train_steps_*.jsonl, "
+        "datasets/h100/2026-11-24/fsdp2/train_steps_*.jsonl; default set also: "
+        "llmfoundry_mpt benchmarking README, datasets/h100/2026-11-24/torchtitan"
+    )
     write_sets(result, args.out, source=sources)
     print(f"wrote {args.out}")
 

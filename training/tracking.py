@@ -30,15 +30,24 @@ from surrogate.io.tracking import DEFAULT_TRACKING_URI, KIND_TAG, REGISTERED_MOD
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-__all__ = ["DEFAULT_TRACKING_URI", "EXPERIMENT", "REGISTERED_MODEL", "TrackedRun",
-           "data_label", "log_training", "rounds_in", "tracking_uri"]
+__all__ = [
+    "DEFAULT_TRACKING_URI",
+    "EXPERIMENT",
+    "REGISTERED_MODEL",
+    "TrackedRun",
+    "data_label",
+    "log_training",
+    "rounds_in",
+    "tracking_uri",
+]
 
 EXPERIMENT = "surrogate-training"
 _DESCRIPTION = (
     "One run per `surrogate train` (named `train DATE DATA`): held-out accuracy per protocol "
     "(`cv/`, `lomo/`, `nodes/`...), the optuna tuning (`optuna/`), plots and the model files. "
     "The `analytic baseline DATA` runs hold the analytic model's figures on the same data under "
-    "the same names. Registered model: `surrogate` (lineage in its version tags).")
+    "the same names. Registered model: `surrogate` (lineage in its version tags)."
+)
 _ROUND_RUN = re.compile(r"^r(\d{2,})-\d{2,}-n\d+-")
 """Run names that ``surrogate propose`` writes: ``r<round>-<index>-n<nodes>-<layout>``."""
 
@@ -105,21 +114,30 @@ def log_training(
     exp_id = tracking.experiment(experiment, description=_DESCRIPTION)
     label = label or "data " + data_hash[:8]
     name = run_name or f"train {datetime.now(UTC):%Y-%m-%d} {label}"
-    tags = {KIND_TAG: "training", "data_hash": data_hash, "data_label": label,
-            **dict(lineage or {})}
+    tags = {
+        KIND_TAG: "training",
+        "data_hash": data_hash,
+        "data_label": label,
+        **dict(lineage or {}),
+    }
     with mlflow.start_run(experiment_id=exp_id, run_name=name, tags=tags) as run:
         mlflow.log_params({k: v for k, v in params.items()})
-        mlflow.log_params({f"data.{k}": v for k, v in data_summary.items()
-                           if not isinstance(v, dict | list)})
+        mlflow.log_params(
+            {f"data.{k}": v for k, v in data_summary.items() if not isinstance(v, dict | list)}
+        )
         mlflow.log_dict(dict(data_summary) | {"data_hash": data_hash}, "data_summary.json")
         for target, study in tuning.items():
             mlflow.log_dict(dict(study), f"optuna/{target}.json")
             mlflow.log_param(f"optuna.{target}.study", study.get("study_name", ""))
-            mlflow.log_metrics(tracking.finite({
-                f"optuna/{target}_best_value": study.get("best_value", float("nan")),
-                f"optuna/{target}_n_complete": study.get("n_complete", float("nan")),
-                f"optuna/{target}_n_pruned": study.get("n_pruned", float("nan")),
-            }))
+            mlflow.log_metrics(
+                tracking.finite(
+                    {
+                        f"optuna/{target}_best_value": study.get("best_value", float("nan")),
+                        f"optuna/{target}_n_complete": study.get("n_complete", float("nan")),
+                        f"optuna/{target}_n_pruned": study.get("n_pruned", float("nan")),
+                    }
+                )
+            )
         for protocol, values in metrics.items():
             mlflow.log_metrics(tracking.finite({f"{protocol}/{k}": v for k, v in values.items()}))
         mlflow.log_artifacts(str(model_dir), artifact_path="model")
@@ -128,28 +146,54 @@ def log_training(
         source = mlflow.get_artifact_uri("model")
         run_id = str(run.info.run_id)
     baseline_id = _log_baseline(exp_id, label, data_hash, baseline) if baseline else None
-    version = _register(model_name, source=source, run_id=run_id, run_name=name, label=label,
-                        data_hash=data_hash, lineage=lineage, runs=data_summary.get("runs", "?"))
-    return TrackedRun(tracking_uri=uri, experiment_id=exp_id, run_id=run_id, run_name=name,
-                      baseline_run_id=baseline_id, model_name=model_name,
-                      model_version=version)
+    version = _register(
+        model_name,
+        source=source,
+        run_id=run_id,
+        run_name=name,
+        label=label,
+        data_hash=data_hash,
+        lineage=lineage,
+        runs=data_summary.get("runs", "?"),
+    )
+    return TrackedRun(
+        tracking_uri=uri,
+        experiment_id=exp_id,
+        run_id=run_id,
+        run_name=name,
+        baseline_run_id=baseline_id,
+        model_name=model_name,
+        model_version=version,
+    )
 
 
-def _log_baseline(exp_id: str, label: str, data_hash: str,
-                  baseline: Mapping[str, Mapping[str, float]]) -> str:
+def _log_baseline(
+    exp_id: str, label: str, data_hash: str, baseline: Mapping[str, Mapping[str, float]]
+) -> str:
     """Log the analytic model's figures in the data's ``analytic baseline`` run (updated in
     place); its id."""
     baseline_id, _ = tracking.run_for(
-        exp_id, f"analytic baseline {label}",
-        {KIND_TAG: "analytic-baseline", "data_hash": data_hash})
+        exp_id,
+        f"analytic baseline {label}",
+        {KIND_TAG: "analytic-baseline", "data_hash": data_hash},
+    )
     for protocol, values in baseline.items():
         tracking.log_metrics(baseline_id, {f"{protocol}/{k}": v for k, v in values.items()})
     tracking.client().set_terminated(baseline_id)
     return str(baseline_id)
 
 
-def _register(model_name: str, *, source: str, run_id: str, run_name: str, label: str,
-              data_hash: str, lineage: Mapping[str, str] | None, runs: Any) -> str:
+def _register(
+    model_name: str,
+    *,
+    source: str,
+    run_id: str,
+    run_name: str,
+    label: str,
+    data_hash: str,
+    lineage: Mapping[str, str] | None,
+    runs: Any,
+) -> str:
     """Register the run's model files as a new version of ``model_name`` (created if need
     be); the version."""
     from mlflow.exceptions import MlflowException
@@ -157,13 +201,23 @@ def _register(model_name: str, *, source: str, run_id: str, run_name: str, label
     client = tracking.client()
     try:
         client.create_registered_model(
-            model_name, description="surrogate: LightGBM text models + model.json sidecar")
+            model_name, description="surrogate: LightGBM text models + model.json sidecar"
+        )
     except MlflowException as e:
         if e.error_code != "RESOURCE_ALREADY_EXISTS":
             raise
-    version_tags = {"data_hash": data_hash, "data_label": label, "training_run": run_id,
-                    "training_run_name": run_name, **dict(lineage or {})}
+    version_tags = {
+        "data_hash": data_hash,
+        "data_label": label,
+        "training_run": run_id,
+        "training_run_name": run_name,
+        **dict(lineage or {}),
+    }
     version = client.create_model_version(
-        model_name, source=source, run_id=run_id, tags=version_tags,
-        description=f"{run_name}: trained on {runs} runs ({label})")
+        model_name,
+        source=source,
+        run_id=run_id,
+        tags=version_tags,
+        description=f"{run_name}: trained on {runs} runs ({label})",
+    )
     return str(version.version)

@@ -75,8 +75,9 @@ def data_summary(runs: pd.DataFrame) -> dict[str, Any]:
         "runs": len(runs),
         **{f"status_{s}": int(counts.get(s, 0)) for s in ("completed", "oom", "fail", "timeout")},
         "cells": len(set(cell_groups(runs))),
-        "model_sizes": sorted({f"{h}/{n}" for h, n in zip(runs["hidden_size"],
-                                                          runs["num_layers"], strict=True)}),
+        "model_sizes": sorted(
+            {f"{h}/{n}" for h, n in zip(runs["hidden_size"], runs["num_layers"], strict=True)}
+        ),
         "node_counts": sorted(int(n) for n in runs["num_nodes"].unique()),
         "sources": sorted(str(s) for s in runs["source"].unique()),
         "gpus": sorted(str(g) for g in runs["gpu"].unique()),
@@ -144,9 +145,17 @@ def train(
     data = training_data(runs, profile=profile)  # features and targets, once for every fit
     if n_trials > 0:
         for target in ("mfu", "status"):
-            result = tune(data, target, n_trials=n_trials, seed=seed, storage=storage,
-                          n_folds=n_folds, max_estimators=max_estimators,
-                          timeout_s=timeout_s, progress=progress)
+            result = tune(
+                data,
+                target,
+                n_trials=n_trials,
+                seed=seed,
+                storage=storage,
+                n_folds=n_folds,
+                max_estimators=max_estimators,
+                timeout_s=timeout_s,
+                progress=progress,
+            )
             tuning[target] = result
             params[target] = result.best_params
     from surrogate.progress import bars
@@ -154,13 +163,21 @@ def train(
     with bars(progress) as report:  # after tuning: 30-90 s on two cores
         # every protocol's held-out runs under their measured network and under the
         # profile's curve alone (as a user predicts), from the same fits
-        evaluation, as_predicted, known = evaluate_networks(data, protocols, params=params,
-                                                            seed=seed, n_folds=n_folds,
-                                                            progress=report)
+        evaluation, as_predicted, known = evaluate_networks(
+            data, protocols, params=params, seed=seed, n_folds=n_folds, progress=report
+        )
         report(f"fitting the final model on {len(runs):,} runs", 0, 1)
-        model = copy.copy(keep) if keep is not None else SurrogateModel(
-            status_params=params["status"], mfu_params=params["mfu"],
-            mem_params=params["mem"], n_folds=n_folds, seed=seed).fit(data)
+        model = (
+            copy.copy(keep)
+            if keep is not None
+            else SurrogateModel(
+                status_params=params["status"],
+                mfu_params=params["mfu"],
+                mem_params=params["mem"],
+                n_folds=n_folds,
+                seed=seed,
+            ).fit(data)
+        )
         recalibrated(model, evaluation, as_predicted, known)
         out = model.save(out_dir)
         report(f"fitting the final model on {len(runs):,} runs", 1, 1)
@@ -168,36 +185,60 @@ def train(
         if track:
             report("recording in MLflow (metrics, plots, model files)", 0, 1)
             try:
-                tracked = _track(runs, model, out, params, tuning, evaluation,
-                                 sweep_paths=sweep_paths, as_predicted=as_predicted,
-                                 n_trials=n_trials, seed=seed,
-                                 max_estimators=max_estimators, n_folds=n_folds)
+                tracked = _track(
+                    runs,
+                    model,
+                    out,
+                    params,
+                    tuning,
+                    evaluation,
+                    sweep_paths=sweep_paths,
+                    as_predicted=as_predicted,
+                    n_trials=n_trials,
+                    seed=seed,
+                    max_estimators=max_estimators,
+                    n_folds=n_folds,
+                )
             except Exception as e:  # any failure of the store, after the work: keep the work
                 failure = store_failure(e)
                 save_evaluation(out / EVALUATION_FILE, evaluation, tuning)
             report("recording in MLflow (metrics, plots, model files)", 1, 1)
-    return TrainResult(model=model, out_dir=out, params=params, tuning=tuning,
-                       evaluation=evaluation, as_predicted=as_predicted, tracked=tracked,
-                       tracking_error=failure,
-                       seconds=time.monotonic() - start)
+    return TrainResult(
+        model=model,
+        out_dir=out,
+        params=params,
+        tuning=tuning,
+        evaluation=evaluation,
+        as_predicted=as_predicted,
+        tracked=tracked,
+        tracking_error=failure,
+        seconds=time.monotonic() - start,
+    )
 
 
-def recalibrated(model: SurrogateModel, evaluation: dict[str, ProtocolResult],
-                 as_predicted: dict[str, ProtocolResult],
-                 known: dict[str, ProtocolResult]) -> SurrogateModel:
+def recalibrated(
+    model: SurrogateModel,
+    evaluation: dict[str, ProtocolResult],
+    as_predicted: dict[str, ProtocolResult],
+    known: dict[str, ProtocolResult],
+) -> SurrogateModel:
     """``model`` with the protocols' figures in its metrics (``as_predicted``'s under the
     protocol's name and :data:`PROFILE_NETWORK`) and its intervals rescaled by what their
     held-out runs needed: the MFU's of a configuration whose network is not known by the runs
     predicted as a user would (under the profile's curve alone), beyond what the same
     predictions with the network known (``known``) hold."""
-    model.metrics_ = {p: {"learned": r.metrics, "analytic": r.analytic_metrics}
-                      for p, r in evaluation.items()}
-    model.metrics_ |= {p + PROFILE_NETWORK: {"learned": r.metrics,
-                                             "analytic": r.analytic_metrics}
-                       for p, r in as_predicted.items()}
-    return model.recalibrate({p: r.predictions for p, r in evaluation.items()},
-                             {p: r.predictions for p, r in as_predicted.items()},
-                             {p: r.predictions for p, r in known.items()})
+    model.metrics_ = {
+        p: {"learned": r.metrics, "analytic": r.analytic_metrics} for p, r in evaluation.items()
+    }
+    model.metrics_ |= {
+        p + PROFILE_NETWORK: {"learned": r.metrics, "analytic": r.analytic_metrics}
+        for p, r in as_predicted.items()
+    }
+    return model.recalibrate(
+        {p: r.predictions for p, r in evaluation.items()},
+        {p: r.predictions for p, r in as_predicted.items()},
+        {p: r.predictions for p, r in known.items()},
+    )
 
 
 PROFILE_NETWORK = "_profile_network"
@@ -205,8 +246,9 @@ PROFILE_NETWORK = "_profile_network"
 predicted under the profile's curve alone."""
 
 
-def evaluate_networks(data: Any, protocols: Sequence[str], **kwargs: Any
-                      ) -> tuple[dict[str, ProtocolResult], ...]:
+def evaluate_networks(
+    data: Any, protocols: Sequence[str], **kwargs: Any
+) -> tuple[dict[str, ProtocolResult], ...]:
     """Each protocol's held-out runs predicted under their measured network, under the
     cluster profile's curve alone, and under the curve taken as measured (the interval of a
     known network; ``training.evaluate.evaluate_grid``: one fit per split serves all)."""
@@ -227,8 +269,9 @@ EVALUATION_FILE = "evaluation.json"
 them."""
 
 
-def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
-                    tuning: dict[str, TuneResult]) -> None:
+def save_evaluation(
+    path: Path, evaluation: dict[str, ProtocolResult], tuning: dict[str, TuneResult]
+) -> None:
     """The evaluation's figures (learned and analytic, per protocol) and the tuning's best
     values as JSON at ``path``, atomically (NaN as null)."""
     import json
@@ -236,18 +279,40 @@ def save_evaluation(path: Path, evaluation: dict[str, ProtocolResult],
     from surrogate.io.atomic import atomic_write
     from surrogate.io.jsonsafe import json_safe
 
-    data = {"evaluation": {p: {"learned": r.metrics, "analytic": r.analytic_metrics,
-                               "refit_physics": r.refit_physics, "splits": r.n_splits}
-                           for p, r in evaluation.items()},
-            "tuning": {t: {"study_name": r.study_name, "best_value": r.best_value,
-                           "best_params": r.best_params} for t, r in tuning.items()}}
+    data = {
+        "evaluation": {
+            p: {
+                "learned": r.metrics,
+                "analytic": r.analytic_metrics,
+                "refit_physics": r.refit_physics,
+                "splits": r.n_splits,
+            }
+            for p, r in evaluation.items()
+        },
+        "tuning": {
+            t: {
+                "study_name": r.study_name,
+                "best_value": r.best_value,
+                "best_params": r.best_params,
+            }
+            for t, r in tuning.items()
+        },
+    }
     atomic_write(path, json.dumps(json_safe(data), indent=2, default=str))
 
 
-def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
-           params: dict[str, dict[str, Any] | None], tuning: dict[str, TuneResult],
-           evaluation: dict[str, ProtocolResult], *, sweep_paths: Sequence[str | Path],
-           as_predicted: dict[str, ProtocolResult], **settings: Any) -> TrackedRun:
+def _track(
+    runs: pd.DataFrame,
+    model: SurrogateModel,
+    out: Path,
+    params: dict[str, dict[str, Any] | None],
+    tuning: dict[str, TuneResult],
+    evaluation: dict[str, ProtocolResult],
+    *,
+    sweep_paths: Sequence[str | Path],
+    as_predicted: dict[str, ProtocolResult],
+    **settings: Any,
+) -> TrackedRun:
     from training import plots
     from training.tracking import data_label, log_training, rounds_in
 
@@ -261,16 +326,25 @@ def _track(runs: pd.DataFrame, model: SurrogateModel, out: Path,
         figures[f"{protocol}/mfu_pred_vs_measured"] = plots.mfu_scatter(r.predictions, title)
         figures[f"{protocol}/p_oom_calibration"] = plots.oom_calibration(r.predictions, title)
         figures[f"{protocol}/interval_coverage"] = plots.interval_coverage(
-            r.predictions, title, nominal=model.coverage)
+            r.predictions, title, nominal=model.coverage
+        )
     rounds = rounds_in(runs["run_id"]) if "run_id" in runs.columns else []
     return log_training(
         params=flat,
         data_summary=data_summary(runs),
         data_hash=model.data_hash_,
-        tuning={t: {"study_name": r.study_name, "storage": r.storage,
-                    "best_value": r.best_value, "n_complete": r.n_complete,
-                    "n_pruned": r.n_pruned, "best_params": r.best_params,
-                    "top_trials": r.top_trials} for t, r in tuning.items()},
+        tuning={
+            t: {
+                "study_name": r.study_name,
+                "storage": r.storage,
+                "best_value": r.best_value,
+                "n_complete": r.n_complete,
+                "n_pruned": r.n_pruned,
+                "best_params": r.best_params,
+                "top_trials": r.top_trials,
+            }
+            for t, r in tuning.items()
+        },
         metrics={p: r.metrics for p, r in evaluation.items()}
         | {p + PROFILE_NETWORK: r.metrics for p, r in as_predicted.items()},
         baseline={p: r.analytic_metrics for p, r in evaluation.items()}

@@ -38,8 +38,7 @@ if TYPE_CHECKING:
 LLAMA3_405B_REPORTED: tuple[dict[str, Any], ...] = (
     {"gpus": 8192, "dp": 64, "cp": 1, "seq_len": 8192, "grad_accum": 32, "mfu_reported": 0.43},
     {"gpus": 16384, "dp": 128, "cp": 1, "seq_len": 8192, "grad_accum": 16, "mfu_reported": 0.41},
-    {"gpus": 16384, "dp": 8, "cp": 16, "seq_len": 131072, "grad_accum": 16,
-     "mfu_reported": 0.38},
+    {"gpus": 16384, "dp": 8, "cp": 16, "seq_len": 131072, "grad_accum": 16, "mfu_reported": 0.38},
 )
 """Table 4 of the Llama 3 paper: tp 8, pp 16, micro-batch 1, sequence parallelism, FSDP
 without resharding after forward (ZeRO-2); BF16 MFU as reported by Meta."""
@@ -59,13 +58,24 @@ def llama3_405b_configs(vpp: int = 1) -> list[Any]:
     out = []
     for row in LLAMA3_405B_REPORTED:
         model = replace(base, seq_len=row["seq_len"])
-        out.append(TrainingConfig(
-            model=model,
-            cluster=ClusterConfig(gpu="H100-SXM-80GB", num_nodes=row["gpus"] // 8),
-            layout=LayoutConfig(dp=row["dp"], tp=8, pp=16, cp=row["cp"], mbs=1,
-                                grad_accum=row["grad_accum"], zero_stage=2, vpp=vpp,
-                                sequence_parallel=True, framework="torchtitan"),
-        ))
+        out.append(
+            TrainingConfig(
+                model=model,
+                cluster=ClusterConfig(gpu="H100-SXM-80GB", num_nodes=row["gpus"] // 8),
+                layout=LayoutConfig(
+                    dp=row["dp"],
+                    tp=8,
+                    pp=16,
+                    cp=row["cp"],
+                    mbs=1,
+                    grad_accum=row["grad_accum"],
+                    zero_stage=2,
+                    vpp=vpp,
+                    sequence_parallel=True,
+                    framework="torchtitan",
+                ),
+            )
+        )
     return out
 
 
@@ -78,17 +88,24 @@ def llama3_405b_table(model: SurrogateModel | None, vpp: int = 1) -> pd.DataFram
     for cfg, rep in zip(llama3_405b_configs(vpp), LLAMA3_405B_REPORTED, strict=True):
         analytic = predict(cfg, model=None)
         learned = predict(cfg, model=model) if model is not None else analytic
-        rows.append({
-            "gpus": rep["gpus"], "dp": rep["dp"], "cp": rep["cp"], "seq_len": rep["seq_len"],
-            "vpp": vpp,
-            "mfu_reported": rep["mfu_reported"], "learned_mfu": learned.mfu,
-            "learned_lo": learned.mfu_lo, "learned_hi": learned.mfu_hi,
-            "analytic_mfu": analytic.mfu,
-            "analytic_peak_mem_reserved_gib": analytic.peak_mem_reserved_gib,
-            "learned_err": learned.mfu / rep["mfu_reported"] - 1,
-            "analytic_err": analytic.mfu / rep["mfu_reported"] - 1,
-            "extrapolation": learned.extrapolation,
-        })
+        rows.append(
+            {
+                "gpus": rep["gpus"],
+                "dp": rep["dp"],
+                "cp": rep["cp"],
+                "seq_len": rep["seq_len"],
+                "vpp": vpp,
+                "mfu_reported": rep["mfu_reported"],
+                "learned_mfu": learned.mfu,
+                "learned_lo": learned.mfu_lo,
+                "learned_hi": learned.mfu_hi,
+                "analytic_mfu": analytic.mfu,
+                "analytic_peak_mem_reserved_gib": analytic.peak_mem_reserved_gib,
+                "learned_err": learned.mfu / rep["mfu_reported"] - 1,
+                "analytic_err": analytic.mfu / rep["mfu_reported"] - 1,
+                "extrapolation": learned.extrapolation,
+            }
+        )
     return pd.DataFrame(rows)
 
 
@@ -110,8 +127,9 @@ class TransferResult:
     too), where k reaches ``surrogate.calibration.fit_params.OWN_MIN_RUNS``."""
 
 
-def _scored(model: SurrogateModel, runs: pd.DataFrame,
-            sets: ParameterSets | None = None) -> pd.DataFrame:
+def _scored(
+    model: SurrogateModel, runs: pd.DataFrame, sets: ParameterSets | None = None
+) -> pd.DataFrame:
     pred = score_runs(runs, model=model, sets=sets)
     out = runs.copy()
     for k in PRED_KEYS:
@@ -121,11 +139,11 @@ def _scored(model: SurrogateModel, runs: pd.DataFrame,
 
 def _analytic(runs: pd.DataFrame, sets: ParameterSets | None = None) -> pd.DataFrame:
     return runs.drop(columns=[k for k in PRED_KEYS if k in runs]).join(
-        analytic_predictions(runs, sets=sets))
+        analytic_predictions(runs, sets=sets)
+    )
 
 
-def zero_shot_analytic(other: pd.DataFrame, sets: ParameterSets | None = None
-                       ) -> pd.DataFrame:
+def zero_shot_analytic(other: pd.DataFrame, sets: ParameterSets | None = None) -> pd.DataFrame:
     """``other``'s runs with the analytic model's predictions under parameter sets ``sets``
     (None: the shipped ones; the priors for a framework without a fitted set): the zero-shot
     analytic baseline of :func:`other_cluster`, which fits nothing on ``other``."""
@@ -138,8 +156,9 @@ def _mean(dicts: Sequence[dict[str, float]]) -> dict[str, float]:
     out = {}
     for k in dicts[0]:
         values = np.array([d[k] for d in dicts], dtype=np.float64)
-        out[k] = float(values[np.isfinite(values)].mean()) if np.isfinite(values).any() \
-            else float("nan")
+        out[k] = (
+            float(values[np.isfinite(values)].mean()) if np.isfinite(values).any() else float("nan")
+        )
     return out
 
 
@@ -168,30 +187,45 @@ def other_cluster(
     params = params or {}
 
     def fit(runs: pd.DataFrame, balance: bool = True) -> SurrogateModel:
-        return SurrogateModel(status_params=params.get("status"),
-                              mfu_params=params.get("mfu"), mem_params=params.get("mem"),
-                              seed=seed, balance_sources=balance).fit(
-                                  training_data(runs, sets=sets))
+        return SurrogateModel(
+            status_params=params.get("status"),
+            mfu_params=params.get("mfu"),
+            mem_params=params.get("mem"),
+            seed=seed,
+            balance_sources=balance,
+        ).fit(training_data(runs, sets=sets))
 
     other = other.reset_index(drop=True)
     base = fitted if fitted is not None else fit(train_runs)
-    results = [TransferResult(setting="zero-shot",
-                              metrics=accuracy_metrics(_scored(base, other, sets)),
-                              analytic_metrics=accuracy_metrics(zero_shot_analytic(other, sets)),
-                              draws=1)]
+    results = [
+        TransferResult(
+            setting="zero-shot",
+            metrics=accuracy_metrics(_scored(base, other, sets)),
+            analytic_metrics=accuracy_metrics(zero_shot_analytic(other, sets)),
+            draws=1,
+        )
+    ]
     rng = np.random.default_rng(seed)
     results += _k_shot(train_runs, other, fit, rng, ks=ks, draws=draws, sets=sets)
-    return results + _from_one_node(train_runs, other, fit, base, rng, ks=ks, draws=draws,
-                                    sets=sets)
+    return results + _from_one_node(
+        train_runs, other, fit, base, rng, ks=ks, draws=draws, sets=sets
+    )
 
 
 _Fit = Callable[..., "SurrogateModel"]
 """:func:`other_cluster`'s fit of a table of runs (``balance``: balance sources)."""
 
 
-def _k_shot(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
-            rng: np.random.Generator, *, ks: Sequence[int], draws: int,
-            sets: ParameterSets | None) -> list[TransferResult]:
+def _k_shot(
+    train_runs: pd.DataFrame,
+    other: pd.DataFrame,
+    fit: _Fit,
+    rng: np.random.Generator,
+    *,
+    ks: Sequence[int],
+    draws: int,
+    sets: ParameterSets | None,
+) -> list[TransferResult]:
     """:func:`other_cluster`'s k-shot settings, balanced and unweighted: each ``k`` of
     ``other``'s runs drawn from all of them, scored on the rest."""
     import pandas as pd
@@ -211,22 +245,36 @@ def _k_shot(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
             train = pd.concat([train_runs, other.iloc[pick]], ignore_index=True)
             for balance in (True, False):
                 model = fit(train, balance)
-                learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest],
-                                                                 sets)))
+                learned[balance].append(accuracy_metrics(_scored(model, other.iloc[rest], sets)))
             analytic.append(accuracy_metrics(_analytic(other.iloc[rest], sets)))
             if k >= OWN_MIN_RUNS:  # the k runs' own, as training fitted them
-                physics.append(accuracy_metrics(_analytic(other.iloc[rest],
-                                                          model.parameter_sets())))
+                physics.append(
+                    accuracy_metrics(_analytic(other.iloc[rest], model.parameter_sets()))
+                )
         for balance, name in ((True, f"k={k}"), (False, f"k={k} unweighted")):
-            results.append(TransferResult(
-                setting=name, metrics=_mean(learned[balance]), analytic_metrics=_mean(analytic),
-                draws=draws, own_physics_metrics=_mean(physics) if physics else None))
+            results.append(
+                TransferResult(
+                    setting=name,
+                    metrics=_mean(learned[balance]),
+                    analytic_metrics=_mean(analytic),
+                    draws=draws,
+                    own_physics_metrics=_mean(physics) if physics else None,
+                )
+            )
     return results
 
 
-def _from_one_node(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
-                   base: SurrogateModel, rng: np.random.Generator, *, ks: Sequence[int],
-                   draws: int, sets: ParameterSets | None) -> list[TransferResult]:
+def _from_one_node(
+    train_runs: pd.DataFrame,
+    other: pd.DataFrame,
+    fit: _Fit,
+    base: SurrogateModel,
+    rng: np.random.Generator,
+    *,
+    ks: Sequence[int],
+    draws: int,
+    sets: ParameterSets | None,
+) -> list[TransferResult]:
     """:func:`other_cluster`'s settings as a user who ran on one node only: zero-shot, then
     each ``k`` of ``other``'s one-node runs drawn, scored on every run of more nodes."""
     import pandas as pd
@@ -240,8 +288,15 @@ def _from_one_node(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
         return results
     scales = "one node -> more"
     analytic_more = accuracy_metrics(_analytic(more, sets))
-    results.append(TransferResult(setting="zero-shot", metrics=accuracy_metrics(
-        _scored(base, more, sets)), analytic_metrics=analytic_more, draws=1, scales=scales))
+    results.append(
+        TransferResult(
+            setting="zero-shot",
+            metrics=accuracy_metrics(_scored(base, more, sets)),
+            analytic_metrics=analytic_more,
+            draws=1,
+            scales=scales,
+        )
+    )
     for k in ks:
         if k >= len(one):
             continue
@@ -253,10 +308,16 @@ def _from_one_node(train_runs: pd.DataFrame, other: pd.DataFrame, fit: _Fit,
             scored.append(accuracy_metrics(_scored(model, more, sets)))
             if k >= OWN_MIN_RUNS:
                 physics.append(accuracy_metrics(_analytic(more, model.parameter_sets())))
-        results.append(TransferResult(setting=f"k={k}", metrics=_mean(scored),
-                                      analytic_metrics=analytic_more, draws=draws,
-                                      scales=scales,
-                                      own_physics_metrics=_mean(physics) if physics else None))
+        results.append(
+            TransferResult(
+                setting=f"k={k}",
+                metrics=_mean(scored),
+                analytic_metrics=analytic_more,
+                draws=draws,
+                scales=scales,
+                own_physics_metrics=_mean(physics) if physics else None,
+            )
+        )
     return results
 
 
@@ -264,8 +325,9 @@ def without_default() -> ParameterSets:
     """The shipped sets less the default set, whose fit saw the MPT runs the transfer protocols
     hold out: a framework without a set of its own there takes the priors, as before the default
     existed (``--across`` measures the default held out)."""
-    return ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
-                          if k != DEFAULT_SET})
+    return ParameterSets(
+        {k: v for k, v in shipped_parameter_sets().sets.items() if k != DEFAULT_SET}
+    )
 
 
 def mpt_runs(data_dir: Path | None) -> pd.DataFrame:

@@ -55,8 +55,9 @@ its boosters scored 11,600-14,300 configurations/s; under 100 the first retrain 
 def suggest_params(trial: optuna.Trial, *, max_estimators: int = MAX_ESTIMATORS) -> dict[str, Any]:
     """The search space (LightGBM's scikit-learn names)."""
     return {
-        "n_estimators": trial.suggest_int("n_estimators", min(50, max_estimators), max_estimators,
-                                          log=True),
+        "n_estimators": trial.suggest_int(
+            "n_estimators", min(50, max_estimators), max_estimators, log=True
+        ),
         "learning_rate": trial.suggest_float("learning_rate", 0.01, 0.3, log=True),
         "num_leaves": trial.suggest_int("num_leaves", 7, 127, log=True),
         "min_child_samples": trial.suggest_int("min_child_samples", 3, 60, log=True),
@@ -67,8 +68,14 @@ def suggest_params(trial: optuna.Trial, *, max_estimators: int = MAX_ESTIMATORS)
     }
 
 
-def _fold_score(target: Target, params: dict[str, Any], data: TrainingData, train: np.ndarray,
-                test: np.ndarray, seed: int) -> float:
+def _fold_score(
+    target: Target,
+    params: dict[str, Any],
+    data: TrainingData,
+    train: np.ndarray,
+    test: np.ndarray,
+    seed: int,
+) -> float:
     """The score of one fold's model, fitted as :meth:`SurrogateModel.fit` fits it: the same
     settings, the same categorical features, the training part's :func:`source_weights`."""
     import lightgbm as lgb
@@ -78,13 +85,18 @@ def _fold_score(target: Target, params: dict[str, Any], data: TrainingData, trai
     weight = source_weights(data.runs.iloc[train])
     if target == "mfu":
         reg = lgb.LGBMRegressor(**settings)
-        reg.fit(data.X.iloc[train], data.y_mfu[train], sample_weight=weight,
-                categorical_feature=CATEGORICAL)
+        reg.fit(
+            data.X.iloc[train],
+            data.y_mfu[train],
+            sample_weight=weight,
+            categorical_feature=CATEGORICAL,
+        )
         pred = np.asarray(reg.predict(data.X.iloc[test]))
         return float(np.mean(np.abs(pred - data.y_mfu[test])))
     p_oom = data.analytic["p_oom"]
-    booster, classes, fail_rate = fit_status(data.X.iloc[train], data.y_status[train], weight,
-                                             p_oom[train], settings)
+    booster, classes, fail_rate = fit_status(
+        data.X.iloc[train], data.y_status[train], weight, p_oom[train], settings
+    )
     proba = status_proba(booster, data.X.iloc[test], p_oom[test], fail_rate, classes)
     full = np.full((len(test), 3), 1e-6)
     full[:, classes] = proba
@@ -92,8 +104,15 @@ def _fold_score(target: Target, params: dict[str, Any], data: TrainingData, trai
     return float(log_loss(data.y_status[test], full, labels=[0, 1, 2]))
 
 
-def cv_score(target: Target, params: dict[str, Any], data: TrainingData, *, n_folds: int = 5,
-             seed: int = 0, trial: optuna.Trial | None = None) -> float:
+def cv_score(
+    target: Target,
+    params: dict[str, Any],
+    data: TrainingData,
+    *,
+    n_folds: int = 5,
+    seed: int = 0,
+    trial: optuna.Trial | None = None,
+) -> float:
     """Mean grouped-K-fold score of ``params`` (lower is better); reports each fold's running
     mean to ``trial`` and raises :class:`optuna.TrialPruned` when the pruner says so."""
     from sklearn.model_selection import GroupKFold
@@ -167,7 +186,10 @@ def tune(
         ensure_sqlite_dir(storage)
     name = study_name or study_name_for(target, data, seed)
     study = optuna.create_study(
-        storage=storage, study_name=name, load_if_exists=True, direction="minimize",
+        storage=storage,
+        study_name=name,
+        load_if_exists=True,
+        direction="minimize",
         sampler=optuna.samplers.TPESampler(seed=seed),
         pruner=optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1),
     )
@@ -178,10 +200,11 @@ def tune(
 
     if not study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
         # Start from the library defaults so tuning can only improve on them.
-        study.enqueue_trial({k: v for k, v in DEFAULT_PARAMS.items() if k != "subsample_freq"}
-                            | {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]),
-                                                   max_estimators)},
-                            skip_if_exists=True)
+        study.enqueue_trial(
+            {k: v for k, v in DEFAULT_PARAMS.items() if k != "subsample_freq"}
+            | {"n_estimators": min(int(DEFAULT_PARAMS["n_estimators"]), max_estimators)},
+            skip_if_exists=True,
+        )
 
     def objective(trial: optuna.Trial) -> float:
         params = suggest_params(trial, max_estimators=max_estimators)
@@ -196,16 +219,26 @@ def tune(
     best = min(complete, key=lambda t: float(t.value))  # type: ignore[arg-type]
     top = sorted(complete, key=lambda t: float(t.value))[:5]  # type: ignore[arg-type]
     return TuneResult(
-        target=target, study_name=name, storage=storage or "memory",
-        best_params={**best.params, "subsample_freq": 1}, best_value=float(best.value),  # type: ignore[arg-type]
+        target=target,
+        study_name=name,
+        storage=storage or "memory",
+        best_params={**best.params, "subsample_freq": 1},
+        best_value=float(best.value),  # type: ignore[arg-type]
         n_complete=len(complete),
         n_pruned=len(study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))),
         top_trials=[{"number": t.number, "value": t.value, "params": t.params} for t in top],
     )
 
 
-def _optimize(study: optuna.Study, objective: Any, remaining: int, total: int,
-              timeout_s: float | None, progress: bool, target: str) -> None:
+def _optimize(
+    study: optuna.Study,
+    objective: Any,
+    remaining: int,
+    total: int,
+    timeout_s: float | None,
+    progress: bool,
+    target: str,
+) -> None:
     """``study.optimize`` with a rich progress line: trial, best so far, time left."""
     from rich.console import Console
     from rich.progress import (
@@ -217,10 +250,17 @@ def _optimize(study: optuna.Study, objective: Any, remaining: int, total: int,
         TimeRemainingColumn,
     )
 
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn(), TextColumn("left"), TimeRemainingColumn())
-    with Progress(*columns, disable=not progress, transient=False,
-                  console=Console(stderr=True)) as bar:  # stdout keeps the answer
+    columns = (
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("left"),
+        TimeRemainingColumn(),
+    )
+    with Progress(
+        *columns, disable=not progress, transient=False, console=Console(stderr=True)
+    ) as bar:  # stdout keeps the answer
         task = bar.add_task(f"tuning {target}", total=total, completed=total - remaining)
 
         def callback(study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
@@ -228,13 +268,13 @@ def _optimize(study: optuna.Study, objective: Any, remaining: int, total: int,
                 best = f"{study.best_value:.4f}"
             except ValueError:  # no completed trial yet
                 best = "-"
-            bar.update(task, advance=1,
-                       description=f"tuning {target}: trial {trial.number} best {best}")
+            bar.update(
+                task, advance=1, description=f"tuning {target}: trial {trial.number} best {best}"
+            )
 
         start = time.monotonic()
         try:
-            study.optimize(objective, n_trials=remaining, timeout=timeout_s,
-                           callbacks=[callback])
+            study.optimize(objective, n_trials=remaining, timeout=timeout_s, callbacks=[callback])
         except KeyboardInterrupt:
             bar.console.print(
                 f"stopped after {time.monotonic() - start:.0f} s; the finished trials are in "

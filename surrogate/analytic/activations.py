@@ -84,20 +84,27 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     o = c["num_heads"] * c["v_head_dim"]  # attention output (and values with MLA)
     kv = c["num_kv_heads"] * c["qk_head_dim"]  # keys, and values, with GQA
     mla = c["kv_lora_rank"] > 0
-    attn = np.where(mla, 2 * 2 * tokens * q + 2 * 2 * tokens * o,
-                    2 * tokens * q + 2 * tokens * o + 2 * 2 * tokens * kv)
+    attn = np.where(
+        mla,
+        2 * 2 * tokens * q + 2 * 2 * tokens * o,
+        2 * tokens * q + 2 * tokens * o + 2 * 2 * tokens * kv,
+    )
     # MLA's latents, replicated like the projection inputs (assumption: Megatron keeps the
     # down projections unsplit): the query latent and its norm, the key-value latent with the
     # shared rotary key, and its norm.
-    latents = np.where(mla, 2 * tokens * (2 * c["q_lora_rank"] + 2 * c["kv_lora_rank"]
-                                          + c["qk_rope_head_dim"]), 0.0)
+    latents = np.where(
+        mla,
+        2 * tokens * (2 * c["q_lora_rank"] + 2 * c["kv_lora_rank"] + c["qk_rope_head_dim"]),
+        0.0,
+    )
     moe = c["num_experts"] >= 2
     # MoE: top-k routed experts plus the shared expert per token; leading dense layers are
     # averaged in (DeepSeek-V2/V3 size them equal: ffn = (top-k + shared) x expert width).
     moe_ffn = c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
     moe_frac = moe_layers(c) / c["num_layers"]
-    ffn = np.where(moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"],
-                   c["ffn_hidden_size"])
+    ffn = np.where(
+        moe, moe_frac * moe_ffn + (1 - moe_frac) * c["ffn_hidden_size"], c["ffn_hidden_size"]
+    )
     # The tokens in expert order, each of its top-k copies (FrameworkTraits.moe_routed_bytes).
     # Experts split by tp take every token their tp group routes to them (torchtitan gathers
     # the layer's input, Megatron the routed tokens), so the copies are not split by tp.
@@ -110,7 +117,8 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     # token's GEMM input and expert activations (FrameworkTraits.moe_token_group_align).
     unfused = 4 - (c["fused_swiglu"] > 0)
     padding = moe_padding_rows(c, rows) * (
-        2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / expert_tp(c))
+        2 * h + unfused * 2 * c["moe_ffn_hidden_size"] / expert_tp(c)
+    )
     sp = (c["sequence_parallel"] > 0) & (tp > 1)
     norms = 2 * 2 * tokens * h
     # Under fp8 a framework on Transformer Engine keeps its linear layers' inputs in FP8
@@ -118,7 +126,8 @@ def activation_terms_per_layer(c: Cols) -> dict[str, Array]:
     # projections and the MLP-out projection's input at one byte, and an FP8 copy of the
     # attention output beside the bf16 one flash attention keeps.
     q8 = (np.asarray(c.get("fp8", 0.0)) > 0) & (
-        np.asarray(c.get("fp8_saves_quantized_inputs", 0.0)) > 0)
+        np.asarray(c.get("fp8_saves_quantized_inputs", 0.0)) > 0
+    )
     projections = np.where(q8, 1.0, 2.0) * 2 * tokens * h + latents
     attn = attn + np.where(q8, tokens * o, 0.0)
     # Under sequence parallelism a projection keeps its shard and gathers it again in the
@@ -170,11 +179,13 @@ def per_op_checkpoint_bytes(c: Cols) -> Array:
     attention = 2 * tokens * (q + kv + o) / tp
     dense_mlp = 2 * tokens * c["ffn_hidden_size"] / tp + 2 * tokens * h
     shared = c["shared_expert_ffn_hidden_size"]
-    moe_mlp = (np.where(shared > 0, 2 * tokens * shared / tp + 2 * tokens * h, 0.0)
-               + np.where(c["ep"] > 1, 2 * 2 * tokens * c["experts_topk"] * h, 0.0))
+    moe_mlp = np.where(shared > 0, 2 * tokens * shared / tp + 2 * tokens * h, 0.0) + np.where(
+        c["ep"] > 1, 2 * 2 * tokens * c["experts_topk"] * h, 0.0
+    )
     moe_frac = moe_layers(c) / c["num_layers"]
-    mlp = np.where(c["num_experts"] >= 2, moe_frac * moe_mlp + (1 - moe_frac) * dense_mlp,
-                   dense_mlp)
+    mlp = np.where(
+        c["num_experts"] >= 2, moe_frac * moe_mlp + (1 - moe_frac) * dense_mlp, dense_mlp
+    )
     reduce_scatters = np.where(tp > 1, 2 * 2 * tokens * h / tp, 0.0)
     return attention + mlp + reduce_scatters
 
@@ -191,10 +202,14 @@ def activation_bytes_per_layer(c: Cols, unrecomputed: Array | None = None) -> Ar
         return np.where(recomputed, 0.0, full)
     sp = (c["sequence_parallel"] > 0) & (c["tp"] > 1)
     tokens = c["mbs"] * c["seq_len"] / c["cp"]
-    layer_input = np.where(sp, 2 * tokens * c["hidden_size"] / c["tp"],
-                           2 * tokens * c["hidden_size"])
-    checkpointed = (np.where(per_op, layer_input + per_op_checkpoint_bytes(c), layer_input)
-                    if np.any(per_op) else layer_input)
+    layer_input = np.where(
+        sp, 2 * tokens * c["hidden_size"] / c["tp"], 2 * tokens * c["hidden_size"]
+    )
+    checkpointed = (
+        np.where(per_op, layer_input + per_op_checkpoint_bytes(c), layer_input)
+        if np.any(per_op)
+        else layer_input
+    )
     return np.where(recomputed, checkpointed, full)
 
 

@@ -83,9 +83,13 @@ def ranks_per_node(c: Cols) -> dict[str, Array]:
     The data-parallel group is that of ZeRO's collectives: one copy of the shards, dp x cp /
     dp_replicate ranks tp apart (:func:`zero_groups`)."""
     g, tp = c["gpus_per_node"], c["tp"]
-    return {"tp": np.minimum(tp, g), "cp": _on_a_node(c["cp"], tp, g),
-            "ep": _on_a_node(c["ep"], expert_tp(c), g),
-            "dp": _on_a_node(zero_shard_ranks(c), tp, g), "pp": np.ones_like(tp)}
+    return {
+        "tp": np.minimum(tp, g),
+        "cp": _on_a_node(c["cp"], tp, g),
+        "ep": _on_a_node(c["ep"], expert_tp(c), g),
+        "dp": _on_a_node(zero_shard_ranks(c), tp, g),
+        "pp": np.ones_like(tp),
+    }
 
 
 def _on_a_node(size: Array, stride: Array, gpus_per_node: Array) -> Array:
@@ -137,8 +141,9 @@ def cp_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     # a Llama block; with MLA the keys and values of every head)
     kv = c["num_kv_heads"] * (c["qk_head_dim"] + c["v_head_dim"])
     chunk = 2 * tokens_per_rank(c) * kv / c["tp"]
-    pair = perf.collective_time_s("send_recv", chunk, np.full_like(chunk, 2.0),
-                                  spans_nodes(c)["cp"], c, np.ones_like(chunk))
+    pair = perf.collective_time_s(
+        "send_recv", chunk, np.full_like(chunk, 2.0), spans_nodes(c)["cp"], c, np.ones_like(chunk)
+    )
     exchanges = 3 + full_recompute_share(c)
     return np.where(c["cp"] > 1, exchanges * (c["cp"] - 1) * pair, 0.0)
 
@@ -154,26 +159,39 @@ def ep_time_per_layer_s(c: Cols, perf: PerfModel) -> Array:
     size = 2 * tokens_per_rank(c) * c["experts_topk"] * c["hidden_size"]
     tp = c["tp"]
     shard = (c["moe_dispatch_from_shard"] > 0) & (tp > 1)
-    t = perf.collective_time_s("all_to_all", np.where(shard, size / tp, size), c["ep"],
-                               spans_nodes(c)["ep"], c, ranks_per_node(c)["ep"])
-    gather = perf.collective_time_s("all_gather", size, tp, spans_nodes(c)["tp"], c,
-                                    ranks_per_node(c)["tp"])
+    t = perf.collective_time_s(
+        "all_to_all",
+        np.where(shard, size / tp, size),
+        c["ep"],
+        spans_nodes(c)["ep"],
+        c,
+        ranks_per_node(c)["ep"],
+    )
+    gather = perf.collective_time_s(
+        "all_gather", size, tp, spans_nodes(c)["tp"], c, ranks_per_node(c)["tp"]
+    )
     # folded experts (expert tensor parallelism 1, flops.folded) take the routed tokens whole
     t = t + np.where(shard & ~folded(c), gather, 0.0)
-    flex = ((np.asarray(c.get("moe_flex_dispatch", 0.0)) > 0) & (expert_tp(c) == 1)
-            & (c["ep"] > 1) & (c["num_experts"] >= 2))
+    flex = (
+        (np.asarray(c.get("moe_flex_dispatch", 0.0)) > 0)
+        & (expert_tp(c) == 1)
+        & (c["ep"] > 1)
+        & (c["num_experts"] >= 2)
+    )
     if np.any(flex):
         t = np.where(flex, _flex_all_to_all_s(c, perf, np.where(shard, size / tp, size)), t)
-    return np.where((c["ep"] > 1) & (c["num_experts"] >= 2),
-                    (4 + 2 * full_recompute_share(c)) * t, 0.0)
+    return np.where(
+        (c["ep"] > 1) & (c["num_experts"] >= 2), (4 + 2 * full_recompute_share(c)) * t, 0.0
+    )
 
 
 def reached(num_experts: Array, topk: Array, groups: Array) -> Array:
     """Expected groups, of ``groups`` equal groups of the experts (ranks, or nodes), that one
     token's top-k experts fall in, its experts distinct and uniform over all (balanced
     routing): groups x (1 - C(E - E / groups, k) / C(E, k))."""
-    E, k, groups = np.broadcast_arrays(*(np.asarray(a, dtype=np.float64)
-                                         for a in (num_experts, topk, groups)))
+    E, k, groups = np.broadcast_arrays(
+        *(np.asarray(a, dtype=np.float64) for a in (num_experts, topk, groups))
+    )
     outside = E - E / np.maximum(groups, 1.0)
     miss = np.ones(E.shape)
     for i in range(int(np.max(k, initial=0.0))):  # C(a, k) / C(E, k), one factor a step
@@ -191,11 +209,22 @@ def _flex_all_to_all_s(c: Cols, perf: PerfModel, routed_bytes: Array) -> Array:
     row = routed_bytes / np.maximum(c["experts_topk"], 1.0)
     local = np.minimum(ep, g)
     nodes = np.maximum(ep / g, 1.0)
-    nvlink = perf.collective_time_s("all_to_all", row * reached(c["num_experts"],
-                                    c["experts_topk"], ep), local, np.zeros_like(ep), c, local)
-    network = perf.collective_time_s("all_to_all", row * reached(
-        c["num_experts"], c["experts_topk"], nodes), nodes, (nodes > 1).astype(np.float64), c,
-        np.ones_like(ep))
+    nvlink = perf.collective_time_s(
+        "all_to_all",
+        row * reached(c["num_experts"], c["experts_topk"], ep),
+        local,
+        np.zeros_like(ep),
+        c,
+        local,
+    )
+    network = perf.collective_time_s(
+        "all_to_all",
+        row * reached(c["num_experts"], c["experts_topk"], nodes),
+        nodes,
+        (nodes > 1).astype(np.float64),
+        c,
+        np.ones_like(ep),
+    )
     return np.asarray(np.maximum(nvlink, network), dtype=np.float64)
 
 
@@ -203,8 +232,9 @@ def pp_time_per_slot_s(c: Cols, perf: PerfModel) -> Array:
     """Activation send forward plus gradient send backward of one micro-batch slot."""
     size = 2 * tokens_per_rank(c) * c["hidden_size"]
     size = np.where((c["sequence_parallel"] > 0) & (c["tp"] > 1), size / c["tp"], size)
-    t = perf.collective_time_s("send_recv", size, np.full_like(size, 2.0), spans_nodes(c)["pp"], c,
-                               np.ones_like(size))
+    t = perf.collective_time_s(
+        "send_recv", size, np.full_like(size, 2.0), spans_nodes(c)["pp"], c, np.ones_like(size)
+    )
     return np.where(c["pp"] > 1, 2 * t, 0.0)
 
 
@@ -230,22 +260,24 @@ def dp_times_s(
     grad_bytes = params * np.where(c["fp32_grad_accumulation"] > 0, 4.0, 2.0)
     z = c["zero_stage"]  # ZeRO-0 has one copy: its all-reduce runs over the whole group
     ar = perf.collective_time_s("all_reduce", grad_bytes, shard, shard_inter, c, shard_local)
-    rs = perf.collective_time_s("reduce_scatter", grad_bytes, shard, shard_inter, c,
-                                shard_local)
-    across = np.where(copies > 1, perf.collective_time_s(
-        "all_reduce", grad_bytes / shard, copies, copy_inter, c, copy_local), 0.0)
+    rs = perf.collective_time_s("reduce_scatter", grad_bytes, shard, shard_inter, c, shard_local)
+    across = np.where(
+        copies > 1,
+        perf.collective_time_s("all_reduce", grad_bytes / shard, copies, copy_inter, c, copy_local),
+        0.0,
+    )
     ag = perf.collective_time_s("all_gather", 2 * params, shard, shard_inter, c, shard_local)
     # a framework that reduce-scatters after every micro-batch's backward under ZeRO-2
     # (FrameworkTraits.reduces_every_microbatch: torchtitan without a pipeline) pays the
     # m - 1 earlier ones beside the step's last, each under its micro-batch's compute
     m = np.maximum(c["grad_accum"], 1.0)
-    every = ((np.asarray(c.get("reduces_every_microbatch", 0.0)) > 0) & (z == 2)
-             & (c["pp"] == 1))
+    every = (np.asarray(c.get("reduces_every_microbatch", 0.0)) > 0) & (z == 2) & (c["pp"] == 1)
     return {
         "grad_reduce": np.where(z == 0, ar, rs + across),
         "param_gather": np.where((z == 1) | (z == 2), ag, 0.0),
-        "zero3_per_microbatch": np.where(z >= 3, 2 * ag + rs + across,
-                                         np.where(every, (rs + across) * (m - 1) / m, 0.0)),
+        "zero3_per_microbatch": np.where(
+            z >= 3, 2 * ag + rs + across, np.where(every, (rs + across) * (m - 1) / m, 0.0)
+        ),
     }
 
 
@@ -260,5 +292,7 @@ def zero_groups(c: Cols) -> tuple[tuple[Array, Array, Array], tuple[Array, Array
     shard = zero_shard_ranks(c)
     copies = c["dp"] * c["cp"] / shard
     stride = c["tp"] * shard
-    return ((shard, (stride > g).astype(np.float64), ranks_per_node(c)["dp"]),
-            (copies, (stride * copies > g).astype(np.float64), _on_a_node(copies, stride, g)))
+    return (
+        (shard, (stride > g).astype(np.float64), ranks_per_node(c)["dp"]),
+        (copies, (stride * copies > g).astype(np.float64), _on_a_node(copies, stride, g)),
+    )

@@ -100,7 +100,8 @@ def expert_tp(c: Cols) -> Array:
 def expert_params_per_layer(c: Cols) -> Array:
     """All routed experts of one MoE layer (3 h moe_ffn each); 0 for a dense model."""
     return np.where(
-        c["num_experts"] >= 2, c["num_experts"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
+        c["num_experts"] >= 2,
+        c["num_experts"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
         0.0,
     )
 
@@ -120,24 +121,37 @@ class LayerParams:
 
     @classmethod
     def of(cls, c: Cols) -> LayerParams:
-        return cls(attention=attention_params_per_layer(c), mlp=mlp_params_per_layer(c),
-                   shared_expert=shared_expert_params_per_layer(c),
-                   router=router_params_per_layer(c), experts=expert_params_per_layer(c))
+        return cls(
+            attention=attention_params_per_layer(c),
+            mlp=mlp_params_per_layer(c),
+            shared_expert=shared_expert_params_per_layer(c),
+            router=router_params_per_layer(c),
+            experts=expert_params_per_layer(c),
+        )
 
     def rows(self, rows: np.ndarray) -> LayerParams:
         """The same of the configurations at positions ``rows``."""
-        return LayerParams(self.attention[rows], self.mlp[rows], self.shared_expert[rows],
-                           self.router[rows], self.experts[rows])
+        return LayerParams(
+            self.attention[rows],
+            self.mlp[rows],
+            self.shared_expert[rows],
+            self.router[rows],
+            self.experts[rows],
+        )
 
 
 def _layer_stack_params(c: Cols, experts_per_moe_layer: Array) -> Array:
     """All layers: attention and two norms each, a dense MLP on the dense layers, router,
     shared expert and ``experts_per_moe_layer`` on the MoE layers."""
     n_moe = moe_layers(c)
-    per_moe_layer = (router_params_per_layer(c) + shared_expert_params_per_layer(c)
-                     + experts_per_moe_layer)
-    return (c["num_layers"] * (attention_params_per_layer(c) + 2 * c["hidden_size"])
-            + (c["num_layers"] - n_moe) * mlp_params_per_layer(c) + n_moe * per_moe_layer)
+    per_moe_layer = (
+        router_params_per_layer(c) + shared_expert_params_per_layer(c) + experts_per_moe_layer
+    )
+    return (
+        c["num_layers"] * (attention_params_per_layer(c) + 2 * c["hidden_size"])
+        + (c["num_layers"] - n_moe) * mlp_params_per_layer(c)
+        + n_moe * per_moe_layer
+    )
 
 
 def embedding_params(c: Cols) -> Array:
@@ -159,7 +173,8 @@ def total_params(c: Cols) -> Array:
 def active_params(c: Cols) -> Array:
     """Parameters one token uses: as total_params but with top-k of the experts."""
     experts_used = np.where(
-        c["num_experts"] >= 2, c["experts_topk"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
+        c["num_experts"] >= 2,
+        c["experts_topk"] * 3 * c["hidden_size"] * c["moe_ffn_hidden_size"],
         0.0,
     )
     stack = _layer_stack_params(c, experts_used)
@@ -237,11 +252,12 @@ def hardware_flops_per_token(c: Cols) -> Array:
     """
     base = model_flops_per_token(c)
     moe_frac = moe_layers(c) / c["num_layers"]
-    moe_mlp = (3 * c["experts_topk"] * c["moe_ffn_hidden_size"]
-               + c["shared_expert_ffn_hidden_size"])
-    mlp = np.where(c["num_experts"] >= 2,
-                   moe_frac * moe_mlp + (1 - moe_frac) * c["ffn_hidden_size"],
-                   c["ffn_hidden_size"])
+    moe_mlp = 3 * c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
+    mlp = np.where(
+        c["num_experts"] >= 2,
+        moe_frac * moe_mlp + (1 - moe_frac) * c["ffn_hidden_size"],
+        c["ffn_hidden_size"],
+    )
     widths = c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"] + mlp
     again = np.where(per_op_recompute(c), 2 * c["num_layers"] * c["hidden_size"] * widths, 0.0)
     return base * (1 + full_recompute_share(c) / 3) + again

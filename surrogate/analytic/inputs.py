@@ -41,18 +41,43 @@ class ParameterColumns(Protocol):
 RECOMPUTE_CODE = {name: float(i) for i, name in enumerate(RECOMPUTE_MODES)}
 """none -> 0, selective -> 1, full -> 2."""
 FRAMEWORK_VERSIONS: tuple[str, ...] = tuple(
-    f"{fw.name}/{v}" for fw in FRAMEWORKS.values() for v in fw.versions)
+    f"{fw.name}/{v}" for fw in FRAMEWORKS.values() for v in fw.versions
+)
 """Every known (framework, version) as ``name/version``; ``framework_code`` is the index."""
 GPU_NAMES: tuple[str, ...] = tuple(GPUS)
 """The hardware table's GPUs; ``gpu_code`` is the index."""
 
 _NUMERIC = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads", "vocab_size",
-    "seq_len", "num_experts", "experts_topk", "gpus_per_node", "num_nodes",
-    "dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
-    "q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "shared_expert_ffn_hidden_size",
-    "num_dense_layers", "tie_embeddings", "sequence_parallel", "recompute_layers",
-    "dp_replicate", "gated_mlp",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_heads",
+    "num_kv_heads",
+    "vocab_size",
+    "seq_len",
+    "num_experts",
+    "experts_topk",
+    "gpus_per_node",
+    "num_nodes",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+    "grad_accum",
+    "zero_stage",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_rope_head_dim",
+    "shared_expert_ffn_hidden_size",
+    "num_dense_layers",
+    "tie_embeddings",
+    "sequence_parallel",
+    "recompute_layers",
+    "dp_replicate",
+    "gated_mlp",
 )
 """Configuration columns the analytic model reads as they are."""
 
@@ -60,64 +85,119 @@ _NUMERIC = (
 def _model_widths(m: ModelConfig) -> tuple[float, float, float]:
     """The widths a model's variant fields give: query/key and value head widths, expert MLP
     width (ModelConfig's properties)."""
-    return (float(m.attention_head_dim), float(m.value_head_dim),
-            float(m.expert_ffn_hidden_size))
+    return (float(m.attention_head_dim), float(m.value_head_dim), float(m.expert_ffn_hidden_size))
 
 
 def _gpu_traits(gpu: str, dtype: str) -> tuple[float, ...]:
     spec = get_gpu(gpu)
-    return (spec.peak_flops(dtype), spec.peak_flops("bf16"), spec.memory_gib * GIB,
-            spec.hbm_bw_bytes_per_s, spec.intra_node_bw_bytes_per_s, spec.inter_node_bw_bytes_per_s,
-            spec.intra_node_latency_s, spec.inter_node_latency_s,
-            float(GPU_NAMES.index(spec.name)), float(spec.hopper))
+    return (
+        spec.peak_flops(dtype),
+        spec.peak_flops("bf16"),
+        spec.memory_gib * GIB,
+        spec.hbm_bw_bytes_per_s,
+        spec.intra_node_bw_bytes_per_s,
+        spec.inter_node_bw_bytes_per_s,
+        spec.intra_node_latency_s,
+        spec.inter_node_latency_s,
+        float(GPU_NAMES.index(spec.name)),
+        float(spec.hopper),
+    )
 
 
-_GPU_COLUMNS = ("peak_flops", "peak_flops_bf16", "memory_bytes", "hbm_bw", "intra_node_bw",
-                "inter_node_bw", "intra_node_latency_s", "inter_node_latency_s", "gpu_code",
-                "hopper")
+_GPU_COLUMNS = (
+    "peak_flops",
+    "peak_flops_bf16",
+    "memory_bytes",
+    "hbm_bw",
+    "intra_node_bw",
+    "inter_node_bw",
+    "intra_node_latency_s",
+    "inter_node_latency_s",
+    "gpu_code",
+    "hopper",
+)
 
 
 def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
     fw = get_framework(framework)
     v = version or fw.versions[-1]
-    return (float(fw.fp32_grad_accumulation), float(fw.pipeline_split == "cost"),
-            float(fw.versions.index(v)), float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
-            float(fw.flash_attention_2), float(fw.pipeline_split == "weighted"),
-            float(fw.pipeline_split == "megatron"), float(fw.keeps_bf16_gradients),
-            float(fw.fp8_saves_quantized_inputs), float(fw.tp_comm_overlap),
-            float(fw.fused_wgrad_accumulation), float(fw.fp8_head_in_bf16),
-            float(fw.overlaps_dp_with_compute), float(fw.hopper_attention_speedup),
-            float(fw.fp8_gemm_speedup), float(fw.activation_scale),
-            float(fw.tp_comm_synchronous), float(fw.pipeline_keeps_fsdp_unsharded),
-            float(fw.overlaps_interleaved_pp_comm), float(fw.reduces_every_microbatch),
-            float(fw.saves_gathered_tp_inputs), float(fw.fused_swiglu),
-            float(fw.fused_cross_entropy),
-            float(fw.selective_per_op), float(fw.moe_routed_bytes),
-            float(fw.moe_token_group_align), float(fw.moe_dispatch_from_shard),
-            float(fw.moe_parallel_folding), float(fw.moe_flex_dispatch),
-            float(fw.moe_grouped_gemm),
-            *(float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
-              for name in (fw.autocast_parameters, fw.fsdp_parameters)))
+    return (
+        float(fw.fp32_grad_accumulation),
+        float(fw.pipeline_split == "cost"),
+        float(fw.versions.index(v)),
+        float(FRAMEWORK_VERSIONS.index(f"{fw.name}/{v}")),
+        float(fw.flash_attention_2),
+        float(fw.pipeline_split == "weighted"),
+        float(fw.pipeline_split == "megatron"),
+        float(fw.keeps_bf16_gradients),
+        float(fw.fp8_saves_quantized_inputs),
+        float(fw.tp_comm_overlap),
+        float(fw.fused_wgrad_accumulation),
+        float(fw.fp8_head_in_bf16),
+        float(fw.overlaps_dp_with_compute),
+        float(fw.hopper_attention_speedup),
+        float(fw.fp8_gemm_speedup),
+        float(fw.activation_scale),
+        float(fw.tp_comm_synchronous),
+        float(fw.pipeline_keeps_fsdp_unsharded),
+        float(fw.overlaps_interleaved_pp_comm),
+        float(fw.reduces_every_microbatch),
+        float(fw.saves_gathered_tp_inputs),
+        float(fw.fused_swiglu),
+        float(fw.fused_cross_entropy),
+        float(fw.selective_per_op),
+        float(fw.moe_routed_bytes),
+        float(fw.moe_token_group_align),
+        float(fw.moe_dispatch_from_shard),
+        float(fw.moe_parallel_folding),
+        float(fw.moe_flex_dispatch),
+        float(fw.moe_grouped_gemm),
+        *(
+            float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
+            for name in (fw.autocast_parameters, fw.fsdp_parameters)
+        ),
+    )
 
 
-_FRAMEWORK_COLUMNS = ("fp32_grad_accumulation", "cost_pipeline_split", "framework_version_rank",
-                      "framework_code", "flash_attention_2", "weighted_pipeline_split",
-                      "megatron_pipeline_split", "keeps_bf16_gradients",
-                      "fp8_saves_quantized_inputs", "tp_comm_overlap",
-                      "fused_wgrad_accumulation", "fp8_head_in_bf16",
-                      "overlaps_dp_with_compute", "hopper_attention_speedup",
-                      "fp8_gemm_speedup", "framework_activation_scale",
-                      "tp_comm_synchronous", "pipeline_keeps_fsdp_unsharded",
-                      "overlaps_interleaved_pp_comm", "reduces_every_microbatch",
-                      "saves_gathered_tp_inputs", "fused_swiglu", "fused_cross_entropy",
-                      "selective_per_op",
-                      "moe_routed_bytes", "moe_token_group_align", "moe_dispatch_from_shard",
-                      "moe_parallel_folding", "moe_flex_dispatch", "moe_grouped_gemm",
-                      "autocast_code", "fsdp_code")
+_FRAMEWORK_COLUMNS = (
+    "fp32_grad_accumulation",
+    "cost_pipeline_split",
+    "framework_version_rank",
+    "framework_code",
+    "flash_attention_2",
+    "weighted_pipeline_split",
+    "megatron_pipeline_split",
+    "keeps_bf16_gradients",
+    "fp8_saves_quantized_inputs",
+    "tp_comm_overlap",
+    "fused_wgrad_accumulation",
+    "fp8_head_in_bf16",
+    "overlaps_dp_with_compute",
+    "hopper_attention_speedup",
+    "fp8_gemm_speedup",
+    "framework_activation_scale",
+    "tp_comm_synchronous",
+    "pipeline_keeps_fsdp_unsharded",
+    "overlaps_interleaved_pp_comm",
+    "reduces_every_microbatch",
+    "saves_gathered_tp_inputs",
+    "fused_swiglu",
+    "fused_cross_entropy",
+    "selective_per_op",
+    "moe_routed_bytes",
+    "moe_token_group_align",
+    "moe_dispatch_from_shard",
+    "moe_parallel_folding",
+    "moe_flex_dispatch",
+    "moe_grouped_gemm",
+    "autocast_code",
+    "fsdp_code",
+)
 
 
-def _traits(table: FlatTable, names: tuple[str, ...], fn: Any,
-            columns: tuple[str, ...]) -> dict[str, Array]:
+def _traits(
+    table: FlatTable, names: tuple[str, ...], fn: Any, columns: tuple[str, ...]
+) -> dict[str, Array]:
     """Columns of ``fn`` evaluated once per distinct value of the table's ``names``, each a
     contiguous array (a strided column of one 2-D array makes every later pass slower)."""
     codes, answers = per_group([table[k] for k in names], fn)
@@ -134,24 +214,32 @@ def cols_from_table(table: FlatTable, sets: ParameterColumns) -> dict[str, Array
     if table_len(table) == 0:
         return {}
     cols = {name: table[name].astype(np.float64) for name in _NUMERIC}
-    widths = _traits(table, MODEL_FIELDS, lambda *m: _model_widths(
-        ModelConfig(**dict(zip(MODEL_FIELDS, m, strict=True)))),
-        ("qk_head_dim", "v_head_dim", "moe_ffn_hidden_size"))
+    widths = _traits(
+        table,
+        MODEL_FIELDS,
+        lambda *m: _model_widths(ModelConfig(**dict(zip(MODEL_FIELDS, m, strict=True)))),
+        ("qk_head_dim", "v_head_dim", "moe_ffn_hidden_size"),
+    )
     cols.update(widths)
-    cols["recompute"] = _traits(table, ("recompute",), lambda r: (RECOMPUTE_CODE[r],),
-                                ("recompute",))["recompute"]
+    cols["recompute"] = _traits(
+        table, ("recompute",), lambda r: (RECOMPUTE_CODE[r],), ("recompute",)
+    )["recompute"]
     cols["fp8"] = (table["dtype"] == "fp8").astype(np.float64)
     cols["pp_afab"] = (table["pp_schedule"] == "afab").astype(np.float64)
     cols.update(_traits(table, ("gpu", "dtype"), _gpu_traits, _GPU_COLUMNS))
-    cols.update(_traits(table, ("framework", "framework_version"), _framework_traits,
-                        _FRAMEWORK_COLUMNS))
+    cols.update(
+        _traits(table, ("framework", "framework_version"), _framework_traits, _FRAMEWORK_COLUMNS)
+    )
     # the free-parameter set each layout takes (FrameworkTraits.parameter_set), by its index
     autocast = (cols["autocast_code"] >= 0) & FrameworkTraits.replicated_unsplit(
-        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
+        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"]
+    )
     fsdp = (cols["fsdp_code"] >= 0) & FrameworkTraits.sharded_unsplit(
-        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"])
-    cols["parameter_code"] = np.where(autocast, cols["autocast_code"],
-                                      np.where(fsdp, cols["fsdp_code"], cols["framework_code"]))
+        cols["zero_stage"], cols["tp"], cols["pp"], cols["cp"]
+    )
+    cols["parameter_code"] = np.where(
+        autocast, cols["autocast_code"], np.where(fsdp, cols["fsdp_code"], cols["framework_code"])
+    )
     cols.update(sets.param_columns(cols["parameter_code"]))
     return cols
 

@@ -94,8 +94,15 @@ the bf16 logits it saved and their bf16 gradient; it saves the logits themselves
 for a micro-batch's backward where the fp32 softmax would be."""
 
 BREAKDOWN_TERMS: tuple[str, ...] = (
-    "weights", "gradients", "optimizer", "activations", "transient", "logits", "buffers",
-    "allocator", "cuda_context",
+    "weights",
+    "gradients",
+    "optimizer",
+    "activations",
+    "transient",
+    "logits",
+    "buffers",
+    "allocator",
+    "cuda_context",
 )
 """Keys of :func:`memory_breakdown`, in display order; they sum to ``total``."""
 
@@ -116,9 +123,15 @@ def _sharding(c: Cols) -> tuple[Array, Array]:
     return dense, np.where(folded(c), dense * c["tp"] / c["ep"], dense / c["ep"])
 
 
-def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
-                 start: Array | None = None, per_layer: LayerParams | None = None
-                 ) -> tuple[Array, Array]:
+def stage_params(
+    c: Cols,
+    layers: Array,
+    *,
+    first: bool,
+    last: bool,
+    start: Array | None = None,
+    per_layer: LayerParams | None = None,
+) -> tuple[Array, Array]:
     """(dense, expert) parameters held by one rank of a stage with ``layers`` layers.
 
     Matrices are split by tp (Megatron-style column/row parallel linears, vocab-parallel
@@ -144,7 +157,8 @@ def stage_params(c: Cols, layers: Array, *, first: bool, last: bool,
     n_dense = _dense_mlp_layers_on_stage(c, layers, start)
     n_moe = layers - n_dense
     dense = dense + np.where(
-        moe, n_moe * p.shared_expert / tp + n_dense * (p.mlp / tp - p.router), 0.0)
+        moe, n_moe * p.shared_expert / tp + n_dense * (p.mlp / tp - p.router), 0.0
+    )
     vocab = embedding_params(c) / tp
     if first:
         dense = dense + vocab
@@ -166,8 +180,12 @@ def pipeline_unsharded(c: Cols) -> NDArray[np.bool_]:
     """Where the framework keeps a pipeline stage's FSDP parameters (bf16) and accumulated
     gradients (fp32) unsharded all step: pp > 1 under ZeRO-2 or 3 with
     ``FrameworkTraits.pipeline_keeps_fsdp_unsharded`` (torchtitan)."""
-    return np.asarray((np.asarray(c.get("pipeline_keeps_fsdp_unsharded", 0.0)) > 0)
-                      & (c["pp"] > 1) & (c["zero_stage"] >= 2), dtype=bool)
+    return np.asarray(
+        (np.asarray(c.get("pipeline_keeps_fsdp_unsharded", 0.0)) > 0)
+        & (c["pp"] > 1)
+        & (c["zero_stage"] >= 2),
+        dtype=bool,
+    )
 
 
 def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]:
@@ -183,8 +201,9 @@ def model_state_bytes(c: Cols, dense: Array, experts: Array) -> dict[str, Array]
 
     # a bf16 gradient where the framework keeps one, and an fp32 accumulation buffer
     # (Megatron-Core keeps the fp32 buffer alone: FrameworkTraits.keeps_bf16_gradients)
-    grad_bytes = (2 * np.asarray(c.get("keeps_bf16_gradients", 1.0))
-                  + 4 * c["fp32_grad_accumulation"])
+    grad_bytes = (
+        2 * np.asarray(c.get("keeps_bf16_gradients", 1.0)) + 4 * c["fp32_grad_accumulation"]
+    )
     # under a pipeline a framework may keep the stage's FSDP states unsharded all step: bf16
     # parameters and fp32 accumulated gradients (FrameworkTraits.pipeline_keeps_fsdp_unsharded)
     unsharded = pipeline_unsharded(c)
@@ -220,20 +239,31 @@ class LayerBytes:
         recomputed = (c["recompute"] == 2) | per_op_recompute(c)
         layer_weights = (params.attention + params.mlp) / c["tp"]
         # (no gather buffers where the stage's parameters stay unsharded all step)
-        zero3_gather = np.where((c["zero_stage"] >= 3) & ~pipeline_unsharded(c),
-                                2 * 2 * layer_weights, 0.0)
-        return cls(kept=activation_bytes_per_layer(c, whole), whole=whole,
-                   transient=np.where(recomputed, 2 * whole, whole), logits=logits_bytes(c),
-                   buffers=DDP_BUCKET_BYTES + zero3_gather, params=params)
+        zero3_gather = np.where(
+            (c["zero_stage"] >= 3) & ~pipeline_unsharded(c), 2 * 2 * layer_weights, 0.0
+        )
+        return cls(
+            kept=activation_bytes_per_layer(c, whole),
+            whole=whole,
+            transient=np.where(recomputed, 2 * whole, whole),
+            logits=logits_bytes(c),
+            buffers=DDP_BUCKET_BYTES + zero3_gather,
+            params=params,
+        )
 
     def rows(self, rows: np.ndarray) -> LayerBytes:
         """The same of the configurations at positions ``rows``."""
-        return LayerBytes(self.kept[rows], self.whole[rows], self.transient[rows],
-                          self.logits[rows], self.buffers[rows], self.params.rows(rows))
+        return LayerBytes(
+            self.kept[rows],
+            self.whole[rows],
+            self.transient[rows],
+            self.logits[rows],
+            self.buffers[rows],
+            self.params.rows(rows),
+        )
 
 
-def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None = None
-                           ) -> Array:
+def stage_activation_bytes(c: Cols, layers: Array, per_layer: LayerBytes | None = None) -> Array:
     """Bytes a stage of ``layers`` layers keeps for one micro-batch: where full recomputation
     checkpoints only some of them (``recompute_layers``), those keep their input and the rest
     everything (:func:`activation_bytes_per_layer` under each)."""
@@ -270,13 +300,15 @@ def logits_bytes(c: Cols) -> Array:
     per_logit = c["mbs"] * c["seq_len"] / c["cp"] * c["vocab_size"] / c["tp"]
     fused = c["fused_cross_entropy"] > 0
     saved = np.where(c["pp_afab"] > 0, pipeline.microbatches(c) - 1, 0.0) * np.where(
-        fused, FUSED_LOGIT_BYTES / 2, SAVED_LOGIT_BYTES)
+        fused, FUSED_LOGIT_BYTES / 2, SAVED_LOGIT_BYTES
+    )
     per_byte = np.where(fused, FUSED_LOGIT_BYTES, param(c, "logit_bytes"))
     return np.asarray((per_byte + saved) * per_logit, dtype=np.float64)
 
 
-def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
-                     stage: Array | float | None = None) -> dict[str, Array]:
+def _stage_breakdown(
+    c: Cols, per_layer: LayerBytes, *, first: bool, last: bool, stage: Array | float | None = None
+) -> dict[str, Array]:
     """The breakdown of the first or the last stage, or of stage index ``stage`` (neither),
     from what every stage keeps per layer alike (``per_layer``: :meth:`LayerBytes.of`)."""
     if stage is not None:
@@ -286,14 +318,16 @@ def _stage_breakdown(c: Cols, per_layer: LayerBytes, *, first: bool, last: bool,
     else:
         layers = pipeline.first_stage_layers(c) if first else pipeline.last_stage_layers(c)
         start = None
-        inflight = (pipeline.first_stage_inflight(c) if first
-                    else pipeline.stage_inflight(c, c["pp"] - 1))
-    dense, experts = stage_params(c, layers, first=first, last=last, start=start,
-                                  per_layer=per_layer.params)
+        inflight = (
+            pipeline.first_stage_inflight(c) if first else pipeline.stage_inflight(c, c["pp"] - 1)
+        )
+    dense, experts = stage_params(
+        c, layers, first=first, last=last, start=start, per_layer=per_layer.params
+    )
     out = model_state_bytes(c, dense, experts)
-    out["activations"] = (inflight * stage_activation_bytes(c, layers, per_layer)
-                          * activation_scale(c)
-                          + inflight_hidden_bytes(c, inflight))
+    out["activations"] = inflight * stage_activation_bytes(c, layers, per_layer) * activation_scale(
+        c
+    ) + inflight_hidden_bytes(c, inflight)
     out["transient"] = per_layer.transient
     out["logits"] = per_layer.logits if last else np.zeros_like(layers)
     out["buffers"] = per_layer.buffers
@@ -326,17 +360,18 @@ def memory_breakdown(c: Cols, params: LayerParams | None = None) -> dict[str, Ar
     middle = edge  # none: most batches (dense models without torchtitan's split)
     rows = np.flatnonzero(has_middle)
     if len(rows):  # weighed only where a middle stage can win
-        part = _stage_breakdown(_rows(c, rows), per_layer.rows(rows), first=False,
-                                last=False, stage=index[rows])
+        part = _stage_breakdown(
+            _rows(c, rows), per_layer.rows(rows), first=False, last=False, stage=index[rows]
+        )
         middle = {k: v.copy() for k, v in edge.items()}
         for k, v in part.items():
             middle[k][rows] = v
     pick_middle = has_middle & (middle["total"] > edge["total"])
     piped = c["pp"] > 1
-    out = {k: np.where(piped, np.where(pick_middle, middle[k], edge[k]), single[k])
-           for k in first}
-    position = np.where(pick_middle, index / np.maximum(c["pp"] - 1, 1.0),
-                        np.where(pick_last, 1.0, 0.0))
+    out = {k: np.where(piped, np.where(pick_middle, middle[k], edge[k]), single[k]) for k in first}
+    position = np.where(
+        pick_middle, index / np.maximum(c["pp"] - 1, 1.0), np.where(pick_last, 1.0, 0.0)
+    )
     out["stage"] = np.where(piped, position, 0.0)
     return out
 
@@ -381,10 +416,14 @@ def stage_memory(c: Cols, stage: int | Array) -> dict[str, Array]:
     middle = _stage_breakdown(c, per_layer, first=False, last=False, stage=stage)
     last = _stage_breakdown(c, per_layer, first=False, last=True, stage=stage)
     single = _stage_breakdown(c, per_layer, first=True, last=True, stage=stage)
-    out = {k: np.where(p == 1, single[k],
-                       np.where(stage == 0, first[k],
-                                np.where(stage == last_stage, last[k], middle[k])))
-           for k in first}
+    out = {
+        k: np.where(
+            p == 1,
+            single[k],
+            np.where(stage == 0, first[k], np.where(stage == last_stage, last[k], middle[k])),
+        )
+        for k in first
+    }
     return {k: np.where(stage < p, v, np.nan) for k, v in out.items()}
 
 
@@ -435,4 +474,3 @@ def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:
     margin = np.asarray(param(c, "oom_log_margin"), dtype=np.float64)
     z = (np.log(breakdown["total"] / c["memory_bytes"]) + margin) / np.maximum(sd, 1e-6)
     return np.asarray(ndtr(z), dtype=np.float64)
-

@@ -97,7 +97,13 @@ class FreeParameter:
 
 FREE_PARAMETERS: tuple[FreeParameter, ...] = (
     FreeParameter(
-        "gemm_time_scale", 1.0, 0.15, 0.8, 2.0, "x", "time",
+        "gemm_time_scale",
+        1.0,
+        0.15,
+        0.8,
+        2.0,
+        "x",
+        "time",
         "GEMM time in a training loop over the profile's microbenchmark at the same shape "
         "(epilogues, strided layouts, clocks under sustained load); prior 1: the profile is "
         "taken as it was measured. "
@@ -105,7 +111,13 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "percent, never half their speed, over the same shape measured alone.",
     ),
     FreeParameter(
-        "tp_comm_scale", 1.0, 0.5, 0.2, 5.0, "x", "time",
+        "tp_comm_scale",
+        1.0,
+        0.5,
+        0.2,
+        5.0,
+        "x",
+        "time",
         "Intra-node TP/SP collectives (all-gather/reduce-scatter of activations) over the "
         "profile's microbenchmark time at that size; prior 1. A framework that overlaps them "
         "with GEMMs (nanotron tp_async_comm, async TP) fits below 1. "
@@ -113,13 +125,25 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "run a few times slower than the profile's sizes, not more.",
     ),
     FreeParameter(
-        "tp_inter_comm_scale", 1.0, 1.0, 0.2, 50.0, "x", "time",
+        "tp_inter_comm_scale",
+        1.0,
+        1.0,
+        0.2,
+        50.0,
+        "x",
+        "time",
         "The same for TP groups that span nodes, which run many mid-size collectives over the "
         "network where the profile measured large ones; prior 1.",
         scope="cluster",
     ),
     FreeParameter(
-        "tp_inter_step_latency_s", 1e-5, 3.0, 1e-7, 1e-2, "s per ring step", "time",
+        "tp_inter_step_latency_s",
+        1e-5,
+        3.0,
+        1e-7,
+        1e-2,
+        "s per ring step",
+        "time",
         "Latency of one step of a TP ring across nodes (``comm.tp_ring_steps_per_layer``: "
         "8 (tp - 1) steps per layer and micro-batch), beyond the profile's time for the "
         "collective: the alpha of the ring's alpha-beta cost, which the fabric curves, "
@@ -129,14 +153,26 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         scope="cluster",
     ),
     FreeParameter(
-        "pp_comm_scale", 1.0, 1.0, 0.2, 10.0, "x", "time",
+        "pp_comm_scale",
+        1.0,
+        1.0,
+        0.2,
+        10.0,
+        "x",
+        "time",
         "Pipeline send/receive time over the profile's point-to-point time (both directions, "
         "every slot): includes the synchronisation of blocking sends; prior 1. "
         "Range 0.2-10: a blocking send waits for its peer's slot at most a few times its "
         "transfer.",
     ),
     FreeParameter(
-        "pp_slot_latency_s", 1e-3, 2.0, 1e-6, 5.0, "s", "time",
+        "pp_slot_latency_s",
+        1e-3,
+        2.0,
+        1e-6,
+        5.0,
+        "s",
+        "time",
         "Fixed cost of one send/receive handshake between pipeline stages across a node "
         "boundary, charged min(p - 1, 2) x (m - 1) + (p - 2) times per step "
         "(``pipeline.cross_node_waits``): a latency, not a bandwidth (the Playbook's "
@@ -147,25 +183,44 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         scope="cluster",
     ),
     FreeParameter(
-        "pp_layer_floor_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch", "time",
+        "pp_layer_floor_s",
+        1e-4,
+        3.0,
+        1e-6,
+        0.05,
+        "s per layer per micro-batch",
+        "time",
         "Least time one layer's forward and backward takes per micro-batch in a pipelined run, "
         "whatever its work (surrogate.analytic.step: a floor, not an added cost; the "
         "Playbook's nanotron pipelines run no faster than about 8 ms per layer at tp 2); prior "
         "0.1 ms, wide: a framework whose pipelines show no floor keeps it negligible. Range "
         "up to 50 ms per layer: the issue time of a layer's few hundred kernels from a "
         "Python host at its slowest.",
-        fit_start=2e-3, scope="cluster",
+        fit_start=2e-3,
+        scope="cluster",
     ),
     FreeParameter(
-        "pp_layer_floor_per_tp_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch per TP "
-        "rank", "time",
+        "pp_layer_floor_per_tp_s",
+        1e-4,
+        3.0,
+        1e-6,
+        0.05,
+        "s per layer per micro-batch per TP rank",
+        "time",
         "The same floor's growth with the tensor-parallel degree (the Playbook's nanotron "
         "pp-fix pipelines: about 15 ms per layer at tp 4 and 23 ms at tp 8); prior 0.1 ms, "
         "wide.",
-        fit_start=2e-3, scope="cluster",
+        fit_start=2e-3,
+        scope="cluster",
     ),
     FreeParameter(
-        "layer_floor_s", 1e-4, 3.0, 1e-6, 0.05, "s per layer per micro-batch", "time",
+        "layer_floor_s",
+        1e-4,
+        3.0,
+        1e-6,
+        0.05,
+        "s per layer per micro-batch",
+        "time",
         "Least time one layer's forward and backward takes per micro-batch without a pipeline, "
         "whatever its work, a third more where its forward runs again under recomputation "
         "(surrogate.analytic.step: a floor, not an added cost): the host's time to issue the "
@@ -173,16 +228,29 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "on one H100 (microbench.train_step): the step time stays flat as the micro-batch "
         "grows from 1 to 4-8, about 6 ms per layer under FSDP2; prior 0.1 ms, wide. Range "
         "up to 50 ms per layer, as the pipelined floor.",
-        fit_start=2e-3, scope="cluster",
+        fit_start=2e-3,
+        scope="cluster",
     ),
     FreeParameter(
-        "dp_overlap", 0.9, 1.5, 0.0, 1.0, "fraction", "time",
+        "dp_overlap",
+        0.9,
+        1.5,
+        0.0,
+        1.0,
+        "fraction",
+        "time",
         "Share of the last micro-batch's backward that hides the DP gradient reduction "
         "(bucketed reduction launched as gradients are ready, Li et al. 2020, 'PyTorch "
         "Distributed', sec. 3.2); prior 0.9.",
     ),
     FreeParameter(
-        "nccl_sm_share", 16 / 132, 0.5, 0.0, 1.0, "fraction", "time",
+        "nccl_sm_share",
+        16 / 132,
+        0.5,
+        0.0,
+        1.0,
+        "fraction",
+        "time",
         "Share of the GPU's SMs NCCL kernels occupy while they overlap compute, which then "
         "runs at peak x (1 - share): 16 channels of one SM each on a 132-SM H100 (NCCL's "
         "default NCCL_MAX_NCHANNELS-bound ring/tree use); prior 16/132. "
@@ -190,31 +258,60 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         "above the SM share alone (0.12-0.24) are physical up to about half.",
     ),
     FreeParameter(
-        "layer_overhead_s", 3e-4, 1.5, 1e-6, 5e-3, "s per layer per micro-batch", "time",
+        "layer_overhead_s",
+        3e-4,
+        1.5,
+        1e-6,
+        5e-3,
+        "s per layer per micro-batch",
+        "time",
         "Fixed cost of one layer's forward and backward beyond its kernels' work: about 30 "
         "kernel launches at ~10 us each (CUDA launch latency, NVIDIA CUDA C++ Best Practices "
         "Guide) when the host cannot run ahead; prior 0.3 ms. "
         "Range up to 5 ms: some 500 launches at 10 us, more than a layer issues.",
     ),
     FreeParameter(
-        "microbatch_overhead_s", 2e-3, 1.5, 1e-6, 0.2, "s per micro-batch slot", "time",
+        "microbatch_overhead_s",
+        2e-3,
+        1.5,
+        1e-6,
+        0.2,
+        "s per micro-batch slot",
+        "time",
         "Fixed cost of one micro-batch slot of a stage (data loading, loss, pipeline "
         "bookkeeping, synchronisation); prior 2 ms. "
         "Range up to 0.2 s: a data loader, a loss and a synchronisation per micro-batch, at "
         "their slowest.",
     ),
     FreeParameter(
-        "allocator_overhead_frac", 0.10, 0.7, 0.0, 1.0, "fraction", "memory",
+        "allocator_overhead_frac",
+        0.10,
+        0.7,
+        0.0,
+        1.0,
+        "fraction",
+        "memory",
         "PyTorch caching allocator: reserved / allocated - 1 (block rounding and "
         "fragmentation); prior 0.10.",
     ),
     FreeParameter(
-        "activation_scale", 1.0, 0.2, 0.3, 3.0, "x", "memory",
+        "activation_scale",
+        1.0,
+        0.2,
+        0.3,
+        3.0,
+        "x",
+        "memory",
         "Stored activations over the derived count (Korthikanti et al. 2022, rederived in "
         "surrogate.analytic.memory): framework temporaries kept alive; prior 1.",
     ),
     FreeParameter(
-        "inflight_hidden_tensors", 0.1, 3.0, 1e-3, 20.0, "tensors of T x h per micro-batch",
+        "inflight_hidden_tensors",
+        0.1,
+        3.0,
+        1e-3,
+        20.0,
+        "tensors of T x h per micro-batch",
         "memory",
         "Unsharded T x h bf16 tensors (T = the micro-batch's tokens, h = hidden size) a "
         "pipeline stage keeps for each micro-batch in flight beyond the first, on top of the "
@@ -227,19 +324,37 @@ FREE_PARAMETERS: tuple[FreeParameter, ...] = (
         fit_start=2.0,
     ),
     FreeParameter(
-        "logit_bytes", 16.0, 0.25, 4.0, 24.0, "B/logit", "memory",
+        "logit_bytes",
+        16.0,
+        0.25,
+        4.0,
+        24.0,
+        "B/logit",
+        "memory",
         "Bytes per output logit alive at the loss (surrogate.analytic.memory: bf16 logits, "
         "their fp32 copy, the fp32 softmax and its gradient in both precisions: 16); "
         "frameworks that fuse or chunk the cross entropy keep fewer. Prior 16, log-width 0.25.",
     ),
     FreeParameter(
-        "memory_log_sd", 0.10, 0.0, 1e-3, 2.0, "log", "error",
+        "memory_log_sd",
+        0.10,
+        0.0,
+        1e-3,
+        2.0,
+        "log",
+        "error",
         "Standard deviation of log(measured / predicted peak memory) (not fitted by least "
         "squares: the fitted memory residuals' spread); turns the memory estimate into "
         "p_oom. Prior 0.10: the memory model's order of error before any fit.",
     ),
     FreeParameter(
-        "oom_log_margin", 0.0, 0.0, -1.0, 1.0, "log", "error",
+        "oom_log_margin",
+        0.0,
+        0.0,
+        -1.0,
+        1.0,
+        "log",
+        "error",
         "Where runs run out of memory, as a shift of log(predicted need / GPU memory): p_oom = "
         "Phi((log(need / capacity) + margin) / memory_log_sd). Not fitted by least squares: "
         "by maximum likelihood on completed vs out-of-memory runs "
@@ -286,8 +401,11 @@ class ParameterSets:
     sets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "sets", MappingProxyType(
-            {k: MappingProxyType(dict(v)) for k, v in self.sets.items()}))
+        object.__setattr__(
+            self,
+            "sets",
+            MappingProxyType({k: MappingProxyType(dict(v)) for k, v in self.sets.items()}),
+        )
 
     def __contains__(self, framework_version: object) -> bool:
         return framework_version in self.sets
@@ -331,8 +449,10 @@ class ParameterSets:
     def _table(self) -> Array:
         """:meth:`values_for` of every known framework version, one row each, in
         ``FRAMEWORK_VERSIONS`` order."""
-        return np.array([[self.values_for(fv)[name] for name in PRIORS]
-                         for fv in FRAMEWORK_VERSIONS], dtype=np.float64)
+        return np.array(
+            [[self.values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
+            dtype=np.float64,
+        )
 
     def param_columns(self, parameter_codes: Array) -> dict[str, Array]:
         """``p_<name>`` columns for configurations of the given ``parameter_code`` each (the

@@ -27,7 +27,12 @@ CollectiveOp = Literal[
     "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"
 ]
 COLLECTIVE_OPS: tuple[str, ...] = (
-    "all_reduce", "all_gather", "reduce_scatter", "all_to_all", "broadcast", "send_recv"
+    "all_reduce",
+    "all_gather",
+    "reduce_scatter",
+    "all_to_all",
+    "broadcast",
+    "send_recv",
 )
 
 
@@ -100,8 +105,9 @@ class PerfModel(Protocol):
         """Achieved / dense-peak FLOP/s of an (m x k) @ (k x n) GEMM in the config's dtype."""
         ...
 
-    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
-                             c: Cols) -> Array | None:
+    def attention_efficiency(
+        self, rows: Array, seq: Array, head_dim: Array, c: Cols
+    ) -> Array | None:
         """Measured efficiency of causal flash attention, forward + backward, at the full
         (non-causal) FLOP count, for ``rows`` query rows x heads of one rank attending over
         ``seq`` keys with heads of ``head_dim``; None where nothing was measured (the analytic
@@ -109,7 +115,12 @@ class PerfModel(Protocol):
         ...
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        self,
+        op: str,
+        size_bytes: Array,
+        group_size: Array,
+        inter_node: Array,
+        c: Cols,
         ranks_per_node: Array | None = None,
     ) -> Array:
         """Seconds for one ``op`` of ``size_bytes`` over ``group_size`` ranks; ``inter_node``
@@ -152,17 +163,24 @@ class SpecPerfModel:
     def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
         return np.full(np.broadcast(m, n, k).shape, self.gemm_efficiency_frac)
 
-    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
-                             c: Cols) -> Array | None:
+    def attention_efficiency(
+        self, rows: Array, seq: Array, head_dim: Array, c: Cols
+    ) -> Array | None:
         return None  # no datasheet figure for attention kernels
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        self,
+        op: str,
+        size_bytes: Array,
+        group_size: Array,
+        inter_node: Array,
+        c: Cols,
         ranks_per_node: Array | None = None,
     ) -> Array:
         g = local_ranks(group_size, c, ranks_per_node)
-        network = np.minimum(g * c["inter_node_bw"] / nic_share(op, group_size, g),
-                             c["intra_node_bw"])
+        network = np.minimum(
+            g * c["inter_node_bw"] / nic_share(op, group_size, g), c["intra_node_bw"]
+        )
         bw = np.where(inter_node > 0, network, c["intra_node_bw"])
         lat = np.where(inter_node > 0, c["inter_node_latency_s"], c["intra_node_latency_s"])
         t = ring_steps(op, group_size) * lat + size_bytes * bus_factor(op, group_size) / bw

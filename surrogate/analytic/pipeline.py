@@ -96,8 +96,11 @@ def slot_split(c: Cols) -> Array:
     divide by p v and L + 2 does; else 0."""
     stages = c["pp"] * c["vpp"]
     L = c["num_layers"]
-    accounted = ((c.get("megatron_pipeline_split", 0.0) > 0) & (np.mod(L, stages) != 0)
-                 & (np.mod(L + 2, stages) == 0))
+    accounted = (
+        (c.get("megatron_pipeline_split", 0.0) > 0)
+        & (np.mod(L, stages) != 0)
+        & (np.mod(L + 2, stages) == 0)
+    )
     return np.where((c["weighted_pipeline_split"] > 0) | accounted, 1.0, 0.0)
 
 
@@ -129,8 +132,7 @@ def weighted_rank_layers(c: Cols, i: Array | float) -> Array:
 def weighted_first_rank_layers(num_layers: int, pp: int, vpp: int) -> int:
     """Layers on the first rank under torchtitan's split (:func:`weighted_rank_layers`), for
     one configuration."""
-    c = {k: np.array([float(v)]) for k, v in
-         (("num_layers", num_layers), ("pp", pp), ("vpp", vpp))}
+    c = {k: np.array([float(v)]) for k, v in (("num_layers", num_layers), ("pp", pp), ("vpp", vpp))}
     return int(weighted_rank_layers(c, 0)[0])
 
 
@@ -147,8 +149,11 @@ def first_stage_layers(c: Cols) -> Array:
     even = np.ceil(L / p)
     layer_cost, total = _nanotron_layer_cost(c)
     nano = np.minimum(L, np.floor(total / (p * layer_cost)) + 1)
-    split = np.where(c["cost_pipeline_split"] > 0, nano,
-                     np.where(slot_split(c) > 0, weighted_rank_layers(c, 0), even))
+    split = np.where(
+        c["cost_pipeline_split"] > 0,
+        nano,
+        np.where(slot_split(c) > 0, weighted_rank_layers(c, 0), even),
+    )
     return np.where(p == 1, L, split)
 
 
@@ -164,8 +169,11 @@ def last_stage_layers(c: Cols) -> Array:
     layer_cost, total = _nanotron_layer_cost(c)
     before_last = np.minimum(L, np.floor((p - 1) * total / (p * layer_cost)) + 1)
     nano_rest = L - before_last
-    split = np.where(c["cost_pipeline_split"] > 0, nano_rest,
-                     np.where(slot_split(c) > 0, weighted_rank_layers(c, p - 1), even_rest))
+    split = np.where(
+        c["cost_pipeline_split"] > 0,
+        nano_rest,
+        np.where(slot_split(c) > 0, weighted_rank_layers(c, p - 1), even_rest),
+    )
     return np.where(p == 1, L, split)
 
 
@@ -180,8 +188,9 @@ def stage_start(c: Cols, i: Array | float) -> Array:
     even = np.minimum(L, j * np.ceil(L / p))
     base, extra = _weighted_slots(c)
     weighted = np.minimum(L, j * base + np.minimum(j, extra) - 1)
-    inner = np.where(c["cost_pipeline_split"] > 0, nano,
-                     np.where(slot_split(c) > 0, weighted, even))
+    inner = np.where(
+        c["cost_pipeline_split"] > 0, nano, np.where(slot_split(c) > 0, weighted, even)
+    )
     return np.where(j <= 0, 0.0, np.where(j >= p, L, inner))
 
 

@@ -57,14 +57,21 @@ def analytic_columns(c: Cols, perf: PerfModel) -> dict[str, np.ndarray]:
     return out
 
 
-NETWORK_TERMS: dict[str, str] = {"tp_comm": "tp", "cp_comm": "cp", "ep_comm": "ep",
-                                 "pp_comm": "pp", "dp_comm": "dp", "zero3_comm": "dp"}
+NETWORK_TERMS: dict[str, str] = {
+    "tp_comm": "tp",
+    "cp_comm": "cp",
+    "ep_comm": "ep",
+    "pp_comm": "pp",
+    "dp_comm": "dp",
+    "zero3_comm": "dp",
+}
 """The exposed communication terms of the step time and the dimension whose group decides
 whether each crosses nodes (``surrogate.analytic.comm.spans_nodes``)."""
 
 
-def network_widening(c: Cols, step: dict[str, np.ndarray], down: np.ndarray,
-                     up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def network_widening(
+    c: Cols, step: dict[str, np.ndarray], down: np.ndarray, up: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """How far the network between jobs moves each configuration's MFU, as log factors
     (down, up): its exposed communication across nodes takes a share e of the step time
     (:data:`NETWORK_TERMS`), and at a bandwidth b' against the curve's b the step takes
@@ -108,17 +115,28 @@ def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
     share = (1.0 - c["tie_embeddings"]) * embedding_params(c) / active_params(c)
     reasons = [""] * len(mfu)
     for k in np.flatnonzero(mfu > 1.0).tolist():
-        why = (f"the untied input embedding (vocab_size={int(c['vocab_size'][k]):,} x "
-               f"hidden_size={int(c['hidden_size'][k]):,}) is {share[k]:.0%} of the parameters "
-               "N, whose 6 N FLOPs per token count a lookup that executes none; the vocabulary "
-               "must be small against the rest of the model") if share[k] > 0.25 else (
-               "the step time is shorter than the counted FLOPs allow (please report this "
-               "configuration)")
-        reasons[k] = (f"MFU must be at most 100% of the dense peak, but this configuration "
-                      f"would reach {mfu[k]:.0%}: {why}")
+        why = (
+            (
+                f"the untied input embedding (vocab_size={int(c['vocab_size'][k]):,} x "
+                f"hidden_size={int(c['hidden_size'][k]):,}) is {share[k]:.0%} of the parameters "
+                "N, whose 6 N FLOPs per token count a lookup that executes none; the vocabulary "
+                "must be small against the rest of the model"
+            )
+            if share[k] > 0.25
+            else (
+                "the step time is shorter than the counted FLOPs allow (please report this "
+                "configuration)"
+            )
+        )
+        reasons[k] = (
+            f"MFU must be at most 100% of the dense peak, but this configuration "
+            f"would reach {mfu[k]:.0%}: {why}"
+        )
     for k in np.flatnonzero(~(np.isfinite(tps) & (tps > 0))).tolist():
-        reasons[k] = (f"tokens/s per GPU must be positive and finite, but the analytic model "
-                      f"gives {tps[k]!r} (step time {step[k]!r} s)")
+        reasons[k] = (
+            f"tokens/s per GPU must be positive and finite, but the analytic model "
+            f"gives {tps[k]!r} (step time {step[k]!r} s)"
+        )
     return reasons
 
 
@@ -160,8 +178,9 @@ def analytic_for(
         idx = np.arange(n) if whole else np.flatnonzero(codes == g)
         perf = resolve(gpu, keys[key])
         # a set's cluster-scoped parameters hold on the cluster it was fitted on only
-        c = sets.cluster_scoped(cols_from_table(table if whole else take(table, idx), sets),
-                                perf.name)
+        c = sets.cluster_scoped(
+            cols_from_table(table if whole else take(table, idx), sets), perf.name
+        )
         for name, values in (extra or {}).items():
             c[name] = np.asarray(values, dtype=np.float64)[idx]
         out = analytic_columns(c, perf)

@@ -126,11 +126,12 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     mla = c["kv_lora_rank"] > 0
     any_mla, any_moe = bool(mla.any()), bool(np.any(moe))
     shapes = {
-        "qkv": (T, (q + 2 * kv) / tp, h),      # QKV projection
-        "out": (T, h, o / tp),                 # attention output projection
+        "qkv": (T, (q + 2 * kv) / tp, h),  # QKV projection
+        "out": (T, h, o / tp),  # attention output projection
         "gate_up": (ffn_tokens, 2 * ffn / ffn_tp, h),  # gate and up projections
-        "down": (ffn_tokens, h, ffn / ffn_tp),     # down projection
-        **(_mla_shapes(c) if any_mla else {}), **(_moe_extra_shapes(c) if any_moe else {}),
+        "down": (ffn_tokens, h, ffn / ffn_tp),  # down projection
+        **(_mla_shapes(c) if any_mla else {}),
+        **(_moe_extra_shapes(c) if any_moe else {}),
         "attention": (T, s, c["qk_head_dim"]),  # the attention core's efficiency
     }
     g, peak, attention_eff = _gemm_seconds(shapes, perf, c)
@@ -152,14 +153,14 @@ def layer_compute_s(c: Cols, perf: PerfModel) -> tuple[Array, Array]:
     # forward again: the key projection (its share of the QKV GEMM), the attention output
     # projection and the MLP's up projection (half of the gate-and-up GEMM); in an MoE layer
     # the routed experts whole and the shared expert's up projection.
-    again = np.where(per_op_recompute(c),
-                     (qkv * kv / (q + 2 * kv) + g["out"] + mlp_again) / 3, 0.0)
+    again = np.where(per_op_recompute(c), (qkv * kv / (q + 2 * kv) + g["out"] + mlp_again) / 3, 0.0)
     scale = param(c, "gemm_time_scale")
     return ((seconds + attn_s) * _recompute_factor(c) + again) * scale, attn_s * scale
 
 
-def _gemm_seconds(shapes: dict[str, Shape], perf: PerfModel, c: Cols
-                  ) -> tuple[dict[str, Array], Array, Array]:
+def _gemm_seconds(
+    shapes: dict[str, Shape], perf: PerfModel, c: Cols
+) -> tuple[dict[str, Array], Array, Array]:
     """Forward + backward seconds of every GEMM of ``shapes`` (6 x m n k FLOPs each), with the
     peak FLOP/s and the attention core's efficiency they were computed with.
 
@@ -178,8 +179,9 @@ def _gemm_seconds(shapes: dict[str, Shape], perf: PerfModel, c: Cols
     return g, peak, eff["attention"]
 
 
-def _grouped_expert_gemms_s(c: Cols, perf: PerfModel, shapes: dict[str, Shape],
-                            routed: Array) -> Array:
+def _grouped_expert_gemms_s(
+    c: Cols, perf: PerfModel, shapes: dict[str, Shape], routed: Array
+) -> Array:
     """The routed experts' GEMMs of a framework that runs them as one GEMM per local expert
     (``FrameworkTraits.moe_grouped_gemm``): each at the efficiency of its own rows, the
     rank's routed rows over its num_experts / ep local experts (balanced routing)."""
@@ -187,34 +189,46 @@ def _grouped_expert_gemms_s(c: Cols, perf: PerfModel, shapes: dict[str, Shape],
     if not np.any(grouped):
         return routed
     local = np.maximum(c["num_experts"] / c["ep"], 1.0)
-    per = {name: (np.maximum(shapes[name][0] / local, 1.0), *shapes[name][1:])
-           for name in ("gate_up", "down", "attention")}
+    per = {
+        name: (np.maximum(shapes[name][0] / local, 1.0), *shapes[name][1:])
+        for name in ("gate_up", "down", "attention")
+    }
     g = _gemm_seconds(per, perf, c)[0]
     return np.where(grouped, local * (g["gate_up"] + g["down"]), routed)
 
 
-def _with_moe_layers(c: Cols, g: dict[str, Array], moe: NDArray[np.bool_], routed: Array,
-                     seconds: Array, mlp_again: Array) -> tuple[Array, Array]:
+def _with_moe_layers(
+    c: Cols,
+    g: dict[str, Array],
+    moe: NDArray[np.bool_],
+    routed: Array,
+    seconds: Array,
+    mlp_again: Array,
+) -> tuple[Array, Array]:
     """An MoE model's layer ``seconds`` and per-operator recomputed MLP ``mlp_again``, the
     shared expert and the leading dense layers accounted for (``g``: :func:`_gemm_seconds`)."""
     # An MoE layer adds the shared expert to its routed experts, and its leading dense
     # layers have a dense MLP in place of experts, averaged over the layers.
-    shared = np.where(c["shared_expert_ffn_hidden_size"] > 0,
-                      g["shared_gate_up"] + g["shared_down"], 0.0)
+    shared = np.where(
+        c["shared_expert_ffn_hidden_size"] > 0, g["shared_gate_up"] + g["shared_down"], 0.0
+    )
     dense_frac = 1 - moe_layers(c) / c["num_layers"]
     extra = shared + dense_frac * (g["dense_gate_up"] + g["dense_down"] - routed - shared)
     seconds = seconds + np.where(moe, extra, 0.0)
     # Per operator, an MoE layer runs its routed experts again whole and its shared
     # expert's up projection (activations.per_op_checkpoint_bytes: what it keeps).
-    moe_again = routed + np.where(c["shared_expert_ffn_hidden_size"] > 0,
-                                  g["shared_gate_up"] / 2, 0.0)
-    mlp_again = np.where(moe, (1 - dense_frac) * moe_again
-                         + dense_frac * g["dense_gate_up"] / 2, mlp_again)
+    moe_again = routed + np.where(
+        c["shared_expert_ffn_hidden_size"] > 0, g["shared_gate_up"] / 2, 0.0
+    )
+    mlp_again = np.where(
+        moe, (1 - dense_frac) * moe_again + dense_frac * g["dense_gate_up"] / 2, mlp_again
+    )
     return seconds, mlp_again
 
 
-def _attention_core_s(c: Cols, perf: PerfModel, T: Array, qo: Array, peak: Array,
-                      eff: Array) -> Array:
+def _attention_core_s(
+    c: Cols, perf: PerfModel, T: Array, qo: Array, peak: Array, eff: Array
+) -> Array:
     """Seconds of the attention core of one layer, forward + backward, for ``T`` tokens per
     rank; ``qo``: the query and output widths summed; ``eff``: the GEMM proxy's efficiency
     at ``peak`` FLOP/s."""
@@ -229,8 +243,11 @@ def _attention_core_s(c: Cols, perf: PerfModel, T: Array, qo: Array, peak: Array
         # the curve is our H100's FlashAttention-2-class kernel; a framework whose Hopper
         # kernel is faster (FrameworkTraits.hopper_attention_speedup) divides it
         # on a Hopper GPU only: elsewhere its kernel is not the one measured to be faster
-        speedup = np.where(np.asarray(c.get("hopper", 0.0)) > 0,
-                           np.asarray(c.get("hopper_attention_speedup", 1.0)), 1.0)
+        speedup = np.where(
+            np.asarray(c.get("hopper", 0.0)) > 0,
+            np.asarray(c.get("hopper_attention_speedup", 1.0)),
+            1.0,
+        )
         flash = attn_flops / (c["peak_flops_bf16"] * measured * speedup)
         attn_s = np.where(c["flash_attention_2"] > 0, flash, attn_s)
     return attn_s
@@ -242,8 +259,7 @@ Shape = tuple[Array, Array, Array]
 def _gemm_efficiencies(shapes: dict[str, Shape], perf: PerfModel, c: Cols) -> dict[str, Array]:
     """The PerfModel's efficiency of every GEMM shape, in one call over the stacked shapes."""
     names = list(shapes)
-    m, n, k = (np.stack(np.broadcast_arrays(*(shapes[g][j] for g in names)))
-               for j in range(3))
+    m, n, k = (np.stack(np.broadcast_arrays(*(shapes[g][j] for g in names))) for j in range(3))
     eff = perf.gemm_efficiency(m, n, k, c)
     return {name: eff[i] for i, name in enumerate(names)}
 
@@ -258,9 +274,13 @@ def _mla_shapes(c: Cols) -> dict[str, Shape]:
     rope = c["qk_rope_head_dim"]
     q = c["num_heads"] * c["qk_head_dim"]
     kv_up = c["num_heads"] * (c["qk_head_dim"] - rope + c["v_head_dim"])
-    return {"mla_q_down": (T, q_rank, h), "mla_q_up": (T, q / tp, q_rank),
-            "mla_q": (T, q / tp, h), "mla_kv_down": (T, kv_rank + rope, h),
-            "mla_kv_up": (T, kv_up / tp, kv_rank)}
+    return {
+        "mla_q_down": (T, q_rank, h),
+        "mla_q_up": (T, q / tp, q_rank),
+        "mla_q": (T, q / tp, h),
+        "mla_kv_down": (T, kv_rank + rope, h),
+        "mla_kv_up": (T, kv_up / tp, kv_rank),
+    }
 
 
 def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
@@ -268,8 +288,12 @@ def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
     T, h, tp = comm.tokens_per_rank(c), c["hidden_size"], c["tp"]
     width = np.maximum(c["shared_expert_ffn_hidden_size"], 1.0)
     ffn = c["ffn_hidden_size"]
-    return {"shared_gate_up": (T, 2 * width / tp, h), "shared_down": (T, h, width / tp),
-            "dense_gate_up": (T, 2 * ffn / tp, h), "dense_down": (T, h, ffn / tp)}
+    return {
+        "shared_gate_up": (T, 2 * width / tp, h),
+        "shared_down": (T, h, width / tp),
+        "dense_gate_up": (T, 2 * ffn / tp, h),
+        "dense_down": (T, h, ffn / tp),
+    }
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
@@ -287,8 +311,9 @@ def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
     return 6 * T * n * k / (peak * eff) * param(c, "gemm_time_scale")
 
 
-def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = None
-                   ) -> dict[str, Array]:
+def step_breakdown(
+    c: Cols, perf: PerfModel, layer_params: LayerParams | None = None
+) -> dict[str, Array]:
     """Seconds per step by term, plus ``step_time_s``, ``tokens_per_s_per_gpu``, ``mfu``,
     ``bubble_frac`` and ``stage_compute_s`` (one micro-batch on the slowest stage).
     ``layer_params``: :meth:`LayerParams.of` ``c``, where already computed."""
@@ -296,8 +321,13 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     stage = _slowest_stage(c, layer_s, lm_head_compute_s(c, perf))
     spans = comm.spans_nodes(c)
     mb = _microbatch_terms(c, perf, stage, layer_s, attn_s, spans)
-    dense, experts = _stage_params(c, stage.layers, stage.is_last, stage.is_middle,
-                                   LayerParams.of(c) if layer_params is None else layer_params)
+    dense, experts = _stage_params(
+        c,
+        stage.layers,
+        stage.is_last,
+        stage.is_middle,
+        LayerParams.of(c) if layer_params is None else layer_params,
+    )
     params = dense + experts
     mb["memory_bound"] = _memory_bound_s(c, stage.layers, params)
     dp = comm.dp_times_s(c, perf, dense, experts)
@@ -306,19 +336,28 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     # NCCL kernels that overlap compute take SMs from it (module docstring).
     share = np.asarray(param(c, "nccl_sm_share"))
     slowdown = share / (1.0 - np.minimum(share, 0.9))
-    hidden_mb = (np.minimum(dp["zero3_per_microbatch"], compute_mb)
-                 + stage.layers * (np.minimum(mb.pop("cp_layer"), attn_s)
-                                   + mb.pop("tp_hidden_layer")))
+    hidden_mb = np.minimum(dp["zero3_per_microbatch"], compute_mb) + stage.layers * (
+        np.minimum(mb.pop("cp_layer"), attn_s) + mb.pop("tp_hidden_layer")
+    )
     fixed_mb = stage.layers * param(c, "layer_overhead_s") + param(c, "microbatch_overhead_s")
     overhead_mb = fixed_mb + slowdown * hidden_mb
-    work = (compute_mb + mb["tp_comm"] + mb["cp_comm"] + mb["ep_comm"] + mb["memory_bound"]
-            + mb["zero3_comm"] + overhead_mb)
+    work = (
+        compute_mb
+        + mb["tp_comm"]
+        + mb["cp_comm"]
+        + mb["ep_comm"]
+        + mb["memory_bound"]
+        + mb["zero3_comm"]
+        + overhead_mb
+    )
     # A pipelined stage takes at least its host floor per layer (module docstring); the time
     # the floor adds is reported as overhead.
     again = full_recompute_share(c) + per_op_recompute(c)
     floor_mb = stage.layers * np.where(
-        stage.piped, param(c, "pp_layer_floor_s") + c["tp"] * param(c, "pp_layer_floor_per_tp_s"),
-        param(c, "layer_floor_s") * (1.0 + again / 3.0))
+        stage.piped,
+        param(c, "pp_layer_floor_s") + c["tp"] * param(c, "pp_layer_floor_per_tp_s"),
+        param(c, "layer_floor_s") * (1.0 + again / 3.0),
+    )
     slot = np.maximum(work, floor_mb)
     mb["overhead"] = overhead_mb + (slot - work)
     # the reduction hides under the last micro-batch's backward, which lasts as long as its
@@ -326,8 +365,11 @@ def step_breakdown(c: Cols, perf: PerfModel, layer_params: LayerParams | None = 
     # (a framework whose buckets reduce as the backward fills them hides it under the whole
     # backward: FrameworkTraits.overlaps_dp_with_compute)
     overlapped = np.asarray(c.get("overlaps_dp_with_compute", 0.0)) > 0
-    window = (np.where(overlapped, 1.0, param(c, "dp_overlap")) * BACKWARD_SHARE
-              * np.maximum(compute_mb, floor_mb))
+    window = (
+        np.where(overlapped, 1.0, param(c, "dp_overlap"))
+        * BACKWARD_SHARE
+        * np.maximum(compute_mb, floor_mb)
+    )
     # ZeRO-1/2's weight gather: exposed, or under the first micro-batch's forward where the
     # framework waits for each bucket in the forward (a third of the slot)
     gather_window = np.where(overlapped, (1.0 - BACKWARD_SHARE) * slot, 0.0)
@@ -363,12 +405,12 @@ def _slowest_stage(c: Cols, layer_s: Array, head_s: Array) -> _Stage:
     slow_is_middle = middle_layers * layer_s > compute_mb
     stage_layers = np.where(slow_is_middle, middle_layers, stage_layers)
     compute_mb = np.where(slow_is_middle, middle_layers * layer_s, compute_mb)
-    return _Stage(stage_layers, compute_mb, slow_is_last & ~slow_is_middle, slow_is_middle,
-                  piped)
+    return _Stage(stage_layers, compute_mb, slow_is_last & ~slow_is_middle, slow_is_middle, piped)
 
 
-def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, attn_s: Array,
-                      spans: dict[str, Array]) -> dict[str, Array]:
+def _microbatch_terms(
+    c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, attn_s: Array, spans: dict[str, Array]
+) -> dict[str, Array]:
     """Per micro-batch on the slowest stage: its compute and exposed TP, CP and EP
     communication, ``cp_layer``, a layer's CP time, hidden or not, and ``tp_hidden_layer``, a
     layer's TP time that runs under its GEMMs.
@@ -382,14 +424,18 @@ def _microbatch_terms(c: Cols, perf: PerfModel, stage: _Stage, layer_s: Array, a
     layers = stage.layers
     # a framework whose TP runs synchronously pays the profile's time within a node
     # (FrameworkTraits.tp_comm_synchronous: torchtitan without async TP)
-    intra = np.where(np.asarray(c.get("tp_comm_synchronous", 0.0)) > 0, 1.0,
-                     param(c, "tp_comm_scale"))
+    intra = np.where(
+        np.asarray(c.get("tp_comm_synchronous", 0.0)) > 0, 1.0, param(c, "tp_comm_scale")
+    )
     tp_scale = np.where(spans["tp"] > 0, param(c, "tp_inter_comm_scale"), intra)
-    tp_latency = (spans["tp"] * comm.tp_ring_steps_per_layer(c)
-                  * param(c, "tp_inter_step_latency_s"))
+    tp_latency = spans["tp"] * comm.tp_ring_steps_per_layer(c) * param(c, "tp_inter_step_latency_s")
     tp_layer = comm.tp_time_per_layer_s(c, perf)
-    overlapped = ((np.asarray(c.get("tp_comm_overlap", 0.0)) > 0) & (spans["tp"] == 0)
-                  & (c["tp"] > 1) & (c["sequence_parallel"] > 0))
+    overlapped = (
+        (np.asarray(c.get("tp_comm_overlap", 0.0)) > 0)
+        & (spans["tp"] == 0)
+        & (c["tp"] > 1)
+        & (c["sequence_parallel"] > 0)
+    )
     exposed = np.maximum(tp_layer / np.maximum(c["tp"], 1.0), tp_layer - (layer_s - attn_s))
     tp_exposed = np.where(overlapped, exposed, tp_layer * tp_scale + tp_latency)
     cp_layer = comm.cp_time_per_layer_s(c, perf)
@@ -412,18 +458,36 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
     none = np.zeros_like(c["recompute"])
     act_bytes = layers * activations.activation_bytes_per_layer(
-        {**c, "recompute": none, "saves_gathered_tp_inputs": none, "fused_swiglu": none,
-         "fp8_saves_quantized_inputs": none}
+        {
+            **c,
+            "recompute": none,
+            "saves_gathered_tp_inputs": none,
+            "fused_swiglu": none,
+            "fp8_saves_quantized_inputs": none,
+        }
     )
     again = full_recompute_share(c) + per_op_recompute(c)
-    return (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
-            + GRAD_ACCUM_BYTES_PER_PARAM * params * c["fp32_grad_accumulation"]
-            * (1.0 - np.asarray(c.get("fused_wgrad_accumulation", 0.0)))) / c["hbm_bw"]
+    return (
+        ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
+        + GRAD_ACCUM_BYTES_PER_PARAM
+        * params
+        * c["fp32_grad_accumulation"]
+        * (1.0 - np.asarray(c.get("fused_wgrad_accumulation", 0.0)))
+    ) / c["hbm_bw"]
 
 
-def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
-                 spans: dict[str, Array], dp: dict[str, Array], window: Array,
-                 slowdown: Array, params: Array, gather_window: Array) -> dict[str, Array]:
+def _step_totals(
+    c: Cols,
+    perf: PerfModel,
+    mb: dict[str, Array],
+    slot: Array,
+    spans: dict[str, Array],
+    dp: dict[str, Array],
+    window: Array,
+    slowdown: Array,
+    params: Array,
+    gather_window: Array,
+) -> dict[str, Array]:
     """The step's terms from one micro-batch's (``mb``) and the slot's: the micro-batches,
     the bubble, the pipeline sends, the exposed DP reduction and the optimizer; and the
     headline outputs."""
@@ -434,13 +498,17 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
     transfers = slots * comm.pp_time_per_slot_s(c, perf) * param(c, "pp_comm_scale")
     # under an interleaved schedule that overlaps its sends with the next chunk's compute
     # (FrameworkTraits.overlaps_interleaved_pp_comm) the transfers are hidden
-    hidden_pp = np.where((np.asarray(c.get("overlaps_interleaved_pp_comm", 0.0)) > 0)
-                         & (c["vpp"] > 1), transfers, 0.0)
+    hidden_pp = np.where(
+        (np.asarray(c.get("overlaps_interleaved_pp_comm", 0.0)) > 0) & (c["vpp"] > 1),
+        transfers,
+        0.0,
+    )
     pp_s = transfers - hidden_pp + waits * param(c, "pp_slot_latency_s")
     dp_exposed = np.maximum(dp["grad_reduce"] - window, 0.0)
     gather_exposed = np.maximum(dp["param_gather"] - gather_window, 0.0)
-    dp_contention = slowdown * (np.minimum(dp["grad_reduce"], window)
-                                + np.minimum(dp["param_gather"], gather_window))
+    dp_contention = slowdown * (
+        np.minimum(dp["grad_reduce"], window) + np.minimum(dp["param_gather"], gather_window)
+    )
     updated = np.where(c["zero_stage"] >= 1, params / memory.zero_shard_ranks(c), params)
     out = {
         "compute": m * mb["compute"],
@@ -467,7 +535,10 @@ def _step_totals(c: Cols, perf: PerfModel, mb: dict[str, Array], slot: Array,
 
 
 def _stage_params(
-    c: Cols, layers: Array, is_last: NDArray[np.bool_], is_middle: NDArray[np.bool_],
+    c: Cols,
+    layers: Array,
+    is_last: NDArray[np.bool_],
+    is_middle: NDArray[np.bool_],
     params: LayerParams,
 ) -> tuple[Array, Array]:
     """(dense, expert) parameters of the slowest stage's rank (the first, the last or
@@ -475,9 +546,13 @@ def _stage_params(
     first = memory.stage_params(c, layers, first=True, last=False, per_layer=params)
     last = memory.stage_params(c, layers, first=False, last=True, per_layer=params)
     single = memory.stage_params(c, layers, first=True, last=True, per_layer=params)
-    middle = (memory.stage_params(c, layers, first=False, last=False,
-                                  start=pipeline.stage_start(c, 1.0), per_layer=params)
-              if is_middle.any() else first)
+    middle = (
+        memory.stage_params(
+            c, layers, first=False, last=False, start=pipeline.stage_start(c, 1.0), per_layer=params
+        )
+        if is_middle.any()
+        else first
+    )
     piped = c["pp"] > 1
     pick = [
         np.where(piped, np.where(is_middle, mt, np.where(is_last, lt, ft)), st)
@@ -487,7 +562,16 @@ def _stage_params(
 
 
 STEP_TERMS: tuple[str, ...] = (
-    "compute", "tp_comm", "cp_comm", "ep_comm", "memory_bound", "zero3_comm", "overhead",
-    "bubble", "pp_comm", "dp_comm", "optimizer",
+    "compute",
+    "tp_comm",
+    "cp_comm",
+    "ep_comm",
+    "memory_bound",
+    "zero3_comm",
+    "overhead",
+    "bubble",
+    "pp_comm",
+    "dp_comm",
+    "optimizer",
 )
 """Keys of :func:`step_breakdown` that sum to ``step_time_s``, in display order."""

@@ -40,9 +40,13 @@ class Block:
     """1 where the run ran out of memory, 0 where it completed, NaN otherwise (None: unknown)."""
 
     def take(self, mask: np.ndarray) -> Block:
-        return Block({k: v[mask] for k, v in self.cols.items()}, self.perf,
-                     self.step_time_s[mask], self.reserved_bytes[mask],
-                     None if self.oom is None else self.oom[mask])
+        return Block(
+            {k: v[mask] for k, v in self.cols.items()},
+            self.perf,
+            self.step_time_s[mask],
+            self.reserved_bytes[mask],
+            None if self.oom is None else self.oom[mask],
+        )
 
     def __len__(self) -> int:
         return len(self.step_time_s)
@@ -94,8 +98,9 @@ vs 21.7% and 0.92 vs 0.70; ``python benchmarks/analytic_vs_playbook.py --fit-on
 healthy|all`` prints both)."""
 
 
-def blocks_for_runs(runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
-                    ) -> tuple[list[Block], list[np.ndarray]]:
+def blocks_for_runs(
+    runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
+) -> tuple[list[Block], list[np.ndarray]]:
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
     (:func:`surrogate.runs.context.run_context`), one per (PerfModel, parameter set: the
     framework
@@ -123,8 +128,9 @@ def blocks_for_runs(runs: Any, profile: Any = None, *, sets: ParameterSets | Non
         gpus = c["gpus_per_node"] * c["num_nodes"]
         tps = sub["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
         step = np.where(done, tokens / (tps * gpus), np.nan)
-        reserved = np.where(done, sub["peak_mem_reserved_gib"].to_numpy(dtype=np.float64) * GIB,
-                            np.nan)
+        reserved = np.where(
+            done, sub["peak_mem_reserved_gib"].to_numpy(dtype=np.float64) * GIB, np.nan
+        )
         status = sub["status"].to_numpy()
         oom = np.where(status == "oom", 1.0, np.where(done, 0.0, np.nan))
         perf = resolve_perf_model(gpu, profiles[idx[0]])
@@ -141,5 +147,10 @@ def framework_version_of(block: Block) -> str:
 def healthy(block: Block, mfu: np.ndarray) -> Block:
     """The block with step times only for runs of measured MFU >= :data:`MIN_FIT_MFU`."""
     keep = np.isfinite(mfu) & (mfu >= MIN_FIT_MFU)
-    return Block(block.cols, block.perf, np.where(keep, block.step_time_s, np.nan),
-                 block.reserved_bytes, block.oom)
+    return Block(
+        block.cols,
+        block.perf,
+        np.where(keep, block.step_time_s, np.nan),
+        block.reserved_bytes,
+        block.oom,
+    )

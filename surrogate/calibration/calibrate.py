@@ -60,8 +60,9 @@ class _Exclusions:
         return tuple({"reason": r, "rows": n} for r, n in self.counts.most_common())
 
 
-def fit_smooth_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray,
-                    eff: np.ndarray) -> tuple[float, float, float, float, float]:
+def fit_smooth_gemm(
+    m: np.ndarray, n: np.ndarray, k: np.ndarray, eff: np.ndarray
+) -> tuple[float, float, float, float, float]:
     """Fit eff = e / (1 + c_m/m + c_n/n + c_k/k + c_0/(m n k)), c >= 0, on relative error.
 
     The c_0 term is a fixed launch cost (time = t0 + FLOPs / rate gives 1/eff = 1/e + const /
@@ -86,15 +87,26 @@ def fit_smooth_gemm(m: np.ndarray, n: np.ndarray, k: np.ndarray,
     if not coef[0] > 0:
         raise DataError("GEMM efficiencies too irregular to fit a positive peak efficiency")
     e = 1 / coef[0]
-    return (float(e), float(coef[1] * e), float(coef[2] * e), float(coef[3] * e),
-            float(coef[4] * e))
+    return (
+        float(e),
+        float(coef[1] * e),
+        float(coef[2] * e),
+        float(coef[3] * e),
+        float(coef[4] * e),
+    )
 
 
 def fit_gemm_curve(rows: pd.DataFrame, dtype: str, peak_flops: float) -> GemmCurve:
     """The grid curve of one dtype from GEMM rows (m, n, k, flops_per_s)."""
     eff_all = rows["flops_per_s"].to_numpy() / peak_flops
-    df = pd.DataFrame({"m": rows["m"].to_numpy(), "n": rows["n"].to_numpy(),
-                       "k": rows["k"].to_numpy(), "eff": eff_all})
+    df = pd.DataFrame(
+        {
+            "m": rows["m"].to_numpy(),
+            "n": rows["n"].to_numpy(),
+            "k": rows["k"].to_numpy(),
+            "eff": eff_all,
+        }
+    )
     med = df.groupby(["m", "n", "k"], as_index=False)["eff"].median()
     smooth = fit_smooth_gemm(*(med[c].to_numpy(dtype=np.float64) for c in ("m", "n", "k", "eff")))
     axes = [np.sort(med[c].unique()).astype(np.float64) for c in ("m", "n", "k")]
@@ -106,9 +118,17 @@ def fit_gemm_curve(rows: pd.DataFrame, dtype: str, peak_flops: float) -> GemmCur
     idx = [np.searchsorted(a, med[c].to_numpy()) for a, c in zip(axes, "mnk", strict=True)]
     grid[idx[0], idx[1], idx[2]] = med["eff"].to_numpy()
     measured[idx[0], idx[1], idx[2]] = True
-    return GemmCurve(dtype=dtype, m_axis=axes[0], n_axis=axes[1], k_axis=axes[2],
-                     efficiency=grid, measured=measured, smooth=smooth,
-                     provenance="measured", points=len(rows))
+    return GemmCurve(
+        dtype=dtype,
+        m_axis=axes[0],
+        n_axis=axes[1],
+        k_axis=axes[2],
+        efficiency=grid,
+        measured=measured,
+        smooth=smooth,
+        provenance="measured",
+        points=len(rows),
+    )
 
 
 def fit_latency_bandwidth(sizes: np.ndarray, times: np.ndarray) -> tuple[float, float]:
@@ -138,22 +158,39 @@ def isotonic_increasing(y: np.ndarray, w: np.ndarray) -> np.ndarray:
     return np.asarray(fit, dtype=np.float64)
 
 
-def fit_collective_curve(rows: pd.DataFrame, op: str, group_size: int,
-                         inter_node: bool) -> CollectiveCurve:
+def fit_collective_curve(
+    rows: pd.DataFrame, op: str, group_size: int, inter_node: bool
+) -> CollectiveCurve:
     """A measured curve from collective rows of one (op, group size, locality)."""
     grouped = rows.groupby("size_bytes")["time_s"]
     med, count = grouped.median().sort_index(), grouped.size().sort_index()
     sizes = med.index.to_numpy(dtype=np.float64)
-    times = np.exp(isotonic_increasing(np.log(med.to_numpy(dtype=np.float64)),
-                                       count.to_numpy(dtype=np.float64)))
+    times = np.exp(
+        isotonic_increasing(
+            np.log(med.to_numpy(dtype=np.float64)), count.to_numpy(dtype=np.float64)
+        )
+    )
     lat, bw = fit_latency_bandwidth(sizes, times)
-    return CollectiveCurve(op=op, group_size=group_size, inter_node=inter_node,
-                           sizes_bytes=sizes, times_s=times, provenance="measured",
-                           points=len(rows), latency_s=lat, algbw_bytes_per_s=bw)
+    return CollectiveCurve(
+        op=op,
+        group_size=group_size,
+        inter_node=inter_node,
+        sizes_bytes=sizes,
+        times_s=times,
+        provenance="measured",
+        points=len(rows),
+        latency_s=lat,
+        algbw_bytes_per_s=bw,
+    )
 
 
-def _derive(base: CollectiveCurve, op: str, group_size: int, why: str,
-            cap_bw_bytes_per_s: float | None = None) -> CollectiveCurve:
+def _derive(
+    base: CollectiveCurve,
+    op: str,
+    group_size: int,
+    why: str,
+    cap_bw_bytes_per_s: float | None = None,
+) -> CollectiveCurve:
     """``op`` at ``group_size`` with the bus bandwidth of ``base`` at each size."""
     factor = float(bus_factor(op, group_size) / bus_factor(base.op, base.group_size))
     times = base.times_s * factor
@@ -162,10 +199,18 @@ def _derive(base: CollectiveCurve, op: str, group_size: int, why: str,
         why += f"; bandwidth capped at the datasheet network rate {cap_bw_bytes_per_s:.3g} B/s"
     times = np.maximum.accumulate(times)
     lat, bw = fit_latency_bandwidth(base.sizes_bytes, times)
-    return CollectiveCurve(op=op, group_size=group_size, inter_node=base.inter_node,
-                           sizes_bytes=base.sizes_bytes.copy(), times_s=times,
-                           provenance="extrapolated", derived_from=why, points=0,
-                           latency_s=lat, algbw_bytes_per_s=bw)
+    return CollectiveCurve(
+        op=op,
+        group_size=group_size,
+        inter_node=base.inter_node,
+        sizes_bytes=base.sizes_bytes.copy(),
+        times_s=times,
+        provenance="extrapolated",
+        derived_from=why,
+        points=0,
+        latency_s=lat,
+        algbw_bytes_per_s=bw,
+    )
 
 
 def _complete(curves: list[CollectiveCurve], gpu: str) -> list[CollectiveCurve]:
@@ -176,12 +221,13 @@ def _complete(curves: list[CollectiveCurve], gpu: str) -> list[CollectiveCurve]:
         where = "inter-node" if inter else "intra-node"
         groups = sorted({c.group_size for c in curves if c.inter_node == inter})
         for op in COLLECTIVE_OPS:
-            for g in ([2] if op == "send_recv" else groups):
+            for g in [2] if op == "send_recv" else groups:
                 if (op, g, inter) in have:
                     continue
                 same = [c for c in curves if c.op == op and c.inter_node == inter]
-                cap = get_gpu(gpu).inter_node_bw_bytes_per_s if inter and op == "send_recv" \
-                    else None
+                cap = (
+                    get_gpu(gpu).inter_node_bw_bytes_per_s if inter and op == "send_recv" else None
+                )
                 if same:
                     base = min(same, key=lambda c: abs(math.log2(c.group_size) - math.log2(g)))
                     why = f"{where} {op} measured at group {base.group_size}, equal busbw"
@@ -190,21 +236,27 @@ def _complete(curves: list[CollectiveCurve], gpu: str) -> list[CollectiveCurve]:
                     if not ar:
                         continue
                     base = min(ar, key=lambda c: abs(math.log2(c.group_size) - math.log2(g)))
-                    why = (f"{where} all_reduce measured at group {base.group_size}, "
-                           "equal busbw")
+                    why = f"{where} all_reduce measured at group {base.group_size}, equal busbw"
                 d = _derive(base, op, g, why, cap)
                 have[(op, g, inter)] = d
                 out.append(d)
     return sorted(out, key=lambda c: (c.inter_node, COLLECTIVE_OPS.index(c.op), c.group_size))
 
 
-def _gemm_curves(gemm: pd.DataFrame, spec: GPUSpec, gpu: str, ex: _Exclusions,
-                 used: pd.Series, notes_out: list[str]) -> dict[str, GemmCurve]:
+def _gemm_curves(
+    gemm: pd.DataFrame,
+    spec: GPUSpec,
+    gpu: str,
+    ex: _Exclusions,
+    used: pd.Series,
+    notes_out: list[str],
+) -> dict[str, GemmCurve]:
     """The GEMM efficiency curve of each dtype from the GPU's GEMM rows (batch 1, bf16 or fp8;
     a series over the dense peak is excluded as suspect); fp8 takes bf16's where it has none.
     Exclusions, the rows used and notes are recorded in ``ex``, ``used`` and ``notes_out``."""
-    ex.add("GEMM batch > 1 (the analytic model asks unbatched shapes)",
-           int((gemm["batch"] != 1).sum()))
+    ex.add(
+        "GEMM batch > 1 (the analytic model asks unbatched shapes)", int((gemm["batch"] != 1).sum())
+    )
     gemm = gemm[gemm["batch"] == 1]
     other = ~gemm["dtype"].isin(GEMM_DTYPES)
     for d, n in gemm.loc[other, "dtype"].value_counts().items():
@@ -217,29 +269,40 @@ def _gemm_curves(gemm: pd.DataFrame, spec: GPUSpec, gpu: str, ex: _Exclusions,
         peak = spec.peak_flops(dtype)
         over = rows["flops_per_s"] > peak
         if over.any():
-            ex.add(f"GEMM {dtype}: suspect series, {int(over.sum())} of {len(rows)} points exceed "
-                   f"the dense peak {peak:.4g} FLOP/s (max {rows['flops_per_s'].max():.4g})",
-                   len(rows))
-            notes_out.append(f"GEMM {dtype} measurements excluded as suspect: some exceed the "
-                             f"{gpu} dense {dtype} peak")
+            ex.add(
+                f"GEMM {dtype}: suspect series, {int(over.sum())} of {len(rows)} points exceed "
+                f"the dense peak {peak:.4g} FLOP/s (max {rows['flops_per_s'].max():.4g})",
+                len(rows),
+            )
+            notes_out.append(
+                f"GEMM {dtype} measurements excluded as suspect: some exceed the "
+                f"{gpu} dense {dtype} peak"
+            )
             continue
         curves[dtype] = fit_gemm_curve(rows, dtype, peak)
         used[rows.index] = True
     if "bf16" in curves and "fp8" not in curves:
         b = curves["bf16"]
         curves["fp8"] = GemmCurve(
-            dtype="fp8", m_axis=b.m_axis, n_axis=b.n_axis, k_axis=b.k_axis,
-            efficiency=b.efficiency, measured=np.zeros_like(b.measured), smooth=b.smooth,
+            dtype="fp8",
+            m_axis=b.m_axis,
+            n_axis=b.n_axis,
+            k_axis=b.k_axis,
+            efficiency=b.efficiency,
+            measured=np.zeros_like(b.measured),
+            smooth=b.smooth,
             provenance="extrapolated",
             derived_from="no trusted fp8 measurement: the bf16 efficiency (fraction of the "
-                         "dense peak) is assumed, applied to the fp8 peak")
+            "dense peak) is assumed, applied to the fp8 peak",
+        )
     if not curves:
         notes_out.append("no GEMM measurement: GEMM efficiency is the datasheet default")
     return curves
 
 
-def _attention_curve(t: pd.DataFrame, spec: GPUSpec, ex: _Exclusions, used: pd.Series,
-                     notes_out: list[str]) -> GemmCurve | None:
+def _attention_curve(
+    t: pd.DataFrame, spec: GPUSpec, ex: _Exclusions, used: pd.Series, notes_out: list[str]
+) -> GemmCurve | None:
     """The causal flash attention curve from the GPU's bf16 attention rows, None without any
     (or where a point exceeds the dense peak: a suspect series, excluded)."""
     attn = t[(t["op"] == ATTENTION_OP) & (t["dtype"] == "bf16")]
@@ -247,25 +310,37 @@ def _attention_curve(t: pd.DataFrame, spec: GPUSpec, ex: _Exclusions, used: pd.S
     if not attn.empty:
         peak = spec.peak_flops("bf16")
         if (attn["flops_per_s"] > peak).any():
-            ex.add(f"attention: suspect series, some points exceed the dense bf16 peak {peak:.4g}",
-                   len(attn))
+            ex.add(
+                f"attention: suspect series, some points exceed the dense bf16 peak {peak:.4g}",
+                len(attn),
+            )
         else:
             # query rows x heads, keys, head width (surrogate.hardware.profile's attention axes)
-            axes = pd.DataFrame({"m": attn["m"] * attn["batch"], "n": attn["m"], "k": attn["k"],
-                                 "flops_per_s": attn["flops_per_s"]})
-            attention = replace(fit_gemm_curve(axes, "bf16", peak),
-                                derived_from=f"{ATTENTION_OP}: causal flash attention")
+            axes = pd.DataFrame(
+                {
+                    "m": attn["m"] * attn["batch"],
+                    "n": attn["m"],
+                    "k": attn["k"],
+                    "flops_per_s": attn["flops_per_s"],
+                }
+            )
+            attention = replace(
+                fit_gemm_curve(axes, "bf16", peak),
+                derived_from=f"{ATTENTION_OP}: causal flash attention",
+            )
             used[attn.index] = True
             notes_out.append(
                 f"Attention: causal flash attention forward + backward ({ATTENTION_OP}, "
                 f"{len(attn)} points, head widths "
                 f"{', '.join(str(int(k)) for k in sorted(attn['k'].unique()))}, sequences "
-                f"{int(attn['m'].min())}..{int(attn['m'].max())}), counted at the full FLOPs")
+                f"{int(attn['m'].min())}..{int(attn['m'].max())}), counted at the full FLOPs"
+            )
     return attention
 
 
-def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
-                notes: tuple[str, ...] = ()) -> CalibrationProfile:
+def fit_profile(
+    table: pd.DataFrame, gpu: str, *, name: str | None = None, notes: tuple[str, ...] = ()
+) -> CalibrationProfile:
     """Fit a profile for ``gpu`` from a microbenchmark table (see the module doc).
 
     Raises DataError if the table has no usable row for the GPU.
@@ -278,8 +353,10 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
         ex.add(f"hardware {hw} is not {gpu}", int(n))
     t = t[t["hardware"] == gpu]
     if t.empty:
-        raise DataError(f"the microbenchmark table has no rows for hardware {gpu}; "
-                        f"it has {', '.join(sorted(set(table['hardware']))) or 'no rows'}")
+        raise DataError(
+            f"the microbenchmark table has no rows for hardware {gpu}; "
+            f"it has {', '.join(sorted(set(table['hardware']))) or 'no rows'}"
+        )
     used = pd.Series(False, index=t.index)
 
     notes_out = list(notes)
@@ -288,8 +365,9 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
 
     coll = t[t["op"].isin(COLLECTIVE_OPS)]
     measured: list[CollectiveCurve] = []
-    keys = pd.DataFrame({"op": coll["op"], "g": coll["group_size"].astype(int),
-                         "inter": coll["nodes"] > 1})
+    keys = pd.DataFrame(
+        {"op": coll["op"], "g": coll["group_size"].astype(int), "inter": coll["nodes"] > 1}
+    )
     for key in keys.drop_duplicates().itertuples(index=False):
         op, g, inter = str(key[0]), int(key[1]), bool(key[2])
         sel = (keys["op"] == op) & (keys["g"] == g) & (keys["inter"] == inter)
@@ -302,29 +380,50 @@ def fit_profile(table: pd.DataFrame, gpu: str, *, name: str | None = None,
         laws = "; ".join(
             f"{cv.op}: {len(cv.nodes)} node counts "
             f"({', '.join(f'{n:g}' for n in cv.nodes)}), beyond them law {cv.law}"
-            + (" (chosen by held-out node counts: "
-               + ", ".join(f"{k} {v:.3f}" for k, v in sorted(cv.law_scores.items(),
-                                                              key=lambda kv: kv[1])) + ")"
-               if cv.law_scores else " (fewer than 3 node counts: nothing to choose on)")
-            for cv in fabric.curves.values())
+            + (
+                " (chosen by held-out node counts: "
+                + ", ".join(
+                    f"{k} {v:.3f}" for k, v in sorted(cv.law_scores.items(), key=lambda kv: kv[1])
+                )
+                + ")"
+                if cv.law_scores
+                else " (fewer than 3 node counts: nothing to choose on)"
+            )
+            for cv in fabric.curves.values()
+        )
         notes_out.append(
             "Inter-node collectives: time = latency + size x bus factor / (ranks per node x "
             f"{spec.inter_node_bw_bytes_per_s:.3g} B/s per NIC x fabric efficiency by node "
-            f"count) (surrogate.hardware.fabric); {laws}; ops without a curve use all_reduce's")
+            f"count) (surrogate.hardware.fabric); {laws}; ops without a curve use all_reduce's"
+        )
     elif not any(c.inter_node for c in all_curves):
-        notes_out.append("no inter-node measurement: inter-node collectives use the datasheet "
-                         "model")
+        notes_out.append(
+            "no inter-node measurement: inter-node collectives use the datasheet model"
+        )
     notes_out.append(
         "group sizes without a curve use the nearest curve of the same op and locality with "
         "equal busbw; sizes beyond the largest measured keep its algbw; below the smallest, "
-        "its time")
-    srcs = (t[used].groupby(["source", "file", "run_id"]).size().reset_index(name="rows"))
-    sources = tuple({"source": str(r["source"]), "file": str(r["file"]),
-                     "run_id": str(r["run_id"]), "rows": int(r["rows"])}
-                    for r in srcs.to_dict("records"))
+        "its time"
+    )
+    srcs = t[used].groupby(["source", "file", "run_id"]).size().reset_index(name="rows")
+    sources = tuple(
+        {
+            "source": str(r["source"]),
+            "file": str(r["file"]),
+            "run_id": str(r["run_id"]),
+            "rows": int(r["rows"]),
+        }
+        for r in srcs.to_dict("records")
+    )
     return CalibrationProfile(
-        name=name or f"{gpu} calibrated", gpu=gpu,
+        name=name or f"{gpu} calibrated",
+        gpu=gpu,
         created=datetime.now(UTC).isoformat(timespec="seconds"),
-        gemm=curves, collectives=tuple(all_curves), sources=sources,
-        excluded=ex.as_list(), notes=tuple(notes_out), fabric=fabric, attention=attention,
+        gemm=curves,
+        collectives=tuple(all_curves),
+        sources=sources,
+        excluded=ex.as_list(),
+        notes=tuple(notes_out),
+        fabric=fabric,
+        attention=attention,
     )

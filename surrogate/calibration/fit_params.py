@@ -55,10 +55,10 @@ from surrogate.config.training import config_from_flat
 from surrogate.errors import DataError
 from surrogate.io.atomic import atomic_write
 
-TIME_PARAMETERS: tuple[str, ...] = tuple(
-    p.name for p in PARAMETERS.values() if p.kind == "time")
+TIME_PARAMETERS: tuple[str, ...] = tuple(p.name for p in PARAMETERS.values() if p.kind == "time")
 MEMORY_PARAMETERS: tuple[str, ...] = tuple(
-    p.name for p in PARAMETERS.values() if p.kind == "memory")
+    p.name for p in PARAMETERS.values() if p.kind == "memory"
+)
 ROBUST_LOSS = "soft_l1"
 ROBUST_SCALE = 0.2
 NOISE_FLOOR = 1e-3
@@ -72,6 +72,7 @@ OWN_MIN_RUNS = 5
 few parameters they inform and leave the rest at their priors (:func:`own_sets` gives the
 figures from 10 runs)."""
 
+
 @dataclass
 class ParameterFit:
     """Fitted values of some parameters, their standard deviations, and the fit's residuals."""
@@ -82,6 +83,7 @@ class ParameterFit:
     log_rmse: float
     extra: dict[str, Any] = field(default_factory=dict)
 
+
 def free_bounds(params: Sequence[FreeParameter]) -> tuple[np.ndarray, np.ndarray]:
     """Each parameter's physical range in the space the fit works in (log of a positive value,
     the value of a signed one; a fraction's logit is unbounded)."""
@@ -89,8 +91,15 @@ def free_bounds(params: Sequence[FreeParameter]) -> tuple[np.ndarray, np.ndarray
     ub = np.array([np.inf if p.is_fraction else float(p.to_free(p.upper)) for p in params])
     return lb, ub
 
-def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, target: str,
-         fixed: dict[str, float], weights: Sequence[float] | None = None) -> ParameterFit:
+
+def _fit(
+    blocks: Sequence[Block],
+    names: Sequence[str],
+    predict: Predictor,
+    target: str,
+    fixed: dict[str, float],
+    weights: Sequence[float] | None = None,
+) -> ParameterFit:
     params: list[FreeParameter] = [PARAMETERS[n] for n in names]
     root_w = np.sqrt(np.ones(len(blocks)) if weights is None else np.asarray(weights, float))
     ys = [getattr(b, target) for b in blocks]
@@ -102,13 +111,17 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
     widths = np.array([p.prior_width for p in params])
 
     def values_of(z: np.ndarray) -> dict[str, float]:
-        return {**fixed, **{p.name: float(p.from_free(zi)) for p, zi in zip(params, z,
-                                                                            strict=True)}}
+        return {
+            **fixed,
+            **{p.name: float(p.from_free(zi)) for p, zi in zip(params, z, strict=True)},
+        }
 
     def data_residuals(z: np.ndarray) -> np.ndarray:
         vals = values_of(z)
-        parts = [w * np.log(predict(b, vals)[m] / y[m])
-                 for b, y, m, w in zip(blocks, ys, masks, root_w, strict=True)]
+        parts = [
+            w * np.log(predict(b, vals)[m] / y[m])
+            for b, y, m, w in zip(blocks, ys, masks, root_w, strict=True)
+        ]
         return np.concatenate(parts)
 
     noise = 1.0
@@ -118,20 +131,34 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
 
     # Twice: the data residuals are weighed by their own spread (first guessed at 1, then the
     # first fit's), so a prior counts as one measurement of typical error.
-    start = np.array([float(p.to_free(p.prior if p.fit_start is None else p.fit_start))
-                      for p in params])
+    start = np.array(
+        [float(p.to_free(p.prior if p.fit_start is None else p.fit_start)) for p in params]
+    )
     # The physical range bounds the search itself (a value clipped inside the residuals would
     # leave the search a flat region past the bound, where it stalls short of the optimum).
     lb, ub = free_bounds(params)
-    finite = np.where(np.isfinite(lb), np.abs(lb), 0.0) + np.where(np.isfinite(ub), np.abs(ub),
-                                                                     0.0)
+    finite = np.where(np.isfinite(lb), np.abs(lb), 0.0) + np.where(np.isfinite(ub), np.abs(ub), 0.0)
     inside = 1e-9 * np.maximum(finite, 1.0)
     start = np.clip(start, lb + inside, ub - inside)
-    sol = least_squares(residuals, start, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
-                        f_scale=ROBUST_SCALE, bounds=(lb, ub))
+    sol = least_squares(
+        residuals,
+        start,
+        method="trf",
+        diff_step=1e-4,
+        loss=ROBUST_LOSS,
+        f_scale=ROBUST_SCALE,
+        bounds=(lb, ub),
+    )
     noise = max(float(np.sqrt(np.mean(data_residuals(sol.x) ** 2))), NOISE_FLOOR)
-    sol = least_squares(residuals, sol.x, method="trf", diff_step=1e-4, loss=ROBUST_LOSS,
-                        f_scale=ROBUST_SCALE, bounds=(lb, ub))
+    sol = least_squares(
+        residuals,
+        sol.x,
+        method="trf",
+        diff_step=1e-4,
+        loss=ROBUST_LOSS,
+        f_scale=ROBUST_SCALE,
+        bounds=(lb, ub),
+    )
     data = data_residuals(sol.x)
     sigma2 = float(np.mean(data**2))
     J = sol.jac
@@ -146,31 +173,42 @@ def _fit(blocks: Sequence[Block], names: Sequence[str], predict: Predictor, targ
         v = values[p.name]
         dv = v * (1 - v) if p.is_fraction else v
         sd[p.name] = float(abs(dv) * np.sqrt(max(cov[i, i], 0.0)))
-    return ParameterFit({p.name: values[p.name] for p in params}, sd, runs,
-                        float(np.sqrt(sigma2)))
+    return ParameterFit({p.name: values[p.name] for p in params}, sd, runs, float(np.sqrt(sigma2)))
 
-def fit_time(blocks: Sequence[Block], names: Sequence[str] = TIME_PARAMETERS,
-             fixed: dict[str, float] | None = None,
-             weights: Sequence[float] | None = None) -> ParameterFit:
+
+def fit_time(
+    blocks: Sequence[Block],
+    names: Sequence[str] = TIME_PARAMETERS,
+    fixed: dict[str, float] | None = None,
+    weights: Sequence[float] | None = None,
+) -> ParameterFit:
     """Fit time parameters ``names`` on the blocks' measured step times (each block's log
     residuals weighed by ``weights``, one per block; 1 by default)."""
     return _fit(blocks, names, predicted_step_s, "step_time_s", dict(fixed or {}), weights)
 
-def fit_memory(blocks: Sequence[Block], names: Sequence[str] = MEMORY_PARAMETERS,
-               fixed: dict[str, float] | None = None,
-               weights: Sequence[float] | None = None) -> ParameterFit:
+
+def fit_memory(
+    blocks: Sequence[Block],
+    names: Sequence[str] = MEMORY_PARAMETERS,
+    fixed: dict[str, float] | None = None,
+    weights: Sequence[float] | None = None,
+) -> ParameterFit:
     """Fit memory parameters on measured peak reserved memory; ``extra['memory_log_sd']`` is
     the standard deviation of the fitted log residuals, ``extra['oom_log_margin']`` the OOM
     boundary fitted with it (:func:`fit_oom_margin`): together they turn memory into p_oom."""
-    fit = _fit(blocks, names, predicted_logged_reserved, "reserved_bytes", dict(fixed or {}),
-               weights)
+    fit = _fit(
+        blocks, names, predicted_logged_reserved, "reserved_bytes", dict(fixed or {}), weights
+    )
     fit.extra["memory_log_sd"] = fit.log_rmse
     fit.extra["oom_log_margin"] = fit_oom_margin(
-        blocks, {**(fixed or {}), **fit.values}, fit.log_rmse)
+        blocks, {**(fixed or {}), **fit.values}, fit.log_rmse
+    )
     return fit
+
 
 MIN_OOM_LABELS = 5
 """Fewest runs of each outcome (completed, out of memory) :func:`fit_oom_margin` fits on."""
+
 
 def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float) -> float:
     """The ``oom_log_margin`` that makes the completed and out-of-memory runs of ``blocks``
@@ -205,9 +243,13 @@ def fit_oom_margin(blocks: Sequence[Block], values: dict[str, float], sd: float)
     best = minimize_scalar(nll, bounds=(prior.lower, prior.upper), method="bounded")
     return float(best.x)
 
-def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
-               fit: Callable[[Sequence[Block]], ParameterFit],
-               predict: Predictor) -> tuple[list[Array], list[ParameterFit]]:
+
+def grouped_cv(
+    blocks: Sequence[Block],
+    groups: Sequence[np.ndarray],
+    fit: Callable[[Sequence[Block]], ParameterFit],
+    predict: Predictor,
+) -> tuple[list[Array], list[ParameterFit]]:
     """Leave each group out: fit on the rest, predict the group. ``groups`` holds one label
     array per block. Returns the held-out predictions (one array per block, NaN where a run's
     group was never held out) and each fold's fit."""
@@ -224,7 +266,9 @@ def grouped_cv(blocks: Sequence[Block], groups: Sequence[np.ndarray],
                 preds[i][m] = predict(b.take(m), f.values)
     return preds, fits
 
+
 FitOn = Literal["all", "healthy"]
+
 
 def _fitted_set(bs: Sequence[Block], fit_bs: Sequence[Block]) -> tuple[dict[str, Any], bool]:
     """One framework version's fitted set (:func:`fit_runs`): its time parameters fitted on
@@ -232,25 +276,38 @@ def _fitted_set(bs: Sequence[Block], fit_bs: Sequence[Block]) -> tuple[dict[str,
     and whether they did."""
     n_mem = sum(int(np.isfinite(b.reserved_bytes).sum()) for b in bs)
     t = fit_time(fit_bs)
-    entry: dict[str, Any] = {"values": dict(t.values), "sd": dict(t.sd),
-                             "runs": {"time": t.runs, "memory": 0},
-                             "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
-                             "clusters": sorted({cluster_key(b.perf.name) for b in bs})}
+    entry: dict[str, Any] = {
+        "values": dict(t.values),
+        "sd": dict(t.sd),
+        "runs": {"time": t.runs, "memory": 0},
+        "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
+        "clusters": sorted({cluster_key(b.perf.name) for b in bs}),
+    }
     # a table of throughput alone (no peak memory: e.g. llm-foundry's) fits the time
     # parameters; its memory ones keep their priors
     with_memory = n_mem >= MIN_RUNS
     if with_memory:
         m = fit_memory(bs)
-        entry["values"] |= {**m.values, "memory_log_sd": m.extra["memory_log_sd"],
-                            "oom_log_margin": m.extra["oom_log_margin"]}
+        entry["values"] |= {
+            **m.values,
+            "memory_log_sd": m.extra["memory_log_sd"],
+            "oom_log_margin": m.extra["oom_log_margin"],
+        }
         entry["sd"] |= m.sd
         entry["runs"]["memory"] = m.runs
         entry["log_rmse"]["memory"] = m.log_rmse
     return entry, with_memory
 
-def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_name",
-             fit_on: FitOn = "all", min_runs: int = MIN_RUNS,
-             sets: ParameterSets | None = None) -> dict[str, Any]:
+
+def fit_runs(
+    runs: Any,
+    profile: Any = None,
+    *,
+    group_by: str | None = "model_name",
+    fit_on: FitOn = "all",
+    min_runs: int = MIN_RUNS,
+    sets: ParameterSets | None = None,
+) -> dict[str, Any]:
     """Fit every framework version's parameters on ``runs``; report grouped cross-validation.
 
     Returns ``{"sets": {fv: {...}}, "cv": {...}}``: per framework version the fitted values,
@@ -271,8 +328,9 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     by_fv: dict[str, list[int]] = {}
     for i, b in enumerate(blocks):
         by_fv.setdefault(framework_version_of(b), []).append(i)
-    groups_all = (runs[group_by].astype(str).to_numpy()
-                  if group_by is not None and group_by in runs else None)
+    groups_all = (
+        runs[group_by].astype(str).to_numpy() if group_by is not None and group_by in runs else None
+    )
     fitted: dict[str, Any] = {}
     held_step = np.full(len(runs), np.nan)
     held_mem = np.full(len(runs), np.nan)
@@ -281,8 +339,11 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
     held_peak = np.full(len(runs), np.nan)
     for fv, ids in sorted(by_fv.items()):
         bs = [blocks[i] for i in ids]
-        fit_bs = bs if fit_on == "all" else [
-            healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids, strict=True)]
+        fit_bs = (
+            bs
+            if fit_on == "all"
+            else [healthy(b, mfu_all[rows[i]]) for b, i in zip(bs, ids, strict=True)]
+        )
         n_time = sum(int(np.isfinite(b.step_time_s).sum()) for b in fit_bs)
         if n_time < min_runs:
             continue
@@ -300,7 +361,8 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                         held_mem[rows[i]] = p_m
                 entry["fold_sd"] = {
                     k: float(np.std([f.values[k] for f in tf + mf if k in f.values]))
-                    for k in entry["sd"]}
+                    for k in entry["sd"]
+                }
                 # Every fold's memory error and OOM margin, for the held-out OOM probabilities.
                 labels = sorted({g for arr in gs for g in np.unique(arr)}, key=str)
                 for g, f in zip(labels if mf else [], mf, strict=True):
@@ -309,15 +371,25 @@ def fit_runs(runs: Any, profile: Any = None, *, group_by: str | None = "model_na
                         held_margin[rows[i][arr == g]] = f.extra["oom_log_margin"]
                         if (arr == g).any():
                             held_peak[rows[i][arr == g]] = predicted_reserved(
-                                blocks[i].take(arr == g), f.values)
+                                blocks[i].take(arr == g), f.values
+                            )
         fitted[fv] = entry
-    return {"sets": fitted, "held_out": {"step_time_s": held_step, "reserved_bytes": held_mem,
-                                       "peak_reserved_bytes": held_peak,
-                                       "memory_log_sd": held_sd,
-                                       "oom_log_margin": held_margin},
-            "group_by": group_by, "fit_on": fit_on}
+    return {
+        "sets": fitted,
+        "held_out": {
+            "step_time_s": held_step,
+            "reserved_bytes": held_mem,
+            "peak_reserved_bytes": held_peak,
+            "memory_log_sd": held_sd,
+            "oom_log_margin": held_margin,
+        },
+        "group_by": group_by,
+        "fit_on": fit_on,
+    }
+
 
 Balance = Literal["runs", "sets"]
+
 
 def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[float]:
     """One weight per block: 1 (``runs``: every run counts once), or each parameter set's runs
@@ -331,11 +403,22 @@ def _balanced(blocks: Sequence[Block], target: str, balance: Balance) -> list[fl
         counts[fv] = counts.get(fv, 0) + int(np.isfinite(getattr(b, target)).sum())
     measured = {fv: n for fv, n in counts.items() if n}
     total = sum(measured.values())
-    return [total / (len(measured) * measured[framework_version_of(b)])
-            if framework_version_of(b) in measured else 0.0 for b in blocks]
+    return [
+        total / (len(measured) * measured[framework_version_of(b)])
+        if framework_version_of(b) in measured
+        else 0.0
+        for b in blocks
+    ]
 
-def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
-                min_runs: int = MIN_RUNS, sets: ParameterSets | None = None) -> dict[str, Any]:
+
+def fit_default(
+    runs: Any,
+    profile: Any = None,
+    *,
+    balance: Balance = "sets",
+    min_runs: int = MIN_RUNS,
+    sets: ParameterSets | None = None,
+) -> dict[str, Any]:
     """The default set (:data:`~surrogate.analytic.params.DEFAULT_SET`): the framework-scoped
     parameters fitted on every run of ``runs`` together, whatever its framework, for the
     framework versions, GPUs and clusters that have no set of their own. Each run is explained
@@ -355,21 +438,29 @@ def fit_default(runs: Any, profile: Any = None, *, balance: Balance = "sets",
     memory_names = [n for n in MEMORY_PARAMETERS if PARAMETERS[n].scope == "framework"]
     t = fit_time(blocks, time_names, weights=_balanced(blocks, "step_time_s", balance))
     entry: dict[str, Any] = {
-        "values": dict(t.values), "sd": dict(t.sd), "runs": {"time": t.runs, "memory": 0},
+        "values": dict(t.values),
+        "sd": dict(t.sd),
+        "runs": {"time": t.runs, "memory": 0},
         "log_rmse": {"time": t.log_rmse, "memory": float("nan")},
-        "pooled": sorted({framework_version_of(b) for b in blocks}), "balance": balance}
+        "pooled": sorted({framework_version_of(b) for b in blocks}),
+        "balance": balance,
+    }
     if sum(int(np.isfinite(b.reserved_bytes).sum()) for b in blocks) >= min_runs:
-        m = fit_memory(blocks, memory_names,
-                       weights=_balanced(blocks, "reserved_bytes", balance))
-        entry["values"] |= {**m.values, "memory_log_sd": m.extra["memory_log_sd"],
-                            "oom_log_margin": m.extra["oom_log_margin"]}
+        m = fit_memory(blocks, memory_names, weights=_balanced(blocks, "reserved_bytes", balance))
+        entry["values"] |= {
+            **m.values,
+            "memory_log_sd": m.extra["memory_log_sd"],
+            "oom_log_margin": m.extra["oom_log_margin"],
+        }
         entry["sd"] |= m.sd
         entry["runs"]["memory"] = m.runs
         entry["log_rmse"]["memory"] = m.log_rmse
     return entry
 
-def own_sets(runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
-             ) -> dict[str, Any]:
+
+def own_sets(
+    runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
+) -> dict[str, Any]:
     """Parameter sets fitted on ``runs`` for the sets they take (``LayoutConfig.parameter_set``)
     that ``sets`` (None: the shipped ones) lack: a user's own framework,
     calibrated by their own runs before any learned correction (:func:`fit_runs` on those runs, no
@@ -387,35 +478,48 @@ def own_sets(runs: Any, profile: Any = None, *, sets: ParameterSets | None = Non
     mine = np.array([fv not in base for fv in taken], dtype=bool)
     if not mine.any():
         return {}
-    fitted = fit_runs(runs[mine].reset_index(drop=True), profile, group_by=None,
-                      min_runs=OWN_MIN_RUNS, sets=base)["sets"]
+    fitted = fit_runs(
+        runs[mine].reset_index(drop=True), profile, group_by=None, min_runs=OWN_MIN_RUNS, sets=base
+    )["sets"]
     return {fv: {"values": dict(entry["values"])} for fv, entry in fitted.items()}
+
 
 def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:
     """Write the fitted sets of :func:`fit_runs` as the JSON :mod:`surrogate.analytic.params`
     reads (``surrogate/data/analytic_params.json`` ships one)."""
-    time_runs = ("all completed runs" if result.get("fit_on", "all") == "all"
-                 else f"completed runs of MFU >= {MIN_FIT_MFU:.0%}")
+    time_runs = (
+        "all completed runs"
+        if result.get("fit_on", "all") == "all"
+        else f"completed runs of MFU >= {MIN_FIT_MFU:.0%}"
+    )
     doc = {
         "format": "surrogate.analytic_params/1",
         "source": source,
         "fitted": datetime.now(UTC).strftime("%Y-%m-%d"),
-        "method": (f"per framework version: least squares ({ROBUST_LOSS}, scale "
-                   f"{ROBUST_SCALE}) on log step time of {time_runs} and on log peak "
-                   "reserved memory of all completed runs, "
-                   "with one prior term per parameter; memory_log_sd: the memory fit's "
-                   "residual spread; oom_log_margin: maximum likelihood on completed vs "
-                   "out-of-memory runs; sd: Gauss-Newton"
-                   + ("" if result["group_by"] is None else
-                      f"; fold_sd: spread over leave-one-{result['group_by']}-out folds")
-                   + ("" if DEFAULT_SET not in result["sets"] else
-                      f"; {DEFAULT_SET}: the framework-scoped parameters on every framework's "
-                      "runs together (fit_default), each set's runs weighed "
-                      + ("alike" if result["sets"][DEFAULT_SET].get("balance") == "sets"
-                         else "one each"))),
+        "method": (
+            f"per framework version: least squares ({ROBUST_LOSS}, scale "
+            f"{ROBUST_SCALE}) on log step time of {time_runs} and on log peak "
+            "reserved memory of all completed runs, "
+            "with one prior term per parameter; memory_log_sd: the memory fit's "
+            "residual spread; oom_log_margin: maximum likelihood on completed vs "
+            "out-of-memory runs; sd: Gauss-Newton"
+            + (
+                ""
+                if result["group_by"] is None
+                else f"; fold_sd: spread over leave-one-{result['group_by']}-out folds"
+            )
+            + (
+                ""
+                if DEFAULT_SET not in result["sets"]
+                else f"; {DEFAULT_SET}: the framework-scoped parameters on every framework's "
+                "runs together (fit_default), each set's runs weighed "
+                + ("alike" if result["sets"][DEFAULT_SET].get("balance") == "sets" else "one each")
+            )
+        ),
         "sets": result["sets"],
     }
     atomic_write(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+
 
 def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
     """Each run's probability of running out of memory from its held-out memory prediction
@@ -425,10 +529,16 @@ def held_out_p_oom(runs: Any, held_out: dict[str, np.ndarray]) -> np.ndarray:
     peak = held_out.get("peak_reserved_bytes", held_out["reserved_bytes"])
     capacity = np.array([get_gpu(g).memory_gib * GIB for g in runs["gpu"]])
     margin = held_out.get("oom_log_margin", np.zeros(len(runs)))
-    p = oom_probability({"memory_bytes": capacity, "p_memory_log_sd": held_out["memory_log_sd"],
-                         "p_oom_log_margin": margin},
-                        {"total": peak + CUDA_CONTEXT_BYTES})
+    p = oom_probability(
+        {
+            "memory_bytes": capacity,
+            "p_memory_log_sd": held_out["memory_log_sd"],
+            "p_oom_log_margin": margin,
+        },
+        {"total": peak + CUDA_CONTEXT_BYTES},
+    )
     return np.where(np.isfinite(peak), p, np.nan)
+
 
 def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, float]:
     """The targets' figures of held-out predictions (:func:`fit_runs`): MFU MAPE on completed
@@ -444,8 +554,10 @@ def held_out_figures(runs: Any, held_out: dict[str, np.ndarray]) -> dict[str, fl
     ok = done & np.isfinite(pred) & np.isfinite(measured)
     ape = np.abs(measured / pred - 1)  # = |predicted MFU / measured MFU - 1|
     big = ok & (runs["mfu"].to_numpy(float) >= MIN_FIT_MFU)
-    out = {"mfu_mape_ge10": float(np.mean(ape[big])) if big.any() else float("nan"),
-           "mfu_median_ape": float(np.median(ape[ok])) if ok.any() else float("nan")}
+    out = {
+        "mfu_mape_ge10": float(np.mean(ape[big])) if big.any() else float("nan"),
+        "mfu_median_ape": float(np.median(ape[ok])) if ok.any() else float("nan"),
+    }
     if ok.sum() >= 3:
         out["spearman"] = float(spearmanr(1 / pred[ok], 1 / measured[ok]).statistic)
     mem = held_out["reserved_bytes"]

@@ -64,14 +64,21 @@ class Network:
 
     def describe(self) -> str:
         """``measured: X GB/s all-reduce busbw at N nodes (x S of the profile's Y GB/s)``."""
-        return (f"measured: {self.busbw_gbps:.1f} GB/s all-reduce busbw at {self.nodes} nodes "
-                f"(x{self.scale:.2f} of the profile curve's {self.profile_gbps:.1f} GB/s; "
-                f"{self.source})")
+        return (
+            f"measured: {self.busbw_gbps:.1f} GB/s all-reduce busbw at {self.nodes} nodes "
+            f"(x{self.scale:.2f} of the profile curve's {self.profile_gbps:.1f} GB/s; "
+            f"{self.source})"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"assumed": "measured", "busbw_gbps": self.busbw_gbps, "nodes": self.nodes,
-                "scale": self.scale, "profile_busbw_gbps": self.profile_gbps,
-                "source": self.source}
+        return {
+            "assumed": "measured",
+            "busbw_gbps": self.busbw_gbps,
+            "nodes": self.nodes,
+            "scale": self.scale,
+            "profile_busbw_gbps": self.profile_gbps,
+            "source": self.source,
+        }
 
 
 def profile_network(profile: Any, nodes: int, gpus_per_node: int) -> dict[str, Any]:
@@ -83,9 +90,14 @@ def profile_network(profile: Any, nodes: int, gpus_per_node: int) -> dict[str, A
     gbps = None
     out: dict[str, Any] = {"assumed": "profile curve", "busbw_gbps": gbps, "nodes": nodes}
     if fabric is not None and nodes >= 2:
-        out["busbw_gbps"] = float(
-            gpus_per_node * fabric.nic_bw_bytes_per_s
-            * fabric.efficiency("all_reduce", np.array([float(nodes)]))[0]) / 1e9
+        out["busbw_gbps"] = (
+            float(
+                gpus_per_node
+                * fabric.nic_bw_bytes_per_s
+                * fabric.efficiency("all_reduce", np.array([float(nodes)]))[0]
+            )
+            / 1e9
+        )
         if float(nodes) in fabric.spread:  # the cluster's measured spread there
             out["measured_spread"] = dict(fabric.spread[float(nodes)])
     return out
@@ -99,14 +111,16 @@ def describe_profile_network(profile: Any, nodes: int, gpus_per_node: int) -> st
     spread = ""
     if "measured_spread" in d:
         q = d["measured_spread"]
-        spread = (f"; the cluster's runs measured {q['p10_gbps']:.0f}-{q['p90_gbps']:.0f} GB/s "
-                  f"there, 10th-90th percentile of {q['runs']:.0f}: --network gives yours")
-    return (f"profile curve ({d['busbw_gbps']:.1f} GB/s all-reduce busbw at {nodes} nodes"
-            f"{spread})")
+        spread = (
+            f"; the cluster's runs measured {q['p10_gbps']:.0f}-{q['p90_gbps']:.0f} GB/s "
+            f"there, 10th-90th percentile of {q['runs']:.0f}: --network gives yours"
+        )
+    return f"profile curve ({d['busbw_gbps']:.1f} GB/s all-reduce busbw at {nodes} nodes{spread})"
 
 
-def busbw_rows(busbw_gbps: float, nodes: int, gpus_per_node: int,
-               run_id: str = "given") -> pd.DataFrame:
+def busbw_rows(
+    busbw_gbps: float, nodes: int, gpus_per_node: int, run_id: str = "given"
+) -> pd.DataFrame:
     """One all-reduce over ``nodes`` x ``gpus_per_node`` GPUs of :data:`MESSAGE_BYTES` at bus
     bandwidth ``busbw_gbps``, as microbenchmark rows (the columns ``run_scales`` reads, as
     ``surrogate.ingest.playbook_network`` writes them)."""
@@ -115,14 +129,27 @@ def busbw_rows(busbw_gbps: float, nodes: int, gpus_per_node: int,
     group = float(nodes * gpus_per_node)
     busbw = busbw_gbps * 1e9
     algbw = busbw / float(bus_factor("all_reduce", group))
-    return pd.DataFrame({"op": ["all_reduce"], "size_bytes": [float(MESSAGE_BYTES)],
-                         "group_size": [group], "nodes": [float(nodes)],
-                         "time_s": [MESSAGE_BYTES / algbw], "busbw_bytes_per_s": [busbw],
-                         "run_id": [run_id]})
+    return pd.DataFrame(
+        {
+            "op": ["all_reduce"],
+            "size_bytes": [float(MESSAGE_BYTES)],
+            "group_size": [group],
+            "nodes": [float(nodes)],
+            "time_s": [MESSAGE_BYTES / algbw],
+            "busbw_bytes_per_s": [busbw],
+            "run_id": [run_id],
+        }
+    )
 
 
-def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
-            gpus_per_node: int, flag: str = "--network") -> Network:
+def measure(
+    text: str | Path,
+    profile: CalibrationProfile,
+    *,
+    nodes: int,
+    gpus_per_node: int,
+    flag: str = "--network",
+) -> Network:
     """The :class:`Network` that ``--network text`` gives under ``profile`` for a job of
     ``nodes`` x ``gpus_per_node`` GPUs. ConfigError for a value that is neither a bandwidth
     nor a file, a job of one node, or a profile without an inter-node curve; DataError for a
@@ -132,10 +159,13 @@ def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
         raise ConfigError(
             f"{flag} scales the calibration profile's inter-node curve, and profile "
             f"{profile.name!r} has none: give a --profile measured across nodes (e.g. "
-            "hf-playbook-cluster, or `surrogate calibrate` with multi-node nccl-tests logs)")
+            "hf-playbook-cluster, or `surrogate calibrate` with multi-node nccl-tests logs)"
+        )
     if nodes < 2:
-        raise ConfigError(f"{flag} measures the network between nodes, and the job runs on "
-                          f"{nodes} node: drop {flag}, or give --nodes 2 or more")
+        raise ConfigError(
+            f"{flag} measures the network between nodes, and the job runs on "
+            f"{nodes} node: drop {flag}, or give --nodes 2 or more"
+        )
     s = str(text)
     m = BUSBW.match(s)
     if m is not None:
@@ -154,12 +184,16 @@ def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
             if "cannot tell which collective" not in str(e):
                 raise
             table, _ = parse_nccl_tests(s, op="all_reduce")
-        rows = table[(table["op"] == "all_reduce") & (table["nodes"] >= 2)
-                     & (table["size_bytes"] >= MIN_BANDWIDTH_BYTES)]
+        rows = table[
+            (table["op"] == "all_reduce")
+            & (table["nodes"] >= 2)
+            & (table["size_bytes"] >= MIN_BANDWIDTH_BYTES)
+        ]
         if rows.empty:
             raise DataError(
                 f"{flag} {s}: no all-reduce across nodes with messages of 64 MiB or more "
-                "(run all_reduce_perf over the job's nodes, e.g. -b 64M -e 1G)")
+                "(run all_reduce_perf over the job's nodes, e.g. -b 64M -e 1G)"
+            )
         rows = rows.assign(run_id="log")
         at = int(rows["nodes"].iloc[0])
         gbps = float(np.exp(np.log(rows["busbw_bytes_per_s"]).mean())) / 1e9
@@ -167,23 +201,26 @@ def measure(text: str | Path, profile: CalibrationProfile, *, nodes: int,
     else:
         raise ConfigError(
             f"{flag} must be an nccl-tests all_reduce_perf log (a file) or a measured "
-            f"all-reduce bus bandwidth at the job's node count such as 120GBps, got {s!r}")
+            f"all-reduce bus bandwidth at the job's node count such as 120GBps, got {s!r}"
+        )
     scale = float(run_scales(rows, fabric).iloc[0])
     local = float(rows["group_size"].iloc[0]) / at
-    expected = local * fabric.nic_bw_bytes_per_s * float(
-        fabric.efficiency("all_reduce", np.array([float(at)]))[0]) / 1e9
-    return Network(busbw_gbps=gbps, nodes=at, scale=scale, profile_gbps=expected,
-                   source=source)
+    expected = (
+        local
+        * fabric.nic_bw_bytes_per_s
+        * float(fabric.efficiency("all_reduce", np.array([float(at)]))[0])
+        / 1e9
+    )
+    return Network(busbw_gbps=gbps, nodes=at, scale=scale, profile_gbps=expected, source=source)
 
 
 def under_network(profile: CalibrationProfile, network: Network) -> CalibrationProfile:
     """``profile`` with its inter-node curve scaled by ``network`` (the fabric's
     ``net_scale``); its name, and so the parameter sets scoped to it, unchanged."""
     assert profile.fabric is not None  # measure() said so
-    return dataclasses.replace(profile,
-                               fabric=dataclasses.replace(profile.fabric,
-                                                          net_scale=network.scale,
-                                                          measured=True))
+    return dataclasses.replace(
+        profile, fabric=dataclasses.replace(profile.fabric, net_scale=network.scale, measured=True)
+    )
 
 
 def scaled_profile(profile: Any, gpu: str, scale: float | None) -> Any:
@@ -194,11 +231,22 @@ def scaled_profile(profile: Any, gpu: str, scale: float | None) -> Any:
     resolved = resolve_perf_model(gpu, profile)
     fabric = resolved.fabric if isinstance(resolved, CalibrationProfile) else None
     if fabric is None or not isinstance(resolved, CalibrationProfile):
-        raise ConfigError(f"a network scale needs a profile with an inter-node curve; "
-                          f"{resolved.name!r} has none")
-    return dataclasses.replace(resolved, fabric=dataclasses.replace(fabric, net_scale=scale,
-                                                                     measured=True))
+        raise ConfigError(
+            f"a network scale needs a profile with an inter-node curve; {resolved.name!r} has none"
+        )
+    return dataclasses.replace(
+        resolved, fabric=dataclasses.replace(fabric, net_scale=scale, measured=True)
+    )
 
 
-__all__ = ["BUSBW", "MESSAGE_BYTES", "Network", "busbw_rows", "describe_profile_network",
-           "measure", "profile_network", "scaled_profile", "under_network"]
+__all__ = [
+    "BUSBW",
+    "MESSAGE_BYTES",
+    "Network",
+    "busbw_rows",
+    "describe_profile_network",
+    "measure",
+    "profile_network",
+    "scaled_profile",
+    "under_network",
+]

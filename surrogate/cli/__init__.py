@@ -31,10 +31,14 @@ except ImportError:  # pragma: no cover - older typer
 
 _CLICK_ERROR: type[Exception] = _click_exceptions.ClickException
 _NO_ARGS_IS_HELP: type[Exception] | None = getattr(_click_exceptions, "NoArgsIsHelpError", None)
-_EXIT: tuple[type[BaseException], ...] = (typer.Exit,
-                                          getattr(_click_exceptions, "Exit", typer.Exit))
-_ABORT: tuple[type[BaseException], ...] = (typer.Abort,
-                                           getattr(_click_exceptions, "Abort", typer.Abort))
+_EXIT: tuple[type[BaseException], ...] = (
+    typer.Exit,
+    getattr(_click_exceptions, "Exit", typer.Exit),
+)
+_ABORT: tuple[type[BaseException], ...] = (
+    typer.Abort,
+    getattr(_click_exceptions, "Abort", typer.Abort),
+)
 
 __all__ = ["app", "main"]
 
@@ -50,7 +54,7 @@ _LONGEST_MESSAGE = 2000
 def _one_line(text: str) -> str:
     if len(text) > _LONGEST_MESSAGE:  # cut before splitting: a message may quote a huge value
         cut = _LONGEST_MESSAGE // 2
-        text = f"{text[:cut]} ... ({len(text):,} characters) ... {text[-cut // 2:]}"
+        text = f"{text[:cut]} ... ({len(text):,} characters) ... {text[-cut // 2 :]}"
     return " ".join(text.split())
 
 
@@ -63,7 +67,7 @@ def _given(args: list[str], e: Exception) -> str | None:
             if arg == name and i + 1 < len(args):
                 return args[i + 1]
             if arg.startswith(name + "="):
-                return arg[len(name) + 1:]
+                return arg[len(name) + 1 :]
     return None
 
 
@@ -72,8 +76,11 @@ def _usage_error_line(e: Exception, args: list[str]) -> str:
     message = _one_line(e.format_message())  # type: ignore[attr-defined]
     given = _given(args, e)
     if given is not None:
-        shown = repr(given) if len(given) <= _SHOWN else (
-            f"{given[:_SHOWN // 2]!r}... ({len(given):,} characters)")
+        shown = (
+            repr(given)
+            if len(given) <= _SHOWN
+            else (f"{given[: _SHOWN // 2]!r}... ({len(given):,} characters)")
+        )
         message = f"{message.rstrip('.')}, got {shown}"
     ctx = getattr(e, "ctx", None)
     where = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
@@ -140,8 +147,10 @@ def _main(argv: list[str] | None) -> int:
     return result if isinstance(result, int) else 0
 
 
-OUT_OF_MEMORY = ("out of memory (is an address-space limit set, ulimit -v? the command needs "
-                 "more; a large --from-csv table or search space needs the most)")
+OUT_OF_MEMORY = (
+    "out of memory (is an address-space limit set, ulimit -v? the command needs "
+    "more; a large --from-csv table or search space needs the most)"
+)
 MIN_ADDRESS_SPACE_BYTES = 1 << 30
 """Below this address-space limit (``ulimit -v``) the command is refused before it starts:
 the native libraries it loads (numpy, pyarrow, LightGBM) then crash the process as they start
@@ -162,9 +171,11 @@ def address_space_error() -> str | None:
     soft, _ = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or soft >= MIN_ADDRESS_SPACE_BYTES:
         return None
-    return (f"error: the address-space limit (ulimit -v) is {soft / 2**20:,.0f} MiB; surrogate "
-            f"needs at least {MIN_ADDRESS_SPACE_BYTES >> 20:,} MiB (its native libraries map "
-            "that much as they start), a prediction about 2 GB")
+    return (
+        f"error: the address-space limit (ulimit -v) is {soft / 2**20:,.0f} MiB; surrogate "
+        f"needs at least {MIN_ADDRESS_SPACE_BYTES >> 20:,} MiB (its native libraries map "
+        "that much as they start), a prediction about 2 GB"
+    )
 
 
 def entry() -> None:

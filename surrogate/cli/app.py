@@ -50,15 +50,14 @@ class Typer(typer.Typer):
         super().__init__(cls=HelpGroup, **kwargs)
 
     def command(  # type: ignore[override]  # typer's keywords, passed on
-            self, name: str | None = None, *, cls: type[TyperCommand] | None = None,
-            **kwargs: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        self, name: str | None = None, *, cls: type[TyperCommand] | None = None, **kwargs: Any
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         return super().command(name, cls=cls or HelpCommand, **kwargs)
 
 
 app = Typer(
     name="surrogate",
-    help="Predict memory, OOM risk, step time and MFU of LLM training layouts before you "
-         "run them.",
+    help="Predict memory, OOM risk, step time and MFU of LLM training layouts before you run them.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -99,10 +98,16 @@ def command_names(target: typer.Typer) -> set[str]:
     """The names of the commands and command groups registered on ``target``."""
     from typer.main import get_command_name
 
-    names = {c.name or get_command_name(c.callback.__name__)
-             for c in target.registered_commands if c.callback is not None}
-    names |= {g.name or g.typer_instance.info.name or "" for g in target.registered_groups
-              if g.typer_instance is not None}
+    names = {
+        c.name or get_command_name(c.callback.__name__)
+        for c in target.registered_commands
+        if c.callback is not None
+    }
+    names |= {
+        g.name or g.typer_instance.info.name or ""
+        for g in target.registered_groups
+        if g.typer_instance is not None
+    }
     return names - {""}
 
 
@@ -145,7 +150,8 @@ def _unavailable(target: typer.Typer, ep: _EntryPoint, error: Exception) -> None
         raise PluginError(message) from error
 
     target.command(
-        ep.name, help=escape(f"(unavailable: {why})"),  # rich markup: "[extra]" stays text
+        ep.name,
+        help=escape(f"(unavailable: {why})"),  # rich markup: "[extra]" stays text
         add_help_option=False,
         context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
     )(unavailable)

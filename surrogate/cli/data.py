@@ -21,21 +21,30 @@ def ingest_cmd(
     into: Annotated[Path, typer.Option("--into", help="Table to append to (.parquet or .csv).")],
     fmt: Annotated[
         str | None,
-        typer.Option("--format", help="Force a format: playbook, nanotron, torchtitan, "
-                     "megatron, llm-foundry, nccl-tests, xla, microbench-jsonl, train-step-jsonl, "
-                     "published (a Megatron-Bridge performance table)."),
+        typer.Option(
+            "--format",
+            help="Force a format: playbook, nanotron, torchtitan, "
+            "megatron, llm-foundry, nccl-tests, xla, microbench-jsonl, train-step-jsonl, "
+            "published (a Megatron-Bridge performance table).",
+        ),
     ] = None,
     set_values: Annotated[
         list[str] | None,
-        typer.Option("--set", help="KEY=VALUE for what a log lacks (a configuration column, "
-                     "model=PRESET, source, hardware, date; profile, peak_mem_stage, net_scale: "
-                     "how training explains the runs). Repeatable."),
+        typer.Option(
+            "--set",
+            help="KEY=VALUE for what a log lacks (a configuration column, "
+            "model=PRESET, source, hardware, date; profile, peak_mem_stage, net_scale: "
+            "how training explains the runs). Repeatable.",
+        ),
     ] = None,
     network: Annotated[
         bool,
-        typer.Option("--network", help="Read a Playbook table's per-run network measurements "
-                     "(all-reduce, all-gather, reduce-scatter bandwidths) into a microbenchmark "
-                     "table instead of its runs into a sweep table."),
+        typer.Option(
+            "--network",
+            help="Read a Playbook table's per-run network measurements "
+            "(all-reduce, all-gather, reduce-scatter bandwidths) into a microbenchmark "
+            "table instead of its runs into a sweep table.",
+        ),
     ] = False,
 ) -> int:
     """Parse training logs, sweep tables or microbenchmark output into a table."""
@@ -57,8 +66,11 @@ def fetch_cmd(
     ] = None,
     sources: Annotated[
         Path | None,
-        typer.Option("--sources", help="Sources TOML (default: the list shipped with surrogate, "
-                     "surrogate/data/sources.toml)."),
+        typer.Option(
+            "--sources",
+            help="Sources TOML (default: the list shipped with surrogate, "
+            "surrogate/data/sources.toml).",
+        ),
     ] = None,
     only: Annotated[
         list[str] | None,
@@ -79,8 +91,11 @@ def fetch_cmd(
             )
         entries = [s for s in entries if s.name in only]
     target = dest or cache_dir()
-    fetch(entries, target, on_result=lambda r: typer.echo(
-        f"{r.action:>10}  {r.name}  {r.size_bytes} bytes  {r.path}"))
+    fetch(
+        entries,
+        target,
+        on_result=lambda r: typer.echo(f"{r.action:>10}  {r.name}  {r.size_bytes} bytes  {r.path}"),
+    )
     return 0
 
 
@@ -88,13 +103,18 @@ def fetch_cmd(
 def summary_cmd(
     data_dir: Annotated[
         Path | None,
-        typer.Option("--data-dir", help="Public data directory (default: SURROGATE_DATA_DIR, "
-                     "../shared/data, or the user cache)."),
+        typer.Option(
+            "--data-dir",
+            help="Public data directory (default: SURROGATE_DATA_DIR, "
+            "../shared/data, or the user cache).",
+        ),
     ] = None,
     sweeps: Annotated[
         Path | None,
-        typer.Option("--sweeps", help="A sweep table to summarise instead of the Playbook "
-                     "file of the data directory."),
+        typer.Option(
+            "--sweeps",
+            help="A sweep table to summarise instead of the Playbook file of the data directory.",
+        ),
     ] = None,
     microbench: Annotated[
         Path | None,
@@ -113,9 +133,15 @@ def summary_cmd(
         from surrogate.runs.sweeps import flagged_mask
 
         flagged = int(flagged_mask(df).sum())
-        typer.echo(f"sweep table {sweeps}: {len(df)} runs" + (
-            f", {flagged} flagged (a layout the configuration validator rejects: kept as data, "
-            "left out of training and calibration)" if flagged else ""))
+        typer.echo(
+            f"sweep table {sweeps}: {len(df)} runs"
+            + (
+                f", {flagged} flagged (a layout the configuration validator rejects: kept as data, "
+                "left out of training and calibration)"
+                if flagged
+                else ""
+            )
+        )
     else:
         from surrogate.ingest.playbook import parse_playbook
 

@@ -40,8 +40,7 @@ def is_full(out: Console, wide: bool) -> bool:
     return wide or out.width >= FULL_COLUMNS
 
 
-def model_line(model: Any, gpu: str, where: str | Path | None = None,
-               profile: Any = None) -> str:
+def model_line(model: Any, gpu: str, where: str | Path | None = None, profile: Any = None) -> str:
     """``prediction: learned model (bundled, 3,339 runs, data d1ff3287); hardware speed: NAME``
     for a model argument of :func:`surrogate.prediction.predict.resolve_model` ("default", a path, a
     model or None) and the calibration profile that sets the hardware speed (``profile``, else
@@ -56,8 +55,10 @@ def model_line(model: Any, gpu: str, where: str | Path | None = None,
         where = "bundled" if isinstance(model, str) and model == "default" else str(model)
     n = (learned.n_train_ or {}).get("runs")
     runs = f", {n:,} runs" if isinstance(n, int) else ""
-    return (f"prediction: learned model ({where}{runs}, data {learned.data_hash_[:8]}); "
-            f"hardware speed: {speed}")
+    return (
+        f"prediction: learned model ({where}{runs}, data {learned.data_hash_[:8]}); "
+        f"hardware speed: {speed}"
+    )
 
 
 def extrapolation_line(values: Iterable[Any]) -> str:
@@ -67,12 +68,13 @@ def extrapolation_line(values: Iterable[Any]) -> str:
     if not hits:
         return f"extrapolates: no (all {len(seen)} inside the learned model's data)"
     along = sorted({part.strip() for v in hits for part in v.split(";") if part.strip()})
-    return (f"extrapolates: {len(hits)} of {len(seen)} (the learned correction shrinks toward "
-            "the analytic answer) along " + "; ".join(along))
+    return (
+        f"extrapolates: {len(hits)} of {len(seen)} (the learned correction shrinks toward "
+        "the analytic answer) along " + "; ".join(along)
+    )
 
 
-GAVE_WAY = ("the whole learned throughput correction predicted no better than the physics "
-            "under it")
+GAVE_WAY = "the whole learned throughput correction predicted no better than the physics under it"
 """Why a framework version keeps only part of the correction
 (``SurrogateModel.correction_weight_by_framework_``), as every command says it."""
 
@@ -92,10 +94,17 @@ def gives_way_line(rows: Any) -> str:
     unknown = pd.Series(["?"] * len(rows), index=share.index)
     framework = rows.get("framework", unknown)
     version = rows.get("framework_version", unknown)
-    kept = sorted({f"{fw}/{v} keeps {s:.0%}" for fw, v, s in zip(
-        framework[low], version[low], share[low], strict=True)})
-    return (f"gives way: on held-out training runs {GAVE_WAY} (" + "; ".join(kept)
-            + " of it; the rest is the analytic answer)")
+    kept = sorted(
+        {
+            f"{fw}/{v} keeps {s:.0%}"
+            for fw, v, s in zip(framework[low], version[low], share[low], strict=True)
+        }
+    )
+    return (
+        f"gives way: on held-out training runs {GAVE_WAY} ("
+        + "; ".join(kept)
+        + " of it; the rest is the analytic answer)"
+    )
 
 
 def print_correction_lines(out: Console, rows: Any) -> None:
@@ -116,8 +125,10 @@ def seq_len_note(hf_config: Path | None, seq_len: int | None, model: Any) -> str
     at), or None when it was given or came from a preset."""
     if hf_config is None or seq_len is not None:
         return None
-    return (f"sequence length {model.seq_len:,}: the config's max_position_embeddings (the "
-            "longest the model supports); give --seq-len for the length you train at")
+    return (
+        f"sequence length {model.seq_len:,}: the config's max_position_embeddings (the "
+        "longest the model supports); give --seq-len for the length you train at"
+    )
 
 
 def reason(r: dict[str, Any]) -> str:
@@ -143,8 +154,15 @@ def memory_interval(r: dict[str, Any]) -> str:
     return f"{lo + context:.1f}-{hi + context:.1f}"
 
 
-def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = False,
-           reasons: bool = False, frameworks: bool = False) -> Any:
+def layout_table(
+    title: str,
+    frame: Any,
+    *,
+    narrow: bool = False,
+    full: bool = False,
+    reasons: bool = False,
+    frameworks: bool = False,
+) -> Any:
     """Layouts with their predictions; ``narrow`` leaves out tokens/s and step time so that
     the table stays readable at 80 columns, ``full`` adds the peak memory's 80% interval;
     ``reasons`` adds why each was proposed; ``frameworks`` names each layout's framework
@@ -158,13 +176,21 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
     cols = ["#", "nodes", "layout", "MFU", "80% interval"]
     cols += [] if narrow else ["tokens/s/GPU", "step s"]
     cols += ["peak GiB"] + (["peak 80%"] if full else [])
-    odds = "p_best" in frame.columns and bool(frame["p_best"].notna().any()) and not (
-        narrow and reasons)  # at 80 columns the reasons need the room
+    odds = (
+        "p_best" in frame.columns
+        and bool(frame["p_best"].notna().any())
+        and not (narrow and reasons)
+    )  # at 80 columns the reasons need the room
     cols += ["p_oom"] + (["P(best)"] if odds else []) + (["why"] if reasons else [])
     for col in cols:
         text = col in ("layout", "why")
-        t.add_column(col, justify="left" if text else "right", no_wrap=not text,
-                     overflow="fold", ratio=2 if text else None)
+        t.add_column(
+            col,
+            justify="left" if text else "right",
+            no_wrap=not text,
+            overflow="fold",
+            ratio=2 if text else None,
+        )
     for i, r in enumerate(frame.to_dict("records"), start=1):
         lo, hi = r["pred_mfu_lo"], r["pred_mfu_hi"]
         interval = "" if lo != lo or lo is None else f"{100 * lo:.1f}-{100 * hi:.1f}%"
@@ -182,8 +208,7 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
     notes = [label_legend(frame["layout"].astype(str))] if len(frame) else []
     if odds and "best_set" in frame.columns and bool(frame["best_set"].any()):
         notes.append(BEST_SET_NOTE)
-    if reasons and "reason" in frame.columns and (
-            frame["reason"] == "expected-improvement").any():
+    if reasons and "reason" in frame.columns and (frame["reason"] == "expected-improvement").any():
         notes.append(EI_NOTE)
     if reasons and "reason" in frame.columns and (frame["reason"] == "probability-best").any():
         notes.append(ODDS_NOTE)
@@ -192,8 +217,9 @@ def layout_table(title: str, frame: Any, *, narrow: bool = False, full: bool = F
     return t
 
 
-BEST_SET_NOTE = ("*: the layouts that together hold 90% of P(best), which the model cannot "
-                 "tell apart")
+BEST_SET_NOTE = (
+    "*: the layouts that together hold 90% of P(best), which the model cannot tell apart"
+)
 """What a P(best) marked * means (:func:`odds_cell`)."""
 
 
@@ -212,23 +238,33 @@ def best_set_line(frame: Any) -> str | None:
     p = frame["p_best"].to_numpy()
     held = sum(float(p[i - 1]) for i in rows)
     if len(rows) == 1:
-        return (f"clear lead: #{rows[0]} holds {held / float(p.sum()):.0%} of P(best); the "
-                "model tells it apart from the others shown")
+        return (
+            f"clear lead: #{rows[0]} holds {held / float(p.sum()):.0%} of P(best); the "
+            "model tells it apart from the others shown"
+        )
     if len(rows) == len(frame):
-        return (f"close call: the model cannot tell the {len(rows)} shown apart (no fewer hold "
-                "90% of P(best)); a larger --top-k shows how far it reaches")
+        return (
+            f"close call: the model cannot tell the {len(rows)} shown apart (no fewer hold "
+            "90% of P(best)); a larger --top-k shows how far it reaches"
+        )
     named = ", ".join(f"#{i}" for i in rows[:-1]) + f" and #{rows[-1]}"
-    return (f"close call: {named} hold {held:.0%} of P(best) together; the model cannot tell "
-            "which is fastest")
+    return (
+        f"close call: {named} hold {held:.0%} of P(best) together; the model cannot tell "
+        "which is fastest"
+    )
 
 
-ODDS_NOTE = ("best of all: the odds that the run completes faster than every other candidate "
-             "and the best so far (the best measured run, else the best predicted), its errors "
-             "correlated with its neighbours' (the runs go where the model cannot tell layouts "
-             "apart)")
+ODDS_NOTE = (
+    "best of all: the odds that the run completes faster than every other candidate "
+    "and the best so far (the best measured run, else the best predicted), its errors "
+    "correlated with its neighbours' (the runs go where the model cannot tell layouts "
+    "apart)"
+)
 """What the ``why`` of a probability-best pick means (:func:`reason`)."""
 
-EI_NOTE = ("EI: expected improvement, the MFU points a run is expected to add above the best so "
-           "far (the best measured run, else the best predicted), from its 80% interval and "
-           "odds of completing: a layout predicted below the best has some")
+EI_NOTE = (
+    "EI: expected improvement, the MFU points a run is expected to add above the best so "
+    "far (the best measured run, else the best predicted), from its 80% interval and "
+    "odds of completing: a layout predicted below the best has some"
+)
 """What the ``why`` of an expected-improvement pick means (:func:`reason`)."""

@@ -33,33 +33,48 @@ PLAYBOOK_MODELS = "1.34b,3.57b,8.86b,80b,469b"
 
 @app.command("heatmap")
 def heatmap_cmd(
-    out: Annotated[Path, _opt(
-        "Output path without suffix: writes OUT.png and OUT.html.", metavar="OUT")],
-    models: Annotated[str | None, typer.Option(
-        "--model", "-m", help="Model presets, comma-separated (one row each).",
-        metavar="LIST", show_default=PLAYBOOK_MODELS)] = None,
-    models_alias: Annotated[str | None, typer.Option(
-        "--models", hidden=True, help="--model's former name.")] = None,
-    nodes: Annotated[str, _opt("Node counts (list or range).", metavar="LIST")]
-        = "1,2,4,8,16,32,64",
-    global_batch_seqs: Annotated[int, _opt(
-        "Global batch (sequences); the Playbook used 256 x 4096 tokens.", metavar="N")] = 256,
-    gpu: Annotated[str, _opt("GPU, e.g. H100-SXM-80GB, A100-40GB, B200.", metavar="NAME")]
-        = "H100-SXM-80GB",
+    out: Annotated[
+        Path, _opt("Output path without suffix: writes OUT.png and OUT.html.", metavar="OUT")
+    ],
+    models: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            "-m",
+            help="Model presets, comma-separated (one row each).",
+            metavar="LIST",
+            show_default=PLAYBOOK_MODELS,
+        ),
+    ] = None,
+    models_alias: Annotated[
+        str | None, typer.Option("--models", hidden=True, help="--model's former name.")
+    ] = None,
+    nodes: Annotated[
+        str, _opt("Node counts (list or range).", metavar="LIST")
+    ] = "1,2,4,8,16,32,64",
+    global_batch_seqs: Annotated[
+        int, _opt("Global batch (sequences); the Playbook used 256 x 4096 tokens.", metavar="N")
+    ] = 256,
+    gpu: Annotated[
+        str, _opt("GPU, e.g. H100-SXM-80GB, A100-40GB, B200.", metavar="NAME")
+    ] = "H100-SXM-80GB",
     gpus_per_node: Annotated[int, _opt("GPUs per node.", metavar="N")] = 8,
-    framework: Annotated[str, _opt(
-        "Allowed frameworks, comma-separated (the Playbook's: nanotron).", metavar="LIST")]
-        = "nanotron",
+    framework: Annotated[
+        str, _opt("Allowed frameworks, comma-separated (the Playbook's: nanotron).", metavar="LIST")
+    ] = "nanotron",
     zero: Annotated[str | None, _opt("Allowed ZeRO stages, e.g. 0,1.", metavar="LIST")] = None,
-    recompute: Annotated[str, _opt(
-        "Allowed recompute modes (Playbook: none).", metavar="LIST")] = "none",
+    recompute: Annotated[
+        str, _opt("Allowed recompute modes (Playbook: none).", metavar="LIST")
+    ] = "none",
     max_cp: Annotated[int, _opt("Largest cp (Playbook: 1).", metavar="N")] = 1,
     max_vpp: Annotated[int, _opt("Largest vpp (Playbook: 1).", metavar="N")] = 1,
-    max_p_oom: Annotated[float, _opt(
-        "Largest acceptable predicted OOM probability.", metavar="X")] = 0.2,
-    measured: Annotated[Path | None, _opt(
-        "Sweep table (or the Playbook CSV) for the measured figure beside.",
-        metavar="TABLE")] = None,
+    max_p_oom: Annotated[
+        float, _opt("Largest acceptable predicted OOM probability.", metavar="X")
+    ] = 0.2,
+    measured: Annotated[
+        Path | None,
+        _opt("Sweep table (or the Playbook CSV) for the measured figure beside.", metavar="TABLE"),
+    ] = None,
     model_dir: ModelDirOpt = None,
     analytic: AnalyticOpt = False,
     profile: ProfileOpt = None,
@@ -74,16 +89,36 @@ def heatmap_cmd(
     models = models or models_alias or PLAYBOOK_MODELS
     _check_files(out, measured)
     check_profile(profile)
-    presets = list({p.name: p for p in (get_preset(name)  # a preset named twice: once
-                                        for name in names(models, "--models"))}.values())
-    options = _space_options(gpu=gpu, gpus_per_node=gpus_per_node, framework=framework,
-                             zero=zero, recompute=recompute, max_cp=max_cp, max_vpp=max_vpp)
+    presets = list(
+        {
+            p.name: p
+            for p in (
+                get_preset(name)  # a preset named twice: once
+                for name in names(models, "--models")
+            )
+        }.values()
+    )
+    options = _space_options(
+        gpu=gpu,
+        gpus_per_node=gpus_per_node,
+        framework=framework,
+        zero=zero,
+        recompute=recompute,
+        max_cp=max_cp,
+        max_vpp=max_vpp,
+    )
     learned = None if analytic else (model_dir or "default")
     with bars() as report:
-        grid = predicted_grid(presets, parse_nodes(nodes), global_batch_seqs=global_batch_seqs,
-                              space_options=options, model=learned,
-                              limits=Limits(max_p_oom=max_p_oom), progress=report,
-                              profile=profile)
+        grid = predicted_grid(
+            presets,
+            parse_nodes(nodes),
+            global_batch_seqs=global_batch_seqs,
+            space_options=options,
+            model=learned,
+            limits=Limits(max_p_oom=max_p_oom),
+            progress=report,
+            profile=profile,
+        )
     grids = {"predicted (surrogate search)": grid}
     if measured is not None:
         grids["measured"] = _measured(measured, presets)
@@ -94,13 +129,26 @@ def heatmap_cmd(
     typer.echo(f"wrote {png} and {page}")
 
 
-def _space_options(*, gpu: str, gpus_per_node: int, framework: str, zero: str | None,
-                   recompute: str, max_cp: int, max_vpp: int) -> dict[str, Any]:
+def _space_options(
+    *,
+    gpu: str,
+    gpus_per_node: int,
+    framework: str,
+    zero: str | None,
+    recompute: str,
+    max_cp: int,
+    max_vpp: int,
+) -> dict[str, Any]:
     """The options of each cell's layout space, its lists parsed."""
-    return {"gpu": gpu, "gpus_per_node": gpus_per_node,
-            "frameworks": names(framework, "--framework"), "zero_stages": ints(zero, "--zero"),
-            "recompute_modes": names(recompute, "--recompute"), "max_cp": max_cp,
-            "max_vpp": max_vpp}
+    return {
+        "gpu": gpu,
+        "gpus_per_node": gpus_per_node,
+        "frameworks": names(framework, "--framework"),
+        "zero_stages": ints(zero, "--zero"),
+        "recompute_modes": names(recompute, "--recompute"),
+        "max_cp": max_cp,
+        "max_vpp": max_vpp,
+    }
 
 
 def _draw(grids: dict[str, Any], out: Path) -> tuple[Path, Path]:
@@ -109,8 +157,11 @@ def _draw(grids: dict[str, Any], out: Path) -> tuple[Path, Path]:
 
     out.parent.mkdir(parents=True, exist_ok=True)
     png = draw_png(grids, out.with_suffix(".png"))
-    page = write_html(grids, out.with_suffix(".html"),
-                      title="Best configuration by model size and number of nodes")
+    page = write_html(
+        grids,
+        out.with_suffix(".html"),
+        title="Best configuration by model size and number of nodes",
+    )
     return png, page
 
 
@@ -135,13 +186,17 @@ def _measured(measured: Path, presets: list[Any]) -> Any:
     from surrogate.runs.sweeps import unflagged
 
     table = unflagged(read_table(measured))  # a flagged run's layout cannot be drawn
-    if all(c in table.columns for c in REQUIRED_COLUMNS[:3]) and "status" in table.columns \
-            and "num_nodes" not in table.columns:
+    if (
+        all(c in table.columns for c in REQUIRED_COLUMNS[:3])
+        and "status" in table.columns
+        and "num_nodes" not in table.columns
+    ):
         table, _ = parse_playbook(measured)
     meas = measured_grid(table)
     names = {get_preset(mm).name: mm for mm in meas["model"].unique() if _is_preset(mm)}
-    meas["model"] = [next((p.name for p in presets if names.get(p.name) == mm), mm)
-                     for mm in meas["model"]]
+    meas["model"] = [
+        next((p.name for p in presets if names.get(p.name) == mm), mm) for mm in meas["model"]
+    ]
     return meas
 
 

@@ -135,5 +135,11 @@ def print_help(command: Any, ctx: Any) -> None:
     for name, rows in _panels(command, ctx).items():
         console.print(Panel(_rows(rows), title=name, title_align="left", border_style="dim"))
     if hasattr(command, "list_commands"):
-        console.print(Panel(_rows(_commands(command, ctx)), title="Commands",
-                            title_align="left", border_style="dim"))
+        console.print(
+            Panel(
+                _rows(_commands(command, ctx)),
+                title="Commands",
+                title_align="left",
+                border_style="dim",
+            )
+        )

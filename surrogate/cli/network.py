@@ -8,9 +8,13 @@ from pathlib import Path
 from typing import Any
 
 
-def under_network(network: str | None, profile: Path | None, gpu: str,
-                  node_counts: tuple[int, ...] | list[int], gpus_per_node: int
-                  ) -> tuple[Any, dict[str, Any], str]:
+def under_network(
+    network: str | None,
+    profile: Path | None,
+    gpu: str,
+    node_counts: tuple[int, ...] | list[int],
+    gpus_per_node: int,
+) -> tuple[Any, dict[str, Any], str]:
     """(the profile to predict with, what it assumes as JSON, the line saying so).
 
     Without ``network``: ``profile`` unchanged (the predictions are exactly those without the
@@ -33,19 +37,24 @@ def under_network(network: str | None, profile: Path | None, gpu: str,
     if network is None:
         if len(set(node_counts)) > 1:
             return profile, {"assumed": "profile curve"}, "network: profile curve"
-        return (profile, profile_network(resolved, nodes, gpus_per_node),
-                "network: " + describe_profile_network(resolved, nodes, gpus_per_node))
+        return (
+            profile,
+            profile_network(resolved, nodes, gpus_per_node),
+            "network: " + describe_profile_network(resolved, nodes, gpus_per_node),
+        )
     if BUSBW.match(network) and len(set(node_counts)) > 1:
         raise ConfigError(
             f"--network {network} is a bandwidth at one node count, and the search spans "
             f"{', '.join(str(n) for n in sorted(set(node_counts)))} nodes: give one --nodes, "
-            "or an nccl-tests log (it names its node count)")
+            "or an nccl-tests log (it names its node count)"
+        )
     from surrogate.hardware.profile import CalibrationProfile
 
     if not isinstance(resolved, CalibrationProfile):
         raise ConfigError(
             f"--network scales the calibration profile's inter-node curve, and {gpu} has no "
             "calibration profile: give --profile (e.g. hf-playbook-cluster, or one from "
-            "`surrogate calibrate`)")
+            "`surrogate calibrate`)"
+        )
     measured = measure(network, resolved, nodes=nodes, gpus_per_node=gpus_per_node)
     return scaled(resolved, measured), measured.to_dict(), "network: " + measured.describe()

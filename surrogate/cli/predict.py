@@ -80,22 +80,26 @@ def _check_mode(from_csv: Path | None, out: Path | None, options: dict[str, Any]
     sets one configuration (or how it prints) would be ignored silently."""
     if from_csv is None:
         if out is not None:
-            raise ConfigError(f"--out writes the predictions of --from-csv TABLE; give "
-                              f"--from-csv, or drop --out (one configuration prints to stdout, "
-                              f"--json for JSON), got --out {str(out)!r}")
+            raise ConfigError(
+                f"--out writes the predictions of --from-csv TABLE; give "
+                f"--from-csv, or drop --out (one configuration prints to stdout, "
+                f"--json for JSON), got --out {str(out)!r}"
+            )
         return
     given = [k for k, v in options.items() if v is not None]
     if given:
         flag = "--" + given[0].replace("_", "-").replace("num-nodes", "nodes").replace(
-            "zero-stage", "zero")
+            "zero-stage", "zero"
+        )
         key = given[0]
         if key in ("json", "explain"):
             why = "the predictions are a CSV table (--out FILE, else stdout)"
         elif key == "network":
             why = "it is one job's network: predict that job's configuration"
         elif key in ("config", "hf_config"):
-            why = ("each row of the table is a whole configuration (a model column may name a "
-                   "preset)")
+            why = (
+                "each row of the table is a whole configuration (a model column may name a preset)"
+            )
         else:
             why = f"each row of the table is a whole configuration: give {key} as a column"
         raise ConfigError(f"{flag} does not apply with --from-csv: {why}")
@@ -110,20 +114,23 @@ def _mem_interval(pred: Any) -> str:
     """' (80% interval LO - HI GiB)' of the learned peak memory, '' without one."""
     if pred.peak_mem_reserved_lo_gib != pred.peak_mem_reserved_lo_gib:  # NaN
         return ""
-    return (f" (80% interval {pred.peak_mem_reserved_lo_gib:.1f} - "
-            f"{pred.peak_mem_reserved_hi_gib:.1f})")
+    return (
+        f" (80% interval {pred.peak_mem_reserved_lo_gib:.1f} - {pred.peak_mem_reserved_hi_gib:.1f})"
+    )
 
 
 def _print_layout(pred: Any, console: Any) -> None:
     """The configuration in one sentence, and what would run it otherwise."""
     from rich.markup import escape
 
-
     cfg = pred.config
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
     schedule = "" if lay.pp_schedule == "1f1b" else f" ({lay.pp_schedule})"
-    copies = (f" (sharded over dp x cp / {lay.dp_replicate}, {lay.dp_replicate} copies)"
-              if lay.dp_replicate > 1 else "")
+    copies = (
+        f" (sharded over dp x cp / {lay.dp_replicate}, {lay.dp_replicate} copies)"
+        if lay.dp_replicate > 1
+        else ""
+    )
     layers = f" ({lay.recompute_layers} layers per stage)" if lay.recompute_layers else ""
     console.print(
         f"[bold]{escape(m.name)}[/] on {c.num_nodes} x {c.gpus_per_node} {c.gpu}: "
@@ -138,8 +145,11 @@ def _print_layout(pred: Any, console: Any) -> None:
         console.print(escape(defaults), highlight=False)
     runs_as = cfg.runs_as_another()
     if runs_as:
-        console.print(f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
-                      f"described ({escape(runs_as)}); it is predicted as given", highlight=False)
+        console.print(
+            f"[yellow]note[/]: {escape(lay.framework)} would not run this layout as "
+            f"described ({escape(runs_as)}); it is predicted as given",
+            highlight=False,
+        )
 
 
 def _print_sources(pred: Any, console: Any) -> None:
@@ -147,26 +157,35 @@ def _print_sources(pred: Any, console: Any) -> None:
     from rich.markup import escape
 
     lay = pred.config.layout
-    console.print(f"prediction: {pred.source} model, hardware speed: "
-                  f"{escape(str(pred.perf_model))}")
+    console.print(
+        f"prediction: {pred.source} model, hardware speed: {escape(str(pred.perf_model))}"
+    )
     pset, _ = pred.parameter_set
     own = f"{lay.framework}/{lay.framework_version}"
-    how = ("trains under torch.autocast here"
-           if pset == get_framework(lay.framework).autocast_parameters
-           else "shards with FSDP2 alone here")
-    which = {"fitted": f"{escape(pset)}'s fitted set",
-             "priors": f"{escape(pset)}'s priors (no fitted set)",
-             "default": f"the default set ({escape(pset)} has none of its own; fitted on "
-                        "every framework's runs)"}[pred.parameter_source]
+    how = (
+        "trains under torch.autocast here"
+        if pset == get_framework(lay.framework).autocast_parameters
+        else "shards with FSDP2 alone here"
+    )
+    which = {
+        "fitted": f"{escape(pset)}'s fitted set",
+        "priors": f"{escape(pset)}'s priors (no fitted set)",
+        "default": f"the default set ({escape(pset)} has none of its own; fitted on "
+        "every framework's runs)",
+    }[pred.parameter_source]
     stated = get_framework(lay.framework).activation_scale
-    console.print(f"analytic parameters: {which}"
-                  + ("" if pset == own else f" ({escape(own)} {how})")
-                  + (f"; activation_scale {stated:g}, {escape(lay.framework)}'s own"
-                     if stated > 0 else ""), highlight=False)
+    console.print(
+        f"analytic parameters: {which}"
+        + ("" if pset == own else f" ({escape(own)} {how})")
+        + (f"; activation_scale {stated:g}, {escape(lay.framework)}'s own" if stated > 0 else ""),
+        highlight=False,
+    )
     clusters = pred.parameter_sets.clusters(pset)
     if clusters and cluster_key(str(pred.perf_model)) not in clusters:
-        console.print(f"  (cluster-scoped terms: the default set's, not "
-                      f"{escape(', '.join(clusters))}'s)", highlight=False)
+        console.print(
+            f"  (cluster-scoped terms: the default set's, not {escape(', '.join(clusters))}'s)",
+            highlight=False,
+        )
 
 
 def _print_learned(pred: Any, console: Any) -> None:
@@ -175,8 +194,7 @@ def _print_learned(pred: Any, console: Any) -> None:
 
     if pred.source != "learned":
         if pred.extrapolation:
-            console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}",
-                          highlight=False)
+            console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}", highlight=False)
         return
     analytic_gib = (pred.memory_bytes["total"] - pred.memory_bytes["cuda_context"]) / GIB
     console.print(
@@ -185,14 +203,22 @@ def _print_learned(pred: Any, console: Any) -> None:
         f"{pred.peak_mem_reserved_gib:.1f} GiB learned{_mem_interval(pred)} vs "
         f"{analytic_gib:.1f} GiB analytic; the tables below are the analytic breakdown"
     )
-    keeps = (f"the learned correction keeps {pred.domain_weight:.0%} of itself (the rest is "
-             "the analytic answer)")
+    keeps = (
+        f"the learned correction keeps {pred.domain_weight:.0%} of itself (the rest is "
+        "the analytic answer)"
+    )
     if pred.extrapolation:
-        console.print(f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; {keeps} and the "
-                      "interval is widened", highlight=False)
+        console.print(
+            f"[yellow]extrapolates[/]: {escape(pred.extrapolation)}; {keeps} and the "
+            "interval is widened",
+            highlight=False,
+        )
     elif pred.domain_weight < 1:
-        console.print("inside the learned model's ranges (no extrapolation), but no training "
-                      f"run had this model shape: {keeps}", highlight=False)
+        console.print(
+            "inside the learned model's ranges (no extrapolation), but no training "
+            f"run had this model shape: {keeps}",
+            highlight=False,
+        )
     else:
         console.print("inside the learned model's data (no extrapolation)")
     if pred.correction_share < 1:
@@ -203,7 +229,9 @@ def _print_learned(pred: Any, console: Any) -> None:
             f"[yellow]gives way[/]: on the held-out training runs of "
             f"{escape(lay.framework)}/{escape(lay.framework_version)} {GAVE_WAY}, so it "
             f"keeps {pred.correction_share:.0%} of itself there (the rest is the analytic "
-            "answer) and the interval holds both", highlight=False)
+            "answer) and the interval holds both",
+            highlight=False,
+        )
 
 
 def _breakdown(title: str, columns: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> Any:
@@ -227,8 +255,9 @@ def _print_memory_and_time(pred: Any, console: Any) -> None:
     table = _breakdown("Memory of the most loaded GPU (GiB)", ("term", "GiB"), mem)
     table.add_row("capacity", f"{pred.capacity_bytes / GIB:.2f}")
     console.print(table)
-    verdict = {"completed": "[green]fits[/]", "oom": "[red]OOM[/]"}.get(pred.status,
-                                                                       "[red]fails[/]")
+    verdict = {"completed": "[green]fits[/]", "oom": "[red]OOM[/]"}.get(
+        pred.status, "[red]fails[/]"
+    )
     p_fail = "" if pred.p_fail != pred.p_fail else f", p_fail={pred.p_fail:.2f}"
     console.print(f"verdict: {verdict} (p_oom={pred.p_oom:.2f}{p_fail})")
     total = sum(pred.step_s.values())
@@ -242,8 +271,10 @@ def _print_memory_and_time(pred: Any, console: Any) -> None:
         interval = f" (80% interval {pred.mfu_lo:.1%} - {pred.mfu_hi:.1%})"
     if pred.status != "completed":  # its speed still shows, said to be conditional
         console.print("its speed if it ran (the verdict says it would not):")
-    console.print(f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: "
-                  f"{pred.mfu:.1%}{interval}   bubble: {pred.bubble_frac:.1%}")
+    console.print(
+        f"tokens/s per GPU: {_rate(pred.tokens_per_s_per_gpu)}   MFU: "
+        f"{pred.mfu:.1%}{interval}   bubble: {pred.bubble_frac:.1%}"
+    )
 
 
 def _print_table(pred: Any, network: str) -> None:
@@ -258,8 +289,13 @@ def _print_table(pred: Any, network: str) -> None:
     _print_memory_and_time(pred, console)
     if pred.explanation:
         rows = [(name, f"{value:+.3f}") for name, value in pred.explanation.items()]
-        console.print(_breakdown("Largest contributions to log(measured / analytic throughput)",
-                                 ("feature", "contribution"), rows))
+        console.print(
+            _breakdown(
+                "Largest contributions to log(measured / analytic throughput)",
+                ("feature", "contribution"),
+                rows,
+            )
+        )
 
 
 def _default_framework(chunk: Any) -> Any:
@@ -272,8 +308,13 @@ def _default_framework(chunk: Any) -> Any:
     return chunk.assign(framework=given.where(named, DEFAULT_FRAMEWORK))
 
 
-def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
-                   model_arg: Path | str | None, physics: ParameterSets | None) -> None:
+def _predict_table(
+    from_csv: Path,
+    out: Path | None,
+    profile: Path | None,
+    model_arg: Path | str | None,
+    physics: ParameterSets | None,
+) -> None:
     """``--from-csv``: every check that needs no prediction first (the output's place, the
     file's kind, its header), then the table streamed a chunk at a time
     (``surrogate.prediction.batch``),
@@ -313,12 +354,20 @@ def _predict_table(from_csv: Path, out: Path | None, profile: Path | None,
     from surrogate.progress import bars
 
     with bars() as progress:
-        done = predict_file(from_csv, out, profile=profile, model=model_arg, check=check,
-                            progress=progress, sets=physics)
+        done = predict_file(
+            from_csv,
+            out,
+            profile=profile,
+            model=model_arg,
+            check=check,
+            progress=progress,
+            sets=physics,
+        )
     if done.errors and done.errors == done.rows:  # written first: nothing computed is lost
         raise ConfigError(
             f"every one of the {done.rows} rows of {from_csv} failed (row 1: "
-            f"{done.first_error}); the table with each row's error went to {out or 'stdout'}")
+            f"{done.first_error}); the table with each row's error went to {out or 'stdout'}"
+        )
     if out is not None:
         typer.echo(f"wrote {done.rows} rows to {out} ({done.errors} with an error)", err=True)
 
@@ -332,30 +381,60 @@ def _opt(help: str, *names: str, metavar: str | None = None) -> Any:
 def predict_cmd(
     model: ModelOptions,
     layout: LayoutOptions,
-    config: Annotated[Path | None, _opt(
-        "YAML/JSON file of configuration columns, or a torchtitan job TOML.", "--config", "-c",
-        metavar="FILE")] = None,
-    from_csv: Annotated[Path | None, _opt(
-        "Table of configurations, one per row: CSV, or Parquet (.parquet, .pq); read and "
-        "predicted in chunks.", metavar="TABLE")] = None,
-    out: Annotated[Path | None, _opt(
-        "Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).",
-        metavar="FILE")] = None,
+    config: Annotated[
+        Path | None,
+        _opt(
+            "YAML/JSON file of configuration columns, or a torchtitan job TOML.",
+            "--config",
+            "-c",
+            metavar="FILE",
+        ),
+    ] = None,
+    from_csv: Annotated[
+        Path | None,
+        _opt(
+            "Table of configurations, one per row: CSV, or Parquet (.parquet, .pq); read and "
+            "predicted in chunks.",
+            metavar="TABLE",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        _opt(
+            "Output table for --from-csv, CSV or Parquet by its suffix (default: CSV on stdout).",
+            metavar="FILE",
+        ),
+    ] = None,
     profile: ProfileOpt = None,
     as_json: JsonOpt = False,
     analytic: AnalyticOpt = False,
     model_dir: ModelDirOpt = None,
-    explain: Annotated[bool, typer.Option(
-        "--explain", help="Show the learned correction and its largest contributions.",
-        rich_help_panel=OUTPUT)] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Show the learned correction and its largest contributions.",
+            rich_help_panel=OUTPUT,
+        ),
+    ] = False,
     network: NetworkOpt = None,
 ) -> None:
     """Predict memory, OOM, step time, tokens/s and MFU of one configuration (or a CSV of
     them)."""
     flags = model.given() | layout.given()
-    _check_mode(from_csv, out, flags | {"model": model.model, "hf_config": model.hf_config,
-                                        "config": config, "json": as_json or None,
-                                        "explain": explain or None, "network": network})
+    _check_mode(
+        from_csv,
+        out,
+        flags
+        | {
+            "model": model.model,
+            "hf_config": model.hf_config,
+            "config": config,
+            "json": as_json or None,
+            "explain": explain or None,
+            "network": network,
+        },
+    )
     check_profile(profile)
     model_arg: Path | str | None = None if analytic else (model_dir or "default")
     physics = _physics(analytic, model_dir)
@@ -368,10 +447,12 @@ def predict_cmd(
     from surrogate.cli.network import under_network
 
     cluster = cfg.cluster
-    speed, assumed, line = under_network(network, profile, cluster.gpu, [cluster.num_nodes],
-                                         cluster.gpus_per_node)
-    _predict_one(cfg, speed, model_arg, physics, explain=explain, as_json=as_json,
-                 network=(assumed, line))
+    speed, assumed, line = under_network(
+        network, profile, cluster.gpu, [cluster.num_nodes], cluster.gpus_per_node
+    )
+    _predict_one(
+        cfg, speed, model_arg, physics, explain=explain, as_json=as_json, network=(assumed, line)
+    )
     if not as_json:
         from surrogate.cli.display import seq_len_note
 
@@ -381,9 +462,16 @@ def predict_cmd(
             typer.echo(f"note: {note}")
 
 
-def _predict_one(cfg: Any, profile: Any, model_arg: Path | str | None,
-                 physics: ParameterSets | None, *, explain: bool, as_json: bool,
-                 network: tuple[dict[str, Any], str]) -> None:
+def _predict_one(
+    cfg: Any,
+    profile: Any,
+    model_arg: Path | str | None,
+    physics: ParameterSets | None,
+    *,
+    explain: bool,
+    as_json: bool,
+    network: tuple[dict[str, Any], str],
+) -> None:
     """Predict one configuration; print its tables, or its JSON (``network``: what it
     assumed, as JSON and as a line, ``surrogate.cli.network.under_network``)."""
     import_lightgbm_for_prediction()  # this process only predicts: 1.4 s less to start

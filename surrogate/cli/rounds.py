@@ -15,19 +15,35 @@ from surrogate.errors import DataError
 
 @app.command("score-round")
 def score_round_cmd(
-    round_dir: Annotated[Path, typer.Option(
-        "--round", help="A round directory written by propose.", metavar="DIR")],
-    runs: Annotated[Path, typer.Option(
-        help="Sweep table holding the round's ingested runs (and earlier ones).",
-        metavar="TABLE")],
-    model_dir: Annotated[Path | None, typer.Option(
-        help="The proposing model's directory, if it moved.", metavar="DIR")] = None,
-    mlflow: Annotated[bool, typer.Option(
-        "--mlflow/--no-mlflow",
-        help="Log to MLflow ($MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).")] = True,
-    campaign: Annotated[str | None, typer.Option(
-        help="MLflow experiment 'active learning: CAMPAIGN' (default: the name of the "
-             "directory holding the rounds).", metavar="NAME")] = None,
+    round_dir: Annotated[
+        Path, typer.Option("--round", help="A round directory written by propose.", metavar="DIR")
+    ],
+    runs: Annotated[
+        Path,
+        typer.Option(
+            help="Sweep table holding the round's ingested runs (and earlier ones).",
+            metavar="TABLE",
+        ),
+    ],
+    model_dir: Annotated[
+        Path | None,
+        typer.Option(help="The proposing model's directory, if it moved.", metavar="DIR"),
+    ] = None,
+    mlflow: Annotated[
+        bool,
+        typer.Option(
+            "--mlflow/--no-mlflow",
+            help="Log to MLflow ($MLFLOW_TRACKING_URI, else sqlite:///mlruns/mlflow.db).",
+        ),
+    ] = True,
+    campaign: Annotated[
+        str | None,
+        typer.Option(
+            help="MLflow experiment 'active learning: CAMPAIGN' (default: the name of the "
+            "directory holding the rounds).",
+            metavar="NAME",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Score a round's runs against the model that proposed them (before retraining) and log it
@@ -56,10 +72,15 @@ def score_round_cmd(
         _print_round(record, metrics, analytic_metrics)
     run_id, failure = None, None
     if mlflow:
-        run_id, failure = _log_round(record, metrics, round_dir, campaign, matched, analytic,
-                                     progress=not as_json)
-    scores = {"round": record["round"], "metrics": metrics,
-              "analytic_metrics": analytic_metrics, "mlflow_run_id": run_id}
+        run_id, failure = _log_round(
+            record, metrics, round_dir, campaign, matched, analytic, progress=not as_json
+        )
+    scores = {
+        "round": record["round"],
+        "metrics": metrics,
+        "analytic_metrics": analytic_metrics,
+        "mlflow_run_id": run_id,
+    }
     if as_json:
         typer.echo(json.dumps(scores, indent=2))
     elif run_id:
@@ -68,9 +89,16 @@ def score_round_cmd(
         _keep_scores(failure, round_dir, scores, matched)
 
 
-def _log_round(record: dict[str, Any], metrics: dict[str, float], round_dir: Path,
-               campaign: str | None, matched: Any, analytic: Any, *,
-               progress: bool) -> tuple[str | None, Exception | None]:
+def _log_round(
+    record: dict[str, Any],
+    metrics: dict[str, float],
+    round_dir: Path,
+    campaign: str | None,
+    matched: Any,
+    analytic: Any,
+    *,
+    progress: bool,
+) -> tuple[str | None, Exception | None]:
     """The MLflow run of the scored round, or the store's failure (the work is kept)."""
     from surrogate.loop.round_log import campaign_of, campaign_records, log_round
     from surrogate.progress import bars
@@ -78,17 +106,23 @@ def _log_round(record: dict[str, Any], metrics: dict[str, float], round_dir: Pat
     try:
         with bars(progress) as report:
             report("logging to MLflow (metrics, plots, accuracy over rounds)", 0, 1)
-            earlier = [r for r in campaign_records(round_dir)
-                       if int(r["round"]) < int(record["round"])]
-            run_id = log_round(record, metrics, campaign=campaign or campaign_of(round_dir),
-                               matched=matched, analytic=analytic, earlier=earlier)
+            earlier = [
+                r for r in campaign_records(round_dir) if int(r["round"]) < int(record["round"])
+            ]
+            run_id = log_round(
+                record,
+                metrics,
+                campaign=campaign or campaign_of(round_dir),
+                matched=matched,
+                analytic=analytic,
+                earlier=earlier,
+            )
     except Exception as e:  # any failure of the store, after the work: keep the work
         return None, e
     return run_id, None
 
 
-def _keep_scores(failure: Exception, round_dir: Path, scores: dict[str, Any],
-                 matched: Any) -> None:
+def _keep_scores(failure: Exception, round_dir: Path, scores: dict[str, Any], matched: Any) -> None:
     """Save the round's figures beside it, and raise the store's failure in a line."""
     from surrogate.io.tableio import write_table_atomic
     from surrogate.io.tracking import store_failure, tracking_uri
@@ -100,7 +134,8 @@ def _keep_scores(failure: Exception, round_dir: Path, scores: dict[str, Any],
     raise DataError(
         f"logging the scored round to MLflow ({tracking_uri()}) failed "
         f"({store_failure(failure)}); its figures are saved in {saved} and its matched "
-        f"runs in {round_dir / MATCHED_FILE}: score it again when the store works")
+        f"runs in {round_dir / MATCHED_FILE}: score it again when the store works"
+    )
 
 
 SCORES_FILE = "scores.json"
@@ -115,8 +150,9 @@ def _write_json_atomic(path: Path, data: Any) -> None:
     atomic_write(path, json.dumps(data, indent=2, default=str))
 
 
-def _print_round(record: dict[str, Any], metrics: dict[str, float],
-                 analytic: dict[str, float] | None) -> None:
+def _print_round(
+    record: dict[str, Any], metrics: dict[str, float], analytic: dict[str, float] | None
+) -> None:
     """The round's figures, the proposing model's beside the analytic model's."""
     from rich.markup import escape
     from rich.table import Table
@@ -125,8 +161,11 @@ def _print_round(record: dict[str, Any], metrics: dict[str, float],
 
     console = make_console()
     info = record.get("model", {})
-    who = ("the analytic model" if info.get("kind") == "analytic" else
-           f"the learned model at {info.get('path')} (data {str(info.get('data_hash'))[:8]})")
+    who = (
+        "the analytic model"
+        if info.get("kind") == "analytic"
+        else f"the learned model at {info.get('path')} (data {str(info.get('data_hash'))[:8]})"
+    )
     console.print(escape(f"round {record['round']}: proposed by {who}"), highlight=False)
     t = Table(title=f"Round {record['round']}, prospective (runs the model had not seen)")
     t.add_column("figure")
@@ -137,8 +176,9 @@ def _print_round(record: dict[str, Any], metrics: dict[str, float],
         row = [k, _figure(k, v)]
         if analytic is not None:
             a = analytic.get(k, float("nan"))
-            row.append(_figure(k, a) if k in ("mfu_mape", "status_accuracy",
-                                              "interval_coverage") else "")
+            row.append(
+                _figure(k, a) if k in ("mfu_mape", "status_accuracy", "interval_coverage") else ""
+            )
         t.add_row(*row)
     console.print(t)
 

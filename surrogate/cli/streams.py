@@ -49,8 +49,7 @@ def prepare() -> tuple[object, str | None]:
     if sys.stdout is None:
         sys.stdout = ClosedStream()
     columns = before[1]
-    if columns is not None and not (columns.strip().isdigit()
-                                    and int(columns) >= MIN_COLUMNS):
+    if columns is not None and not (columns.strip().isdigit() and int(columns) >= MIN_COLUMNS):
         del os.environ["COLUMNS"]
     return before
 

@@ -27,8 +27,10 @@ def positive_int(owner: str, name: str, value: Any, *, minimum: int = 1) -> None
         raise ConfigError(f"{owner}.{name} must be an integer >= {minimum}, got {value}")
     if value > MAX_COUNT:
         got = f"{value:,}" if value < 10**30 else f"a {len(str(value))}-digit number"
-        raise ConfigError(f"{owner}.{name} must be at most {MAX_TEXT} (counts are exact in "
-                          f"float64 up to there), got {got}")
+        raise ConfigError(
+            f"{owner}.{name} must be at most {MAX_TEXT} (counts are exact in "
+            f"float64 up to there), got {got}"
+        )
 
 
 def capped_count(value: Any, flag: str, cap: int, why: str) -> None:

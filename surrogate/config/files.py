@@ -37,43 +37,82 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
 FILE_KEYS: tuple[str, ...] = (*CONFIG_KEYS, *SECTION_KEYS)
 """Top-level keys of a configuration file (``model`` may also name a preset)."""
 KEY_ALIASES: dict[str, str] = {
-    "zero": "zero_stage", "nodes": "num_nodes",
-    "num_hidden_layers": "num_layers", "intermediate_size": "ffn_hidden_size",
-    "num_attention_heads": "num_heads", "num_key_value_heads": "num_kv_heads",
-    "tie_word_embeddings": "tie_embeddings", "max_position_embeddings": "seq_len",
-    "moe_intermediate_size": "moe_ffn_hidden_size", "num_experts_per_tok": "experts_topk",
+    "zero": "zero_stage",
+    "nodes": "num_nodes",
+    "num_hidden_layers": "num_layers",
+    "intermediate_size": "ffn_hidden_size",
+    "num_attention_heads": "num_heads",
+    "num_key_value_heads": "num_kv_heads",
+    "tie_word_embeddings": "tie_embeddings",
+    "max_position_embeddings": "seq_len",
+    "moe_intermediate_size": "moe_ffn_hidden_size",
+    "num_experts_per_tok": "experts_topk",
     "num_local_experts": "num_experts",
     # Megatron-LM arguments
-    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
-    "micro_batch_size": "mbs", "global_batch_size": "global_batch_seqs",
-    "seq_length": "seq_len", "num_query_groups": "num_kv_heads",
-    "moe_router_topk": "experts_topk", "recompute_granularity": "recompute",
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "micro_batch_size": "mbs",
+    "global_batch_size": "global_batch_seqs",
+    "seq_length": "seq_len",
+    "num_query_groups": "num_kv_heads",
+    "moe_router_topk": "experts_topk",
+    "recompute_granularity": "recompute",
     # torchtitan's parallelism degrees
-    "tensor_parallel_degree": "tp", "pipeline_parallel_degree": "pp",
-    "context_parallel_degree": "cp", "expert_parallel_degree": "ep",
+    "tensor_parallel_degree": "tp",
+    "pipeline_parallel_degree": "pp",
+    "context_parallel_degree": "cp",
+    "expert_parallel_degree": "ep",
     # nanotron, the Playbook table, DeepSpeed and common spellings
-    "batch_accumulation_per_replica": "grad_accum", "batch_accum": "grad_accum",
-    "sequence_length": "seq_len", "gradient_accumulation_steps": "grad_accum",
-    "train_micro_batch_size_per_gpu": "mbs", "micro_batch": "mbs",
-    "tensor_parallel_size": "tp", "pipeline_parallel_size": "pp",
-    "data_parallel_size": "dp", "max_seq_len": "seq_len", "zero_optimization_stage": "zero_stage",
+    "batch_accumulation_per_replica": "grad_accum",
+    "batch_accum": "grad_accum",
+    "sequence_length": "seq_len",
+    "gradient_accumulation_steps": "grad_accum",
+    "train_micro_batch_size_per_gpu": "mbs",
+    "micro_batch": "mbs",
+    "tensor_parallel_size": "tp",
+    "pipeline_parallel_size": "pp",
+    "data_parallel_size": "dp",
+    "max_seq_len": "seq_len",
+    "zero_optimization_stage": "zero_stage",
     # GPT-2 style Hugging Face keys
-    "n_layer": "num_layers", "n_embd": "hidden_size", "n_head": "num_heads",
-    "n_inner": "ffn_hidden_size", "n_positions": "seq_len", "n_ctx": "seq_len",
+    "n_layer": "num_layers",
+    "n_embd": "hidden_size",
+    "n_head": "num_heads",
+    "n_inner": "ffn_hidden_size",
+    "n_positions": "seq_len",
+    "n_ctx": "seq_len",
     # names of the same setting in other tools and in prose
-    "recompute_mode": "recompute", "recompute_method": "recompute",
-    "activation_checkpointing": "recompute", "activation_checkpoint": "recompute",
-    "gradient_checkpointing": "recompute", "activation_recomputation": "recompute",
-    "checkpoint_activations": "recompute", "ac_mode": "recompute",
-    "precision": "dtype", "mixed_precision": "dtype", "compute_dtype": "dtype",
-    "train_dtype": "dtype", "fp8": "dtype", "bf16": "dtype",
-    "gpu_type": "gpu", "gpu_name": "gpu", "gpu_model": "gpu", "device": "gpu",
-    "accelerator": "gpu", "hardware_type": "gpu",
-    "sequence_parallelism": "sequence_parallel", "sp": "sequence_parallel",
-    "n_nodes": "num_nodes", "node_count": "num_nodes", "nnodes": "num_nodes",
-    "nproc_per_node": "gpus_per_node", "gpus": "gpus_per_node",
-    "zero_optimization": "zero_stage", "zero_level": "zero_stage",
+    "recompute_mode": "recompute",
+    "recompute_method": "recompute",
+    "activation_checkpointing": "recompute",
+    "activation_checkpoint": "recompute",
+    "gradient_checkpointing": "recompute",
+    "activation_recomputation": "recompute",
+    "checkpoint_activations": "recompute",
+    "ac_mode": "recompute",
+    "precision": "dtype",
+    "mixed_precision": "dtype",
+    "compute_dtype": "dtype",
+    "train_dtype": "dtype",
+    "fp8": "dtype",
+    "bf16": "dtype",
+    "gpu_type": "gpu",
+    "gpu_name": "gpu",
+    "gpu_model": "gpu",
+    "device": "gpu",
+    "accelerator": "gpu",
+    "hardware_type": "gpu",
+    "sequence_parallelism": "sequence_parallel",
+    "sp": "sequence_parallel",
+    "n_nodes": "num_nodes",
+    "node_count": "num_nodes",
+    "nnodes": "num_nodes",
+    "nproc_per_node": "gpus_per_node",
+    "gpus": "gpus_per_node",
+    "zero_optimization": "zero_stage",
+    "zero_level": "zero_stage",
 }
 """Spellings of a column elsewhere: the CLI flags that differ from it, Hugging Face keys, and
 the frameworks' names for the same setting; a file key or table column spelt so is refused
@@ -82,8 +121,15 @@ defaulted)."""
 
 
 _DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp")
-_DEGREE_SUFFIXES = ("_parallel_degree", "_parallel_size", "_parallelism", "_parallel",
-                    "_degree", "_size", "_deg")
+_DEGREE_SUFFIXES = (
+    "_parallel_degree",
+    "_parallel_size",
+    "_parallelism",
+    "_parallel",
+    "_degree",
+    "_size",
+    "_deg",
+)
 
 
 def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str | None:
@@ -96,8 +142,8 @@ def nearest_key(key: str, valid: Sequence[str], *, cutoff: float = 0.6) -> str |
     if alias in valid:
         return alias
     for suffix in _DEGREE_SUFFIXES:  # tp_degree, cp_size, ep_parallel_size -> tp, cp, ep
-        if plain.endswith(suffix) and plain[:-len(suffix)] in _DEGREES:
-            degree = plain[:-len(suffix)]
+        if plain.endswith(suffix) and plain[: -len(suffix)] in _DEGREES:
+            degree = plain[: -len(suffix)]
             return degree if degree in valid else None
     close = difflib.get_close_matches(plain, list(valid), n=1, cutoff=cutoff)
     return close[0] if close else None
@@ -110,10 +156,14 @@ def check_keys(keys: Iterable[Any], valid: Sequence[str], *, where: str) -> None
             continue
         hint = nearest_key(str(key), valid)
         if hint is not None:
-            raise ConfigError(f"{where}: unknown key {shown(key)}; did you mean {hint!r}? (keys "
-                              "must be configuration columns)")
-        raise ConfigError(f"{where}: unknown key {shown(key)}; keys must be configuration "
-                          f"columns: {', '.join(valid)}")
+            raise ConfigError(
+                f"{where}: unknown key {shown(key)}; did you mean {hint!r}? (keys "
+                "must be configuration columns)"
+            )
+        raise ConfigError(
+            f"{where}: unknown key {shown(key)}; keys must be configuration "
+            f"columns: {', '.join(valid)}"
+        )
 
 
 def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
@@ -126,8 +176,10 @@ def check_table_columns(columns: Iterable[Any], *, where: str) -> None:
             continue
         hint = nearest_key(name, CONFIG_KEYS, cutoff=0.85)
         if hint is not None and hint not in names:
-            raise ConfigError(f"{where}: column {name!r} is not a configuration column; did "
-                              f"you mean {hint!r}? (it would be ignored and {hint} defaulted)")
+            raise ConfigError(
+                f"{where}: column {name!r} is not a configuration column; did "
+                f"you mean {hint!r}? (it would be ignored and {hint} defaulted)"
+            )
 
 
 OWN_COLUMN_PREFIX = "_"
@@ -168,8 +220,11 @@ def expand_model_column(table: pd.DataFrame, *, where: str, first_row: int = 1) 
         at = np.asarray(rows, dtype=np.int64)
         for key, value in values.items():
             if key not in filled:
-                column = (out[key].to_numpy(dtype=object, copy=True) if key in out.columns
-                          else np.full(len(out), None, dtype=object))
+                column = (
+                    out[key].to_numpy(dtype=object, copy=True)
+                    if key in out.columns
+                    else np.full(len(out), None, dtype=object)
+                )
                 filled[key], empty[key] = column, _empty_cells(column)
             fill = at[empty[key][at]]
             column = filled[key]
@@ -188,9 +243,17 @@ def _empty_cells(column: np.ndarray) -> np.ndarray:
     row leaves to the preset)."""
     import pandas as pd
 
-    return np.fromiter((v is None or v is pd.NA or (isinstance(v, float) and v != v) or
-                        (isinstance(v, str) and v == "") for v in column),
-                       dtype=bool, count=len(column))
+    return np.fromiter(
+        (
+            v is None
+            or v is pd.NA
+            or (isinstance(v, float) and v != v)
+            or (isinstance(v, str) and v == "")
+            for v in column
+        ),
+        dtype=bool,
+        count=len(column),
+    )
 
 
 def _too_large(key: str, value: Any) -> str | None:
@@ -200,18 +263,28 @@ def _too_large(key: str, value: Any) -> str | None:
     number = int(value)
     if abs(number) <= MAX_COUNT:
         return None
-    owner = next((f"{cls}." for cls, names in (("ModelConfig", MODEL_FIELDS),
-                                                ("ClusterConfig", CLUSTER_FIELDS),
-                                                ("LayoutConfig", LAYOUT_FIELDS))
-                  if key in names), "")
+    owner = next(
+        (
+            f"{cls}."
+            for cls, names in (
+                ("ModelConfig", MODEL_FIELDS),
+                ("ClusterConfig", CLUSTER_FIELDS),
+                ("LayoutConfig", LAYOUT_FIELDS),
+            )
+            if key in names
+        ),
+        "",
+    )
     try:
         given = f"{number:,}"
         if len(given) > 60:
             given = f"an integer of {len(str(abs(number))):,} digits"
     except ValueError:  # beyond Python's limit on converting integers to text
         given = f"an integer of about {math.log10(abs(number)):,.0f} digits"
-    return (f"{owner}{key} must be at most 2**53 = {MAX_COUNT:,} (counts are exact in float64 "
-            f"up to there), got {given}")
+    return (
+        f"{owner}{key} must be at most 2**53 = {MAX_COUNT:,} (counts are exact in float64 "
+        f"up to there), got {given}"
+    )
 
 
 def check_counts(values: Mapping[str, Any], *, where: str | None = None) -> None:
@@ -234,8 +307,10 @@ def check_finite(values: Mapping[str, Any], *, where: str | None = None) -> None
     for key, value in values.items():
         if isinstance(value, float | np.floating) and not math.isfinite(value):
             given = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
-            why = (f"{key} must be a finite value, got {given} (no configuration value is NaN "
-                   "or infinite; leave the key out for its default)")
+            why = (
+                f"{key} must be a finite value, got {given} (no configuration value is NaN "
+                "or infinite; leave the key out for its default)"
+            )
             raise ConfigError(f"{where}: {why}" if where else why)
 
 
@@ -262,11 +337,12 @@ def check_table_counts(table: pd.DataFrame, *, where: str, first_row: int = 1) -
                 row = int(np.flatnonzero(present)[big[0]]) + first_row
                 raise ConfigError(f"{where}, row {row}: {_too_large(str(column), values[big[0]])}")
             continue
-        if pd.api.types.is_string_dtype(dtype) and pd.api.types.infer_dtype(
-                cells, skipna=True) in ("string", "empty"):
+        if pd.api.types.is_string_dtype(dtype) and pd.api.types.infer_dtype(cells, skipna=True) in (
+            "string",
+            "empty",
+        ):
             continue  # text only: no integer to check
         for row, value in enumerate(cells.tolist(), start=first_row):
             why = _too_large(str(column), value)
             if why is not None:
                 raise ConfigError(f"{where}, row {row}: {why}")
-

@@ -74,60 +74,109 @@ def _ep(**cfg: Any) -> bool:
 
 FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
     "megatron": (
-        Default(setting="distributed_optimizer", value="on (zero_stage 1)",
-                column="zero_stage", column_value=1,
-                source=f"{BRIDGE} recipes/llama/llama3.py, recipes/qwen/qwen3_moe.py: "
-                       "cfg.ddp.use_distributed_optimizer = True in every pre-training recipe"),
-        Default(setting="overlap_grad_reduce", value="on",
-                source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_grad_reduce = True"),
-        Default(setting="overlap_param_gather", value="on",
-                source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_param_gather = True"),
-        Default(setting="grad_reduce_in_fp32", value="on",
-                source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig."
-                       "grad_reduce_in_fp32 = True"),
-        Default(setting="sequence_parallel", value="on", when=_tp, condition="tp > 1",
-                column="sequence_parallel", column_value=True,
-                source=f"{BRIDGE} recipes/llama/llama3.py (70B, 405B), recipes/qwen/"
-                       "qwen3_moe.py: cfg.model.sequence_parallel = True with tp > 1"),
-        Default(setting="tp_comm_overlap", value="on", when=_tp, condition="tp > 1",
-                source=f"{BRIDGE} recipes/llama/llama3.py: CommOverlapConfig(tp_comm_overlap="
-                       "True, userbuffers_*_h100_*) for 70B and 405B"),
-        Default(setting="recompute", value="none", column="recompute", column_value="none",
-                source=f"{BRIDGE} recipes/llama/llama3.py: cfg.model.recompute_granularity = "
-                       "None"),
-        Default(setting="fp8_recipe", value="tensorwise (current scaling)", when=_fp8,
-                condition="dtype fp8",
-                source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig.fp8_recipe "
-                       "= 'tensorwise'; bf16_with_fp8_current_scaling_mixed: fp8 'hybrid', "
-                       "first_last_layers_bf16 True, fp8_param_gather True"),
-        Default(setting="expert_tensor_parallel", value="1 (each expert whole on a rank)",
-                when=_ep, condition="ep > 1",
-                source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: cfg.model.expert_tensor_parallel_"
-                       f"size = 1 in every MoE recipe ({CORE} transformer_config.py leaves it "
-                       "None, i.e. tp; FrameworkTraits.moe_parallel_folding)"),
-        Default(setting="moe_dispatcher", value="flex (DeepEP), grouped GEMM", when=_ep,
-                condition="ep > 1",
-                source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: moe_flex_dispatcher_backend "
-                       "'deepep', moe_grouped_gemm True; training/flex_dispatcher_backend.py "
-                       "apply_flex_dispatcher_backend sets moe_token_dispatcher_type 'flex' on "
-                       "Ampere and Hopper (FrameworkTraits.moe_flex_dispatch, moe_grouped_gemm)"),
-        Default(setting="pipeline_split",
-                value="even (where the layers do not divide by pp x vpp, the embedding and the "
-                      "loss count as a layer each)",
-                when=_pp, condition="pp > 1",
-                source=f"{CORE} transformer/transformer_config.py: "
-                       "account_for_embedding_in_pipeline_split = False, "
-                       "account_for_loss_in_pipeline_split = False; where the layers do not "
-                       "divide, both on, as the Llama 3.1 405B recipe sets them "
-                       "(transformer/transformer_block.py get_num_layers_to_build; "
-                       "surrogate.analytic.pipeline.slot_split)"),
+        Default(
+            setting="distributed_optimizer",
+            value="on (zero_stage 1)",
+            column="zero_stage",
+            column_value=1,
+            source=f"{BRIDGE} recipes/llama/llama3.py, recipes/qwen/qwen3_moe.py: "
+            "cfg.ddp.use_distributed_optimizer = True in every pre-training recipe",
+        ),
+        Default(
+            setting="overlap_grad_reduce",
+            value="on",
+            source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_grad_reduce = True",
+        ),
+        Default(
+            setting="overlap_param_gather",
+            value="on",
+            source=f"{BRIDGE} recipes/*: cfg.ddp.overlap_param_gather = True",
+        ),
+        Default(
+            setting="grad_reduce_in_fp32",
+            value="on",
+            source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig."
+            "grad_reduce_in_fp32 = True",
+        ),
+        Default(
+            setting="sequence_parallel",
+            value="on",
+            when=_tp,
+            condition="tp > 1",
+            column="sequence_parallel",
+            column_value=True,
+            source=f"{BRIDGE} recipes/llama/llama3.py (70B, 405B), recipes/qwen/"
+            "qwen3_moe.py: cfg.model.sequence_parallel = True with tp > 1",
+        ),
+        Default(
+            setting="tp_comm_overlap",
+            value="on",
+            when=_tp,
+            condition="tp > 1",
+            source=f"{BRIDGE} recipes/llama/llama3.py: CommOverlapConfig(tp_comm_overlap="
+            "True, userbuffers_*_h100_*) for 70B and 405B",
+        ),
+        Default(
+            setting="recompute",
+            value="none",
+            column="recompute",
+            column_value="none",
+            source=f"{BRIDGE} recipes/llama/llama3.py: cfg.model.recompute_granularity = None",
+        ),
+        Default(
+            setting="fp8_recipe",
+            value="tensorwise (current scaling)",
+            when=_fp8,
+            condition="dtype fp8",
+            source=f"{BRIDGE} training/mixed_precision.py: MixedPrecisionConfig.fp8_recipe "
+            "= 'tensorwise'; bf16_with_fp8_current_scaling_mixed: fp8 'hybrid', "
+            "first_last_layers_bf16 True, fp8_param_gather True",
+        ),
+        Default(
+            setting="expert_tensor_parallel",
+            value="1 (each expert whole on a rank)",
+            when=_ep,
+            condition="ep > 1",
+            source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: cfg.model.expert_tensor_parallel_"
+            f"size = 1 in every MoE recipe ({CORE} transformer_config.py leaves it "
+            "None, i.e. tp; FrameworkTraits.moe_parallel_folding)",
+        ),
+        Default(
+            setting="moe_dispatcher",
+            value="flex (DeepEP), grouped GEMM",
+            when=_ep,
+            condition="ep > 1",
+            source=f"{BRIDGE} recipes/qwen/qwen3_moe.py: moe_flex_dispatcher_backend "
+            "'deepep', moe_grouped_gemm True; training/flex_dispatcher_backend.py "
+            "apply_flex_dispatcher_backend sets moe_token_dispatcher_type 'flex' on "
+            "Ampere and Hopper (FrameworkTraits.moe_flex_dispatch, moe_grouped_gemm)",
+        ),
+        Default(
+            setting="pipeline_split",
+            value="even (where the layers do not divide by pp x vpp, the embedding and the "
+            "loss count as a layer each)",
+            when=_pp,
+            condition="pp > 1",
+            source=f"{CORE} transformer/transformer_config.py: "
+            "account_for_embedding_in_pipeline_split = False, "
+            "account_for_loss_in_pipeline_split = False; where the layers do not "
+            "divide, both on, as the Llama 3.1 405B recipe sets them "
+            "(transformer/transformer_block.py get_num_layers_to_build; "
+            "surrogate.analytic.pipeline.slot_split)",
+        ),
     ),
     "llm-foundry": (
-        Default(setting="attention", value="not FlashAttention-2 (triton or torch)",
-                source="mosaicml/llm-foundry 4952183 scripts/train/benchmarking/README.md "
-                       "(predates FlashAttention-2 with ALiBi; surrogate.config.frameworks)"),
-        Default(setting="loss", value="fused cross entropy",
-                source="llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy'"),
+        Default(
+            setting="attention",
+            value="not FlashAttention-2 (triton or torch)",
+            source="mosaicml/llm-foundry 4952183 scripts/train/benchmarking/README.md "
+            "(predates FlashAttention-2 with ALiBi; surrogate.config.frameworks)",
+        ),
+        Default(
+            setting="loss",
+            value="fused cross entropy",
+            source="llm-foundry ComposerMPTCausalLM loss_fn 'fused_crossentropy'",
+        ),
     ),
 }
 """Documented defaults per framework (canonical names, ``surrogate.config.frameworks``)."""
@@ -140,7 +189,8 @@ def defaults_for(framework: str) -> tuple[Default, ...]:
 
 
 DOCUMENTED_COLUMNS: frozenset[str] = frozenset(
-    d.column for entries in FRAMEWORK_DEFAULTS.values() for d in entries if d.column)
+    d.column for entries in FRAMEWORK_DEFAULTS.values() for d in entries if d.column
+)
 """The configuration columns some framework's documented default sets."""
 
 
@@ -164,8 +214,9 @@ def config_defaults(framework: str, **cfg: Any) -> dict[str, Any]:
     return {d.column: d.column_value for d in entries if d.column and d.applies(**cfg)}
 
 
-def assumed(framework: str, overrides: dict[str, str] | None = None,
-            **cfg: Any) -> list[tuple[str, str, str]]:
+def assumed(
+    framework: str, overrides: dict[str, str] | None = None, **cfg: Any
+) -> list[tuple[str, str, str]]:
     """(setting, value, source) of every default of ``framework`` that applies to a
     configuration (``cfg``: tp, pp, dtype, ... as keywords), ``overrides`` (setting -> value,
     with its own source after a ``|``) replacing the table's value."""
@@ -200,8 +251,9 @@ def defaults_line(layout: Any) -> str:
         return ""
     releases = sorted({r for r in (BRIDGE, CORE) if any(r in src for _, _, src in items)})
     where = f" ({', '.join(releases)})" if releases else ""
-    return (f"{layout.framework} defaults assumed{where}: "
-            + ", ".join(f"{s.replace('_', ' ')} {v}" for s, v, _ in items))
+    return f"{layout.framework} defaults assumed{where}: " + ", ".join(
+        f"{s.replace('_', ' ')} {v}" for s, v, _ in items
+    )
 
 
 def space_defaults_line(framework: str) -> str:
@@ -214,9 +266,10 @@ def space_defaults_line(framework: str) -> str:
     releases = sorted({r for r in (BRIDGE, CORE) if any(r in d.source for d in items)})
     where = f" ({', '.join(releases)})" if releases else ""
     name = _canonical(framework)
-    return (f"{name} defaults assumed{where}: "
-            + ", ".join(f"{d.setting.replace('_', ' ')} {d.value}"
-                        + (f" [{d.condition}]" if d.condition else "") for d in items))
+    return f"{name} defaults assumed{where}: " + ", ".join(
+        f"{d.setting.replace('_', ' ')} {d.value}" + (f" [{d.condition}]" if d.condition else "")
+        for d in items
+    )
 
 
 def _canonical(framework: str) -> str:

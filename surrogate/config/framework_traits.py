@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 Recompute = Literal["none", "selective", "full"]
-FrameworkName = Literal["nanotron", "torchtitan", "megatron", "llm-foundry", "pytorch",
-                        "pytorch-fsdp2"]
+FrameworkName = Literal[
+    "nanotron", "torchtitan", "megatron", "llm-foundry", "pytorch", "pytorch-fsdp2"
+]
 """The frameworks whose runs are described (:data:`surrogate.config.frameworks.FRAMEWORKS`)."""
 ZeroStage = Literal[0, 1, 2, 3]
 """ZeRO stage (Rajbhandari et al. 2020): 0 none, 1 optimizer states, 2 and gradients, 3 and
@@ -383,8 +384,9 @@ class FrameworkTraits:
         element-wise on arrays."""
         return (zero_stage >= 2) & (tp == 1) & (pp == 1) & (cp == 1)
 
-    def parameter_set(self, version: str | None, *, zero_stage: int, tp: int, pp: int,
-                      cp: int) -> str:
+    def parameter_set(
+        self, version: str | None, *, zero_stage: int, tp: int, pp: int, cp: int
+    ) -> str:
         """The ``framework/version`` whose free parameters a layout of this framework takes:
         :attr:`autocast_parameters` where it trains under autocast, :attr:`fsdp_parameters`
         under FSDP alone, else its own."""
@@ -422,86 +424,155 @@ class FrameworkTraits:
         """Has an interleaved pipeline schedule, i.e. allows vpp > 1."""
         return self.interleaved_schedule is not None
 
-    def unsupported(self, *, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                    zero_stage: int, pp_schedule: str = "1f1b",
-                    dp_replicate: int = 1) -> str | None:
+    def unsupported(
+        self,
+        *,
+        tp: int,
+        pp: int,
+        cp: int,
+        ep: int,
+        vpp: int,
+        zero_stage: int,
+        pp_schedule: str = "1f1b",
+        dp_replicate: int = 1,
+    ) -> str | None:
         """What of the layout the framework does not implement, or None."""
         if zero_stage not in self.zero_stages:
-            return (f"framework {self.name} implements zero_stage "
-                    f"{' or '.join(map(str, self.zero_stages))}, got {zero_stage}")
+            return (
+                f"framework {self.name} implements zero_stage "
+                f"{' or '.join(map(str, self.zero_stages))}, got {zero_stage}"
+            )
         if dp_replicate > 1 and zero_stage not in self.hybrid_sharding_stages:
             stages = " or ".join(map(str, self.hybrid_sharding_stages))
-            return (f"framework {self.name} " + (
-                f"copies ZeRO's shards (dp_replicate > 1) with zero_stage {stages} only"
-                if stages else "shards over every data-parallel rank: dp_replicate must be 1")
-                + f", got dp_replicate={dp_replicate} zero_stage={zero_stage}")
-        for degree, value, has in (("tp", tp, self.tensor_parallel),
-                                   ("pp", pp, self.pipeline_parallel),
-                                   ("cp", cp, self.context_parallel),
-                                   ("ep", ep, self.expert_parallel)):
+            return (
+                f"framework {self.name} "
+                + (
+                    f"copies ZeRO's shards (dp_replicate > 1) with zero_stage {stages} only"
+                    if stages
+                    else "shards over every data-parallel rank: dp_replicate must be 1"
+                )
+                + f", got dp_replicate={dp_replicate} zero_stage={zero_stage}"
+            )
+        for degree, value, has in (
+            ("tp", tp, self.tensor_parallel),
+            ("pp", pp, self.pipeline_parallel),
+            ("cp", cp, self.context_parallel),
+            ("ep", ep, self.expert_parallel),
+        ):
             if value > 1 and not has:
-                return (f"framework {self.name} has no {_NAMES[degree]}: {degree} must be 1, "
-                        f"got {degree}={value}")
+                return (
+                    f"framework {self.name} has no {_NAMES[degree]}: {degree} must be 1, "
+                    f"got {degree}={value}"
+                )
         if vpp > 1 and not self.interleaved_pipeline:
-            return (f"framework {self.name} has no interleaved pipeline schedule: vpp must be 1, "
-                    f"got vpp={vpp}")
+            return (
+                f"framework {self.name} has no interleaved pipeline schedule: vpp must be 1, "
+                f"got vpp={vpp}"
+            )
         if pp_schedule != "1f1b":
             if pp_schedule not in self.pipeline_schedules:
-                return (f"framework {self.name} has no pipeline schedule {pp_schedule!r}: "
-                        f"pp_schedule must be one of {', '.join(self.pipeline_schedules) or '1f1b'}"
-                        f", got {pp_schedule!r}")
+                return (
+                    f"framework {self.name} has no pipeline schedule {pp_schedule!r}: "
+                    f"pp_schedule must be one of {', '.join(self.pipeline_schedules) or '1f1b'}"
+                    f", got {pp_schedule!r}"
+                )
             if vpp > 1:
-                return (f"pp_schedule {pp_schedule!r} has no interleaved form here: vpp must be "
-                        f"1, got vpp={vpp}")
+                return (
+                    f"pp_schedule {pp_schedule!r} has no interleaved form here: vpp must be "
+                    f"1, got vpp={vpp}"
+                )
             if pp == 1 and not self.schedule_without_pipeline:
-                return (f"framework {self.name} runs a pipeline schedule only with pp > 1: "
-                        f"pp_schedule must be '1f1b' when pp=1, got {pp_schedule!r}")
+                return (
+                    f"framework {self.name} runs a pipeline schedule only with pp > 1: "
+                    f"pp_schedule must be '1f1b' when pp=1, got {pp_schedule!r}"
+                )
         return None
 
-    def runs_as_another(self, *, dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int,
-                        zero_stage: int, recompute: str, sequence_parallel: bool,
-                        pp_schedule: str = "1f1b", recompute_layers: int = 0,
-                        dp_replicate: int = 1, moe: bool = False) -> str | None:
+    def runs_as_another(
+        self,
+        *,
+        dp: int,
+        tp: int,
+        pp: int,
+        cp: int,
+        ep: int,
+        vpp: int,
+        zero_stage: int,
+        recompute: str,
+        sequence_parallel: bool,
+        pp_schedule: str = "1f1b",
+        recompute_layers: int = 0,
+        dp_replicate: int = 1,
+        moe: bool = False,
+    ) -> str | None:
         """Why the framework cannot run the layout as described (what it does not implement,
         or the other layout it would run instead), or None: the layouts a search proposes and
         launch files are written for. ``moe``: the model has experts."""
-        problem = self.unsupported(tp=tp, pp=pp, cp=cp, ep=ep, vpp=vpp, zero_stage=zero_stage,
-                                   pp_schedule=pp_schedule, dp_replicate=dp_replicate)
+        problem = self.unsupported(
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            ep=ep,
+            vpp=vpp,
+            zero_stage=zero_stage,
+            pp_schedule=pp_schedule,
+            dp_replicate=dp_replicate,
+        )
         if problem:
             return problem
         if zero_stage > 0 and self.shards_over_cp and dp * cp == 1:
-            return (f"zero_stage > 0 needs dp x cp > 1 ({self.name} shards over its data- and "
-                    f"context-parallel ranks; one has nothing to shard), got dp=1 cp=1 "
-                    f"zero_stage={zero_stage}")
+            return (
+                f"zero_stage > 0 needs dp x cp > 1 ({self.name} shards over its data- and "
+                f"context-parallel ranks; one has nothing to shard), got dp=1 cp=1 "
+                f"zero_stage={zero_stage}"
+            )
         if zero_stage > 0 and not self.shards_over_cp and dp == 1:
-            return (f"zero_stage > 0 needs dp > 1 (one replica has nothing to shard), got dp=1 "
-                    f"zero_stage={zero_stage}")
+            return (
+                f"zero_stage > 0 needs dp > 1 (one replica has nothing to shard), got dp=1 "
+                f"zero_stage={zero_stage}"
+            )
         if self.shards_over_cp and zero_stage == 0 and max(cp, ep) > 1:
-            return (f"{self.name} shards the parameters over its cp ranks and borrows expert "
-                    f"parallelism from its sharded ranks: zero_stage 0 (data-parallel replicas, "
-                    f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}")
+            return (
+                f"{self.name} shards the parameters over its cp ranks and borrows expert "
+                f"parallelism from its sharded ranks: zero_stage 0 (data-parallel replicas, "
+                f"nothing sharded) needs cp = 1 and ep = 1, got cp={cp} ep={ep}"
+            )
         if self.mixed_precision_needs_sharding and zero_stage == 0 and max(tp, pp) > 1:
-            return (f"{self.name} runs bf16 mixed precision beside tensor or pipeline "
-                    f"parallelism only under sharded data parallelism (FSDP); zero_stage 0 with "
-                    f"tp={tp} pp={pp} trains in fp32: zero_stage 0 needs tp = pp = 1")
+            return (
+                f"{self.name} runs bf16 mixed precision beside tensor or pipeline "
+                f"parallelism only under sharded data parallelism (FSDP); zero_stage 0 with "
+                f"tp={tp} pp={pp} trains in fp32: zero_stage 0 needs tp = pp = 1"
+            )
         if sequence_parallel and tp == 1:
             return "sequence_parallel needs tp > 1, got tp=1"
         if moe and tp > 1 and not sequence_parallel and self.moe_tp_needs_sequence_parallel:
-            return (f"{self.name}'s MoE layer refuses tensor parallelism without sequence "
-                    f"parallelism in training: an MoE model with tp={tp} needs "
-                    f"sequence_parallel, got sequence_parallel=False")
+            return (
+                f"{self.name}'s MoE layer refuses tensor parallelism without sequence "
+                f"parallelism in training: an MoE model with tp={tp} needs "
+                f"sequence_parallel, got sequence_parallel=False"
+            )
         if tp > 1 and sequence_parallel not in self.sequence_parallel_with_tp:
             always = "always" if self.always_sequence_parallel else "never"
-            return (f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
-                    f"got tp={tp} sequence_parallel={sequence_parallel}")
+            return (
+                f"{self.name}'s tensor parallelism {always} runs with sequence parallelism, "
+                f"got tp={tp} sequence_parallel={sequence_parallel}"
+            )
         if recompute not in self.recompute_modes:
-            return (f"framework {self.name} expresses recompute "
-                    f"{' or '.join(self.recompute_modes)}, got {recompute!r}")
+            return (
+                f"framework {self.name} expresses recompute "
+                f"{' or '.join(self.recompute_modes)}, got {recompute!r}"
+            )
         if recompute_layers > 0 and not self.partial_recompute:
-            return (f"framework {self.name} recomputes every layer or none: recompute_layers "
-                    f"must be 0, got {recompute_layers}")
+            return (
+                f"framework {self.name} recomputes every layer or none: recompute_layers "
+                f"must be 0, got {recompute_layers}"
+            )
         return None
 
 
-_NAMES = {"tp": "tensor parallelism", "pp": "pipeline parallelism",
-          "cp": "context parallelism", "ep": "expert parallelism"}
+_NAMES = {
+    "tp": "tensor parallelism",
+    "pp": "pipeline parallelism",
+    "cp": "context parallelism",
+    "ep": "expert parallelism",
+}

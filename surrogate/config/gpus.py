@@ -120,8 +120,7 @@ MIN_POWER_FRACTION = 0.5
 relation is not claimed to hold."""
 
 
-def power_cap_scale(limit_w: float, rated_w: float, exponent: float = POWER_CAP_EXPONENT
-                    ) -> float:
+def power_cap_scale(limit_w: float, rated_w: float, exponent: float = POWER_CAP_EXPONENT) -> float:
     """Sustained tensor throughput at a power limit over the rated one: (limit / rated) **
     ``exponent``, 1 at or above the rated power (an assumption: module docstring)."""
     if limit_w >= rated_w:
@@ -323,8 +322,10 @@ def _base_name(name: str) -> str:
     if key in GPU_ALIASES:
         return GPU_ALIASES[key]
     known = ", ".join(sorted(GPUS))
-    raise ConfigError(f"gpu must be one of {known} (or an alias such as H100), got {name!r} "
-                      f"(a power limit: NAME@WATTSW, e.g. H100-SXM-80GB@500W)")
+    raise ConfigError(
+        f"gpu must be one of {known} (or an alias such as H100), got {name!r} "
+        f"(a power limit: NAME@WATTSW, e.g. H100-SXM-80GB@500W)"
+    )
 
 
 def canonical_gpu_name(name: str) -> str:
@@ -339,13 +340,17 @@ def canonical_gpu_name(name: str) -> str:
     watts = float(m.group("watts"))
     spec = GPUS[base]
     if spec.rated_power_w is None:
-        raise ConfigError(f"a power limit needs the GPU's rated power, which the table does not "
-                          f"record for {base}, got {name!r}")
+        raise ConfigError(
+            f"a power limit needs the GPU's rated power, which the table does not "
+            f"record for {base}, got {name!r}"
+        )
     lowest = MIN_POWER_FRACTION * spec.rated_power_w
     if watts < lowest:
-        raise ConfigError(f"the power limit of {base} must be at least {lowest:g} W (half its "
-                          f"rated {spec.rated_power_w:g} W: the assumed clock-power relation is "
-                          f"not claimed below), got {watts:g} W")
+        raise ConfigError(
+            f"the power limit of {base} must be at least {lowest:g} W (half its "
+            f"rated {spec.rated_power_w:g} W: the assumed clock-power relation is "
+            f"not claimed below), got {watts:g} W"
+        )
     if watts >= spec.rated_power_w:
         return base
     return f"{base}@{watts:g}W"

@@ -64,11 +64,11 @@ MODEL_TYPES: tuple[str, ...] = tuple(dict.fromkeys(ARCHITECTURES.values()))
 """The supported ``model_type`` values."""
 REFUSED: dict[str, str] = {
     "gemma2": "it alternates sliding-window and global attention layers, soft-caps logits and "
-              "has four norms per layer",
+    "has four norms per layer",
     "gemma3": "it interleaves sliding-window and global attention layers and has four norms "
-              "per layer",
+    "per layer",
     "gemma3_text": "it interleaves sliding-window and global attention layers and has four "
-                   "norms per layer",
+    "norms per layer",
     "llama4": "it interleaves MoE and dense layers and chunked and global attention",
     "qwen3_next": "it mixes linear (gated DeltaNet) and full attention layers",
 }
@@ -79,7 +79,11 @@ _TIED_BY_DEFAULT = frozenset({"gemma"})
 _HEAD_DIM_REQUIRED = frozenset({"gemma", "qwen3", "qwen3_moe"})
 """Families whose config class default for ``head_dim`` is not hidden_size / heads."""
 _COMMON_KEYS: tuple[str, ...] = (
-    "num_hidden_layers", "hidden_size", "intermediate_size", "num_attention_heads", "vocab_size",
+    "num_hidden_layers",
+    "hidden_size",
+    "intermediate_size",
+    "num_attention_heads",
+    "vocab_size",
 )
 """Keys every supported family needs (the family's own are checked as they are read)."""
 _REQUIRED = object()
@@ -125,9 +129,11 @@ class _Keys:
         if value is None:
             return []
         if not isinstance(value, list) or any(
-                isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value):
-            raise self.error(f"{key} must be a list of layer indices (integers >= 0), "
-                             f"got {value!r}")
+            isinstance(v, bool) or not isinstance(v, int) or v < 0 for v in value
+        ):
+            raise self.error(
+                f"{key} must be a list of layer indices (integers >= 0), got {value!r}"
+            )
         return value
 
     def family_name(self) -> str:
@@ -158,8 +164,9 @@ def model_type_of(cfg: dict[str, Any], path: Path) -> str:
     archs = cfg.get("architectures")
     if model_type is not None and not isinstance(model_type, str):
         raise ConfigError(f"{path}: model_type must be a string, got {model_type!r}")
-    if archs is not None and (not isinstance(archs, list)
-                              or not all(isinstance(a, str) for a in archs)):
+    if archs is not None and (
+        not isinstance(archs, list) or not all(isinstance(a, str) for a in archs)
+    ):
         raise ConfigError(f"{path}: architectures must be a list of class names, got {archs!r}")
     from_archs = sorted({ARCHITECTURES[a] for a in archs or () if a in ARCHITECTURES})
     if model_type is None:
@@ -167,17 +174,22 @@ def model_type_of(cfg: dict[str, Any], path: Path) -> str:
             raise ConfigError(
                 f"{path}: a Hugging Face config must name its family: model_type one of "
                 f"{', '.join(MODEL_TYPES)} (or architectures such as LlamaForCausalLM), got "
-                f"model_type=None architectures={archs!r}")
+                f"model_type=None architectures={archs!r}"
+            )
         model_type = from_archs[0]
     if model_type in REFUSED:
-        raise ConfigError(f"{path}: model_type {model_type!r} is not supported: "
-                          f"{REFUSED[model_type]}; supported: {', '.join(MODEL_TYPES)}")
+        raise ConfigError(
+            f"{path}: model_type {model_type!r} is not supported: "
+            f"{REFUSED[model_type]}; supported: {', '.join(MODEL_TYPES)}"
+        )
     if model_type not in MODEL_TYPES:
-        raise ConfigError(f"{path}: model_type must be one of {', '.join(MODEL_TYPES)}, "
-                          f"got {model_type!r}")
+        raise ConfigError(
+            f"{path}: model_type must be one of {', '.join(MODEL_TYPES)}, got {model_type!r}"
+        )
     if from_archs and from_archs != [model_type]:
-        raise ConfigError(f"{path}: model_type {model_type!r} disagrees with architectures "
-                          f"{archs!r}")
+        raise ConfigError(
+            f"{path}: model_type {model_type!r} disagrees with architectures {archs!r}"
+        )
     return model_type
 
 
@@ -187,8 +199,9 @@ def model_from_hf_config(path: str | Path, *, seq_len: int | None = None) -> Mod
     ``seq_len`` (an integer >= 1, else a ConfigError) defaults to ``max_position_embeddings``.
     """
     p = Path(path)
-    if seq_len is not None and (isinstance(seq_len, bool) or not isinstance(seq_len, int)
-                                or seq_len < 1):
+    if seq_len is not None and (
+        isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1
+    ):
         raise ConfigError(f"seq_len must be an integer >= 1, got {seq_len!r}")
     cfg = read_json_object(p)
     family = model_type_of(cfg, p)
@@ -233,8 +246,12 @@ def config_name(cfg: dict[str, Any], family: str) -> str:
     ``predict`` and ``search`` would read differently): its first architecture
     (``LlamaForCausalLM``), else its family (``llama``)."""
     architectures = cfg.get("architectures")
-    if isinstance(architectures, list) and architectures and isinstance(architectures[0], str) \
-            and architectures[0].strip():
+    if (
+        isinstance(architectures, list)
+        and architectures
+        and isinstance(architectures[0], str)
+        and architectures[0].strip()
+    ):
         return architectures[0].strip()
     return family
 
@@ -267,15 +284,18 @@ def _check_window(keys: _Keys, family: str, seq_len: int) -> None:
     if window is not None and window < seq_len:
         raise keys.error(
             f"sliding-window attention is modelled only where the window covers the sequence: "
-            f"seq_len must be <= sliding_window={window}, got {seq_len} (give --seq-len)")
+            f"seq_len must be <= sliding_window={window}, got {seq_len} (give --seq-len)"
+        )
 
 
 def _experts(keys: _Keys, family: str, layers: int) -> dict[str, Any]:
     """MoE fields of the Mixtral and Qwen MoE families; none for the dense ones."""
     if family == "mixtral":  # experts as wide as intermediate_size (MixtralBlockSparseTop2MLP)
-        return {"num_experts": keys.integer("num_local_experts", minimum=2),
-                "experts_topk": keys.integer("num_experts_per_tok"),
-                "moe_ffn_hidden_size": keys.integer("intermediate_size")}
+        return {
+            "num_experts": keys.integer("num_local_experts", minimum=2),
+            "experts_topk": keys.integer("num_experts_per_tok"),
+            "moe_ffn_hidden_size": keys.integer("intermediate_size"),
+        }
     if family not in ("qwen2_moe", "qwen3_moe"):
         return {}
     out = {
@@ -284,15 +304,17 @@ def _experts(keys: _Keys, family: str, layers: int) -> dict[str, Any]:
         "moe_ffn_hidden_size": keys.integer("moe_intermediate_size"),
     }
     if family == "qwen2_moe":
-        out["shared_expert_ffn_hidden_size"] = keys.integer("shared_expert_intermediate_size",
-                                                        minimum=0)
+        out["shared_expert_ffn_hidden_size"] = keys.integer(
+            "shared_expert_intermediate_size", minimum=0
+        )
     step = keys.integer("decoder_sparse_step", default=1)
     mlp_only = set(keys.int_list("mlp_only_layers"))
     dense = [i for i in range(layers) if i in mlp_only or (i + 1) % step]
     if dense != list(range(len(dense))):
         raise keys.error(
             f"only leading dense layers are modelled: the dense layers (mlp_only_layers, "
-            f"decoder_sparse_step={step}) must be 0 .. k-1, got {dense}")
+            f"decoder_sparse_step={step}) must be 0 .. k-1, got {dense}"
+        )
     out["num_dense_layers"] = len(dense)
     return out
 
@@ -300,16 +322,18 @@ def _experts(keys: _Keys, family: str, layers: int) -> dict[str, Any]:
 def _deepseek(keys: _Keys) -> dict[str, Any]:
     """MLA and MoE fields of DeepSeek-V2/V3 (module docstring)."""
     if keys.integer("moe_layer_freq", default=1) != 1:
-        raise keys.error(f"moe_layer_freq must be 1 (MoE layers between dense ones are not "
-                         f"modelled), got {keys.cfg['moe_layer_freq']!r}")
+        raise keys.error(
+            f"moe_layer_freq must be 1 (MoE layers between dense ones are not "
+            f"modelled), got {keys.cfg['moe_layer_freq']!r}"
+        )
     expert_width = keys.integer("moe_intermediate_size")
     keys.integer("num_nextn_predict_layers", minimum=0, default=0)  # type-checked, not modelled
     return {
         "num_experts": keys.integer("n_routed_experts", minimum=2),
         "experts_topk": keys.integer("num_experts_per_tok"),
         "moe_ffn_hidden_size": expert_width,
-        "shared_expert_ffn_hidden_size":
-            (keys.nullable_integer("n_shared_experts", minimum=0) or 0) * expert_width,
+        "shared_expert_ffn_hidden_size": (keys.nullable_integer("n_shared_experts", minimum=0) or 0)
+        * expert_width,
         "num_dense_layers": keys.integer("first_k_dense_replace", minimum=0),
         "q_lora_rank": keys.nullable_integer("q_lora_rank") or 0,
         "kv_lora_rank": keys.integer("kv_lora_rank"),

@@ -111,8 +111,7 @@ class LayoutConfig:
     None means the newest known."""
 
     def __post_init__(self) -> None:
-        check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum",
-                           "dp_replicate"))
+        check_ints(self, ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "dp_replicate"))
         check_ints(self, ("zero_stage", "recompute_layers"), minimum=0)
         check_bool(self, "sequence_parallel")
         if self.zero_stage > 3:
@@ -125,25 +124,35 @@ class LayoutConfig:
             raise ConfigError(
                 f"recompute_layers counts the layers of a stage that full recomputation "
                 f"checkpoints: it needs recompute='full', got recompute={self.recompute!r} "
-                f"recompute_layers={self.recompute_layers}")
+                f"recompute_layers={self.recompute_layers}"
+            )
         if self.dtype not in DTYPES:
             raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.dp_replicate > 1 and self.zero_stage == 0:
             raise ConfigError(
                 f"dp_replicate > 1 copies ZeRO's shards: it needs zero_stage >= 1 (with ZeRO-0 "
                 f"every data-parallel rank holds a whole copy), got dp_replicate="
-                f"{self.dp_replicate} zero_stage=0")
+                f"{self.dp_replicate} zero_stage=0"
+            )
         if self.pp_schedule not in PIPELINE_SCHEDULES:
-            raise ConfigError(f"pp_schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
-                              f"got {self.pp_schedule!r}")
+            raise ConfigError(
+                f"pp_schedule must be one of {', '.join(PIPELINE_SCHEDULES)}, "
+                f"got {self.pp_schedule!r}"
+            )
         traits = get_framework(self.framework)
         object.__setattr__(self, "framework", traits.name)
         if self.vpp > 1 and self.pp == 1:
             raise ConfigError(f"vpp > 1 needs pp > 1, got pp=1 vpp={self.vpp}")
-        problem = traits.unsupported(tp=self.tp, pp=self.pp, cp=self.cp, ep=self.ep,
-                                     vpp=self.vpp, zero_stage=self.zero_stage,
-                                     pp_schedule=self.pp_schedule,
-                                     dp_replicate=self.dp_replicate)
+        problem = traits.unsupported(
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+            ep=self.ep,
+            vpp=self.vpp,
+            zero_stage=self.zero_stage,
+            pp_schedule=self.pp_schedule,
+            dp_replicate=self.dp_replicate,
+        )
         if problem:
             raise ConfigError(problem)
         if self.framework_version is None:
@@ -164,20 +173,35 @@ class LayoutConfig:
         model
         with experts (:meth:`TrainingConfig.runs_as_another` knows)."""
         return get_framework(self.framework).runs_as_another(
-            **{name: getattr(self, name) for name in RUNS_AS_FIELDS}, moe=moe)
-
+            **{name: getattr(self, name) for name in RUNS_AS_FIELDS}, moe=moe
+        )
 
     def parameter_set(self) -> str:
         """The ``framework/version`` whose free parameters (:mod:`surrogate.analytic.params`)
         this layout takes (:meth:`surrogate.config.framework_traits.FrameworkTraits.parameter_set`:
         torchtitan under autocast takes pytorch/autocast's)."""
         return get_framework(self.framework).parameter_set(
-            self.framework_version or None, zero_stage=self.zero_stage, tp=self.tp, pp=self.pp,
-            cp=self.cp)
+            self.framework_version or None,
+            zero_stage=self.zero_stage,
+            tp=self.tp,
+            pp=self.pp,
+            cp=self.cp,
+        )
 
 
 RUNS_AS_FIELDS: tuple[str, ...] = (
-    "dp", "tp", "pp", "cp", "ep", "vpp", "zero_stage", "recompute", "sequence_parallel",
-    "pp_schedule", "recompute_layers", "dp_replicate")
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "zero_stage",
+    "recompute",
+    "sequence_parallel",
+    "pp_schedule",
+    "recompute_layers",
+    "dp_replicate",
+)
 """The layout fields :meth:`~surrogate.config.framework_traits.FrameworkTraits.runs_as_another`
 reads."""

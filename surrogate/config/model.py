@@ -10,10 +10,17 @@ from surrogate.config.checks import check_bool, check_ints, positive_int
 from surrogate.errors import ConfigError
 
 MLA_FIELDS: tuple[str, ...] = (
-    "q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "qk_nope_head_dim",
+    "qk_rope_head_dim",
+    "v_head_dim",
 )
 ARCHITECTURE_FIELDS: tuple[str, ...] = (
-    "head_dim", "shared_expert_ffn_hidden_size", "num_dense_layers", *MLA_FIELDS,
+    "head_dim",
+    "shared_expert_ffn_hidden_size",
+    "num_dense_layers",
+    *MLA_FIELDS,
 )
 """Model columns describing the variants of the Llama block (ModelConfig docstring); each 0
 by default, so tables written before they existed read as Llama blocks."""
@@ -101,8 +108,15 @@ class ModelConfig:
     def __post_init__(self) -> None:
         check_ints(
             self,
-            ("num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "num_kv_heads",
-             "vocab_size", "seq_len"),
+            (
+                "num_layers",
+                "hidden_size",
+                "ffn_hidden_size",
+                "num_heads",
+                "num_kv_heads",
+                "vocab_size",
+                "seq_len",
+            ),
         )
         check_ints(self, ("num_experts", "experts_topk", "moe_ffn_hidden_size"), minimum=0)
         check_ints(self, ARCHITECTURE_FIELDS, minimum=0)
@@ -155,14 +169,17 @@ class ModelConfig:
         if not self.is_mla:
             if any(mla.values()):
                 given = " ".join(f"{n}={v}" for n, v in mla.items() if v)
-                raise ConfigError(f"the MLA fields need kv_lora_rank >= 1, got kv_lora_rank=0 "
-                                  f"{given}")
+                raise ConfigError(
+                    f"the MLA fields need kv_lora_rank >= 1, got kv_lora_rank=0 {given}"
+                )
             return
         for n in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
             positive_int(type(self).__name__, n, mla[n])
         if self.head_dim:
-            raise ConfigError(f"head_dim must be 0 with MLA (its widths are qk_nope_head_dim, "
-                              f"qk_rope_head_dim and v_head_dim), got head_dim={self.head_dim}")
+            raise ConfigError(
+                f"head_dim must be 0 with MLA (its widths are qk_nope_head_dim, "
+                f"qk_rope_head_dim and v_head_dim), got head_dim={self.head_dim}"
+            )
         if self.num_kv_heads != self.num_heads:
             raise ConfigError(
                 f"MLA has one key and value per head: num_kv_heads must equal num_heads, got "

@@ -22,22 +22,42 @@ from surrogate.config.model import ModelConfig
 from surrogate.errors import ConfigError
 
 __all__ = [
-    "ALIASES", "MODEL_SHAPE_FIELDS", "PRESETS", "get_preset", "model_from_hf_config",
-    "model_values", "playbook_model", "require_model_shape",
+    "ALIASES",
+    "MODEL_SHAPE_FIELDS",
+    "PRESETS",
+    "get_preset",
+    "model_from_hf_config",
+    "model_values",
+    "playbook_model",
+    "require_model_shape",
 ]
 
 
 def _playbook(name: str, layers: int, hidden: int, ffn: int, heads: int, tied: bool) -> ModelConfig:
     return ModelConfig(
-        name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_heads=heads,
-        num_kv_heads=heads, vocab_size=131072, seq_len=4096, tie_embeddings=tied,
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_heads=heads,
+        num_kv_heads=heads,
+        vocab_size=131072,
+        seq_len=4096,
+        tie_embeddings=tied,
     )
 
 
 def _llama3(name: str, layers: int, hidden: int, ffn: int, heads: int) -> ModelConfig:
     return ModelConfig(
-        name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_heads=heads,
-        num_kv_heads=8, vocab_size=128256, seq_len=8192, tie_embeddings=False,
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_heads=heads,
+        num_kv_heads=8,
+        vocab_size=128256,
+        seq_len=8192,
+        tie_embeddings=False,
     )
 
 
@@ -53,20 +73,36 @@ PRESETS: dict[str, ModelConfig] = {
         _llama3("llama3-70b", 80, 8192, 28672, 64),
         _llama3("llama3-405b", 126, 16384, 53248, 128),
         ModelConfig(
-            name="mixtral-8x7b", num_layers=32, hidden_size=4096, ffn_hidden_size=14336,
-            num_heads=32, num_kv_heads=8, vocab_size=32000, seq_len=32768,
-            tie_embeddings=False, num_experts=8, experts_topk=2, moe_ffn_hidden_size=14336,
+            name="mixtral-8x7b",
+            num_layers=32,
+            hidden_size=4096,
+            ffn_hidden_size=14336,
+            num_heads=32,
+            num_kv_heads=8,
+            vocab_size=32000,
+            seq_len=32768,
+            tie_embeddings=False,
+            num_experts=8,
+            experts_topk=2,
+            moe_ffn_hidden_size=14336,
         ),
     )
 }
 
 ALIASES: dict[str, str] = {
-    "1.34b": "playbook-1.34b", "1.34g": "playbook-1.34b",
-    "3.57b": "playbook-3.57b", "3.57g": "playbook-3.57b",
-    "8.86b": "playbook-8.86b", "8.86g": "playbook-8.86b",
-    "80b": "playbook-80b", "80g": "playbook-80b",
-    "469b": "playbook-469b", "469g": "playbook-469b",
-    "8b": "llama3-8b", "70b": "llama3-70b", "405b": "llama3-405b",
+    "1.34b": "playbook-1.34b",
+    "1.34g": "playbook-1.34b",
+    "3.57b": "playbook-3.57b",
+    "3.57g": "playbook-3.57b",
+    "8.86b": "playbook-8.86b",
+    "8.86g": "playbook-8.86b",
+    "80b": "playbook-80b",
+    "80g": "playbook-80b",
+    "469b": "playbook-469b",
+    "469g": "playbook-469b",
+    "8b": "llama3-8b",
+    "70b": "llama3-70b",
+    "405b": "llama3-405b",
     "mixtral": "mixtral-8x7b",
 }
 
@@ -93,7 +129,12 @@ def playbook_model(run_name: str) -> ModelConfig:
 
 
 MODEL_SHAPE_FIELDS: tuple[str, ...] = (
-    "num_layers", "hidden_size", "ffn_hidden_size", "num_heads", "vocab_size", "seq_len",
+    "num_layers",
+    "hidden_size",
+    "ffn_hidden_size",
+    "num_heads",
+    "vocab_size",
+    "seq_len",
 )
 """The model columns that have no default (num_kv_heads defaults to num_heads)."""
 

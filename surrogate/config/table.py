@@ -64,20 +64,30 @@ _REQUIRED = MODEL_FIELDS[:7]
 """Model columns without a default (config_from_flat requires them)."""
 _CLUSTER = ("gpu", "gpus_per_node", "num_nodes")
 _DEGREES = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "dp_replicate")
-_LAYOUT_TEXT = ("zero_stage", "recompute", "sequence_parallel", "dtype", "framework",
-                "framework_version", "pp_schedule")
+_LAYOUT_TEXT = (
+    "zero_stage",
+    "recompute",
+    "sequence_parallel",
+    "dtype",
+    "framework",
+    "framework_version",
+    "pp_schedule",
+)
 _EXACT_COUNT = 2**31
 """Counts up to here take the column path: their products below stay exact in float64."""
 _EXACT_PRODUCT = 2.0**52
+
 
 def _default(name: str) -> Any:
     default = _FIELDS[name].default
     return None if default is MISSING else default
 
+
 def flat_table(configs: Sequence[TrainingConfig]) -> FlatTable:
     """The flat table of already validated configurations."""
     rows = [config_to_flat(cfg) for cfg in configs]
     return {name: _array(name, [r[name] for r in rows]) for name in CONFIG_COLUMNS}
+
 
 def _array(name: str, values: Sequence[Any]) -> np.ndarray:
     if name in _INT:
@@ -88,6 +98,7 @@ def _array(name: str, values: Sequence[Any]) -> np.ndarray:
     out[:] = list(values)
     return out
 
+
 def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
     """A DataFrame of a flat table's columns, text (Python objects or numpy strings) kept as
     Python objects: pandas' default string dtype would copy every cell into Arrow and back
@@ -95,23 +106,34 @@ def table_frame(table: Mapping[str, np.ndarray]) -> pd.DataFrame:
     blocks): the frame shares the table's arrays."""
     import pandas as pd
 
-    return pd.DataFrame({k: pd.Series(v if v.dtype == object else v.astype(object),
-                                      dtype=object, copy=False)
-                         if v.dtype.kind in "OUS" else v for k, v in table.items()}, copy=False)
+    return pd.DataFrame(
+        {
+            k: pd.Series(v if v.dtype == object else v.astype(object), dtype=object, copy=False)
+            if v.dtype.kind in "OUS"
+            else v
+            for k, v in table.items()
+        },
+        copy=False,
+    )
+
 
 def table_len(table: FlatTable) -> int:
     return len(table[CONFIG_COLUMNS[0]])
+
 
 def take(table: FlatTable, rows: np.ndarray) -> FlatTable:
     """The configurations at positions ``rows``."""
     return {k: v[rows] for k, v in table.items()}
 
+
 def concat(first: FlatTable, then: FlatTable) -> FlatTable:
     """The configurations of ``first``, then those of ``then``."""
     return {k: np.concatenate([first[k], then[k]]) for k in first}
 
-def group_codes(arrays: Sequence[np.ndarray], keys: Sequence[np.ndarray] | None = None
-                ) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
+
+def group_codes(
+    arrays: Sequence[np.ndarray], keys: Sequence[np.ndarray] | None = None
+) -> tuple[np.ndarray, list[tuple[Any, ...]]]:
     """Codes 0..k-1 of the distinct rows of ``arrays`` (in order of first appearance) and the
     distinct rows themselves, as tuples of Python values. ``keys``, one per array, tell the
     rows apart in their place where given: integer codes of a text column computed once
@@ -128,6 +150,7 @@ def group_codes(arrays: Sequence[np.ndarray], keys: Sequence[np.ndarray] | None 
     codes, first = distinct_rows(arrays if keys is None else keys)
     values = [a[first].tolist() for a in arrays]  # the rows' own values (None stays None)
     return codes, list(zip(*values, strict=True))
+
 
 def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     """Per row, the number (0..k-1, by first appearance) of its distinct combination of the
@@ -161,16 +184,20 @@ def distinct_rows(arrays: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]
     np.minimum.at(first, codes, np.arange(n, dtype=np.int64))
     return np.asarray(codes, dtype=np.int64), first
 
-def per_group(arrays: Sequence[np.ndarray], fn: Any,
-              keys: Sequence[np.ndarray] | None = None) -> tuple[np.ndarray, list[Any]]:
+
+def per_group(
+    arrays: Sequence[np.ndarray], fn: Any, keys: Sequence[np.ndarray] | None = None
+) -> tuple[np.ndarray, list[Any]]:
     """``fn(*distinct row)`` once for each distinct row of ``arrays`` (told apart by
     ``keys`` where given: :func:`group_codes`): the rows' codes and the answers
     (``answers[codes]`` is every row's)."""
     codes, uniques = group_codes(arrays, keys)
     return codes, [fn(*u) for u in uniques]
 
-def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.ndarray
-               ) -> np.ndarray:
+
+def _attribute(
+    codes: np.ndarray, objects: list[Any], name: str, fallback: np.ndarray
+) -> np.ndarray:
     """``object.name`` of each row's object, ``fallback`` where it is None."""
     values = np.empty(len(objects), dtype=object)
     values[:] = [None if o is None else getattr(o, name) for o in objects]
@@ -178,6 +205,7 @@ def _attribute(codes: np.ndarray, objects: list[Any], name: str, fallback: np.nd
     if not none.any():  # every row's object built: no pass over the fallback
         return np.asarray(values[codes])
     return np.where(none[codes], fallback, values[codes])
+
 
 @dataclass(frozen=True)
 class CheckedTable:
@@ -190,8 +218,10 @@ class CheckedTable:
     errors: list[str]
     """Per input row: '' or why it is not a configuration (config_from_flat's message)."""
 
-def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.ndarray]
-           ) -> tuple[np.ndarray, np.ndarray]:
+
+def _cells(
+    df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
     """The column ``name`` in its field's type and where it is missing (None, NaN, ''); rows
     whose cells the column path cannot read exactly are marked in ``slow``. Missing cells
     hold the field's default (0 for a required count). A text column read through its
@@ -202,20 +232,27 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.nda
     default = _default(name)
     if name not in df.columns:
         fill = 0 if default is None and name in _INT else default
-        return np.full(n, fill, dtype=np.int64 if name in _INT else bool if name in _BOOL
-                       else object), np.ones(n, dtype=bool)
+        return np.full(
+            n, fill, dtype=np.int64 if name in _INT else bool if name in _BOOL else object
+        ), np.ones(n, dtype=bool)
     col = df[name]
     dtype = col.dtype
-    if (name in _INT and pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu"
-            and not col.hasnans):  # a nullable Int64 column with NA reads as floats, below
+    if (
+        name in _INT
+        and pd.api.types.is_integer_dtype(dtype)
+        and dtype.kind in "iu"
+        and not col.hasnans
+    ):  # a nullable Int64 column with NA reads as floats, below
         raw = col.to_numpy()
         if n == 0 or (int(raw.max()) <= _EXACT_COUNT and int(raw.min()) >= -_EXACT_COUNT):
             return raw.astype(np.int64), np.zeros(n, dtype=bool)  # a copy: v is written to
         big = (raw > _EXACT_COUNT) | (raw < -_EXACT_COUNT)
         slow |= big
         return np.where(big, 0, raw).astype(np.int64), np.zeros(n, dtype=bool)
-    if name in _INT and (pd.api.types.is_float_dtype(dtype)
-                         or (pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu")):
+    if name in _INT and (
+        pd.api.types.is_float_dtype(dtype)
+        or (pd.api.types.is_integer_dtype(dtype) and dtype.kind in "iu")
+    ):
         f = col.to_numpy(dtype=np.float64, na_value=np.nan)
         missing = np.isnan(f)
         with np.errstate(invalid="ignore"):
@@ -226,14 +263,23 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.nda
     if name in _BOOL and pd.api.types.is_bool_dtype(dtype):
         return col.to_numpy(dtype=bool, copy=True), np.zeros(n, dtype=bool)
     categories = col.cat.categories if isinstance(dtype, pd.CategoricalDtype) else None
-    if name in _TEXT and n > 64 and pd.api.types.infer_dtype(
-            col if categories is None else categories, skipna=True) in ("string", "empty"):
+    if (
+        name in _TEXT
+        and n > 64
+        and pd.api.types.infer_dtype(col if categories is None else categories, skipna=True)
+        in ("string", "empty")
+    ):
         # text and missing cells only: judge each distinct one once (a categorical's
         # categories, read by its codes). A missing cell: -1, the last of the cells below.
-        codes, uniques = (pd.factorize(col) if categories is None
-                          else (col.cat.codes.to_numpy(), categories))
-        cells = [*uniques, np.nan if categories is not None  # the dtype's own missing value
-                 else getattr(dtype, "na_value", np.nan)]
+        codes, uniques = (
+            pd.factorize(col) if categories is None else (col.cat.codes.to_numpy(), categories)
+        )
+        cells = [
+            *uniques,
+            np.nan
+            if categories is not None  # the dtype's own missing value
+            else getattr(dtype, "na_value", np.nan),
+        ]
         odd = np.zeros(len(cells), dtype=bool)
         values, missing = _object_cells(cells, name, default, odd)
         if not (odd[:-1].any() or (odd[-1] and bool((codes < 0).any()))):
@@ -241,8 +287,10 @@ def _cells(df: pd.DataFrame, name: str, slow: np.ndarray, keys: dict[str, np.nda
             return values[codes], missing[codes]  # reads it
     return _object_cells(col.tolist(), name, default, slow)
 
-def _object_cells(cells: list[Any], name: str, default: Any,
-                  slow: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+
+def _object_cells(
+    cells: list[Any], name: str, default: Any, slow: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Cell by cell: exact Python values of the field's type pass, missing ones default, any
     other cell sends its row to config_from_flat."""
     out: list[Any] = []
@@ -261,15 +309,19 @@ def _object_cells(cells: list[Any], name: str, default: Any,
             out.append(0 if name in _INT else False if name in _BOOL else default)
     return _array(name, out), missing
 
+
 def _builds(cls: type, names: Sequence[str]) -> Any:
     """A function of one distinct row that builds ``cls`` from it: the object, or None if a
     rule of ``cls`` breaks."""
+
     def build(*values: Any) -> Any:
         try:
             return cls(**dict(zip(names, values, strict=True)))
         except SurrogateError:
             return None
+
     return build
+
 
 def _gpu_has_dtype(gpu: str, dtype: str) -> bool:
     try:
@@ -277,6 +329,7 @@ def _gpu_has_dtype(gpu: str, dtype: str) -> bool:
     except SurrogateError:
         return False
     return True
+
 
 def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     """Validate every row of ``df`` (columns among :data:`CONFIG_COLUMNS`, optional ones
@@ -304,17 +357,22 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
             sp_missing = missing
     if documented_missing.any():  # config_from_flat: the framework's documented defaults
         slow |= documented_missing & _per_framework(
-            v["framework"], lambda f: bool(defaults_for_columns(f)), keys.get("framework"))
+            v["framework"], lambda f: bool(defaults_for_columns(f)), keys.get("framework")
+        )
     if sp_missing.any():  # config_from_flat: the framework's default, for the model
         framework = v["framework"]
         default = (v["tp"] > 1) & (
             _per_framework(framework, always_sequence_parallel, keys.get("framework"))
-            | ((v["num_experts"] >= 2) & _per_framework(framework, moe_needs_sequence_parallel,
-                                                         keys.get("framework"))))
+            | (
+                (v["num_experts"] >= 2)
+                & _per_framework(framework, moe_needs_sequence_parallel, keys.get("framework"))
+            )
+        )
         v["sequence_parallel"] = np.where(sp_missing, default, v["sequence_parallel"])
     if "global_batch_seqs" in df.columns:  # checked by config_from_flat, row by row
-        _, missing = _object_cells(df["global_batch_seqs"].tolist(), "global_batch_seqs",
-                                   None, np.zeros(n, dtype=bool))
+        _, missing = _object_cells(
+            df["global_batch_seqs"].tolist(), "global_batch_seqs", None, np.zeros(n, dtype=bool)
+        )
         slow |= ~missing
     fast = np.flatnonzero(~slow)
     if len(fast):
@@ -348,16 +406,20 @@ def validate_table(df: pd.DataFrame, *, messages: bool = True) -> CheckedTable:
     rows = np.flatnonzero(valid)
     return CheckedTable(table=v if len(rows) == n else take(v, rows), rows=rows, errors=errors)
 
-def _per_framework(framework: np.ndarray, flag: Callable[[str], bool],
-                   key: np.ndarray | None = None) -> np.ndarray:
+
+def _per_framework(
+    framework: np.ndarray, flag: Callable[[str], bool], key: np.ndarray | None = None
+) -> np.ndarray:
     """Per row, ``flag`` of its framework name, evaluated once per distinct name (False where
     the cell is missing); ``key``: the column's codes, where computed (:func:`group_codes`)."""
     codes, names = group_codes([framework], None if key is None else [key])
     flags = np.array([f is not None and f == f and flag(str(f)) for (f,) in names], dtype=bool)
     return np.asarray(flags[codes], dtype=bool)
 
+
 BROKEN = "breaks a rule of surrogate.config.training"
 """The error of a row :func:`validate_table` judged without its message."""
+
 
 def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
     """The flat table of a DataFrame every row of which must be a valid configuration (a
@@ -368,37 +430,49 @@ def valid_table(df: pd.DataFrame, *, where: str) -> FlatTable:
         raise DataError(f"{where} must be valid configurations, got row {bad[0]}: {bad[1]}")
     return checked.table
 
+
 def runs_as_another(table: FlatTable) -> np.ndarray:
     """Per row of a valid table: why its framework would run it as another layout
     (:meth:`~surrogate.config.layout.LayoutConfig.runs_as_another`), '' where it runs as given;
     judged once per distinct layout."""
 
     def why(framework: str, moe: bool, *values: Any) -> str:
-        kwargs = {name: v.item() if isinstance(v, np.generic) else v  # ints in the message
-                  for name, v in zip(RUNS_AS_FIELDS, values, strict=True)}
+        kwargs = {
+            name: v.item() if isinstance(v, np.generic) else v  # ints in the message
+            for name, v in zip(RUNS_AS_FIELDS, values, strict=True)
+        }
         return get_framework(framework).runs_as_another(**kwargs, moe=bool(moe)) or ""
 
-    codes, answers = per_group([table["framework"], table["num_experts"] >= 2,
-                                *(table[f] for f in RUNS_AS_FIELDS)], why)
+    codes, answers = per_group(
+        [table["framework"], table["num_experts"] >= 2, *(table[f] for f in RUNS_AS_FIELDS)], why
+    )
     out = np.empty(len(answers), dtype=object)
     out[:] = answers
     return np.asarray(out[codes], dtype=object)
 
-def _cross_rules(v: FlatTable, framework_key: np.ndarray | None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+
+def _cross_rules(v: FlatTable, framework_key: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """Where a cross rule breaks, and where a product leaves the range in which float64
     columns are exact (config_from_flat then decides); ``framework_key``: the framework
     column's codes, where computed."""
     c = SimpleNamespace(**{k: v[k].astype(np.float64) for k in CROSS_COUNTS})
-    c.weighted_split = _per_framework(v["framework"], weighted_split,
-                                      framework_key).astype(np.float64)
-    c.accounted_split = _per_framework(v["framework"], accounted_split,
-                                       framework_key).astype(np.float64)
-    c.folds_experts = _per_framework(v["framework"], folds_experts,
-                                     framework_key).astype(np.float64)
+    c.weighted_split = _per_framework(v["framework"], weighted_split, framework_key).astype(
+        np.float64
+    )
+    c.accounted_split = _per_framework(v["framework"], accounted_split, framework_key).astype(
+        np.float64
+    )
+    c.folds_experts = _per_framework(v["framework"], folds_experts, framework_key).astype(
+        np.float64
+    )
     inexact = np.zeros(len(c.dp), dtype=bool)
-    for product in (c.dp * c.tp * c.pp * c.cp, c.gpus_per_node * c.num_nodes,
-                    c.dp * v["grad_accum"] * v["mbs"] * c.seq_len, c.pp * c.vpp, c.dp * c.cp):
+    for product in (
+        c.dp * c.tp * c.pp * c.cp,
+        c.gpus_per_node * c.num_nodes,
+        c.dp * v["grad_accum"] * v["mbs"] * c.seq_len,
+        c.pp * c.vpp,
+        c.dp * c.cp,
+    ):
         inexact |= product >= _EXACT_PRODUCT
     broken = np.zeros(len(c.dp), dtype=bool)
     with np.errstate(all="ignore"):  # a degree of 0 breaks a layout rule anyway
@@ -406,15 +480,18 @@ def _cross_rules(v: FlatTable, framework_key: np.ndarray | None
             broken |= np.asarray(rule.broken(c), dtype=bool)
     return broken & ~inexact, inexact
 
-def _canonical(v: FlatTable, keys: Mapping[str, np.ndarray]
-               ) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+
+def _canonical(
+    v: FlatTable, keys: Mapping[str, np.ndarray]
+) -> tuple[np.ndarray, dict[str, np.ndarray]]:
     """Each distinct model, cluster, layout and GPU/dtype built once: where one breaks a rule,
     and the canonical ``gpu``, ``framework`` and ``framework_version``; ``keys``: codes of
     text columns (:func:`group_codes`)."""
     bad = np.zeros(table_len(v), dtype=bool)
 
-    def build(cls: type, arrays: list[np.ndarray], names: Sequence[str]
-              ) -> tuple[np.ndarray, list[Any]]:
+    def build(
+        cls: type, arrays: list[np.ndarray], names: Sequence[str]
+    ) -> tuple[np.ndarray, list[Any]]:
         stand_in = [keys.get(k, a) for k, a in zip(names, arrays, strict=True)]
         codes, objects = per_group(arrays, _builds(cls, names), stand_in)
         bad[:] |= np.array([o is None for o in objects], dtype=bool)[codes]
@@ -426,18 +503,36 @@ def _canonical(v: FlatTable, keys: Mapping[str, np.ndarray]
     names = (*_DEGREES, "recompute_layers", *_LAYOUT_TEXT)
     degrees = [np.minimum(v[k], 2) for k in _DEGREES]  # a layout's own rules compare with 1
     checkpointed = np.minimum(v["recompute_layers"], 1)  # and this count with 0
-    codes, layouts = build(LayoutConfig, [*degrees, checkpointed,
-                                          *(v[k] for k in _LAYOUT_TEXT)], names)
+    codes, layouts = build(
+        LayoutConfig, [*degrees, checkpointed, *(v[k] for k in _LAYOUT_TEXT)], names
+    )
     canonical = {
         "gpu": gpu,
         "framework": _attribute(codes, layouts, "framework", v["framework"]),
-        "framework_version": _attribute(codes, layouts, "framework_version",
-                                        v["framework_version"]),
+        "framework_version": _attribute(
+            codes, layouts, "framework_version", v["framework_version"]
+        ),
     }
-    codes, has = per_group([gpu, v["dtype"]], _gpu_has_dtype,  # one canonical GPU a cluster
-                           [codes_of_clusters, keys.get("dtype", v["dtype"])])
+    codes, has = per_group(
+        [gpu, v["dtype"]],
+        _gpu_has_dtype,  # one canonical GPU a cluster
+        [codes_of_clusters, keys.get("dtype", v["dtype"])],
+    )
     bad |= ~np.array(has, dtype=bool)[codes]
     return bad, canonical
 
-__all__ = ["BROKEN", "CheckedTable", "FlatTable", "concat", "distinct_rows", "flat_table",
-           "group_codes", "per_group", "runs_as_another", "take", "valid_table", "validate_table"]
+
+__all__ = [
+    "BROKEN",
+    "CheckedTable",
+    "FlatTable",
+    "concat",
+    "distinct_rows",
+    "flat_table",
+    "group_codes",
+    "per_group",
+    "runs_as_another",
+    "take",
+    "valid_table",
+    "validate_table",
+]

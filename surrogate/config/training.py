@@ -46,8 +46,21 @@ class Rule:
 
 
 CROSS_COUNTS: tuple[str, ...] = (
-    "num_layers", "num_heads", "num_kv_heads", "seq_len", "num_experts", "gpus_per_node",
-    "num_nodes", "dp", "tp", "pp", "cp", "ep", "vpp", "recompute_layers", "dp_replicate",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "seq_len",
+    "num_experts",
+    "gpus_per_node",
+    "num_nodes",
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "recompute_layers",
+    "dp_replicate",
 )
 """The counts the rules between model, cluster and layout read, with ``weighted_split``: 1
 where the framework splits layers into stages by torchtitan's weighted slots, which take any
@@ -107,70 +120,129 @@ def counts_view(cfg: TrainingConfig) -> SimpleNamespace:
     """The counts of :data:`CROSS_COUNTS` of one configuration, as attributes."""
     m, c, lay = cfg.model, cfg.cluster, cfg.layout
     return SimpleNamespace(
-        num_layers=m.num_layers, num_heads=m.num_heads, num_kv_heads=m.num_kv_heads,
-        seq_len=m.seq_len, num_experts=m.num_experts, gpus_per_node=c.gpus_per_node,
-        num_nodes=c.num_nodes, dp=lay.dp, tp=lay.tp, pp=lay.pp, cp=lay.cp, ep=lay.ep,
-        vpp=lay.vpp, recompute_layers=lay.recompute_layers, dp_replicate=lay.dp_replicate,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        num_kv_heads=m.num_kv_heads,
+        seq_len=m.seq_len,
+        num_experts=m.num_experts,
+        gpus_per_node=c.gpus_per_node,
+        num_nodes=c.num_nodes,
+        dp=lay.dp,
+        tp=lay.tp,
+        pp=lay.pp,
+        cp=lay.cp,
+        ep=lay.ep,
+        vpp=lay.vpp,
+        recompute_layers=lay.recompute_layers,
+        dp_replicate=lay.dp_replicate,
         weighted_split=int(weighted_split(lay.framework)),
         accounted_split=int(accounted_split(lay.framework)),
-        folds_experts=int(folds_experts(lay.framework)))
+        folds_experts=int(folds_experts(lay.framework)),
+    )
 
 
 def _heads_rule(name: str) -> Rule:
     return Rule(
         lambda v: getattr(v, name) % v.tp != 0,
-        lambda v: f"{name} must be divisible by tp, got {name}={getattr(v, name)} tp={v.tp}")
+        lambda v: f"{name} must be divisible by tp, got {name}={getattr(v, name)} tp={v.tp}",
+    )
 
 
 CROSS_RULES: tuple[Rule, ...] = (
-    Rule(lambda v: v.dp * v.tp * v.pp * v.cp != v.gpus_per_node * v.num_nodes,
-         lambda v: (f"dp * tp * pp * cp must equal the number of GPUs "
-                    f"({v.gpus_per_node * v.num_nodes} = {v.num_nodes} nodes x "
-                    f"{v.gpus_per_node}), got dp={v.dp} tp={v.tp} pp={v.pp} cp={v.cp} "
-                    f"({v.dp * v.tp * v.pp * v.cp})")),
+    Rule(
+        lambda v: v.dp * v.tp * v.pp * v.cp != v.gpus_per_node * v.num_nodes,
+        lambda v: (
+            f"dp * tp * pp * cp must equal the number of GPUs "
+            f"({v.gpus_per_node * v.num_nodes} = {v.num_nodes} nodes x "
+            f"{v.gpus_per_node}), got dp={v.dp} tp={v.tp} pp={v.pp} cp={v.cp} "
+            f"({v.dp * v.tp * v.pp * v.cp})"
+        ),
+    ),
     _heads_rule("num_heads"),
     _heads_rule("num_kv_heads"),
-    Rule(lambda v: v.num_layers < v.pp * v.vpp,
-         lambda v: (f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
-                    f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
-    Rule(lambda v: (v.vpp > 1) & (v.num_layers % (v.pp * v.vpp) != 0) & (v.weighted_split == 0)
-         & ((v.accounted_split == 0) | ((v.num_layers + 2) % (v.pp * v.vpp) != 0)),
-         lambda v: (f"num_layers must be divisible by pp * vpp for interleaved pipelines "
-                    f"(Megatron's also takes num_layers + 2 divisible, the embedding and the "
-                    f"loss as a layer each; torchtitan's split takes any count), got "
-                    f"num_layers={v.num_layers} "
-                    f"pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})")),
-    Rule(lambda v: v.recompute_layers * v.pp > v.num_layers,
-         lambda v: (f"recompute_layers counts the checkpointed layers of one pipeline stage: it "
-                    f"must be at most num_layers / pp, got recompute_layers="
-                    f"{v.recompute_layers} num_layers={v.num_layers} pp={v.pp}")),
-    Rule(lambda v: v.seq_len % v.cp != 0,
-         lambda v: f"seq_len must be divisible by cp, got seq_len={v.seq_len} cp={v.cp}"),
-    Rule(lambda v: (v.ep > 1) & (v.num_experts < 2),
-         lambda v: f"ep > 1 needs an MoE model (num_experts >= 2), got ep={v.ep}"),
-    Rule(lambda v: (v.ep > 1) & (v.num_experts % v.ep != 0),
-         lambda v: (f"num_experts must be divisible by ep, got num_experts={v.num_experts} "
-                    f"ep={v.ep}")),
-    Rule(lambda v: (v.ep > 1) & (v.folds_experts == 0) & ((v.dp * v.cp) % v.ep != 0),
-         lambda v: (f"ep must divide dp * cp (experts are sharded over the data and context "
-                    f"parallel ranks), got dp={v.dp} cp={v.cp} ep={v.ep}")),
-    Rule(lambda v: (v.ep > 1) & (v.folds_experts > 0) & ((v.tp * v.dp * v.cp) % v.ep != 0),
-         lambda v: (f"ep must divide tp * dp * cp (Megatron-Core folds its experts over the "
-                    f"tensor, data and context parallel ranks, expert tensor parallelism 1), "
-                    f"got tp={v.tp} dp={v.dp} cp={v.cp} ep={v.ep}")),
-    Rule(lambda v: v.dp % v.dp_replicate != 0,
-         lambda v: (f"dp_replicate must divide dp (each copy of ZeRO's shards is dp / "
-                    f"dp_replicate data-parallel ranks), got dp={v.dp} "
-                    f"dp_replicate={v.dp_replicate}")),
-    Rule(lambda v: (v.dp_replicate > 1) & (v.dp * v.cp <= v.dp_replicate),
-         lambda v: (f"dp_replicate must be less than dp * cp (a copy of ZeRO's shards over one "
-                    f"rank shards nothing: that is zero_stage 0), got dp={v.dp} cp={v.cp} "
-                    f"dp_replicate={v.dp_replicate}")),
-    Rule(lambda v: (v.dp_replicate > 1) & (v.ep > 1)
-         & (((v.dp * v.cp) // v.dp_replicate) % v.ep != 0),
-         lambda v: (f"ep must divide dp * cp / dp_replicate (experts are sharded over the ranks "
-                    f"of one copy of ZeRO's shards), got dp={v.dp} cp={v.cp} "
-                    f"dp_replicate={v.dp_replicate} ep={v.ep}")),
+    Rule(
+        lambda v: v.num_layers < v.pp * v.vpp,
+        lambda v: (
+            f"num_layers must be >= pp * vpp (each pipeline stage holds a layer), got "
+            f"num_layers={v.num_layers} pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})"
+        ),
+    ),
+    Rule(
+        lambda v: (
+            (v.vpp > 1)
+            & (v.num_layers % (v.pp * v.vpp) != 0)
+            & (v.weighted_split == 0)
+            & ((v.accounted_split == 0) | ((v.num_layers + 2) % (v.pp * v.vpp) != 0))
+        ),
+        lambda v: (
+            f"num_layers must be divisible by pp * vpp for interleaved pipelines "
+            f"(Megatron's also takes num_layers + 2 divisible, the embedding and the "
+            f"loss as a layer each; torchtitan's split takes any count), got "
+            f"num_layers={v.num_layers} "
+            f"pp={v.pp} vpp={v.vpp} ({v.pp * v.vpp})"
+        ),
+    ),
+    Rule(
+        lambda v: v.recompute_layers * v.pp > v.num_layers,
+        lambda v: (
+            f"recompute_layers counts the checkpointed layers of one pipeline stage: it "
+            f"must be at most num_layers / pp, got recompute_layers="
+            f"{v.recompute_layers} num_layers={v.num_layers} pp={v.pp}"
+        ),
+    ),
+    Rule(
+        lambda v: v.seq_len % v.cp != 0,
+        lambda v: f"seq_len must be divisible by cp, got seq_len={v.seq_len} cp={v.cp}",
+    ),
+    Rule(
+        lambda v: (v.ep > 1) & (v.num_experts < 2),
+        lambda v: f"ep > 1 needs an MoE model (num_experts >= 2), got ep={v.ep}",
+    ),
+    Rule(
+        lambda v: (v.ep > 1) & (v.num_experts % v.ep != 0),
+        lambda v: f"num_experts must be divisible by ep, got num_experts={v.num_experts} ep={v.ep}",
+    ),
+    Rule(
+        lambda v: (v.ep > 1) & (v.folds_experts == 0) & ((v.dp * v.cp) % v.ep != 0),
+        lambda v: (
+            f"ep must divide dp * cp (experts are sharded over the data and context "
+            f"parallel ranks), got dp={v.dp} cp={v.cp} ep={v.ep}"
+        ),
+    ),
+    Rule(
+        lambda v: (v.ep > 1) & (v.folds_experts > 0) & ((v.tp * v.dp * v.cp) % v.ep != 0),
+        lambda v: (
+            f"ep must divide tp * dp * cp (Megatron-Core folds its experts over the "
+            f"tensor, data and context parallel ranks, expert tensor parallelism 1), "
+            f"got tp={v.tp} dp={v.dp} cp={v.cp} ep={v.ep}"
+        ),
+    ),
+    Rule(
+        lambda v: v.dp % v.dp_replicate != 0,
+        lambda v: (
+            f"dp_replicate must divide dp (each copy of ZeRO's shards is dp / "
+            f"dp_replicate data-parallel ranks), got dp={v.dp} "
+            f"dp_replicate={v.dp_replicate}"
+        ),
+    ),
+    Rule(
+        lambda v: (v.dp_replicate > 1) & (v.dp * v.cp <= v.dp_replicate),
+        lambda v: (
+            f"dp_replicate must be less than dp * cp (a copy of ZeRO's shards over one "
+            f"rank shards nothing: that is zero_stage 0), got dp={v.dp} cp={v.cp} "
+            f"dp_replicate={v.dp_replicate}"
+        ),
+    ),
+    Rule(
+        lambda v: (
+            (v.dp_replicate > 1) & (v.ep > 1) & (((v.dp * v.cp) // v.dp_replicate) % v.ep != 0)
+        ),
+        lambda v: (
+            f"ep must divide dp * cp / dp_replicate (experts are sharded over the ranks "
+            f"of one copy of ZeRO's shards), got dp={v.dp} cp={v.cp} "
+            f"dp_replicate={v.dp_replicate} ep={v.ep}"
+        ),
+    ),
 )
 """The rules between model, cluster and layout, in the order they are checked. Then: the GPU
 has the dtype, and the GPU count, global batch and ``global_batch_seqs`` are within range."""
@@ -218,13 +290,15 @@ class TrainingConfig:
             raise ConfigError(
                 f"the number of GPUs gpus_per_node * num_nodes must be at most {MAX_TEXT} "
                 f"(counts are exact in float64 up to there), got gpus_per_node="
-                f"{c.gpus_per_node} num_nodes={c.num_nodes} ({c.num_gpus:,})")
+                f"{c.gpus_per_node} num_nodes={c.num_nodes} ({c.num_gpus:,})"
+            )
         if self.batch_tokens > MAX_COUNT:
             raise ConfigError(
                 f"the global batch dp * grad_accum * mbs * seq_len must be at most {MAX_TEXT} "
                 f"tokens (counts are exact in float64 up to there), got dp={lay.dp} "
                 f"grad_accum={lay.grad_accum} mbs={lay.mbs} seq_len={m.seq_len} "
-                f"({self.batch_tokens:,})")
+                f"({self.batch_tokens:,})"
+            )
         if self.global_batch_seqs is not None:
             positive_int("TrainingConfig", "global_batch_seqs", self.global_batch_seqs)
             if self.batch_seqs != self.global_batch_seqs:
@@ -261,7 +335,9 @@ INT_FIELD_TYPES: tuple[object, ...] = ("int", int, "ZeroStage")
 integers), read as integer columns by tables and coercion."""
 
 _INT_FIELDS = frozenset(
-    f.name for cls in (ModelConfig, ClusterConfig, LayoutConfig) for f in fields(cls)
+    f.name
+    for cls in (ModelConfig, ClusterConfig, LayoutConfig)
+    for f in fields(cls)
     if f.type in INT_FIELD_TYPES
 )
 _BOOL_FIELDS = frozenset({"tie_embeddings", "sequence_parallel", "gated_mlp"})
@@ -344,15 +420,19 @@ def config_from_flat(row: Mapping[Any, Any], **defaults: Any) -> TrainingConfig:
         parts[key] = kwargs
     layout = parts["layout"]
     framework = layout.get("framework", LayoutConfig.framework)
-    documented = config_defaults(framework, tp=layout.get("tp", 1), pp=layout.get("pp", 1),
-                                 dtype=layout.get("dtype", LayoutConfig.dtype))
+    documented = config_defaults(
+        framework,
+        tp=layout.get("tp", 1),
+        pp=layout.get("pp", 1),
+        dtype=layout.get("dtype", LayoutConfig.dtype),
+    )
     for column, value in documented.items():  # the framework's documented defaults
         layout.setdefault(column, value)
     if "sequence_parallel" not in layout:  # the framework's default, for this model
         moe = parts["model"].get("num_experts", ModelConfig.num_experts) >= 2
         layout["sequence_parallel"] = layout.get("tp", 1) > 1 and (
-            always_sequence_parallel(framework)
-            or (moe and moe_needs_sequence_parallel(framework)))
+            always_sequence_parallel(framework) or (moe and moe_needs_sequence_parallel(framework))
+        )
     if "num_kv_heads" not in parts["model"] and "num_heads" in parts["model"]:
         parts["model"]["num_kv_heads"] = parts["model"]["num_heads"]
     missing = [n for n in MODEL_FIELDS[:7] if n not in parts["model"]]

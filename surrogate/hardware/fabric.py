@@ -97,7 +97,7 @@ def law_scores(n: Array, eff: Array) -> dict[str, float]:
         for k in range(2, len(n)):
             p = _fit_law(law, n[:k], eff[:k])
             # anchored at the last fitted point, as the curve is
-            anchor = eff[k - 1] / _eval_law(law, p, n[k - 1: k])[0]
+            anchor = eff[k - 1] / _eval_law(law, p, n[k - 1 : k])[0]
             pred = _eval_law(law, p, n[k:]) * anchor
             errs.extend(np.abs(np.log(pred / eff[k:])).tolist())
         out[law] = float(np.mean(errs))
@@ -126,17 +126,19 @@ class ScaleCurve:
         ln, le = np.log(self.nodes), np.log(self.efficiency)
         inside = np.exp(np.interp(np.log(n), ln, le))  # the edge value below the first count
         last = self.nodes[-1]
-        anchor = self.efficiency[-1] / _eval_law(self.law, self.law_params,
-                                                 np.array([last]))[0]
+        anchor = self.efficiency[-1] / _eval_law(self.law, self.law_params, np.array([last]))[0]
         beyond = _eval_law(self.law, self.law_params, n) * anchor
         return np.clip(np.where(n > last, beyond, inside), 1e-4, 1.0)
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "op": self.op, "provenance": self.provenance, "derived_from": self.derived_from,
+            "op": self.op,
+            "provenance": self.provenance,
+            "derived_from": self.derived_from,
             "nodes": [float(x) for x in self.nodes],
             "efficiency": [float(f"{x:.6g}") for x in self.efficiency],
-            "points": [int(x) for x in self.points], "law": self.law,
+            "points": [int(x) for x in self.points],
+            "law": self.law,
             "law_params": [float(f"{x:.6g}") for x in self.law_params],
             "law_scores": {k: float(f"{v:.6g}") for k, v in self.law_scores.items()},
         }
@@ -145,30 +147,51 @@ class ScaleCurve:
     def from_json(cls, d: dict[str, Any]) -> ScaleCurve:
         nodes = np.asarray(d["nodes"], dtype=np.float64)
         eff = np.asarray(d["efficiency"], dtype=np.float64)
-        if len(nodes) == 0 or nodes.shape != eff.shape or (np.diff(nodes) <= 0).any() \
-                or (eff <= 0).any():
-            raise DataError(f"scale curve {d.get('op')}: node counts must increase, with one "
-                            "positive efficiency each")
+        if (
+            len(nodes) == 0
+            or nodes.shape != eff.shape
+            or (np.diff(nodes) <= 0).any()
+            or (eff <= 0).any()
+        ):
+            raise DataError(
+                f"scale curve {d.get('op')}: node counts must increase, with one "
+                "positive efficiency each"
+            )
         if d.get("law") not in LAWS:
-            raise DataError(f"scale curve {d.get('op')}: law must be one of {', '.join(LAWS)}, "
-                            f"got {d.get('law')!r}")
-        return cls(op=str(d["op"]), nodes=nodes, efficiency=eff,
-                   points=np.asarray(d.get("points", [0] * len(nodes)), dtype=np.float64),
-                   law=str(d["law"]), law_params=tuple(float(x) for x in d["law_params"]),
-                   law_scores={str(k): float(v) for k, v in d.get("law_scores", {}).items()},
-                   provenance=d.get("provenance", "measured"),
-                   derived_from=str(d.get("derived_from", "")))
+            raise DataError(
+                f"scale curve {d.get('op')}: law must be one of {', '.join(LAWS)}, "
+                f"got {d.get('law')!r}"
+            )
+        return cls(
+            op=str(d["op"]),
+            nodes=nodes,
+            efficiency=eff,
+            points=np.asarray(d.get("points", [0] * len(nodes)), dtype=np.float64),
+            law=str(d["law"]),
+            law_params=tuple(float(x) for x in d["law_params"]),
+            law_scores={str(k): float(v) for k, v in d.get("law_scores", {}).items()},
+            provenance=d.get("provenance", "measured"),
+            derived_from=str(d.get("derived_from", "")),
+        )
 
 
-def fit_scale_curve(op: str, nodes: Array, efficiency: Array,
-                    points: Array | np.ndarray[Any, Any]) -> ScaleCurve:
+def fit_scale_curve(
+    op: str, nodes: Array, efficiency: Array, points: Array | np.ndarray[Any, Any]
+) -> ScaleCurve:
     """A curve through per-node-count medians, its law chosen by :func:`law_scores`."""
     order = np.argsort(nodes)
     n, e, p = (np.asarray(a, dtype=np.float64)[order] for a in (nodes, efficiency, points))
     scores = law_scores(n, e)
     law = min(scores, key=lambda k: scores[k]) if scores else "flat"
-    return ScaleCurve(op=op, nodes=n, efficiency=e, points=p, law=law,
-                      law_params=_fit_law(law, n, e), law_scores=scores)
+    return ScaleCurve(
+        op=op,
+        nodes=n,
+        efficiency=e,
+        points=p,
+        law=law,
+        law_params=_fit_law(law, n, e),
+        law_scores=scores,
+    )
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -212,11 +235,14 @@ class Fabric:
         down = np.interp(x, xs, [np.log(v["median_gbps"] / v["p10_gbps"]) for v in q])
         up = np.interp(x, xs, [np.log(v["p90_gbps"] / v["median_gbps"]) for v in q])
         one = n < 2
-        return (np.asarray(np.where(one, 0.0, down), dtype=np.float64),
-                np.asarray(np.where(one, 0.0, up), dtype=np.float64))
+        return (
+            np.asarray(np.where(one, 0.0, down), dtype=np.float64),
+            np.asarray(np.where(one, 0.0, up), dtype=np.float64),
+        )
 
-    def time_s(self, op: str, size_bytes: Array, group_size: Array, ranks_per_node: Array,
-               c: Cols) -> Array:
+    def time_s(
+        self, op: str, size_bytes: Array, group_size: Array, ranks_per_node: Array, c: Cols
+    ) -> Array:
         """Seconds of ``op`` over groups spanning nodes (module doc's formula)."""
         g = np.maximum(np.asarray(ranks_per_node, dtype=np.float64), 1.0)
         group = np.asarray(group_size, dtype=np.float64)
@@ -226,18 +252,23 @@ class Fabric:
         bw = g * self.nic_bw_bytes_per_s * eff
         lat = self.latency_s * (1 + np.log2(n / 2))
         # an all-to-all's remote rows leave by every rank's own NIC, not a ring's g channels
-        return np.asarray(lat + size_bytes * bus_factor(op, group) / bw * nic_share(op, group, g),
-                          dtype=np.float64)
+        return np.asarray(
+            lat + size_bytes * bus_factor(op, group) / bw * nic_share(op, group, g),
+            dtype=np.float64,
+        )
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {
-            "nic_bw_bytes_per_s": self.nic_bw_bytes_per_s, "latency_s": self.latency_s,
+            "nic_bw_bytes_per_s": self.nic_bw_bytes_per_s,
+            "latency_s": self.latency_s,
             "derived_from": self.derived_from,
-            "curves": [c.to_json() for c in self.curves.values()]}
+            "curves": [c.to_json() for c in self.curves.values()],
+        }
         if self.spread:
             out["all_reduce_busbw_spread"] = [
                 {"nodes": n, **{k: float(f"{v:.6g}") for k, v in q.items()}}
-                for n, q in sorted(self.spread.items())]
+                for n, q in sorted(self.spread.items())
+            ]
         return out
 
     @classmethod
@@ -245,11 +276,17 @@ class Fabric:
         curves = {c.op: c for c in (ScaleCurve.from_json(v) for v in d["curves"])}
         if "all_reduce" not in curves:
             raise DataError("a fabric needs an all_reduce scale curve")
-        spread = {float(q["nodes"]): {k: float(v) for k, v in q.items() if k != "nodes"}
-                  for q in d.get("all_reduce_busbw_spread", [])}
-        return cls(nic_bw_bytes_per_s=float(d["nic_bw_bytes_per_s"]),
-                   latency_s=float(d["latency_s"]), curves=curves,
-                   derived_from=str(d.get("derived_from", "")), spread=spread)
+        spread = {
+            float(q["nodes"]): {k: float(v) for k, v in q.items() if k != "nodes"}
+            for q in d.get("all_reduce_busbw_spread", [])
+        }
+        return cls(
+            nic_bw_bytes_per_s=float(d["nic_bw_bytes_per_s"]),
+            latency_s=float(d["latency_s"]),
+            curves=curves,
+            derived_from=str(d.get("derived_from", "")),
+            spread=spread,
+        )
 
 
 def measured_efficiency(rows: pd.DataFrame, nic_bw_bytes_per_s: float) -> pd.Series:
@@ -269,12 +306,14 @@ def bus_factor_series(rows: pd.DataFrame) -> pd.Series:
     return out
 
 
-def fit_fabric(coll: pd.DataFrame, nic_bw_bytes_per_s: float,
-               default_latency_s: float) -> Fabric | None:
+def fit_fabric(
+    coll: pd.DataFrame, nic_bw_bytes_per_s: float, default_latency_s: float
+) -> Fabric | None:
     """A fabric from inter-node collective rows of the microbenchmark table (``nodes >= 2``,
     whole nodes per group); None when there is none at bandwidth-bound sizes."""
-    inter = coll[(coll["nodes"] >= 2) & (coll["op"].isin(
-        ("all_reduce", "all_gather", "reduce_scatter")))]
+    inter = coll[
+        (coll["nodes"] >= 2) & (coll["op"].isin(("all_reduce", "all_gather", "reduce_scatter")))
+    ]
     big = inter[inter["size_bytes"] >= MIN_BANDWIDTH_BYTES]
     if big.empty:
         return None
@@ -283,18 +322,28 @@ def fit_fabric(coll: pd.DataFrame, nic_bw_bytes_per_s: float,
     for op, rows in big.groupby("op"):
         per = rows.groupby("nodes")["eff"]
         med = per.median()
-        curves[str(op)] = fit_scale_curve(str(op), med.index.to_numpy(dtype=float),
-                                          med.to_numpy(dtype=float),
-                                          np.asarray(per.size().to_numpy(), dtype=np.float64))
+        curves[str(op)] = fit_scale_curve(
+            str(op),
+            med.index.to_numpy(dtype=float),
+            med.to_numpy(dtype=float),
+            np.asarray(per.size().to_numpy(), dtype=np.float64),
+        )
     if "all_reduce" not in curves:
         return None
     small = inter[(inter["op"] == "all_reduce") & (inter["nodes"] == inter["nodes"].min())]
-    latency = float(small["time_s"].min()) if len(small) and small["size_bytes"].min() <= 2**16 \
+    latency = (
+        float(small["time_s"].min())
+        if len(small) and small["size_bytes"].min() <= 2**16
         else default_latency_s
+    )
     sources = sorted({f"{s}:{f}" for s, f in zip(big["source"], big["file"], strict=True)})
-    return Fabric(nic_bw_bytes_per_s=nic_bw_bytes_per_s, latency_s=latency, curves=curves,
-                  derived_from=f"{len(big)} inter-node measurements >= 64 MiB from "
-                               + ", ".join(sources), spread=busbw_spread(big))
+    return Fabric(
+        nic_bw_bytes_per_s=nic_bw_bytes_per_s,
+        latency_s=latency,
+        curves=curves,
+        derived_from=f"{len(big)} inter-node measurements >= 64 MiB from " + ", ".join(sources),
+        spread=busbw_spread(big),
+    )
 
 
 def busbw_spread(coll: pd.DataFrame) -> dict[float, dict[str, float]]:
@@ -304,8 +353,11 @@ def busbw_spread(coll: pd.DataFrame) -> dict[float, dict[str, float]]:
     mean, the mean :func:`run_scales` takes."""
     import pandas as pd
 
-    rows = coll[(coll["op"] == "all_reduce") & (coll["nodes"] >= 2)
-                & (coll["size_bytes"] >= MIN_BANDWIDTH_BYTES)]
+    rows = coll[
+        (coll["op"] == "all_reduce")
+        & (coll["nodes"] >= 2)
+        & (coll["size_bytes"] >= MIN_BANDWIDTH_BYTES)
+    ]
     out: dict[float, dict[str, float]] = {}
     if rows.empty:
         return out
@@ -315,8 +367,11 @@ def busbw_spread(coll: pd.DataFrame) -> dict[float, dict[str, float]]:
     for _, runs in per_run.groupby(level=0):
         v = np.exp(runs.to_numpy(dtype=np.float64)) / 1e9
         out[float(runs.index[0][0])] = {
-            "runs": float(len(v)), "p10_gbps": float(np.quantile(v, 0.1)),
-            "median_gbps": float(np.median(v)), "p90_gbps": float(np.quantile(v, 0.9))}
+            "runs": float(len(v)),
+            "p10_gbps": float(np.quantile(v, 0.1)),
+            "median_gbps": float(np.median(v)),
+            "p90_gbps": float(np.quantile(v, 0.9)),
+        }
     return out
 
 
@@ -325,8 +380,11 @@ def run_scales(coll: pd.DataFrame, fabric: Fabric) -> pd.Series:
     measured efficiency / the fabric's curve at that node count (1: a typical run)."""
     import pandas as pd
 
-    rows = coll[(coll["nodes"] >= 2) & (coll["size_bytes"] >= MIN_BANDWIDTH_BYTES)
-                & coll["op"].isin(tuple(fabric.curves))]
+    rows = coll[
+        (coll["nodes"] >= 2)
+        & (coll["size_bytes"] >= MIN_BANDWIDTH_BYTES)
+        & coll["op"].isin(tuple(fabric.curves))
+    ]
     if rows.empty:
         return pd.Series(dtype=float)
     eff = measured_efficiency(rows, fabric.nic_bw_bytes_per_s)
@@ -338,5 +396,13 @@ def run_scales(coll: pd.DataFrame, fabric: Fabric) -> pd.Series:
     return scales
 
 
-__all__ = ["LAWS", "Fabric", "ScaleCurve", "busbw_spread", "fit_fabric", "fit_scale_curve",
-           "law_scores", "run_scales"]
+__all__ = [
+    "LAWS",
+    "Fabric",
+    "ScaleCurve",
+    "busbw_spread",
+    "fit_fabric",
+    "fit_scale_curve",
+    "law_scores",
+    "run_scales",
+]

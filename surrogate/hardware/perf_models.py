@@ -26,7 +26,8 @@ def resolve_perf_model(gpu: str, profile: str | Path | PerfModel | None = None) 
             raise ConfigError(
                 f"calibration profile {str(profile)!r} was measured on {loaded.gpu}, but the "
                 f"configuration runs on {canonical_gpu_name(gpu)}: give a profile of that GPU "
-                f"(surrogate calibrate), or no profile for the GPU's default")
+                f"(surrogate calibrate), or no profile for the GPU's default"
+            )
         return loaded
     spec = get_gpu(gpu)
     default: PerfModel | None = profiles.default_profile(spec.profile_from or spec.name)
@@ -46,8 +47,10 @@ class PowerCapped:
     def __init__(self, base: PerfModel, scale: float, watts: float) -> None:
         self.base = base
         self.scale = scale
-        self.name = (f"{base.name}; at {watts:g} W: tensor throughput x{scale:.3f} (assumed "
-                     f"sustained clock ~ power^{POWER_CAP_EXPONENT:.2f})")
+        self.name = (
+            f"{base.name}; at {watts:g} W: tensor throughput x{scale:.3f} (assumed "
+            f"sustained clock ~ power^{POWER_CAP_EXPONENT:.2f})"
+        )
 
     def __str__(self) -> str:
         return self.name
@@ -59,13 +62,21 @@ class PowerCapped:
     def gemm_efficiency(self, m: Array, n: Array, k: Array, c: Cols) -> Array:
         return self.base.gemm_efficiency(m, n, k, c) * self.scale
 
-    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
-                             c: Cols) -> Array | None:
+    def attention_efficiency(
+        self, rows: Array, seq: Array, head_dim: Array, c: Cols
+    ) -> Array | None:
         eff = self.base.attention_efficiency(rows, seq, head_dim, c)
         return None if eff is None else eff * self.scale
 
-    def collective_time_s(self, op: str, size_bytes: Array, group_size: Array,
-                          inter_node: Array, c: Cols,
-                          ranks_per_node: Array | None = None) -> Array:
-        return self.base.collective_time_s(op, size_bytes, group_size, inter_node, c,
-                                           ranks_per_node)
+    def collective_time_s(
+        self,
+        op: str,
+        size_bytes: Array,
+        group_size: Array,
+        inter_node: Array,
+        c: Cols,
+        ranks_per_node: Array | None = None,
+    ) -> Array:
+        return self.base.collective_time_s(
+            op, size_bytes, group_size, inter_node, c, ranks_per_node
+        )

@@ -61,6 +61,7 @@ from surrogate.io.jsonsafe import json_safe
 SCHEMA_VERSION = 1
 Provenance = Literal["measured", "extrapolated"]
 
+
 def _interp_axis(axis: Array, x: Array) -> tuple[Any, Any, Array]:
     """Lower index, upper index and weight of ``x`` (already clamped) on sorted ``axis``."""
     if len(axis) == 1:
@@ -71,12 +72,15 @@ def _interp_axis(axis: Array, x: Array) -> tuple[Any, Any, Array]:
     w = (x - axis[lo]) / (axis[hi] - axis[lo])
     return lo, hi, np.clip(w, 0.0, 1.0)
 
+
 _DEDUP_MIN_SIZE = 65_536
 """From this many GEMM shapes on, a curve is evaluated once per distinct shape: a search's
 millions of layouts share a few thousand shapes."""
 
-def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, Array],
-                                                             Array] | None:
+
+def _distinct_shapes(
+    m: Array, n: Array, k: Array
+) -> tuple[tuple[Array, Array, Array], Array] | None:
     """The distinct (m, n, k) triples and, per element, the index of its triple, keyed by one
     packed int64 (``pandas.factorize``: linear in the number of shapes); None where the
     dimensions are not whole numbers that pack into 63 bits (GEMM shapes are) or fewer than half
@@ -89,14 +93,19 @@ def _distinct_shapes(m: Array, n: Array, k: Array) -> tuple[tuple[Array, Array, 
     bits = [int(i.max()).bit_length() if len(i) else 0 for i in ints]
     if sum(bits) > 63 or not all(bool(np.all(i == v)) for i, v in zip(ints, flat, strict=True)):
         return None
-    inverse, keys = pd.factorize((ints[0] << (bits[1] + bits[2])) | (ints[1] << bits[2])
-                                 | ints[2])
+    inverse, keys = pd.factorize((ints[0] << (bits[1] + bits[2])) | (ints[1] << bits[2]) | ints[2])
     if 2 * len(keys) > m.size:
         return None
-    triple = tuple(np.asarray(a, dtype=np.float64) for a in (
-        keys >> (bits[1] + bits[2]), (keys >> bits[2]) & (2**bits[1] - 1),
-        keys & (2**bits[2] - 1)))
+    triple = tuple(
+        np.asarray(a, dtype=np.float64)
+        for a in (
+            keys >> (bits[1] + bits[2]),
+            (keys >> bits[2]) & (2 ** bits[1] - 1),
+            keys & (2 ** bits[2] - 1),
+        )
+    )
     return triple, inverse  # type: ignore[return-value]
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class GemmCurve:
@@ -140,7 +149,8 @@ class GemmCurve:
         xs = [np.log2(v) for v in (m, n, k)]
         clamped = [np.clip(x, a[0], a[-1]) for x, a in zip(xs, axes, strict=True)]
         (ml, mh, mw), (nl, nh, nw), (kl, kh, kw) = (
-            _interp_axis(a, x) for a, x in zip(axes, clamped, strict=True))
+            _interp_axis(a, x) for a, x in zip(axes, clamped, strict=True)
+        )
         g = self.efficiency
         out = np.zeros(m.shape)
         for mi, mwt in ((ml, 1 - mw), (mh, mw)):
@@ -155,10 +165,16 @@ class GemmCurve:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "dtype": self.dtype, "provenance": self.provenance, "derived_from": self.derived_from,
-            "points": self.points, "m_axis": self.m_axis.tolist(), "n_axis": self.n_axis.tolist(),
-            "k_axis": self.k_axis.tolist(), "efficiency": np.round(self.efficiency, 6).tolist(),
-            "measured": self.measured.tolist(), "smooth": list(self.smooth),
+            "dtype": self.dtype,
+            "provenance": self.provenance,
+            "derived_from": self.derived_from,
+            "points": self.points,
+            "m_axis": self.m_axis.tolist(),
+            "n_axis": self.n_axis.tolist(),
+            "k_axis": self.k_axis.tolist(),
+            "efficiency": np.round(self.efficiency, 6).tolist(),
+            "measured": self.measured.tolist(),
+            "smooth": list(self.smooth),
         }
 
     @classmethod
@@ -166,13 +182,23 @@ class GemmCurve:
         eff = np.asarray(d["efficiency"], dtype=np.float64)
         axes = [np.asarray(d[a], dtype=np.float64) for a in ("m_axis", "n_axis", "k_axis")]
         if eff.shape != tuple(len(a) for a in axes):
-            raise DataError(f"GEMM curve {d.get('dtype')!r}: efficiency grid shape {eff.shape} "
-                            f"must match the axes ({', '.join(str(len(a)) for a in axes)})")
-        return cls(dtype=str(d["dtype"]), m_axis=axes[0], n_axis=axes[1], k_axis=axes[2],
-                   efficiency=eff, measured=np.asarray(d["measured"], dtype=bool),
-                   smooth=tuple(float(x) for x in d["smooth"]),  # type: ignore[arg-type]
-                   provenance=d["provenance"], derived_from=str(d.get("derived_from", "")),
-                   points=int(d.get("points", 0)))
+            raise DataError(
+                f"GEMM curve {d.get('dtype')!r}: efficiency grid shape {eff.shape} "
+                f"must match the axes ({', '.join(str(len(a)) for a in axes)})"
+            )
+        return cls(
+            dtype=str(d["dtype"]),
+            m_axis=axes[0],
+            n_axis=axes[1],
+            k_axis=axes[2],
+            efficiency=eff,
+            measured=np.asarray(d["measured"], dtype=bool),
+            smooth=tuple(float(x) for x in d["smooth"]),  # type: ignore[arg-type]
+            provenance=d["provenance"],
+            derived_from=str(d.get("derived_from", "")),
+            points=int(d.get("points", 0)),
+        )
+
 
 @dataclass(frozen=True, kw_only=True, eq=False)
 class CollectiveCurve:
@@ -206,9 +232,13 @@ class CollectiveCurve:
             return rounded
 
         return {
-            "op": self.op, "group_size": self.group_size, "inter_node": self.inter_node,
-            "provenance": self.provenance, "derived_from": self.derived_from,
-            "points": self.points, "latency_s": num(self.latency_s),
+            "op": self.op,
+            "group_size": self.group_size,
+            "inter_node": self.inter_node,
+            "provenance": self.provenance,
+            "derived_from": self.derived_from,
+            "points": self.points,
+            "latency_s": num(self.latency_s),
             "algbw_bytes_per_s": num(self.algbw_bytes_per_s),
             "sizes_bytes": [int(x) for x in self.sizes_bytes],
             "times_s": [float(f"{x:.6g}") for x in self.times_s],
@@ -218,19 +248,33 @@ class CollectiveCurve:
     def from_json(cls, d: dict[str, Any]) -> CollectiveCurve:
         sizes = np.asarray(d["sizes_bytes"], dtype=np.float64)
         times = np.asarray(d["times_s"], dtype=np.float64)
-        if len(sizes) == 0 or sizes.shape != times.shape or (np.diff(sizes) <= 0).any() \
-                or (np.diff(times) < 0).any() or (times <= 0).any():
-            raise DataError(f"collective curve {d.get('op')} group {d.get('group_size')}: sizes "
-                            "must increase and times be positive and non-decreasing, with one "
-                            "time per size")
-        return cls(op=str(d["op"]), group_size=int(d["group_size"]),
-                   inter_node=bool(d["inter_node"]), sizes_bytes=sizes, times_s=times,
-                   provenance=d["provenance"], derived_from=str(d.get("derived_from", "")),
-                   points=int(d.get("points", 0)),
-                   latency_s=float(d["latency_s"]) if d.get("latency_s") is not None
-                   else float("nan"),
-                   algbw_bytes_per_s=float(d["algbw_bytes_per_s"])
-                   if d.get("algbw_bytes_per_s") is not None else float("nan"))
+        if (
+            len(sizes) == 0
+            or sizes.shape != times.shape
+            or (np.diff(sizes) <= 0).any()
+            or (np.diff(times) < 0).any()
+            or (times <= 0).any()
+        ):
+            raise DataError(
+                f"collective curve {d.get('op')} group {d.get('group_size')}: sizes "
+                "must increase and times be positive and non-decreasing, with one "
+                "time per size"
+            )
+        return cls(
+            op=str(d["op"]),
+            group_size=int(d["group_size"]),
+            inter_node=bool(d["inter_node"]),
+            sizes_bytes=sizes,
+            times_s=times,
+            provenance=d["provenance"],
+            derived_from=str(d.get("derived_from", "")),
+            points=int(d.get("points", 0)),
+            latency_s=float(d["latency_s"]) if d.get("latency_s") is not None else float("nan"),
+            algbw_bytes_per_s=float(d["algbw_bytes_per_s"])
+            if d.get("algbw_bytes_per_s") is not None
+            else float("nan"),
+        )
+
 
 @dataclass(kw_only=True, eq=False)
 class CalibrationProfile:
@@ -256,7 +300,8 @@ class CalibrationProfile:
     """Measured causal flash attention (module doc), or None."""
     schema_version: int = SCHEMA_VERSION
     _index: dict[tuple[str, bool], list[CollectiveCurve]] = field(
-        default_factory=dict, init=False, repr=False)
+        default_factory=dict, init=False, repr=False
+    )
 
     def __post_init__(self) -> None:
         for c in self.collectives:
@@ -277,8 +322,9 @@ class CalibrationProfile:
     def best_gemm_efficiency(self) -> float:
         return best_gemm_efficiency(self)
 
-    def attention_efficiency(self, rows: Array, seq: Array, head_dim: Array,
-                             c: Cols) -> Array | None:
+    def attention_efficiency(
+        self, rows: Array, seq: Array, head_dim: Array, c: Cols
+    ) -> Array | None:
         if self.attention is None:
             return None
         shape = np.broadcast(rows, seq, head_dim).shape
@@ -295,8 +341,11 @@ class CalibrationProfile:
             return np.zeros(n.shape), np.zeros(n.shape), known.astype(np.float64)
         known = known | self.fabric.measured
         down, up = self.fabric.log_spread(n)
-        return (np.where(known, 0.0, down), np.where(known, 0.0, up),
-                np.broadcast_to(known, n.shape).astype(np.float64))
+        return (
+            np.where(known, 0.0, down),
+            np.where(known, 0.0, up),
+            np.broadcast_to(known, n.shape).astype(np.float64),
+        )
 
     def curve(self, op: str, group_size: int, inter_node: bool) -> tuple[CollectiveCurve, float]:
         """The curve answering (op, group_size, inter_node) and the factor its times are
@@ -307,19 +356,28 @@ class CalibrationProfile:
         cands = self._index.get((op, inter_node), [])
         if not cands:
             raise LookupError(f"no {op} curve {'across' if inter_node else 'inside'} nodes")
-        best = min(cands, key=lambda cv: (abs(math.log2(cv.group_size) - math.log2(group_size)),
-                                          -cv.group_size))
+        best = min(
+            cands,
+            key=lambda cv: (abs(math.log2(cv.group_size) - math.log2(group_size)), -cv.group_size),
+        )
         if best.group_size == group_size:
             return best, 1.0
         return best, float(bus_factor(op, group_size) / bus_factor(op, best.group_size))
 
     def collective_time_s(
-        self, op: str, size_bytes: Array, group_size: Array, inter_node: Array, c: Cols,
+        self,
+        op: str,
+        size_bytes: Array,
+        group_size: Array,
+        inter_node: Array,
+        c: Cols,
         ranks_per_node: Array | None = None,
     ) -> Array:
         size, group, inter = np.broadcast_arrays(
-            np.asarray(size_bytes, dtype=np.float64), np.asarray(group_size, dtype=np.float64),
-            np.asarray(inter_node, dtype=np.float64))
+            np.asarray(size_bytes, dtype=np.float64),
+            np.asarray(group_size, dtype=np.float64),
+            np.asarray(inter_node, dtype=np.float64),
+        )
         out = np.zeros(size.shape)
         fallback = np.zeros(size.shape, dtype=bool)
         if self.fabric is not None and bool(np.any(inter > 0)):
@@ -328,14 +386,21 @@ class CalibrationProfile:
                 rows = np.flatnonzero(across.ravel())
                 local = np.broadcast_to(local_ranks(group, c, ranks_per_node), size.shape)
                 out.ravel()[rows] = self.fabric.time_s(
-                    op, size.ravel()[rows], group.ravel()[rows], local.ravel()[rows],
-                    _net_scale_rows(c, rows, size.shape))
+                    op,
+                    size.ravel()[rows],
+                    group.ravel()[rows],
+                    local.ravel()[rows],
+                    _net_scale_rows(c, rows, size.shape),
+                )
             inter = np.where(across, -1.0, inter)  # answered
         side = np.sign(inter)  # -1: answered above; 0: inside a node; 1: across nodes
         # the curves answer the rest: each (group size, side) once, over its own rows
         todo = np.flatnonzero(((side >= 0) & (group > 1)).ravel())
-        flat_group, flat_side, flat_size = group.ravel()[todo], side.ravel()[todo], \
-            size.ravel()[todo]
+        flat_group, flat_side, flat_size = (
+            group.ravel()[todo],
+            side.ravel()[todo],
+            size.ravel()[todo],
+        )
         flat_out, flat_fallback = out.ravel(), fallback.ravel()
         inside = flat_side == 0.0
         for g in np.unique(flat_group).tolist():
@@ -351,16 +416,21 @@ class CalibrationProfile:
                     continue
                 flat_out[todo[mask]] = cv(flat_size[mask]) * factor
         if fallback.any():
-            spec = SpecPerfModel().collective_time_s(op, size, group, np.abs(inter), c,
-                                                     ranks_per_node)
+            spec = SpecPerfModel().collective_time_s(
+                op, size, group, np.abs(inter), c, ranks_per_node
+            )
             out = np.where(fallback, spec, out)
         return out
 
     # persistence ------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         return {
-            "schema_version": self.schema_version, "name": self.name, "gpu": self.gpu,
-            "created": self.created, "notes": list(self.notes), "sources": list(self.sources),
+            "schema_version": self.schema_version,
+            "name": self.name,
+            "gpu": self.gpu,
+            "created": self.created,
+            "notes": list(self.notes),
+            "sources": list(self.sources),
             "excluded": list(self.excluded),
             "fabric": None if self.fabric is None else self.fabric.to_json(),
             "gemm": {d: cv.to_json() for d, cv in self.gemm.items()},
@@ -371,14 +441,19 @@ class CalibrationProfile:
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> CalibrationProfile:
         if d.get("schema_version") != SCHEMA_VERSION:
-            raise DataError(f"a calibration profile must have schema_version {SCHEMA_VERSION}, "
-                            f"got {shown(d.get('schema_version'))}")
+            raise DataError(
+                f"a calibration profile must have schema_version {SCHEMA_VERSION}, "
+                f"got {shown(d.get('schema_version'))}"
+            )
         try:
             return cls(
-                name=str(d["name"]), gpu=str(d["gpu"]), created=str(d.get("created", "")),
+                name=str(d["name"]),
+                gpu=str(d["gpu"]),
+                created=str(d.get("created", "")),
                 gemm={k: GemmCurve.from_json(v) for k, v in d.get("gemm", {}).items()},
                 collectives=tuple(CollectiveCurve.from_json(v) for v in d["collectives"]),
-                sources=tuple(d.get("sources", ())), excluded=tuple(d.get("excluded", ())),
+                sources=tuple(d.get("sources", ())),
+                excluded=tuple(d.get("excluded", ())),
                 notes=tuple(d.get("notes", ())),
                 fabric=Fabric.from_json(d["fabric"]) if d.get("fabric") else None,
                 attention=GemmCurve.from_json(d["attention"]) if d.get("attention") else None,
@@ -386,12 +461,14 @@ class CalibrationProfile:
         except (KeyError, TypeError, ValueError, AttributeError, IndexError) as e:
             if isinstance(e, DataError):
                 raise
-            raise DataError(f"malformed calibration profile: {type(e).__name__}: "
-                            f"{shorten(str(e))}") from e
+            raise DataError(
+                f"malformed calibration profile: {type(e).__name__}: {shorten(str(e))}"
+            ) from e
 
     def save(self, path: str | Path) -> None:
         """Write the profile as JSON, atomically (:mod:`surrogate.io.atomic`)."""
         atomic_write(path, json.dumps(self.to_json(), indent=1) + "\n")
+
 
 def _net_scale_rows(c: Cols, rows: np.ndarray, shape: tuple[int, ...]) -> Cols:
     """The columns :meth:`Fabric.time_s` reads (``net_scale``, where given) at flat positions
@@ -401,16 +478,20 @@ def _net_scale_rows(c: Cols, rows: np.ndarray, shape: tuple[int, ...]) -> Cols:
     scale = np.broadcast_to(np.asarray(c["net_scale"], dtype=np.float64), shape)
     return {"net_scale": scale.ravel()[rows]}
 
+
 def shipped_profiles() -> list[str]:
     """Names of the profiles shipped in the package (``surrogate/data/profiles``)."""
     folder = resources.files("surrogate").joinpath("data", "profiles")
-    return sorted(f.name.removesuffix(".json") for f in folder.iterdir()
-                  if f.name.endswith(".json"))
+    return sorted(
+        f.name.removesuffix(".json") for f in folder.iterdir() if f.name.endswith(".json")
+    )
+
 
 @lru_cache(maxsize=8)
 def _shipped(name: str) -> CalibrationProfile:
     res = resources.files("surrogate").joinpath("data", "profiles", f"{name}.json")
     return CalibrationProfile.from_json(json.loads(res.read_text()))
+
 
 def load_profile(path: str | Path) -> CalibrationProfile:
     """Read a profile written by ``surrogate calibrate``, or a shipped one by name
@@ -421,27 +502,36 @@ def load_profile(path: str | Path) -> CalibrationProfile:
         return _shipped(str(path))
     shipped = ", ".join(shipped_profiles())
     if p.is_dir():
-        raise DataError(f"a calibration profile is a JSON file written by `surrogate calibrate` "
-                        f"(or a shipped profile: {shipped}), got the directory {str(p)!r}")
+        raise DataError(
+            f"a calibration profile is a JSON file written by `surrogate calibrate` "
+            f"(or a shipped profile: {shipped}), got the directory {str(p)!r}"
+        )
     if not p.exists():
-        raise DataError(f"calibration profile {str(p)!r} does not exist (a file, or one of "
-                        f"the shipped profiles: {shipped})")
+        raise DataError(
+            f"calibration profile {str(p)!r} does not exist (a file, or one of "
+            f"the shipped profiles: {shipped})"
+        )
     raw = read_input_bytes(p, what="calibration profile", kind="config")
     try:
         d = json.loads(raw.decode("utf-8-sig"))
     except UnicodeDecodeError:
-        raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
-                        f"calibrate`, but this file is not text (an image? a binary?)") from None
+        raise DataError(
+            f"{p}: a calibration profile is a JSON file written by `surrogate "
+            f"calibrate`, but this file is not text (an image? a binary?)"
+        ) from None
     except json.JSONDecodeError as e:
-        raise DataError(f"{p}: a calibration profile is a JSON file written by `surrogate "
-                        f"calibrate`, but this is not valid JSON ({e.msg} at line "
-                        f"{e.lineno})") from None
+        raise DataError(
+            f"{p}: a calibration profile is a JSON file written by `surrogate "
+            f"calibrate`, but this is not valid JSON ({e.msg} at line "
+            f"{e.lineno})"
+        ) from None
     if not isinstance(d, dict):
         raise DataError(f"{p}: a calibration profile is a JSON object")
     try:
         return CalibrationProfile.from_json(d)
     except DataError as e:
         raise DataError(f"{p}: {e}") from None
+
 
 def default_profile(gpu_name: str) -> CalibrationProfile | None:
     """The profile shipped with the package for ``gpu_name`` (a hardware-table key or alias),

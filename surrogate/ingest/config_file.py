@@ -43,8 +43,11 @@ _DIGITS = list("-+0123456789")
 CORE_NUMBERS: tuple[tuple[str, re.Pattern[str], list[str]], ...] = (
     (_INT_TAG, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), _DIGITS),
     (_INT_TAG, re.compile(r"^0x[0-9a-fA-F]+$"), ["0"]),
-    (_FLOAT_TAG, re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
-     [*_DIGITS, "."]),
+    (
+        _FLOAT_TAG,
+        re.compile(r"^[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?$"),
+        [*_DIGITS, "."],
+    ),
     (_FLOAT_TAG, re.compile(r"^[-+]?\.(?:inf|Inf|INF)$"), ["-", "+", "."]),
     (_FLOAT_TAG, re.compile(r"^\.(?:nan|NaN|NAN)$"), ["."]),
 )
@@ -53,12 +56,18 @@ CORE_NUMBERS: tuple[tuple[str, re.Pattern[str], list[str]], ...] = (
 exponent, ``.inf``, ``.nan``; the two last refused later as no configuration value). PyYAML
 reads YAML 1.1, where ``016`` is octal 14 and ``1:00`` is sexagesimal 60."""
 AMBIGUOUS_NUMBERS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"^[-+]?0[0-9_]+$"), "a leading zero: octal under YAML 1.1 (016 is 14), "
-                                     "decimal under YAML 1.2"),
-    (re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"),
-     "a colon: base 60 under YAML 1.1 (1:00 is 60), text under YAML 1.2"),
-    (re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"),
-     "an underscore: a digit separator under YAML 1.1 (1_000 is 1000), text under YAML 1.2"),
+    (
+        re.compile(r"^[-+]?0[0-9_]+$"),
+        "a leading zero: octal under YAML 1.1 (016 is 14), decimal under YAML 1.2",
+    ),
+    (
+        re.compile(r"^[-+]?[0-9][0-9_]*(?::[0-5]?[0-9])+(?:\.[0-9_]*)?$"),
+        "a colon: base 60 under YAML 1.1 (1:00 is 60), text under YAML 1.2",
+    ),
+    (
+        re.compile(r"^[-+]?[0-9][0-9_]*_[0-9_]*(?:\.[0-9_]*)?$"),
+        "an underscore: a digit separator under YAML 1.1 (1_000 is 1000), text under YAML 1.2",
+    ),
     (re.compile(r"^[-+]?0b[01_]+$"), "binary under YAML 1.1, text under YAML 1.2"),
     (re.compile(r"^[-+]?0o[0-7]+$"), "octal under YAML 1.2, text under YAML 1.1"),
 )
@@ -79,8 +88,10 @@ def _check_expansion(root: Any) -> None:
         if key in sizes:
             return sizes[key]
         if key in open_:
-            raise ConfigError("an alias refers to a node that holds it (a recursive value); a "
-                              "configuration holds plain values")
+            raise ConfigError(
+                "an alias refers to a node that holds it (a recursive value); a "
+                "configuration holds plain values"
+            )
         open_.add(key)
         total = 1
         if isinstance(node, yaml.SequenceNode):
@@ -95,7 +106,8 @@ def _check_expansion(root: Any) -> None:
                 raise ConfigError(
                     f"the file expands to more than {MAX_YAML_VALUES:,} values through its "
                     f"aliases (line {child.start_mark.line + 1}); a configuration is a mapping "
-                    f"of a few dozen column: value pairs")
+                    f"of a few dozen column: value pairs"
+                )
         open_.discard(key)
         sizes[key] = total
         return total
@@ -109,18 +121,20 @@ def _yaml_loader() -> type:
     merge as YAML 1.1 says (a key of the mapping itself wins over a merged one). Numbers are
     read by YAML 1.2's core rules (:data:`CORE_NUMBERS`), and a scalar YAML 1.1 would read as
     another number (:data:`AMBIGUOUS_NUMBERS`: ``016``, ``1:00``, ``1_000``) is refused."""
+
     class UniqueKeyLoader(yaml.SafeLoader):
         yaml_implicit_resolvers = {  # noqa: RUF012  # YAML 1.1's numbers left out
-            first: [(tag, regexp) for tag, regexp in resolvers
-                    if tag not in (_INT_TAG, _FLOAT_TAG)]
-            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+            first: [(tag, regexp) for tag, regexp in resolvers if tag not in (_INT_TAG, _FLOAT_TAG)]
+            for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+        }
 
         def construct_ambiguous(self, node: Any) -> Any:
             why = next(why for pattern, why in AMBIGUOUS_NUMBERS if pattern.match(node.value))
             raise ConfigError(
                 f"line {node.start_mark.line + 1}: {node.value!r} is a number only YAML 1.1 or "
                 f"only YAML 1.2 reads so ({why}); write it in plain decimal digits, or quote it "
-                f"for text")
+                f"for text"
+            )
 
         def construct_document(self, node: Any) -> Any:
             _check_expansion(node)  # before anything is built
@@ -138,8 +152,10 @@ def _yaml_loader() -> type:
                 except TypeError:  # an unhashable key: PyYAML's own error follows
                     continue
                 if repeated:
-                    raise ConfigError(f"each key must appear once, got {shown(key)} twice (line "
-                                      f"{key_node.start_mark.line + 1})")
+                    raise ConfigError(
+                        f"each key must appear once, got {shown(key)} twice (line "
+                        f"{key_node.start_mark.line + 1})"
+                    )
             return super().construct_mapping(node, deep)
 
     for regexp, _ in AMBIGUOUS_NUMBERS:  # first: the resolvers match in the order added
@@ -150,8 +166,7 @@ def _yaml_loader() -> type:
     return UniqueKeyLoader
 
 
-def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
-                     ) -> dict[str, Any]:
+def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """A flat mapping of configuration keys from a YAML or JSON file (``.json``: JSON), flat
     or nested under ``model:``, ``cluster:``, ``layout:``; ``model`` may name a preset. A
     ``.toml`` file is a torchtitan job config, read as its ingest reads it, completed by
@@ -183,8 +198,11 @@ def read_config_file(path: str | Path, *, given: Mapping[str, Any] | None = None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: a configuration file holds a mapping of column: value")
     if p.suffix.lower() != ".json":  # anchors of merge keys only
-        data = {k: v for k, v in data.items()
-                if not (isinstance(k, str) and k.startswith(ANCHOR_HOLDER_PREFIX))}
+        data = {
+            k: v
+            for k, v in data.items()
+            if not (isinstance(k, str) and k.startswith(ANCHOR_HOLDER_PREFIX))
+        }
     check_keys(data, FILE_KEYS, where=str(p))
     flat: dict[str, Any] = {}
     for key, value in data.items():

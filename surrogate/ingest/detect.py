@@ -22,12 +22,27 @@ from surrogate.ingest import (
 from surrogate.io.input_files import check_input_file
 
 Format = Literal[
-    "playbook", "nanotron", "torchtitan", "megatron", "llm-foundry", "nccl-tests", "xla",
-    "microbench-jsonl", "train-step-jsonl", "published",
+    "playbook",
+    "nanotron",
+    "torchtitan",
+    "megatron",
+    "llm-foundry",
+    "nccl-tests",
+    "xla",
+    "microbench-jsonl",
+    "train-step-jsonl",
+    "published",
 ]
 FORMATS: tuple[str, ...] = get_args(Format)
-SWEEP_FORMATS: tuple[str, ...] = ("playbook", "nanotron", "torchtitan", "megatron", "llm-foundry",
-                                  "train-step-jsonl", "published")
+SWEEP_FORMATS: tuple[str, ...] = (
+    "playbook",
+    "nanotron",
+    "torchtitan",
+    "megatron",
+    "llm-foundry",
+    "train-step-jsonl",
+    "published",
+)
 MICROBENCH_FORMATS: tuple[str, ...] = ("nccl-tests", "xla", "microbench-jsonl")
 _HEAD_BYTES = 1 << 20
 

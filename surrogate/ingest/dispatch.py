@@ -70,9 +70,9 @@ def expand(paths: Sequence[str | Path], report: IngestReport) -> list[Path]:
         p = Path(raw)
         if p.is_dir():
             found = sorted(
-                f for f in p.rglob("*")
-                if f.is_file() and f.suffix.lower() in CANDIDATE_SUFFIXES
-                and f.name != "status.txt"
+                f
+                for f in p.rglob("*")
+                if f.is_file() and f.suffix.lower() in CANDIDATE_SUFFIXES and f.name != "status.txt"
             )
             if not found:
                 report.skip(str(p), None, "directory holds no log or table files")
@@ -97,10 +97,12 @@ def _load(module: str, attr: str, fmt: str) -> Callable[..., Any]:
     return fn  # type: ignore[no-any-return]
 
 
-_TABLE_FORMATS = {"playbook": "the Playbook table carries its own",
-                  "llm-foundry": "the llm-foundry tables carry their own",
-                  "published": "a published performance table carries its own",
-                  "train-step-jsonl": "each train-step record carries its own"}
+_TABLE_FORMATS = {
+    "playbook": "the Playbook table carries its own",
+    "llm-foundry": "the llm-foundry tables carry their own",
+    "published": "a published performance table carries its own",
+    "train-step-jsonl": "each train-step record carries its own",
+}
 """Sweep formats whose files carry every configuration column (no --set)."""
 
 
@@ -156,8 +158,10 @@ def read_runs(path: str | Path) -> pd.DataFrame:
     if fmt not in SWEEP_FORMATS:
         raise DataError(f"{p} holds microbenchmark measurements ({fmt}), not runs")
     if fmt not in _TABLE_FORMATS:
-        raise DataError(f"{p} is a {fmt} log, whose configuration may need --set: ingest it "
-                        "into a sweep table first (surrogate ingest ... --into runs.parquet)")
+        raise DataError(
+            f"{p} is a {fmt} log, whose configuration may need --set: ingest it "
+            "into a sweep table first (surrogate ingest ... --into runs.parquet)"
+        )
     return parse_file(p, fmt, {})[0]
 
 
@@ -211,15 +215,21 @@ def ingest(
     if kind == "sweep":
         frame = pd.concat(frames, ignore_index=True) if frames else empty_sweeps()
         if frame.empty:
-            return IngestResult(kind=kind, frame=frame, report=report,
-                                append_summary=f"nothing to add to {into}")
+            return IngestResult(
+                kind=kind, frame=frame, report=report, append_summary=f"nothing to add to {into}"
+            )
         result = append_sweeps(frame, into)
-        return IngestResult(kind=kind, frame=frame, report=report,
-                            append_summary=f"{into}: {result.summary()}")
+        return IngestResult(
+            kind=kind, frame=frame, report=report, append_summary=f"{into}: {result.summary()}"
+        )
     append = _load("surrogate.runs.microbench_table", "append_microbench", "microbenchmark table")
     if not frames:
-        return IngestResult(kind=kind, frame=pd.DataFrame(), report=report,
-                            append_summary=f"nothing to add to {into}")
+        return IngestResult(
+            kind=kind,
+            frame=pd.DataFrame(),
+            report=report,
+            append_summary=f"nothing to add to {into}",
+        )
     frame = pd.concat(frames, ignore_index=True)
     outcome = append(frame, into)
     summary = outcome.summary() if hasattr(outcome, "summary") else str(outcome)

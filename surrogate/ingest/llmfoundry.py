@@ -98,24 +98,41 @@ DTYPES: dict[str, str] = {"amp_bf16": "bf16", "bf16": "bf16", "amp_fp8": "fp8"}
 MP_MODES: tuple[str, ...] = ("DEFAULT", "PURE")
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "Model", "SeqLen (T)", "# GPUs", "GPU", "MFU", "Model TFLOP", "MicroBatchSize", "GradAccum",
-    "GlobalBatchSize", "Throughput (T/s)", "Throughput (T/s/GPU)", "GlobalBatchSize (T)",
-    "Precision", "MP Mode", "Sharding Strategy", "Activation Checkpointing",
-    "Activation CPUOffload", "NumParams",
+    "Model",
+    "SeqLen (T)",
+    "# GPUs",
+    "GPU",
+    "MFU",
+    "Model TFLOP",
+    "MicroBatchSize",
+    "GradAccum",
+    "GlobalBatchSize",
+    "Throughput (T/s)",
+    "Throughput (T/s/GPU)",
+    "GlobalBatchSize (T)",
+    "Precision",
+    "MP Mode",
+    "Sharding Strategy",
+    "Activation Checkpointing",
+    "Activation CPUOffload",
+    "NumParams",
 )
 HEADER_MARKERS: tuple[str, ...] = ("Throughput (T/s/GPU)", "Sharding Strategy")
 """Header cells that identify the format (used by :mod:`surrogate.ingest.detect`)."""
 
 _SEPARATOR = re.compile(r"^\|(\s*:?-{3,}:?\s*\|)+\s*$")
 
+
 def is_table_header(line: str) -> bool:
     """A Markdown table header line of the llm-foundry throughput tables."""
     return line.lstrip().startswith("|") and all(m in line for m in HEADER_MARKERS)
+
 
 def equivalent_ffn(hidden_size: int) -> int:
     """SwiGLU width with the parameters and FLOPs of a GELU MLP of width 4 h:
     3 h f = 8 h^2, f = round(8 h / 3)."""
     return swiglu_equivalent_width(4 * hidden_size)
+
 
 def _cells(line: str) -> list[str]:
     text = line.strip()
@@ -125,8 +142,10 @@ def _cells(line: str) -> list[str]:
         text = text[:-1]
     return [c.strip() for c in text.split("|")]
 
+
 def _slug(heading: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", heading.lower()).strip("-") or "table"
+
 
 def _int(name: str, value: str) -> int:
     try:
@@ -134,6 +153,7 @@ def _int(name: str, value: str) -> int:
     except ValueError:
         raise ConfigError(f"{name} must be an integer, got {value!r}") from None
     return out
+
 
 def _positive(name: str, value: str) -> float:
     try:
@@ -144,15 +164,18 @@ def _positive(name: str, value: str) -> float:
         raise ConfigError(f"{name} must be a positive number, got {value!r}")
     return out
 
+
 def _bool(name: str, value: str) -> bool:
     if value.lower() in ("true", "false"):
         return value.lower() == "true"
     raise ConfigError(f"{name} must be True or False, got {value!r}")
 
+
 def _choice(name: str, value: str, table: dict[str, object]) -> object:
     if value not in table:
         raise ConfigError(f"{name} must be one of {', '.join(table)}, got {value!r}")
     return table[value]
+
 
 def _config(row: dict[str, str]) -> TrainingConfig:
     """The row's configuration; ConfigError says which value is unknown or which rule fails."""
@@ -166,9 +189,7 @@ def _config(row: dict[str, str]) -> TrainingConfig:
         raise ConfigError(f"# GPUs must be >= 1, got {num_gpus}")
     per_node = min(8, num_gpus)
     if num_gpus % per_node:
-        raise ConfigError(
-            f"# GPUs must fill whole 8-GPU nodes (a multiple of 8), got {num_gpus}"
-        )
+        raise ConfigError(f"# GPUs must fill whole 8-GPU nodes (a multiple of 8), got {num_gpus}")
     mbs = _int("MicroBatchSize", row["MicroBatchSize"])
     accum = _int("GradAccum", row["GradAccum"])
     batch = _int("GlobalBatchSize", row["GlobalBatchSize"])
@@ -178,24 +199,42 @@ def _config(row: dict[str, str]) -> TrainingConfig:
             f"({mbs} x {accum} x {num_gpus} = {mbs * accum * num_gpus}), got {batch}"
         )
     if _bool("Activation CPUOffload", row["Activation CPUOffload"]):
-        raise ConfigError("Activation CPUOffload must be False: the analytic model has no "
-                          "CPU offload")
+        raise ConfigError(
+            "Activation CPUOffload must be False: the analytic model has no CPU offload"
+        )
     _choice("MP Mode", row["MP Mode"], dict.fromkeys(MP_MODES))
-    return config_from_flat({
-        "num_layers": layers, "hidden_size": hidden, "ffn_hidden_size": equivalent_ffn(hidden),
-        "num_heads": heads, "num_kv_heads": heads, "vocab_size": VOCAB_SIZE,
-        "seq_len": _int("SeqLen (T)", row["SeqLen (T)"]), "tie_embeddings": True,
-        "gated_mlp": False,
-        "gpu": gpu, "gpus_per_node": per_node, "num_nodes": num_gpus // per_node,
-        "dp": num_gpus, "tp": 1, "pp": 1, "cp": 1, "ep": 1, "mbs": mbs, "grad_accum": accum,
-        "zero_stage": _choice("Sharding Strategy", row["Sharding Strategy"], dict(ZERO_STAGES)),
-        "recompute": (
-            "full" if _bool("Activation Checkpointing", row["Activation Checkpointing"])
-            else "none"
-        ),
-        "dtype": _choice("Precision", row["Precision"], dict(DTYPES)),
-        "framework": "llm-foundry",
-    })
+    return config_from_flat(
+        {
+            "num_layers": layers,
+            "hidden_size": hidden,
+            "ffn_hidden_size": equivalent_ffn(hidden),
+            "num_heads": heads,
+            "num_kv_heads": heads,
+            "vocab_size": VOCAB_SIZE,
+            "seq_len": _int("SeqLen (T)", row["SeqLen (T)"]),
+            "tie_embeddings": True,
+            "gated_mlp": False,
+            "gpu": gpu,
+            "gpus_per_node": per_node,
+            "num_nodes": num_gpus // per_node,
+            "dp": num_gpus,
+            "tp": 1,
+            "pp": 1,
+            "cp": 1,
+            "ep": 1,
+            "mbs": mbs,
+            "grad_accum": accum,
+            "zero_stage": _choice("Sharding Strategy", row["Sharding Strategy"], dict(ZERO_STAGES)),
+            "recompute": (
+                "full"
+                if _bool("Activation Checkpointing", row["Activation Checkpointing"])
+                else "none"
+            ),
+            "dtype": _choice("Precision", row["Precision"], dict(DTYPES)),
+            "framework": "llm-foundry",
+        }
+    )
+
 
 def param_check(cfg: TrainingConfig, num_params: int) -> float:
     """Relative difference between the parameters of ``cfg`` (the project's count) and the
@@ -203,6 +242,7 @@ def param_check(cfg: TrainingConfig, num_params: int) -> float:
     ours = float(total_params(to_cols([cfg], ParameterSets()))[0])
     theirs = num_params - cfg.model.seq_len * cfg.model.hidden_size
     return (ours - theirs) / theirs
+
 
 def _measurements(row: dict[str, str]) -> dict[str, float | None]:
     return {
@@ -214,6 +254,7 @@ def _measurements(row: dict[str, str]) -> dict[str, float | None]:
         "mfu_reported": _positive("MFU", row["MFU"]),
         "tflops_per_gpu_reported": _positive("Model TFLOP", row["Model TFLOP"]),
     }
+
 
 def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read every throughput table of the README into sweep rows; every table row not taken
@@ -240,8 +281,12 @@ def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
         if header is None:
             header, header_line, problem = _cells(text), number, None
             if not all(m in header for m in HEADER_MARKERS):
-                report.skip(str(p), number, "a Markdown table without the columns "
-                            f"{' and '.join(HEADER_MARKERS)}: not a throughput table")
+                report.skip(
+                    str(p),
+                    number,
+                    "a Markdown table without the columns "
+                    f"{' and '.join(HEADER_MARKERS)}: not a throughput table",
+                )
                 header = []
                 continue
             missing = [c for c in REQUIRED_COLUMNS if c not in header]
@@ -257,8 +302,11 @@ def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             continue
         cells = _cells(text)
         if len(cells) != len(header):
-            report.skip(str(p), number, f"row has {len(cells)} cells, the header of line "
-                        f"{header_line} has {len(header)}")
+            report.skip(
+                str(p),
+                number,
+                f"row has {len(cells)} cells, the header of line {header_line} has {len(header)}",
+            )
             continue
         row = dict(zip(header, cells, strict=True))
         try:
@@ -270,16 +318,30 @@ def parse_llmfoundry(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
             continue
         diff = param_check(cfg, num_params)
         if abs(diff) > PARAM_TOLERANCE:
-            report.skip(str(p), number, (
-                f"mpt-{row['Model'].lower()} maps to parameters {diff:+.1%} off NumParams "
-                f"{num_params} less the position table (tolerance {PARAM_TOLERANCE:.0%})"
-            ))
+            report.skip(
+                str(p),
+                number,
+                (
+                    f"mpt-{row['Model'].lower()} maps to parameters {diff:+.1%} off NumParams "
+                    f"{num_params} less the position table (tolerance {PARAM_TOLERANCE:.0%})"
+                ),
+            )
             continue
-        rows.append(sweep_row(
-            cfg, status="completed", source=SOURCE, run_id=f"{_slug(heading)}/{number}", date=None,
-            hardware=heading or None, model_name=f"mpt-{row['Model'].lower()}", **measured,
-        ))
+        rows.append(
+            sweep_row(
+                cfg,
+                status="completed",
+                source=SOURCE,
+                run_id=f"{_slug(heading)}/{number}",
+                date=None,
+                hardware=heading or None,
+                model_name=f"mpt-{row['Model'].lower()}",
+                **measured,
+            )
+        )
     if tables == 0 and report.rows_read == 0:
-        raise DataError(f"{p}: holds no llm-foundry throughput table (a Markdown table with "
-                        f"the columns {', '.join(REQUIRED_COLUMNS)})")
+        raise DataError(
+            f"{p}: holds no llm-foundry throughput table (a Markdown table with "
+            f"the columns {', '.join(REQUIRED_COLUMNS)})"
+        )
     return frame_from_rows(rows, where=str(p)), report

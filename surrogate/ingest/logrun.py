@@ -80,9 +80,7 @@ class LogRun:
     """Tokens per optimizer step as the log states it, when it does (checked)."""
 
 
-def run_row(
-    run: LogRun, given: Mapping[str, Any], report: IngestReport
-) -> dict[str, Any] | None:
+def run_row(run: LogRun, given: Mapping[str, Any], report: IngestReport) -> dict[str, Any] | None:
     """The sweep row of ``run``, or None after recording a skip that says why."""
     where = str(run.path)
     try:
@@ -97,13 +95,20 @@ def run_row(
         report.skip(where, None, f"no valid configuration: {message}")
         return None
     if run.global_batch_tokens is not None and run.global_batch_tokens != cfg.batch_tokens:
-        report.skip(where, None, (
-            f"the log's global batch ({run.global_batch_tokens} tokens) must equal dp x "
-            f"grad_accum x mbs x seq_len of the configuration ({cfg.batch_tokens})"))
+        report.skip(
+            where,
+            None,
+            (
+                f"the log's global batch ({run.global_batch_tokens} tokens) must equal dp x "
+                f"grad_accum x mbs x seq_len of the configuration ({cfg.batch_tokens})"
+            ),
+        )
         return None
     verdict = run_status(
-        log_text=run.log_text, iterations_logged=run.iterations_logged,
-        iterations_expected=run.iterations_expected, status_file_text=run.status_file_text,
+        log_text=run.log_text,
+        iterations_logged=run.iterations_logged,
+        iterations_expected=run.iterations_expected,
+        status_file_text=run.status_file_text,
     )
     if verdict.status is None:
         report.skip(where, None, verdict.evidence)
@@ -122,14 +127,23 @@ def run_row(
         step = cfg.batch_tokens / (tps * gpus)
     source = str(given.get("source") or run.default_source)
     row = sweep_row(
-        cfg, status=verdict.status, source=source, run_id=run.run_id,
+        cfg,
+        status=verdict.status,
+        source=source,
+        run_id=run.run_id,
         date=str(given.get("date") or run.date) if (given.get("date") or run.date) else None,
-        hardware=str(given.get("hardware")
-                     or f"{cfg.cluster.gpus_per_node}x {cfg.cluster.gpu} per node"),
+        hardware=str(
+            given.get("hardware") or f"{cfg.cluster.gpus_per_node}x {cfg.cluster.gpu} per node"
+        ),
         model_name=str(values["model_name"]) if values.get("model_name") else None,
-        tokens_per_s_per_gpu=tps, step_time_s=step, **run.measurements,
+        tokens_per_s_per_gpu=tps,
+        step_time_s=step,
+        **run.measurements,
     )
     stage, scale = given.get("peak_mem_stage"), given.get("net_scale")
-    return with_context(row, profile=given.get("profile"),  # what the user knows: --set
-                        peak_mem_stage=None if stage is None else float(stage),
-                        net_scale=None if scale is None else float(scale))
+    return with_context(
+        row,
+        profile=given.get("profile"),  # what the user knows: --set
+        peak_mem_stage=None if stage is None else float(stage),
+        net_scale=None if scale is None else float(scale),
+    )

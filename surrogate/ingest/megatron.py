@@ -65,13 +65,20 @@ _DATE = re.compile(r"\[(\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2})\]")
 _MIB_PER_GIB = 1024.0
 
 _DIRECT = {
-    "num_layers": "num_layers", "hidden_size": "hidden_size",
-    "ffn_hidden_size": "ffn_hidden_size", "num_attention_heads": "num_heads",
-    "padded_vocab_size": "vocab_size", "seq_length": "seq_len",
-    "micro_batch_size": "mbs", "data_parallel_size": "dp",
-    "tensor_model_parallel_size": "tp", "pipeline_model_parallel_size": "pp",
-    "context_parallel_size": "cp", "expert_model_parallel_size": "ep",
-    "virtual_pipeline_model_parallel_size": "vpp", "num_experts": "num_experts",
+    "num_layers": "num_layers",
+    "hidden_size": "hidden_size",
+    "ffn_hidden_size": "ffn_hidden_size",
+    "num_attention_heads": "num_heads",
+    "padded_vocab_size": "vocab_size",
+    "seq_length": "seq_len",
+    "micro_batch_size": "mbs",
+    "data_parallel_size": "dp",
+    "tensor_model_parallel_size": "tp",
+    "pipeline_model_parallel_size": "pp",
+    "context_parallel_size": "cp",
+    "expert_model_parallel_size": "ep",
+    "virtual_pipeline_model_parallel_size": "vpp",
+    "num_experts": "num_experts",
     "sequence_parallel": "sequence_parallel",
 }
 _MOE_ONLY = {"moe_router_topk": "experts_topk", "moe_ffn_hidden_size": "moe_ffn_hidden_size"}
@@ -127,13 +134,15 @@ def config_values(args: dict[str, str]) -> tuple[dict[str, Any], int | None]:
         if gran == "full":
             out.update(_full_recompute_values(args))
     if args.get("bf16") == "False" and args.get("fp16") == "False":
-        raise DataError("the run trained in fp32 (bf16 and fp16 both False), which the "
-                        "surrogate does not model")
+        raise DataError(
+            "the run trained in fp32 (bf16 and fp16 both False), which the surrogate does not model"
+        )
     if "fp8" in args:
         out["dtype"] = "bf16" if _none(args["fp8"]) else "fp8"
     try:
-        gbs, mbs, dp = (int(args[k]) for k in
-                        ("global_batch_size", "micro_batch_size", "data_parallel_size"))
+        gbs, mbs, dp = (
+            int(args[k]) for k in ("global_batch_size", "micro_batch_size", "data_parallel_size")
+        )
     except (KeyError, ValueError):
         pass
     else:
@@ -164,7 +173,8 @@ def _full_recompute_values(args: dict[str, str]) -> dict[str, Any]:
             raise DataError(
                 f"recompute_method uniform with recompute_num_layers {n} checkpoints units of "
                 f"{n} layers, which is not modelled; the surrogate models every layer "
-                "(uniform, 1) and the first N layers of each stage (block, N)")
+                "(uniform, 1) and the first N layers of each stage (block, N)"
+            )
         return {}
     if method != "block":
         raise DataError(f"recompute_method must be uniform or block, got {method!r}")
@@ -173,9 +183,11 @@ def _full_recompute_values(args: dict[str, str]) -> dict[str, Any]:
         layers, pp = int(args["num_layers"]), int(args.get("pipeline_model_parallel_size", 1))
         vpp = 1 if _none(virtual) else int(str(virtual))
     except (KeyError, ValueError):
-        raise DataError("recompute_method block needs integer num_layers, "
-                        "pipeline_model_parallel_size and virtual_pipeline_model_parallel_size "
-                        "in the arguments") from None
+        raise DataError(
+            "recompute_method block needs integer num_layers, "
+            "pipeline_model_parallel_size and virtual_pipeline_model_parallel_size "
+            "in the arguments"
+        ) from None
     per_chunk = layers // (pp * vpp)
     return {} if n >= per_chunk else {"recompute_layers": n * vpp}
 
@@ -213,8 +225,11 @@ def parse_megatron(
         try:
             ms = float(fields["elapsed time per iteration (ms)"])
         except (KeyError, ValueError):
-            report.skip(str(log), line, "iteration line without a readable "
-                                        "'elapsed time per iteration (ms)'")
+            report.skip(
+                str(log),
+                line,
+                "iteration line without a readable 'elapsed time per iteration (ms)'",
+            )
             continue
         last = max(last, int(m.group(1)))
         expected = expected if expected is not None else int(m.group(2))
@@ -230,10 +245,16 @@ def parse_megatron(
     if batch_seqs and seq_len is not None:
         batch_tokens = batch_seqs[-1] * int(seq_len)
     run = LogRun(
-        path=log, log_text=text, default_source=SOURCE, run_id=f"{log.parent.name}/{log.stem}",
-        found=found, iterations_logged=last, iterations_expected=expected,
+        path=log,
+        log_text=text,
+        default_source=SOURCE,
+        run_id=f"{log.parent.name}/{log.stem}",
+        found=found,
+        iterations_logged=last,
+        iterations_expected=expected,
         status_file_text=read_optional(log.parent / "status.txt"),
-        step_time_s=steady(step_s), global_batch_tokens=batch_tokens,
+        step_time_s=steady(step_s),
+        global_batch_tokens=batch_tokens,
         measurements={
             "tflops_per_gpu_reported": steady(tflops),
             "peak_mem_allocated_gib": max(r[1] for r in mem) / _MIB_PER_GIB if mem else None,

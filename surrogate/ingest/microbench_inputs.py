@@ -37,9 +37,11 @@ def read_microbench_inputs(paths: list[str | Path]) -> tuple[pd.DataFrame, list[
         elif suffix in (".log", ".txt", ".md"):
             df, rep = parse_nccl_tests(p)
         else:
-            raise DataError(f"{p}: a microbenchmark input is .parquet/.csv (table), .jsonl "
-                            f"(microbench), .txtpb (XLA) or .log/.txt/.md (nccl-tests), got "
-                            f"{suffix or 'no suffix'!r}")
+            raise DataError(
+                f"{p}: a microbenchmark input is .parquet/.csv (table), .jsonl "
+                f"(microbench), .txtpb (XLA) or .log/.txt/.md (nccl-tests), got "
+                f"{suffix or 'no suffix'!r}"
+            )
         frames.append(df)
         summaries.append(f"{p.name}: " + rep.summary(max_lines=3))
     if not frames:

@@ -30,12 +30,35 @@ from surrogate.runs.microbench_table import hardware_from_device_name, rows_to_m
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"
 MEASUREMENT_FIELDS: Final[tuple[str, ...]] = (
-    "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size", "nodes", "layout",
-    "in_place", "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+    "op",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "size_bytes",
+    "group_size",
+    "nodes",
+    "layout",
+    "in_place",
+    "time_s",
+    "flops_per_s",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
 )
 FINGERPRINT_FIELDS: Final[tuple[str, ...]] = (
-    "gpu_name", "gpu_count", "world_size", "nodes", "driver", "cuda", "nccl", "torch",
-    "backend", "hostname_hash", "date", "run_id",
+    "gpu_name",
+    "gpu_count",
+    "world_size",
+    "nodes",
+    "driver",
+    "cuda",
+    "nccl",
+    "torch",
+    "backend",
+    "hostname_hash",
+    "date",
+    "run_id",
 )
 STATUSES: Final[tuple[str, ...]] = ("ok", "timeout", "error")
 
@@ -50,17 +73,31 @@ def record_to_row(rec: dict[str, Any], *, file: str) -> dict[str, object]:
     if not isinstance(fp, dict):
         raise TypeError("fingerprint must be an object")
     row: dict[str, object] = {
-        "op": str(rec["op"]), "dtype": str(rec["dtype"]),
-        "layout": rec.get("layout"), "in_place": rec.get("in_place"),
+        "op": str(rec["op"]),
+        "dtype": str(rec["dtype"]),
+        "layout": rec.get("layout"),
+        "in_place": rec.get("in_place"),
         "nodes": _num(rec["nodes"] if rec.get("nodes") is not None else fp["nodes"]),
         "hardware": hardware_from_device_name(str(fp["gpu_name"])),
-        "source": SOURCE, "run_id": str(fp["run_id"]), "file": file,
+        "source": SOURCE,
+        "run_id": str(fp["run_id"]),
+        "file": file,
         "date": str(fp.get("date", ""))[:10],
         "detail": f"backend={fp.get('backend')} torch={fp.get('torch')} "
-                  f"cuda={fp.get('cuda')} nccl={fp.get('nccl')}",
+        f"cuda={fp.get('cuda')} nccl={fp.get('nccl')}",
     }
-    for name in ("m", "n", "k", "batch", "size_bytes", "group_size", "time_s", "flops_per_s",
-                 "algbw_bytes_per_s", "busbw_bytes_per_s"):
+    for name in (
+        "m",
+        "n",
+        "k",
+        "batch",
+        "size_bytes",
+        "group_size",
+        "time_s",
+        "flops_per_s",
+        "algbw_bytes_per_s",
+        "busbw_bytes_per_s",
+    ):
         row[name] = _num(rec.get(name))
     return row
 
@@ -84,8 +121,10 @@ def parse_microbench_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport
             continue
         status = rec.get("status")
         if status != "ok":
-            what = f"{rec.get('op')} size_bytes={rec.get('size_bytes')} " \
-                   f"group_size={rec.get('group_size')}"
+            what = (
+                f"{rec.get('op')} size_bytes={rec.get('size_bytes')} "
+                f"group_size={rec.get('group_size')}"
+            )
             report.skip(str(p), lineno, f"status {status}: {what}: {rec.get('message', '')}")
             continue
         try:

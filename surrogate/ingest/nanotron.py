@@ -56,8 +56,10 @@ def _get(tree: Any, *keys: str) -> Any:
 
 
 PP_ENGINES: dict[str, str] = {
-    "1f1b": "1f1b", "oneforwardonebackwardpipelineengine": "1f1b",
-    "afab": "afab", "allforwardallbackwardpipelineengine": "afab",
+    "1f1b": "1f1b",
+    "oneforwardonebackwardpipelineengine": "1f1b",
+    "afab": "afab",
+    "allforwardallbackwardpipelineengine": "afab",
 }
 """nanotron's pipeline engines (``ParallelismArgs.pp_engine``: the config's short name or the
 engine's class name, as the Playbook table writes it) -> ``pp_schedule``. nanotron's default
@@ -71,9 +73,11 @@ def pp_schedule_of(engine: Any) -> str:
         return "1f1b"
     key = str(engine).strip().lower()
     if key not in PP_ENGINES:
-        raise ConfigError("pp_engine must be one of 1f1b, afab, "
-                          "OneForwardOneBackwardPipelineEngine or "
-                          f"AllForwardAllBackwardPipelineEngine, got {engine!r}")
+        raise ConfigError(
+            "pp_engine must be one of 1f1b, afab, "
+            "OneForwardOneBackwardPipelineEngine or "
+            f"AllForwardAllBackwardPipelineEngine, got {engine!r}"
+        )
     return PP_ENGINES[key]
 
 
@@ -83,13 +87,19 @@ def config_values(config: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     par = _get(config, "parallelism") or {}
     tok = _get(config, "tokens") or {}
     names = {
-        "num_layers": mc.get("num_hidden_layers"), "hidden_size": mc.get("hidden_size"),
+        "num_layers": mc.get("num_hidden_layers"),
+        "hidden_size": mc.get("hidden_size"),
         "ffn_hidden_size": mc.get("intermediate_size"),
-        "num_heads": mc.get("num_attention_heads"), "num_kv_heads": mc.get("num_key_value_heads"),
-        "vocab_size": mc.get("vocab_size"), "tie_embeddings": mc.get("tie_word_embeddings"),
-        "seq_len": tok.get("sequence_length"), "mbs": tok.get("micro_batch_size"),
+        "num_heads": mc.get("num_attention_heads"),
+        "num_kv_heads": mc.get("num_key_value_heads"),
+        "vocab_size": mc.get("vocab_size"),
+        "tie_embeddings": mc.get("tie_word_embeddings"),
+        "seq_len": tok.get("sequence_length"),
+        "mbs": tok.get("micro_batch_size"),
         "grad_accum": tok.get("batch_accumulation_per_replica"),
-        "dp": par.get("dp"), "tp": par.get("tp"), "pp": par.get("pp"),
+        "dp": par.get("dp"),
+        "tp": par.get("tp"),
+        "pp": par.get("pp"),
         "zero_stage": _get(config, "optimizer", "zero_stage"),
     }
     out = {k: v for k, v in names.items() if v is not None}
@@ -100,8 +110,10 @@ def config_values(config: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
         out["recompute"] = "full" if par["recompute_layer"] else "none"
     dtype = str(_get(config, "model", "dtype") or "bfloat16")
     if "bfloat16" not in dtype:
-        raise ConfigError(f"model dtype {dtype!r} is not modelled: the surrogate models bf16 "
-                          f"mixed precision (nanotron's bfloat16)")
+        raise ConfigError(
+            f"model dtype {dtype!r} is not modelled: the surrogate models bf16 "
+            f"mixed precision (nanotron's bfloat16)"
+        )
     out["dtype"] = "bf16"
     out["framework"] = "nanotron"
     steps = tok.get("train_steps")
@@ -161,8 +173,11 @@ def parse_nanotron(
         try:
             it_tps = human_number(fields["tokens_per_sec_per_gpu"])
             it_ms = human_number(fields["elapsed_time_per_iteration_ms"])
-            it_tflops = (human_number(fields["model_tflops_per_gpu"])
-                         if "model_tflops_per_gpu" in fields else None)
+            it_tflops = (
+                human_number(fields["model_tflops_per_gpu"])
+                if "model_tflops_per_gpu" in fields
+                else None
+            )
         except (KeyError, ValueError) as e:
             report.skip(str(log), line, f"iteration line without a readable {e}")
             continue
@@ -176,11 +191,16 @@ def parse_nanotron(
     date = _DATE.search(text)
     step = steady(step_ms)
     run = LogRun(
-        path=log, log_text=text, default_source=SOURCE,
-        run_id=f"{log.parent.name}/{log.stem}", found=found,
-        iterations_logged=last_iteration, iterations_expected=expected,
+        path=log,
+        log_text=text,
+        default_source=SOURCE,
+        run_id=f"{log.parent.name}/{log.stem}",
+        found=found,
+        iterations_logged=last_iteration,
+        iterations_expected=expected,
         status_file_text=read_optional(log.parent / "status.txt"),
-        tokens_per_s_per_gpu=steady(tps), step_time_s=None if step is None else step / 1000,
+        tokens_per_s_per_gpu=steady(tps),
+        step_time_s=None if step is None else step / 1000,
         measurements={
             "tflops_per_gpu_reported": steady(tflops),
             "peak_mem_allocated_gib": max(a for a, _ in peaks) / _MIB_PER_GIB if peaks else None,

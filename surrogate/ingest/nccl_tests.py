@@ -33,9 +33,14 @@ from surrogate.runs.microbench_table import hardware_from_device_name, rows_to_m
 SOURCE = "nccl-tests"
 
 _OP_NAMES: dict[str, str] = {
-    "all_reduce": "all_reduce", "all_gather": "all_gather", "reduce_scatter": "reduce_scatter",
-    "alltoall": "all_to_all", "all_to_all": "all_to_all", "broadcast": "broadcast",
-    "sendrecv": "send_recv", "send_recv": "send_recv",
+    "all_reduce": "all_reduce",
+    "all_gather": "all_gather",
+    "reduce_scatter": "reduce_scatter",
+    "alltoall": "all_to_all",
+    "all_to_all": "all_to_all",
+    "broadcast": "broadcast",
+    "sendrecv": "send_recv",
+    "send_recv": "send_recv",
 }
 _RANK = re.compile(
     r"Rank\s+(\d+)\s+Group\s+\d+\s+Pid\s+\d+\s+on\s+(\S+)\s+device\s+\d+\s+\[[^\]]*\]\s+(.+?)\s*$"
@@ -44,10 +49,30 @@ _ROW = re.compile(
     r"^\s*(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)"
     r"\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s+(\S+)\s*$"
 )
-_DTYPES = {"float": "f32", "half": "f16", "bfloat16": "bf16", "double": "f64", "int8": "i8",
-           "uint8": "u8", "int32": "i32", "uint32": "u32", "int64": "i64", "uint64": "u64"}
-_BYTES_PER_ELEMENT = {"f32": 4, "f16": 2, "bf16": 2, "f64": 8, "i8": 1, "u8": 1, "i32": 4,
-                      "u32": 4, "i64": 8, "u64": 8}
+_DTYPES = {
+    "float": "f32",
+    "half": "f16",
+    "bfloat16": "bf16",
+    "double": "f64",
+    "int8": "i8",
+    "uint8": "u8",
+    "int32": "i32",
+    "uint32": "u32",
+    "int64": "i64",
+    "uint64": "u64",
+}
+_BYTES_PER_ELEMENT = {
+    "f32": 4,
+    "f16": 2,
+    "bf16": 2,
+    "f64": 8,
+    "i8": 1,
+    "u8": 1,
+    "i32": 4,
+    "u32": 4,
+    "i64": 8,
+    "u64": 8,
+}
 
 
 def _op_from_text(text: str) -> str | None:
@@ -74,8 +99,10 @@ def _ranks(lines: list[str], p: Path) -> dict[int, tuple[str, str]]:
         if m:
             ranks[int(m.group(1))] = (m.group(2), m.group(3))
     if not ranks:
-        raise DataError(f"{p}: no 'Rank r ... on HOST device ...' lines, so the group size "
-                        "and hardware are unknown")
+        raise DataError(
+            f"{p}: no 'Rank r ... on HOST device ...' lines, so the group size "
+            "and hardware are unknown"
+        )
     return ranks
 
 
@@ -98,8 +125,7 @@ def parse_nccl_tests(
     no op, or holds no table row (e.g. truncated before the table).
     """
     p = Path(path)
-    lines = read_input_text(p, what="nccl-tests file", kind="log",
-                            errors="replace").splitlines()
+    lines = read_input_text(p, what="nccl-tests file", kind="log", errors="replace").splitlines()
     report = IngestReport(files=[str(p)])
     text = "\n".join(lines)
     the_op = op or _op_from_text(text) or _op_from_name(p.name)
@@ -144,17 +170,30 @@ def parse_nccl_tests(
                 continue
             time_s = time_us * 1e-6
             algbw = size / time_s
-            rows.append({
-                "op": the_op, "dtype": dtype, "size_bytes": float(size),
-                "group_size": float(group_size), "nodes": float(nodes),
-                "layout": "contiguous", "in_place": in_place, "time_s": time_s,
-                "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": algbw * factor,
-                "hardware": hw, "source": SOURCE, "run_id": run_id, "file": p.name,
-                "detail": f"redop={m.group(4)} root={m.group(5)} "
-                          f"bytes_per_element={_BYTES_PER_ELEMENT.get(dtype, 'unknown')}",
-            })
+            rows.append(
+                {
+                    "op": the_op,
+                    "dtype": dtype,
+                    "size_bytes": float(size),
+                    "group_size": float(group_size),
+                    "nodes": float(nodes),
+                    "layout": "contiguous",
+                    "in_place": in_place,
+                    "time_s": time_s,
+                    "algbw_bytes_per_s": algbw,
+                    "busbw_bytes_per_s": algbw * factor,
+                    "hardware": hw,
+                    "source": SOURCE,
+                    "run_id": run_id,
+                    "file": p.name,
+                    "detail": f"redop={m.group(4)} root={m.group(5)} "
+                    f"bytes_per_element={_BYTES_PER_ELEMENT.get(dtype, 'unknown')}",
+                }
+            )
             report.rows_read += 1
     if not rows:
-        raise DataError(f"{p}: no nccl-tests table row (size count type redop root time algbw "
-                        "busbw #wrong ...); is the file truncated?")
+        raise DataError(
+            f"{p}: no nccl-tests table row (size count type redop root time algbw "
+            "busbw #wrong ...); is the file truncated?"
+        )
     return rows_to_microbench(rows), report

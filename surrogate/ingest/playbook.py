@@ -79,10 +79,32 @@ and calibration compare its measurement with the predicted memory of the first s
 most loaded stage."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "job_id", "name", "nodes", "seq_len", "mbs", "batch_accum", "dp", "tp", "pp", "tp_mode",
-    "hidden_size", "num_layers", "num_heads", "num_kv_heads", "vocab_size",
-    "tie_word_embeddings", "zero_stage", "status", "tok/s/gpu", "mTFLOPs", "Mem Alloc (GB)",
-    "Mem Res (GB)", "mfu", "after_pp_fix", "date", "log_file",
+    "job_id",
+    "name",
+    "nodes",
+    "seq_len",
+    "mbs",
+    "batch_accum",
+    "dp",
+    "tp",
+    "pp",
+    "tp_mode",
+    "hidden_size",
+    "num_layers",
+    "num_heads",
+    "num_kv_heads",
+    "vocab_size",
+    "tie_word_embeddings",
+    "zero_stage",
+    "status",
+    "tok/s/gpu",
+    "mTFLOPs",
+    "Mem Alloc (GB)",
+    "Mem Res (GB)",
+    "mfu",
+    "after_pp_fix",
+    "date",
+    "log_file",
 )
 HEADER_MARKERS: tuple[str, ...] = ("job_id", "tok/s/gpu", "after_pp_fix")
 """Header fields that identify the format (used by :mod:`surrogate.ingest.detect`)."""
@@ -110,19 +132,18 @@ def _as_bool(name: str, value: Any) -> bool:
     raise ConfigError(f"{name} must be true or false, got {value!r}")
 
 
-def read_table(path: Path, *, needs: tuple[str, ...], what: str,
-               **read_csv: Any) -> pd.DataFrame:
+def read_table(path: Path, *, needs: tuple[str, ...], what: str, **read_csv: Any) -> pd.DataFrame:
     """The Playbook CSV at ``path`` with text-typed identity columns (``read_csv`` adds pandas
     options); DataError if it is missing, unreadable, or lacks a column of ``needs`` (``what``,
     e.g. "a Playbook table needs", opens that message)."""
-    dtype = {"name": str, "log_file": str, "date": str, "status": str,
-             **read_csv.pop("dtype", {})}
+    dtype = {"name": str, "log_file": str, "date": str, "status": str, **read_csv.pop("dtype", {})}
     if Path(path).exists():
         check_input_file(path, what="Playbook table", kind="table")
     try:
         header = check_csv_header(path)  # trailing commas must not shift the values
-        raw: pd.DataFrame = pd.read_csv(path, dtype=dtype, usecols=range(len(header)) or None,
-                                        **read_csv)
+        raw: pd.DataFrame = pd.read_csv(
+            path, dtype=dtype, usecols=range(len(header)) or None, **read_csv
+        )
     except FileNotFoundError:
         raise DataError(f"Playbook table {str(path)!r} does not exist") from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as e:
@@ -159,15 +180,18 @@ def _values(row: dict[str, Any]) -> dict[str, Any]:
                 f"got {row[col]}"
             )
     kv_heads = preset.num_kv_heads
-    if not _missing(row["num_kv_heads"]) and coerce_column("num_kv_heads",
-                                                           row["num_kv_heads"]) != kv_heads:
+    if (
+        not _missing(row["num_kv_heads"])
+        and coerce_column("num_kv_heads", row["num_kv_heads"]) != kv_heads
+    ):
         raise ConfigError(
             f"num_kv_heads must match the name {name!r} ({kv_heads}), got {row['num_kv_heads']}"
         )
     tied = preset.tie_embeddings
-    if not _missing(row["tie_word_embeddings"]) and _as_bool(
-        "tie_word_embeddings", row["tie_word_embeddings"]
-    ) != tied:
+    if (
+        not _missing(row["tie_word_embeddings"])
+        and _as_bool("tie_word_embeddings", row["tie_word_embeddings"]) != tied
+    ):
         raise ConfigError(
             f"tie_word_embeddings must match the model of {name!r} ({tied}), "
             f"got {row['tie_word_embeddings']}"
@@ -176,13 +200,23 @@ def _values(row: dict[str, Any]) -> dict[str, Any]:
     if tp_mode not in ("REDUCE_SCATTER", "ALL_REDUCE"):
         raise ConfigError(f"tp_mode must be REDUCE_SCATTER or ALL_REDUCE, got {row['tp_mode']!r}")
     return {
-        "num_layers": row["num_layers"], "hidden_size": row["hidden_size"],
-        "ffn_hidden_size": preset.ffn_hidden_size, "num_heads": row["num_heads"],
-        "num_kv_heads": kv_heads, "vocab_size": row["vocab_size"], "seq_len": row["seq_len"],
+        "num_layers": row["num_layers"],
+        "hidden_size": row["hidden_size"],
+        "ffn_hidden_size": preset.ffn_hidden_size,
+        "num_heads": row["num_heads"],
+        "num_kv_heads": kv_heads,
+        "vocab_size": row["vocab_size"],
+        "seq_len": row["seq_len"],
         "tie_embeddings": tied,
-        "gpu": GPU, "gpus_per_node": GPUS_PER_NODE, "num_nodes": row["nodes"],
-        "dp": row["dp"], "tp": row["tp"], "pp": row["pp"], "mbs": row["mbs"],
-        "grad_accum": row["batch_accum"], "zero_stage": row["zero_stage"],
+        "gpu": GPU,
+        "gpus_per_node": GPUS_PER_NODE,
+        "num_nodes": row["nodes"],
+        "dp": row["dp"],
+        "tp": row["tp"],
+        "pp": row["pp"],
+        "mbs": row["mbs"],
+        "grad_accum": row["batch_accum"],
+        "zero_stage": row["zero_stage"],
         "sequence_parallel": tp_mode == "REDUCE_SCATTER",
         "pp_schedule": pp_schedule_of(row.get("pp_engine")),
         "framework": "nanotron",
@@ -192,8 +226,7 @@ def _values(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def parse_playbook(path: str | Path, *, flagged: bool = False
-                   ) -> tuple[pd.DataFrame, IngestReport]:
+def parse_playbook(path: str | Path, *, flagged: bool = False) -> tuple[pd.DataFrame, IngestReport]:
     """Read the Playbook CSV into sweep rows; every row not taken is a counted skip.
 
     ``flagged``: a run whose layout the configuration validator rejects (a pipeline deeper than
@@ -245,21 +278,38 @@ def parse_playbook(path: str | Path, *, flagged: bool = False
             continue
         tps = measured["tokens_per_s_per_gpu"]
         provenance: dict[str, Any] = {
-            "status": verdict.status, "source": SOURCE, "run_id": run_id, "date": run_date(row),
-            "hardware": HARDWARE, "model_name": str(row["name"]).split("_", 1)[0]}
+            "status": verdict.status,
+            "source": SOURCE,
+            "run_id": run_id,
+            "date": run_date(row),
+            "hardware": HARDWARE,
+            "model_name": str(row["name"]).split("_", 1)[0],
+        }
         if cfg is None:
             assert problem is not None
-            rows.append(with_context(flagged_row(_values(row), problem, **provenance, **measured),
-                                     profile=PROFILE, peak_mem_stage=LOGGED_STAGE))
+            rows.append(
+                with_context(
+                    flagged_row(_values(row), problem, **provenance, **measured),
+                    profile=PROFILE,
+                    peak_mem_stage=LOGGED_STAGE,
+                )
+            )
             flagged_runs += 1
             continue
         if tps is not None:
             measured["step_time_s"] = cfg.batch_tokens / (tps * cfg.cluster.num_gpus)
-        rows.append(with_context(sweep_row(cfg, **provenance, **measured), profile=PROFILE,
-                                 peak_mem_stage=LOGGED_STAGE))
+        rows.append(
+            with_context(
+                sweep_row(cfg, **provenance, **measured),
+                profile=PROFILE,
+                peak_mem_stage=LOGGED_STAGE,
+            )
+        )
     if flagged_runs:
-        report.note(f"kept {flagged_runs} run(s) whose layout the configuration validator "
-                    f"rejects, flagged in the {FLAG_COLUMN} column")
+        report.note(
+            f"kept {flagged_runs} run(s) whose layout the configuration validator "
+            f"rejects, flagged in the {FLAG_COLUMN} column"
+        )
     return frame_from_rows(rows, where=str(p)), report
 
 
@@ -277,13 +327,30 @@ def _layout_rule(values: dict[str, Any] | None) -> bool:
     validator rejects), not a value that is unreadable, non-finite or out of its range."""
     if values is None:
         return False
-    for key in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "vocab_size",
-                "seq_len", "num_nodes", "dp", "tp", "pp", "mbs", "grad_accum", "zero_stage"):
+    for key in (
+        "num_layers",
+        "hidden_size",
+        "num_heads",
+        "num_kv_heads",
+        "vocab_size",
+        "seq_len",
+        "num_nodes",
+        "dp",
+        "tp",
+        "pp",
+        "mbs",
+        "grad_accum",
+        "zero_stage",
+    ):
         try:
             number = float(values[key])
         except (TypeError, ValueError):
             return False
-        if not math.isfinite(number) or not number.is_integer() or number < (
-                0 if key == "zero_stage" else 1) or number > (3 if key == "zero_stage" else 2**53):
+        if (
+            not math.isfinite(number)
+            or not number.is_integer()
+            or number < (0 if key == "zero_stage" else 1)
+            or number > (3 if key == "zero_stage" else 2**53)
+        ):
             return False
     return True

@@ -99,7 +99,13 @@ NETWORK_COLUMNS: Final[dict[str, tuple[str, bool]]] = {
 }
 """Column -> (op, inside one node)."""
 REQUIRED_COLUMNS: Final[tuple[str, ...]] = (
-    "job_id", "name", "nodes", "status", "date", "log_file", *NETWORK_COLUMNS,
+    "job_id",
+    "name",
+    "nodes",
+    "status",
+    "date",
+    "log_file",
+    *NETWORK_COLUMNS,
 )
 _COMPLETED = "success"
 
@@ -121,9 +127,14 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
     p = Path(path)
     report = IngestReport(files=[str(p)])
     # only an empty field is missing: "n/a" or "NaN" in a value column is a counted skip
-    raw = read_table(p, needs=REQUIRED_COLUMNS, what="the Playbook network measurements need",
-                     dtype={c: str for c in NETWORK_COLUMNS}, keep_default_na=False,
-                     na_values=[""])
+    raw = read_table(
+        p,
+        needs=REQUIRED_COLUMNS,
+        what="the Playbook network measurements need",
+        dtype={c: str for c in NETWORK_COLUMNS},
+        keep_default_na=False,
+        na_values=[""],
+    )
     rows: list[dict[str, object]] = []
     first_line: dict[str, int] = {}
     records: list[dict[str, Any]] = raw.to_dict("records")  # type: ignore[assignment]
@@ -139,18 +150,24 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
         nodes = pd.to_numeric(row["nodes"], errors="coerce")
         if _empty(nodes) or nodes < 1 or nodes != int(nodes):
             for _ in NETWORK_COLUMNS:
-                report.skip(str(p), line, f"nodes must be a whole number >= 1, "
-                                          f"got {row['nodes']!r}")
+                report.skip(
+                    str(p), line, f"nodes must be a whole number >= 1, got {row['nodes']!r}"
+                )
             continue
         completed = str(row["status"]).strip().lower() == _COMPLETED
         date = run_date(row) or ""
         for col, (op, intra) in NETWORK_COLUMNS.items():
             raw_value = row[col]
             if _empty(raw_value):
-                report.skip(str(p), line, (
-                    f"{col} empty on a completed run" if completed else
-                    "no network measurement: the run did not complete (status not Success)"
-                ))
+                report.skip(
+                    str(p),
+                    line,
+                    (
+                        f"{col} empty on a completed run"
+                        if completed
+                        else "no network measurement: the run did not complete (status not Success)"
+                    ),
+                )
                 continue
             try:
                 value = float(str(raw_value).strip())
@@ -163,14 +180,25 @@ def parse_playbook_network(path: str | Path) -> tuple[pd.DataFrame, IngestReport
             group_size = GPUS_PER_NODE if intra else GPUS_PER_NODE * int(nodes)
             busbw = value * 1e9  # GB/s = 1e9 B/s
             algbw = busbw / float(bus_factor(op, group_size))
-            rows.append({
-                "op": op, "dtype": DTYPE, "size_bytes": float(SIZE_BYTES),
-                "group_size": float(group_size), "nodes": 1.0 if intra else float(nodes),
-                "layout": "contiguous", "time_s": SIZE_BYTES / algbw,
-                "algbw_bytes_per_s": algbw, "busbw_bytes_per_s": busbw,
-                "hardware": GPU, "source": SOURCE, "run_id": run_id, "file": p.name,
-                "date": date, "detail": f"{DETAIL}, column {col}",
-            })
+            rows.append(
+                {
+                    "op": op,
+                    "dtype": DTYPE,
+                    "size_bytes": float(SIZE_BYTES),
+                    "group_size": float(group_size),
+                    "nodes": 1.0 if intra else float(nodes),
+                    "layout": "contiguous",
+                    "time_s": SIZE_BYTES / algbw,
+                    "algbw_bytes_per_s": algbw,
+                    "busbw_bytes_per_s": busbw,
+                    "hardware": GPU,
+                    "source": SOURCE,
+                    "run_id": run_id,
+                    "file": p.name,
+                    "date": date,
+                    "detail": f"{DETAIL}, column {col}",
+                }
+            )
     return rows_to_microbench(rows), report
 
 
@@ -183,8 +211,9 @@ def measured_net_scale(network: pd.DataFrame, profile: str = PROFILE) -> pd.Seri
     return run_scales(network, fabric)
 
 
-def parse_playbook_runs(path: str | Path, *, flagged: bool = False
-                        ) -> tuple[pd.DataFrame, IngestReport]:
+def parse_playbook_runs(
+    path: str | Path, *, flagged: bool = False
+) -> tuple[pd.DataFrame, IngestReport]:
     """:func:`surrogate.ingest.playbook.parse_playbook`'s runs, each with the network it
     measured (``net_scale``, missing where it measured none, or where the table has no
     network columns)."""

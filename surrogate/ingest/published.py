@@ -88,53 +88,105 @@ from surrogate.runs.sweeps import flagged_row, frame_from_rows, sweep_row
 
 SOURCE = "megatron_bridge"
 FRAMEWORK = "megatron"
-HEADER_MARKERS: tuple[str, ...] = ("source_repo", "container_version", "tokens_per_s_per_gpu",
-                                   "raw_row")
+HEADER_MARKERS: tuple[str, ...] = (
+    "source_repo",
+    "container_version",
+    "tokens_per_s_per_gpu",
+    "raw_row",
+)
 """Header cells that identify the format (used by :mod:`surrogate.ingest.detect`)."""
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "source_line", "table", "container_version", "task", "system", "gpu", "num_gpus",
-    "gpus_per_node", "model", "precision", "seq_len", "gbs", "mbs", "tp", "pp", "cp", "vp",
-    "ep", "fsdp", "tokens_per_s_per_gpu", "tflops_per_gpu", "variant", "notes",
+    "source_line",
+    "table",
+    "container_version",
+    "task",
+    "system",
+    "gpu",
+    "num_gpus",
+    "gpus_per_node",
+    "model",
+    "precision",
+    "seq_len",
+    "gbs",
+    "mbs",
+    "tp",
+    "pp",
+    "cp",
+    "vp",
+    "ep",
+    "fsdp",
+    "tokens_per_s_per_gpu",
+    "tflops_per_gpu",
+    "variant",
+    "notes",
 )
-PUBLISHED_COLUMNS: tuple[str, ...] = ("assumptions", "peak_memory_upper_bound_gib", "task",
-                                      "container_version")
+PUBLISHED_COLUMNS: tuple[str, ...] = (
+    "assumptions",
+    "peak_memory_upper_bound_gib",
+    "task",
+    "container_version",
+)
 """Columns :func:`published_runs` adds to the sweep columns."""
 
 TASKS: dict[str, str | None] = {
     "pre-train": None,
-    "SFT": ("SFT: NVIDIA's fine-tuning runs train on packed variable-length samples "
-            "(attention within each sample), not a pre-training step of the stated layout"),
-    "LoRA": ("LoRA: adapters only (frozen weights keep no gradients or optimizer states and "
-             "skip their weight gradients), not modelled"),
+    "SFT": (
+        "SFT: NVIDIA's fine-tuning runs train on packed variable-length samples "
+        "(attention within each sample), not a pre-training step of the stated layout"
+    ),
+    "LoRA": (
+        "LoRA: adapters only (frozen weights keep no gradients or optimizer states and "
+        "skip their weight gradients), not modelled"
+    ),
 }
 """Each task of the tables and why it is skipped (None: taken)."""
 
 BRIDGE = "megatron-bridge 0.3.1"
 
 
-def _qwen3_moe(name: str, layers: int, hidden: int, ffn: int, heads: int, moe_ffn: int,
-               seq_len: int) -> ModelConfig:
+def _qwen3_moe(
+    name: str, layers: int, hidden: int, ffn: int, heads: int, moe_ffn: int, seq_len: int
+) -> ModelConfig:
     return ModelConfig(
-        name=name, num_layers=layers, hidden_size=hidden, ffn_hidden_size=ffn, num_heads=heads,
-        num_kv_heads=4, head_dim=128, vocab_size=151936, seq_len=seq_len, tie_embeddings=False,
-        num_experts=128, experts_topk=8, moe_ffn_hidden_size=moe_ffn)
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        ffn_hidden_size=ffn,
+        num_heads=heads,
+        num_kv_heads=4,
+        head_dim=128,
+        vocab_size=151936,
+        seq_len=seq_len,
+        tie_embeddings=False,
+        num_experts=128,
+        experts_topk=8,
+        moe_ffn_hidden_size=moe_ffn,
+    )
 
 
 MODELS: dict[str, tuple[str, Callable[[int], ModelConfig]]] = {
-    "LLAMA3_8B": ("llama3-8b preset (Llama 3 config.json)",
-                  lambda s: _at(get_preset("llama3-8b"), s)),
-    "LLAMA3_70B": ("llama3-70b preset (Llama 3 config.json)",
-                   lambda s: _at(get_preset("llama3-70b"), s)),
-    "LLAMA3.1_405B": ("llama3-405b preset (Llama 3.1 405B config.json: the same shape, "
-                      "vocabulary 128,256)", lambda s: _at(get_preset("llama3-405b"), s)),
+    "LLAMA3_8B": (
+        "llama3-8b preset (Llama 3 config.json)",
+        lambda s: _at(get_preset("llama3-8b"), s),
+    ),
+    "LLAMA3_70B": (
+        "llama3-70b preset (Llama 3 config.json)",
+        lambda s: _at(get_preset("llama3-70b"), s),
+    ),
+    "LLAMA3.1_405B": (
+        "llama3-405b preset (Llama 3.1 405B config.json: the same shape, vocabulary 128,256)",
+        lambda s: _at(get_preset("llama3-405b"), s),
+    ),
     "QWEN3_30B_A3B": (
         "Qwen/Qwen3-30B-A3B config.json: 48 layers, hidden 2048, 32 heads, 4 kv heads, "
         "head_dim 128, 128 experts top-8 of width 768, vocab 151,936, untied",
-        lambda s: _qwen3_moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 768, s)),
+        lambda s: _qwen3_moe("qwen3-30b-a3b", 48, 2048, 6144, 32, 768, s),
+    ),
     "QWEN3_235B_A22B": (
         "Qwen/Qwen3-235B-A22B config.json: 94 layers, hidden 4096, 64 heads, 4 kv heads, "
         "head_dim 128, 128 experts top-8 of width 1536, vocab 151,936, untied",
-        lambda s: _qwen3_moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 1536, s)),
+        lambda s: _qwen3_moe("qwen3-235b-a22b", 94, 4096, 12288, 64, 1536, s),
+    ),
 }
 """The models of the tables (key: the table's name, upper case, qualifier removed): where the
 shape comes from, and the shape at a sequence length."""
@@ -143,45 +195,57 @@ UNREPRESENTED: dict[str, str] = {
     "GPT OSS 120B": (
         "GPT-OSS 120B (openai/gpt-oss-120b config.json): every other layer attends over a "
         "128-token sliding window (layer_types, sliding_window 128) with attention sinks; the "
-        "analytic model's attention spans the whole sequence"),
+        "analytic model's attention spans the whole sequence"
+    ),
     "DEEPSEEKV3": (
         f"DeepSeek-V3: {BRIDGE} recipes/deepseek/deepseek_v3.py trains it with a "
         "multi-token-prediction layer (mtp_num_layers 1) and its own pipeline layout "
-        "(pipeline_model_parallel_layout), neither modelled"),
+        "(pipeline_model_parallel_layout), neither modelled"
+    ),
     "NEMOTRON_3_NANO": (
         "Nemotron 3 Nano: a hybrid Mamba-Transformer mixture of experts "
         f"({BRIDGE} recipes/nemotronh/nemotron_3_nano.py); the analytic model has no Mamba "
-        "layers"),
+        "layers"
+    ),
 }
 """Models of the tables the analytic model cannot represent, and why (counted skips)."""
 
-_BOTH_SPLIT = ("embedding and loss counted as stages|{src}: "
-               "account_for_embedding_in_pipeline_split = account_for_loss_in_pipeline_split "
-               "= True")
+_BOTH_SPLIT = (
+    "embedding and loss counted as stages|{src}: "
+    "account_for_embedding_in_pipeline_split = account_for_loss_in_pipeline_split "
+    "= True"
+)
 _QWEN3_DISPATCHER = (
     f"flex (DeepEP)|{BRIDGE} recipes/qwen/qwen3_moe.py: moe_token_dispatcher_type 'alltoall', "
     "moe_grouped_gemm True, then apply_flex_dispatcher_backend(cfg.model, 'deepep') "
     "(training/flex_dispatcher_backend.py) sets moe_token_dispatcher_type 'flex' on Hopper; "
     "the analytic model times it as DeepEP's dispatch, a row per rank and per node a token's "
-    "experts reach (FrameworkTraits.moe_flex_dispatch)")
+    "experts reach (FrameworkTraits.moe_flex_dispatch)"
+)
 RECIPES: dict[str, dict[str, str]] = {
     "LLAMA3.1_405B": {
         "pipeline_split": _BOTH_SPLIT.format(
-            src=f"{BRIDGE} recipes/llama/llama3.py llama31_405b_pretrain_config"),
+            src=f"{BRIDGE} recipes/llama/llama3.py llama31_405b_pretrain_config"
+        ),
     },
     "QWEN3_30B_A3B": {
-        "recompute": (f"full (uniform, 1 layer)|{BRIDGE} recipes/qwen/qwen3_moe.py "
-                      "qwen3_30b_a3b_pretrain_config: recompute_granularity 'full', "
-                      "recompute_method 'uniform', recompute_num_layers 1"),
-        "expert_tensor_parallel": (f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: "
-                                   "expert_tensor_parallel_size = 1"),
+        "recompute": (
+            f"full (uniform, 1 layer)|{BRIDGE} recipes/qwen/qwen3_moe.py "
+            "qwen3_30b_a3b_pretrain_config: recompute_granularity 'full', "
+            "recompute_method 'uniform', recompute_num_layers 1"
+        ),
+        "expert_tensor_parallel": (
+            f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: expert_tensor_parallel_size = 1"
+        ),
         "moe_dispatcher": _QWEN3_DISPATCHER,
     },
     "QWEN3_235B_A22B": {
         "pipeline_split": _BOTH_SPLIT.format(
-            src=f"{BRIDGE} recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config"),
-        "expert_tensor_parallel": (f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: "
-                                   "expert_tensor_parallel_size = 1"),
+            src=f"{BRIDGE} recipes/qwen/qwen3_moe.py qwen3_235b_a22b_pretrain_config"
+        ),
+        "expert_tensor_parallel": (
+            f"1|{BRIDGE} recipes/qwen/qwen3_moe.py: expert_tensor_parallel_size = 1"
+        ),
         "moe_dispatcher": _QWEN3_DISPATCHER,
     },
 }
@@ -267,12 +331,15 @@ def _map_row(row: dict[str, str]) -> _Mapped:
     if key in UNREPRESENTED:
         raise ConfigError(UNREPRESENTED[key])
     if key not in MODELS:
-        raise ConfigError(f"model must be one of {', '.join(MODELS)} (or an unrepresented "
-                          f"one: {', '.join(UNREPRESENTED)}), got {row['model']!r}")
+        raise ConfigError(
+            f"model must be one of {', '.join(MODELS)} (or an unrepresented "
+            f"one: {', '.join(UNREPRESENTED)}), got {row['model']!r}"
+        )
     precision = row["precision"].strip().upper()
     if precision not in _DTYPES:
-        raise ConfigError(f"precision must be one of BF16, FP8, FP8-CS or empty, got "
-                          f"{row['precision']!r}")
+        raise ConfigError(
+            f"precision must be one of BF16, FP8, FP8-CS or empty, got {row['precision']!r}"
+        )
     dtype, recipe = _DTYPES[precision]
     num_gpus, per_node = _int(row, "num_gpus"), _int(row, "gpus_per_node")
     tp, pp, cp = _int(row, "tp"), _int(row, "pp"), _int(row, "cp", empty=1)
@@ -280,13 +347,17 @@ def _map_row(row: dict[str, str]) -> _Mapped:
     if min(num_gpus, per_node, tp, pp, cp, mbs, gbs) < 1:
         raise ConfigError("num_gpus, gpus_per_node, tp, pp, cp, mbs and gbs must be >= 1")
     if num_gpus % per_node or num_gpus % (tp * pp * cp):
-        raise ConfigError(f"num_gpus must be a multiple of gpus_per_node and of tp x pp x cp, "
-                          f"got num_gpus={num_gpus} gpus_per_node={per_node} tp={tp} pp={pp} "
-                          f"cp={cp}")
+        raise ConfigError(
+            f"num_gpus must be a multiple of gpus_per_node and of tp x pp x cp, "
+            f"got num_gpus={num_gpus} gpus_per_node={per_node} tp={tp} pp={pp} "
+            f"cp={cp}"
+        )
     dp = num_gpus // (tp * pp * cp)
     if gbs % (mbs * dp):
-        raise ConfigError(f"gbs must be a multiple of mbs x dp (dp = num_gpus / (tp x pp x "
-                          f"cp) = {dp}), got gbs={gbs} mbs={mbs}")
+        raise ConfigError(
+            f"gbs must be a multiple of mbs x dp (dp = num_gpus / (tp x pp x "
+            f"cp) = {dp}), got gbs={gbs} mbs={mbs}"
+        )
     fsdp = _int(row, "fsdp", empty=0)
     overrides = dict(RECIPES.get(key, {}))
     extra: list[tuple[str, str, str]] = []
@@ -311,10 +382,21 @@ def _map_row(row: dict[str, str]) -> _Mapped:
     recompute = overrides.get("recompute", "none").split(" ")[0].split("|")[0]
     values = {
         **_model_values(MODELS[key][1](_int(row, "seq_len"))),
-        "gpu": row["gpu"].strip(), "gpus_per_node": per_node, "num_nodes": num_gpus // per_node,
-        "dp": dp, "tp": tp, "pp": pp, "cp": cp, "ep": ep, "vpp": _int(row, "vp", empty=1),
-        "mbs": mbs, "grad_accum": gbs // (mbs * dp), "zero_stage": 3 if fsdp > 0 else 1,
-        "recompute": recompute, "sequence_parallel": tp > 1, "dtype": dtype,
+        "gpu": row["gpu"].strip(),
+        "gpus_per_node": per_node,
+        "num_nodes": num_gpus // per_node,
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "cp": cp,
+        "ep": ep,
+        "vpp": _int(row, "vp", empty=1),
+        "mbs": mbs,
+        "grad_accum": gbs // (mbs * dp),
+        "zero_stage": 3 if fsdp > 0 else 1,
+        "recompute": recompute,
+        "sequence_parallel": tp > 1,
+        "dtype": dtype,
         "framework": FRAMEWORK,
     }
     return _Mapped(values, overrides, extra)
@@ -329,12 +411,16 @@ def _model_values(model: ModelConfig) -> dict[str, Any]:
 def _measurements(row: dict[str, str], values: dict[str, Any]) -> dict[str, float | None]:
     tps = _positive(row, "tokens_per_s_per_gpu")
     if tps is None:
-        raise ConfigError("tokens_per_s_per_gpu is empty (the table gives this variant's "
-                          "TFLOP/s only)")
+        raise ConfigError(
+            "tokens_per_s_per_gpu is empty (the table gives this variant's TFLOP/s only)"
+        )
     gpus = values["gpus_per_node"] * values["num_nodes"]
     tokens = values["dp"] * values["grad_accum"] * values["mbs"] * values["seq_len"]
-    return {"tokens_per_s_per_gpu": tps, "step_time_s": tokens / (tps * gpus),
-            "tflops_per_gpu_reported": _positive(row, "tflops_per_gpu")}
+    return {
+        "tokens_per_s_per_gpu": tps,
+        "step_time_s": tokens / (tps * gpus),
+        "tflops_per_gpu_reported": _positive(row, "tflops_per_gpu"),
+    }
 
 
 def _slug(text: str) -> str:
@@ -349,13 +435,16 @@ def _read_csv(path: Path) -> pd.DataFrame:
         raise DataError(f"{path}: not a CSV table ({e})") from None
     missing = [c for c in REQUIRED_COLUMNS if c not in table.columns]
     if missing:
-        raise DataError(f"{path}: a published table needs the columns "
-                        f"{', '.join(REQUIRED_COLUMNS)}; missing {', '.join(missing)}")
+        raise DataError(
+            f"{path}: a published table needs the columns "
+            f"{', '.join(REQUIRED_COLUMNS)}; missing {', '.join(missing)}"
+        )
     return table
 
 
-def parse_published_annotated(path: str | Path, *, flagged: bool = True
-                              ) -> tuple[pd.DataFrame, IngestReport]:
+def parse_published_annotated(
+    path: str | Path, *, flagged: bool = True
+) -> tuple[pd.DataFrame, IngestReport]:
     """The runs of a Megatron-Bridge performance table (module docstring) as a sweep table
     with :data:`PUBLISHED_COLUMNS` beside; every row not taken is a counted skip with its
     file:line (the CSV's line) and reason. ``flagged``: keep the runs whose layout the
@@ -392,28 +481,51 @@ def parse_published_annotated(path: str | Path, *, flagged: bool = True
                 report.skip(str(p), line, f"layout refused: {e}")
                 continue
             refused += 1
-            rows.append(flagged_row(mapped.values, str(e), status="completed", source=SOURCE,
-                                    run_id=run_id, date=None, hardware=hardware,
-                                    model_name=model_name, **measured))
+            rows.append(
+                flagged_row(
+                    mapped.values,
+                    str(e),
+                    status="completed",
+                    source=SOURCE,
+                    run_id=run_id,
+                    date=None,
+                    hardware=hardware,
+                    model_name=model_name,
+                    **measured,
+                )
+            )
         else:
-            rows.append(sweep_row(cfg, status="completed", source=SOURCE, run_id=run_id,
-                                  date=None, hardware=hardware, model_name=model_name,
-                                  **measured))
-        notes.append({
-            "assumptions": assumptions_text(items),
-            "peak_memory_upper_bound_gib": get_gpu(mapped.values["gpu"]).memory_gib,
-            "task": raw["task"].strip(), "container_version": container,
-        })
+            rows.append(
+                sweep_row(
+                    cfg,
+                    status="completed",
+                    source=SOURCE,
+                    run_id=run_id,
+                    date=None,
+                    hardware=hardware,
+                    model_name=model_name,
+                    **measured,
+                )
+            )
+        notes.append(
+            {
+                "assumptions": assumptions_text(items),
+                "peak_memory_upper_bound_gib": get_gpu(mapped.values["gpu"]).memory_gib,
+                "task": raw["task"].strip(),
+                "container_version": container,
+            }
+        )
     if refused:
-        report.note(f"kept {refused} run(s) whose layout the project's rules refuse, flagged "
-                    "(layout_problem)")
+        report.note(
+            f"kept {refused} run(s) whose layout the project's rules refuse, flagged "
+            "(layout_problem)"
+        )
     frame = frame_from_rows(rows, where=str(p))
     extra = pd.DataFrame(notes, columns=list(PUBLISHED_COLUMNS), index=frame.index)
     return pd.concat([frame, extra], axis=1), report
 
 
-def parse_published(path: str | Path, *, flagged: bool = True
-                    ) -> tuple[pd.DataFrame, IngestReport]:
+def parse_published(path: str | Path, *, flagged: bool = True) -> tuple[pd.DataFrame, IngestReport]:
     """:func:`parse_published_annotated` as a sweep table only (what ``surrogate ingest``
     writes)."""
     frame, report = parse_published_annotated(path, flagged=flagged)
@@ -429,7 +541,9 @@ def annotate_mpt(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.assign(
         assumptions=text,
         peak_memory_upper_bound_gib=[get_gpu(g).memory_gib for g in runs["gpu"]],
-        task="pre-train", container_version=None)
+        task="pre-train",
+        container_version=None,
+    )
 
 
 PUBLISHED_TABLES: dict[str, str] = {
@@ -439,8 +553,9 @@ PUBLISHED_TABLES: dict[str, str] = {
 """The published tables under the data folder (``$SURROGATE_DATA_DIR``), by source."""
 
 
-def published_runs(source: str, data_dir: str | Path | None = None, *,
-                   flagged: bool = False) -> pd.DataFrame:
+def published_runs(
+    source: str, data_dir: str | Path | None = None, *, flagged: bool = False
+) -> pd.DataFrame:
     """The runs of a published table (``source``: a key of :data:`PUBLISHED_TABLES`) with
     :data:`PUBLISHED_COLUMNS`; ``flagged``: with the runs whose layout is refused."""
     if source not in PUBLISHED_TABLES:

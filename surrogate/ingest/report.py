@@ -46,8 +46,10 @@ class IngestReport:
         return Counter(s.reason for s in self.skips)
 
     def summary(self, *, max_lines: int = 10) -> str:
-        lines = [f"read {self.rows_read} rows from {len(self.files)} file(s), "
-                 f"skipped {len(self.skips)}", *(f"  {n}" for n in self.notes)]
+        lines = [
+            f"read {self.rows_read} rows from {len(self.files)} file(s), skipped {len(self.skips)}",
+            *(f"  {n}" for n in self.notes),
+        ]
         for reason, n in self.reasons().most_common():
             lines.append(f"  {n} x {reason}")
         for s in self.skips[:max_lines]:

@@ -28,8 +28,11 @@ GIVEN_KEYS: tuple[str, ...] = (*CONFIG_COLUMNS, "model", *PROVENANCE_KEYS, *CONT
 """Keys ``--set`` accepts: configuration columns, ``model`` (a preset name, expanded to its
 shape), provenance and how the runs are explained (``profile``, ``peak_mem_stage``,
 ``net_scale``: :data:`surrogate.runs.sweeps.CONTEXT_COLUMNS`)."""
-_CONTEXT_NUMBERS = {"peak_mem_stage": "a pipeline stage, a whole number >= 0",
-                    "net_scale": "a finite number > 0"}
+_CONTEXT_NUMBERS = {
+    "peak_mem_stage": "a pipeline stage, a whole number >= 0",
+    "net_scale": "a finite number > 0",
+}
+
 
 def _check_context_number(key: str, text: str) -> None:
     """ConfigError unless ``text`` is what the context column ``key`` holds."""
@@ -37,10 +40,14 @@ def _check_context_number(key: str, text: str) -> None:
         value = float(text)
     except ValueError:
         value = math.nan
-    ok = (math.isfinite(value) and value > 0) if key == "net_scale" else (
-        math.isfinite(value) and value >= 0 and value.is_integer())
+    ok = (
+        (math.isfinite(value) and value > 0)
+        if key == "net_scale"
+        else (math.isfinite(value) and value >= 0 and value.is_integer())
+    )
     if not ok:
         raise ConfigError(f"--set {key} must be {_CONTEXT_NUMBERS[key]}, got {text!r}")
+
 
 def parse_assignments(items: Sequence[str]) -> dict[str, str]:
     """``["tp=8", "model=8b"]`` -> ``{"tp": "8", "model": "8b"}``, keys checked."""
@@ -51,10 +58,11 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         if not sep or not key or not value.strip():
             raise ConfigError(f"--set takes KEY=VALUE, got {item!r}")
         if key not in GIVEN_KEYS:
-
             hint = nearest_key(key, GIVEN_KEYS)
-            raise ConfigError(f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}"
-                              + (f"; did you mean {hint!r}?" if hint else ""))
+            raise ConfigError(
+                f"--set key must be one of {', '.join(GIVEN_KEYS)}, got {key!r}"
+                + (f"; did you mean {hint!r}?" if hint else "")
+            )
         if key in CONFIG_COLUMNS:
             try:
                 coerce_column(key, value.strip())
@@ -63,7 +71,6 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
         if key in _CONTEXT_NUMBERS:
             _check_context_number(key, value.strip())
         if key == "model":  # a preset name, checked before any file is parsed
-
             try:
                 get_preset(value.strip())
             except ConfigError as e:
@@ -72,6 +79,7 @@ def parse_assignments(items: Sequence[str]) -> dict[str, str]:
             raise ConfigError(f"--set {key} given twice: {out[key]!r} and {value.strip()!r}")
         out[key] = value.strip()
     return out
+
 
 def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dict[str, Any]:
     """Replace a ``model`` preset name by its shape columns (and ``model_name``). The preset's
@@ -95,6 +103,7 @@ def expand_model(values: Mapping[str, Any], *, fill_seq_len: bool = True) -> dic
     out.setdefault("model_name", preset.name)
     return out
 
+
 def same_value(a: Any, b: Any) -> bool:
     """Whether two spellings of a configuration value agree (8 == "8", True == "true")."""
     if isinstance(a, bool) or isinstance(b, bool):
@@ -105,6 +114,7 @@ def same_value(a: Any, b: Any) -> bool:
     except (TypeError, ValueError):
         return str(a).strip().lower() == str(b).strip().lower()
     return fa == fb
+
 
 def merge(found: Mapping[str, Any], given: Mapping[str, Any], *, where: str) -> dict[str, Any]:
     """What the file says (``found``) completed by what the user gave; they must agree."""
@@ -118,6 +128,7 @@ def merge(found: Mapping[str, Any], given: Mapping[str, Any], *, where: str) -> 
             )
         out.setdefault(key, value)
     return out
+
 
 def place_on_nodes(values: dict[str, Any], world: int) -> None:
     """Fill ``num_nodes`` (and ``gpus_per_node`` for a run smaller than one node) from the
@@ -134,6 +145,7 @@ def place_on_nodes(values: dict[str, Any], world: int) -> None:
             f"the world size ({world} GPUs) must be a multiple of gpus_per_node={per_node}; "
             "give --set gpus_per_node=... and --set num_nodes=..."
         )
+
 
 def build_config(values: Mapping[str, Any], *, where: str) -> TrainingConfig:
     """A validated configuration, or a DataError naming the file and the broken rule."""

@@ -92,8 +92,11 @@ def _scalar(tok: _Tok, where: str) -> Scalar:
         except (ValueError, SyntaxError) as e:
             raise DataError(f"{where}:{tok.line}: bad string literal {tok.text}: {e}") from e
     if tok.kind == "num":
-        t = tok.text.rstrip("fFuUlL") if not tok.text.lower().startswith(("0x", "-0x")) \
+        t = (
+            tok.text.rstrip("fFuUlL")
+            if not tok.text.lower().startswith(("0x", "-0x"))
             else tok.text.rstrip("uUlL")
+        )
         try:
             return int(t, 0) if re.fullmatch(r"[-+]?(0[xX][0-9a-fA-F]+|\d+)", t) else float(t)
         except ValueError as e:
@@ -123,8 +126,9 @@ class _Parser:
         tok = self._peek()
         if tok is None:
             last = self.toks[-1].line if self.toks else 1
-            raise DataError(f"{self.where}:{last}: text proto ends early, expected {expect} "
-                            "(truncated file?)")
+            raise DataError(
+                f"{self.where}:{last}: text proto ends early, expected {expect} (truncated file?)"
+            )
         self.i += 1
         return tok
 
@@ -145,8 +149,9 @@ class _Parser:
                 continue
             name_tok = self._next("a field name")
             if name_tok.kind != "ident":
-                raise DataError(f"{self.where}:{name_tok.line}: expected a field name, got "
-                                f"{name_tok.text!r}")
+                raise DataError(
+                    f"{self.where}:{name_tok.line}: expected a field name, got {name_tok.text!r}"
+                )
             values = self._field_values()
             msg.fields.setdefault(name_tok.text, []).extend(values)
 
@@ -155,8 +160,10 @@ class _Parser:
         if tok.text in _CLOSE:
             return [self.message(tok.line, _CLOSE[tok.text])]
         if tok.text != ":":
-            raise DataError(f"{self.where}:{tok.line}: expected ':' or '{{' after a field name, "
-                            f"got {tok.text!r}")
+            raise DataError(
+                f"{self.where}:{tok.line}: expected ':' or '{{' after a field name, "
+                f"got {tok.text!r}"
+            )
         tok = self._next("a value after ':'")
         if tok.text in _CLOSE:
             return [self.message(tok.line, _CLOSE[tok.text])]
@@ -168,8 +175,11 @@ class _Parser:
                     return out
                 if t.text == ",":
                     continue
-                out.append(self.message(t.line, _CLOSE[t.text]) if t.text in _CLOSE
-                           else _scalar(t, self.where))
+                out.append(
+                    self.message(t.line, _CLOSE[t.text])
+                    if t.text in _CLOSE
+                    else _scalar(t, self.where)
+                )
         value = _scalar(tok, self.where)
         # adjacent string literals concatenate ("a" "b" == "ab")
         while isinstance(value, str) and tok.kind == "str":

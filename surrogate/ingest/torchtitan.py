@@ -77,9 +77,7 @@ from surrogate.runs.sweeps import frame_from_rows
 
 SOURCE = "torchtitan"
 MARKERS: tuple[str, ...] = ("[titan]",)
-_STEP = re.compile(
-    r"step:\s*(\d+)\s+loss:\s*(\S+)(?P<rest>.*)$", re.MULTILINE
-)
+_STEP = re.compile(r"step:\s*(\d+)\s+loss:\s*(\S+)(?P<rest>.*)$", re.MULTILINE)
 _MEMORY = re.compile(r"memory:\s*([\d.]+)GiB")
 _TPS = re.compile(r"\b(?:tps|wps):\s*([\d,.]+[KMG]?)")
 _TFLOPS = re.compile(r"\btflops:\s*([\d,.]+)")
@@ -90,8 +88,10 @@ STEP_LINE = re.compile(r"step:\s*\d+\s+loss:.*\b(?:tps|wps):")
 
 FLAVOURS: dict[tuple[str, str], str] = {
     (name.lower(), flavour.lower()): preset
-    for preset, (name, flavour) in TORCHTITAN_FLAVOURS.items()}
+    for preset, (name, flavour) in TORCHTITAN_FLAVOURS.items()
+}
 """``[model] name, flavor`` (lower case) -> preset: the launch writer's table, read back."""
+
 
 def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     """The ``[name]`` table of a job config ({} when absent); DataError if it is a value."""
@@ -100,20 +100,33 @@ def _section(cfg: Mapping[str, Any], name: str) -> Mapping[str, Any]:
         raise DataError(f"[{name}] must be a table of settings, got {name} = {shown(section)}")
     return section
 
-def _count(section: str, table: Mapping[str, Any], key: str, default: int | None = None, *,
-           minimum: int = 1, unset: tuple[int, ...] = ()) -> int | None:
+
+def _count(
+    section: str,
+    table: Mapping[str, Any],
+    key: str,
+    default: int | None = None,
+    *,
+    minimum: int = 1,
+    unset: tuple[int, ...] = (),
+) -> int | None:
     """The integer setting ``[section] key`` (``default`` when absent), >= ``minimum`` or one
     of ``unset`` (torchtitan's -1 "fill" or "not set"); DataError naming the key otherwise,
     never a float truncated or a negative degree read on."""
     value = table.get(key, default)
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or (
-            value < minimum and value not in unset):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or (value < minimum and value not in unset)
+    ):
         also = "".join(f" or {u}" for u in unset)
-        raise DataError(f"[{section}] {key} must be an integer >= {minimum}{also}, got "
-                        f"{shown(value)}")
+        raise DataError(
+            f"[{section}] {key} must be an integer >= {minimum}{also}, got {shown(value)}"
+        )
     return value
+
 
 def _world_shard(rest: int, given: dict[str, Any]) -> int:
     """The shard degree of ``data_parallel_shard_degree = -1``: what fills the world the
@@ -132,8 +145,10 @@ def _world_shard(rest: int, given: dict[str, Any]) -> int:
         )
     return world // rest
 
-def _batch_values(training: dict[str, Any], par: dict[str, Any], pp: int, dp: int
-                  ) -> dict[str, Any]:
+
+def _batch_values(
+    training: dict[str, Any], par: dict[str, Any], pp: int, dp: int
+) -> dict[str, Any]:
     """``mbs``, ``grad_accum`` and ``seq_len`` of a job config's training and parallelism
     sections, under ``pp`` pipeline stages and ``dp`` data-parallel ranks."""
     out: dict[str, Any] = {}
@@ -167,9 +182,8 @@ def _batch_values(training: dict[str, Any], par: dict[str, Any], pp: int, dp: in
         out["grad_accum"] = split * (gbs // per_step)
     return out
 
-def config_values(
-    cfg: dict[str, Any], given: dict[str, Any]
-) -> tuple[dict[str, Any], int | None]:
+
+def config_values(cfg: dict[str, Any], given: dict[str, Any]) -> tuple[dict[str, Any], int | None]:
     """Configuration columns from a torchtitan job config (parsed TOML), and its step count.
 
     ``given`` is consulted for the world size when ``data_parallel_shard_degree`` is -1, and
@@ -204,15 +218,17 @@ def config_values(
         raise DataError(
             f"expert_tensor_parallel_degree {etp} with tensor_parallel_degree {tp} lends tp to "
             f"expert parallelism, a layout the surrogate does not model: it models the experts "
-            f"split over tp too (expert_tensor_parallel_degree = tensor_parallel_degree)")
+            f"split over tp too (expert_tensor_parallel_degree = tensor_parallel_degree)"
+        )
     if shard == -1:
         shard = _world_shard(replicate * tp * pp * cp, given)
     out.update(dp=replicate * shard, tp=tp, pp=pp, cp=cp, ep=ep, sequence_parallel=tp > 1)
     out["dtype"] = _dtype(model, training, fsdp=shard * cp > 1, model_parallel=max(tp, pp) > 1)
     schedule = par.get("pipeline_parallel_schedule")
     if pp > 1 and schedule is not None:
-        out.update(_schedule_values(str(schedule), par, out.get("model", given.get("model")),
-                                    given, pp))
+        out.update(
+            _schedule_values(str(schedule), par, out.get("model", given.get("model")), given, pp)
+        )
     reshard = str(par.get("fsdp_reshard_after_forward", "default")).lower()
     if shard * cp > 1:  # FSDP over data_parallel_shard_degree x cp; HSDP with replicas
         zero3 = reshard == "always" or (reshard == "default" and pp == 1)
@@ -224,6 +240,7 @@ def config_values(
     out.update(_recompute_values(ac, out, given))
     steps = training.get("steps")
     return out, int(steps) if steps is not None else None
+
 
 def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, Any]:
     """The configuration columns of a torchtitan job TOML (``predict --config job.toml``):
@@ -246,6 +263,7 @@ def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, 
         raise ConfigError(f"{p}: {advice}") from None
     return found
 
+
 _SET = re.compile(r"--set (\w+)=(\S+)")
 """``--set key=VALUE`` in ingest's messages (the same columns are predict's ``--key VALUE``)."""
 
@@ -253,21 +271,29 @@ _FP8_LINEAR_CONVERTERS = ("float8", "quantize.linear.float8")
 """``[model] converters`` that run the linears' GEMMs in float8 (torchao's Float8Linear; the
 older name and torchtitan 0.2.2's registered one)."""
 
-def _dtype(model: dict[str, Any], training: dict[str, Any], *, fsdp: bool,
-           model_parallel: bool) -> str:
+
+def _dtype(
+    model: dict[str, Any], training: dict[str, Any], *, fsdp: bool, model_parallel: bool
+) -> str:
     """The run's dtype column (bf16 or fp8), or a DataError for a precision not modelled."""
     full = str(training.get("dtype", "float32")).lower()
     if full != "float32":
-        raise DataError(f"[training] dtype = {full!r} trains every state in that dtype, without "
-                        f"fp32 master weights, which the surrogate does not model")
+        raise DataError(
+            f"[training] dtype = {full!r} trains every state in that dtype, without "
+            f"fp32 master weights, which the surrogate does not model"
+        )
     param = str(training.get("mixed_precision_param", "bfloat16")).lower()
     if param != "bfloat16":
-        raise DataError(f"[training] mixed_precision_param = {param!r} trains in fp32, which "
-                        f"the surrogate does not model")
+        raise DataError(
+            f"[training] mixed_precision_param = {param!r} trains in fp32, which "
+            f"the surrogate does not model"
+        )
     if model_parallel and not fsdp:
-        raise DataError("tensor or pipeline parallelism without FSDP (data_parallel_shard_degree "
-                        "x context_parallel_degree = 1) trains in fp32: torchtitan disables "
-                        "mixed precision there, and the surrogate does not model fp32 training")
+        raise DataError(
+            "tensor or pipeline parallelism without FSDP (data_parallel_shard_degree "
+            "x context_parallel_degree = 1) trains in fp32: torchtitan disables "
+            "mixed precision there, and the surrogate does not model fp32 training"
+        )
     given = model.get("converters") or []
     converters = set(given.split(",") if isinstance(given, str) else map(str, given))
     fp8 = bool(converters & set(_FP8_LINEAR_CONVERTERS))
@@ -276,13 +302,17 @@ def _dtype(model: dict[str, Any], training: dict[str, Any], *, fsdp: bool,
     if fp8:
         others.discard("quantize.grouped_mm.float8")
     if others:
-        raise DataError(f"[model] converters {sorted(others)} are not modelled; the surrogate "
-                        f"models float8 linears ({' or '.join(_FP8_LINEAR_CONVERTERS)}), with or "
-                        f"without float8 experts, as dtype fp8")
+        raise DataError(
+            f"[model] converters {sorted(others)} are not modelled; the surrogate "
+            f"models float8 linears ({' or '.join(_FP8_LINEAR_CONVERTERS)}), with or "
+            f"without float8 experts, as dtype fp8"
+        )
     return "fp8" if fp8 else "bf16"
 
-def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
-                      given: dict[str, Any]) -> dict[str, Any]:
+
+def _recompute_values(
+    ac: dict[str, Any], found: dict[str, Any], given: dict[str, Any]
+) -> dict[str, Any]:
     """``[activation_checkpoint]`` as ``recompute`` (and ``recompute_layers``), module
     docstring: torchtitan's defaults (0.2.2) are mode 'selective' with ``selective_ac_option``
     "2"; ``found`` holds the parallel degrees read so far."""
@@ -290,8 +320,10 @@ def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
     if mode in ("none", "full"):
         return {"recompute": mode}
     if mode != "selective":
-        raise DataError(f"activation_checkpoint mode {mode!r} is not modelled; the surrogate "
-                        "models none, full and selective (selective_ac_option 'op' or n)")
+        raise DataError(
+            f"activation_checkpoint mode {mode!r} is not modelled; the surrogate "
+            "models none, full and selective (selective_ac_option 'op' or n)"
+        )
     option = str(ac.get("selective_ac_option", "2")).strip().lower()
     if option == "op":
         return {"recompute": "selective"}
@@ -302,8 +334,10 @@ def _recompute_values(ac: dict[str, Any], found: dict[str, Any],
         return {"recompute": "full"}
     return _every_nth_block(every, found, given, "mode" in ac)
 
-def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
-                     set_mode: bool) -> dict[str, Any]:
+
+def _every_nth_block(
+    every: int, found: dict[str, Any], given: dict[str, Any], set_mode: bool
+) -> dict[str, Any]:
     """selective_ac_option n >= 2: the blocks of the first pipeline rank torchtitan
     checkpoints, floor(its layers / n), as ``recompute_layers``."""
 
@@ -315,13 +349,16 @@ def _every_nth_block(every: int, found: dict[str, Any], given: dict[str, Any],
     if layers is None:
         raise DataError(
             f"selective_ac_option {every!r}{default} checkpoints every {every}-th block of a "
-            "pipeline rank; the model is unknown: pass --set num_layers=L or --set model=PRESET")
+            "pipeline rank; the model is unknown: pass --set num_layers=L or --set model=PRESET"
+        )
     first_rank = weighted_first_rank_layers(
-        int(layers), int(found.get("pp", 1)), int(found.get("vpp", given.get("vpp", 1))))
+        int(layers), int(found.get("pp", 1)), int(found.get("vpp", given.get("vpp", 1)))
+    )
     checkpointed = first_rank // every
     if checkpointed == 0:
         return {"recompute": "none"}
     return {"recompute": "full", "recompute_layers": checkpointed}
+
 
 def _config_file(log: Path) -> Path | None:
     tomls = sorted(log.parent.glob("*.toml"))
@@ -332,8 +369,10 @@ def _config_file(log: Path) -> Path | None:
             return log.parent / name
     return None
 
-def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
-                     given: dict[str, Any], pp: int) -> dict[str, Any]:
+
+def _schedule_values(
+    name: str, par: dict[str, Any], preset: str | None, given: dict[str, Any], pp: int
+) -> dict[str, Any]:
     """``pp_schedule`` or ``vpp`` from a pipeline schedule's name (module docstring)."""
 
     traits = get_framework("torchtitan")
@@ -343,8 +382,10 @@ def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
         return {"pp_schedule": plain[key]}
     if traits.interleaved_schedule is None or key != traits.interleaved_schedule.lower():
         known = [*traits.pipeline_schedules.values(), traits.interleaved_schedule]
-        raise DataError(f"pipeline_parallel_schedule {name!r} is not modelled; the surrogate "
-                        f"describes {', '.join(str(k) for k in known)}")
+        raise DataError(
+            f"pipeline_parallel_schedule {name!r} is not modelled; the surrogate "
+            f"describes {', '.join(str(k) for k in known)}"
+        )
     if "vpp" in given:
         return {}
     parts = par.get("module_fqns_per_model_part")
@@ -358,16 +399,24 @@ def _schedule_values(name: str, par: dict[str, Any], preset: str | None,
         if layers is None and preset is not None:
             layers = get_preset(str(preset)).num_layers
         if layers is None:
-            raise DataError(f"{name} runs ceil((num_layers + 2) / "
-                            "pipeline_parallel_layers_per_stage) virtual stages; the model is "
-                            "unknown: pass --set vpp=N or --set num_layers=L")
-        slots = (int(layers) + int(par.get("pipeline_parallel_first_stage_less_layers", 1))
-                 + int(par.get("pipeline_parallel_last_stage_less_layers", 1)))
+            raise DataError(
+                f"{name} runs ceil((num_layers + 2) / "
+                "pipeline_parallel_layers_per_stage) virtual stages; the model is "
+                "unknown: pass --set vpp=N or --set num_layers=L"
+            )
+        slots = (
+            int(layers)
+            + int(par.get("pipeline_parallel_first_stage_less_layers", 1))
+            + int(par.get("pipeline_parallel_last_stage_less_layers", 1))
+        )
         stages = -(-slots // int(per_stage))
     if stages % pp or stages < 2 * pp:
-        raise DataError(f"{name} needs a multiple of pp, at least 2 per rank, virtual stages, "
-                        f"got {stages} for pp={pp}")
+        raise DataError(
+            f"{name} needs a multiple of pp, at least 2 per rank, virtual stages, "
+            f"got {stages} for pp={pp}"
+        )
     return {"vpp": stages // pp}
+
 
 def parse_torchtitan(
     path: str | Path, *, given: dict[str, Any] | None = None
@@ -412,8 +461,13 @@ def parse_torchtitan(
             mem.append(float(g.group(1)))
     date = _DATE.search(text)
     run = LogRun(
-        path=log, log_text=text, default_source=SOURCE, run_id=f"{log.parent.name}/{log.stem}",
-        found=found, iterations_logged=last_step, iterations_expected=steps,
+        path=log,
+        log_text=text,
+        default_source=SOURCE,
+        run_id=f"{log.parent.name}/{log.stem}",
+        found=found,
+        iterations_logged=last_step,
+        iterations_expected=steps,
         status_file_text=read_optional(log.parent / "status.txt"),
         tokens_per_s_per_gpu=steady(tps),
         measurements={

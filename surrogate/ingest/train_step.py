@@ -35,23 +35,33 @@ from surrogate.runs.microbench_table import hardware_from_device_name
 from surrogate.runs.sweeps import frame_from_rows, sweep_row, with_context
 
 RECORD_SCHEMA: Final = "surrogate.train_step/1"
-STATUS_MAP: Final[dict[str, str]] = {"ok": "completed", "oom": "oom", "timeout": "timeout",
-                                     "error": "fail"}
+STATUS_MAP: Final[dict[str, str]] = {
+    "ok": "completed",
+    "oom": "oom",
+    "timeout": "timeout",
+    "error": "fail",
+}
 OWN_H100_PROFILE: Final = "h100-own-measured"
 """The shipped calibration profile of the project's own H100 (``datasets/h100``)."""
 OUTCOME_FIELDS: Final[tuple[str, ...]] = (
-    "step_time_s", "tokens_per_s_per_gpu", "peak_mem_allocated_gib", "peak_mem_reserved_gib",
+    "step_time_s",
+    "tokens_per_s_per_gpu",
+    "peak_mem_allocated_gib",
+    "peak_mem_reserved_gib",
 )
+
 
 def is_train_step_head(head: str) -> bool:
     """Whether text from the start of a file is a train-step record."""
     first = head.lstrip().split("\n", 1)[0]
     return f'"schema": "{RECORD_SCHEMA}"' in first
 
+
 def source_for(gpu: str) -> str:
     """``surrogate_h100`` for an H100, else ``surrogate_<gpu key>``."""
     key = gpu.lower()
     return "surrogate_h100" if key.startswith("h100") else "surrogate_" + key
+
 
 def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
 
@@ -59,8 +69,9 @@ def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
         raise ValueError(f"schema must be {RECORD_SCHEMA!r}, got {rec.get('schema')!r}")
     status = STATUS_MAP.get(str(rec.get("status")))
     if status is None:
-        raise ValueError(f"status must be one of {', '.join(STATUS_MAP)}, got "
-                         f"{rec.get('status')!r}")
+        raise ValueError(
+            f"status must be one of {', '.join(STATUS_MAP)}, got {rec.get('status')!r}"
+        )
     fp = rec["fingerprint"]
     flat = dict(rec["config"])
     if flat.get("num_experts") == 1 and flat.get("experts_topk") == 1:
@@ -68,13 +79,23 @@ def _row(rec: dict[str, Any], *, line: int) -> dict[str, Any]:
     flat["gpu"] = hardware_from_device_name(str(fp["gpu_name"]))
     cfg = config_from_flat(flat)
     measured = {k: rec.get(k) for k in OUTCOME_FIELDS} if status == "completed" else {}
-    hardware = (f"{fp['gpu_name']}, driver {fp.get('driver')}, CUDA {fp.get('cuda')}, "
-                f"torch {fp.get('torch')}")
+    hardware = (
+        f"{fp['gpu_name']}, driver {fp.get('driver')}, CUDA {fp.get('cuda')}, "
+        f"torch {fp.get('torch')}"
+    )
     source = source_for(cfg.cluster.gpu)
-    row = sweep_row(cfg, status=status, source=source,
-                     run_id=f"{fp['run_id']}/{line}", date=str(fp.get("date", ""))[:19] or None,
-                     hardware=hardware, model_name=rec.get("model_name"), **measured)
+    row = sweep_row(
+        cfg,
+        status=status,
+        source=source,
+        run_id=f"{fp['run_id']}/{line}",
+        date=str(fp.get("date", ""))[:19] or None,
+        hardware=hardware,
+        model_name=rec.get("model_name"),
+        **measured,
+    )
     return with_context(row, profile=OWN_H100_PROFILE if source == "surrogate_h100" else None)
+
 
 def parse_train_step_jsonl(path: str | Path) -> tuple[pd.DataFrame, IngestReport]:
     """Read one file of train-step records; malformed lines are counted skips with their line

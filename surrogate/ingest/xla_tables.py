@@ -40,11 +40,27 @@ XLA_DEVICE_HARDWARE: dict[str, str] = {
 """XLA device keys we can place in the hardware table. MANIFEST.md: sm_90 is Hopper (H100
 class); other keys are kept as given."""
 
-_OPCODES = {"all-reduce": "all_reduce", "all-gather": "all_gather",
-            "reduce-scatter": "reduce_scatter", "all-to-all": "all_to_all",
-            "collective-permute": "send_recv"}
-_ELEMENT_BYTES = {"F32": 4, "BF16": 2, "F16": 2, "F64": 8, "S8": 1, "U8": 1, "S32": 4,
-                  "U32": 4, "S64": 8, "U64": 8, "F8E4M3FN": 1, "F8E5M2": 1}
+_OPCODES = {
+    "all-reduce": "all_reduce",
+    "all-gather": "all_gather",
+    "reduce-scatter": "reduce_scatter",
+    "all-to-all": "all_to_all",
+    "collective-permute": "send_recv",
+}
+_ELEMENT_BYTES = {
+    "F32": 4,
+    "BF16": 2,
+    "F16": 2,
+    "F64": 8,
+    "S8": 1,
+    "U8": 1,
+    "S32": 4,
+    "U32": 4,
+    "S64": 8,
+    "U64": 8,
+    "F8E4M3FN": 1,
+    "F8E5M2": 1,
+}
 
 
 def _gemm_dtype(key: str) -> str:
@@ -106,21 +122,23 @@ def _collective_row(e: Message, key: str, hw: str, fname: str) -> dict[str, obje
         raise ValueError(f"network_throughput_bytes_per_sec must be > 0, got {thr!r}")
     size = elems * _ELEMENT_BYTES[etype]
     if op == "send_recv":
-        pairs = [(_int(sp, "source", 0), _int(sp, "target", 0))
-                 for sp in instr.messages("source_target_pairs")]
+        pairs = [
+            (_int(sp, "source", 0), _int(sp, "target", 0))
+            for sp in instr.messages("source_target_pairs")
+        ]
         if not pairs:
             raise ValueError("collective-permute without source_target_pairs")
         group, concurrent = 2, len(pairs)
         ring = 1 + max(max(p) for p in pairs)
         dist = {(t - s) % ring for s, t in pairs}  # a ring's wrap-around is a neighbour too
-        layout = "contiguous" if dist <= {1, ring - 1} else (
-            "strided" if len(dist) == 1 else None)
+        layout = "contiguous" if dist <= {1, ring - 1} else ("strided" if len(dist) == 1 else None)
         detail = "collective-permute pairs " + ",".join(f"{s}->{t}" for s, t in pairs)
     else:
         devs = instr.messages("iota_collective_device_list")
         if not devs:
-            raise ValueError("no iota_collective_device_list (explicit replica groups are "
-                             "not supported)")
+            raise ValueError(
+                "no iota_collective_device_list (explicit replica groups are not supported)"
+            )
         groups = _iota_groups(devs[0])
         concurrent, group = groups.shape
         layout = _layout(groups)
@@ -129,11 +147,20 @@ def _collective_row(e: Message, key: str, hw: str, fname: str) -> dict[str, obje
         detail = f"{opcode} {concurrent} concurrent group(s) of {group}"
     algbw = float(thr)
     return {
-        "op": op, "dtype": etype.lower(), "size_bytes": float(size),
-        "group_size": float(group), "nodes": 1.0, "layout": layout, "in_place": False,
-        "time_s": size / algbw, "algbw_bytes_per_s": algbw,
+        "op": op,
+        "dtype": etype.lower(),
+        "size_bytes": float(size),
+        "group_size": float(group),
+        "nodes": 1.0,
+        "layout": layout,
+        "in_place": False,
+        "time_s": size / algbw,
+        "algbw_bytes_per_s": algbw,
         "busbw_bytes_per_s": algbw * float(bus_factor(op, group)),
-        "hardware": hw, "source": SOURCE, "run_id": f"xla:{key}", "file": fname,
+        "hardware": hw,
+        "source": SOURCE,
+        "run_id": f"xla:{key}",
+        "file": fname,
         "detail": detail,
     }
 
@@ -181,15 +208,28 @@ def parse_xla_table(
                 if not isinstance(val, int | float) or isinstance(val, bool) or val <= 0:
                     report.skip(str(p), f.line, f"GEMM flops {dkey!r} not > 0: {val!r}")
                     continue
-                rows.append({
-                    "op": "gemm", "dtype": _gemm_dtype(dkey), "m": float(m), "n": float(n),
-                    "k": float(k), "batch": float(b), "nodes": 1.0,
-                    "time_s": 2.0 * b * m * n * k / float(val), "flops_per_s": float(val),
-                    "hardware": hw, "source": SOURCE, "run_id": f"xla:{key}",
-                    "file": p.name, "detail": dkey,
-                })
+                rows.append(
+                    {
+                        "op": "gemm",
+                        "dtype": _gemm_dtype(dkey),
+                        "m": float(m),
+                        "n": float(n),
+                        "k": float(k),
+                        "batch": float(b),
+                        "nodes": 1.0,
+                        "time_s": 2.0 * b * m * n * k / float(val),
+                        "flops_per_s": float(val),
+                        "hardware": hw,
+                        "source": SOURCE,
+                        "run_id": f"xla:{key}",
+                        "file": p.name,
+                        "detail": dkey,
+                    }
+                )
                 report.rows_read += 1
     if not rows and not report.skips:
-        raise DataError(f"{p}: no XLA perf-table entries (expected 'entries {{ key: \"sm_90\" "
-                        "value {{ entries {{ ... }} }} }}'")
+        raise DataError(
+            f'{p}: no XLA perf-table entries (expected \'entries {{ key: "sm_90" '
+            "value {{ entries {{ ... }} }} }}'"
+        )
     return rows_to_microbench(rows), report

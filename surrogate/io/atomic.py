@@ -29,8 +29,9 @@ from typing import IO
 from surrogate.errors import OutputError
 from surrogate.io.input_files import NOT_REGULAR as _NOT_REGULAR
 
-WRITE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO,
-                          errno.EPIPE, errno.EBADF})
+WRITE_ERRNOS = frozenset(
+    {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EIO, errno.EPIPE, errno.EBADF}
+)
 """The errors of a write that say the system refused it, not that the program is wrong (a
 permission refused is named where the temporary file is created: :func:`new_temporary`)."""
 
@@ -70,8 +71,10 @@ def target_of(path: str | Path) -> Path:
     if not stat.S_ISREG(st.st_mode):
         fmt = stat.S_IFMT(st.st_mode)
         is_a = next((name for mode, name in _NOT_REGULAR if mode == fmt), "not a regular file")
-        raise OutputError(f"cannot write {str(p)!r}: it is {is_a}; an output is a regular file "
-                          "(replaced whole) or a new one")
+        raise OutputError(
+            f"cannot write {str(p)!r}: it is {is_a}; an output is a regular file "
+            "(replaced whole) or a new one"
+        )
     return p.resolve() if p.is_symlink() else p
 
 
@@ -134,14 +137,16 @@ def atomic_path(path: str | Path) -> Iterator[Path]:
 
 
 @contextmanager
-def atomic_file(path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8"
-                ) -> Iterator[IO]:  # type: ignore[type-arg]  # text or bytes by ``mode``
+def atomic_file(
+    path: str | Path, mode: str = "w", *, encoding: str | None = "utf-8"
+) -> Iterator[IO]:  # type: ignore[type-arg]  # text or bytes by ``mode``
     """The temporary file of :func:`atomic_path`, open for writing (``"w"`` text, ``"wb"``
     bytes), closed, synced and renamed over ``path`` when the ``with`` body ends."""
     with atomic_path(path) as tmp:
         binary = "b" in mode
-        with open(tmp, mode, encoding=None if binary else encoding,
-                  newline=None if binary else "") as f:
+        with open(
+            tmp, mode, encoding=None if binary else encoding, newline=None if binary else ""
+        ) as f:
             yield f
 
 

@@ -99,9 +99,15 @@ def load_sources(path: str | Path = SOURCES_TOML) -> list[Source]:
         missing = [k for k in ("name", "url", "sha256", "path") if k not in entry]
         if missing:
             raise DataError(f"{p}: source #{i + 1} needs the keys {', '.join(missing)}")
-        out.append(Source(**{k: str(v) for k, v in entry.items()
-                             if k in ("name", "url", "sha256", "path", "license",
-                                      "description")}))
+        out.append(
+            Source(
+                **{
+                    k: str(v)
+                    for k, v in entry.items()
+                    if k in ("name", "url", "sha256", "path", "license", "description")
+                }
+            )
+        )
     return out
 
 
@@ -132,22 +138,30 @@ def fetch_one(source: Source, dest_dir: Path, *, timeout_s: float = 60.0) -> Fet
     try:
         with _quiet(pooch.get_logger()):
             pooch.retrieve(
-                source.url, known_hash=f"sha256:{source.sha256}", fname=target.name,
-                path=target.parent, processor=note,
-                downloader=_downloader(source.url, timeout_s))
+                source.url,
+                known_hash=f"sha256:{source.sha256}",
+                fname=target.name,
+                path=target.parent,
+                processor=note,
+                downloader=_downloader(source.url, timeout_s),
+            )
     except ValueError as e:  # pooch: the downloaded file's hash differs (or a bad URL)
         got = re.search(r"but got ([0-9a-f]{64})", str(e))
         if got is None:
             raise DataError(f"{source.name}: cannot download {source.url}: {e}") from None
         raise DataError(
             f"{source.name}: the sha256 of {source.url} must be {source.sha256}, got "
-            f"{got.group(1)}; nothing was written") from None
+            f"{got.group(1)}; nothing was written"
+        ) from None
     except OSError as e:  # requests' errors are OSErrors: unreachable, HTTP 404, ...
         raise DataError(f"{source.name}: cannot download {source.url}: {e}") from None
     present = actions == ["fetch"]
-    return FetchResult(name=source.name, path=target,
-                       action="present" if present else "downloaded",
-                       size_bytes=target.stat().st_size)
+    return FetchResult(
+        name=source.name,
+        path=target,
+        action="present" if present else "downloaded",
+        size_bytes=target.stat().st_size,
+    )
 
 
 def _downloader(url: str, timeout_s: float) -> Callable[[str, str, object], None]:

@@ -28,10 +28,10 @@ from surrogate.errors import DataError, SurrogateError
 
 FileKind = Literal["config", "log", "table", "model", "database"]
 CAP_BYTES: dict[FileKind, int] = {
-    "config": 16 << 20,   # YAML/JSON/TOML configs, config.json, profiles, sidecars: < 100 kB
-    "log": 2 << 30,       # a training log, microbench JSON lines, nccl-tests output
-    "table": 16 << 30,    # a CSV or Parquet table (read in chunks where it can be)
-    "model": 1 << 30,     # a learned model's booster text files (a few MB)
+    "config": 16 << 20,  # YAML/JSON/TOML configs, config.json, profiles, sidecars: < 100 kB
+    "log": 2 << 30,  # a training log, microbench JSON lines, nccl-tests output
+    "table": 16 << 30,  # a CSV or Parquet table (read in chunks where it can be)
+    "model": 1 << 30,  # a learned model's booster text files (a few MB)
     "database": 1 << 40,  # an SQLite tracking store: only its header is read here
 }
 """The most bytes read from a file of each kind."""
@@ -60,8 +60,9 @@ def _what(what: str, path: Path) -> str:
     return f"{what} {str(path)!r}"
 
 
-def _check_stat(st: os.stat_result, path: Path, *, what: str, kind: FileKind,
-                error: type[SurrogateError]) -> None:
+def _check_stat(
+    st: os.stat_result, path: Path, *, what: str, kind: FileKind, error: type[SurrogateError]
+) -> None:
     """``error`` unless ``st`` is a regular file within the cap of ``kind``."""
     cap = CAP_BYTES[kind]
     if not stat.S_ISREG(st.st_mode):
@@ -70,12 +71,15 @@ def _check_stat(st: os.stat_result, path: Path, *, what: str, kind: FileKind,
         link = " (through a symbolic link)" if path.is_symlink() else ""
         raise error(f"{_what(what, path)} must be a regular file, but it is {is_a}{link}")
     if st.st_size > cap:
-        raise error(f"{_what(what, path)} holds {size_text(st.st_size)}; a {kind} file is read "
-                    f"up to {size_text(cap)}")
+        raise error(
+            f"{_what(what, path)} holds {size_text(st.st_size)}; a {kind} file is read "
+            f"up to {size_text(cap)}"
+        )
 
 
-def check_input_file(path: str | Path, *, what: str, kind: FileKind,
-                     error: type[SurrogateError] = DataError) -> Path:
+def check_input_file(
+    path: str | Path, *, what: str, kind: FileKind, error: type[SurrogateError] = DataError
+) -> Path:
     """``path`` as a Path, once it is known to be an existing regular file (a link is followed)
     of at most :data:`CAP_BYTES` of ``kind``: for readers that take a path (pyarrow, pandas).
     ``what`` names the file in the message (``--hf-config``, ``log``).
@@ -94,8 +98,9 @@ def check_input_file(path: str | Path, *, what: str, kind: FileKind,
     return p
 
 
-def read_input_bytes(path: str | Path, *, what: str, kind: FileKind,
-                     error: type[SurrogateError] = DataError) -> bytes:
+def read_input_bytes(
+    path: str | Path, *, what: str, kind: FileKind, error: type[SurrogateError] = DataError
+) -> bytes:
     """The bytes of the regular file ``path``, at most :data:`CAP_BYTES` of ``kind``; opened
     without blocking, so a FIFO is refused at once (module docstring).
 
@@ -121,14 +126,22 @@ def read_input_bytes(path: str | Path, *, what: str, kind: FileKind,
     finally:
         os.close(fd)
     if len(data) > cap:  # it grew while it was read
-        raise error(f"{_what(what, p)} holds more than {size_text(cap)}; a {kind} file is read "
-                    f"up to {size_text(cap)}")
+        raise error(
+            f"{_what(what, p)} holds more than {size_text(cap)}; a {kind} file is read "
+            f"up to {size_text(cap)}"
+        )
     return data
 
 
-def read_input_text(path: str | Path, *, what: str, kind: FileKind,
-                    error: type[SurrogateError] = DataError, encoding: str = "utf-8",
-                    errors: str = "strict") -> str:
+def read_input_text(
+    path: str | Path,
+    *,
+    what: str,
+    kind: FileKind,
+    error: type[SurrogateError] = DataError,
+    encoding: str = "utf-8",
+    errors: str = "strict",
+) -> str:
     """The text of the regular file ``path`` (:func:`read_input_bytes`), decoded; a byte-order
     mark at the start is dropped. ``error`` if it is not text in ``encoding`` (with
     ``errors="strict"``)."""
@@ -138,7 +151,8 @@ def read_input_text(path: str | Path, *, what: str, kind: FileKind,
     try:
         text = data.decode(encoding, errors=errors)
     except UnicodeDecodeError as e:
-        raise error(f"{_what(what, Path(path))} must be {encoding.upper()} text; byte {e.start} is "
-                    f"not") from None
+        raise error(
+            f"{_what(what, Path(path))} must be {encoding.upper()} text; byte {e.start} is not"
+        ) from None
     # universal newlines, as open() in text mode reads them
     return text.replace("\r\n", "\n").replace("\r", "\n")

@@ -28,6 +28,7 @@ def read_json(path: Path, *, missing: SurrogateError) -> Any:
     except json.JSONDecodeError as e:
         raise DataError(f"{path}: not valid JSON ({e.msg})") from None
 
+
 def refuse_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """``object_pairs_hook`` for :func:`json.loads`: a key given twice is a ConfigError (the
     parser would keep the last silently)."""

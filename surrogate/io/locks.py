@@ -55,10 +55,14 @@ def _holder_file(p: Path) -> Path:
 
 def _write_holder(p: Path) -> None:
     """Say in the lock's sidecar who holds it: pid, host, command line, since when."""
-    record = {"pid": os.getpid(), "host": socket.gethostname(),
-              "command": " ".join(["surrogate", *sys.argv[1:]])
-              if Path(sys.argv[0]).name == "surrogate" else " ".join(sys.argv),
-              "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    record = {
+        "pid": os.getpid(),
+        "host": socket.gethostname(),
+        "command": " ".join(["surrogate", *sys.argv[1:]])
+        if Path(sys.argv[0]).name == "surrogate"
+        else " ".join(sys.argv),
+        "since": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     with suppress(OSError):  # the sidecar informs; the lock holds without it
         atomic_write(_holder_file(p), json.dumps(record))
 
@@ -90,8 +94,9 @@ def _to_stderr(message: str) -> None:
 
 
 @contextmanager
-def locked(path: str | Path, *, timeout_s: float | None = None,
-           notify: Callable[[str], None] = _to_stderr) -> Iterator[None]:
+def locked(
+    path: str | Path, *, timeout_s: float | None = None, notify: Callable[[str], None] = _to_stderr
+) -> Iterator[None]:
     """Hold the append lock of the table at ``path`` (module docstring) for the ``with`` body;
     the sidecar ``.NAME.lock.holder`` says who holds it (:func:`lock_holder`).
 
@@ -118,10 +123,13 @@ def locked(path: str | Path, *, timeout_s: float | None = None,
                 raise DataError(
                     f"the table {str(p)!r} is locked by {lock_holder(p)}; gave up after "
                     f"{limit_s:g} s ({LOCK_TIMEOUT_ENV} sets how long to wait; a stopped "
-                    f"process holds the lock until it resumes or is killed)") from None
+                    f"process holds the lock until it resumes or is killed)"
+                ) from None
             if waited >= notice_s:
-                notify(f"waiting for the lock of {str(p)!r}, held by {lock_holder(p)} "
-                       f"({waited:.0f} s of at most {limit_s:g} s)")
+                notify(
+                    f"waiting for the lock of {str(p)!r}, held by {lock_holder(p)} "
+                    f"({waited:.0f} s of at most {limit_s:g} s)"
+                )
                 notice_s += LOCK_NOTICE_EVERY_S
     try:
         _write_holder(p)

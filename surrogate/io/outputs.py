@@ -27,11 +27,14 @@ def check_writable_dir(directory: str | Path, *, flag: str) -> None:
     d = Path(directory)
     base = _nearest_existing(d)
     if not base.is_dir():
-        raise ConfigError(f"{flag} must be a directory or a place to create one, but "
-                          f"{str(base)!r} is a file (given {str(d)!r})")
+        raise ConfigError(
+            f"{flag} must be a directory or a place to create one, but "
+            f"{str(base)!r} is a file (given {str(d)!r})"
+        )
     if not os.access(base, os.W_OK | os.X_OK):
-        raise ConfigError(f"{flag}: cannot write in {str(base)!r} (permission denied; "
-                          f"given {str(d)!r})")
+        raise ConfigError(
+            f"{flag}: cannot write in {str(base)!r} (permission denied; given {str(d)!r})"
+        )
 
 
 def check_output_file(path: str | Path, *, flag: str) -> None:
@@ -41,8 +44,10 @@ def check_output_file(path: str | Path, *, flag: str) -> None:
     if p.is_dir():
         raise ConfigError(f"{flag} must name a file, got the directory {str(p)!r}")
     if p.exists() and not p.is_file():
-        raise ConfigError(f"{flag} must name a regular file (replaced whole) or a new one, got "
-                          f"{str(p)!r}, which is not (a device? a FIFO?)")
+        raise ConfigError(
+            f"{flag} must name a regular file (replaced whole) or a new one, got "
+            f"{str(p)!r}, which is not (a device? a FIFO?)"
+        )
     check_writable_dir(p.parent, flag=flag)
 
 
@@ -56,6 +61,8 @@ def check_output_dir(directory: str | Path, *, flag: str, force: bool = False) -
         present = sorted(f.name for f in d.iterdir())
         if present:
             shown = ", ".join(present[:3]) + (" ..." if len(present) > 3 else "")
-            raise ConfigError(f"{flag} {str(d)!r} already holds {shown}: give --force to "
-                              "replace it, or another directory")
+            raise ConfigError(
+                f"{flag} {str(d)!r} already holds {shown}: give --force to "
+                "replace it, or another directory"
+            )
     check_writable_dir(d, flag=flag)

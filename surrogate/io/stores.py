@@ -25,19 +25,22 @@ STORE_CHECK_TIMEOUT_S = 3.0
 NETWORK_PORTS = {"http": 80, "https": 443, "postgresql": 5432, "mysql": 3306, "mssql": 1433}
 """The default port of each networked store's scheme (before any ``+driver``)."""
 
+
 def sqlite_path(url: str) -> Path | None:
     """The database file of a ``sqlite:///`` URL (its query string left out); None for other
     URLs and for an in-memory database."""
     if not url.startswith(SQLITE_PREFIX):
         return None
-    path = url[len(SQLITE_PREFIX):].split("?", 1)[0]
+    path = url[len(SQLITE_PREFIX) :].split("?", 1)[0]
     return None if path in ("", ":memory:") else Path(path)
+
 
 def ensure_sqlite_dir(url: str) -> None:
     """Create the directory of a ``sqlite:///`` URL's database file; nothing for other URLs."""
     path = sqlite_path(url)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
+
 
 def check_storage(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> None:
     """``url`` names a database optuna can open: a SQLAlchemy URL whose dialect and driver are
@@ -54,7 +57,8 @@ def check_storage(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> None:
     except (ArgumentError, NoSuchModuleError, ImportError, ValueError) as e:
         raise ConfigError(
             f"--storage must be a database URL optuna can open, e.g. sqlite:///study.db or "
-            f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})") from None
+            f"postgresql+psycopg://USER@HOST/DB, got {url!r} ({e})"
+        ) from None
     where, fix = f"--storage {url!r}", "give another --storage"
     db = sqlite_path(url)
     if db is not None:
@@ -62,8 +66,10 @@ def check_storage(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> None:
     elif not url.startswith("sqlite:"):
         reach(url, timeout_s, where=where, fix=fix)
 
-def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str,
-                      fix: str) -> None:
+
+def check_sqlite_file(
+    db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix: str
+) -> None:
     """ConfigError unless the SQLite database file ``db`` can be created or written: its
     directory writable (a file can be created there), an existing file a database whose write
     lock is free within ``timeout_s`` (taken and released at once); nothing is left behind.
@@ -76,14 +82,15 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
         raise ConfigError(f"{e}; {fix}") from None
     if db.is_dir():
         raise ConfigError(f"{where}: {str(db)!r} is a directory, not a database file; {fix}")
-    if db.exists() and check_input_file(db, what=where, kind="database", error=ConfigError
-                                        ).stat().st_size:
+    if (
+        db.exists()
+        and check_input_file(db, what=where, kind="database", error=ConfigError).stat().st_size
+    ):
         with open(db, "rb") as f:
             head = f.read(16)
         if head != b"SQLite format 3\x00":
             kind = file_kind(head) or "text"
-            raise ConfigError(f"{where}: {str(db)!r} holds {kind}, not an SQLite database; "
-                              f"{fix}")
+            raise ConfigError(f"{where}: {str(db)!r} holds {kind}, not an SQLite database; {fix}")
     try:
         if not db.exists():  # nothing is created before the work: a file is tried, removed
             if db.parent.is_dir():
@@ -99,11 +106,17 @@ def check_sqlite_file(db: Path, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, whe
         finally:
             con.close()
     except (sqlite3.Error, OSError) as e:
-        raise ConfigError(f"{where}: cannot write the database {str(db)!r} ({e}); "
-                          f"{fix}") from None
+        raise ConfigError(f"{where}: cannot write the database {str(db)!r} ({e}); {fix}") from None
 
-def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix: str,
-          http_health: bool = False) -> None:
+
+def reach(
+    url: str,
+    timeout_s: float = STORE_CHECK_TIMEOUT_S,
+    *,
+    where: str,
+    fix: str,
+    http_health: bool = False,
+) -> None:
     """ConfigError unless the host of ``url`` accepts a connection within ``timeout_s`` (and,
     with ``http_health``, answers ``/health`` as an MLflow server does): an unreachable server
     must cost seconds before the work, not minutes of retries after it."""
@@ -125,8 +138,10 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
             pass
     except OSError as e:
         why = "no answer" if isinstance(e, TimeoutError) else (e.strerror or str(e))
-        raise ConfigError(f"{where}: cannot reach {host}:{port} within {timeout_s:g} s "
-                          f"({why}); start the server, or {fix}") from None
+        raise ConfigError(
+            f"{where}: cannot reach {host}:{port} within {timeout_s:g} s "
+            f"({why}); start the server, or {fix}"
+        ) from None
     if not http_health:
         return
     import urllib.error
@@ -137,14 +152,19 @@ def reach(url: str, timeout_s: float = STORE_CHECK_TIMEOUT_S, *, where: str, fix
             pass
     except urllib.error.HTTPError as e:
         if e.code not in (401, 403):  # an authenticating server: MLflow says the rest
-            raise ConfigError(f"{where}: {host}:{port} answers HTTP {e.code} at /health, "
-                              f"where an MLflow tracking server answers 200 (is it one?); "
-                              f"{fix}") from None
+            raise ConfigError(
+                f"{where}: {host}:{port} answers HTTP {e.code} at /health, "
+                f"where an MLflow tracking server answers 200 (is it one?); "
+                f"{fix}"
+            ) from None
     except (urllib.error.URLError, OSError) as e:
         reason = getattr(e, "reason", None) or e
-        raise ConfigError(f"{where}: {host}:{port} does not answer HTTP within "
-                          f"{timeout_s:g} s ({reason}); start the MLflow server, or "
-                          f"{fix}") from None
+        raise ConfigError(
+            f"{where}: {host}:{port} does not answer HTTP within "
+            f"{timeout_s:g} s ({reason}); start the MLflow server, or "
+            f"{fix}"
+        ) from None
+
 
 def _resolve(host: str, port: int, timeout_s: float) -> None:
     """Look ``host`` up within ``timeout_s`` (the resolver itself has no timeout: an

@@ -56,8 +56,10 @@ def check_table_file(path: str | Path, *, flag: str) -> None:
     suffix and magic bytes) or CSV text. The message names ``flag``, the file, what it is and
     what a table is."""
     p = Path(path)
-    want = (f"{flag} must be a table: a CSV text file (a header of column names, one row per "
-            f"line) or a Parquet file")
+    want = (
+        f"{flag} must be a table: a CSV text file (a header of column names, one row per "
+        f"line) or a Parquet file"
+    )
     if not p.exists():
         raise DataError(f"table {str(p)!r} does not exist (given to {flag})")
     if p.is_dir():
@@ -72,8 +74,7 @@ def check_table_file(path: str | Path, *, flag: str) -> None:
     if parquet:
         if not head.startswith(b"PAR1"):
             kind = file_kind(head) or "text"
-            raise DataError(f"{want}; {str(p)!r} is named .parquet but holds {kind}, not "
-                            "Parquet")
+            raise DataError(f"{want}; {str(p)!r} is named .parquet but holds {kind}, not Parquet")
         return
     what = file_kind(head)
     if what is not None:

@@ -36,8 +36,7 @@ if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate pr
     import pandera.pandas as pa
 
 TableFormat = Literal["parquet", "csv"]
-TABLE_SUFFIXES: dict[str, TableFormat] = {".parquet": "parquet", ".pq": "parquet",
-                                          ".csv": "csv"}
+TABLE_SUFFIXES: dict[str, TableFormat] = {".parquet": "parquet", ".pq": "parquet", ".csv": "csv"}
 """The table files written, by suffix (case-insensitive)."""
 
 
@@ -46,8 +45,10 @@ def table_format(path: str | Path) -> TableFormat:
     (a table named ``t.xlsx`` must not silently become Parquet)."""
     suffix = Path(path).suffix.lower()
     if suffix not in TABLE_SUFFIXES:
-        raise DataError(f"a table file must end in {', '.join(TABLE_SUFFIXES)}, got "
-                        f"{str(path)!r} ({suffix or 'no suffix'})")
+        raise DataError(
+            f"a table file must end in {', '.join(TABLE_SUFFIXES)}, got "
+            f"{str(path)!r} ({suffix or 'no suffix'})"
+        )
     return TABLE_SUFFIXES[suffix]
 
 
@@ -92,8 +93,27 @@ block of :data:`CSV_BLOCK_BYTES` past it)."""
 CSV_BLOCK_BYTES = 1 << 20
 """Bytes of CSV text pyarrow's reader parses at once (its default; about 7,000
 configurations): larger blocks were slower here, out of the CPU's caches."""
-NULL_TEXTS = ("", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND",
-              "1.#QNAN", "<NA>", "N/A", "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
+NULL_TEXTS = (
+    "",
+    "#N/A",
+    "#N/A N/A",
+    "#NA",
+    "-1.#IND",
+    "-1.#QNAN",
+    "-NaN",
+    "-nan",
+    "1.#IND",
+    "1.#QNAN",
+    "<NA>",
+    "N/A",
+    "NA",
+    "NULL",
+    "NaN",
+    "None",
+    "n/a",
+    "nan",
+    "null",
+)
 """CSV cells read as missing: pandas' ``read_csv`` defaults, so that both readers agree."""
 
 
@@ -114,8 +134,10 @@ def _check_unique(path: Any, header: list[str]) -> None:
     seen: set[str] = set()
     for i, name in enumerate(header, start=1):
         if name in seen:
-            raise DataError(f"{path}: each column must appear once in the header, got "
-                            f"{name!r} again as column {i}")
+            raise DataError(
+                f"{path}: each column must appear once in the header, got "
+                f"{name!r} again as column {i}"
+            )
         seen.add(name)
 
 
@@ -139,8 +161,7 @@ def _typed(column: Any) -> Any:
     return column
 
 
-def iter_table(path: str | Path, *, chunk_rows: int | None = CHUNK_ROWS
-               ) -> Iterator[pd.DataFrame]:
+def iter_table(path: str | Path, *, chunk_rows: int | None = CHUNK_ROWS) -> Iterator[pd.DataFrame]:
     """The table at ``path`` (Parquet or CSV by suffix) as DataFrames of consecutive rows, in
     order, holding a chunk at a time in memory: Parquet record batches of ``chunk_rows``,
     CSV blocks read by pyarrow's streaming reader, at least ``chunk_rows`` rows a chunk
@@ -172,8 +193,12 @@ def iter_table(path: str | Path, *, chunk_rows: int | None = CHUNK_ROWS
         read_options=pcsv.ReadOptions(block_size=CSV_BLOCK_BYTES),
         parse_options=pcsv.ParseOptions(newlines_in_values=True),
         convert_options=pcsv.ConvertOptions(
-            column_types=dict.fromkeys(header, pa.string()), null_values=list(NULL_TEXTS),
-            strings_can_be_null=True, quoted_strings_can_be_null=True))
+            column_types=dict.fromkeys(header, pa.string()),
+            null_values=list(NULL_TEXTS),
+            strings_can_be_null=True,
+            quoted_strings_can_be_null=True,
+        ),
+    )
     try:
         if chunk_rows is None:  # the whole file: pyarrow reads its blocks in parallel
             whole = pcsv.read_csv(p, **options)
@@ -228,10 +253,11 @@ def check_csv_header(path: str | Path) -> list[str]:
             header = next(reader, [])
             _check_unique(path, header)
             for row in reader:
-                if len(row) > len(header) and any(v.strip() for v in row[len(header):]):
+                if len(row) > len(header) and any(v.strip() for v in row[len(header) :]):
                     raise DataError(
                         f"{path}: line {reader.line_num} holds {len(row)} values, but the header "
-                        f"names {len(header)} columns (a value without a column)")
+                        f"names {len(header)} columns (a value without a column)"
+                    )
     except FileNotFoundError:
         raise
     except (OSError, csv.Error) as e:
@@ -268,9 +294,12 @@ def csv_bytes(df: pd.DataFrame, *, header: bool = True) -> bytes:
         return _csv_bytes_pandas(df, header=header)
     table = _floats_read_back_as_floats(table)
     sink = pa.BufferOutputStream()
-    options = pcsv.WriteOptions(include_header=header, batch_size=65_536,
-                                quoting_style=_quoting(table),
-                                quoting_header=_quoting_names(table.column_names))
+    options = pcsv.WriteOptions(
+        include_header=header,
+        batch_size=65_536,
+        quoting_style=_quoting(table),
+        quoting_header=_quoting_names(table.column_names),
+    )
     try:
         pcsv.write_csv(table, sink, write_options=options)
     except pa.ArrowException:  # a type the CSV writer lacks
@@ -297,8 +326,7 @@ def _floats_read_back_as_floats(table: Any) -> Any:
             continue
         text = pc.cast(column, pa.string())
         if pc.all(pc.match_substring_regex(text, "^-?[0-9]+$")).as_py():
-            table = table.set_column(i, field.name,
-                                     pc.binary_join_element_wise(text, ".0", ""))
+            table = table.set_column(i, field.name, pc.binary_join_element_wise(text, ".0", ""))
     return table
 
 
@@ -319,8 +347,12 @@ def _quoting(table: Any) -> str:
             # each distinct text once: a prediction table's text columns hold a few values
             if pc.any(pc.match_substring_regex(pc.unique(column), _SPECIAL)).as_py():
                 return "needed"
-        elif not (pa.types.is_integer(kind) or pa.types.is_floating(kind)
-                  or pa.types.is_boolean(kind) or pa.types.is_null(kind)):
+        elif not (
+            pa.types.is_integer(kind)
+            or pa.types.is_floating(kind)
+            or pa.types.is_boolean(kind)
+            or pa.types.is_null(kind)
+        ):
             return "needed"
     return "none"
 
@@ -330,13 +362,15 @@ def _csv_bytes_pandas(df: pd.DataFrame, *, header: bool = True) -> bytes:
     quote and the line terminator's characters, so a cell holding a bare carriage return
     would go out unquoted and every reader would end the row there; a table holding one is
     written with every text cell quoted."""
+
     def has_cr(values: Iterable[Any]) -> bool:
         return any(isinstance(v, str) and "\r" in v for v in values)
 
     texts = [c for c in df.columns if not pd.api.types.is_numeric_dtype(df[c])]
     quote = has_cr(df.columns) or any(has_cr(df[c]) for c in texts)
-    text: str = df.to_csv(index=False, header=header,
-                          quoting=csv.QUOTE_NONNUMERIC if quote else csv.QUOTE_MINIMAL)
+    text: str = df.to_csv(
+        index=False, header=header, quoting=csv.QUOTE_NONNUMERIC if quote else csv.QUOTE_MINIMAL
+    )
     return text.encode("utf-8")
 
 
@@ -381,8 +415,10 @@ class TableWriter:
 
         table = pa.Table.from_pandas(df, preserve_index=False)
         if self._parquet is None:
-            fields = [pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f
-                      for f in table.schema]
+            fields = [
+                pa.field(f.name, pa.string()) if pa.types.is_null(f.type) else f
+                for f in table.schema
+            ]
             self._schema = pa.schema(fields, metadata=table.schema.metadata)
             self._parquet = pq.ParquetWriter(self._tmp, self._schema)
         schema = self._schema
@@ -390,8 +426,7 @@ class TableWriter:
             try:
                 table = table.cast(schema)
             except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as e:
-                raise NotStreamable(f"a chunk's columns do not take the first's types: {e}"
-                                    ) from e
+                raise NotStreamable(f"a chunk's columns do not take the first's types: {e}") from e
         self._parquet.write_table(table)
 
     def commit(self) -> None:
@@ -450,8 +485,7 @@ def failure_cases(schema: pa.DataFrameSchema, df: pd.DataFrame) -> pd.DataFrame:
     import pandera.pandas as pa
     from pandera.config import ValidationDepth, config_context
 
-    with config_context(validation_enabled=True,
-                        validation_depth=ValidationDepth.SCHEMA_AND_DATA):
+    with config_context(validation_enabled=True, validation_depth=ValidationDepth.SCHEMA_AND_DATA):
         try:
             schema.validate(df, lazy=True)
         except pa.errors.SchemaErrors as e:

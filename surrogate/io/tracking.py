@@ -56,11 +56,14 @@ _EXPERIMENT_KIND = "mlflow.experimentKind"
 marks it as model training (MLflow 3.17's UI reads its own view switch instead: :func:`run_url`
 selects it)."""
 
+
 def tracking_uri() -> str:
     """``$MLFLOW_TRACKING_URI`` or the local SQLite default."""
     return os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
+
 _OFF = "--no-mlflow (score-round) or --no-track (train)"
+
 
 def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOUT_S) -> str:
     """The tracking store ``uri`` (default :func:`tracking_uri`) can take a run
@@ -72,8 +75,11 @@ def check_store(uri: str | None = None, *, timeout_s: float = STORE_CHECK_TIMEOU
     except ValueError as e:  # a malformed URL, a NUL in a path
         if isinstance(e, ConfigError):
             raise
-        raise ConfigError(f"MLFLOW_TRACKING_URI={shown(uri)} is not a usable URI ({e}); give "
-                          f"sqlite:///PATH or http(s)://HOST:PORT, or {_OFF}") from None
+        raise ConfigError(
+            f"MLFLOW_TRACKING_URI={shown(uri)} is not a usable URI ({e}); give "
+            f"sqlite:///PATH or http(s)://HOST:PORT, or {_OFF}"
+        ) from None
+
 
 def _check_store(uri: str, timeout_s: float) -> str:
     """The tracking store ``uri`` can take a run: checked before
@@ -84,10 +90,16 @@ def _check_store(uri: str, timeout_s: float) -> str:
     ``MLFLOW_TRACKING_URI``, what is wrong and what would do, else the URI."""
     from urllib.parse import urlsplit
 
-    where = (f"MLFLOW_TRACKING_URI={shown(uri)}" if os.environ.get("MLFLOW_TRACKING_URI")
-             else f"the tracking store {shown(uri)}")
-    fix = (f"unset MLFLOW_TRACKING_URI for the local store {DEFAULT_TRACKING_URI}, or give "
-           f"{_OFF}" if os.environ.get("MLFLOW_TRACKING_URI") else f"give {_OFF}")
+    where = (
+        f"MLFLOW_TRACKING_URI={shown(uri)}"
+        if os.environ.get("MLFLOW_TRACKING_URI")
+        else f"the tracking store {shown(uri)}"
+    )
+    fix = (
+        f"unset MLFLOW_TRACKING_URI for the local store {DEFAULT_TRACKING_URI}, or give {_OFF}"
+        if os.environ.get("MLFLOW_TRACKING_URI")
+        else f"give {_OFF}"
+    )
     scheme = urlsplit(uri).scheme.lower() if "://" in uri else ""
     base = scheme.split("+", 1)[0]
     db = sqlite_path(uri)
@@ -102,19 +114,24 @@ def _check_store(uri: str, timeout_s: float) -> str:
         return uri  # checked by MLflow itself, with its own credentials
     if scheme in ("", "file"):
         if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() != "true":
-            raise ConfigError(f"{where} names a file store (a path), which MLflow 3 refuses "
-                              f"unless MLFLOW_ALLOW_FILE_STORE=true; give a database such as "
-                              f"sqlite:///mlruns/mlflow.db or a server http://HOST:PORT, or "
-                              f"{fix}")
-        path = uri[len("file://"):] if scheme == "file" else uri
+            raise ConfigError(
+                f"{where} names a file store (a path), which MLflow 3 refuses "
+                f"unless MLFLOW_ALLOW_FILE_STORE=true; give a database such as "
+                f"sqlite:///mlruns/mlflow.db or a server http://HOST:PORT, or "
+                f"{fix}"
+            )
+        path = uri[len("file://") :] if scheme == "file" else uri
         try:
             check_writable_dir(path, flag=where)
         except ConfigError as e:
             raise ConfigError(f"{e}; {fix}") from None
         return uri
-    raise ConfigError(f"{where}: the scheme {scheme!r} names no tracking store; give "
-                      f"sqlite:///PATH, http(s)://HOST:PORT, postgresql://..., mysql://... or "
-                      f"mssql://..., or {fix}")
+    raise ConfigError(
+        f"{where}: the scheme {scheme!r} names no tracking store; give "
+        f"sqlite:///PATH, http(s)://HOST:PORT, postgresql://..., mysql://... or "
+        f"mssql://..., or {fix}"
+    )
+
 
 def bound_requests() -> None:
     """Bound how long MLflow retries a server that stops answering (by default it retries for
@@ -122,11 +139,13 @@ def bound_requests() -> None:
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "2")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "30")
 
+
 def store_failure(e: BaseException) -> str:
     """One line of what a tracking store's failure was (its type and first line)."""
 
     text = str(e).strip().splitlines()
     return f"{type(e).__name__}: {shorten(text[0], 300)}" if text else type(e).__name__
+
 
 def artifact_location(uri: str) -> str | None:
     """Where a new experiment keeps its artifacts: beside a SQLite database, else the server's
@@ -135,6 +154,7 @@ def artifact_location(uri: str) -> str | None:
     if db is None:
         return None
     return (db.parent / "artifacts").resolve().as_uri()
+
 
 def connect() -> str:
     """Point mlflow at :func:`tracking_uri` (creating a SQLite database's directory); the URI.
@@ -152,9 +172,11 @@ def connect() -> str:
     mlflow.set_tracking_uri(uri)
     return uri
 
+
 _ML_VIEW = "workflowType=machine_learning"
 """MLflow 3's UI shows an experiment as a GenAI app (traces, an empty overview) unless the
 page is opened in its "Model training" view, which this query selects (and remembers)."""
+
 
 def run_url(uri: str, experiment_id: str, run_id: str) -> str:
     """Where a person sees a run: its page on a server, else the run id and the store."""
@@ -163,6 +185,7 @@ def run_url(uri: str, experiment_id: str, run_id: str) -> str:
 
     return f"run {run_id} in {uri} (see it with `mlflow ui --backend-store-uri {shlex.quote(uri)}`)"
 
+
 def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str | None:
     """The page of an experiment's runs on a server (``charts``: its chart view), else None."""
     if not uri.startswith(("http://", "https://")):
@@ -170,14 +193,15 @@ def experiment_url(uri: str, experiment_id: str, *, charts: bool = False) -> str
     mode = "&compareRunsMode=CHART" if charts else ""
     return f"{uri.rstrip('/')}/#/experiments/{experiment_id}/runs?{_ML_VIEW}{mode}"
 
+
 def client() -> MlflowClient:
     require("mlflow")
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=connect())
 
-def experiment(name: str, *, description: str = "", tags: Mapping[str, str] | None = None
-               ) -> str:
+
+def experiment(name: str, *, description: str = "", tags: Mapping[str, str] | None = None) -> str:
     """The id of the experiment ``name``, created if absent (artifacts: :func:`artifact_location`);
     it opens on its runs and shows ``description`` on its page."""
     c = client()
@@ -197,18 +221,25 @@ def experiment(name: str, *, description: str = "", tags: Mapping[str, str] | No
             c.set_experiment_tag(exp_id, key, value)
     return str(exp_id)
 
+
 def _quote(value: str) -> str:
     return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
 
 def find_run(experiment_id: str, tags: Mapping[str, str]) -> str | None:
     """The newest active run of the experiment carrying all of ``tags``, or None."""
     from mlflow.entities import ViewType
 
     clause = " and ".join(f"tags.`{k}` = {_quote(str(v))}" for k, v in tags.items())
-    runs = client().search_runs([experiment_id], filter_string=clause,
-                                run_view_type=ViewType.ACTIVE_ONLY,
-                                order_by=["attributes.start_time DESC"], max_results=1)
+    runs = client().search_runs(
+        [experiment_id],
+        filter_string=clause,
+        run_view_type=ViewType.ACTIVE_ONLY,
+        order_by=["attributes.start_time DESC"],
+        max_results=1,
+    )
     return str(runs[0].info.run_id) if runs else None
+
 
 def run_for(experiment_id: str, run_name: str, tags: Mapping[str, str]) -> tuple[str, bool]:
     """The run carrying ``tags`` (:func:`find_run`), else a new one named ``run_name`` with
@@ -219,10 +250,11 @@ def run_for(experiment_id: str, run_name: str, tags: Mapping[str, str]) -> tuple
     run = client().create_run(experiment_id, run_name=run_name, tags=dict(tags))
     return str(run.info.run_id), True
 
+
 def finite(metrics: Mapping[str, float]) -> dict[str, float]:
     """MLflow's REST API cannot carry NaN or infinity: undefined figures are left out."""
-    return {k: float(v) for k, v in metrics.items()
-            if v is not None and math.isfinite(float(v))}
+    return {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+
 
 def log_metrics(run_id: str, metrics: Mapping[str, float], *, step: int = 0) -> None:
     """Log the finite ``metrics`` at ``step`` in one batch."""
@@ -233,8 +265,13 @@ def log_metrics(run_id: str, metrics: Mapping[str, float], *, step: int = 0) -> 
     if batch:
         client().log_batch(run_id, metrics=batch)
 
-def sync_history(experiment_id: str, run_name: str, tags: Mapping[str, str],
-                 history: Mapping[int, Mapping[str, float]]) -> str:
+
+def sync_history(
+    experiment_id: str,
+    run_name: str,
+    tags: Mapping[str, str],
+    history: Mapping[int, Mapping[str, float]],
+) -> str:
     """Make the run carrying ``tags`` hold exactly ``history`` (step -> metrics) as its metric
     histories, so that MLflow draws one line per metric over the steps; the run id.
 
@@ -250,15 +287,22 @@ def sync_history(experiment_id: str, run_name: str, tags: Mapping[str, str],
         for key in c.get_run(run_id).data.metrics:
             for m in c.get_metric_history(run_id, key):
                 have.setdefault(int(m.step), {})[key] = float(m.value)
-        stale = any(step not in want or any(
-            k not in want[step] or not math.isclose(v, want[step][k], rel_tol=1e-9, abs_tol=0)
-            for k, v in values.items()) for step, values in have.items())
+        stale = any(
+            step not in want
+            or any(
+                k not in want[step] or not math.isclose(v, want[step][k], rel_tol=1e-9, abs_tol=0)
+                for k, v in values.items()
+            )
+            for step, values in have.items()
+        )
         if stale:
             c.delete_run(run_id)
             run_id = None
         else:
-            want = {s: {k: v for k, v in vals.items() if k not in have.get(s, {})}
-                    for s, vals in want.items()}
+            want = {
+                s: {k: v for k, v in vals.items() if k not in have.get(s, {})}
+                for s, vals in want.items()
+            }
     if run_id is None:
         run_id = str(c.create_run(experiment_id, run_name=run_name, tags=dict(tags)).info.run_id)
     for step in sorted(want):

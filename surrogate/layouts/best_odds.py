@@ -47,9 +47,20 @@ if TYPE_CHECKING:
 
 Z80 = 1.2815515655446004
 """Standard normal quantile of 0.9: an 80% interval is median x exp(+-1.2816 sd) in log."""
-DIMENSIONS: tuple[str, ...] = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "zero_stage",
-                               "dp_replicate", "recompute", "recompute_layers",
-                               "sequence_parallel")
+DIMENSIONS: tuple[str, ...] = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+    "zero_stage",
+    "dp_replicate",
+    "recompute",
+    "recompute_layers",
+    "sequence_parallel",
+)
 """The layout dimensions counted in the distance d between two layouts."""
 CELL: tuple[str, ...] = ("framework", "num_nodes")
 """The columns of a cell: only layouts of one cell share errors."""
@@ -73,18 +84,26 @@ class Correlation:
 
     def __post_init__(self) -> None:
         if self.cell < 0 or self.neighbours < 0 or self.cell + self.neighbours > 1:
-            raise ConfigError(f"correlation weights must be >= 0 and sum to <= 1, got cell "
-                              f"{self.cell} and neighbours {self.neighbours}")
+            raise ConfigError(
+                f"correlation weights must be >= 0 and sum to <= 1, got cell "
+                f"{self.cell} and neighbours {self.neighbours}"
+            )
         if not 0 <= self.decay <= 1:
             raise ConfigError(f"correlation decay must be in [0, 1], got {self.decay}")
         if not self.tail_df > 0:
             raise ConfigError(f"tail degrees of freedom must be > 0, got {self.tail_df}")
 
-    def between(self, differing: int | np.ndarray, same_cell: bool | np.ndarray = True,
-                ) -> np.ndarray:
+    def between(
+        self,
+        differing: int | np.ndarray,
+        same_cell: bool | np.ndarray = True,
+    ) -> np.ndarray:
         """The correlation of two distinct layouts that differ in ``differing`` dimensions."""
-        return np.where(same_cell, self.cell + self.neighbours * self.decay ** np.asarray(
-            differing, dtype=float), 0.0)
+        return np.where(
+            same_cell,
+            self.cell + self.neighbours * self.decay ** np.asarray(differing, dtype=float),
+            0.0,
+        )
 
 
 CORRELATION = Correlation(cell=0.005, neighbours=0.707, decay=0.35)
@@ -100,12 +119,12 @@ def log_sd(lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     lo, hi = np.asarray(lo, dtype=float), np.asarray(hi, dtype=float)
     ok = np.isfinite(lo) & np.isfinite(hi) & (lo > 0) & (hi >= lo)
     with np.errstate(divide="ignore", invalid="ignore"):
-        return np.where(ok, np.log(np.where(ok, hi, 1.0) / np.where(ok, lo, 1.0)) / (2 * Z80),
-                        np.nan)
+        return np.where(
+            ok, np.log(np.where(ok, hi, 1.0) / np.where(ok, lo, 1.0)) / (2 * Z80), np.nan
+        )
 
 
-def correlation_matrix(frame: pd.DataFrame,
-                       correlation: Correlation = CORRELATION) -> np.ndarray:
+def correlation_matrix(frame: pd.DataFrame, correlation: Correlation = CORRELATION) -> np.ndarray:
     """The rows' error correlations (columns of :data:`CELL` and :data:`DIMENSIONS` that
     ``frame`` lacks count as one value)."""
     cells = _codes(frame, CELL)
@@ -118,8 +137,13 @@ def correlation_matrix(frame: pd.DataFrame,
     return np.asarray(corr)
 
 
-def draw_log_errors(frame: pd.DataFrame, n_draws: int = N_DRAWS, *,
-                    correlation: Correlation = CORRELATION, seed: int = SEED) -> np.ndarray:
+def draw_log_errors(
+    frame: pd.DataFrame,
+    n_draws: int = N_DRAWS,
+    *,
+    correlation: Correlation = CORRELATION,
+    seed: int = SEED,
+) -> np.ndarray:
     """``n_draws`` x rows errors z with :func:`correlation_matrix`: standard normal, or with a
     finite ``tail_df`` each normal divided by its own sqrt(chi2(nu) / nu) and scaled by
     1.2816 / t_0.9(nu), so that +-1.2816 still holds 80% of each (a Student t of heavier
@@ -144,14 +168,22 @@ def _codes(frame: pd.DataFrame, columns: tuple[str, ...]) -> np.ndarray:
     held = [c for c in columns if c in frame.columns]
     if not held:
         return np.zeros(len(frame), dtype=int)
-    keys = pd.MultiIndex.from_frame(frame[held].astype(str)) if len(held) > 1 else \
-        frame[held[0]].astype(str)
+    keys = (
+        pd.MultiIndex.from_frame(frame[held].astype(str))
+        if len(held) > 1
+        else frame[held[0]].astype(str)
+    )
     return np.asarray(pd.factorize(keys)[0], dtype=int)
 
 
-def p_best(frame: pd.DataFrame, *, n_draws: int = N_DRAWS,
-           correlation: Correlation = CORRELATION, seed: int = SEED,
-           incumbent: float | None = None) -> np.ndarray:
+def p_best(
+    frame: pd.DataFrame,
+    *,
+    n_draws: int = N_DRAWS,
+    correlation: Correlation = CORRELATION,
+    seed: int = SEED,
+    incumbent: float | None = None,
+) -> np.ndarray:
     """Per row of ``frame`` (scored layouts: ``pred_mfu``, ``pred_mfu_lo``, ``pred_mfu_hi``,
     ``p_completed`` and the layout columns), the probability that it completes and has the
     highest MFU of the rows (module docstring), and above ``incumbent`` (an MFU measured
@@ -164,10 +196,12 @@ def p_best(frame: pd.DataFrame, *, n_draws: int = N_DRAWS,
     mu = frame["pred_mfu"].to_numpy(dtype=float)
     if not (np.all(np.isfinite(sd)) and np.all(mu > 0)):
         return np.full(n, np.nan)
-    log_mfu = np.log(mu) + sd * draw_log_errors(frame, n_draws, correlation=correlation,
-                                                seed=seed)
-    p_ok = np.nan_to_num(frame["p_completed"].to_numpy(dtype=float), nan=1.0) \
-        if "p_completed" in frame.columns else np.ones(n)
+    log_mfu = np.log(mu) + sd * draw_log_errors(frame, n_draws, correlation=correlation, seed=seed)
+    p_ok = (
+        np.nan_to_num(frame["p_completed"].to_numpy(dtype=float), nan=1.0)
+        if "p_completed" in frame.columns
+        else np.ones(n)
+    )
     completes = np.random.default_rng(seed + 1).random((n_draws, n)) < p_ok
     log_mfu = np.where(completes, log_mfu, -np.inf)
     best = np.argmax(log_mfu, axis=1)

@@ -71,6 +71,7 @@ class SpaceView(Protocol):
         """The space of ``point`` alone (its dimensions fixed, its node count the only one)."""
         ...
 
+
 TABLE_LIMIT = 10_000_000
 """Points :func:`space_table` (and so a search) generates by default. Mixtral 8x7B on 1-64
 nodes with torchtitan at a 4M-token batch, 9,408,000 points and 287,480 valid layouts, is
@@ -89,18 +90,33 @@ class _Points:
     order over the head, then :data:`REST_DIMENSIONS`), a dimension's index into its choices
     computed from it where read."""
 
-    def __init__(self, space: SpaceView, ch: dict[str, list[Any]],
-                 heads: list[tuple[int, int, int, int]], skip: tuple[str, ...] = ()) -> None:
+    def __init__(
+        self,
+        space: SpaceView,
+        ch: dict[str, list[Any]],
+        heads: list[tuple[int, int, int, int]],
+        skip: tuple[str, ...] = (),
+    ) -> None:
         self.ch = ch
         self.heads = np.array(heads, dtype=np.int64)
         names = ("head", *REST_DIMENSIONS)
-        axes = dict(zip(names, np.meshgrid(
-            np.arange(len(heads)), *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),
-            indexing="ij", sparse=True), strict=True))
+        axes = dict(
+            zip(
+                names,
+                np.meshgrid(
+                    np.arange(len(heads)),
+                    *(np.arange(len(ch[k])) for k in REST_DIMENSIONS),
+                    indexing="ij",
+                    sparse=True,
+                ),
+                strict=True,
+            )
+        )
         self.shape = (len(heads), *(len(ch[k]) for k in REST_DIMENSIONS))
         self.size = dict(zip(names, self.shape, strict=True))
-        self.stride = dict(zip(names, np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist(),
-                               strict=True))
+        self.stride = dict(
+            zip(names, np.cumprod((1, *self.shape[:0:-1]))[::-1].tolist(), strict=True)
+        )
         keep: Any = True
         self.dropped = ""
         """The first rule of :func:`_grid_rules` that leaves no point (else '')."""
@@ -145,8 +161,9 @@ class _Points:
         return out
 
 
-def _grid_rules(space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray,
-                axes: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def _grid_rules(
+    space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray, axes: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """Where the points of the grid (``axes``: each dimension's index, broadcastable) pass
     the rules of one or two choices, per rule: ``batch``, ``dp x mbs`` divides the batch;
     ``vpp``, virtual stages the configuration's validation would refuse anyway (vpp > 1 needs
@@ -163,40 +180,50 @@ def _grid_rules(space: SpaceView, ch: dict[str, list[Any]], heads: np.ndarray,
     vpp, mbs, ep = (np.asarray(ch[k])[axes[k]] for k in ("vpp", "mbs", "ep"))
     node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
     layers, stages = space.model.num_layers, pp * vpp
-    weighted = np.array([weighted_split(f) for f in ch["framework"]],
-                        dtype=bool)[axes["framework"]]
-    accounted = np.array([accounted_split(f) for f in ch["framework"]],
-                         dtype=bool)[axes["framework"]]
+    weighted = np.array([weighted_split(f) for f in ch["framework"]], dtype=bool)[axes["framework"]]
+    accounted = np.array([accounted_split(f) for f in ch["framework"]], dtype=bool)[
+        axes["framework"]
+    ]
     partial = _chooses_share(space, ch)[axes["recompute"], axes["framework"]]
-    hybrid = np.array([[space.chooses_sharding(z, f) for f in ch["framework"]]
-                       for z in ch["zero_stage"]], dtype=bool)
+    hybrid = np.array(
+        [[space.chooses_sharding(z, f) for f in ch["framework"]] for z in ch["zero_stage"]],
+        dtype=bool,
+    )
     return {
         "batch": space.global_batch_seqs % (dp[head] * mbs) == 0,
-        "vpp": (vpp == 1) | ((pp > 1) & (stages <= layers)
-                             & (weighted | (layers % stages == 0)
-                                | (accounted & ((layers + 2) % stages == 0)))),
-        "conditional": ((partial | (axes["recompute_share"] == 0))
-                        & (hybrid[axes["zero_stage"], axes["framework"]]
-                           | (axes["sharding"] == 0))),
+        "vpp": (vpp == 1)
+        | (
+            (pp > 1)
+            & (stages <= layers)
+            & (weighted | (layers % stages == 0) | (accounted & ((layers + 2) % stages == 0)))
+        ),
+        "conditional": (
+            (partial | (axes["recompute_share"] == 0))
+            & (hybrid[axes["zero_stage"], axes["framework"]] | (axes["sharding"] == 0))
+        ),
         "replicas": ~node | _copies_hold(dp[head], heads[:, 3][head], copies[head], ep),
     }
 
 
-def _copies_hold(dp: np.ndarray, cp: np.ndarray, copies: np.ndarray, ep: np.ndarray
-                 ) -> np.ndarray:
+def _copies_hold(dp: np.ndarray, cp: np.ndarray, copies: np.ndarray, ep: np.ndarray) -> np.ndarray:
     """Where ``copies`` copies of ZeRO's shards (arrays broadcast together) make a layout the
     validation keeps: more than one, dividing dp, fewer than dp x cp, the ranks of each copy
     divisible by ep."""
     ranks = dp * cp // np.maximum(copies, 1)
-    holds: np.ndarray = ((copies > 1) & (dp % np.maximum(copies, 1) == 0) & (dp * cp > copies)
-                         & ((ep <= 1) | (ranks % ep == 0)))
+    holds: np.ndarray = (
+        (copies > 1)
+        & (dp % np.maximum(copies, 1) == 0)
+        & (dp * cp > copies)
+        & ((ep <= 1) | (ranks % ep == 0))
+    )
     return holds
 
 
 def _chooses_share(space: SpaceView, ch: dict[str, list[Any]]) -> np.ndarray:
     """Per recompute choice and framework choice: whether its points choose a share."""
-    return np.array([[space.chooses_share(r, f) for f in ch["framework"]]
-                     for r in ch["recompute"]], dtype=bool)
+    return np.array(
+        [[space.chooses_share(r, f) for f in ch["framework"]] for r in ch["recompute"]], dtype=bool
+    )
 
 
 def space_table(space: SpaceView, limit: int = TABLE_LIMIT) -> FlatTable:
@@ -213,9 +240,14 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
 
     space.check_bound(limit)
     ch = space.choices()
-    heads = [(n, tp, pp, cp) for n in ch["num_nodes"] for tp in ch["tp"]
-             for pp in ch["pp"] for cp in ch["cp"]
-             if (n * space.gpus_per_node) % (tp * pp * cp) == 0]
+    heads = [
+        (n, tp, pp, cp)
+        for n in ch["num_nodes"]
+        for tp in ch["tp"]
+        for pp in ch["pp"]
+        for cp in ch["cp"]
+        if (n * space.gpus_per_node) % (tp * pp * cp) == 0
+    ]
     if not heads:
         _dropped(why, space, "heads")
         return _empty()
@@ -224,13 +256,13 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
         _dropped(why, space, points.dropped)
         return _empty()
     p = points.at(slice(None), "framework", "pp", "vpp", "recompute", "recompute_share")
-    share = np.where(_chooses_share(space, ch)[p["recompute"], p["framework"]],
-                     p["recompute_share"], 1.0)
+    share = np.where(
+        _chooses_share(space, ch)[p["recompute"], p["framework"]], p["recompute_share"], 1.0
+    )
     checkpointed = _checkpointed(space, {**p, "recompute_share": share}, ch["framework"])
     # Shares that give the same count are one layout: the first of them is kept.
     others = points.without(("recompute_share",), points.flat)
-    _, first = np.unique(others * (space.model.num_layers + 1) + checkpointed,
-                         return_index=True)
+    _, first = np.unique(others * (space.model.num_layers + 1) + checkpointed, return_index=True)
     rows = np.sort(first)
     dp_head, copies_head = _head_degrees(space, points.heads)
     p = points.at(rows, "head", "sharding")
@@ -242,7 +274,8 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
         _dropped(why, space, "copies")
         return _empty()
     runs = _runs(space, ch, points, dp_head, copies_head)[
-        points.without(("mbs", "recompute_share"), points.flat[rows])]
+        points.without(("mbs", "recompute_share"), points.flat[rows])
+    ]
     rows = rows[runs]
     if not len(rows):
         _dropped(why, space, "framework", dp=int(dp[0]), copies=int(copies[0]))
@@ -251,8 +284,9 @@ def _table(space: SpaceView, limit: int, why: list[str] | None) -> FlatTable:
     p.update(recompute_layers=checkpointed[rows], dp=dp[runs], dp_replicate=copies[runs])
     p["grad_accum"] = space.global_batch_seqs // (p["dp"] * p["mbs"])
     # copy=False: one block per column, none stacked (the columns are this table's own)
-    checked = validate_table(pd.DataFrame(_frame(space, p, ch), copy=False),
-                             messages=why is not None)
+    checked = validate_table(
+        pd.DataFrame(_frame(space, p, ch), copy=False), messages=why is not None
+    )
     if why is not None and checked.errors and checked.errors[0]:
         why.append(checked.errors[0])
     return checked.table
@@ -265,25 +299,38 @@ def _head_degrees(space: SpaceView, heads: np.ndarray) -> tuple[np.ndarray, np.n
     return dp, node_copies(dp, cp, tp, space.gpus_per_node)
 
 
-def _runs(space: SpaceView, ch: dict[str, list[Any]], points: _Points, dp: np.ndarray,
-          copies: np.ndarray) -> np.ndarray:
+def _runs(
+    space: SpaceView, ch: dict[str, list[Any]], points: _Points, dp: np.ndarray, copies: np.ndarray
+) -> np.ndarray:
     """Per cell of the grid without mbs and recompute_share (no framework rule reads them;
     C order, ``dp`` and ``copies`` per head): whether its framework runs it as described
     (:func:`~surrogate.layouts.degrees.runs_as_described`)."""
     names = tuple(k for k in points.size if k not in ("mbs", "recompute_share"))
     shape = tuple(points.size[k] for k in names)
-    axes = dict(zip(names, np.meshgrid(*(np.arange(n) for n in shape), indexing="ij",
-                                       sparse=True), strict=True))
+    axes = dict(
+        zip(
+            names,
+            np.meshgrid(*(np.arange(n) for n in shape), indexing="ij", sparse=True),
+            strict=True,
+        )
+    )
     head = axes["head"]
     node = (np.asarray(ch["sharding"], dtype=object) == "node")[axes["sharding"]]
     cols = {k: points.heads[:, _HEADS.index(k)][head] for k in _HEADS[1:]}
-    cols.update({k: np.asarray(ch[k])[axes[k]]
-                 for k in ("ep", "vpp", "zero_stage", "sequence_parallel")})
-    cols.update(recompute=axes["recompute"], framework=axes["framework"], dp=dp[head],
-                dp_replicate=np.where(node, copies[head], 1))
+    cols.update(
+        {k: np.asarray(ch[k])[axes[k]] for k in ("ep", "vpp", "zero_stage", "sequence_parallel")}
+    )
+    cols.update(
+        recompute=axes["recompute"],
+        framework=axes["framework"],
+        dp=dp[head],
+        dp_replicate=np.where(node, copies[head], 1),
+    )
     return runs_as_described(
         {k: np.broadcast_to(v, shape).ravel() for k, v in cols.items()},
-        moe=space.model.num_experts >= 2, names={k: ch[k] for k in ("framework", "recompute")})
+        moe=space.model.num_experts >= 2,
+        names={k: ch[k] for k in ("framework", "recompute")},
+    )
 
 
 def _empty() -> FlatTable:
@@ -312,8 +359,10 @@ def _pinned(space: SpaceView, point: Mapping[str, Any]) -> dict[str, Any]:
     p = {**point, **space.fixed}
     missing = [d for d in DIMENSIONS[:-2] if d not in p]
     if missing:
-        raise ConfigError(f"a point gives a value per dimension ({', '.join(DIMENSIONS)}), "
-                          f"missing {', '.join(missing)}")
+        raise ConfigError(
+            f"a point gives a value per dimension ({', '.join(DIMENSIONS)}), "
+            f"missing {', '.join(missing)}"
+        )
     framework = get_framework(str(p["framework"]))
     zero, recompute = int(p["zero_stage"]), str(p["recompute"])
     hybrid = space.chooses_sharding(zero, framework.name)
@@ -324,15 +373,20 @@ def _pinned(space: SpaceView, point: Mapping[str, Any]) -> dict[str, Any]:
         stages = " or ".join(map(str, framework.hybrid_sharding_stages))
         raise ConfigError(
             f"sharding 'node' copies ZeRO's shards, which {framework.name} does "
-            + (f"with zero_stage {stages} only, got zero_stage={zero}" if stages
-               else "not: its sharding must be 'full'"))
+            + (
+                f"with zero_stage {stages} only, got zero_stage={zero}"
+                if stages
+                else "not: its sharding must be 'full'"
+            )
+        )
     partial = space.chooses_share(recompute, framework.name)
     share = float((p if partial else point).get("recompute_share", 1.0))
     if share != 1.0 and not partial:
         raise ConfigError(
             f"recompute_share below 1 needs full recomputation on a framework that "
             f"checkpoints some layers ({', '.join(partial_frameworks())}), got "
-            f"recompute={recompute!r} framework={framework.name} recompute_share={share}")
+            f"recompute={recompute!r} framework={framework.name} recompute_share={share}"
+        )
     if not 0.0 < share <= 1.0:
         raise ConfigError(f"recompute_share must lie in (0, 1], got {share}")
     return {**p, "framework": framework.name, "recompute_share": share, "sharding": sharding}
@@ -344,11 +398,20 @@ def table_configs(space: SpaceView, table: FlatTable) -> list[TrainingConfig]:
     cols = {k: table[k].tolist() for k in ("gpu", "gpus_per_node", "num_nodes", *LAYOUT_FIELDS)}
     out = []
     for i in range(table_len(table)):
-        cluster = ClusterConfig(gpu=cols["gpu"][i], gpus_per_node=cols["gpus_per_node"][i],
-                                num_nodes=cols["num_nodes"][i])
+        cluster = ClusterConfig(
+            gpu=cols["gpu"][i],
+            gpus_per_node=cols["gpus_per_node"][i],
+            num_nodes=cols["num_nodes"][i],
+        )
         layout = LayoutConfig(**{k: cols[k][i] for k in LAYOUT_FIELDS})
-        out.append(TrainingConfig(model=space.model, cluster=cluster, layout=layout,
-                                  global_batch_seqs=space.global_batch_seqs))
+        out.append(
+            TrainingConfig(
+                model=space.model,
+                cluster=cluster,
+                layout=layout,
+                global_batch_seqs=space.global_batch_seqs,
+            )
+        )
     return out
 
 
@@ -362,39 +425,60 @@ def _dropped(why: list[str] | None, space: SpaceView, step: str, **derived: int)
     world = nodes * space.gpus_per_node
     dp = derived.get("dp", world // (tp * pp * cp) if world % (tp * pp * cp) == 0 else 0)
     if step == "heads":
-        why.append(f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} "
-                   f"pp={pp} cp={cp} ({tp * pp * cp})")
+        why.append(
+            f"tp * pp * cp must divide the number of GPUs ({world}), got tp={tp} "
+            f"pp={pp} cp={cp} ({tp * pp * cp})"
+        )
     elif step == "batch":
-        why.append(f"dp * mbs must divide the global batch ({space.global_batch_seqs} "
-                   f"sequences), got dp={dp} mbs={mbs} ({dp * mbs})")
+        why.append(
+            f"dp * mbs must divide the global batch ({space.global_batch_seqs} "
+            f"sequences), got dp={dp} mbs={mbs} ({dp * mbs})"
+        )
     elif step == "copies":
-        why.append(f"sharding 'node' needs the data- and context-parallel ranks to span whole "
-                   f"nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
-                   f"{space.gpus_per_node} GPUs a node): it would be 'full'")
+        why.append(
+            f"sharding 'node' needs the data- and context-parallel ranks to span whole "
+            f"nodes, and more than one (dp={dp} cp={cp} tp={tp} on "
+            f"{space.gpus_per_node} GPUs a node): it would be 'full'"
+        )
     elif step == "framework":
         problem = get_framework(str(p["framework"])).runs_as_another(
-            dp=dp, tp=tp, pp=pp, cp=cp, ep=int(p["ep"]), vpp=int(p["vpp"]),
-            zero_stage=int(p["zero_stage"]), recompute=str(p["recompute"]),
+            dp=dp,
+            tp=tp,
+            pp=pp,
+            cp=cp,
+            ep=int(p["ep"]),
+            vpp=int(p["vpp"]),
+            zero_stage=int(p["zero_stage"]),
+            recompute=str(p["recompute"]),
             sequence_parallel=bool(p["sequence_parallel"]),  # under 1F1B (space's docstring)
-            dp_replicate=derived["copies"], moe=space.model.num_experts >= 2)
+            dp_replicate=derived["copies"],
+            moe=space.model.num_experts >= 2,
+        )
         why.append(problem or f"{p['framework']} does not run this layout as described")
     else:  # a pinned conditional dimension: checked by point_config before
         why.append(f"the point breaks the space's rule {step!r}")
 
 
-def _frame(space: SpaceView, p: dict[str, np.ndarray], ch: dict[str, list[Any]]
-           ) -> dict[str, Any]:
+def _frame(space: SpaceView, p: dict[str, np.ndarray], ch: dict[str, list[Any]]) -> dict[str, Any]:
     """The columns of the configurations of points ``p``: the model's, the cluster's and the
     layouts', text as categoricals."""
     import pandas as pd
 
     n = len(p["dp"])
     frame: dict[str, Any] = {k: _one_value(n, getattr(space.model, k)) for k in MODEL_FIELDS}
-    frame.update(gpu=_one_value(n, space.gpu), gpus_per_node=np.full(n, space.gpus_per_node),
-                 dtype=_one_value(n, space.dtype), framework_version=_one_value(n, None))
+    frame.update(
+        gpu=_one_value(n, space.gpu),
+        gpus_per_node=np.full(n, space.gpus_per_node),
+        dtype=_one_value(n, space.dtype),
+        framework_version=_one_value(n, None),
+    )
     frame.update({k: p[k] for k in ("num_nodes", *LAYOUT_FIELDS) if k in p and k not in _TEXT})
-    frame.update({k: pd.Categorical.from_codes(p[k], dtype=pd.CategoricalDtype(ch[k]))
-                  for k in ("framework", "recompute")})
+    frame.update(
+        {
+            k: pd.Categorical.from_codes(p[k], dtype=pd.CategoricalDtype(ch[k]))
+            for k in ("framework", "recompute")
+        }
+    )
     return frame
 
 
@@ -406,12 +490,14 @@ def _one_value(n: int, value: Any) -> Any:
     if value is None or isinstance(value, str):
         return pd.Categorical.from_codes(
             np.full(n, -1 if value is None else 0, dtype=np.int8),
-            dtype=pd.CategoricalDtype([] if value is None else [value]))
+            dtype=pd.CategoricalDtype([] if value is None else [value]),
+        )
     return np.full(n, value)
 
 
-def _checkpointed(space: SpaceView, p: dict[str, np.ndarray], frameworks: Sequence[str]
-                  ) -> np.ndarray:
+def _checkpointed(
+    space: SpaceView, p: dict[str, np.ndarray], frameworks: Sequence[str]
+) -> np.ndarray:
     """``recompute_layers`` of each point of columns ``p`` (its framework the code of one of
     ``frameworks``; :func:`recompute_layers_for_share`), judged once per distinct framework,
     pipeline and share."""
@@ -422,6 +508,8 @@ def _checkpointed(space: SpaceView, p: dict[str, np.ndarray], frameworks: Sequen
         codes, counts = per_group(
             [p["framework"][part], p["pp"][part], p["vpp"][part], share[part]],
             lambda f, pp, vpp, s: recompute_layers_for_share(
-                frameworks[f], space.model.num_layers, int(pp), int(vpp), float(s)))
+                frameworks[f], space.model.num_layers, int(pp), int(vpp), float(s)
+            ),
+        )
         out[part] = np.asarray(counts, dtype=np.int64)[codes]
     return out

@@ -19,24 +19,62 @@ def layout_label(cfg: TrainingConfig) -> str:
     (``hsdp4``: four copies of ZeRO's shards; ``rc-full-k3``: full recomputation of 3 layers
     of each pipeline stage)."""
     lay = cfg.layout
-    return label_of(lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs, lay.grad_accum,
-                  lay.zero_stage, lay.recompute, lay.recompute_layers, lay.sequence_parallel,
-                  lay.dp_replicate)
+    return label_of(
+        lay.dp,
+        lay.tp,
+        lay.pp,
+        lay.cp,
+        lay.ep,
+        lay.vpp,
+        lay.mbs,
+        lay.grad_accum,
+        lay.zero_stage,
+        lay.recompute,
+        lay.recompute_layers,
+        lay.sequence_parallel,
+        lay.dp_replicate,
+    )
 
 
-LABEL_FIELDS = ("dp", "tp", "pp", "cp", "ep", "vpp", "mbs", "grad_accum", "zero_stage",
-                 "recompute", "recompute_layers", "sequence_parallel", "dp_replicate")
+LABEL_FIELDS = (
+    "dp",
+    "tp",
+    "pp",
+    "cp",
+    "ep",
+    "vpp",
+    "mbs",
+    "grad_accum",
+    "zero_stage",
+    "recompute",
+    "recompute_layers",
+    "sequence_parallel",
+    "dp_replicate",
+)
 
 
 def layout_labels(table: FlatTable) -> list[str]:
     """:func:`layout_label` of every configuration of a flat table."""
-    return [label_of(*values) for values in zip(*(table[k].tolist() for k in LABEL_FIELDS),
-                                                strict=True)]
+    return [
+        label_of(*values) for values in zip(*(table[k].tolist() for k in LABEL_FIELDS), strict=True)
+    ]
 
 
-def label_of(dp: int, tp: int, pp: int, cp: int, ep: int, vpp: int, mbs: int, grad_accum: int,
-           zero_stage: int, recompute: str, recompute_layers: int,
-           sequence_parallel: bool, dp_replicate: int = 1) -> str:
+def label_of(
+    dp: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    vpp: int,
+    mbs: int,
+    grad_accum: int,
+    zero_stage: int,
+    recompute: str,
+    recompute_layers: int,
+    sequence_parallel: bool,
+    dp_replicate: int = 1,
+) -> str:
     parts = [f"dp{dp}", f"tp{tp}", f"pp{pp}"]
     if cp > 1:
         parts.append(f"cp{cp}")
@@ -84,12 +122,21 @@ def point_of(cfg: TrainingConfig) -> dict[str, Any]:
     lay = cfg.layout
     share = 1.0
     if lay.recompute_layers:
-        share = lay.recompute_layers / stage_layers(lay.framework, cfg.model.num_layers,
-                                                    lay.pp, lay.vpp)
+        share = lay.recompute_layers / stage_layers(
+            lay.framework, cfg.model.num_layers, lay.pp, lay.vpp
+        )
     return {
-        "num_nodes": cfg.cluster.num_nodes, "tp": lay.tp, "pp": lay.pp, "cp": lay.cp,
-        "ep": lay.ep, "vpp": lay.vpp, "mbs": lay.mbs, "zero_stage": lay.zero_stage,
-        "recompute": lay.recompute, "sequence_parallel": lay.sequence_parallel,
-        "framework": lay.framework, "recompute_share": share,
+        "num_nodes": cfg.cluster.num_nodes,
+        "tp": lay.tp,
+        "pp": lay.pp,
+        "cp": lay.cp,
+        "ep": lay.ep,
+        "vpp": lay.vpp,
+        "mbs": lay.mbs,
+        "zero_stage": lay.zero_stage,
+        "recompute": lay.recompute,
+        "sequence_parallel": lay.sequence_parallel,
+        "framework": lay.framework,
+        "recompute_share": share,
         "sharding": "node" if lay.dp_replicate > 1 else "full",
     }

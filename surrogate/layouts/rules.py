@@ -45,21 +45,25 @@ CITATION = (
 _ZERO_PREFERENCE = {1: 0, 2: 1, 3: 2, 0: 3}
 _RECOMPUTE_PREFERENCE = {"none": 0, "selective": 1, "full": 2}
 
+
 def rule_key(cfg: TrainingConfig, fits: bool) -> tuple[Any, ...]:
     """The rules' preference of one layout (lower first); ``fits``: the analytic memory verdict."""
     lay = cfg.layout
     return (
-        not fits,                                    # step 1: fit in memory
-        lay.tp > cfg.cluster.gpus_per_node,          # step 3: TP inside a node ...
-        -lay.tp,                                     # ... as large as the node allows
-        lay.pp,                                      # PP only when needed
-        lay.cp, lay.vpp, -lay.ep,
-        _ZERO_PREFERENCE[lay.zero_stage],            # then ZeRO/DP
+        not fits,  # step 1: fit in memory
+        lay.tp > cfg.cluster.gpus_per_node,  # step 3: TP inside a node ...
+        -lay.tp,  # ... as large as the node allows
+        lay.pp,  # PP only when needed
+        lay.cp,
+        lay.vpp,
+        -lay.ep,
+        _ZERO_PREFERENCE[lay.zero_stage],  # then ZeRO/DP
         _RECOMPUTE_PREFERENCE[lay.recompute],
-        -lay.mbs,                                    # the largest micro-batch that fits
+        -lay.mbs,  # the largest micro-batch that fits
         not (lay.sequence_parallel or lay.tp == 1),  # sequence parallelism with TP
         cfg.cluster.num_nodes,
     )
+
 
 def analytic_fits(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
@@ -67,9 +71,11 @@ def analytic_fits(
     """Whether each configuration fits in memory by the analytic model alone."""
     if not configs:
         return np.zeros(0, dtype=bool)
-    c, out, _ = analytic_for(configs, profile, sets=shipped_parameter_sets(),
-                             resolve=resolve_perf_model)
+    c, out, _ = analytic_for(
+        configs, profile, sets=shipped_parameter_sets(), resolve=resolve_perf_model
+    )
     return np.asarray(out["mem_total"] <= c["memory_bytes"], dtype=bool)
+
 
 def rules_order(
     configs: Sequence[TrainingConfig], profile: str | Path | PerfModel | None = None
@@ -79,9 +85,8 @@ def rules_order(
     keys = [rule_key(cfg, bool(f)) for cfg, f in zip(configs, fits, strict=True)]
     return sorted(range(len(configs)), key=lambda i: keys[i])
 
-def rules_pick(
-    space: LayoutSpace, profile: str | Path | PerfModel | None = None
-) -> TrainingConfig:
+
+def rules_pick(space: LayoutSpace, profile: str | Path | PerfModel | None = None) -> TrainingConfig:
     """The layout the rules of thumb choose in ``space``.
 
     Only the corner of the space the rules can reach is enumerated (cp = 1 and vpp = 1 when

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from surrogate.analytic.perf import PerfModel
     from surrogate.learned.model import SurrogateModel
 
+
 @dataclass(frozen=True, kw_only=True)
 class Limits:
     """What a layout must satisfy besides being valid."""
@@ -40,8 +41,7 @@ class Limits:
         if not 0.0 <= self.max_p_oom <= 1.0:
             raise ConfigError(f"max_p_oom must be between 0 and 1, got {self.max_p_oom}")
         if not 0.0 <= self.memory_margin_frac < 1.0:
-            raise ConfigError(
-                f"memory margin must be in [0, 1), got {self.memory_margin_frac}")
+            raise ConfigError(f"memory margin must be in [0, 1), got {self.memory_margin_frac}")
 
 
 def score_configs(
@@ -71,9 +71,16 @@ def score_configs(
     limits = limits or Limits()
     table = configs if isinstance(configs, dict) else flat_table(configs)
     if table_len(table) == 0:
-        return pd.DataFrame(columns=["layout", "num_gpus",
-                                     *(k for k in SCORE_COLUMNS if k != "error"),
-                                     "analytic_fits", "feasible", "key"])
+        return pd.DataFrame(
+            columns=[
+                "layout",
+                "num_gpus",
+                *(k for k in SCORE_COLUMNS if k != "error"),
+                "analytic_fits",
+                "feasible",
+                "key",
+            ]
+        )
     columns, analytic_fits = _score_in_chunks(table, resolve_model(model), profile)
     frame = table_frame(table)
     if labels:
@@ -84,7 +91,8 @@ def score_configs(
     frame["analytic_fits"] = analytic_fits
     frame["feasible"] = (frame["p_oom"] <= limits.max_p_oom) & (
         frame["pred_peak_device_mem_gib"]
-        <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"])
+        <= (1.0 - limits.memory_margin_frac) * frame["capacity_gib"]
+    )
     if keys:
         frame["key"] = layout_keys(table)
     return frame
@@ -96,17 +104,20 @@ then work on arrays that the allocator reuses and the caches hold, about half th
 one pass over 10^6 rows (docs/speed.md). Every row's answer is the same."""
 
 
-def _score_in_chunks(table: FlatTable, model: SurrogateModel | None,
-                     profile: str | Path | PerfModel | None
-                     ) -> tuple[dict[str, np.ndarray], np.ndarray]:
+def _score_in_chunks(
+    table: FlatTable, model: SurrogateModel | None, profile: str | Path | PerfModel | None
+) -> tuple[dict[str, np.ndarray], np.ndarray]:
     """:func:`~surrogate.prediction.scoring.score`'s columns (without ``error``) of every row
     of ``table``, :data:`SCORE_CHUNK` rows at a time, and where the analytic memory fits the
     GPU; ConfigError with the first row's error."""
     columns: list[dict[str, np.ndarray]] = []
     fits = []
     for start in range(0, table_len(table), SCORE_CHUNK):
-        s = score({k: v[start:start + SCORE_CHUNK] for k, v in table.items()},
-                  model=model, profile=profile)
+        s = score(
+            {k: v[start : start + SCORE_CHUNK] for k, v in table.items()},
+            model=model,
+            profile=profile,
+        )
         bad = next((r for r in s.columns["error"] if r), "")
         if bad:
             raise ConfigError(bad)
@@ -114,8 +125,7 @@ def _score_in_chunks(table: FlatTable, model: SurrogateModel | None,
         fits.append(s.analytic["mem_total"] <= s.cols["memory_bytes"])
     if len(columns) == 1:
         return columns[0], fits[0]
-    return ({k: np.concatenate([c[k] for c in columns]) for k in columns[0]},
-            np.concatenate(fits))
+    return ({k: np.concatenate([c[k] for c in columns]) for k in columns[0]}, np.concatenate(fits))
 
 
 def with_keys(frame: pd.DataFrame) -> pd.DataFrame:
@@ -136,8 +146,8 @@ def rank(scored: pd.DataFrame, by: RankBy = "mean") -> pd.DataFrame:
     without one last); ties: fewer GPUs, then lower OOM risk."""
     column = rank_column(by)
     order = scored.assign(_inf=~scored["feasible"]).sort_values(
-        ["_inf", column, "num_gpus", "p_oom"], ascending=[True, False, True, True],
-        kind="mergesort")
+        ["_inf", column, "num_gpus", "p_oom"], ascending=[True, False, True, True], kind="mergesort"
+    )
     return order.drop(columns="_inf").reset_index(drop=True)
 
 
@@ -145,8 +155,6 @@ def rank_column(by: str) -> str:
     if by not in RANK_COLUMNS:
         raise ConfigError(f"rank must be mean or safe, got {by!r}")
     return RANK_COLUMNS[by]
-
-
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,8 +167,12 @@ class Scorer:
     rank: RankBy
 
     def ranked(self, configs: Sequence[TrainingConfig] | FlatTable, **kw: bool) -> pd.DataFrame:
-        return rank(score_configs(configs, model=self.learned, profile=self.profile,
-                                  limits=self.limits, **kw), self.rank)
+        return rank(
+            score_configs(
+                configs, model=self.learned, profile=self.profile, limits=self.limits, **kw
+            ),
+            self.rank,
+        )
 
     def value(self, row: pd.Series) -> float:
         """What optuna maximises: the ranked column (a missing lower end counts as 0)."""
@@ -168,8 +180,9 @@ class Scorer:
         return v if math.isfinite(v) else 0.0
 
 
-
 def scored_to_records(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON-ready rows (NaN -> None; the key dropped)."""
-    return [{str(k): json_safe(v) for k, v in rec.items()}
-            for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records")]
+    return [
+        {str(k): json_safe(v) for k, v in rec.items()}
+        for rec in frame.drop(columns=["key"], errors="ignore").to_dict("records")
+    ]

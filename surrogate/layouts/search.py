@@ -55,8 +55,16 @@ from surrogate.layouts.space import LayoutSpace, layout_key
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
-__all__ = ["RANK_COLUMNS", "Limits", "RankBy", "SearchResult", "rank", "score_configs",
-           "scored_to_records", "search"]
+__all__ = [
+    "RANK_COLUMNS",
+    "Limits",
+    "RankBy",
+    "SearchResult",
+    "rank",
+    "score_configs",
+    "scored_to_records",
+    "search",
+]
 
 if TYPE_CHECKING:
     import optuna
@@ -79,14 +87,22 @@ their correlated errors whose time grows faster than the square of their count (
 
 def check_top_k(top_k: int, flag: str = "top_k") -> None:
     """ConfigError unless 1 <= ``top_k`` <= :data:`MAX_TOP_K`, saying why the cap."""
-    capped_count(top_k, flag, MAX_TOP_K,
-                 "each layout shown gets its odds of being the best of those shown, a Monte "
-                 "Carlo over their correlated errors whose time grows faster than the square of "
-                 "their count (minutes beyond a few thousand)")
+    capped_count(
+        top_k,
+        flag,
+        MAX_TOP_K,
+        "each layout shown gets its odds of being the best of those shown, a Monte "
+        "Carlo over their correlated errors whose time grows faster than the square of "
+        "their count (minutes beyond a few thousand)",
+    )
 
 
-TOP_COLUMNS: tuple[str, ...] = ("pred_tokens_per_s_per_gpu_lo", "pred_tokens_per_s_per_gpu_hi",
-                                "p_best", "best_set")
+TOP_COLUMNS: tuple[str, ...] = (
+    "pred_tokens_per_s_per_gpu_lo",
+    "pred_tokens_per_s_per_gpu_hi",
+    "p_best",
+    "best_set",
+)
 """What the top layouts carry besides :func:`score_configs`' columns: the tokens/s interval (the
 MFU interval's, in tokens/s per GPU), the probability that the layout completes and is the
 fastest of the top ones (:func:`surrogate.layouts.best_odds.p_best`; NaN without intervals) and
@@ -123,7 +139,6 @@ CONSTRAINT_NAMES: tuple[str, ...] = ("invalid", "oom_risk", "memory_gib")
 def _constraints(trial: optuna.trial.FrozenTrial) -> Sequence[float]:
     value = trial.user_attrs.get("constraints")
     return [1.0, 1.0, 1.0] if value is None else list(value)
-
 
 
 def search(
@@ -195,30 +210,44 @@ def search(
 
     check_top_k(top_k)
     how = _scorer(space, model, profile, limits, objective, rank)
-    result = SearchResult(top=pd.DataFrame(), pareto=None, configs={}, n_trials=0,
-                          n_invalid=0, n_infeasible=0, study_name=None,
-                          method=_method(space, method, n_trials, storage, enumerate_limit))
-    scored, invalid = ((_score_enumerated(space, how, enumerate_limit, result, progress), [])
-                       if result.method == "enumerate" else
-                       _score_trials(space, how, objective, n_trials, storage, study_name, seed,
-                                     result, progress))
+    result = SearchResult(
+        top=pd.DataFrame(),
+        pareto=None,
+        configs={},
+        n_trials=0,
+        n_invalid=0,
+        n_infeasible=0,
+        study_name=None,
+        method=_method(space, method, n_trials, storage, enumerate_limit),
+    )
+    scored, invalid = (
+        (_score_enumerated(space, how, enumerate_limit, result, progress), [])
+        if result.method == "enumerate"
+        else _score_trials(
+            space, how, objective, n_trials, storage, study_name, seed, result, progress
+        )
+    )
     if scored is None:  # invalid: optuna trials' broken rules
         raise ConfigError(_no_valid_layout(space, enumerate_limit, invalid, result.n_trials))
     _choose(result, space, scored, how, objective, top_k)
     return result
 
 
-def _method(space: LayoutSpace, method: Method, n_trials: int, storage: str | None,
-            limit: int) -> Literal["enumerate", "optuna"]:
+def _method(
+    space: LayoutSpace, method: Method, n_trials: int, storage: str | None, limit: int
+) -> Literal["enumerate", "optuna"]:
     """The path :func:`search` takes (module docstring); ConfigError where the request
     cannot be met (its Raises)."""
     if method not in METHODS:
         raise ConfigError(f"method must be one of {', '.join(METHODS)}, got {method!r}")
     if method == "enumerate" and storage is not None:
-        raise ConfigError("an optuna storage holds optuna's trials: search it with method "
-                          "optuna (or auto), or enumerate without a storage")
-    if method == "enumerate" or (method == "auto" and storage is None
-                                 and space.is_enumerable(limit)):
+        raise ConfigError(
+            "an optuna storage holds optuna's trials: search it with method "
+            "optuna (or auto), or enumerate without a storage"
+        )
+    if method == "enumerate" or (
+        method == "auto" and storage is None and space.is_enumerable(limit)
+    ):
         space.check_bound(limit, optuna=method == "auto")  # raises, saying why
         return "enumerate"
     if n_trials < 1:
@@ -228,23 +257,31 @@ def _method(space: LayoutSpace, method: Method, n_trials: int, storage: str | No
     return "optuna"
 
 
-def _scorer(space: LayoutSpace, model: SurrogateModel | str | Path | None,
-            profile: str | Path | PerfModel | None, limits: Limits | None,
-            objective: Objective, rank: RankBy) -> Scorer:
+def _scorer(
+    space: LayoutSpace,
+    model: SurrogateModel | str | Path | None,
+    profile: str | Path | PerfModel | None,
+    limits: Limits | None,
+    objective: Objective,
+    rank: RankBy,
+) -> Scorer:
     """How :func:`search` scores, once its request is checked (its Raises)."""
     rank_column(rank)
     if objective == "mfu-vs-gpus" and len(space.node_counts) < 2:
         raise ConfigError("objective mfu-vs-gpus needs a range of node counts, got one")
     learned = resolve_model(model)
     if rank == "safe" and learned is None:
-        raise ConfigError("rank safe ranks by the lower end of the learned model's 80% interval, "
-                          "which the analytic model alone does not give: rank mean, or a "
-                          "learned model")
+        raise ConfigError(
+            "rank safe ranks by the lower end of the learned model's 80% interval, "
+            "which the analytic model alone does not give: rank mean, or a "
+            "learned model"
+        )
     return Scorer(learned=learned, profile=profile, limits=limits or Limits(), rank=rank)
 
 
-def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: SearchResult,
-                      progress: ProgressFn | None) -> pd.DataFrame | None:
+def _score_enumerated(
+    space: LayoutSpace, how: Scorer, limit: int, result: SearchResult, progress: ProgressFn | None
+) -> pd.DataFrame | None:
     """Every valid layout of the space scored and ranked (None: none is valid); the count goes
     to ``result``."""
     report(progress, "enumerating and scoring the space", 0, 1)
@@ -255,25 +292,39 @@ def _score_enumerated(space: LayoutSpace, how: Scorer, limit: int, result: Searc
     return frame
 
 
-def _score_trials(space: LayoutSpace, how: Scorer, objective: Objective, n_trials: int,
-                  storage: str | None, study_name: str | None, seed: int, result: SearchResult,
-                  progress: ProgressFn | None) -> tuple[pd.DataFrame | None, list[str]]:
+def _score_trials(
+    space: LayoutSpace,
+    how: Scorer,
+    objective: Objective,
+    n_trials: int,
+    storage: str | None,
+    study_name: str | None,
+    seed: int,
+    result: SearchResult,
+    progress: ProgressFn | None,
+) -> tuple[pd.DataFrame | None, list[str]]:
     """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
     rules the invalid ones broke; the counts and the configurations go to ``result``."""
-    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed,
-                              progress)
+    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, progress)
     result.study_name = study.study_name
     result.n_trials = len(study.trials)
     result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
     result.n_infeasible = sum(
-        1 for t in study.trials if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0)
+        1 for t in study.trials if not t.user_attrs.get("invalid") and max(_constraints(t)) > 0
+    )
     result.configs.update({layout_key(c): c for c in found})
     invalid = [str(t.user_attrs["invalid"]) for t in study.trials if t.user_attrs.get("invalid")]
     return (how.ranked(found) if found else None), invalid
 
 
-def _choose(result: SearchResult, space: LayoutSpace, every_scored: pd.DataFrame,
-            how: Scorer, objective: Objective, top_k: int) -> None:
+def _choose(
+    result: SearchResult,
+    space: LayoutSpace,
+    every_scored: pd.DataFrame,
+    how: Scorer,
+    objective: Objective,
+    top_k: int,
+) -> None:
     """Fill ``result``'s top (with each one's odds of being the best), Pareto front, notes and
     the configurations of the layouts shown, from every layout scored (ranked, keys
     distinct)."""
@@ -285,7 +336,8 @@ def _choose(result: SearchResult, space: LayoutSpace, every_scored: pd.DataFrame
         result.notes.append(
             f"no layout meets the limits (p_oom <= {limits.max_p_oom}, memory margin "
             f"{limits.memory_margin_frac:.0%}); the table shows the least bad ones"
-            + ("" if objective == "mfu" else " and the Pareto front is empty"))
+            + ("" if objective == "mfu" else " and the Pareto front is empty")
+        )
         feasible = every_scored
     top = _labelled(feasible.head(top_k).reset_index(drop=True))
     ratio = top["pred_tokens_per_s_per_gpu"] / top["pred_mfu"]  # tokens/s per unit of MFU
@@ -299,8 +351,9 @@ def _choose(result: SearchResult, space: LayoutSpace, every_scored: pd.DataFrame
         # with the model's name, which no column holds (launch files name its flavour)
         for key, row in zip(frame["key"], frame.to_dict("records"), strict=True):
             if key not in result.configs:
-                result.configs[key] = config_from_flat({**row, "name": space.model.name},
-                                                       global_batch_seqs=space.global_batch_seqs)
+                result.configs[key] = config_from_flat(
+                    {**row, "name": space.model.name}, global_batch_seqs=space.global_batch_seqs
+                )
 
 
 def _labelled(frame: pd.DataFrame) -> pd.DataFrame:
@@ -324,14 +377,20 @@ def _no_valid_layout(space: LayoutSpace, limit: int, invalid: list[str], trials:
                 example = [str(e)]
                 break
     nodes = ",".join(map(str, space.node_counts))
-    found = (f"none of optuna's {trials} trials was a valid layout" if trials else
-             "the space holds no valid layout")
-    return (f"{found} of {space.model.name} on {nodes} x {space.gpus_per_node} {space.gpu} for "
-            f"a global batch of {space.global_batch_seqs} sequences"
-            + (f" (e.g. {example[0]})" if example else "")
-            + (": run more trials, or" if trials else ":") + " widen it (other node counts or "
-            "frameworks, a larger --max-mbs or --max-cp, a global batch that more "
-            "data-parallel degrees divide)")
+    found = (
+        f"none of optuna's {trials} trials was a valid layout"
+        if trials
+        else "the space holds no valid layout"
+    )
+    return (
+        f"{found} of {space.model.name} on {nodes} x {space.gpus_per_node} {space.gpu} for "
+        f"a global batch of {space.global_batch_seqs} sequences"
+        + (f" (e.g. {example[0]})" if example else "")
+        + (": run more trials, or" if trials else ":")
+        + " widen it (other node counts or "
+        "frameworks, a larger --max-mbs or --max-cp, a global batch that more "
+        "data-parallel degrees divide)"
+    )
 
 
 def _pareto(frame: pd.DataFrame, objective: Objective, column: str = "pred_mfu") -> pd.DataFrame:
@@ -366,8 +425,13 @@ def _run_study(
     if storage is not None:
         check_storage(storage)
         ensure_sqlite_dir(storage)
-    study = optuna.create_study(storage=storage, study_name=study_name, sampler=sampler,
-                                directions=directions, load_if_exists=study_name is not None)
+    study = optuna.create_study(
+        storage=storage,
+        study_name=study_name,
+        sampler=sampler,
+        directions=directions,
+        load_if_exists=study_name is not None,
+    )
     found: dict[tuple[Any, ...], TrainingConfig] = {}
     run = _trial_objective(space, how, objective, {}, found, native)
     stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
@@ -383,25 +447,38 @@ def _run_study(
     return study, list(found.values())
 
 
-def _sampler(objective: Objective, n_trials: int, seed: int, native: bool,
-             ) -> tuple[optuna.samplers.BaseSampler, list[Literal["minimize", "maximize"]]]:
+def _sampler(
+    objective: Objective,
+    n_trials: int,
+    seed: int,
+    native: bool,
+) -> tuple[optuna.samplers.BaseSampler, list[Literal["minimize", "maximize"]]]:
     """TPE for one objective, NSGA-II for two, and the study's directions."""
     import optuna
 
     extra: dict[str, Any] = {} if native else {"constraints_func": _constraints}
     if objective == "mfu":
-        return (optuna.samplers.TPESampler(seed=seed, **extra,
-                                           n_startup_trials=min(20, max(1, n_trials // 4))),
-                ["maximize"])
-    return (optuna.samplers.NSGAIISampler(seed=seed, **extra,
-                                          population_size=min(50, max(4, n_trials // 4))),
-            ["maximize", "minimize"])
+        return (
+            optuna.samplers.TPESampler(
+                seed=seed, **extra, n_startup_trials=min(20, max(1, n_trials // 4))
+            ),
+            ["maximize"],
+        )
+    return (
+        optuna.samplers.NSGAIISampler(
+            seed=seed, **extra, population_size=min(50, max(4, n_trials // 4))
+        ),
+        ["maximize", "minimize"],
+    )
 
 
 def _trial_objective(
-    space: LayoutSpace, how: Scorer, objective: Objective,
+    space: LayoutSpace,
+    how: Scorer,
+    objective: Objective,
     cache: dict[tuple[Any, ...], tuple[float, float, float, float, float]],
-    found: dict[tuple[Any, ...], TrainingConfig], native: bool,
+    found: dict[tuple[Any, ...], TrainingConfig],
+    native: bool,
 ) -> Callable[[optuna.Trial], float | tuple[float, float]]:
     """Optuna's objective: a trial's layout built, scored (or looked up in ``cache``, where a
     layout met before is kept), its constraints set and its values returned; each valid
@@ -418,34 +495,48 @@ def _trial_objective(
 
     def run(trial: optuna.Trial) -> float | tuple[float, float]:
         trial.set_user_attr("worker", worker)
-        point = {d: trial.suggest_categorical(d, choices[d]) for d in DIMENSIONS
-                 if d not in ("recompute_share", "sharding")}
+        point = {
+            d: trial.suggest_categorical(d, choices[d])
+            for d in DIMENSIONS
+            if d not in ("recompute_share", "sharding")
+        }
         # The share and the sharding only where they are a choice (conditional parameters:
         # optuna's samplers handle a search space that changes with the other choices).
         for name, options in (
-                ("recompute_share", space.share_choices(point["recompute"], point["framework"],
-                                                        choices)),
-                ("sharding", space.sharding_choices(point["zero_stage"], point["framework"],
-                                                    choices))):
-            point[name] = (trial.suggest_categorical(name, options) if len(options) > 1
-                           else options[0])
+            (
+                "recompute_share",
+                space.share_choices(point["recompute"], point["framework"], choices),
+            ),
+            ("sharding", space.sharding_choices(point["zero_stage"], point["framework"], choices)),
+        ):
+            point[name] = (
+                trial.suggest_categorical(name, options) if len(options) > 1 else options[0]
+            )
         try:
             cfg = space.build(point)
         except ConfigError as e:
             trial.set_user_attr("invalid", str(e))
             constrain(trial, [1.0, 0.0, 0.0])
-            return 0.0 if objective == "mfu" else (0.0, 1.0 if objective == "mfu-vs-oom"
-                                                   else float(space.node_counts[-1]))
+            return (
+                0.0
+                if objective == "mfu"
+                else (0.0, 1.0 if objective == "mfu-vs-oom" else float(space.node_counts[-1]))
+            )
         key = layout_key(cfg)
         if key not in cache:
-            s = score_configs([cfg], model=how.learned, profile=how.profile,
-                              limits=limits).iloc[0]
-            cache[key] = (how.value(s), float(s["p_oom"]), float(s["pred_peak_device_mem_gib"]),
-                          float(s["capacity_gib"]), float(s["num_gpus"]))
+            s = score_configs([cfg], model=how.learned, profile=how.profile, limits=limits).iloc[0]
+            cache[key] = (
+                how.value(s),
+                float(s["p_oom"]),
+                float(s["pred_peak_device_mem_gib"]),
+                float(s["capacity_gib"]),
+                float(s["num_gpus"]),
+            )
         found[key] = cfg
         value, p_oom, peak, cap, gpus = (float(v) for v in cache[key])
-        constrain(trial, [0.0, p_oom - limits.max_p_oom,
-                          peak - (1.0 - limits.memory_margin_frac) * cap])
+        constrain(
+            trial, [0.0, p_oom - limits.max_p_oom, peak - (1.0 - limits.memory_margin_frac) * cap]
+        )
         trial.set_user_attr("layout", layout_label(cfg))
         if objective == "mfu":
             return value

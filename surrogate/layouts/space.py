@@ -58,8 +58,13 @@ from surrogate.layouts.grid import point_config, space_table, table_configs
 _CONDITIONAL: tuple[str, ...] = ("recompute_share", "sharding")
 """The dimensions that are a choice only for some values of the others."""
 
-KEY_FIELDS: tuple[str, ...] = (*(d for d in DIMENSIONS if d not in _CONDITIONAL),
-                               "recompute_layers", "dp_replicate", "dp", "grad_accum")
+KEY_FIELDS: tuple[str, ...] = (
+    *(d for d in DIMENSIONS if d not in _CONDITIONAL),
+    "recompute_layers",
+    "dp_replicate",
+    "dp",
+    "grad_accum",
+)
 """What tells two layouts apart (:func:`layout_key`): the point with its share as the count it
 becomes, its sharding as the copies of the shards, and the derived degrees."""
 
@@ -72,6 +77,7 @@ shares that round to the same count are one layout."""
 DEFAULT_ENUMERATION_LIMIT = 500_000
 """Points :meth:`LayoutSpace.enumerate` tries by default, one TrainingConfig each (a search
 generates its space as columns, up to :data:`surrogate.layouts.grid.TABLE_LIMIT`)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class LayoutSpace:
@@ -140,17 +146,20 @@ class LayoutSpace:
         if not shares or shares[0] <= 0.0 or shares[-1] != 1.0:
             raise ConfigError(
                 f"recompute shares must lie in (0, 1] and include 1 (every layer), got "
-                f"{list(self.recompute_shares)}")
+                f"{list(self.recompute_shares)}"
+            )
         object.__setattr__(self, "recompute_shares", shares)
         shardings = tuple(x for x in SHARDINGS if x in set(self.shardings))
         if "full" not in shardings or len(shardings) != len(set(self.shardings)):
             raise ConfigError(
                 f"shardings must be among {', '.join(SHARDINGS)} and include 'full', got "
-                f"{list(self.shardings)}")
+                f"{list(self.shardings)}"
+            )
         object.__setattr__(self, "shardings", shardings)
         if self.max_mbs < 1 or self.max_vpp < 1:
-            raise ConfigError(f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, "
-                              f"{self.max_vpp}")
+            raise ConfigError(
+                f"max_mbs and max_vpp must be >= 1, got {self.max_mbs}, {self.max_vpp}"
+            )
 
     # ------------------------------------------------------------ dimensions
     @property
@@ -181,32 +190,75 @@ class LayoutSpace:
         m = self.model
         traits = [get_framework(f) for f in self.frameworks]
 
-        tp = [d for d in world_divs if m.num_heads % d == 0 and m.num_kv_heads % d == 0
-              and (d == 1 or any(t.tensor_parallel for t in traits))]
-        pp = [d for d in world_divs if d <= m.num_layers
-              and (d == 1 or any(t.pipeline_parallel for t in traits))]
-        cp = [d for d in world_divs if m.seq_len % d == 0
-              and (self.max_cp is None or d <= self.max_cp)
-              and (d == 1 or any(t.context_parallel for t in traits))]
-        ep = [d for d in divisors(m.num_experts) if d in world_divs
-              and (d == 1 or any(t.expert_parallel for t in traits))] if m.is_moe else [1]
-        vpp = [v for v in range(1, self.max_vpp + 1) if v == 1 or any(
-               t.interleaved_pipeline and (m.num_layers % v == 0 or t.pipeline_split == "weighted"
-                                           or (t.pipeline_split == "megatron"
-                                               and (m.num_layers + 2) % v == 0))
-               for t in traits)]
+        tp = [
+            d
+            for d in world_divs
+            if m.num_heads % d == 0
+            and m.num_kv_heads % d == 0
+            and (d == 1 or any(t.tensor_parallel for t in traits))
+        ]
+        pp = [
+            d
+            for d in world_divs
+            if d <= m.num_layers and (d == 1 or any(t.pipeline_parallel for t in traits))
+        ]
+        cp = [
+            d
+            for d in world_divs
+            if m.seq_len % d == 0
+            and (self.max_cp is None or d <= self.max_cp)
+            and (d == 1 or any(t.context_parallel for t in traits))
+        ]
+        ep = (
+            [
+                d
+                for d in divisors(m.num_experts)
+                if d in world_divs and (d == 1 or any(t.expert_parallel for t in traits))
+            ]
+            if m.is_moe
+            else [1]
+        )
+        vpp = [
+            v
+            for v in range(1, self.max_vpp + 1)
+            if v == 1
+            or any(
+                t.interleaved_pipeline
+                and (
+                    m.num_layers % v == 0
+                    or t.pipeline_split == "weighted"
+                    or (t.pipeline_split == "megatron" and (m.num_layers + 2) % v == 0)
+                )
+                for t in traits
+            )
+        ]
         mbs = [d for d in divisors(self.global_batch_seqs) if d <= self.max_mbs]
         out: dict[str, list[Any]] = {
-            "num_nodes": list(self.node_counts), "tp": tp, "pp": pp, "cp": cp, "ep": ep,
-            "vpp": vpp, "mbs": mbs, "zero_stage": list(self.allowed_zero_stages),
+            "num_nodes": list(self.node_counts),
+            "tp": tp,
+            "pp": pp,
+            "cp": cp,
+            "ep": ep,
+            "vpp": vpp,
+            "mbs": mbs,
+            "zero_stage": list(self.allowed_zero_stages),
             "recompute": list(self.allowed_recompute_modes),
-            "sequence_parallel": list(self.sequence_parallel), "framework": list(self.frameworks),
-            "recompute_share": list(self.recompute_shares) if any(
-                self.chooses_share(r, f) for r in self.allowed_recompute_modes
-                for f in self.frameworks) else [1.0],
-            "sharding": list(self.shardings) if any(
-                self.chooses_sharding(z, f) for z in self.allowed_zero_stages
-                for f in self.frameworks) else ["full"],
+            "sequence_parallel": list(self.sequence_parallel),
+            "framework": list(self.frameworks),
+            "recompute_share": list(self.recompute_shares)
+            if any(
+                self.chooses_share(r, f)
+                for r in self.allowed_recompute_modes
+                for f in self.frameworks
+            )
+            else [1.0],
+            "sharding": list(self.shardings)
+            if any(
+                self.chooses_sharding(z, f)
+                for z in self.allowed_zero_stages
+                for f in self.frameworks
+            )
+            else ["full"],
         }
         for name, value in self.fixed.items():
             out[name] = [value]
@@ -219,8 +271,9 @@ class LayoutSpace:
         (:func:`surrogate.layouts.grid.point_config`)."""
         return point_config(self, point)
 
-    def share_choices(self, recompute: str, framework: str,
-                      ch: Mapping[str, list[Any]] | None = None) -> list[float]:
+    def share_choices(
+        self, recompute: str, framework: str, ch: Mapping[str, list[Any]] | None = None
+    ) -> list[float]:
         """The shares a point of this recompute mode and framework takes (``ch``: the
         choices, computed when not given): a choice only for full recomputation on a
         framework that checkpoints some layers, else 1."""
@@ -228,8 +281,9 @@ class LayoutSpace:
             return [1.0]
         return list((ch or self.choices())["recompute_share"])
 
-    def sharding_choices(self, zero_stage: int, framework: str,
-                         ch: Mapping[str, list[Any]] | None = None) -> list[str]:
+    def sharding_choices(
+        self, zero_stage: int, framework: str, ch: Mapping[str, list[Any]] | None = None
+    ) -> list[str]:
         """The shardings a point of this ZeRO stage and framework takes (``ch``: the choices,
         computed when not given): a choice only where the framework copies shards at that
         stage, else 'full'."""
@@ -241,10 +295,17 @@ class LayoutSpace:
         """The number of points of :meth:`choices` (an upper bound on the valid layouts): the
         share and the sharding counted only where they are a choice."""
         ch = self.choices()
-        combos = sum(len(self.share_choices(r, f, ch)) * len(self.sharding_choices(z, f, ch))
-                     for r in ch["recompute"] for f in ch["framework"] for z in ch["zero_stage"])
-        return combos * math.prod(len(v) for k, v in ch.items() if k not in (
-            "recompute", "framework", "zero_stage", *_CONDITIONAL))
+        combos = sum(
+            len(self.share_choices(r, f, ch)) * len(self.sharding_choices(z, f, ch))
+            for r in ch["recompute"]
+            for f in ch["framework"]
+            for z in ch["zero_stage"]
+        )
+        return combos * math.prod(
+            len(v)
+            for k, v in ch.items()
+            if k not in ("recompute", "framework", "zero_stage", *_CONDITIONAL)
+        )
 
     def points(self) -> Iterator[dict[str, Any]]:
         """Every point of the product of :meth:`choices` (the share only where it is a
@@ -259,14 +320,22 @@ class LayoutSpace:
                         if world % (tp * pp * cp):
                             continue
                         for rest in choice_product(ch, REST_DIMENSIONS[:-2]):
-                            shardings = self.sharding_choices(rest["zero_stage"],
-                                                              rest["framework"], ch)
-                            for share in self.share_choices(rest["recompute"],
-                                                            rest["framework"], ch):
+                            shardings = self.sharding_choices(
+                                rest["zero_stage"], rest["framework"], ch
+                            )
+                            for share in self.share_choices(
+                                rest["recompute"], rest["framework"], ch
+                            ):
                                 for sharding in shardings:
-                                    yield {"num_nodes": nodes, "tp": tp, "pp": pp, "cp": cp,
-                                           **rest, "recompute_share": share,
-                                           "sharding": sharding}
+                                    yield {
+                                        "num_nodes": nodes,
+                                        "tp": tp,
+                                        "pp": pp,
+                                        "cp": cp,
+                                        **rest,
+                                        "recompute_share": share,
+                                        "sharding": sharding,
+                                    }
 
     def check_bound(self, limit: int, *, optuna: bool = True) -> None:
         """ConfigError if the space has more than ``limit`` points, saying how to narrow it
@@ -305,5 +374,3 @@ def layout_key(cfg: TrainingConfig) -> tuple[Any, ...]:
 def layout_keys(table: FlatTable) -> list[tuple[Any, ...]]:
     """:func:`layout_key` of every configuration of a flat table."""
     return list(zip(*(table[k].tolist() for k in KEY_FIELDS), strict=True))
-
-

@@ -29,10 +29,16 @@ MAX_WIDEN = 4.0
 """The most doublings off the domain an interval widens by (a factor 1 + distance)."""
 
 
-def shrunk_status(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray, w: np.ndarray,
-                  fail_rate: float | None, status_classes: Sequence[str], *,
-                  compiled: CompiledForest | None = None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def shrunk_status(
+    booster: lgb.Booster,
+    X: pd.DataFrame,
+    p_oom: np.ndarray,
+    w: np.ndarray,
+    fail_rate: float | None,
+    status_classes: Sequence[str],
+    *,
+    compiled: CompiledForest | None = None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The probabilities of completed, oom and fail: the status classifier's (``booster``, of
     the classes ``status_classes``) weighed by the domain weight ``w`` against the physics'
     ``p_oom``. Where ``w`` is 0 (far off the domain: a search of new scales) the classifier is
@@ -43,8 +49,9 @@ def shrunk_status(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray, w: n
     classes = [STATUS_CLASSES.index(name) for name in status_classes]
     p = np.zeros((len(X), len(STATUS_CLASSES)))
     if len(judged):
-        probs = status_proba(booster, take_rows(X, judged), p_oom[judged], fail_rate, classes,
-                             compiled=compiled)
+        probs = status_proba(
+            booster, take_rows(X, judged), p_oom[judged], fail_rate, classes, compiled=compiled
+        )
         for j, k in enumerate(classes):
             p[judged, k] = probs[:, j]
     p_oom_shrunk = w_status * p[:, 1] + (1 - w_status) * p_oom
@@ -63,9 +70,15 @@ def widened(half: np.ndarray, widen: np.ndarray, cap: float | None) -> np.ndarra
     return out if cap is None else np.asarray(np.minimum(out, np.maximum(half, cap)))
 
 
-def mfu_bounds(f: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, center: np.ndarray,
-               shared: np.ndarray, widen: np.ndarray, cap: float | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+def mfu_bounds(
+    f: np.ndarray,
+    q_lo: np.ndarray,
+    q_hi: np.ndarray,
+    center: np.ndarray,
+    shared: np.ndarray,
+    widen: np.ndarray,
+    cap: float | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """The log-factor interval: the conformalised quantiles ``q_lo``, ``q_hi`` around the
     learned factor ``f``; where the answer is ``shared`` with the physics (off the domain, or a
     framework whose runs bear out only a share), widened around the shrunk ``center``
@@ -80,10 +93,12 @@ def mfu_bounds(f: np.ndarray, q_lo: np.ndarray, q_hi: np.ndarray, center: np.nda
     hi = np.maximum(np.maximum(center + widened(q_hi - f, widen, cap), q_hi), 0.0)
     if cap is not None:  # off the domain (widened), not a framework's share inside it
         beyond = widen > 1.0
-        lo = np.where(beyond, np.maximum(lo, np.minimum(center, 0.0)
-                                         - np.maximum(f - q_lo, cap)), lo)
-        hi = np.where(beyond, np.minimum(hi, np.maximum(center, 0.0)
-                                         + np.maximum(q_hi - f, cap)), hi)
+        lo = np.where(
+            beyond, np.maximum(lo, np.minimum(center, 0.0) - np.maximum(f - q_lo, cap)), lo
+        )
+        hi = np.where(
+            beyond, np.minimum(hi, np.maximum(center, 0.0) + np.maximum(q_hi - f, cap)), hi
+        )
     return np.where(shared, lo, q_lo), np.where(shared, hi, q_hi)
 
 
@@ -96,8 +111,13 @@ def bounded_factor(center: np.ndarray, mfu: np.ndarray) -> np.ndarray:
     return np.asarray(np.where(mfu <= 1, np.minimum(np.exp(center), bound), np.exp(center)))
 
 
-def memory_half_width(q_mem: np.ndarray, q_unseen_shape: float, unseen_shape: Any,
-                      widen: np.ndarray, cap: float | None = None) -> np.ndarray:
+def memory_half_width(
+    q_mem: np.ndarray,
+    q_unseen_shape: float,
+    unseen_shape: Any,
+    widen: np.ndarray,
+    cap: float | None = None,
+) -> np.ndarray:
     """The memory interval's half-width in log memory: the conformal one, never narrower for
     a model shape unseen than for one seen, widened off the domain like the throughput's
     (:func:`widened`, up to ``cap``)."""
@@ -106,18 +126,27 @@ def memory_half_width(q_mem: np.ndarray, q_unseen_shape: float, unseen_shape: An
     return widened(np.asarray(q_mem, dtype=np.float64), widen, cap)
 
 
-def memory_bounds(mem: np.ndarray, half: np.ndarray, analytic: np.ndarray,
-                  outside: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def memory_bounds(
+    mem: np.ndarray, half: np.ndarray, analytic: np.ndarray, outside: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The memory ``mem``, and its interval of log half-width ``half``, holding the
     ``analytic`` answer where the configuration is ``outside`` the domain."""
     lo, hi = mem * np.exp(-half), mem * np.exp(half)
-    return (mem, np.where(outside, np.minimum(lo, analytic), lo),
-            np.where(outside, np.maximum(hi, analytic), hi))
+    return (
+        mem,
+        np.where(outside, np.minimum(lo, analytic), lo),
+        np.where(outside, np.maximum(hi, analytic), hi),
+    )
 
 
-def unseen_widths(lo: np.ndarray, hi: np.ndarray, half: np.ndarray, center: np.ndarray,
-                  distance: np.ndarray, transfer: tuple[float, float] | None
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def unseen_widths(
+    lo: np.ndarray,
+    hi: np.ndarray,
+    half: np.ndarray,
+    center: np.ndarray,
+    distance: np.ndarray,
+    transfer: tuple[float, float] | None,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """For an unseen framework, GPU or cluster (an infinite ``distance``), the widths the
     held-out ones measured (``transfer``: log MFU, log memory) around the shrunk answer."""
     unseen = ~np.isfinite(distance)
@@ -132,17 +161,32 @@ def no_predictions() -> dict[str, np.ndarray]:
     """The learned model's columns (:func:`prediction_columns` and the domain's) for no
     configuration: empty arrays."""
     texts = ("pred_status", "extrapolation")
-    names = ("p_completed", "p_oom", "p_fail", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-             "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
-             "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "domain_weight",
-             "correction_share")
+    names = (
+        "p_completed",
+        "p_oom",
+        "p_fail",
+        "pred_mfu",
+        "pred_mfu_lo",
+        "pred_mfu_hi",
+        "pred_tokens_per_s_per_gpu",
+        "pred_step_time_s",
+        "pred_peak_mem_reserved_gib",
+        "pred_peak_mem_reserved_lo_gib",
+        "pred_peak_mem_reserved_hi_gib",
+        "domain_weight",
+        "correction_share",
+    )
     return {**{k: np.zeros(0) for k in names}, **{k: np.zeros(0, dtype=object) for k in texts}}
 
 
-def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...],
-                       factor: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-                       memory: tuple[np.ndarray, np.ndarray, np.ndarray]
-                       ) -> dict[str, Any]:
+def prediction_columns(
+    out: dict[str, np.ndarray],
+    status: tuple[np.ndarray, ...],
+    factor: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    memory: tuple[np.ndarray, np.ndarray, np.ndarray],
+) -> dict[str, Any]:
     """The predicted columns from the analytic outputs ``out``, the status probabilities
     (completed, oom, fail), the throughput factor and its log interval, and the memory with
     its interval (bytes)."""
@@ -157,8 +201,10 @@ def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...
         "pred_mfu": out["mfu"] * factor,
         "pred_mfu_lo": np.minimum(out["mfu"] * np.exp(lo), out["mfu"] * factor),
         # no interval passes what the hardware allows (analytic.run.mfu_ceiling)
-        "pred_mfu_hi": np.minimum(out["mfu"] * np.exp(hi), np.minimum(
-            np.maximum(out.get("mfu_ceiling", 1.0), out["mfu"] * factor), 1.0)),
+        "pred_mfu_hi": np.minimum(
+            out["mfu"] * np.exp(hi),
+            np.minimum(np.maximum(out.get("mfu_ceiling", 1.0), out["mfu"] * factor), 1.0),
+        ),
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
         "pred_step_time_s": out["step_time_s"] / factor,
         "pred_peak_mem_reserved_gib": mem / 2**30,
@@ -167,8 +213,7 @@ def prediction_columns(out: dict[str, np.ndarray], status: tuple[np.ndarray, ...
     }
 
 
-def with_network_spread(columns: dict[str, Any], out: dict[str, np.ndarray]
-                        ) -> dict[str, Any]:
+def with_network_spread(columns: dict[str, Any], out: dict[str, np.ndarray]) -> dict[str, Any]:
     """The predicted ``columns`` with the MFU interval widened by the network between jobs
     where the configuration's own network is unknown: its log half-widths and the analytic
     model's (``net_spread_lo``, ``net_spread_hi`` of ``out``: how far the cluster's 10th and
@@ -191,7 +236,9 @@ def with_network_spread(columns: dict[str, Any], out: dict[str, np.ndarray]
     new_lo = pred * np.exp(-np.hypot(below, down[rows]))
     new_hi = pred * np.exp(np.hypot(above, up[rows]))
     lo[rows] = np.where(np.isfinite(new_lo), new_lo, lo[rows])
-    ceiling = np.minimum(np.maximum(np.asarray(out.get("mfu_ceiling", 1.0)) * np.ones(len(lo)),
-                                    columns["pred_mfu"]), 1.0)[rows]
+    ceiling = np.minimum(
+        np.maximum(np.asarray(out.get("mfu_ceiling", 1.0)) * np.ones(len(lo)), columns["pred_mfu"]),
+        1.0,
+    )[rows]
     hi[rows] = np.where(np.isfinite(new_hi), np.minimum(new_hi, ceiling), hi[rows])
     return {**columns, "pred_mfu_lo": lo, "pred_mfu_hi": hi}

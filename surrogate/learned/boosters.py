@@ -49,8 +49,9 @@ def take_rows(X: pd.DataFrame, rows: np.ndarray) -> pd.DataFrame:
     return X if len(rows) == len(X) else X.iloc[rows]
 
 
-def booster_predict(booster: lgb.Booster, X: pd.DataFrame, *,
-                     compiled: CompiledForest | None = None, **kwargs: Any) -> np.ndarray:
+def booster_predict(
+    booster: lgb.Booster, X: pd.DataFrame, *, compiled: CompiledForest | None = None, **kwargs: Any
+) -> np.ndarray:
     """``booster.predict`` on a float array (skipping LightGBM's DataFrame handling): by the
     booster's ``compiled`` forest where it can (``surrogate.learned.compiled_trees``; not for
     ``pred_contrib``), else by LightGBM on one thread for small batches and its default (0:
@@ -64,8 +65,7 @@ def booster_predict(booster: lgb.Booster, X: pd.DataFrame, *,
     return np.asarray(booster.predict(arr, num_threads=threads, **kwargs))
 
 
-def status_init_score(p_oom: np.ndarray, fail_rate: float, classes: Sequence[int]
-                      ) -> np.ndarray:
+def status_init_score(p_oom: np.ndarray, fail_rate: float, classes: Sequence[int]) -> np.ndarray:
     """The status classifier's starting raw scores (LightGBM ``init_score``): the physics'
     log-probabilities of the ``classes`` present (indices into :data:`STATUS_CLASSES`):
     completed (1 - p_oom)(1 - f), oom p_oom (1 - f), fail f, with p_oom the analytic model's and
@@ -84,8 +84,13 @@ def status_init_score(p_oom: np.ndarray, fail_rate: float, classes: Sequence[int
     return np.column_stack(cols)
 
 
-def fit_status(X: pd.DataFrame, y: np.ndarray, sample_weight: np.ndarray, p_oom: np.ndarray,
-               settings: dict[str, Any]) -> tuple[lgb.Booster, list[int], float]:
+def fit_status(
+    X: pd.DataFrame,
+    y: np.ndarray,
+    sample_weight: np.ndarray,
+    p_oom: np.ndarray,
+    settings: dict[str, Any],
+) -> tuple[lgb.Booster, list[int], float]:
     """The status classifier boosted from :func:`status_init_score`: its booster, the class
     indices it saw and the failure share it starts from (weighted by ``sample_weight``)."""
     import lightgbm as lgb
@@ -93,13 +98,24 @@ def fit_status(X: pd.DataFrame, y: np.ndarray, sample_weight: np.ndarray, p_oom:
     classes = [int(c) for c in np.unique(y)]
     fail_rate = float(np.average(y == STATUS_CLASSES.index("fail"), weights=sample_weight))
     clf = lgb.LGBMClassifier(**settings)
-    clf.fit(X, y, sample_weight=sample_weight, categorical_feature=CATEGORICAL,
-            init_score=status_init_score(p_oom, fail_rate, classes))
+    clf.fit(
+        X,
+        y,
+        sample_weight=sample_weight,
+        categorical_feature=CATEGORICAL,
+        init_score=status_init_score(p_oom, fail_rate, classes),
+    )
     return clf.booster_, classes, fail_rate
 
 
-def fit_memory(X: pd.DataFrame, y_mem: np.ndarray, mem_ok: np.ndarray, floor: np.ndarray,
-               sample_weight: np.ndarray, settings: dict[str, Any]) -> lgb.Booster:
+def fit_memory(
+    X: pd.DataFrame,
+    y_mem: np.ndarray,
+    mem_ok: np.ndarray,
+    floor: np.ndarray,
+    sample_weight: np.ndarray,
+    settings: dict[str, Any],
+) -> lgb.Booster:
     """The memory regressor of log(measured / analytic peak reserved memory), with the runs
     out of memory as censored targets.
 
@@ -120,14 +136,24 @@ def fit_memory(X: pd.DataFrame, y_mem: np.ndarray, mem_ok: np.ndarray, floor: np
     rows = np.flatnonzero(mem_ok | censored)
     y = np.where(mem_ok, y_mem, np.maximum(np.nan_to_num(floor, nan=0.0), 0.0))
     reg = lgb.LGBMRegressor(**settings)
-    reg.fit(take_rows(X, rows), y[rows], sample_weight=sample_weight[rows],
-            categorical_feature=CATEGORICAL)
+    reg.fit(
+        take_rows(X, rows),
+        y[rows],
+        sample_weight=sample_weight[rows],
+        categorical_feature=CATEGORICAL,
+    )
     return reg.booster_
 
 
-def status_proba(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray,
-                 fail_rate: float | None, classes: Sequence[int], *,
-                 compiled: CompiledForest | None = None) -> np.ndarray:
+def status_proba(
+    booster: lgb.Booster,
+    X: pd.DataFrame,
+    p_oom: np.ndarray,
+    fail_rate: float | None,
+    classes: Sequence[int],
+    *,
+    compiled: CompiledForest | None = None,
+) -> np.ndarray:
     """Probabilities of ``classes`` (one column each) from a :func:`fit_status` booster (or its
     ``compiled`` forest): its raw scores plus the physics it started from. ``fail_rate`` None:
     a booster fitted without a start (models saved before it had one)."""
@@ -135,7 +161,8 @@ def status_proba(booster: lgb.Booster, X: pd.DataFrame, p_oom: np.ndarray,
         probs = booster_predict(booster, X, compiled=compiled)
         return probs if probs.ndim == 2 else np.column_stack([1 - probs, probs])
     raw = booster_predict(booster, X, compiled=compiled, raw_score=True) + status_init_score(
-        p_oom, fail_rate, classes)
+        p_oom, fail_rate, classes
+    )
     if raw.ndim == 1:
         p1 = 1.0 / (1.0 + np.exp(-raw))
         return np.column_stack([1 - p1, p1])

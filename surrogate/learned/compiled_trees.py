@@ -98,8 +98,13 @@ def _machine_key() -> str:
         features = llvm.get_host_cpu_features().flatten()
     except RuntimeError:  # LLVM cannot read them on some hosts
         features = ""
-    parts = [f"lleaves={version('lleaves')}", f"llvmlite={version('llvmlite')}",
-             platform.machine(), llvm.get_host_cpu_name(), features]
+    parts = [
+        f"lleaves={version('lleaves')}",
+        f"llvmlite={version('llvmlite')}",
+        platform.machine(),
+        llvm.get_host_cpu_name(),
+        features,
+    ]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
@@ -118,8 +123,9 @@ class CompiledForest:
         a loaded model can go to worker processes."""
         return {**self.__dict__, "_models": {}}
 
-    def predict(self, booster: lgb.Booster, arr: np.ndarray, *, raw_score: bool = False
-                ) -> np.ndarray | None:
+    def predict(
+        self, booster: lgb.Booster, arr: np.ndarray, *, raw_score: bool = False
+    ) -> np.ndarray | None:
         """Predictions of ``arr`` (rows x features, float64) by the compiled forest, or None
         where it is not to be used (module docstring): the caller then asks LightGBM."""
         if raw_score in self._unusable:
@@ -133,8 +139,9 @@ class CompiledForest:
         if threads == 1:
             return np.asarray(model.predict(arr, n_jobs=1))
         # lleaves starts a thread pool per call (about 1 ms a thread); one kept pool serves all
-        parts = _pool().map(lambda rows: model.predict(rows, n_jobs=1),
-                            np.array_split(arr, threads))
+        parts = _pool().map(
+            lambda rows: model.predict(rows, n_jobs=1), np.array_split(arr, threads)
+        )
         return np.concatenate(list(parts))
 
     def _load(self, booster: lgb.Booster, arr: np.ndarray, raw_score: bool) -> Any | None:
@@ -150,17 +157,20 @@ class CompiledForest:
                 return None
             model = self._compile_or_read(folder, obj, raw_score)
         except Exception as e:  # any failure of the optional path falls back to LightGBM
-            _log.warning("compiled trees unavailable, LightGBM predicts instead (%s: %s)",
-                         type(e).__name__, e)
+            _log.warning(
+                "compiled trees unavailable, LightGBM predicts instead (%s: %s)",
+                type(e).__name__,
+                e,
+            )
             self._unusable.add(raw_score)
             return None
         sample = np.ascontiguousarray(arr[:CHECK_ROWS])
         got = np.asarray(model.predict(sample, n_jobs=1))
         want = np.asarray(booster.predict(sample, raw_score=raw_score, num_threads=1))
-        if got.shape != want.shape or not np.allclose(got, want, rtol=CHECK_RTOL,
-                                                      atol=CHECK_RTOL):
-            _log.warning("compiled trees %s disagree with LightGBM; removed, LightGBM predicts",
-                         obj)
+        if got.shape != want.shape or not np.allclose(got, want, rtol=CHECK_RTOL, atol=CHECK_RTOL):
+            _log.warning(
+                "compiled trees %s disagree with LightGBM; removed, LightGBM predicts", obj
+            )
             obj.unlink(missing_ok=True)
             self._unusable.add(raw_score)
             return None
@@ -188,16 +198,20 @@ class CompiledForest:
                 if recorded == hashlib.sha256(obj.read_bytes()).hexdigest():
                     model.compile(cache=str(obj), raw_score=raw_score, **_OPTIONS)
                     return model
-                _log.warning("compiled trees %s do not match their recorded sha256; "
-                             "compiling them again", obj)
+                _log.warning(
+                    "compiled trees %s do not match their recorded sha256; compiling them again",
+                    obj,
+                )
                 obj.unlink()
-            _log.info("compiling %d trees to native code (once; cached as %s)",
-                      model.num_trees(), obj)
+            _log.info(
+                "compiling %d trees to native code (once; cached as %s)", model.num_trees(), obj
+            )
             with atomic_path(obj) as tmp:
                 tmp.unlink()  # lleaves writes the cache only where no file is
                 model.compile(cache=str(tmp), raw_score=raw_score, **_OPTIONS)
-                _write_atomically(digest_file,
-                                  hashlib.sha256(tmp.read_bytes()).hexdigest().encode())
+                _write_atomically(
+                    digest_file, hashlib.sha256(tmp.read_bytes()).hexdigest().encode()
+                )
             return model
 
 
@@ -209,8 +223,9 @@ def _pool() -> ThreadPoolExecutor:
     releases the GIL); one pool per process, since a forked child inherits no threads."""
     pid = os.getpid()
     if pid not in _POOLS:
-        _POOLS[pid] = ThreadPoolExecutor(max_workers=os.cpu_count() or 1,
-                                         thread_name_prefix="surrogate-trees")
+        _POOLS[pid] = ThreadPoolExecutor(
+            max_workers=os.cpu_count() or 1, thread_name_prefix="surrogate-trees"
+        )
     return _POOLS[pid]
 
 

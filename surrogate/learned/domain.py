@@ -77,7 +77,8 @@ def beyond_practice(c: dict[str, np.ndarray]) -> list[str]:
         v = np.asarray(vals[axis], dtype=np.float64)
         for k in np.flatnonzero(v > limit).tolist():
             parts.setdefault(k, []).append(
-                f"{axis} {v[k]:.4g} > {limit:.4g}, beyond any published training run")
+                f"{axis} {v[k]:.4g} > {limit:.4g}, beyond any published training run"
+            )
     out = [""] * len(c["seq_len"])
     for k, p in parts.items():
         out[k] = "; ".join(p)
@@ -107,8 +108,9 @@ class _ReasonColumn:
     texts: list[str]
 
 
-def _reason_column(n: int, rows: np.ndarray, keys: np.ndarray,
-                   text: Callable[[Any], str]) -> _ReasonColumn:
+def _reason_column(
+    n: int, rows: np.ndarray, keys: np.ndarray, text: Callable[[Any], str]
+) -> _ReasonColumn:
     """The reason ``text(key)`` at ``rows`` (``keys`` one per row), formatted once per
     distinct key: a search off the domain has millions of rows and few distinct values."""
     codes = np.full(n, -1, dtype=np.int64)
@@ -139,9 +141,13 @@ def _joined(n: int, columns: Sequence[_ReasonColumn]) -> list[str]:
     codes = np.stack([col.codes for col in columns], axis=1)
     rows = np.flatnonzero((codes >= 0).any(axis=1))
     first, inverse = _distinct_rows(codes[rows])
-    texts = np.array(["; ".join(col.texts[k] for col, k in zip(columns, combo, strict=True)
-                                if k >= 0) for combo in codes[rows[first]].tolist()],
-                     dtype=object)
+    texts = np.array(
+        [
+            "; ".join(col.texts[k] for col, k in zip(columns, combo, strict=True) if k >= 0)
+            for combo in codes[rows[first]].tolist()
+        ],
+        dtype=object,
+    )
     out = np.full(n, "", dtype=object)
     out[rows] = texts[inverse]
     return list(out.tolist())
@@ -191,8 +197,11 @@ def schedule_codes(c: dict[str, np.ndarray]) -> np.ndarray:
     """Each configuration's pipeline schedule as its index in
     :data:`~surrogate.config.framework_traits.PIPELINE_SCHEDULES` (from the analytic column
     ``pp_afab``)."""
-    return np.where(np.asarray(c["pp_afab"]) > 0, PIPELINE_SCHEDULES.index("afab"),
-                    PIPELINE_SCHEDULES.index("1f1b"))
+    return np.where(
+        np.asarray(c["pp_afab"]) > 0,
+        PIPELINE_SCHEDULES.index("afab"),
+        PIPELINE_SCHEDULES.index("1f1b"),
+    )
 
 
 SHARDING_KINDS: tuple[str, ...] = ("full", "hybrid")
@@ -203,8 +212,11 @@ SHARDING_KINDS: tuple[str, ...] = ("full", "hybrid")
 
 def sharding_codes(c: dict[str, np.ndarray]) -> np.ndarray:
     """Each configuration's sharding as its index in :data:`SHARDING_KINDS`."""
-    return np.where(np.asarray(c.get("dp_replicate", 1.0)) > 1, SHARDING_KINDS.index("hybrid"),
-                    SHARDING_KINDS.index("full"))
+    return np.where(
+        np.asarray(c.get("dp_replicate", 1.0)) > 1,
+        SHARDING_KINDS.index("hybrid"),
+        SHARDING_KINDS.index("full"),
+    )
 
 
 def shape_keys(c: dict[str, np.ndarray]) -> np.ndarray:
@@ -252,9 +264,12 @@ class Domain:
     user who ran on one node only")."""
 
     @classmethod
-    def from_cols(cls, c: dict[str, np.ndarray],
-                  shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
-                  unseen_shape_weight: float = UNSEEN_SHAPE_WEIGHT) -> Domain:
+    def from_cols(
+        cls,
+        c: dict[str, np.ndarray],
+        shrink_doublings: float = DEFAULT_SHRINK_DOUBLINGS,
+        unseen_shape_weight: float = UNSEEN_SHAPE_WEIGHT,
+    ) -> Domain:
         vals = domain_values(c)
         gpus = [GPU_NAMES[int(i)] for i in c["gpu_code"]]
         fws = [FRAMEWORK_VERSIONS[int(i)] for i in c["framework_code"]]
@@ -263,21 +278,26 @@ class Domain:
             counts[name] = counts.get(name, 0) + 1
         codes = np.asarray(c["framework_code"]).astype(np.int64)
         per_framework = {
-            FRAMEWORK_VERSIONS[int(k)]: {a: (float(np.min(vals[a][codes == k])),
-                                             float(np.max(vals[a][codes == k])))
-                                         for a in DOMAIN_AXES}
-            for k in np.unique(codes)}
-        return cls(ranges={a: (float(np.min(vals[a])), float(np.max(vals[a])))
-                           for a in DOMAIN_AXES},
-                   framework_ranges=per_framework,
-                   gpus=tuple(sorted(set(gpus))), frameworks=tuple(sorted(set(fws))),
-                   shrink_doublings=shrink_doublings, counts=counts,
-                   shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
-                   unseen_shape_weight=unseen_shape_weight,
-                   schedules=tuple(sorted(PIPELINE_SCHEDULES[int(k)]
-                                          for k in np.unique(schedule_codes(c)))),
-                   shardings=tuple(sorted(SHARDING_KINDS[int(k)]
-                                          for k in np.unique(sharding_codes(c)))))
+            FRAMEWORK_VERSIONS[int(k)]: {
+                a: (float(np.min(vals[a][codes == k])), float(np.max(vals[a][codes == k])))
+                for a in DOMAIN_AXES
+            }
+            for k in np.unique(codes)
+        }
+        return cls(
+            ranges={a: (float(np.min(vals[a])), float(np.max(vals[a]))) for a in DOMAIN_AXES},
+            framework_ranges=per_framework,
+            gpus=tuple(sorted(set(gpus))),
+            frameworks=tuple(sorted(set(fws))),
+            shrink_doublings=shrink_doublings,
+            counts=counts,
+            shapes=tuple(sorted(map(tuple, np.unique(shape_keys(c), axis=0).tolist()))),
+            unseen_shape_weight=unseen_shape_weight,
+            schedules=tuple(
+                sorted(PIPELINE_SCHEDULES[int(k)] for k in np.unique(schedule_codes(c)))
+            ),
+            shardings=tuple(sorted(SHARDING_KINDS[int(k)] for k in np.unique(sharding_codes(c)))),
+        )
 
     def unseen_shapes(self, c: dict[str, np.ndarray]) -> np.ndarray | None:
         """Whether each configuration's model shape is absent from the training runs'."""
@@ -289,8 +309,7 @@ class Domain:
         unseen = np.array([tuple(row) not in seen for row in keys[first].tolist()], dtype=bool)
         return np.asarray(unseen[inverse], dtype=bool)
 
-    def assess(self, c: dict[str, np.ndarray],
-               shrink_doublings: float | None = None) -> Assessment:
+    def assess(self, c: dict[str, np.ndarray], shrink_doublings: float | None = None) -> Assessment:
         tau = self.shrink_doublings if shrink_doublings is None else shrink_doublings
         vals = domain_values(c)
         n = len(c["gpu_code"])
@@ -307,15 +326,15 @@ class Domain:
                 own = _excess(v[mine], ranges[axis])
                 # beyond its framework's runs, farther than beyond all runs: said apart
                 rows = mine[own > excess[mine] + 1e-9]
-                columns.append(_reason_column(n, rows, v[rows],
-                                              self._range_text(axis, name)))
+                columns.append(_reason_column(n, rows, v[rows], self._range_text(axis, name)))
                 excess[mine] = np.maximum(excess[mine], own)
             dist = np.maximum(dist, excess)
         for names, seen, what, codes in (
-                (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
-                (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
-                (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c)),
-                (SHARDING_KINDS, self.shardings, "ZeRO sharding", sharding_codes(c))):
+            (GPU_NAMES, self.gpus, "GPU", c["gpu_code"]),
+            (FRAMEWORK_VERSIONS, self.frameworks, "framework", c["framework_code"]),
+            (PIPELINE_SCHEDULES, self.schedules, "pp_schedule", schedule_codes(c)),
+            (SHARDING_KINDS, self.shardings, "ZeRO sharding", sharding_codes(c)),
+        ):
             codes = np.asarray(codes).astype(np.int64)
             never = np.array([name not in seen for name in names], dtype=bool)[codes]
             rows = np.flatnonzero(never)
@@ -327,14 +346,18 @@ class Domain:
         unseen = self.unseen_shapes(c)
         if unseen is not None:
             weight = np.where(unseen, self.unseen_shape_weight * weight, weight)
-        return Assessment(weight=weight, distance=dist, reasons=_joined(n, columns),
-                          unseen_shape=unseen)
+        return Assessment(
+            weight=weight, distance=dist, reasons=_joined(n, columns), unseen_shape=unseen
+        )
 
     def _range_text(self, axis: str, framework: str | None = None) -> Callable[[float], str]:
         """The reason for a value ``v`` of ``axis`` outside the range the data covered (the
         runs of ``framework``'s, if given)."""
-        span = self.ranges[axis] if framework is None else (
-            (self.framework_ranges or {})[framework][axis])
+        span = (
+            self.ranges[axis]
+            if framework is None
+            else ((self.framework_ranges or {})[framework][axis])
+        )
         lo, hi = span
         runs = "the training runs" if framework is None else f"its {framework} runs"
         name = AXIS_WORDS.get(axis, axis)
@@ -343,34 +366,57 @@ class Domain:
             side, edge, most = (">", hi, "largest") if v > hi else ("<", lo, "smallest")
             # numpy's arithmetic, as assess's, so the text rounds alike
             excess = float(_excess(np.array([v], dtype=np.float64), span)[0])
-            return (f"{name} {v:.4g} {side} {edge:.4g}, the {most} in {runs} "
-                    f"({excess:.1f} doublings)")
+            return (
+                f"{name} {v:.4g} {side} {edge:.4g}, the {most} in {runs} ({excess:.1f} doublings)"
+            )
 
         return text
 
     def to_json(self) -> dict[str, Any]:
-        return {"ranges": {k: list(v) for k, v in self.ranges.items()},
-                "gpus": list(self.gpus), "frameworks": list(self.frameworks),
-                "shrink_doublings": self.shrink_doublings, "counts": self.counts,
-                "shapes": None if self.shapes is None else [list(k) for k in self.shapes],
-                "unseen_shape_weight": self.unseen_shape_weight,
-                "schedules": list(self.schedules), "shardings": list(self.shardings),
-                **({} if self.framework_ranges is None else {"framework_ranges": {
-                    name: {k: list(v) for k, v in r.items()}
-                    for name, r in self.framework_ranges.items()}})}
+        return {
+            "ranges": {k: list(v) for k, v in self.ranges.items()},
+            "gpus": list(self.gpus),
+            "frameworks": list(self.frameworks),
+            "shrink_doublings": self.shrink_doublings,
+            "counts": self.counts,
+            "shapes": None if self.shapes is None else [list(k) for k in self.shapes],
+            "unseen_shape_weight": self.unseen_shape_weight,
+            "schedules": list(self.schedules),
+            "shardings": list(self.shardings),
+            **(
+                {}
+                if self.framework_ranges is None
+                else {
+                    "framework_ranges": {
+                        name: {k: list(v) for k, v in r.items()}
+                        for name, r in self.framework_ranges.items()
+                    }
+                }
+            ),
+        }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Domain:
-        return cls(ranges={k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()},
-                   gpus=tuple(d["gpus"]), frameworks=tuple(d["frameworks"]),
-                   shrink_doublings=float(d["shrink_doublings"]),
-                   counts={str(k): int(v) for k, v in d.get("counts", {}).items()},
-                   shapes=(None if d.get("shapes") is None
-                           else tuple(tuple(float(x) for x in k) for k in d["shapes"])),
-                   unseen_shape_weight=float(d.get("unseen_shape_weight",
-                                                   UNSEEN_SHAPE_WEIGHT)),
-                   schedules=tuple(d.get("schedules", ("1f1b",))),
-                   shardings=tuple(d.get("shardings", ("full",))),
-                   framework_ranges=(None if d.get("framework_ranges") is None else {
-                       str(name): {k: (float(v[0]), float(v[1])) for k, v in r.items()}
-                       for name, r in d["framework_ranges"].items()}))
+        return cls(
+            ranges={k: (float(v[0]), float(v[1])) for k, v in d["ranges"].items()},
+            gpus=tuple(d["gpus"]),
+            frameworks=tuple(d["frameworks"]),
+            shrink_doublings=float(d["shrink_doublings"]),
+            counts={str(k): int(v) for k, v in d.get("counts", {}).items()},
+            shapes=(
+                None
+                if d.get("shapes") is None
+                else tuple(tuple(float(x) for x in k) for k in d["shapes"])
+            ),
+            unseen_shape_weight=float(d.get("unseen_shape_weight", UNSEEN_SHAPE_WEIGHT)),
+            schedules=tuple(d.get("schedules", ("1f1b",))),
+            shardings=tuple(d.get("shardings", ("full",))),
+            framework_ranges=(
+                None
+                if d.get("framework_ranges") is None
+                else {
+                    str(name): {k: (float(v[0]), float(v[1])) for k, v in r.items()}
+                    for name, r in d["framework_ranges"].items()
+                }
+            ),
+        )

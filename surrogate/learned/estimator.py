@@ -18,8 +18,11 @@ class Estimator:
 
     @classmethod
     def _param_names(cls) -> list[str]:
-        return [p.name for p in inspect.signature(cls.__init__).parameters.values()
-                if p.kind is inspect.Parameter.KEYWORD_ONLY]
+        return [
+            p.name
+            for p in inspect.signature(cls.__init__).parameters.values()
+            if p.kind is inspect.Parameter.KEYWORD_ONLY
+        ]
 
     def get_params(self, deep: bool = True) -> dict[str, Any]:
         """The constructor's settings, by name (``deep`` is accepted for scikit-learn: no
@@ -31,14 +34,17 @@ class Estimator:
         valid = self._param_names()
         for name, value in params.items():
             if name not in valid:
-                raise ValueError(f"{type(self).__name__} has no setting {name!r}; its settings "
-                                 f"are {', '.join(valid)}")
+                raise ValueError(
+                    f"{type(self).__name__} has no setting {name!r}; its settings "
+                    f"are {', '.join(valid)}"
+                )
             setattr(self, name, value)
         return self
 
     def __repr__(self) -> str:
-        defaults = {p.name: p.default
-                    for p in inspect.signature(type(self).__init__).parameters.values()}
+        defaults = {
+            p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()
+        }
         changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v != defaults[k]]
         return f"{type(self).__name__}({', '.join(changed)})"
 
@@ -53,7 +59,11 @@ def not_fitted_error() -> type[NoModelError]:
     takes about 2 s."""
     from sklearn.exceptions import NotFittedError as SklearnNotFittedError
 
-    return type("NotFittedError", (NoModelError, SklearnNotFittedError), {
-        "__module__": "surrogate.learned.model",  # where it is found (its __getattr__)
-        "__doc__": "A SurrogateModel that is not fitted was asked to predict, explain or save.",
-    })
+    return type(
+        "NotFittedError",
+        (NoModelError, SklearnNotFittedError),
+        {
+            "__module__": "surrogate.learned.model",  # where it is found (its __getattr__)
+            "__doc__": "A SurrogateModel that is not fitted was asked to predict, explain or save.",
+        },
+    )

@@ -52,21 +52,39 @@ if TYPE_CHECKING:
     import pandas as pd
 
 CATEGORICAL_FEATURES: tuple[str, ...] = (
-    "recompute", "sequence_parallel", "fp8", "zero_stage", "is_moe", "framework_code",
+    "recompute",
+    "sequence_parallel",
+    "fp8",
+    "zero_stage",
+    "is_moe",
+    "framework_code",
 )
 """Configuration categories (numeric codes; ``framework_code`` is a LightGBM categorical)."""
 
 _COMM_TERMS = ("tp_comm", "cp_comm", "ep_comm", "pp_comm", "dp_comm", "zero3_comm")
 
 ANALYTIC_FEATURES: tuple[str, ...] = (
-    "log_tokens_per_rank", "log_hidden_per_tp", "log_ffn_per_tp", "log_mlp_intensity",
-    "attention_flops_frac", "kv_heads_frac",
-    "mem_weights_frac", "mem_gradients_frac", "mem_optimizer_frac", "mem_activations_frac",
-    "mem_logits_frac", "mem_total_frac", "mem_reserved_frac",
+    "log_tokens_per_rank",
+    "log_hidden_per_tp",
+    "log_ffn_per_tp",
+    "log_mlp_intensity",
+    "attention_flops_frac",
+    "kv_heads_frac",
+    "mem_weights_frac",
+    "mem_gradients_frac",
+    "mem_optimizer_frac",
+    "mem_activations_frac",
+    "mem_logits_frac",
+    "mem_total_frac",
+    "mem_reserved_frac",
     *(f"time_{k}_frac" for k in STEP_TERMS),
     *(f"{k}_to_compute" for k in _COMM_TERMS),
-    "analytic_mfu", "bubble_frac",
-    "tp_inter_node", "cp_inter_node", "dp_inter_node", "pp_inter_node",
+    "analytic_mfu",
+    "bubble_frac",
+    "tp_inter_node",
+    "cp_inter_node",
+    "dp_inter_node",
+    "pp_inter_node",
     "log_inter_node_calls_per_s",
 )
 """Dimensionless outputs of the analytic model and shape ratios (module doc)."""
@@ -77,9 +95,8 @@ DOMAIN_AXES: tuple[str, ...] = ("num_gpus", "total_params", "seq_len", "tokens_p
 """Scale quantities whose training range the learned model records; beyond it the
 correction shrinks toward the analytic answer (``surrogate.learned.domain``)."""
 
-def features_from_analytic(
-    c: dict[str, np.ndarray], out: dict[str, np.ndarray]
-) -> pd.DataFrame:
+
+def features_from_analytic(c: dict[str, np.ndarray], out: dict[str, np.ndarray]) -> pd.DataFrame:
     """The feature frame (columns :data:`FEATURE_NAMES`) of analytic columns and outputs."""
     import pandas as pd
 
@@ -96,10 +113,13 @@ def features_from_analytic(
     m_mb = c["grad_accum"]
     slots = m_mb + c["pp"] - 1
     layers = c["num_layers"] / c["pp"]
-    calls = (span["tp"] * 4 * layers * m_mb * (1 + c["sequence_parallel"])
-             + span["cp"] * 3 * (c["cp"] - 1) * layers * m_mb
-             + span["ep"] * 4 * layers * m_mb * (c["num_experts"] >= 2)
-             + span["pp"] * (c["pp"] > 1) * 2 * slots + span["dp"] * 2)
+    calls = (
+        span["tp"] * 4 * layers * m_mb * (1 + c["sequence_parallel"])
+        + span["cp"] * 3 * (c["cp"] - 1) * layers * m_mb
+        + span["ep"] * 4 * layers * m_mb * (c["num_experts"] >= 2)
+        + span["pp"] * (c["pp"] > 1) * 2 * slots
+        + span["dp"] * 2
+    )
     f: dict[str, np.ndarray] = {
         "recompute": c["recompute"],
         "sequence_parallel": c["sequence_parallel"],
@@ -129,9 +149,11 @@ def features_from_analytic(
     for term in _COMM_TERMS:
         f[f"{term}_to_compute"] = out[f"time_{term}"] / compute
     n = len(cap)
-    block = np.column_stack([np.broadcast_to(np.asarray(f[name], dtype=np.float64), n)
-                             for name in FEATURE_NAMES])  # one float block: one allocation
+    block = np.column_stack(
+        [np.broadcast_to(np.asarray(f[name], dtype=np.float64), n) for name in FEATURE_NAMES]
+    )  # one float block: one allocation
     return pd.DataFrame(block, columns=list(FEATURE_NAMES), copy=False)
+
 
 def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """The :data:`DOMAIN_AXES` of analytic columns."""
@@ -141,6 +163,7 @@ def domain_values(c: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         "seq_len": c["seq_len"],
         "tokens_per_rank": c["mbs"] * c["seq_len"] / c["cp"],
     }
+
 
 def build_features(
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -154,6 +177,7 @@ def build_features(
     X, out, _ = build_features_cols(configs, profile, extra=extra, sets=sets)
     return X, out
 
+
 def build_features_cols(
     configs: Sequence[TrainingConfig] | FlatTable,
     profile: str | Path | PerfModel | Sequence[Any] | None = None,
@@ -166,13 +190,19 @@ def build_features_cols(
     profile for all or one per configuration; ``extra`` adds per-configuration columns the
     PerfModel reads (``net_scale``); ``sets``: the analytic parameter sets (None: the
     shipped ones)."""
-    c, out, _ = analytic_for(configs, profile, extra=extra,
-                             sets=shipped_parameter_sets() if sets is None else sets,
-                             resolve=resolve_perf_model)
+    c, out, _ = analytic_for(
+        configs,
+        profile,
+        extra=extra,
+        sets=shipped_parameter_sets() if sets is None else sets,
+        resolve=resolve_perf_model,
+    )
     return features_from_analytic(c, out), out, c
 
+
 def features_for_runs(
-    runs: pd.DataFrame, profile: str | Path | PerfModel | None = None,
+    runs: pd.DataFrame,
+    profile: str | Path | PerfModel | None = None,
     sets: ParameterSets | None = None,
 ) -> tuple[pd.DataFrame, dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Features of a sweep table's runs, each explained under its own cluster

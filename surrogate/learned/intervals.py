@@ -33,8 +33,9 @@ def stratum_key(framework: str, pipelined: bool) -> str:
     return f"{framework} {'pp>1' if pipelined else 'pp=1'}"
 
 
-def framework_quantiles(scores: np.ndarray, framework_code: np.ndarray, coverage: float,
-                        pp: np.ndarray | None = None) -> dict[str, float]:
+def framework_quantiles(
+    scores: np.ndarray, framework_code: np.ndarray, coverage: float, pp: np.ndarray | None = None
+) -> dict[str, float]:
     """Per framework version, the :func:`conformal_quantile` of its own runs' conformity
     ``scores`` (Mondrian conformal prediction: ``coverage`` holds within each category, not
     only over all runs), for the versions with enough runs that it is finite: n + 1 >=
@@ -66,8 +67,9 @@ def framework_quantiles(scores: np.ndarray, framework_code: np.ndarray, coverage
     return out
 
 
-def framework_weights(y: np.ndarray, oof: np.ndarray, framework_code: np.ndarray,
-                      least: int = 4) -> dict[str, float]:
+def framework_weights(
+    y: np.ndarray, oof: np.ndarray, framework_code: np.ndarray, least: int = 4
+) -> dict[str, float]:
     """Per framework version with at least ``least`` runs, the share of the learned throughput
     correction its own runs bear out, from their out-of-fold corrections ``oof`` and measured
     ones ``y`` (log(measured / analytic)):
@@ -100,8 +102,12 @@ def framework_weights(y: np.ndarray, oof: np.ndarray, framework_code: np.ndarray
     return out
 
 
-def by_framework(quantiles: dict[str, float], pooled: float, framework_code: np.ndarray,
-                 pp: np.ndarray | None = None) -> np.ndarray:
+def by_framework(
+    quantiles: dict[str, float],
+    pooled: float,
+    framework_code: np.ndarray,
+    pp: np.ndarray | None = None,
+) -> np.ndarray:
     """Per configuration, the value (a conformal quantile, :func:`framework_quantiles`, or a
     correction's share, :func:`framework_weights`) of its framework version and pipeline or
     none, else of its framework version, else ``pooled``."""
@@ -112,8 +118,12 @@ def by_framework(quantiles: dict[str, float], pooled: float, framework_code: np.
         return out
     pipelined = np.asarray(pp) > 1
     for flag in (False, True):
-        table = np.array([quantiles.get(stratum_key(name, flag), quantiles.get(name, pooled))
-                          for name in FRAMEWORK_VERSIONS])
+        table = np.array(
+            [
+                quantiles.get(stratum_key(name, flag), quantiles.get(name, pooled))
+                for name in FRAMEWORK_VERSIONS
+            ]
+        )
         out = np.where(pipelined == flag, table[codes], out)
     return out
 
@@ -131,9 +141,15 @@ class MfuInterval:
     correction_weight_by_framework: dict[str, float]
 
 
-def fit_mfu_interval(done: TrainingData, wd: np.ndarray,
-                     settings: Callable[..., dict[str, Any]], params: dict[str, Any] | None,
-                     *, coverage: float, n_folds: int) -> MfuInterval:
+def fit_mfu_interval(
+    done: TrainingData,
+    wd: np.ndarray,
+    settings: Callable[..., dict[str, Any]],
+    params: dict[str, Any] | None,
+    *,
+    coverage: float,
+    n_folds: int,
+) -> MfuInterval:
     """The conformalised quantile models of the throughput factor (``surrogate.learned.model``
     module docstring), on the completed runs ``done`` weighted ``wd``, with the LightGBM
     settings ``settings(params, ...)``, over at most ``n_folds`` grouped folds."""
@@ -152,27 +168,39 @@ def fit_mfu_interval(done: TrainingData, wd: np.ndarray,
         lo, hi = quantile(alpha), quantile(1 - alpha)
         point = lgb.LGBMRegressor(**settings(params))
         for q in (lo, hi, point):
-            q.fit(Xd.iloc[train], yd[train], sample_weight=wd[train],
-                  categorical_feature=CATEGORICAL)
+            q.fit(
+                Xd.iloc[train], yd[train], sample_weight=wd[train], categorical_feature=CATEGORICAL
+            )
         q_lo, q_hi = lo.predict(Xd.iloc[test]), hi.predict(Xd.iloc[test])
         scores[test] = np.maximum(q_lo - yd[test], yd[test] - q_hi)
         oof[test] = point.predict(Xd.iloc[test])
     weights = framework_weights(yd, oof, done.cols["framework_code"])
     pooled = conformal_quantile(scores, coverage)
-    by_version = framework_quantiles(scores, done.cols["framework_code"], coverage,
-                                     done.cols["pp"])
+    by_version = framework_quantiles(scores, done.cols["framework_code"], coverage, done.cols["pp"])
     lo, hi = quantile(alpha), quantile(1 - alpha)
     for q in (lo, hi):
         q.fit(Xd, yd, sample_weight=wd, categorical_feature=CATEGORICAL)
-    return MfuInterval(lo_model=lo.booster_, hi_model=hi.booster_, conformal_q=pooled,
-                       conformal_q_by_framework=by_version,
-                       correction_weight_by_framework=weights)
+    return MfuInterval(
+        lo_model=lo.booster_,
+        hi_model=hi.booster_,
+        conformal_q=pooled,
+        conformal_q_by_framework=by_version,
+        correction_weight_by_framework=weights,
+    )
 
 
-def fit_memory_interval(data: TrainingData, sw: np.ndarray, floor: np.ndarray,
-                        settings: Callable[..., dict[str, Any]], params: dict[str, Any] | None,
-                        *, coverage: float, n_folds: int, shrink_doublings: float,
-                        unseen_shape_weight: float) -> tuple[float, dict[str, float], float]:
+def fit_memory_interval(
+    data: TrainingData,
+    sw: np.ndarray,
+    floor: np.ndarray,
+    settings: Callable[..., dict[str, Any]],
+    params: dict[str, Any] | None,
+    *,
+    coverage: float,
+    n_folds: int,
+    shrink_doublings: float,
+    unseen_shape_weight: float,
+) -> tuple[float, dict[str, float], float]:
     """Half-widths, in log memory, of the ``coverage`` interval of the learned peak memory,
     for a model shape the training runs had (pooled, and per framework version as for the
     MFU interval, :func:`framework_quantiles`) and for one they had not: conformal quantiles
@@ -204,8 +232,7 @@ def fit_memory_interval(data: TrainingData, sw: np.ndarray, floor: np.ndarray,
     nodes 95.0%)."""
     from sklearn.model_selection import GroupKFold
 
-    def scores(groups: np.ndarray,
-               as_predicted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def scores(groups: np.ndarray, as_predicted: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The out-of-fold errors, and the framework codes and pp of their runs (none
         without runs with a memory in two folds)."""
         none = (np.zeros(0), np.zeros(0), np.zeros(0))
@@ -217,13 +244,21 @@ def fit_memory_interval(data: TrainingData, sw: np.ndarray, floor: np.ndarray,
             test = test[data.mem_ok[test]]
             if not len(test) or not data.mem_ok[train].any():
                 continue
-            booster = fit_memory(take_rows(data.X, train), data.y_mem[train],
-                                 data.mem_ok[train], floor[train], sw[train],
-                                 settings(params))
+            booster = fit_memory(
+                take_rows(data.X, train),
+                data.y_mem[train],
+                data.mem_ok[train],
+                floor[train],
+                sw[train],
+                settings(params),
+            )
             pred = booster.predict(take_rows(data.X, test))
             if as_predicted:
-                domain = Domain.from_cols({k: v[train] for k, v in data.cols.items()},
-                                          shrink_doublings, unseen_shape_weight)
+                domain = Domain.from_cols(
+                    {k: v[train] for k, v in data.cols.items()},
+                    shrink_doublings,
+                    unseen_shape_weight,
+                )
                 where = domain.assess({k: v[test] for k, v in data.cols.items()})
                 inside = where.distance == 0
                 test, pred = test[inside], (where.weight * pred)[inside]
@@ -240,6 +275,8 @@ def fit_memory_interval(data: TrainingData, sw: np.ndarray, floor: np.ndarray,
     shapes = np.unique(shape_keys(data.cols), axis=0, return_inverse=True)[1].ravel()
     unseen = scores(shapes, True)[0]
     nan = float("nan")
-    return (conformal_quantile(seen, coverage) if len(seen) else nan,
-            framework_quantiles(seen, seen_codes, coverage, seen_pp),
-            conformal_quantile(unseen, coverage) if len(unseen) else nan)
+    return (
+        conformal_quantile(seen, coverage) if len(seen) else nan,
+        framework_quantiles(seen, seen_codes, coverage, seen_pp),
+        conformal_quantile(unseen, coverage) if len(unseen) else nan,
+    )

@@ -103,11 +103,13 @@ if TYPE_CHECKING:
 
     from surrogate.config.table import FlatTable
 
+
 def __getattr__(name: str) -> Any:
     """``NotFittedError``, made on first use (:func:`not_fitted_error`)."""
     if name == "NotFittedError":
         return not_fitted_error()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 class SurrogateModel(Estimator):
     """The physics, its corrector and the interval model (module docstring).
@@ -202,13 +204,22 @@ class SurrogateModel(Estimator):
         ``y``), and is neither a plain classifier nor a plain regressor."""
         from sklearn.utils import InputTags, Tags, TargetTags
 
-        return Tags(estimator_type=None, target_tags=TargetTags(required=False),
-                    input_tags=InputTags(string=True, categorical=True, allow_nan=True),
-                    requires_fit=True)
+        return Tags(
+            estimator_type=None,
+            target_tags=TargetTags(required=False),
+            input_tags=InputTags(string=True, categorical=True, allow_nan=True),
+            requires_fit=True,
+        )
 
     # ---------------------------------------------------------------- fitting
-    def fit(self, X: pd.DataFrame | TrainingData, y: None = None, *, profile: Any = None,
-            sample_weight: np.ndarray | None = None) -> SurrogateModel:
+    def fit(
+        self,
+        X: pd.DataFrame | TrainingData,
+        y: None = None,
+        *,
+        profile: Any = None,
+        sample_weight: np.ndarray | None = None,
+    ) -> SurrogateModel:
         """Learn from the runs of a sweep table (``surrogate.runs.sweeps`` columns); the model.
 
         The pipeline in turn: the physics (a table's :func:`training_data` fits it; a
@@ -236,8 +247,9 @@ class SurrogateModel(Estimator):
                 runs come from fewer than two (model, nodes) cells.
             ValueError: ``profile`` is given with a :class:`TrainingData`.
         """
-        data, sw = fit_inputs(X, y, profile, sample_weight, n_folds=self.n_folds,
-                              balance_sources=self.balance_sources)
+        data, sw = fit_inputs(
+            X, y, profile, sample_weight, n_folds=self.n_folds, balance_sources=self.balance_sources
+        )
         self._compiled = {}  # a loaded model's compiled forests are of its former boosters
         # the physics, fitted with the data (surrogate.learned.physics): the corrections' base
         self.physics_sets_: dict[str, Any] = dict(data.physics_sets)
@@ -245,11 +257,13 @@ class SurrogateModel(Estimator):
         self._fit_corrector(data, sw)
         self._fit_intervals(data, sw)
         self.feature_names_ = list(FEATURE_NAMES)
-        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings,
-                                        self.unseen_shape_weight)
+        self.domain_ = Domain.from_cols(data.cols, self.shrink_doublings, self.unseen_shape_weight)
         self.data_hash_ = data.data_hash
-        self.n_train_ = {"runs": len(data), "completed": int(data.done.sum()),
-                         "with_memory": int(data.mem_ok.sum())}
+        self.n_train_ = {
+            "runs": len(data),
+            "completed": int(data.done.sum()),
+            "with_memory": int(data.mem_ok.sum()),
+        }
         self.metrics_: dict[str, Any] = {}
         self.recalibration_: Recalibration | None = None
         # identity as saved: the sidecar's sha256, which covers every file's; set by save/load
@@ -270,39 +284,64 @@ class SurrogateModel(Estimator):
         import lightgbm as lgb
 
         self.status_model_, classes, fail_rate = fit_status(
-            data.X, data.y_status, sw, data.analytic["p_oom"], self._settings(self.status_params))
+            data.X, data.y_status, sw, data.analytic["p_oom"], self._settings(self.status_params)
+        )
         self.status_fail_rate_: float | None = fail_rate
         self.status_classes_ = [STATUS_CLASSES[i] for i in classes]
         done = data.done
         mfu = lgb.LGBMRegressor(**self._settings(self.mfu_params))
-        mfu.fit(data.X[done], data.y_mfu[done], sample_weight=sw[done],
-                categorical_feature=CATEGORICAL)
+        mfu.fit(
+            data.X[done], data.y_mfu[done], sample_weight=sw[done], categorical_feature=CATEGORICAL
+        )
         self.mfu_model_ = mfu.booster_
-        self.mem_model_ = fit_memory(data.X, data.y_mem, data.mem_ok, self._memory_floor(data),
-                                     sw, self._settings(self.mem_params))
+        self.mem_model_ = fit_memory(
+            data.X,
+            data.y_mem,
+            data.mem_ok,
+            self._memory_floor(data),
+            sw,
+            self._settings(self.mem_params),
+        )
 
     def _fit_intervals(self, data: TrainingData, sw: np.ndarray) -> None:
         """The interval model, the learned model's own part (``surrogate.learned.intervals``):
         the memory's conformal widths, the throughput's quantile models and conformal widths,
         and the share of the correction each framework's held-out runs bear out."""
-        (self.mem_conformal_q_, self.mem_conformal_q_by_framework_,
-         self.mem_conformal_q_unseen_shape_) = fit_memory_interval(
-            data, sw, self._memory_floor(data), self._settings, self.mem_params,
-            coverage=self.coverage, n_folds=self.n_folds,
+        (
+            self.mem_conformal_q_,
+            self.mem_conformal_q_by_framework_,
+            self.mem_conformal_q_unseen_shape_,
+        ) = fit_memory_interval(
+            data,
+            sw,
+            self._memory_floor(data),
+            self._settings,
+            self.mem_params,
+            coverage=self.coverage,
+            n_folds=self.n_folds,
             shrink_doublings=self.shrink_doublings,
-            unseen_shape_weight=self.unseen_shape_weight)
+            unseen_shape_weight=self.unseen_shape_weight,
+        )
         done = data.done
-        interval = fit_mfu_interval(data.take(np.flatnonzero(done)), sw[done], self._settings,
-                                    self.mfu_params, coverage=self.coverage,
-                                    n_folds=self.n_folds)
+        interval = fit_mfu_interval(
+            data.take(np.flatnonzero(done)),
+            sw[done],
+            self._settings,
+            self.mfu_params,
+            coverage=self.coverage,
+            n_folds=self.n_folds,
+        )
         self.mfu_lo_model_, self.mfu_hi_model_ = interval.lo_model, interval.hi_model
         self.conformal_q_ = interval.conformal_q
         self.conformal_q_by_framework_ = interval.conformal_q_by_framework
         self.correction_weight_by_framework_ = interval.correction_weight_by_framework
 
-    def recalibrate(self, held_out: dict[str, pd.DataFrame],
-                    as_predicted: dict[str, pd.DataFrame] | None = None,
-                    known: dict[str, pd.DataFrame] | None = None) -> SurrogateModel:
+    def recalibrate(
+        self,
+        held_out: dict[str, pd.DataFrame],
+        as_predicted: dict[str, pd.DataFrame] | None = None,
+        known: dict[str, pd.DataFrame] | None = None,
+    ) -> SurrogateModel:
         """Scale the intervals per kind of configuration and category by what the protocols'
         held-out runs needed (``held_out``: their predictions per protocol, as
         ``training.evaluate`` gives them, under each run's measured network; ``as_predicted``:
@@ -311,19 +350,26 @@ class SurrogateModel(Estimator):
         predictions with the network known, hold; :mod:`surrogate.learned.recalibration`);
         the model."""
         self._check_fitted()
-        self.recalibration_ = fit_recalibration(held_out, coverage=self.coverage,
-                                                as_predicted=as_predicted, known=known)
+        self.recalibration_ = fit_recalibration(
+            held_out, coverage=self.coverage, as_predicted=as_predicted, known=known
+        )
         return self
 
     # ------------------------------------------------------------- predicting
     def _check_fitted(self) -> None:
         if not self.__sklearn_is_fitted__():
             raise not_fitted_error()(
-                "this SurrogateModel is not fitted: call fit() or load() first")
+                "this SurrogateModel is not fitted: call fit() or load() first"
+            )
 
     def predict_from_features(
-        self, X: pd.DataFrame, out: dict[str, np.ndarray], cols: dict[str, np.ndarray],
-        *, shrink_doublings: float | None = None, sets: ParameterSets | None = None,
+        self,
+        X: pd.DataFrame,
+        out: dict[str, np.ndarray],
+        cols: dict[str, np.ndarray],
+        *,
+        shrink_doublings: float | None = None,
+        sets: ParameterSets | None = None,
     ) -> dict[str, Any]:
         """Predictions from features, the analytic outputs and the analytic columns they came
         from (module doc: shrinkage off the domain). ``shrink_doublings`` overrides the
@@ -337,12 +383,18 @@ class SurrogateModel(Estimator):
         where = self.domain_.assess(cols, shrink_doublings)
         w = where.weight
         # the corrector: the status, and the throughput and memory factors, shrunk off the domain
-        status = shrunk_status(self.status_model_, X, out["p_oom"], w, self.status_fail_rate_,
-                               self.status_classes_, compiled=self._compiled.get("status"))
+        status = shrunk_status(
+            self.status_model_,
+            X,
+            out["p_oom"],
+            w,
+            self.status_fail_rate_,
+            self.status_classes_,
+            compiled=self._compiled.get("status"),
+        )
         f = self._trees("mfu", X)
         # the share of the correction its framework's held-out runs bore out (1: all of it)
-        borne = by_framework(self.correction_weight_by_framework_, 1.0,
-                             cols["framework_code"])
+        borne = by_framework(self.correction_weight_by_framework_, 1.0, cols["framework_code"])
         center = w * borne * f
         factor = bounded_factor(center, out["mfu"])
         # the memory correction counts w times: where w is 0 its booster is not run
@@ -353,47 +405,71 @@ class SurrogateModel(Estimator):
         mem = out["mem_reserved"] * np.exp(mem_log)
         # the interval model, around them
         transfer = (self.parameter_sets() if sets is None else sets).transfer_half_widths()
-        lo, hi, mem_bounds = self._intervals(X, cols, where, (f, center, borne), mem,
-                                             out["mem_reserved"], transfer)
+        lo, hi, mem_bounds = self._intervals(
+            X, cols, where, (f, center, borne), mem, out["mem_reserved"], transfer
+        )
         known = prediction_columns(out, status, factor, lo, hi, mem_bounds)
         columns = with_network_spread(known, out)
         outside = where.distance > 0
         if self.recalibration_ is not None:
             columns = self.recalibration_.apply(
-                columns, kinds_of(where.distance, where.unseen_shape), cols,
-                out.get("mfu_ceiling", 1.0), analytic=(out["mfu"], out["mem_reserved"] / 2**30),
-                holds=(outside | (borne < 1), outside), network_known=out.get("net_known"),
-                unwidened=known)
+                columns,
+                kinds_of(where.distance, where.unseen_shape),
+                cols,
+                out.get("mfu_ceiling", 1.0),
+                analytic=(out["mfu"], out["mem_reserved"] / 2**30),
+                holds=(outside | (borne < 1), outside),
+                network_known=out.get("net_known"),
+                unwidened=known,
+            )
         return {
             **columns,
             "domain_weight": w,
             "correction_share": borne,
-            "extrapolation": np.array(join_reasons(where.reasons, beyond_practice(cols)),
-                                      dtype=object),
+            "extrapolation": np.array(
+                join_reasons(where.reasons, beyond_practice(cols)), dtype=object
+            ),
         }
 
     def _intervals(
-        self, X: pd.DataFrame, cols: dict[str, np.ndarray], where: Assessment,
-        throughput: tuple[np.ndarray, np.ndarray, np.ndarray], mem: np.ndarray,
-        analytic_mem: np.ndarray, transfer: tuple[float, float] | None,
+        self,
+        X: pd.DataFrame,
+        cols: dict[str, np.ndarray],
+        where: Assessment,
+        throughput: tuple[np.ndarray, np.ndarray, np.ndarray],
+        mem: np.ndarray,
+        analytic_mem: np.ndarray,
+        transfer: tuple[float, float] | None,
     ) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """The interval model's MFU interval (low, high) and memory's (:func:`memory_bounds`)
         around the correction (``throughput``: its unshrunk factor, the factor kept and the
         share borne out; ``mem``: the corrected memory; module doc)."""
         f, center, borne = throughput
-        q_conf = by_framework(self.conformal_q_by_framework_, self.conformal_q_,
-                              cols["framework_code"], cols["pp"])
+        q_conf = by_framework(
+            self.conformal_q_by_framework_, self.conformal_q_, cols["framework_code"], cols["pp"]
+        )
         outside = where.distance > 0
         widen = 1.0 + np.minimum(where.distance, MAX_WIDEN)
         cap_tps, cap_mem = transfer if transfer is not None else (None, None)
         # off the domain, or sharing the answer with the physics: the interval holds both
-        lo, hi = mfu_bounds(f, self._trees("mfu_lo", X) - q_conf,
-                            self._trees("mfu_hi", X) + q_conf, center, outside | (borne < 1),
-                            widen, cap_tps)
-        q_mem = by_framework(self.mem_conformal_q_by_framework_, self.mem_conformal_q_,
-                             cols["framework_code"], cols["pp"])
-        half = memory_half_width(q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape,
-                                 widen, cap_mem)
+        lo, hi = mfu_bounds(
+            f,
+            self._trees("mfu_lo", X) - q_conf,
+            self._trees("mfu_hi", X) + q_conf,
+            center,
+            outside | (borne < 1),
+            widen,
+            cap_tps,
+        )
+        q_mem = by_framework(
+            self.mem_conformal_q_by_framework_,
+            self.mem_conformal_q_,
+            cols["framework_code"],
+            cols["pp"],
+        )
+        half = memory_half_width(
+            q_mem, self.mem_conformal_q_unseen_shape_, where.unseen_shape, widen, cap_mem
+        )
         lo, hi, half = unseen_widths(lo, hi, half, center, where.distance, transfer)
         return lo, hi, memory_bounds(mem, half, analytic_mem, outside)
 
@@ -415,8 +491,9 @@ class SurrogateModel(Estimator):
             rows.append(row)
         return rows
 
-    def predict(self, X: Sequence[Any] | FlatTable, *, profile: Any = None
-                ) -> dict[str, np.ndarray]:
+    def predict(
+        self, X: Sequence[Any] | FlatTable, *, profile: Any = None
+    ) -> dict[str, np.ndarray]:
         """Predictions of configurations: the analytic answer under the parameter sets this
         model was trained against (:meth:`parameter_sets`), corrected, with its intervals
         (``surrogate.prediction.scoring.score`` then makes the memory verdict agree).
@@ -467,9 +544,13 @@ class SurrogateModel(Estimator):
         return d
 
     def _boosters(self) -> dict[str, lgb.Booster]:
-        return {"status": self.status_model_, "mfu": self.mfu_model_,
-                "mfu_lo": self.mfu_lo_model_, "mfu_hi": self.mfu_hi_model_,
-                "mem": self.mem_model_}
+        return {
+            "status": self.status_model_,
+            "mfu": self.mfu_model_,
+            "mfu_lo": self.mfu_lo_model_,
+            "mfu_hi": self.mfu_hi_model_,
+            "mem": self.mem_model_,
+        }
 
     @classmethod
     def load(cls, directory: str | Path) -> SurrogateModel:
@@ -502,8 +583,9 @@ class SurrogateModel(Estimator):
             model = cls(**settings_of(meta, domain))
             vars(model).update(fitted_attributes(meta, domain, boosters, where=str(d)))
         except (KeyError, TypeError, ValueError) as e:
-            raise DataError(f"{d / 'model.json'}: malformed sidecar ({type(e).__name__}: {e})"
-                            ) from None
+            raise DataError(
+                f"{d / 'model.json'}: malformed sidecar ({type(e).__name__}: {e})"
+            ) from None
         if compiled_trees.enabled():
             model._compiled = {n: compiled_trees.CompiledForest(t) for n, t in texts.items()}
         return model

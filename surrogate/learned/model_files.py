@@ -38,8 +38,9 @@ def write_sidecar(d: Path, sidecar: dict[str, Any]) -> str:
     """Record the sha256 of every model file and of the sidecar itself, then write
     ``model.json`` atomically (a temporary file and a rename); the sidecar's sha256."""
     sidecar = dict(sidecar)
-    sidecar["file_sha256"] = {f"{n}.txt": _sha256((d / f"{n}.txt").read_bytes())
-                              for n in _MODEL_FILES}
+    sidecar["file_sha256"] = {
+        f"{n}.txt": _sha256((d / f"{n}.txt").read_bytes()) for n in _MODEL_FILES
+    }
     sidecar["sidecar_sha256"] = _sidecar_digest(sidecar)
     atomic_write(d / "model.json", json.dumps(sidecar, indent=2, sort_keys=True))
     return str(sidecar["sidecar_sha256"])
@@ -61,10 +62,13 @@ def verified_texts(d: Path, meta: dict[str, Any]) -> dict[str, str]:
             f"{side} records no sha256 of the model files (saved by an older surrogate), so a "
             "damaged file cannot be told from a sound one: retrain the model (surrogate train), "
             "or, if you trust its files, record their hashes with "
-            "surrogate.learned.model_files.record_hashes(DIRECTORY)")
+            "surrogate.learned.model_files.record_hashes(DIRECTORY)"
+        )
     if meta["sidecar_sha256"] != _sidecar_digest(meta):
-        raise DataError(f"{side} was changed after the model was saved (its sha256 differs from "
-                        "the one it records): restore it or retrain the model")
+        raise DataError(
+            f"{side} was changed after the model was saved (its sha256 differs from "
+            "the one it records): restore it or retrain the model"
+        )
     texts: dict[str, str] = {}
     for name in _MODEL_FILES:
         path = d / f"{name}.txt"
@@ -74,7 +78,8 @@ def verified_texts(d: Path, meta: dict[str, Any]) -> dict[str, str]:
         if _sha256(data) != hashes.get(path.name):
             raise DataError(
                 f"model file {path} is damaged: its sha256 differs from the one {side.name} "
-                f"records ({len(data):,} bytes); restore it or retrain the model")
+                f"records ({len(data):,} bytes); restore it or retrain the model"
+            )
         texts[name] = data.decode("utf-8")
     return texts
 

@@ -59,9 +59,14 @@ def band_index(num_nodes: np.ndarray) -> np.ndarray:
 
 def node_bands(num_nodes: np.ndarray) -> np.ndarray:
     """Each node count's band by name: ``'1 node'``, ``'2-7 nodes'``, ..., ``'128+ nodes'``."""
-    names = [f"{lo}+ nodes" if hi is None else f"{lo} node{'s' if lo > 1 else ''}"
-             if hi == lo + 1 else f"{lo}-{hi - 1} nodes"
-             for lo, hi in zip(NODE_BANDS, [*NODE_BANDS[1:], None], strict=True)]
+    names = [
+        f"{lo}+ nodes"
+        if hi is None
+        else f"{lo} node{'s' if lo > 1 else ''}"
+        if hi == lo + 1
+        else f"{lo}-{hi - 1} nodes"
+        for lo, hi in zip(NODE_BANDS, [*NODE_BANDS[1:], None], strict=True)
+    ]
     return np.asarray(np.array(names, dtype=object)[band_index(num_nodes)])
 
 
@@ -74,8 +79,11 @@ def framework_versions(framework: np.ndarray, version: np.ndarray | None) -> np.
     """``name/version`` per run, an empty or missing version read as the framework's
     latest (as the analytic model reads it)."""
     out = np.empty(len(framework), dtype=object)
-    versions = (np.full(len(framework), "", dtype=object) if version is None
-                else np.asarray(version, dtype=object))
+    versions = (
+        np.full(len(framework), "", dtype=object)
+        if version is None
+        else np.asarray(version, dtype=object)
+    )
     for i, (name, v) in enumerate(zip(framework, versions, strict=True)):
         fw = get_framework(str(name))
         given = "" if v is None or v != v else str(v)  # None or NaN: missing
@@ -83,16 +91,16 @@ def framework_versions(framework: np.ndarray, version: np.ndarray | None) -> np.
     return out
 
 
-def category_keys(num_nodes: np.ndarray, pp: np.ndarray,
-                  framework: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def category_keys(
+    num_nodes: np.ndarray, pp: np.ndarray, framework: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """Per configuration, its fine category (node band, pipeline or none, framework version)
     and its coarse one (pipeline or none, framework version)."""
     coarse = pipeline_labels(pp) + " " + np.asarray(framework, dtype=object)
     return node_bands(num_nodes) + " " + coarse, coarse
 
 
-def needed_scale(y: np.ndarray, pred: np.ndarray, lo: np.ndarray,
-                 hi: np.ndarray) -> np.ndarray:
+def needed_scale(y: np.ndarray, pred: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per measured value ``y``, the factor k on the log half-widths of the interval
     [``lo``, ``hi``] around ``pred`` that would just hold it: [pred (lo / pred)^k,
     pred (hi / pred)^k] holds ``y`` exactly where k >= this (0 at ``pred``; inf where the
@@ -110,8 +118,14 @@ def conformal_level(n: int, coverage: float) -> float:
     return min(1.0, float(np.ceil((n + 1) * coverage)) / n)
 
 
-def fit_factors(needed: np.ndarray, fine: np.ndarray, coarse: np.ndarray, *,
-                coverage: float, min_runs: int = MIN_CATEGORY_RUNS) -> dict[str, float]:
+def fit_factors(
+    needed: np.ndarray,
+    fine: np.ndarray,
+    coarse: np.ndarray,
+    *,
+    coverage: float,
+    min_runs: int = MIN_CATEGORY_RUNS,
+) -> dict[str, float]:
     """The conformal ``coverage`` quantile of the factors ``needed`` per fine category, per
     coarse one, and over all (key ``''``), for each with ``min_runs`` runs or more (all:
     with any). Infinite factors count as the largest."""
@@ -129,20 +143,19 @@ def fit_factors(needed: np.ndarray, fine: np.ndarray, coarse: np.ndarray, *,
     return out
 
 
-def factors_for(table: Mapping[str, float], fine: np.ndarray, coarse: np.ndarray
-                ) -> np.ndarray:
+def factors_for(table: Mapping[str, float], fine: np.ndarray, coarse: np.ndarray) -> np.ndarray:
     """Per configuration, the factor of its fine category in ``table`` (:func:`fit_factors`),
     else of its coarse one, else the pooled one, else 1 (nothing measured)."""
     pooled = table.get("", 1.0)
     values = {}
     for f, c in set(zip(fine, coarse, strict=True)):
         values[(f, c)] = table.get(f, table.get(c, pooled))
-    return np.array([values[(f, c)] for f, c in zip(fine, coarse, strict=True)],
-                    dtype=np.float64)
+    return np.array([values[(f, c)] for f, c in zip(fine, coarse, strict=True)], dtype=np.float64)
 
 
-def rescaled(pred: np.ndarray, lo: np.ndarray, hi: np.ndarray,
-             k: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def rescaled(
+    pred: np.ndarray, lo: np.ndarray, hi: np.ndarray, k: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The interval [``lo``, ``hi``] around ``pred`` with its log half-widths times ``k``
     (``lo`` and ``hi`` positive and either side of ``pred``; where they are not, or ``k`` is
     1, the interval as given)."""
@@ -170,25 +183,35 @@ class Recalibration:
     """The MFU factors for a configuration whose network is not known (module doc); empty:
     ``mfu``'s."""
 
-    def factors(self, quantity: str, kind: np.ndarray, num_nodes: np.ndarray, pp: np.ndarray,
-                framework_code: np.ndarray) -> np.ndarray:
+    def factors(
+        self,
+        quantity: str,
+        kind: np.ndarray,
+        num_nodes: np.ndarray,
+        pp: np.ndarray,
+        framework_code: np.ndarray,
+    ) -> np.ndarray:
         """Per configuration, the factor on the log half-widths of ``quantity`` (``'mfu'``,
         ``'mfu_profile'`` or ``'memory'``) for its ``kind`` (:func:`kinds_of`: an index into
         :data:`KINDS`, or ``len(KINDS)``: unscaled) and its category (its framework version
         by its index in ``FRAMEWORK_VERSIONS``), from a table of every kind and category
         computed once."""
         table = self._lookups[quantity]
-        code = ((np.asarray(kind, dtype=np.int64) * len(NODE_BANDS) + band_index(num_nodes))
-                * 2 + (np.asarray(pp) > 1)) * len(FRAMEWORK_VERSIONS) + np.asarray(
-                    framework_code).astype(np.int64)
+        code = (
+            (np.asarray(kind, dtype=np.int64) * len(NODE_BANDS) + band_index(num_nodes)) * 2
+            + (np.asarray(pp) > 1)
+        ) * len(FRAMEWORK_VERSIONS) + np.asarray(framework_code).astype(np.int64)
         return np.asarray(table[code], dtype=np.float64)
 
     @functools.cached_property
     def _lookups(self) -> dict[str, np.ndarray]:
         """:meth:`_lookup` of each quantity, computed once per recalibration (not per call: a
         one-layout prediction would pay it every time)."""
-        return {"mfu": self._lookup(self.mfu), "memory": self._lookup(self.memory),
-                "mfu_profile": self._lookup(self.mfu_profile or self.mfu)}
+        return {
+            "mfu": self._lookup(self.mfu),
+            "memory": self._lookup(self.memory),
+            "mfu_profile": self._lookup(self.mfu_profile or self.mfu),
+        }
 
     @staticmethod
     def _lookup(tables: dict[str, dict[str, float]]) -> np.ndarray:
@@ -205,16 +228,24 @@ class Recalibration:
                     if not table:
                         values.append(np.ones(len(fw)))
                         continue
-                    fine, coarse = category_keys(np.full(len(fw), first),
-                                                 np.full(len(fw), 2 if pipelined else 1), fw)
+                    fine, coarse = category_keys(
+                        np.full(len(fw), first), np.full(len(fw), 2 if pipelined else 1), fw
+                    )
                     values.append(factors_for(table, fine, coarse))
         return np.concatenate(values)
 
-    def apply(self, columns: Mapping[str, np.ndarray], kind: np.ndarray,
-              cols: Mapping[str, np.ndarray], ceiling: np.ndarray | float, *,
-              analytic: tuple[np.ndarray, np.ndarray], holds: tuple[np.ndarray, np.ndarray],
-              network_known: np.ndarray | None = None,
-              unwidened: Mapping[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    def apply(
+        self,
+        columns: Mapping[str, np.ndarray],
+        kind: np.ndarray,
+        cols: Mapping[str, np.ndarray],
+        ceiling: np.ndarray | float,
+        *,
+        analytic: tuple[np.ndarray, np.ndarray],
+        holds: tuple[np.ndarray, np.ndarray],
+        network_known: np.ndarray | None = None,
+        unwidened: Mapping[str, np.ndarray] | None = None,
+    ) -> dict[str, np.ndarray]:
         """The predicted ``columns`` (``surrogate.learned.blend.prediction_columns``) with
         their MFU and memory intervals rescaled by :meth:`factors` (the analytic columns
         ``cols`` give each configuration's category); where ``holds`` (MFU, memory) they still
@@ -227,35 +258,49 @@ class Recalibration:
         spread was added) under ``mfu``'s factors: not knowing the network never makes the
         interval narrower on either side."""
         where = (kind, cols["num_nodes"], cols["pp"], cols["framework_code"])
-        known = (np.zeros(len(kind), dtype=bool) if network_known is None
-                 else np.asarray(network_known) > 0)
+        known = (
+            np.zeros(len(kind), dtype=bool)
+            if network_known is None
+            else np.asarray(network_known) > 0
+        )
         mfu = measured = self.factors("mfu", *where)
         if not known.all():
             mfu = np.where(known, mfu, self.factors("mfu_profile", *where))
         out = dict(columns)
         for (center, lo, hi), factors, physics, mask in (
-                (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), mfu, analytic[0], holds[0]),
-                (("pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
-                  "pred_peak_mem_reserved_hi_gib"),
-                 self.factors("memory", *where), analytic[1], holds[1])):
+            (("pred_mfu", "pred_mfu_lo", "pred_mfu_hi"), mfu, analytic[0], holds[0]),
+            (
+                (
+                    "pred_peak_mem_reserved_gib",
+                    "pred_peak_mem_reserved_lo_gib",
+                    "pred_peak_mem_reserved_hi_gib",
+                ),
+                self.factors("memory", *where),
+                analytic[1],
+                holds[1],
+            ),
+        ):
             new_lo, new_hi = rescaled(columns[center], columns[lo], columns[hi], factors)
             out[lo] = np.where(mask, np.minimum(new_lo, physics), new_lo)
             out[hi] = np.where(mask, np.maximum(new_hi, physics), new_hi)
         if unwidened is not None and not known.all():  # at least a known network's
-            base_lo, base_hi = rescaled(unwidened["pred_mfu"], unwidened["pred_mfu_lo"],
-                                        unwidened["pred_mfu_hi"], measured)
-            out["pred_mfu_lo"] = np.where(known, out["pred_mfu_lo"],
-                                          np.minimum(out["pred_mfu_lo"], base_lo))
-            out["pred_mfu_hi"] = np.where(known, out["pred_mfu_hi"],
-                                          np.maximum(out["pred_mfu_hi"], base_hi))
+            base_lo, base_hi = rescaled(
+                unwidened["pred_mfu"], unwidened["pred_mfu_lo"], unwidened["pred_mfu_hi"], measured
+            )
+            out["pred_mfu_lo"] = np.where(
+                known, out["pred_mfu_lo"], np.minimum(out["pred_mfu_lo"], base_lo)
+            )
+            out["pred_mfu_hi"] = np.where(
+                known, out["pred_mfu_hi"], np.maximum(out["pred_mfu_hi"], base_hi)
+            )
         pred = columns["pred_mfu"]
-        out["pred_mfu_hi"] = np.minimum(out["pred_mfu_hi"],
-                                        np.minimum(np.maximum(ceiling, pred), 1.0))
+        out["pred_mfu_hi"] = np.minimum(
+            out["pred_mfu_hi"], np.minimum(np.maximum(ceiling, pred), 1.0)
+        )
         return out
 
     def to_json(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"mfu": self.mfu, "memory": self.memory,
-                               "coverage": self.coverage}
+        out: dict[str, Any] = {"mfu": self.mfu, "memory": self.memory, "coverage": self.coverage}
         if self.mfu_profile:
             out["mfu_profile"] = self.mfu_profile
         return out
@@ -263,11 +308,14 @@ class Recalibration:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Recalibration:
         def tables(d: Mapping[str, Any]) -> dict[str, dict[str, float]]:
-            return {str(kind): {str(k): float(v) for k, v in t.items()}
-                    for kind, t in d.items()}
-        return cls(mfu=tables(data["mfu"]), memory=tables(data["memory"]),
-                   coverage=float(data["coverage"]),
-                   mfu_profile=tables(data.get("mfu_profile", {})))
+            return {str(kind): {str(k): float(v) for k, v in t.items()} for kind, t in d.items()}
+
+        return cls(
+            mfu=tables(data["mfu"]),
+            memory=tables(data["memory"]),
+            coverage=float(data["coverage"]),
+            mfu_profile=tables(data.get("mfu_profile", {})),
+        )
 
 
 def kinds_of(distance: np.ndarray, unseen_shape: np.ndarray | None) -> np.ndarray:
@@ -296,15 +344,21 @@ def logged_memory(mem: pd.DataFrame) -> tuple[np.ndarray, ...] | None:
     the memory was logged on (``pred_logged_mem_gib`` where given, the interval scaled by its
     share of the peak rank's): ``(measured, pred, lo, hi)``, or None without memory
     intervals."""
-    if ("pred_peak_mem_reserved_lo_gib" not in mem
-            or not mem["pred_peak_mem_reserved_lo_gib"].notna().any()):
+    if (
+        "pred_peak_mem_reserved_lo_gib" not in mem
+        or not mem["pred_peak_mem_reserved_lo_gib"].notna().any()
+    ):
         return None
-    pred = mem["pred_logged_mem_gib" if "pred_logged_mem_gib" in mem
-               else "pred_peak_mem_reserved_gib"].to_numpy(float)
+    pred = mem[
+        "pred_logged_mem_gib" if "pred_logged_mem_gib" in mem else "pred_peak_mem_reserved_gib"
+    ].to_numpy(float)
     logged = pred / mem["pred_peak_mem_reserved_gib"].to_numpy(float)  # the logged rank's share
-    return (mem["peak_mem_reserved_gib"].to_numpy(float), pred,
-            mem["pred_peak_mem_reserved_lo_gib"].to_numpy(float) * logged,
-            mem["pred_peak_mem_reserved_hi_gib"].to_numpy(float) * logged)
+    return (
+        mem["peak_mem_reserved_gib"].to_numpy(float),
+        pred,
+        mem["pred_peak_mem_reserved_lo_gib"].to_numpy(float) * logged,
+        mem["pred_peak_mem_reserved_hi_gib"].to_numpy(float) * logged,
+    )
 
 
 def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
@@ -316,27 +370,39 @@ def measured_needed(res: pd.DataFrame) -> tuple[pd.Series, pd.Series]:
     import pandas as pd
 
     done, mem = measured_runs(res)
-    mfu = pd.Series(needed_scale(*(done[c].to_numpy(float) for c in (
-        "mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))), index=done.index)
+    mfu = pd.Series(
+        needed_scale(
+            *(done[c].to_numpy(float) for c in ("mfu", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi"))
+        ),
+        index=done.index,
+    )
     logged = logged_memory(mem)
-    memory = (pd.Series([], dtype=float) if logged is None
-              else pd.Series(needed_scale(*logged), index=mem.index))
+    memory = (
+        pd.Series([], dtype=float)
+        if logged is None
+        else pd.Series(needed_scale(*logged), index=mem.index)
+    )
     return mfu, memory
 
 
 def run_categories(res: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     """:func:`category_keys` of a runs table's rows (``num_nodes``, ``pp``, ``framework``
     and ``framework_version`` where it has one)."""
-    framework = framework_versions(res["framework"].to_numpy(),
-                                   res["framework_version"].to_numpy()
-                                   if "framework_version" in res else None)
+    framework = framework_versions(
+        res["framework"].to_numpy(),
+        res["framework_version"].to_numpy() if "framework_version" in res else None,
+    )
     return category_keys(res["num_nodes"].to_numpy(), res["pp"].to_numpy(), framework)
 
 
-def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float = 0.8,
-                      min_runs: int = MIN_CATEGORY_RUNS,
-                      as_predicted: Mapping[str, pd.DataFrame] | None = None,
-                      known: Mapping[str, pd.DataFrame] | None = None) -> Recalibration:
+def fit_recalibration(
+    held_out: Mapping[str, pd.DataFrame],
+    *,
+    coverage: float = 0.8,
+    min_runs: int = MIN_CATEGORY_RUNS,
+    as_predicted: Mapping[str, pd.DataFrame] | None = None,
+    known: Mapping[str, pd.DataFrame] | None = None,
+) -> Recalibration:
     """The factors of each kind from its protocol's held-out predictions (``held_out``: a
     table of runs with prediction columns per protocol name, as ``training.evaluate``
     gives them, under each run's measured network; ``as_predicted``: the same runs under the
@@ -344,8 +410,7 @@ def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float =
     the network taken as known, whose interval an unknown network's also holds
     (:meth:`Recalibration.apply`), so that the runs it holds ask nothing of ``mfu_profile``:
     :func:`beyond_known`); a kind whose protocol is absent keeps 1."""
-    tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {},
-                                                      "mfu_profile": {}}
+    tables: dict[str, dict[str, dict[str, float]]] = {"mfu": {}, "memory": {}, "mfu_profile": {}}
     for kind, protocol in KINDS.items():
         res = held_out.get(protocol)
         if res is None or not len(res):
@@ -353,8 +418,9 @@ def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float =
         for quantity, needed in zip(("mfu", "memory"), measured_needed(res), strict=True):
             if len(needed):
                 fine, coarse = run_categories(res.loc[needed.index])
-                tables[quantity][kind] = fit_factors(needed.to_numpy(), fine, coarse,
-                                                     coverage=coverage, min_runs=min_runs)
+                tables[quantity][kind] = fit_factors(
+                    needed.to_numpy(), fine, coarse, coverage=coverage, min_runs=min_runs
+                )
         user = (as_predicted or {}).get(protocol)
         if user is None or not len(user):
             continue
@@ -363,12 +429,20 @@ def fit_recalibration(held_out: Mapping[str, pd.DataFrame], *, coverage: float =
         values = needed.to_numpy()
         curve = (known or {}).get(protocol)
         if curve is not None:
-            values = beyond_known(values, measured_needed(curve)[0].reindex(needed.index),
-                                  factors_for(tables["mfu"].get(kind, {}), fine, coarse))
-        tables["mfu_profile"][kind] = fit_factors(values, fine, coarse, coverage=coverage,
-                                                  min_runs=min_runs)
-    return Recalibration(mfu=tables["mfu"], memory=tables["memory"], coverage=coverage,
-                         mfu_profile=tables["mfu_profile"])
+            values = beyond_known(
+                values,
+                measured_needed(curve)[0].reindex(needed.index),
+                factors_for(tables["mfu"].get(kind, {}), fine, coarse),
+            )
+        tables["mfu_profile"][kind] = fit_factors(
+            values, fine, coarse, coverage=coverage, min_runs=min_runs
+        )
+    return Recalibration(
+        mfu=tables["mfu"],
+        memory=tables["memory"],
+        coverage=coverage,
+        mfu_profile=tables["mfu_profile"],
+    )
 
 
 def beyond_known(needed: np.ndarray, needed_known: Any, factors: np.ndarray) -> np.ndarray:

@@ -61,16 +61,25 @@ def sidecar_of(model: Mapping[str, Any]) -> dict[str, Any]:
         "n_folds": model["n_folds"],
         "balance_sources": model["balance_sources"],
         "censored_memory": model["censored_memory"],
-        "params": {"status": model["status_params"], "mfu": model["mfu_params"],
-                   "mem": model["mem_params"]},
+        "params": {
+            "status": model["status_params"],
+            "mfu": model["mfu_params"],
+            "mem": model["mem_params"],
+        },
         "data_hash": model["data_hash_"],
         "domain": model["domain_"].to_json(),
         "n_train": model["n_train_"],
         "metrics": model["metrics_"],
-        **({"recalibration": model["recalibration_"].to_json()}
-           if model["recalibration_"] is not None else {}),
-        "versions": {"surrogate": __version__, "lightgbm": lgb.__version__,
-                     "python": platform.python_version()},
+        **(
+            {"recalibration": model["recalibration_"].to_json()}
+            if model["recalibration_"] is not None
+            else {}
+        ),
+        "versions": {
+            "surrogate": __version__,
+            "lightgbm": lgb.__version__,
+            "python": platform.python_version(),
+        },
     }
 
 
@@ -78,8 +87,9 @@ def read_sidecar(directory: Path) -> dict[str, Any]:
     """The sidecar of a saved model directory, checked: NoModelError without one, DataError
     when it is not JSON, of another format, or of other features than this version computes."""
     side = directory / "model.json"
-    meta = read_json(side, missing=NoModelError(
-        f"no model in {str(directory)!r} (model.json missing)"))
+    meta = read_json(
+        side, missing=NoModelError(f"no model in {str(directory)!r} (model.json missing)")
+    )
     if not isinstance(meta, dict) or meta.get("format") != FORMAT:
         got = meta.get("format") if isinstance(meta, dict) else type(meta).__name__
         raise DataError(f"{side}: format must be {FORMAT!r}, got {got!r}")
@@ -94,19 +104,22 @@ def read_sidecar(directory: Path) -> dict[str, Any]:
 def settings_of(meta: dict[str, Any], domain: Domain) -> dict[str, Any]:
     """The constructor settings a sidecar records."""
     return {
-        "coverage": meta["coverage"], "seed": meta["seed"],
+        "coverage": meta["coverage"],
+        "seed": meta["seed"],
         "n_folds": int(meta.get("n_folds", 5)),  # not recorded before: the default
         "shrink_doublings": domain.shrink_doublings,
         "unseen_shape_weight": domain.unseen_shape_weight,
         "balance_sources": bool(meta.get("balance_sources", True)),
         "censored_memory": bool(meta.get("censored_memory", False)),
-        "status_params": meta["params"]["status"], "mfu_params": meta["params"]["mfu"],
+        "status_params": meta["params"]["status"],
+        "mfu_params": meta["params"]["mfu"],
         "mem_params": meta["params"]["mem"],
     }
 
 
-def fitted_attributes(meta: dict[str, Any], domain: Domain,
-                      boosters: dict[str, lgb.Booster], *, where: str) -> dict[str, Any]:
+def fitted_attributes(
+    meta: dict[str, Any], domain: Domain, boosters: dict[str, lgb.Booster], *, where: str
+) -> dict[str, Any]:
     """The fitted attributes of a model, by name, from a verified sidecar and its boosters.
 
     The analytic parameter sets are the ones the sidecar records; a sidecar saved before they
@@ -118,24 +131,29 @@ def fitted_attributes(meta: dict[str, Any], domain: Domain,
     recorded = meta.get("parameter_sets")  # absent before the sets were recorded
     recal = meta.get("recalibration")  # absent: the intervals as fitted
     return {
-        "status_model_": boosters["status"], "mfu_model_": boosters["mfu"],
-        "mfu_lo_model_": boosters["mfu_lo"], "mfu_hi_model_": boosters["mfu_hi"],
+        "status_model_": boosters["status"],
+        "mfu_model_": boosters["mfu"],
+        "mfu_lo_model_": boosters["mfu_lo"],
+        "mfu_hi_model_": boosters["mfu_hi"],
         "mem_model_": boosters["mem"],
         "status_classes_": list(meta["status_classes"]),
         "status_fail_rate_": None if fail_rate is None else float(fail_rate),
         "conformal_q_": float(meta["conformal_q"]),
         "conformal_q_by_framework_": {  # absent before the widening was per framework
-            str(k): float(v) for k, v in meta.get("conformal_q_by_framework", {}).items()},
+            str(k): float(v) for k, v in meta.get("conformal_q_by_framework", {}).items()
+        },
         "mem_conformal_q_": float("nan") if mem_q is None else float(mem_q),
         "mem_conformal_q_by_framework_": {  # absent before it was per framework
-            str(k): float(v) for k, v in meta.get("mem_conformal_q_by_framework", {}).items()},
+            str(k): float(v) for k, v in meta.get("mem_conformal_q_by_framework", {}).items()
+        },
         "mem_conformal_q_unseen_shape_": float("nan") if unseen_q is None else float(unseen_q),
         "physics_sets_": dict(meta.get("physics_sets", {})),  # absent: none of its own
-        "base_parameter_sets_": (unrecorded_physics(where) if recorded is None
-                                 else ParameterSets(recorded)),
+        "base_parameter_sets_": (
+            unrecorded_physics(where) if recorded is None else ParameterSets(recorded)
+        ),
         "correction_weight_by_framework_": {  # absent: the full correction everywhere
-            str(k): float(v)
-            for k, v in meta.get("correction_weight_by_framework", {}).items()},
+            str(k): float(v) for k, v in meta.get("correction_weight_by_framework", {}).items()
+        },
         "feature_names_": list(meta["feature_names"]),
         "data_hash_": meta["data_hash"],
         "domain_": domain,

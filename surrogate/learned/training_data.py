@@ -31,11 +31,13 @@ from surrogate.learned.physics import Physics, fit_physics
 if TYPE_CHECKING:
     import pandas as pd
 
+
 def data_hash(runs: pd.DataFrame) -> str:
     """sha256 of the training rows (sorted by source and run_id), identifying the data."""
     cols = sorted(runs.columns)
     frame = runs[cols].sort_values([c for c in ("source", "run_id") if c in cols] or cols)
     return hashlib.sha256(frame.to_csv(index=False).encode()).hexdigest()
+
 
 def status_labels(status: pd.Series) -> np.ndarray:
     """completed -> 0, oom -> 1, fail and timeout -> 2."""
@@ -44,6 +46,7 @@ def status_labels(status: pd.Series) -> np.ndarray:
     if unknown:
         raise DataError(f"status must be one of {', '.join(mapping)}, got {sorted(unknown)}")
     return status.map(mapping).to_numpy(dtype=np.int64)
+
 
 def source_weights(runs: pd.DataFrame) -> np.ndarray:
     """Per run: (runs of the largest source) / (runs of its source), so that every source
@@ -56,12 +59,18 @@ def source_weights(runs: pd.DataFrame) -> np.ndarray:
     counts = runs["source"].map(runs["source"].value_counts()).to_numpy(dtype=np.float64)
     return np.asarray(counts.max() / counts, dtype=np.float64)
 
+
 def cell_groups(runs: pd.DataFrame) -> np.ndarray:
     """Group label per run for grouped folds: the (model shape, node count) cell."""
-    key = runs["hidden_size"].astype(str) + "/" + runs["num_layers"].astype(str) + "@" + runs[
-        "num_nodes"
-    ].astype(str)
+    key = (
+        runs["hidden_size"].astype(str)
+        + "/"
+        + runs["num_layers"].astype(str)
+        + "@"
+        + runs["num_nodes"].astype(str)
+    )
     return key.to_numpy()
+
 
 @dataclass(frozen=True, kw_only=True)
 class TrainingData:
@@ -117,13 +126,20 @@ class TrainingData:
         prepare it (without computing anything again)."""
         rows = np.asarray(rows)
         return TrainingData(
-            runs=self.runs.iloc[rows].reset_index(drop=True), profile=self.profile,
+            runs=self.runs.iloc[rows].reset_index(drop=True),
+            profile=self.profile,
             X=self.X.iloc[rows].reset_index(drop=True),
             analytic={k: v[rows] for k, v in self.analytic.items()},
             cols={k: v[rows] for k, v in self.cols.items()},
-            y_status=self.y_status[rows], done=self.done[rows], y_mfu=self.y_mfu[rows],
-            mem_ok=self.mem_ok[rows], y_mem=self.y_mem[rows], groups=self.groups[rows],
-            physics_sets=self.physics_sets, parameter_sets=self.parameter_sets)
+            y_status=self.y_status[rows],
+            done=self.done[rows],
+            y_mfu=self.y_mfu[rows],
+            mem_ok=self.mem_ok[rows],
+            y_mem=self.y_mem[rows],
+            groups=self.groups[rows],
+            physics_sets=self.physics_sets,
+            parameter_sets=self.parameter_sets,
+        )
 
     def sample_weight(self, *, balance_sources: bool = True) -> np.ndarray:
         """One weight per run: :func:`source_weights` of these runs (each part is balanced
@@ -155,9 +171,15 @@ class TrainingData:
             h.update(np.ascontiguousarray(a, dtype=np.float64).tobytes())
         return h.hexdigest()
 
-def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool = True,
-                  sets: ParameterSets | None = None,
-                  physics: Physics | None = None) -> TrainingData:
+
+def training_data(
+    runs: pd.DataFrame,
+    *,
+    profile: Any = None,
+    own_physics: bool = True,
+    sets: ParameterSets | None = None,
+    physics: Physics | None = None,
+) -> TrainingData:
     """Features and targets of a runs table, computed once (:class:`TrainingData`).
 
     The targets are the runs' own measurements relative to the analytic model's answer for
@@ -182,8 +204,11 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool 
     runs = runs.reset_index(drop=True)
     y_status = status_labels(runs["status"])
     if physics is None:
-        physics = (fit_physics(runs, profile=profile, sets=sets) if own_physics else
-                   Physics(base=shipped_parameter_sets() if sets is None else sets))
+        physics = (
+            fit_physics(runs, profile=profile, sets=sets)
+            if own_physics
+            else Physics(base=shipped_parameter_sets() if sets is None else sets)
+        )
     base, own = physics.base, dict(physics.own)
     X, out, cols = features_for_runs(runs, profile, physics.sets)
     tps = runs["tokens_per_s_per_gpu"].to_numpy(dtype=np.float64)
@@ -195,24 +220,45 @@ def training_data(runs: pd.DataFrame, *, profile: Any = None, own_physics: bool 
     y_mem = np.full(len(runs), np.nan)
     logged = out.get("mem_reserved_logged", out["mem_reserved"])  # the rank that logged it
     y_mem[mem_ok] = np.log(mem_gib[mem_ok] * 2**30 / logged[mem_ok])
-    return TrainingData(runs=runs, profile=profile, X=X, analytic=out, cols=cols,
-                        y_status=y_status, done=done, y_mfu=y_mfu, mem_ok=mem_ok, y_mem=y_mem,
-                        groups=cell_groups(runs), physics_sets=own, parameter_sets=base)
+    return TrainingData(
+        runs=runs,
+        profile=profile,
+        X=X,
+        analytic=out,
+        cols=cols,
+        y_status=y_status,
+        done=done,
+        y_mfu=y_mfu,
+        mem_ok=mem_ok,
+        y_mem=y_mem,
+        groups=cell_groups(runs),
+        physics_sets=own,
+        parameter_sets=base,
+    )
 
 
-def fit_inputs(X: pd.DataFrame | TrainingData, y: None, profile: Any,
-               sample_weight: np.ndarray | None, *, n_folds: int,
-               balance_sources: bool) -> tuple[TrainingData, np.ndarray]:
+def fit_inputs(
+    X: pd.DataFrame | TrainingData,
+    y: None,
+    profile: Any,
+    sample_weight: np.ndarray | None,
+    *,
+    n_folds: int,
+    balance_sources: bool,
+) -> tuple[TrainingData, np.ndarray]:
     """The training data and per-run weights ``SurrogateModel.fit`` learns from, checked
     before anything is fitted (``SurrogateModel.fit`` says what must hold)."""
     if y is not None:
         raise DataError(
             "y must be None: the targets are the runs' own columns (status, "
-            "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X")
+            "tokens_per_s_per_gpu, peak_mem_reserved_gib), read from X"
+        )
     if isinstance(X, TrainingData):
         if profile is not None:
-            raise ValueError("profile must be None when X is a TrainingData: give it to "
-                             "training_data(), which computed the features under it")
+            raise ValueError(
+                "profile must be None when X is a TrainingData: give it to "
+                "training_data(), which computed the features under it"
+            )
         data = X
     else:
         data = training_data(X, profile=profile)
@@ -225,8 +271,7 @@ def fit_inputs(X: pd.DataFrame | TrainingData, y: None, profile: Any,
     done = data.done
     if done.sum() < 2 * n_folds:
         raise DataError(
-            f"need at least {2 * n_folds} completed runs with a throughput, got "
-            f"{int(done.sum())}"
+            f"need at least {2 * n_folds} completed runs with a throughput, got {int(done.sum())}"
         )
     if len(np.unique(data.groups[done])) < 2:
         raise DataError("need runs from at least two (model, nodes) cells for the interval")

@@ -159,13 +159,20 @@ def layout_vectors(table: FlatTable) -> np.ndarray:
     share = np.ones(n)
     rows = np.flatnonzero(checkpointed > 0)
     if rows.size:
-        codes, layers = per_group([table[k][rows] for k in ("framework", "num_layers", "pp",
-                                                             "vpp")], stage_layers)
+        codes, layers = per_group(
+            [table[k][rows] for k in ("framework", "num_layers", "pp", "vpp")], stage_layers
+        )
         share[rows] = checkpointed[rows] / np.asarray(layers, dtype=np.int64)[codes]
     codes, modes = per_group([table["recompute"]], RECOMPUTE_MODES.index)
     recompute = np.asarray(modes, dtype=np.float64)[codes] - (1.0 - share)
-    return np.column_stack([logs, np.asarray(table["zero_stage"], dtype=np.float64), recompute,
-                            np.asarray(table["sequence_parallel"], dtype=np.float64)])
+    return np.column_stack(
+        [
+            logs,
+            np.asarray(table["zero_stage"], dtype=np.float64),
+            recompute,
+            np.asarray(table["sequence_parallel"], dtype=np.float64),
+        ]
+    )
 
 
 def layout_vector(cfg: TrainingConfig) -> np.ndarray:
@@ -260,13 +267,16 @@ def _not_run(table: FlatTable, ran: FlatTable) -> tuple[np.ndarray, np.ndarray, 
     problems = problem_codes(concat(table, ran))
     problem, ran_problem = problems[:n], problems[n:]
     done_keys = set(zip(ran_problem.tolist(), layout_keys(ran), strict=True))
-    free = np.array([key not in done_keys for key in zip(problem.tolist(), layout_keys(table),
-                                                         strict=True)], dtype=bool)
+    free = np.array(
+        [key not in done_keys for key in zip(problem.tolist(), layout_keys(table), strict=True)],
+        dtype=bool,
+    )
     return problem, ran_problem, free
 
 
-def _slot_values(scored: pd.DataFrame, k: int, best_measured: float | None,
-                 acq: Acquisition) -> tuple[list[str], dict[str, np.ndarray]]:
+def _slot_values(
+    scored: pd.DataFrame, k: int, best_measured: float | None, acq: Acquisition
+) -> tuple[list[str], dict[str, np.ndarray]]:
     """The reason of each of the ``k`` slots, and per reason the value of each row (see
     :func:`select` for the incumbent when ``best_measured`` is None)."""
     opening = best_measured is None
@@ -283,12 +293,19 @@ def _slot_values(scored: pd.DataFrame, k: int, best_measured: float | None,
         plan[0] = "best-predicted"
         values["best-predicted"] = np.asarray(
             scored["pred_mfu"].to_numpy(dtype=float)
-            * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0))
+            * np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0)
+        )
     return plan, values
 
 
-def _within_budget(value: np.ndarray, free: np.ndarray, costs: np.ndarray, left: float, i: int,
-                   skipped: list[int] | None) -> int | None:
+def _within_budget(
+    value: np.ndarray,
+    free: np.ndarray,
+    costs: np.ndarray,
+    left: float,
+    i: int,
+    skipped: list[int] | None,
+) -> int | None:
     """The slot's pick ``i`` if its cost fits what is ``left``; else the best free row that
     fits, the dearer better ones passed over (marked not free, appended to ``skipped``); None
     if none fits (``i`` appended to ``skipped``)."""
@@ -312,9 +329,11 @@ def _within_budget(value: np.ndarray, free: np.ndarray, costs: np.ndarray, left:
     return i
 
 
-def _nearer(nearest: np.ndarray, vectors: np.ndarray, same: np.ndarray, v: np.ndarray
-            ) -> np.ndarray:
+def _nearer(
+    nearest: np.ndarray, vectors: np.ndarray, same: np.ndarray, v: np.ndarray
+) -> np.ndarray:
     """``nearest`` (squared distances) lowered to each row's distance to ``v`` where ``same``
     (the rows of ``v``'s problem)."""
-    return np.asarray(np.minimum(nearest, np.where(same, np.sum((vectors - v) ** 2, axis=1),
-                                                   np.inf)))
+    return np.asarray(
+        np.minimum(nearest, np.where(same, np.sum((vectors - v) ** 2, axis=1), np.inf))
+    )

@@ -63,11 +63,15 @@ Carlo whose time grows faster than the square of k (minutes beyond a few thousan
 
 def check_k(k: int, flag: str = "k") -> None:
     """ConfigError unless 1 <= ``k`` <= :data:`MAX_K`, saying why the cap."""
-    capped_count(k, flag, MAX_K,
-                 "a round is runs to launch, and picking them and their odds of being the best "
-                 "of them take time that grows faster than the square of their count; propose "
-                 f"{MAX_K:,} or fewer, and more in the next round, once these have taught the "
-                 "model")
+    capped_count(
+        k,
+        flag,
+        MAX_K,
+        "a round is runs to launch, and picking them and their odds of being the best "
+        "of them take time that grows faster than the square of their count; propose "
+        f"{MAX_K:,} or fewer, and more in the next round, once these have taught the "
+        "model",
+    )
 
 
 # ------------------------------------------------------------------ scoring a round
@@ -86,16 +90,17 @@ def load_round_model(record: Mapping[str, Any]) -> SurrogateModel | None:
     model = resolve_model(info.get("path"))
     checks = [("data_hash", info.get("data_hash"), getattr(model, "data_hash_", None))]
     if info.get("model_sha256") is not None:  # absent from older rounds
-        checks.append(("model sha256", info["model_sha256"],
-                       getattr(model, "saved_sha256_", None)))
+        checks.append(("model sha256", info["model_sha256"], getattr(model, "saved_sha256_", None)))
     for key, recorded, found in checks:
         if model is None or found != recorded:
             raise DataError(
                 f"the model at {info.get('path')!r} is not the one that proposed round "
                 f"{record.get('round')} ({key} {str(recorded)[:12]}..., found "
                 f"{str(found)[:12]}...): score a round before retraining over it, or pass the "
-                "proposing model's directory (--model-dir)")
+                "proposing model's directory (--model-dir)"
+            )
     return model
+
 
 def score_round(
     record: Mapping[str, Any], runs: pd.DataFrame, *, model: SurrogateModel | None
@@ -114,7 +119,8 @@ def score_round(
         raise DataError(
             f"the runs table must be a sweep table with the columns status and mfu (what "
             f"`surrogate ingest` writes), got no {' or '.join(missing)} among its columns "
-            f"{', '.join(map(str, runs.columns[:12]))}{' ...' if len(runs.columns) > 12 else ''}")
+            f"{', '.join(map(str, runs.columns[:12]))}{' ...' if len(runs.columns) > 12 else ''}"
+        )
     names = {p["name"]: p for p in record["proposals"]}
     by_key = {layout_key(config_from_flat(p["config"])): p["name"] for p in record["proposals"]}
     matched = []
@@ -137,12 +143,17 @@ def score_round(
         raise DataError(
             f"none of the {len(runs)} runs matches a proposal of round {record['round']} (by run "
             f"name, e.g. {next(iter(names), '?')}/..., or by configuration): ingest the round's "
-            "logs into the table first (surrogate ingest ROUND/logs --into TABLE)")
+            "logs into the table first (surrogate ingest ROUND/logs --into TABLE)"
+        )
     configs = [config_from_flat(r) for r in frame.to_dict("records")]
     goal = record.get("goal", {})
-    pred = score_configs(configs, model=model,
-                         profile=scaled_profile(goal.get("profile"), str(goal.get("gpu")),
-                                                goal.get("network_scale")))
+    pred = score_configs(
+        configs,
+        model=model,
+        profile=scaled_profile(
+            goal.get("profile"), str(goal.get("gpu")), goal.get("network_scale")
+        ),
+    )
     frame = frame.reset_index(drop=True)
     for col in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "p_oom", "p_completed"):
         frame[col] = pred[col].to_numpy()
@@ -161,11 +172,21 @@ def score_round(
 
 
 # ------------------------------------------------------------------ the propose step
-PROPOSAL_COLUMNS = ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_tokens_per_s_per_gpu",
-                    "pred_step_time_s", "pred_peak_mem_reserved_gib",
-                    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib",
-                    "pred_peak_device_mem_gib", "p_oom", "p_fail",
-                    "extrapolation", "correction_share")
+PROPOSAL_COLUMNS = (
+    "pred_mfu",
+    "pred_mfu_lo",
+    "pred_mfu_hi",
+    "pred_tokens_per_s_per_gpu",
+    "pred_step_time_s",
+    "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib",
+    "pred_peak_mem_reserved_hi_gib",
+    "pred_peak_device_mem_gib",
+    "p_oom",
+    "p_fail",
+    "extrapolation",
+    "correction_share",
+)
 """The predictions each proposal carries in ``proposals.csv`` and ``round.json`` (and its
 GPU-hours)."""
 
@@ -203,37 +224,77 @@ def propose(
     and the round records what was left out. ``round.json`` records the round's cost
     (:func:`surrogate.loop.cost.round_cost`) in any case."""
     check_new_round_dir(round_dir)  # before the work, not after it
-    _check_asked(k=k, rank=rank, steps=steps, round_number=round_number,
-                 budget_gpu_hours=budget_gpu_hours)
+    _check_asked(
+        k=k, rank=rank, steps=steps, round_number=round_number, budget_gpu_hours=budget_gpu_hours
+    )
     acq = acquisition or Acquisition()
     limits = limits or Limits(max_p_oom=1.0)
     learned = resolve_model(model)
-    candidates, scored = _feasible_candidates(space, learned, limits, progress=progress,
-                                              profile=profile, network_scale=network_scale)
+    candidates, scored = _feasible_candidates(
+        space, learned, limits, progress=progress, profile=profile, network_scale=network_scale
+    )
     n = table_len(candidates)
     ran, best = runs_and_incumbent(runs, candidates)
     report(progress, f"picking {k} of {n:,}", 0, 1)
     cost = run_gpu_hours(scored, steps)
     skipped: list[int] = []
-    picks = select(scored, candidates, k, best_measured=best, already_run=ran, acquisition=acq,
-                   cost=cost, budget=budget_gpu_hours, skipped=skipped)
+    picks = select(
+        scored,
+        candidates,
+        k,
+        best_measured=best,
+        already_run=ran,
+        acquisition=acq,
+        cost=cost,
+        budget=budget_gpu_hours,
+        skipped=skipped,
+    )
     report(progress, f"picking {k} of {n:,}", 1, 1)
-    _check_picked(picks, bool(skipped), cost, candidates=n, ran=len(ran), limits=limits,
-                  budget_gpu_hours=budget_gpu_hours, steps=steps)
+    _check_picked(
+        picks,
+        bool(skipped),
+        cost,
+        candidates=n,
+        ran=len(ran),
+        limits=limits,
+        budget_gpu_hours=budget_gpu_hours,
+        steps=steps,
+    )
     scored = scored.assign(gpu_hours=cost)
-    chosen = _listed(scored, _configs(space, scored, picks), picks,
-                     (*PROPOSAL_COLUMNS, "gpu_hours"), RANK_COLUMNS[rank])
+    chosen = _listed(
+        scored,
+        _configs(space, scored, picks),
+        picks,
+        (*PROPOSAL_COLUMNS, "gpu_hours"),
+        RANK_COLUMNS[rank],
+    )
     spent = round_cost(scored.iloc[[i for i, _, _ in picks]], steps=steps)
     spent |= budget_record(scored, skipped, budget_gpu_hours)
-    goal = _goal(space, limits, candidates=n, best=best, rank=rank, profile=profile,
-                 network_scale=network_scale)
+    goal = _goal(
+        space,
+        limits,
+        candidates=n,
+        best=best,
+        rank=rank,
+        profile=profile,
+        network_scale=network_scale,
+    )
     where = str(model) if not isinstance(model, str) or model != "default" else "default"
-    return write_round(round_dir, chosen, model_info=model_identity(learned, where), goal=goal,
-                       acquisition=acq, round_number=round_number, steps=steps, cost=spent)
+    return write_round(
+        round_dir,
+        chosen,
+        model_info=model_identity(learned, where),
+        goal=goal,
+        acquisition=acq,
+        round_number=round_number,
+        steps=steps,
+        cost=spent,
+    )
 
 
-def _check_asked(*, k: int, rank: str, steps: int, round_number: int | None,
-                 budget_gpu_hours: float | None) -> None:
+def _check_asked(
+    *, k: int, rank: str, steps: int, round_number: int | None, budget_gpu_hours: float | None
+) -> None:
     """ConfigError unless what :func:`propose` is asked holds (before any scoring)."""
     check_budget(budget_gpu_hours)
     if rank not in RANK_COLUMNS:
@@ -245,8 +306,13 @@ def _check_asked(*, k: int, rank: str, steps: int, round_number: int | None,
 
 
 def _feasible_candidates(
-    space: Any, learned: SurrogateModel | None, limits: Limits, *,
-    progress: ProgressFn | None, profile: str | Path | None, network_scale: float | None,
+    space: Any,
+    learned: SurrogateModel | None,
+    limits: Limits,
+    *,
+    progress: ProgressFn | None,
+    profile: str | Path | None,
+    network_scale: float | None,
 ) -> tuple[FlatTable, pd.DataFrame]:
     """The space's layouts torchtitan can launch that are within the limits, and their scores
     (aligned rows); ConfigError if none is launchable, or none within the limits."""
@@ -258,12 +324,18 @@ def _feasible_candidates(
     n = table_len(candidates)
     if not n:
         stages = " or ".join(map(str, get_framework(LAUNCH_FRAMEWORK).zero_stages))
-        raise ConfigError(f"the space holds no layout that can be launched with "
-                          f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
-                          f"stages {stages})")
+        raise ConfigError(
+            f"the space holds no layout that can be launched with "
+            f"{LAUNCH_FRAMEWORK} (allow --framework {LAUNCH_FRAMEWORK} and zero "
+            f"stages {stages})"
+        )
     report(progress, f"scoring {n:,} candidates", 0, 1)
-    scored = score_configs(candidates, model=learned, limits=limits,
-                           profile=scaled_profile(profile, space.gpu, network_scale))
+    scored = score_configs(
+        candidates,
+        model=learned,
+        limits=limits,
+        profile=scaled_profile(profile, space.gpu, network_scale),
+    )
     report(progress, f"scoring {n:,} candidates", 1, 1)
     keep = scored["feasible"].to_numpy()
     if not keep.any():
@@ -271,9 +343,17 @@ def _feasible_candidates(
     return take(candidates, np.flatnonzero(keep)), scored[keep].reset_index(drop=True)
 
 
-def _check_picked(picks: Sequence[tuple[int, str, float]], skipped: bool, cost: np.ndarray, *,
-                  candidates: int, ran: int, limits: Limits, budget_gpu_hours: float | None,
-                  steps: int) -> None:
+def _check_picked(
+    picks: Sequence[tuple[int, str, float]],
+    skipped: bool,
+    cost: np.ndarray,
+    *,
+    candidates: int,
+    ran: int,
+    limits: Limits,
+    budget_gpu_hours: float | None,
+    steps: int,
+) -> None:
     """ConfigError if nothing was picked, saying why: nothing fits the budget (``skipped``:
     the budget left something out), or every candidate was run already."""
     if not picks and budget_gpu_hours is not None and skipped:
@@ -281,25 +361,44 @@ def _check_picked(picks: Sequence[tuple[int, str, float]], skipped: bool, cost: 
         raise ConfigError(
             f"no candidate fits --budget-gpu-hours {budget_gpu_hours:g}: the cheapest run costs "
             f"{cheapest:,.3g} GPU-hours at its predicted step time ({steps} steps); raise the "
-            "budget, lower --steps, or allow fewer --nodes (nothing was written)")
+            "budget, lower --steps, or allow fewer --nodes (nothing was written)"
+        )
     if not picks:
         raise ConfigError(
             f"every one of the {candidates:,} candidates within the limits was run already "
             f"(--runs holds {ran:,} runs): nothing is left to propose; widen the space (more "
             f"--nodes, --framework, --recompute choices) or relax --max-p-oom "
-            f"({limits.max_p_oom:g}) and --memory-margin ({limits.memory_margin_frac:g})")
+            f"({limits.max_p_oom:g}) and --memory-margin ({limits.memory_margin_frac:g})"
+        )
 
 
-def _goal(space: Any, limits: Limits, *, candidates: int, best: float | None, rank: RankBy,
-          profile: str | Path | None, network_scale: float | None) -> dict[str, Any]:
+def _goal(
+    space: Any,
+    limits: Limits,
+    *,
+    candidates: int,
+    best: float | None,
+    rank: RankBy,
+    profile: str | Path | None,
+    network_scale: float | None,
+) -> dict[str, Any]:
     """The round's goal as ``round.json`` records it: the problem, the limits, the candidates'
     count, the incumbent, the ranking and the calibration profile (and network) scored under."""
-    goal = {"model": space.model.name, "gpu": space.gpu, "gpus_per_node": space.gpus_per_node,
-            "node_counts": list(space.node_counts), "seq_len": space.model.seq_len,
-            "global_batch_seqs": space.global_batch_seqs, "objective": "max MFU",
-            "max_p_oom": limits.max_p_oom, "memory_margin_frac": limits.memory_margin_frac,
-            "candidates": candidates, "best_measured_mfu": best, "rank": rank,
-            "profile": _profile_record(profile)}
+    goal = {
+        "model": space.model.name,
+        "gpu": space.gpu,
+        "gpus_per_node": space.gpus_per_node,
+        "node_counts": list(space.node_counts),
+        "seq_len": space.model.seq_len,
+        "global_batch_seqs": space.global_batch_seqs,
+        "objective": "max MFU",
+        "max_p_oom": limits.max_p_oom,
+        "memory_margin_frac": limits.memory_margin_frac,
+        "candidates": candidates,
+        "best_measured_mfu": best,
+        "rank": rank,
+        "profile": _profile_record(profile),
+    }
     if network_scale is not None:
         goal["network_scale"] = network_scale
     return goal
@@ -310,23 +409,33 @@ def _none_feasible(scored: pd.DataFrame, limits: Limits) -> str:
     p_oom = np.nan_to_num(scored["p_oom"].to_numpy(dtype=float), nan=1.0)
     headroom = (1.0 - limits.memory_margin_frac) * scored["capacity_gib"].to_numpy(dtype=float)
     in_memory = scored["pred_peak_device_mem_gib"].to_numpy(dtype=float) <= headroom
-    head = f"no candidate is left to propose (nothing was written): of the {len(scored):,} " \
-           "launchable layouts, "
+    head = (
+        f"no candidate is left to propose (nothing was written): of the {len(scored):,} "
+        "launchable layouts, "
+    )
     if p_oom.min() >= 0.5:
-        return (head + f"every one is predicted to run out of memory (the lowest OOM risk is "
-                f"{p_oom.min():.2f}): widen the space (more --nodes; --recompute full where "
-                "--recompute leaves it out)")
+        return (
+            head + f"every one is predicted to run out of memory (the lowest OOM risk is "
+            f"{p_oom.min():.2f}): widen the space (more --nodes; --recompute full where "
+            "--recompute leaves it out)"
+        )
     if not in_memory.any():
-        return (head + f"none keeps {limits.memory_margin_frac:.0%} of the GPU's memory free "
-                f"(--memory-margin {limits.memory_margin_frac:g}): lower --memory-margin")
+        return (
+            head + f"none keeps {limits.memory_margin_frac:.0%} of the GPU's memory free "
+            f"(--memory-margin {limits.memory_margin_frac:g}): lower --memory-margin"
+        )
     lowest = float(p_oom[in_memory].min())
     over = int((p_oom > limits.max_p_oom).sum())
-    why = (f"every one has a predicted OOM risk above --max-p-oom {limits.max_p_oom:g}"
-           if over == len(p_oom) else
-           f"{over:,} have a predicted OOM risk above --max-p-oom {limits.max_p_oom:g} and the "
-           f"others too little memory free (--memory-margin {limits.memory_margin_frac:g})")
-    return (head + f"{why}; the lowest risk within the memory margin is {lowest:.2g}: raise "
-            f"--max-p-oom to {max(lowest, 0.01):.2g} or more")
+    why = (
+        f"every one has a predicted OOM risk above --max-p-oom {limits.max_p_oom:g}"
+        if over == len(p_oom)
+        else f"{over:,} have a predicted OOM risk above --max-p-oom {limits.max_p_oom:g} and the "
+        f"others too little memory free (--memory-margin {limits.memory_margin_frac:g})"
+    )
+    return (
+        head + f"{why}; the lowest risk within the memory margin is {lowest:.2g}: raise "
+        f"--max-p-oom to {max(lowest, 0.01):.2g} or more"
+    )
 
 
 def _profile_record(profile: str | Path | None) -> str | None:
@@ -337,19 +446,27 @@ def _profile_record(profile: str | Path | None) -> str | None:
     return str(Path(profile).resolve()) if Path(profile).is_file() else str(profile)
 
 
-def _configs(space: Any, scored: pd.DataFrame, picks: Sequence[tuple[int, str, float]]
-             ) -> dict[int, TrainingConfig]:
+def _configs(
+    space: Any, scored: pd.DataFrame, picks: Sequence[tuple[int, str, float]]
+) -> dict[int, TrainingConfig]:
     """The configuration of each pick (a row of ``scored``, its flat configuration), with the
     space's model name and batch, which no column holds."""
     records = scored.iloc[[i for i, _, _ in picks]].to_dict("records")
-    return {i: config_from_flat({**row, "name": space.model.name},
-                                global_batch_seqs=space.global_batch_seqs)
-            for (i, _, _), row in zip(picks, records, strict=True)}
+    return {
+        i: config_from_flat(
+            {**row, "name": space.model.name}, global_batch_seqs=space.global_batch_seqs
+        )
+        for (i, _, _), row in zip(picks, records, strict=True)
+    }
 
 
-def _listed(scored: pd.DataFrame, candidates: Mapping[int, TrainingConfig],
-            picks: Sequence[tuple[int, str, float]], cols: Sequence[str],
-            by: str) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
+def _listed(
+    scored: pd.DataFrame,
+    candidates: Mapping[int, TrainingConfig],
+    picks: Sequence[tuple[int, str, float]],
+    cols: Sequence[str],
+    by: str,
+) -> list[tuple[TrainingConfig, str, dict[str, Any]]]:
     """The picks with their scores, ``p_best`` among them and ``best_set`` (those the model
     cannot tell apart: :func:`surrogate.layouts.best_odds.best_set`), ordered by the column
     ``by`` (the predicted MFU or its 10% quantile; stable: ties keep the order they were
@@ -357,8 +474,17 @@ def _listed(scored: pd.DataFrame, candidates: Mapping[int, TrainingConfig],
     rows = scored.iloc[[i for i, _, _ in picks]].reset_index(drop=True)
     odds = p_best(rows)
     tied = best_set(odds)
-    order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf),
-                       kind="stable")
-    return [(candidates[picks[j][0]], picks[j][1],
-             {"value": picks[j][2], **{c: rows[c].iloc[j] for c in cols},
-              "p_best": odds[j], "best_set": bool(tied[j])}) for j in order]
+    order = np.argsort(-np.nan_to_num(rows[by].to_numpy(dtype=float), nan=-np.inf), kind="stable")
+    return [
+        (
+            candidates[picks[j][0]],
+            picks[j][1],
+            {
+                "value": picks[j][2],
+                **{c: rows[c].iloc[j] for c in cols},
+                "p_best": odds[j],
+                "best_set": bool(tied[j]),
+            },
+        )
+        for j in order
+    ]

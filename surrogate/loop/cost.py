@@ -24,10 +24,13 @@ def check_budget(budget_gpu_hours: float | None, flag: str = "budget_gpu_hours")
     """ConfigError unless the budget is None or a finite number of GPU-hours above 0."""
     if budget_gpu_hours is None:
         return
-    if isinstance(budget_gpu_hours, bool) or not isinstance(budget_gpu_hours, int | float) \
-            or not math.isfinite(budget_gpu_hours) or budget_gpu_hours <= 0:
-        raise ConfigError(f"{flag} must be a number of GPU-hours above 0, got "
-                          f"{budget_gpu_hours!r}")
+    if (
+        isinstance(budget_gpu_hours, bool)
+        or not isinstance(budget_gpu_hours, int | float)
+        or not math.isfinite(budget_gpu_hours)
+        or budget_gpu_hours <= 0
+    ):
+        raise ConfigError(f"{flag} must be a number of GPU-hours above 0, got {budget_gpu_hours!r}")
 
 
 def run_gpu_hours(scored: pd.DataFrame, steps: int) -> np.ndarray:
@@ -50,7 +53,8 @@ def round_cost(picked: pd.DataFrame, *, steps: int) -> dict[str, Any]:
     run_hours = np.divide(hours, gpus, out=np.full(len(hours), np.nan), where=gpus > 0)
     p_fail = picked["p_fail"].to_numpy(dtype=float)
     return {
-        "runs": len(picked), "gpus": int(gpus.sum()),
+        "runs": len(picked),
+        "gpus": int(gpus.sum()),
         "steps_per_run": steps,
         "steps_from": "--steps, written as [training] steps in each run's config.toml",
         "gpu_hours": float(np.nansum(hours)),
@@ -59,19 +63,27 @@ def round_cost(picked: pd.DataFrame, *, steps: int) -> dict[str, Any]:
         "gpu_hours_at_time_limit": float(gpus.sum() * limit_h),
         "runs_past_time_limit": int((run_hours > limit_h).sum()),
         "expected_ooms": float(picked["p_oom"].to_numpy(dtype=float).sum()),
-        "expected_other_failures": (float(p_fail.sum()) if np.isfinite(p_fail).all()
-                                    else None),
+        "expected_other_failures": (float(p_fail.sum()) if np.isfinite(p_fail).all() else None),
     }
 
 
-def budget_record(scored: pd.DataFrame, skipped: list[int],
-                  budget_gpu_hours: float | None) -> dict[str, Any]:
+def budget_record(
+    scored: pd.DataFrame, skipped: list[int], budget_gpu_hours: float | None
+) -> dict[str, Any]:
     """The budget as ``round.json`` records it beside the cost: the budget, how many layouts it
     left out (rows ``skipped`` of ``scored``, with ``gpu_hours``) and the first
     :data:`MAX_LEFT_OUT_LISTED` of them by name."""
     left_out = scored.iloc[skipped]
-    return {"budget_gpu_hours": budget_gpu_hours, "left_out_over_budget": len(skipped),
-            "left_out": [{"layout": str(r["layout"]), "num_nodes": int(r["num_nodes"]),
-                          "pred_mfu": json_safe(r["pred_mfu"]),
-                          "gpu_hours": json_safe(r["gpu_hours"])}
-                         for r in left_out.head(MAX_LEFT_OUT_LISTED).to_dict("records")]}
+    return {
+        "budget_gpu_hours": budget_gpu_hours,
+        "left_out_over_budget": len(skipped),
+        "left_out": [
+            {
+                "layout": str(r["layout"]),
+                "num_nodes": int(r["num_nodes"]),
+                "pred_mfu": json_safe(r["pred_mfu"]),
+                "gpu_hours": json_safe(r["gpu_hours"]),
+            }
+            for r in left_out.head(MAX_LEFT_OUT_LISTED).to_dict("records")
+        ],
+    }

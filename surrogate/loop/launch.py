@@ -91,6 +91,7 @@ if __name__ == "__main__":
 torchtitan alone (not the surrogate), registers ``flavour.json``'s model and starts torchtitan's
 own trainer (the way ``microbench/torchtitan_runs.py`` ran torchtitan 0.2.2 on an H100)."""
 
+
 def check_name(name: str) -> str:
     """``name`` if it is a safe run/job name; ConfigError otherwise."""
     if not isinstance(name, str) or not SAFE_NAME.match(name):
@@ -99,6 +100,7 @@ def check_name(name: str) -> str:
             f"or digit, got {name!r}"
         )
     return name
+
 
 def check_path(path: str | Path) -> str:
     """``path`` as a string if it is made of safe characters (no spaces, quotes, ``$``, ``;``,
@@ -111,18 +113,23 @@ def check_path(path: str | Path) -> str:
         )
     return text
 
+
 LAUNCH_FRAMEWORK = "torchtitan"
 """The framework launch files are written for."""
 LAUNCH_DTYPES: tuple[str, ...] = ("bf16",)
 """Dtypes the writer knows torchtitan's settings for (fp8 needs its float8 converters)."""
+
 
 def launchable(table: FlatTable) -> np.ndarray:
     """Per configuration of a valid flat table, whether :func:`launch_problem` finds nothing:
     the same rules, on columns (what the framework runs as another layout judged once per
     distinct layout, :func:`surrogate.config.table.runs_as_another`; torchtitan's count of
     checkpointed blocks on the rows that have one)."""
-    ok = ((table["framework"] == LAUNCH_FRAMEWORK) & np.isin(table["dtype"], LAUNCH_DTYPES)
-          & (runs_as_another(table) == ""))
+    ok = (
+        (table["framework"] == LAUNCH_FRAMEWORK)
+        & np.isin(table["dtype"], LAUNCH_DTYPES)
+        & (runs_as_another(table) == "")
+    )
     counted = np.flatnonzero(ok & (table["recompute_layers"] > 0))
     if counted.size:
         cols = cols_from_table(take(table, counted), ParameterSets())
@@ -142,12 +149,15 @@ def launch_problem(cfg: TrainingConfig) -> str | None:
     if problem:
         return problem
     if lay.recompute_layers and _every_nth_block(cfg) is None:
-        return (f"torchtitan checkpoints every n-th block of a pipeline rank, floor("
-                f"{_rank0_layers(cfg)} layers of the first rank / n) of them: "
-                f"recompute_layers={lay.recompute_layers} is not one of those counts")
+        return (
+            f"torchtitan checkpoints every n-th block of a pipeline rank, floor("
+            f"{_rank0_layers(cfg)} layers of the first rank / n) of them: "
+            f"recompute_layers={lay.recompute_layers} is not one of those counts"
+        )
     if lay.dtype not in LAUNCH_DTYPES:
         return f"only {' or '.join(LAUNCH_DTYPES)} launch files are written, got {lay.dtype}"
     return None
+
 
 def torchtitan_model(cfg: TrainingConfig) -> str:
     """The torchtitan model (``[model] name``) whose blocks ``cfg``'s model has: ``deepseek_v3``
@@ -159,6 +169,7 @@ def torchtitan_model(cfg: TrainingConfig) -> str:
     if m.q_lora_rank or m.kv_lora_rank:
         return "deepseek_v3"
     return "llama4" if m.num_experts else "llama3"
+
 
 def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
     """torchtitan's model (:func:`torchtitan_model`: ``llama3`` or ``llama4``) and the
@@ -178,32 +189,50 @@ def torchtitan_model_args(model: ModelConfig) -> tuple[str, dict[str, Any]]:
     if model.tie_embeddings:
         raise ValueError(f"torchtitan's llama models do not tie embeddings: {model.name}")
     if not model.gated_mlp:
-        raise ValueError(f"torchtitan's llama models have a SwiGLU MLP: {model.name} has a "
-                         "two-matrix one (gated_mlp=False)")
+        raise ValueError(
+            f"torchtitan's llama models have a SwiGLU MLP: {model.name} has a "
+            "two-matrix one (gated_mlp=False)"
+        )
     if model.attention_head_dim * model.num_heads != model.hidden_size:
-        raise ValueError(f"torchtitan's llama models have heads of hidden / heads: "
-                         f"{model.name} has {model.num_heads} of {model.attention_head_dim}")
+        raise ValueError(
+            f"torchtitan's llama models have heads of hidden / heads: "
+            f"{model.name} has {model.num_heads} of {model.attention_head_dim}"
+        )
     if model.num_dense_layers or model.q_lora_rank or model.kv_lora_rank:
-        raise ValueError(f"{model.name}: leading dense layers and latent attention are not "
-                         "written as llama flavours")
+        raise ValueError(
+            f"{model.name}: leading dense layers and latent attention are not "
+            "written as llama flavours"
+        )
     base = int(2 * 4 * model.hidden_size / 3)
-    args: dict[str, Any] = {"dim": model.hidden_size, "n_layers": model.num_layers,
-                            "n_heads": model.num_heads, "n_kv_heads": model.num_kv_heads,
-                            "vocab_size": model.vocab_size, "rope_theta": 500000}
+    args: dict[str, Any] = {
+        "dim": model.hidden_size,
+        "n_layers": model.num_layers,
+        "n_heads": model.num_heads,
+        "n_kv_heads": model.num_kv_heads,
+        "vocab_size": model.vocab_size,
+        "rope_theta": 500000,
+    }
     if not model.is_moe:
         width = model.ffn_hidden_size
-        return "llama3", args | {"multiple_of": width,
-                                 "ffn_dim_multiplier": (width - 0.5) / base}
+        return "llama3", args | {"multiple_of": width, "ffn_dim_multiplier": (width - 0.5) / base}
     width = model.expert_ffn_hidden_size
     shared = model.shared_expert_ffn_hidden_size
     if shared not in (0, width):
-        raise ValueError(f"a torchtitan llama4 shared expert has the experts' width {width}, "
-                         f"got {shared}")
+        raise ValueError(
+            f"a torchtitan llama4 shared expert has the experts' width {width}, got {shared}"
+        )
     return "llama4", args | {
-        "multiple_of": width, "ffn_dim_multiplier": (width - 0.5) / base,
-        "auto_scale_hidden_dim": False, "interleave_moe_layer_step": 1,
-        "moe_args": {"num_experts": model.num_experts, "top_k": model.experts_topk,
-                     "num_shared_experts": 1 if shared else 0}}
+        "multiple_of": width,
+        "ffn_dim_multiplier": (width - 0.5) / base,
+        "auto_scale_hidden_dim": False,
+        "interleave_moe_layer_step": 1,
+        "moe_args": {
+            "num_experts": model.num_experts,
+            "top_k": model.experts_topk,
+            "num_shared_experts": 1 if shared else 0,
+        },
+    }
+
 
 def custom_flavour(cfg: TrainingConfig) -> dict[str, Any] | None:
     """``flavour.json`` of a shape torchtitan does not ship (``torchtitan_model``,
@@ -217,6 +246,7 @@ def custom_flavour(cfg: TrainingConfig) -> dict[str, Any] | None:
         return None
     return {"torchtitan_model": name, "model_args": args}
 
+
 def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
     """``[parallelism]`` keys that make torchtitan split ``num_layers`` into ``stages`` virtual
     pipeline stages the way the surrogate models it (``surrogate.analytic.pipeline``: the
@@ -228,8 +258,10 @@ def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
     ``stages`` (e.g. 32 layers in 16), the stages' modules are listed instead
     (``module_fqns_per_model_part``, with the names torchtitan 0.2.2's own split uses)."""
     slots = num_layers + 2
-    out: dict[str, Any] = {"pipeline_parallel_first_stage_less_layers": 1,
-                           "pipeline_parallel_last_stage_less_layers": 1}
+    out: dict[str, Any] = {
+        "pipeline_parallel_first_stage_less_layers": 1,
+        "pipeline_parallel_last_stage_less_layers": 1,
+    }
     per_stage = -(-slots // stages)
     if -(-slots // per_stage) == stages:
         return out | {"pipeline_parallel_layers_per_stage": per_stage}
@@ -240,12 +272,17 @@ def torchtitan_stage_split(num_layers: int, stages: int) -> dict[str, Any]:
         take = base + (k < extra) - (k == 0) - (k == stages - 1)
         names = [f"layers.{i}" for i in range(layer, layer + take)]
         layer += take
-        parts.append((["tok_embeddings"] if k == 0 else []) + names
-                     + (["norm", "output"] if k == stages - 1 else []))
+        parts.append(
+            (["tok_embeddings"] if k == 0 else [])
+            + names
+            + (["norm", "output"] if k == stages - 1 else [])
+        )
     return out | {"module_fqns_per_model_part": parts}
 
-def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
-                    dump_folder: str = "./outputs") -> str:
+
+def torchtitan_toml(
+    cfg: TrainingConfig, *, run_name: str, steps: int = 50, dump_folder: str = "./outputs"
+) -> str:
     """The torchtitan job TOML of ``cfg``.
 
     Batch mapping: without pipeline parallelism ``local_batch_size`` = mbs and
@@ -279,17 +316,26 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         f"{cfg.cluster.gpu}",
     ]
     if flavour is None:
-        moe = (f" num_experts={m.num_experts} experts_topk={m.experts_topk} "
-               f"moe_ffn_hidden_size={m.expert_ffn_hidden_size}" if m.is_moe else "")
+        moe = (
+            f" num_experts={m.num_experts} experts_topk={m.experts_topk} "
+            f"moe_ffn_hidden_size={m.expert_ffn_hidden_size}"
+            if m.is_moe
+            else ""
+        )
         comments.append(
             "# model shape ("
-            + ("train_custom.py registers it from flavour.json" if custom_flavour(cfg)
-               else "register it as a torchtitan flavour")
+            + (
+                "train_custom.py registers it from flavour.json"
+                if custom_flavour(cfg)
+                else "register it as a torchtitan flavour"
+            )
             + f"): num_layers={m.num_layers} "
             f"hidden_size={m.hidden_size} ffn_hidden_size={m.ffn_hidden_size} "
             f"num_heads={m.num_heads} num_kv_heads={m.num_kv_heads} vocab_size={m.vocab_size}"
-            + (" tie_embeddings=true" if m.tie_embeddings else "") + moe
-            + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n)))
+            + (" tie_embeddings=true" if m.tie_embeddings else "")
+            + moe
+            + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n))
+        )
     name, flav = flavour or (torchtitan_model(cfg), "custom")
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
@@ -304,8 +350,11 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
         parallelism["expert_tensor_parallel_degree"] = lay.tp
     if lay.pp > 1:
         parallelism |= {
-            "pipeline_parallel_schedule": (traits.interleaved_schedule if lay.vpp > 1
-                                           else traits.pipeline_schedules[lay.pp_schedule]),
+            "pipeline_parallel_schedule": (
+                traits.interleaved_schedule
+                if lay.vpp > 1
+                else traits.pipeline_schedules[lay.pp_schedule]
+            ),
             "pipeline_parallel_microbatch_size": lay.mbs,
             **torchtitan_stage_split(m.num_layers, lay.pp * lay.vpp),
         }
@@ -324,6 +373,7 @@ def torchtitan_toml(cfg: TrainingConfig, *, run_name: str, steps: int = 50,
     }
     return "\n".join(comments) + "\n\n" + tomli_w.dumps(doc)
 
+
 def _torchtitan_checkpointing(cfg: TrainingConfig) -> dict[str, str]:
     """torchtitan's ``[activation_checkpoint]`` for a layout's recomputation: 'selective' runs
     per operator (``selective_ac_option = "op"``, ``FrameworkTraits.selective_per_op``), written
@@ -337,10 +387,12 @@ def _torchtitan_checkpointing(cfg: TrainingConfig) -> dict[str, str]:
         return {"mode": "selective", "selective_ac_option": str(_every_nth_block(cfg))}
     return {"mode": lay.recompute}
 
+
 def _rank0_layers(cfg: TrainingConfig) -> int:
     """Transformer layers on torchtitan's first pipeline rank (its weighted split)."""
 
     return weighted_first_rank_layers(cfg.model.num_layers, cfg.layout.pp, cfg.layout.vpp)
+
 
 def _every_nth_block(cfg: TrainingConfig) -> int | None:
     """The smallest n >= 2 for which torchtitan's every-n-th-block checkpointing checkpoints
@@ -349,29 +401,41 @@ def _every_nth_block(cfg: TrainingConfig) -> int | None:
     n = int(every_nth_block(to_cols([cfg], ParameterSets()))[0])
     return n or None
 
-def torchrun_command(cfg: TrainingConfig, config_path: str | Path,
-                     script: str | Path | None = None) -> str:
+
+def torchrun_command(
+    cfg: TrainingConfig, config_path: str | Path, script: str | Path | None = None
+) -> str:
     """The torchrun command line (one node: ``--standalone``; several: a c10d rendezvous on
     ``$MASTER_ADDR``, which the caller or Slurm script sets), running torchtitan's trainer
     (``-m torchtitan.train``) or ``script`` (:data:`TRAIN_SCRIPT` for a custom flavour)."""
     c = cfg.cluster
     path = shlex.quote(check_path(config_path))
-    entry = ("-m torchtitan.train" if script is None
-             else shlex.quote(check_path(script)))
+    entry = "-m torchtitan.train" if script is None else shlex.quote(check_path(script))
     if c.num_nodes == 1:
         rdzv = "--standalone"
     else:
-        rdzv = (f'--rdzv_backend c10d --rdzv_endpoint "${{MASTER_ADDR:?}}:{RDZV_PORT}" '
-                '--rdzv_id "${RDZV_ID:-surrogate}"')
-    return (f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
-            f"{rdzv} {entry} --job.config_file {path}")
+        rdzv = (
+            f'--rdzv_backend c10d --rdzv_endpoint "${{MASTER_ADDR:?}}:{RDZV_PORT}" '
+            '--rdzv_id "${RDZV_ID:-surrogate}"'
+        )
+    return (
+        f"torchrun --nnodes {int(c.num_nodes)} --nproc_per_node {int(c.gpus_per_node)} "
+        f"{rdzv} {entry} --job.config_file {path}"
+    )
+
 
 SBATCH_TIME_LIMIT = "00:30:00"
 """The wall-clock limit (``#SBATCH --time``) of each run's job.sbatch."""
 
 
-def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path,
-                  time_limit: str = SBATCH_TIME_LIMIT, script: str | Path | None = None) -> str:
+def sbatch_script(
+    cfg: TrainingConfig,
+    *,
+    job_name: str,
+    config_path: str | Path,
+    time_limit: str = SBATCH_TIME_LIMIT,
+    script: str | Path | None = None,
+) -> str:
     """A Slurm batch script running the torchrun command on every node (log: train-<job>.log
     in the submission directory, where ``surrogate ingest`` finds it beside the TOML)."""
     check_name(job_name)
@@ -379,22 +443,26 @@ def sbatch_script(cfg: TrainingConfig, *, job_name: str, config_path: str | Path
         raise ConfigError(f"time limit must be HH:MM:SS, got {time_limit!r}")
     c = cfg.cluster
     command = torchrun_command(cfg, config_path, script).replace(
-        '"${RDZV_ID:-surrogate}"', '"$SLURM_JOB_ID"')
-    return "\n".join([
-        "#!/bin/bash",
-        f"#SBATCH --job-name={job_name}",
-        f"#SBATCH --nodes={int(c.num_nodes)}",
-        "#SBATCH --ntasks-per-node=1",
-        f"#SBATCH --gpus-per-node={int(c.gpus_per_node)}",
-        "#SBATCH --exclusive",
-        f"#SBATCH --time={time_limit}",
-        "#SBATCH --output=train-%j.log",
-        "set -euo pipefail",
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_ADDR",
-        f"srun {command}",
-        "",
-    ])
+        '"${RDZV_ID:-surrogate}"', '"$SLURM_JOB_ID"'
+    )
+    return "\n".join(
+        [
+            "#!/bin/bash",
+            f"#SBATCH --job-name={job_name}",
+            f"#SBATCH --nodes={int(c.num_nodes)}",
+            "#SBATCH --ntasks-per-node=1",
+            f"#SBATCH --gpus-per-node={int(c.gpus_per_node)}",
+            "#SBATCH --exclusive",
+            f"#SBATCH --time={time_limit}",
+            "#SBATCH --output=train-%j.log",
+            "set -euo pipefail",
+            'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+            "export MASTER_ADDR",
+            f"srun {command}",
+            "",
+        ]
+    )
+
 
 @dataclass(frozen=True, kw_only=True)
 class LaunchFiles:
@@ -404,8 +472,10 @@ class LaunchFiles:
     sbatch: Path
     command: str
 
-def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: str,
-                       steps: int = 50) -> LaunchFiles:
+
+def write_launch_files(
+    cfg: TrainingConfig, directory: str | Path, *, run_name: str, steps: int = 50
+) -> LaunchFiles:
     """Write ``config.toml``, ``launch.sh`` (torchrun) and ``job.sbatch`` into ``directory``;
     for a shape torchtitan does not ship but can build (:func:`custom_flavour`) also
     ``flavour.json`` and ``train_custom.py``, which the scripts run to register it.
@@ -421,20 +491,24 @@ def write_launch_files(cfg: TrainingConfig, directory: str | Path, *, run_name: 
         _write_atomic(d / FLAVOUR_FILE, json.dumps(flavour, indent=1) + "\n")
         _write_atomic(d / TRAIN_SCRIPT, TRAIN_SCRIPT_TEXT)
     command = torchrun_command(cfg, CONFIG_FILE, script)
-    launch = "\n".join([
-        "#!/bin/bash",
-        f"# {run_name}: run from this directory (several nodes: set MASTER_ADDR on each)",
-        "set -euo pipefail",
-        'cd "$(dirname "$0")"',
-        f"{command} 2>&1 | tee train.log",
-        "",
-    ])
+    launch = "\n".join(
+        [
+            "#!/bin/bash",
+            f"# {run_name}: run from this directory (several nodes: set MASTER_ADDR on each)",
+            "set -euo pipefail",
+            'cd "$(dirname "$0")"',
+            f"{command} 2>&1 | tee train.log",
+            "",
+        ]
+    )
     sbatch = sbatch_script(cfg, job_name=run_name, config_path=CONFIG_FILE, script=script)
     paths = (d / CONFIG_FILE, d / LAUNCH_FILE, d / SBATCH_FILE)
     for path, text in zip(paths, (toml_text, launch, sbatch), strict=True):
         _write_atomic(path, text, executable=path.suffix != ".toml")
-    return LaunchFiles(directory=d, config=paths[0], launch=paths[1], sbatch=paths[2],
-                       command=command)
+    return LaunchFiles(
+        directory=d, config=paths[0], launch=paths[1], sbatch=paths[2], command=command
+    )
+
 
 def _write_atomic(path: Path, text: str, *, executable: bool = False) -> None:
     with atomic_path(path) as tmp:

@@ -38,11 +38,15 @@ def read_measured_runs(path: str | Path, *, flag: str = "--runs") -> pd.DataFram
     except DataError as e:
         looks = _what_table(p)  # what it is instead, where its columns say
         if looks is not None:
-            raise DataError(f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of "
-                            "measured runs (what `surrogate ingest LOGS --into TABLE` writes: a "
-                            "status and the measurements of each run)") from None
-        raise DataError(f"{flag} must be a sweep table of measured runs (what `surrogate ingest "
-                        f"LOGS --into TABLE` writes): {e}") from None
+            raise DataError(
+                f"{flag} {str(p)!r} is {looks}; {flag} takes a sweep table of "
+                "measured runs (what `surrogate ingest LOGS --into TABLE` writes: a "
+                "status and the measurements of each run)"
+            ) from None
+        raise DataError(
+            f"{flag} must be a sweep table of measured runs (what `surrogate ingest "
+            f"LOGS --into TABLE` writes): {e}"
+        ) from None
 
 
 def _what_table(path: Path) -> str | None:
@@ -59,27 +63,36 @@ def _what_table(path: Path) -> str | None:
         return None
     predicted = sorted(c for c in columns if c.startswith("pred_") or c == "p_oom")
     if {"name", "reason", "layout"} <= columns and predicted:
-        return (f"a round's {PROPOSALS_FILE} (runs `surrogate propose` proposed, with their "
-                "predictions, not measurements): run them, then `surrogate ingest ROUND/logs "
-                "--into TABLE` and pass that table")
+        return (
+            f"a round's {PROPOSALS_FILE} (runs `surrogate propose` proposed, with their "
+            "predictions, not measurements): run them, then `surrogate ingest ROUND/logs "
+            "--into TABLE` and pass that table"
+        )
     if predicted and "status" not in columns:
-        return (f"a table of predictions ({', '.join(predicted[:3])}...: what `surrogate "
-                "predict --out` writes), not of measured runs")
+        return (
+            f"a table of predictions ({', '.join(predicted[:3])}...: what `surrogate "
+            "predict --out` writes), not of measured runs"
+        )
     if predicted:
-        return (f"a sweep table with predictions added ({', '.join(predicted[:3])}...): pass the "
-                "sweep table itself")
+        return (
+            f"a sweep table with predictions added ({', '.join(predicted[:3])}...): pass the "
+            "sweep table itself"
+        )
     if "status" not in columns and columns & set(CONFIG_KEYS):
-        return ("a table of configurations without outcomes (no status column): layouts, not "
-                "measured runs")
+        return (
+            "a table of configurations without outcomes (no status column): layouts, not "
+            "measured runs"
+        )
     if "status" not in columns:
         shown_columns = ", ".join(sorted(columns)[:5]) + (" ..." if len(columns) > 5 else "")
-        return (f"no sweep table: its columns ({shown_columns}) hold no configuration and no "
-                "status")
+        return f"no sweep table: its columns ({shown_columns}) hold no configuration and no status"
     return None
 
 
-def runs_and_incumbent(runs: pd.DataFrame | None, candidates: FlatTable,
-                       ) -> tuple[list[TrainingConfig], float | None]:
+def runs_and_incumbent(
+    runs: pd.DataFrame | None,
+    candidates: FlatTable,
+) -> tuple[list[TrainingConfig], float | None]:
     """The configurations of ``runs`` (a sweep table; its flagged runs skipped, another row
     that is no configuration a DataError) and the best MFU
     completed by a run of the candidates' problem (:func:`problem_codes`; None: no such run):
@@ -92,10 +105,12 @@ def runs_and_incumbent(runs: pd.DataFrame | None, candidates: FlatTable,
     if runs is None:
         return ran, None
     if "status" not in runs.columns:
-        raise DataError("runs must be a sweep table of measured runs, with a status column "
-                        "(what `surrogate ingest` writes), got the columns "
-                        f"{', '.join(map(str, runs.columns[:8]))}"
-                        f"{' ...' if len(runs.columns) > 8 else ''}")
+        raise DataError(
+            "runs must be a sweep table of measured runs, with a status column "
+            "(what `surrogate ingest` writes), got the columns "
+            f"{', '.join(map(str, runs.columns[:8]))}"
+            f"{' ...' if len(runs.columns) > 8 else ''}"
+        )
     flagged = flagged_mask(runs)  # runs of a layout the validator refuses: never a candidate
     for number, row in enumerate(runs.to_dict("records")):
         if flagged[number]:
@@ -103,8 +118,10 @@ def runs_and_incumbent(runs: pd.DataFrame | None, candidates: FlatTable,
         try:
             cfg = config_from_flat(row)
         except ConfigError as e:
-            raise DataError(f"runs, row {number}: not a configuration ({e}); a run whose layout "
-                            f"is refused is flagged in {FLAG_COLUMN}") from None
+            raise DataError(
+                f"runs, row {number}: not a configuration ({e}); a run whose layout "
+                f"is refused is flagged in {FLAG_COLUMN}"
+            ) from None
         ran.append(cfg)
         done = row.get("status") == "completed" and isinstance(row.get("mfu"), int | float)
         mfu.append(float(row["mfu"]) if done else math.nan)
@@ -116,5 +133,3 @@ def runs_and_incumbent(runs: pd.DataFrame | None, candidates: FlatTable,
     measured = np.asarray(mfu)[mine] if ran else np.zeros(0)
     measured = measured[np.isfinite(measured)]
     return ran, float(measured.max()) if len(measured) else None
-
-

@@ -37,8 +37,14 @@ def model_identity(model: SurrogateModel | None, where: str) -> dict[str, Any]:
     the same data with other settings is another model)."""
     if model is None:
         return {"path": None, "kind": "analytic", "data_hash": None}
-    return {"path": where, "kind": "learned", "data_hash": model.data_hash_,
-            "model_sha256": getattr(model, "saved_sha256_", None), "n_train": model.n_train_}
+    return {
+        "path": where,
+        "kind": "learned",
+        "data_hash": model.data_hash_,
+        "model_sha256": getattr(model, "saved_sha256_", None),
+        "n_train": model.n_train_,
+    }
+
 
 def next_round_number(round_dir: Path) -> int:
     """1 + the largest round number recorded beside ``round_dir`` (1 for the first)."""
@@ -52,6 +58,7 @@ def next_round_number(round_dir: Path) -> int:
                 continue
     return max(numbers) + 1
 
+
 def check_new_round_dir(round_dir: str | Path) -> Path:
     """``round_dir`` as a Path if a new round can be written there (absent or an empty
     directory, in a writable place); ConfigError otherwise.
@@ -64,9 +71,11 @@ def check_new_round_dir(round_dir: str | Path) -> Path:
     if final.is_dir() and any(final.iterdir()):
         raise ConfigError(
             f"round directory {str(final)!r} already exists and is not empty: a round is never "
-            "overwritten; give a new --round directory")
+            "overwritten; give a new --round directory"
+        )
     check_writable_dir(final.parent, flag="--round")
     return final
+
 
 def write_round(
     round_dir: str | Path,
@@ -98,24 +107,35 @@ def write_round(
         rows, records = [], []
         for i, (cfg, reason, scores) in enumerate(picks):
             name = f"r{number:02d}-{i:02d}-n{cfg.cluster.num_nodes}-" + layout_label(cfg).replace(
-                " ", "_")
+                " ", "_"
+            )
             files = write_launch_files(cfg, tmp / LOGS_DIR / name, run_name=name, steps=steps)
             flat = config_to_flat(cfg) | {"global_batch_seqs": cfg.batch_seqs}
             clean = {k: json_safe(v) for k, v in scores.items()}
-            rows.append({"name": name, "reason": reason, "layout": layout_label(cfg), **flat,
-                         **clean})
-            records.append({"name": name, "reason": reason, "config": flat, "predicted": clean,
-                            "command": files.command})
+            rows.append(
+                {"name": name, "reason": reason, "layout": layout_label(cfg), **flat, **clean}
+            )
+            records.append(
+                {
+                    "name": name,
+                    "reason": reason,
+                    "config": flat,
+                    "predicted": clean,
+                    "command": files.command,
+                }
+            )
         pd.DataFrame(rows).to_csv(tmp / PROPOSALS_FILE, index=False)
         record = {
             "round": number,
             "created": datetime.now(UTC).isoformat(timespec="seconds"),
             "goal": dict(goal),
             "model": dict(model_info),
-            "acquisition": {"boundary_frac": acquisition.boundary_frac,
-                            "diversity_scale": acquisition.diversity_scale,
-                            "gain": acquisition.gain,
-                            "open_with_best": acquisition.open_with_best},
+            "acquisition": {
+                "boundary_frac": acquisition.boundary_frac,
+                "diversity_scale": acquisition.diversity_scale,
+                "gain": acquisition.gain,
+                "open_with_best": acquisition.open_with_best,
+            },
             "proposals": records,
         }
         if cost is not None:
@@ -130,7 +150,8 @@ def write_round(
         if isinstance(e, OSError) and e.errno in (errno.ENOTEMPTY, errno.EEXIST):
             raise ConfigError(
                 f"round directory {str(final)!r} was written by another propose meanwhile: a "
-                "round is never overwritten; give a new --round directory") from None
+                "round is never overwritten; give a new --round directory"
+            ) from None
         if isinstance(e, OutputError):  # a file of the round: name the round, not its tmp
             raise OutputError(f"cannot write the round {str(final)!r}: {e.reason}") from None
         if isinstance(e, OSError) and is_write_failure(e):
@@ -138,27 +159,39 @@ def write_round(
         raise
     return final
 
+
 def read_round(round_dir: str | Path) -> dict[str, Any]:
     path = Path(round_dir) / ROUND_FILE
-    data = read_json(path, missing=DataError(
-        f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)"))
+    data = read_json(
+        path,
+        missing=DataError(f"{str(round_dir)!r} is not a round directory ({ROUND_FILE} missing)"),
+    )
     return _check_round(data, path)
+
 
 def _check_round(record: Any, where: Path) -> dict[str, Any]:
     """The parts of ``round.json`` that scoring reads, type-checked (a hand-edited or foreign
     file must not end in a KeyError or score under a round number that is not one)."""
     if not isinstance(record, dict):
-        raise DataError(f"{where}: a round file holds a JSON object, got "
-                        f"{type(record).__name__}")
+        raise DataError(f"{where}: a round file holds a JSON object, got {type(record).__name__}")
     number = record.get("round")
     if isinstance(number, bool) or not isinstance(number, int) or number < 1:
         raise DataError(f"{where}: round must be an integer >= 1, got {number!r}")
     proposals = record.get("proposals")
-    if not isinstance(proposals, list) or not proposals or not all(
-            isinstance(p, dict) and isinstance(p.get("name"), str)
-            and isinstance(p.get("config"), dict) for p in proposals):
-        raise DataError(f"{where}: proposals must be a non-empty list of objects with a name "
-                        "and a config (what `surrogate propose` writes)")
+    if (
+        not isinstance(proposals, list)
+        or not proposals
+        or not all(
+            isinstance(p, dict)
+            and isinstance(p.get("name"), str)
+            and isinstance(p.get("config"), dict)
+            for p in proposals
+        )
+    ):
+        raise DataError(
+            f"{where}: proposals must be a non-empty list of objects with a name "
+            "and a config (what `surrogate propose` writes)"
+        )
     if not isinstance(record.get("model"), dict):
         raise DataError(f"{where}: round {number} names no proposing model (a 'model' object)")
     return record

@@ -85,33 +85,53 @@ def predict_file(
     learned = resolve_model(model)
     if target is None:
         with tempfile.TemporaryDirectory(prefix="surrogate-predict-") as scratch:
-            done = _predict_into(source, Path(scratch) / "out.csv", profile, learned, check,
-                                 chunk_rows, progress, sets)
+            done = _predict_into(
+                source,
+                Path(scratch) / "out.csv",
+                profile,
+                learned,
+                check,
+                chunk_rows,
+                progress,
+                sets,
+            )
             with open(Path(scratch) / "out.csv", encoding="utf-8", newline="") as f:
                 shutil.copyfileobj(f, stdout if stdout is not None else _stdout())
             return done
-    return _predict_into(source, Path(target), profile, learned, check, chunk_rows, progress,
-                         sets)
+    return _predict_into(source, Path(target), profile, learned, check, chunk_rows, progress, sets)
 
 
 def _stdout() -> IO[str]:
     return sys.stdout
 
 
-def _predict_into(source: str | Path, target: Path, profile: Any,
-                  model: SurrogateModel | None, check: CheckFn | None, chunk_rows: int,
-                  progress: ProgressFn | None, sets: ParameterSets | None = None
-                  ) -> BatchResult:
+def _predict_into(
+    source: str | Path,
+    target: Path,
+    profile: Any,
+    model: SurrogateModel | None,
+    check: CheckFn | None,
+    chunk_rows: int,
+    progress: ProgressFn | None,
+    sets: ParameterSets | None = None,
+) -> BatchResult:
     try:
-        return _write(iter_table(source, chunk_rows=chunk_rows), target, profile, model,
-                      check, progress, sets)
+        return _write(
+            iter_table(source, chunk_rows=chunk_rows), target, profile, model, check, progress, sets
+        )
     except NotStreamable:
         return _write(iter([read_table(source)]), target, profile, model, check, progress, sets)
 
 
-def _write(chunks: Any, target: Path, profile: Any, model: SurrogateModel | None,
-           check: CheckFn | None, progress: ProgressFn | None,
-           sets: ParameterSets | None = None) -> BatchResult:
+def _write(
+    chunks: Any,
+    target: Path,
+    profile: Any,
+    model: SurrogateModel | None,
+    check: CheckFn | None,
+    progress: ProgressFn | None,
+    sets: ParameterSets | None = None,
+) -> BatchResult:
     """Predict each frame of ``chunks`` and write it to ``target`` (committed once all are)."""
     rows = errors = count = 0
     first_error = ""
@@ -145,8 +165,19 @@ def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
     predicted again, under older names too: :mod:`surrogate.runs.names`), and columns named
     ``_...`` (the user's own, carried through). The message names the configuration column the
     name most likely means (:func:`nearest_key`)."""
-    known = known_names((*CONFIG_KEYS, "model", *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS,
-                         *CONTEXT_COLUMNS, FLAG_COLUMN, *PRED_COLUMNS, RUNS_AS_ANOTHER, "error"))
+    known = known_names(
+        (
+            *CONFIG_KEYS,
+            "model",
+            *OUTCOME_COLUMNS,
+            *PROVENANCE_COLUMNS,
+            *CONTEXT_COLUMNS,
+            FLAG_COLUMN,
+            *PRED_COLUMNS,
+            RUNS_AS_ANOTHER,
+            "error",
+        )
+    )
     names = [str(c) for c in columns]
     for name in names:
         if name in known or name.startswith(OWN_COLUMN_PREFIX):
@@ -154,11 +185,14 @@ def check_batch_columns(columns: Iterable[Any], *, where: str) -> None:
         hint = nearest_key(name, (*CONFIG_KEYS, "model"))
         if hint is not None:
             also = " (the table has both: drop one)" if hint in names else ""
-            raise ConfigError(f"{where}: column {shown(name)} is not a configuration column; "
-                              f"did you mean {hint!r}?{also} (an unknown column would be "
-                              f"ignored and {hint} defaulted)")
+            raise ConfigError(
+                f"{where}: column {shown(name)} is not a configuration column; "
+                f"did you mean {hint!r}?{also} (an unknown column would be "
+                f"ignored and {hint} defaulted)"
+            )
         raise ConfigError(
             f"{where}: column {shown(name)} is not a column predict reads; columns must be "
             f"configuration columns ({', '.join(CONFIG_KEYS)}, or model naming a preset), a "
             f"sweep table's outcomes ({', '.join(OUTCOME_COLUMNS[:3])}...), or your own named "
-            f"{OWN_COLUMN_PREFIX}{name.lstrip(OWN_COLUMN_PREFIX) or 'x'} (carried through)")
+            f"{OWN_COLUMN_PREFIX}{name.lstrip(OWN_COLUMN_PREFIX) or 'x'} (carried through)"
+        )

@@ -44,43 +44,58 @@ _PAST = 1e-6
 whatever the rounding of adding the CUDA context back."""
 
 
-def disagreements(columns: dict[str, np.ndarray], context_gib: np.ndarray,
-                  tail: float = TAIL) -> np.ndarray:
+def disagreements(
+    columns: dict[str, np.ndarray], context_gib: np.ndarray, tail: float = TAIL
+) -> np.ndarray:
     """Per configuration, whether :func:`agree`'s rule fails (module doc): the columns of
     :func:`surrogate.prediction.scoring.score` and the CUDA context, GiB."""
     p_oom = np.asarray(columns["p_oom"], dtype=np.float64)
     lo, hi, cap = _device_interval(columns, context_gib)
     status = np.asarray(columns["pred_status"], dtype=object)
-    bad: np.ndarray = ((hi <= cap) & (p_oom > tail)) | ((lo > cap) & (p_oom < 1 - tail)) | (
-        (p_oom >= 0.5) != (status == "oom"))
+    bad: np.ndarray = (
+        ((hi <= cap) & (p_oom > tail))
+        | ((lo > cap) & (p_oom < 1 - tail))
+        | ((p_oom >= 0.5) != (status == "oom"))
+    )
     return bad
 
 
-def agree(columns: dict[str, np.ndarray], context_gib: np.ndarray,
-          tail: float = TAIL) -> dict[str, np.ndarray]:
+def agree(
+    columns: dict[str, np.ndarray], context_gib: np.ndarray, tail: float = TAIL
+) -> dict[str, np.ndarray]:
     """``columns`` with the memory interval stretched to the capacity where ``p_oom`` says
     the other side is more likely than ``tail``, and the status held to ``p_oom`` (module
     doc); ``p_completed`` and ``p_fail`` adjusted to sum to one with it."""
     p_oom = np.asarray(columns["p_oom"], dtype=np.float64)
     lo, hi, cap = _device_interval(columns, context_gib)
     reserved_cap = cap - context_gib  # the reserved peak that fills the GPU
-    mem_hi = np.where((hi <= cap) & (p_oom > tail), reserved_cap + _PAST,
-                      columns["pred_peak_mem_reserved_hi_gib"])
-    mem_lo = np.where((lo > cap) & (p_oom < 1 - tail), reserved_cap - _PAST,
-                      columns["pred_peak_mem_reserved_lo_gib"])
+    mem_hi = np.where(
+        (hi <= cap) & (p_oom > tail), reserved_cap + _PAST, columns["pred_peak_mem_reserved_hi_gib"]
+    )
+    mem_lo = np.where(
+        (lo > cap) & (p_oom < 1 - tail),
+        reserved_cap - _PAST,
+        columns["pred_peak_mem_reserved_lo_gib"],
+    )
     p_fail = np.asarray(columns["p_fail"], dtype=np.float64)
     p_fail = np.where(np.isnan(p_fail), p_fail, np.minimum(p_fail, 1.0 - p_oom))
     fail_or_none = np.nan_to_num(p_fail)
     p_done = 1.0 - p_oom - fail_or_none
     # codes into STATUS_NAMES: one shared string object per status, not one per row
     code = np.where(p_oom >= 0.5, 0, np.where(fail_or_none > p_done, 1, 2))
-    return {**columns, "p_fail": p_fail, "p_completed": p_done,
-            "pred_peak_mem_reserved_lo_gib": mem_lo, "pred_peak_mem_reserved_hi_gib": mem_hi,
-            "pred_status": STATUS_NAMES[code]}
+    return {
+        **columns,
+        "p_fail": p_fail,
+        "p_completed": p_done,
+        "pred_peak_mem_reserved_lo_gib": mem_lo,
+        "pred_peak_mem_reserved_hi_gib": mem_hi,
+        "pred_status": STATUS_NAMES[code],
+    }
 
 
-def _device_interval(columns: dict[str, np.ndarray], context_gib: np.ndarray
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _device_interval(
+    columns: dict[str, np.ndarray], context_gib: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The memory interval on the device (reserved plus context) and the capacity, GiB; an
     interval that is not there (NaN) bounds nothing."""
     lo = np.asarray(columns["pred_peak_mem_reserved_lo_gib"], dtype=np.float64) + context_gib

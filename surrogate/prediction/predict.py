@@ -44,10 +44,19 @@ DEFAULT_MODEL_DIR = Path(__file__).parents[1] / "data" / "models" / "default"
 """Where the bundled model lives (LightGBM text files + ``model.json``)."""
 
 PRED_COLUMNS: tuple[str, ...] = (
-    "p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
-    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "extrapolation",
-    "domain_weight", "correction_share",
+    "p_oom",
+    "pred_status",
+    "pred_mfu",
+    "pred_mfu_lo",
+    "pred_mfu_hi",
+    "pred_tokens_per_s_per_gpu",
+    "pred_step_time_s",
+    "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib",
+    "pred_peak_mem_reserved_hi_gib",
+    "extrapolation",
+    "domain_weight",
+    "correction_share",
 )
 """Columns ``predict --from-csv`` adds to the input columns (and ``error``).
 
@@ -118,8 +127,7 @@ class Prediction:
     """Share of the learned throughput correction its framework version's held-out runs bear
     out (1: all of it; 0 for the analytic model alone). The throughput keeps
     ``domain_weight`` x ``correction_share`` of the correction."""
-    parameter_sets: ParameterSets = field(default_factory=ParameterSets, repr=False,
-                                          compare=False)
+    parameter_sets: ParameterSets = field(default_factory=ParameterSets, repr=False, compare=False)
     """The analytic parameter sets the prediction was made under."""
 
     @property
@@ -161,37 +169,41 @@ class Prediction:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: configuration, breakdowns (GiB and seconds) and headline figures."""
 
-        out: dict[str, Any] = json_safe({
-            "config": config_to_flat(self.config),
-            "source": self.source,
-            "perf_model": self.perf_model,
-            "memory_gib": {k: v / GIB for k, v in self.memory_bytes.items()},
-            "capacity_gib": self.capacity_bytes / GIB,
-            "fits": self.fits,
-            "p_oom": self.p_oom,
-            "p_fail": self.p_fail,
-            "pred_status": self.status,
-            "peak_mem_reserved_gib": self.peak_mem_reserved_gib,
-            "peak_mem_reserved_lo_gib": self.peak_mem_reserved_lo_gib,
-            "peak_mem_reserved_hi_gib": self.peak_mem_reserved_hi_gib,
-            "analytic_mfu": self.analytic_mfu,
-            "explanation": self.explanation,
-            "runs_as_another": self.config.runs_as_another() or "",
-            "analytic_parameters": {**dict(zip(("set", "fitted"), self.parameter_set,
-                                               strict=True)),
-                                    "source": self.parameter_source},
-            "extrapolates": bool(self.extrapolation),
-            "extrapolation": self.extrapolation,
-            "domain_weight": self.domain_weight,
-            "correction_share": self.correction_share,
-            "step_time_s": self.step_s | {"total": self.step_time_s},
-            "bubble_frac": self.bubble_frac,
-            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-            "mfu": self.mfu,
-            "mfu_lo": self.mfu_lo,
-            "mfu_hi": self.mfu_hi,
-        })
+        out: dict[str, Any] = json_safe(
+            {
+                "config": config_to_flat(self.config),
+                "source": self.source,
+                "perf_model": self.perf_model,
+                "memory_gib": {k: v / GIB for k, v in self.memory_bytes.items()},
+                "capacity_gib": self.capacity_bytes / GIB,
+                "fits": self.fits,
+                "p_oom": self.p_oom,
+                "p_fail": self.p_fail,
+                "pred_status": self.status,
+                "peak_mem_reserved_gib": self.peak_mem_reserved_gib,
+                "peak_mem_reserved_lo_gib": self.peak_mem_reserved_lo_gib,
+                "peak_mem_reserved_hi_gib": self.peak_mem_reserved_hi_gib,
+                "analytic_mfu": self.analytic_mfu,
+                "explanation": self.explanation,
+                "runs_as_another": self.config.runs_as_another() or "",
+                "analytic_parameters": {
+                    **dict(zip(("set", "fitted"), self.parameter_set, strict=True)),
+                    "source": self.parameter_source,
+                },
+                "extrapolates": bool(self.extrapolation),
+                "extrapolation": self.extrapolation,
+                "domain_weight": self.domain_weight,
+                "correction_share": self.correction_share,
+                "step_time_s": self.step_s | {"total": self.step_time_s},
+                "bubble_frac": self.bubble_frac,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "mfu": self.mfu,
+                "mfu_lo": self.mfu_lo,
+                "mfu_hi": self.mfu_hi,
+            }
+        )
         return out
+
 
 @cache
 def _bundled_model() -> SurrogateModel | None:
@@ -200,6 +212,7 @@ def _bundled_model() -> SurrogateModel | None:
         return SurrogateModel.load(DEFAULT_MODEL_DIR)
     except NoModelError:
         return None
+
 
 def resolve_model(model: SurrogateModel | str | Path | None) -> SurrogateModel | None:
     """The learned model to use: ``"default"`` is the bundled one (None, with a warning, when
@@ -216,9 +229,9 @@ def resolve_model(model: SurrogateModel | str | Path | None) -> SurrogateModel |
             )
         return bundled
     if isinstance(model, str | Path):
-
         return SurrogateModel.load(model)
     return model
+
 
 def _predict_configs(
     configs: Sequence[TrainingConfig],
@@ -240,33 +253,36 @@ def _predict_configs(
     col, out, learned = s.columns, s.analytic, model is not None
     preds = []
     for j, cfg in enumerate(configs):
-        preds.append(Prediction(
-            config=cfg,
-            memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
-            capacity_bytes=float(s.cols["memory_bytes"][j]),
-            step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
-            bubble_frac=float(out["bubble_frac"][j]),
-            perf_model=s.perf_models[j],
-            analytic_mfu=float(col["analytic_mfu"][j]),
-            step_time_s=float(col["pred_step_time_s"][j]),
-            tokens_per_s_per_gpu=float(col["pred_tokens_per_s_per_gpu"][j]),
-            mfu=float(col["pred_mfu"][j]),
-            mfu_lo=float(col["pred_mfu_lo"][j]),
-            mfu_hi=float(col["pred_mfu_hi"][j]),
-            p_oom=float(col["p_oom"][j]),
-            p_fail=float(col["p_fail"][j]),
-            pred_status=_PRED_STATUSES[str(col["pred_status"][j])],
-            peak_mem_reserved_gib=float(col["pred_peak_mem_reserved_gib"][j]),
-            peak_mem_reserved_lo_gib=float(col["pred_peak_mem_reserved_lo_gib"][j]),
-            peak_mem_reserved_hi_gib=float(col["pred_peak_mem_reserved_hi_gib"][j]),
-            source="learned" if learned else "analytic",
-            explanation=s.explanations[j] if s.explanations else None,
-            extrapolation=str(col["extrapolation"][j]),
-            domain_weight=float(col["domain_weight"][j]),
-            correction_share=float(col["correction_share"][j]),
-            parameter_sets=s.parameter_sets,
-        ))
+        preds.append(
+            Prediction(
+                config=cfg,
+                memory_bytes={k: float(out[f"mem_{k}"][j]) for k in (*BREAKDOWN_TERMS, "total")},
+                capacity_bytes=float(s.cols["memory_bytes"][j]),
+                step_s={k: float(out[f"time_{k}"][j]) for k in STEP_TERMS},
+                bubble_frac=float(out["bubble_frac"][j]),
+                perf_model=s.perf_models[j],
+                analytic_mfu=float(col["analytic_mfu"][j]),
+                step_time_s=float(col["pred_step_time_s"][j]),
+                tokens_per_s_per_gpu=float(col["pred_tokens_per_s_per_gpu"][j]),
+                mfu=float(col["pred_mfu"][j]),
+                mfu_lo=float(col["pred_mfu_lo"][j]),
+                mfu_hi=float(col["pred_mfu_hi"][j]),
+                p_oom=float(col["p_oom"][j]),
+                p_fail=float(col["p_fail"][j]),
+                pred_status=_PRED_STATUSES[str(col["pred_status"][j])],
+                peak_mem_reserved_gib=float(col["pred_peak_mem_reserved_gib"][j]),
+                peak_mem_reserved_lo_gib=float(col["pred_peak_mem_reserved_lo_gib"][j]),
+                peak_mem_reserved_hi_gib=float(col["pred_peak_mem_reserved_hi_gib"][j]),
+                source="learned" if learned else "analytic",
+                explanation=s.explanations[j] if s.explanations else None,
+                extrapolation=str(col["extrapolation"][j]),
+                domain_weight=float(col["domain_weight"][j]),
+                correction_share=float(col["correction_share"][j]),
+                parameter_sets=s.parameter_sets,
+            )
+        )
     return preds
+
 
 def predict_frame(
     df: pd.DataFrame,
@@ -319,17 +335,25 @@ def predict_frame(
     out["error"] = errors
     return out
 
+
 def _check_frame(config: Any) -> None:
     """TypeError unless ``config`` is a DataFrame, saying what :func:`predict` takes."""
     import pandas as pd
 
     if isinstance(config, pd.DataFrame):
         return
-    hint = (": for one configuration's columns, predict(pd.DataFrame([columns])) (or build a "
-            "TrainingConfig)" if isinstance(config, Mapping) else "")
-    raise TypeError(f"predict takes a TrainingConfig (one configuration) or a pandas DataFrame "
-                    f"(one configuration per row, the columns of predict --from-csv), got "
-                    f"{type(config).__name__}{hint}")
+    hint = (
+        ": for one configuration's columns, predict(pd.DataFrame([columns])) (or build a "
+        "TrainingConfig)"
+        if isinstance(config, Mapping)
+        else ""
+    )
+    raise TypeError(
+        f"predict takes a TrainingConfig (one configuration) or a pandas DataFrame "
+        f"(one configuration per row, the columns of predict --from-csv), got "
+        f"{type(config).__name__}{hint}"
+    )
+
 
 @overload
 def predict(
@@ -393,9 +417,17 @@ def predict(
             sidecar) or were written for other features.
     """
     if isinstance(config, TrainingConfig):
-        return _predict_configs([config], profile, resolve_model(model), explain=explain,
-                                sets=sets)[0]
+        return _predict_configs(
+            [config], profile, resolve_model(model), explain=explain, sets=sets
+        )[0]
     return predict_frame(config, profile=profile, model=model, sets=sets)
 
-__all__ = ["CONFIG_COLUMNS", "PRED_COLUMNS", "RUNS_AS_ANOTHER", "Prediction", "predict",
-           "predict_frame"]
+
+__all__ = [
+    "CONFIG_COLUMNS",
+    "PRED_COLUMNS",
+    "RUNS_AS_ANOTHER",
+    "Prediction",
+    "predict",
+    "predict_frame",
+]

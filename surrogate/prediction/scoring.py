@@ -67,12 +67,28 @@ if TYPE_CHECKING:
     from surrogate.learned.model import SurrogateModel
 
 SCORE_COLUMNS: tuple[str, ...] = (
-    "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-    "pred_tokens_per_s_per_gpu", "pred_step_time_s", "pred_peak_mem_reserved_gib",
-    "pred_peak_mem_reserved_lo_gib", "pred_peak_mem_reserved_hi_gib", "pred_peak_device_mem_gib",
-    "capacity_gib", "analytic_mfu", "domain_weight", "correction_share", "extrapolation", "error",
+    "p_completed",
+    "p_oom",
+    "p_fail",
+    "pred_status",
+    "pred_mfu",
+    "pred_mfu_lo",
+    "pred_mfu_hi",
+    "pred_tokens_per_s_per_gpu",
+    "pred_step_time_s",
+    "pred_peak_mem_reserved_gib",
+    "pred_peak_mem_reserved_lo_gib",
+    "pred_peak_mem_reserved_hi_gib",
+    "pred_peak_device_mem_gib",
+    "capacity_gib",
+    "analytic_mfu",
+    "domain_weight",
+    "correction_share",
+    "extrapolation",
+    "error",
 )
 """What :func:`score` returns for every configuration (module docstring)."""
+
 
 @dataclass(frozen=True)
 class Scores:
@@ -100,6 +116,7 @@ class Scores:
         import pandas as pd
 
         return pd.DataFrame(self.columns, index=index)
+
 
 def score(
     configs: Sequence[TrainingConfig] | FlatTable,
@@ -130,8 +147,9 @@ def score(
     against are warned about (``surrogate.learned.physics.check_physics``)."""
     n = table_len(configs) if isinstance(configs, dict) else len(configs)
     if n == 0:
-        return Scores(columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={},
-                      perf_models=[])
+        return Scores(
+            columns={k: np.zeros(0) for k in SCORE_COLUMNS}, cols={}, analytic={}, perf_models=[]
+        )
     # the analytic model under the parameters the learned one was trained under
     if sets is None:
         used = shipped_parameter_sets() if model is None else model.parameter_sets()
@@ -139,19 +157,36 @@ def score(
         if model is not None:
             check_physics(model.base_parameter_sets_, sets)
         used = sets if model is None else sets.with_more(model.physics_sets_)
-    c, out, names = analytic_for(configs, profile, extra=extra, sets=used,
-                                 resolve=resolve_perf_model)
+    c, out, names = analytic_for(
+        configs, profile, extra=extra, sets=used, resolve=resolve_perf_model
+    )
     context = out["mem_cuda_context"]
     explanations: list[dict[str, float]] = []
     if model is not None:
         X = features_from_analytic(c, out)
-        learned = model.predict_from_features(X, out, c, shrink_doublings=shrink_doublings,
-                                              sets=used)
-        columns = {k: np.asarray(learned[k]) for k in (
-            "p_completed", "p_oom", "p_fail", "pred_status", "pred_mfu", "pred_mfu_lo",
-            "pred_mfu_hi", "pred_tokens_per_s_per_gpu", "pred_step_time_s",
-            "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
-            "pred_peak_mem_reserved_hi_gib", "domain_weight", "correction_share", "extrapolation")}
+        learned = model.predict_from_features(
+            X, out, c, shrink_doublings=shrink_doublings, sets=used
+        )
+        columns = {
+            k: np.asarray(learned[k])
+            for k in (
+                "p_completed",
+                "p_oom",
+                "p_fail",
+                "pred_status",
+                "pred_mfu",
+                "pred_mfu_lo",
+                "pred_mfu_hi",
+                "pred_tokens_per_s_per_gpu",
+                "pred_step_time_s",
+                "pred_peak_mem_reserved_gib",
+                "pred_peak_mem_reserved_lo_gib",
+                "pred_peak_mem_reserved_hi_gib",
+                "domain_weight",
+                "correction_share",
+                "extrapolation",
+            )
+        }
         if explain:
             explanations = model.explain(X)
     else:
@@ -164,12 +199,19 @@ def score(
     if agree:
         columns = agreeing(columns, context / GIB)
     columns["error"] = np.array(impossible(c, out), dtype=object)
-    return Scores(columns={k: columns[k] for k in SCORE_COLUMNS}, cols=c, analytic=out,
-                  perf_models=names, explanations=explanations, parameter_sets=used)
+    return Scores(
+        columns={k: columns[k] for k in SCORE_COLUMNS},
+        cols=c,
+        analytic=out,
+        perf_models=names,
+        explanations=explanations,
+        parameter_sets=used,
+    )
 
 
-def _analytic_columns(c: dict[str, np.ndarray], out: dict[str, np.ndarray]
-                      ) -> dict[str, np.ndarray]:
+def _analytic_columns(
+    c: dict[str, np.ndarray], out: dict[str, np.ndarray]
+) -> dict[str, np.ndarray]:
     """The prediction columns of the analytic model alone: no interval, no learned status."""
     n = len(out["mfu"])
 
@@ -212,14 +254,24 @@ def score_runs(
 
     table = valid_table(runs, where="runs to score")
     profiles, extra = run_context(runs, profile)
-    scores = score(table, model=model, profile=profiles, extra=extra,
-                   shrink_doublings=shrink_doublings, sets=sets)
+    scores = score(
+        table,
+        model=model,
+        profile=profiles,
+        extra=extra,
+        shrink_doublings=shrink_doublings,
+        sets=sets,
+    )
     frame = scores.frame(index=runs.index)
     # the prediction of what each run measured: its memory on the rank it was logged on, the
     # learned factor (pred_peak_mem_reserved_gib over the analytic most loaded rank's) applied to it
     a = scores.analytic
-    frame["pred_logged_mem_gib"] = (frame["pred_peak_mem_reserved_gib"].to_numpy()
-                                    * a["mem_reserved_logged"] / a["mem_reserved"])
+    frame["pred_logged_mem_gib"] = (
+        frame["pred_peak_mem_reserved_gib"].to_numpy()
+        * a["mem_reserved_logged"]
+        / a["mem_reserved"]
+    )
     return frame
+
 
 __all__ = ["SCORE_COLUMNS", "Scores", "score", "score_runs"]

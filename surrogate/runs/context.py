@@ -58,7 +58,7 @@ NETWORKS: dict[str, str] = {
     "measured": "each run's network as it measured it at its start (net_scale)",
     "profile": "the cluster profile's curve alone, as a user predicts before the run",
     "curve": "the cluster profile's curve as if the run had measured it (--network at the "
-             "curve's own bandwidth: the interval of a known network)",
+    "curve's own bandwidth: the interval of a known network)",
 }
 """The networks a held-out run can be predicted under (``training.evaluate``)."""
 

@@ -31,32 +31,77 @@ if TYPE_CHECKING:  # pandera is imported where a table is checked: `surrogate pr
 
 GEMM_OP: Final = "gemm"
 ATTENTION_OPS: Final[tuple[str, ...]] = (
-    "sdpa_fwd", "sdpa_fwd_bwd", "sdpa_causal_fwd", "sdpa_causal_fwd_bwd",
+    "sdpa_fwd",
+    "sdpa_fwd_bwd",
+    "sdpa_causal_fwd",
+    "sdpa_causal_fwd_bwd",
 )
 """Flash attention (``microbench.attention``): m = n = sequence, k = head width, batch =
 sequences x heads, flops_per_s counted without causal discount."""
 MEMORY_BOUND_OPS: Final[tuple[str, ...]] = (
-    "rmsnorm_fwd_bwd", "swiglu_fwd_bwd", "rope_fwd_bwd", "cross_entropy_fwd_bwd", "adamw_step",
+    "rmsnorm_fwd_bwd",
+    "swiglu_fwd_bwd",
+    "rope_fwd_bwd",
+    "cross_entropy_fwd_bwd",
+    "adamw_step",
 )
 """Memory-bound kernels (``microbench.membound``): m x n problem, size_bytes the bytes they
 must move, algbw_bytes_per_s = size_bytes / time_s."""
-MICROBENCH_OPS: Final[tuple[str, ...]] = (GEMM_OP, *COLLECTIVE_OPS, *ATTENTION_OPS,
-                                          *MEMORY_BOUND_OPS)
+MICROBENCH_OPS: Final[tuple[str, ...]] = (
+    GEMM_OP,
+    *COLLECTIVE_OPS,
+    *ATTENTION_OPS,
+    *MEMORY_BOUND_OPS,
+)
 LAYOUTS: Final[tuple[str, ...]] = ("contiguous", "strided")
 """How a sub-group's ranks are laid out: consecutive ranks (tp-like) or every world/g-th
 rank (dp-like, spanning nodes first)."""
 
 FLOAT_COLUMNS: Final[tuple[str, ...]] = (
-    "m", "n", "k", "batch", "size_bytes", "group_size", "nodes",
-    "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "size_bytes",
+    "group_size",
+    "nodes",
+    "time_s",
+    "flops_per_s",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
 )
 STRING_COLUMNS: Final[tuple[str, ...]] = (
-    "op", "dtype", "hardware", "source", "run_id", "file", "date", "detail",
+    "op",
+    "dtype",
+    "hardware",
+    "source",
+    "run_id",
+    "file",
+    "date",
+    "detail",
 )
 MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
-    "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size", "nodes", "layout",
-    "in_place", "time_s", "flops_per_s", "algbw_bytes_per_s", "busbw_bytes_per_s",
-    "hardware", "source", "run_id", "file", "date", "detail",
+    "op",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "size_bytes",
+    "group_size",
+    "nodes",
+    "layout",
+    "in_place",
+    "time_s",
+    "flops_per_s",
+    "algbw_bytes_per_s",
+    "busbw_bytes_per_s",
+    "hardware",
+    "source",
+    "run_id",
+    "file",
+    "date",
+    "detail",
 )
 """Column order. ``nodes`` is the number of nodes the measured group spans (1: inside a node),
 so calibration can tell intra- from inter-node collectives. Provenance: ``source`` (xla,
@@ -65,10 +110,23 @@ measurement campaign), ``file`` (the file it was read from), ``date`` (ISO date 
 else empty), ``detail`` (what distinguishes rows that share a shape, e.g. XLA's dtype key)."""
 
 DEDUP_KEY: Final[tuple[str, ...]] = (
-    "source", "run_id", "op", "dtype", "m", "n", "k", "batch", "size_bytes", "group_size",
-    "nodes", "layout", "in_place", "detail",
+    "source",
+    "run_id",
+    "op",
+    "dtype",
+    "m",
+    "n",
+    "k",
+    "batch",
+    "size_bytes",
+    "group_size",
+    "nodes",
+    "layout",
+    "in_place",
+    "detail",
 )
 """Rows equal on these columns are one measurement; an append keeps the newer one."""
+
 
 def hardware_from_device_name(name: str) -> str:
     """The hardware table key (``surrogate.config.gpus``) of a device name as drivers print it.
@@ -87,9 +145,11 @@ def hardware_from_device_name(name: str) -> str:
         return "B200-SXM-180GB"
     return name.strip()
 
+
 def empty_microbench() -> pd.DataFrame:
     """A table with the schema's columns and no rows."""
     return normalise_microbench(pd.DataFrame({c: [] for c in MICROBENCH_COLUMNS}))
+
 
 def rows_to_microbench(rows: list[dict[str, object]]) -> pd.DataFrame:
     """A normalised table from row dicts; columns a row leaves out are missing (NaN or empty)."""
@@ -98,9 +158,11 @@ def rows_to_microbench(rows: list[dict[str, object]]) -> pd.DataFrame:
     df = pd.DataFrame(rows)
     for c in MICROBENCH_COLUMNS:
         if c not in df.columns:
-            df[c] = float("nan") if c in FLOAT_COLUMNS else None if c in ("layout", "in_place") \
-                else ""
+            df[c] = (
+                float("nan") if c in FLOAT_COLUMNS else None if c in ("layout", "in_place") else ""
+            )
     return normalise_microbench(df[list(MICROBENCH_COLUMNS)])
+
 
 def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
     """Coerce column types (floats, strings, nullable layout and in_place) and order columns.
@@ -131,6 +193,7 @@ def normalise_microbench(df: pd.DataFrame) -> pd.DataFrame:
             out[c] = col.fillna("").astype(str)
     return out.reset_index(drop=True)
 
+
 @dataclass(frozen=True)
 class _Rule:
     """One rule of the table: ``must`` says what must hold (it is also the pandera check's
@@ -141,21 +204,27 @@ class _Rule:
     must: str
     holds: Callable[[Any], pd.Series]
 
+
 def _gemm(t: pd.DataFrame) -> pd.Series:
     return t["op"] == GEMM_OP
+
 
 def _compute(t: pd.DataFrame) -> pd.Series:
     """Rows timed as FLOPs over a shape: GEMMs and attention."""
     return _gemm(t) | t["op"].isin(ATTENTION_OPS)
 
+
 def _collective(t: pd.DataFrame) -> pd.Series:
     return t["op"].isin(COLLECTIVE_OPS)
+
 
 def _memory_bound(t: pd.DataFrame) -> pd.Series:
     return t["op"].isin(MEMORY_BOUND_OPS)
 
+
 def _shape(t: pd.DataFrame) -> pd.DataFrame:
     return t[["m", "n", "k", "batch"]]
+
 
 _RULES: Final[tuple[_Rule, ...]] = (
     _Rule("op", f"op must be one of {', '.join(MICROBENCH_OPS)}", lambda s: s.isin(MICROBENCH_OPS)),
@@ -163,27 +232,55 @@ _RULES: Final[tuple[_Rule, ...]] = (
     _Rule("source", "source must be given", lambda s: s != ""),
     _Rule("hardware", "hardware must be given", lambda s: s != ""),
     _Rule("time_s", "time_s must be a positive number of seconds", lambda s: s > 0),
-    _Rule(None, "a GEMM or attention row needs m, n, k, batch >= 1",
-          lambda t: ~(_compute(t) & ~(_shape(t) >= 1).all(axis=1))),
-    _Rule(None, "a GEMM or attention row needs flops_per_s > 0",
-          lambda t: ~(_compute(t) & ~(t["flops_per_s"] > 0))),
-    _Rule(None, "a GEMM or attention row has no size_bytes (NaN)",
-          lambda t: ~(_compute(t) & t["size_bytes"].notna())),
-    _Rule(None, "a collective or memory-bound kernel needs size_bytes > 0",
-          lambda t: _compute(t) | (t["size_bytes"] > 0)),
-    _Rule(None, "a collective needs group_size >= 2",
-          lambda t: ~_collective(t) | (t["group_size"] >= 2)),
-    _Rule(None, "a collective has no m, n, k, batch (NaN)",
-          lambda t: ~_collective(t) | _shape(t).isna().all(axis=1)),
-    _Rule(None, "a memory-bound kernel needs m, n >= 1",
-          lambda t: ~_memory_bound(t) | (t[["m", "n"]] >= 1).all(axis=1)),
-    _Rule(None, "a collective or memory-bound kernel needs algbw_bytes_per_s > 0",
-          lambda t: _compute(t) | (t["algbw_bytes_per_s"] > 0)),
+    _Rule(
+        None,
+        "a GEMM or attention row needs m, n, k, batch >= 1",
+        lambda t: ~(_compute(t) & ~(_shape(t) >= 1).all(axis=1)),
+    ),
+    _Rule(
+        None,
+        "a GEMM or attention row needs flops_per_s > 0",
+        lambda t: ~(_compute(t) & ~(t["flops_per_s"] > 0)),
+    ),
+    _Rule(
+        None,
+        "a GEMM or attention row has no size_bytes (NaN)",
+        lambda t: ~(_compute(t) & t["size_bytes"].notna()),
+    ),
+    _Rule(
+        None,
+        "a collective or memory-bound kernel needs size_bytes > 0",
+        lambda t: _compute(t) | (t["size_bytes"] > 0),
+    ),
+    _Rule(
+        None,
+        "a collective needs group_size >= 2",
+        lambda t: ~_collective(t) | (t["group_size"] >= 2),
+    ),
+    _Rule(
+        None,
+        "a collective has no m, n, k, batch (NaN)",
+        lambda t: ~_collective(t) | _shape(t).isna().all(axis=1),
+    ),
+    _Rule(
+        None,
+        "a memory-bound kernel needs m, n >= 1",
+        lambda t: ~_memory_bound(t) | (t[["m", "n"]] >= 1).all(axis=1),
+    ),
+    _Rule(
+        None,
+        "a collective or memory-bound kernel needs algbw_bytes_per_s > 0",
+        lambda t: _compute(t) | (t["algbw_bytes_per_s"] > 0),
+    ),
     _Rule("nodes", "nodes must be >= 1", lambda s: s >= 1),
-    _Rule("layout", f"layout must be one of {', '.join(LAYOUTS)} or missing",
-          lambda s: s.isna() | s.isin(LAYOUTS)),
+    _Rule(
+        "layout",
+        f"layout must be one of {', '.join(LAYOUTS)} or missing",
+        lambda s: s.isna() | s.isin(LAYOUTS),
+    ),
 )
 """The rules of :func:`validate_microbench`, in the order they are reported."""
+
 
 @functools.cache
 def microbench_schema() -> pa.DataFrameSchema:
@@ -196,10 +293,14 @@ def microbench_schema() -> pa.DataFrameSchema:
         return pa.Check(rule.holds, name=rule.must, ignore_na=False)
 
     return pa.DataFrameSchema(
-        {c: pa.Column(checks=[check(r) for r in _RULES if r.column == c], nullable=True)
-         for c in MICROBENCH_COLUMNS if any(r.column == c for r in _RULES)},
+        {
+            c: pa.Column(checks=[check(r) for r in _RULES if r.column == c], nullable=True)
+            for c in MICROBENCH_COLUMNS
+            if any(r.column == c for r in _RULES)
+        },
         checks=[check(r) for r in _RULES if r.column is None],
     )
+
 
 def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
     """Normalise ``df`` and check the schema's rules (:func:`microbench_schema`); raises
@@ -209,10 +310,16 @@ def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
     order = {rule.must: k for k, rule in enumerate(_RULES)}
     cases = failure_cases(microbench_schema(), t)
     first = min(
-        ((order.get(str(check), len(_RULES)) if pd.notna(row) else -1,
-          int(row) if pd.notna(row) else -1, f"{column}: {check} ({case})")
-         for check, column, row, case in zip(cases["check"], cases["column"], cases["index"],
-                                             cases["failure_case"], strict=True)),
+        (
+            (
+                order.get(str(check), len(_RULES)) if pd.notna(row) else -1,
+                int(row) if pd.notna(row) else -1,
+                f"{column}: {check} ({case})",
+            )
+            for check, column, row, case in zip(
+                cases["check"], cases["column"], cases["index"], cases["failure_case"], strict=True
+            )
+        ),
         default=None,
     )
     if first is None:
@@ -228,6 +335,7 @@ def validate_microbench(df: pd.DataFrame) -> pd.DataFrame:
         f"(source={row['source']!r} file={row['file']!r})"
     )
 
+
 @dataclass(frozen=True, kw_only=True)
 class MicrobenchAppend:
     """What :func:`append_microbench` did."""
@@ -242,9 +350,12 @@ class MicrobenchAppend:
 
     def summary(self) -> str:
         dup_given = self.rows_given - (self.rows_after - self.rows_before + self.rows_replaced)
-        return (f"{self.path}: {self.rows_before} rows before, {self.rows_given} given "
-                f"({self.rows_replaced} replaced stored rows, {dup_given} repeated within the "
-                f"input and kept once), {self.rows_after} rows now")
+        return (
+            f"{self.path}: {self.rows_before} rows before, {self.rows_given} given "
+            f"({self.rows_replaced} replaced stored rows, {dup_given} repeated within the "
+            f"input and kept once), {self.rows_after} rows now"
+        )
+
 
 def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
     """Append ``df`` to the table at ``path`` (created if absent), atomically.
@@ -265,5 +376,11 @@ def append_microbench(df: pd.DataFrame, path: str | Path) -> MicrobenchAppend:
         out = both.loc[keep].reset_index(drop=True)
         write_table_atomic(out, p)
     replaced = int((~keep.iloc[: len(old)]).sum()) if len(old) else 0
-    return MicrobenchAppend(path=str(p), rows_before=len(old), rows_given=len(new),
-                            rows_replaced=replaced, rows_after=len(out), table=out)
+    return MicrobenchAppend(
+        path=str(p),
+        rows_before=len(old),
+        rows_given=len(new),
+        rows_replaced=replaced,
+        rows_after=len(out),
+        table=out,
+    )

@@ -90,7 +90,7 @@ def _first_match(pattern: re.Pattern[str], text: str) -> str | None:
         return None
     line_start = text.rfind("\n", 0, m.start()) + 1
     line_end = text.find("\n", m.end())
-    line = text[line_start: None if line_end < 0 else line_end].strip()
+    line = text[line_start : None if line_end < 0 else line_end].strip()
     return line[:160]
 
 
@@ -121,6 +121,8 @@ def run_status(
     expected = "?" if iterations_expected is None else str(iterations_expected)
     return Verdict(
         status=None,
-        evidence=(f"log ends after {iterations_logged} of {expected} iterations with no OOM, "
-                  "timeout or error: unfinished or truncated"),
+        evidence=(
+            f"log ends after {iterations_logged} of {expected} iterations with no OOM, "
+            "timeout or error: unfinished or truncated"
+        ),
     )

@@ -22,14 +22,17 @@ def read_sweeps(path: str | Path, *, flagged: bool = False) -> pd.DataFrame:
     table = validate_sweeps(read_table(path), where=str(path))
     return table if flagged else unflagged(table)
 
+
 def write_sweeps(df: pd.DataFrame, path: str | Path) -> None:
     """Validate and write a sweep table atomically."""
 
     write_table_atomic(validate_sweeps(df, where=f"table to write to {path}"), path)
 
+
 def _row_key(row: tuple[Any, ...]) -> tuple[Any, ...]:
     """A row's values with NaN and None made comparable."""
     return tuple(None if is_missing(v) else v for v in row)
+
 
 @dataclass(frozen=True, kw_only=True)
 class AppendResult:
@@ -47,13 +50,16 @@ class AppendResult:
     replaced_keys: tuple[tuple[str, str], ...] = ()
 
     def summary(self) -> str:
-        line = (f"added {self.added}, replaced {self.replaced}, unchanged {self.unchanged}, "
-                f"table now holds {self.total} rows")
+        line = (
+            f"added {self.added}, replaced {self.replaced}, unchanged {self.unchanged}, "
+            f"table now holds {self.total} rows"
+        )
         if self.replaced_keys:
             shown = ", ".join(f"{s}/{r}" for s, r in self.replaced_keys[:5])
             more = " ..." if len(self.replaced_keys) > 5 else ""
             line += f" (replaced: {shown}{more})"
         return line
+
 
 def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
     """Add ``new_df`` to the table at ``path`` (created if absent), atomically.
@@ -71,19 +77,28 @@ def append_sweeps(new_df: pd.DataFrame, path: str | Path) -> AppendResult:
     with locked(p):
         return _append_locked(new, p)
 
+
 def _append_locked(new: pd.DataFrame, p: Path) -> AppendResult:
     """The read-modify-write of :func:`append_sweeps`; the caller holds the table's lock."""
     old = read_sweeps(p, flagged=True) if p.exists() else empty_sweeps()
     new_keys = set(zip(new["source"], new["run_id"], strict=True))
     old_keys = list(zip(old["source"], old["run_id"], strict=True))
     replaced_mask = np.array([k in new_keys for k in old_keys], dtype=bool)
-    old_rows = {k: _row_key(r) for k, r in zip(old_keys, old.itertuples(index=False), strict=True)
-                if k in new_keys}
-    same = {k for k, r in zip(zip(new["source"], new["run_id"], strict=True),
-                              new.itertuples(index=False), strict=True)
-            if k in old_rows and old_rows[k] == _row_key(r)}
-    replaced_keys = tuple(k for k, r in zip(old_keys, replaced_mask, strict=True)
-                          if r and k not in same)
+    old_rows = {
+        k: _row_key(r)
+        for k, r in zip(old_keys, old.itertuples(index=False), strict=True)
+        if k in new_keys
+    }
+    same = {
+        k
+        for k, r in zip(
+            zip(new["source"], new["run_id"], strict=True), new.itertuples(index=False), strict=True
+        )
+        if k in old_rows and old_rows[k] == _row_key(r)
+    }
+    replaced_keys = tuple(
+        k for k, r in zip(old_keys, replaced_mask, strict=True) if r and k not in same
+    )
     kept = old.loc[~replaced_mask]
     combined = new if kept.empty else pd.concat([kept, new], ignore_index=True)
     write_sweeps(combined, p)

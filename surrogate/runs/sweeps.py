@@ -88,32 +88,47 @@ of its source; each is missing where the source does not know it:
   a whole number below ``pp`` (missing: the most loaded stage, the maximum over ranks);
 - ``net_scale``: the run's measured network efficiency over its profile's curve at its node
   count, a number > 0 (missing: 1, the profile's curve)."""
-SWEEP_COLUMNS: tuple[str, ...] = (*CONFIG_COLUMNS, *OUTCOME_COLUMNS, *PROVENANCE_COLUMNS,
-                                  *CONTEXT_COLUMNS, FLAG_COLUMN)
+SWEEP_COLUMNS: tuple[str, ...] = (
+    *CONFIG_COLUMNS,
+    *OUTCOME_COLUMNS,
+    *PROVENANCE_COLUMNS,
+    *CONTEXT_COLUMNS,
+    FLAG_COLUMN,
+)
 KEY_COLUMNS: tuple[str, str] = ("source", "run_id")
 
 _MAX_ERRORS_SHOWN = 5
+
 
 def empty_sweeps() -> pd.DataFrame:
     """A sweep table with no rows and every column."""
     return pd.DataFrame({c: pd.Series([], dtype=_dtype(c)) for c in SWEEP_COLUMNS})
 
+
 def _config_dtypes() -> dict[str, str]:
     return {
-        f.name: ("int64" if f.type in INT_FIELD_TYPES else "bool" if f.type in ("bool", bool)
-                 else "object")
+        f.name: (
+            "int64"
+            if f.type in INT_FIELD_TYPES
+            else "bool"
+            if f.type in ("bool", bool)
+            else "object"
+        )
         for cls in (ModelConfig, ClusterConfig, LayoutConfig)
         for f in fields(cls)
     }
+
 
 _CONFIG_DTYPES = _config_dtypes()
 
 _FLOAT_COLUMNS = (*MEASUREMENT_COLUMNS, LOGGED_STAGE_COLUMN, "net_scale")
 
+
 def _dtype(column: str) -> str:
     if column in _FLOAT_COLUMNS:
         return "float64"
     return _CONFIG_DTYPES.get(column, "object")
+
 
 def sweep_row(
     cfg: TrainingConfig,
@@ -133,11 +148,21 @@ def sweep_row(
         raise DataError(
             f"measurements must be among {', '.join(MEASUREMENT_COLUMNS)}, got {', '.join(unknown)}"
         )
-    return _with_outcomes(config_to_flat(cfg), status, measurements, source=source,
-                          run_id=run_id, date=date, hardware=hardware, model_name=model_name)
+    return _with_outcomes(
+        config_to_flat(cfg),
+        status,
+        measurements,
+        source=source,
+        run_id=run_id,
+        date=date,
+        hardware=hardware,
+        model_name=model_name,
+    )
 
-def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, float | None],
-                   **provenance: Any) -> dict[str, Any]:
+
+def _with_outcomes(
+    row: dict[str, Any], status: str, measurements: Mapping[str, float | None], **provenance: Any
+) -> dict[str, Any]:
     """``row`` (configuration columns) with the status, every measurement column (NaN where
     not measured) and the provenance."""
     row["status"] = status
@@ -147,13 +172,19 @@ def _with_outcomes(row: dict[str, Any], status: str, measurements: Mapping[str, 
     row.update(provenance)
     return row
 
-def with_context(row: dict[str, Any], *, profile: str | None = None,
-                 peak_mem_stage: float | None = None,
-                 net_scale: float | None = None) -> dict[str, Any]:
+
+def with_context(
+    row: dict[str, Any],
+    *,
+    profile: str | None = None,
+    peak_mem_stage: float | None = None,
+    net_scale: float | None = None,
+) -> dict[str, Any]:
     """``row`` (:func:`sweep_row`, :func:`flagged_row`) with what its source knows of how the
     run is explained (:data:`CONTEXT_COLUMNS`; None: missing, the column's default)."""
     row.update(profile=profile, peak_mem_stage=peak_mem_stage, net_scale=net_scale)
     return row
+
 
 def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     """MFU (fraction) of every row from ``tokens_per_s_per_gpu`` under the project's
@@ -166,16 +197,20 @@ def recompute_mfu(df: pd.DataFrame) -> pd.Series:
     cols = cols_from_table(table, ParameterSets())  # no free parameter enters the MFU
     return pd.Series(mfu(tps, cols), index=df.index, dtype="float64")
 
+
 def is_missing(value: Any) -> bool:
     return value is None or (isinstance(value, float) and math.isnan(value))
+
 
 def _numbers(s: pd.Series) -> pd.Series:
     """``s`` as float64, NaN where a value is missing or not a number."""
     return pd.to_numeric(s, errors="coerce").astype("float64")
 
+
 def _each(test: Callable[[Any], bool]) -> Callable[[pd.Series], pd.Series]:
     """A column check that applies ``test`` to every value, missing ones included."""
     return lambda s: s.map(test).astype(bool)
+
 
 @dataclass(frozen=True)
 class _Rule:
@@ -188,45 +223,90 @@ class _Rule:
     """True where a value is fine; missing values are the rule's to judge."""
     must: str
 
+
 def _rules() -> tuple[_Rule, ...]:
     """The column checks, in the order their problems are listed."""
     rules: list[_Rule] = []
     for col in MEASUREMENT_COLUMNS:
         rules += [
-            _Rule(col, f"{col} is a number", lambda s: ~(_numbers(s).isna() & s.notna()),
-                  "must be a number or missing (NaN), got {raw!r}"),
-            _Rule(col, f"{col} > 0", lambda s: ~(_numbers(s) <= 0),
-                  "must be > 0 or missing (NaN, never 0 or -1), got {number!r}"),
-            _Rule(col, f"{col} is finite", lambda s: ~np.isinf(_numbers(s)),
-                  "must be finite, got {number!r}"),
+            _Rule(
+                col,
+                f"{col} is a number",
+                lambda s: ~(_numbers(s).isna() & s.notna()),
+                "must be a number or missing (NaN), got {raw!r}",
+            ),
+            _Rule(
+                col,
+                f"{col} > 0",
+                lambda s: ~(_numbers(s) <= 0),
+                "must be > 0 or missing (NaN, never 0 or -1), got {number!r}",
+            ),
+            _Rule(
+                col,
+                f"{col} is finite",
+                lambda s: ~np.isinf(_numbers(s)),
+                "must be finite, got {number!r}",
+            ),
         ]
-    rules.append(_Rule("mfu", "mfu <= 1", lambda s: ~(_numbers(s) > 1),
-                       "must be a fraction in (0, 1], got {number!r} "
-                       "(a percentage belongs in mfu_reported)"))
-    rules.append(_Rule("status", "status is known", _each(lambda v: v in STATUSES),
-                       f"must be one of {', '.join(STATUSES)}, got {{raw!r}}"))
+    rules.append(
+        _Rule(
+            "mfu",
+            "mfu <= 1",
+            lambda s: ~(_numbers(s) > 1),
+            "must be a fraction in (0, 1], got {number!r} (a percentage belongs in mfu_reported)",
+        )
+    )
+    rules.append(
+        _Rule(
+            "status",
+            "status is known",
+            _each(lambda v: v in STATUSES),
+            f"must be one of {', '.join(STATUSES)}, got {{raw!r}}",
+        )
+    )
     for col in ("source", "run_id"):
-        rules.append(_Rule(col, f"{col} is text", _each(lambda v: isinstance(v, str)
-                                                         and bool(v.strip())),
-                           "must be a non-empty string, got {raw!r}"))
+        rules.append(
+            _Rule(
+                col,
+                f"{col} is text",
+                _each(lambda v: isinstance(v, str) and bool(v.strip())),
+                "must be a non-empty string, got {raw!r}",
+            )
+        )
     rules += [
-        _Rule("profile", "profile is text", _each(lambda v: is_missing(v) or (
-            isinstance(v, str) and bool(v.strip()))),
-              "must be a profile's name or path, or missing, got {raw!r}"),
-        _Rule(LOGGED_STAGE_COLUMN, "peak_mem_stage is a stage", lambda s: s.isna() | (
-            (_numbers(s) >= 0) & (_numbers(s) % 1 == 0)),
-              "must be a pipeline stage, a whole number >= 0, or missing, got {raw!r}"),
-        _Rule("net_scale", "net_scale > 0", lambda s: s.isna() | (
-            (_numbers(s) > 0) & np.isfinite(_numbers(s))),
-              "must be a finite number > 0 or missing, got {raw!r}"),
+        _Rule(
+            "profile",
+            "profile is text",
+            _each(lambda v: is_missing(v) or (isinstance(v, str) and bool(v.strip()))),
+            "must be a profile's name or path, or missing, got {raw!r}",
+        ),
+        _Rule(
+            LOGGED_STAGE_COLUMN,
+            "peak_mem_stage is a stage",
+            lambda s: s.isna() | ((_numbers(s) >= 0) & (_numbers(s) % 1 == 0)),
+            "must be a pipeline stage, a whole number >= 0, or missing, got {raw!r}",
+        ),
+        _Rule(
+            "net_scale",
+            "net_scale > 0",
+            lambda s: s.isna() | ((_numbers(s) > 0) & np.isfinite(_numbers(s))),
+            "must be a finite number > 0 or missing, got {raw!r}",
+        ),
     ]
     for col in ("date", "hardware", "model_name", FLAG_COLUMN):
-        rules.append(_Rule(col, f"{col} is text", _each(lambda v: is_missing(v)
-                                                        or isinstance(v, str)),
-                           "must be text or missing, got {raw!r}"))
+        rules.append(
+            _Rule(
+                col,
+                f"{col} is text",
+                _each(lambda v: is_missing(v) or isinstance(v, str)),
+                "must be text or missing, got {raw!r}",
+            )
+        )
     return tuple(rules)
 
+
 _RULES = _rules()
+
 
 @functools.cache
 def sweep_schema() -> pa.DataFrameSchema:
@@ -244,8 +324,10 @@ def sweep_schema() -> pa.DataFrameSchema:
         report_duplicates="exclude_first",
     )
 
+
 _UNIQUE = "multiple_fields_uniqueness"
 """pandera's name for a failure of ``DataFrameSchema(unique=...)``."""
+
 
 def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
     """(rule, row, what) of every failed check of :func:`sweep_schema`, in message order: rule
@@ -256,8 +338,9 @@ def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
     order[_UNIQUE] = len(_RULES)
     cases = failure_cases(sweep_schema(), out)
     found = set()  # a check of several columns reports each of them; one problem per row
-    for check, column, row, case in zip(cases["check"], cases["column"], cases["index"],
-                                        cases["failure_case"], strict=True):
+    for check, column, row, case in zip(
+        cases["check"], cases["column"], cases["index"], cases["failure_case"], strict=True
+    ):
         if pd.isna(row):  # the check raised: pandera gives the error instead of rows
             found.add((len(_RULES) + 1, -1, f"{column}: {check} ({case})"))
         elif str(check) in order:
@@ -265,6 +348,7 @@ def _value_problems(out: pd.DataFrame) -> list[tuple[int, int, str]]:
         else:
             found.add((len(_RULES) + 1, int(row), f"{column}: {check}"))
     return sorted(found)
+
 
 def _describe(out: pd.DataFrame, rule: int, row: int, what: str) -> str:
     """The message of one problem from :func:`_value_problems`."""
@@ -274,9 +358,12 @@ def _describe(out: pd.DataFrame, rule: int, row: int, what: str) -> str:
         number = float(_numbers(out[r.column]).iloc[row]) if "{number" in r.must else None
         return f"row {row}: {r.column} {r.must.format(raw=raw, number=number)}"
     if rule == len(_RULES):
-        return (f"row {row}: (source, run_id) must be unique, got a second "
-                f"({out['source'].iloc[row]!r}, {out['run_id'].iloc[row]!r})")
+        return (
+            f"row {row}: (source, run_id) must be unique, got a second "
+            f"({out['source'].iloc[row]!r}, {out['run_id'].iloc[row]!r})"
+        )
     return f"row {row}: {what} does not hold" if row >= 0 else f"could not check {what}"
+
 
 def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataFrame:
     """Check ``df`` against the schema and return it in canonical form (column order, dtypes,
@@ -318,11 +405,13 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
             parts.append(f"missing {', '.join(map(str, missing))}")
         if extra:
             parts.append(f"unknown {', '.join(map(str, extra))}")
-        raise DataError(f"{where}: the columns must be those of the sweep schema; "
-                        f"{'; '.join(parts)}")
+        raise DataError(
+            f"{where}: the columns must be those of the sweep schema; {'; '.join(parts)}"
+        )
     out = df.reset_index(drop=True).copy()
     out[FLAG_COLUMN] = out[FLAG_COLUMN].map(
-        lambda v: None if is_missing(v) or (isinstance(v, str) and not v.strip()) else v)
+        lambda v: None if is_missing(v) or (isinstance(v, str) and not v.strip()) else v
+    )
     flagged = flagged_mask(out)
     checked = validate_table(out[list(CONFIG_COLUMNS)].loc[~flagged].reset_index(drop=True))
     valid_rows = np.flatnonzero(~flagged)
@@ -333,7 +422,8 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
     if errors or problems:
         count = len(errors) + len(problems)
         shown = errors[:_MAX_ERRORS_SHOWN] + [
-            _describe(out, *p) for p in problems[: max(0, _MAX_ERRORS_SHOWN - len(errors))]]
+            _describe(out, *p) for p in problems[: max(0, _MAX_ERRORS_SHOWN - len(errors))]
+        ]
         more = f" (and {count - _MAX_ERRORS_SHOWN} more)" if count > _MAX_ERRORS_SHOWN else ""
         raise DataError(f"{where}: {count} problem(s): {'; '.join(shown)}{more}")
     for col in _FLOAT_COLUMNS:
@@ -349,20 +439,27 @@ def validate_sweeps(df: pd.DataFrame, *, where: str = "sweep table") -> pd.DataF
         out[col] = out[col].astype(_dtype(col))  # type: ignore[call-overload]
     return out[list(SWEEP_COLUMNS)]
 
+
 def _stages_beyond(out: pd.DataFrame, rows: np.ndarray) -> list[str]:
     """A problem per row of ``rows`` whose ``peak_mem_stage`` is not a stage of its pipeline."""
     stage = _numbers(out[LOGGED_STAGE_COLUMN]).to_numpy()[rows]
     pp = _numbers(out["pp"]).to_numpy()[rows]
-    return [f"row {r}: {LOGGED_STAGE_COLUMN} must be a stage of the run's pipeline, below pp "
-            f"= {p:g}, got {s:g}" for r, s, p in zip(rows.tolist(), stage, pp, strict=True)
-            if s >= p]
+    return [
+        f"row {r}: {LOGGED_STAGE_COLUMN} must be a stage of the run's pipeline, below pp "
+        f"= {p:g}, got {s:g}"
+        for r, s, p in zip(rows.tolist(), stage, pp, strict=True)
+        if s >= p
+    ]
+
 
 def flagged_mask(df: pd.DataFrame) -> np.ndarray:
     """True for the runs flagged with a :data:`FLAG_COLUMN` (none when the column is absent)."""
     if FLAG_COLUMN not in df.columns:
         return np.zeros(len(df), dtype=bool)
-    return np.array([not is_missing(v) and bool(str(v).strip()) for v in df[FLAG_COLUMN]],
-                    dtype=bool)
+    return np.array(
+        [not is_missing(v) and bool(str(v).strip()) for v in df[FLAG_COLUMN]], dtype=bool
+    )
+
 
 def unflagged(df: pd.DataFrame) -> pd.DataFrame:
     """The runs of ``df`` whose configuration the validator accepts (every run that is not
@@ -370,8 +467,10 @@ def unflagged(df: pd.DataFrame) -> pd.DataFrame:
     flagged = flagged_mask(df)
     return df if not flagged.any() else df.loc[~flagged].reset_index(drop=True)
 
-def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
-                     errors: list[str]) -> dict[str, list[Any]]:
+
+def _flagged_configs(
+    out: pd.DataFrame, flagged: np.ndarray, errors: list[str]
+) -> dict[str, list[Any]]:
     """The configuration columns of the flagged rows as given, each value of an integer or
     boolean column checked to be one (a problem appended to ``errors`` otherwise): a flagged
     run's layout breaks a rule, but its values are still the numbers the source gave."""
@@ -393,9 +492,19 @@ def _flagged_configs(out: pd.DataFrame, flagged: np.ndarray,
             values[col].append(v)
     return values
 
-def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: str,
-                run_id: str, date: str | None = None, hardware: str | None = None,
-                model_name: str | None = None, **measurements: float | None) -> dict[str, Any]:
+
+def flagged_row(
+    values: Mapping[str, Any],
+    reason: str,
+    *,
+    status: str,
+    source: str,
+    run_id: str,
+    date: str | None = None,
+    hardware: str | None = None,
+    model_name: str | None = None,
+    **measurements: float | None,
+) -> dict[str, Any]:
     """One row of a run whose layout the validator rejects (``reason``), kept as data with its
     configuration ``values`` as given (the columns it lacks at their defaults) and flagged:
     :func:`sweep_row`'s counterpart for a configuration that cannot be built."""
@@ -405,8 +514,18 @@ def flagged_row(values: Mapping[str, Any], reason: str, *, status: str, source: 
             if f.name in CONFIG_COLUMNS and f.default is not MISSING:
                 row[f.name] = f.default
     row.update({k: v for k, v in values.items() if k in CONFIG_COLUMNS})
-    return _with_outcomes(row, status, measurements, source=source, run_id=run_id, date=date,
-                          hardware=hardware, model_name=model_name, **{FLAG_COLUMN: reason})
+    return _with_outcomes(
+        row,
+        status,
+        measurements,
+        source=source,
+        run_id=run_id,
+        date=date,
+        hardware=hardware,
+        model_name=model_name,
+        **{FLAG_COLUMN: reason},
+    )
+
 
 def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -> pd.DataFrame:
     """A validated sweep table from rows made by :func:`sweep_row`, with ``mfu`` recomputed
@@ -414,14 +533,16 @@ def frame_from_rows(rows: Iterable[Mapping[str, Any]], *, where: str = "rows") -
     records = list(rows)
     if not records:
         return empty_sweeps()
-    df = validate_sweeps(pd.DataFrame.from_records(records, columns=list(SWEEP_COLUMNS)),
-                         where=where)
+    df = validate_sweeps(
+        pd.DataFrame.from_records(records, columns=list(SWEEP_COLUMNS)), where=where
+    )
     ok = ~flagged_mask(df)
     mfu = np.full(len(df), np.nan)
     if ok.any():
         mfu[ok] = recompute_mfu(df.loc[ok]).to_numpy()
     df["mfu"] = mfu
     return df
+
 
 def sweep_summary(df: pd.DataFrame) -> pd.DataFrame:
     """Runs per (source, model, nodes) and status, one column per status plus the total."""

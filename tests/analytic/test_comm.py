@@ -53,8 +53,12 @@ def test_terms_vanish_without_their_dimension(cols):
 
 def test_terms_appear_with_their_dimension(cols):
     c = cols("mixtral-8x7b", dp=4, tp=2, pp=2, cp=2, ep=4)
-    for f in (comm.tp_time_per_layer_s, comm.cp_time_per_layer_s, comm.ep_time_per_layer_s,
-              comm.pp_time_per_slot_s):
+    for f in (
+        comm.tp_time_per_layer_s,
+        comm.cp_time_per_layer_s,
+        comm.ep_time_per_layer_s,
+        comm.pp_time_per_slot_s,
+    ):
         assert f(c, PERF)[0] > 0, f.__name__
 
 
@@ -79,16 +83,19 @@ def test_tp_rings_take_8_steps_per_layer_per_extra_rank(cols, sp):
 
 def test_sequence_parallel_shrinks_pp_sends(cols):
     plain = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2), PERF)[0]
-    sp = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2, sequence_parallel=True),
-                                 PERF)[0]
+    sp = comm.pp_time_per_slot_s(cols("llama3-8b", dp=1, tp=4, pp=2, sequence_parallel=True), PERF)[
+        0
+    ]
     assert 0 < sp < plain
 
 
 @pytest.mark.parametrize("framework", ["nanotron", "torchtitan"])
 def test_dp_terms_by_zero_stage(config, framework):
     stages = FRAMEWORKS[framework].zero_stages
-    c = to_cols([config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", dp=8, zero_stage=z, framework=framework) for z in stages],
+        shipped_parameter_sets(),
+    )
     n = flops.total_params(c)
     dp = comm.dp_times_s(c, PERF, n, np.zeros_like(n))
     z = c["zero_stage"]
@@ -96,8 +103,9 @@ def test_dp_terms_by_zero_stage(config, framework):
     assert np.all((dp["zero3_per_microbatch"] > 0) == (z == 3))
     assert dp["grad_reduce"][0] > dp["grad_reduce"][1]  # all-reduce moves twice a scatter
     if framework == "nanotron":  # fp32 gradients: twice the bytes of torchtitan's bf16
-        titan = to_cols([config("llama3-8b", dp=8, framework="torchtitan")],
-                        shipped_parameter_sets())
+        titan = to_cols(
+            [config("llama3-8b", dp=8, framework="torchtitan")], shipped_parameter_sets()
+        )
         other = comm.dp_times_s(titan, PERF, n[:1], np.zeros(1))["grad_reduce"][0]
         assert dp["grad_reduce"][0] > 1.9 * other
 
@@ -106,8 +114,10 @@ def test_inter_node_groups_are_slower(config):
     """A dp group with one rank per node drives one NIC per node: far slower than NVLink.
     A group filling its nodes drives all their NICs (NCCL runs a ring channel per NIC), so
     crossing nodes costs it less, but never makes it faster."""
-    c = to_cols([config("llama3-8b", dp=8), config("llama3-8b", dp=16),
-                 config("llama3-8b", dp=2, tp=8)], shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", dp=8), config("llama3-8b", dp=16), config("llama3-8b", dp=2, tp=8)],
+        shipped_parameter_sets(),
+    )
     n = flops.total_params(c)
     t = comm.dp_times_s(c, PERF, n, np.zeros_like(n))["grad_reduce"] / n
     assert t[1] >= t[0]
@@ -119,10 +129,14 @@ def test_copies_of_the_shards_reduce_in_their_group_then_across(config):
     (here within a node), the shard all-reduced over the copies (one rank a node), the
     weights all-gathered in the copy; with one copy the collectives are those of the whole
     dp x cp group. ZeRO-3 runs the same per micro-batch."""
-    c = to_cols([config("llama3-8b", dp=32, tp=2, zero_stage=1, framework="megatron",
-                        dp_replicate=r) for r in (1, 8)]
-                + [config("llama3-8b", dp=32, tp=2, zero_stage=3, framework="torchtitan",
-                          dp_replicate=8)], shipped_parameter_sets())
+    c = to_cols(
+        [
+            config("llama3-8b", dp=32, tp=2, zero_stage=1, framework="megatron", dp_replicate=r)
+            for r in (1, 8)
+        ]
+        + [config("llama3-8b", dp=32, tp=2, zero_stage=3, framework="torchtitan", dp_replicate=8)],
+        shipped_parameter_sets(),
+    )
     (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = comm.zero_groups(c)
     assert shard.tolist() == [32, 4, 4] and copies.tolist() == [1, 8, 8]
     assert shard_inter.tolist() == [1, 0, 0] and copy_inter.tolist() == [1, 1, 1]
@@ -132,29 +146,40 @@ def test_copies_of_the_shards_reduce_in_their_group_then_across(config):
     grads = 4 * n  # Megatron and torchtitan alike here: fp32 gradient bytes for Megatron
 
     def coll(op: str, nbytes: float, size: float, inter: float, local: float, i: int) -> float:
-        one = {k: v[i:i + 1] for k, v in c.items()}
-        return float(PERF.collective_time_s(op, np.array([nbytes]), np.array([size]),
-                                            np.array([inter]), one, np.array([local]))[0])
+        one = {k: v[i : i + 1] for k, v in c.items()}
+        return float(
+            PERF.collective_time_s(
+                op, np.array([nbytes]), np.array([size]), np.array([inter]), one, np.array([local])
+            )[0]
+        )
 
-    assert got["grad_reduce"][0] == pytest.approx(
-        coll("reduce_scatter", grads[0], 32, 1, 4, 0))
+    assert got["grad_reduce"][0] == pytest.approx(coll("reduce_scatter", grads[0], 32, 1, 4, 0))
     assert got["grad_reduce"][1] == pytest.approx(
-        coll("reduce_scatter", grads[1], 4, 0, 4, 1)
-        + coll("all_reduce", grads[1] / 4, 8, 1, 1, 1))
+        coll("reduce_scatter", grads[1], 4, 0, 4, 1) + coll("all_reduce", grads[1] / 4, 8, 1, 1, 1)
+    )
     assert got["param_gather"][1] == pytest.approx(coll("all_gather", 2 * n[1], 4, 0, 4, 1))
     bf16 = 2 * n[2]  # torchtitan keeps no fp32 accumulation buffer
     assert got["zero3_per_microbatch"][2] == pytest.approx(
-        2 * coll("all_gather", 2 * n[2], 4, 0, 4, 2) + coll("reduce_scatter", bf16, 4, 0, 4, 2)
-        + coll("all_reduce", bf16 / 4, 8, 1, 1, 2))
+        2 * coll("all_gather", 2 * n[2], 4, 0, 4, 2)
+        + coll("reduce_scatter", bf16, 4, 0, 4, 2)
+        + coll("all_reduce", bf16 / 4, 8, 1, 1, 2)
+    )
 
 
 def test_ranks_per_node_follow_the_rank_order(config):
-    c = to_cols([config("llama3-8b", dp=16), config("llama3-8b", dp=2, tp=8),
-                 config("llama3-8b", dp=4, tp=4)], shipped_parameter_sets())
+    c = to_cols(
+        [
+            config("llama3-8b", dp=16),
+            config("llama3-8b", dp=2, tp=8),
+            config("llama3-8b", dp=4, tp=4),
+        ],
+        shipped_parameter_sets(),
+    )
     local = comm.ranks_per_node(c)
     assert local["dp"].tolist() == [8, 1, 2]
-    cp = comm.ranks_per_node(to_cols([config("llama3-8b", dp=8, tp=2, cp=2)],
-                                     shipped_parameter_sets()))
+    cp = comm.ranks_per_node(
+        to_cols([config("llama3-8b", dp=8, tp=2, cp=2)], shipped_parameter_sets())
+    )
     assert cp["dp"].tolist() == [4]  # the dp x cp group's collectives, tp apart
     assert local["tp"].tolist() == [1, 8, 4]
     assert local["pp"].tolist() == [1, 1, 1]
@@ -166,22 +191,32 @@ def test_recomputation_runs_the_forward_collectives_again(config):
     it recomputes; torchtitan's per-operator checkpointing gathers the two projection inputs
     again."""
     kw = dict(dp=4, tp=2, cp=2, ep=4, framework="megatron", sequence_parallel=True)
-    c = to_cols([config("mixtral-8x7b", **kw, recompute=r, recompute_layers=k)
-                 for r, k in (("none", 0), ("full", 0), ("full", 8))],  # 8 of 32 layers
-                shipped_parameter_sets())
-    for f, full in ((comm.tp_time_per_layer_s, 1.5), (comm.cp_time_per_layer_s, 4 / 3),
-                    (comm.ep_time_per_layer_s, 1.5)):
+    c = to_cols(
+        [
+            config("mixtral-8x7b", **kw, recompute=r, recompute_layers=k)
+            for r, k in (("none", 0), ("full", 0), ("full", 8))
+        ],  # 8 of 32 layers
+        shipped_parameter_sets(),
+    )
+    for f, full in (
+        (comm.tp_time_per_layer_s, 1.5),
+        (comm.cp_time_per_layer_s, 4 / 3),
+        (comm.ep_time_per_layer_s, 1.5),
+    ):
         t = f(c, PERF)
         assert t[1] / t[0] == pytest.approx(full), f.__name__
         assert t[2] / t[0] == pytest.approx(1 + (full - 1) / 4), f.__name__
     assert list(comm.tp_ring_steps_per_layer(c)) == [8, 12, 9]
     titan = dict(dp=4, tp=2, framework="torchtitan", sequence_parallel=True)
-    c = to_cols([config("llama3-8b", **titan, recompute=r) for r in ("none", "selective")],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", **titan, recompute=r) for r in ("none", "selective")],
+        shipped_parameter_sets(),
+    )
     size = 2 * 8192 * 4096
     t = comm.tp_time_per_layer_s(c, PERF)
-    ag = PERF.collective_time_s("all_gather", np.array([size]), np.array([2.0]), np.zeros(1), c,
-                                np.array([2.0]))
+    ag = PERF.collective_time_s(
+        "all_gather", np.array([size]), np.array([2.0]), np.zeros(1), c, np.array([2.0])
+    )
     assert t[1] - t[0] == pytest.approx(2 * ag[0])
     assert list(comm.tp_ring_steps_per_layer(c)) == [8, 10]
 
@@ -194,11 +229,17 @@ def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
     gathers what it received over tp, then reduce-scatters it back: four of each per layer,
     forward and backward. Without tp they agree."""
     kw = dict(dp=8, tp=2, ep=4, zero_stage=3, sequence_parallel=True)
-    c = to_cols([config("mixtral-8x7b", **kw, framework=f) for f in ("torchtitan", "megatron")]
-                + [config("mixtral-8x7b", **{**kw, "dp": 16, "tp": 1, "sequence_parallel":
-                                             False}, framework=f)
-                   for f in ("torchtitan", "megatron")]
-                + [config("mixtral-8x7b", **kw, framework="megatron")], shipped_parameter_sets())
+    c = to_cols(
+        [config("mixtral-8x7b", **kw, framework=f) for f in ("torchtitan", "megatron")]
+        + [
+            config(
+                "mixtral-8x7b", **{**kw, "dp": 16, "tp": 1, "sequence_parallel": False}, framework=f
+            )
+            for f in ("torchtitan", "megatron")
+        ]
+        + [config("mixtral-8x7b", **kw, framework="megatron")],
+        shipped_parameter_sets(),
+    )
     assert c["moe_parallel_folding"].tolist() == [0, 1, 0, 1, 1]
     c["moe_parallel_folding"][4] = 0.0
     c["moe_flex_dispatch"] = np.zeros(5)  # the alltoall dispatcher (DeepEP's: below)
@@ -208,15 +249,22 @@ def test_ep_all_to_alls_of_the_sequence_or_of_its_shard(config):
 
     def coll(op: str, nbytes: float, group: str, i: int) -> float:
         n = c[group][i]
-        return float(PERF.collective_time_s(op, np.array([nbytes]), np.array([n]),
-                                            inter[group][i:i + 1], {k: v[i:i + 1]
-                                                                    for k, v in c.items()},
-                                            local[group][i:i + 1])[0])
+        return float(
+            PERF.collective_time_s(
+                op,
+                np.array([nbytes]),
+                np.array([n]),
+                inter[group][i : i + 1],
+                {k: v[i : i + 1] for k, v in c.items()},
+                local[group][i : i + 1],
+            )[0]
+        )
 
     assert got[0] == pytest.approx(4 * coll("all_to_all", size, "ep", 0))
     assert got[1] == pytest.approx(4 * coll("all_to_all", size / 2, "ep", 1))
-    assert got[4] == pytest.approx(4 * (coll("all_to_all", size / 2, "ep", 4)
-                                        + coll("all_gather", size, "tp", 4)))
+    assert got[4] == pytest.approx(
+        4 * (coll("all_to_all", size / 2, "ep", 4) + coll("all_gather", size, "tp", 4))
+    )
     assert got[2] == pytest.approx(got[3])
 
 
@@ -225,10 +273,18 @@ def test_folded_expert_groups_are_ep_consecutive_ranks(config):
     fills one 8-GPU node whatever tp is, ep 16 spans two with 8 ranks on each; experts split
     by tp (torchtitan) are tp apart, so tp 2 x ep 8 spans two nodes, 4 ranks on each."""
     kw = dict(dp=8, tp=2, sequence_parallel=True)
-    c = to_cols([config("mixtral-8x7b", **kw, ep=8, framework=f)
-                 for f in ("megatron", "torchtitan")]
-                + [config(replace(get_preset("mixtral-8x7b"), num_experts=16),
-                          **kw, ep=16, framework="megatron")], shipped_parameter_sets())
+    c = to_cols(
+        [config("mixtral-8x7b", **kw, ep=8, framework=f) for f in ("megatron", "torchtitan")]
+        + [
+            config(
+                replace(get_preset("mixtral-8x7b"), num_experts=16),
+                **kw,
+                ep=16,
+                framework="megatron",
+            )
+        ],
+        shipped_parameter_sets(),
+    )
     assert comm.spans_nodes(c)["ep"].tolist() == [0, 1, 1]
     assert comm.ranks_per_node(c)["ep"].tolist() == [8, 4, 8]
 
@@ -237,8 +293,11 @@ def test_reached_groups_of_a_tokens_experts():
     """Under balanced routing a token's k distinct experts reach G (1 - C(E - E/G, k) /
     C(E, k)) of G equal groups: one group where there is one, one where k is 1, k where each
     expert is its own group, and never more than min(k, G)."""
-    got = comm.reached(np.array([128.0, 128, 128, 128, 128, 8]),
-                       np.array([8.0, 1, 8, 8, 8, 2]), np.array([1.0, 32, 128, 4, 2, 4]))
+    got = comm.reached(
+        np.array([128.0, 128, 128, 128, 128, 8]),
+        np.array([8.0, 1, 8, 8, 8, 2]),
+        np.array([1.0, 32, 128, 4, 2, 4]),
+    )
     assert got[:3] == pytest.approx([1.0, 1.0, 8.0])
     miss4 = np.prod([(96 - i) / (128 - i) for i in range(8)])
     assert got[3] == pytest.approx(4 * (1 - miss4))  # Qwen3 235B-A22B's ep 32 on 4 nodes
@@ -252,24 +311,37 @@ def test_flex_dispatch_sends_a_row_per_rank_and_per_node_reached(config):
     and the network leg (one row per node reached, one rank a node on its own NIC);
     torchtitan's all-to-all sends every routed copy."""
     model = replace(get_preset("mixtral-8x7b"), num_experts=64, experts_topk=8)
-    c = to_cols([config(model, dp=8, ep=8, framework="megatron"),
-                 config(model, dp=16, ep=16, framework="megatron"),
-                 config(model, dp=8, ep=8, framework="torchtitan", zero_stage=3)],
-                shipped_parameter_sets())
+    c = to_cols(
+        [
+            config(model, dp=8, ep=8, framework="megatron"),
+            config(model, dp=16, ep=16, framework="megatron"),
+            config(model, dp=8, ep=8, framework="torchtitan", zero_stage=3),
+        ],
+        shipped_parameter_sets(),
+    )
     assert c["moe_flex_dispatch"].tolist() == [1, 1, 0]
     got = comm.ep_time_per_layer_s(c, PERF)
     row = 2 * 32768 * 4096  # the preset's sequence, hidden 4096, bf16
 
     def a2a(nbytes: float, n: float, inter: float, local: float) -> float:
         one = {k: v[:1] for k, v in c.items()}
-        return float(PERF.collective_time_s("all_to_all", np.array([nbytes]), np.array([n]),
-                                            np.array([inter]), one, np.array([local]))[0])
+        return float(
+            PERF.collective_time_s(
+                "all_to_all",
+                np.array([nbytes]),
+                np.array([n]),
+                np.array([inter]),
+                one,
+                np.array([local]),
+            )[0]
+        )
 
     on_ranks = comm.reached(np.array([64.0, 64]), np.array([8.0, 8]), np.array([8.0, 16]))
     on_nodes = comm.reached(np.array([64.0]), np.array([8.0]), np.array([2.0]))
     assert got[0] == pytest.approx(4 * a2a(row * on_ranks[0], 8, 0, 8))
-    assert got[1] == pytest.approx(4 * max(a2a(row * on_ranks[1], 8, 0, 8),
-                                           a2a(row * on_nodes[0], 2, 1, 1)))
+    assert got[1] == pytest.approx(
+        4 * max(a2a(row * on_ranks[1], 8, 0, 8), a2a(row * on_nodes[0], 2, 1, 1))
+    )
     assert got[2] == pytest.approx(4 * a2a(8 * row, 8, 0, 8))
     assert got[0] < got[2]
 
@@ -279,8 +351,10 @@ def test_an_all_to_all_across_nodes_leaves_by_each_ranks_nic(config):
     of its routed copies bound for the other node over its own NIC (perf.nic_share), not over
     the node's eight NICs as a ring would, four all-to-alls a layer."""
     model = replace(get_preset("mixtral-8x7b"), num_experts=64, experts_topk=8)
-    c = to_cols([config(model, dp=16, ep=16, framework="torchtitan", zero_stage=3)],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config(model, dp=16, ep=16, framework="torchtitan", zero_stage=3)],
+        shipped_parameter_sets(),
+    )
     assert comm.spans_nodes(c)["ep"][0] == 1 and comm.ranks_per_node(c)["ep"][0] == 8
     routed = 2 * 32768 * 8 * 4096  # the preset's sequence, top-8, hidden 4096, bf16
     lat, nic = c["inter_node_latency_s"][0], c["inter_node_bw"][0]

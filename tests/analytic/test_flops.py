@@ -30,8 +30,10 @@ PUBLISHED_TOTAL = [
 def test_total_params_match_published(cols, preset, published, tol):
     got = float(flops.total_params(cols(preset, dp=8))[0])
     err = abs(got - published) / published
-    print(f"{preset}: {got / 1e9:.3f}B params vs published {published / 1e9:.2f}B, "
-          f"rel. error {err:.3%}")
+    print(
+        f"{preset}: {got / 1e9:.3f}B params vs published {published / 1e9:.2f}B, "
+        f"rel. error {err:.3%}"
+    )
     assert err < tol
 
 
@@ -53,8 +55,15 @@ def test_dense_models_use_all_their_params(cols, preset):
 
 def test_param_count_by_hand(cols):
     # L=2, h=64, ffn=128, 4 heads, 2 kv heads (head_dim 16, kv dim 32), V=100, untied
-    m = ModelConfig(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4,
-                    num_kv_heads=2, vocab_size=100, seq_len=32)
+    m = ModelConfig(
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=100,
+        seq_len=32,
+    )
     c = cols(m, dp=1)
     attn = 2 * 64 * 64 + 2 * 64 * 32
     mlp = 3 * 64 * 128
@@ -66,9 +75,18 @@ def test_param_count_by_hand(cols):
 
 
 def test_moe_params_by_hand(cols):
-    m = ModelConfig(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4,
-                    num_kv_heads=4, vocab_size=100, seq_len=32, num_experts=4, experts_topk=2,
-                    moe_ffn_hidden_size=32)
+    m = ModelConfig(
+        num_layers=2,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=100,
+        seq_len=32,
+        num_experts=4,
+        experts_topk=2,
+        moe_ffn_hidden_size=32,
+    )
     c = cols(m, dp=1)
     attn, router, expert = 4 * 64 * 64, 64 * 4, 3 * 64 * 32
     shared = 2 * (attn + router + 2 * 64) + 2 * 100 * 64 + 64
@@ -87,8 +105,10 @@ def test_model_flops_per_token_is_6n_plus_12lhs(cols, preset):
 @pytest.mark.parametrize("preset", ["playbook-1.34b", "llama3-8b", "llama3-70b", "mixtral-8x7b"])
 def test_full_recompute_costs_four_thirds(config, preset):
     """Seed figure: full recomputation reruns the forward, 4/3 of the model FLOPs."""
-    c = to_cols([config(preset, dp=8, recompute=r) for r in ("none", "selective", "full")],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config(preset, dp=8, recompute=r) for r in ("none", "selective", "full")],
+        shipped_parameter_sets(),
+    )
     assert list(c["recompute"]) == [RECOMPUTE_CODE[r] for r in ("none", "selective", "full")]
     ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
     err = abs(ratio[2] - 4 / 3) / (4 / 3)
@@ -102,14 +122,20 @@ def test_per_operator_checkpointing_runs_every_other_matmul_again(config, preset
     """torchtitan's per-operator mode runs the key, attention output and MLP up projections'
     forward again; in an MoE layer the routed experts whole (their grouped GEMMs are not
     kept: ``test_memory_measured_recompute.py``), 3 k moe_ffn wide, and no dense MLP."""
-    c = to_cols([config(preset, dp=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "selective")], shipped_parameter_sets())
+    c = to_cols(
+        [config(preset, dp=8, framework="torchtitan", recompute=r) for r in ("none", "selective")],
+        shipped_parameter_sets(),
+    )
     again = flops.hardware_flops_per_token(c) - flops.model_flops_per_token(c)
-    mlp = (3 * c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
-           if preset.startswith("mixtral") else c["ffn_hidden_size"])
+    mlp = (
+        3 * c["experts_topk"] * c["moe_ffn_hidden_size"] + c["shared_expert_ffn_hidden_size"]
+        if preset.startswith("mixtral")
+        else c["ffn_hidden_size"]
+    )
     widths = c["num_kv_heads"] * c["qk_head_dim"] + c["num_heads"] * c["v_head_dim"] + mlp
-    np.testing.assert_allclose(again, [0.0, (2 * c["num_layers"] * c["hidden_size"]
-                                             * widths)[1]], rtol=1e-12)
+    np.testing.assert_allclose(
+        again, [0.0, (2 * c["num_layers"] * c["hidden_size"] * widths)[1]], rtol=1e-12
+    )
 
 
 def test_mfu_formula(cols):
@@ -122,8 +148,15 @@ def test_mfu_formula(cols):
 
 
 # Variants of the Llama block (flops module docstring), by hand on small shapes.
-TINY = dict(num_layers=2, hidden_size=64, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
-            vocab_size=100, seq_len=32)
+TINY = dict(
+    num_layers=2,
+    hidden_size=64,
+    ffn_hidden_size=128,
+    num_heads=4,
+    num_kv_heads=2,
+    vocab_size=100,
+    seq_len=32,
+)
 
 
 def test_explicit_head_dim_by_hand(cols):
@@ -137,9 +170,16 @@ def test_explicit_head_dim_by_hand(cols):
 
 
 def test_mla_params_by_hand(cols):
-    mla = dict(TINY, num_kv_heads=4, q_lora_rank=16, kv_lora_rank=8, qk_nope_head_dim=8,
-               qk_rope_head_dim=4, v_head_dim=8)
-    q = 64 * 16 + 16 + 16 * 4 * (8 + 4)   # W_DQ, its norm, W_UQ and W_QR
+    mla = dict(
+        TINY,
+        num_kv_heads=4,
+        q_lora_rank=16,
+        kv_lora_rank=8,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+    )
+    q = 64 * 16 + 16 + 16 * 4 * (8 + 4)  # W_DQ, its norm, W_UQ and W_QR
     kv = 64 * (8 + 4) + 8 + 8 * 4 * (8 + 8)  # W_DKV and W_KR, the latent norm, W_UK and W_UV
     out = 4 * 8 * 64
     assert flops.attention_params_per_layer(cols(ModelConfig(**mla), dp=1))[0] == q + kv + out
@@ -149,9 +189,14 @@ def test_mla_params_by_hand(cols):
 
 
 def test_shared_experts_and_leading_dense_layers_by_hand(cols):
-    m = ModelConfig(**dict(TINY, num_layers=3, num_kv_heads=4), num_experts=4, experts_topk=2,
-                    moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
-                    num_dense_layers=1)
+    m = ModelConfig(
+        **dict(TINY, num_layers=3, num_kv_heads=4),
+        num_experts=4,
+        experts_topk=2,
+        moe_ffn_hidden_size=32,
+        shared_expert_ffn_hidden_size=64,
+        num_dense_layers=1,
+    )
     c = cols(m, dp=1)
     attn, dense_mlp = 4 * 64 * 64, 3 * 64 * 128
     router, shared, expert = 64 * 4, 3 * 64 * 64, 3 * 64 * 32
@@ -161,9 +206,21 @@ def test_shared_experts_and_leading_dense_layers_by_hand(cols):
 
 
 def test_some_layers_recomputed_add_their_share_of_a_third(config):
-    c = to_cols([config("llama3-8b", dp=2, pp=4, framework="megatron", recompute="full",
-                        recompute_layers=k, sequence_parallel=False) for k in (0, 2, 4, 8)],
-                   shipped_parameter_sets())
+    c = to_cols(
+        [
+            config(
+                "llama3-8b",
+                dp=2,
+                pp=4,
+                framework="megatron",
+                recompute="full",
+                recompute_layers=k,
+                sequence_parallel=False,
+            )
+            for k in (0, 2, 4, 8)
+        ],
+        shipped_parameter_sets(),
+    )
     ratio = flops.hardware_flops_per_token(c) / flops.model_flops_per_token(c)
     np.testing.assert_allclose(ratio, [4 / 3, 1 + 1 / 12, 1 + 1 / 6, 4 / 3], rtol=1e-12)
 
@@ -173,11 +230,30 @@ def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
     (its split gives the embedding's and the head's slots to the end ranks), and n = 2 gives
     the first rank 3 (recompute_layers) but ranks 1 and 2 four. Megatron's block method
     checkpoints the same N on every stage."""
-    model = ModelConfig(num_layers=30, hidden_size=256, ffn_hidden_size=512, num_heads=4,
-                        num_kv_heads=4, vocab_size=1000, seq_len=128)
-    c = to_cols([config(model, dp=2, pp=4, framework=f, recompute="full", recompute_layers=3,
-                        sequence_parallel=False) for f in ("torchtitan", "megatron")],
-                   shipped_parameter_sets())
+    model = ModelConfig(
+        num_layers=30,
+        hidden_size=256,
+        ffn_hidden_size=512,
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=1000,
+        seq_len=128,
+    )
+    c = to_cols(
+        [
+            config(
+                model,
+                dp=2,
+                pp=4,
+                framework=f,
+                recompute="full",
+                recompute_layers=3,
+                sequence_parallel=False,
+            )
+            for f in ("torchtitan", "megatron")
+        ],
+        shipped_parameter_sets(),
+    )
     np.testing.assert_array_equal(flops.every_nth_block(c), [2.0, 0.0])
     ranks = np.stack([pipeline.weighted_rank_layers(c, i) for i in range(4)])
     np.testing.assert_array_equal(ranks[:, 0], [7, 8, 8, 7])
@@ -185,8 +261,20 @@ def test_torchtitan_checkpoints_every_nth_block_of_each_rank(config):
     np.testing.assert_array_equal(got[:, 0], [3, 4, 4, 3])
     np.testing.assert_array_equal(flops.checkpointed_layers(c, np.full(2, 8.0))[1], 3)
     # No n gives 5 of 7 layers (floor(7 / n) is 3, 2 or 1): the count itself, at most a rank's.
-    five = to_cols([config(model, dp=2, pp=4, framework="torchtitan", recompute="full",
-                           recompute_layers=5, sequence_parallel=False)], shipped_parameter_sets())
+    five = to_cols(
+        [
+            config(
+                model,
+                dp=2,
+                pp=4,
+                framework="torchtitan",
+                recompute="full",
+                recompute_layers=5,
+                sequence_parallel=False,
+            )
+        ],
+        shipped_parameter_sets(),
+    )
     assert flops.every_nth_block(five)[0] == 0.0
     assert flops.checkpointed_layers(five, np.array([8.0]))[0] == 5
 
@@ -195,15 +283,33 @@ def test_layer_params_hold_each_part_of_each_row(cols):
     """LayerParams (computed once per table) holds every part's count per layer of each row,
     a GQA row beside an MLA row with experts alike, and its rows those of the subset."""
     gqa = cols(ModelConfig(**TINY), dp=1)
-    mla = cols(ModelConfig(**dict(TINY, num_kv_heads=4, q_lora_rank=16, kv_lora_rank=8,
-                                  qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8),
-                           num_experts=4, experts_topk=2, moe_ffn_hidden_size=32,
-                           shared_expert_ffn_hidden_size=64), dp=1)
+    mla = cols(
+        ModelConfig(
+            **dict(
+                TINY,
+                num_kv_heads=4,
+                q_lora_rank=16,
+                kv_lora_rank=8,
+                qk_nope_head_dim=8,
+                qk_rope_head_dim=4,
+                v_head_dim=8,
+            ),
+            num_experts=4,
+            experts_topk=2,
+            moe_ffn_hidden_size=32,
+            shared_expert_ffn_hidden_size=64,
+        ),
+        dp=1,
+    )
     both = {k: np.concatenate([gqa[k], mla[k]]) for k in gqa}
     p = flops.LayerParams.of(both)
-    parts = {"attention": flops.attention_params_per_layer, "mlp": flops.mlp_params_per_layer,
-             "shared_expert": flops.shared_expert_params_per_layer,
-             "router": flops.router_params_per_layer, "experts": flops.expert_params_per_layer}
+    parts = {
+        "attention": flops.attention_params_per_layer,
+        "mlp": flops.mlp_params_per_layer,
+        "shared_expert": flops.shared_expert_params_per_layer,
+        "router": flops.router_params_per_layer,
+        "experts": flops.expert_params_per_layer,
+    }
     for name, count in parts.items():
         np.testing.assert_array_equal(getattr(p, name), count(both), err_msg=name)
         for row, alone in enumerate((gqa, mla)):  # each row as in a table of its own

@@ -17,8 +17,14 @@ from surrogate.config.model import ModelConfig
 
 STATE_TERMS = ("weights", "gradients", "optimizer")
 LLAMA2_7B = ModelConfig(  # Touvron et al. 2023: 6.74e9 parameters, "7B"
-    name="llama2-7b", num_layers=32, hidden_size=4096, ffn_hidden_size=11008, num_heads=32,
-    num_kv_heads=32, vocab_size=32000, seq_len=4096,
+    name="llama2-7b",
+    num_layers=32,
+    hidden_size=4096,
+    ffn_hidden_size=11008,
+    num_heads=32,
+    num_kv_heads=32,
+    vocab_size=32000,
+    seq_len=4096,
 )
 
 
@@ -34,28 +40,37 @@ def test_seed_7b_zero3_on_8_gpus_is_14_gb(cols):
     c = cols(LLAMA2_7B, dp=8, zero_stage=3, framework="torchtitan")
     got = float(states(memory.model_state_bytes(c, np.array([7e9]), np.array([0.0])))[0])
     err = abs(got - 14e9) / 14e9
-    print(f"7B ZeRO-3 / 8 GPUs, explicit 7e9 params: {got / 1e9:.3f} GB vs 14 GB, "
-          f"rel. error {err:.2e}")
+    print(
+        f"7B ZeRO-3 / 8 GPUs, explicit 7e9 params: {got / 1e9:.3f} GB vs 14 GB, "
+        f"rel. error {err:.2e}"
+    )
     assert err < 1e-12
     # The same through the whole breakdown of a real 7B shape (6.74e9 parameters).
     built = float(states(memory.memory_breakdown(c))[0])
     err = abs(built - 14e9) / 14e9
-    print(f"7B ZeRO-3 / 8 GPUs, Llama-2-7B shape: {built / 1e9:.3f} GB vs 14 GB, "
-          f"rel. error {err:.2%}")
+    print(
+        f"7B ZeRO-3 / 8 GPUs, Llama-2-7B shape: {built / 1e9:.3f} GB vs 14 GB, rel. error {err:.2%}"
+    )
     assert err < 0.05
 
 
 def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
     """Seed: 80B x 16 bytes / 32 GPUs = 40 GB, the least any layout of 32 GPUs can hold."""
-    c = to_cols([config("80b", dp=32, zero_stage=3, framework="torchtitan")],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config("80b", dp=32, zero_stage=3, framework="torchtitan")], shipped_parameter_sets()
+    )
     explicit = float(states(memory.model_state_bytes(c, np.array([80e9]), np.array([0.0])))[0])
     assert explicit == pytest.approx(40e9, rel=1e-12)
     layouts = [
         config("80b", dp=32 // (tp * pp), tp=tp, pp=pp, zero_stage=z, framework=fw)
         for tp, pp in itertools.product([1, 2, 4, 8], [1, 2, 4])
-        for fw, z in (("torchtitan", 0), ("torchtitan", 2), ("torchtitan", 3),
-                      ("megatron", 3), ("nanotron", 1))
+        for fw, z in (
+            ("torchtitan", 0),
+            ("torchtitan", 2),
+            ("torchtitan", 3),
+            ("megatron", 3),
+            ("nanotron", 1),
+        )
     ]
     # The most loaded rank by model states: with torchtitan's split the rank that needs the
     # most memory in all can be stage 1, whose extra layer weighs less than the embedding.
@@ -63,8 +78,10 @@ def test_seed_80b_on_32_gpus_is_at_least_40_gb(config):
     per_gpu = np.nanmax([states(memory.stage_memory(cols, s)) for s in range(4)], axis=0)
     best = float(per_gpu.min())
     err = abs(best - 40e9) / 40e9
-    print(f"80B on 32 GPUs: least model states over {len(layouts)} layouts {best / 1e9:.3f} GB "
-          f"vs 40 GB, rel. error {err:.2%}")
+    print(
+        f"80B on 32 GPUs: least model states over {len(layouts)} layouts {best / 1e9:.3f} GB "
+        f"vs 40 GB, rel. error {err:.2%}"
+    )
     assert err < 0.01
     assert np.all(per_gpu >= 40e9 * 0.99)
 
@@ -92,28 +109,29 @@ def test_megatron_distributed_optimizer_keeps_6_plus_12_over_d_bytes_per_param(c
     n, none = np.array([1e9]), np.array([0.0])
     for dp in (1, 2, 8):
         c = cols("8b", dp=dp, zero_stage=1, framework="megatron")
-        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
-            (6 + 12 / dp) * 1e9)
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx((6 + 12 / dp) * 1e9)
         c = cols("8b", dp=dp, zero_stage=1, framework="nanotron")
-        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx(
-            (8 + 12 / dp) * 1e9)
+        assert states(memory.model_state_bytes(c, n, none))[0] == pytest.approx((8 + 12 / dp) * 1e9)
 
 
-@pytest.mark.parametrize(("framework", "zero"), [("torchtitan", 2), ("torchtitan", 3),
-                                              ("megatron", 1)])
+@pytest.mark.parametrize(
+    ("framework", "zero"), [("torchtitan", 2), ("torchtitan", 3), ("megatron", 1)]
+)
 def test_copies_of_the_shards_shard_over_fewer_ranks(cols, framework, zero):
     """Hybrid sharding: each of dp_replicate copies shards over dp x cp / dp_replicate ranks,
     and so do the optimizer's update and (MoE) the experts, over ep."""
     n = np.array([1e9])
-    full = memory.model_state_bytes(cols("8b", dp=16, zero_stage=zero, framework=framework),
-                                    n, np.array([0.0]))
+    full = memory.model_state_bytes(
+        cols("8b", dp=16, zero_stage=zero, framework=framework), n, np.array([0.0])
+    )
     c = cols("8b", dp=16, zero_stage=zero, dp_replicate=4, framework=framework)
     hybrid = memory.model_state_bytes(c, n, np.array([0.0]))
     assert memory.zero_shard_ranks(c)[0] == 4
     assert hybrid["optimizer"][0] == pytest.approx(4 * full["optimizer"][0])
     assert hybrid["optimizer"][0] == pytest.approx(12e9 / 4)
-    moe = cols("mixtral-8x7b", dp=8, cp=2, ep=4, zero_stage=3, dp_replicate=2,
-               framework="torchtitan")
+    moe = cols(
+        "mixtral-8x7b", dp=8, cp=2, ep=4, zero_stage=3, dp_replicate=2, framework="torchtitan"
+    )
     s = memory.model_state_bytes(moe, np.array([0.0]), np.array([1e9]))
     assert s["optimizer"][0] == pytest.approx(12e9 / (8 * 2 / 2 / 4))
 
@@ -141,23 +159,27 @@ def test_folded_experts_are_whole_and_shard_their_states_over_tp_dp_cp_over_ep(c
     states over tp x dp x cp / ep ranks, so the optimizer's bytes per rank are the same and
     the weights' and gradients' tp times more; the dense parameters alike; the copies of the
     routed tokens those a rank routes, T / tp x k of them."""
-    mega = cols("mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True,
-                framework="megatron")
+    mega = cols(
+        "mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True, framework="megatron"
+    )
     unfolded = {**mega, "moe_parallel_folding": np.zeros(1)}
     layers = np.array([32.0])
     d0, e0 = memory.stage_params(unfolded, layers, first=True, last=True)
     d1, e1 = memory.stage_params(mega, layers, first=True, last=True)
     assert d1[0] == d0[0] and e1[0] == pytest.approx(2 * e0[0])
     assert e1[0] == pytest.approx(32 * flops.expert_params_per_layer(mega)[0] / 4)
-    s0, s1 = (memory.model_state_bytes(c, np.array([0.0]), e)
-              for c, e in ((unfolded, e0), (mega, e1)))
+    s0, s1 = (
+        memory.model_state_bytes(c, np.array([0.0]), e) for c, e in ((unfolded, e0), (mega, e1))
+    )
     assert s1["optimizer"][0] == pytest.approx(s0["optimizer"][0])
     assert s1["optimizer"][0] == pytest.approx(12 * e1[0] / (2 * 4 / 4))
     assert s1["weights"][0] == pytest.approx(2 * s0["weights"][0])
     assert s1["gradients"][0] == pytest.approx(2 * s0["gradients"][0])
     h, k, t = 4096, 2, 32768  # the preset's hidden size, top-k and sequence
-    mlp = (activations.activation_terms_per_layer(unfolded)["mlp"][0]
-           - activations.activation_terms_per_layer(mega)["mlp"][0])
+    mlp = (
+        activations.activation_terms_per_layer(unfolded)["mlp"][0]
+        - activations.activation_terms_per_layer(mega)["mlp"][0]
+    )
     assert mlp == pytest.approx(t * k * h * 2 * (1 - 1 / 2))
 
 
@@ -174,18 +196,22 @@ def test_without_tp_folding_changes_nothing(cols):
 
 ACT_GRID = [
     dict(model=m, tp=tp, cp=cp, mbs=mbs)
-    for m, tp, cp, mbs in itertools.product(["playbook-1.34b", "llama3-8b", "mixtral-8x7b"],
-                                            [1, 2, 4, 8], [1, 2], [1, 4])
+    for m, tp, cp, mbs in itertools.product(
+        ["playbook-1.34b", "llama3-8b", "mixtral-8x7b"], [1, 2, 4, 8], [1, 2], [1, 4]
+    )
 ]
 
 
 def _act(config, recompute="none", sp=False, **kw):
     kw = dict(kw)
     model = kw.pop("model")
-    c = to_cols([config(model, dp=1, recompute=recompute, sequence_parallel=sp, **kw)],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config(model, dp=1, recompute=recompute, sequence_parallel=sp, **kw)],
+        shipped_parameter_sets(),
+    )
     return float(activations.activation_bytes_per_layer(c)[0]), float(
-        memory.memory_breakdown(c)["activations"][0])
+        memory.memory_breakdown(c)["activations"][0]
+    )
 
 
 @pytest.mark.parametrize("kw", ACT_GRID, ids=str)
@@ -226,9 +252,13 @@ def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
     torchtitan's Float8 linears keep their bf16 inputs."""
     T, h, ffn, tp = 8192, 4096, 14336, 2
     kw = dict(dp=4, tp=tp, sequence_parallel=True)
-    layer = {(fw, dtype): activations.activation_bytes_per_layer(
-        cols("8b", framework=fw, dtype=dtype, **kw))[0]
-        for fw in ("megatron", "torchtitan") for dtype in ("bf16", "fp8")}
+    layer = {
+        (fw, dtype): activations.activation_bytes_per_layer(
+            cols("8b", framework=fw, dtype=dtype, **kw)
+        )[0]
+        for fw in ("megatron", "torchtitan")
+        for dtype in ("bf16", "fp8")
+    }
     assert layer["megatron", "bf16"] - layer["megatron", "fp8"] == T * (h + ffn) / tp
     assert layer["torchtitan", "fp8"] == layer["torchtitan", "bf16"]
 
@@ -250,34 +280,55 @@ def test_torchtitan_pipelines_keep_fsdp_states_unsharded(cols):
     n, none = np.array([1e9]), np.array([0.0])
     for z in (2, 3):
         piped = memory.model_state_bytes(
-            cols("8b", dp=4, pp=2, zero_stage=z, framework="torchtitan"), n, none)
+            cols("8b", dp=4, pp=2, zero_stage=z, framework="torchtitan"), n, none
+        )
         assert piped["weights"][0] == 2e9 and piped["gradients"][0] == 4e9
         assert piped["optimizer"][0] == 12e9 / 4
         flat = memory.model_state_bytes(
-            cols("8b", dp=8, zero_stage=z, framework="torchtitan"), n, none)
+            cols("8b", dp=8, zero_stage=z, framework="torchtitan"), n, none
+        )
         assert flat["gradients"][0] == 2e9 / 8
-    mg = memory.model_state_bytes(cols("8b", dp=4, pp=2, zero_stage=3, framework="megatron"),
-                                  n, none)
+    mg = memory.model_state_bytes(
+        cols("8b", dp=4, pp=2, zero_stage=3, framework="megatron"), n, none
+    )
     assert mg["weights"][0] == 2e9 / 4
 
 
 def test_variant_activations_by_hand(cols):
     """Explicit head_dim, MLA, shared experts (memory module docstring, Variants)."""
     T, h = 2 * 32, 64
-    base = dict(num_layers=4, hidden_size=h, ffn_hidden_size=128, num_heads=4, num_kv_heads=2,
-                vocab_size=100, seq_len=32)
+    base = dict(
+        num_layers=4,
+        hidden_size=h,
+        ffn_hidden_size=128,
+        num_heads=4,
+        num_kv_heads=2,
+        vocab_size=100,
+        seq_len=32,
+    )
     c = cols(ModelConfig(**base, head_dim=32), dp=1, mbs=2)  # Q, out 4 x 32; K, V 2 x 32
     expected = 8 * T * h + 2 * T * 128 + 2 * T * 128 + 4 * T * 64 + 8 * T * 128
     assert activations.activation_bytes_per_layer(c)[0] == expected
-    mla = ModelConfig(**dict(base, num_kv_heads=4), q_lora_rank=16, kv_lora_rank=8,
-                      qk_nope_head_dim=8, qk_rope_head_dim=4, v_head_dim=8)
+    mla = ModelConfig(
+        **dict(base, num_kv_heads=4),
+        q_lora_rank=16,
+        kv_lora_rank=8,
+        qk_nope_head_dim=8,
+        qk_rope_head_dim=4,
+        v_head_dim=8,
+    )
     c = cols(mla, dp=1, mbs=2)  # Q, K 4 x 12; V, out 4 x 8; latents 2 x 16 + 2 x 8 + 4
     latents = 2 * T * (2 * 16 + 2 * 8 + 4)
     expected = 8 * T * h + latents + 4 * T * 48 + 4 * T * 32 + 8 * T * 128
     assert activations.activation_bytes_per_layer(c)[0] == expected
-    moe = ModelConfig(**dict(base, num_kv_heads=4), num_experts=4, experts_topk=2,
-                      moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64,
-                      num_dense_layers=1)
+    moe = ModelConfig(
+        **dict(base, num_kv_heads=4),
+        num_experts=4,
+        experts_topk=2,
+        moe_ffn_hidden_size=32,
+        shared_expert_ffn_hidden_size=64,
+        num_dense_layers=1,
+    )
     c = cols(moe, dp=1, mbs=2)  # MLP width per token: 3/4 x (2 x 32 + 64) + 1/4 x 128
     routed = 3 / 4 * 2 * T * h * 2  # 3 of 4 layers route: 2 copies of each token, 2 bytes
     expected = 8 * T * h + 4 * T * h + 4 * T * h + 8 * T * 128 + routed
@@ -294,8 +345,15 @@ def test_a_two_matrix_mlp_keeps_its_activation_input_and_output(cols):
     """A GELU MLP of width 4 h, given by its SwiGLU-equivalent ffn = 8 h / 3, keeps 2 x 2 T x 4 h
     bytes (the GELU's input and output: 3 x 2 T ffn), where SwiGLU keeps 4 x 2 T ffn."""
     T, h = 2 * 32, 96
-    base = dict(num_layers=4, hidden_size=h, ffn_hidden_size=256, num_heads=4, num_kv_heads=4,
-                vocab_size=100, seq_len=32)
+    base = dict(
+        num_layers=4,
+        hidden_size=h,
+        ffn_hidden_size=256,
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=100,
+        seq_len=32,
+    )
     gated = cols(ModelConfig(**base), dp=1, mbs=2)
     gelu = cols(ModelConfig(**base, gated_mlp=False), dp=1, mbs=2)
     got = activations.activation_terms_per_layer(gelu)["mlp"][0]
@@ -308,8 +366,15 @@ def test_a_two_matrix_mlp_keeps_its_activation_input_and_output(cols):
 def test_a_fused_cross_entropy_keeps_four_bytes_per_logit(cols):
     """llm-foundry's fused cross entropy: bf16 logits and their bf16 gradient at the loss, not
     the fitted logit_bytes of a loss through fp32 (FrameworkTraits.fused_cross_entropy)."""
-    model = ModelConfig(num_layers=4, hidden_size=96, ffn_hidden_size=256, num_heads=4,
-                        num_kv_heads=4, vocab_size=1000, seq_len=32)
+    model = ModelConfig(
+        num_layers=4,
+        hidden_size=96,
+        ffn_hidden_size=256,
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=1000,
+        seq_len=32,
+    )
     foundry = cols(model, dp=2, mbs=2, zero_stage=3, framework="llm-foundry")
     nanotron = cols(model, dp=2, mbs=2, framework="nanotron")
     logits = 2 * 32 * 1000
@@ -321,9 +386,20 @@ def test_a_fused_cross_entropy_keeps_four_bytes_per_logit(cols):
 
 
 def test_leading_dense_layers_sit_on_the_first_stage(cols):
-    m = ModelConfig(num_layers=4, hidden_size=64, ffn_hidden_size=128, num_heads=4,
-                    num_kv_heads=4, vocab_size=100, seq_len=32, num_experts=4, experts_topk=2,
-                    moe_ffn_hidden_size=32, shared_expert_ffn_hidden_size=64, num_dense_layers=2)
+    m = ModelConfig(
+        num_layers=4,
+        hidden_size=64,
+        ffn_hidden_size=128,
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=100,
+        seq_len=32,
+        num_experts=4,
+        experts_topk=2,
+        moe_ffn_hidden_size=32,
+        shared_expert_ffn_hidden_size=64,
+        num_dense_layers=2,
+    )
     c = cols(m, dp=1, pp=2, framework="megatron")  # even split: layers 0-1, then 2-3
     two = np.array([2.0])
     attn_norms, dense_mlp = 4 * 64 * 64 + 2 * 64, 3 * 64 * 128
@@ -331,10 +407,11 @@ def test_leading_dense_layers_sit_on_the_first_stage(cols):
     dense, expert = memory.stage_params(c, two, first=True, last=False)
     assert (dense[0], expert[0]) == (2 * (attn_norms + dense_mlp) + 100 * 64, 0)
     dense, expert = memory.stage_params(c, two, first=False, last=True)
-    assert (dense[0], expert[0]) == (2 * (attn_norms + router + shared) + 100 * 64 + 64,
-                                     2 * experts)
-    _, expert = memory.stage_params(cols(m, dp=1), np.array([4.0]), first=True,
-                                            last=True)
+    assert (dense[0], expert[0]) == (
+        2 * (attn_norms + router + shared) + 100 * 64 + 64,
+        2 * experts,
+    )
+    _, expert = memory.stage_params(cols(m, dp=1), np.array([4.0]), first=True, last=True)
     assert expert[0] == 2 * experts
 
 
@@ -351,12 +428,23 @@ def test_cp_splits_activations_and_logits(cols):
 # --- the breakdown ---------------------------------------------------------------------------
 
 BREAKDOWN_GRID = [
-    dict(model=m, dp=8 // (tp * pp), tp=tp, pp=pp, zero_stage=z, framework=fw, recompute=r,
-         sequence_parallel=sp, grad_accum=4)
+    dict(
+        model=m,
+        dp=8 // (tp * pp),
+        tp=tp,
+        pp=pp,
+        zero_stage=z,
+        framework=fw,
+        recompute=r,
+        sequence_parallel=sp,
+        grad_accum=4,
+    )
     for m, (tp, pp), (fw, z), r, sp in itertools.product(
-        ["playbook-1.34b", "llama3-8b"], [(1, 1), (2, 2), (1, 4), (8, 1)],
+        ["playbook-1.34b", "llama3-8b"],
+        [(1, 1), (2, 2), (1, 4), (8, 1)],
         [("nanotron", 0), ("nanotron", 1), ("torchtitan", 2), ("megatron", 3)],
-        ["none", "full"], [False, True],
+        ["none", "full"],
+        [False, True],
     )
 ]
 
@@ -366,8 +454,9 @@ def test_breakdown_terms_sum_to_total(config):
     c = to_cols(configs, shipped_parameter_sets())
     out = memory.memory_breakdown(c)
     assert set(memory.BREAKDOWN_TERMS) | {"total", "stage"} == set(out)
-    np.testing.assert_allclose(sum(out[k] for k in memory.BREAKDOWN_TERMS), out["total"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(
+        sum(out[k] for k in memory.BREAKDOWN_TERMS), out["total"], rtol=1e-12
+    )
     for k in memory.BREAKDOWN_TERMS:
         assert np.all(out[k] >= 0), k
     reserved = memory.torch_reserved_bytes(out)
@@ -375,8 +464,7 @@ def test_breakdown_terms_sum_to_total(config):
     assert np.all(out["cuda_context"] == memory.CUDA_CONTEXT_BYTES)
     np.testing.assert_allclose(
         out["allocator"],
-        c["p_allocator_overhead_frac"]
-        * (out["total"] - out["allocator"] - out["cuda_context"]),
+        c["p_allocator_overhead_frac"] * (out["total"] - out["allocator"] - out["cuda_context"]),
     )
 
 
@@ -410,8 +498,11 @@ def test_memory_falls_as_tp_rises(config, model, fw, z):
         _assert_non_increasing(out["total"], f"{model} {fw} zero{z} {recipe} tp=1..8")
 
 
-EVEN_SPLIT = [s for s in STAGES if FRAMEWORKS[s[0]].pipeline_split == "even"
-              and FRAMEWORKS[s[0]].pipeline_parallel]
+EVEN_SPLIT = [
+    s
+    for s in STAGES
+    if FRAMEWORKS[s[0]].pipeline_split == "even" and FRAMEWORKS[s[0]].pipeline_parallel
+]
 
 
 @pytest.mark.parametrize("model", ["playbook-1.34b", "llama3-8b", "playbook-8.86b"])
@@ -447,7 +538,8 @@ def test_memory_falls_as_pp_rises_trading_dp_without_zero(config, model, fw):
 @pytest.mark.parametrize("dp,tp,pp", [(32, 1, 1), (8, 4, 1), (4, 2, 4), (2, 8, 2)])
 def test_memory_falls_as_zero_stage_rises(config, model, fw, dp, tp, pp):
     if (tp > 1 and not FRAMEWORKS[fw].tensor_parallel) or (
-            pp > 1 and not FRAMEWORKS[fw].pipeline_parallel):
+        pp > 1 and not FRAMEWORKS[fw].pipeline_parallel
+    ):
         pytest.skip(f"{fw} has no tensor or pipeline parallelism")
     for recipe in RECIPES:
         layouts = [dict(zero_stage=z) for z in FRAMEWORKS[fw].zero_stages]
@@ -469,8 +561,11 @@ def test_oom_probability_is_half_where_the_margin_puts_the_boundary():
     capacity = np.full(3, 80 * GIB)
     need = capacity * np.exp(np.array([-0.2, 0.0, 0.2]))
     for margin in (-0.2, 0.0, 0.2):
-        c = {"memory_bytes": capacity, "p_memory_log_sd": np.full(3, 0.1),
-             "p_oom_log_margin": np.full(3, margin)}
+        c = {
+            "memory_bytes": capacity,
+            "p_memory_log_sd": np.full(3, 0.1),
+            "p_oom_log_margin": np.full(3, margin),
+        }
         p = memory.oom_probability(c, {"total": need})
         assert p[[-0.2, 0.0, 0.2].index(-margin)] == pytest.approx(0.5)
         assert (np.diff(p) > 0).all()
@@ -489,14 +584,31 @@ def _layouts(config):
     moe = replace(get_preset("mixtral-8x7b"), num_dense_layers=3)
     out = []
     for model, fw, pp, vpp, m, mbs, schedule in itertools.product(
-            ("playbook-1.34b", "8b", moe), ("nanotron", "megatron", "torchtitan"),
-            (2, 3, 4, 8), (1, 2), (1, 3, 8, 32), (1, 4), ("1f1b", "afab")):
-        if (vpp > 1 and fw == "nanotron") or (schedule == "afab" and (
-                vpp > 1 or schedule not in FRAMEWORKS[fw].pipeline_schedules)):
+        ("playbook-1.34b", "8b", moe),
+        ("nanotron", "megatron", "torchtitan"),
+        (2, 3, 4, 8),
+        (1, 2),
+        (1, 3, 8, 32),
+        (1, 4),
+        ("1f1b", "afab"),
+    ):
+        if (vpp > 1 and fw == "nanotron") or (
+            schedule == "afab" and (vpp > 1 or schedule not in FRAMEWORKS[fw].pipeline_schedules)
+        ):
             continue
         try:
-            out.append(config(model, dp=1, pp=pp, vpp=vpp, grad_accum=m, mbs=mbs,
-                              framework=fw, pp_schedule=schedule))
+            out.append(
+                config(
+                    model,
+                    dp=1,
+                    pp=pp,
+                    vpp=vpp,
+                    grad_accum=m,
+                    mbs=mbs,
+                    framework=fw,
+                    pp_schedule=schedule,
+                )
+            )
         except ConfigError:  # a layout the model's layer count does not admit
             continue
     return out
@@ -518,12 +630,14 @@ def test_the_reported_peak_is_the_heaviest_of_every_stage(config):
     middle = memory.memory_breakdown(c)["stage"]
     assert ((middle > 0) & (middle < 1)).any()  # some peaks are on a middle stage
     # the stages hold every layer, and stage 0 and the last are the first and last stages
-    layers = np.stack([np.where(i < c["pp"], pipeline.stage_layers(c, i), 0.0)
-                       for i in range(int(c["pp"].max()))])
+    layers = np.stack(
+        [np.where(i < c["pp"], pipeline.stage_layers(c, i), 0.0) for i in range(int(c["pp"].max()))]
+    )
     np.testing.assert_array_equal(layers.sum(axis=0), c["num_layers"])
     np.testing.assert_array_equal(pipeline.stage_layers(c, 0), pipeline.first_stage_layers(c))
-    np.testing.assert_array_equal(pipeline.stage_layers(c, c["pp"] - 1),
-                                  pipeline.last_stage_layers(c))
+    np.testing.assert_array_equal(
+        pipeline.stage_layers(c, c["pp"] - 1), pipeline.last_stage_layers(c)
+    )
 
 
 def test_the_logged_stage_is_that_stage_and_the_peak_elsewhere(config):
@@ -537,14 +651,17 @@ def test_the_logged_stage_is_that_stage_and_the_peak_elsewhere(config):
     logged = memory.logged_breakdown({**c, memory.LOGGED_STAGE_COLUMN: stage}, peak)
     for i in (0, 1):
         rows = stage == i
-        np.testing.assert_allclose(logged["total"][rows], memory.stage_memory(c, i)["total"][rows],
-                                   rtol=1e-12)
+        np.testing.assert_allclose(
+            logged["total"][rows], memory.stage_memory(c, i)["total"][rows], rtol=1e-12
+        )
     unset = np.isnan(stage)
     np.testing.assert_array_equal(logged["total"][unset], peak["total"][unset])
     assert (logged["total"] <= peak["total"] * (1 + 1e-12)).all()
     assert (logged["total"] < peak["total"]).any()  # the first stage is not always the peak
-    np.testing.assert_allclose(memory.logged_reserved_bytes(
-        {**c, memory.LOGGED_STAGE_COLUMN: stage}, peak), memory.torch_reserved_bytes(logged))
+    np.testing.assert_allclose(
+        memory.logged_reserved_bytes({**c, memory.LOGGED_STAGE_COLUMN: stage}, peak),
+        memory.torch_reserved_bytes(logged),
+    )
     # absent, or beyond the run's stages: the peak; the breakdown given is left as it was
     before = {k: v.copy() for k, v in peak.items()}
     beyond = memory.logged_breakdown({**c, memory.LOGGED_STAGE_COLUMN: c["pp"]}, peak)
@@ -588,8 +705,9 @@ def test_stages_keep_unsharded_hidden_tensors_per_microbatch_in_flight_beyond_th
         for i in range(pp):
             a, b = memory.stage_memory(with_k, i), memory.stage_memory(none, i)
             n = min(pp - i, 16)  # 1F1B: p - i micro-batches in flight on stage i
-            np.testing.assert_allclose(a["activations"] - b["activations"],
-                                       k * tokens_h * (n - 1), rtol=1e-9)
+            np.testing.assert_allclose(
+                a["activations"] - b["activations"], k * tokens_h * (n - 1), rtol=1e-9
+            )
             for term in memory.BREAKDOWN_TERMS:
                 if term not in ("activations", "allocator"):
                     np.testing.assert_array_equal(a[term], b[term])
@@ -598,10 +716,12 @@ def test_stages_keep_unsharded_hidden_tensors_per_microbatch_in_flight_beyond_th
 def test_nanotron_all_forward_all_backward_without_a_pipeline(config):
     """nanotron's engine drives every step, pp = 1 too: afab then holds every micro-batch."""
     kw = dict(dp=8, pp=1, grad_accum=8, mbs=1)
-    afab = memory.memory_breakdown(to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)],
-                                           shipped_parameter_sets()))
-    onef = memory.memory_breakdown(to_cols([config("playbook-1.34b", **kw)],
-                                           shipped_parameter_sets()))
+    afab = memory.memory_breakdown(
+        to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)], shipped_parameter_sets())
+    )
+    onef = memory.memory_breakdown(
+        to_cols([config("playbook-1.34b", **kw)], shipped_parameter_sets())
+    )
     c = to_cols([config("playbook-1.34b", pp_schedule="afab", **kw)], shipped_parameter_sets())
     kept = 8 * onef["activations"] + memory.inflight_hidden_bytes(c, np.array([8.0]))
     np.testing.assert_allclose(afab["activations"], kept, rtol=1e-12)
@@ -617,10 +737,12 @@ def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp
     recompute_layers=0 means all)."""
     kw = dict(dp=8 // pp, pp=pp, grad_accum=8, framework=framework, sequence_parallel=False)
     counts = list(range(1, 32 // pp + 1))
-    c = to_cols([config("llama3-8b", **kw, recompute="none")]
-                + [config("llama3-8b", **kw, recompute="full", recompute_layers=k)
-                   for k in counts]
-                + [config("llama3-8b", **kw, recompute="full")], shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", **kw, recompute="none")]
+        + [config("llama3-8b", **kw, recompute="full", recompute_layers=k) for k in counts]
+        + [config("llama3-8b", **kw, recompute="full")],
+        shipped_parameter_sets(),
+    )
     for stage in range(pp):
         acts = memory.stage_memory(c, stage)["activations"]
         layers = pipeline.stage_layers(c, stage)  # torchtitan's stages differ
@@ -629,9 +751,9 @@ def test_some_layers_checkpointed_lie_between_none_and_all(config, framework, pp
         saving = (acts[0] - acts) / (acts[0] - acts[-1])  # 0 none .. 1 every layer
         np.testing.assert_allclose(saving, checkpointed / layers, rtol=1e-9, atol=1e-12)
         if framework == "megatron":
-            np.testing.assert_array_equal(checkpointed[1:-1],
-                                          np.minimum(counts, layers[0]))
+            np.testing.assert_array_equal(checkpointed[1:-1], np.minimum(counts, layers[0]))
     layers = float(pipeline.first_stage_layers(c)[0])
     none, ckpt = (float(activations.activation_bytes_per_layer(c)[i]) for i in (0, -1))
     assert memory.stage_activation_bytes(c, layers)[2] == pytest.approx(
-        2 * ckpt + (layers - 2) * none)  # recompute_layers=2
+        2 * ckpt + (layers - 2) * none
+    )  # recompute_layers=2

@@ -41,8 +41,15 @@ def _columns(cols: Any, rec: dict[str, Any], framework: str) -> Any:
     """The model's columns of the record's MoE layer, on a rank of ``ep`` = its ``ep``."""
     c = rec["config"]
     model = measured_moe_model(c, num_layers=1, ffn_hidden_size=64)
-    got = cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
-               gpus_per_node=c["ep"] * c["tp"], framework=framework)
+    got = cols(
+        model,
+        dp=c["ep"],
+        ep=c["ep"],
+        tp=c["tp"],
+        mbs=c["mbs"],
+        gpus_per_node=c["ep"] * c["tp"],
+        framework=framework,
+    )
     # the records ran megatron-core's default expert tensor parallelism, tp (microbench/
     # moe_blocks.py sets none): its experts split by tp, not folded
     return {**got, "moe_parallel_folding": 0.0 * got["moe_parallel_folding"]}
@@ -54,24 +61,31 @@ def _mlp(got: Any) -> float:
 
 def test_records_cover_the_routing_choices():
     assert len(RECORDS) == 16 and len(EP_RECORDS) == 16
-    assert {(r["config"]["top_k"], r["config"]["num_shared_experts"],
-             r["config"]["score_before_experts"]) for r in RECORDS} == {
-        (k, s, b) for k in (1, 2) for s in (0, 1) for b in (True, False)}
+    assert {
+        (
+            r["config"]["top_k"],
+            r["config"]["num_shared_experts"],
+            r["config"]["score_before_experts"],
+        )
+        for r in RECORDS
+    } == {(k, s, b) for k in (1, 2) for s in (0, 1) for b in (True, False)}
     assert {(r["config"]["ep"], r["config"]["rank"]) for r in EP_RECORDS} == {(2, 0), (2, 1)}
-    assert all(r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["grouped_mm"]
-               for r in RECORDS + EP_RECORDS)
+    assert all(
+        r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["grouped_mm"]
+        for r in RECORDS + EP_RECORDS
+    )
     assert {r["fingerprint"]["backend"] for r in EP_RECORDS} == {"gloo"}
     # Expert parallelism moves tokens between ranks: each shape's two ranks received all of
     # them, though not half each.
     for a, b in zip(EP_RECORDS[::2], EP_RECORDS[1::2], strict=True):
         c = a["config"]
         assert a["config"]["routed_tokens"] + b["config"]["routed_tokens"] == (
-            2 * c["mbs"] * c["seq_len"] * c["top_k"])
+            2 * c["mbs"] * c["seq_len"] * c["top_k"]
+        )
         assert a["config"]["routed_tokens"] != b["config"]["routed_tokens"]
 
 
-@pytest.mark.parametrize("records", [TP_EP_RECORDS, MEGATRON_TP_EP],
-                         ids=["torchtitan", "megatron"])
+@pytest.mark.parametrize("records", [TP_EP_RECORDS, MEGATRON_TP_EP], ids=["torchtitan", "megatron"])
 def test_under_tp_and_ep_each_rank_takes_its_tp_groups_routed_tokens(records):
     """Over 4 ranks at tp 2, ep 2 (the ranks of a tp group adjacent, each tp group routing its
     own sequence), both ranks of a tp group receive the same tokens, the copies of what the
@@ -81,8 +95,9 @@ def test_under_tp_and_ep_each_rank_takes_its_tp_groups_routed_tokens(records):
     assert {r["fingerprint"]["backend"] for r in records} == {"gloo"}
     for shape in zip(*(records[i::4] for i in range(4)), strict=True):
         c = shape[0]["config"]
-        assert [(r["config"]["tp"], r["config"]["ep"], r["config"]["rank"])
-                for r in shape] == [(2, 2, rank) for rank in range(4)]
+        assert [(r["config"]["tp"], r["config"]["ep"], r["config"]["rank"]) for r in shape] == [
+            (2, 2, rank) for rank in range(4)
+        ]
         got = [r["config"]["routed_tokens"] for r in shape]
         assert got[0] == got[1] and got[2] == got[3]
         assert got[0] + got[2] == 2 * c["mbs"] * c["seq_len"] * c["top_k"]
@@ -117,37 +132,53 @@ def test_moe_mlp_term_is_what_torchtitan_saves_but_the_routing_bookkeeping(cols,
     rows = _round_up(received, align) + align * c["num_experts"] // ep  # the padded buffer
     row_bytes = 2 * h + 4 * 2 * c["moe_ffn_hidden_size"] // tp
     imbalance = (_round_up(received, align) - _round_up(share, align)) * row_bytes
-    bookkeeping = (4 * tokens * c["num_experts"] + 28 * tokens * c["top_k"] + 4 * rows
-                   + 4 * c["num_experts"] // ep)
+    bookkeeping = (
+        4 * tokens * c["num_experts"]
+        + 28 * tokens * c["top_k"]
+        + 4 * rows
+        + 4 * c["num_experts"] // ep
+    )
     gathered = 2 * tokens * h if tp > 1 else 0
     assert sum(s["bytes"] for s in rec["saved"]) == mlp + imbalance + bookkeeping + gathered
     assert float(activations.moe_padding_rows(got, share)[0]) == (
-        _round_up(share, align) + align * c["num_experts"] // ep - share)
+        _round_up(share, align) + align * c["num_experts"] // ep - share
+    )
     if tp > 1:  # the gathered input of the MLP, beside the attention's, kept whole
         projections = activations.activation_terms_per_layer(got)["projection_inputs"][0]
         assert float(projections) == 2 * 2 * tokens * h
 
 
 def test_padding_is_torchtitans_alone():
-    assert activations.moe_padding_rows({"moe_token_group_align": 0.0, "num_experts": 8.0,
-                                    "ep": 1.0}, 1000.0) == 0.0
-    pad = activations.moe_padding_rows({"moe_token_group_align": 8.0, "num_experts": 256.0,
-                                   "ep": 8.0}, 1001.0)
+    assert (
+        activations.moe_padding_rows(
+            {"moe_token_group_align": 0.0, "num_experts": 8.0, "ep": 1.0}, 1000.0
+        )
+        == 0.0
+    )
+    pad = activations.moe_padding_rows(
+        {"moe_token_group_align": 8.0, "num_experts": 256.0, "ep": 8.0}, 1001.0
+    )
     assert pad == 7 + 8 * 32  # up to a multiple of 8, and 8 rows per local expert
 
 
 def test_megatron_records_cover_its_routing_choices():
     assert len(MEGATRON) == 24 and len(MEGATRON_EP) == 12
     assert {(r["config"]["top_k"], r["config"]["score_before_experts"]) for r in MEGATRON} == {
-        (1, True), (1, False), (2, False)}  # Megatron weighs the input at top-1 only
+        (1, True),
+        (1, False),
+        (2, False),
+    }  # Megatron weighs the input at top-1 only
     assert {r["config"]["fused_swiglu"] for r in MEGATRON} == {True, False}
-    assert all(r["fingerprint"]["megatron-core"] == "0.16.1" and not r["config"]["grouped_mm"]
-               for r in MEGATRON + MEGATRON_EP)
+    assert all(
+        r["fingerprint"]["megatron-core"] == "0.16.1" and not r["config"]["grouped_mm"]
+        for r in MEGATRON + MEGATRON_EP
+    )
     for a, b in zip(MEGATRON_EP[::2], MEGATRON_EP[1::2], strict=True):
         c = a["config"]
         assert (a["config"]["rank"], b["config"]["rank"]) == (0, 1)
         assert a["config"]["routed_tokens"] + b["config"]["routed_tokens"] == (
-            2 * c["mbs"] * c["seq_len"] * c["top_k"])
+            2 * c["mbs"] * c["seq_len"] * c["top_k"]
+        )
 
 
 def _megatron_bookkeeping(c: dict[str, Any]) -> int:
@@ -163,8 +194,15 @@ def _megatron_bookkeeping(c: dict[str, Any]) -> int:
     return tokens * (router + 3 * e + 8 * k) + c["routed_tokens"] * score
 
 
-@pytest.mark.parametrize("rec", [r for r in MEGATRON + MEGATRON_EP + MEGATRON_TP
-                                 + MEGATRON_TP_EP if r["config"]["fused_swiglu"]], ids=_id)
+@pytest.mark.parametrize(
+    "rec",
+    [
+        r
+        for r in MEGATRON + MEGATRON_EP + MEGATRON_TP + MEGATRON_TP_EP
+        if r["config"]["fused_swiglu"]
+    ],
+    ids=_id,
+)
 def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, rec):
     """With the fused SwiGLU Megatron-LM trains with, Megatron-Core's MoE layer keeps what the
     model's MLP term counts: per routed token its bf16 copy in expert order (2 h bytes,
@@ -182,12 +220,15 @@ def test_moe_mlp_term_is_what_megatron_saves_but_the_routing_bookkeeping(cols, r
     row_bytes = 2 * c["hidden_size"] + 3 * 2 * c["moe_ffn_hidden_size"] // c["tp"]
     before = received * 2 * c["hidden_size"] if c["score_before_experts"] else 0
     measured = sum(s["bytes"] for s in rec["saved"])
-    assert measured == (_mlp(_columns(cols, rec, "megatron")) + (received - share) * row_bytes
-                        + before + _megatron_bookkeeping(c))
+    assert measured == (
+        _mlp(_columns(cols, rec, "megatron"))
+        + (received - share) * row_bytes
+        + before
+        + _megatron_bookkeeping(c)
+    )
 
 
-@pytest.mark.parametrize("rec", [r for r in MEGATRON if not r["config"]["fused_swiglu"]],
-                         ids=_id)
+@pytest.mark.parametrize("rec", [r for r in MEGATRON if not r["config"]["fused_swiglu"]], ids=_id)
 def test_megatron_unfused_experts_keep_more_ffn_tensors(rec):
     """Unfused, each expert and the shared expert keep SiLU(gate) and a copy of the up output
     besides, as Megatron's dense MLP does (``test_memory_measured_saves.py``), and an expert
@@ -199,5 +240,4 @@ def test_megatron_unfused_experts_keep_more_ffn_tensors(rec):
     tokens, f = c["mbs"] * c["seq_len"], c["moe_ffn_hidden_size"]
     per_routed = 2 if c["score_before_experts"] else 3
     more = 2 * f * (per_routed * c["routed_tokens"] + 2 * tokens * c["num_shared_experts"])
-    assert (sum(s["bytes"] for s in rec["saved"])
-            == sum(s["bytes"] for s in fused["saved"]) + more)
+    assert sum(s["bytes"] for s in rec["saved"]) == sum(s["bytes"] for s in fused["saved"]) + more

@@ -23,11 +23,14 @@ def _load(name: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (MEASURED / name).read_text().splitlines()]
 
 
-KEPT = {"torchtitan": _load("torchtitan-0.2.2-recompute.jsonl"),
-        "megatron": _load("megatron-core-0.16.1-recompute.jsonl")}
-SAVED = {"torchtitan": _load("torchtitan-0.2.2.jsonl"),
-         "megatron": [r for r in _load("megatron-core-0.16.1.jsonl")
-                      if r["config"]["fused_swiglu"]]}
+KEPT = {
+    "torchtitan": _load("torchtitan-0.2.2-recompute.jsonl"),
+    "megatron": _load("megatron-core-0.16.1-recompute.jsonl"),
+}
+SAVED = {
+    "torchtitan": _load("torchtitan-0.2.2.jsonl"),
+    "megatron": [r for r in _load("megatron-core-0.16.1.jsonl") if r["config"]["fused_swiglu"]],
+}
 SHAPE_KEYS = ("tp", "num_kv_heads", "mbs")
 
 
@@ -43,19 +46,33 @@ def _of(framework: str, recompute: str) -> list[dict[str, Any]]:
 def _saved_per_layer(rec: dict[str, Any]) -> int:
     """What one layer of the same shape saves (the records of ``saved_by_module``)."""
     key = tuple(rec["config"][k] for k in SHAPE_KEYS)
-    one = next(r for r in SAVED[rec["framework"]]
-               if tuple(r["config"][k] for k in SHAPE_KEYS) == key)
+    one = next(
+        r for r in SAVED[rec["framework"]] if tuple(r["config"][k] for k in SHAPE_KEYS) == key
+    )
     return sum(s["bytes"] for s in one["saved"])
 
 
 def _cols(cols: Any, rec: dict[str, Any], **layout: Any) -> Any:
     """The model's columns of a record's stack of four layers, under ``layout``."""
     c = rec["config"]
-    model = ModelConfig(num_layers=4, hidden_size=c["hidden_size"],
-                        ffn_hidden_size=c["ffn_hidden_size"], num_heads=c["num_heads"],
-                        num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
-    return cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework=rec["framework"],
-                sequence_parallel=c["sequence_parallel"], **layout)
+    model = ModelConfig(
+        num_layers=4,
+        hidden_size=c["hidden_size"],
+        ffn_hidden_size=c["ffn_hidden_size"],
+        num_heads=c["num_heads"],
+        num_kv_heads=c["num_kv_heads"],
+        vocab_size=256,
+        seq_len=c["seq_len"],
+    )
+    return cols(
+        model,
+        dp=1,
+        tp=c["tp"],
+        mbs=c["mbs"],
+        framework=rec["framework"],
+        sequence_parallel=c["sequence_parallel"],
+        **layout,
+    )
 
 
 def _model_layer(cols: Any, rec: dict[str, Any], recompute: str) -> float:
@@ -80,10 +97,16 @@ def _gather_buffer(c: dict[str, Any]) -> float:
 
 def test_records_cover_every_setting():
     assert {r["config"]["recompute"] for r in KEPT["torchtitan"]} == {
-        "none", "selective", "selective-op", "full"}
+        "none",
+        "selective",
+        "selective-op",
+        "full",
+    }
     assert {r["config"]["recompute"] for r in KEPT["megatron"]} == {"none", "selective", "full"}
-    for fw, package, version in (("torchtitan", "torchtitan", "0.2.2"),
-                                 ("megatron", "megatron-core", "0.16.1")):
+    for fw, package, version in (
+        ("torchtitan", "torchtitan", "0.2.2"),
+        ("megatron", "megatron-core", "0.16.1"),
+    ):
         assert len(KEPT[fw]) == 16 * len({r["config"]["recompute"] for r in KEPT[fw]})
         assert all(r["config"]["num_layers"] == 4 for r in KEPT[fw])
         assert all(r["fingerprint"][package] == version for r in KEPT[fw])
@@ -117,8 +140,7 @@ def test_torchtitan_per_operator_checkpointing(cols, rec):
     model's bytes per layer exactly, but for the log-sum-exp."""
     c = rec["config"]
     model = _model_layer(cols, rec, "selective")
-    assert rec["kept_bytes"] == pytest.approx(4 * model - _layer_input(c) + 4 * _lse(c),
-                                              rel=1e-12)
+    assert rec["kept_bytes"] == pytest.approx(4 * model - _layer_input(c) + 4 * _lse(c), rel=1e-12)
     # less than without it, by less as tp grows: the down projection's output is kept whole
     assert model < _model_layer(cols, rec, "none")
 
@@ -130,8 +152,9 @@ def test_torchtitan_every_second_block(cols, rec):
     (what ingest reads it as) is the same sum of its per-layer terms."""
     c = rec["config"]
     assert c["activation_checkpoint"] == {"mode": "selective", "selective_ac_option": "2"}
-    assert rec["kept_bytes"] == pytest.approx(2 * _saved_per_layer(rec) + 2 * _layer_input(c),
-                                              rel=1e-12)
+    assert rec["kept_bytes"] == pytest.approx(
+        2 * _saved_per_layer(rec) + 2 * _layer_input(c), rel=1e-12
+    )
     got = _cols(cols, rec, recompute="full", recompute_layers=2)
     stage = float(memory.stage_activation_bytes(got, 4.0)[0])
     assert stage == 2 * _model_layer(cols, rec, "full") + 2 * _model_layer(cols, rec, "none")
@@ -143,14 +166,16 @@ def test_megatron_selective_recomputation_drops_only_the_log_sum_exp(cols, rec):
     layer keeps anyway, and whose output the projection after it saves: the model's count is
     the same as without recomputation. The checkpoint adds a 4-byte scalar per layer."""
     c = rec["config"]
-    none = next(r for r in _of("megatron", "none")
-                if r["config"] == {**c, "recompute": "none"})
+    none = next(r for r in _of("megatron", "none") if r["config"] == {**c, "recompute": "none"})
     assert rec["kept_bytes"] == none["kept_bytes"] - 4 * _lse(c) + 4 * 4
     assert _model_layer(cols, rec, "selective") == _model_layer(cols, rec, "none")
 
 
-MOE_KEPT = [r for split in ("", "-ep2", "-tp2", "-tp2-ep2")
-            for r in _load(f"torchtitan-0.2.2-moe-recompute{split}.jsonl")]
+MOE_KEPT = [
+    r
+    for split in ("", "-ep2", "-tp2", "-tp2-ep2")
+    for r in _load(f"torchtitan-0.2.2-moe-recompute{split}.jsonl")
+]
 """torchtitan's Llama 4 stack of four MoE blocks (``--moe --recompute``, and ``--ep 2``,
 ``--tp 2`` or both under torchrun: one record per rank)."""
 
@@ -163,33 +188,52 @@ def _moe_cols(cols: Any, rec: dict[str, Any], recompute: str) -> Any:
     """The model's columns of an MoE record's stack: four MoE layers, no dense one."""
     c = rec["config"]
     model = measured_moe_model(c, num_layers=4, ffn_hidden_size=4096)
-    return cols(model, dp=c["ep"], ep=c["ep"], tp=c["tp"], mbs=c["mbs"],
-                framework="torchtitan", gpus_per_node=c["ep"] * c["tp"],
-                sequence_parallel=c["sequence_parallel"], recompute=recompute)
+    return cols(
+        model,
+        dp=c["ep"],
+        ep=c["ep"],
+        tp=c["tp"],
+        mbs=c["mbs"],
+        framework="torchtitan",
+        gpus_per_node=c["ep"] * c["tp"],
+        sequence_parallel=c["sequence_parallel"],
+        recompute=recompute,
+    )
 
 
 def _moe_full(rec: dict[str, Any]) -> dict[str, Any]:
     """The record of the same shape and rank under full recomputation."""
     c = rec["config"]
-    return next(r for r in MOE_KEPT if r["config"]["recompute"] == "full"
-                and {**r["config"], "recompute": c["recompute"],
-                     "activation_checkpoint": c["activation_checkpoint"]} == c)
+    return next(
+        r
+        for r in MOE_KEPT
+        if r["config"]["recompute"] == "full"
+        and {
+            **r["config"],
+            "recompute": c["recompute"],
+            "activation_checkpoint": c["activation_checkpoint"],
+        }
+        == c
+    )
 
 
 def test_moe_records_cover_every_setting():
     assert len(MOE_KEPT) == 48 + 48 + 96 + 96
-    assert {(r["config"]["recompute"], r["config"]["tp"], r["config"]["ep"])
-            for r in MOE_KEPT} == {(rc, tp, ep) for rc in ("none", "selective-op", "full")
-                                   for tp in (1, 2) for ep in (1, 2)}
+    assert {(r["config"]["recompute"], r["config"]["tp"], r["config"]["ep"]) for r in MOE_KEPT} == {
+        (rc, tp, ep) for rc in ("none", "selective-op", "full") for tp in (1, 2) for ep in (1, 2)
+    }
     assert all(r["config"]["sequence_parallel"] == (r["config"]["tp"] > 1) for r in MOE_KEPT)
-    assert all(r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["num_layers"] == 4
-               for r in MOE_KEPT)
+    assert all(
+        r["fingerprint"]["torchtitan"] == "0.2.2" and r["config"]["num_layers"] == 4
+        for r in MOE_KEPT
+    )
     assert all(r["kept_bytes"] == sum(k["bytes"] for k in r["kept"]) for r in MOE_KEPT)
     assert not any(r["config"]["num_shared_experts"] for r in MOE_KEPT if r["config"]["ep"] > 1)
 
 
-@pytest.mark.parametrize("rec", [r for r in MOE_KEPT if r["config"]["recompute"] == "full"],
-                         ids=_moe_id)
+@pytest.mark.parametrize(
+    "rec", [r for r in MOE_KEPT if r["config"]["recompute"] == "full"], ids=_moe_id
+)
 def test_moe_full_recomputation_keeps_each_layer_input(cols, rec):
     """As for a dense block, the three layers' inputs; under expert parallelism beside them
     only what ``ExpertParallel`` holds between a forward and the next (the int32 order of each
@@ -205,8 +249,9 @@ def test_moe_full_recomputation_keeps_each_layer_input(cols, rec):
         assert 0 < plans < 4 * 4 * 2 * max(c["routed_tokens"])
 
 
-@pytest.mark.parametrize("rec", [r for r in MOE_KEPT
-                                 if r["config"]["recompute"] == "selective-op"], ids=_moe_id)
+@pytest.mark.parametrize(
+    "rec", [r for r in MOE_KEPT if r["config"]["recompute"] == "selective-op"], ids=_moe_id
+)
 def test_moe_per_operator_checkpointing(cols, rec):
     """torchtitan's per-operator checkpointing of an MoE block, with Llama 4's list of the
     operators it saves: the model's bytes per layer exactly (the attention's projections and
@@ -225,25 +270,31 @@ def test_moe_per_operator_checkpointing(cols, rec):
     beyond = (sum(c["routed_tokens"]) - 4 * tokens * c["top_k"]) * 2 * h
     counts = 4 * 8 * c["num_experts"] if c["ep"] > 1 else 0
     bookkeeping = _moe_full(rec)["kept_bytes"] - 3 * _layer_input(c)
-    assert rec["kept_bytes"] == (4 * model - _layer_input(c) + 4 * _lse(c) + beyond + counts
-                                 + bookkeeping)
-    assert model < float(activations.activation_bytes_per_layer(
-        _moe_cols(cols, rec, "none"))[0])
+    assert rec["kept_bytes"] == (
+        4 * model - _layer_input(c) + 4 * _lse(c) + beyond + counts + bookkeeping
+    )
+    assert model < float(activations.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
 
 
 def _moe_saves_beyond_the_model(c: dict[str, Any]) -> int:
     """What torchtitan's MoE layer saves that the model leaves out (its records in
     ``test_memory_measured_moe.py``): the routing's bookkeeping, and the rows a rank received
     beyond its balanced share, each kept as a routed token's copies and expert activations."""
-    tokens, h, k, e, ep = (c["mbs"] * c["seq_len"], c["hidden_size"], c["top_k"],
-                           c["num_experts"], c["ep"])
+    tokens, h, k, e, ep = (
+        c["mbs"] * c["seq_len"],
+        c["hidden_size"],
+        c["top_k"],
+        c["num_experts"],
+        c["ep"],
+    )
     align, total = 8, 0
     for received in c["routed_tokens"]:
         padded = -(-received // align) * align
         rows = padded + align * e // ep
         total += 4 * tokens * e + 28 * tokens * k + 4 * rows + 4 * e // ep
         total += (padded - -(-tokens * k // align) * align) * (
-            2 * h + 4 * 2 * c["moe_ffn_hidden_size"] // c["tp"])
+            2 * h + 4 * 2 * c["moe_ffn_hidden_size"] // c["tp"]
+        )
     return total
 
 
@@ -260,9 +311,11 @@ def test_moe_stack_without_recomputation_differs_from_the_model_only_outside_the
             continue
         model = float(activations.activation_bytes_per_layer(_moe_cols(cols, rec, "none"))[0])
         rests.setdefault((c["tp"], c["ep"]), set()).add(
-            rec["kept_bytes"] - (4 * model - _layer_input(c) + 4 * _lse(c)
-                                 + _moe_saves_beyond_the_model(c)))
+            rec["kept_bytes"]
+            - (4 * model - _layer_input(c) + 4 * _lse(c) + _moe_saves_beyond_the_model(c))
+        )
     assert all(len(r) == 1 for r in rests.values())
     whole = {split: r.pop() * split[0] for split, r in rests.items()}
-    assert whole[1, 1] > 0 and all(v == pytest.approx(whole[1, 1], rel=1e-5)
-                                   for v in whole.values())
+    assert whole[1, 1] > 0 and all(
+        v == pytest.approx(whole[1, 1], rel=1e-5) for v in whole.values()
+    )

@@ -18,25 +18,38 @@ from surrogate.config.model import ModelConfig
 MEASURED = Path(__file__).parents[2] / "datasets" / "saved_activations" / "2026-11-24"
 TERM_OF_MODULE = {  # the module that saves -> the model's term
     "torchtitan": {  # torchtitan 0.2.2's Llama block
-        "attention_norm": "norm_inputs", "ffn_norm": "norm_inputs",
-        "attention.wq": "projection_inputs", "attention.wk": "projection_inputs",
-        "attention.wv": "projection_inputs", "feed_forward.w1": "projection_inputs",
+        "attention_norm": "norm_inputs",
+        "ffn_norm": "norm_inputs",
+        "attention.wq": "projection_inputs",
+        "attention.wk": "projection_inputs",
+        "attention.wv": "projection_inputs",
+        "feed_forward.w1": "projection_inputs",
         "feed_forward.w3": "projection_inputs",
-        "attention": "attention", "attention.inner_attention": "attention",
+        "attention": "attention",
+        "attention.inner_attention": "attention",
         "attention.wo": "attention",
-        "feed_forward": "mlp", "feed_forward.w2": "mlp",
+        "feed_forward": "mlp",
+        "feed_forward.w2": "mlp",
     },
     "megatron": {  # Megatron-Core 0.16.1's GPT layer (local spec)
-        "input_layernorm": "norm_inputs", "pre_mlp_layernorm": "norm_inputs",
-        "self_attention.linear_qkv": "projection_inputs", "mlp.linear_fc1": "projection_inputs",
-        "self_attention": "attention", "self_attention.core_attention": "attention",
+        "input_layernorm": "norm_inputs",
+        "pre_mlp_layernorm": "norm_inputs",
+        "self_attention.linear_qkv": "projection_inputs",
+        "mlp.linear_fc1": "projection_inputs",
+        "self_attention": "attention",
+        "self_attention.core_attention": "attention",
         "self_attention.linear_proj": "attention",
-        "mlp": "mlp", "mlp.linear_fc2": "mlp",
+        "mlp": "mlp",
+        "mlp.linear_fc2": "mlp",
     },
 }
-RECORDS = {fw: [json.loads(line) for line in (MEASURED / name).read_text().splitlines()]
-           for fw, name in (("torchtitan", "torchtitan-0.2.2.jsonl"),
-                            ("megatron", "megatron-core-0.16.1.jsonl"))}
+RECORDS = {
+    fw: [json.loads(line) for line in (MEASURED / name).read_text().splitlines()]
+    for fw, name in (
+        ("torchtitan", "torchtitan-0.2.2.jsonl"),
+        ("megatron", "megatron-core-0.16.1.jsonl"),
+    )
+}
 ALL = [r for records in RECORDS.values() for r in records]
 
 
@@ -55,11 +68,23 @@ def _measured_terms(rec: dict[str, Any]) -> dict[str, float]:
 
 def _model_terms(cols: Any, rec: dict[str, Any], framework: str) -> dict[str, float]:
     c = rec["config"]
-    model = ModelConfig(num_layers=2, hidden_size=c["hidden_size"],
-                        ffn_hidden_size=c["ffn_hidden_size"], num_heads=c["num_heads"],
-                        num_kv_heads=c["num_kv_heads"], vocab_size=256, seq_len=c["seq_len"])
-    got = cols(model, dp=1, tp=c["tp"], mbs=c["mbs"], framework=framework,
-               sequence_parallel=c["sequence_parallel"])
+    model = ModelConfig(
+        num_layers=2,
+        hidden_size=c["hidden_size"],
+        ffn_hidden_size=c["ffn_hidden_size"],
+        num_heads=c["num_heads"],
+        num_kv_heads=c["num_kv_heads"],
+        vocab_size=256,
+        seq_len=c["seq_len"],
+    )
+    got = cols(
+        model,
+        dp=1,
+        tp=c["tp"],
+        mbs=c["mbs"],
+        framework=framework,
+        sequence_parallel=c["sequence_parallel"],
+    )
     return {k: float(v[0]) for k, v in activations.activation_terms_per_layer(got).items()}
 
 
@@ -75,8 +100,10 @@ def _ffn_tensor(c: dict[str, Any]) -> float:
 
 def test_records_cover_the_standard_shapes():
     assert len(RECORDS["torchtitan"]) == 16 and len(RECORDS["megatron"]) == 32
-    for fw, package, version in (("torchtitan", "torchtitan", "0.2.2"),
-                                 ("megatron", "megatron-core", "0.16.1")):
+    for fw, package, version in (
+        ("torchtitan", "torchtitan", "0.2.2"),
+        ("megatron", "megatron-core", "0.16.1"),
+    ):
         assert {r["config"]["tp"] for r in RECORDS[fw]} == {1, 2, 4, 8}
         assert {r["config"]["num_kv_heads"] for r in RECORDS[fw]} == {8, 16}
         assert all(r["fingerprint"][package] == version for r in RECORDS[fw])
@@ -95,8 +122,9 @@ def test_torchtitan_terms_match_its_block(cols, rec):
         assert model[term] == pytest.approx(measured[term], rel=1e-9), term
 
 
-@pytest.mark.parametrize("rec", [r for r in RECORDS["megatron"] if r["config"]["fused_swiglu"]],
-                         ids=_id)
+@pytest.mark.parametrize(
+    "rec", [r for r in RECORDS["megatron"] if r["config"]["fused_swiglu"]], ids=_id
+)
 def test_megatron_terms_match_its_layer(cols, rec):
     """With the fused SwiGLU Megatron-LM trains with: the projections keep their sequence
     shard, and the MLP keeps the gate and up outputs and the down projection's input, three
@@ -108,8 +136,9 @@ def test_megatron_terms_match_its_layer(cols, rec):
     assert measured["mlp"] == pytest.approx(3 * _ffn_tensor(rec["config"]), rel=1e-9)
 
 
-@pytest.mark.parametrize("rec", [r for r in RECORDS["megatron"]
-                                 if not r["config"]["fused_swiglu"]], ids=_id)
+@pytest.mark.parametrize(
+    "rec", [r for r in RECORDS["megatron"] if not r["config"]["fused_swiglu"]], ids=_id
+)
 def test_megatron_without_the_fusion_keeps_two_tensors_more(cols, rec):
     """Unfused, Megatron-Core 0.16.1's ``glu`` also keeps SiLU(gate) and a copy of the up
     output (it adds ``glu_linear_offset`` to it before the product): five T x ffn tensors, two
@@ -139,8 +168,9 @@ def test_megatron_attention_stand_in_keeps_the_fused_qkv_output(cols, rec):
     assert measured == pytest.approx(model + rest_of_qkv + _lse_bytes(c) + rotary, rel=1e-9)
 
 
-@pytest.mark.parametrize("rec", [r for r in RECORDS["torchtitan"] if r["config"]["tp"] > 1],
-                         ids=_id)
+@pytest.mark.parametrize(
+    "rec", [r for r in RECORDS["torchtitan"] if r["config"]["tp"] > 1], ids=_id
+)
 def test_megatron_style_sequence_parallelism_would_miss_the_gathered_inputs(cols, rec):
     """The same shapes as Megatron keeps them (the shard, gathered again in the backward):
     tp times less than torchtitan's block keeps for the projections."""
@@ -155,11 +185,14 @@ def test_norms_on_the_cpu_keep_fp32_copies(cols):
     counts the 2-byte input a fused GPU kernel keeps. Recorded, not fitted: the ratio is 4."""
     for rec in ALL:
         c = rec["config"]
-        ratio = _measured_terms(rec)["norm_inputs"] / _model_terms(cols, rec, rec["framework"])[
-            "norm_inputs"]
+        ratio = (
+            _measured_terms(rec)["norm_inputs"]
+            / _model_terms(cols, rec, rec["framework"])["norm_inputs"]
+        )
         rstd = 2 * 4 * c["mbs"] * c["seq_len"] / c["tp"]  # two norms, fp32 per token
-        assert ratio == pytest.approx(4.0 + rstd / (2 * 2 * c["mbs"] * c["seq_len"]
-                                                    * c["hidden_size"] / c["tp"]), rel=1e-9)
+        assert ratio == pytest.approx(
+            4.0 + rstd / (2 * 2 * c["mbs"] * c["seq_len"] * c["hidden_size"] / c["tp"]), rel=1e-9
+        )
 
 
 def test_torchtitan_keeps_more_than_megatron_only_under_tensor_parallelism(cols):
@@ -171,10 +204,16 @@ def test_torchtitan_keeps_more_than_megatron_only_under_tensor_parallelism(cols)
         tp_terms = ("norm_inputs", "projection_inputs", "attention")
         assert (sum(tt[k] for k in tp_terms) > sum(mg[k] for k in tp_terms)) == (tp > 1)
         assert float(mg["mlp"][0]) == pytest.approx(0.75 * float(tt["mlp"][0]))
-        full = float(activations.activation_bytes_per_layer(cols(
-            "8b", tp=tp, framework="torchtitan", recompute="full", **kw))[0])
-        assert full == float(activations.activation_bytes_per_layer(cols(
-            "8b", tp=tp, framework="megatron", recompute="full", **kw))[0])
+        full = float(
+            activations.activation_bytes_per_layer(
+                cols("8b", tp=tp, framework="torchtitan", recompute="full", **kw)
+            )[0]
+        )
+        assert full == float(
+            activations.activation_bytes_per_layer(
+                cols("8b", tp=tp, framework="megatron", recompute="full", **kw)
+            )[0]
+        )
 
 
 def test_terms_sum_to_the_activations(cols):

@@ -21,8 +21,7 @@ from surrogate.errors import ConfigError
 from tests.conftest import build_config
 
 PERF = SpecPerfModel()
-SETTINGS = settings(max_examples=40, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @st.composite
@@ -33,11 +32,17 @@ def layouts(draw: Any) -> dict[str, Any]:
     pp = draw(st.sampled_from([1, 2, 4]))
     dp = draw(st.sampled_from([1, 2, 4, 8]))
     zero = draw(st.sampled_from([0, 1, 3] if framework == "torchtitan" else [0, 1]))
-    return {"model": draw(st.sampled_from(["playbook-1.34b", "llama3-8b"])),
-            "framework": framework, "dp": dp, "tp": tp, "pp": pp, "zero_stage": zero,
-            "mbs": draw(st.sampled_from([2, 4, 8])),
-            "grad_accum": draw(st.sampled_from([1, 4, 16])),
-            "recompute": draw(st.sampled_from(["none", "selective", "full"]))}
+    return {
+        "model": draw(st.sampled_from(["playbook-1.34b", "llama3-8b"])),
+        "framework": framework,
+        "dp": dp,
+        "tp": tp,
+        "pp": pp,
+        "zero_stage": zero,
+        "mbs": draw(st.sampled_from([2, 4, 8])),
+        "grad_accum": draw(st.sampled_from([1, 4, 16])),
+        "recompute": draw(st.sampled_from(["none", "selective", "full"])),
+    }
 
 
 def _config(layout: dict[str, Any], **model: Any) -> Any:
@@ -61,10 +66,12 @@ def _step(c: dict[str, Any]) -> float:
 def test_faster_hardware_is_never_slower(layout, factor):
     c = to_cols([_config(layout)], shipped_parameter_sets())
     base = _step(c)
-    for names in (("peak_flops", "peak_flops_bf16"), ("hbm_bw",),
-                  ("intra_node_bw", "inter_node_bw"),
-                  ("peak_flops", "peak_flops_bf16", "hbm_bw", "intra_node_bw",
-                   "inter_node_bw")):
+    for names in (
+        ("peak_flops", "peak_flops_bf16"),
+        ("hbm_bw",),
+        ("intra_node_bw", "inter_node_bw"),
+        ("peak_flops", "peak_flops_bf16", "hbm_bw", "intra_node_bw", "inter_node_bw"),
+    ):
         faster = {**c, **{n: c[n] * factor for n in names}}
         assert _step(faster) <= base * (1 + 1e-9), names
 
@@ -74,8 +81,10 @@ def test_faster_hardware_is_never_slower(layout, factor):
 def test_a_longer_sequence_at_the_same_tokens_never_raises_tokens_per_s(layout):
     short = _config(layout, seq_len=2048)
     longer = _config({**layout, "mbs": layout["mbs"] // 2}, seq_len=4096)
-    c_short, c_long = to_cols([short], shipped_parameter_sets()), to_cols([longer],
-                                                                          shipped_parameter_sets())
+    c_short, c_long = (
+        to_cols([short], shipped_parameter_sets()),
+        to_cols([longer], shipped_parameter_sets()),
+    )
     tps_short = step.step_breakdown(c_short, PERF)["tokens_per_s_per_gpu"][0]
     tps_long = step.step_breakdown(c_long, PERF)["tokens_per_s_per_gpu"][0]
     assert tps_long <= tps_short * (1 + 1e-9)

@@ -19,26 +19,39 @@ PERF = SpecPerfModel()
 
 # Sane configurations: 8 to 64 H100s, dense and MoE, every parallel dimension.
 LAYOUTS = [
-    dict(dp=8), dict(dp=4, tp=2), dict(dp=2, tp=4, sequence_parallel=True),
-    dict(dp=2, tp=2, pp=2), dict(dp=4, pp=4, vpp=2), dict(dp=4, cp=2, tp=2),
-    dict(dp=16, tp=4), dict(dp=4, tp=8, pp=2, sequence_parallel=True),
+    dict(dp=8),
+    dict(dp=4, tp=2),
+    dict(dp=2, tp=4, sequence_parallel=True),
+    dict(dp=2, tp=2, pp=2),
+    dict(dp=4, pp=4, vpp=2),
+    dict(dp=4, cp=2, tp=2),
+    dict(dp=16, tp=4),
+    dict(dp=4, tp=8, pp=2, sequence_parallel=True),
 ]
 RECIPES = [
     dict(mbs=mbs, grad_accum=ga, zero_stage=z, framework=fw, recompute=r)
     for mbs, ga, (fw, z), r in itertools.product(
-        [1, 2], [1, 8], [("nanotron", 0), ("nanotron", 1), ("torchtitan", 2),
-                         ("torchtitan", 3), ("megatron", 1)], ["none", "full"])
+        [1, 2],
+        [1, 8],
+        [("nanotron", 0), ("nanotron", 1), ("torchtitan", 2), ("torchtitan", 3), ("megatron", 1)],
+        ["none", "full"],
+    )
 ]
 
 
 def _grid(config):
     # nanotron has no interleaved schedule: vpp > 1 only with the other frameworks
-    configs = [config(m, **lay, **rec)
-               for m, lay, rec in itertools.product(["playbook-1.34b", "llama3-8b"], LAYOUTS,
-                                                    RECIPES)
-               if not (lay.get("vpp", 1) > 1 and rec["framework"] == "nanotron")]
-    configs += [config("mixtral-8x7b", dp=8, ep=ep, **rec) for ep in (1, 2, 8)
-                for rec in RECIPES if rec["zero_stage"] < 3]
+    configs = [
+        config(m, **lay, **rec)
+        for m, lay, rec in itertools.product(["playbook-1.34b", "llama3-8b"], LAYOUTS, RECIPES)
+        if not (lay.get("vpp", 1) > 1 and rec["framework"] == "nanotron")
+    ]
+    configs += [
+        config("mixtral-8x7b", dp=8, ep=ep, **rec)
+        for ep in (1, 2, 8)
+        for rec in RECIPES
+        if rec["zero_stage"] < 3
+    ]
     return configs
 
 
@@ -51,8 +64,7 @@ def grid(config):
 def test_step_terms_sum_to_step_time(grid):
     _, c = grid
     out = step.step_breakdown(c, PERF)
-    np.testing.assert_allclose(sum(out[k] for k in step.STEP_TERMS), out["step_time_s"],
-                               rtol=1e-12)
+    np.testing.assert_allclose(sum(out[k] for k in step.STEP_TERMS), out["step_time_s"], rtol=1e-12)
     for k in step.STEP_TERMS:
         assert np.all(out[k] >= 0), k
         assert np.all(np.isfinite(out[k])), k
@@ -74,10 +86,12 @@ def test_tokens_per_s_times_gpus_times_step_is_the_batch(grid):
     out = step.step_breakdown(c, PERF)
     gpus = np.array([cfg.cluster.num_gpus for cfg in configs])
     batch = np.array([cfg.batch_tokens for cfg in configs])
-    np.testing.assert_allclose(out["tokens_per_s_per_gpu"] * gpus * out["step_time_s"], batch,
-                               rtol=1e-12)
     np.testing.assert_allclose(
-        out["mfu"], out["tokens_per_s_per_gpu"] * model_flops_per_token(c) / c["peak_flops"])
+        out["tokens_per_s_per_gpu"] * gpus * out["step_time_s"], batch, rtol=1e-12
+    )
+    np.testing.assert_allclose(
+        out["mfu"], out["tokens_per_s_per_gpu"] * model_flops_per_token(c) / c["peak_flops"]
+    )
 
 
 def test_bubble_term_and_fraction(grid):
@@ -100,8 +114,9 @@ def test_terms_vanish_without_their_dimension(grid):
 
 
 def test_full_recompute_costs_a_third_more_layer_compute(config):
-    c = to_cols([config("llama3-8b", dp=8, recompute=r) for r in ("none", "full")],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", dp=8, recompute=r) for r in ("none", "full")], shipped_parameter_sets()
+    )
     layer_s, _ = step.layer_compute_s(c, PERF)
     assert layer_s[1] / layer_s[0] == pytest.approx(4 / 3)
     out = step.step_breakdown(c, PERF)
@@ -110,8 +125,10 @@ def test_full_recompute_costs_a_third_more_layer_compute(config):
 
 
 def test_more_microbatches_shrink_the_bubble(config):
-    c = to_cols([config("llama3-8b", dp=1, pp=8, grad_accum=m) for m in (1, 4, 16, 64)],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", dp=1, pp=8, grad_accum=m) for m in (1, 4, 16, 64)],
+        shipped_parameter_sets(),
+    )
     out = step.step_breakdown(c, PERF)
     assert np.all(np.diff(out["bubble_frac"]) < 0)
     assert np.all(np.diff(out["mfu"]) > 0)
@@ -122,31 +139,40 @@ def test_step_terms_are_the_display_order():
     assert len(set(step.STEP_TERMS)) == len(step.STEP_TERMS)
 
 
-@pytest.mark.parametrize("family", ["llama3-8b", "gemma-7b", "qwen2-57b-a14b", "qwen3-30b-a3b",
-                                    "deepseek-v2", "deepseek-v3"])
+@pytest.mark.parametrize(
+    "family",
+    ["llama3-8b", "gemma-7b", "qwen2-57b-a14b", "qwen3-30b-a3b", "deepseek-v2", "deepseek-v3"],
+)
 def test_layer_gemms_are_the_parameter_count(config, family):
     """The GEMM shapes of layer_compute_s and the parameter counts of flops agree: over the
     layers, 6 T x the active matrix parameters (no norms, no routers, which are not GEMMs)
     plus the attention core (datasheet model: one GEMM efficiency)."""
     path = Path(__file__).parents[1] / "fixtures" / "hf_configs" / f"{family}.json"
-    c = to_cols([config(model_from_hf_config(path, seq_len=4096), dp=1, mbs=1)],
-                shipped_parameter_sets())
+    c = to_cols(
+        [config(model_from_hf_config(path, seq_len=4096), dp=1, mbs=1)], shipped_parameter_sets()
+    )
     layer_s, attn_s = step.layer_compute_s(c, PERF)
     T, L, h = 4096.0, c["num_layers"], c["hidden_size"]
     core = T * flops.attention_flops_per_token(c) / L
     time_per_flop = attn_s / core  # the same for every GEMM here
     latent_norms = np.where(c["kv_lora_rank"] > 0, c["q_lora_rank"] + c["kv_lora_rank"], 0.0)
-    matrices = (flops.active_params(c) - flops.embedding_params(c) - flops.lm_head_params(c)
-                - h - L * (2 * h + latent_norms)
-                - flops.moe_layers(c) * flops.router_params_per_layer(c))
+    matrices = (
+        flops.active_params(c)
+        - flops.embedding_params(c)
+        - flops.lm_head_params(c)
+        - h
+        - L * (2 * h + latent_norms)
+        - flops.moe_layers(c) * flops.router_params_per_layer(c)
+    )
     expected = 6 * T * matrices + T * flops.attention_flops_per_token(c)
     got = L * layer_s / time_per_flop
     print(f"{family}: layer GEMM FLOPs {got[0]:.4g} vs parameters {expected[0]:.4g}")
     np.testing.assert_allclose(got, expected, rtol=1e-9)
 
 
-@pytest.mark.parametrize(("pp", "grad_accum", "waits"),
-                         [(2, 1, 0), (2, 4, 3), (4, 4, 2 * 3 + 2), (8, 16, 2 * 15 + 6)])
+@pytest.mark.parametrize(
+    ("pp", "grad_accum", "waits"), [(2, 1, 0), (2, 4, 3), (4, 4, 2 * 3 + 2), (8, 16, 2 * 15 + 6)]
+)
 def test_cross_node_pipelines_wait_per_neighbour_after_the_first_microbatch(
     cols, pp, grad_accum, waits
 ):
@@ -159,22 +185,25 @@ def test_cross_node_pipelines_wait_per_neighbour_after_the_first_microbatch(
     np.testing.assert_allclose(pipeline.cross_node_waits(c), waits)
     inside = dict(cols("llama3-8b", dp=1, pp=pp, grad_accum=4))  # one node: no wait
     for latency in (0.0, 0.5):
-        assert step.step_breakdown({**inside, "p_pp_slot_latency_s": np.full(1, latency)},
-                                   PERF)["pp_comm"] == pytest.approx(
-            step.step_breakdown({**inside, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"])
+        assert step.step_breakdown({**inside, "p_pp_slot_latency_s": np.full(1, latency)}, PERF)[
+            "pp_comm"
+        ] == pytest.approx(
+            step.step_breakdown({**inside, "p_pp_slot_latency_s": np.zeros(1)}, PERF)["pp_comm"]
+        )
 
 
 def test_tp_rings_across_nodes_wait_per_step(cols):
     """tp_inter_step_latency_s: 8 (tp - 1) steps per layer and micro-batch, only where the TP
     group crosses nodes."""
+
     def tp_comm(c, latency):
-        return step.step_breakdown({**c, "p_tp_inter_step_latency_s": np.full(1, latency)},
-                                   PERF)["tp_comm"][0]
+        return step.step_breakdown({**c, "p_tp_inter_step_latency_s": np.full(1, latency)}, PERF)[
+            "tp_comm"
+        ][0]
 
     across = dict(cols("playbook-8.86b", dp=1, tp=16, grad_accum=3))
     layers = across["num_layers"][0]
-    assert tp_comm(across, 1e-4) - tp_comm(across, 0.0) == pytest.approx(
-        3 * layers * 8 * 15 * 1e-4)
+    assert tp_comm(across, 1e-4) - tp_comm(across, 0.0) == pytest.approx(3 * layers * 8 * 15 * 1e-4)
     inside = dict(cols("playbook-8.86b", dp=1, tp=8, grad_accum=3))
     assert tp_comm(inside, 1e-4) == pytest.approx(tp_comm(inside, 0.0))
 
@@ -185,8 +214,7 @@ FLOOR = {"p_pp_layer_floor_s": np.full(1, 0.02), "p_pp_layer_floor_per_tp_s": np
 @pytest.mark.parametrize("tp", [1, 2, 4])
 def test_a_pipelined_slot_lasts_at_least_its_layer_floor(cols, tp):
     for mbs in (1, 2):
-        c = {**cols("playbook-1.34b", dp=8 // tp // 2, tp=tp, pp=2, mbs=mbs, grad_accum=8),
-             **FLOOR}
+        c = {**cols("playbook-1.34b", dp=8 // tp // 2, tp=tp, pp=2, mbs=mbs, grad_accum=8), **FLOOR}
         out = step.step_breakdown(c, PERF)
         floor = pipeline.first_stage_layers(c) * (0.02 + tp * 0.01)
         assert out["stage_compute_s"] < floor  # the floor binds: the slot is flat in mbs
@@ -204,25 +232,33 @@ def test_an_unpipelined_micro_batch_lasts_at_least_its_host_floor(cols):
         layers = flat["num_layers"][0]
         assert out["step_time_s"] - step.step_breakdown(flat, PERF)["step_time_s"] > 0
         per_mb = layers * 1.0 * (1 + again / 3)
-        work = (out["compute"] + out["memory_bound"] + out["tp_comm"] + out["zero3_comm"]
-                + out["overhead"]) / 4
+        work = (
+            out["compute"]
+            + out["memory_bound"]
+            + out["tp_comm"]
+            + out["zero3_comm"]
+            + out["overhead"]
+        ) / 4
         np.testing.assert_allclose(work, per_mb, rtol=1e-9)
     low = {"p_layer_floor_s": np.full(1, 1e-6)}
     assert step.step_breakdown({**flat, **low}, PERF)["step_time_s"] == pytest.approx(
-        step.step_breakdown({**flat, "p_layer_floor_s": np.full(1, 1e-5)}, PERF)["step_time_s"])
+        step.step_breakdown({**flat, "p_layer_floor_s": np.full(1, 1e-5)}, PERF)["step_time_s"]
+    )
 
 
 def test_the_layer_floor_is_no_added_cost_and_spares_unpipelined_runs(cols):
     huge = {"p_pp_layer_floor_s": np.full(1, 1.0), "p_pp_layer_floor_per_tp_s": np.zeros(1)}
     flat = dict(cols("llama3-8b", dp=8, mbs=2, grad_accum=4))
     assert step.step_breakdown({**flat, **huge}, PERF)["step_time_s"] == pytest.approx(
-        step.step_breakdown(flat, PERF)["step_time_s"])
+        step.step_breakdown(flat, PERF)["step_time_s"]
+    )
     piped = dict(cols("llama3-8b", dp=4, pp=2, mbs=8, grad_accum=4))
     none = {"p_pp_layer_floor_s": np.full(1, 1e-6), "p_pp_layer_floor_per_tp_s": np.full(1, 1e-6)}
     low = {"p_pp_layer_floor_s": np.full(1, 1e-5), "p_pp_layer_floor_per_tp_s": np.full(1, 1e-5)}
     # under the work, the floor changes nothing (a maximum, not a sum)
     assert step.step_breakdown({**piped, **low}, PERF)["step_time_s"] == pytest.approx(
-        step.step_breakdown({**piped, **none}, PERF)["step_time_s"])
+        step.step_breakdown({**piped, **none}, PERF)["step_time_s"]
+    )
 
 
 def test_flash_attention_frameworks_take_the_measured_curve(cols):
@@ -242,25 +278,31 @@ def test_flash_attention_frameworks_take_the_measured_curve(cols):
     T, s, heads, d = c["mbs"] * c["seq_len"], c["seq_len"], c["num_heads"], c["qk_head_dim"]
     eff = measured.attention_efficiency(T * heads, s, d, c)  # tp 1: all heads on the rank
     flops = 12 * T * s * heads * d  # forward + backward at the full count
-    expected = (flops / (c["peak_flops_bf16"] * eff * c["hopper_attention_speedup"])
-                * param(c, "gemm_time_scale"))
+    expected = (
+        flops
+        / (c["peak_flops_bf16"] * eff * c["hopper_attention_speedup"])
+        * param(c, "gemm_time_scale")
+    )
     np.testing.assert_allclose(attn, expected)
     assert attn[0] < attn_proxy[0]
     fp8 = cols("8b", dp=8, framework="megatron", zero_stage=0, dtype="fp8")
     np.testing.assert_allclose(step.layer_compute_s(fp8, measured)[1], attn)
     foundry = cols("8b", dp=8, framework="llm-foundry", zero_stage=0)
-    np.testing.assert_array_equal(step.layer_compute_s(foundry, measured)[1],
-                                  step.layer_compute_s(foundry, proxy)[1])
+    np.testing.assert_array_equal(
+        step.layer_compute_s(foundry, measured)[1], step.layer_compute_s(foundry, proxy)[1]
+    )
 
 
 def test_some_layers_recomputed_cost_their_share_of_a_third(config):
     """Recomputing 8 of each stage's 16 layers (pp 2) runs half the layers' forward again:
     a layer costs 1 + 1/6 on average; the compute grows with the count."""
     kw = dict(dp=4, pp=2, grad_accum=8, framework="megatron", sequence_parallel=False)
-    c = to_cols([config("llama3-8b", **kw, recompute="none")]
-                + [config("llama3-8b", **kw, recompute="full", recompute_layers=k)
-                   for k in (4, 8, 16)]
-                + [config("llama3-8b", **kw, recompute="full")], shipped_parameter_sets())
+    c = to_cols(
+        [config("llama3-8b", **kw, recompute="none")]
+        + [config("llama3-8b", **kw, recompute="full", recompute_layers=k) for k in (4, 8, 16)]
+        + [config("llama3-8b", **kw, recompute="full")],
+        shipped_parameter_sets(),
+    )
     layer_s, _ = step.layer_compute_s(c, PERF)
     assert layer_s[2] / layer_s[0] == pytest.approx(1 + 1 / 6)
     assert layer_s[3] == pytest.approx(layer_s[4])  # all 16 of 16: full recomputation
@@ -278,8 +320,14 @@ def test_per_operator_checkpointing_runs_the_routed_experts_again(config):
 
     mixtral = get_preset("mixtral-8x7b")
     models = [dataclasses.replace(mixtral, experts_topk=k) for k in (1, 2)]
-    c = to_cols([config(m, dp=8, ep=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "selective") for m in models], shipped_parameter_sets())
+    c = to_cols(
+        [
+            config(m, dp=8, ep=8, framework="torchtitan", recompute=r)
+            for r in ("none", "selective")
+            for m in models
+        ],
+        shipped_parameter_sets(),
+    )
     layer_s, _ = step.layer_compute_s(c, PERF)
     routed = layer_s[1] - layer_s[0]
     assert routed > 0
@@ -290,8 +338,13 @@ def test_recomputation_runs_the_forward_elementwise_kernels_again(config):
     """A third of the elementwise traffic is forward: full recomputation adds it, per-operator
     checkpointing too (torch's checkpoint replays the whole forward); torchtitan accumulates
     no fp32 gradients, so its memory-bound term is that traffic alone."""
-    c = to_cols([config("llama3-8b", dp=8, framework="torchtitan", recompute=r)
-                 for r in ("none", "full", "selective")], shipped_parameter_sets())
+    c = to_cols(
+        [
+            config("llama3-8b", dp=8, framework="torchtitan", recompute=r)
+            for r in ("none", "full", "selective")
+        ],
+        shipped_parameter_sets(),
+    )
     bound = step.step_breakdown(c, PERF)["memory_bound"]
     np.testing.assert_allclose(bound[1:] / bound[0], 4 / 3, rtol=1e-12)
 
@@ -311,22 +364,40 @@ def test_megatron_overlaps_tp_with_its_gemms_exposing_one_chunk_of_the_ring(cols
     from surrogate.analytic import comm
 
     for tp in (2, 4, 8):
-        c = dict(cols("llama3-70b", dp=8 // tp, tp=tp, pp=1, grad_accum=2, framework="megatron",
-                      sequence_parallel=True))
+        c = dict(
+            cols(
+                "llama3-70b",
+                dp=8 // tp,
+                tp=tp,
+                pp=1,
+                grad_accum=2,
+                framework="megatron",
+                sequence_parallel=True,
+            )
+        )
         layer_s, attn_s = step.layer_compute_s(c, PERF)
         raw = comm.tp_time_per_layer_s(c, PERF)[0]
         exposed = max(raw / tp, raw - (layer_s - attn_s)[0])
         out = step.step_breakdown(c, PERF)
         assert out["tp_comm"][0] == pytest.approx(2 * 80 * exposed)
         plain = step.step_breakdown(_megatron_without(c, "tp_comm_overlap"), PERF)
-        assert plain["tp_comm"][0] == pytest.approx(
-            2 * 80 * raw * c["p_tp_comm_scale"][0])
+        assert plain["tp_comm"][0] == pytest.approx(2 * 80 * raw * c["p_tp_comm_scale"][0])
         assert out["tp_comm"][0] < plain["tp_comm"][0]
     # without sequence parallelism Megatron-Bridge turns the overlap off
-    no_sp = dict(cols("llama3-70b", dp=2, tp=4, pp=1, grad_accum=2, framework="megatron",
-                      sequence_parallel=False))
-    assert step.step_breakdown(no_sp, PERF)["tp_comm"][0] == pytest.approx(step.step_breakdown(
-        _megatron_without(no_sp, "tp_comm_overlap"), PERF)["tp_comm"][0])
+    no_sp = dict(
+        cols(
+            "llama3-70b",
+            dp=2,
+            tp=4,
+            pp=1,
+            grad_accum=2,
+            framework="megatron",
+            sequence_parallel=False,
+        )
+    )
+    assert step.step_breakdown(no_sp, PERF)["tp_comm"][0] == pytest.approx(
+        step.step_breakdown(_megatron_without(no_sp, "tp_comm_overlap"), PERF)["tp_comm"][0]
+    )
 
 
 def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
@@ -334,11 +405,13 @@ def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
     accumulation; nanotron still pays them."""
     c = dict(cols("llama3-8b", dp=8, grad_accum=4, framework="megatron", zero_stage=1))
     fused = step.step_breakdown(c, PERF)["memory_bound"][0]
-    unfused = step.step_breakdown(_megatron_without(c, "fused_wgrad_accumulation"),
-                                  PERF)["memory_bound"][0]
+    unfused = step.step_breakdown(_megatron_without(c, "fused_wgrad_accumulation"), PERF)[
+        "memory_bound"
+    ][0]
     params = flops.total_params(c)[0]
     assert unfused - fused == pytest.approx(
-        4 * step.GRAD_ACCUM_BYTES_PER_PARAM * params / c["hbm_bw"][0], rel=0.01)
+        4 * step.GRAD_ACCUM_BYTES_PER_PARAM * params / c["hbm_bw"][0], rel=0.01
+    )
 
 
 def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
@@ -347,18 +420,19 @@ def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
     fp8 = dict(cols("llama3-8b", dp=8, framework="megatron", dtype="fp8"))
     bf16 = dict(cols("llama3-8b", dp=8, framework="megatron"))
     assert step.lm_head_compute_s(fp8, PERF)[0] == pytest.approx(
-        step.lm_head_compute_s(bf16, PERF)[0])
+        step.lm_head_compute_s(bf16, PERF)[0]
+    )
     at_fp8 = step.lm_head_compute_s(_megatron_without(fp8, "fp8_head_in_bf16"), PERF)[0]
-    assert at_fp8 == pytest.approx(step.lm_head_compute_s(fp8, PERF)[0]
-                                   * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0])
+    assert at_fp8 == pytest.approx(
+        step.lm_head_compute_s(fp8, PERF)[0] * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0]
+    )
 
 
 def test_megatron_hides_its_dp_reduction_and_gather_under_compute(cols):
     """overlaps_dp_with_compute: the gradient reduction hides under the whole backward of the
     last micro-batch (not the fitted dp_overlap's share) and ZeRO-1's gather under the first
     forward, so less of either is exposed than with the trait off."""
-    c = dict(cols("llama3-8b", dp=32, grad_accum=2, framework="megatron",
-                  zero_stage=1))
+    c = dict(cols("llama3-8b", dp=32, grad_accum=2, framework="megatron", zero_stage=1))
     on = step.step_breakdown(c, PERF)
     off = step.step_breakdown(_megatron_without(c, "overlaps_dp_with_compute"), PERF)
     assert on["dp_comm"][0] < off["dp_comm"][0]
@@ -373,8 +447,10 @@ def test_megatron_attention_runs_faster_than_the_measured_flash_attention_2_curv
     perf = default_profile("H100-SXM-80GB")
     c = dict(cols("llama3-8b", dp=8, framework="megatron"))
     _, attn = step.layer_compute_s(c, perf)
-    _, curve = step.layer_compute_s(_megatron_without(c, "hopper_attention_speedup")
-                                    | {"hopper_attention_speedup": np.ones(1)}, perf)
+    _, curve = step.layer_compute_s(
+        _megatron_without(c, "hopper_attention_speedup") | {"hopper_attention_speedup": np.ones(1)},
+        perf,
+    )
     assert attn[0] == pytest.approx(curve[0] / 1.5)
     n = dict(cols("llama3-8b", dp=8, framework="nanotron"))
     assert n["hopper_attention_speedup"][0] == 1.0
@@ -404,12 +480,17 @@ def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
     kw = dict(dp=8, framework="megatron")
     bf16 = dict(cols("llama3-8b", **kw))
     fp8 = dict(cols("llama3-8b", dtype="fp8", **kw))
-    gemms = {k: np.subtract(*step.layer_compute_s(v, perf)) for k, v in
-             (("bf16", bf16), ("fp8", fp8))}
+    gemms = {
+        k: np.subtract(*step.layer_compute_s(v, perf)) for k, v in (("bf16", bf16), ("fp8", fp8))
+    }
     assert gemms["fp8"][0] == pytest.approx(gemms["bf16"][0] / 1.84)
     assert fp8["fp8_gemm_speedup"][0] == 1.84
-    assert dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2,
-                     dtype="fp8"))["fp8_gemm_speedup"][0] == 0.0
+    assert (
+        dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2, dtype="fp8"))[
+            "fp8_gemm_speedup"
+        ][0]
+        == 0.0
+    )
 
 
 def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
@@ -417,8 +498,17 @@ def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
     TP by default), not the fitted tp_comm_scale nanotron's asynchronous TP sets."""
     from surrogate.analytic import comm
 
-    c = dict(cols("llama3-70b", dp=1, tp=8, grad_accum=2, framework="torchtitan",
-                  zero_stage=0, sequence_parallel=True))
+    c = dict(
+        cols(
+            "llama3-70b",
+            dp=1,
+            tp=8,
+            grad_accum=2,
+            framework="torchtitan",
+            zero_stage=0,
+            sequence_parallel=True,
+        )
+    )
     out = step.step_breakdown(c, PERF)
     assert out["tp_comm"][0] == pytest.approx(2 * 80 * comm.tp_time_per_layer_s(c, PERF)[0])
     scaled = step.step_breakdown({**c, "tp_comm_synchronous": np.zeros(1)}, PERF)
@@ -433,8 +523,11 @@ def test_megatron_hides_its_interleaved_pipeline_transfers(cols):
     off = step.step_breakdown(_megatron_without(inter, "overlaps_interleaved_pp_comm"), PERF)
     assert on["pp_comm"][0] < off["pp_comm"][0]
     plain = dict(cols("llama3-8b", dp=1, pp=4, grad_accum=8, framework="megatron"))
-    assert step.step_breakdown(plain, PERF)["pp_comm"][0] == pytest.approx(step.step_breakdown(
-        _megatron_without(plain, "overlaps_interleaved_pp_comm"), PERF)["pp_comm"][0])
+    assert step.step_breakdown(plain, PERF)["pp_comm"][0] == pytest.approx(
+        step.step_breakdown(_megatron_without(plain, "overlaps_interleaved_pp_comm"), PERF)[
+            "pp_comm"
+        ][0]
+    )
 
 
 def test_torchtitan_reduces_every_micro_batch_under_zero2_without_a_pipeline(cols):
@@ -455,8 +548,9 @@ def test_folded_experts_run_the_same_flops_in_another_shape(cols):
     """Folded (expert tensor parallelism 1), a rank's experts run T / tp x k rows at the full
     expert width instead of T x k rows at width / tp: at a constant GEMM efficiency the layer
     takes as long; the all-to-all sheds its gather over tp."""
-    mega = cols("mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True,
-                framework="megatron")
+    mega = cols(
+        "mixtral-8x7b", dp=4, tp=2, ep=4, zero_stage=1, sequence_parallel=True, framework="megatron"
+    )
     unfolded = {**mega, "moe_parallel_folding": np.zeros(1)}
     folded_s, _ = step.layer_compute_s(mega, PERF)
     split_s, _ = step.layer_compute_s(unfolded, PERF)
@@ -485,5 +579,7 @@ def test_grouped_expert_gemms_run_at_their_own_rows(cols):
     titan = cols("mixtral-8x7b", dp=8, ep=4, zero_stage=3, framework="torchtitan")
     assert titan["moe_grouped_gemm"][0] == 1
     titan_one = {**titan, "moe_grouped_gemm": np.zeros(1)}
-    assert (step.layer_compute_s(titan, RowBound())[0][0]
-            > step.layer_compute_s(titan_one, RowBound())[0][0])
+    assert (
+        step.layer_compute_s(titan, RowBound())[0][0]
+        > step.layer_compute_s(titan_one, RowBound())[0][0]
+    )

@@ -35,8 +35,12 @@ def test_a_bandwidth_scales_as_the_training_path_does_for_the_same_measurement()
     for _, row in ar.groupby("nodes").head(2).iterrows():  # two runs per node count
         nodes = int(row["nodes"])
         training = float(run_scales(ar.loc[[row.name]], profile.fabric).iloc[0])
-        net = measure(f"{row['busbw_bytes_per_s'] / 1e9!r}GBps", profile, nodes=nodes,
-                      gpus_per_node=int(row["group_size"]) // nodes)
+        net = measure(
+            f"{row['busbw_bytes_per_s'] / 1e9!r}GBps",
+            profile,
+            nodes=nodes,
+            gpus_per_node=int(row["group_size"]) // nodes,
+        )
         assert net.nodes == nodes
         assert math.isclose(net.scale, training, rel_tol=1e-12)
 
@@ -49,15 +53,25 @@ def test_the_scaled_profile_predicts_as_a_net_scale_column_does() -> None:
     from surrogate.config.training import config_from_flat
     from surrogate.prediction.scoring import score
 
-    cfg = config_from_flat(model_values("3.57b", None) | {
-        "framework": "nanotron", "gpu": "H100-SXM-80GB", "num_nodes": 16, "dp": 64, "tp": 2,
-        "pp": 1, "mbs": 2, "grad_accum": 4, "zero_stage": 1})
+    cfg = config_from_flat(
+        model_values("3.57b", None)
+        | {
+            "framework": "nanotron",
+            "gpu": "H100-SXM-80GB",
+            "num_nodes": 16,
+            "dp": 64,
+            "tp": 2,
+            "pp": 1,
+            "mbs": 2,
+            "grad_accum": 4,
+            "zero_stage": 1,
+        }
+    )
     profile = load_profile("hf-playbook-cluster")
     net = measure("120GBps", profile, nodes=16, gpus_per_node=8)
     assert net.scale > 1  # 120 GB/s is above the curve's 52.7 at 16 nodes
     under = score([cfg], profile=under_network(profile, net)).columns
-    column = score([cfg], profile=profile,
-                   extra={"net_scale": np.array([net.scale])}).columns
+    column = score([cfg], profile=profile, extra={"net_scale": np.array([net.scale])}).columns
     plain = score([cfg], profile=profile).columns
     for k in ("pred_mfu", "pred_step_time_s", "pred_tokens_per_s_per_gpu"):
         assert under[k][0] == column[k][0]
@@ -92,8 +106,9 @@ def test_what_must_hold() -> None:
     with pytest.raises(ConfigError, match="has none"):
         measure("100GBps", load_profile("h100-own-measured"), nodes=4, gpus_per_node=8)
     rows = busbw_rows(100.0, 4, 8)
-    assert float(rows["size_bytes"].iloc[0] * 2 * 31 / 32 / rows["time_s"].iloc[0]) == \
-        pytest.approx(100e9)
+    assert float(
+        rows["size_bytes"].iloc[0] * 2 * 31 / 32 / rows["time_s"].iloc[0]
+    ) == pytest.approx(100e9)
 
 
 def test_the_profile_records_the_spread_its_runs_measured() -> None:
@@ -106,8 +121,9 @@ def test_the_profile_records_the_spread_its_runs_measured() -> None:
     from surrogate.calibration.network import describe_profile_network, profile_network
     from surrogate.hardware.fabric import Fabric, busbw_spread, fit_fabric
 
-    rows = pd.concat([busbw_rows(float(g), 4, 8, run_id=f"r{g}") for g in range(10, 101, 10)],
-                     ignore_index=True).assign(source="synthetic", file="synthetic")
+    rows = pd.concat(
+        [busbw_rows(float(g), 4, 8, run_id=f"r{g}") for g in range(10, 101, 10)], ignore_index=True
+    ).assign(source="synthetic", file="synthetic")
     fabric = fit_fabric(rows, 50e9, 1e-5)
     assert fabric is not None
     q = fabric.spread[4.0]

@@ -24,8 +24,21 @@ def test_ingest_prints_report_and_appends(
     # the run whose pipeline is deeper than its layers is kept, flagged, not dropped
     assert "kept 1 run(s) whose layout the configuration validator rejects" in out
     assert "added 9, replaced 0, unchanged 0, table now holds 9 rows" in out
-    assert main(["ingest", str(TORCHTITAN), "--into", str(into), "--set", "num_nodes=1",
-                 "--format", "torchtitan"]) == 0
+    assert (
+        main(
+            [
+                "ingest",
+                str(TORCHTITAN),
+                "--into",
+                str(into),
+                "--set",
+                "num_nodes=1",
+                "--format",
+                "torchtitan",
+            ]
+        )
+        == 0
+    )
     assert "table now holds 10 rows" in capsys.readouterr().out
     assert main(["data", "summary", "--sweeps", str(into)]) == 0
     out = capsys.readouterr().out
@@ -36,17 +49,26 @@ def test_ingest_prints_report_and_appends(
     ("args", "match"),
     [
         (["ingest", "nope.log", "--into", "x.parquet"], "error: 'nope.log' does not exist"),
-        (["ingest", str(PLAYBOOK), "--into", "x.parquet", "--set", "tp"],
-         "error: --set takes KEY=VALUE, got 'tp'"),
-        (["ingest", str(PLAYBOOK), "--into", "x.parquet", "--format", "slurm"],
-         "error: --format must be one of"),
+        (
+            ["ingest", str(PLAYBOOK), "--into", "x.parquet", "--set", "tp"],
+            "error: --set takes KEY=VALUE, got 'tp'",
+        ),
+        (
+            ["ingest", str(PLAYBOOK), "--into", "x.parquet", "--format", "slurm"],
+            "error: --format must be one of",
+        ),
         (["data", "fetch", "--only", "nothing"], "error: --only must name sources of the TOML"),
-        (["data", "summary", "--data-dir", "/nonexistent"],
-         "error: --data-dir must be an existing directory"),
+        (
+            ["data", "summary", "--data-dir", "/nonexistent"],
+            "error: --data-dir must be an existing directory",
+        ),
     ],
 )
 def test_errors_are_one_line_and_exit_2(
-    args: list[str], match: str, capsys: pytest.CaptureFixture[str], tmp_path: Path,
+    args: list[str],
+    match: str,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.chdir(tmp_path)
@@ -60,8 +82,10 @@ def test_fetch_from_a_file_url(tmp_path: Path, capsys: pytest.CaptureFixture[str
     payload.write_bytes(b"a,b\n1,2\n")
     sha = hashlib.sha256(payload.read_bytes()).hexdigest()
     toml = tmp_path / "sources.toml"
-    toml.write_text(f'[[source]]\nname = "t"\nurl = "{payload.as_uri()}"\nsha256 = "{sha}"\n'
-                    'path = "sweeps/t.csv"\n')
+    toml.write_text(
+        f'[[source]]\nname = "t"\nurl = "{payload.as_uri()}"\nsha256 = "{sha}"\n'
+        'path = "sweeps/t.csv"\n'
+    )
     dest = tmp_path / "cache"
     assert main(["data", "fetch", "--sources", str(toml), "--dest", str(dest)]) == 0
     assert "downloaded  t  8 bytes" in capsys.readouterr().out
@@ -85,8 +109,9 @@ def test_summary_of_a_data_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str
 
 def test_summary_of_microbench_coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     table = tmp_path / "mb.csv"
-    table.write_text("op,size_bytes,time_s\nall_reduce,8,1e-5\nall_reduce,1024,2e-5\n"
-                     "all_gather,64,1e-5\n")
+    table.write_text(
+        "op,size_bytes,time_s\nall_reduce,8,1e-5\nall_reduce,1024,2e-5\nall_gather,64,1e-5\n"
+    )
     sweeps = tmp_path / "s.parquet"
     assert main(["ingest", str(PLAYBOOK), "--into", str(sweeps)]) == 0
     assert main(["data", "summary", "--sweeps", str(sweeps), "--microbench", str(table)]) == 0

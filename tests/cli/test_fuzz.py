@@ -52,9 +52,13 @@ set_hypothesis_home_dir(Path(tempfile.gettempdir()) / "surrogate-hypothesis")
 def fuzz(examples: int) -> settings:
     """Derandomized settings (module docstring), no example database (nothing is written into
     the checkout), no deadline (the first call loads the learned model)."""
-    return settings(max_examples=examples * SCALE, deadline=None, derandomize=SCALE == 1,
-                    database=None, suppress_health_check=[HealthCheck.too_slow,
-                                                          HealthCheck.data_too_large])
+    return settings(
+        max_examples=examples * SCALE,
+        deadline=None,
+        derandomize=SCALE == 1,
+        database=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
 
 
 @dataclass(frozen=True)
@@ -68,12 +72,14 @@ class Outcome:
 def invoke(argv: Sequence[str]) -> Outcome:
     """Run the CLI in-process, capturing stdout, stderr and the warnings raised."""
     out, err = io.StringIO(), io.StringIO()
-    with (redirect_stdout(out), redirect_stderr(err),
-          warnings.catch_warnings(record=True) as caught):
+    with redirect_stdout(out), redirect_stderr(err), warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         rc = main(list(argv))
-    numeric = tuple(f"{w.category.__name__}: {w.message}" for w in caught
-                    if issubclass(w.category, RuntimeWarning))
+    numeric = tuple(
+        f"{w.category.__name__}: {w.message}"
+        for w in caught
+        if issubclass(w.category, RuntimeWarning)
+    )
     return Outcome(rc, out.getvalue(), err.getvalue(), numeric)
 
 
@@ -117,19 +123,47 @@ def scratch() -> Iterator[Path]:
 
 
 # ------------------------------------------------------------------------ hostile values
-BASE = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "1",
-        "--grad-accum", "8"]
+BASE = [
+    "predict",
+    "--model",
+    "8b",
+    "--nodes",
+    "4",
+    "--dp",
+    "8",
+    "--tp",
+    "4",
+    "--mbs",
+    "1",
+    "--grad-accum",
+    "8",
+]
 """A valid configuration the examples add options to (click keeps the last of a repeated
 option, so an added option replaces the base's value)."""
 
 INT_OPTIONS: dict[str, str] = {
-    "--nodes": "num_nodes", "--gpus-per-node": "gpus_per_node", "--dp": "dp", "--tp": "tp",
-    "--pp": "pp", "--cp": "cp", "--ep": "ep", "--vpp": "vpp", "--mbs": "mbs",
-    "--grad-accum": "grad_accum", "--zero": "zero_stage", "--num-layers": "num_layers",
-    "--hidden-size": "hidden_size", "--ffn-hidden-size": "ffn_hidden_size",
-    "--num-heads": "num_heads", "--num-kv-heads": "num_kv_heads", "--vocab-size": "vocab_size",
-    "--seq-len": "seq_len", "--num-experts": "num_experts", "--experts-topk": "experts_topk",
-    "--moe-ffn-hidden-size": "moe_ffn_hidden_size", "--global-batch-seqs": "global_batch_seqs",
+    "--nodes": "num_nodes",
+    "--gpus-per-node": "gpus_per_node",
+    "--dp": "dp",
+    "--tp": "tp",
+    "--pp": "pp",
+    "--cp": "cp",
+    "--ep": "ep",
+    "--vpp": "vpp",
+    "--mbs": "mbs",
+    "--grad-accum": "grad_accum",
+    "--zero": "zero_stage",
+    "--num-layers": "num_layers",
+    "--hidden-size": "hidden_size",
+    "--ffn-hidden-size": "ffn_hidden_size",
+    "--num-heads": "num_heads",
+    "--num-kv-heads": "num_kv_heads",
+    "--vocab-size": "vocab_size",
+    "--seq-len": "seq_len",
+    "--num-experts": "num_experts",
+    "--experts-topk": "experts_topk",
+    "--moe-ffn-hidden-size": "moe_ffn_hidden_size",
+    "--global-batch-seqs": "global_batch_seqs",
 }
 """Integer options and the configuration column each sets."""
 TEXT_OPTIONS: dict[str, list[str]] = {
@@ -141,14 +175,70 @@ TEXT_OPTIONS: dict[str, list[str]] = {
     "--framework-version": ["pp-fix", "pre-pp-fix", "1.0", "newest"],
 }
 """Text options with plausible (valid and invalid) values."""
-SWITCHES = ["--tie-embeddings", "--no-tie-embeddings", "--sequence-parallel",
-            "--no-sequence-parallel", "--analytic", "--explain"]
-HOSTILE = ["", " ", "0", "-0", "-1", "1", "2", "3", "8", "64", "4.0", "2.5", "1e3", "1E400",
-           "nan", "NaN", "inf", "-inf", "0x10", "0b11", "1_0", " 2", "2 ", "+4", "٣", "２",
-           str(2**31), str(2**53), str(2**53 + 1), str(2**63), str(2**64), "9" * 30, "9" * 400,
-           "-" + "9" * 400, "abc", "true", "none", "null", "evil[/]model", "[red]x[/red]",
-           "[/]", "\x1b[31mred", "--tp", "-", "--", "=", "'", '"', "\\", "%s", "{}", "8b",
-           "H100", "full"]
+SWITCHES = [
+    "--tie-embeddings",
+    "--no-tie-embeddings",
+    "--sequence-parallel",
+    "--no-sequence-parallel",
+    "--analytic",
+    "--explain",
+]
+HOSTILE = [
+    "",
+    " ",
+    "0",
+    "-0",
+    "-1",
+    "1",
+    "2",
+    "3",
+    "8",
+    "64",
+    "4.0",
+    "2.5",
+    "1e3",
+    "1E400",
+    "nan",
+    "NaN",
+    "inf",
+    "-inf",
+    "0x10",
+    "0b11",
+    "1_0",
+    " 2",
+    "2 ",
+    "+4",
+    "٣",
+    "２",
+    str(2**31),
+    str(2**53),
+    str(2**53 + 1),
+    str(2**63),
+    str(2**64),
+    "9" * 30,
+    "9" * 400,
+    "-" + "9" * 400,
+    "abc",
+    "true",
+    "none",
+    "null",
+    "evil[/]model",
+    "[red]x[/red]",
+    "[/]",
+    "\x1b[31mred",
+    "--tp",
+    "-",
+    "--",
+    "=",
+    "'",
+    '"',
+    "\\",
+    "%s",
+    "{}",
+    "8b",
+    "H100",
+    "full",
+]
 """Values a careless or hostile user types."""
 
 hostile_text = st.one_of(
@@ -216,8 +306,10 @@ def test_predict_options(pairs: list[list[str]]) -> None:
 
 
 @fuzz(60)
-@given(st.lists(option_pairs(), min_size=1, max_size=3),
-       st.text(max_size=30).filter(lambda s: "\x00" not in s))
+@given(
+    st.lists(option_pairs(), min_size=1, max_size=3),
+    st.text(max_size=30).filter(lambda s: "\x00" not in s),
+)
 def test_predict_tables(pairs: list[list[str]], name: str) -> None:
     """The table output of the same inputs, with a model name of arbitrary text (rich markup
     included) that must print as written."""
@@ -236,16 +328,47 @@ def test_predict_tables(pairs: list[list[str]], name: str) -> None:
 
 
 @fuzz(100)
-@given(st.one_of(
-    st.lists(st.sampled_from(HOSTILE) | st.text(max_size=15), min_size=1, max_size=4),
-    st.tuples(st.sampled_from(["predict", "search", "ingest", "data", "train", "propose",
-                               "score-round", "calibrate", "heatmap", "evaluate"]),
-              st.sampled_from(["--foo", "--tp", "--nodes", "--model", "--into", "--round",
-                               "--out", "-x", "--json=yes", "--analytic=1", "--debug=1",
-                               "--nodes=", "-"])).map(list),
-    st.tuples(st.just(BASE), st.sampled_from(sorted(INT_OPTIONS) + sorted(TEXT_OPTIONS)))
-      .map(lambda t: [*t[0], t[1]]),
-))
+@given(
+    st.one_of(
+        st.lists(st.sampled_from(HOSTILE) | st.text(max_size=15), min_size=1, max_size=4),
+        st.tuples(
+            st.sampled_from(
+                [
+                    "predict",
+                    "search",
+                    "ingest",
+                    "data",
+                    "train",
+                    "propose",
+                    "score-round",
+                    "calibrate",
+                    "heatmap",
+                    "evaluate",
+                ]
+            ),
+            st.sampled_from(
+                [
+                    "--foo",
+                    "--tp",
+                    "--nodes",
+                    "--model",
+                    "--into",
+                    "--round",
+                    "--out",
+                    "-x",
+                    "--json=yes",
+                    "--analytic=1",
+                    "--debug=1",
+                    "--nodes=",
+                    "-",
+                ]
+            ),
+        ).map(list),
+        st.tuples(st.just(BASE), st.sampled_from(sorted(INT_OPTIONS) + sorted(TEXT_OPTIONS))).map(
+            lambda t: [*t[0], t[1]]
+        ),
+    )
+)
 def test_unknown_options_commands_and_missing_values(argv: list[str]) -> None:
     """Random commands, options without values, unknown options: one line and exit 2 (or a
     help text and exit 0; a group without a command prints its help and exits 2). No example
@@ -260,18 +383,40 @@ def test_unknown_options_commands_and_missing_values(argv: list[str]) -> None:
 
 
 # ------------------------------------------------------------------------ --config files
-VALID_FILE: dict[str, Any] = {"model": "8b", "gpu": "H100", "num_nodes": 4, "dp": 8, "tp": 4,
-                              "pp": 1, "mbs": 1, "grad_accum": 8, "zero_stage": 1}
+VALID_FILE: dict[str, Any] = {
+    "model": "8b",
+    "gpu": "H100",
+    "num_nodes": 4,
+    "dp": 8,
+    "tp": 4,
+    "pp": 1,
+    "mbs": 1,
+    "grad_accum": 8,
+    "zero_stage": 1,
+}
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(),
+    st.none(),
+    st.booleans(),
+    st.integers(-(2**70), 2**70),
+    st.floats(),
     st.sampled_from([0, 1, 2, 8, 64, 4096, 2**53 + 1, 10**400, -1, 4.0, 2.5]),
-    st.text(max_size=12), st.sampled_from(["8b", "H100", "full", "true", "false", "evil[/]x"]),
+    st.text(max_size=12),
+    st.sampled_from(["8b", "H100", "full", "true", "false", "evil[/]x"]),
 )
-values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3)
-                      | st.dictionaries(st.text(max_size=6), inner, max_size=3), max_leaves=6)
-keys = st.one_of(st.sampled_from(FILE_KEYS), st.sampled_from(
-    ["zero", "grad-accum", "nodes", "num_layer", "tensor_parallel", "TP", "Dp", "foo", ""]),
-    st.text(max_size=10))
+values = st.recursive(
+    scalars,
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+keys = st.one_of(
+    st.sampled_from(FILE_KEYS),
+    st.sampled_from(
+        ["zero", "grad-accum", "nodes", "num_layer", "tensor_parallel", "TP", "Dp", "foo", ""]
+    ),
+    st.text(max_size=10),
+)
 
 
 @st.composite
@@ -280,25 +425,48 @@ def config_files(draw: st.DrawFn) -> tuple[str, str]:
     nested file with random sections; or raw text."""
     kind = draw(st.sampled_from(["mutated", "mutated", "random", "nested", "raw"]))
     if kind == "raw":
-        return ".yaml", draw(st.text(max_size=200) | st.sampled_from([
-            "a: &a [*a]", "!!python/object/apply:os.system ['true']", "dp: !!float 8",
-            "? [1, 2]\n: 3", "model: 8b\n" * 2, "- 1\n- 2", "dp: 8\n\tp: 1", "{", "~",
-            "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\n<<: {pp: 2}",
-            # merge keys from anchors, nested, overridden, of the wrong kind
-            "x-l: &l {dp: 4, tp: 8}\nmodel: 70b\nnum_nodes: 4\nlayout: {<<: *l, dp: 2}",
-            "x-a: &a {num_nodes: 2}\nx-b: &b {<<: *a, gpu: H100}\nmodel: 8b\ndp: 16\n"
-            "cluster: {<<: *b}", "model: 8b\n<<: [1, 2]", "model: 8b\n<<: {<<: {dp: 8}}",
-            # aliases expanding past the bound under a known key, and one referring to itself
-            "\n".join([f"q{i}: &q{i} [" + ", ".join([f"*q{i - 1}"] * 6) + "]" if i else
-                       "q0: &q0 [1, 2, 3, 4, 5, 6]" for i in range(8)]) + "\ngpu: *q7",
-            "layout: &me {dp: *me}",
-        ]))
+        return ".yaml", draw(
+            st.text(max_size=200)
+            | st.sampled_from(
+                [
+                    "a: &a [*a]",
+                    "!!python/object/apply:os.system ['true']",
+                    "dp: !!float 8",
+                    "? [1, 2]\n: 3",
+                    "model: 8b\n" * 2,
+                    "- 1\n- 2",
+                    "dp: 8\n\tp: 1",
+                    "{",
+                    "~",
+                    "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\n<<: {pp: 2}",
+                    # merge keys from anchors, nested, overridden, of the wrong kind
+                    "x-l: &l {dp: 4, tp: 8}\nmodel: 70b\nnum_nodes: 4\nlayout: {<<: *l, dp: 2}",
+                    "x-a: &a {num_nodes: 2}\nx-b: &b {<<: *a, gpu: H100}\nmodel: 8b\ndp: 16\n"
+                    "cluster: {<<: *b}",
+                    "model: 8b\n<<: [1, 2]",
+                    "model: 8b\n<<: {<<: {dp: 8}}",
+                    # aliases expanding past the bound under a known key, and one naming itself
+                    "\n".join(
+                        [
+                            f"q{i}: &q{i} [" + ", ".join([f"*q{i - 1}"] * 6) + "]"
+                            if i
+                            else "q0: &q0 [1, 2, 3, 4, 5, 6]"
+                            for i in range(8)
+                        ]
+                    )
+                    + "\ngpu: *q7",
+                    "layout: &me {dp: *me}",
+                ]
+            )
+        )
     if kind == "random":
         data: Any = draw(st.dictionaries(keys, values, max_size=6))
     elif kind == "nested":
-        data = {"model": draw(st.sampled_from(["8b", "70b"]) | values),
-                "cluster": draw(st.dictionaries(keys, values, max_size=3) | values),
-                "layout": draw(st.dictionaries(keys, values, max_size=3) | values)}
+        data = {
+            "model": draw(st.sampled_from(["8b", "70b"]) | values),
+            "cluster": draw(st.dictionaries(keys, values, max_size=3) | values),
+            "layout": draw(st.dictionaries(keys, values, max_size=3) | values),
+        }
     else:
         data = dict(VALID_FILE)
         for key in draw(st.lists(keys, max_size=3)):
@@ -311,16 +479,25 @@ def config_files(draw: st.DrawFn) -> tuple[str, str]:
     return ".yaml", yaml.safe_dump(data, allow_unicode=True)
 
 
-MISTRAL = {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
-           "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-           "vocab_size": 32000, "max_position_embeddings": 32768, "sliding_window": 4096}
+MISTRAL = {
+    "model_type": "mistral",
+    "num_hidden_layers": 32,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 32000,
+    "max_position_embeddings": 32768,
+    "sliding_window": 4096,
+}
 """A config.json with a sliding window, whose check reads the file's ``seq_len``."""
 
 
 @fuzz(120)
 @given(config_files(), st.booleans(), st.booleans())
-@example((".yaml", "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\nmbs: " + "9" * 400), False,
-         False)  # found: an OverflowError traceback
+@example(
+    (".yaml", "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\nmbs: " + "9" * 400), False, False
+)  # found: an OverflowError traceback
 @example((".yaml", "seq_len: abc\nnum_nodes: 1\ndp: 8\n"), True, True)  # found: a TypeError
 def test_config_files(file: tuple[str, str], analytic: bool, hf: bool) -> None:
     """Random --config files, alone or beside a --hf-config (which the file's keys override)."""
@@ -329,65 +506,154 @@ def test_config_files(file: tuple[str, str], analytic: bool, hf: bool) -> None:
         path = d / f"run{suffix}"
         path.write_text(text)
         (d / "config.json").write_text(json.dumps(MISTRAL))
-        o = invoke(["predict", "--config", str(path), "--json",
-                    *(["--hf-config", str(d / "config.json")] if hf else []),
-                    *(["--analytic"] if analytic else [])])
+        o = invoke(
+            [
+                "predict",
+                "--config",
+                str(path),
+                "--json",
+                *(["--hf-config", str(d / "config.json")] if hf else []),
+                *(["--analytic"] if analytic else []),
+            ]
+        )
     if assert_refused_or_answered(o):
         assert_sane_prediction(json.loads(o.out))
 
 
 # ------------------------------------------------------------------------ --hf-config files
 FAMILIES: dict[str, dict[str, Any]] = {
-    "llama": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
-              "num_hidden_layers": 32, "hidden_size": 4096, "intermediate_size": 14336,
-              "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
-              "max_position_embeddings": 8192, "tie_word_embeddings": False},
-    "mistral": {"model_type": "mistral", "num_hidden_layers": 32, "hidden_size": 4096,
-                "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "vocab_size": 32000,
-                "max_position_embeddings": 32768, "sliding_window": None},
-    "mixtral": {"model_type": "mixtral", "num_hidden_layers": 32, "hidden_size": 4096,
-                "intermediate_size": 14336, "num_attention_heads": 32,
-                "num_key_value_heads": 8, "vocab_size": 32000, "max_position_embeddings": 4096,
-                "num_local_experts": 8, "num_experts_per_tok": 2, "sliding_window": None},
-    "qwen2_moe": {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 2048,
-                  "intermediate_size": 5632, "num_attention_heads": 16,
-                  "num_key_value_heads": 16, "vocab_size": 151936,
-                  "max_position_embeddings": 8192, "num_experts": 60, "num_experts_per_tok": 4,
-                  "moe_intermediate_size": 1408, "shared_expert_intermediate_size": 5632,
-                  "decoder_sparse_step": 1, "mlp_only_layers": [], "use_sliding_window": False},
-    "qwen3": {"model_type": "qwen3", "num_hidden_layers": 28, "hidden_size": 1024,
-              "intermediate_size": 3072, "num_attention_heads": 16, "num_key_value_heads": 8,
-              "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 4096,
-              "tie_word_embeddings": True},
-    "deepseek_v3": {"model_type": "deepseek_v3", "num_hidden_layers": 61, "hidden_size": 7168,
-                    "intermediate_size": 18432, "num_attention_heads": 128,
-                    "num_key_value_heads": 128, "vocab_size": 129280,
-                    "max_position_embeddings": 4096, "n_routed_experts": 256,
-                    "num_experts_per_tok": 8, "moe_intermediate_size": 2048,
-                    "n_shared_experts": 1, "first_k_dense_replace": 3, "q_lora_rank": 1536,
-                    "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
-                    "v_head_dim": 128, "moe_layer_freq": 1},
-    "gemma": {"model_type": "gemma", "num_hidden_layers": 28, "hidden_size": 3072,
-              "intermediate_size": 24576, "num_attention_heads": 16, "num_key_value_heads": 16,
-              "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192},
+    "llama": {
+        "model_type": "llama",
+        "architectures": ["LlamaForCausalLM"],
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+        "tie_word_embeddings": False,
+    },
+    "mistral": {
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 32768,
+        "sliding_window": None,
+    },
+    "mixtral": {
+        "model_type": "mixtral",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 32000,
+        "max_position_embeddings": 4096,
+        "num_local_experts": 8,
+        "num_experts_per_tok": 2,
+        "sliding_window": None,
+    },
+    "qwen2_moe": {
+        "model_type": "qwen2_moe",
+        "num_hidden_layers": 24,
+        "hidden_size": 2048,
+        "intermediate_size": 5632,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "vocab_size": 151936,
+        "max_position_embeddings": 8192,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "moe_intermediate_size": 1408,
+        "shared_expert_intermediate_size": 5632,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+        "use_sliding_window": False,
+    },
+    "qwen3": {
+        "model_type": "qwen3",
+        "num_hidden_layers": 28,
+        "hidden_size": 1024,
+        "intermediate_size": 3072,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "vocab_size": 151936,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+    },
+    "deepseek_v3": {
+        "model_type": "deepseek_v3",
+        "num_hidden_layers": 61,
+        "hidden_size": 7168,
+        "intermediate_size": 18432,
+        "num_attention_heads": 128,
+        "num_key_value_heads": 128,
+        "vocab_size": 129280,
+        "max_position_embeddings": 4096,
+        "n_routed_experts": 256,
+        "num_experts_per_tok": 8,
+        "moe_intermediate_size": 2048,
+        "n_shared_experts": 1,
+        "first_k_dense_replace": 3,
+        "q_lora_rank": 1536,
+        "kv_lora_rank": 512,
+        "qk_nope_head_dim": 128,
+        "qk_rope_head_dim": 64,
+        "v_head_dim": 128,
+        "moe_layer_freq": 1,
+    },
+    "gemma": {
+        "model_type": "gemma",
+        "num_hidden_layers": 28,
+        "hidden_size": 3072,
+        "intermediate_size": 24576,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "head_dim": 256,
+        "vocab_size": 256000,
+        "max_position_embeddings": 8192,
+    },
 }
 """One real-shaped config.json per family (the keys hf_config.py reads)."""
 LAYOUTS: dict[str, list[str]] = {
-    "deepseek_v3": ["--nodes", "64", "--dp", "64", "--pp", "8", "--ep", "64", "--zero", "1",
-                    "--seq-len", "4096"],
+    "deepseek_v3": [
+        "--nodes",
+        "64",
+        "--dp",
+        "64",
+        "--pp",
+        "8",
+        "--ep",
+        "64",
+        "--zero",
+        "1",
+        "--seq-len",
+        "4096",
+    ],
 }
 """Layouts the large families fit (the others take a small one of 8 GPUs)."""
-HF_KEYS = sorted({k for cfg in FAMILIES.values() for k in cfg} | {
-    "head_dim", "layer_types", "max_window_layers", "_name_or_path", "rope_theta"})
+HF_KEYS = sorted(
+    {k for cfg in FAMILIES.values() for k in cfg}
+    | {"head_dim", "layer_types", "max_window_layers", "_name_or_path", "rope_theta"}
+)
 
 
 @st.composite
 def hf_configs(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str]:
     family = draw(st.sampled_from(sorted(FAMILIES)))
     if draw(st.integers(0, 9)) == 0:
-        return family, draw(st.text(max_size=100) | st.sampled_from(
-            ["[]", "null", "{", '{"model_type": "llama", "model_type": "llama"}', "1e999"]))
+        return family, draw(
+            st.text(max_size=100)
+            | st.sampled_from(
+                ["[]", "null", "{", '{"model_type": "llama", "model_type": "llama"}', "1e999"]
+            )
+        )
     cfg = dict(FAMILIES[family])
     for _ in range(draw(st.integers(1, 3))):
         key = draw(st.sampled_from(HF_KEYS) | st.text(max_size=8))
@@ -397,9 +663,22 @@ def hf_configs(draw: st.DrawFn) -> tuple[str, dict[str, Any] | str]:
         elif action == "scale" and isinstance(cfg.get(key), int) and cfg[key] is not True:
             cfg[key] = cfg[key] * draw(st.sampled_from([0, -1, 2, 3, 10**6, 10**20])) or 0
         else:
-            cfg[key] = draw(values | st.sampled_from(
-                ["llama", "gemma2", "qwen3_next", "false", "4096", 4096.7, 4096.0,
-                 ["MixtralForCausalLM"], "evil[/]model"]))
+            cfg[key] = draw(
+                values
+                | st.sampled_from(
+                    [
+                        "llama",
+                        "gemma2",
+                        "qwen3_next",
+                        "false",
+                        "4096",
+                        4096.7,
+                        4096.0,
+                        ["MixtralForCausalLM"],
+                        "evil[/]model",
+                    ]
+                )
+            )
     return family, cfg
 
 
@@ -411,27 +690,91 @@ def test_hf_configs(case: tuple[str, dict[str, Any] | str], analytic: bool) -> N
     with scratch() as d:
         path = d / "config.json"
         path.write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
-        o = invoke(["predict", "--hf-config", str(path), *layout, "--json",
-                    *(["--analytic"] if analytic else [])])
+        o = invoke(
+            [
+                "predict",
+                "--hf-config",
+                str(path),
+                *layout,
+                "--json",
+                *(["--analytic"] if analytic else []),
+            ]
+        )
     if assert_refused_or_answered(o):
         assert_sane_prediction(json.loads(o.out))
 
 
 # ------------------------------------------------------------------------ --from-csv tables
-CSV_BASE = {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336, "num_heads": 32,
-            "num_kv_heads": 8, "vocab_size": 128256, "seq_len": 4096, "num_nodes": 1, "dp": 8}
+CSV_BASE = {
+    "num_layers": 32,
+    "hidden_size": 4096,
+    "ffn_hidden_size": 14336,
+    "num_heads": 32,
+    "num_kv_heads": 8,
+    "vocab_size": 128256,
+    "seq_len": 4096,
+    "num_nodes": 1,
+    "dp": 8,
+}
 cells = st.one_of(
-    st.sampled_from(["", "8", "1", "0", "-1", "8.0", "8.5", "nan", "inf", "1e400", "9" * 30,
-                     "true", "abc", "evil[/]x", '"1,2"', "H100", "full", "fp8", "torchtitan",
-                     "8b", "mixtral", "1.34G", "13b"]),
-    st.integers(-(2**40), 2**40).map(str), st.text(alphabet=st.characters(
-        exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8),
+    st.sampled_from(
+        [
+            "",
+            "8",
+            "1",
+            "0",
+            "-1",
+            "8.0",
+            "8.5",
+            "nan",
+            "inf",
+            "1e400",
+            "9" * 30,
+            "true",
+            "abc",
+            "evil[/]x",
+            '"1,2"',
+            "H100",
+            "full",
+            "fp8",
+            "torchtitan",
+            "8b",
+            "mixtral",
+            "1.34G",
+            "13b",
+        ]
+    ),
+    st.integers(-(2**40), 2**40).map(str),
+    st.text(
+        alphabet=st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=8
+    ),
 )
-columns = st.one_of(st.sampled_from(CONFIG_COLUMNS), st.sampled_from(
-    ["zero", "grad-accum", "num_layer", "note", "status", "mfu", "", " dp", "DP", "_note",
-     "model", "sp_degree", "gradient_checkpointing", "compute_dtype", "nproc_per_node",
-     "run_id", "pred_mfu", "error"]),
-    st.text(max_size=8))
+columns = st.one_of(
+    st.sampled_from(CONFIG_COLUMNS),
+    st.sampled_from(
+        [
+            "zero",
+            "grad-accum",
+            "num_layer",
+            "note",
+            "status",
+            "mfu",
+            "",
+            " dp",
+            "DP",
+            "_note",
+            "model",
+            "sp_degree",
+            "gradient_checkpointing",
+            "compute_dtype",
+            "nproc_per_node",
+            "run_id",
+            "pred_mfu",
+            "error",
+        ]
+    ),
+    st.text(max_size=8),
+)
 
 
 @st.composite
@@ -482,12 +825,14 @@ def test_from_csv(text: str, analytic: bool) -> None:
         o = invoke(["predict", "--from-csv", str(path), *(["--analytic"] if analytic else [])])
     if not assert_refused_or_answered(o, output_kept="error: every one of the"):
         if o.out:  # every row failed: the table of their errors was written first
-            out = pd.read_csv(io.StringIO(o.out), keep_default_na=False, na_values=[""],
-                              dtype={"error": str})
+            out = pd.read_csv(
+                io.StringIO(o.out), keep_default_na=False, na_values=[""], dtype={"error": str}
+            )
             assert out["error"].notna().all() and out["pred_mfu"].isna().all()
         return
-    out = pd.read_csv(io.StringIO(o.out), keep_default_na=False, na_values=[""],
-                      dtype={"error": str})
+    out = pd.read_csv(
+        io.StringIO(o.out), keep_default_na=False, na_values=[""], dtype={"error": str}
+    )
     import csv
 
     records = [r for r in csv.reader(io.StringIO(text)) if any(cell for cell in r)]
@@ -513,8 +858,12 @@ def _console_script() -> list[str]:
 def test_real_processes_never_crash(pairs: list[list[str]]) -> None:
     """As a user runs it: exit 0 or 2 (never 1, never a signal), no traceback on stderr."""
     extra = [a.replace("\x00", "") for pair in pairs for a in pair]
-    done = subprocess.run([*_console_script(), *BASE, *extra, "--json", "--analytic"],
-                          capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [*_console_script(), *BASE, *extra, "--json", "--analytic"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode in (0, 2), (done.returncode, done.stderr[-2000:])
     assert "Traceback" not in done.stderr
     if done.returncode == 2:
@@ -523,15 +872,17 @@ def test_real_processes_never_crash(pairs: list[list[str]]) -> None:
         assert_sane_prediction(json.loads(done.stdout))
 
 
-@pytest.mark.parametrize("argv", [
-    [*BASE, "--mbs", "9" * 400],
-    [*BASE, "--tp", "2.5"],
-    ["predict", "--hf-config", "/dev/null"],
-    ["predict", "--config", "/"],
-    ["nosuch"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [*BASE, "--mbs", "9" * 400],
+        [*BASE, "--tp", "2.5"],
+        ["predict", "--hf-config", "/dev/null"],
+        ["predict", "--config", "/"],
+        ["nosuch"],
+    ],
+)
 def test_real_processes_on_known_hostile_inputs(argv: list[str]) -> None:
-    done = subprocess.run([*_console_script(), *argv], capture_output=True, text=True,
-                          timeout=120)
+    done = subprocess.run([*_console_script(), *argv], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: "), done.stderr

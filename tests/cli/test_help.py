@@ -33,8 +33,9 @@ COMMANDS = sorted(_commands())
 
 
 def _help(args: list[str], columns: int = 80) -> str:
-    done = CliRunner().invoke(app, [*args, "--help"], env={"COLUMNS": str(columns)},
-                              prog_name="surrogate")
+    done = CliRunner().invoke(
+        app, [*args, "--help"], env={"COLUMNS": str(columns)}, prog_name="surrogate"
+    )
     assert done.exit_code == 0, done.output
     return done.output
 
@@ -77,4 +78,5 @@ def test_narrow_terminals_cut_nothing_either() -> None:
 def test_option_groups_name_configuration_fields() -> None:
     assert {f.name for f in fields(ModelOptions)} - {"model", "hf_config"} <= set(MODEL_FIELDS)
     assert {f.name for f in fields(LayoutOptions)} - {"global_batch_seqs"} <= set(
-        CLUSTER_FIELDS + LAYOUT_FIELDS)
+        CLUSTER_FIELDS + LAYOUT_FIELDS
+    )

@@ -14,15 +14,21 @@ PREDICT = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8"]
 @pytest.mark.parametrize(
     "argv,match",
     [
-        ([*PREDICT, "--tp", "2.5"], r"error: Invalid value for '--tp': .*integer.*, got '2\.5' "
-                                    r"\(see 'surrogate predict --help'\)"),
+        (
+            [*PREDICT, "--tp", "2.5"],
+            r"error: Invalid value for '--tp': .*integer.*, got '2\.5' "
+            r"\(see 'surrogate predict --help'\)",
+        ),
         ([*PREDICT, "--tp=abc"], r"error: Invalid value for '--tp': .*, got 'abc'"),
         ([*PREDICT, "--foo", "3"], r"error: No such option: --foo"),
         (["nosuch"], r"error: No such command 'nosuch'\. \(see 'surrogate --help'\)"),
         (["data", "nosuch"], r"error: No such command 'nosuch'\. \(see 'surrogate data --help'\)"),
         ([*PREDICT, "--tp"], r"error: Option '--tp' requires an argument"),
-        ([*PREDICT, "--sequence-parallel=yes"], r"error: Option '--sequence-parallel' does not "
-                                                r"take a value"),
+        (
+            [*PREDICT, "--sequence-parallel=yes"],
+            r"error: Option '--sequence-parallel' does not "
+            r"take a value",
+        ),
         (["search", "--model", "8b", "--trials", "many"], r"error: Invalid value for '--trials'"),
     ],
 )
@@ -53,11 +59,18 @@ def test_no_command_shows_the_help_and_exits_2(capsys):
 def _options_without_help(command, path=()):
     """``command option`` for each option (of every subcommand) that shows no help text."""
     if hasattr(command, "commands"):
-        return [found for name, sub in command.commands.items()
-                for found in _options_without_help(sub, (*path, name))]
-    return [f"{' '.join(path)} {param.opts[0]}" for param in command.params
-            if getattr(param, "param_type_name", "") == "option" and param.name != "help"
-            and not getattr(param, "help", None)]
+        return [
+            found
+            for name, sub in command.commands.items()
+            for found in _options_without_help(sub, (*path, name))
+        ]
+    return [
+        f"{' '.join(path)} {param.opts[0]}"
+        for param in command.params
+        if getattr(param, "param_type_name", "") == "option"
+        and param.name != "help"
+        and not getattr(param, "help", None)
+    ]
 
 
 def test_every_option_of_every_command_says_what_it_is():

@@ -18,12 +18,36 @@ import surrogate
 from surrogate.cli import main
 
 PROGRAMS = {"training", "microbench"}
-PREDICT = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-           "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
-           "--framework", "nanotron", "--analytic", "--json"]
-SCRIPT = ("import sys; from surrogate.cli import entry; sys.argv = ['surrogate', *sys.argv[1:]]\n"
-          "import atexit; atexit.register(lambda: print('PROGRAMS', sorted({m.split('.')[0] "
-          "for m in sys.modules} & {'training', 'microbench'}), file=sys.stderr))\nentry()")
+PREDICT = [
+    "predict",
+    "--model",
+    "8b",
+    "--gpu",
+    "H100-SXM-80GB",
+    "--nodes",
+    "4",
+    "--dp",
+    "8",
+    "--tp",
+    "4",
+    "--pp",
+    "1",
+    "--mbs",
+    "2",
+    "--grad-accum",
+    "16",
+    "--zero",
+    "1",
+    "--framework",
+    "nanotron",
+    "--analytic",
+    "--json",
+]
+SCRIPT = (
+    "import sys; from surrogate.cli import entry; sys.argv = ['surrogate', *sys.argv[1:]]\n"
+    "import atexit; atexit.register(lambda: print('PROGRAMS', sorted({m.split('.')[0] "
+    "for m in sys.modules} & {'training', 'microbench'}), file=sys.stderr))\nentry()"
+)
 
 
 def _app_module() -> ModuleType:
@@ -40,10 +64,14 @@ def _imported_programs(path: Path) -> list[str]:
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
             names = [node.module]
-        elif (isinstance(node, ast.Call) and node.args
-              and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)
-              and getattr(node.func, "attr", getattr(node.func, "id", None))
-              in ("import_module", "__import__")):
+        elif (
+            isinstance(node, ast.Call)
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and getattr(node.func, "attr", getattr(node.func, "id", None))
+            in ("import_module", "__import__")
+        ):
             names = [node.args[0].value]
         found += [f"{path}:{node.lineno} {n}" for n in names if n.split(".")[0] in PROGRAMS]
     return found
@@ -58,12 +86,17 @@ def test_the_library_imports_no_program():
 
 def test_the_scan_finds_program_imports_and_not_library_modules(tmp_path):
     sample = tmp_path / "sample.py"
-    sample.write_text("import training.train\nfrom microbench.suite import plan\n"
-                      "from surrogate import microbench_table\n"
-                      "from surrogate.ingest import microbench_jsonl\nimport microbenchmarks\n"
-                      "from .training import x\nimportlib.import_module('training.cli')\n")
+    sample.write_text(
+        "import training.train\nfrom microbench.suite import plan\n"
+        "from surrogate import microbench_table\n"
+        "from surrogate.ingest import microbench_jsonl\nimport microbenchmarks\n"
+        "from .training import x\nimportlib.import_module('training.cli')\n"
+    )
     assert [h.split(" ")[1] for h in _imported_programs(sample)] == [
-        "training.train", "microbench.suite", "training.cli"]
+        "training.train",
+        "microbench.suite",
+        "training.cli",
+    ]
 
 
 def test_the_programs_are_declared_as_plugins():
@@ -80,8 +113,9 @@ def test_help_lists_the_plugin_commands(capsys):
 
 
 def test_a_cold_predict_imports_no_program():
-    done = subprocess.run([sys.executable, "-c", SCRIPT, *PREDICT], capture_output=True,
-                          text=True, check=True)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, *PREDICT], capture_output=True, text=True, check=True
+    )
     assert "PROGRAMS []" in done.stderr, done.stderr
     assert 0 < json.loads(done.stdout)["mfu"] < 1
 
@@ -128,8 +162,9 @@ class _MissingExtraPlugin(_BrokenPlugin):
 
 
 def test_a_broken_plugin_breaks_only_its_own_command(unloaded, monkeypatch, capsys):
-    monkeypatch.setattr(unloaded, "plugin_entry_points",
-                        lambda: [_BrokenPlugin(), _MissingExtraPlugin()])
+    monkeypatch.setattr(
+        unloaded, "plugin_entry_points", lambda: [_BrokenPlugin(), _MissingExtraPlugin()]
+    )
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert " broken " in out and "(unavailable: ImportError: cannot import name" in out
@@ -141,12 +176,14 @@ def test_a_broken_plugin_breaks_only_its_own_command(unloaded, monkeypatch, caps
         captured = capsys.readouterr()
         assert captured.err == (
             "error: 'surrogate broken' is unavailable: its plugin broken.cli:register failed to "
-            "load (ImportError: cannot import name 'solver' from 'broken.core')\n"), argv
+            "load (ImportError: cannot import name 'solver' from 'broken.core')\n"
+        ), argv
         assert captured.out == ""
     assert main(["gpu-only"]) == 2
     assert capsys.readouterr().err.endswith(
         "(running microbenchmarks needs torch, which is not installed: "
-        "pip install 'surrogate[microbench]')\n")
+        "pip install 'surrogate[microbench]')\n"
+    )
     assert main(["half"]) == 2  # what the broken plugin registered before failing is gone
     assert capsys.readouterr().err.startswith("error: No such command 'half'.")
 

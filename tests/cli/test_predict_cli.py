@@ -18,12 +18,40 @@ from surrogate.config.training import CONFIG_COLUMNS, config_to_flat
 from surrogate.errors import ConfigError
 from surrogate.prediction.predict import PRED_COLUMNS, RUNS_AS_ANOTHER, resolve_model
 
-FLAGS = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-         "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
-         "--framework", "nanotron"]
-LAYOUT = dict(gpu="H100-SXM-80GB", num_nodes=4, dp=8, tp=4, pp=1, mbs=2, grad_accum=16,
-              zero_stage=1, framework="nanotron")
-
+FLAGS = [
+    "predict",
+    "--model",
+    "8b",
+    "--gpu",
+    "H100-SXM-80GB",
+    "--nodes",
+    "4",
+    "--dp",
+    "8",
+    "--tp",
+    "4",
+    "--pp",
+    "1",
+    "--mbs",
+    "2",
+    "--grad-accum",
+    "16",
+    "--zero",
+    "1",
+    "--framework",
+    "nanotron",
+]
+LAYOUT = dict(
+    gpu="H100-SXM-80GB",
+    num_nodes=4,
+    dp=8,
+    tp=4,
+    pp=1,
+    mbs=2,
+    grad_accum=16,
+    zero_stage=1,
+    framework="nanotron",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -61,27 +89,51 @@ def test_the_parameter_set_used_is_said(capsys):
     """Which fitted set (or the default set) the analytic model used; torchtitan on one GPU
     trains under autocast and takes pytorch/autocast's set, and says so."""
     assert run_json(capsys, [*FLAGS, "--json"])["analytic_parameters"] == {
-        "set": "nanotron/pp-fix", "fitted": True, "source": "fitted"}
+        "set": "nanotron/pp-fix",
+        "fitted": True,
+        "source": "fitted",
+    }
     assert main(FLAGS) == 0  # the Playbook's cluster terms stay on the Playbook's profile
     out = " ".join(capsys.readouterr().out.split())
     assert "(cluster-scoped terms: the default set's, not hf-playbook-cluster's)" in out
     megatron = [*FLAGS, "--framework", "megatron"]
     assert run_json(capsys, [*megatron, "--json"])["analytic_parameters"] == {
-        "set": "megatron/core", "fitted": False, "source": "default"}
+        "set": "megatron/core",
+        "fitted": False,
+        "source": "default",
+    }
     assert main(megatron) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "analytic parameters: the default set (megatron/core has none of its own" in out
-    titan = ["predict", "--model", "playbook-1.34b", "--nodes", "1", "--framework", "torchtitan",
-             "--seq-len", "4096"]
+    titan = [
+        "predict",
+        "--model",
+        "playbook-1.34b",
+        "--nodes",
+        "1",
+        "--framework",
+        "torchtitan",
+        "--seq-len",
+        "4096",
+    ]
     for layout, fitted_set, why in (
-        (["--gpus-per-node", "1", "--zero", "0"], "pytorch/autocast",
-         "torchtitan/main trains under torch.autocast here"),
-        (["--gpus-per-node", "8", "--dp", "8", "--zero", "3"], "pytorch-fsdp2/bf16",
-         "torchtitan/main shards with FSDP2 alone here"),
+        (
+            ["--gpus-per-node", "1", "--zero", "0"],
+            "pytorch/autocast",
+            "torchtitan/main trains under torch.autocast here",
+        ),
+        (
+            ["--gpus-per-node", "8", "--dp", "8", "--zero", "3"],
+            "pytorch-fsdp2/bf16",
+            "torchtitan/main shards with FSDP2 alone here",
+        ),
     ):
         args = [*titan, *layout]
         assert run_json(capsys, [*args, "--json"])["analytic_parameters"] == {
-            "set": fitted_set, "fitted": True, "source": "fitted"}
+            "set": fitted_set,
+            "fitted": True,
+            "source": "fitted",
+        }
         assert main(args) == 0
         out = " ".join(capsys.readouterr().out.split())
         assert f"analytic parameters: {fitted_set}'s fitted set ({why})" in out
@@ -122,26 +174,46 @@ def test_dp_replicate_flag(capsys):
     full = run_json(capsys, [*megatron, "--json"])
     copies = run_json(capsys, [*megatron, "--dp-replicate", "2", "--json"])
     assert copies["config"]["dp_replicate"] == 2 and full["config"]["dp_replicate"] == 1
-    assert copies["memory_gib"]["optimizer"] == pytest.approx(
-        2 * full["memory_gib"]["optimizer"])
+    assert copies["memory_gib"]["optimizer"] == pytest.approx(2 * full["memory_gib"]["optimizer"])
     assert main([*megatron, "--dp-replicate", "2"]) == 0
     assert "zero=1 (sharded over dp x cp / 2, 2 copies)" in " ".join(
-        capsys.readouterr().out.split())
+        capsys.readouterr().out.split()
+    )
     assert main([*FLAGS, "--dp-replicate", "2"]) == 2
     assert "nanotron shards over every data-parallel rank" in capsys.readouterr().err
 
 
 def test_pipeline_schedule_flag(capsys):
     """--pp-schedule afab: every micro-batch in flight, shown in the layout line."""
-    piped = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "1", "--pp", "4",
-             "--mbs", "1", "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
+    piped = [
+        "predict",
+        "--model",
+        "8b",
+        "--nodes",
+        "4",
+        "--dp",
+        "8",
+        "--tp",
+        "1",
+        "--pp",
+        "4",
+        "--mbs",
+        "1",
+        "--grad-accum",
+        "16",
+        "--zero",
+        "1",
+        "--framework",
+        "nanotron",
+    ]
     onef = run_json(capsys, [*piped, "--json"])
     afab = run_json(capsys, [*piped, "--pp-schedule", "afab", "--json"])
     assert afab["config"]["pp_schedule"] == "afab" and onef["config"]["pp_schedule"] == "1f1b"
     # 16 micro-batches in flight on the first stage instead of 4; the few unsharded tensors
     # per micro-batch beyond the first (tests/analytic/test_memory.py) keep it from exact
     assert afab["memory_gib"]["activations"] == pytest.approx(
-        16 / 4 * onef["memory_gib"]["activations"], rel=0.01)
+        16 / 4 * onef["memory_gib"]["activations"], rel=0.01
+    )
     assert afab["step_time_s"] == pytest.approx(onef["step_time_s"])
     assert main([*piped, "--pp-schedule", "afab"]) == 0
     assert "pp=4 (afab) cp=1" in capsys.readouterr().out
@@ -168,8 +240,11 @@ def test_oom_verdict(capsys):
         (["--zero", "3"], r"error: framework nanotron implements zero_stage 0 or 1, got 3"),
         (["--framework", "deepspeed"], r"error: framework must be one of "),
         (["--gpu", "A100", "--dtype", "fp8"], r"error: dtype 'fp8' needs a GPU with FP8"),
-        (["--global-batch-seqs", "100"], r"error: dp \* grad_accum \* mbs must equal the "
-                                         r"global batch of 100 sequences"),
+        (
+            ["--global-batch-seqs", "100"],
+            r"error: dp \* grad_accum \* mbs must equal the "
+            r"global batch of 100 sequences",
+        ),
         (["--model", "7b"], r"error: model must be one of "),
     ],
 )
@@ -200,9 +275,15 @@ def test_config_files(tmp_path, capsys, fmt, nested):
     data = {"model": "8b", **LAYOUT}
     if nested:
         data = {
-            "model": {"num_layers": 32, "hidden_size": 4096, "ffn_hidden_size": 14336,
-                      "num_heads": 32, "num_kv_heads": 8, "vocab_size": 128256,
-                      "seq_len": 8192},
+            "model": {
+                "num_layers": 32,
+                "hidden_size": 4096,
+                "ffn_hidden_size": 14336,
+                "num_heads": 32,
+                "num_kv_heads": 8,
+                "vocab_size": 128256,
+                "seq_len": 8192,
+            },
             "cluster": {"gpu": "H100", "num_nodes": 4},
             "layout": {k: v for k, v in LAYOUT.items() if k not in ("gpu", "num_nodes")},
         }
@@ -222,25 +303,50 @@ def test_config_files(tmp_path, capsys, fmt, nested):
     [
         ("bad.yaml", "dp: [1, 2", r"error: .*bad\.yaml: cannot parse"),
         ("list.json", "[1, 2]", r"error: .*list\.json: a configuration file holds a mapping"),
-        ("float.yaml", "model: 8b\nnum_nodes: 4\ndp: 8.5\ntp: 4", r"error: dp must be an "
-                                                                   r"integer, got 8\.5"),
+        (
+            "float.yaml",
+            "model: 8b\nnum_nodes: 4\ndp: 8.5\ntp: 4",
+            r"error: dp must be an "
+            r"integer, got 8\.5",
+        ),
         # unknown keys name the nearest valid one instead of silently taking defaults
-        ("zero.yaml", "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\nzero: 1",
-         r"error: .*zero\.yaml: unknown key 'zero'; did you mean 'zero_stage'\?"),
-        ("dash.yaml", "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\ngrad-accum: 16",
-         r"error: .*unknown key 'grad-accum'; did you mean 'grad_accum'\?"),
-        ("typo.json", '{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "foo": 1}',
-         r"error: .*typo\.json: unknown key 'foo'; keys must be configuration columns: "
-         r"num_layers, "),
-        ("section.yaml", "model: 8b\ncluster: {num_nodes: 4}\nlayout: {dp: 8, tp: 4, gpu: A100}",
-         r"error: .*section\.yaml: 'gpu' belongs under cluster:, not layout:"),
+        (
+            "zero.yaml",
+            "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\nzero: 1",
+            r"error: .*zero\.yaml: unknown key 'zero'; did you mean 'zero_stage'\?",
+        ),
+        (
+            "dash.yaml",
+            "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\ngrad-accum: 16",
+            r"error: .*unknown key 'grad-accum'; did you mean 'grad_accum'\?",
+        ),
+        (
+            "typo.json",
+            '{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "foo": 1}',
+            r"error: .*typo\.json: unknown key 'foo'; keys must be configuration columns: "
+            r"num_layers, ",
+        ),
+        (
+            "section.yaml",
+            "model: 8b\ncluster: {num_nodes: 4}\nlayout: {dp: 8, tp: 4, gpu: A100}",
+            r"error: .*section\.yaml: 'gpu' belongs under cluster:, not layout:",
+        ),
         # a key given twice: parsers keep the last silently
-        ("twice.yaml", "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\ntp: 8",
-         r"error: .*twice\.yaml: each key must appear once, got 'tp' twice \(line 5\)"),
-        ("twice.json", '{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "tp": 8}',
-         r"error: .*twice\.json: each key must appear once, got 'tp' twice"),
-        ("nested.yaml", "model: 8b\nnum_nodes: 4\ndp: 8\nlayout: {dp: 8, tp: 4}",
-         r"error: .*nested\.yaml: 'dp' is given twice"),
+        (
+            "twice.yaml",
+            "model: 8b\nnum_nodes: 4\ndp: 8\ntp: 4\ntp: 8",
+            r"error: .*twice\.yaml: each key must appear once, got 'tp' twice \(line 5\)",
+        ),
+        (
+            "twice.json",
+            '{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "tp": 8}',
+            r"error: .*twice\.json: each key must appear once, got 'tp' twice",
+        ),
+        (
+            "nested.yaml",
+            "model: 8b\nnum_nodes: 4\ndp: 8\nlayout: {dp: 8, tp: 4}",
+            r"error: .*nested\.yaml: 'dp' is given twice",
+        ),
     ],
 )
 def test_config_file_errors(tmp_path, capsys, name, content, match):
@@ -254,9 +360,28 @@ def test_config_file_errors(tmp_path, capsys, name, content, match):
 def test_a_torchtitan_job_toml_is_a_config_file(tmp_path, capsys):
     """The job TOML search writes for a layout reads back, in predict, to that layout."""
     launch = tmp_path / "launch"
-    found = run_json(capsys, ["search", "--model", "8b", "--nodes", "2", "--global-batch-seqs",
-                              "64", "--framework", "torchtitan", "--trials", "0", "--analytic",
-                              "--top-k", "3", "--json", "--launch-dir", str(launch)])
+    found = run_json(
+        capsys,
+        [
+            "search",
+            "--model",
+            "8b",
+            "--nodes",
+            "2",
+            "--global-batch-seqs",
+            "64",
+            "--framework",
+            "torchtitan",
+            "--trials",
+            "0",
+            "--analytic",
+            "--top-k",
+            "3",
+            "--json",
+            "--launch-dir",
+            str(launch),
+        ],
+    )
     tomls = sorted(launch.glob("*/config.toml"))
     assert len(tomls) == 3 and 'flavor = "8B"' in tomls[0].read_text()  # the preset's flavour
     for row, toml in zip(found["top"], tomls, strict=True):
@@ -280,18 +405,34 @@ tensor_parallel_degree = {tp}
 """
 
 
-@pytest.mark.parametrize("values,flags,match", [
-    (dict(flavor="8B", shard=-1, tp=2), [],
-     r"error: .*job\.toml: data_parallel_shard_degree = -1 fills the world, whose size the "
-     r"config does not give: pass --num-nodes N"),
-    (dict(flavor="debugmodel", shard=4, tp=2), [],  # torchtitan's default checkpointing
-     r"error: .*every 2-th block .* the model is unknown: pass --num-layers L or --model PRESET"),
-    (dict(flavor="8B", shard=1, tp=8), [],
-     r"error: .*job\.toml: tensor or pipeline parallelism without FSDP .* trains in fp32"),
-    (dict(flavor="8B", shard=4, tp=2), ["--nodes", "2"],
-     r"error: dp \* tp \* pp \* cp must equal"),
-    ("[training\n", [], r"error: .*job\.toml: not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "values,flags,match",
+    [
+        (
+            dict(flavor="8B", shard=-1, tp=2),
+            [],
+            r"error: .*job\.toml: data_parallel_shard_degree = -1 fills the world, whose size the "
+            r"config does not give: pass --num-nodes N",
+        ),
+        (
+            dict(flavor="debugmodel", shard=4, tp=2),
+            [],  # torchtitan's default checkpointing
+            r"error: .*every 2-th block .* the model is unknown: "
+            r"pass --num-layers L or --model PRESET",
+        ),
+        (
+            dict(flavor="8B", shard=1, tp=8),
+            [],
+            r"error: .*job\.toml: tensor or pipeline parallelism without FSDP .* trains in fp32",
+        ),
+        (
+            dict(flavor="8B", shard=4, tp=2),
+            ["--nodes", "2"],
+            r"error: dp \* tp \* pp \* cp must equal",
+        ),
+        ("[training\n", [], r"error: .*job\.toml: not valid TOML"),
+    ],
+)
 def test_torchtitan_job_toml_errors(tmp_path, capsys, values, flags, match):
     path = tmp_path / "job.toml"
     path.write_text(values if isinstance(values, str) else TITAN.format(**values))
@@ -316,13 +457,25 @@ def test_missing_config_file(tmp_path, capsys):
 
 
 def test_hf_config(tmp_path, capsys):
-    hf = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096,
-          "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
-          "vocab_size": 128256, "max_position_embeddings": 8192}
+    hf = {
+        "model_type": "llama",
+        "num_hidden_layers": 32,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "vocab_size": 128256,
+        "max_position_embeddings": 8192,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf))
-    argv = ["predict", "--hf-config", str(path),
-            *FLAGS[3:], "--json"]  # the layout flags, without --model
+    argv = [
+        "predict",
+        "--hf-config",
+        str(path),
+        *FLAGS[3:],
+        "--json",
+    ]  # the layout flags, without --model
     d = run_json(capsys, argv)
     ref = run_json(capsys, [*FLAGS, "--json"])
     assert d["config"] == ref["config"]
@@ -359,21 +512,40 @@ def test_a_table_without_framework_gets_one_answer_from_library_and_cli(tmp_path
     from surrogate.config.presets import get_preset
     from surrogate.config.training import TrainingConfig
 
-    rows = [config_to_flat(TrainingConfig(
-        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=2),
-        layout=LayoutConfig(dp=dp, tp=16 // dp, mbs=1, grad_accum=4, zero_stage=2,
-                            sequence_parallel=dp < 16)))
-        for dp in (4, 8, 16)]
+    rows = [
+        config_to_flat(
+            TrainingConfig(
+                model=get_preset("8b"),
+                cluster=ClusterConfig(num_nodes=2),
+                layout=LayoutConfig(
+                    dp=dp, tp=16 // dp, mbs=1, grad_accum=4, zero_stage=2, sequence_parallel=dp < 16
+                ),
+            )
+        )
+        for dp in (4, 8, 16)
+    ]
     table = pd.DataFrame(rows).drop(columns=["framework", "framework_version"])
     table.to_csv(tmp_path / "in.csv", index=False)
-    assert main(["predict", "--from-csv", str(tmp_path / "in.csv"), "--analytic", "--out",
-                 str(tmp_path / "out.csv")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--from-csv",
+                str(tmp_path / "in.csv"),
+                "--analytic",
+                "--out",
+                str(tmp_path / "out.csv"),
+            ]
+        )
+        == 0
+    )
     cli = pd.read_csv(tmp_path / "out.csv")
     library = predict(table, model=None)
     assert DEFAULT_FRAMEWORK == "torchtitan" and rows[0]["framework"] == DEFAULT_FRAMEWORK
     assert cli["pred_mfu"].tolist() == pytest.approx(library["pred_mfu"].tolist(), rel=1e-12)
     assert cli["pred_peak_mem_reserved_gib"].tolist() == pytest.approx(
-        library["pred_peak_mem_reserved_gib"].tolist(), rel=1e-12)
+        library["pred_peak_mem_reserved_gib"].tolist(), rel=1e-12
+    )
 
 
 def test_from_csv_to_stdout(tmp_path, capsys):
@@ -381,29 +553,40 @@ def test_from_csv_to_stdout(tmp_path, capsys):
     from surrogate.config.presets import get_preset
     from surrogate.config.training import TrainingConfig
 
-    cfg = TrainingConfig(model=get_preset("1.34b"), cluster=ClusterConfig(),
-                         layout=LayoutConfig(framework="nanotron", dp=8))
+    cfg = TrainingConfig(
+        model=get_preset("1.34b"),
+        cluster=ClusterConfig(),
+        layout=LayoutConfig(framework="nanotron", dp=8),
+    )
     src = tmp_path / "in.csv"
     pd.DataFrame([config_to_flat(cfg)]).to_csv(src, index=False)
     assert main(["predict", "--from-csv", str(src)]) == 0
     header = capsys.readouterr().out.splitlines()[0].split(",")
-    assert header[-len(PRED_COLUMNS) - 2:] == [*PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
+    assert header[-len(PRED_COLUMNS) - 2 :] == [*PRED_COLUMNS, RUNS_AS_ANOTHER, "error"]
 
 
 @pytest.mark.parametrize(
     "header,match",
     [
         # pandas would read the second dp as dp.1 and every reader would take the first
-        ("dp,tp,dp", r"error: .*in\.csv: each column must appear once in the header, got 'dp' "
-                     r"again as column 9"),
-        ("dp,tp,zero", r"error: .*in\.csv: column 'zero' is not a configuration column; did "
-                       r"you mean 'zero_stage'\?"),
+        (
+            "dp,tp,dp",
+            r"error: .*in\.csv: each column must appear once in the header, got 'dp' "
+            r"again as column 9",
+        ),
+        (
+            "dp,tp,zero",
+            r"error: .*in\.csv: column 'zero' is not a configuration column; did "
+            r"you mean 'zero_stage'\?",
+        ),
     ],
 )
 def test_from_csv_bad_columns(tmp_path, capsys, header, match):
     src = tmp_path / "in.csv"
-    src.write_text(f"num_layers,hidden_size,ffn_hidden_size,num_heads,vocab_size,seq_len,"
-                   f"{header}\n16,2048,8192,32,131072,4096,8,1,1\n")
+    src.write_text(
+        f"num_layers,hidden_size,ffn_hidden_size,num_heads,vocab_size,seq_len,"
+        f"{header}\n16,2048,8192,32,131072,4096,8,1,1\n"
+    )
     assert main(["predict", "--from-csv", str(src)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and re.match(match, err), err
@@ -474,15 +657,45 @@ def test_a_megatron_recipe_says_the_defaults_it_assumed(capsys, name):
     """Llama 3 70B as NVIDIA's performance table runs it on 64 H100s (tp 4, pp 8, vp 5, mbs 1,
     gbs 256, seq 8,192, FP8): the distributed optimizer and sequence parallelism are taken
     from the framework's documented defaults, and the output says so."""
-    argv = ["predict", "--model", "70b", "--gpu", "H100", "--nodes", "8", "--dp", "2",
-            "--tp", "4", "--pp", "8", "--vpp", "5", "--mbs", "1", "--grad-accum", "128",
-            "--seq-len", "8192", "--dtype", "fp8", "--framework", name]
+    argv = [
+        "predict",
+        "--model",
+        "70b",
+        "--gpu",
+        "H100",
+        "--nodes",
+        "8",
+        "--dp",
+        "2",
+        "--tp",
+        "4",
+        "--pp",
+        "8",
+        "--vpp",
+        "5",
+        "--mbs",
+        "1",
+        "--grad-accum",
+        "128",
+        "--seq-len",
+        "8192",
+        "--dtype",
+        "fp8",
+        "--framework",
+        name,
+    ]
     assert main(argv) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "zero=1" in out and "sp=True" in out and "megatron/core" in out
     assert "megatron defaults assumed (megatron-bridge 0.3.1, megatron-core 0.16.1):" in out
-    for said in ("distributed optimizer on", "sequence parallel on", "recompute none",
-                 "fp8 recipe tensorwise", "tp comm overlap on", "overlap grad reduce on"):
+    for said in (
+        "distributed optimizer on",
+        "sequence parallel on",
+        "recompute none",
+        "fp8 recipe tensorwise",
+        "tp comm overlap on",
+        "overlap grad reduce on",
+    ):
         assert said in out
     assert main([*argv, "--zero", "0"]) == 0  # given: no longer an assumption
     assert "distributed optimizer" not in capsys.readouterr().out
@@ -515,8 +728,22 @@ def test_without_a_network_the_interval_holds_the_clusters_spread(capsys, monkey
     measured at the profile curve's own bandwidth the prediction is the same and its interval
     the narrower one, inside the other (the bundled learned model's)."""
     monkeypatch.setattr("surrogate.prediction.predict.resolve_model", resolve_model)
-    flags = [*FLAGS, "--profile", "hf-playbook-cluster", "--model", "playbook-8.86b",
-             "--nodes", "32", "--dp", "32", "--pp", "2", "--grad-accum", "4", "--json"]
+    flags = [
+        *FLAGS,
+        "--profile",
+        "hf-playbook-cluster",
+        "--model",
+        "playbook-8.86b",
+        "--nodes",
+        "32",
+        "--dp",
+        "32",
+        "--pp",
+        "2",
+        "--grad-accum",
+        "4",
+        "--json",
+    ]
     plain = run_json(capsys, flags)
     spread = plain["network"]["measured_spread"]
     assert spread["p10_gbps"] < spread["median_gbps"] < spread["p90_gbps"]
@@ -528,11 +755,17 @@ def test_without_a_network_the_interval_holds_the_clusters_spread(capsys, monkey
     assert plain["mfu_hi"] / plain["mfu_lo"] > known["mfu_hi"] / known["mfu_lo"]
 
 
-@pytest.mark.parametrize("value,match", [
-    ("fast", r"error: --network must be an nccl-tests all_reduce_perf log \(a file\) or a "
-             r"measured all-reduce bus bandwidth"),
-    ("0GBps", r"error: --network must be a positive bus bandwidth"),
-])
+@pytest.mark.parametrize(
+    "value,match",
+    [
+        (
+            "fast",
+            r"error: --network must be an nccl-tests all_reduce_perf log \(a file\) or a "
+            r"measured all-reduce bus bandwidth",
+        ),
+        ("0GBps", r"error: --network must be a positive bus bandwidth"),
+    ],
+)
 def test_a_bad_network_is_one_line(capsys, value, match):
     assert main([*FLAGS, "--profile", "hf-playbook-cluster", "--network", value]) == 2
     captured = capsys.readouterr()
@@ -548,14 +781,36 @@ def test_from_csv_reads_a_table_of_predictions_under_older_names(tmp_path):
 
     flat = dict(LAYOUT) | {"model": "8b"}
     pd.DataFrame([flat]).to_csv(tmp_path / "in.csv", index=False)
-    assert main(["predict", "--from-csv", str(tmp_path / "in.csv"), "--analytic", "--out",
-                 str(tmp_path / "new.csv")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--from-csv",
+                str(tmp_path / "in.csv"),
+                "--analytic",
+                "--out",
+                str(tmp_path / "new.csv"),
+            ]
+        )
+        == 0
+    )
     new = pd.read_csv(tmp_path / "new.csv")
     older = {n: o for o, n in RENAMED_COLUMNS.items() if n in new.columns}
     assert {"pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_hi_gib"} <= set(older)
     new.rename(columns=older).to_csv(tmp_path / "old.csv", index=False)
-    assert main(["predict", "--from-csv", str(tmp_path / "old.csv"), "--analytic", "--out",
-                 str(tmp_path / "again.csv")]) == 0
+    assert (
+        main(
+            [
+                "predict",
+                "--from-csv",
+                str(tmp_path / "old.csv"),
+                "--analytic",
+                "--out",
+                str(tmp_path / "again.csv"),
+            ]
+        )
+        == 0
+    )
     again = pd.read_csv(tmp_path / "again.csv")
     assert list(again.columns) == list(new.columns)
     pd.testing.assert_frame_equal(again, new)

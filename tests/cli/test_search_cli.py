@@ -14,14 +14,40 @@ from surrogate.cli import main
 from surrogate.cli.search import parse_nodes
 from surrogate.errors import ConfigError
 
-SMALL = ["--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16", "--max-cp", "1",
-         "--max-vpp", "1", "--max-mbs", "2", "--recompute", "none"]
+SMALL = [
+    "--model",
+    "1.34b",
+    "--nodes",
+    "1",
+    "--global-batch-seqs",
+    "16",
+    "--max-cp",
+    "1",
+    "--max-vpp",
+    "1",
+    "--max-mbs",
+    "2",
+    "--recompute",
+    "none",
+]
 
 
-def test_search_json_has_top_rules_and_enumeration(capsys: pytest.CaptureFixture[str],
-                                                   tmp_path: Path) -> None:
-    code = main(["search", *SMALL, "--json", "--top-k", "3",
-                 "--framework", "torchtitan", "--launch-dir", str(tmp_path / "launch")])
+def test_search_json_has_top_rules_and_enumeration(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code = main(
+        [
+            "search",
+            *SMALL,
+            "--json",
+            "--top-k",
+            "3",
+            "--framework",
+            "torchtitan",
+            "--launch-dir",
+            str(tmp_path / "launch"),
+        ]
+    )
     assert code == 0
     out = json.loads(capsys.readouterr().out)
     assert len(out["top"]) == 3
@@ -32,13 +58,23 @@ def test_search_json_has_top_rules_and_enumeration(capsys: pytest.CaptureFixture
     assert any((tmp_path / "launch").rglob("config.toml"))
 
 
-def test_search_with_a_storage_runs_optuna_trials(capsys: pytest.CaptureFixture[str],
-                                                    tmp_path: Path) -> None:
+def test_search_with_a_storage_runs_optuna_trials(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """--storage takes the optuna path (a shared study) though the space could be enumerated;
     it needs at least one trial."""
     url = f"sqlite:///{tmp_path / 'study.db'}"
-    args = ["search", *SMALL, "--framework", "torchtitan", "--analytic", "--storage", url,
-            "--study-name", "s1"]
+    args = [
+        "search",
+        *SMALL,
+        "--framework",
+        "torchtitan",
+        "--analytic",
+        "--storage",
+        url,
+        "--study-name",
+        "s1",
+    ]
     assert main([*args, "--trials", "60", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["optuna"]["trials"] == 60 and out["optuna"]["study"] == "s1"
@@ -47,8 +83,7 @@ def test_search_with_a_storage_runs_optuna_trials(capsys: pytest.CaptureFixture[
     assert "--trials must be >= 1, got 0" in capsys.readouterr().err
 
 
-def test_search_table(capsys: pytest.CaptureFixture[str],
-                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_table(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("COLUMNS", "80")
     assert main(["search", *SMALL, "--trials", "0"]) == 0
     text = capsys.readouterr().out
@@ -64,8 +99,9 @@ def test_search_table(capsys: pytest.CaptureFixture[str],
     assert "┃ tokens/s/GPU" in wide and "peak 80%" in wide
 
 
-def test_search_ranks_safe_and_shows_the_odds(capsys: pytest.CaptureFixture[str],
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_ranks_safe_and_shows_the_odds(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     assert main(["search", *SMALL, "--trials", "0", "--json", "--rank", "safe"]) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     lows = [r["pred_mfu_lo"] for r in top]
@@ -87,8 +123,9 @@ def test_search_ranks_safe_and_shows_the_odds(capsys: pytest.CaptureFixture[str]
     assert "rank safe" in capsys.readouterr().err
 
 
-def test_search_says_where_the_correction_gave_way(capsys: pytest.CaptureFixture[str],
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_search_says_where_the_correction_gave_way(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     import copy
 
     from surrogate.prediction import predict as prediction
@@ -122,13 +159,35 @@ def test_user_errors_are_one_line_exit_2(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_search_checkpoints_a_share_of_layers_and_names_frameworks(
-        capsys: pytest.CaptureFixture[str]) -> None:
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """With several frameworks each layout names its own; full recomputation of some layers
     shows as rc-full-kN (N layers of each stage)."""
-    args = ["search", "--model", "8b", "--nodes", "1", "--global-batch-seqs", "8",
-            "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "1", "--recompute", "full",
-            "--framework", "megatron,nanotron", "--trials", "0", "--json", "--top-k", "50",
-            "--analytic"]
+    args = [
+        "search",
+        "--model",
+        "8b",
+        "--nodes",
+        "1",
+        "--global-batch-seqs",
+        "8",
+        "--max-cp",
+        "1",
+        "--max-vpp",
+        "1",
+        "--max-mbs",
+        "1",
+        "--recompute",
+        "full",
+        "--framework",
+        "megatron,nanotron",
+        "--trials",
+        "0",
+        "--json",
+        "--top-k",
+        "50",
+        "--analytic",
+    ]
     assert main(args) == 0
     top = json.loads(capsys.readouterr().out)["top"]
     assert any(r["recompute_layers"] and "rc-full-k" in r["layout"] for r in top)
@@ -140,8 +199,9 @@ def test_search_checkpoints_a_share_of_layers_and_names_frameworks(
 
 
 @pytest.mark.slow
-def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                  monkeypatch: pytest.MonkeyPatch) -> None:
+def test_propose_then_score_round(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
     rnd = tmp_path / "round-1"
     args = ["propose", "--round", str(rnd), "--k", "3", *SMALL, "--num-layers", "12"]
@@ -151,8 +211,10 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     assert "round-1: 3 proposed runs" in table and "why" in table
     assert "best of all: " in table or "OOM edge" in table
     # said what it is
-    assert "best of all: the odds that the run completes" in " ".join(table.split()) or \
-        "best of all: " not in table
+    assert (
+        "best of all: the odds that the run completes" in " ".join(table.split())
+        or "best of all: " not in table
+    )
     assert "prediction: learned model" in table and "extrapolates:" in table
     assert main(args) == 2
     assert "never overwritten" in capsys.readouterr().err
@@ -160,12 +222,25 @@ def test_propose_then_score_round(tmp_path: Path, capsys: pytest.CaptureFixture[
     lo, mid, hi = (proposals[f"pred_peak_mem_reserved{end}_gib"] for end in ("_lo", "", "_hi"))
     assert (lo < mid).all()
     assert (mid < hi).all()
-    runs = proposals.assign(run_id=proposals["name"] + "/train-1", status="completed",
-                            mfu=0.3, source="synthetic")
+    runs = proposals.assign(
+        run_id=proposals["name"] + "/train-1", status="completed", mfu=0.3, source="synthetic"
+    )
     runs.to_csv(tmp_path / "runs.csv", index=False)
     capsys.readouterr()
-    assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv"),
-                 "--no-mlflow", "--json"]) == 0
+    assert (
+        main(
+            [
+                "score-round",
+                "--round",
+                str(rnd),
+                "--runs",
+                str(tmp_path / "runs.csv"),
+                "--no-mlflow",
+                "--json",
+            ]
+        )
+        == 0
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["metrics"]["measured"] == 3 and out["metrics"]["best_mfu_so_far"] == 0.3
     assert out["analytic_metrics"]["measured"] == 3
@@ -188,36 +263,87 @@ def test_every_layout_command_takes_every_shape_flag() -> None:
 
 
 def test_search_shape_flags_override_the_preset(capsys: pytest.CaptureFixture[str]) -> None:
-    args = ["search", "--model", "mixtral", "--nodes", "1", "--global-batch-seqs", "8",
-            "--max-cp", "1", "--max-vpp", "1", "--max-mbs", "1", "--recompute", "full",
-            "--trials", "0", "--analytic", "--json", "--top-k", "1"]
+    args = [
+        "search",
+        "--model",
+        "mixtral",
+        "--nodes",
+        "1",
+        "--global-batch-seqs",
+        "8",
+        "--max-cp",
+        "1",
+        "--max-vpp",
+        "1",
+        "--max-mbs",
+        "1",
+        "--recompute",
+        "full",
+        "--trials",
+        "0",
+        "--analytic",
+        "--json",
+        "--top-k",
+        "1",
+    ]
     assert main(args) == 0
     preset = json.loads(capsys.readouterr().out)["top"][0]
-    assert main([*args, "--num-layers", "8", "--moe-ffn-hidden-size", "4096",
-                 "--tie-embeddings"]) == 0
+    assert (
+        main([*args, "--num-layers", "8", "--moe-ffn-hidden-size", "4096", "--tie-embeddings"]) == 0
+    )
     custom = json.loads(capsys.readouterr().out)["top"][0]
     assert (preset["num_layers"], custom["num_layers"]) == (32, 8)
     assert custom["moe_ffn_hidden_size"] == 4096 and custom["tie_embeddings"]
 
 
 def test_heatmap_png_and_html(tmp_path: Path) -> None:
-    runs = pd.DataFrame({  # synthetic measured table
-        "model_name": ["playbook-1.34b"], "num_nodes": [1], "status": ["completed"],
-        "mfu": [0.3], "num_layers": [16], "hidden_size": [2048], "ffn_hidden_size": [8192],
-        "num_heads": [32], "vocab_size": [131072], "seq_len": [4096], "dp": [8],
-        "mbs": [2], "grad_accum": [1], "source": ["synthetic"]})
+    runs = pd.DataFrame(
+        {  # synthetic measured table
+            "model_name": ["playbook-1.34b"],
+            "num_nodes": [1],
+            "status": ["completed"],
+            "mfu": [0.3],
+            "num_layers": [16],
+            "hidden_size": [2048],
+            "ffn_hidden_size": [8192],
+            "num_heads": [32],
+            "vocab_size": [131072],
+            "seq_len": [4096],
+            "dp": [8],
+            "mbs": [2],
+            "grad_accum": [1],
+            "source": ["synthetic"],
+        }
+    )
     runs.to_csv(tmp_path / "measured.csv", index=False)
-    assert main(["heatmap", "--out", str(tmp_path / "fig"), "--model", "1.34b",
-                 "--nodes", "1,2", "--global-batch-seqs", "16",
-                 "--measured", str(tmp_path / "measured.csv"),
-                 "--profile", "hf-playbook-cluster"]) == 0
+    assert (
+        main(
+            [
+                "heatmap",
+                "--out",
+                str(tmp_path / "fig"),
+                "--model",
+                "1.34b",
+                "--nodes",
+                "1,2",
+                "--global-batch-seqs",
+                "16",
+                "--measured",
+                str(tmp_path / "measured.csv"),
+                "--profile",
+                "hf-playbook-cluster",
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "fig.png").stat().st_size > 1000
     page = (tmp_path / "fig.html").read_text()
     assert "measured" in page and "dp8" in page and "<table>" in page
 
 
-def test_heatmap_takes_model_as_every_command_does(tmp_path: Path,
-                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_heatmap_takes_model_as_every_command_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """``--model`` as in predict, search and propose; ``--models``, its former name, still
     works (hidden), and both at once is refused."""
     from surrogate.cli.heatmap import PLAYBOOK_MODELS
@@ -225,18 +351,28 @@ def test_heatmap_takes_model_as_every_command_does(tmp_path: Path,
     assert main(["heatmap", "--help"]) == 0
     text = " ".join(capsys.readouterr().out.split())
     assert "--model" in text and "--models" not in text and PLAYBOOK_MODELS in text
-    args = ["heatmap", "--out", str(tmp_path / "fig"), "--nodes", "1", "--global-batch-seqs",
-            "16", "--analytic"]
+    args = [
+        "heatmap",
+        "--out",
+        str(tmp_path / "fig"),
+        "--nodes",
+        "1",
+        "--global-batch-seqs",
+        "16",
+        "--analytic",
+    ]
     assert main([*args, "--models", "1.34b"]) == 0
     assert (tmp_path / "fig.png").exists()
     capsys.readouterr()
     assert main([*args, "--model", "1.34b", "--models", "3.57b"]) == 2
     assert capsys.readouterr().err == (
-        "error: give --model (--models is its former name), not both\n")
+        "error: give --model (--models is its former name), not both\n"
+    )
 
 
-def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixture[str],
-                                                      tmp_path: Path) -> None:
+def test_search_and_propose_take_the_cluster_profile(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """--profile, as predict takes it: a shipped profile by name (or a file); the line under
     the title names it; an unknown one is a one-line error before any scoring."""
     args = [*SMALL, "--trials", "0", "--profile", "hf-playbook-cluster"]
@@ -247,10 +383,12 @@ def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixtu
     assert space["hardware_speed"].startswith("hf-playbook-cluster")
     rnd = tmp_path / "r1"
     assert main(["propose", "--round", str(rnd), "--k", "2", *args[:-4], *args[-2:]]) == 0
-    assert json.loads((rnd / "round.json").read_text())["goal"]["profile"] == \
-        "hf-playbook-cluster"
-    for command in (["search", *SMALL], ["propose", "--round", str(tmp_path / "r2"), *SMALL],
-                    ["predict", "--model", "1.34b"]):
+    assert json.loads((rnd / "round.json").read_text())["goal"]["profile"] == "hf-playbook-cluster"
+    for command in (
+        ["search", *SMALL],
+        ["propose", "--round", str(tmp_path / "r2"), *SMALL],
+        ["predict", "--model", "1.34b"],
+    ):
         assert main([*command, "--profile", "no-such-cluster"]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and "shipped profiles" in err and "hf-playbook" in err
@@ -258,19 +396,27 @@ def test_search_and_propose_take_the_cluster_profile(capsys: pytest.CaptureFixtu
 
 
 def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     from surrogate.config.presets import get_preset
     from surrogate.layouts.space import LayoutSpace
     from surrogate.loop.active import propose
 
     db = tmp_path / "mlflow.db"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{db}")
-    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
-                        frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    space = LayoutSpace(
+        model=get_preset("1.34b"),
+        global_batch_seqs=16,
+        node_counts=(1,),
+        frameworks=("torchtitan",),
+        max_cp=1,
+        max_vpp=1,
+        max_mbs=2,
+    )
     rnd = propose(space, tmp_path / "round-1", k=2, model=None)  # type: ignore[arg-type]
-    pd.DataFrame({"run_id": ["elsewhere/1"], "status": ["completed"], "mfu": [0.3],
-                  "source": ["synthetic"]}).to_csv(tmp_path / "runs.csv", index=False)
+    pd.DataFrame(
+        {"run_id": ["elsewhere/1"], "status": ["completed"], "mfu": [0.3], "source": ["synthetic"]}
+    ).to_csv(tmp_path / "runs.csv", index=False)
     assert main(["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: none of the 1 runs matches a proposal of round 1")
@@ -278,36 +424,54 @@ def test_score_round_without_matching_runs_exits_2_and_logs_nothing(
 
 
 def test_score_round_without_mlflow_names_the_extra_before_scoring(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str],
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """After ``pip install -e .`` (no tracking extra), score-round's default MLflow record
     costs one line naming the extra, before the scoring; --no-mlflow scores without it."""
     from surrogate.config.presets import get_preset
     from surrogate.layouts.space import LayoutSpace
     from surrogate.loop.active import propose
 
-    space = LayoutSpace(model=get_preset("1.34b"), global_batch_seqs=16, node_counts=(1,),
-                        frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    space = LayoutSpace(
+        model=get_preset("1.34b"),
+        global_batch_seqs=16,
+        node_counts=(1,),
+        frameworks=("torchtitan",),
+        max_cp=1,
+        max_vpp=1,
+        max_mbs=2,
+    )
     rnd = propose(space, tmp_path / "round-1", k=2, model=None)  # type: ignore[arg-type]
     proposals = pd.read_csv(rnd / "proposals.csv")  # synthetic outcomes, made up by this test
-    proposals.assign(run_id=proposals["name"] + "/train-1", status="completed", mfu=0.3,
-                     source="synthetic").to_csv(tmp_path / "runs.csv", index=False)
+    proposals.assign(
+        run_id=proposals["name"] + "/train-1", status="completed", mfu=0.3, source="synthetic"
+    ).to_csv(tmp_path / "runs.csv", index=False)
     monkeypatch.setitem(sys.modules, "mlflow", None)  # an import of it now fails
     args = ["score-round", "--round", str(rnd), "--runs", str(tmp_path / "runs.csv")]
     assert main(args) == 2
     captured = capsys.readouterr()
     assert captured.err.splitlines() == [
         "error: score-round's MLflow record (--no-mlflow scores without it) needs mlflow, "
-        "which is not installed: pip install 'surrogate[tracking]'"]
+        "which is not installed: pip install 'surrogate[tracking]'"
+    ]
     assert captured.out == "" and not (rnd / "scores.json").exists()
     assert main([*args, "--no-mlflow"]) == 0
 
 
-def test_names_with_rich_markup_print_as_text(capsys: pytest.CaptureFixture[str],
-                                               tmp_path: Path) -> None:
-    hf = {"model_type": "llama", "_name_or_path": "evil[/]model[red]", "num_hidden_layers": 16,
-          "hidden_size": 2048, "intermediate_size": 8192, "num_attention_heads": 32,
-          "vocab_size": 131072, "max_position_embeddings": 4096, "tie_word_embeddings": True}
+def test_names_with_rich_markup_print_as_text(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    hf = {
+        "model_type": "llama",
+        "_name_or_path": "evil[/]model[red]",
+        "num_hidden_layers": 16,
+        "hidden_size": 2048,
+        "intermediate_size": 8192,
+        "num_attention_heads": 32,
+        "vocab_size": 131072,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+    }
     path = tmp_path / "config.json"
     path.write_text(json.dumps(hf))
     argv = ["search", "--hf-config", str(path), *SMALL[2:], "--trials", "0", "--analytic"]
@@ -324,8 +488,7 @@ def test_search_unknown_gpu_names_the_known_ones(capsys: pytest.CaptureFixture[s
 
 
 @pytest.mark.parametrize("top_k", ["1001", "1000000", str(10**30)])
-def test_search_top_k_is_capped_saying_why(top_k: str,
-                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_search_top_k_is_capped_saying_why(top_k: str, capsys: pytest.CaptureFixture[str]) -> None:
     from surrogate.layouts.search import MAX_TOP_K
 
     assert main(["search", *SMALL, "--trials", "0", "--top-k", top_k]) == 2
@@ -334,8 +497,9 @@ def test_search_top_k_is_capped_saying_why(top_k: str,
     assert err.count("\n") == 1
 
 
-def test_search_and_propose_take_the_network_of_the_day(capsys: pytest.CaptureFixture[str],
-                                                        tmp_path: Path) -> None:
+def test_search_and_propose_take_the_network_of_the_day(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
     """--network, as predict takes it: the search says which network it assumed and ranks
     under it; a round records its scale; a bandwidth over several node counts is a one-line
     error."""
@@ -348,11 +512,12 @@ def test_search_and_propose_take_the_network_of_the_day(capsys: pytest.CaptureFi
     assert slow["space"]["network"]["busbw_gbps"] == 20.0
     assert slow["top"][0]["pred_mfu"] <= plain["top"][0]["pred_mfu"]
     assert main(["search", *two, "--trials", "0", "--network", "20GBps"]) == 0
-    assert "network: measured: 20.0 GB/s all-reduce busbw at 2 nodes" in \
-        capsys.readouterr().out.replace("\n", " ")
+    assert (
+        "network: measured: 20.0 GB/s all-reduce busbw at 2 nodes"
+        in capsys.readouterr().out.replace("\n", " ")
+    )
     rnd = tmp_path / "r1"
-    assert main(["propose", "--round", str(rnd), "--k", "2", *two,
-                 "--network", "20GBps"]) == 0
+    assert main(["propose", "--round", str(rnd), "--k", "2", *two, "--network", "20GBps"]) == 0
     goal = json.loads((rnd / "round.json").read_text())["goal"]
     assert goal["profile"] == "hf-playbook-cluster" and 0 < goal["network_scale"] < 1
     assert "network: measured: 20.0 GB/s" in capsys.readouterr().out.replace("\n", " ")
@@ -372,10 +537,11 @@ def test_the_line_under_the_top_says_clear_lead_or_close_call() -> None:
         return pd.DataFrame({"p_best": p, "best_set": best_set(np.array(p))})
 
     assert best_set_line(top([0.95, 0.03, 0.02])) == (
-        "clear lead: #1 holds 95% of P(best); the model tells it apart from the others shown")
+        "clear lead: #1 holds 95% of P(best); the model tells it apart from the others shown"
+    )
     assert best_set_line(top([0.5, 0.05, 0.4, 0.05])) == (
-        "close call: #1 and #3 hold 90% of P(best) together; the model cannot tell which is "
-        "fastest")
+        "close call: #1 and #3 hold 90% of P(best) together; the model cannot tell which is fastest"
+    )
     assert "cannot tell the 2 shown apart" in str(best_set_line(top([0.5, 0.5])))
     assert best_set_line(top([float("nan")] * 2)) is None
     assert best_set_line(pd.DataFrame({"p_best": [0.4]})) is None

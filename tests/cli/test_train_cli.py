@@ -21,9 +21,24 @@ def sweep_file(playbook_subset, tmp_path):
 
 def test_train_json(sweep_file, tmp_path, capsys):
     out_dir = tmp_path / "model"
-    argv = ["train", "--no-playbook", "--sweeps", str(sweep_file), "--out", str(out_dir),
-            "--n-trials", "1", "--max-estimators", "15", "--protocol", "nodes", "--no-track",
-            "--storage", f"sqlite:///{tmp_path}/optuna.db", "--json"]
+    argv = [
+        "train",
+        "--no-playbook",
+        "--sweeps",
+        str(sweep_file),
+        "--out",
+        str(out_dir),
+        "--n-trials",
+        "1",
+        "--max-estimators",
+        "15",
+        "--protocol",
+        "nodes",
+        "--no-track",
+        "--storage",
+        f"sqlite:///{tmp_path}/optuna.db",
+        "--json",
+    ]
     assert main(argv) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["out_dir"] == str(out_dir) and report["mlflow"] is None
@@ -72,8 +87,20 @@ def test_train_checks_its_output_before_any_work(tmp_path, capsys):
 
 def test_train_can_take_a_saved_models_settings_instead_of_tuning(sweep_file, tmp_path, capsys):
     first, again = tmp_path / "first", tmp_path / "again"
-    base = ["train", "--no-playbook", "--sweeps", str(sweep_file), "--n-trials", "0",
-            "--max-estimators", "15", "--protocol", "nodes", "--no-track", "--json"]
+    base = [
+        "train",
+        "--no-playbook",
+        "--sweeps",
+        str(sweep_file),
+        "--n-trials",
+        "0",
+        "--max-estimators",
+        "15",
+        "--protocol",
+        "nodes",
+        "--no-track",
+        "--json",
+    ]
     assert main([*base, "--out", str(first)]) == 0
     capsys.readouterr()
     assert main([*base, "--out", str(again), "--settings-from", str(first)]) == 0
@@ -81,17 +108,27 @@ def test_train_can_take_a_saved_models_settings_instead_of_tuning(sweep_file, tm
     assert report["tuning"] == {}
     a, b = SurrogateModel.load(first), SurrogateModel.load(again)
     assert (b.status_params, b.mfu_params, b.mem_params) == (
-        a.status_params, a.mfu_params, a.mem_params)
-    tuned = [*base[:4], "--n-trials", "3", "--no-track", "--out", str(tmp_path / "x"),
-             "--settings-from", str(first)]
+        a.status_params,
+        a.mfu_params,
+        a.mem_params,
+    )
+    tuned = [
+        *base[:4],
+        "--n-trials",
+        "3",
+        "--no-track",
+        "--out",
+        str(tmp_path / "x"),
+        "--settings-from",
+        str(first),
+    ]
     assert main(tuned) == 2
     err = capsys.readouterr().err
     assert "--settings-from replaces tuning: give --n-trials 0, got 3" in err
     assert err.count("\n") == 1
 
 
-def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset, tmp_path,
-                                                                 capsys):
+def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset, tmp_path, capsys):
     """Runs of llm-foundry (no shipped parameters) in the training sweeps: the saved model
     carries their framework's fitted parameters, and `predict --analytic --model-dir` predicts
     under them, where `--analytic` alone keeps the shipped physics (the priors here)."""
@@ -108,9 +145,29 @@ def test_a_trained_framework_physics_serves_analytic_predictions(playbook_subset
     sweeps = tmp_path / "runs.parquet"
     write_sweeps(pd.concat([playbook_subset, mine], ignore_index=True), sweeps)
     out_dir = tmp_path / "model"
-    assert main(["train", "--no-playbook", "--sweeps", str(sweeps), "--out", str(out_dir),
-                 "--n-trials", "1", "--max-estimators", "15", "--protocol", "nodes",
-                 "--no-track", "--storage", f"sqlite:///{tmp_path}/optuna.db", "--json"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--no-playbook",
+                "--sweeps",
+                str(sweeps),
+                "--out",
+                str(out_dir),
+                "--n-trials",
+                "1",
+                "--max-estimators",
+                "15",
+                "--protocol",
+                "nodes",
+                "--no-track",
+                "--storage",
+                f"sqlite:///{tmp_path}/optuna.db",
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["own_physics"] == ["llm-foundry/composer-fsdp1"]
     assert "llm-foundry/composer-fsdp1" in report["correction_share"]
@@ -140,13 +197,31 @@ def test_train_says_where_the_correction_gave_way(tmp_path, capsys, monkeypatch)
 
     import training.train
 
-    model = SimpleNamespace(physics_sets_={}, correction_weight_by_framework_={
-        "nanotron/pp-fix": 1.0, "llm-foundry/composer-fsdp1": 0.25})
-    result = SimpleNamespace(tracked=None, evaluation={}, tuning={}, model=model,
-                             out_dir=tmp_path / "m", seconds=1.0)
+    model = SimpleNamespace(
+        physics_sets_={},
+        correction_weight_by_framework_={
+            "nanotron/pp-fix": 1.0,
+            "llm-foundry/composer-fsdp1": 0.25,
+        },
+    )
+    result = SimpleNamespace(
+        tracked=None, evaluation={}, tuning={}, model=model, out_dir=tmp_path / "m", seconds=1.0
+    )
     monkeypatch.setattr(training.train, "train", lambda *a, **k: result)
-    assert main(["train", "--no-playbook", "--out", str(tmp_path / "m"), "--n-trials", "0",
-                 "--no-track"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--no-playbook",
+                "--out",
+                str(tmp_path / "m"),
+                "--n-trials",
+                "0",
+                "--no-track",
+            ]
+        )
+        == 0
+    )
     out = " ".join(capsys.readouterr().out.split())
     assert "llm-foundry/composer-fsdp1: on its held-out runs" in out and "keeps 25%" in out
     assert "nanotron/pp-fix:" not in out

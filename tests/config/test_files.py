@@ -28,8 +28,7 @@ def row_by_row(table: pd.DataFrame) -> pd.DataFrame:
             continue
         keys.update(dict.fromkeys(model_values(str(cell), None)))
     for key in keys:
-        column = (out[key].astype(object).tolist() if key in out.columns
-                  else [None] * len(out))
+        column = out[key].astype(object).tolist() if key in out.columns else [None] * len(out)
         for i, row in enumerate(rows):
             cell = row["model"]
             if cell is None or (isinstance(cell, float) and cell != cell) or not str(cell).strip():
@@ -44,16 +43,19 @@ def row_by_row(table: pd.DataFrame) -> pd.DataFrame:
 def synthetic(rows: int, seed: int) -> pd.DataFrame:
     """A generated table: presets, blanks and own shape cells, mixed at random."""
     rng = np.random.default_rng(seed)
-    models = np.array(["8b", "70b", "1.34b", "mixtral-8x7b", "", None, float("nan"), " "],
-                      dtype=object)
+    models = np.array(
+        ["8b", "70b", "1.34b", "mixtral-8x7b", "", None, float("nan"), " "], dtype=object
+    )
     layers = rng.choice(np.array([16, np.nan, 8], dtype=float), rows)
-    table = pd.DataFrame({
-        "model": models[rng.integers(0, len(models), rows)],
-        "num_layers": layers,
-        "hidden_size": rng.choice(np.array(["", "2048", None], dtype=object), rows),
-        "dp": rng.integers(1, 9, rows),
-        "_note": [f"n{i}" for i in range(rows)],
-    })
+    table = pd.DataFrame(
+        {
+            "model": models[rng.integers(0, len(models), rows)],
+            "num_layers": layers,
+            "hidden_size": rng.choice(np.array(["", "2048", None], dtype=object), rows),
+            "dp": rng.integers(1, 9, rows),
+            "_note": [f"n{i}" for i in range(rows)],
+        }
+    )
     return table
 
 
@@ -65,8 +67,9 @@ def test_the_same_as_row_by_row(seed: int, rows: int) -> None:
 
 
 def test_a_row_of_its_own_keeps_its_cells_and_others_take_the_preset() -> None:
-    table = pd.DataFrame({"model": ["8b", "8b", None], "num_layers": [16, None, 4],
-                          "seq_len": [None, None, 128]})
+    table = pd.DataFrame(
+        {"model": ["8b", "8b", None], "num_layers": [16, None, 4], "seq_len": [None, None, 128]}
+    )
     out = expand_model_column(table, where="t.csv")
     assert out["num_layers"].tolist() == [16, 32, 4]
     assert out["seq_len"].tolist()[:2] == [8192, 8192] and out["seq_len"][2] == 128

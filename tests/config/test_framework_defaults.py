@@ -46,8 +46,11 @@ def test_the_lines_predict_and_search_print():
     from surrogate.config.framework_defaults import defaults_line, space_defaults_line
     from surrogate.config.layout import LayoutConfig
 
-    line = defaults_line(LayoutConfig(framework="nemo", tp=4, pp=2, dp=1, zero_stage=1,
-                                      sequence_parallel=True, dtype="fp8"))
+    line = defaults_line(
+        LayoutConfig(
+            framework="nemo", tp=4, pp=2, dp=1, zero_stage=1, sequence_parallel=True, dtype="fp8"
+        )
+    )
     assert line.startswith("megatron defaults assumed (megatron-bridge 0.3.1, megatron-core")
     assert "distributed optimizer on" in line and "sequence parallel on" in line
     assert "distributed optimizer" not in defaults_line(LayoutConfig(framework="megatron"))

@@ -42,9 +42,12 @@ def test_lookup_is_case_and_space_insensitive():
 
 
 def test_unknown_framework():
-    with pytest.raises(ConfigError, match=r"framework must be one of llm-foundry, megatron, "
-                                          r"nanotron, pytorch, pytorch-fsdp2, torchtitan, "
-                                          r"got 'colossal'"):
+    with pytest.raises(
+        ConfigError,
+        match=r"framework must be one of llm-foundry, megatron, "
+        r"nanotron, pytorch, pytorch-fsdp2, torchtitan, "
+        r"got 'colossal'",
+    ):
         get_framework("colossal")
 
 
@@ -54,8 +57,11 @@ def test_layout_accepts_exactly_the_implemented_zero_stages(name, zero_stage):
     if zero_stage in FRAMEWORKS[name].zero_stages:
         assert LayoutConfig(framework=name, zero_stage=zero_stage).zero_stage == zero_stage
     else:
-        with pytest.raises(ConfigError, match=rf"framework {name} implements zero_stage .*, "
-                                              rf"got {zero_stage}"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"framework {name} implements zero_stage .*, "
+            rf"got {zero_stage}",
+        ):
             LayoutConfig(framework=name, zero_stage=zero_stage)
 
 
@@ -65,8 +71,9 @@ def test_layout_versions(name):
     z = FRAMEWORKS[name].zero_stages[0]
     assert LayoutConfig(framework=name, zero_stage=z).framework_version == versions[-1]
     for v in versions:
-        assert LayoutConfig(framework=name, framework_version=v,
-                            zero_stage=z).framework_version == v
+        assert (
+            LayoutConfig(framework=name, framework_version=v, zero_stage=z).framework_version == v
+        )
     with pytest.raises(ConfigError, match=rf"framework_version for {name} must be one of "):
         LayoutConfig(framework=name, framework_version="no-such-version", zero_stage=z)
 
@@ -74,14 +81,22 @@ def test_layout_versions(name):
 @pytest.mark.parametrize(
     ("layout", "match"),
     [
-        (dict(framework="llm-foundry", dp=4, tp=2),
-         r"framework llm-foundry has no tensor parallelism: tp must be 1, got tp=2"),
-        (dict(framework="llm-foundry", dp=4, pp=2),
-         r"framework llm-foundry has no pipeline parallelism: pp must be 1, got pp=2"),
-        (dict(framework="llm-foundry", dp=4, cp=2),
-         r"framework llm-foundry has no context parallelism: cp must be 1, got cp=2"),
-        (dict(framework="torchtitan", zero_stage=1),
-         r"framework torchtitan implements zero_stage 0 or 2 or 3, got 1"),
+        (
+            dict(framework="llm-foundry", dp=4, tp=2),
+            r"framework llm-foundry has no tensor parallelism: tp must be 1, got tp=2",
+        ),
+        (
+            dict(framework="llm-foundry", dp=4, pp=2),
+            r"framework llm-foundry has no pipeline parallelism: pp must be 1, got pp=2",
+        ),
+        (
+            dict(framework="llm-foundry", dp=4, cp=2),
+            r"framework llm-foundry has no context parallelism: cp must be 1, got cp=2",
+        ),
+        (
+            dict(framework="torchtitan", zero_stage=1),
+            r"framework torchtitan implements zero_stage 0 or 2 or 3, got 1",
+        ),
     ],
 )
 def test_layout_refuses_what_the_framework_does_not_implement(layout, match):
@@ -89,8 +104,9 @@ def test_layout_refuses_what_the_framework_does_not_implement(layout, match):
         LayoutConfig(**layout)
 
 
-_LAYOUT = dict(dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="none",
-               sequence_parallel=True)
+_LAYOUT = dict(
+    dp=4, tp=2, pp=1, cp=1, ep=1, vpp=1, zero_stage=0, recompute="none", sequence_parallel=True
+)
 _RUNS = {"torchtitan": dict(zero_stage=2)}
 """Changes to ``_LAYOUT`` a framework runs as described (torchtitan: bf16 beside tp needs FSDP)."""
 
@@ -98,22 +114,41 @@ _RUNS = {"torchtitan": dict(zero_stage=2)}
 @pytest.mark.parametrize(
     ("name", "change", "match"),
     [
-        ("torchtitan", dict(sequence_parallel=False),
-         r"torchtitan's tensor parallelism always runs with sequence parallelism, got tp=2 "
-         r"sequence_parallel=False"),
-        ("torchtitan", dict(dp=1, tp=8, zero_stage=2),
-         r"zero_stage > 0 needs dp x cp > 1 \(torchtitan shards over its data- and "
-         r"context-parallel ranks; one has nothing to shard\), got dp=1 cp=1"),
-        ("torchtitan", dict(zero_stage=0),
-         r"torchtitan runs bf16 mixed precision beside tensor or pipeline parallelism only under "
-         r"sharded data parallelism \(FSDP\); zero_stage 0 with tp=2 pp=1 trains in fp32"),
-        ("torchtitan", dict(zero_stage=0, tp=1, pp=2, sequence_parallel=False),
-         r"zero_stage 0 with tp=1 pp=2 trains in fp32: zero_stage 0 needs tp = pp = 1"),
+        (
+            "torchtitan",
+            dict(sequence_parallel=False),
+            r"torchtitan's tensor parallelism always runs with sequence parallelism, got tp=2 "
+            r"sequence_parallel=False",
+        ),
+        (
+            "torchtitan",
+            dict(dp=1, tp=8, zero_stage=2),
+            r"zero_stage > 0 needs dp x cp > 1 \(torchtitan shards over its data- and "
+            r"context-parallel ranks; one has nothing to shard\), got dp=1 cp=1",
+        ),
+        (
+            "torchtitan",
+            dict(zero_stage=0),
+            r"torchtitan runs bf16 mixed precision beside tensor or pipeline parallelism only "
+            r"under sharded data parallelism \(FSDP\); zero_stage 0 with tp=2 pp=1 trains in "
+            r"fp32",
+        ),
+        (
+            "torchtitan",
+            dict(zero_stage=0, tp=1, pp=2, sequence_parallel=False),
+            r"zero_stage 0 with tp=1 pp=2 trains in fp32: zero_stage 0 needs tp = pp = 1",
+        ),
         ("megatron", dict(tp=1, dp=8), r"sequence_parallel needs tp > 1, got tp=1"),
-        ("nanotron", dict(recompute="selective"),
-         r"framework nanotron expresses recompute none or full, got 'selective'"),
-        ("nanotron", dict(pp=2, vpp=2),
-         r"framework nanotron has no interleaved pipeline schedule: vpp must be 1, got vpp=2"),
+        (
+            "nanotron",
+            dict(recompute="selective"),
+            r"framework nanotron expresses recompute none or full, got 'selective'",
+        ),
+        (
+            "nanotron",
+            dict(pp=2, vpp=2),
+            r"framework nanotron has no interleaved pipeline schedule: vpp must be 1, got vpp=2",
+        ),
     ],
 )
 def test_runs_as_another_says_why(name, change, match):
@@ -134,19 +169,31 @@ def test_pipeline_schedules_each_framework_runs():
     assert LayoutConfig(pp=4, framework="torchtitan", pp_schedule="afab").pp_schedule == "afab"
 
 
-@pytest.mark.parametrize("layout,message", [
-    (dict(pp=2, framework="megatron", pp_schedule="afab"),
-     "framework megatron has no pipeline schedule 'afab': pp_schedule must be one of 1f1b, "
-     "got 'afab'"),
-    (dict(pp=1, framework="torchtitan", pp_schedule="afab"),
-     "framework torchtitan runs a pipeline schedule only with pp > 1: pp_schedule must be "
-     "'1f1b' when pp=1, got 'afab'"),
-    (dict(pp=2, vpp=2, framework="torchtitan", pp_schedule="afab"),
-     "pp_schedule 'afab' has no interleaved form here: vpp must be 1, got vpp=2"),
-    (dict(framework="llm-foundry", pp_schedule="afab"),
-     "framework llm-foundry has no pipeline schedule 'afab': pp_schedule must be one of 1f1b"),
-    (dict(pp_schedule="gpipe"), "pp_schedule must be one of 1f1b, afab, got 'gpipe'"),
-])
+@pytest.mark.parametrize(
+    "layout,message",
+    [
+        (
+            dict(pp=2, framework="megatron", pp_schedule="afab"),
+            "framework megatron has no pipeline schedule 'afab': pp_schedule must be one of 1f1b, "
+            "got 'afab'",
+        ),
+        (
+            dict(pp=1, framework="torchtitan", pp_schedule="afab"),
+            "framework torchtitan runs a pipeline schedule only with pp > 1: pp_schedule must be "
+            "'1f1b' when pp=1, got 'afab'",
+        ),
+        (
+            dict(pp=2, vpp=2, framework="torchtitan", pp_schedule="afab"),
+            "pp_schedule 'afab' has no interleaved form here: vpp must be 1, got vpp=2",
+        ),
+        (
+            dict(framework="llm-foundry", pp_schedule="afab"),
+            "framework llm-foundry has no pipeline schedule 'afab': "
+            "pp_schedule must be one of 1f1b",
+        ),
+        (dict(pp_schedule="gpipe"), "pp_schedule must be one of 1f1b, afab, got 'gpipe'"),
+    ],
+)
 def test_schedules_a_framework_does_not_run_are_refused(layout, message):
     with pytest.raises(ConfigError, match=re.escape(message)):
         LayoutConfig(**layout)
@@ -178,18 +225,26 @@ def test_megatron_moe_with_tp_needs_sequence_parallelism():
     from surrogate.layouts.grid import space_table
     from surrogate.layouts.space import LayoutSpace
 
-    layout = dict(dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none",
-                  sequence_parallel=False)
+    layout = dict(
+        dp=4, tp=2, pp=1, cp=1, ep=2, vpp=1, zero_stage=0, recompute="none", sequence_parallel=False
+    )
     megatron = get_framework("megatron")
     assert megatron.runs_as_another(**{**layout, "ep": 1}) is None
     assert megatron.runs_as_another(**layout, moe=True) == (
         "megatron's MoE layer refuses tensor parallelism without sequence parallelism in "
-        "training: an MoE model with tp=2 needs sequence_parallel, got sequence_parallel=False")
+        "training: an MoE model with tp=2 needs sequence_parallel, got sequence_parallel=False"
+    )
     assert megatron.runs_as_another(**{**layout, "sequence_parallel": True}, moe=True) is None
     assert get_framework("nanotron").runs_as_another(**layout, moe=True) is None
     for model, no_sp in (("mixtral-8x7b", False), ("8b", True)):
-        space = LayoutSpace(model=get_preset(model), global_batch_seqs=64, node_counts=(1,),
-                            frameworks=("megatron",), max_cp=1, max_mbs=1)
+        space = LayoutSpace(
+            model=get_preset(model),
+            global_batch_seqs=64,
+            node_counts=(1,),
+            frameworks=("megatron",),
+            max_cp=1,
+            max_mbs=1,
+        )
         table = space_table(space)
         assert bool(((table["tp"] > 1) & ~table["sequence_parallel"].astype(bool)).any()) == no_sp
 
@@ -202,10 +257,18 @@ def test_megatron_aliases(alias: str) -> None:
     assert LayoutConfig(framework=alias, tp=2).framework == "megatron"
 
 
-MEGATRON_TERMS = ("keeps_bf16_gradients", "fp8_saves_quantized_inputs", "tp_comm_overlap",
-                  "fused_wgrad_accumulation", "fp8_head_in_bf16", "overlaps_dp_with_compute",
-                  "hopper_attention_speedup", "fp8_gemm_speedup", "activation_scale",
-                  "overlaps_interleaved_pp_comm")
+MEGATRON_TERMS = (
+    "keeps_bf16_gradients",
+    "fp8_saves_quantized_inputs",
+    "tp_comm_overlap",
+    "fused_wgrad_accumulation",
+    "fp8_head_in_bf16",
+    "overlaps_dp_with_compute",
+    "hopper_attention_speedup",
+    "fp8_gemm_speedup",
+    "activation_scale",
+    "overlaps_interleaved_pp_comm",
+)
 
 
 def test_megatron_terms_are_scoped_to_megatron():
@@ -224,7 +287,10 @@ def test_megatron_terms_are_scoped_to_megatron():
         if name != "megatron":
             assert {k: getattr(fw, k) for k in defaults} == defaults, name
     assert megatron.pipeline_split == "megatron"
-    for term in ("tp_comm_synchronous", "pipeline_keeps_fsdp_unsharded",
-                 "reduces_every_microbatch"):
+    for term in (
+        "tp_comm_synchronous",
+        "pipeline_keeps_fsdp_unsharded",
+        "reduces_every_microbatch",
+    ):
         assert getattr(FRAMEWORKS["torchtitan"], term), term
         assert not any(getattr(fw, term) for n, fw in FRAMEWORKS.items() if n != "torchtitan")

@@ -7,8 +7,14 @@ import pytest
 from surrogate.config.gpus import GPU_ALIASES, GPUS, canonical_gpu_name, get_gpu
 from surrogate.errors import ConfigError
 
-REQUIRED = ("H100-SXM-80GB", "H100-PCIe-80GB", "H200-SXM-141GB", "A100-SXM-40GB",
-            "A100-SXM-80GB", "B200-SXM-180GB")
+REQUIRED = (
+    "H100-SXM-80GB",
+    "H100-PCIe-80GB",
+    "H200-SXM-141GB",
+    "A100-SXM-40GB",
+    "A100-SXM-80GB",
+    "B200-SXM-180GB",
+)
 
 
 def test_table_holds_the_issue_gpus():
@@ -22,8 +28,9 @@ def test_every_entry_is_sane_and_cited(name):
     assert g.source.strip(), f"{name} has no source"
     assert 16 <= g.memory_gib <= 256
     assert 100e12 <= g.bf16_dense_flops <= 5e15
-    assert g.fp8_dense_flops is None or g.fp8_dense_flops == pytest.approx(2 * g.bf16_dense_flops,
-                                                                           rel=0.01)
+    assert g.fp8_dense_flops is None or g.fp8_dense_flops == pytest.approx(
+        2 * g.bf16_dense_flops, rel=0.01
+    )
     assert g.hbm_bw_bytes_per_s > g.intra_node_bw_bytes_per_s >= g.inter_node_bw_bytes_per_s > 0
     assert 0 < g.intra_node_latency_s <= g.inter_node_latency_s < 1e-3
 
@@ -41,15 +48,20 @@ def test_every_entry_is_sane_and_cited(name):
 def test_dense_bf16_peaks_match_datasheets(name, published_dense_bf16):
     got = GPUS[name].peak_flops("bf16")
     err = abs(got - published_dense_bf16) / published_dense_bf16
-    print(f"{name}: bf16 dense {got / 1e12:.1f} TFLOPS vs datasheet "
-          f"{published_dense_bf16 / 1e12:.1f}, rel. error {err:.2%}")
+    print(
+        f"{name}: bf16 dense {got / 1e12:.1f} TFLOPS vs datasheet "
+        f"{published_dense_bf16 / 1e12:.1f}, rel. error {err:.2%}"
+    )
     assert err < 0.005
 
 
 def test_a100_has_no_fp8():
     for name in ("A100-SXM-40GB", "A100-SXM-80GB"):
-        with pytest.raises(ConfigError, match=rf"dtype 'fp8' needs a GPU with FP8 tensor cores, "
-                                              rf"got gpu={name}"):
+        with pytest.raises(
+            ConfigError,
+            match=rf"dtype 'fp8' needs a GPU with FP8 tensor cores, "
+            rf"got gpu={name}",
+        ):
             GPUS[name].peak_flops("fp8")
     assert GPUS["H100-SXM-80GB"].peak_flops("fp8") > GPUS["H100-SXM-80GB"].peak_flops("bf16")
 
@@ -74,15 +86,25 @@ def test_canonical_names_are_case_insensitive():
 
 @pytest.mark.parametrize("bad", ["V100", "", "H100-SXM-40GB"])
 def test_unknown_gpu(bad):
-    with pytest.raises(ConfigError, match=r"gpu must be one of A100-SXM-40GB, .* \(or an alias "
-                                          r"such as H100\), got "):
+    with pytest.raises(
+        ConfigError,
+        match=r"gpu must be one of A100-SXM-40GB, .* \(or an alias "
+        r"such as H100\), got ",
+    ):
         get_gpu(bad)
 
 
-@pytest.mark.parametrize("name,rated,clock", [
-    ("H100-SXM-80GB", 700, 1830), ("H100-PCIe-80GB", 350, 1620), ("H100-NVL-94GB", 400, 1545),
-    ("H200-SXM-141GB", 700, 1830), ("H200-NVL-141GB", 600, 1545), ("H100-SXM-96GB", 700, 1830),
-])
+@pytest.mark.parametrize(
+    "name,rated,clock",
+    [
+        ("H100-SXM-80GB", 700, 1830),
+        ("H100-PCIe-80GB", 350, 1620),
+        ("H100-NVL-94GB", 400, 1545),
+        ("H200-SXM-141GB", 700, 1830),
+        ("H200-NVL-141GB", 600, 1545),
+        ("H100-SXM-96GB", 700, 1830),
+    ],
+)
 def test_hopper_parts_carry_power_and_the_clock_their_peak_implies(name, rated, clock):
     g = GPUS[name]
     assert g.rated_power_w == rated and g.power_limit_w == rated and g.sustained_scale == 1
@@ -126,10 +148,11 @@ def test_a_capped_gpu_predicts_slower_and_the_uncapped_unchanged():
     assert isinstance(resolve_perf_model("H100@500W"), PowerCapped)
 
     def tps(gpu: str) -> float:
-        cfg = TrainingConfig(model=get_preset("llama3-8b"),
-                             cluster=ClusterConfig(gpu=gpu, num_nodes=1),
-                             layout=LayoutConfig(framework="nanotron", dp=8, mbs=1, grad_accum=4,
-                                                 zero_stage=1))
+        cfg = TrainingConfig(
+            model=get_preset("llama3-8b"),
+            cluster=ClusterConfig(gpu=gpu, num_nodes=1),
+            layout=LayoutConfig(framework="nanotron", dp=8, mbs=1, grad_accum=4, zero_stage=1),
+        )
         return predict(cfg, model=None).tokens_per_s_per_gpu
 
     full, capped = tps("H100-SXM-80GB"), tps("H100-SXM-80GB@500W")

@@ -13,8 +13,17 @@ FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf_configs"
 
 
 def test_presets_named_by_the_issue_exist():
-    for name in ("playbook-1.34b", "playbook-3.57b", "playbook-8.86b", "playbook-80b",
-                 "playbook-469b", "llama3-8b", "llama3-70b", "llama3-405b", "mixtral-8x7b"):
+    for name in (
+        "playbook-1.34b",
+        "playbook-3.57b",
+        "playbook-8.86b",
+        "playbook-80b",
+        "playbook-469b",
+        "llama3-8b",
+        "llama3-70b",
+        "llama3-405b",
+        "mixtral-8x7b",
+    ):
         assert PRESETS[name].name == name
 
 

@@ -20,9 +20,12 @@ from surrogate.config.training import CONFIG_COLUMNS, config_from_flat, config_t
 from surrogate.errors import DataError, SurrogateError
 
 BASE = [
-    dict(config_to_flat(config_from_flat({**get_preset(name).__dict__, "gpu": "H100",
-                                          "num_nodes": 1, "dp": 8}))) for name in
-    ("llama3-8b", "playbook-1.34b")
+    dict(
+        config_to_flat(
+            config_from_flat({**get_preset(name).__dict__, "gpu": "H100", "num_nodes": 1, "dp": 8})
+        )
+    )
+    for name in ("llama3-8b", "playbook-1.34b")
 ]
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf_configs"
 
@@ -125,32 +128,62 @@ def test_missing_columns_take_defaults_and_a_missing_model_column_is_an_error():
 
 def test_mla_and_moe_models():
     model = model_from_hf_config(FIXTURES / "deepseek-v2.json", seq_len=4096)
-    row = config_to_flat(config_from_flat({**model.__dict__, "num_nodes": 8, "dp": 64,
-                                           "ep": 8}))
-    mixtral = config_to_flat(config_from_flat({**get_preset("mixtral-8x7b").__dict__,
-                                               "num_nodes": 1, "dp": 8, "ep": 8}))
-    df = pd.DataFrame([row, dict(row, ep=3), dict(row, qk_rope_head_dim=0),
-                       dict(row, head_dim=64), mixtral, dict(mixtral, experts_topk=9)])
+    row = config_to_flat(config_from_flat({**model.__dict__, "num_nodes": 8, "dp": 64, "ep": 8}))
+    mixtral = config_to_flat(
+        config_from_flat({**get_preset("mixtral-8x7b").__dict__, "num_nodes": 1, "dp": 8, "ep": 8})
+    )
+    df = pd.DataFrame(
+        [
+            row,
+            dict(row, ep=3),
+            dict(row, qk_rope_head_dim=0),
+            dict(row, head_dim=64),
+            mixtral,
+            dict(mixtral, experts_topk=9),
+        ]
+    )
     assert_same_as_rows(df)
 
 
 def test_megatron_folds_experts_in_a_table_as_one_row_at_a_time():
     """ep dividing tp x dp x cp but not dp x cp: a layout under Megatron-Core's parallel
     folding, refused under the other frameworks, column-wise as row by row."""
-    mixtral = config_to_flat(config_from_flat({
-        **get_preset("mixtral-8x7b").__dict__, "num_nodes": 2, "dp": 2, "tp": 4, "pp": 2,
-        "ep": 8, "framework": "megatron", "sequence_parallel": True}))
-    df = pd.DataFrame([mixtral, dict(mixtral, framework="torchtitan"),
-                       dict(mixtral, tp=2, dp=4, ep=8, framework="nanotron"),
-                       dict(mixtral, tp=1, dp=8, pp=2, ep=8)])
+    mixtral = config_to_flat(
+        config_from_flat(
+            {
+                **get_preset("mixtral-8x7b").__dict__,
+                "num_nodes": 2,
+                "dp": 2,
+                "tp": 4,
+                "pp": 2,
+                "ep": 8,
+                "framework": "megatron",
+                "sequence_parallel": True,
+            }
+        )
+    )
+    df = pd.DataFrame(
+        [
+            mixtral,
+            dict(mixtral, framework="torchtitan"),
+            dict(mixtral, tp=2, dp=4, ep=8, framework="nanotron"),
+            dict(mixtral, tp=1, dp=8, pp=2, ep=8),
+        ]
+    )
     assert_same_as_rows(df)
     assert validate_table(df).rows.tolist() == [0, 3]
 
 
-@settings(max_examples=60, deadline=None, derandomize=True,
-          suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.fixed_dictionaries(
-    {k: st.sampled_from(v) for k, v in list(CHANGES.items())[:12]}), min_size=1, max_size=6))
+@settings(
+    max_examples=60, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    st.lists(
+        st.fixed_dictionaries({k: st.sampled_from(v) for k, v in list(CHANGES.items())[:12]}),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_any_changes_answer_as_config_from_flat(changes):
     assert_same_as_rows(pd.DataFrame([dict(BASE[0], **c) for c in changes]))
 
@@ -168,8 +201,9 @@ def test_the_analytic_columns_of_a_table_are_those_of_its_configurations():
     assert from_table.keys() == from_configs.keys()
     for k in from_table:
         np.testing.assert_array_equal(from_table[k], from_configs[k], err_msg=k)
-    assert flat_table(configs)["framework_version"].tolist() == [r["framework_version"]
-                                                                 for r in BASE]
+    assert flat_table(configs)["framework_version"].tolist() == [
+        r["framework_version"] for r in BASE
+    ]
 
 
 def test_group_codes_keep_none_and_agree_between_small_and_large_tables():
@@ -217,12 +251,14 @@ def test_distinct_rows_number_rows_by_first_appearance(seed: int, width: int) ->
 
     rng = np.random.default_rng(seed)
     n = 300
-    makers = [lambda: rng.integers(0, 2**40, n) // rng.choice([1, 2**39], n),
-              lambda: rng.integers(0, 2**30, n),  # three of them overflow 62 bits
-              lambda: rng.choice(np.array([0.5, np.nan, 2.0]), n),
-              lambda: rng.choice(np.array([None, "a", "b"], dtype=object), n),
-              lambda: rng.integers(0, 2, n).astype(bool),
-              lambda: rng.integers(-3, 3, n).astype(np.int32)]
+    makers = [
+        lambda: rng.integers(0, 2**40, n) // rng.choice([1, 2**39], n),
+        lambda: rng.integers(0, 2**30, n),  # three of them overflow 62 bits
+        lambda: rng.choice(np.array([0.5, np.nan, 2.0]), n),
+        lambda: rng.choice(np.array([None, "a", "b"], dtype=object), n),
+        lambda: rng.integers(0, 2, n).astype(bool),
+        lambda: rng.integers(-3, 3, n).astype(np.int32),
+    ]
     arrays = [makers[int(rng.integers(len(makers)))]() for _ in range(width)]
     seen: dict[tuple[object, ...], int] = {}
     firsts: list[int] = []
@@ -254,8 +290,11 @@ def test_table_frame_keeps_text_as_python_objects():
     every value as it was."""
     from surrogate.config.table import table_frame
 
-    table = {"framework": np.array(["megatron", "torchtitan"], dtype=object),
-             "dp": np.array([8, 16]), "sequence_parallel": np.array([True, False])}
+    table = {
+        "framework": np.array(["megatron", "torchtitan"], dtype=object),
+        "dp": np.array([8, 16]),
+        "sequence_parallel": np.array([True, False]),
+    }
     frame = table_frame(table)
     assert frame["framework"].dtype == object
     assert frame.to_dict("list") == {k: v.tolist() for k, v in table.items()}

@@ -113,8 +113,17 @@ from robustness_runs import far_cases, model_cases, outputs_cases, search_cases
 
 def all_cases() -> dict[str, list[Case]]:
     out: dict[str, list[Case]] = {}
-    for gen in (usage_cases, hf_cases, config_cases, model_cases, far_cases, search_cases,
-                outputs_cases, new_user_cases, files_and_outputs_cases):
+    for gen in (
+        usage_cases,
+        hf_cases,
+        config_cases,
+        model_cases,
+        far_cases,
+        search_cases,
+        outputs_cases,
+        new_user_cases,
+        files_and_outputs_cases,
+    ):
         for case in gen():
             out.setdefault(case.cls, []).append(case)
     return out
@@ -139,18 +148,26 @@ def concurrent_appends(repeats: int, tally: Tally) -> None:
         chunks = []
         for i in range(8):
             chunk = d / f"chunk{i}.csv"
-            chunk.write_text(header + "".join(rows[i * n // 8:(i + 1) * n // 8]))
+            chunk.write_text(header + "".join(rows[i * n // 8 : (i + 1) * n // 8]))
             chunks.append(chunk)
         for r in range(repeats):
             table = d / f"t{r}.parquet"
-            procs = [subprocess.Popen([EXE, "ingest", str(chunk), "--into", str(table)],
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                      env=environment(d)) for chunk in chunks]
+            procs = [
+                subprocess.Popen(
+                    [EXE, "ingest", str(chunk), "--into", str(table)],
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                    env=environment(d),
+                )
+                for chunk in chunks
+            ]
             skipped = 0
             for chunk, p in zip(chunks, procs, strict=True):
                 out, err = p.communicate(timeout=600)
-                case = Case("concurrent appends", ("ingest", chunk.name, "--into", table.name),
-                            "answer")
+                case = Case(
+                    "concurrent appends", ("ingest", chunk.name, "--into", table.name), "answer"
+                )
                 verdict, why = classify(case, p.returncode, out, err, d)
                 m = re.search(r"read (\d+) rows from \d+ file\(s\), skipped (\d+)", out)
                 if verdict == "correct" and m is None:
@@ -161,15 +178,23 @@ def concurrent_appends(repeats: int, tally: Tally) -> None:
                 skipped += int(m.group(2)) if m else 0
             stored = len(pd.read_parquet(table)) if table.exists() else 0
             lost += abs(n - stored - skipped)
-            print(f"  repeat {r + 1}/{repeats}: {n} rows in, {stored} in the table, "
-                  f"{skipped} skipped", file=sys.stderr)
+            print(
+                f"  repeat {r + 1}/{repeats}: {n} rows in, {stored} in the table, "
+                f"{skipped} skipped",
+                file=sys.stderr,
+            )
     tally.rows_lost = lost
 
 
 # ------------------------------------------------------------------------ report
 def print_table(tallies: dict[str, Tally], seconds: float) -> None:
-    head = ["input class", "inputs", *(name for _, name in COLUMNS), "rows lost",
-            "slowest error (s)"]
+    head = [
+        "input class",
+        "inputs",
+        *(name for _, name in COLUMNS),
+        "rows lost",
+        "slowest error (s)",
+    ]
     rows = []
     total: Counter[str] = Counter()
     lost_total = 0
@@ -184,29 +209,54 @@ def print_table(tallies: dict[str, Tally], seconds: float) -> None:
         slowest = f"{t.slowest_s:.1f}" if t.slowest_s else ""  # refusals of <= 30 s limits
         rows.append([cls, str(n), *(str(t.counts[k]) for k, _ in COLUMNS), lost, slowest])
     slowest_all = max((t.slowest_s for t in tallies.values()), default=0.0)
-    rows.append(["total", str(sum(total.values())), *(str(total[k]) for k, _ in COLUMNS),
-                 str(lost_total), f"{slowest_all:.1f}"])
+    rows.append(
+        [
+            "total",
+            str(sum(total.values())),
+            *(str(total[k]) for k, _ in COLUMNS),
+            str(lost_total),
+            f"{slowest_all:.1f}",
+        ]
+    )
     widths = [max(len(r[i]) for r in [head, *rows]) for i in range(len(head))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)) + " |")
     print("| " + " | ".join("-" * w for w in widths) + " |")
     for r in rows:
-        cells = [r[0].ljust(widths[0]), *(c.rjust(w) for c, w in zip(r[1:], widths[1:],
-                                                                   strict=True))]
+        cells = [
+            r[0].ljust(widths[0]),
+            *(c.rjust(w) for c, w in zip(r[1:], widths[1:], strict=True)),
+        ]
         print("| " + " | ".join(cells) + " |")
     print(f"\n{sum(total.values())} inputs in {seconds:.0f} s")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--quick", action="store_true",
-                    help="every fourth input of each class, 2 repeats of the concurrent ingest")
-    ap.add_argument("--repeats", type=int, default=None,
-                    help="repeats of the 8 concurrent ingests (default 10; --quick 2)")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="every fourth input of each class, 2 repeats of the concurrent ingest",
+    )
+    ap.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help="repeats of the 8 concurrent ingests (default 10; --quick 2)",
+    )
     ap.add_argument("--jobs", type=int, default=2, help="inputs run at once (default 2)")
-    ap.add_argument("--only", action="append", choices=CLASSES, default=None,
-                    help="run only this class (repeatable)")
-    ap.add_argument("--show", type=int, default=5,
-                    help="failures to print per class, with their command lines (default 5)")
+    ap.add_argument(
+        "--only",
+        action="append",
+        choices=CLASSES,
+        default=None,
+        help="run only this class (repeatable)",
+    )
+    ap.add_argument(
+        "--show",
+        type=int,
+        default=5,
+        help="failures to print per class, with their command lines (default 5)",
+    )
     args = ap.parse_args()
     repeats = args.repeats if args.repeats is not None else (2 if args.quick else 10)
     chosen = set(args.only or CLASSES)
@@ -232,10 +282,9 @@ def main() -> int:
                 print(f"  {i}/{len(todo)}", file=sys.stderr)
     print_table(tallies, time.perf_counter() - start)
     for cls, t in tallies.items():
-        for r in t.failures[:args.show]:
+        for r in t.failures[: args.show]:
             argv = " ".join(map(repr_arg, r.case.argv))
-            print(f"\n[{cls}] {r.verdict}: {r.why}\n  surrogate {argv}  (expects "
-                  f"{r.case.expect})")
+            print(f"\n[{cls}] {r.verdict}: {r.why}\n  surrogate {argv}  (expects {r.case.expect})")
     return 1 if any(t.failures or t.rows_lost for t in tallies.values()) else 0
 
 

@@ -32,24 +32,46 @@ Check = Callable[[Path, str, str], str | None]
 """(case directory, stdout, stderr) of a run that exited 0 -> what is wrong, or None."""
 Verdict = Literal["clear", "correct", "traceback", "hang", "wrong", "other"]
 COLUMNS: tuple[tuple[Verdict, str], ...] = (
-    ("clear", "clear errors"), ("correct", "correct answers"), ("traceback", "tracebacks"),
-    ("hang", "hangs"), ("wrong", "silent wrong answers"), ("other", "other failures"))
-NEW_USER = ("profiles", "tracking stores", "YAML anchors", "batch tables", "torchtitan TOML",
-            "non-table files", "propose", "hf-config names", "flagged runs")
+    ("clear", "clear errors"),
+    ("correct", "correct answers"),
+    ("traceback", "tracebacks"),
+    ("hang", "hangs"),
+    ("wrong", "silent wrong answers"),
+    ("other", "other failures"),
+)
+NEW_USER = (
+    "profiles",
+    "tracking stores",
+    "YAML anchors",
+    "batch tables",
+    "torchtitan TOML",
+    "non-table files",
+    "propose",
+    "hf-config names",
+    "flagged runs",
+)
 """The classes of inputs a new user tried: files that are not what an option reads, stores
 that cannot take a run (before the work, and failing after it), YAML merge keys and alias
 bombs, batch columns the reader does not read, torchtitan values, propose's checks and hints,
 a config.json's name and sequence length, the runs the validator rejects."""
-FILES_AND_OUTPUTS = ("file arguments", "outputs", "lock waits", "concurrent rounds",
-                     "log parsers")
+FILES_AND_OUTPUTS = ("file arguments", "outputs", "lock waits", "concurrent rounds", "log parsers")
 """Files that are not regular (a FIFO, a device, a directory, a socket, a link to a device) or
 too large given to every file option; outputs that cannot be written (a full disk, a full or
 closed stdout, a width of 0, file-size and address-space limits); a table's lock held by a
 stopped or silent process; proposes into one new round at once; logs with a zero
 throughput."""
-CLASSES = ("concurrent appends", "usage errors", "hf-config", "config files, CSV",
-           "model integrity", "far-outside inputs", "search messages",
-           "score-round/train outputs", *NEW_USER, *FILES_AND_OUTPUTS)
+CLASSES = (
+    "concurrent appends",
+    "usage errors",
+    "hf-config",
+    "config files, CSV",
+    "model integrity",
+    "far-outside inputs",
+    "search messages",
+    "score-round/train outputs",
+    *NEW_USER,
+    *FILES_AND_OUTPUTS,
+)
 
 
 @dataclass(frozen=True)
@@ -106,8 +128,13 @@ EXE = surrogate_exe()
 
 def environment(d: Path) -> dict[str, str]:
     """MLflow in the case's directory, a fixed terminal width, no colour codes."""
-    return {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{d}/mlflow.db", "COLUMNS": "100",
-            "NO_COLOR": "1", "PYTHONWARNINGS": "default"}
+    return {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{d}/mlflow.db",
+        "COLUMNS": "100",
+        "NO_COLOR": "1",
+        "PYTHONWARNINGS": "default",
+    }
 
 
 def run_case(case: Case) -> Result:
@@ -136,11 +163,17 @@ def _run(case: Case, d: Path) -> Result:
     try:
         with open(os.devnull if case.stdout != "full" else "/dev/full", "w") as full:
             done = subprocess.run(
-                [EXE, *argv], cwd=d, stdin=subprocess.DEVNULL,
+                [EXE, *argv],
+                cwd=d,
+                stdin=subprocess.DEVNULL,
                 stdout=full if case.stdout == "full" else subprocess.PIPE,
-                stderr=subprocess.PIPE, text=True, errors="replace", timeout=case.timeout_s,
-                env=env, preexec_fn=_preexec(case) if case.stdout == "closed" or case.limits
-                else None)
+                stderr=subprocess.PIPE,
+                text=True,
+                errors="replace",
+                timeout=case.timeout_s,
+                env=env,
+                preexec_fn=_preexec(case) if case.stdout == "closed" or case.limits else None,
+            )
     except subprocess.TimeoutExpired:
         return Result(case, "hang", f"no answer within {case.timeout_s:.0f} s")
     seconds = time.perf_counter() - start
@@ -153,6 +186,7 @@ def _run(case: Case, d: Path) -> Result:
 
 def _preexec(case: Case) -> Callable[[], None]:
     """In the child before it runs: close stdout, set the resource limits."""
+
     def child() -> None:
         import resource
 
@@ -160,6 +194,7 @@ def _preexec(case: Case) -> Callable[[], None]:
             resource.setrlimit(which, (value, value))
         if case.stdout == "closed":
             os.close(1)
+
     return child
 
 
@@ -206,11 +241,16 @@ def sane(d: dict[str, Any]) -> str | None:
     return None
 
 
-def prediction(config: dict[str, Any] | None = None, *, extrapolates: bool = False,
-               differs: tuple[Sequence[str], tuple[str, ...]] | None = None) -> Check:
+def prediction(
+    config: dict[str, Any] | None = None,
+    *,
+    extrapolates: bool = False,
+    differs: tuple[Sequence[str], tuple[str, ...]] | None = None,
+) -> Check:
     """A JSON prediction that is sane, echoes ``config``, says it extrapolates (if asked), and
     whose value at ``differs[1]`` (a path into the JSON) differs from a baseline run of the
     command line ``differs[0]``."""
+
     def check(d: Path, out: str, err: str) -> str | None:
         try:
             got = json.loads(out)
@@ -230,6 +270,7 @@ def prediction(config: dict[str, Any] | None = None, *, extrapolates: bool = Fal
             if a == b:
                 return f"{'.'.join(differs[1])} = {a!r}, the same as without the key"
         return None
+
     return check
 
 
@@ -247,14 +288,20 @@ def baseline(argv: tuple[str, ...]) -> dict[str, Any]:
     """The JSON of a reference command line (run once)."""
     with _BASELINE_LOCK:
         if argv not in _BASELINES:
-            done = subprocess.run([EXE, *argv], capture_output=True, text=True, check=True,
-                                  env=environment(Path(tempfile.gettempdir())))
+            done = subprocess.run(
+                [EXE, *argv],
+                capture_output=True,
+                text=True,
+                check=True,
+                env=environment(Path(tempfile.gettempdir())),
+            )
             _BASELINES[argv] = json.loads(done.stdout)
         return _BASELINES[argv]
 
 
 def table_shows(*texts: str) -> Check:
     """The table output with a sane MFU, showing each of ``texts`` as written."""
+
     def check(d: Path, out: str, err: str) -> str | None:
         flat = " ".join(out.split())
         m = re.search(r"MFU: (\d+(?:\.\d+)?)%", flat)
@@ -264,15 +311,18 @@ def table_shows(*texts: str) -> Check:
             if text not in flat:
                 return f"{text!r} does not print as written"
         return None
+
     return check
 
 
 def csv_rows(n: int, errors: set[int]) -> Check:
     """``predict --from-csv`` output of ``n`` rows: rows ``errors`` carry an error and no
     prediction, the others a sane prediction and no error."""
+
     def check(d: Path, out: str, err: str) -> str | None:
-        rows = pd.read_csv(io.StringIO(out), keep_default_na=False, na_values=[""],
-                           dtype={"error": str})
+        rows = pd.read_csv(
+            io.StringIO(out), keep_default_na=False, na_values=[""], dtype={"error": str}
+        )
         if len(rows) != n:
             return f"{n} rows in, {len(rows)} out"
         for i, row in enumerate(rows.to_dict("records")):
@@ -282,6 +332,7 @@ def csv_rows(n: int, errors: set[int]) -> Check:
             if i not in errors and (message or not 0 < row["pred_mfu"] <= 1):
                 return f"row {i + 1}: error {message!r}, pred_mfu {row['pred_mfu']}"
         return None
+
     return check
 
 
@@ -296,6 +347,7 @@ def search_answer(*, pareto: bool = False) -> Check:
         if pareto and not got["pareto"]:
             return "an empty Pareto front" + ("" if got["notes"] else " without explanation")
         return None
+
     return check
 
 
@@ -303,4 +355,5 @@ def json_field(path: Sequence[str], test: Callable[[Any], bool], what: str) -> C
     def check(d: Path, out: str, err: str) -> str | None:
         value = dig(json.loads(out), path)
         return None if test(value) else f"{'.'.join(path)} = {value!r}, expected {what}"
+
     return check

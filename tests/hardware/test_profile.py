@@ -32,8 +32,9 @@ def test_gemm_efficiency_in_unit_interval_and_saturating(h100: CalibrationProfil
     for fp8 in (0.0, 1.0):
         eff = h100.gemm_efficiency(m, n, k, {"fp8": np.full(m.shape, fp8)})
         assert eff.shape == m.shape and ((eff > 0) & (eff <= 1)).all()
-    big = h100.gemm_efficiency(np.array([4096.0, 65536.0]), np.array([4096.0, 65536.0]),
-                               np.array([4096.0, 65536.0]), {})
+    big = h100.gemm_efficiency(
+        np.array([4096.0, 65536.0]), np.array([4096.0, 65536.0]), np.array([4096.0, 65536.0]), {}
+    )
     assert big[1] == pytest.approx(big[0])  # beyond the grid the edge value holds
 
 
@@ -44,17 +45,27 @@ def test_many_shapes_are_evaluated_once_each(h100: CalibrationProfile) -> None:
     rng = np.random.default_rng(0)
     size = 200_000
     cases = {
-        "whole": [rng.choice([1.0, 512, 4096, 2.0**22], size), rng.choice([128.0, 14336], size),
-                  rng.choice([4096.0, 3, 1e5], size)],
-        "fractional": [rng.choice([0.5, 512, 4096.5], size), rng.choice([128.0, 7.25], size),
-                       rng.choice([4096.0, 3], size)],
-        "wide": [rng.choice([1.0, 2.0**40], size), rng.choice([2.0**30, 8], size),
-                 rng.choice([4096.0, 3], size)],
+        "whole": [
+            rng.choice([1.0, 512, 4096, 2.0**22], size),
+            rng.choice([128.0, 14336], size),
+            rng.choice([4096.0, 3, 1e5], size),
+        ],
+        "fractional": [
+            rng.choice([0.5, 512, 4096.5], size),
+            rng.choice([128.0, 7.25], size),
+            rng.choice([4096.0, 3], size),
+        ],
+        "wide": [
+            rng.choice([1.0, 2.0**40], size),
+            rng.choice([2.0**30, 8], size),
+            rng.choice([4096.0, 3], size),
+        ],
     }
     cases["fractional"][0][7] = np.nan
     for name, (m, n, k) in cases.items():
-        one_by_one = np.array([curve(a, b, c) for a, b, c in zip(m[:50], n[:50], k[:50],
-                                                                strict=True)])
+        one_by_one = np.array(
+            [curve(a, b, c) for a, b, c in zip(m[:50], n[:50], k[:50], strict=True)]
+        )
         batch = curve(m, n, k)
         assert batch.shape == (size,), name
         np.testing.assert_array_equal(batch[:50], one_by_one, err_msg=name)
@@ -66,16 +77,18 @@ def test_many_shapes_are_evaluated_once_each(h100: CalibrationProfile) -> None:
 
 @pytest.mark.parametrize("op", COLLECTIVE_OPS)
 @pytest.mark.parametrize(("group", "inter"), [(2, 0), (4, 0), (8, 0), (16, 1), (64, 1)])
-def test_collective_times_monotone_in_size(h100: CalibrationProfile, op: str, group: int,
-                                           inter: int) -> None:
+def test_collective_times_monotone_in_size(
+    h100: CalibrationProfile, op: str, group: int, inter: int
+) -> None:
     s = np.asarray(2.0 ** np.arange(0, 40), dtype=np.float64)
     t = h100.collective_time_s(op, s, np.full(s.shape, group), np.full(s.shape, inter), {})
     assert (t > 0).all() and (np.diff(t) >= 0).all()
 
 
 def test_group_of_one_costs_nothing(h100: CalibrationProfile) -> None:
-    t = h100.collective_time_s("all_reduce", np.array([1e6, 1e6]), np.array([1.0, 8.0]),
-                               np.array([0.0, 0.0]), {})
+    t = h100.collective_time_s(
+        "all_reduce", np.array([1e6, 1e6]), np.array([1.0, 8.0]), np.array([0.0, 0.0]), {}
+    )
     assert t[0] == 0.0 and t[1] > 0
 
 
@@ -97,15 +110,21 @@ def test_a_batch_gives_each_row_its_own_time(name: str) -> None:
     group = 2.0 ** rng.integers(0, 12, n)
     inter = rng.integers(0, 2, n).astype(np.float64)
     local = np.minimum(group, 2.0 ** rng.integers(0, 4, n))
-    c = {"gpus_per_node": np.full(n, 8.0), "intra_node_bw": np.full(n, 4.5e11),
-         "inter_node_bw": np.full(n, 5e10), "intra_node_latency_s": np.full(n, 1e-5),
-         "inter_node_latency_s": np.full(n, 2e-5), "net_scale": rng.uniform(0.5, 1.2, n)}
+    c = {
+        "gpus_per_node": np.full(n, 8.0),
+        "intra_node_bw": np.full(n, 4.5e11),
+        "inter_node_bw": np.full(n, 5e10),
+        "intra_node_latency_s": np.full(n, 1e-5),
+        "inter_node_latency_s": np.full(n, 2e-5),
+        "net_scale": rng.uniform(0.5, 1.2, n),
+    }
     for op in COLLECTIVE_OPS:
         batch = profile.collective_time_s(op, size, group, inter, c, local)
         for i in range(0, n, 9):
             one = slice(i, i + 1)
-            alone = profile.collective_time_s(op, size[one], group[one], inter[one],
-                                              {k: v[one] for k, v in c.items()}, local[one])
+            alone = profile.collective_time_s(
+                op, size[one], group[one], inter[one], {k: v[one] for k, v in c.items()}, local[one]
+            )
             assert alone[0] == batch[i], (op, i)
 
 
@@ -136,10 +155,25 @@ def test_load_errors(tmp_path: Path) -> None:
     p.write_text(json.dumps({"schema_version": 99}))
     with pytest.raises(DataError, match="schema_version 1"):
         load_profile(p)
-    p.write_text(json.dumps({"schema_version": 1, "name": "x", "gpu": "y",
-                             "collectives": [{"op": "all_reduce", "group_size": 2,
-                                              "inter_node": False, "provenance": "measured",
-                                              "sizes_bytes": [2, 1], "times_s": [1, 2]}]}))
+    p.write_text(
+        json.dumps(
+            {
+                "schema_version": 1,
+                "name": "x",
+                "gpu": "y",
+                "collectives": [
+                    {
+                        "op": "all_reduce",
+                        "group_size": 2,
+                        "inter_node": False,
+                        "provenance": "measured",
+                        "sizes_bytes": [2, 1],
+                        "times_s": [1, 2],
+                    }
+                ],
+            }
+        )
+    )
     with pytest.raises(DataError, match="sizes must increase"):
         load_profile(p)
 

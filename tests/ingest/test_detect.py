@@ -23,8 +23,12 @@ NCCL = FIXTURES / "sweeps_nccl_all_reduce_excerpt.log"
 
 @pytest.mark.parametrize(
     ("path", "fmt"),
-    [(PLAYBOOK, "playbook"), (NANOTRON, "nanotron"), (TORCHTITAN, "torchtitan"),
-     (MEGATRON, "megatron")],
+    [
+        (PLAYBOOK, "playbook"),
+        (NANOTRON, "nanotron"),
+        (TORCHTITAN, "torchtitan"),
+        (MEGATRON, "megatron"),
+    ],
 )
 def test_detects_fixtures(path: Path, fmt: str) -> None:
     assert detect_format(path) == fmt
@@ -74,8 +78,12 @@ def test_ingest_many_formats_into_one_table(tmp_path: Path) -> None:
     result = ingest([TORCHTITAN], into, given={"num_nodes": "1"})
     table = read_sweeps(into)
     assert len(table) == 8 + 2 + 1
-    assert set(table["source"]) == {"hf_ultrascale_playbook", "bench_cluster", "megatron",
-                                    "torchtitan"}
+    assert set(table["source"]) == {
+        "hf_ultrascale_playbook",
+        "bench_cluster",
+        "megatron",
+        "torchtitan",
+    }
     # the Playbook excerpt's run with a pipeline deeper than its layers is kept, flagged
     everything = read_sweeps(into, flagged=True)
     assert len(everything) == 12 and everything["layout_problem"].notna().sum() == 1

@@ -48,10 +48,11 @@ def test_excerpt_rows_and_skips(excerpt) -> None:
     skips = {s.line: s.reason for s in report.skips}
     assert set(skips) == {25, 26, 27, 28, 29, 30, 33}
     assert all(s.path == str(EXCERPT) for s in report.skips)
-    assert "GlobalBatchSize must equal MicroBatchSize x GradAccum x # GPUs " \
-           "(12 x 4 x 8 = 384), got 380" in skips[25]
-    assert "Activation CPUOffload must be False: the analytic model has no CPU offload" \
-        in skips[26]
+    assert (
+        "GlobalBatchSize must equal MicroBatchSize x GradAccum x # GPUs "
+        "(12 x 4 x 8 = 384), got 380" in skips[25]
+    )
+    assert "Activation CPUOffload must be False: the analytic model has no CPU offload" in skips[26]
     assert skips[27].startswith("mpt-13b maps to parameters +93.1% off NumParams 6658859008")
     assert "Model must be one of 125m, 350m" in skips[28] and "got '2b'" in skips[28]
     assert "# GPUs must fill whole 8-GPU nodes (a multiple of 8), got 12" in skips[29]
@@ -111,18 +112,35 @@ def test_equivalent_mlp_matches_gelu_parameters() -> None:
 @pytest.mark.parametrize(
     ("size", "seq_len", "num_params"),
     # NumParams of the README's rows (A100 80GB table, 2048 tokens unless given)
-    [("125m", 2048, 125311488), ("125m", 65536, 174070272), ("350m", 2048, 355985408),
-     ("760m", 2048, 760470528), ("1b", 2048, 1315950592), ("3b", 2048, 2651837440),
-     ("7b", 2048, 6658859008), ("13b", 2048, 12853954560), ("30b", 8192, 30019254272),
-     ("70b", 2048, 64862437376)],
+    [
+        ("125m", 2048, 125311488),
+        ("125m", 65536, 174070272),
+        ("350m", 2048, 355985408),
+        ("760m", 2048, 760470528),
+        ("1b", 2048, 1315950592),
+        ("3b", 2048, 2651837440),
+        ("7b", 2048, 6658859008),
+        ("13b", 2048, 12853954560),
+        ("30b", 8192, 30019254272),
+        ("70b", 2048, 64862437376),
+    ],
 )
 def test_param_check_against_num_params(size: str, seq_len: int, num_params: int) -> None:
     hidden, layers, heads = MPT_SHAPES[size]
-    cfg = config_from_flat(dict(
-        num_layers=layers, hidden_size=hidden, ffn_hidden_size=equivalent_ffn(hidden),
-        num_heads=heads, vocab_size=50368, seq_len=seq_len, tie_embeddings=True,
-        framework="llm-foundry", zero_stage=3, dp=8,
-    ))
+    cfg = config_from_flat(
+        dict(
+            num_layers=layers,
+            hidden_size=hidden,
+            ffn_hidden_size=equivalent_ffn(hidden),
+            num_heads=heads,
+            vocab_size=50368,
+            seq_len=seq_len,
+            tie_embeddings=True,
+            framework="llm-foundry",
+            zero_stage=3,
+            dp=8,
+        )
+    )
     diff = param_check(cfg, num_params)
     print(f"mpt-{size} s={seq_len}: mapped parameters {diff:+.4%} vs NumParams - s h")
     # the rest is the yamls' biases: 13 h per layer and 2 h, ours has none (and 2 h of norms)
@@ -159,8 +177,10 @@ def test_full_readme() -> None:
 
     path = data_dir() / FULL
     if not path.exists():
-        pytest.skip(f"the shared llm-foundry README is absent ({path}); "
-                    "see ../shared/data/MANIFEST.md, sweeps/llmfoundry_mpt")
+        pytest.skip(
+            f"the shared llm-foundry README is absent ({path}); "
+            "see ../shared/data/MANIFEST.md, sweeps/llmfoundry_mpt"
+        )
     df, report = parse_llmfoundry(path)
     print(report.summary())
     assert report.rows_read == 216

@@ -8,8 +8,13 @@ import pytest
 
 from surrogate.ingest.megatron import config_values, parse_arguments, parse_megatron
 
-LOG = Path(__file__).resolve().parents[1] / "fixtures" / "sweeps_megatron" / "gpt_8b" / (
-    "train_2nodes.log")
+LOG = (
+    Path(__file__).resolve().parents[1]
+    / "fixtures"
+    / "sweeps_megatron"
+    / "gpt_8b"
+    / ("train_2nodes.log")
+)
 
 
 def test_arguments_block() -> None:
@@ -41,27 +46,38 @@ def test_without_arguments_block_flags_give_the_config(tmp_path: Path) -> None:
     text = LOG.read_text()
     start, end = text.index("---"), text.index("end of arguments")
     log = tmp_path / "run.log"
-    log.write_text(text[:start] + text[text.index("\n", end) + 1:])
+    log.write_text(text[:start] + text[text.index("\n", end) + 1 :])
     df, report = parse_megatron(log)
     assert df.empty and "needs the model columns" in report.skips[0].reason
-    given = {"model": "8b", "dp": "4", "tp": "2", "pp": "2", "grad_accum": "32",
-             "framework": "megatron"}
+    given = {
+        "model": "8b",
+        "dp": "4",
+        "tp": "2",
+        "pp": "2",
+        "grad_accum": "32",
+        "framework": "megatron",
+    }
     df, report = parse_megatron(log, given=given)
     assert report.skips == [] and len(df) == 1
     assert df["status"].iloc[0] == "completed"  # 30 of 30 iterations from the lines
 
 
-@pytest.mark.parametrize(("swiglu", "gated", "ffn"), [("True", True, 14336),
-                                                     ("False", False, 9557), (None, True, 14336)])
+@pytest.mark.parametrize(
+    ("swiglu", "gated", "ffn"), [("True", True, 14336), ("False", False, 9557), (None, True, 14336)]
+)
 def test_an_mlp_without_swiglu_is_gelu_at_its_equivalent_width(
-        tmp_path: Path, swiglu: str | None, gated: bool, ffn: int) -> None:
+    tmp_path: Path, swiglu: str | None, gated: bool, ffn: int
+) -> None:
     """Megatron without --swiglu trains a GELU MLP of width ffn_hidden_size: two matrices,
     read at the SwiGLU width of the same FLOPs (2 x 14336 / 3 = 9557); a block that does
     not print the flag reads as SwiGLU."""
     text = LOG.read_text()
     if swiglu is not None:
-        text = text.replace("  hidden_size ....", f"  swiglu .......................... {swiglu}\n"
-                            "  hidden_size ....", 1)
+        text = text.replace(
+            "  hidden_size ....",
+            f"  swiglu .......................... {swiglu}\n  hidden_size ....",
+            1,
+        )
     log = tmp_path / "run.log"
     log.write_text(text)
     df, report = parse_megatron(log)
@@ -80,51 +96,66 @@ def test_oom_run(tmp_path: Path) -> None:
     text = LOG.read_text()
     cut = text.index(" [2024-11-20 09:17:00]")
     log = tmp_path / "run.log"
-    log.write_text(text[:cut] + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
-                   "2.00 GiB.\n")
+    log.write_text(
+        text[:cut] + "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+    )
     df, _ = parse_megatron(log)
     assert df["status"].iloc[0] == "oom"
 
 
-def _recomputing(tmp_path: Path, method: str | None, layers: int | str | None,
-                 vpp: int | None = None) -> Path:
+def _recomputing(
+    tmp_path: Path, method: str | None, layers: int | str | None, vpp: int | None = None
+) -> Path:
     """The fixture's run with full recomputation by ``method`` over ``layers`` (lines that
     Megatron prints; absent where None)."""
-    extra = "".join(f"  {name} {'.' * 20} {value}\n" for name, value in
-                    (("recompute_method", method), ("recompute_num_layers", layers))
-                    if value is not None)
+    extra = "".join(
+        f"  {name} {'.' * 20} {value}\n"
+        for name, value in (("recompute_method", method), ("recompute_num_layers", layers))
+        if value is not None
+    )
     text = LOG.read_text().replace(
         "  recompute_granularity ........................... None\n",
-        "  recompute_granularity ........................... full\n" + extra)
+        "  recompute_granularity ........................... full\n" + extra,
+    )
     if vpp is not None:
-        text = text.replace("virtual_pipeline_model_parallel_size ............ None",
-                            f"virtual_pipeline_model_parallel_size ............ {vpp}")
+        text = text.replace(
+            "virtual_pipeline_model_parallel_size ............ None",
+            f"virtual_pipeline_model_parallel_size ............ {vpp}",
+        )
     log = tmp_path / "run.log"
     log.write_text(text)
     return log
 
 
-@pytest.mark.parametrize(("method", "layers", "vpp", "checkpointed"), [
-    ("block", 4, None, 4),     # the first 4 of the stage's 16 layers
-    ("block", 3, 2, 6),        # the first 3 of each of the rank's two chunks of 8
-    ("block", 16, None, 0),    # all of them: every layer
-    ("uniform", 1, None, 0),   # each layer its own unit: every layer
-    (None, None, None, 0),     # older logs: --checkpoint-activations, every layer
-])
-def test_full_recomputation_by_method(tmp_path: Path, method: str | None, layers: int | None,
-                                      vpp: int | None, checkpointed: int) -> None:
+@pytest.mark.parametrize(
+    ("method", "layers", "vpp", "checkpointed"),
+    [
+        ("block", 4, None, 4),  # the first 4 of the stage's 16 layers
+        ("block", 3, 2, 6),  # the first 3 of each of the rank's two chunks of 8
+        ("block", 16, None, 0),  # all of them: every layer
+        ("uniform", 1, None, 0),  # each layer its own unit: every layer
+        (None, None, None, 0),  # older logs: --checkpoint-activations, every layer
+    ],
+)
+def test_full_recomputation_by_method(
+    tmp_path: Path, method: str | None, layers: int | None, vpp: int | None, checkpointed: int
+) -> None:
     df, report = parse_megatron(_recomputing(tmp_path, method, layers, vpp))
     assert report.skips == []
     assert (df.iloc[0]["recompute"], df.iloc[0]["recompute_layers"]) == ("full", checkpointed)
 
 
-@pytest.mark.parametrize(("method", "layers", "said"), [
-    ("uniform", 2, "checkpoints units of 2 layers"),
-    ("block", "some", "recompute_num_layers must be an integer, got 'some'"),
-    ("random", 1, "recompute_method must be uniform or block, got 'random'"),
-])
+@pytest.mark.parametrize(
+    ("method", "layers", "said"),
+    [
+        ("uniform", 2, "checkpoints units of 2 layers"),
+        ("block", "some", "recompute_num_layers must be an integer, got 'some'"),
+        ("random", 1, "recompute_method must be uniform or block, got 'random'"),
+    ],
+)
 def test_recomputation_the_surrogate_cannot_read_is_a_skip_that_says_why(
-        tmp_path: Path, method: str, layers: int | str, said: str) -> None:
+    tmp_path: Path, method: str, layers: int | str, said: str
+) -> None:
     """Uniform units of 2 layers keep one input per unit and recompute the unit together: not
     the model's full recomputation, so not read as it; unreadable settings say what must
     hold."""
@@ -134,14 +165,16 @@ def test_recomputation_the_surrogate_cannot_read_is_a_skip_that_says_why(
 
 @pytest.mark.parametrize(("instances", "copies"), [("2", 2), ("1", 1), (None, 1)])
 def test_distributed_optimizer_instances_are_copies_of_the_shards(
-        tmp_path: Path, instances: str | None, copies: int) -> None:
+    tmp_path: Path, instances: str | None, copies: int
+) -> None:
     """Megatron's partial distributed optimizer (``num_distributed_optimizer_instances``)
     shards over dp / instances ranks, a copy per instance: dp_replicate."""
     text = LOG.read_text()
     if instances is not None:
         line = next(s for s in text.splitlines() if "use_distributed_optimizer" in s)
-        text = text.replace(line, line + "\n  num_distributed_optimizer_instances ............"
-                                         f" {instances}")
+        text = text.replace(
+            line, line + f"\n  num_distributed_optimizer_instances ............ {instances}"
+        )
     log = tmp_path / "run.log"
     log.write_text(text)
     df, report = parse_megatron(log)
@@ -149,15 +182,18 @@ def test_distributed_optimizer_instances_are_copies_of_the_shards(
     assert (df.iloc[0]["zero_stage"], df.iloc[0]["dp_replicate"]) == (1, copies)
 
 
-@pytest.mark.parametrize(("bf16", "fp16", "dtype"), [
-    ("True", "False", "bf16"), ("False", "True", "bf16"), ("False", "False", None)])
+@pytest.mark.parametrize(
+    ("bf16", "fp16", "dtype"),
+    [("True", "False", "bf16"), ("False", "True", "bf16"), ("False", "False", None)],
+)
 def test_precision(tmp_path: Path, bf16: str, fp16: str, dtype: str | None) -> None:
     """fp16 has bf16's tensor-core peak and bytes, so it reads as bf16; fp32 is not modelled:
     skipped with the reason, never read as bf16."""
     text = LOG.read_text().replace(
         "  bf16 ............................................ True\n",
         f"  bf16 ............................................ {bf16}\n"
-        f"  fp16 ............................................ {fp16}\n")
+        f"  fp16 ............................................ {fp16}\n",
+    )
     log = tmp_path / "run.log"
     log.write_text(text)
     df, report = parse_megatron(log)
@@ -174,8 +210,13 @@ def test_a_zero_iteration_time_is_a_counted_skip(tmp_path: Path, ms: str) -> Non
     import re
 
     log = tmp_path / LOG.name
-    log.write_text(re.sub(r"elapsed time per iteration \(ms\): [\d.]+",
-                          f"elapsed time per iteration (ms): {ms}", LOG.read_text()))
+    log.write_text(
+        re.sub(
+            r"elapsed time per iteration \(ms\): [\d.]+",
+            f"elapsed time per iteration (ms): {ms}",
+            LOG.read_text(),
+        )
+    )
     df, report = parse_megatron(log)
     assert df.empty
     assert report.skips[-1].reason == "the log's step time must be a positive number, got 0"

@@ -13,10 +13,21 @@ from surrogate.runs.microbench_table import rows_to_microbench
 
 
 def _row(size: float, t: float) -> dict[str, object]:
-    return {"op": "all_reduce", "dtype": "f32", "size_bytes": size, "group_size": 8.0,
-            "nodes": 1.0, "layout": "contiguous", "in_place": True, "time_s": t,
-            "algbw_bytes_per_s": size / t, "busbw_bytes_per_s": size / t * 1.75,
-            "hardware": "H100-SXM-80GB", "source": "synthetic", "run_id": "a"}
+    return {
+        "op": "all_reduce",
+        "dtype": "f32",
+        "size_bytes": size,
+        "group_size": 8.0,
+        "nodes": 1.0,
+        "layout": "contiguous",
+        "in_place": True,
+        "time_s": t,
+        "algbw_bytes_per_s": size / t,
+        "busbw_bytes_per_s": size / t * 1.75,
+        "hardware": "H100-SXM-80GB",
+        "source": "synthetic",
+        "run_id": "a",
+    }
 
 
 def test_tables_of_both_formats_are_read_into_one(tmp_path: Path) -> None:

@@ -13,21 +13,63 @@ from surrogate.errors import DataError
 from surrogate.ingest.microbench_jsonl import RECORD_SCHEMA, parse_microbench_jsonl
 from surrogate.runs.microbench_table import validate_microbench
 
-FP = Fingerprint(gpu_name="NVIDIA H100 80GB HBM3", gpu_count=8, world_size=8, nodes=1,
-                 driver="550.54", cuda="12.4", nccl="2.21.5", torch="2.13.0", backend="nccl",
-                 hostname_hash="abc123def456", date="2026-01-02T03:04:05+00:00", run_id="r1")
+FP = Fingerprint(
+    gpu_name="NVIDIA H100 80GB HBM3",
+    gpu_count=8,
+    world_size=8,
+    nodes=1,
+    driver="550.54",
+    cuda="12.4",
+    nccl="2.21.5",
+    torch="2.13.0",
+    backend="nccl",
+    hostname_hash="abc123def456",
+    date="2026-01-02T03:04:05+00:00",
+    run_id="r1",
+)
 
 
 def test_round_trip_and_skips(tmp_path: Path) -> None:
     p = tmp_path / "m.jsonl"
     w = JsonlWriter(p)
-    w.write(make_record(FP, op="gemm", dtype="bf16", m=4096, n=4096, k=4096, batch=1,
-                        time_s=2e-4, flops_per_s=2 * 4096**3 / 2e-4))
-    w.write(make_record(FP, op="all_reduce", dtype="f32", size_bytes=2**20, group_size=8,
-                        nodes=1, layout="contiguous", in_place=True, time_s=3e-5,
-                        algbw_bytes_per_s=2**20 / 3e-5, busbw_bytes_per_s=2**20 / 3e-5 * 1.75))
-    w.write(make_record(FP, status="timeout", message="all_gather did not finish within 60 s",
-                        op="all_gather", size_bytes=2**30, group_size=8))
+    w.write(
+        make_record(
+            FP,
+            op="gemm",
+            dtype="bf16",
+            m=4096,
+            n=4096,
+            k=4096,
+            batch=1,
+            time_s=2e-4,
+            flops_per_s=2 * 4096**3 / 2e-4,
+        )
+    )
+    w.write(
+        make_record(
+            FP,
+            op="all_reduce",
+            dtype="f32",
+            size_bytes=2**20,
+            group_size=8,
+            nodes=1,
+            layout="contiguous",
+            in_place=True,
+            time_s=3e-5,
+            algbw_bytes_per_s=2**20 / 3e-5,
+            busbw_bytes_per_s=2**20 / 3e-5 * 1.75,
+        )
+    )
+    w.write(
+        make_record(
+            FP,
+            status="timeout",
+            message="all_gather did not finish within 60 s",
+            op="all_gather",
+            size_bytes=2**30,
+            group_size=8,
+        )
+    )
     w.close()
     with p.open("a") as f:
         f.write('{"schema": "' + RECORD_SCHEMA + '", "status": "ok", "op": "gemm"\n')  # cut

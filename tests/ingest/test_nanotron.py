@@ -16,8 +16,16 @@ DONE = RUNS / "dp-2_tp-4_pp-1_mbz-4" / "log_13490827.out"
 OOM = RUNS / "dp-8_tp-1_pp-1_mbz-32" / "log_13490828.out"
 
 
-@pytest.mark.parametrize(("text", "value"), [("4.72K", 4720.0), ("1.05M", 1.05e6), ("256", 256.0),
-                                             ("6,530", 6530.0), ("9.53e-05", 9.53e-5)])
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("4.72K", 4720.0),
+        ("1.05M", 1.05e6),
+        ("256", 256.0),
+        ("6,530", 6530.0),
+        ("9.53e-05", 9.53e-5),
+    ],
+)
 def test_human_number(text: str, value: float) -> None:
     assert human_number(text) == pytest.approx(value)
 
@@ -39,7 +47,13 @@ def test_completed_run() -> None:
     r = df.iloc[0]
     assert r["status"] == "completed"
     assert (r["dp"], r["tp"], r["pp"], r["mbs"], r["grad_accum"], r["zero_stage"]) == (
-        2, 4, 1, 4, 32, 1)
+        2,
+        4,
+        1,
+        4,
+        32,
+        1,
+    )
     assert (r["num_nodes"], r["gpus_per_node"]) == (1, 8)
     assert r["sequence_parallel"] and r["tie_embeddings"] and r["framework"] == "nanotron"
     assert r["tokens_per_s_per_gpu"] == 3870.0  # median of 3.87K 3.88K 3.85K (first dropped)
@@ -95,9 +109,11 @@ def test_missing_config_needs_flags(tmp_path: Path) -> None:
     df, report = parse_nanotron(log)
     assert df.empty
     assert "no valid configuration: a configuration needs the model columns" in (
-        report.skips[0].reason)
-    df, report = parse_nanotron(log, given={
-        "model": "1.34b", "dp": "2", "tp": "4", "mbs": "4", "grad_accum": "32"})
+        report.skips[0].reason
+    )
+    df, report = parse_nanotron(
+        log, given={"model": "1.34b", "dp": "2", "tp": "4", "mbs": "4", "grad_accum": "32"}
+    )
     assert len(df) == 1 and df["model_name"].iloc[0] == "playbook-1.34b"
 
 
@@ -128,8 +144,9 @@ def test_missing_log() -> None:
         parse_nanotron(RUNS / "nope.out")
 
 
-@pytest.mark.parametrize(("engine", "schedule"), [("1f1b", "1f1b"), ("afab", "afab"),
-                                                  (None, "1f1b")])
+@pytest.mark.parametrize(
+    ("engine", "schedule"), [("1f1b", "1f1b"), ("afab", "afab"), (None, "1f1b")]
+)
 def test_pipeline_engine_is_the_schedule(tmp_path: Path, engine, schedule) -> None:
     """``parallelism.pp_engine`` (nanotron's default, 1F1B, when absent) -> pp_schedule."""
     run = tmp_path / DONE.parent.name
@@ -167,8 +184,9 @@ def test_a_zero_throughput_is_a_counted_skip(tmp_path: Path) -> None:
     run = tmp_path / "run"
     shutil.copytree(DONE.parent, run)
     log = run / DONE.name
-    log.write_text(re.sub(r"tokens_per_sec_per_gpu: [\d.]+K", "tokens_per_sec_per_gpu: 0",
-                          log.read_text()))
+    log.write_text(
+        re.sub(r"tokens_per_sec_per_gpu: [\d.]+K", "tokens_per_sec_per_gpu: 0", log.read_text())
+    )
     df, report = parse_nanotron(log)
     assert df.empty
     assert "tokens/s per GPU must be a positive number, got 0" in report.skips[-1].reason

@@ -34,14 +34,28 @@ def test_excerpt_rows_and_skips() -> None:
     assert len(df) + len(report.skips) == 9
     assert [s.line for s in report.skips] == [6]
     assert "num_layers must be >= pp * vpp" in report.skips[0].reason
-    assert df["status"].tolist() == ["completed", "oom", "fail", "completed", "completed",
-                                     "completed", "completed", "completed"]
+    assert df["status"].tolist() == [
+        "completed",
+        "oom",
+        "fail",
+        "completed",
+        "completed",
+        "completed",
+        "completed",
+        "completed",
+    ]
     first = df.iloc[0]
     assert first["run_id"] == (
-        "14113488/1.34G_dp8_tp1_pp1_acc16_mbs2_seq4096_zero0_tpmodeRED_vocab131k")
+        "14113488/1.34G_dp8_tp1_pp1_acc16_mbs2_seq4096_zero0_tpmodeRED_vocab131k"
+    )
     assert (first["num_nodes"], first["gpus_per_node"], first["gpu"]) == (1, 8, "H100-SXM-80GB")
     assert (first["dp"], first["tp"], first["pp"], first["mbs"], first["grad_accum"]) == (
-        8, 1, 1, 2, 16)
+        8,
+        1,
+        1,
+        2,
+        16,
+    )
     assert first["sequence_parallel"] and first["tie_embeddings"]
     assert first["framework_version"] == "pp-fix"
     assert first["pp_schedule"] == "1f1b"  # OneForwardOneBackwardPipelineEngine
@@ -82,7 +96,8 @@ def test_row_disagreeing_with_its_name_is_a_counted_skip(tmp_path: Path) -> None
     lines = EXCERPT.read_text().splitlines()
     header, first = lines[0], lines[1]
     edited = first.replace(",2048,silu,16,32,32.0,", ",2048,silu,16,32,16.0,").replace(
-        "14113488", "2")
+        "14113488", "2"
+    )
     assert edited != first
     edited2 = first.replace("14113488", "1").replace(",Success,", ",Weird,")
     path = tmp_path / "t.csv"
@@ -102,11 +117,13 @@ def test_pipeline_engine_is_the_schedule(tmp_path: Path) -> None:
     lines = EXCERPT.read_text().splitlines()
     header, first = lines[0], lines[1]
     assert ",OneForwardOneBackwardPipelineEngine," in first
-    afab = first.replace(",OneForwardOneBackwardPipelineEngine,",
-                         ",AllForwardAllBackwardPipelineEngine,").replace("14113488", "2")
+    afab = first.replace(
+        ",OneForwardOneBackwardPipelineEngine,", ",AllForwardAllBackwardPipelineEngine,"
+    ).replace("14113488", "2")
     empty = first.replace(",OneForwardOneBackwardPipelineEngine,", ",,").replace("14113488", "3")
     odd = first.replace(",OneForwardOneBackwardPipelineEngine,", ",ZeroBubble,").replace(
-        "14113488", "4")
+        "14113488", "4"
+    )
     path = tmp_path / "t.csv"
     path.write_text("\n".join([header, first, afab, empty, odd]) + "\n")
     df, report = parse_playbook(path)
@@ -132,8 +149,10 @@ def test_shared_file_matches_its_source() -> None:
     assert sorted(taken["run_id"]) == sorted(df["run_id"])
     merged = df.merge(taken, on="run_id", suffixes=("", "_src"))
     assert (merged["status"] == merged["status_src"].map(STATUS_MAP)).all()
-    print(f"\nPlaybook: {len(src)} rows, {len(df)} ingested, {len(report.skips)} skipped; "
-          f"{src['job_id'].duplicated().sum()} rows share a job_id")
+    print(
+        f"\nPlaybook: {len(src)} rows, {len(df)} ingested, {len(report.skips)} skipped; "
+        f"{src['job_id'].duplicated().sum()} rows share a job_id"
+    )
     _check_mfu(merged)
 
 
@@ -171,10 +190,12 @@ def _check_mfu(m: pd.DataFrame) -> None:
     other = ~coincide & ~tied_pp
     assert (done["tp"][other] >= 16).all()
     rel = ours / reported - 1
-    print(f"MFU: {int(coincide.sum())} of {len(done)} completed runs coincide (|ours/reported-1| "
-          f"<= {raw.abs().max():.2e}); {int(tied_pp.sum())} tied pp>1 runs differ by "
-          f"{rel[tied_pp].min():.4f}..{rel[tied_pp].max():.4f}; "
-          f"{int(other.sum())} tp>=16 runs by {rel[other].min():.4f}..{rel[other].max():.4f}")
+    print(
+        f"MFU: {int(coincide.sum())} of {len(done)} completed runs coincide (|ours/reported-1| "
+        f"<= {raw.abs().max():.2e}); {int(tied_pp.sum())} tied pp>1 runs differ by "
+        f"{rel[tied_pp].min():.4f}..{rel[tied_pp].max():.4f}; "
+        f"{int(other.sum())} tp>=16 runs by {rel[other].min():.4f}..{rel[other].max():.4f}"
+    )
 
 
 def test_allocated_memory_is_what_stays_after_the_step() -> None:
@@ -190,16 +211,21 @@ def test_allocated_memory_is_what_stays_after_the_step() -> None:
 
     df, _ = parse_playbook(_shared_playbook())
     flat = df[(df["status"] == "completed") & (df["pp"] == 1)].reset_index(drop=True)
-    cols = to_cols([config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")],
-                   shipped_parameter_sets())
+    cols = to_cols(
+        [config_from_flat(r) for r in flat[list(CONFIG_COLUMNS)].to_dict("records")],
+        shipped_parameter_sets(),
+    )
     per_rank = memory_breakdown(cols)["weights"] / 2
     th2 = 2.0 * cols["mbs"] * cols["seq_len"] * cols["hidden_size"]
     y = flat["peak_mem_allocated_gib"].to_numpy() * 2.0**30
     dp = flat["dp"].to_numpy()
     for zero in (0, 1):
         i = np.flatnonzero(flat["zero_stage"].to_numpy() == zero)
-        x = (np.c_[per_rank[i], th2[i]] if zero == 0
-             else np.c_[per_rank[i], per_rank[i] / dp[i], th2[i]])
+        x = (
+            np.c_[per_rank[i], th2[i]]
+            if zero == 0
+            else np.c_[per_rank[i], per_rank[i] / dp[i], th2[i]]
+        )
         coef = np.linalg.lstsq(x / y[i, None], np.ones(len(i)), rcond=None)[0]
         assert np.abs(x @ coef / y[i] - 1).mean() < 0.03
         assert 1.5 < coef[-1] < 3.0  # T x h tensors, far below any activation count
@@ -208,8 +234,12 @@ def test_allocated_memory_is_what_stays_after_the_step() -> None:
         else:
             assert 9.5 < coef[0] < 10.5 and 13.5 < coef[1] < 15.0
     # the micro-batch's activations are not in it: one layout, micro-batches 1 to 16
-    one = flat[(flat["model_name"] == "1.34G") & (flat["tp"] == 8) & (flat["zero_stage"] == 0)
-               & (flat["framework_version"] == "pre-pp-fix")]
+    one = flat[
+        (flat["model_name"] == "1.34G")
+        & (flat["tp"] == 8)
+        & (flat["zero_stage"] == 0)
+        & (flat["framework_version"] == "pre-pp-fix")
+    ]
     by_mbs = one.groupby("mbs")[["peak_mem_allocated_gib", "peak_mem_reserved_gib"]].median()
     grew = by_mbs.iloc[-1] - by_mbs.iloc[0]
     assert grew["peak_mem_allocated_gib"] < 0.1 * grew["peak_mem_reserved_gib"]

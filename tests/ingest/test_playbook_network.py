@@ -36,12 +36,29 @@ NET = list(NETWORK_COLUMNS)
 REAL = Path("sweeps/hf_ultrascale_playbook/bench_final2_mfu2.csv")
 
 
-def _line(job: int, name: str, nodes: float, status: str, net: list[str], *, date: str = "",
-          log_file: str = "") -> str:
+def _line(
+    job: int,
+    name: str,
+    nodes: float,
+    status: str,
+    net: list[str],
+    *,
+    date: str = "",
+    log_file: str = "",
+) -> str:
     cols = HEADER.split(",")
     row = dict.fromkeys(cols, "")
-    row.update({"job_id": str(job), "name": name, "nodes": str(nodes), "status": status,
-                "date": date, "log_file": log_file, "dtype": "torch.bfloat16"})
+    row.update(
+        {
+            "job_id": str(job),
+            "name": name,
+            "nodes": str(nodes),
+            "status": status,
+            "date": date,
+            "log_file": log_file,
+            "dtype": "torch.bfloat16",
+        }
+    )
     row.update(dict(zip(NET, net, strict=True)))
     return ",".join(row[c] for c in cols)
 
@@ -52,11 +69,22 @@ def synthetic_csv(tmp_path: Path) -> Path:
     no bandwidths, and a completed run whose values are zero, non-numeric or empty."""
     lines = [
         HEADER,
-        _line(11, "1.34G_synthetic_a", 1.0, "Success",
-              ["457", "262", "261", "456", "263", "262.5"], date="2025-01-08 17:59:27"),
-        _line(22, "8.86G_synthetic_b", 2.0, "Success",
-              ["340", "168", "164", "427", "243", "243.5"],
-              log_file="logs/22-bench-2024-12-01-10-11-12-x.out"),
+        _line(
+            11,
+            "1.34G_synthetic_a",
+            1.0,
+            "Success",
+            ["457", "262", "261", "456", "263", "262.5"],
+            date="2025-01-08 17:59:27",
+        ),
+        _line(
+            22,
+            "8.86G_synthetic_b",
+            2.0,
+            "Success",
+            ["340", "168", "164", "427", "243", "243.5"],
+            log_file="logs/22-bench-2024-12-01-10-11-12-x.out",
+        ),
         _line(33, "8.86G_synthetic_c", 4.0, "OOM", [""] * 6),
         _line(44, "1.34G_synthetic_d", 1.0, "Success", ["0", "n/a", "", "", "", ""]),
     ]
@@ -80,10 +108,12 @@ def test_synthetic_rows_every_column(synthetic_csv: Path) -> None:
         assert rows["group_size"].tolist() == [8.0 * nodes] * 3 + [8.0] * 3
         assert rows["nodes"].tolist() == [float(nodes)] * 3 + [1.0] * 3
         assert rows["detail"].tolist() == [
-            f"nanotron start-of-run measurement, column {c}" for c in NET]
+            f"nanotron start-of-run measurement, column {c}" for c in NET
+        ]
         assert np.allclose(rows["busbw_bytes_per_s"], np.array(values) * 1e9)
-        factor = np.array([float(bus_factor(o, g)) for o, g in zip(
-            rows["op"], rows["group_size"], strict=True)])
+        factor = np.array(
+            [float(bus_factor(o, g)) for o, g in zip(rows["op"], rows["group_size"], strict=True)]
+        )
         assert np.allclose(rows["busbw_bytes_per_s"] / rows["algbw_bytes_per_s"], factor)
         assert np.allclose(rows["time_s"], MIB_256 / rows["algbw_bytes_per_s"])
         assert (rows["size_bytes"] == MIB_256).all()
@@ -104,8 +134,7 @@ def test_synthetic_skips_are_counted_with_line_and_reason(synthetic_csv: Path) -
     lines = [s.line for s in report.skips]
     assert lines == [4] * 6 + [5] * 6
     reasons = report.reasons()
-    assert reasons[
-        "no network measurement: the run did not complete (status not Success)"] == 6
+    assert reasons["no network measurement: the run did not complete (status not Success)"] == 6
     assert reasons["AllReduce (GB/s) must be a positive number, got '0'"] == 1
     assert reasons["AllGather (GB/s) must be a number, got 'n/a'"] == 1
     assert sum(n for r, n in reasons.items() if "empty on a completed run" in r) == 4
@@ -124,8 +153,9 @@ def test_repeated_run_and_missing_column(tmp_path: Path, synthetic_csv: Path) ->
         parse_playbook_network(broken)
 
 
-def test_cli_network_flag(tmp_path: Path, synthetic_csv: Path,
-                          capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_network_flag(
+    tmp_path: Path, synthetic_csv: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     into = tmp_path / "mb.parquet"
     assert main(["ingest", str(synthetic_csv), "--into", str(into), "--network"]) == 0
     out = capsys.readouterr().out
@@ -135,11 +165,16 @@ def test_cli_network_flag(tmp_path: Path, synthetic_csv: Path,
     assert len(table) == 12 and set(table["source"]) == {"hf_ultrascale_playbook"}
     # --network refuses other formats
     nccl = Path(__file__).resolve().parent / "fixtures" / "mbench_nccl_2node_excerpt.log"
-    assert main(["ingest", str(nccl), "--into", str(into), "--network",
-                 "--format", "nccl-tests"]) == 2
+    assert (
+        main(["ingest", str(nccl), "--into", str(into), "--network", "--format", "nccl-tests"]) == 2
+    )
     err = capsys.readouterr().err
-    assert err.startswith("error: --network reads the per-run network measurements of a "
-                          "Playbook table;") and "is nccl-tests output" in err
+    assert (
+        err.startswith(
+            "error: --network reads the per-run network measurements of a Playbook table;"
+        )
+        and "is nccl-tests output" in err
+    )
 
 
 def test_real_file_counts_and_medians() -> None:

@@ -27,50 +27,191 @@ from surrogate.runs.sweep_files import read_sweeps
 from surrogate.runs.sweeps import SWEEP_COLUMNS, validate_sweeps
 
 COLUMNS = [
-    "source_repo", "commit", "path", "source_line", "table", "container_version", "task",
-    "system", "gpu", "num_gpus", "gpus_per_node", "model", "precision", "precision_detail",
-    "seq_len", "gbs", "mbs", "tp", "pp", "cp", "vp", "ep", "fsdp", "tokens_per_s_per_gpu",
-    "tflops_per_gpu", "variant", "notes", "raw_row",
+    "source_repo",
+    "commit",
+    "path",
+    "source_line",
+    "table",
+    "container_version",
+    "task",
+    "system",
+    "gpu",
+    "num_gpus",
+    "gpus_per_node",
+    "model",
+    "precision",
+    "precision_detail",
+    "seq_len",
+    "gbs",
+    "mbs",
+    "tp",
+    "pp",
+    "cp",
+    "vp",
+    "ep",
+    "fsdp",
+    "tokens_per_s_per_gpu",
+    "tflops_per_gpu",
+    "variant",
+    "notes",
+    "raw_row",
 ]
 
 SYNTHETIC: list[dict[str, str]] = [
     # line 2: a dense FP8 row as the 26.x tables write it
-    dict(container_version="NeMo 26.04", task="pre-train", num_gpus="64", model="LLAMA3_70B",
-         precision="FP8", seq_len="8192", gbs="256", mbs="1", tp="4", pp="8", cp="1", vp="5",
-         ep="", fsdp="0", tokens_per_s_per_gpu="1600", tflops_per_gpu="700"),
+    dict(
+        container_version="NeMo 26.04",
+        task="pre-train",
+        num_gpus="64",
+        model="LLAMA3_70B",
+        precision="FP8",
+        seq_len="8192",
+        gbs="256",
+        mbs="1",
+        tp="4",
+        pp="8",
+        cp="1",
+        vp="5",
+        ep="",
+        fsdp="0",
+        tokens_per_s_per_gpu="1600",
+        tflops_per_gpu="700",
+    ),
     # line 3: a 25.09 row: no precision column, Megatron-FSDP over 8
-    dict(container_version="NeMo 25.09", task="pre-train", num_gpus="8", model="LLAMA3_8B",
-         precision="", seq_len="8192", gbs="128", mbs="1", tp="1", pp="1", cp="1", vp="",
-         ep="1", fsdp="8", tokens_per_s_per_gpu="14000", tflops_per_gpu="720"),
+    dict(
+        container_version="NeMo 25.09",
+        task="pre-train",
+        num_gpus="8",
+        model="LLAMA3_8B",
+        precision="",
+        seq_len="8192",
+        gbs="128",
+        mbs="1",
+        tp="1",
+        pp="1",
+        cp="1",
+        vp="",
+        ep="1",
+        fsdp="8",
+        tokens_per_s_per_gpu="14000",
+        tflops_per_gpu="720",
+    ),
     # line 4: current scaling, an MoE model with expert parallelism over every GPU
-    dict(container_version="NeMo 25.11", task="pre-train", num_gpus="16",
-         model="Qwen3_30B_a3B (tokendrop)", precision="FP8-CS", seq_len="4096", gbs="512",
-         mbs="2", tp="1", pp="2", cp="1", vp="24", ep="8", fsdp="0",
-         tokens_per_s_per_gpu="5000", tflops_per_gpu="120"),
+    dict(
+        container_version="NeMo 25.11",
+        task="pre-train",
+        num_gpus="16",
+        model="Qwen3_30B_a3B (tokendrop)",
+        precision="FP8-CS",
+        seq_len="4096",
+        gbs="512",
+        mbs="2",
+        tp="1",
+        pp="2",
+        cp="1",
+        vp="24",
+        ep="8",
+        fsdp="0",
+        tokens_per_s_per_gpu="5000",
+        tflops_per_gpu="120",
+    ),
     # line 5: a layout the project's rules refuse (126 layers over pp 8 x vp 6: neither 126
     # nor 126 + 2, Megatron's split with the embedding and loss as layers, divides by 48)
-    dict(container_version="NeMo 26.02", task="pre-train", num_gpus="1024",
-         model="LLAMA3.1_405B", precision="FP8", seq_len="8192", gbs="1536", mbs="1", tp="8",
-         pp="8", cp="2", vp="6", ep="", fsdp="0", tokens_per_s_per_gpu="300",
-         tflops_per_gpu="780"),
+    dict(
+        container_version="NeMo 26.02",
+        task="pre-train",
+        num_gpus="1024",
+        model="LLAMA3.1_405B",
+        precision="FP8",
+        seq_len="8192",
+        gbs="1536",
+        mbs="1",
+        tp="8",
+        pp="8",
+        cp="2",
+        vp="6",
+        ep="",
+        fsdp="0",
+        tokens_per_s_per_gpu="300",
+        tflops_per_gpu="780",
+    ),
     # line 6: a model the analytic model cannot represent
-    dict(container_version="NeMo 26.04", task="pre-train", num_gpus="16",
-         model="Nemotron_3_Nano", precision="FP8", seq_len="8192", gbs="1024", mbs="1", tp="1",
-         pp="1", cp="1", vp="", ep="8", fsdp="0", tokens_per_s_per_gpu="14000",
-         tflops_per_gpu="320"),
+    dict(
+        container_version="NeMo 26.04",
+        task="pre-train",
+        num_gpus="16",
+        model="Nemotron_3_Nano",
+        precision="FP8",
+        seq_len="8192",
+        gbs="1024",
+        mbs="1",
+        tp="1",
+        pp="1",
+        cp="1",
+        vp="",
+        ep="8",
+        fsdp="0",
+        tokens_per_s_per_gpu="14000",
+        tflops_per_gpu="320",
+    ),
     # line 7: LoRA
-    dict(container_version="NeMo 26.06", task="LoRA", num_gpus="8", model="LLAMA3_70B",
-         precision="FP8", seq_len="4096", gbs="32", mbs="1", tp="2", pp="4", cp="1", vp="20",
-         ep="", fsdp="", tokens_per_s_per_gpu="2600", tflops_per_gpu="730"),
+    dict(
+        container_version="NeMo 26.06",
+        task="LoRA",
+        num_gpus="8",
+        model="LLAMA3_70B",
+        precision="FP8",
+        seq_len="4096",
+        gbs="32",
+        mbs="1",
+        tp="2",
+        pp="4",
+        cp="1",
+        vp="20",
+        ep="",
+        fsdp="",
+        tokens_per_s_per_gpu="2600",
+        tflops_per_gpu="730",
+    ),
     # line 8: TFLOP/s only (the value in parentheses)
-    dict(container_version="NeMo 26.04", task="pre-train", num_gpus="64", model="LLAMA3_70B",
-         precision="FP8", seq_len="8192", gbs="256", mbs="1", tp="4", pp="8", cp="1", vp="5",
-         ep="", fsdp="0", tokens_per_s_per_gpu="", tflops_per_gpu="690",
-         variant="alt_in_parens"),
+    dict(
+        container_version="NeMo 26.04",
+        task="pre-train",
+        num_gpus="64",
+        model="LLAMA3_70B",
+        precision="FP8",
+        seq_len="8192",
+        gbs="256",
+        mbs="1",
+        tp="4",
+        pp="8",
+        cp="1",
+        vp="5",
+        ep="",
+        fsdp="0",
+        tokens_per_s_per_gpu="",
+        tflops_per_gpu="690",
+        variant="alt_in_parens",
+    ),
     # line 9: a global batch the layout cannot make
-    dict(container_version="NeMo 26.04", task="pre-train", num_gpus="64", model="LLAMA3_70B",
-         precision="FP8", seq_len="8192", gbs="255", mbs="1", tp="4", pp="8", cp="1", vp="5",
-         ep="", fsdp="0", tokens_per_s_per_gpu="1600", tflops_per_gpu="700"),
+    dict(
+        container_version="NeMo 26.04",
+        task="pre-train",
+        num_gpus="64",
+        model="LLAMA3_70B",
+        precision="FP8",
+        seq_len="8192",
+        gbs="255",
+        mbs="1",
+        tp="4",
+        pp="8",
+        cp="1",
+        vp="5",
+        ep="",
+        fsdp="0",
+        tokens_per_s_per_gpu="1600",
+        tflops_per_gpu="700",
+    ),
 ]
 """Synthetic rows in the shape of ../shared/data/published/megatron_bridge_h100.csv (values made
 up near the published ones), one per mapping case and skip reason."""
@@ -82,12 +223,23 @@ def write_fixture(path: Path, rows: list[dict[str, str]] = SYNTHETIC) -> Path:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         for k, row in enumerate(rows):
-            writer.writerow({
-                "source_repo": "NVIDIA-NeMo/Megatron-Bridge", "commit": "0" * 40,
-                "path": "docs/performance-summary.md", "source_line": str(100 + k),
-                "table": "synthetic", "system": "DGX-H100", "gpu": "H100-SXM-80GB",
-                "gpus_per_node": "8", "precision_detail": "", "variant": "main", "notes": "",
-                "raw_row": "| synthetic |", **row})
+            writer.writerow(
+                {
+                    "source_repo": "NVIDIA-NeMo/Megatron-Bridge",
+                    "commit": "0" * 40,
+                    "path": "docs/performance-summary.md",
+                    "source_line": str(100 + k),
+                    "table": "synthetic",
+                    "system": "DGX-H100",
+                    "gpu": "H100-SXM-80GB",
+                    "gpus_per_node": "8",
+                    "precision_detail": "",
+                    "variant": "main",
+                    "notes": "",
+                    "raw_row": "| synthetic |",
+                    **row,
+                }
+            )
     return path
 
 
@@ -142,8 +294,10 @@ def test_layout_as_stated(fixture_csv: Path) -> None:
 
 def test_assumptions_recorded(fixture_csv: Path) -> None:
     df, _ = parse_published_annotated(fixture_csv)
-    text = {line: dict(p.split("=") for p in _run(df, line)["assumptions"].split(";"))
-            for line in (100, 101, 102, 103)}
+    text = {
+        line: dict(p.split("=") for p in _run(df, line)["assumptions"].split(";"))
+        for line in (100, 101, 102, 103)
+    }
     assert text[100]["distributed_optimizer"] == "on"
     assert text[100]["sequence_parallel"] == "on" and text[100]["tp_comm_overlap"] == "on"
     assert text[100]["fp8_recipe"] == "tensorwise" and text[100]["pipeline_split"] == "even"
@@ -165,8 +319,9 @@ def test_model_key() -> None:
     assert model_key("GPT OSS 120B") == ("GPT OSS 120B", None)
 
 
-def test_detect_ingest_and_bad_files(fixture_csv: Path, tmp_path: Path,
-                                     capsys: pytest.CaptureFixture[str]) -> None:
+def test_detect_ingest_and_bad_files(
+    fixture_csv: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     assert detect_format(fixture_csv) == "published"
     into = tmp_path / "t.parquet"
     assert main(["ingest", str(fixture_csv), "--into", str(into)]) == 0
@@ -206,8 +361,9 @@ def test_real_megatron_bridge_table() -> None:
     kept = df[df["layout_problem"].isna()]
     assert {"LLAMA3_70B", "LLAMA3_8B"} <= set(kept["model_name"])
     llama70 = kept[kept["model_name"] == "LLAMA3_70B"]
-    assert set(zip(llama70["tp"], llama70["pp"], llama70["vpp"], llama70["dp"],
-                   strict=True)) == {(4, 8, 5, 2)}
+    assert set(zip(llama70["tp"], llama70["pp"], llama70["vpp"], llama70["dp"], strict=True)) == {
+        (4, 8, 5, 2)
+    }
     # Qwen3 235B-A22B: ep 32 over tp 2 x dp 16, Megatron's experts folded (expert tensor
     # parallelism 1, the recipe's), a layout of the rules: no row is flagged
     qwen = df[df["model_name"].str.startswith("Qwen3_235B")]

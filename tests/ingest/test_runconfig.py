@@ -20,7 +20,10 @@ from surrogate.ingest.runconfig import (
 def test_parse_assignments() -> None:
     assert parse_assignments(["tp=8", " model = 8b "]) == {"tp": "8", "model": "8b"}
     assert parse_assignments(["profile=my.json", "peak_mem_stage=0", "net_scale=0.7"]) == {
-        "profile": "my.json", "peak_mem_stage": "0", "net_scale": "0.7"}
+        "profile": "my.json",
+        "peak_mem_stage": "0",
+        "net_scale": "0.7",
+    }
 
 
 @pytest.mark.parametrize(
@@ -65,16 +68,20 @@ def test_a_preset_sequence_length_is_a_default() -> None:
 
 
 def test_merge_fills_and_checks() -> None:
-    assert merge({"tp": 8}, {"tp": "8", "num_nodes": "2"}, where="f") == {"tp": 8,
-                                                                          "num_nodes": "2"}
+    assert merge({"tp": 8}, {"tp": "8", "num_nodes": "2"}, where="f") == {"tp": 8, "num_nodes": "2"}
     with pytest.raises(DataError, match="f: --set tp=4 conflicts with the file's tp=8"):
         merge({"tp": 8}, {"tp": "4"}, where="f")
 
 
 @pytest.mark.parametrize(
     ("a", "b", "same"),
-    [(8, "8", True), (8, "8.0", True), (True, "true", True), (False, "1", False),
-     ("bf16", "BF16", True)],
+    [
+        (8, "8", True),
+        (8, "8.0", True),
+        (True, "true", True),
+        (False, "1", False),
+        ("bf16", "BF16", True),
+    ],
 )
 def test_same_value(a: Any, b: Any, same: bool) -> None:
     assert same_value(a, b) is same
@@ -90,8 +97,11 @@ def test_place_on_nodes() -> None:
     v = {"num_nodes": 3}
     place_on_nodes(v, 24)
     assert v == {"num_nodes": 3}
-    with pytest.raises(DataError, match=r"world size \(12 GPUs\) must be a multiple of "
-                                        "gpus_per_node=8"):
+    with pytest.raises(
+        DataError,
+        match=r"world size \(12 GPUs\) must be a multiple of "
+        "gpus_per_node=8",
+    ):
         place_on_nodes({}, 12)
 
 

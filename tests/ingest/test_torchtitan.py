@@ -19,9 +19,18 @@ def test_completed_run() -> None:
     r = df.iloc[0]
     assert r["status"] == "completed"
     assert (r["num_layers"], r["num_kv_heads"], r["vocab_size"], r["seq_len"]) == (
-        32, 8, 128256, 8192)
+        32,
+        8,
+        128256,
+        8192,
+    )
     assert (r["dp"], r["tp"], r["zero_stage"], r["recompute"], r["mbs"]) == (
-        8, 1, 3, "selective", 1)
+        8,
+        1,
+        3,
+        "selective",
+        1,
+    )
     assert r["framework"] == "torchtitan"
     assert r["tokens_per_s_per_gpu"] == 6547.0  # median of 6,531 and 6,563
     assert r["mfu_reported"] == pytest.approx(38.335)
@@ -73,14 +82,18 @@ def test_unknown_flavour_needs_model_flag(tmp_path: Path) -> None:
 CHECKPOINTING = '[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "op"\n'
 
 
-@pytest.mark.parametrize(("section", "recompute"), [
-    (CHECKPOINTING, "selective"),
-    ('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "1"\n', "full"),
-    ('[activation_checkpoint]\nmode = "full"\n', "full"),
-    ('[activation_checkpoint]\nmode = "none"\n', "none"),
-])
-def test_activation_checkpointing_as_recompute(tmp_path: Path, section: str,
-                                               recompute: str) -> None:
+@pytest.mark.parametrize(
+    ("section", "recompute"),
+    [
+        (CHECKPOINTING, "selective"),
+        ('[activation_checkpoint]\nmode = "selective"\nselective_ac_option = "1"\n', "full"),
+        ('[activation_checkpoint]\nmode = "full"\n', "full"),
+        ('[activation_checkpoint]\nmode = "none"\n', "none"),
+    ],
+)
+def test_activation_checkpointing_as_recompute(
+    tmp_path: Path, section: str, recompute: str
+) -> None:
     """Per-operator checkpointing is the surrogate's selective mode, every block is full."""
     run = tmp_path / "run"
     shutil.copytree(RUN, run)
@@ -99,23 +112,28 @@ def _with(tmp_path: Path, section: str, *, pp: int = 1) -> Path:
     toml = run / "llama3_8b.toml"
     text = toml.read_text().replace(CHECKPOINTING, section)
     if pp > 1:
-        text = text.replace("pipeline_parallel_degree = 1",
-                            f'pipeline_parallel_degree = {pp}\n'
-                            'pipeline_parallel_schedule = "1F1B"')
+        text = text.replace(
+            "pipeline_parallel_degree = 1",
+            f'pipeline_parallel_degree = {pp}\npipeline_parallel_schedule = "1F1B"',
+        )
     toml.write_text(text)
     return run / "train.log"
 
 
-@pytest.mark.parametrize(("section", "pp", "recompute", "layers"), [
-    (EVERY_SECOND, 1, "full", 16),
-    ("", 1, "full", 16),  # no section: torchtitan's default, "2"
-    (EVERY_SECOND.replace('"2"', '"3"'), 1, "full", 10),
-    (EVERY_SECOND.replace('"2"', '"3"'), 2, "full", 5),  # rank 0 holds 16 of 32 (its split)
-    (EVERY_SECOND.replace('"2"', '"0"'), 1, "full", 0),  # 0: every block, as torchtitan reads
-    (EVERY_SECOND.replace('"2"', '"64"'), 1, "none", 0),  # more than the rank's 32: none
-])
+@pytest.mark.parametrize(
+    ("section", "pp", "recompute", "layers"),
+    [
+        (EVERY_SECOND, 1, "full", 16),
+        ("", 1, "full", 16),  # no section: torchtitan's default, "2"
+        (EVERY_SECOND.replace('"2"', '"3"'), 1, "full", 10),
+        (EVERY_SECOND.replace('"2"', '"3"'), 2, "full", 5),  # rank 0 holds 16 of 32 (its split)
+        (EVERY_SECOND.replace('"2"', '"0"'), 1, "full", 0),  # 0: every block, as torchtitan reads
+        (EVERY_SECOND.replace('"2"', '"64"'), 1, "none", 0),  # more than the rank's 32: none
+    ],
+)
 def test_every_nth_block_is_full_recomputation_of_some_layers(
-        tmp_path: Path, section: str, pp: int, recompute: str, layers: int) -> None:
+    tmp_path: Path, section: str, pp: int, recompute: str, layers: int
+) -> None:
     """selective_ac_option n (torchtitan's default "2") checkpoints every n-th block of a
     rank in full: floor(rank 0's layers / n) checkpointed layers per stage."""
     df, report = parse_torchtitan(_with(tmp_path, section, pp=pp), given={"num_nodes": "1"})
@@ -123,14 +141,21 @@ def test_every_nth_block_is_full_recomputation_of_some_layers(
     assert (df.iloc[0]["recompute"], df.iloc[0]["recompute_layers"]) == (recompute, layers)
 
 
-@pytest.mark.parametrize(("section", "unknown_model", "said"), [
-    ('[activation_checkpoint]\nmode = "memory_budget"\n', False,
-     "mode 'memory_budget' is not modelled"),
-    (EVERY_SECOND.replace('"2"', '"two"'), False, "must be 'op' or an integer"),
-    ("", True, "torchtitan's default when the config sets no mode"),
-])
+@pytest.mark.parametrize(
+    ("section", "unknown_model", "said"),
+    [
+        (
+            '[activation_checkpoint]\nmode = "memory_budget"\n',
+            False,
+            "mode 'memory_budget' is not modelled",
+        ),
+        (EVERY_SECOND.replace('"2"', '"two"'), False, "must be 'op' or an integer"),
+        ("", True, "torchtitan's default when the config sets no mode"),
+    ],
+)
 def test_checkpointing_the_surrogate_cannot_read_is_a_skip_that_says_why(
-        tmp_path: Path, section: str, unknown_model: bool, said: str) -> None:
+    tmp_path: Path, section: str, unknown_model: bool, said: str
+) -> None:
     """Not mislabelled: skipped, with the reason (the layer count of every n-th block needs
     the model)."""
     log = _with(tmp_path, section)
@@ -158,38 +183,63 @@ def _edited(tmp_path: Path, *edits: tuple[str, str]) -> Path:
 
 NO_FSDP = ("data_parallel_shard_degree = -1", "data_parallel_shard_degree = 1")
 TP2 = ("tensor_parallel_degree = 1", "tensor_parallel_degree = 2")
-PP2 = ("pipeline_parallel_degree = 1",
-       'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "1F1B"')
+PP2 = (
+    "pipeline_parallel_degree = 1",
+    'pipeline_parallel_degree = 2\npipeline_parallel_schedule = "1F1B"',
+)
 REPLICATE4 = ("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 4")
 REPLICATE8 = ("data_parallel_replicate_degree = 1", "data_parallel_replicate_degree = 8")
 
 
-@pytest.mark.parametrize(("edits", "dtype"), [
-    ((), "bf16"),  # FSDP's mixed precision
-    ((NO_FSDP, REPLICATE8), "bf16"),  # DDP alone: torch.autocast
-    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["float8"]'),), "fp8"),
-    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.linear.float8", '
-                          '"quantize.grouped_mm.float8"]'),), "fp8"),
-])
+@pytest.mark.parametrize(
+    ("edits", "dtype"),
+    [
+        ((), "bf16"),  # FSDP's mixed precision
+        ((NO_FSDP, REPLICATE8), "bf16"),  # DDP alone: torch.autocast
+        ((('flavor = "8B"', 'flavor = "8B"\nconverters = ["float8"]'),), "fp8"),
+        (
+            (
+                (
+                    'flavor = "8B"',
+                    'flavor = "8B"\nconverters = ["quantize.linear.float8", '
+                    '"quantize.grouped_mm.float8"]',
+                ),
+            ),
+            "fp8",
+        ),
+    ],
+)
 def test_precision_the_run_trained_in(tmp_path: Path, edits: tuple, dtype: str) -> None:
     df, report = parse_torchtitan(_edited(tmp_path, *edits), given={"num_nodes": "1"})
     assert report.skips == [] and df.iloc[0]["dtype"] == dtype
 
 
-@pytest.mark.parametrize(("edits", "said"), [
-    ((NO_FSDP, TP2, REPLICATE4), "tensor or pipeline parallelism without FSDP"),
-    ((NO_FSDP, PP2, REPLICATE4), "trains in fp32: torchtitan disables mixed precision"),
-    ((("seq_len = 8192", 'seq_len = 8192\nmixed_precision_param = "float32"'),),
-     "mixed_precision_param = 'float32' trains in fp32"),
-    ((("seq_len = 8192", 'seq_len = 8192\ndtype = "bfloat16"'),),
-     "without fp32 master weights"),
-    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.linear.mx"]'),),
-     "converters ['quantize.linear.mx'] are not modelled"),
-    ((("flavor = \"8B\"", 'flavor = "8B"\nconverters = ["quantize.grouped_mm.float8"]'),),
-     "converters ['quantize.grouped_mm.float8'] are not modelled"),
-])
+@pytest.mark.parametrize(
+    ("edits", "said"),
+    [
+        ((NO_FSDP, TP2, REPLICATE4), "tensor or pipeline parallelism without FSDP"),
+        ((NO_FSDP, PP2, REPLICATE4), "trains in fp32: torchtitan disables mixed precision"),
+        (
+            (("seq_len = 8192", 'seq_len = 8192\nmixed_precision_param = "float32"'),),
+            "mixed_precision_param = 'float32' trains in fp32",
+        ),
+        (
+            (("seq_len = 8192", 'seq_len = 8192\ndtype = "bfloat16"'),),
+            "without fp32 master weights",
+        ),
+        (
+            (('flavor = "8B"', 'flavor = "8B"\nconverters = ["quantize.linear.mx"]'),),
+            "converters ['quantize.linear.mx'] are not modelled",
+        ),
+        (
+            (('flavor = "8B"', 'flavor = "8B"\nconverters = ["quantize.grouped_mm.float8"]'),),
+            "converters ['quantize.grouped_mm.float8'] are not modelled",
+        ),
+    ],
+)
 def test_a_precision_the_surrogate_does_not_model_is_a_skip_that_says_why(
-        tmp_path: Path, edits: tuple, said: str) -> None:
+    tmp_path: Path, edits: tuple, said: str
+) -> None:
     """Never read as bf16: torchtitan's tp or pp without FSDP trains in fp32 (mixed precision
     disabled), and other precisions are not modelled."""
     df, report = parse_torchtitan(_edited(tmp_path, *edits), given={"num_nodes": "1"})
@@ -197,8 +247,9 @@ def test_a_precision_the_surrogate_does_not_model_is_a_skip_that_says_why(
 
 
 @pytest.mark.parametrize("tps", ["0", "0.0", "0K"])
-def test_a_zero_throughput_is_a_counted_skip_not_a_division_by_zero(tmp_path: Path,
-                                                                   tps: str) -> None:
+def test_a_zero_throughput_is_a_counted_skip_not_a_division_by_zero(
+    tmp_path: Path, tps: str
+) -> None:
     """A stalled or mis-timed run logs ``tps: 0``; its step time cannot be derived from it."""
     import re
 
@@ -209,13 +260,24 @@ def test_a_zero_throughput_is_a_counted_skip_not_a_division_by_zero(tmp_path: Pa
     df, report = parse_torchtitan(log, given={"num_nodes": "1"})
     assert df.empty
     assert [s.reason for s in report.skips] == [
-        "the log's tokens/s per GPU must be a positive number, got 0"]
+        "the log's tokens/s per GPU must be a positive number, got 0"
+    ]
 
 
 def test_what_the_user_knows_of_the_cluster_is_written_with_the_runs() -> None:
-    df, _ = parse_torchtitan(LOG, given={"num_nodes": "1", "profile": "my-cluster.json",
-                                         "peak_mem_stage": "0", "net_scale": "0.7"})
+    df, _ = parse_torchtitan(
+        LOG,
+        given={
+            "num_nodes": "1",
+            "profile": "my-cluster.json",
+            "peak_mem_stage": "0",
+            "net_scale": "0.7",
+        },
+    )
     assert df[["profile", "peak_mem_stage", "net_scale"]].iloc[0].tolist() == [
-        "my-cluster.json", 0.0, 0.7]
+        "my-cluster.json",
+        0.0,
+        0.7,
+    ]
     plain, _ = parse_torchtitan(LOG, given={"num_nodes": "1"})
     assert plain[["profile", "peak_mem_stage", "net_scale"]].isna().all(axis=None)

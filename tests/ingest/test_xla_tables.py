@@ -52,15 +52,19 @@ def test_device_filter_and_truncation(tmp_path: Path) -> None:
 
 def test_entry_without_fields_is_skipped_with_line(tmp_path: Path) -> None:
     p = tmp_path / "t.txtpb"
-    p.write_text('entries {\n  key: "sm_90"\n  value {\n    entries {\n      b: 1\n'
-                 '      m: 256\n    }\n  }\n}\n')
+    p.write_text(
+        'entries {\n  key: "sm_90"\n  value {\n    entries {\n      b: 1\n'
+        "      m: 256\n    }\n  }\n}\n"
+    )
     df, rep = parse_xla_table(p)
     assert df.empty and rep.skips[0].line == 4 and "'n'" in rep.skips[0].reason
 
 
 def test_textproto_reader_forms() -> None:
-    msg = parse_textproto('a: 1 b: -2.5e3 c: "x\\"y" "z" d: true e: F32 f { g: [1, 2] } '
-                          'f: < g: 3 > # comment\n h: inf')
+    msg = parse_textproto(
+        'a: 1 b: -2.5e3 c: "x\\"y" "z" d: true e: F32 f { g: [1, 2] } '
+        "f: < g: 3 > # comment\n h: inf"
+    )
     assert msg.one("a") == 1 and msg.one("b") == -2500.0 and msg.one("c") == 'x"yz'
     assert msg.one("d") is True and msg.one("e") == "F32" and msg.one("h") == float("inf")
     assert [m.all("g") for m in msg.messages("f")] == [[1, 2], [3]]

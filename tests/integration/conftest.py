@@ -44,8 +44,12 @@ def get_json(url: str) -> Any:
 
 
 def post_json(url: str, body: dict[str, Any]) -> Any:
-    req = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+    req = urllib.request.Request(
+        url,
+        data=json.dumps(body).encode(),
+        method="POST",
+        headers={"Content-Type": "application/json"},
+    )
     with urllib.request.urlopen(req, timeout=20) as r:
         return json.loads(r.read())
 
@@ -71,20 +75,41 @@ def artifacts_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return d
 
 
-def start_mlflow_server(workdir: Path, backend_uri: str, log_path: Path) -> tuple[
-        subprocess.Popen[bytes], str]:
+def start_mlflow_server(
+    workdir: Path, backend_uri: str, log_path: Path
+) -> tuple[subprocess.Popen[bytes], str]:
     """An ``mlflow server`` on a free loopback port, serving artifacts from ``workdir``;
     skips the calling test when it does not answer within 90 s."""
     port = free_port()
     log = log_path.open("w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
-         "--backend-store-uri", backend_uri, "--artifacts-destination", str(workdir / "art"),
-         "--workers", "1"],
-        stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=workdir,
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--backend-store-uri",
+            backend_uri,
+            "--artifacts-destination",
+            str(workdir / "art"),
+            "--workers",
+            "1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        cwd=workdir,
         # no GenAI job runners (seven processes) and no telemetry: a closed network
-        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
-             "MLFLOW_DISABLE_TELEMETRY": "true", "DO_NOT_TRACK": "true"},
+        env={
+            **os.environ,
+            "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+            "MLFLOW_DISABLE_TELEMETRY": "true",
+            "DO_NOT_TRACK": "true",
+        },
     )
     log.close()
     url = f"http://127.0.0.1:{port}"
@@ -96,8 +121,10 @@ def start_mlflow_server(workdir: Path, backend_uri: str, log_path: Path) -> tupl
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             if proc.poll() is not None or time.monotonic() > deadline:
                 _stop(proc)
-                pytest.skip("mlflow server did not start: "
-                            + log_path.read_text()[-1500:].replace("\n", " | "))
+                pytest.skip(
+                    "mlflow server did not start: "
+                    + log_path.read_text()[-1500:].replace("\n", " | ")
+                )
             time.sleep(0.3)
 
 
@@ -105,8 +132,9 @@ def start_mlflow_server(workdir: Path, backend_uri: str, log_path: Path) -> tupl
 def mlflow_server(tmp_path_factory: pytest.TempPathFactory, artifacts_dir: Path) -> Iterator[str]:
     """The URL of a real ``mlflow server`` with a SQLite backend in a temporary directory."""
     d = tmp_path_factory.mktemp("mlflow-server")
-    proc, url = start_mlflow_server(d, f"sqlite:///{d}/db.sqlite",
-                                    artifacts_dir / "mlflow-server.log")
+    proc, url = start_mlflow_server(
+        d, f"sqlite:///{d}/db.sqlite", artifacts_dir / "mlflow-server.log"
+    )
     try:
         yield url
     finally:
@@ -141,17 +169,47 @@ def postgres(artifacts_dir: Path) -> Iterator[str]:
         for p in (base, sock):
             os.chown(p, _uid("nobody"), -1)
     log_path = artifacts_dir / "postgres.log"
-    init = subprocess.run([*as_user, str(bindir / "initdb"), "-D", str(data), "-U", user,
-                           "--auth=trust", "-E", "UTF8", "--no-sync"],
-                          capture_output=True, text=True, check=False)
+    init = subprocess.run(
+        [
+            *as_user,
+            str(bindir / "initdb"),
+            "-D",
+            str(data),
+            "-U",
+            user,
+            "--auth=trust",
+            "-E",
+            "UTF8",
+            "--no-sync",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if init.returncode != 0:
         shutil.rmtree(base, ignore_errors=True)
         pytest.skip(f"initdb failed: {init.stderr[-800:]}")
     port = free_port()
     opts = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=60"
     start = subprocess.run(
-        [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(base / "log"),
-         "-w", "-t", "60", "start"], capture_output=True, text=True, check=False)
+        [
+            *as_user,
+            str(bindir / "pg_ctl"),
+            "-D",
+            str(data),
+            "-o",
+            opts,
+            "-l",
+            str(base / "log"),
+            "-w",
+            "-t",
+            "60",
+            "start",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if start.returncode != 0:
         why = (base / "log").read_text()[-800:] if (base / "log").exists() else ""
         shutil.rmtree(base, ignore_errors=True)
@@ -159,8 +217,11 @@ def postgres(artifacts_dir: Path) -> Iterator[str]:
     try:
         yield f"postgresql+psycopg://{user}@127.0.0.1:{port}"
     finally:
-        subprocess.run([*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w",
-                        "stop"], capture_output=True, check=False)
+        subprocess.run(
+            [*as_user, str(bindir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"],
+            capture_output=True,
+            check=False,
+        )
         if (base / "log").exists():
             shutil.copy(base / "log", log_path)
         shutil.rmtree(base, ignore_errors=True)
@@ -174,8 +235,10 @@ def _uid(name: str) -> int:
 
 def _postgres_bindir() -> Path | None:
     candidates = [Path(p).parent for p in (shutil.which("initdb"),) if p]
-    candidates += [Path("/usr/local/bin"), *sorted(Path("/usr/lib/postgresql").glob("*/bin"),
-                                                    reverse=True)]
+    candidates += [
+        Path("/usr/local/bin"),
+        *sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True),
+    ]
     for d in candidates:
         if all((d / b).exists() for b in ("initdb", "pg_ctl", "postgres")):
             return d
@@ -193,9 +256,24 @@ def create_database(base_url: str, name: str) -> str:
 
 
 REPO = HERE.parents[1]
-SMALL_SPACE = ["--model", "1.34b", "--nodes", "1", "--global-batch-seqs", "16", "--max-cp", "1",
-               "--max-vpp", "1", "--max-mbs", "2", "--recompute", "none,full",
-               "--framework", "torchtitan"]
+SMALL_SPACE = [
+    "--model",
+    "1.34b",
+    "--nodes",
+    "1",
+    "--global-batch-seqs",
+    "16",
+    "--max-cp",
+    "1",
+    "--max-vpp",
+    "1",
+    "--max-mbs",
+    "2",
+    "--recompute",
+    "none,full",
+    "--framework",
+    "torchtitan",
+]
 
 
 def surrogate_cmd(*args: str) -> list[str]:
@@ -205,8 +283,7 @@ def surrogate_cmd(*args: str) -> list[str]:
 
 def subprocess_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(
-        os.pathsep)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.update(extra)
     return env
 
@@ -223,11 +300,16 @@ def synthetic_outcomes(round_dir: Path, path: Path, *, shift: float = 0.0) -> Pa
 
     proposals = read_round(round_dir)["proposals"]
     n = len(proposals)
-    rows = [sweep_row(config_from_flat(p["config"]),
-                      status="completed" if i < n - 1 else "oom", source="synthetic",
-                      run_id=f"{p['name']}/train-1",
-                      mfu=0.25 + shift + 0.03 * i if i < n - 1 else None)
-            for i, p in enumerate(proposals)]
+    rows = [
+        sweep_row(
+            config_from_flat(p["config"]),
+            status="completed" if i < n - 1 else "oom",
+            source="synthetic",
+            run_id=f"{p['name']}/train-1",
+            mfu=0.25 + shift + 0.03 * i if i < n - 1 else None,
+        )
+        for i, p in enumerate(proposals)
+    ]
     table = validate_sweeps(pd.DataFrame(rows))
     if path.exists():
         table = pd.concat([pd.read_csv(path), table], ignore_index=True)
@@ -235,8 +317,9 @@ def synthetic_outcomes(round_dir: Path, path: Path, *, shift: float = 0.0) -> Pa
     return path
 
 
-def run_campaign(workdir: Path, *, rounds: int, model_dir: Path | None = None,
-                 campaign: str = "demo") -> list[dict[str, Any]]:
+def run_campaign(
+    workdir: Path, *, rounds: int, model_dir: Path | None = None, campaign: str = "demo"
+) -> list[dict[str, Any]]:
     """``surrogate propose`` and ``surrogate score-round`` for ``rounds`` rounds of synthetic
     outcomes into ``$MLFLOW_TRACKING_URI``, each round better than the one before, then round 1
     scored again (it must update its run, not add one); the ``--json`` outputs of the scoring."""
@@ -256,8 +339,9 @@ def run_campaign(workdir: Path, *, rounds: int, model_dir: Path | None = None,
     for r in range(1, rounds + 1):
         rnd = base / f"round-{r:02d}"
         earlier = ["--runs", str(runs)] if runs.exists() else []
-        assert main(["propose", "--round", str(rnd), "--k", "4", *SMALL_SPACE, *model,
-                     *earlier]) == 0
+        assert (
+            main(["propose", "--round", str(rnd), "--k", "4", *SMALL_SPACE, *model, *earlier]) == 0
+        )
         synthetic_outcomes(rnd, runs, shift=0.05 * r)
         score(rnd)
     score(base / "round-01")  # again, with the later rounds' runs in the table
@@ -265,8 +349,9 @@ def run_campaign(workdir: Path, *, rounds: int, model_dir: Path | None = None,
 
 
 @pytest.fixture(scope="session")
-def populated_server(mlflow_server: str, playbook_subset: Any,
-                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def populated_server(
+    mlflow_server: str, playbook_subset: Any, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """The server of :func:`mlflow_server` after a small ``train`` (registered as a model
     version) and a two-round campaign proposed by that model, round 1 scored twice."""
     from training.train import train
@@ -274,10 +359,22 @@ def populated_server(mlflow_server: str, playbook_subset: Any,
     work = tmp_path_factory.mktemp("campaign")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MLFLOW_TRACKING_URI", mlflow_server)
-        result = train(runs=playbook_subset, out_dir=work / "model", n_trials=1, storage=None,
-                       max_estimators=15, protocols=("nodes",), progress=False)
+        result = train(
+            runs=playbook_subset,
+            out_dir=work / "model",
+            n_trials=1,
+            storage=None,
+            max_estimators=15,
+            protocols=("nodes",),
+            progress=False,
+        )
         scored = run_campaign(work, rounds=2, model_dir=work / "model", campaign="demo")
-    exps = post_json(f"{mlflow_server}/api/2.0/mlflow/experiments/search",
-                     {"max_results": 100})["experiments"]
-    return {"url": mlflow_server, "train": result, "scored": scored,
-            "experiments": {e["name"]: e for e in exps}}
+    exps = post_json(f"{mlflow_server}/api/2.0/mlflow/experiments/search", {"max_results": 100})[
+        "experiments"
+    ]
+    return {
+        "url": mlflow_server,
+        "train": result,
+        "scored": scored,
+        "experiments": {e["name"]: e for e in exps},
+    }

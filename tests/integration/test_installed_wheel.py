@@ -34,16 +34,44 @@ pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "surrogate", "training", "microbench")
 """What setuptools packs (pyproject's packages.find and readme)."""
-PREDICT = ["predict", "--model", "8b", "--gpu", "H100-SXM-80GB", "--nodes", "4", "--dp", "8",
-           "--tp", "4", "--pp", "1", "--mbs", "2", "--grad-accum", "16", "--zero", "1",
-           "--framework", "nanotron"]
+PREDICT = [
+    "predict",
+    "--model",
+    "8b",
+    "--gpu",
+    "H100-SXM-80GB",
+    "--nodes",
+    "4",
+    "--dp",
+    "8",
+    "--tp",
+    "4",
+    "--pp",
+    "1",
+    "--mbs",
+    "2",
+    "--grad-accum",
+    "16",
+    "--zero",
+    "1",
+    "--framework",
+    "nanotron",
+]
 
 
-def _run(args: list[str | Path], *, cwd: Path,
-         timeout: float = 600) -> subprocess.CompletedProcess[str]:
+def _run(
+    args: list[str | Path], *, cwd: Path, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    return subprocess.run([str(a) for a in args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [str(a) for a in args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def _copy_sources(src: Path) -> None:
@@ -52,8 +80,11 @@ def _copy_sources(src: Path) -> None:
     for name in SOURCES:
         path = REPO / name
         if path.is_dir():
-            shutil.copytree(path, src / name, ignore=shutil.ignore_patterns(
-                "__pycache__", "*.pyc", "*.egg-info"))
+            shutil.copytree(
+                path,
+                src / name,
+                ignore=shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info"),
+            )
         else:
             shutil.copy2(path, src / name)
 
@@ -65,8 +96,22 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     src = root / "src"
     _copy_sources(src)
     dist = root / "dist"
-    built = _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
-                  "--no-index", "-q", "-w", dist, src], cwd=root)
+    built = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            dist,
+            src,
+        ],
+        cwd=root,
+    )
     if built.returncode != 0 and "No module named 'setuptools'" in built.stderr:
         pytest.skip("setuptools is not installed: pip install -e '.[test]'")
     assert built.returncode == 0, built.stderr[-3000:]
@@ -75,11 +120,25 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, 
     made = _run([sys.executable, "-m", "venv", "--without-pip", venv], cwd=root)
     assert made.returncode == 0, made.stderr
     python = venv / "bin" / "python"
-    got = _run([sys.executable, "-m", "pip", "--python", python, "install", "--no-deps",
-                "--no-index", "-q", wheel], cwd=root)
+    got = _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "--python",
+            python,
+            "install",
+            "--no-deps",
+            "--no-index",
+            "-q",
+            wheel,
+        ],
+        cwd=root,
+    )
     assert got.returncode == 0, got.stderr[-3000:]
-    site = _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                cwd=root).stdout.strip()
+    site = _run(
+        [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root
+    ).stdout.strip()
     borrowed = dict.fromkeys(sysconfig.get_paths()[k] for k in ("purelib", "platlib"))
     (Path(site) / "zz_test_environment.pth").write_text("\n".join(borrowed) + "\n")
     work = root / "elsewhere"
@@ -91,8 +150,11 @@ def test_the_wheel_holds_the_package_data(installed: tuple[Path, Path]) -> None:
     _, work = installed
     (wheel,) = (work.parent / "dist").glob("surrogate-*.whl")
     names = set(zipfile.ZipFile(wheel).namelist())
-    for needed in ("surrogate/py.typed", "surrogate/data/sources.toml",
-                   "surrogate/data/analytic_params.json"):
+    for needed in (
+        "surrogate/py.typed",
+        "surrogate/data/sources.toml",
+        "surrogate/data/analytic_params.json",
+    ):
         assert needed in names
     assert any(n.startswith("surrogate/data/models/default/") for n in names)
     assert any(n.startswith("surrogate/data/profiles/") for n in names)
@@ -118,23 +180,41 @@ def test_installed_predict_answers_with_the_bundled_model(installed: tuple[Path,
 
 
 def test_installed_data_commands_read_the_packaged_source_list(
-        installed: tuple[Path, Path]) -> None:
+    installed: tuple[Path, Path],
+) -> None:
     bindir, work = installed
     out = _run([bindir / "surrogate", "data", "--help"], cwd=work)
     assert out.returncode == 0, out.stderr
     assert "fetch" in out.stdout and "summary" in out.stdout
     # No download: an unknown --only is refused with the names of the packaged list.
-    out = _run([bindir / "surrogate", "data", "fetch", "--only", "no-such-source", "--dest",
-                work / "cache"], cwd=work)
+    out = _run(
+        [
+            bindir / "surrogate",
+            "data",
+            "fetch",
+            "--only",
+            "no-such-source",
+            "--dest",
+            work / "cache",
+        ],
+        cwd=work,
+    )
     assert out.returncode == 2
     assert out.stderr.strip().splitlines() == [
         "error: --only must name sources of the TOML (hf_ultrascale_playbook, "
-        "xla_collective_perf_table, xla_matmul_perf_table), got no-such-source"]
+        "xla_collective_perf_table, xla_matmul_perf_table), got no-such-source"
+    ]
 
 
-UNREACHABLE = ("Could not find a version that satisfies", "No matching distribution found",
-               "Failed to establish a new connection", "Temporary failure in name resolution",
-               "Network is unreachable", "Read timed out", "ConnectTimeoutError")
+UNREACHABLE = (
+    "Could not find a version that satisfies",
+    "No matching distribution found",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Network is unreachable",
+    "Read timed out",
+    "ConnectTimeoutError",
+)
 """pip's words when the package index (or its cache) cannot give a requirement."""
 
 
@@ -163,17 +243,26 @@ def _main_tasks() -> list[str]:
     program), in order."""
     text = (REPO / "README.md").read_text()
     table = text.split("## Main tasks", 1)[1].split("\n\n", 2)[1]
-    return [span for span in re.findall(r"`([^`]+)`", table)
-            if span.split()[0] in ("surrogate", "mlflow")]
+    return [
+        span
+        for span in re.findall(r"`([^`]+)`", table)
+        if span.split()[0] in ("surrogate", "mlflow")
+    ]
 
 
 def _calibrate_args() -> list[str]:
     """``calibrate`` of the microbenchmark excerpts of tests/ingest/fixtures (a GEMM table and
     an nccl-tests log), for the README's ``mb/*.jsonl`` of a GPU machine."""
     fixtures = REPO / "tests" / "ingest" / "fixtures"
-    return ["calibrate", str(fixtures / "mbench_xla_matmul_excerpt.txtpb"),
-            str(fixtures / "mbench_nccl_2node_excerpt.log"), "--gpu", "H100",
-            "--out", "my-h100.json"]
+    return [
+        "calibrate",
+        str(fixtures / "mbench_xla_matmul_excerpt.txtpb"),
+        str(fixtures / "mbench_nccl_2node_excerpt.log"),
+        "--gpu",
+        "H100",
+        "--out",
+        "my-h100.json",
+    ]
 
 
 def _flags_as_row(words: list[str]) -> dict[str, str]:
@@ -189,8 +278,9 @@ def _flags_as_row(words: list[str]) -> dict[str, str]:
     return row
 
 
-def _answers_or_names_its_extra(out: subprocess.CompletedProcess[str], command: str,
-                                answers: bool) -> None:
+def _answers_or_names_its_extra(
+    out: subprocess.CompletedProcess[str], command: str, answers: bool
+) -> None:
     """Exit 0 (required when ``answers``), or 2 with one line naming the extra to install."""
     assert "Traceback" not in out.stderr, f"{command}:\n{out.stderr[-3000:]}"
     if answers or out.returncode == 0:
@@ -204,9 +294,15 @@ def _answers_or_names_its_extra(out: subprocess.CompletedProcess[str], command: 
 @pytest.mark.slow
 def test_the_readme_install_has_no_extra(readme_install: tuple[Path, Path]) -> None:
     bindir, work = readme_install
-    out = _run([bindir / "python", "-c", "import importlib.util as u; print([m for m in "
-                "('torch', 'mlflow', 'optuna', 'sqlalchemy', 'lleaves') if u.find_spec(m)])"],
-               cwd=work)
+    out = _run(
+        [
+            bindir / "python",
+            "-c",
+            "import importlib.util as u; print([m for m in "
+            "('torch', 'mlflow', 'optuna', 'sqlalchemy', 'lleaves') if u.find_spec(m)])",
+        ],
+        cwd=work,
+    )
     assert out.stdout.strip() == "[]", out.stdout + out.stderr
 
 
@@ -248,11 +344,13 @@ def test_every_main_task_answers_or_names_its_extra(readme_install: tuple[Path, 
     given = {
         # the README's GPU-machine tables: microbenchmark excerpts of the test fixtures
         "surrogate calibrate mb/*.jsonl --gpu H100 --out my-h100.json": _calibrate_args(),
-        "surrogate predict ... --profile my-h100.json":
-            [*predict.split()[1:], "--profile", "my-h100.json"],
+        "surrogate predict ... --profile my-h100.json": [
+            *predict.split()[1:],
+            "--profile",
+            "my-h100.json",
+        ],
     }
-    pd.DataFrame([_flags_as_row(predict.split()[2:])]).to_csv(work / "configs.csv",
-                                                              index=False)
+    pd.DataFrame([_flags_as_row(predict.split()[2:])]).to_csv(work / "configs.csv", index=False)
     ran = []
     for task in tasks:
         program, argv = task.split()[0], given.get(task) or task.split()[1:]
@@ -268,12 +366,29 @@ def test_every_main_task_answers_or_names_its_extra(readme_install: tuple[Path, 
         _answers_or_names_its_extra(out, task, answers)
         ran.append(argv[0])
     # search without optuna: the enumeration alone, and the launch files the table mentions
-    out = _run([bindir / "surrogate", *next(t for t in tasks if t.startswith(
-        "surrogate search")).split()[1:], "--trials", "0", "--launch-dir", "launch"], cwd=work)
+    out = _run(
+        [
+            bindir / "surrogate",
+            *next(t for t in tasks if t.startswith("surrogate search")).split()[1:],
+            "--trials",
+            "0",
+            "--launch-dir",
+            "launch",
+        ],
+        cwd=work,
+    )
     _answers_or_names_its_extra(out, "search --trials 0", answers=True)
     assert any((work / "launch").iterdir())
-    assert set(ran) == {"predict", "search", "microbench", "calibrate", "propose", "ingest",
-                        "score-round", "train"}
+    assert set(ran) == {
+        "predict",
+        "search",
+        "microbench",
+        "calibrate",
+        "propose",
+        "ingest",
+        "score-round",
+        "train",
+    }
     assert (work / "my-h100.json").exists()
     assert pd.read_csv(work / "predictions.csv")["error"].isna().all()  # the README's row
 
@@ -285,8 +400,10 @@ def synthetic_outcomes_parquet(round_dir: Path, path: Path) -> None:
 
     props = pd.read_csv(round_dir / "proposals.csv")
     n = len(props)
-    table = props.assign(run_id=props["name"] + "/train-1",
-                         status=["completed"] * (n - 1) + ["oom"],
-                         mfu=[0.3 + 0.01 * i for i in range(n - 1)] + [float("nan")],
-                         source="synthetic")
+    table = props.assign(
+        run_id=props["name"] + "/train-1",
+        status=["completed"] * (n - 1) + ["oom"],
+        mfu=[0.3 + 0.01 * i for i in range(n - 1)] + [float("nan")],
+        source="synthetic",
+    )
     table.to_parquet(path, index=False)

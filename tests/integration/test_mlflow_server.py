@@ -13,8 +13,9 @@ pytestmark = pytest.mark.integration
 
 
 def _runs(url: str, exp_id: str) -> dict[str, dict[str, Any]]:
-    runs = post_json(f"{url}/api/2.0/mlflow/runs/search",
-                     {"experiment_ids": [exp_id], "max_results": 100})["runs"]
+    runs = post_json(
+        f"{url}/api/2.0/mlflow/runs/search", {"experiment_ids": [exp_id], "max_results": 100}
+    )["runs"]
     return {r["info"]["run_name"]: r for r in runs}
 
 
@@ -43,8 +44,7 @@ def test_training_is_one_named_run_beside_its_analytic_baseline(populated_server
     params = _kv(run["data"]["params"])
     assert params["data.runs"] == "400" and params["seed"] == "0"
     assert _kv(run["data"]["tags"])["data_hash"] == result.model.data_hash_
-    artifacts = get_json(f"{url}/api/2.0/mlflow/artifacts/list?run_id={tracked.run_id}"
-                         "&path=model")
+    artifacts = get_json(f"{url}/api/2.0/mlflow/artifacts/list?run_id={tracked.run_id}&path=model")
     assert "model/model.json" in {f["path"] for f in artifacts.get("files", [])}
 
 
@@ -62,30 +62,38 @@ def test_a_campaign_is_one_experiment_with_one_run_per_round(populated_server):
     assert tags["proposing_model.version"] == tracked.model_version
     assert tags["proposing_model.data_hash"] == populated_server["train"].model.data_hash_
     metrics = _kv(round1["data"]["metrics"])
-    assert metrics["best/mfu_so_far"] == pytest.approx(scored[2]["metrics"]
-                                                             ["best_mfu_so_far"])
-    files = get_json(f"{url}/api/2.0/mlflow/artifacts/list?run_id="
-                     f"{round1['info']['run_id']}&path=plots")["files"]
-    assert {f["path"] for f in files} == {"plots/predicted_vs_measured.png",
-                                          "plots/interval_coverage.png",
-                                          "plots/layout_space.png"}
+    assert metrics["best/mfu_so_far"] == pytest.approx(scored[2]["metrics"]["best_mfu_so_far"])
+    files = get_json(
+        f"{url}/api/2.0/mlflow/artifacts/list?run_id={round1['info']['run_id']}&path=plots"
+    )["files"]
+    assert {f["path"] for f in files} == {
+        "plots/predicted_vs_measured.png",
+        "plots/interval_coverage.png",
+        "plots/layout_space.png",
+    }
     # accuracy against rounds: one value per round, the re-scored one replaced
     trend = runs["accuracy over rounds"]["info"]["run_id"]
     for key in ("round/prospective_mfu_mape", "best/mfu_so_far"):
-        history = get_json(f"{url}/api/2.0/mlflow/metrics/get-history?run_id={trend}"
-                           f"&metric_key={key}")["metrics"]
+        history = get_json(
+            f"{url}/api/2.0/mlflow/metrics/get-history?run_id={trend}&metric_key={key}"
+        )["metrics"]
         assert sorted(m["step"] for m in history) == [1, 2]
-    best = get_json(f"{url}/api/2.0/mlflow/metrics/get-history?run_id={trend}"
-                    "&metric_key=best/mfu_so_far")["metrics"]
+    best = get_json(
+        f"{url}/api/2.0/mlflow/metrics/get-history?run_id={trend}&metric_key=best/mfu_so_far"
+    )["metrics"]
     assert {m["step"]: m["value"] for m in best}[1] == pytest.approx(
-        scored[2]["metrics"]["best_mfu_so_far"])
+        scored[2]["metrics"]["best_mfu_so_far"]
+    )
     baseline = runs["analytic baseline"]["info"]["run_id"]
-    history = get_json(f"{url}/api/2.0/mlflow/metrics/get-history?run_id={baseline}"
-                       "&metric_key=round/prospective_mfu_mape")["metrics"]
+    history = get_json(
+        f"{url}/api/2.0/mlflow/metrics/get-history?run_id={baseline}"
+        "&metric_key=round/prospective_mfu_mape"
+    )["metrics"]
     assert sorted(m["step"] for m in history) == [1, 2]
     # lineage on the registered model version
-    version = get_json(f"{url}/api/2.0/mlflow/model-versions/get?name=surrogate"
-                       f"&version={tracked.model_version}")["model_version"]
+    version = get_json(
+        f"{url}/api/2.0/mlflow/model-versions/get?name=surrogate&version={tracked.model_version}"
+    )["model_version"]
     vtags = _kv(version["tags"])
     assert vtags["data_hash"] == populated_server["train"].model.data_hash_
     assert vtags["training_run"] == tracked.run_id

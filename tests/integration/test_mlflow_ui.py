@@ -16,8 +16,15 @@ from surrogate.io.tracking import experiment_url
 pytestmark = pytest.mark.integration
 
 CHROMIUM = Path("/usr/bin/chromium")
-FLAGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-         "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+FLAGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 """Without the background-networking flags Chromium keeps trying to reach Google's hosts,
 which a closed network refuses."""
 
@@ -26,8 +33,9 @@ which a closed network refuses."""
 def browser() -> Iterator[Any]:
     if not CHROMIUM.exists():
         pytest.skip(f"{CHROMIUM} is absent (apt-get install chromium)")
-    sync_api = pytest.importorskip("playwright.sync_api",
-                                   reason="pip install -e '.[integration]' for Playwright")
+    sync_api = pytest.importorskip(
+        "playwright.sync_api", reason="pip install -e '.[integration]' for Playwright"
+    )
     with sync_api.sync_playwright() as p:
         b = p.chromium.launch(executable_path=str(CHROMIUM), headless=True, args=FLAGS)
         try:
@@ -85,7 +93,8 @@ def test_the_chart_view_draws_accuracy_against_rounds(populated_server, page, ar
     # the chart's legend: the learned model's trend over rounds beside the analytic baseline
     for series in ("accuracy over rounds", "analytic baseline", "round 01", "round 02"):
         page.get_by_text(f"{series} (round/prospective_mfu_mape)", exact=True).wait_for(
-            state="visible")
+            state="visible"
+        )
     # a line chart: Plotly draws each run's history over the steps as a path of class js-line
     page.locator("path.js-line").first.wait_for(state="attached")
     assert page.locator("path.js-line").count() >= 2
@@ -96,8 +105,9 @@ def test_the_chart_view_draws_accuracy_against_rounds(populated_server, page, ar
     print(f"screenshot: {shot}")
 
 
-def test_the_training_page_shows_the_training_and_its_baseline(populated_server, page,
-                                                                artifacts_dir):
+def test_the_training_page_shows_the_training_and_its_baseline(
+    populated_server, page, artifacts_dir
+):
     url = populated_server["url"]
     exp = populated_server["experiments"]["surrogate-training"]
     tracked = populated_server["train"].tracked

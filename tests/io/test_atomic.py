@@ -37,8 +37,9 @@ def test_a_write_replaces_the_file_whole_and_keeps_its_mode(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("failure", [KeyboardInterrupt, ValueError, MemoryError])
-def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path: Path,
-                                                                 failure: type) -> None:
+def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(
+    tmp_path: Path, failure: type
+) -> None:
     p = tmp_path / "t.csv"
     p.write_text("old")
     with pytest.raises(failure), atomic_path(p) as tmp:
@@ -48,41 +49,49 @@ def test_a_write_that_fails_leaves_the_old_file_and_no_temporary(tmp_path: Path,
     assert _left(tmp_path) == ["t.csv"]
 
 
-@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO,
-                                  errno.EROFS])
+@pytest.mark.parametrize("code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EIO, errno.EROFS])
 def test_a_refused_rename_or_sync_is_an_output_error_naming_the_target(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, code: int
+) -> None:
     def refuse(*_: object) -> None:
         raise OSError(code, os.strerror(code))
 
     for name in ("replace", "fsync"):
         with monkeypatch.context() as m:
             m.setattr(atomic.os, name, refuse)
-            with pytest.raises(OutputError, match=rf"cannot write '.*r\.json': "
-                                                  rf"{os.strerror(code)}"):
+            with pytest.raises(
+                OutputError,
+                match=rf"cannot write '.*r\.json': "
+                rf"{os.strerror(code)}",
+            ):
                 atomic_write(tmp_path / "r.json", "{}")
         assert _left(tmp_path) == []
 
 
 def test_a_full_device_is_one_output_error(tmp_path: Path, full_dir: Path) -> None:
-    for write in (lambda p: atomic_write(p, "x" * 100_000),
-                  lambda p: write_table_atomic(pd.DataFrame({"a": range(50_000)}), p)):
+    for write in (
+        lambda p: atomic_write(p, "x" * 100_000),
+        lambda p: write_table_atomic(pd.DataFrame({"a": range(50_000)}), p),
+    ):
         for name in ("p.csv", "p.parquet"):
             with pytest.raises(OutputError, match=rf"cannot write '.*{name}': No space left"):
                 write(full_dir / name)
-    with pytest.raises(OutputError, match=r"No space left"), \
-            TableWriter(full_dir / "w.csv") as writer:
+    with (
+        pytest.raises(OutputError, match=r"No space left"),
+        TableWriter(full_dir / "w.csv") as writer,
+    ):
         writer.write(pd.DataFrame({"a": range(50_000)}))
     assert _left(full_dir) == ["filler"]
 
 
 def test_a_file_size_limit_is_one_output_error(tmp_path: Path) -> None:
     """``ulimit -f``: Python ignores SIGXFSZ, so the write fails with EFBIG."""
-    code = (f"import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
-            f"from surrogate.io.atomic import atomic_write\n"
-            f"atomic_write({str(tmp_path / 'big.txt')!r}, 'x' * 100_000)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=False)
+    code = (
+        f"import resource; resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))\n"
+        f"from surrogate.io.atomic import atomic_write\n"
+        f"atomic_write({str(tmp_path / 'big.txt')!r}, 'x' * 100_000)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.returncode == 1
     assert "OutputError: cannot write" in done.stderr
     assert "File too large (the file-size limit, ulimit -f?)" in done.stderr

@@ -113,7 +113,8 @@ def test_source_validation(kwargs: dict[str, str], match: str) -> None:
 def test_repository_sources_match_the_manifest() -> None:
     sources = {s.name: s for s in load_sources(SOURCES_TOML)}
     assert sources["hf_ultrascale_playbook"].sha256 == (
-        "2b20c1ecbab9de9af9627c3ebb727f72bad447ceca1b5503e00abd74ac5e7958")
+        "2b20c1ecbab9de9af9627c3ebb727f72bad447ceca1b5503e00abd74ac5e7958"
+    )
     assert sources["xla_matmul_perf_table"].path == "microbench/xla/default_matmul_perf_table.txtpb"
     assert all(s.url.startswith("https://raw.githubusercontent.com/") for s in sources.values())
 

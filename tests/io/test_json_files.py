@@ -23,12 +23,16 @@ def test_a_missing_file_raises_what_the_caller_says(tmp_path: Path) -> None:
         read_json(tmp_path / "model.json", missing=NoModelError("no model here"))
 
 
-@pytest.mark.parametrize(("content", "match"), [
-    (b"{", r"r\.json: not valid JSON \(Expecting"),
-    (b"\xff\xfe{}", r"r\.json. must be UTF-8 text"),
-])
-def test_a_corrupt_file_is_a_data_error_naming_it(tmp_path: Path, content: bytes,
-                                                  match: str) -> None:
+@pytest.mark.parametrize(
+    ("content", "match"),
+    [
+        (b"{", r"r\.json: not valid JSON \(Expecting"),
+        (b"\xff\xfe{}", r"r\.json. must be UTF-8 text"),
+    ],
+)
+def test_a_corrupt_file_is_a_data_error_naming_it(
+    tmp_path: Path, content: bytes, match: str
+) -> None:
     path = tmp_path / "r.json"
     path.write_bytes(content)
     with pytest.raises(DataError, match=match):
@@ -43,6 +47,8 @@ def test_a_directory_is_a_data_error_naming_it(tmp_path: Path) -> None:
 
 def test_a_key_given_twice_is_refused_not_overwritten() -> None:
     assert json.loads('{"a": 1, "b": {"a": 2}}', object_pairs_hook=refuse_duplicate_keys) == {
-        "a": 1, "b": {"a": 2}}  # the same key in two objects is fine
+        "a": 1,
+        "b": {"a": 2},
+    }  # the same key in two objects is fine
     with pytest.raises(ConfigError, match="each key must appear once, got 'a' twice"):
         json.loads('{"a": 1, "a": 2}', object_pairs_hook=refuse_duplicate_keys)

@@ -11,11 +11,23 @@ from surrogate.io.jsonsafe import json_safe
 
 
 def test_non_finite_become_null_through_nesting() -> None:
-    value = {"a": math.nan, "b": [1.5, np.float64("inf"), (np.int64(3), -math.inf)],
-             "c": {"d": np.array([1.0, np.nan])}, "e": "text", "f": None, "g": True}
+    value = {
+        "a": math.nan,
+        "b": [1.5, np.float64("inf"), (np.int64(3), -math.inf)],
+        "c": {"d": np.array([1.0, np.nan])},
+        "e": "text",
+        "f": None,
+        "g": True,
+    }
     out = json_safe(value)
-    assert out == {"a": None, "b": [1.5, None, [3, None]], "c": {"d": [1.0, None]},
-                   "e": "text", "f": None, "g": True}
+    assert out == {
+        "a": None,
+        "b": [1.5, None, [3, None]],
+        "c": {"d": [1.0, None]},
+        "e": "text",
+        "f": None,
+        "g": True,
+    }
     assert type(out["b"][2][0]) is int
     json.dumps(out, allow_nan=False)  # strict JSON
 

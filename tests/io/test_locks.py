@@ -36,7 +36,7 @@ def _synthetic_chunks(tmp: Path, n: int) -> list[Path]:
             w = csv.writer(f)
             w.writerow(header)
             for j, row in enumerate(rows):
-                w.writerow([*row[:job], str(900_000 + 100 * i + j), *row[job + 1:]])
+                w.writerow([*row[:job], str(900_000 + 100 * i + j), *row[job + 1 :]])
         paths.append(p)
     return paths
 
@@ -75,9 +75,14 @@ def test_append_lock_times_out_with_a_clear_error(tmp_path: Path) -> None:
     holder.start()
     try:
         assert held.wait(10)
-        with pytest.raises(DataError, match=rf"t\.parquet' is locked by pid {holder.pid} on "
-                           r"host .* since .*; gave up after 0\.2 s \(SURROGATE_LOCK_TIMEOUT_S"), \
-                locked(table, timeout_s=0.2):
+        with (
+            pytest.raises(
+                DataError,
+                match=rf"t\.parquet' is locked by pid {holder.pid} on "
+                r"host .* since .*; gave up after 0\.2 s \(SURROGATE_LOCK_TIMEOUT_S",
+            ),
+            locked(table, timeout_s=0.2),
+        ):
             pass
     finally:
         release.set()
@@ -85,7 +90,8 @@ def test_append_lock_times_out_with_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_a_stopped_holder_is_named_while_waiting_and_the_wait_ends(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A stopped ingest (SIGSTOP) keeps its lock: the next one says who holds it, with the
     command line, then gives up after the time the variable sets."""
     import signal
@@ -94,9 +100,11 @@ def test_a_stopped_holder_is_named_while_waiting_and_the_wait_ends(
 
     table = tmp_path / "t.parquet"
     ready = tmp_path / "ready"
-    code = ("import sys, time; from pathlib import Path; from surrogate.io.locks import locked\n"
-            f"with locked({str(table)!r}):\n"
-            f"    Path({str(ready)!r}).touch(); time.sleep(60)\n")
+    code = (
+        "import sys, time; from pathlib import Path; from surrogate.io.locks import locked\n"
+        f"with locked({str(table)!r}):\n"
+        f"    Path({str(ready)!r}).touch(); time.sleep(60)\n"
+    )
     holder = subprocess.Popen([sys.executable, "-c", code, "ingest-marker"])
     try:
         for _ in range(200):
@@ -107,9 +115,14 @@ def test_a_stopped_holder_is_named_while_waiting_and_the_wait_ends(
         told: list[str] = []
         monkeypatch.setenv("SURROGATE_LOCK_TIMEOUT_S", "0.6")
         monkeypatch.setattr(locks, "LOCK_NOTICE_S", 0.2)
-        with pytest.raises(DataError, match=rf"locked by pid {holder.pid} .*ingest-marker.*"
-                                            r"gave up after 0\.6 s"), \
-                locked(table, notify=told.append):
+        with (
+            pytest.raises(
+                DataError,
+                match=rf"locked by pid {holder.pid} .*ingest-marker.*"
+                r"gave up after 0\.6 s",
+            ),
+            locked(table, notify=told.append),
+        ):
             pass
         assert told and f"held by pid {holder.pid}" in told[0], told
     finally:
@@ -122,16 +135,23 @@ def test_a_stopped_holder_is_named_while_waiting_and_the_wait_ends(
 
 @pytest.mark.parametrize("value", ["-1", "soon", "inf", "nan"])
 def test_a_lock_timeout_that_is_not_seconds_is_refused(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
     monkeypatch.setenv("SURROGATE_LOCK_TIMEOUT_S", value)
-    with pytest.raises(DataError, match=r"SURROGATE_LOCK_TIMEOUT_S must be a number of seconds"), \
-            locked(tmp_path / "t.parquet"):
+    with (
+        pytest.raises(DataError, match=r"SURROGATE_LOCK_TIMEOUT_S must be a number of seconds"),
+        locked(tmp_path / "t.parquet"),
+    ):
         pass
 
 
 def test_a_holder_that_left_no_sidecar_is_said_unknown(tmp_path: Path) -> None:
     assert "did not say who it is" in locks.lock_holder(tmp_path / "t.parquet")
-    record = {"pid": 999_999_999, "host": socket.gethostname(), "command": "surrogate ingest x",
-              "since": "then"}
+    record = {
+        "pid": 999_999_999,
+        "host": socket.gethostname(),
+        "command": "surrogate ingest x",
+        "since": "then",
+    }
     (tmp_path / ".t.parquet.lock.holder").write_text(json.dumps(record))
     assert locks.lock_holder(tmp_path / "t.parquet").endswith("which no longer runs")

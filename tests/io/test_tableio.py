@@ -47,8 +47,11 @@ def test_new_table_gets_the_umask_permissions(tmp_path: Path) -> None:
 
 def test_unknown_table_suffix_is_refused(tmp_path: Path) -> None:
     assert table_format("a.PARQUET") == "parquet" and table_format("a.csv") == "csv"
-    with pytest.raises(DataError, match=r"a table file must end in \.parquet, \.pq, \.csv, "
-                                        r"got '.*t\.xlsx' \(\.xlsx\)"):
+    with pytest.raises(
+        DataError,
+        match=r"a table file must end in \.parquet, \.pq, \.csv, "
+        r"got '.*t\.xlsx' \(\.xlsx\)",
+    ):
         write_table_atomic(pd.DataFrame({"a": [1]}), tmp_path / "t.xlsx")
     with pytest.raises(DataError, match=r"must end in .*\(no suffix\)"):
         ingest([PLAYBOOK], tmp_path / "table")
@@ -59,13 +62,15 @@ def test_unknown_table_suffix_is_refused(tmp_path: Path) -> None:
 def _mixed_frame() -> pd.DataFrame:
     """Synthetic: every kind of column a configuration table holds, missing cells included,
     and text that must be quoted."""
-    return pd.DataFrame({
-        "dp": [8, 16, 4, 2, 1],
-        "share": [0.5, float("nan"), 1 / 3, 2.5e-7, 1e300],
-        "sequence_parallel": [True, False, True, False, True],
-        "gpu": ["H100-SXM-80GB", "a,b", 'say "x"', "line\rbreak", None],
-        "note": ["", "x", "y", "z", "w"],
-    })
+    return pd.DataFrame(
+        {
+            "dp": [8, 16, 4, 2, 1],
+            "share": [0.5, float("nan"), 1 / 3, 2.5e-7, 1e300],
+            "sequence_parallel": [True, False, True, False, True],
+            "gpu": ["H100-SXM-80GB", "a,b", 'say "x"', "line\rbreak", None],
+            "note": ["", "x", "y", "z", "w"],
+        }
+    )
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
@@ -81,18 +86,29 @@ def test_a_table_reads_back_as_written(tmp_path: Path, suffix: str) -> None:
 
 
 def test_a_csv_without_special_text_is_written_without_quotes(tmp_path: Path) -> None:
-    write_table_atomic(pd.DataFrame({"gpu": ["H100", "A100"], "dp": [8, 4], "sp": [True, False],
-                                     "w": [1.0, float("nan")], "x": [0.5, 2.0]}),
-                       tmp_path / "t.csv")
-    assert (tmp_path / "t.csv").read_text() == ("gpu,dp,sp,w,x\nH100,8,true,1.0,0.5\n"
-                                                "A100,4,false,,2\n")
+    write_table_atomic(
+        pd.DataFrame(
+            {
+                "gpu": ["H100", "A100"],
+                "dp": [8, 4],
+                "sp": [True, False],
+                "w": [1.0, float("nan")],
+                "x": [0.5, 2.0],
+            }
+        ),
+        tmp_path / "t.csv",
+    )
+    assert (tmp_path / "t.csv").read_text() == (
+        "gpu,dp,sp,w,x\nH100,8,true,1.0,0.5\nA100,4,false,,2\n"
+    )
     back = read_table(tmp_path / "t.csv")
     assert [back[c].dtype.kind for c in ["dp", "sp", "w", "x"]] == ["i", "b", "f", "f"]
 
 
 def test_whole_number_floats_are_written_as_floats(tmp_path: Path) -> None:
-    write_table_atomic(pd.DataFrame({"w": [3.0, -0.0, 12.0], "x": [1.0, 2.0, 0.25]}),
-                       tmp_path / "t.csv")
+    write_table_atomic(
+        pd.DataFrame({"w": [3.0, -0.0, 12.0], "x": [1.0, 2.0, 0.25]}), tmp_path / "t.csv"
+    )
     assert (tmp_path / "t.csv").read_text() == "w,x\n3.0,1\n-0.0,2\n12.0,0.25\n"
     back = read_table(tmp_path / "t.csv")
     assert [back[c].dtype.kind for c in ["w", "x"]] == ["f", "f"]
@@ -108,12 +124,18 @@ def test_csv_columns_are_typed_as_pandas_reads_them(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("suffix", [".csv", ".parquet"])
-def test_chunks_of_a_table_are_the_whole_table(tmp_path: Path, suffix: str,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_chunks_of_a_table_are_the_whole_table(
+    tmp_path: Path, suffix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setattr(tableio, "CSV_BLOCK_BYTES", 1 << 16)
     rng = np.random.default_rng(1)
-    df = pd.DataFrame({"dp": rng.integers(1, 64, 20_000), "x": rng.random(20_000),
-                       "gpu": rng.choice(["H100", "A100"], 20_000)})
+    df = pd.DataFrame(
+        {
+            "dp": rng.integers(1, 64, 20_000),
+            "x": rng.random(20_000),
+            "gpu": rng.choice(["H100", "A100"], 20_000),
+        }
+    )
     write_table_atomic(df, tmp_path / f"t{suffix}")
     chunks = list(iter_table(tmp_path / f"t{suffix}", chunk_rows=3_000))
     assert len(chunks) > 1

@@ -19,8 +19,20 @@ from surrogate.layouts.best_odds import (
     p_best,
 )
 
-BASE = {"framework": "nanotron", "num_nodes": 1, "dp": 8, "tp": 1, "pp": 1, "cp": 1, "ep": 1,
-        "vpp": 1, "mbs": 1, "zero_stage": 1, "recompute": "none", "sequence_parallel": False}
+BASE = {
+    "framework": "nanotron",
+    "num_nodes": 1,
+    "dp": 8,
+    "tp": 1,
+    "pp": 1,
+    "cp": 1,
+    "ep": 1,
+    "vpp": 1,
+    "mbs": 1,
+    "zero_stage": 1,
+    "recompute": "none",
+    "sequence_parallel": False,
+}
 
 
 def synthetic(rows: list[dict[str, object]]) -> pd.DataFrame:
@@ -28,20 +40,32 @@ def synthetic(rows: list[dict[str, object]]) -> pd.DataFrame:
     out = []
     for r in rows:
         mfu, sd = float(r.pop("mfu")), float(r.pop("sd"))  # type: ignore[arg-type]
-        out.append({**BASE, "pred_mfu": mfu, "pred_mfu_lo": mfu * np.exp(-Z80 * sd),
-                    "pred_mfu_hi": mfu * np.exp(Z80 * sd), "p_completed": 1.0, **r})
+        out.append(
+            {
+                **BASE,
+                "pred_mfu": mfu,
+                "pred_mfu_lo": mfu * np.exp(-Z80 * sd),
+                "pred_mfu_hi": mfu * np.exp(Z80 * sd),
+                "p_completed": 1.0,
+                **r,
+            }
+        )
     return pd.DataFrame(out)
 
 
 def test_log_sd_reads_the_80_percent_interval() -> None:
-    assert log_sd(np.array([0.4]), np.array([0.4 * np.exp(2 * Z80 * 0.1)]))[0] == \
-        pytest.approx(0.1)
+    assert log_sd(np.array([0.4]), np.array([0.4 * np.exp(2 * Z80 * 0.1)]))[0] == pytest.approx(0.1)
     assert np.isnan(log_sd(np.array([np.nan, 0.0]), np.array([0.5, 0.5]))).all()
 
 
 def test_probabilities_sum_to_one_at_most_and_are_deterministic() -> None:
-    frame = synthetic([{"mfu": 0.40, "sd": 0.05}, {"mfu": 0.39, "sd": 0.05, "tp": 2},
-                       {"mfu": 0.30, "sd": 0.05, "pp": 2}])
+    frame = synthetic(
+        [
+            {"mfu": 0.40, "sd": 0.05},
+            {"mfu": 0.39, "sd": 0.05, "tp": 2},
+            {"mfu": 0.30, "sd": 0.05, "pp": 2},
+        ]
+    )
     p = p_best(frame)
     assert p.sum() == pytest.approx(1.0)
     assert (p == p_best(frame)).all()
@@ -68,9 +92,14 @@ def test_no_interval_no_probability() -> None:
 def test_drawn_errors_have_the_modelled_correlation() -> None:
     """Same cell: a + b lambda^d for d differing dimensions; another cell: 0; variance 1."""
     corr = Correlation(cell=0.1, neighbours=0.6, decay=0.5)
-    frame = synthetic([{"mfu": 0.4, "sd": 0.1}, {"mfu": 0.4, "sd": 0.1, "mbs": 2},
-                       {"mfu": 0.4, "sd": 0.1, "tp": 2, "pp": 2, "mbs": 2, "dp": 2},
-                       {"mfu": 0.4, "sd": 0.1, "num_nodes": 2}])
+    frame = synthetic(
+        [
+            {"mfu": 0.4, "sd": 0.1},
+            {"mfu": 0.4, "sd": 0.1, "mbs": 2},
+            {"mfu": 0.4, "sd": 0.1, "tp": 2, "pp": 2, "mbs": 2, "dp": 2},
+            {"mfu": 0.4, "sd": 0.1, "num_nodes": 2},
+        ]
+    )
     z = draw_log_errors(frame, 200_000, correlation=corr)
     c = np.corrcoef(z.T)
     assert z.std(axis=0) == pytest.approx(np.ones(4), abs=0.01)
@@ -83,8 +112,15 @@ def test_drawn_errors_have_the_modelled_correlation() -> None:
 def test_the_correlation_matrix_is_valid_for_every_layout_set() -> None:
     """A product kernel over the dimensions: positive semi-definite, whatever the layouts."""
     rng = np.random.default_rng(0)
-    rows = [{"mfu": 0.4, "sd": 0.1, **{d: int(rng.integers(0, 3)) for d in DIMENSIONS},
-             "num_nodes": int(rng.integers(1, 3))} for _ in range(40)]
+    rows = [
+        {
+            "mfu": 0.4,
+            "sd": 0.1,
+            **{d: int(rng.integers(0, 3)) for d in DIMENSIONS},
+            "num_nodes": int(rng.integers(1, 3)),
+        }
+        for _ in range(40)
+    ]
     corr = Correlation(cell=0.2, neighbours=0.8, decay=0.3)
     assert np.linalg.eigvalsh(correlation_matrix(synthetic(rows), corr)).min() > -1e-9
 
@@ -94,9 +130,21 @@ def test_correlated_errors_make_a_small_lead_surer() -> None:
     that differs in every dimension."""
     corr = Correlation(cell=0.0, neighbours=0.9, decay=0.5)
     near = synthetic([{"mfu": 0.408, "sd": 0.02}, {"mfu": 0.40, "sd": 0.02, "mbs": 2}])
-    far = synthetic([{"mfu": 0.408, "sd": 0.02},
-                     {"mfu": 0.40, "sd": 0.02, "mbs": 2, "tp": 2, "pp": 2, "dp": 2,
-                      "zero_stage": 0, "recompute": "full"}])
+    far = synthetic(
+        [
+            {"mfu": 0.408, "sd": 0.02},
+            {
+                "mfu": 0.40,
+                "sd": 0.02,
+                "mbs": 2,
+                "tp": 2,
+                "pp": 2,
+                "dp": 2,
+                "zero_stage": 0,
+                "recompute": "full",
+            },
+        ]
+    )
     assert p_best(near, correlation=corr)[0] > p_best(far, correlation=corr)[0] + 0.05
 
 
@@ -116,17 +164,25 @@ def test_the_best_set_holds_90_percent_of_p_best() -> None:
     assert best_set(np.array([0.48, 0.02])).tolist() == [True, False]
     assert not best_set(np.array([np.nan, 0.5])).any()
     assert not best_set(np.zeros(3)).any() and len(best_set(np.zeros(0))) == 0
-    twins = synthetic([{"mfu": 0.4, "sd": 0.1}, {"mfu": 0.4, "sd": 0.1, "tp": 2},
-                       {"mfu": 0.2, "sd": 0.05, "pp": 2}])
+    twins = synthetic(
+        [
+            {"mfu": 0.4, "sd": 0.1},
+            {"mfu": 0.4, "sd": 0.1, "tp": 2},
+            {"mfu": 0.2, "sd": 0.05, "pp": 2},
+        ]
+    )
     assert best_set(p_best(twins)).tolist() == [True, True, False]
     with pytest.raises(ConfigError, match="mass must be in"):
         best_set(np.array([1.0]), mass=0.0)
 
 
-@pytest.mark.parametrize(("kw", "match"), [
-    ({"cell": 0.6, "neighbours": 0.5, "decay": 0.5}, "sum to <= 1"),
-    ({"cell": 0.1, "neighbours": 0.5, "decay": 1.5}, "decay must be in"),
-])
+@pytest.mark.parametrize(
+    ("kw", "match"),
+    [
+        ({"cell": 0.6, "neighbours": 0.5, "decay": 0.5}, "sum to <= 1"),
+        ({"cell": 0.1, "neighbours": 0.5, "decay": 1.5}, "decay must be in"),
+    ],
+)
 def test_correlation_weights_must_be_shares(kw: dict[str, float], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         Correlation(**kw)
@@ -136,9 +192,16 @@ def test_heavier_tails_keep_the_80_percent_interval():
     """Student t errors (a finite ``tail_df``): still 80% inside +-1.2816, more beyond 3."""
     frame = pd.DataFrame({"dp": [1, 2, 4]})
     normal = draw_log_errors(frame, 100_000)
-    heavy = draw_log_errors(frame, 100_000, correlation=Correlation(
-        cell=CORRELATION.cell, neighbours=CORRELATION.neighbours, decay=CORRELATION.decay,
-        tail_df=3.0))
+    heavy = draw_log_errors(
+        frame,
+        100_000,
+        correlation=Correlation(
+            cell=CORRELATION.cell,
+            neighbours=CORRELATION.neighbours,
+            decay=CORRELATION.decay,
+            tail_df=3.0,
+        ),
+    )
     for z in (normal, heavy):
         assert np.mean(np.abs(z) < Z80) == pytest.approx(0.8, abs=0.01)
     assert np.mean(np.abs(heavy) > 3) > 5 * np.mean(np.abs(normal) > 3)

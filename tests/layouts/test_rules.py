@@ -8,9 +8,15 @@ from surrogate.layouts.space import LayoutSpace
 
 
 def test_pick_maximises_tp_inside_a_node_and_avoids_pp() -> None:
-    space = LayoutSpace(frameworks=("nanotron",),
-                        model=get_preset("8.86b"), global_batch_seqs=64, node_counts=(2,),
-                        max_cp=1, max_vpp=1, recompute_modes=("none",))
+    space = LayoutSpace(
+        frameworks=("nanotron",),
+        model=get_preset("8.86b"),
+        global_batch_seqs=64,
+        node_counts=(2,),
+        max_cp=1,
+        max_vpp=1,
+        recompute_modes=("none",),
+    )
     cfg = rules_pick(space)
     assert cfg.layout.tp == 8  # the node size
     assert cfg.layout.pp == 1
@@ -19,18 +25,30 @@ def test_pick_maximises_tp_inside_a_node_and_avoids_pp() -> None:
 
 
 def test_pipeline_only_when_memory_needs_it() -> None:
-    space = LayoutSpace(frameworks=("nanotron",),
-                        model=get_preset("80b"), global_batch_seqs=64, node_counts=(4,),
-                        max_cp=1, max_vpp=1, recompute_modes=("none",))
+    space = LayoutSpace(
+        frameworks=("nanotron",),
+        model=get_preset("80b"),
+        global_batch_seqs=64,
+        node_counts=(4,),
+        max_cp=1,
+        max_vpp=1,
+        recompute_modes=("none",),
+    )
     cfg = rules_pick(space)
     assert cfg.layout.tp == 8 and cfg.layout.pp > 1
     assert analytic_fits([cfg])[0]
 
 
 def test_order_puts_fitting_layouts_first() -> None:
-    space = LayoutSpace(frameworks=("nanotron",),
-                        model=get_preset("8.86b"), global_batch_seqs=32, node_counts=(1,),
-                        max_cp=1, max_vpp=1, recompute_modes=("none",))
+    space = LayoutSpace(
+        frameworks=("nanotron",),
+        model=get_preset("8.86b"),
+        global_batch_seqs=32,
+        node_counts=(1,),
+        max_cp=1,
+        max_vpp=1,
+        recompute_modes=("none",),
+    )
     configs = space.enumerate()
     order = rules_order(configs)
     fits = analytic_fits(configs)

@@ -14,9 +14,17 @@ from surrogate.layouts.labels import layout_label
 from surrogate.layouts.search import TOP_COLUMNS, Limits, rank, score_configs, search
 from surrogate.layouts.space import DEFAULT_ENUMERATION_LIMIT, LayoutSpace
 
-TINY = dict(model=get_preset("1.34b"), frameworks=("nanotron",),
-                                       global_batch_seqs=16, node_counts=(1,), max_cp=1,
-            max_vpp=1, max_mbs=2, recompute_modes=("none",), sequence_parallel=(True,))
+TINY = dict(
+    model=get_preset("1.34b"),
+    frameworks=("nanotron",),
+    global_batch_seqs=16,
+    node_counts=(1,),
+    max_cp=1,
+    max_vpp=1,
+    max_mbs=2,
+    recompute_modes=("none",),
+    sequence_parallel=(True,),
+)
 
 
 def tiny() -> LayoutSpace:
@@ -42,8 +50,16 @@ def test_no_configuration_scores_to_the_columns_of_some() -> None:
     empty = score_configs([], model=None)
     assert len(empty) == 0
     assert set(empty.columns) <= set(scored.columns)
-    assert {"layout", "num_gpus", "pred_status", "pred_mfu", "pred_peak_mem_reserved_hi_gib",
-            "analytic_fits", "feasible", "key"} <= set(empty.columns)
+    assert {
+        "layout",
+        "num_gpus",
+        "pred_status",
+        "pred_mfu",
+        "pred_peak_mem_reserved_hi_gib",
+        "analytic_fits",
+        "feasible",
+        "key",
+    } <= set(empty.columns)
 
 
 def test_search_labels_the_rows_it_shows() -> None:
@@ -84,8 +100,9 @@ def test_optuna_finds_the_best_of_a_small_space() -> None:
 def test_a_storage_or_a_space_too_large_takes_optuna(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'study.db'}"
     assert search(tiny(), n_trials=20, storage=url).method == "optuna"
-    big = LayoutSpace(frameworks=("nanotron",),
-                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    big = LayoutSpace(
+        frameworks=("nanotron",), model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,)
+    )
     assert search(big, model=None, n_trials=20, enumerate_limit=100).method == "optuna"
     with pytest.raises(ConfigError, match="at least one trial, got n_trials=0"):
         search(tiny(), n_trials=0, method="optuna")
@@ -107,8 +124,7 @@ def test_rdb_storage_is_shared_by_workers(tmp_path: Path) -> None:
 
 
 def test_limits_make_layouts_infeasible() -> None:
-    strict = search(tiny(), limits=Limits(memory_margin_frac=0.99), n_trials=0,
-                    method="enumerate")
+    strict = search(tiny(), limits=Limits(memory_margin_frac=0.99), n_trials=0, method="enumerate")
     assert not strict.top["feasible"].any()
     assert strict.notes and "no layout meets the limits" in strict.notes[0]
 
@@ -127,8 +143,9 @@ def test_multi_objective_pareto_front() -> None:
 def test_errors() -> None:
     with pytest.raises(ConfigError, match="max_p_oom must be between 0 and 1"):
         Limits(max_p_oom=2.0)
-    big = LayoutSpace(frameworks=("nanotron",),
-                      model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,))
+    big = LayoutSpace(
+        frameworks=("nanotron",), model=get_preset("8b"), global_batch_seqs=1024, node_counts=(64,)
+    )
     with pytest.raises(ConfigError, match="enumeration limit"):
         search(big, method="enumerate", enumerate_limit=100)
     with pytest.raises(ConfigError, match="more than the enumeration limit"):  # not "no layout"
@@ -149,14 +166,21 @@ def test_pareto_front_covers_every_scored_layout() -> None:
 def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
     with pytest.raises(ConfigError, match=r"gpu must be one of A100-SXM-40GB, .* got 'H900'"):
         LayoutSpace(**{**TINY, "gpu": "H900"})  # type: ignore[arg-type]
-    odd = LayoutSpace(**{**TINY, "global_batch_seqs": 3, "frameworks": ("torchtitan",),
-                         "zero_stages": (3,)})  # type: ignore[arg-type]  # ZeRO needs dp > 1
-    with pytest.raises(ConfigError, match=r"the space holds no valid layout of playbook-1\.34b on "
-                                          r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
-                                          r"\(e\.g\. .+ must .+\): widen it"):
+    odd = LayoutSpace(
+        **{**TINY, "global_batch_seqs": 3, "frameworks": ("torchtitan",), "zero_stages": (3,)}
+    )  # type: ignore[arg-type]  # ZeRO needs dp > 1
+    with pytest.raises(
+        ConfigError,
+        match=r"the space holds no valid layout of playbook-1\.34b on "
+        r"1 x 8 H100-SXM-80GB for a global batch of 3 sequences "
+        r"\(e\.g\. .+ must .+\): widen it",
+    ):
         search(odd, model=None)
-    with pytest.raises(ConfigError, match=r"none of optuna's 5 trials was a valid layout of "
-                                          r"playbook-1\.34b .+ \(e\.g\. .+\): run more trials"):
+    with pytest.raises(
+        ConfigError,
+        match=r"none of optuna's 5 trials was a valid layout of "
+        r"playbook-1\.34b .+ \(e\.g\. .+\): run more trials",
+    ):
         search(odd, model=None, n_trials=5, method="optuna")
 
 
@@ -165,19 +189,26 @@ def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> N
     suggests it only for full recomputation on a framework that checkpoints some layers."""
     import optuna
 
-    space = LayoutSpace(**{**TINY, "frameworks": ("megatron", "nanotron"),  # type: ignore[arg-type]
-                           "recompute_modes": ("none", "full"), "sequence_parallel": (False, True)})
+    space = LayoutSpace(
+        **{
+            **TINY,
+            "frameworks": ("megatron", "nanotron"),  # type: ignore[arg-type]
+            "recompute_modes": ("none", "full"),
+            "sequence_parallel": (False, True),
+        }
+    )
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    result = search(space, model=None, n_trials=60, storage=storage, study_name="shares",
-                    seed=0)
+    result = search(space, model=None, n_trials=60, storage=storage, study_name="shares", seed=0)
     trials = optuna.load_study(study_name="shares", storage=storage).trials
     chosen = [t for t in trials if "recompute_share" in t.params]
-    assert chosen and all(t.params["recompute"] == "full" and t.params["framework"] == "megatron"
-                          for t in chosen)
+    assert chosen and all(
+        t.params["recompute"] == "full" and t.params["framework"] == "megatron" for t in chosen
+    )
     # the sharding likewise, only for Megatron's ZeRO-1 (its distributed optimizer instances)
     sharded = [t for t in trials if "sharding" in t.params]
-    assert sharded and all(t.params["zero_stage"] == 1 and t.params["framework"] == "megatron"
-                           for t in sharded)
+    assert sharded and all(
+        t.params["zero_stage"] == 1 and t.params["framework"] == "megatron" for t in sharded
+    )
     partial = [c for c in result.configs.values() if c.layout.recompute_layers]
     assert all(c.layout.framework == "megatron" for c in partial)
     assert result.method == "optuna" and result.enumerated is None
@@ -212,8 +243,12 @@ def test_safe_needs_intervals_and_rank_names_its_choices() -> None:
 def test_a_space_of_millions_of_points_is_searched_whole() -> None:
     """By default a search generates and scores up to TABLE_LIMIT points as columns, far more
     than enumerating one configuration per point would try."""
-    space = LayoutSpace(model=get_preset("8b"), global_batch_seqs=8,
-                        node_counts=(1, 2, 4, 8, 16, 32, 64), frameworks=("torchtitan",))
+    space = LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=8,
+        node_counts=(1, 2, 4, 8, 16, 32, 64),
+        frameworks=("torchtitan",),
+    )
     assert DEFAULT_ENUMERATION_LIMIT < space.size_bound() <= TABLE_LIMIT
     result = search(space, model=None)
     assert result.enumerated == len(space_table(space)["dp"]) > 10_000

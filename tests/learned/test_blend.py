@@ -59,10 +59,16 @@ def test_the_memory_half_width_beyond_the_data_is_bounded_alike():
 def test_the_network_spread_adds_to_the_interval_in_quadrature_under_the_ceiling():
     from surrogate.learned.blend import with_network_spread
 
-    columns = {"pred_mfu": np.full(3, 0.4), "pred_mfu_lo": np.full(3, 0.4 * np.exp(-0.3)),
-               "pred_mfu_hi": np.full(3, 0.4 * np.exp(0.3))}
-    out = {"net_spread_lo": np.array([0.0, 0.4, 0.4]), "net_spread_hi": np.array([0.0, 0.4, 2.0]),
-           "mfu_ceiling": np.full(3, 0.75)}
+    columns = {
+        "pred_mfu": np.full(3, 0.4),
+        "pred_mfu_lo": np.full(3, 0.4 * np.exp(-0.3)),
+        "pred_mfu_hi": np.full(3, 0.4 * np.exp(0.3)),
+    }
+    out = {
+        "net_spread_lo": np.array([0.0, 0.4, 0.4]),
+        "net_spread_hi": np.array([0.0, 0.4, 2.0]),
+        "mfu_ceiling": np.full(3, 0.75),
+    }
     wider = with_network_spread(columns, out)
     assert wider["pred_mfu_lo"][0] == columns["pred_mfu_lo"][0]  # no spread: as it was
     assert wider["pred_mfu_hi"][0] == columns["pred_mfu_hi"][0]

@@ -52,8 +52,9 @@ def _rows(n: int, seed: int = 1) -> np.ndarray:
     return X
 
 
-@pytest.mark.parametrize(("objective", "raw"), [("regression", False), ("multiclass", False),
-                                                ("multiclass", True)])
+@pytest.mark.parametrize(
+    ("objective", "raw"), [("regression", False), ("multiclass", False), ("multiclass", True)]
+)
 def test_compiled_predictions_are_lightgbm_s(objective: str, raw: bool, _cache: Path) -> None:
     booster = _synthetic_booster(objective)
     X = _rows(COMPILE_MIN_ROWS)
@@ -64,13 +65,15 @@ def test_compiled_predictions_are_lightgbm_s(objective: str, raw: bool, _cache: 
 
 
 def test_small_batches_use_lightgbm_until_the_forest_is_cached(
-        _cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     booster = _synthetic_booster("regression")
     text = booster.model_to_string()
     machine_key = compiled_trees._machine_key
     calls: list[str] = []
-    monkeypatch.setattr(compiled_trees, "_machine_key",
-                        lambda: calls.append("key") or machine_key())
+    monkeypatch.setattr(
+        compiled_trees, "_machine_key", lambda: calls.append("key") or machine_key()
+    )
     assert CompiledForest(text).predict(booster, _rows(10)) is None  # not worth compiling
     assert not _cache.exists() and not calls  # nothing written, llvmlite not even asked
     assert CompiledForest(text).predict(booster, _rows(COMPILE_MIN_ROWS)) is not None
@@ -80,8 +83,9 @@ def test_small_batches_use_lightgbm_until_the_forest_is_cached(
     np.testing.assert_allclose(got, booster.predict(one), rtol=1e-12)
 
 
-def test_a_damaged_cache_file_is_compiled_again(_cache: Path,
-                                                caplog: pytest.LogCaptureFixture) -> None:
+def test_a_damaged_cache_file_is_compiled_again(
+    _cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     booster = _synthetic_booster("regression")
     text = booster.model_to_string()
     X = _rows(COMPILE_MIN_ROWS)
@@ -95,7 +99,8 @@ def test_a_damaged_cache_file_is_compiled_again(_cache: Path,
 
 
 def test_a_forest_that_disagrees_with_lightgbm_is_dropped(
-        _cache: Path, caplog: pytest.LogCaptureFixture) -> None:
+    _cache: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     """A forest compiled from other trees than the booster's (a stale or wrong cache) fails the
     check on the first rows: LightGBM answers and the file is removed."""
     booster = _synthetic_booster("regression", seed=0)
@@ -109,7 +114,8 @@ def test_a_forest_that_disagrees_with_lightgbm_is_dropped(
 
 
 def test_a_failing_compiler_falls_back_to_lightgbm(
-        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     booster = _synthetic_booster("regression")
 
     def broken(*args: object, **kwargs: object) -> None:
@@ -117,8 +123,10 @@ def test_a_failing_compiler_falls_back_to_lightgbm(
 
     monkeypatch.setattr(CompiledForest, "_compile_or_read", broken)
     with caplog.at_level(logging.WARNING, logger="surrogate.learned.compiled_trees"):
-        assert CompiledForest(booster.model_to_string()).predict(
-            booster, _rows(COMPILE_MIN_ROWS)) is None
+        assert (
+            CompiledForest(booster.model_to_string()).predict(booster, _rows(COMPILE_MIN_ROWS))
+            is None
+        )
     assert "LightGBM predicts instead (AttributeError" in caplog.text
 
 
@@ -129,8 +137,11 @@ def test_turned_off_by_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_loaded_model_scores_alike_compiled_or_not(
-        fitted: SurrogateModel, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        playbook_runs: pd.DataFrame) -> None:
+    fitted: SurrogateModel,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    playbook_runs: pd.DataFrame,
+) -> None:
     """Every score column of a saved model, loaded with and without compiled trees, on a
     batch large enough to compile: equal to rounding; and a refit drops the compiled trees."""
     from surrogate.config.training import CONFIG_COLUMNS
@@ -153,8 +164,13 @@ def test_a_loaded_model_scores_alike_compiled_or_not(
         if not pd.api.types.is_numeric_dtype(fast[col]):
             assert fast[col].tolist() == plain[col].tolist(), col
         else:
-            np.testing.assert_allclose(fast[col].to_numpy(float), plain[col].to_numpy(float),
-                                       rtol=1e-9, atol=1e-12, err_msg=col)
+            np.testing.assert_allclose(
+                fast[col].to_numpy(float),
+                plain[col].to_numpy(float),
+                rtol=1e-9,
+                atol=1e-12,
+                err_msg=col,
+            )
     compiled.fit(playbook_runs.sample(300, random_state=1))
     assert compiled._compiled == {}
 
@@ -170,8 +186,9 @@ def test_a_forest_pickles_without_its_native_code() -> None:
     np.testing.assert_allclose(copy.predict(booster, X), booster.predict(X), rtol=1e-12)
 
 
-def _predict_in_child(forest: CompiledForest, booster: lgb.Booster, X: np.ndarray,
-                      queue: object) -> None:
+def _predict_in_child(
+    forest: CompiledForest, booster: lgb.Booster, X: np.ndarray, queue: object
+) -> None:
     queue.put(forest.predict(booster, X))  # type: ignore[attr-defined]
 
 

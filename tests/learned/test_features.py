@@ -31,10 +31,12 @@ def test_shape_features_of_llama3_8b_by_hand(config):
     """Llama 3 8B (h 4096, MLP 14336, 32 heads, 8 KV heads, 32 layers, 8,030,261,248
     parameters, sequence 8192) at tp 4, dp 4, micro-batch 2 on two 8-GPU nodes, and at tp 8,
     pp 2, dp 2, micro-batch 1, 8 micro-batches on four."""
-    X, _, _ = build_features_cols([
-        config("8b", tp=4, dp=4, mbs=2, grad_accum=8),
-        config("8b", tp=8, pp=2, dp=2, mbs=1, grad_accum=8),
-    ])
+    X, _, _ = build_features_cols(
+        [
+            config("8b", tp=4, dp=4, mbs=2, grad_accum=8),
+            config("8b", tp=8, pp=2, dp=2, mbs=1, grad_accum=8),
+        ]
+    )
     a, b = X.iloc[0], X.iloc[1]
     assert a["log_tokens_per_rank"] == pytest.approx(math.log(2 * 8192))
     assert a["log_hidden_per_tp"] == pytest.approx(math.log(1024))  # 4096 / 4
@@ -62,8 +64,21 @@ def test_shape_features_of_llama3_8b_by_hand(config):
 
 def test_no_raw_counts_among_features():
     """Trees extrapolate a raw count as a constant: scale enters through physics only."""
-    for raw in ("num_nodes", "dp", "tp", "pp", "cp", "ep", "grad_accum", "num_layers",
-                "hidden_size", "vocab_size", "gpus_per_node", "peak_flops", "memory_bytes"):
+    for raw in (
+        "num_nodes",
+        "dp",
+        "tp",
+        "pp",
+        "cp",
+        "ep",
+        "grad_accum",
+        "num_layers",
+        "hidden_size",
+        "vocab_size",
+        "gpus_per_node",
+        "peak_flops",
+        "memory_bytes",
+    ):
         assert raw not in FEATURE_NAMES
 
 
@@ -83,6 +98,11 @@ def test_features_scale_free_in_cluster_size(playbook_runs):
     row = playbook_runs[(playbook_runs["num_nodes"] == 2)].iloc[0].to_dict()
     big = {**row, "num_nodes": row["num_nodes"] * 8, "dp": row["dp"] * 8}
     X, _ = build_features([config_from_flat(row), config_from_flat(big)])
-    for name in ("log_tokens_per_rank", "log_hidden_per_tp", "log_ffn_per_tp",
-                 "attention_flops_frac", "mem_weights_frac"):
+    for name in (
+        "log_tokens_per_rank",
+        "log_hidden_per_tp",
+        "log_ffn_per_tp",
+        "attention_flops_frac",
+        "mem_weights_frac",
+    ):
         assert X[name].iloc[0] == X[name].iloc[1]

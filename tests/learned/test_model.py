@@ -32,8 +32,11 @@ def test_save_load_round_trip(fitted, configs, tmp_path):
     same_predictions(fitted.predict(configs), loaded.predict(configs))
     assert loaded.metrics_ == {"cv": {"mfu_mape_ge10": 0.1}}
     assert loaded.get_params() == fitted.get_params()
-    assert loaded.lightgbm_params == {"status": fitted.status_params,
-                                      "mfu": fitted.mfu_params, "mem": fitted.mem_params}
+    assert loaded.lightgbm_params == {
+        "status": fitted.status_params,
+        "mfu": fitted.mfu_params,
+        "mem": fitted.mem_params,
+    }
     assert not list((tmp_path / "m").glob("*.pkl"))
 
 
@@ -60,8 +63,12 @@ def test_unfitted_model_raises_scikit_learns_and_the_projects_error(configs, tmp
     assert issubclass(NotFittedError, NoModelError) and issubclass(NotFittedError, SurrogateError)
     model = SurrogateModel()
     X, out, cols = build_features_cols(configs[:2])
-    for call in (lambda: model.predict([]), lambda: model.predict_from_features(X, out, cols),
-                 lambda: model.explain(X), lambda: model.save(tmp_path / "m")):
+    for call in (
+        lambda: model.predict([]),
+        lambda: model.predict_from_features(X, out, cols),
+        lambda: model.explain(X),
+        lambda: model.save(tmp_path / "m"),
+    ):
         with pytest.raises(NotFittedError, match="not fitted: call fit"):
             call()
     with pytest.raises(SklearnNotFittedError):
@@ -79,12 +86,18 @@ def test_get_params_round_trips_and_clone_gives_an_unfitted_copy(fitted):
     from sklearn.base import clone
 
     params = fitted.get_params()
-    assert params == {"status_params": SMALL_BOOSTERS, "mfu_params": SMALL_BOOSTERS,
-                      "mem_params": SMALL_BOOSTERS,
-                      "coverage": 0.8, "n_folds": 5, "seed": 3,
-                      "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
-                      "unseen_shape_weight": UNSEEN_SHAPE_WEIGHT, "balance_sources": True,
-                      "censored_memory": True}
+    assert params == {
+        "status_params": SMALL_BOOSTERS,
+        "mfu_params": SMALL_BOOSTERS,
+        "mem_params": SMALL_BOOSTERS,
+        "coverage": 0.8,
+        "n_folds": 5,
+        "seed": 3,
+        "shrink_doublings": DEFAULT_SHRINK_DOUBLINGS,
+        "unseen_shape_weight": UNSEEN_SHAPE_WEIGHT,
+        "balance_sources": True,
+        "censored_memory": True,
+    }
     assert SurrogateModel(**params).get_params() == params
     copy = clone(fitted)
     assert type(copy) is SurrogateModel and copy.get_params() == params
@@ -164,11 +177,16 @@ def test_unseen_framework_falls_back_to_the_analytic_answer(fitted, configs):
     from surrogate.analytic.params import DEFAULT_SET, ParameterSets
     from surrogate.calibration.parameter_files import shipped_parameter_sets
 
-    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
-                                       zero_stage=0))  # torchtitan has no ZeRO-1
-             for c in configs[:5]]
-    sets = ParameterSets({k: v for k, v in shipped_parameter_sets().sets.items()
-                          if k != DEFAULT_SET})  # no default set, so no measured transfer error
+    titan = [
+        replace(
+            c,
+            layout=replace(c.layout, framework="torchtitan", framework_version=None, zero_stage=0),
+        )  # torchtitan has no ZeRO-1
+        for c in configs[:5]
+    ]
+    sets = ParameterSets(
+        {k: v for k, v in shipped_parameter_sets().sets.items() if k != DEFAULT_SET}
+    )  # no default set, so no measured transfer error
     X, out, cols = build_features_cols(titan, sets=sets)
     pred = fitted.predict_from_features(X, out, cols, sets=sets)
     assert (pred["domain_weight"] == 0).all()
@@ -195,15 +213,21 @@ def test_an_unseen_framework_takes_the_width_transfer_measured(fitted, configs):
     from surrogate.analytic.params import DEFAULT_SET
     from surrogate.calibration.parameter_files import shipped_parameter_sets
 
-    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
-                                       zero_stage=0)) for c in configs[:5]]
+    titan = [
+        replace(
+            c,
+            layout=replace(c.layout, framework="torchtitan", framework_version=None, zero_stage=0),
+        )
+        for c in configs[:5]
+    ]
     default = {"values": {}, "transfer": {"log_tps": 0.3, "log_memory": 0.1}}
     sets = shipped_parameter_sets().with_more({DEFAULT_SET: default})
     X, out, cols = build_features_cols(titan, sets=sets)
     pred = fitted.predict_from_features(X, out, cols, sets=sets)
     np.testing.assert_allclose(pred["pred_mfu_lo"], out["mfu"] * np.exp(-0.3))
-    np.testing.assert_allclose(pred["pred_mfu_hi"], np.minimum(out["mfu"] * np.exp(0.3),
-                                                               out["mfu_ceiling"]))
+    np.testing.assert_allclose(
+        pred["pred_mfu_hi"], np.minimum(out["mfu"] * np.exp(0.3), out["mfu_ceiling"])
+    )
     mem = out["mem_reserved"] / 2**30
     np.testing.assert_allclose(pred["pred_peak_mem_reserved_hi_gib"], mem * np.exp(0.1))
     np.testing.assert_allclose(pred["pred_peak_mem_reserved_lo_gib"], mem * np.exp(-0.1))
@@ -215,8 +239,13 @@ def test_rows_off_the_domain_skip_boosters_without_changing_any_row(fitted, conf
     mixes such rows with rows on the domain gives every row what it gets in its own batch."""
     from dataclasses import replace
 
-    titan = [replace(c, layout=replace(c.layout, framework="torchtitan", framework_version=None,
-                                       zero_stage=0)) for c in configs[:6]]
+    titan = [
+        replace(
+            c,
+            layout=replace(c.layout, framework="torchtitan", framework_version=None, zero_stage=0),
+        )
+        for c in configs[:6]
+    ]
     mixed = [c for pair in zip(configs[:6], titan, strict=True) for c in pair]
     pred = fitted.predict_from_features(*build_features_cols(mixed))
     inside = fitted.predict_from_features(*build_features_cols(configs[:6]))
@@ -317,8 +346,7 @@ def test_status_init_score_is_the_physics_log_probabilities():
     p_oom = np.array([0.0, 0.3, 0.9, 1.0])
     po = np.clip(p_oom, 1e-4, 1 - 1e-4)
     three = softmax(status_init_score(p_oom, 0.1, [0, 1, 2]), axis=1)
-    np.testing.assert_allclose(three, np.column_stack([(1 - po) * 0.9, po * 0.9,
-                                                       np.full(4, 0.1)]))
+    np.testing.assert_allclose(three, np.column_stack([(1 - po) * 0.9, po * 0.9, np.full(4, 0.1)]))
     np.testing.assert_allclose(expit(status_init_score(p_oom, 0.1, [0, 1])), po)
 
 
@@ -329,16 +357,24 @@ def test_a_status_model_that_learned_nothing_is_the_physics(playbook_subset, con
     from surrogate.learned.blend import CERTAIN_P_OOM
     from surrogate.prediction.scoring import score
 
-    still = SurrogateModel(status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
-                           mfu_params=SMALL_BOOSTERS, mem_params=SMALL_BOOSTERS, seed=3)
+    still = SurrogateModel(
+        status_params={**SMALL_BOOSTERS, "learning_rate": 1e-9},
+        mfu_params=SMALL_BOOSTERS,
+        mem_params=SMALL_BOOSTERS,
+        seed=3,
+    )
     still.fit(playbook_subset)
     assert still.status_fail_rate_ == pytest.approx(
-        np.mean(playbook_subset["status"].isin(["fail", "timeout"])), rel=0.2)
+        np.mean(playbook_subset["status"].isin(["fail", "timeout"])), rel=0.2
+    )
     learned = score(configs, model=still, agree=False)  # the classifier's own p_oom
     analytic = score(configs, model=None)
     physics = analytic.columns["p_oom"]
-    p = np.where(physics >= CERTAIN_P_OOM, physics,
-                 np.clip(physics, 1e-4, 1 - 1e-4) * (1 - still.status_fail_rate_))
+    p = np.where(
+        physics >= CERTAIN_P_OOM,
+        physics,
+        np.clip(physics, 1e-4, 1 - 1e-4) * (1 - still.status_fail_rate_),
+    )
     np.testing.assert_allclose(learned.columns["p_oom"], p, atol=1e-6)
 
 
@@ -351,8 +387,10 @@ def test_a_model_saved_before_the_physics_start_still_loads(fitted, configs, tmp
     assert 0 < meta.pop("status_fail_rate") < 1
     from surrogate.learned.model_files import write_sidecar
 
-    write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
-                                   if k not in ("file_sha256", "sidecar_sha256")})
+    write_sidecar(
+        tmp_path / "m",
+        {k: v for k, v in meta.items() if k not in ("file_sha256", "sidecar_sha256")},
+    )
     old = SurrogateModel.load(tmp_path / "m")
     assert old.status_fail_rate_ is None
     p = old.predict(configs)
@@ -370,15 +408,18 @@ def test_a_model_saved_before_the_memory_interval_loads_without_one(fitted, conf
     meta.pop("mem_conformal_q_unseen_shape")
     meta.pop("conformal_q_by_framework")
     meta.pop("mem_conformal_q_by_framework")
-    write_sidecar(tmp_path / "m", {k: v for k, v in meta.items()
-                                   if k not in ("file_sha256", "sidecar_sha256")})
+    write_sidecar(
+        tmp_path / "m",
+        {k: v for k, v in meta.items() if k not in ("file_sha256", "sidecar_sha256")},
+    )
     old = SurrogateModel.load(tmp_path / "m")
     assert np.isnan(old.mem_conformal_q_) and old.censored_memory is False
     p, now = old.predict(configs), fitted.predict(configs)
     assert np.isnan(p["pred_peak_mem_reserved_lo_gib"]).all()
     assert np.isnan(p["pred_peak_mem_reserved_hi_gib"]).all()
-    np.testing.assert_array_equal(p["pred_peak_mem_reserved_gib"],
-                                  now["pred_peak_mem_reserved_gib"])
+    np.testing.assert_array_equal(
+        p["pred_peak_mem_reserved_gib"], now["pred_peak_mem_reserved_gib"]
+    )
 
 
 def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, configs):
@@ -401,8 +442,12 @@ def test_an_unseen_shape_gets_the_memory_width_of_shapes_held_out(fitted, config
     # the subset's two shapes: each held out lies beyond the other's range, so no width
     assert np.isnan(fitted.mem_conformal_q_unseen_shape_)
     seen_cols = build_features_cols(seen)[2]
-    q = by_framework(fitted.mem_conformal_q_by_framework_, fitted.mem_conformal_q_,
-                     seen_cols["framework_code"], seen_cols["pp"])  # a seen shape's
+    q = by_framework(
+        fitted.mem_conformal_q_by_framework_,
+        fitted.mem_conformal_q_,
+        seen_cols["framework_code"],
+        seen_cols["pp"],
+    )  # a seen shape's
     np.testing.assert_allclose(half_widths(fitted, unseen), q)
     wide = 3 * q.max()
     for q_unseen, expect in ((wide, wide), (q.min() / 2, q)):
@@ -421,18 +466,20 @@ def test_the_memory_interval_widens_by_each_frameworks_own_quantile(fitted, conf
     pooled_model.mem_conformal_q_by_framework_ = {}  # as loaded from a sidecar before them
     base = fitted.predict_from_features(X, out, cols)
     pooled = pooled_model.predict_from_features(X, out, cols)
-    own = by_framework(fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"],
-                       cols["pp"])
+    own = by_framework(
+        fitted.mem_conformal_q_by_framework_, -1.0, cols["framework_code"], cols["pp"]
+    )
     assert (own > 0).all()
     np.testing.assert_allclose(
-        np.log(base["pred_peak_mem_reserved_hi_gib"] / base["pred_peak_mem_reserved_gib"]), own)
+        np.log(base["pred_peak_mem_reserved_hi_gib"] / base["pred_peak_mem_reserved_gib"]), own
+    )
     np.testing.assert_allclose(
         np.log(pooled["pred_peak_mem_reserved_hi_gib"] / pooled["pred_peak_mem_reserved_gib"]),
-        fitted.mem_conformal_q_)
+        fitted.mem_conformal_q_,
+    )
 
 
-def test_the_unseen_shape_width_is_fitted_on_shapes_between_the_others(playbook_runs,
-                                                                       tmp_path):
+def test_the_unseen_shape_width_is_fitted_on_shapes_between_the_others(playbook_runs, tmp_path):
     """With four model sizes, the middle two held out lie inside the others' ranges and give
     the unseen-shape width (it needs two such folds), which the sidecar keeps."""
     four = playbook_runs[playbook_runs["hidden_size"].isin([2048, 3072, 4096, 8192])]
@@ -451,8 +498,9 @@ def test_the_mfu_interval_widens_by_each_frameworks_own_quantile():
 
     rng = np.random.default_rng(0)  # synthetic conformity scores
     codes = np.array([0] * 50 + [1] * 10 + [2] * 3)
-    scores = np.concatenate([rng.uniform(0, 0.1, 50), rng.uniform(0.5, 1.0, 10),
-                             rng.uniform(2, 3, 3)])
+    scores = np.concatenate(
+        [rng.uniform(0, 0.1, 50), rng.uniform(0.5, 1.0, 10), rng.uniform(2, 3, 3)]
+    )
     q = framework_quantiles(scores, codes, 0.8)
     assert set(q) == {FRAMEWORK_VERSIONS[0], FRAMEWORK_VERSIONS[1]}
     assert q[FRAMEWORK_VERSIONS[0]] == conformal_quantile(scores[:50], 0.8) < 0.1
@@ -469,16 +517,18 @@ def test_runs_with_and_without_a_pipeline_get_their_own_quantiles():
     rng = np.random.default_rng(1)  # synthetic conformity scores
     codes = np.array([0] * 60 + [1] * 6)
     pp = np.array([1] * 20 + [4] * 40 + [1] * 3 + [2] * 3)
-    scores = np.concatenate([rng.uniform(0.5, 1.0, 20), rng.uniform(0, 0.1, 40),
-                             rng.uniform(0, 1, 6)])
+    scores = np.concatenate(
+        [rng.uniform(0.5, 1.0, 20), rng.uniform(0, 0.1, 40), rng.uniform(0, 1, 6)]
+    )
     q = framework_quantiles(scores, codes, 0.8, pp)
     first, second = FRAMEWORK_VERSIONS[0], FRAMEWORK_VERSIONS[1]
     assert set(q) == {first, stratum_key(first, False), stratum_key(first, True), second}
     assert q[stratum_key(first, False)] == conformal_quantile(scores[:20], 0.8) > 0.5
     assert q[stratum_key(first, True)] == conformal_quantile(scores[20:60], 0.8) < 0.1
     got = by_framework(q, -1.0, np.array([0, 0, 1, 1, 2]), np.array([1, 8, 1, 2, 1]))
-    np.testing.assert_array_equal(got, [q[stratum_key(first, False)],
-                                        q[stratum_key(first, True)], q[second], q[second], -1.0])
+    np.testing.assert_array_equal(
+        got, [q[stratum_key(first, False)], q[stratum_key(first, True)], q[second], q[second], -1.0]
+    )
     # without pp, the framework versions' quantiles alone
     np.testing.assert_array_equal(by_framework(q, -1.0, np.array([0, 1])), [q[first], q[second]])
 
@@ -493,9 +543,14 @@ def test_predictions_read_their_frameworks_widening(fitted, configs):
     names = [FRAMEWORK_VERSIONS[int(c)] for c in cols["framework_code"]]
     assert set(names) <= set(fitted.conformal_q_by_framework_)
     assert {stratum_key(n, p > 1) for n, p in zip(names, cols["pp"], strict=True)} <= set(
-        fitted.conformal_q_by_framework_)
-    own = np.array([fitted.conformal_q_by_framework_[stratum_key(n, p > 1)]
-                    for n, p in zip(names, cols["pp"], strict=True)])
+        fitted.conformal_q_by_framework_
+    )
+    own = np.array(
+        [
+            fitted.conformal_q_by_framework_[stratum_key(n, p > 1)]
+            for n, p in zip(names, cols["pp"], strict=True)
+        ]
+    )
     assert (own != fitted.conformal_q_).all()
     base = fitted.predict_from_features(X, out, cols)
     pooled_model = copy.copy(fitted)
@@ -503,8 +558,11 @@ def test_predictions_read_their_frameworks_widening(fitted, configs):
     pooled = pooled_model.predict_from_features(X, out, cols)
     free = (base["pred_mfu_hi"] < 1) & (pooled["pred_mfu_hi"] < 1)  # not capped at 100%
     assert free.any()
-    np.testing.assert_allclose(np.log(base["pred_mfu_hi"] / pooled["pred_mfu_hi"])[free],
-                               (own - fitted.conformal_q_)[free], atol=1e-9)
+    np.testing.assert_allclose(
+        np.log(base["pred_mfu_hi"] / pooled["pred_mfu_hi"])[free],
+        (own - fitted.conformal_q_)[free],
+        atol=1e-9,
+    )
     np.testing.assert_array_equal(base["pred_mfu"], pooled["pred_mfu"])
 
 
@@ -558,9 +616,13 @@ def test_a_correction_its_frameworks_held_out_runs_do_not_bear_out_gives_way():
 
     rng = np.random.default_rng(2)  # synthetic corrections
     oof = rng.normal(0, 0.3, 60)
-    y = np.concatenate([0.6 * oof[:20],  # borne out in part: better than none, kept whole
-                        rng.normal(0, 0.3, 20),  # unrelated: worse than none, gives way
-                        0.3 * oof[40:]])  # over-corrected: its least-squares share, 0.3
+    y = np.concatenate(
+        [
+            0.6 * oof[:20],  # borne out in part: better than none, kept whole
+            rng.normal(0, 0.3, 20),  # unrelated: worse than none, gives way
+            0.3 * oof[40:],
+        ]
+    )  # over-corrected: its least-squares share, 0.3
     w = framework_weights(y, oof, np.repeat([0, 1, 2], 20))
     assert w[FRAMEWORK_VERSIONS[0]] == 1.0
     assert w[FRAMEWORK_VERSIONS[1]] < 0.5

@@ -22,8 +22,10 @@ def _damage(path, how):
         path.write_text(text[:start] + "9" + text[start:])
 
 
-@pytest.mark.parametrize(("name", "how"), [("status.txt", "truncate"), ("mfu.txt", "truncate"),
-                                           ("mfu.txt", "edit a leaf")])
+@pytest.mark.parametrize(
+    ("name", "how"),
+    [("status.txt", "truncate"), ("mfu.txt", "truncate"), ("mfu.txt", "edit a leaf")],
+)
 def test_damaged_model_files_are_refused_before_lightgbm_reads_them(fitted, tmp_path, name, how):
     """A truncated status.txt used to segfault and a truncated mfu.txt abort LightGBM; an
     edited leaf changed the MFU silently."""
@@ -62,4 +64,9 @@ def test_bundled_model_files_match_their_hashes():
     if not side.exists():
         pytest.skip("no bundled model")
     assert set(verified_texts(DEFAULT_MODEL_DIR, json.loads(side.read_text()))) == {
-        "status", "mfu", "mfu_lo", "mfu_hi", "mem"}
+        "status",
+        "mfu",
+        "mfu_lo",
+        "mfu_hi",
+        "mem",
+    }

@@ -29,13 +29,16 @@ def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
     completed = (runs["status"] == "completed").to_numpy()
     np.testing.assert_array_equal(data.done, completed & (runs["tokens_per_s_per_gpu"] > 0))
     np.testing.assert_array_equal(data.mem_ok, completed & (runs["peak_mem_reserved_gib"] > 0))
-    np.testing.assert_array_equal(data.y_status, runs["status"].map(
-        {"completed": 0, "oom": 1, "fail": 2, "timeout": 2}))
+    np.testing.assert_array_equal(
+        data.y_status, runs["status"].map({"completed": 0, "oom": 1, "fail": 2, "timeout": 2})
+    )
     i = int(np.flatnonzero(data.done & data.mem_ok)[0])
-    assert data.y_mfu[i] == np.log(runs["tokens_per_s_per_gpu"][i]
-                                   / data.analytic["tokens_per_s_per_gpu"][i])
-    assert data.y_mem[i] == np.log(runs["peak_mem_reserved_gib"][i] * 2**30
-                                   / data.analytic["mem_reserved_logged"][i])
+    assert data.y_mfu[i] == np.log(
+        runs["tokens_per_s_per_gpu"][i] / data.analytic["tokens_per_s_per_gpu"][i]
+    )
+    assert data.y_mem[i] == np.log(
+        runs["peak_mem_reserved_gib"][i] * 2**30 / data.analytic["mem_reserved_logged"][i]
+    )
     # the Playbook's memory is world rank 0's, on the first pipeline stage: the memory target is
     # over that stage's, which is the most loaded stage's without a pipeline, not always with one
     logged, peak = data.analytic["mem_reserved_logged"], data.analytic["mem_reserved"]
@@ -46,8 +49,10 @@ def test_targets_are_the_measurements_over_the_analytic_answer(playbook_subset):
     # a run out of memory needed more than the GPU: its memory target is censored from below
     oom = data.y_status == 1
     assert oom.any() and np.isnan(data.mem_floor[~oom]).all()
-    np.testing.assert_allclose(data.mem_floor[oom], np.log(
-        data.cols["memory_bytes"][oom] / data.analytic["mem_reserved"][oom]))
+    np.testing.assert_allclose(
+        data.mem_floor[oom],
+        np.log(data.cols["memory_bytes"][oom] / data.analytic["mem_reserved"][oom]),
+    )
 
 
 def test_source_weights_balance_sources():

@@ -26,8 +26,15 @@ from surrogate.loop.acquisition import (
 
 
 def space(model: str = "8b") -> LayoutSpace:
-    return LayoutSpace(model=get_preset(model), global_batch_seqs=32, node_counts=(1,),
-                       frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+    return LayoutSpace(
+        model=get_preset(model),
+        global_batch_seqs=32,
+        node_counts=(1,),
+        frameworks=("torchtitan",),
+        max_cp=2,
+        max_vpp=1,
+        max_mbs=4,
+    )
 
 
 def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
@@ -43,8 +50,7 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
     # no diversity penalty: the correlated draws already share the odds between neighbours
     odds = probability_best(scored, 0.2)
     top = [int(i) for i in np.argsort(-odds, kind="stable")[:3]]
-    assert [i for i, _, _ in select(scored, configs, 3, best_measured=0.2,
-                                    acquisition=acq)] == top
+    assert [i for i, _, _ in select(scored, configs, 3, best_measured=0.2, acquisition=acq)] == top
     high = select(scored, configs, 1, best_measured=10.0, acquisition=acq)
     assert 0.0 < high[0][2] < 1e-5  # a millionth of the odds without the incumbent
     assert high[0][0] == int(np.argmax(probability_best(scored, None)))
@@ -53,7 +59,8 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
 
 
 def test_probability_best_draws_a_shortlist_and_needs_intervals(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Only the rows of the highest upper end x p_completed are drawn (the rest have no
     odds); without intervals the value is the ranking's, predicted MFU x p_completed."""
     import surrogate.loop.acquisition as acquisition
@@ -67,7 +74,8 @@ def test_probability_best_draws_a_shortlist_and_needs_intervals(
     assert 0 < odds.sum() <= 1 + 1e-9
     bare = scored.assign(pred_mfu_lo=np.nan, pred_mfu_hi=np.nan)
     assert probability_best(bare, None) == pytest.approx(
-        (bare["pred_mfu"] * bare["p_completed"]).to_numpy())
+        (bare["pred_mfu"] * bare["p_completed"]).to_numpy()
+    )
 
 
 def test_picks_are_diverse_not_near_copies() -> None:
@@ -91,8 +99,7 @@ def test_already_run_layouts_are_not_proposed_again() -> None:
     configs = space().enumerate()
     scored = score_configs(configs)
     first = [i for i, _, _ in select(scored, configs, 3)]
-    again = [i for i, _, _ in select(scored, configs, 3,
-                                     already_run=[configs[i] for i in first])]
+    again = [i for i, _, _ in select(scored, configs, 3, already_run=[configs[i] for i in first])]
     assert not set(first) & set(again)
 
 
@@ -103,8 +110,11 @@ def test_runs_of_another_model_are_neither_run_nor_neighbours() -> None:
     scored = score_configs(configs)
     first = [i for i, _, _ in select(scored, configs, 3)]
     small = {layout_vector(c).tobytes(): c for c in space("1.34b").enumerate()}
-    elsewhere = [small[layout_vector(configs[i]).tobytes()] for i in first
-                 if layout_vector(configs[i]).tobytes() in small]
+    elsewhere = [
+        small[layout_vector(configs[i]).tobytes()]
+        for i in first
+        if layout_vector(configs[i]).tobytes() in small
+    ]
     assert elsewhere  # the small model has the same layouts
     again = [i for i, _, _ in select(scored, configs, 3, already_run=elsewhere)]
     assert again == first
@@ -122,30 +132,50 @@ def test_a_campaign_opens_with_the_best_predicted_layout() -> None:
     ranked = (scored["pred_mfu"] * scored["p_completed"]).to_numpy()
     assert picks[0][:2] == (int(np.argmax(ranked)), "best-predicted")
     assert {reason for _, reason, _ in picks[1:]} == {"probability-best"}
-    later = select(scored, configs, 3, best_measured=0.2, acquisition=Acquisition(
-        boundary_frac=0.0))
+    later = select(
+        scored, configs, 3, best_measured=0.2, acquisition=Acquisition(boundary_frac=0.0)
+    )
     assert {reason for _, reason, _ in later} == {"probability-best"}
     ei = Acquisition(boundary_frac=0.0, gain="expected-improvement")  # still selectable
     assert {reason for _, reason, _ in select(scored, configs, 3, acquisition=ei)[1:]} == {
-        "expected-improvement"}
+        "expected-improvement"
+    }
 
 
 def test_candidates_as_a_table_are_picked_as_configurations() -> None:
     """select on the candidates' flat table (what propose hands it) picks what it picks on
     their configurations, runs of this problem and of another one included; the vectors of
     the table are each configuration's point (its recomputation share from point_of)."""
-    configs = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1, 2),
-                          frameworks=("torchtitan", "megatron"), max_mbs=2).enumerate()
+    configs = LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=32,
+        node_counts=(1, 2),
+        frameworks=("torchtitan", "megatron"),
+        max_mbs=2,
+    ).enumerate()
     table = flat_table(configs)
     scored = score_configs(configs)
     ran = [configs[i] for i, _, _ in select(scored, configs, 2)] + space("1.34b").enumerate()[:5]
     for run in ([], ran):
-        assert (select(scored, table, 4, already_run=run, best_measured=0.3)
-                == select(scored, configs, 4, already_run=run, best_measured=0.3))
+        assert select(scored, table, 4, already_run=run, best_measured=0.3) == select(
+            scored, configs, 4, already_run=run, best_measured=0.3
+        )
+
     def point(c: TrainingConfig) -> list[float]:
         lay = c.layout
-        logs = np.log2([lay.dp, lay.tp, lay.pp, lay.cp, lay.ep, lay.vpp, lay.mbs,
-                        lay.grad_accum, c.cluster.num_nodes])
+        logs = np.log2(
+            [
+                lay.dp,
+                lay.tp,
+                lay.pp,
+                lay.cp,
+                lay.ep,
+                lay.vpp,
+                lay.mbs,
+                lay.grad_accum,
+                c.cluster.num_nodes,
+            ]
+        )
         step = RECOMPUTE_MODES.index(lay.recompute) - (1.0 - point_of(c)["recompute_share"])
         return [*logs, lay.zero_stage, step, float(lay.sequence_parallel)]
 

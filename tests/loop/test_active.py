@@ -21,8 +21,15 @@ from surrogate.loop.round_log import log_round
 
 
 def space() -> LayoutSpace:
-    return LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1,),
-                       frameworks=("torchtitan",), max_cp=2, max_vpp=1, max_mbs=4)
+    return LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=32,
+        node_counts=(1,),
+        frameworks=("torchtitan",),
+        max_cp=2,
+        max_vpp=1,
+        max_mbs=4,
+    )
 
 
 def test_propose_writes_a_round_and_refuses_to_overwrite(tmp_path: Path) -> None:
@@ -33,9 +40,11 @@ def test_propose_writes_a_round_and_refuses_to_overwrite(tmp_path: Path) -> None
     assert record["round"] == 1
     assert record["model"]["data_hash"]  # the bundled model's identity
     assert record["goal"]["global_batch_seqs"] == 32
-    assert {p["reason"] for p in record["proposals"]} <= {"best-predicted",
-                                                         "probability-best",
-                                                         "oom-boundary"}
+    assert {p["reason"] for p in record["proposals"]} <= {
+        "best-predicted",
+        "probability-best",
+        "oom-boundary",
+    }
     for name in proposals["name"]:
         run = out / "logs" / name
         assert (run / "config.toml").exists() and (run / "job.sbatch").exists()
@@ -60,8 +69,9 @@ def test_propose_lists_its_runs_by_the_rank_with_their_odds(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_score_round_on_synthetic_measurements(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_score_round_on_synthetic_measurements(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     out = propose(space(), tmp_path / "r1", k=3)
     record = read_round(out)
     model = load_round_model(record)
@@ -75,8 +85,15 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
     for i, p in enumerate(record["proposals"]):
         oom = bool(said_oom[i]) != (i == 2)
         mfu = np.nan if oom else 1.25 * float(predicted["pred_mfu"].iloc[i])
-        rows.append({**p["config"], "run_id": f"{p['name']}/train-1",
-                     "status": "oom" if oom else "completed", "mfu": mfu, "source": "synthetic"})
+        rows.append(
+            {
+                **p["config"],
+                "run_id": f"{p['name']}/train-1",
+                "status": "oom" if oom else "completed",
+                "mfu": mfu,
+                "source": "synthetic",
+            }
+        )
     runs = pd.DataFrame(rows)
     assert (runs["status"] == "completed").any()
     metrics, matched = score_round(record, runs, model=model)
@@ -89,8 +106,13 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
     assert set(matched["name"]) == {p["name"] for p in record["proposals"]}
     config_from_flat(matched.iloc[0].to_dict())
     monkeypatch.setenv("MLFLOW_TRACKING_URI", f"sqlite:///{tmp_path / 'mlflow.db'}")
-    run_id = log_round(record, metrics, campaign="test", matched=matched,
-                       analytic=score_round(record, runs, model=None))
+    run_id = log_round(
+        record,
+        metrics,
+        campaign="test",
+        matched=matched,
+        analytic=score_round(record, runs, model=None),
+    )
     import mlflow
 
     client = mlflow.tracking.MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
@@ -102,8 +124,11 @@ def test_score_round_on_synthetic_measurements(tmp_path: Path,
     assert "round/prospective_mfu_mape" in run.data.metrics
     assert not any("analytic" in k for k in run.data.metrics)  # the baseline is its own run
     files = {f.path for f in client.list_artifacts(run_id, "plots")}
-    assert files == {"plots/predicted_vs_measured.png", "plots/interval_coverage.png",
-                     "plots/layout_space.png"}
+    assert files == {
+        "plots/predicted_vs_measured.png",
+        "plots/interval_coverage.png",
+        "plots/layout_space.png",
+    }
     assert (tmp_path / "artifacts").is_dir()  # beside the database, not ./mlruns
     # scoring again updates the same run; the trend run holds one value per round
     assert log_round(record, metrics, campaign="test", matched=matched) == run_id
@@ -117,8 +142,15 @@ def test_a_round_is_proposed_and_scored_on_its_cluster_profile(tmp_path: Path) -
     """The profile a round was proposed on (the cluster's microbenchmarks and its parameter
     sets' cluster-scoped terms) is recorded, and its runs are scored on it again."""
     profile = "hf-playbook-cluster"
-    two_nodes = LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(2,),
-                            frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=2)
+    two_nodes = LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=32,
+        node_counts=(2,),
+        frameworks=("torchtitan",),
+        max_cp=1,
+        max_vpp=1,
+        max_mbs=2,
+    )
     out = propose(two_nodes, tmp_path / "r1", k=3, profile=profile)
     record = read_round(out)
     assert record["goal"]["profile"] == profile
@@ -130,17 +162,27 @@ def test_a_round_is_proposed_and_scored_on_its_cluster_profile(tmp_path: Path) -
     listed = [p["predicted"]["pred_mfu"] for p in record["proposals"]]
     assert listed == pytest.approx(on_cluster["pred_mfu"].tolist())
     # synthetic outcomes: each run measures exactly what the cluster's profile predicts
-    runs = pd.DataFrame([{**p["config"], "run_id": f"{p['name']}/train-1", "status": "completed",
-                          "mfu": float(on_cluster["pred_mfu"].iloc[i]), "source": "synthetic"}
-                         for i, p in enumerate(record["proposals"])])
+    runs = pd.DataFrame(
+        [
+            {
+                **p["config"],
+                "run_id": f"{p['name']}/train-1",
+                "status": "completed",
+                "mfu": float(on_cluster["pred_mfu"].iloc[i]),
+                "source": "synthetic",
+            }
+            for i, p in enumerate(record["proposals"])
+        ]
+    )
     metrics, _ = score_round(record, runs, model=model)
     assert metrics["mfu_mape"] == pytest.approx(0.0, abs=1e-9)
     assert propose(space(), tmp_path / "r2", k=2).joinpath("round.json").exists()
     assert read_round(tmp_path / "r2")["goal"]["profile"] is None
 
 
-def test_a_profile_file_is_recorded_by_its_absolute_path(tmp_path: Path,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_profile_file_is_recorded_by_its_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """score-round may run from another directory than propose did."""
     import shutil
 
@@ -157,10 +199,20 @@ def test_the_incumbent_is_a_run_of_the_same_model(tmp_path: Path) -> None:
     """A sweep table holding another model's runs: they are not the incumbent, and their
     layouts are proposed again for this model (synthetic runs, made up by this test)."""
     first = read_round(propose(space(), tmp_path / "r1", k=2, rank="mean"))
-    other = [{**p["config"], **{k: v for k, v in get_preset("1.34b").__dict__.items()
-                                if k in p["config"] and k != "name"},
-              "status": "completed", "mfu": 0.99, "source": "synthetic"}
-             for p in first["proposals"]]
+    other = [
+        {
+            **p["config"],
+            **{
+                k: v
+                for k, v in get_preset("1.34b").__dict__.items()
+                if k in p["config"] and k != "name"
+            },
+            "status": "completed",
+            "mfu": 0.99,
+            "source": "synthetic",
+        }
+        for p in first["proposals"]
+    ]
     again = read_round(propose(space(), tmp_path / "r2", k=2, runs=pd.DataFrame(other)))
     assert again["goal"]["best_measured_mfu"] is None  # 0.99 was another model's
     assert [p["config"] for p in again["proposals"]] == [p["config"] for p in first["proposals"]]
@@ -180,13 +232,16 @@ def test_a_retrained_model_cannot_score_an_old_round(tmp_path: Path) -> None:
     json.dumps(record)
 
 
-@pytest.mark.parametrize(("text", "match"), [
-    ("[]", "holds a JSON object, got list"),
-    ('{"round": "one", "proposals": [], "model": {}}', "round must be an integer >= 1"),
-    ('{"round": 0, "proposals": [], "model": {}}', "round must be an integer >= 1"),
-    ('{"round": 1, "proposals": [{"name": "a"}], "model": {}}', "proposals must be"),
-    ('{"round": 1, "proposals": [{"name": "a", "config": {}}]}', "names no proposing model"),
-])
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("[]", "holds a JSON object, got list"),
+        ('{"round": "one", "proposals": [], "model": {}}', "round must be an integer >= 1"),
+        ('{"round": 0, "proposals": [], "model": {}}', "round must be an integer >= 1"),
+        ('{"round": 1, "proposals": [{"name": "a"}], "model": {}}', "proposals must be"),
+        ('{"round": 1, "proposals": [{"name": "a", "config": {}}]}', "names no proposing model"),
+    ],
+)
 def test_read_round_refuses_what_is_not_a_round(tmp_path: Path, text: str, match: str) -> None:
     (tmp_path / "round.json").write_text(text)
     with pytest.raises(DataError, match=match):
@@ -199,22 +254,30 @@ def _analytic_round(tmp_path: Path) -> dict:
 
 def test_scoring_a_round_with_no_matching_run_is_an_error(tmp_path: Path) -> None:
     record = _analytic_round(tmp_path)
-    other = {**record["proposals"][0]["config"], "grad_accum": 999, "run_id": "x/1",
-             "status": "completed", "mfu": 0.4, "source": "synthetic"}  # another layout's run
+    other = {
+        **record["proposals"][0]["config"],
+        "grad_accum": 999,
+        "run_id": "x/1",
+        "status": "completed",
+        "mfu": 0.4,
+        "source": "synthetic",
+    }  # another layout's run
     with pytest.raises(DataError, match=r"none of the 1 runs matches a proposal of round 1"):
         score_round(record, pd.DataFrame([other]), model=None)
 
 
 def test_scoring_a_table_without_outcomes_is_an_error(tmp_path: Path) -> None:
     record = _analytic_round(tmp_path)
-    runs = pd.DataFrame([{**p["config"], "run_id": f"{p['name']}/1", "mfu": 0.3}
-                         for p in record["proposals"]])
+    runs = pd.DataFrame(
+        [{**p["config"], "run_id": f"{p['name']}/1", "mfu": 0.3} for p in record["proposals"]]
+    )
     with pytest.raises(DataError, match=r"columns status and mfu .* got no status among"):
         score_round(record, runs, model=None)
 
 
 def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
-        tmp_path: Path, playbook_subset: pd.DataFrame) -> None:
+    tmp_path: Path, playbook_subset: pd.DataFrame
+) -> None:
     from surrogate.learned.model import SurrogateModel
 
     small = {"n_estimators": 10, "num_leaves": 7}
@@ -229,8 +292,9 @@ def test_the_proposer_is_checked_by_its_own_hash_not_only_its_data(
         load_round_model(record)
 
 
-def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_propose_checks_its_round_directory_before_scoring(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import surrogate.layouts.search
 
     def never(*a: object, **k: object) -> None:
@@ -245,19 +309,29 @@ def test_propose_checks_its_round_directory_before_scoring(tmp_path: Path,
 def test_propose_takes_spaces_of_millions_of_points(tmp_path: Path) -> None:
     """Candidates are generated as columns (surrogate.layouts.grid), so a space beyond what
     enumerating one configuration per point tries is proposed from whole."""
-    big = LayoutSpace(model=get_preset("8b"), global_batch_seqs=8,
-                      node_counts=(1, 2, 4, 8, 16, 32, 64), frameworks=("torchtitan",))
+    big = LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=8,
+        node_counts=(1, 2, 4, 8, 16, 32, 64),
+        frameworks=("torchtitan",),
+    )
     assert big.size_bound() > DEFAULT_ENUMERATION_LIMIT
     record = read_round(propose(big, tmp_path / "r", k=4))
     assert len(record["proposals"]) == 4 and record["goal"]["candidates"] > 10_000
 
 
 def test_propose_says_how_to_narrow_a_space_beyond_its_limit(tmp_path: Path) -> None:
-    huge = LayoutSpace(model=get_preset("mixtral-8x7b"), global_batch_seqs=512,
-                       node_counts=(1, 2, 4, 8, 16, 32, 64),
-                       frameworks=("torchtitan", "megatron", "nanotron"))
-    with pytest.raises(ConfigError, match=r"more than the enumeration limit \(10,000,000\); "
-                                          r"narrow it \(fewer node counts") as raised:
+    huge = LayoutSpace(
+        model=get_preset("mixtral-8x7b"),
+        global_batch_seqs=512,
+        node_counts=(1, 2, 4, 8, 16, 32, 64),
+        frameworks=("torchtitan", "megatron", "nanotron"),
+    )
+    with pytest.raises(
+        ConfigError,
+        match=r"more than the enumeration limit \(10,000,000\); "
+        r"narrow it \(fewer node counts",
+    ) as raised:
         propose(huge, tmp_path / "r", k=4)
     assert "optuna" not in str(raised.value)  # propose has no optuna to fall back on
     assert not (tmp_path / "r").exists()
@@ -274,22 +348,38 @@ def test_k_is_capped_before_any_scoring(tmp_path: Path, k: int) -> None:
 
 def tiny_space() -> LayoutSpace:
     """Three launchable layouts of 8B on one node (dp8, dp4 tp2, dp2 tp4; ZeRO-2)."""
-    return LayoutSpace(model=get_preset("8b"), global_batch_seqs=32, node_counts=(1,),
-                       frameworks=("torchtitan",), max_cp=1, max_vpp=1, max_mbs=1,
-                       recompute_modes=("none",), zero_stages=(2,), sequence_parallel=(True,),
-                       shardings=("full",))
+    return LayoutSpace(
+        model=get_preset("8b"),
+        global_batch_seqs=32,
+        node_counts=(1,),
+        frameworks=("torchtitan",),
+        max_cp=1,
+        max_vpp=1,
+        max_mbs=1,
+        recompute_modes=("none",),
+        zero_stages=(2,),
+        sequence_parallel=(True,),
+        shardings=("full",),
+    )
 
 
-def measured(record: dict[str, object], statuses: tuple[str, ...] = ("completed", "oom")
-             ) -> pd.DataFrame:
+def measured(
+    record: dict[str, object], statuses: tuple[str, ...] = ("completed", "oom")
+) -> pd.DataFrame:
     """A sweep table of a round's proposals as if they had run (synthetic outcomes, made up
     by this test)."""
     from surrogate.runs.sweeps import sweep_row, validate_sweeps
 
-    rows = [sweep_row(config_from_flat(p["config"]), status=statuses[i % len(statuses)],
-                      source="synthetic", run_id=f"{p['name']}/1",
-                      mfu=0.4 if statuses[i % len(statuses)] == "completed" else None)
-            for i, p in enumerate(record["proposals"])]  # type: ignore[attr-defined]
+    rows = [
+        sweep_row(
+            config_from_flat(p["config"]),
+            status=statuses[i % len(statuses)],
+            source="synthetic",
+            run_id=f"{p['name']}/1",
+            mfu=0.4 if statuses[i % len(statuses)] == "completed" else None,
+        )
+        for i, p in enumerate(record["proposals"])
+    ]  # type: ignore[attr-defined]
     return validate_sweeps(pd.DataFrame(rows))
 
 
@@ -311,17 +401,25 @@ def test_a_space_whose_every_layout_was_run_is_an_error(tmp_path: Path) -> None:
     assert not (tmp_path / "r2").exists()
 
 
-@pytest.mark.parametrize(("max_p_oom", "margin", "match"), [
-    (0.0, 0.0, r"no candidate is left .* above --max-p-oom 0; .*raise --max-p-oom to 0\.01"),
-    (0.5, 0.95, r"none keeps 95% of the GPU's memory free .* lower --memory-margin"),
-])
+@pytest.mark.parametrize(
+    ("max_p_oom", "margin", "match"),
+    [
+        (0.0, 0.0, r"no candidate is left .* above --max-p-oom 0; .*raise --max-p-oom to 0\.01"),
+        (0.5, 0.95, r"none keeps 95% of the GPU's memory free .* lower --memory-margin"),
+    ],
+)
 def test_no_candidate_within_the_limits_says_which_to_relax(
-        tmp_path: Path, max_p_oom: float, margin: float, match: str) -> None:
+    tmp_path: Path, max_p_oom: float, margin: float, match: str
+) -> None:
     from surrogate.layouts.search import Limits
 
     with pytest.raises(ConfigError, match=match):
-        propose(space(), tmp_path / "r", k=2,
-                limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=margin))
+        propose(
+            space(),
+            tmp_path / "r",
+            k=2,
+            limits=Limits(max_p_oom=max_p_oom, memory_margin_frac=margin),
+        )
     assert not (tmp_path / "r").exists()
 
 
@@ -345,9 +443,12 @@ def test_read_measured_runs_says_what_the_table_is_instead(tmp_path: Path) -> No
         "predictions.csv": (proposals.drop(columns=["name", "reason"]), "a table of predictions"),
         "layouts.csv": (proposals[["num_layers", "dp", "tp"]], "configurations without outcomes"),
         "other.csv": (pd.DataFrame({"a": [1], "b": [2]}), r"no sweep table: its columns \(a, b\)"),
-        "both.csv": (pd.concat([measured(read_round(first)),
-                                pd.DataFrame({"pred_mfu": [0.3, 0.4]})], axis=1),
-                     "a sweep table with predictions added"),
+        "both.csv": (
+            pd.concat(
+                [measured(read_round(first)), pd.DataFrame({"pred_mfu": [0.3, 0.4]})], axis=1
+            ),
+            "a sweep table with predictions added",
+        ),
     }
     for name, (table, match) in cases.items():
         table.to_csv(tmp_path / name, index=False)
@@ -399,8 +500,10 @@ def test_a_round_of_no_run_is_never_written(tmp_path: Path) -> None:
         write_round(tmp_path / "r", [], model_info={}, goal={}, acquisition=Acquisition())
     assert not (tmp_path / "r").exists()
 
+
 def test_of_proposes_into_one_new_round_at_once_exactly_one_wins(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Another propose writes the round between this one's check and its rename: this one is
     refused in one line, the winner's round stays whole, no temporary directory is left."""
     from surrogate.loop import active, round_files
@@ -419,15 +522,17 @@ def test_of_proposes_into_one_new_round_at_once_exactly_one_wins(
 
     monkeypatch.setattr(active, "check_new_round_dir", and_meanwhile_another_writes_it)
     monkeypatch.setattr(round_files, "check_new_round_dir", and_meanwhile_another_writes_it)
-    with pytest.raises(ConfigError, match=r"round directory .*r1' was written by another "
-                                          r"propose meanwhile"):
+    with pytest.raises(
+        ConfigError,
+        match=r"round directory .*r1' was written by another "
+        r"propose meanwhile",
+    ):
         propose(space(), final, k=2)
     assert (final / "round.json").read_text() == '{"round": 1}'
     assert sorted(p.name for p in tmp_path.iterdir()) == ["r1"]
 
 
-def test_a_round_on_a_full_disk_is_one_error_naming_it_and_leaves_nothing(
-        full_dir: Path) -> None:
+def test_a_round_on_a_full_disk_is_one_error_naming_it_and_leaves_nothing(full_dir: Path) -> None:
     from surrogate.errors import OutputError
 
     with pytest.raises(OutputError, match=r"cannot write the round '.*r1': No space left"):

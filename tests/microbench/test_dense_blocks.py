@@ -37,8 +37,9 @@ def test_megatron_layer_is_measured_where_megatron_core_is_installed():
     """Runs only where megatron-core is installed (not a project dependency): a small layer at
     tp 2 keeps its MLP input's shard and, fused, three T x ffn / tp tensors in its MLP."""
     pytest.importorskip("megatron.core")
-    config, saved = megatron_block(hidden_size=128, num_heads=4, num_kv_heads=2, seq_len=64,
-                                   mbs=1, tp=2, fused_swiglu=True)
+    config, saved = megatron_block(
+        hidden_size=128, num_heads=4, num_kv_heads=2, seq_len=64, mbs=1, tp=2, fused_swiglu=True
+    )
     by_module = record("megatron", "test", config, saved, {})["bytes_by_module"]
     tokens, ffn = 64 / 2, config["ffn_hidden_size"]
     assert by_module["mlp.linear_fc1"] == 2 * tokens * 128  # bf16, its sequence shard

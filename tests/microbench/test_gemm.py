@@ -26,8 +26,23 @@ def test_shape_validation() -> None:
 
 def test_cpu_run_writes_records(tmp_path: Path) -> None:
     out = tmp_path / "g.jsonl"
-    code = main(["--device", "cpu", "--dtypes", "f32,bf16", "--shapes", "32,16,8", "16,16,16,2",
-                 "--warmup", "1", "--repeats", "3", "--out", str(out)])
+    code = main(
+        [
+            "--device",
+            "cpu",
+            "--dtypes",
+            "f32,bf16",
+            "--shapes",
+            "32,16,8",
+            "16,16,16,2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "3",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 0
     df, rep = parse_microbench_jsonl(out)
     assert len(df) == 4 and not rep.skips
@@ -38,8 +53,22 @@ def test_cpu_run_writes_records(tmp_path: Path) -> None:
 
 def test_failure_is_recorded_and_the_rest_runs(tmp_path: Path) -> None:
     out = tmp_path / "g.jsonl"
-    code = main(["--device", "cpu", "--dtypes", "fp8,f32", "--shapes", "16,16,16,2",
-                 "--warmup", "1", "--repeats", "1", "--out", str(out)])
+    code = main(
+        [
+            "--device",
+            "cpu",
+            "--dtypes",
+            "fp8,f32",
+            "--shapes",
+            "16,16,16,2",
+            "--warmup",
+            "1",
+            "--repeats",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert code == 1
     df, rep = parse_microbench_jsonl(out)
     assert list(df["dtype"]) == ["f32"]

@@ -34,8 +34,7 @@ def test_kept_after_forward_sees_what_a_checkpoint_keeps():
         y = checkpoint(first, x, use_reentrant=False)
         return checkpoint(second, y, use_reentrant=False)
 
-    kept, out = kept_after_forward(
-        run, leave_out=(x, *first.parameters(), *second.parameters()))
+    kept, out = kept_after_forward(run, leave_out=(x, *first.parameters(), *second.parameters()))
     assert [(k.shape, k.bytes) for k in kept] == [((4, 8), 4 * 8 * 2)]
     out.sum().backward()
     assert x.grad is not None
@@ -46,9 +45,18 @@ def test_torchtitan_moe_stack_is_measured_where_torchtitan_is_installed():
     small MoE blocks keep no output of the experts' grouped GEMMs, which full recomputation
     drops too, keeping each block's input."""
     pytest.importorskip("torchtitan")
-    shape = dict(hidden_size=64, num_heads=4, num_kv_heads=4, moe_ffn_hidden_size=32,
-                 num_experts=4, top_k=2, num_shared_experts=0, score_before_experts=False,
-                 seq_len=32, mbs=1)
+    shape = dict(
+        hidden_size=64,
+        num_heads=4,
+        num_kv_heads=4,
+        moe_ffn_hidden_size=32,
+        num_experts=4,
+        top_k=2,
+        num_shared_experts=0,
+        score_before_experts=False,
+        seq_len=32,
+        mbs=1,
+    )
     config, kept = torchtitan_moe_kept(recompute="selective-op", **shape)
     assert config["routed_tokens"] == [64] * 4 and config["ep"] == 1
     assert kept and not any("grouped_mm" in k.op for k in kept)

@@ -13,9 +13,29 @@ from surrogate.runs.microbench_table import ATTENTION_OPS, MEMORY_BOUND_OPS, val
 
 def test_attention_records_are_table_rows(tmp_path: Path) -> None:
     out = tmp_path / "a.jsonl"
-    assert attention.main(["--device", "cpu", "--seqs", "32", "--heads", "2", "--head-dims", "16",
-                           "--tokens", "64", "--warmup", "1", "--repeats", "1",
-                           "--out", str(out)]) == 0
+    assert (
+        attention.main(
+            [
+                "--device",
+                "cpu",
+                "--seqs",
+                "32",
+                "--heads",
+                "2",
+                "--head-dims",
+                "16",
+                "--tokens",
+                "64",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     df, report = parse_microbench_jsonl(out)
     validate_microbench(df)
     assert not report.skips and sorted(df["op"]) == sorted(ATTENTION_OPS)
@@ -27,8 +47,27 @@ def test_attention_records_are_table_rows(tmp_path: Path) -> None:
 
 def test_memory_bound_records_are_table_rows(tmp_path: Path) -> None:
     out = tmp_path / "m.jsonl"
-    assert membound.main(["--device", "cpu", "--tokens", "32", "--widths", "16", "--vocabs",
-                          "64", "--warmup", "1", "--repeats", "1", "--out", str(out)]) == 0
+    assert (
+        membound.main(
+            [
+                "--device",
+                "cpu",
+                "--tokens",
+                "32",
+                "--widths",
+                "16",
+                "--vocabs",
+                "64",
+                "--warmup",
+                "1",
+                "--repeats",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     df, report = parse_microbench_jsonl(out)
     validate_microbench(df)
     assert not report.skips and list(df["op"]) == list(MEMORY_BOUND_OPS)

@@ -26,8 +26,18 @@ def test_moe_layer_split_needs_positive_degrees(layer):
     if importlib.util.find_spec("torchtitan" if layer is torchtitan_moe else "megatron") is None:
         pytest.skip("the framework is not installed here")
     with pytest.raises(ValueError, match="tp and ep must be >= 1, got tp=2 ep=0"):
-        layer(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4, top_k=2,
-              num_shared_experts=1, score_before_experts=True, seq_len=16, mbs=1, tp=2, ep=0)
+        layer(
+            hidden_size=64,
+            moe_ffn_hidden_size=32,
+            num_experts=4,
+            top_k=2,
+            num_shared_experts=1,
+            score_before_experts=True,
+            seq_len=16,
+            mbs=1,
+            tp=2,
+            ep=0,
+        )
 
 
 def test_parallel_shapes_leave_out_the_unfused_swiglu_and_under_ep_the_shared_expert():
@@ -57,9 +67,17 @@ def test_megatron_moe_is_measured_where_megatron_core_is_installed():
     SwiGLU's three T x ffn tensors per routed token; the CPU stand-ins are gone after it."""
     pytest.importorskip("megatron.core")
     current_device = torch.cuda.current_device
-    config, saved = megatron_moe(hidden_size=64, moe_ffn_hidden_size=32, num_experts=4,
-                                 top_k=2, num_shared_experts=0, score_before_experts=False,
-                                 seq_len=32, mbs=1, tp=1)
+    config, saved = megatron_moe(
+        hidden_size=64,
+        moe_ffn_hidden_size=32,
+        num_experts=4,
+        top_k=2,
+        num_shared_experts=0,
+        score_before_experts=False,
+        seq_len=32,
+        mbs=1,
+        tp=1,
+    )
     assert torch.cuda.current_device is current_device
     by_module = record("megatron", "test", config, saved, {})["bytes_by_module"]
     routed = config["routed_tokens"]

@@ -15,27 +15,40 @@ torch = pytest.importorskip("torch")
 
 
 def test_kept_record_sums_bytes():
-    kept = [Kept("aten.mm.default", (2,), "bfloat16", 4), Kept("aten.mul.Tensor", (2,),
-                                                                 "float32", 8)]
-    rec = kept_record("megatron", "0.16.1", {"tp": 2, "recompute": "full"}, kept,
-                      {"backend": "fake"})
+    kept = [
+        Kept("aten.mm.default", (2,), "bfloat16", 4),
+        Kept("aten.mul.Tensor", (2,), "float32", 8),
+    ]
+    rec = kept_record(
+        "megatron", "0.16.1", {"tp": 2, "recompute": "full"}, kept, {"backend": "fake"}
+    )
     assert rec["schema"] == KEPT_SCHEMA and rec["kept_bytes"] == 12
-    assert rec["kept"][0] == {"op": "aten.mm.default", "shape": (2,), "dtype": "bfloat16",
-                              "bytes": 4}
+    assert rec["kept"][0] == {
+        "op": "aten.mm.default",
+        "shape": (2,),
+        "dtype": "bfloat16",
+        "bytes": 4,
+    }
 
 
 def test_record_sums_bytes_by_module():
-    saved = [Saved("a", (2,), "bfloat16", 4), Saved("b", (2,), "float32", 8),
-             Saved("a", (4,), "bfloat16", 8)]
+    saved = [
+        Saved("a", (2,), "bfloat16", 4),
+        Saved("b", (2,), "float32", 8),
+        Saved("a", (4,), "bfloat16", 8),
+    ]
     rec = record("torchtitan", "0.2.2", {"tp": 2}, saved, {"backend": "fake"})
     assert rec["schema"] == SCHEMA and rec["bytes_by_module"] == {"a": 12, "b": 8}
     assert rec["saved"][1] == {"module": "b", "shape": (2,), "dtype": "float32", "bytes": 8}
 
 
-@pytest.mark.parametrize(("framework", "block", "module", "install"), [
-    ("torchtitan", torchtitan_block, "torchtitan", r"pip install torchtitan==0\.2\.2"),
-    ("megatron", megatron_block, "megatron", r"pip install megatron-core==0\.16\.1"),
-])
+@pytest.mark.parametrize(
+    ("framework", "block", "module", "install"),
+    [
+        ("torchtitan", torchtitan_block, "torchtitan", r"pip install torchtitan==0\.2\.2"),
+        ("megatron", megatron_block, "megatron", r"pip install megatron-core==0\.16\.1"),
+    ],
+)
 def test_without_the_framework_it_says_what_to_install(framework, block, module, install):
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is installed here")
@@ -47,10 +60,13 @@ def test_without_the_framework_it_says_what_to_install(framework, block, module,
         main(["--framework", framework, "--recompute", "--out", "-"])
 
 
-@pytest.mark.parametrize(("framework", "module", "install"), [
-    ("torchtitan", "torchtitan", r"pip install torchtitan==0\.2\.2"),
-    ("megatron", "megatron", r"pip install megatron-core==0\.16\.1"),
-])
+@pytest.mark.parametrize(
+    ("framework", "module", "install"),
+    [
+        ("torchtitan", "torchtitan", r"pip install torchtitan==0\.2\.2"),
+        ("megatron", "megatron", r"pip install megatron-core==0\.16\.1"),
+    ],
+)
 def test_moe_without_the_framework_says_what_to_install(framework, module, install):
     if importlib.util.find_spec(module) is not None:
         pytest.skip(f"{module} is installed here")
@@ -63,7 +79,8 @@ def test_moe_blocks_are_measured_under_recomputation_by_torchtitan(capsys, monke
         main(["--framework", "megatron", "--moe", "--recompute", "--out", "-"])
     assert e.value.code == 2
     assert "--moe --recompute measures torchtitan's MoE blocks, got --framework megatron" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     with pytest.raises(SystemExit, match=r"--tp 2 runs under torchrun --nproc-per-node 2"):
         main(["--moe", "--recompute", "--tp", "2", "--out", "-"])
@@ -73,10 +90,14 @@ def test_expert_parallelism_splits_the_moe_layer_under_torchrun(capsys, monkeypa
     with pytest.raises(SystemExit) as e:
         main(["--ep", "2", "--out", "-"])
     assert e.value.code == 2 and "--ep must be >= 1 and splits the experts of --moe" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(SystemExit, match=r"--ep 2 runs under torchrun --nproc-per-node 2 "
-                                         r"\(WORLD_SIZE is unset\)"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--ep 2 runs under torchrun --nproc-per-node 2 "
+        r"\(WORLD_SIZE is unset\)",
+    ):
         main(["--moe", "--ep", "2", "--out", "-"])
 
 
@@ -85,16 +106,23 @@ def test_tensor_parallelism_splits_the_moe_layer_alone(args, capsys):
     with pytest.raises(SystemExit) as e:
         main([*args, "--out", "-"])
     assert e.value.code == 2 and "--tp must be >= 1 and splits the layer of --moe" in (
-        capsys.readouterr().err)
+        capsys.readouterr().err
+    )
 
 
 def test_tensor_parallel_moe_runs_under_torchrun(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    with pytest.raises(SystemExit, match=r"--tp 2 runs under torchrun --nproc-per-node 2 "
-                                         r"\(WORLD_SIZE is unset\)"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--tp 2 runs under torchrun --nproc-per-node 2 "
+        r"\(WORLD_SIZE is unset\)",
+    ):
         main(["--moe", "--tp", "2", "--out", "-"])
-    with pytest.raises(SystemExit, match=r"--tp 2 --ep 2 runs under torchrun --nproc-per-node 4 "
-                                         r"\(WORLD_SIZE is unset\)"):
+    with pytest.raises(
+        SystemExit,
+        match=r"--tp 2 --ep 2 runs under torchrun --nproc-per-node 4 "
+        r"\(WORLD_SIZE is unset\)",
+    ):
         main(["--moe", "--tp", "2", "--ep", "2", "--out", "-"])
 
 

@@ -10,8 +10,15 @@ from microbench.suite import SuiteSettings, plan
 def test_gpu_plan_counts_and_estimates(tmp_path: Path) -> None:
     steps = plan(SuiteSettings(out_dir=tmp_path, nproc=8, cuda=True, fp8=True))
     names = [s.name for s in steps]
-    assert names == ["gemm", "all_reduce", "all_gather", "reduce_scatter", "all_to_all",
-                     "broadcast", "send_recv"]
+    assert names == [
+        "gemm",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "broadcast",
+        "send_recv",
+    ]
     ar = steps[1]
     # groups 2 and 4 in two layouts, 8 (the world) once; 4 KiB .. 1 GiB = 19 sizes
     assert ar.records == (2 + 2 + 1) * 19

@@ -23,16 +23,21 @@ def test_plan_writes_launch_files_and_flavours(tmp_path: Path) -> None:
     assert "train_custom.py --job.config_file config.toml" in (dirs[0] / "launch.sh").read_text()
     # the names this module repeats for the GPU machine are the launch files'
     assert (runs.FLAVOUR_FILE, runs.CONFIG_FILE, runs.TRAIN_SCRIPT) == (
-        launch.FLAVOUR_FILE, launch.CONFIG_FILE, launch.TRAIN_SCRIPT)
+        launch.FLAVOUR_FILE,
+        launch.CONFIG_FILE,
+        launch.TRAIN_SCRIPT,
+    )
 
 
 def test_kernel_table_sums_gpu_kernels_by_name(tmp_path: Path) -> None:
     """A synthetic trace, written here: two kernels of one name, one of another, a CPU op."""
-    events = [{"cat": "kernel", "ph": "X", "name": "gemm", "dur": 1500.0},
-              {"cat": "kernel", "ph": "X", "name": "gemm", "dur": 500.0},
-              {"cat": "kernel", "ph": "X", "name": "copy", "dur": 250.0},
-              {"cat": "cpu_op", "ph": "X", "name": "aten::mm", "dur": 9000.0},
-              {"cat": "user_annotation", "ph": "X", "name": "ProfilerStep#20", "dur": 4000.0}]
+    events = [
+        {"cat": "kernel", "ph": "X", "name": "gemm", "dur": 1500.0},
+        {"cat": "kernel", "ph": "X", "name": "gemm", "dur": 500.0},
+        {"cat": "kernel", "ph": "X", "name": "copy", "dur": 250.0},
+        {"cat": "cpu_op", "ph": "X", "name": "aten::mm", "dur": 9000.0},
+        {"cat": "user_annotation", "ph": "X", "name": "ProfilerStep#20", "dur": 4000.0},
+    ]
     trace = tmp_path / "synthetic_trace.json"
     trace.write_text(json.dumps({"traceEvents": events}))
     lines = kernel_table(trace).splitlines()
@@ -42,7 +47,8 @@ def test_kernel_table_sums_gpu_kernels_by_name(tmp_path: Path) -> None:
 
 
 def test_train_one_runs_the_launch_files_script_where_torchtitan_is_installed(
-        tmp_path: Path, monkeypatch) -> None:
+    tmp_path: Path, monkeypatch
+) -> None:
     """Where torchtitan is installed (CI skips this; torchtitan's trainer itself needs a GPU):
     train_one runs the run's train_custom.py, which registers the flavour before torchtitan's
     main parses the run's config."""
@@ -57,8 +63,12 @@ def test_train_one_runs_the_launch_files_script_where_torchtitan_is_installed(
 
         # explicit: the default argv was bound when this process (pytest) imported torchtitan
         job = ConfigManager().parse_args(sys.argv[1:])
-        seen.update(flavor=job.model.flavor, name=job.model.name,
-                    dim=llama4_args[job.model.flavor].dim, steps=job.training.steps)
+        seen.update(
+            flavor=job.model.flavor,
+            name=job.model.name,
+            dim=llama4_args[job.model.flavor].dim,
+            steps=job.training.steps,
+        )
 
     monkeypatch.setattr(torchtitan_train, "main", fake_main)
     moe = next(c for c in CASES if c.label == "moe8e")

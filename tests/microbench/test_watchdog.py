@@ -11,8 +11,7 @@ from microbench.watchdog import Watchdog
 
 def test_fires_once_on_overrun() -> None:
     seen: list[tuple[str, float]] = []
-    dog = Watchdog(lambda label, t: seen.append((label, t)), exit_on_timeout=False,
-                   poll_s=0.01)
+    dog = Watchdog(lambda label, t: seen.append((label, t)), exit_on_timeout=False, poll_s=0.01)
     dog.arm("all_reduce 1 GiB", 0.05)
     time.sleep(0.3)
     dog.arm("quick", 5.0)

@@ -29,11 +29,13 @@ def _synthetic_rows() -> pd.DataFrame:
         for nodes in (1, 2, 4):
             for tp in (1, 2, 4):
                 for mbs in (1, 2):
-                    cfg = TrainingConfig(model=get_preset(model),
-                                         cluster=ClusterConfig(num_nodes=nodes),
-                                         layout=LayoutConfig(framework="nanotron",
-                                                             dp=8 * nodes // tp, tp=tp,
-                                                             mbs=mbs, zero_stage=1))
+                    cfg = TrainingConfig(
+                        model=get_preset(model),
+                        cluster=ClusterConfig(num_nodes=nodes),
+                        layout=LayoutConfig(
+                            framework="nanotron", dp=8 * nodes // tp, tp=tp, mbs=mbs, zero_stage=1
+                        ),
+                    )
                     rows.append(config_to_flat(cfg))
     good = rows[0]
     rows += [dict(good, tp=3), dict(good, dp=8.5)]
@@ -56,8 +58,10 @@ def _text(column: pd.Series) -> list[str]:
     return ["" if pd.isna(v) else str(v) for v in column]
 
 
-@pytest.mark.parametrize("source,target", [(".csv", ".csv"), (".parquet", ".parquet"),
-                                           (".csv", ".parquet"), (".parquet", ".csv")])
+@pytest.mark.parametrize(
+    "source,target",
+    [(".csv", ".csv"), (".parquet", ".parquet"), (".csv", ".parquet"), (".parquet", ".csv")],
+)
 def test_chunks_give_the_whole_tables_answer(tmp_path: Path, source: str, target: str) -> None:
     table = _synthetic_rows()
     src, dst = tmp_path / f"in{source}", tmp_path / f"out{target}"
@@ -74,8 +78,9 @@ def test_chunks_give_the_whole_tables_answer(tmp_path: Path, source: str, target
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
-def test_csv_chunks_give_the_whole_tables_answer(tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_csv_chunks_give_the_whole_tables_answer(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from surrogate.io import tableio
 
     monkeypatch.setattr(tableio, "CSV_BLOCK_BYTES", 512)  # a few rows per block
@@ -93,8 +98,10 @@ def test_stdout_gets_the_table_as_csv(tmp_path: Path) -> None:
     buf = io.StringIO()
     predict_file(src, None, model=None, stdout=buf, chunk_rows=7)
     out = pd.read_csv(io.StringIO(buf.getvalue()))
-    _same(out[["pred_mfu"]], read_table(tmp_path / "in.parquet").pipe(
-        predict_frame, model=None)[["pred_mfu"]])
+    _same(
+        out[["pred_mfu"]],
+        read_table(tmp_path / "in.parquet").pipe(predict_frame, model=None)[["pred_mfu"]],
+    )
 
 
 def test_a_refused_chunk_leaves_no_output(tmp_path: Path) -> None:

@@ -36,18 +36,38 @@ def analytic_only(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def cfg(model="8b", nodes=4, **layout) -> TrainingConfig:
-    layout = {"dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16, "zero_stage": 1,
-              "framework": "nanotron", **layout}
-    return TrainingConfig(model=get_preset(model), cluster=ClusterConfig(num_nodes=nodes),
-                          layout=LayoutConfig(**layout))
+    layout = {
+        "dp": 8,
+        "tp": 4,
+        "mbs": 2,
+        "grad_accum": 16,
+        "zero_stage": 1,
+        "framework": "nanotron",
+        **layout,
+    }
+    return TrainingConfig(
+        model=get_preset(model),
+        cluster=ClusterConfig(num_nodes=nodes),
+        layout=LayoutConfig(**layout),
+    )
 
 
 def test_pred_columns_are_the_issue_columns():
-    assert PRED_COLUMNS == ("p_oom", "pred_status", "pred_mfu", "pred_mfu_lo", "pred_mfu_hi",
-                            "pred_tokens_per_s_per_gpu", "pred_step_time_s",
-                            "pred_peak_mem_reserved_gib", "pred_peak_mem_reserved_lo_gib",
-                            "pred_peak_mem_reserved_hi_gib", "extrapolation", "domain_weight",
-                            "correction_share")
+    assert PRED_COLUMNS == (
+        "p_oom",
+        "pred_status",
+        "pred_mfu",
+        "pred_mfu_lo",
+        "pred_mfu_hi",
+        "pred_tokens_per_s_per_gpu",
+        "pred_step_time_s",
+        "pred_peak_mem_reserved_gib",
+        "pred_peak_mem_reserved_lo_gib",
+        "pred_peak_mem_reserved_hi_gib",
+        "extrapolation",
+        "domain_weight",
+        "correction_share",
+    )
 
 
 def test_outputs_carry_one_name_per_quantity():
@@ -61,13 +81,11 @@ def test_outputs_carry_one_name_per_quantity():
         assert getattr(p, name) == p.to_dict()[name]
 
 
-
 def test_predict_one_config():
     p = surrogate.predict(cfg())
     assert isinstance(p, Prediction)
     assert set(p.memory_bytes) == {*BREAKDOWN_TERMS, "total"}
-    assert p.memory_bytes["total"] == pytest.approx(sum(p.memory_bytes[k]
-                                                        for k in BREAKDOWN_TERMS))
+    assert p.memory_bytes["total"] == pytest.approx(sum(p.memory_bytes[k] for k in BREAKDOWN_TERMS))
     assert tuple(p.step_s) == STEP_TERMS
     assert sum(p.step_s.values()) == pytest.approx(p.step_time_s)
     assert 0 < p.mfu < 1 and p.fits and p.status == "completed" and p.p_oom < 0.5
@@ -91,8 +109,9 @@ def test_to_dict_is_json_ready():
     back = json.loads(json.dumps(d))
     assert back["config"] == config_to_flat(cfg())
     assert {"memory_gib", "step_time_s", "mfu", "p_oom", "pred_status", "fits"} <= set(back)
-    assert back["step_time_s"]["total"] == pytest.approx(sum(
-        v for k, v in back["step_time_s"].items() if k != "total"))
+    assert back["step_time_s"]["total"] == pytest.approx(
+        sum(v for k, v in back["step_time_s"].items() if k != "total")
+    )
     assert back["mfu_lo"] is None and back["mfu_hi"] is None
 
 
@@ -135,15 +154,47 @@ def test_predict_frame_says_which_layouts_run_as_another_like_predict():
     """The column holds what one prediction's ``runs_as_another`` says, row by row: here
     torchtitan told not to shard the sequence, ZeRO over one replica, and Megatron's MoE
     under tp without sequence parallelism (the model's, not the layout's, trait)."""
-    titan = dict(config_to_flat(cfg()), framework="torchtitan", framework_version="main",
-                 zero_stage=2, sequence_parallel=None)  # missing: the framework's default
-    megatron = dict(config_to_flat(cfg(nodes=1, dp=4, tp=2, zero_stage=0, mbs=1,
-                                       grad_accum=4, framework="megatron",
-                                       sequence_parallel=False)))
-    rows = [titan, dict(titan, sequence_parallel=False),
-            config_to_flat(cfg(nodes=1, dp=1, tp=8, zero_stage=1)), titan, megatron,
-            config_to_flat(cfg("mixtral-8x7b", nodes=1, dp=4, tp=2, zero_stage=0, mbs=1,
-                               grad_accum=4, framework="megatron", sequence_parallel=False))]
+    titan = dict(
+        config_to_flat(cfg()),
+        framework="torchtitan",
+        framework_version="main",
+        zero_stage=2,
+        sequence_parallel=None,
+    )  # missing: the framework's default
+    megatron = dict(
+        config_to_flat(
+            cfg(
+                nodes=1,
+                dp=4,
+                tp=2,
+                zero_stage=0,
+                mbs=1,
+                grad_accum=4,
+                framework="megatron",
+                sequence_parallel=False,
+            )
+        )
+    )
+    rows = [
+        titan,
+        dict(titan, sequence_parallel=False),
+        config_to_flat(cfg(nodes=1, dp=1, tp=8, zero_stage=1)),
+        titan,
+        megatron,
+        config_to_flat(
+            cfg(
+                "mixtral-8x7b",
+                nodes=1,
+                dp=4,
+                tp=2,
+                zero_stage=0,
+                mbs=1,
+                grad_accum=4,
+                framework="megatron",
+                sequence_parallel=False,
+            )
+        ),
+    ]
     out = predict_frame(pd.DataFrame(rows), model=None)
     assert (out["error"] == "").all()
     assert out[RUNS_AS_ANOTHER].iloc[0] == out[RUNS_AS_ANOTHER].iloc[3] == ""
@@ -157,15 +208,24 @@ def test_predict_frame_says_which_layouts_run_as_another_like_predict():
 
 
 def test_predict_frame_mixed_gpus_keep_row_order():
-    rows = [config_to_flat(cfg()), dict(config_to_flat(cfg()), gpu="A100-SXM-80GB"),
-            config_to_flat(cfg(mbs=1))]
+    rows = [
+        config_to_flat(cfg()),
+        dict(config_to_flat(cfg()), gpu="A100-SXM-80GB"),
+        config_to_flat(cfg(mbs=1)),
+    ]
     out = predict_frame(pd.DataFrame(rows))
     assert (out["error"] == "").all()
-    expected = [surrogate.predict(cfg()).mfu,
-                surrogate.predict(TrainingConfig(
-                    model=get_preset("8b"), cluster=ClusterConfig(gpu="A100", num_nodes=4),
-                    layout=cfg().layout)).mfu,
-                surrogate.predict(cfg(mbs=1)).mfu]
+    expected = [
+        surrogate.predict(cfg()).mfu,
+        surrogate.predict(
+            TrainingConfig(
+                model=get_preset("8b"),
+                cluster=ClusterConfig(gpu="A100", num_nodes=4),
+                layout=cfg().layout,
+            )
+        ).mfu,
+        surrogate.predict(cfg(mbs=1)).mfu,
+    ]
     np.testing.assert_allclose(out["pred_mfu"], expected)
 
 
@@ -183,12 +243,33 @@ def test_predict_frame_reads_a_model_column_as_from_csv_does(tmp_path, capsys):
     from surrogate.cli import main
     from surrogate.errors import ConfigError
 
-    rows = pd.DataFrame([
-        {"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4, "mbs": 2, "grad_accum": 16,
-         "zero_stage": 1, "framework": "nanotron", "num_layers": None},
-        {"model": "70b", "num_nodes": 8, "dp": 2, "tp": 8, "pp": 4, "mbs": 1, "grad_accum": 64,
-         "zero_stage": 1, "framework": "megatron", "num_layers": 40},
-    ])
+    rows = pd.DataFrame(
+        [
+            {
+                "model": "8b",
+                "num_nodes": 4,
+                "dp": 8,
+                "tp": 4,
+                "mbs": 2,
+                "grad_accum": 16,
+                "zero_stage": 1,
+                "framework": "nanotron",
+                "num_layers": None,
+            },
+            {
+                "model": "70b",
+                "num_nodes": 8,
+                "dp": 2,
+                "tp": 8,
+                "pp": 4,
+                "mbs": 1,
+                "grad_accum": 64,
+                "zero_stage": 1,
+                "framework": "megatron",
+                "num_layers": 40,
+            },
+        ]
+    )
     out = surrogate.predict(rows)
     assert list(out["error"]) == ["", ""]
     assert list(out["num_layers"]) == [32, 40]  # the preset's where empty, else the row's
@@ -198,16 +279,23 @@ def test_predict_frame_reads_a_model_column_as_from_csv_does(tmp_path, capsys):
     from_csv = pd.read_csv(dst)
     for column in ("pred_mfu", "pred_peak_mem_reserved_gib", "p_oom", "pred_step_time_s"):
         np.testing.assert_allclose(out[column].astype(float), from_csv[column], rtol=1e-9)
-    one = surrogate.predict(TrainingConfig(
-        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
-        layout=LayoutConfig(framework="nanotron", dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1)))
+    one = surrogate.predict(
+        TrainingConfig(
+            model=get_preset("8b"),
+            cluster=ClusterConfig(num_nodes=4),
+            layout=LayoutConfig(
+                framework="nanotron", dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1
+            ),
+        )
+    )
     assert out["pred_mfu"].iloc[0] == pytest.approx(one.mfu)
     with pytest.raises(ConfigError, match=r"^the configuration table, row 2: .*'nope'"):
         surrogate.predict(rows.assign(model=["8b", "nope"]))
 
 
-@pytest.mark.parametrize("given", [{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4},
-                                   [{"model": "8b"}], "8b"])
+@pytest.mark.parametrize(
+    "given", [{"model": "8b", "num_nodes": 4, "dp": 8, "tp": 4}, [{"model": "8b"}], "8b"]
+)
 def test_predict_says_what_it_takes(given):
     match = r"^predict takes a TrainingConfig \(one configuration\) or a pandas DataFrame"
     if isinstance(given, dict):
@@ -231,9 +319,12 @@ def test_an_impossible_mfu_is_refused_with_its_cause():
 
     huge = cfg()
     huge = replace(huge, model=replace(huge.model, vocab_size=10**12))
-    with pytest.raises(ConfigError, match=r"MFU must be at most 100% of the dense peak, but this "
-                                          r"configuration would reach \d+%: the untied input "
-                                          r"embedding \(vocab_size=1,000,000,000,000"):
+    with pytest.raises(
+        ConfigError,
+        match=r"MFU must be at most 100% of the dense peak, but this "
+        r"configuration would reach \d+%: the untied input "
+        r"embedding \(vocab_size=1,000,000,000,000",
+    ):
         surrogate.predict(huge)
     frame = predict_frame(pd.DataFrame([config_to_flat(cfg()), config_to_flat(huge)]))
     assert frame["error"].iloc[0] == "" and frame["pred_mfu"].iloc[0] < 1
@@ -244,7 +335,8 @@ def test_an_impossible_mfu_is_refused_with_its_cause():
 def test_far_out_but_possible_configs_are_predicted_with_a_warning():
     p = surrogate.predict(cfg(nodes=10**6, dp=2 * 10**6))
     assert p.extrapolation.startswith(
-        "num_gpus 8e+06 > 2.621e+05, beyond any published training run; batch_tokens 5.243e+11")
+        "num_gpus 8e+06 > 2.621e+05, beyond any published training run; batch_tokens 5.243e+11"
+    )
     assert 0 < p.mfu < 1 and p.tokens_per_s_per_gpu > 0
     assert surrogate.predict(cfg()).extrapolation == ""
     frame = predict_frame(pd.DataFrame([config_to_flat(cfg(mbs=10**8))]))

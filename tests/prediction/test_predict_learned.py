@@ -23,7 +23,8 @@ pytestmark = pytest.mark.skipif(
 def cfg(**layout: int) -> TrainingConfig:
     base = dict(dp=8, tp=4, mbs=2, grad_accum=16, zero_stage=1, framework="nanotron")
     return TrainingConfig(
-        model=get_preset("8b"), cluster=ClusterConfig(num_nodes=4),
+        model=get_preset("8b"),
+        cluster=ClusterConfig(num_nodes=4),
         layout=LayoutConfig(**{**base, **layout}),
     )
 
@@ -65,8 +66,25 @@ def test_falls_back_to_analytic_with_a_warning(tmp_path, monkeypatch):
 
 
 def test_cli_learned_analytic_and_explain(capsys):
-    flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
-             "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
+    flags = [
+        "predict",
+        "--model",
+        "8b",
+        "--nodes",
+        "4",
+        "--dp",
+        "8",
+        "--tp",
+        "4",
+        "--mbs",
+        "2",
+        "--grad-accum",
+        "16",
+        "--zero",
+        "1",
+        "--framework",
+        "nanotron",
+    ]
     assert main([*flags, "--json"]) == 0
     learned = json.loads(capsys.readouterr().out)
     assert learned["source"] == "learned" and learned["mfu_lo"] <= learned["mfu"]
@@ -86,13 +104,25 @@ def test_an_unseen_model_shape_between_the_data_keeps_half_the_correction(tmp_pa
 
     from surrogate.learned.domain import UNSEEN_SHAPE_WEIGHT
 
-    model = {"num_layers": 28, "hidden_size": 3072, "ffn_hidden_size": 10240, "num_heads": 32,
-             "num_kv_heads": 32, "vocab_size": 128256, "seq_len": 4096}
-    layout = {"dp": 4, "tp": 2, "mbs": 2, "grad_accum": 16, "zero_stage": 1,
-              "framework": "nanotron"}
+    model = {
+        "num_layers": 28,
+        "hidden_size": 3072,
+        "ffn_hidden_size": 10240,
+        "num_heads": 32,
+        "num_kv_heads": 32,
+        "vocab_size": 128256,
+        "seq_len": 4096,
+    }
+    layout = {
+        "dp": 4,
+        "tp": 2,
+        "mbs": 2,
+        "grad_accum": 16,
+        "zero_stage": 1,
+        "framework": "nanotron",
+    }
     path = tmp_path / "run.yaml"
-    path.write_text(yaml.safe_dump({"model": model, "cluster": {"num_nodes": 1},
-                                    "layout": layout}))
+    path.write_text(yaml.safe_dump({"model": model, "cluster": {"num_nodes": 1}, "layout": layout}))
     assert main(["predict", "--config", str(path), "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert d["source"] == "learned" and not d["extrapolates"]
@@ -116,19 +146,43 @@ def test_a_correction_that_gave_way_says_so(monkeypatch, capsys):
     assert whole.correction_share == 1.0
     gave_way = copy.copy(bundled)
     gave_way.correction_weight_by_framework_ = {
-        **bundled.correction_weight_by_framework_, "nanotron/pp-fix": 0.25}
+        **bundled.correction_weight_by_framework_,
+        "nanotron/pp-fix": 0.25,
+    }
     monkeypatch.setattr(prediction, "_bundled_model", lambda: gave_way)
     p = surrogate.predict(cfg())
     assert p.correction_share == 0.25 and p.to_dict()["correction_share"] == 0.25
     assert p.mfu / p.analytic_mfu == pytest.approx((whole.mfu / whole.analytic_mfu) ** 0.25)
     assert p.mfu_lo <= min(p.mfu, p.analytic_mfu) and p.mfu_hi >= max(p.mfu, p.analytic_mfu)
-    flags = ["predict", "--model", "8b", "--nodes", "4", "--dp", "8", "--tp", "4", "--mbs", "2",
-             "--grad-accum", "16", "--zero", "1", "--framework", "nanotron"]
+    flags = [
+        "predict",
+        "--model",
+        "8b",
+        "--nodes",
+        "4",
+        "--dp",
+        "8",
+        "--tp",
+        "4",
+        "--mbs",
+        "2",
+        "--grad-accum",
+        "16",
+        "--zero",
+        "1",
+        "--framework",
+        "nanotron",
+    ]
     assert main(flags) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "gives way" in out and "nanotron/pp-fix" in out and "keeps 25% of itself" in out
-    rows = pd.DataFrame({"correction_share": [1.0, 0.25], "framework": ["nanotron"] * 2,
-                         "framework_version": ["pre-pp-fix", "pp-fix"]})
+    rows = pd.DataFrame(
+        {
+            "correction_share": [1.0, 0.25],
+            "framework": ["nanotron"] * 2,
+            "framework_version": ["pre-pp-fix", "pp-fix"],
+        }
+    )
     assert "nanotron/pp-fix keeps 25%" in gives_way_line(rows)
     assert "pre-pp-fix" not in gives_way_line(rows)
     assert gives_way_line(rows.iloc[:1]) == ""

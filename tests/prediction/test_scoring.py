@@ -26,20 +26,32 @@ def _configs() -> list[TrainingConfig]:
         ("70b", 16, {"dp": 4, "tp": 8, "pp": 4, "mbs": 1, "grad_accum": 32, "zero_stage": 1}),
         ("playbook-1.34b", 2, {"dp": 16, "tp": 1, "mbs": 4, "grad_accum": 2, "zero_stage": 0}),
     ]
-    return [TrainingConfig(model=get_preset(m), cluster=ClusterConfig(num_nodes=n),
-                           layout=LayoutConfig(framework="nanotron", **lay))
-            for m, n, lay in layouts]
+    return [
+        TrainingConfig(
+            model=get_preset(m),
+            cluster=ClusterConfig(num_nodes=n),
+            layout=LayoutConfig(framework="nanotron", **lay),
+        )
+        for m, n, lay in layouts
+    ]
 
 
 # Prediction attribute for each score column a single prediction reports.
 _ATTRIBUTE = {
-    "p_oom": "p_oom", "p_fail": "p_fail", "pred_status": "status", "pred_mfu": "mfu",
-    "pred_mfu_lo": "mfu_lo", "pred_mfu_hi": "mfu_hi",
-    "pred_tokens_per_s_per_gpu": "tokens_per_s_per_gpu", "pred_step_time_s": "step_time_s",
+    "p_oom": "p_oom",
+    "p_fail": "p_fail",
+    "pred_status": "status",
+    "pred_mfu": "mfu",
+    "pred_mfu_lo": "mfu_lo",
+    "pred_mfu_hi": "mfu_hi",
+    "pred_tokens_per_s_per_gpu": "tokens_per_s_per_gpu",
+    "pred_step_time_s": "step_time_s",
     "pred_peak_mem_reserved_gib": "peak_mem_reserved_gib",
     "pred_peak_device_mem_gib": "peak_device_mem_gib",
-    "analytic_mfu": "analytic_mfu", "domain_weight": "domain_weight",
-    "correction_share": "correction_share", "extrapolation": "extrapolation",
+    "analytic_mfu": "analytic_mfu",
+    "domain_weight": "domain_weight",
+    "correction_share": "correction_share",
+    "extrapolation": "extrapolation",
 }
 
 
@@ -60,8 +72,7 @@ def test_every_path_gives_the_same_columns(which: str) -> None:
     configs = _configs()
     cols = score(configs, model=model).columns
     assert tuple(cols) == SCORE_COLUMNS
-    frame = predict_frame(pd.DataFrame([config_to_flat(c) for c in configs]),
-                          model=model)
+    frame = predict_frame(pd.DataFrame([config_to_flat(c) for c in configs]), model=model)
     searched = score_configs(configs, model=model)
     for j, cfg in enumerate(configs):
         single = predict(cfg, model=model)
@@ -75,16 +86,19 @@ def test_every_path_gives_the_same_columns(which: str) -> None:
         unreconciled = score(configs, model=model, agree=False).columns
         for col in learned.keys() & set(SCORE_COLUMNS):
             assert list(learned[col]) == list(unreconciled[col]) or np.allclose(
-                learned[col].astype(float), unreconciled[col].astype(float), equal_nan=True), col
+                learned[col].astype(float), unreconciled[col].astype(float), equal_nan=True
+            ), col
 
 
 def test_peak_memory_means_reserved_and_device_adds_the_context() -> None:
     s = score(_configs())
     context = s.analytic["mem_cuda_context"] / GIB
-    np.testing.assert_allclose(s.columns["pred_peak_mem_reserved_gib"],
-                               s.analytic["mem_reserved"] / GIB)
-    np.testing.assert_allclose(s.columns["pred_peak_device_mem_gib"],
-                               s.columns["pred_peak_mem_reserved_gib"] + context)
+    np.testing.assert_allclose(
+        s.columns["pred_peak_mem_reserved_gib"], s.analytic["mem_reserved"] / GIB
+    )
+    np.testing.assert_allclose(
+        s.columns["pred_peak_device_mem_gib"], s.columns["pred_peak_mem_reserved_gib"] + context
+    )
     np.testing.assert_allclose(s.columns["pred_peak_device_mem_gib"], s.analytic["mem_total"] / GIB)
 
 
@@ -125,10 +139,20 @@ def _synthetic_table() -> dict[str, np.ndarray]:
     from surrogate.layouts.grid import space_table
     from surrogate.layouts.space import LayoutSpace
 
-    tables = [space_table(LayoutSpace(model=get_preset(m), global_batch_seqs=64,
-                                      node_counts=(2,), frameworks=("megatron", "torchtitan"),
-                                      max_cp=2, max_vpp=2, max_mbs=2))
-              for m in ("8b", "mixtral-8x7b")]
+    tables = [
+        space_table(
+            LayoutSpace(
+                model=get_preset(m),
+                global_batch_seqs=64,
+                node_counts=(2,),
+                frameworks=("megatron", "torchtitan"),
+                max_cp=2,
+                max_vpp=2,
+                max_mbs=2,
+            )
+        )
+        for m in ("8b", "mixtral-8x7b")
+    ]
     joined = {k: np.concatenate([t[k] for t in tables]) for k in tables[0]}
     order = np.random.default_rng(0).permutation(len(joined["dp"]))
     return take(joined, order)
@@ -146,8 +170,10 @@ def test_a_table_scored_in_slices_gives_the_whole_tables_answer(which):
     n = len(table["dp"])
     whole = score(table, model=model)
     edges = [0, 1, 700, 3_000, n]
-    parts = [score({k: v[a:b] for k, v in table.items()}, model=model)
-             for a, b in itertools.pairwise(edges)]
+    parts = [
+        score({k: v[a:b] for k, v in table.items()}, model=model)
+        for a, b in itertools.pairwise(edges)
+    ]
     assert [p for part in parts for p in part.perf_models] == whole.perf_models
     for which_dict in ("columns", "analytic", "cols"):
         want = getattr(whole, which_dict)
@@ -172,7 +198,6 @@ def test_published_mpt_runs_that_completed_are_said_to_fit() -> None:
         pytest.skip(f"the shared llm-foundry README is absent ({path})")
     runs = parse_llmfoundry(path)[0]
     p_oom = score_runs(runs, model=None)["p_oom"].to_numpy()
-    print(f"said to run out of memory: {np.mean(p_oom > 0.5):.1%}; "
-          f"Brier {np.mean(p_oom ** 2):.3f}")
+    print(f"said to run out of memory: {np.mean(p_oom > 0.5):.1%}; Brier {np.mean(p_oom**2):.3f}")
     assert np.mean(p_oom > 0.5) < 0.25
-    assert np.mean(p_oom ** 2) < 0.15
+    assert np.mean(p_oom**2) < 0.15

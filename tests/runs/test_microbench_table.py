@@ -22,10 +22,21 @@ from surrogate.runs.microbench_table import (
 
 
 def _coll(size: float, t: float, run: str = "a") -> dict[str, object]:
-    return {"op": "all_reduce", "dtype": "f32", "size_bytes": size, "group_size": 8.0,
-            "nodes": 1.0, "layout": "contiguous", "in_place": True, "time_s": t,
-            "algbw_bytes_per_s": size / t, "busbw_bytes_per_s": size / t * 1.75,
-            "hardware": "H100-SXM-80GB", "source": "test", "run_id": run}
+    return {
+        "op": "all_reduce",
+        "dtype": "f32",
+        "size_bytes": size,
+        "group_size": 8.0,
+        "nodes": 1.0,
+        "layout": "contiguous",
+        "in_place": True,
+        "time_s": t,
+        "algbw_bytes_per_s": size / t,
+        "busbw_bytes_per_s": size / t * 1.75,
+        "hardware": "H100-SXM-80GB",
+        "source": "test",
+        "run_id": run,
+    }
 
 
 def test_append_is_deduplicated_and_keeps_the_newest(tmp_path: Path) -> None:
@@ -36,20 +47,25 @@ def test_append_is_deduplicated_and_keeps_the_newest(tmp_path: Path) -> None:
     assert (r2.rows_before, r2.rows_replaced, r2.rows_after) == (2, 1, 3)
     assert "3 rows now" in r2.summary()
     stored = validate_microbench(__import__("pandas").read_parquet(p))
-    assert stored.loc[(stored["run_id"] == "a") & (stored["size_bytes"] == 1024),
-                      "time_s"].item() == 3e-5
+    assert (
+        stored.loc[(stored["run_id"] == "a") & (stored["size_bytes"] == 1024), "time_s"].item()
+        == 3e-5
+    )
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left
 
 
-@pytest.mark.parametrize(("change", "match"), [
-    ({"op": "allreduce"}, "op must be one of"),
-    ({"time_s": 0.0}, "time_s must be a positive"),
-    ({"group_size": 1.0}, "group_size >= 2"),
-    ({"layout": "diagonal"}, "layout must be one of"),
-    ({"m": 5.0}, "a collective has no m, n, k"),
-    ({"op": "rmsnorm_fwd_bwd"}, "a memory-bound kernel needs m, n >= 1"),
-    ({"op": "sdpa_causal_fwd"}, "a GEMM or attention row needs m, n, k, batch >= 1"),
-])
+@pytest.mark.parametrize(
+    ("change", "match"),
+    [
+        ({"op": "allreduce"}, "op must be one of"),
+        ({"time_s": 0.0}, "time_s must be a positive"),
+        ({"group_size": 1.0}, "group_size >= 2"),
+        ({"layout": "diagonal"}, "layout must be one of"),
+        ({"m": 5.0}, "a collective has no m, n, k"),
+        ({"op": "rmsnorm_fwd_bwd"}, "a memory-bound kernel needs m, n >= 1"),
+        ({"op": "sdpa_causal_fwd"}, "a GEMM or attention row needs m, n, k, batch >= 1"),
+    ],
+)
 def test_validation_says_what_must_hold(change: dict[str, object], match: str) -> None:
     row = _coll(1024, 1e-5)
     row.update(change)
@@ -85,8 +101,7 @@ def test_rules_are_a_pandera_schema_and_a_large_clean_table_passes() -> None:
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
     code = "import sys, surrogate.runs.microbench_table; print('pandera' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
 
@@ -94,9 +109,23 @@ def test_schema_columns_are_exact() -> None:
     df = empty_microbench().assign(extra=[])
     with pytest.raises(DataError, match="unexpected"):
         validate_microbench(df)
-    gemm = rows_to_microbench([{"op": "gemm", "dtype": "bf16", "m": 1.0, "n": 1.0, "k": 1.0,
-                                "batch": 1.0, "nodes": 1.0, "time_s": 1.0, "flops_per_s": 2.0,
-                                "hardware": "x", "source": "s"}])
+    gemm = rows_to_microbench(
+        [
+            {
+                "op": "gemm",
+                "dtype": "bf16",
+                "m": 1.0,
+                "n": 1.0,
+                "k": 1.0,
+                "batch": 1.0,
+                "nodes": 1.0,
+                "time_s": 1.0,
+                "flops_per_s": 2.0,
+                "hardware": "x",
+                "source": "s",
+            }
+        ]
+    )
     assert np.isnan(validate_microbench(gemm)["size_bytes"].iloc[0])
 
 

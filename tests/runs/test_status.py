@@ -6,19 +6,32 @@ import pytest
 
 from surrogate.runs.status import run_status, status_from_label
 
-OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 3 has "
-            "a total capacity of 79.33 GiB of which 5.12 GiB is free.")
-TIME_LIMIT = ("slurmstepd: error: *** JOB 13490827 ON ip-26-0-160-225 CANCELLED AT "
-              "2024-12-18T13:10:01 DUE TO TIME LIMIT ***")
-WATCHDOG = ("[rank3]:[E ProcessGroupNCCL.cpp:577] [Rank 3] Watchdog caught collective operation "
-            "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 ms")
-CRASH = "Traceback (most recent call last):\n  File \"train.py\", line 3\nRuntimeError: NCCL error"
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 8.00 GiB. GPU 3 has "
+    "a total capacity of 79.33 GiB of which 5.12 GiB is free."
+)
+TIME_LIMIT = (
+    "slurmstepd: error: *** JOB 13490827 ON ip-26-0-160-225 CANCELLED AT "
+    "2024-12-18T13:10:01 DUE TO TIME LIMIT ***"
+)
+WATCHDOG = (
+    "[rank3]:[E ProcessGroupNCCL.cpp:577] [Rank 3] Watchdog caught collective operation "
+    "timeout: WorkNCCL(SeqNum=12, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 600012 ms"
+)
+CRASH = 'Traceback (most recent call last):\n  File "train.py", line 3\nRuntimeError: NCCL error'
 
 
 @pytest.mark.parametrize(
     ("label", "status"),
-    [("Success", "completed"), ("OOM", "oom"), ("Other", "fail"), ("completed", "completed"),
-     ("timeout", "timeout"), ("fail", "fail"), (" oom\n", "oom")],
+    [
+        ("Success", "completed"),
+        ("OOM", "oom"),
+        ("Other", "fail"),
+        ("completed", "completed"),
+        ("timeout", "timeout"),
+        ("fail", "fail"),
+        (" oom\n", "oom"),
+    ],
 )
 def test_labels(label: str, status: str) -> None:
     assert status_from_label(label).status == status
@@ -73,7 +86,8 @@ def test_status_file_wins_over_log() -> None:
 
 def test_completed_needs_the_iterations() -> None:
     assert run_status(log_text="", iterations_logged=20, iterations_expected=20).status == (
-        "completed")
+        "completed"
+    )
     assert run_status(log_text="", iterations_logged=3).status == "completed"
     v = run_status(log_text="", iterations_logged=3, iterations_expected=20)
     assert v.status is None

@@ -46,8 +46,16 @@ def _table(*rows: dict[str, Any]) -> pd.DataFrame:
 
 def test_columns_are_config_then_outcome_then_provenance() -> None:
     assert SWEEP_COLUMNS[: len(CONFIG_COLUMNS)] == CONFIG_COLUMNS
-    assert {"status", "mfu", "mfu_reported", "peak_mem_reserved_gib", "source", "run_id",
-            "date", "hardware"} <= set(SWEEP_COLUMNS)
+    assert {
+        "status",
+        "mfu",
+        "mfu_reported",
+        "peak_mem_reserved_gib",
+        "source",
+        "run_id",
+        "date",
+        "hardware",
+    } <= set(SWEEP_COLUMNS)
     assert set(STATUSES) == {"completed", "oom", "fail", "timeout"}
     assert list(empty_sweeps().columns) == list(SWEEP_COLUMNS)
 
@@ -80,8 +88,12 @@ def test_sweep_row_rejects_unknown_measurement() -> None:
         ("profile", "  ", "profile must be a profile's name or path, or missing"),
         ("peak_mem_stage", 0.5, "peak_mem_stage must be a pipeline stage, a whole number >= 0"),
         ("peak_mem_stage", -1, "peak_mem_stage must be a pipeline stage"),
-        ("peak_mem_stage", 1, r"peak_mem_stage must be a stage of the run's pipeline, below pp "
-                              r"= 1, got 1"),
+        (
+            "peak_mem_stage",
+            1,
+            r"peak_mem_stage must be a stage of the run's pipeline, below pp "
+            r"= 1, got 1",
+        ),
         ("net_scale", 0.0, "net_scale must be a finite number > 0 or missing, got 0.0"),
         ("net_scale", float("inf"), "net_scale must be a finite number > 0"),
         ("net_scale", "fast", "net_scale must be a finite number > 0"),
@@ -153,16 +165,24 @@ def test_value_checks_are_a_pandera_schema_that_pandera_settings_cannot_switch_o
 
 
 def test_a_clean_table_of_thousands_of_rows_validates_unchanged() -> None:
-    df = _table(*(_row(f"r{i}", status=("completed", "oom")[i % 2],
-                       step_time_s=1.0 + i % 7, date="2025-01-01") for i in range(3000)))
+    df = _table(
+        *(
+            _row(
+                f"r{i}",
+                status=("completed", "oom")[i % 2],
+                step_time_s=1.0 + i % 7,
+                date="2025-01-01",
+            )
+            for i in range(3000)
+        )
+    )
     assert len(df) == 3000
     pd.testing.assert_frame_equal(validate_sweeps(df), df)
 
 
 def test_importing_the_module_leaves_pandera_unimported() -> None:
     code = "import sys, surrogate.runs.sweeps; print('pandera' in sys.modules)"
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                          check=True)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "False"
 
 
@@ -181,8 +201,7 @@ def test_write_read_round_trip_parquet_and_csv(tmp_path: Path) -> None:
         pd.testing.assert_frame_equal(back, df, check_dtype=False)
 
 
-def test_tables_from_before_the_model_variant_columns_read_as_llama_blocks(
-        tmp_path: Path) -> None:
+def test_tables_from_before_the_model_variant_columns_read_as_llama_blocks(tmp_path: Path) -> None:
     df = _table()
     old = df.drop(columns=list(ARCHITECTURE_FIELDS))
     old.to_csv(tmp_path / "old.csv", index=False)
@@ -203,8 +222,9 @@ def test_how_a_run_is_explained_is_optional_and_read_back(tmp_path: Path) -> Non
     pd.testing.assert_frame_equal(read_sweeps(tmp_path / "plain.csv"), df, check_dtype=False)
     cfg = TrainingConfig(model=get_preset("8b"), layout=LayoutConfig(dp=2, pp=4))
     row = sweep_row(cfg, status="completed", source="mine", run_id="r")
-    mine = frame_from_rows([with_context(row, profile="my-cluster.json", peak_mem_stage=3,
-                                         net_scale=0.8)])
+    mine = frame_from_rows(
+        [with_context(row, profile="my-cluster.json", peak_mem_stage=3, net_scale=0.8)]
+    )
     write_sweeps(mine, tmp_path / "mine.parquet")
     back = read_sweeps(tmp_path / "mine.parquet")
     assert back[list(CONTEXT_COLUMNS)].iloc[0].tolist() == ["my-cluster.json", 3.0, 0.8]
@@ -215,8 +235,11 @@ def test_a_csv_naming_a_column_twice_is_refused(tmp_path: Path) -> None:
     _table().to_csv(path, index=False)
     header, body = path.read_text().split("\n", 1)
     path.write_text(header + ",status\n" + body.replace("\n", ",oom\n", 1))
-    with pytest.raises(DataError, match=r"t\.csv: each column must appear once in the header, "
-                                        r"got 'status' again"):
+    with pytest.raises(
+        DataError,
+        match=r"t\.csv: each column must appear once in the header, "
+        r"got 'status' again",
+    ):
         read_sweeps(path)
 
 
@@ -232,8 +255,9 @@ def test_append_counts_added_replaced_unchanged(tmp_path: Path) -> None:
     path = tmp_path / "sweeps.parquet"
     first = append_sweeps(_table(_row("a"), _row("b")), path)
     assert (first.added, first.replaced, first.unchanged, first.total) == (2, 0, 0, 2)
-    again = append_sweeps(_table(_row("a"), _row("b", tokens_per_s_per_gpu=2000.0), _row("c")),
-                          path)
+    again = append_sweeps(
+        _table(_row("a"), _row("b", tokens_per_s_per_gpu=2000.0), _row("c")), path
+    )
     assert (again.added, again.replaced, again.unchanged, again.total) == (1, 1, 1, 3)
     assert again.replaced_keys == (("test", "b"),)
     assert "added 1, replaced 1, unchanged 1" in again.summary()

@@ -21,15 +21,32 @@ TRUE = {**PRIORS, "layer_overhead_s": 1e-3, "gemm_time_scale": 1.2}
 @pytest.fixture(scope="module")
 def synthetic_runs(config):
     """Runs of two frameworks on two clusters whose step times the model gives at TRUE."""
-    configs = [config("playbook-1.34b", dp=8 // tp, tp=tp, grad_accum=ga, framework=fw,
-                      zero_stage=3 if fw == "torchtitan" else 0)
-               for fw in ("nanotron", "torchtitan") for tp in (1, 2, 4) for ga in (1, 2, 4, 8)]
+    configs = [
+        config(
+            "playbook-1.34b",
+            dp=8 // tp,
+            tp=tp,
+            grad_accum=ga,
+            framework=fw,
+            zero_stage=3 if fw == "torchtitan" else 0,
+        )
+        for fw in ("nanotron", "torchtitan")
+        for tp in (1, 2, 4)
+        for ga in (1, 2, 4, 8)
+    ]
     n = len(configs)
-    block = Block({**to_cols(configs, shipped_parameter_sets()),
-                   **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()}},
-                  SpecPerfModel(), np.zeros(n), np.zeros(n))
+    block = Block(
+        {
+            **to_cols(configs, shipped_parameter_sets()),
+            **{f"p_{k}": np.full(n, v) for k, v in TRUE.items()},
+        },
+        SpecPerfModel(),
+        np.zeros(n),
+        np.zeros(n),
+    )
     runs = pd.DataFrame([config_to_flat(c) for c in configs]).assign(
-        status="completed", peak_mem_reserved_gib=np.nan, mfu=0.4, source="synthetic")
+        status="completed", peak_mem_reserved_gib=np.nan, mfu=0.4, source="synthetic"
+    )
     tokens = (runs["dp"] * runs["grad_accum"] * runs["mbs"] * runs["seq_len"]).to_numpy(float)
     runs["tokens_per_s_per_gpu"] = tokens / (predicted_step_s(block, TRUE) * 8)
     runs["cluster"] = np.where(runs["grad_accum"] <= 2, "a", "b")
@@ -37,12 +54,15 @@ def synthetic_runs(config):
 
 
 def test_each_framework_and_cluster_is_held_out_once_per_variant(synthetic_runs):
-    measured = leave_one_out(synthetic_runs, balances=("sets",), progress=lambda _: None,
-                             sets=ParameterSets())
+    measured = leave_one_out(
+        synthetic_runs, balances=("sets",), progress=lambda _: None, sets=ParameterSets()
+    )
     table = measured.table
     assert set(table["variant"]) == {"priors", "default (sets)"}
     assert sorted(table.loc[table["grouping"] == "framework", "held_out"].unique()) == [
-        "nanotron", "torchtitan"]
+        "nanotron",
+        "torchtitan",
+    ]
     assert (table["runs"] > 0).all()
     # one log error per held-out run and variant
     assert len(measured.errors) == 2 * 2 * len(synthetic_runs)

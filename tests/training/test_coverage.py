@@ -23,8 +23,12 @@ def test_the_oom_probability_has_a_reliability_table():
     """Synthetic held-out runs: p_oom 0.9 where runs ran out, 0.1 where they completed; the
     table bins what was said against what happened."""
     n = 40
-    res = pd.DataFrame({"status": ["oom"] * 10 + ["completed"] * (n - 10) + ["fail"],
-                        "p_oom": [0.9] * 10 + [0.1] * (n - 10) + [0.5]})
+    res = pd.DataFrame(
+        {
+            "status": ["oom"] * 10 + ["completed"] * (n - 10) + ["fail"],
+            "p_oom": [0.9] * 10 + [0.1] * (n - 10) + [0.5],
+        }
+    )
     table = oom_reliability(res)
     assert len(table) == len(RELIABILITY_BINS) - 1
     assert table["runs"].sum() == n  # a failed run is neither
@@ -40,13 +44,22 @@ def test_coverage_per_group_reports_groups_of_enough_runs_and_flags_the_low_ones
     nodes = [1] * 20 + [32] * 20 + [8] * 5
     mfu = np.full(len(nodes), 0.4)
     hi = np.where(np.arange(len(nodes)) >= 30, 0.3, 0.5)  # runs 30-39 (32 nodes) missed
-    res = pd.DataFrame({
-        "num_nodes": nodes, "pp": [1] * 20 + [4] * 25, "framework": "nanotron",
-        "framework_version": "pp-fix", "status": "completed", "mfu": mfu,
-        "pred_mfu_lo": 0.2, "pred_mfu_hi": hi, "peak_mem_reserved_gib": 40.0,
-        "pred_peak_mem_reserved_gib": 40.0, "pred_peak_mem_reserved_lo_gib": 35.0,
-        "pred_peak_mem_reserved_hi_gib": 45.0,
-    })
+    res = pd.DataFrame(
+        {
+            "num_nodes": nodes,
+            "pp": [1] * 20 + [4] * 25,
+            "framework": "nanotron",
+            "framework_version": "pp-fix",
+            "status": "completed",
+            "mfu": mfu,
+            "pred_mfu_lo": 0.2,
+            "pred_mfu_hi": hi,
+            "peak_mem_reserved_gib": 40.0,
+            "pred_peak_mem_reserved_gib": 40.0,
+            "pred_peak_mem_reserved_lo_gib": 35.0,
+            "pred_peak_mem_reserved_hi_gib": 45.0,
+        }
+    )
     res.loc[40:, "pred_mfu_hi"] = 0.5
     table = coverage_by_group(res).set_index(["grouping", "group"])
     assert table.loc[("nodes", "1 node"), "mfu_coverage"] == 1.0
@@ -70,12 +83,21 @@ def test_recalibration_scales_each_group_to_its_own_held_out_errors():
     factor = np.where(pp == 1, rng.uniform(0.2, 1.8, n), rng.uniform(0.05, 0.2, n))
     sign = np.where(rng.random(n) < 0.5, -1.0, 1.0)
     half = 0.2  # log half-width of every interval
-    res = pd.DataFrame({
-        "num_nodes": 1, "pp": pp, "framework": "nanotron", "status": "completed",
-        "hidden_size": 4096, "num_layers": 32 + np.arange(n) % 20,  # 20 cells
-        "pred_mfu": 0.4, "pred_mfu_lo": 0.4 * np.exp(-half), "pred_mfu_hi": 0.4 * np.exp(half),
-        "mfu": 0.4 * np.exp(sign * factor * half), "peak_mem_reserved_gib": 0.0,
-    })
+    res = pd.DataFrame(
+        {
+            "num_nodes": 1,
+            "pp": pp,
+            "framework": "nanotron",
+            "status": "completed",
+            "hidden_size": 4096,
+            "num_layers": 32 + np.arange(n) % 20,  # 20 cells
+            "pred_mfu": 0.4,
+            "pred_mfu_lo": 0.4 * np.exp(-half),
+            "pred_mfu_hi": 0.4 * np.exp(half),
+            "mfu": 0.4 * np.exp(sign * factor * half),
+            "peak_mem_reserved_gib": 0.0,
+        }
+    )
     needed = measured_needed(res)[0]
     np.testing.assert_allclose(needed.to_numpy(), factor)
     before = interval_hits(res)[0]

@@ -62,12 +62,16 @@ def test_unknown_protocol_raises(playbook_subset):
 
 def _synthetic_runs() -> pd.DataFrame:
     """Synthetic: one (model, nodes) cell of three completed runs, one oom, one fail."""
-    return pd.DataFrame({
-        "hidden_size": 4096, "num_layers": 32, "num_nodes": 1,
-        "status": ["completed", "completed", "completed", "oom", "fail"],
-        "mfu": [0.40, 0.30, 0.05, np.nan, np.nan],
-        "peak_mem_reserved_gib": [50.0, 60.0, 70.0, np.nan, np.nan],
-    })
+    return pd.DataFrame(
+        {
+            "hidden_size": 4096,
+            "num_layers": 32,
+            "num_nodes": 1,
+            "status": ["completed", "completed", "completed", "oom", "fail"],
+            "mfu": [0.40, 0.30, 0.05, np.nan, np.nan],
+            "peak_mem_reserved_gib": [50.0, 60.0, 70.0, np.nan, np.nan],
+        }
+    )
 
 
 def test_metrics_of_perfect_predictions():
@@ -139,11 +143,14 @@ def test_nodes_protocol_end_to_end(playbook_subset):
     assert 0 < r.metrics["memory_interval_coverage"] <= 1
     assert math.isnan(r.analytic_metrics["memory_interval_coverage"])
     heard = []  # the progress a command draws: each split, then done
-    again = evaluate_protocol(playbook_subset, "nodes", params=params,
-                              progress=lambda *a: heard.append(a))
+    again = evaluate_protocol(
+        playbook_subset, "nodes", params=params, progress=lambda *a: heard.append(a)
+    )
     assert again.metrics == r.metrics
-    assert heard == [("evaluating nodes: one refit per split", 0, 1),
-                     ("evaluating nodes: one refit per split", 1, 1)]
+    assert heard == [
+        ("evaluating nodes: one refit per split", 0, 1),
+        ("evaluating nodes: one refit per split", 1, 1),
+    ]
 
 
 def test_shrinkages_share_one_fit_and_bracket_learned_and_analytic(playbook_subset):
@@ -187,8 +194,10 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
     from surrogate.learned.training_data import training_data
 
     params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
-    odd = {fv: {"values": {"gemm_time_scale": 2.5}}
-           for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix")}
+    odd = {
+        fv: {"values": {"gemm_time_scale": 2.5}}
+        for fv in ("nanotron/pp-fix", "nanotron/pre-pp-fix")
+    }
     refit = evaluate_protocol(playbook_subset, "nodes", params=params)
     assert refit.refit_physics
 
@@ -196,8 +205,10 @@ def test_refit_physics_keeps_the_shipped_fit_out_of_held_out_figures(playbook_su
         return pd.Series(a).equals(pd.Series(b))  # NaN equals NaN
 
     under_odd = training_data(playbook_subset, sets=ParameterSets(odd))
-    assert same(evaluate_protocol(under_odd, "nodes", params=params).analytic_metrics,
-                refit.analytic_metrics)
+    assert same(
+        evaluate_protocol(under_odd, "nodes", params=params).analytic_metrics,
+        refit.analytic_metrics,
+    )
     kept = evaluate_protocol(under_odd, "nodes", params=params, refit_physics=False)
     assert not kept.refit_physics
     shipped = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
@@ -217,8 +228,7 @@ def test_analytic_alone_gives_the_protocols_analytic_baseline(playbook_subset):
         assert alone.analytic_metrics is alone.metrics
         assert full.analytic_predictions is not None
         cols = list(PRED_KEYS)
-        pd.testing.assert_frame_equal(alone.predictions[cols],
-                                      full.analytic_predictions[cols])
+        pd.testing.assert_frame_equal(alone.predictions[cols], full.analytic_predictions[cols])
 
 
 def test_analytic_alone_reports_progress_and_refuses_an_empty_protocol(playbook_subset):
@@ -243,8 +253,14 @@ def test_profile_network_predicts_the_held_out_runs_without_their_measurement(pl
     params = {"status": SMALL, "mfu": SMALL, "mem": SMALL}
     scales = playbook_runs().set_index("run_id")["net_scale"]
     playbook_subset = playbook_subset.assign(net_scale=playbook_subset["run_id"].map(scales))
-    grid = evaluate_grid(playbook_subset, "nodes", (None,), ("measured", "profile"),
-                         params=params, refit_physics=False)
+    grid = evaluate_grid(
+        playbook_subset,
+        "nodes",
+        (None,),
+        ("measured", "profile"),
+        params=params,
+        refit_physics=False,
+    )
     measured, profile = grid[None, "measured"], grid[None, "profile"]
     assert (measured.network, profile.network) == ("measured", "profile")
     default = evaluate_protocol(playbook_subset, "nodes", params=params, refit_physics=False)
@@ -256,8 +272,9 @@ def test_profile_network_predicts_the_held_out_runs_without_their_measurement(pl
     pd.testing.assert_series_equal(profile.predictions["net_scale"], runs["net_scale"])
     assert profile.analytic_predictions is not None
     expected = analytic_predictions(as_predicted(runs, "profile"))
-    pd.testing.assert_frame_equal(profile.analytic_predictions[list(PRED_KEYS)],
-                                  expected[list(PRED_KEYS)])
+    pd.testing.assert_frame_equal(
+        profile.analytic_predictions[list(PRED_KEYS)], expected[list(PRED_KEYS)]
+    )
     assert not profile.predictions["pred_mfu"].equals(measured.predictions["pred_mfu"])
     alone = evaluate_analytic(playbook_subset, "nodes", refit_physics=False, network="profile")
     assert pd.Series(alone.metrics).equals(pd.Series(profile.analytic_metrics))

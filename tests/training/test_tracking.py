@@ -14,14 +14,17 @@ def test_tracking_uri_honours_the_environment(monkeypatch):
 
 
 def test_sqlite_artifacts_live_beside_the_database(tmp_path):
-    assert artifact_location(f"sqlite:///{tmp_path}/x/mlflow.db") == (
-        tmp_path / "x" / "artifacts").as_uri()
+    assert (
+        artifact_location(f"sqlite:///{tmp_path}/x/mlflow.db")
+        == (tmp_path / "x" / "artifacts").as_uri()
+    )
     assert artifact_location("http://127.0.0.1:5000") is None  # the server decides
 
 
 def test_run_names_say_what_the_data_was():
     assert data_label(["hf_ultrascale_playbook"]) == "playbook"
     assert data_label(["hf_ultrascale_playbook", "torchtitan"], ["runs/mine.parquet"]) == (
-        "playbook+mine")
+        "playbook+mine"
+    )
     assert data_label(["llmfoundry"]) == "llmfoundry"
     assert rounds_in(["r01-00-n1-dp8_tp1/train-1", "r03-02-n2-x", "other", 4]) == [1, 3]

@@ -15,13 +15,15 @@ FAST = dict(n_trials=1, max_estimators=15, protocols=("nodes",), progress=False)
 
 
 def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
-    result = train(runs=playbook_subset, out_dir=tmp_path / "m", storage=None, track=False,
-                   seed=2, **FAST)
+    result = train(
+        runs=playbook_subset, out_dir=tmp_path / "m", storage=None, track=False, seed=2, **FAST
+    )
     loaded = SurrogateModel.load(tmp_path / "m")
     # the held-out runs under their measured network, and under the profile's curve alone
     assert set(loaded.metrics_) == {"nodes", "nodes_profile_network"}
-    assert (loaded.metrics_["nodes_profile_network"]["learned"]
-            == result.as_predicted["nodes"].metrics)
+    assert (
+        loaded.metrics_["nodes_profile_network"]["learned"] == result.as_predicted["nodes"].metrics
+    )
     assert loaded.metrics_["nodes"]["learned"] == result.evaluation["nodes"].metrics
     assert set(result.tuning) == {"mfu", "status"}
     assert loaded.mfu_params == result.tuning["mfu"].best_params
@@ -31,23 +33,39 @@ def test_train_saves_a_model_with_its_metrics(playbook_subset, tmp_path):
     assert set(loaded.recalibration_.mfu_profile) == {"beyond"}
     configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
     for column in ("pred_mfu", "pred_mfu_lo", "pred_mfu_hi", "pred_peak_mem_reserved_lo_gib"):
-        np.testing.assert_array_equal(loaded.predict(configs)[column],
-                                      result.model.predict(configs)[column])
-    again = train(runs=playbook_subset, out_dir=tmp_path / "m2", storage=None, track=False,
-                  seed=2, **FAST)
-    np.testing.assert_array_equal(again.model.predict(configs)["pred_mfu"],
-                                  result.model.predict(configs)["pred_mfu"])
+        np.testing.assert_array_equal(
+            loaded.predict(configs)[column], result.model.predict(configs)[column]
+        )
+    again = train(
+        runs=playbook_subset, out_dir=tmp_path / "m2", storage=None, track=False, seed=2, **FAST
+    )
+    np.testing.assert_array_equal(
+        again.model.predict(configs)["pred_mfu"], result.model.predict(configs)["pred_mfu"]
+    )
 
 
 def test_keeping_a_models_trees_refits_its_recalibration_alone(playbook_subset, tmp_path):
     """``keep``: the protocols run under the kept model's settings and only its metrics and
     recalibration are refitted; its point predictions stay as they were."""
-    first = train(runs=playbook_subset, out_dir=tmp_path / "m", storage=None, track=False,
-                  seed=2, **{**FAST, "n_trials": 0})
+    first = train(
+        runs=playbook_subset,
+        out_dir=tmp_path / "m",
+        storage=None,
+        track=False,
+        seed=2,
+        **{**FAST, "n_trials": 0},
+    )
     kept = SurrogateModel.load(tmp_path / "m")
     kept.recalibration_ = None
-    again = train(runs=playbook_subset, out_dir=tmp_path / "k", storage=None, track=False,
-                  seed=2, keep=kept, **{**FAST, "n_trials": 0})
+    again = train(
+        runs=playbook_subset,
+        out_dir=tmp_path / "k",
+        storage=None,
+        track=False,
+        seed=2,
+        keep=kept,
+        **{**FAST, "n_trials": 0},
+    )
     configs = [config_from_flat(r) for r in playbook_subset.head(20).to_dict("records")]
     before, after = kept.predict(configs), SurrogateModel.load(tmp_path / "k").predict(configs)
     np.testing.assert_array_equal(after["pred_mfu"], before["pred_mfu"])
@@ -61,8 +79,14 @@ def test_keeping_a_models_trees_refits_its_recalibration_alone(playbook_subset, 
 def test_train_records_in_the_default_sqlite_store(playbook_subset, tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.chdir(tmp_path)
-    result = train(runs=playbook_subset, out_dir="model", n_trials=0, max_estimators=15,
-                   protocols=("nodes",), progress=False)
+    result = train(
+        runs=playbook_subset,
+        out_dir="model",
+        n_trials=0,
+        max_estimators=15,
+        protocols=("nodes",),
+        progress=False,
+    )
     assert result.tracked is not None and result.tracked.model_version == "1"
     assert result.tracked.tracking_uri == "sqlite:///mlruns/mlflow.db"
     assert (tmp_path / "mlruns" / "mlflow.db").exists()

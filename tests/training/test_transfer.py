@@ -56,8 +56,13 @@ def test_means_over_draws_skip_what_a_draw_lacks_without_a_warning():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        m = _mean([{"a": 1.0, "b": float("nan")}, {"a": 3.0, "b": float("nan")},
-                   {"a": float("nan"), "b": float("nan")}])
+        m = _mean(
+            [
+                {"a": 1.0, "b": float("nan")},
+                {"a": 3.0, "b": float("nan")},
+                {"a": float("nan"), "b": float("nan")},
+            ]
+        )
     assert m["a"] == 2.0 and math.isnan(m["b"])
 
 
@@ -74,11 +79,14 @@ def test_a_user_with_one_node_of_runs_is_scored_on_their_larger_scales(playbook_
         pytest.skip(f"the shared MPT tables are absent ({path})")
     other = parse_llmfoundry(path)[0]
     small = {"status": SMALL_BOOSTERS, "mfu": SMALL_BOOSTERS, "mem": SMALL_BOOSTERS}
-    results = other_cluster(playbook_subset, other, ks=(10,), draws=1, params=small,
-                            fitted=fitted)
+    results = other_cluster(playbook_subset, other, ks=(10,), draws=1, params=small, fitted=fitted)
     assert [(r.scales, r.setting) for r in results] == [
-        ("any", "zero-shot"), ("any", "k=10"), ("any", "k=10 unweighted"),
-        ("one node -> more", "zero-shot"), ("one node -> more", "k=10")]
+        ("any", "zero-shot"),
+        ("any", "k=10"),
+        ("any", "k=10 unweighted"),
+        ("one node -> more", "zero-shot"),
+        ("one node -> more", "k=10"),
+    ]
     more = int((other["num_nodes"] > 1).sum())
     for r in results[3:]:
         assert r.metrics["runs"] == r.analytic_metrics["runs"] == more

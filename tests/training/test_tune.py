@@ -53,11 +53,13 @@ def test_same_seed_same_study(data):
 
 def test_resumes_from_its_storage(data, tmp_path):
     storage = f"sqlite:///{tmp_path}/sub/optuna.db"
-    first = tune(data, "status", n_trials=2, seed=0, storage=storage, max_estimators=10,
-                 progress=False)
+    first = tune(
+        data, "status", n_trials=2, seed=0, storage=storage, max_estimators=10, progress=False
+    )
     assert first.n_complete + first.n_pruned == 2
-    resumed = tune(data, "status", n_trials=3, seed=0, storage=storage, max_estimators=10,
-                   progress=False)
+    resumed = tune(
+        data, "status", n_trials=3, seed=0, storage=storage, max_estimators=10, progress=False
+    )
     assert resumed.study_name == first.study_name
     assert resumed.n_complete + resumed.n_pruned == 3
     study = optuna.load_study(study_name=first.study_name, storage=storage)
@@ -78,8 +80,10 @@ def test_a_change_of_physics_is_a_new_study(data):
     from surrogate.calibration.parameter_files import shipped_parameter_sets
 
     assert study_name_for("mfu", training_data(data.runs), 0) == study_name_for("mfu", data, 0)
-    slower = {fv: {"values": {**s["values"], "gemm_time_scale": 2.0}}
-              for fv, s in shipped_parameter_sets().sets.items()}
+    slower = {
+        fv: {"values": {**s["values"], "gemm_time_scale": 2.0}}
+        for fv, s in shipped_parameter_sets().sets.items()
+    }
     other = training_data(data.runs, sets=ParameterSets(slower))
     assert other.data_hash == data.data_hash
     assert study_name_for("mfu", other, 0) != study_name_for("mfu", data, 0)
