@@ -36,15 +36,5 @@ SHARDINGS: tuple[Sharding, ...] = get_args(Sharding)
 ``HYBRID_SHARD`` shards within a node by default). Other shard groups are weighed by
 ``surrogate predict --dp-replicate``."""
 
-REST_DIMENSIONS: tuple[str, ...] = (
-    "ep",
-    "vpp",
-    "mbs",
-    "zero_stage",
-    "recompute",
-    "sequence_parallel",
-    "framework",
-    "recompute_share",
-    "sharding",
-)
+REST_DIMENSIONS: tuple[str, ...] = DIMENSIONS[4:]
 """The dimensions after the degrees' heads, in the order points are generated."""
