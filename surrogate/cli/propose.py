@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, cast
 
 import typer
 
@@ -21,6 +21,9 @@ from surrogate.cli.options import (
     with_options,
 )
 from surrogate.errors import ConfigError
+
+if TYPE_CHECKING:
+    from surrogate.layouts.search import RankBy
 
 _ROUND = "Round"
 
@@ -128,8 +131,8 @@ def propose_cmd(
             round_number=round_number,
             steps=steps,
             progress=report,
-            rank=rank,
-            profile=profile,  # type: ignore[arg-type]
+            rank=cast("RankBy", rank),  # propose checks it, saying which
+            profile=profile,
             budget_gpu_hours=budget_gpu_hours,
             network_scale=assumed.get("scale"),
         )
