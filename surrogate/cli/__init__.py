@@ -4,15 +4,19 @@ Every :class:`~surrogate.errors.SurrogateError`, every usage error (an unknown c
 option, a value of the wrong type, a missing value), an output the system refuses (a full disk,
 a closed or full stdout: :mod:`surrogate.cli.streams`) and running out of memory become one
 line on stderr and exit code 2; ``--debug`` (anywhere on the command line) shows the traceback
-instead. That holds for the plugin commands of the programs (``train``, ``evaluate``,
-``microbench``) too, which :mod:`surrogate.cli.app` loads from entry points only when one of
-them, or the help, is asked for.
+instead. A library warning (a model saved without its physics, no bundled model) is one
+``warning:`` line on stderr likewise (``--debug``: Python's own form, with its source line).
+That holds for the plugin commands of the programs (``train``, ``evaluate``, ``microbench``)
+too, which :mod:`surrogate.cli.app` loads from entry points only when one of them, or the
+help, is asked for.
 """
 
 from __future__ import annotations
 
 import errno
 import sys
+import warnings
+from typing import Any
 
 import typer
 
@@ -90,9 +94,24 @@ def _usage_error_line(e: Exception, args: list[str]) -> str:
 def main(argv: list[str] | None = None) -> int:
     before = prepare()
     try:
-        return _main(argv)
+        with warnings.catch_warnings():
+            if "--debug" not in (sys.argv[1:] if argv is None else argv):
+                warnings.showwarning = _show_warning
+            return _main(argv)
     finally:
         restore(before)
+
+
+def _show_warning(
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: str | None = None,
+) -> None:
+    """A warning as one ``warning:`` line on stderr, as an error is one ``error:`` line."""
+    print("warning: " + _one_line(str(message)), file=sys.stderr)
 
 
 def _main(argv: list[str] | None) -> int:

@@ -83,3 +83,18 @@ def test_every_option_of_every_command_says_what_it_is():
     command = typer.main.get_command(app)
     assert {"predict", "search", "train", "microbench"} <= set(command.commands)
     assert _options_without_help(command) == []
+
+
+def test_a_library_warning_is_one_line(capsys, monkeypatch):
+    """A warning the library raises reaches the user as one ``warning:`` line on stderr."""
+    from surrogate.prediction import predict as prediction
+
+    monkeypatch.setattr(prediction, "_bundled_model", lambda: None)
+    assert main([*PREDICT, "--tp", "4", "--mbs", "1", "--grad-accum", "8"]) == 0
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if "no learned model" in line]
+    assert lines == [
+        "warning: no learned model is bundled; predictions are the analytic model's alone "
+        "(train one with `surrogate train`)"
+    ], err
+    assert "UserWarning" not in err
