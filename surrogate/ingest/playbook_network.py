@@ -24,8 +24,8 @@ nodes), and ``AR``, ``AG``, ``RS Intra-node (GB/s)`` inside one node (group 8, n
   (so that a one-node run's whole-job and intra-node rows, which measure the same group, stay
   two rows under the table's de-duplication key).
 
-Bus bandwidth, not algorithm bandwidth (``python benchmarks/playbook_network.py`` prints the
-numbers):
+Bus bandwidth, not algorithm bandwidth (the finished study that checked it is in
+``docs/data.md``; ``git show 7086ef9:benchmarks/playbook_network.py`` prints the numbers):
 
 - all_reduce, decided: the intra-node medians are 457 GB/s (1-node runs) and 425 GB/s (the
   intra-node column of multi-node runs). Read as algbw, the bus bandwidth would be 457 x 2 x 7/8
