@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from microbench.fingerprint import Fingerprint
-from surrogate.ingest.microbench_jsonl import MEASUREMENT_FIELDS, RECORD_SCHEMA
+from surrogate.ingest.microbench_jsonl import RECORD_SCHEMA
+from surrogate.runs.microbench_table import MEASUREMENT_FIELDS
 
 
 def make_record(

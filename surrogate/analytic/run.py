@@ -102,6 +102,12 @@ def mfu_ceiling(c: Cols, perf: PerfModel) -> np.ndarray:
     return np.asarray(best / np.maximum(1.0 - share, 0.05), dtype=np.float64)
 
 
+def mfu_bound(ceiling: np.ndarray | float, pred: np.ndarray) -> np.ndarray:
+    """The highest an MFU interval may reach: the hardware's :func:`mfu_ceiling`, or the
+    prediction where that is higher, and 100%."""
+    return np.asarray(np.minimum(np.maximum(ceiling, pred), 1.0), dtype=np.float64)
+
+
 def impossible(c: Cols, out: Mapping[str, np.ndarray]) -> list[str]:
     """Per configuration: '' or why its analytic answer is physically impossible (an MFU above
     100% of the dense peak, no positive finite throughput), saying what must hold.

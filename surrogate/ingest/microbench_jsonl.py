@@ -29,23 +29,6 @@ from surrogate.runs.microbench_table import hardware_from_device_name, rows_to_m
 
 SOURCE: Final = "microbench"
 RECORD_SCHEMA: Final = "surrogate.microbench/1"
-MEASUREMENT_FIELDS: Final[tuple[str, ...]] = (
-    "op",
-    "dtype",
-    "m",
-    "n",
-    "k",
-    "batch",
-    "size_bytes",
-    "group_size",
-    "nodes",
-    "layout",
-    "in_place",
-    "time_s",
-    "flops_per_s",
-    "algbw_bytes_per_s",
-    "busbw_bytes_per_s",
-)
 FINGERPRINT_FIELDS: Final[tuple[str, ...]] = (
     "gpu_name",
     "gpu_count",

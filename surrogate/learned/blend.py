@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from surrogate.analytic.run import mfu_bound
 from surrogate.learned.boosters import STATUS_CLASSES, status_proba, take_rows
 from surrogate.learned.compiled_trees import CompiledForest
 
@@ -200,10 +201,8 @@ def prediction_columns(
         "pred_status": np.array(STATUS_CLASSES, dtype=object)[stacked.argmax(axis=1)],
         "pred_mfu": out["mfu"] * factor,
         "pred_mfu_lo": np.minimum(out["mfu"] * np.exp(lo), out["mfu"] * factor),
-        # no interval passes what the hardware allows (analytic.run.mfu_ceiling)
         "pred_mfu_hi": np.minimum(
-            out["mfu"] * np.exp(hi),
-            np.minimum(np.maximum(out.get("mfu_ceiling", 1.0), out["mfu"] * factor), 1.0),
+            out["mfu"] * np.exp(hi), mfu_bound(out.get("mfu_ceiling", 1.0), out["mfu"] * factor)
         ),
         "pred_tokens_per_s_per_gpu": out["tokens_per_s_per_gpu"] * factor,
         "pred_step_time_s": out["step_time_s"] / factor,
@@ -236,9 +235,6 @@ def with_network_spread(columns: dict[str, Any], out: dict[str, np.ndarray]) -> 
     new_lo = pred * np.exp(-np.hypot(below, down[rows]))
     new_hi = pred * np.exp(np.hypot(above, up[rows]))
     lo[rows] = np.where(np.isfinite(new_lo), new_lo, lo[rows])
-    ceiling = np.minimum(
-        np.maximum(np.asarray(out.get("mfu_ceiling", 1.0)) * np.ones(len(lo)), columns["pred_mfu"]),
-        1.0,
-    )[rows]
+    ceiling = mfu_bound(out.get("mfu_ceiling", 1.0), columns["pred_mfu"])[rows]
     hi[rows] = np.where(np.isfinite(new_hi), np.minimum(new_hi, ceiling), hi[rows])
     return {**columns, "pred_mfu_lo": lo, "pred_mfu_hi": hi}

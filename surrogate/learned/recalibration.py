@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+from surrogate.analytic.run import mfu_bound
 from surrogate.config.frameworks import get_framework
 
 if TYPE_CHECKING:
@@ -294,9 +295,7 @@ class Recalibration:
                 known, out["pred_mfu_hi"], np.maximum(out["pred_mfu_hi"], base_hi)
             )
         pred = columns["pred_mfu"]
-        out["pred_mfu_hi"] = np.minimum(
-            out["pred_mfu_hi"], np.minimum(np.maximum(ceiling, pred), 1.0)
-        )
+        out["pred_mfu_hi"] = np.minimum(out["pred_mfu_hi"], mfu_bound(ceiling, pred))
         return out
 
     def to_json(self) -> dict[str, Any]:

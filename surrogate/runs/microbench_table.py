@@ -80,7 +80,7 @@ STRING_COLUMNS: Final[tuple[str, ...]] = (
     "date",
     "detail",
 )
-MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
+MEASUREMENT_FIELDS: Final[tuple[str, ...]] = (
     "op",
     "dtype",
     "m",
@@ -96,6 +96,11 @@ MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
     "flops_per_s",
     "algbw_bytes_per_s",
     "busbw_bytes_per_s",
+)
+"""What one measurement is: the operation, its shape or message, and its time and rates (a
+microbenchmark record's ``measurement``, ``surrogate.ingest.microbench_jsonl``)."""
+MICROBENCH_COLUMNS: Final[tuple[str, ...]] = (
+    *MEASUREMENT_FIELDS,
     "hardware",
     "source",
     "run_id",

@@ -53,7 +53,7 @@ def current_names(df: pd.DataFrame) -> pd.DataFrame:
     if not old:
         return df
     _check_no_both(old, {str(c) for c in df.columns})
-    return df.rename(columns={c: RENAMED_COLUMNS[c] for c in old})
+    return df.rename(columns={c: current_name(c) for c in old})
 
 
 def known_names(names: Iterable[str]) -> set[str]:
