@@ -40,9 +40,9 @@ SPACE = [
     "none,full",
 ]
 WORKERS, TRIALS = 3, 40
-"""Trials per worker: about 15% of the space's points are valid layouts (1,066 of 6,912), so
-12 trials left a worker with none in about one run in seven, and its search then ends with an
-error saying to run more; 40 leave each worker without one in well under 1% of runs."""
+"""Trials per worker: 15% of the space's points are valid layouts (1,066 of 6,912), so 12
+trials drawn at random would leave a worker with none one time in seven (0.85^12; CI met it
+once), and its search then ends with an error saying to run more; 40 trials, 0.15%."""
 
 
 def test_parallel_search_workers_share_one_study(postgres: str, tmp_path: Path) -> None:
