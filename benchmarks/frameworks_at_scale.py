@@ -30,7 +30,12 @@ Figures per group (a cluster; the project's own runs per framework), each model:
   ``med dev``: the median of the same (robust: two outliers of six do not move it);
 - ``OOM called``: completed runs predicted to run out of memory (``p_oom`` > 0.5);
 - ``mem MAPE``: mean |predicted / measured - 1| of peak reserved memory over the completed
-  runs with a measurement (``-`` where the source measures none), with their count.
+  runs with a measurement (``-`` where the source measures none), with their count;
+- ``repeats``: measured, not predicted: the mean of |tokens/s / its set's median - 1| over the
+  completed runs whose configuration and model name another completed run shares (repeats of one
+  layout, e.g. the same Megatron-Bridge recipe in several releases), with their count: the
+  spread the measurements have where no configuration differs, which no model of the
+  configuration can go below (``-`` where no layout was run twice).
 
 ``--by COLUMN`` adds the same figures per value of a run column within each group (e.g.
 ``--by model_name``); ``--runs-out FILE`` writes every held-out run's predictions (CSV).
@@ -127,6 +132,7 @@ def figures(part: pd.DataFrame, model: str) -> dict[str, Any]:
         float
     )
     mok = np.isfinite(mem)
+    repeat, repeated = repeat_spread(done)
     return {
         "runs": int(np.isfinite(ratio).sum()),
         "tps x": level,
@@ -135,7 +141,24 @@ def figures(part: pd.DataFrame, model: str) -> dict[str, Any]:
         "OOM called": int((done[f"{model}_p_oom"] > OOM_P).sum()),
         "mem MAPE": float(np.mean(np.abs(mem[mok] - 1))) if mok.any() else np.nan,
         "mem runs": int(mok.sum()),
+        "repeats": repeat,
+        "repeat runs": repeated,
     }
+
+
+def repeat_spread(done: pd.DataFrame) -> tuple[float, int]:
+    """The ``repeats`` figure of the module docstring for the completed runs ``done``: the
+    mean |tokens/s / median - 1| over the runs in sets of two or more that share every
+    configuration column and the model name, and how many runs those sets hold."""
+    keys = [c for c in (*CONFIG_COLUMNS, "model_name") if c in done]
+    if done.empty:
+        return np.nan, 0
+    tps = done["tokens_per_s_per_gpu"]
+    sets = done.assign(_key=done[keys].astype(str).agg("|".join, axis=1)).groupby("_key")
+    size = sets["tokens_per_s_per_gpu"].transform("size")
+    median = sets["tokens_per_s_per_gpu"].transform("median")
+    dev = ((tps / median - 1).abs())[(size > 1) & np.isfinite(tps)]
+    return (float(dev.mean()) if len(dev) else np.nan), len(dev)
 
 
 def table(scored: pd.DataFrame, refused: dict[str, int], by: str | None = None) -> pd.DataFrame:
@@ -168,7 +191,11 @@ def show(frame: pd.DataFrame) -> str:
         ("-" if not np.isfinite(v) else f"{100 * v:.1f}% ({n})")
         for v, n in zip(shown["mem MAPE"], shown["mem runs"], strict=True)
     ]
-    return shown.drop(columns="mem runs").to_string(index=False)
+    shown["repeats"] = [
+        ("-" if not np.isfinite(v) else f"{100 * v:.1f}% ({n})")
+        for v, n in zip(shown["repeats"], shown["repeat runs"], strict=True)
+    ]
+    return shown.drop(columns=["mem runs", "repeat runs"]).to_string(index=False)
 
 
 def main() -> None:
