@@ -203,8 +203,8 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "it, with o, the log-sum-exp and the ALiBi bias: flash_attn_triton.py), the "
                 "attention output (the out projection's input), the GELU's input and output: "
                 "16 T x h bf16 tensors, the derived count (1.0015 of it with the log-sum-exp, "
-                "the norms' statistics and the bias, counted on a CPU by saved-tensor hooks "
-                "with a stand-in kernel saving what FlashAttnFunc saves)"
+                "the norms' statistics and the bias, in a one-off count by saved-tensor hooks on "
+                "a CPU with a stand-in kernel saving what FlashAttnFunc saves)"
             ),
             flash_attention_2=False,
             fused_cross_entropy=True,
