@@ -153,8 +153,8 @@ class FrameworkTraits:
     the run's precision, bf16 under ``amp_bf16``), so its embedding, residual adds and
     ``LPLayerNorm`` (which casts its input to the autocast dtype, ``layers/norm.py``) keep bf16,
     and its ``MPTBlock`` saves the derived count: 16 T x h bf16 tensors with a GELU MLP
-    (llm-foundry 0.2.0-0.4.0 ``layers/blocks.py``, ``attention.py``, ``ffn.py``;
-    ``surrogate.analytic.activations``)."""
+    (llm-foundry 0.2.0-0.4.0 ``layers/blocks.py``, ``attention.py``, ``ffn.py``; measured on
+    0.3.0's block, ``tests/analytic/test_memory_measured_saves.py``)."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors
