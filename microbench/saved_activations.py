@@ -4,7 +4,8 @@ the module that saves them.
 Run: ``python -m microbench.saved_activations --framework torchtitan --out saved.jsonl``
 (torchtitan's Llama block at the standard shapes; needs ``pip install torchtitan==0.2.2
 triton``) or ``--framework megatron`` (Megatron-Core's GPT layer, with its fused SwiGLU on and
-off; needs ``pip install megatron-core==0.16.1``); the project depends on neither. No GPU is
+off; needs ``pip install megatron-core==0.16.1``) or ``--framework llm-foundry`` (MPT's block,
+:mod:`microbench.llmfoundry_block`); the project depends on none of them. No GPU is
 needed: the block runs on the CPU, its tensor parallelism on PyTorch's fake process group
 (``torch.testing._internal.distributed.fake_pg``: one process plays rank 0 of ``tp``;
 collectives return tensors of the right shape and move no data).
@@ -99,9 +100,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
 
-from microbench.dense_blocks import BLOCKS, NEEDS_MEGATRON, NEEDS_TORCHTITAN, Saved
+from microbench.dense_blocks import BLOCKS as DENSE_BLOCKS
+from microbench.dense_blocks import NEEDS_MEGATRON, NEEDS_TORCHTITAN, Saved
 from microbench.fingerprint import collect
 from microbench.kept_activations import KEPT_LAYERS, KEPT_SCHEMA, MOE_STACKS, STACKS, Kept
+from microbench.llmfoundry_block import MPT_SHAPES, NEEDS_LLMFOUNDRY, llmfoundry_block
 from microbench.moe_blocks import MOE_BLOCKS, parallel_shapes
 from microbench.records import JsonlWriter
 
@@ -109,8 +112,12 @@ SCHEMA = "surrogate.saved_activations/1"
 PACKAGES = {
     "torchtitan": ("torchtitan", NEEDS_TORCHTITAN),
     "megatron": ("megatron-core", NEEDS_MEGATRON),
+    "llm-foundry": ("llm-foundry", NEEDS_LLMFOUNDRY),
 }
 """Each framework's distribution and what to install when it is missing."""
+BLOCKS = {**DENSE_BLOCKS, "llm-foundry": (llmfoundry_block, MPT_SHAPES)}
+"""Each framework's block and the shapes it is measured at (llm-foundry's MPT block:
+:mod:`microbench.llmfoundry_block`; no stack, MoE layer or tensor parallelism of it)."""
 
 
 def record(
@@ -193,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"--moe --recompute measures {', '.join(MOE_STACKS)}'s MoE blocks, got "
             f"--framework {args.framework}"
         )
+    if (args.moe or args.recompute) and args.framework not in DENSE_BLOCKS:
+        ap.error(f"--framework {args.framework}: its block alone, without --moe or --recompute")
     if args.ep < 1 or (args.ep > 1 and not args.moe):
         ap.error(f"--ep must be >= 1 and splits the experts of --moe, got {args.ep}")
     if args.tp < 1 or (args.tp > 1 and not args.moe):

@@ -53,6 +53,17 @@ split Megatron-Bridge's Llama 3.1 405B recipe sets (megatron-bridge 0.3.1
 ``recipes/llama/llama3.py`` ``llama31_405b_pretrain_config``: 126 layers on pp 8 x vpp 8)."""
 
 
+BF16_ACTIVATION_SCALE = 1.08
+"""Stored activations over the derived count (``FrameworkTraits.activation_scale``) of a
+framework whose layer keeps what the count derives, with a bf16 residual stream, where no set
+is fitted on its own runs' memory: 1.08, the value every set fitted on runs whose activations
+are bf16 agrees on (nanotron pp-fix 1.080 and pre-pp-fix 1.093 on the Playbook's cluster,
+``pytorch-fsdp2/bf16`` 1.075 on our H100: ``surrogate/data/analytic_params.json``). The
+default set (1.20) pools runs whose residual stream is fp32 (PyTorch autocast's set fits 1.29:
+an fp32-parameter model under autocast keeps fp32 residuals, ``docs/measurements.md``). Range
+1.075-1.093 (those sets). A documented prior, fitted on none of the frameworks that take it."""
+
+
 @dataclass(frozen=True, kw_only=True)
 class FrameworkTraits:
     name: FrameworkName
@@ -131,16 +142,19 @@ class FrameworkTraits:
     activation_scale: float = 0.0
     """Stored activations over the derived count (the free parameter ``activation_scale``) for
     this framework where it takes a parameter set fitted on other frameworks' runs; 0: the
-    set's value. Megatron-Core (no run of it measures memory): 1.08, the value every set
-    fitted on runs whose activations are bf16 agrees on (nanotron pp-fix 1.080 and pre-pp-fix
-    1.093 on the Playbook's cluster, ``pytorch-fsdp2/bf16`` 1.075 on our H100), where the
-    default set (1.20) pools runs whose residual stream is fp32 (PyTorch autocast's set fits
-    1.29: an fp32-parameter model under autocast keeps fp32 residuals, ``docs/measurements.md``);
+    set's value. :data:`BF16_ACTIVATION_SCALE` (1.08) for the two frameworks whose runs measure
+    no memory and whose layer keeps the derived count with a bf16 residual stream:
     Megatron-Core trains bf16 parameters with a bf16 residual stream
     (``fp32_residual_connection`` off by default in megatron-core 0.16.1
     ``transformer_config.py``), and its layer's saved tensors match the derived count
-    (``tests/analytic/test_memory_measured_saves.py``). A documented prior, not fitted on
-    any Megatron run."""
+    (``tests/analytic/test_memory_measured_saves.py``); llm-foundry computes in bf16
+    parameters under Composer's FSDP ``mixed_precision: DEFAULT`` (mosaicml 0.15.1
+    ``trainer/mosaic_fsdp.py`` ``get_mixed_precision``: ``param_dtype`` and ``buffer_dtype``
+    the run's precision, bf16 under ``amp_bf16``), so its embedding, residual adds and
+    ``LPLayerNorm`` (which casts its input to the autocast dtype, ``layers/norm.py``) keep bf16,
+    and its ``MPTBlock`` saves the derived count: 16 T x h bf16 tensors with a GELU MLP
+    (llm-foundry 0.2.0-0.4.0 ``layers/blocks.py``, ``attention.py``, ``ffn.py``; measured on
+    0.3.0's block, ``tests/analytic/test_memory_measured_saves.py``)."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors

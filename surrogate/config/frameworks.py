@@ -20,7 +20,11 @@ reads the traits and keeps no list of its own. The rules apply at two levels:
 
 from __future__ import annotations
 
-from surrogate.config.framework_traits import FrameworkName, FrameworkTraits
+from surrogate.config.framework_traits import (
+    BF16_ACTIVATION_SCALE,
+    FrameworkName,
+    FrameworkTraits,
+)
 from surrogate.errors import ConfigError
 
 DEFAULT_FRAMEWORK: FrameworkName = "torchtitan"
@@ -102,7 +106,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             overlaps_interleaved_pp_comm=True,
             hopper_attention_speedup=1.5,
             fp8_gemm_speedup=1.84,
-            activation_scale=1.08,
+            activation_scale=BF16_ACTIVATION_SCALE,
             fused_cross_entropy=True,
             partial_recompute=True,
             hybrid_sharding_stages=(1,),
@@ -188,10 +192,24 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "(its Triton flash attention, attn_impl: triton, or plain torch; the README "
                 "does not say which), neither measured here; its MPT model's loss is "
                 "flash-attn's fused cross entropy (llm-foundry's ComposerMPTCausalLM, "
-                "loss_fn fused_crossentropy by default)"
+                "loss_fn fused_crossentropy by default). What its block keeps: Composer's FSDP "
+                "mixed_precision DEFAULT (the tables' MP Mode) computes in bf16 parameters "
+                "(mosaicml 0.15.1 trainer/mosaic_fsdp.py get_mixed_precision: param_dtype and "
+                "buffer_dtype bf16 under amp_bf16), so the residual stream is bf16 and "
+                "LPLayerNorm (layers/norm.py) keeps its bf16 input; MPTBlock (llm-foundry "
+                "0.2.0-0.4.0 layers/blocks.py, attention.py, ffn.py; dropout 0, which saves no "
+                "mask) saves its two norms' inputs, the QKV and MLP-in projections' inputs, "
+                "the fused QKV output (the triton FlashAttnFunc saves q, k and v as views of "
+                "it, with o, the log-sum-exp and the ALiBi bias: flash_attn_triton.py), the "
+                "attention output (the out projection's input), the GELU's input and output: "
+                "16 T x h bf16 tensors, the derived count (measured on llm-foundry 0.3.0's block "
+                "on a CPU, with a stand-in kernel saving what FlashAttnFunc saves: "
+                "datasets/saved_activations/2026-12-02/; the log-sum-exp and the norms' "
+                "statistics add 0.12-0.13%)"
             ),
             flash_attention_2=False,
             fused_cross_entropy=True,
+            activation_scale=BF16_ACTIVATION_SCALE,
         ),
         FrameworkTraits(
             name="pytorch",

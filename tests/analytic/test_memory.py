@@ -263,14 +263,44 @@ def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
     assert layer["torchtitan", "fp8"] == layer["torchtitan", "bf16"]
 
 
-def test_megatron_states_its_own_activation_scale_the_others_take_their_sets(cols):
-    """Megatron-Core's stored activations over the count are 1.08 (FrameworkTraits), not the
-    default set's; nanotron's and torchtitan's come from their parameter sets."""
-    mg = cols("8b", dp=8, framework="megatron", zero_stage=1)
-    assert memory.activation_scale(mg)[0] == 1.08
+def test_megatron_and_llm_foundry_state_their_activation_scale_the_others_take_their_sets(cols):
+    """Megatron-Core's and llm-foundry's stored activations over the count are 1.08
+    (FrameworkTraits: bf16 residual streams, no memory measured), not the default set's 1.20;
+    nanotron's and torchtitan's come from their parameter sets."""
+    for fw, z in (("megatron", 1), ("llm-foundry", 3)):
+        c = cols("8b", dp=8, framework=fw, zero_stage=z)
+        assert memory.activation_scale(c)[0] == 1.08
+        assert param(c, "activation_scale")[0] > 1.15  # the default set's, which they leave
     for fw, z in (("nanotron", 1), ("torchtitan", 2)):
         c = cols("8b", dp=8, framework=fw, zero_stage=z)
         assert memory.activation_scale(c)[0] == param(c, "activation_scale")[0]
+
+
+def test_llm_foundry_keeps_what_mpts_block_saves(cols):
+    """An MPT block (LayerNorm, fused QKV, ALiBi flash attention, GELU MLP of width 4 h) keeps
+    16 T x h bf16 tensors a layer, the count read from llm-foundry's MPTBlock (two norm inputs,
+    two projection inputs, the fused QKV output, the attention output, the GELU's input and
+    output of 4 h each); its stage keeps that times 1.08 and no more, the default set's 1.20 set
+    aside (FrameworkTraits.activation_scale)."""
+    h, s, mbs, layers = 128, 64, 2, 4
+    mpt = ModelConfig(
+        num_layers=layers,
+        hidden_size=h,
+        ffn_hidden_size=8 * h // 3,  # 4 h of GELU as its SwiGLU-equivalent width (rounded)
+        num_heads=4,
+        num_kv_heads=4,
+        vocab_size=1000,
+        seq_len=s,
+        gated_mlp=False,
+        tie_embeddings=True,
+    )
+    c = cols(mpt, dp=8, mbs=mbs, zero_stage=3, framework="llm-foundry")
+    T, ffn = mbs * s, 8 * h // 3
+    layer = activations.activation_bytes_per_layer(c)[0]
+    assert layer == 2 * T * (2 * h + 2 * h + 4 * h) + 3 * 2 * T * ffn
+    assert layer == pytest.approx(16 * 2 * T * h, rel=1 / (8 * h))
+    kept = memory.memory_breakdown(c)["activations"][0]
+    assert kept == pytest.approx(1.08 * layers * layer, rel=1e-12)
 
 
 def test_torchtitan_pipelines_keep_fsdp_states_unsharded(cols):

@@ -42,6 +42,16 @@ TERM_OF_MODULE = {  # the module that saves -> the model's term
         "mlp": "mlp",
         "mlp.linear_fc2": "mlp",
     },
+    "llm-foundry": {  # llm-foundry 0.3.0's MPTBlock (microbench/llmfoundry_block.py)
+        "norm_1": "norm_inputs",
+        "norm_2": "norm_inputs",
+        "attn.Wqkv": "projection_inputs",
+        "ffn.up_proj": "projection_inputs",
+        "attn": "attention",
+        "attn.out_proj": "attention",
+        "ffn.act": "mlp",
+        "ffn.down_proj": "mlp",
+    },
 }
 RECORDS = {
     fw: [json.loads(line) for line in (MEASURED / name).read_text().splitlines()]
@@ -51,6 +61,12 @@ RECORDS = {
     )
 }
 ALL = [r for records in RECORDS.values() for r in records]
+MPT = [
+    json.loads(line)
+    for line in (MEASURED.parent / "2026-12-02" / "llm-foundry-0.3.0.jsonl")
+    .read_text()
+    .splitlines()
+]
 
 
 def _id(rec: dict[str, Any]) -> str:
@@ -222,3 +238,44 @@ def test_terms_sum_to_the_activations(cols):
         terms = activations.activation_terms_per_layer(c)
         assert tuple(terms) == activations.ACTIVATION_TERMS
         np.testing.assert_allclose(sum(terms.values()), activations.activation_bytes_per_layer(c))
+
+
+def _mpt_id(rec: dict[str, Any]) -> str:
+    return f"llm-foundry-s{rec['config']['seq_len']}-mbs{rec['config']['mbs']}"
+
+
+@pytest.mark.parametrize("rec", MPT, ids=_mpt_id)
+def test_llm_foundry_terms_match_mpts_block(cols, rec):
+    """llm-foundry 0.3.0's MPTBlock keeps what the model counts for a GELU MLP
+    (FrameworkTraits.activation_scale takes it as the derived count): the QKV and MLP-in
+    projections' inputs, the fused QKV output (its query, key and value views) and the
+    attention output, the GELU's input and output (2 x 2 T x 4 h, exactly), and the second
+    norm's bf16 input (the first's is the block's input, left out); beside them only the
+    log-sum-exp (fp32, ceil(seq / 128) x 128 per head) and the LayerNorms' statistics (two
+    per token each, bf16 on the CPU). The model describes the MLP by its SwiGLU-equivalent
+    width, round(8 h / 3) = 2,731 for h 1,024: the MLP 1.2e-4 over, the only difference."""
+    from surrogate.ingest.llmfoundry import equivalent_ffn
+
+    c = rec["config"]
+    h, tokens = c["hidden_size"], c["mbs"] * c["seq_len"]
+    measured = _measured_terms(rec)
+    measured["attention"] -= 4 * c["mbs"] * c["num_heads"] * -(-c["seq_len"] // 128) * 128
+    measured["norm_inputs"] += 2 * tokens * h - 2 * 2 * 2 * tokens  # block input; statistics
+    model = ModelConfig(
+        num_layers=2,
+        hidden_size=h,
+        ffn_hidden_size=equivalent_ffn(h),
+        num_heads=c["num_heads"],
+        num_kv_heads=c["num_kv_heads"],
+        vocab_size=256,
+        seq_len=c["seq_len"],
+        gated_mlp=False,
+    )
+    got = activations.activation_terms_per_layer(
+        cols(model, dp=8, mbs=c["mbs"], zero_stage=3, framework="llm-foundry")
+    )
+    assert measured["mlp"] == 2 * 2 * tokens * 4 * h
+    for term in ("norm_inputs", "projection_inputs", "attention"):
+        assert float(got[term][0]) == measured[term], term
+    assert float(got["mlp"][0]) == pytest.approx(measured["mlp"], rel=2e-4)
+    assert sum(measured.values()) == pytest.approx(16 * 2 * tokens * h, rel=1e-15)

@@ -130,3 +130,29 @@ def test_an_unknown_framework_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--framework", "deepspeed"])
     assert e.value.code == 2 and "invalid choice" in capsys.readouterr().err
+
+
+def test_llm_foundry_is_measured_by_its_block_alone(capsys):
+    for extra in (["--moe"], ["--recompute"]):
+        with pytest.raises(SystemExit) as e:
+            main(["--framework", "llm-foundry", *extra, "--out", "-"])
+        assert e.value.code == 2
+        assert "--framework llm-foundry: its block alone, without --moe or --recompute" in (
+            capsys.readouterr().err
+        )
+
+
+def test_without_llm_foundry_it_says_what_to_install():
+    if importlib.util.find_spec("llmfoundry") is not None:
+        pytest.skip("llm-foundry is installed here")
+    install = r"pip install --no-deps llm-foundry==0\.3\.0 einops"
+    with pytest.raises(SystemExit, match=install):
+        main(["--framework", "llm-foundry", "--out", "-"])
+
+
+@pytest.mark.parametrize(("kv", "tp"), [(4, 1), (8, 2)])
+def test_mpts_block_has_multi_head_attention_and_no_tensor_parallelism(kv, tp):
+    from microbench.llmfoundry_block import llmfoundry_block
+
+    with pytest.raises(ValueError, match=r"num_kv_heads = num_heads\), tp 1"):
+        llmfoundry_block(hidden_size=64, num_heads=8, num_kv_heads=kv, seq_len=16, mbs=1, tp=tp)
