@@ -52,6 +52,8 @@ from surrogate.layouts.scored import (
     with_keys,
 )
 from surrogate.layouts.space import LayoutSpace, layout_key
+from surrogate.layouts.study_space import check_study_space
+from surrogate.layouts.valid_sampler import ValidPoints, valid_sampler
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
@@ -224,7 +226,16 @@ def search(
         (_score_enumerated(space, how, enumerate_limit, result, progress), [])
         if result.method == "enumerate"
         else _score_trials(
-            space, how, objective, n_trials, storage, study_name, seed, result, progress
+            space,
+            how,
+            objective,
+            n_trials,
+            enumerate_limit,
+            storage,
+            study_name,
+            seed,
+            result,
+            progress,
         )
     )
     if scored is None:  # invalid: optuna trials' broken rules
@@ -297,15 +308,23 @@ def _score_trials(
     how: Scorer,
     objective: Objective,
     n_trials: int,
+    limit: int,
     storage: str | None,
     study_name: str | None,
     seed: int,
     result: SearchResult,
     progress: ProgressFn | None,
 ) -> tuple[pd.DataFrame | None, list[str]]:
-    """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
-    rules the invalid ones broke; the counts and the configurations go to ``result``."""
-    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, progress)
+    """Optuna's trials (drawn among the valid layouts alone where the space has at most
+    ``limit`` points): the layouts they found scored and ranked (None: none valid, or none in
+    the space) and the rules the invalid ones broke; the counts and the configurations go to
+    ``result``."""
+    points = ValidPoints(space, space_table(space, limit)) if space.is_enumerable(limit) else None
+    if points is not None and not points.size:
+        return None, []  # no trial runs: the space holds no valid layout
+    study, found = _run_study(
+        space, how, objective, n_trials, storage, study_name, seed, progress, points
+    )
     result.study_name = study.study_name
     result.n_trials = len(study.trials)
     result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
@@ -414,7 +433,12 @@ def _run_study(
     study_name: str | None,
     seed: int,
     progress: ProgressFn | None = None,
+    points: ValidPoints | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
+    """The study of ``n_trials`` trials (drawn among ``points`` alone where given: the
+    space's valid layouts, :mod:`surrogate.layouts.valid_sampler`) and the valid layouts they
+    met; ConfigError where the study searches another space
+    (:func:`~surrogate.layouts.study_space.check_study_space`)."""
     require("optuna")
     import optuna
 
@@ -422,6 +446,8 @@ def _run_study(
     # optuna >= 5 reads constraints set on the trial; older versions take constraints_func.
     native = hasattr(optuna.trial.Trial, "set_constraint")
     sampler, directions = _sampler(objective, n_trials, seed, native)
+    if points is not None:
+        sampler = valid_sampler(sampler, points, seed)
     if storage is not None:
         check_storage(storage)
         ensure_sqlite_dir(storage)
@@ -432,6 +458,7 @@ def _run_study(
         directions=directions,
         load_if_exists=study_name is not None,
     )
+    check_study_space(study, space)
     found: dict[tuple[Any, ...], TrainingConfig] = {}
     run = _trial_objective(space, how, objective, {}, found, native)
     stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
@@ -444,6 +471,7 @@ def _run_study(
         report(progress, stage, finished, n_trials)
 
     study.optimize(run, n_trials=n_trials, callbacks=[tick])
+    check_study_space(study, space)  # a worker that started at the same instant recorded last
     return study, list(found.values())
 
 
