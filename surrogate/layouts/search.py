@@ -11,13 +11,16 @@ Which path a search takes (``method``, :func:`search`):
   under the model; no sampler runs.
 - **optuna** (``"auto"``'s choice for a larger space, or whenever an optuna storage is given):
   ``n_trials`` trials, TPE (Bergstra et al. 2011) maximising the predicted MFU, or NSGA-II
-  (Deb et al. 2002) for MFU against the OOM risk or against the number of GPUs. Invalid
-  points (a rule of the space broken, :func:`~surrogate.layouts.grid.point_config`) and
-  infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin)
-  are optuna *constraints* (a value > 0 is a violation), so the samplers learn to avoid them
-  instead of seeing a fake objective. A study lives in any optuna storage: an RDB URL
-  (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it and a later
-  search resume it.
+  (Deb et al. 2002) for MFU against the OOM risk or against the number of GPUs. Where the
+  space has at most ``enumerate_limit`` points, the trials are drawn among its valid layouts
+  alone (its table, :mod:`~surrogate.layouts.valid_sampler`); in a larger space, invalid
+  points (a rule of the space broken, :func:`~surrogate.layouts.grid.point_config`) are met
+  too. Invalid and infeasible layouts (OOM risk above ``Limits.max_p_oom``, predicted memory
+  above the margin) are optuna *constraints* (a value > 0 is a violation), so the samplers
+  learn to avoid them instead of seeing a fake objective. A study lives in any optuna
+  storage: an RDB URL (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share
+  it and a later search resume it, each of the space the study records
+  (:mod:`~surrogate.layouts.study_space`).
 """
 
 from __future__ import annotations
@@ -182,7 +185,8 @@ def search(
             shared by workers; None keeps the study in memory.
         study_name: The study's name in ``storage`` (a new or an existing one).
         seed: The sampler's seed.
-        enumerate_limit: Largest number of points scored by enumeration.
+        enumerate_limit: Largest number of points scored by enumeration, or, where optuna
+            searches, whose valid layouts alone its trials are drawn among.
         method: ``"auto"`` (module docstring), ``"enumerate"`` (every valid layout, however
             large the space, up to ``enumerate_limit`` points) or ``"optuna"`` (trials even
             where the space could be enumerated).
@@ -200,7 +204,8 @@ def search(
         ConfigError: No layout of the space is valid (the message names one rule its points
             break), the space is too large to enumerate without optuna trials, optuna is
             to search with fewer than one trial, ``storage`` is given to an enumeration or is
-            a URL optuna cannot open, ``method`` is none of :data:`METHODS`,
+            a URL optuna cannot open, the study in ``storage`` records another space (or
+            holds trials and no space), ``method`` is none of :data:`METHODS`,
             ``"mfu-vs-gpus"`` is asked of one node count, or
             ``rank`` is not mean or safe (safe without a learned model), or ``top_k`` is
             not in 1 to :data:`MAX_TOP_K`.
