@@ -56,17 +56,18 @@ def check_study_space(study: optuna.Study, space: LayoutSpace) -> None:
         held = study.user_attrs.get(SPACE_ATTR)  # a worker that started meanwhile records first
         if held is None and trials:
             raise ConfigError(
-                f"study {study.study_name!r} holds {trials} trials but no record of the layout "
-                f"space they search (its user attribute {SPACE_ATTR!r}, which a search records "
-                "in a study it starts): a study is resumed only by a search of the space it "
-                "records; search a new study (another --study-name)"
+                f"study {study.study_name!r} holds {trials} trial{'s' if trials > 1 else ''} but "
+                f"no record of the layout space searched (its user attribute {SPACE_ATTR!r}, "
+                "which a search records in a study it starts): a study is resumed only by a "
+                "search of the space it records; search a new study (another --study-name)"
             )
         if held is None:
             study.set_user_attr(SPACE_ATTR, record)
             held = study.user_attrs.get(SPACE_ATTR)  # another worker's, if it wrote last
     if held != record:
         theirs, ours = _flat(held) if isinstance(held, dict) else {}, _flat(record)
-        differ = [k for k in sorted({*theirs, *ours}) if theirs.get(k) != ours.get(k)]
+        names = sorted({*theirs, *ours}, key=lambda k: (k != "model.name", k))  # name first
+        differ = [k for k in names if theirs.get(k) != ours.get(k)]
         shown = ", ".join(f"{k} ({theirs.get(k)} there, {ours.get(k)} here)" for k in differ[:4])
         raise ConfigError(
             f"study {study.study_name!r} searches another layout space than this search's: "

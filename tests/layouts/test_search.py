@@ -343,5 +343,5 @@ def test_a_study_of_another_space_is_refused(tmp_path: Path) -> None:
         search(wider, model=None, n_trials=3, storage=storage, study_name="made")
     old = optuna.create_study(storage=storage, study_name="old", direction="maximize")
     old.add_trial(optuna.trial.create_trial(value=0.0))  # a trial, and no record of its space
-    with pytest.raises(ConfigError, match=r"study 'old' holds 1 trials but no record"):
+    with pytest.raises(ConfigError, match=r"study 'old' holds 1 trial but no record"):
         search(tiny(), model=None, n_trials=3, storage=storage, study_name="old")
