@@ -11,13 +11,16 @@ Which path a search takes (``method``, :func:`search`):
   under the model; no sampler runs.
 - **optuna** (``"auto"``'s choice for a larger space, or whenever an optuna storage is given):
   ``n_trials`` trials, TPE (Bergstra et al. 2011) maximising the predicted MFU, or NSGA-II
-  (Deb et al. 2002) for MFU against the OOM risk or against the number of GPUs. Invalid
-  points (a rule of the space broken, :func:`~surrogate.layouts.grid.point_config`) and
-  infeasible ones (OOM risk above ``Limits.max_p_oom``, predicted memory above the margin)
-  are optuna *constraints* (a value > 0 is a violation), so the samplers learn to avoid them
-  instead of seeing a fake objective. A study lives in any optuna storage: an RDB URL
-  (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share it and a later
-  search resume it.
+  (Deb et al. 2002) for MFU against the OOM risk or against the number of GPUs. Where the
+  space has at most ``enumerate_limit`` points, the trials are drawn among its valid layouts
+  alone (its table, :mod:`~surrogate.layouts.valid_sampler`); in a larger space, invalid
+  points (a rule of the space broken, :func:`~surrogate.layouts.grid.point_config`) are met
+  too. Invalid and infeasible layouts (OOM risk above ``Limits.max_p_oom``, predicted memory
+  above the margin) are optuna *constraints* (a value > 0 is a violation), so the samplers
+  learn to avoid them instead of seeing a fake objective. A study lives in any optuna
+  storage: an RDB URL (``sqlite:///study.db``, PostgreSQL, MySQL) lets several workers share
+  it and a later search resume it, each of the space the study records
+  (:mod:`~surrogate.layouts.study_space`).
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ from surrogate.layouts.scored import (
     with_keys,
 )
 from surrogate.layouts.space import LayoutSpace, layout_key
+from surrogate.layouts.study_space import check_study_space
+from surrogate.layouts.valid_sampler import ValidPoints, valid_sampler
 from surrogate.prediction.predict import resolve_model
 from surrogate.progress import ProgressFn, report
 
@@ -180,7 +185,8 @@ def search(
             shared by workers; None keeps the study in memory.
         study_name: The study's name in ``storage`` (a new or an existing one).
         seed: The sampler's seed.
-        enumerate_limit: Largest number of points scored by enumeration.
+        enumerate_limit: Largest number of points scored by enumeration, or, where optuna
+            searches, whose valid layouts alone its trials are drawn among.
         method: ``"auto"`` (module docstring), ``"enumerate"`` (every valid layout, however
             large the space, up to ``enumerate_limit`` points) or ``"optuna"`` (trials even
             where the space could be enumerated).
@@ -198,7 +204,8 @@ def search(
         ConfigError: No layout of the space is valid (the message names one rule its points
             break), the space is too large to enumerate without optuna trials, optuna is
             to search with fewer than one trial, ``storage`` is given to an enumeration or is
-            a URL optuna cannot open, ``method`` is none of :data:`METHODS`,
+            a URL optuna cannot open, the study in ``storage`` records another space (or
+            holds trials and no space), ``method`` is none of :data:`METHODS`,
             ``"mfu-vs-gpus"`` is asked of one node count, or
             ``rank`` is not mean or safe (safe without a learned model), or ``top_k`` is
             not in 1 to :data:`MAX_TOP_K`.
@@ -224,7 +231,16 @@ def search(
         (_score_enumerated(space, how, enumerate_limit, result, progress), [])
         if result.method == "enumerate"
         else _score_trials(
-            space, how, objective, n_trials, storage, study_name, seed, result, progress
+            space,
+            how,
+            objective,
+            n_trials,
+            enumerate_limit,
+            storage,
+            study_name,
+            seed,
+            result,
+            progress,
         )
     )
     if scored is None:  # invalid: optuna trials' broken rules
@@ -297,15 +313,23 @@ def _score_trials(
     how: Scorer,
     objective: Objective,
     n_trials: int,
+    limit: int,
     storage: str | None,
     study_name: str | None,
     seed: int,
     result: SearchResult,
     progress: ProgressFn | None,
 ) -> tuple[pd.DataFrame | None, list[str]]:
-    """Optuna's trials: the layouts they found scored and ranked (None: none valid) and the
-    rules the invalid ones broke; the counts and the configurations go to ``result``."""
-    study, found = _run_study(space, how, objective, n_trials, storage, study_name, seed, progress)
+    """Optuna's trials (drawn among the valid layouts alone where the space has at most
+    ``limit`` points): the layouts they found scored and ranked (None: none valid, or none in
+    the space) and the rules the invalid ones broke; the counts and the configurations go to
+    ``result``."""
+    points = ValidPoints(space, space_table(space, limit)) if space.is_enumerable(limit) else None
+    if points is not None and not points.size:
+        return None, []  # no trial runs: the space holds no valid layout
+    study, found = _run_study(
+        space, how, objective, n_trials, storage, study_name, seed, progress, points
+    )
     result.study_name = study.study_name
     result.n_trials = len(study.trials)
     result.n_invalid = sum(1 for t in study.trials if t.user_attrs.get("invalid"))
@@ -414,7 +438,12 @@ def _run_study(
     study_name: str | None,
     seed: int,
     progress: ProgressFn | None = None,
+    points: ValidPoints | None = None,
 ) -> tuple[optuna.Study, list[TrainingConfig]]:
+    """The study of ``n_trials`` trials (drawn among ``points`` alone where given: the
+    space's valid layouts, :mod:`surrogate.layouts.valid_sampler`) and the valid layouts they
+    met; ConfigError where the study searches another space
+    (:func:`~surrogate.layouts.study_space.check_study_space`)."""
     require("optuna")
     import optuna
 
@@ -422,6 +451,8 @@ def _run_study(
     # optuna >= 5 reads constraints set on the trial; older versions take constraints_func.
     native = hasattr(optuna.trial.Trial, "set_constraint")
     sampler, directions = _sampler(objective, n_trials, seed, native)
+    if points is not None:
+        sampler = valid_sampler(sampler, points, seed)
     if storage is not None:
         check_storage(storage)
         ensure_sqlite_dir(storage)
@@ -432,6 +463,7 @@ def _run_study(
         directions=directions,
         load_if_exists=study_name is not None,
     )
+    check_study_space(study, space)
     found: dict[tuple[Any, ...], TrainingConfig] = {}
     run = _trial_objective(space, how, objective, {}, found, native)
     stage = f"optuna: {n_trials} trials" + (f" in study {study_name!r}" if study_name else "")
@@ -444,6 +476,7 @@ def _run_study(
         report(progress, stage, finished, n_trials)
 
     study.optimize(run, n_trials=n_trials, callbacks=[tick])
+    check_study_space(study, space)  # a worker that started at the same instant recorded last
     return study, list(found.values())
 
 

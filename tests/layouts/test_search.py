@@ -89,12 +89,18 @@ def test_an_enumerable_space_is_scored_whole_and_ranked_without_optuna() -> None
 
 
 def test_optuna_finds_the_best_of_a_small_space() -> None:
+    """Among the valid layouts alone where the space can be enumerated; over every point of
+    the grid where it cannot, the invalid ones met and handled as constraints."""
     space = tiny()
     exact = search(space)
-    result = search(space, n_trials=4 * space.size_bound(), seed=0, method="optuna")
+    bound = space.size_bound()
+    result = search(space, n_trials=4 * bound, seed=0, method="optuna")
     assert result.method == "optuna" and result.enumerated is None
     assert result.top["key"].iloc[0] == exact.top["key"].iloc[0]
-    assert result.n_invalid > 0  # invalid points were met and handled as constraints
+    assert result.n_invalid == 0
+    grid = search(space, n_trials=4 * bound, seed=0, method="optuna", enumerate_limit=bound - 1)
+    assert grid.top["key"].iloc[0] == exact.top["key"].iloc[0]
+    assert grid.n_invalid > 0
 
 
 def test_a_storage_or_a_space_too_large_takes_optuna(tmp_path: Path) -> None:
@@ -176,12 +182,14 @@ def test_an_unknown_gpu_or_an_empty_space_says_why() -> None:
         r"\(e\.g\. .+ must .+\): widen it",
     ):
         search(odd, model=None)
+    with pytest.raises(ConfigError, match=r"the space holds no valid layout .+: widen it"):
+        search(odd, model=None, n_trials=5, method="optuna")  # enumerated: no trial runs
     with pytest.raises(
         ConfigError,
         match=r"none of optuna's 5 trials was a valid layout of "
         r"playbook-1\.34b .+ \(e\.g\. .+\): run more trials",
     ):
-        search(odd, model=None, n_trials=5, method="optuna")
+        search(odd, model=None, n_trials=5, method="optuna", enumerate_limit=1)
 
 
 def test_optuna_chooses_the_share_only_where_it_is_a_choice(tmp_path: Path) -> None:
@@ -261,3 +269,79 @@ def test_top_k_is_capped_before_any_scoring() -> None:
     for bad in (0, -1, MAX_TOP_K + 1, 10**9, True):
         with pytest.raises(ConfigError, match="top_k must be"):
             search(tiny(), top_k=bad, n_trials=0)
+
+
+SPARSE = {
+    **TINY,
+    "frameworks": ("torchtitan",),
+    "node_counts": (1, 2),
+    "recompute_modes": None,
+    "sequence_parallel": (False, True),
+}
+"""A synthetic space where few points are valid layouts: 371 of 6,000 (6%), a share and a
+sharding a choice for some of them."""
+
+
+def _trial_layouts(storage: str, name: str) -> tuple[list[object], set[tuple[object, ...]]]:
+    """The study's trials, and the keys of the layouts they built (each trial's parameters
+    built again by the space's rules)."""
+    import optuna
+
+    from surrogate.layouts.space import layout_key
+
+    trials = optuna.load_study(study_name=name, storage=storage).trials
+    space = LayoutSpace(**SPARSE)  # type: ignore[arg-type]
+    keys = {layout_key(space.build(t.params)) for t in trials}  # raises on an invalid point
+    return trials, keys
+
+
+def test_a_sparse_enumerable_space_s_trials_are_all_valid_layouts(tmp_path: Path) -> None:
+    space = LayoutSpace(**SPARSE)  # type: ignore[arg-type]
+    valid = len(space_table(space)["dp"])
+    assert valid <= 0.2 * space.size_bound()
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    result = search(space, model=None, n_trials=30, storage=storage, study_name="s", seed=0)
+    assert result.n_trials == 30 and result.n_invalid == 0
+    trials, keys = _trial_layouts(storage, "s")
+    assert all(not t.user_attrs.get("invalid") for t in trials)  # type: ignore[attr-defined]
+    assert keys <= set(score_configs(space.enumerate(), model=None)["key"])
+    assert len(keys) > 10  # spread over the space, not one layout again and again
+    # NSGA-II's children (drawn together, then made valid) as well
+    pareto = search(space, model=None, objective="mfu-vs-oom", n_trials=30, method="optuna")
+    assert pareto.n_trials == 30 and pareto.n_invalid == 0
+
+
+def test_two_workers_share_a_study_of_valid_layouts_only(tmp_path: Path) -> None:
+    """Two sequential workers on one sqlite study: the second reads the first's trials, every
+    trial is a valid layout, and the study's best is the best of both workers' tops."""
+    import optuna
+
+    space = LayoutSpace(**SPARSE)  # type: ignore[arg-type]
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    first = search(space, model=None, n_trials=8, storage=storage, study_name="w", seed=1)
+    second = search(space, model=None, n_trials=8, storage=storage, study_name="w", seed=2)
+    trials, _ = _trial_layouts(storage, "w")
+    assert len(trials) == 16
+    study = optuna.load_study(study_name="w", storage=storage)
+    assert study.best_trial.user_attrs["constraints"][0] == 0  # a valid layout
+    tops = [first.top["pred_mfu"].iloc[0], second.top["pred_mfu"].iloc[0]]
+    assert study.best_value == pytest.approx(max(tops))
+
+
+def test_a_study_of_another_space_is_refused(tmp_path: Path) -> None:
+    import optuna
+
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    optuna.create_study(storage=storage, study_name="made", direction="maximize")  # the recipe
+    search(tiny(), model=None, n_trials=3, storage=storage, study_name="made")
+    wider = LayoutSpace(**{**TINY, "max_mbs": 4})  # type: ignore[arg-type]
+    with pytest.raises(
+        ConfigError,
+        match=r"study 'made' searches another layout space than this search's: "
+        r"max_mbs \(2 there, 4 here\); every search of a study gives the same space",
+    ):
+        search(wider, model=None, n_trials=3, storage=storage, study_name="made")
+    old = optuna.create_study(storage=storage, study_name="old", direction="maximize")
+    old.add_trial(optuna.trial.create_trial(value=0.0))  # a trial, and no record of its space
+    with pytest.raises(ConfigError, match=r"study 'old' holds 1 trial but no record"):
+        search(tiny(), model=None, n_trials=3, storage=storage, study_name="old")
