@@ -5,8 +5,8 @@
 - *the best predicted* layout first, before any completed run of the problem
   (``Acquisition.open_with_best``);
 - *probability of being the best* (``Acquisition.gain``, the default): each candidate's
-  probability of completing with the highest MFU of them and above the best measured so far
-  (or the best predicted, before any run), errors correlated as in
+  probability of completing with the highest MFU of the layouts not run yet and above the
+  best measured so far (or the best predicted, before any run), errors correlated as in
   :mod:`surrogate.layouts.best_odds` (:func:`probability_best`): the runs go where the model
   cannot tell the layouts apart, the close calls, and a layout likely to fail has little of
   it (it is the best only in the draws where it completes); or, with
@@ -80,8 +80,8 @@ class Acquisition:
     best of the candidates and above the incumbent (:func:`probability_best`: errors
     correlated as :mod:`surrogate.layouts.best_odds` models them), or its expected
     improvement. On the Playbook replay (``benchmarks/active_replay.py``, seed 0) the first
-    finds a layout within 2% of a cell's best within 3 runs in 24 cells of 27 and lets 4 of
-    its 72 runs fail (5.6%), expected improvement 22 and 6 of 76 (7.9%)."""
+    finds a layout within 2% of a cell's best within 3 runs in 25 cells of 27 and lets 3 of
+    its 68 runs fail (4.4%), expected improvement 21 and 5 of 72 (6.9%)."""
     open_with_best: bool = True
     """Before any completed run of the problem, the first pick is the layout the model ranks
     best (predicted MFU x p_completed: what a user would run first), the others explore. On
@@ -113,17 +113,25 @@ def expected_improvement(scored: pd.DataFrame, best: float) -> np.ndarray:
     return np.asarray(np.maximum(ei, 0.0) * np.nan_to_num(p_ok, nan=1.0))
 
 
-def probability_best(scored: pd.DataFrame, best: float | None) -> np.ndarray:
+def probability_best(
+    scored: pd.DataFrame, best: float | None, free: np.ndarray | None = None
+) -> np.ndarray:
     """Each row's probability of completing with the highest MFU of the rows and above
     ``best`` (:func:`surrogate.layouts.best_odds.p_best`), drawn over the :data:`SHORTLIST`
     rows of the highest upper end x p_completed (0 elsewhere). Where no row has odds above
     ``best``, a millionth of the odds without it, so that the picks still follow them;
-    without intervals (the analytic model alone), the predicted MFU x p_completed."""
+    without intervals (the analytic model alone), the predicted MFU x p_completed.
+
+    ``free``: per row, whether it is still to run (None: every row). A row already run is
+    not drawn and gets 0: its outcome is measured, not predicted (it is in ``best`` if it
+    completed), and drawn from its prediction it would take the odds of the layouts that
+    beat it only in the draws where it came out high."""
     mu = scored["pred_mfu"].to_numpy(dtype=float)
     p_ok = np.nan_to_num(scored["p_completed"].to_numpy(dtype=float), nan=1.0)
     hi = scored["pred_mfu_hi"].to_numpy(dtype=float)
     upper = np.nan_to_num(np.where(np.isfinite(hi), hi, mu) * p_ok, nan=-np.inf)
-    rows = np.argsort(-upper, kind="stable")[:SHORTLIST]
+    drawn = np.arange(len(scored)) if free is None else np.flatnonzero(free)
+    rows = drawn[np.argsort(-upper[drawn], kind="stable")][:SHORTLIST]
     shortlist = scored.iloc[rows]
     odds = p_best(shortlist, incumbent=best)
     if not np.isfinite(odds).all():
@@ -224,7 +232,7 @@ def select(
         return []
     ran = flat_table(list(already_run))
     problem, ran_problem, free = _not_run(table, ran)
-    plan, values = _slot_values(scored, k, best_measured, acq)
+    plan, values = _slot_values(scored, k, best_measured, acq, free)
     vectors = layout_vectors(table)
     spread = acq.diversity_scale > 0
     # Per row, the squared distance to the nearest layout of its problem run or picked so far
@@ -275,18 +283,22 @@ def _not_run(table: FlatTable, ran: FlatTable) -> tuple[np.ndarray, np.ndarray, 
 
 
 def _slot_values(
-    scored: pd.DataFrame, k: int, best_measured: float | None, acq: Acquisition
+    scored: pd.DataFrame, k: int, best_measured: float | None, acq: Acquisition, free: np.ndarray
 ) -> tuple[list[str], dict[str, np.ndarray]]:
     """The reason of each of the ``k`` slots, and per reason the value of each row (see
-    :func:`select` for the incumbent when ``best_measured`` is None)."""
+    :func:`select` for the incumbent when ``best_measured`` is None; ``free``: the rows not
+    run yet, the only ones the probability of being the best draws)."""
     opening = best_measured is None
     if best_measured is None:
         likely = scored["p_completed"].to_numpy(dtype=float) >= 0.5
         mu = scored["pred_mfu"].to_numpy(dtype=float)
         best_measured = float(np.nanmax(mu[likely])) if likely.any() else 0.0
     values = {"oom-boundary": boundary_value(scored)}
-    gains = {"expected-improvement": expected_improvement, "probability-best": probability_best}
-    values[acq.gain] = gains[acq.gain](scored, best_measured)
+    values[acq.gain] = (
+        probability_best(scored, best_measured, free)
+        if acq.gain == "probability-best"
+        else expected_improvement(scored, best_measured)
+    )
     n_boundary = round(k * acq.boundary_frac)
     plan = [acq.gain] * (k - n_boundary) + ["oom-boundary"] * n_boundary
     if acq.open_with_best and opening and k > n_boundary:

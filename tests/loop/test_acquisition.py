@@ -58,6 +58,28 @@ def test_probability_best_picks_likely_winners_above_the_incumbent() -> None:
         Acquisition(gain="luck")  # type: ignore[arg-type]
 
 
+def test_probability_best_draws_only_the_layouts_not_run() -> None:
+    """A layout already run has a measured outcome: it gets no odds and takes none from the
+    others (they are those of the other layouts drawn alone), and select passes its runs."""
+    configs = space().enumerate()
+    scored = score_configs(configs)
+    odds = probability_best(scored, None)
+    ran = int(np.argmax(odds))
+    free = np.arange(len(scored)) != ran
+    after = probability_best(scored, None, free)
+    others = np.flatnonzero(free)
+    assert after[ran] == 0.0
+    assert after[others] == pytest.approx(probability_best(scored.iloc[others], None))
+    assert after.sum() > odds[others].sum()
+    acq = Acquisition(boundary_frac=0.0, open_with_best=False)
+    picks = select(
+        scored, configs, 2, best_measured=0.01, already_run=[configs[ran]], acquisition=acq
+    )
+    assert [i for i, _, _ in picks] == [
+        int(i) for i in np.argsort(-probability_best(scored, 0.01, free), kind="stable")[:2]
+    ]
+
+
 def test_probability_best_draws_a_shortlist_and_needs_intervals(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
