@@ -19,6 +19,9 @@ about 3 x the layer's activation bytes through HBM per micro-batch (forward and 
 a third of it forward, which recomputation runs again (full: in the share of the layers it
 recomputes; per operator: all of it, since torch's checkpoint replays the block's whole forward
 and takes only the saved operators' outputs from its cache);
+an MoE layer whose framework permutes its tokens with unfused gathers and scatters
+(``FrameworkTraits.moe_unfused_permutation``, torchtitan) moves what :mod:`moe_passes` counts
+op by op, in place of the routed copies' share of that traffic;
 fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch (none where
 the weight-gradient GEMM accumulates in its epilogue: ``FrameworkTraits.fused_wgrad_accumulation``,
 Megatron-Core's ``gradient_accumulation_fusion``); the AdamW
