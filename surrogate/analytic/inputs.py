@@ -152,6 +152,7 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
         float(fw.moe_parallel_folding),
         float(fw.moe_flex_dispatch),
         float(fw.moe_grouped_gemm),
+        float(fw.moe_unfused_permutation),
         *(
             float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
             for name in (fw.autocast_parameters, fw.fsdp_parameters)
@@ -190,6 +191,7 @@ _FRAMEWORK_COLUMNS = (
     "moe_parallel_folding",
     "moe_flex_dispatch",
     "moe_grouped_gemm",
+    "moe_unfused_permutation",
     "autocast_code",
     "fsdp_code",
 )

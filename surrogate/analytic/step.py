@@ -19,6 +19,9 @@ about 3 x the layer's activation bytes through HBM per micro-batch (forward and 
 a third of it forward, which recomputation runs again (full: in the share of the layers it
 recomputes; per operator: all of it, since torch's checkpoint replays the block's whole forward
 and takes only the saved operators' outputs from its cache);
+an MoE layer whose framework permutes its tokens with unfused gathers and scatters
+(``FrameworkTraits.moe_unfused_permutation``, torchtitan) moves what :mod:`moe_passes` counts
+op by op, in place of the routed copies' share of that traffic;
 fp32 gradient accumulation reads and writes 10 bytes per parameter per micro-batch (none where
 the weight-gradient GEMM accumulates in its epilogue: ``FrameworkTraits.fused_wgrad_accumulation``,
 Megatron-Core's ``gradient_accumulation_fusion``); the AdamW
@@ -67,7 +70,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.typing import NDArray
 
-from surrogate.analytic import activations, comm, memory, pipeline
+from surrogate.analytic import activations, comm, memory, moe_passes, pipeline
 from surrogate.analytic.flops import (
     LayerParams,
     folded,
@@ -456,7 +459,10 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
     # The elementwise kernels' traffic scales with the activations as computed; a framework
     # that keeps the gathered projection inputs whole holds more bytes, it moves no more, and
     # one that recomputes SiLU holds fewer but reads the gate and up outputs again to do so.
+    # An unfused MoE permutation is counted op by op (moe_passes), in place of its routed
+    # copies' generic traffic.
     none = np.zeros_like(c["recompute"])
+    unfused = np.asarray(c.get("moe_unfused_permutation", 0.0)) > 0
     act_bytes = layers * activations.activation_bytes_per_layer(
         {
             **c,
@@ -464,11 +470,13 @@ def _memory_bound_s(c: Cols, layers: Array, params: Array) -> Array:
             "saves_gathered_tp_inputs": none,
             "fused_swiglu": none,
             "fp8_saves_quantized_inputs": none,
+            "moe_routed_bytes": np.where(unfused, 0.0, c["moe_routed_bytes"]),
         }
     )
     again = full_recompute_share(c) + per_op_recompute(c)
     return (
-        ELEMENTWISE_TRAFFIC_FACTOR * act_bytes * (1.0 + again / 3.0)
+        (ELEMENTWISE_TRAFFIC_FACTOR * act_bytes + moe_passes.permutation_bytes(c, layers))
+        * (1.0 + again / 3.0)
         + GRAD_ACCUM_BYTES_PER_PARAM
         * params
         * c["fp32_grad_accumulation"]

@@ -303,6 +303,18 @@ class FrameworkTraits:
     (``SequentialMLP``, measured on 0.16.1 without and with expert parallelism; its GPU
     path's grouped GEMM, Transformer Engine's ``TEGroupedMLP``, is not) on the routed tokens
     alone; nanotron's are not measured."""
+    moe_unfused_permutation: bool = False
+    """Its MoE layer orders the routed tokens by expert and back with separate PyTorch
+    gathers, scatters, copies and casts, each a memory-bound kernel of its own, which the
+    model counts op by op (``surrogate.analytic.moe_passes``: 106-176 bytes per routed token
+    and hidden unit, forward and backward, with the residual stream in bf16 or fp32) in place
+    of the generic elementwise traffic of the routed copies. torchtitan 0.2.2
+    ``models/moe/moe.py`` ``MoE.forward`` (the gather ``x[token_indices_experts_sorted //
+    top_k]``, the fp32 score multiply, the scatter ``routed_output_unsorted[...] =``, the sum
+    over top-k, the router's input cast), ``_run_experts_grouped_mm`` (``x.bfloat16()`` per
+    GEMM, ``.type_as(x)``) and ``models/moe/utils.py`` ``_permute`` / ``_unpermute`` (the
+    padded groups' ``vstack``, gather and scatter). False: the routed copies take the generic
+    traffic (Megatron-Core fuses its permutation; nanotron's is not read)."""
     moe_dispatch_from_shard: bool = False
     """Under tp (with sequence parallelism) an MoE layer routes its rank's sequence shard: the
     all-to-all over ep moves T / tp x k tokens, and the tokens received are then gathered over

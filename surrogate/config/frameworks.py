@@ -165,6 +165,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             # True by default, the routed experts' three GEMMs one torch._grouped_mm each over
             # the local experts' token groups (offsets), a CUTLASS sm90 grouped kernel
             moe_grouped_gemm=True,
+            moe_unfused_permutation=True,
         ),
         FrameworkTraits(
             name="llm-foundry",
