@@ -154,9 +154,9 @@ def repeat_spread(done: pd.DataFrame) -> tuple[float, int]:
     if done.empty:
         return np.nan, 0
     tps = done["tokens_per_s_per_gpu"]
-    sets = done.assign(_key=done[keys].astype(str).agg("|".join, axis=1)).groupby("_key")
-    size = sets["tokens_per_s_per_gpu"].transform("size")
-    median = sets["tokens_per_s_per_gpu"].transform("median")
+    sets = done.groupby(keys, dropna=False)["tokens_per_s_per_gpu"]
+    size = sets.transform("size")
+    median = sets.transform("median")
     dev = ((tps / median - 1).abs())[(size > 1) & np.isfinite(tps)]
     return (float(dev.mean()) if len(dev) else np.nan), len(dev)
 

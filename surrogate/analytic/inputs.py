@@ -242,6 +242,8 @@ def cols_from_table(table: FlatTable, sets: ParameterColumns) -> dict[str, Array
     cols["parameter_code"] = np.where(
         autocast, cols["autocast_code"], np.where(fsdp, cols["fsdp_code"], cols["framework_code"])
     )
+    # 1 where the layout trains under autocast with fp32 parameters (an fp32 residual stream)
+    cols["autocast_fp32"] = autocast.astype(np.float64)
     cols.update(sets.param_columns(cols["parameter_code"]))
     return cols
 

@@ -42,7 +42,6 @@ import numpy as np
 
 from surrogate.analytic.flops import folded, moe_layers
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.config.framework_traits import FrameworkTraits
 
 ROUTED_PASSES = 29
 """Passes of e bytes per routed token and hidden unit, forward (12) and backward (17)."""
@@ -61,10 +60,9 @@ token and hidden unit."""
 def residual_bytes(c: Cols) -> Array:
     """Bytes per element of the residual stream: 4 where the framework trains under autocast
     with fp32 parameters (``FrameworkTraits.autocast_parameters``, at ZeRO-0 with tp = pp =
-    cp = 1), else 2."""
-    autocast = np.asarray(c.get("autocast_code", -1.0)) >= 0
-    fp32 = autocast & FrameworkTraits.replicated_unsplit(c["zero_stage"], c["tp"], c["pp"], c["cp"])
-    return np.where(fp32, 4.0, 2.0)
+    cp = 1: the column ``autocast_fp32`` of ``surrogate.analytic.inputs.cols_from_table``),
+    else 2."""
+    return np.where(np.asarray(c.get("autocast_fp32", 0.0)) > 0, 4.0, 2.0)
 
 
 def bytes_per_routed_element(e: Array) -> Array:
