@@ -257,8 +257,18 @@ def dp_times_s(
     (shard, shard_inter, shard_local), (copies, copy_inter, copy_local) = zero_groups(c)
     # Expert gradients really reduce over dp x cp / ep replicas; one group is an approximation.
     params = dense_params + expert_params
-    grad_bytes = params * np.where(c["fp32_grad_accumulation"] > 0, 4.0, 2.0)
+    # fp32 gradients on the wire where the framework accumulates or reduces in fp32
+    # (FrameworkTraits.reduces_gradients_in_fp32: torchtitan's reduce_dtype)
+    fp32 = (c["fp32_grad_accumulation"] > 0) | (
+        np.asarray(c.get("reduces_gradients_in_fp32", 0.0)) > 0
+    )
+    grad_bytes = params * np.where(fp32, 4.0, 2.0)
     z = c["zero_stage"]  # ZeRO-0 has one copy: its all-reduce runs over the whole group
+    # A pipeline that keeps FSDP's states unsharded between micro-batches
+    # (FrameworkTraits.pipeline_keeps_fsdp_unsharded: torchtitan) gathers once, at the first
+    # forward, and reduces once, after the last backward: its ZeRO-3 runs as its ZeRO-2.
+    keeps = (np.asarray(c.get("pipeline_keeps_fsdp_unsharded", 0.0)) > 0) & (c["pp"] > 1)
+    z = np.where(keeps & (z >= 3), 2.0, z)
     ar = perf.collective_time_s("all_reduce", grad_bytes, shard, shard_inter, c, shard_local)
     rs = perf.collective_time_s("reduce_scatter", grad_bytes, shard, shard_inter, c, shard_local)
     across = np.where(

@@ -37,6 +37,12 @@ class ParameterColumns(Protocol):
         """``p_<name>`` columns for configurations of the given ``parameter_code`` each."""
         ...
 
+    def memory_fitted_codes(self, parameter_codes: Array) -> Array:
+        """Per ``parameter_code``, whether that framework version has a set of its own here
+        whose memory parameters were fitted (not the default set or the priors standing
+        in)."""
+        ...
+
 
 RECOMPUTE_CODE = {name: float(i) for i, name in enumerate(RECOMPUTE_MODES)}
 """none -> 0, selective -> 1, full -> 2."""
@@ -138,6 +144,7 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
         float(fw.hopper_attention_speedup),
         float(fw.fp8_gemm_speedup),
         float(fw.activation_scale),
+        float(fw.logit_bytes),
         float(fw.tp_comm_synchronous),
         float(fw.pipeline_keeps_fsdp_unsharded),
         float(fw.overlaps_interleaved_pp_comm),
@@ -153,6 +160,8 @@ def _framework_traits(framework: str, version: str | None) -> tuple[float, ...]:
         float(fw.moe_flex_dispatch),
         float(fw.moe_grouped_gemm),
         float(fw.moe_unfused_permutation),
+        float(fw.fp8_experts_in_bf16),
+        float(fw.reduces_gradients_in_fp32),
         *(
             float(FRAMEWORK_VERSIONS.index(name)) if name else -1.0
             for name in (fw.autocast_parameters, fw.fsdp_parameters)
@@ -177,6 +186,7 @@ _FRAMEWORK_COLUMNS = (
     "hopper_attention_speedup",
     "fp8_gemm_speedup",
     "framework_activation_scale",
+    "framework_logit_bytes",
     "tp_comm_synchronous",
     "pipeline_keeps_fsdp_unsharded",
     "overlaps_interleaved_pp_comm",
@@ -192,6 +202,8 @@ _FRAMEWORK_COLUMNS = (
     "moe_flex_dispatch",
     "moe_grouped_gemm",
     "moe_unfused_permutation",
+    "fp8_experts_in_bf16",
+    "reduces_gradients_in_fp32",
     "autocast_code",
     "fsdp_code",
 )
@@ -244,6 +256,16 @@ def cols_from_table(table: FlatTable, sets: ParameterColumns) -> dict[str, Array
     )
     # 1 where the layout trains under autocast with fp32 parameters (an fp32 residual stream)
     cols["autocast_fp32"] = autocast.astype(np.float64)
+    # a framework's stated activation scale and logit bytes hold where no set of the layout's
+    # own kind fitted on memory is at hand (FrameworkTraits.activation_scale, logit_bytes):
+    # the scale where the residual stream is bf16, the logit bytes at tp 1
+    own = np.asarray(sets.memory_fitted_codes(cols["parameter_code"]), dtype=bool)
+    cols["framework_activation_scale"] = np.where(
+        own | autocast, 0.0, cols["framework_activation_scale"]
+    )
+    cols["framework_logit_bytes"] = np.where(
+        own | (cols["tp"] > 1), 0.0, cols["framework_logit_bytes"]
+    )
     cols.update(sets.param_columns(cols["parameter_code"]))
     return cols
 

@@ -302,7 +302,11 @@ def logits_bytes(c: Cols) -> Array:
     saved = np.where(c["pp_afab"] > 0, pipeline.microbatches(c) - 1, 0.0) * np.where(
         fused, FUSED_LOGIT_BYTES / 2, SAVED_LOGIT_BYTES
     )
-    per_byte = np.where(fused, FUSED_LOGIT_BYTES, param(c, "logit_bytes"))
+    # the framework's derived count where it states one (FrameworkTraits.logit_bytes)
+    stated = np.asarray(c.get("framework_logit_bytes", 0.0), dtype=np.float64)
+    per_byte = np.where(
+        fused, FUSED_LOGIT_BYTES, np.where(stated > 0, stated, param(c, "logit_bytes"))
+    )
     return np.asarray((per_byte + saved) * per_logit, dtype=np.float64)
 
 

@@ -18,7 +18,7 @@ so one batch can mix frameworks); a column that is absent takes the prior.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from types import MappingProxyType
@@ -389,6 +389,11 @@ CLUSTER_SCOPED: tuple[str, ...] = tuple(p.name for p in FREE_PARAMETERS if p.sco
 """The parameters whose fitted value belongs to the cluster it was fitted on."""
 
 
+FITS_MEMORY = "fits_memory"
+"""The key :meth:`ParameterSets.as_own` marks a set with whose memory parameters a fit is
+about to fit (never saved: a fitted set's ``runs`` record says it)."""
+
+
 @dataclass(frozen=True, eq=False)
 class ParameterSets:
     """Fitted parameter sets by ``framework/version`` (each with its ``values``, and where it
@@ -453,6 +458,36 @@ class ParameterSets:
             [[self.values_for(fv)[name] for name in PRIORS] for fv in FRAMEWORK_VERSIONS],
             dtype=np.float64,
         )
+
+    def memory_fitted_codes(self, parameter_codes: Array) -> Array:
+        """Per ``parameter_code`` (an index in
+        :data:`surrogate.analytic.inputs.FRAMEWORK_VERSIONS`), whether that framework version
+        has a set of its own here whose memory parameters were fitted on its runs (its
+        ``runs`` record counts runs with a memory, or :meth:`as_own` marks it), not the
+        default set or the priors standing in."""
+        own = np.array(
+            [
+                fv in self.sets
+                and bool(
+                    self.sets[fv].get(FITS_MEMORY) or self.sets[fv].get("runs", {}).get("memory")
+                )
+                for fv in FRAMEWORK_VERSIONS
+            ],
+            dtype=bool,
+        )
+        return own[np.asarray(parameter_codes, dtype=np.int64)]
+
+    def as_own(self, framework_versions: Iterable[str]) -> ParameterSets:
+        """These sets, each of ``framework_versions`` marked as one whose memory parameters are
+        fitted (:data:`FITS_MEMORY`), with the values it takes now (its set's, else the default
+        set's, else the priors): the sets a fit of those versions' own memory parameters
+        explains their runs under, where a framework's stated values give way to the
+        parameters fitted (``FrameworkTraits.activation_scale``, ``logit_bytes``)."""
+        more = {
+            fv: {**self.sets.get(fv, {"values": self.values_for(fv)}), FITS_MEMORY: True}
+            for fv in framework_versions
+        }
+        return self.with_more(more)
 
     def param_columns(self, parameter_codes: Array) -> dict[str, Array]:
         """``p_<name>`` columns for configurations of the given ``parameter_code`` each (the

@@ -179,7 +179,8 @@ def _gemm_seconds(
         eff = _gemm_efficiencies(shapes, perf, c)
     # 6 x (m n k) FLOPs per GEMM for forward + backward.
     g = {name: 6 * m * n * k / (peak * eff[name]) for name, (m, n, k) in shapes.items()}
-    return g, peak, eff["attention"]
+    # the attention core's efficiency where the shapes hold its proxy (NaN elsewhere)
+    return g, peak, eff.get("attention", np.full(np.shape(peak), np.nan))
 
 
 def _grouped_expert_gemms_s(
@@ -194,10 +195,24 @@ def _grouped_expert_gemms_s(
     local = np.maximum(c["num_experts"] / c["ep"], 1.0)
     per = {
         name: (np.maximum(shapes[name][0] / local, 1.0), *shapes[name][1:])
-        for name in ("gate_up", "down", "attention")
+        for name in ("gate_up", "down")
     }
-    g = _gemm_seconds(per, perf, c)[0]
+    # in bf16 under fp8 where the framework's fp8 leaves them out (torchtitan)
+    g = _gemm_seconds(per, perf, _in_bf16(c, "fp8_experts_in_bf16"))[0]
     return np.where(grouped, local * (g["gate_up"] + g["down"]), routed)
+
+
+def _in_bf16(c: Cols, trait: str) -> Cols:
+    """``c`` with its fp8 rows whose framework has ``trait`` (a GEMM its fp8 leaves in bf16)
+    run as bf16: the bf16 curve at the bf16 peak."""
+    bf16 = (np.asarray(c.get("fp8", 0.0)) > 0) & (np.asarray(c.get(trait, 0.0)) > 0)
+    if not np.any(bf16):
+        return c
+    return {
+        **c,
+        "fp8": np.where(bf16, 0.0, c["fp8"]),
+        "peak_flops": np.where(bf16, c["peak_flops_bf16"], c["peak_flops"]),
+    }
 
 
 def _with_moe_layers(
@@ -300,18 +315,13 @@ def _moe_extra_shapes(c: Cols) -> dict[str, Shape]:
 
 
 def lm_head_compute_s(c: Cols, perf: PerfModel) -> Array:
-    """Output head of one micro-batch, forward + backward (not recomputed); under fp8 in
-    bf16 where the framework keeps it there (``FrameworkTraits.fp8_head_in_bf16``)."""
+    """Output head of one micro-batch, forward + backward (not recomputed), timed as the
+    layers' GEMMs are (:func:`_gemm_seconds`); under fp8 in bf16 where the framework keeps it
+    there (``FrameworkTraits.fp8_head_in_bf16``)."""
     T = comm.tokens_per_rank(c)
-    n, k = c["vocab_size"] / c["tp"], c["hidden_size"]
-    fp8 = np.asarray(c.get("fp8", 0.0))
-    bf16_head = (fp8 > 0) & (np.asarray(c.get("fp8_head_in_bf16", 0.0)) > 0)
-    if np.any(bf16_head):
-        eff = perf.gemm_efficiency(T, n, k, {**c, "fp8": np.where(bf16_head, 0.0, fp8)})
-        peak = np.where(bf16_head, c["peak_flops_bf16"], c["peak_flops"])
-    else:
-        eff, peak = perf.gemm_efficiency(T, n, k, c), c["peak_flops"]
-    return 6 * T * n * k / (peak * eff) * param(c, "gemm_time_scale")
+    head = {"head": (T, c["vocab_size"] / c["tp"], c["hidden_size"])}
+    g = _gemm_seconds(head, perf, _in_bf16(c, "fp8_head_in_bf16"))[0]
+    return g["head"] * param(c, "gemm_time_scale")
 
 
 def step_breakdown(

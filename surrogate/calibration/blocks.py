@@ -99,14 +99,20 @@ healthy|all`` prints both)."""
 
 
 def blocks_for_runs(
-    runs: Any, profile: Any = None, *, sets: ParameterSets | None = None
+    runs: Any,
+    profile: Any = None,
+    *,
+    sets: ParameterSets | None = None,
+    own_memory_from: int | None = None,
 ) -> tuple[list[Block], list[np.ndarray]]:
     """Blocks of ``runs`` (a sweep table) explained under their own clusters
     (:func:`surrogate.runs.context.run_context`), one per (PerfModel, parameter set: the
     framework
     version, or the set its layout takes, ``FrameworkTraits.parameter_set``), and the row
     indices of ``runs`` each block holds; their columns carry the values of ``sets`` (None:
-    the shipped sets)."""
+    the shipped sets). ``own_memory_from``: the sets whose runs hold that many completed runs
+    with a peak memory explain them as their own (``ParameterSets.as_own``: a fit of their
+    memory is about to make them so, and a framework's stated memory values give way)."""
     sets = shipped_parameter_sets() if sets is None else sets
 
     profiles, extra = run_context(runs, profile)
@@ -116,6 +122,14 @@ def blocks_for_runs(
     for i, cfg in enumerate(configs):
         key = (cfg.cluster.gpu, str(profiles[i]), cfg.layout.parameter_set())
         keyed.setdefault(key, []).append(i)
+    if own_memory_from is not None:
+        measured = (runs["status"] == "completed").to_numpy() & np.isfinite(
+            runs["peak_mem_reserved_gib"].to_numpy(dtype=np.float64)
+        )
+        counts: dict[str, int] = {}
+        for (_, _, fv), idx in keyed.items():
+            counts[fv] = counts.get(fv, 0) + int(measured[idx].sum())
+        sets = sets.as_own(fv for fv, n in counts.items() if n >= own_memory_from)
     blocks, rows = [], []
     for (gpu, _, _), idx in keyed.items():
         sel = np.array(idx)

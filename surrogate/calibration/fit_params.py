@@ -323,7 +323,9 @@ def fit_runs(
     the shipped ones; :func:`blocks_for_runs`)."""
     if fit_on not in ("all", "healthy"):
         raise ValueError(f"fit_on must be 'all' or 'healthy', got {fit_on!r}")
-    blocks, rows = blocks_for_runs(runs, profile, sets=sets)
+    # the versions whose memory parameters are fitted here explain their runs as their own
+    # sets will (a framework's stated values give way to them: ParameterSets.as_own)
+    blocks, rows = blocks_for_runs(runs, profile, sets=sets, own_memory_from=MIN_RUNS)
     mfu_all = runs["mfu"].to_numpy(dtype=np.float64)
     by_fv: dict[str, list[int]] = {}
     for i, b in enumerate(blocks):
@@ -465,7 +467,7 @@ def own_sets(
     that ``sets`` (None: the shipped ones) lack: a user's own framework,
     calibrated by their own runs before any learned correction (:func:`fit_runs` on those runs, no
     cross-validation; a version with fewer than :data:`OWN_MIN_RUNS` timed runs keeps the
-    priors). ``{version: {"values": ...}}``, empty where there is nothing to fit.
+    priors). ``{version: {"values": ..., "runs": ...}}``, empty where there is nothing to fit.
 
     Measured (``python benchmarks/accuracy.py --transfer``, MPT runs of llm-foundry, 3 draws
     of k added to the Playbook's): the analytic model alone under the k runs' own parameters
@@ -481,7 +483,12 @@ def own_sets(
     fitted = fit_runs(
         runs[mine].reset_index(drop=True), profile, group_by=None, min_runs=OWN_MIN_RUNS, sets=base
     )["sets"]
-    return {fv: {"values": dict(entry["values"])} for fv, entry in fitted.items()}
+    # the runs record says whether the memory parameters were fitted (else the framework's
+    # stated values hold beside them: ParameterSets.memory_fitted_codes)
+    return {
+        fv: {"values": dict(entry["values"]), "runs": dict(entry["runs"])}
+        for fv, entry in fitted.items()
+    }
 
 
 def write_sets(result: dict[str, Any], path: Any, *, source: str) -> None:

@@ -376,6 +376,15 @@ class SpaceOptions:
     max_cp: Annotated[int | None, _space("Largest context-parallel degree.", metavar="N")] = None
     max_vpp: Annotated[int, _space("Largest virtual pipeline degree.", metavar="N")] = 4
     max_mbs: Annotated[int, _space("Largest micro-batch (sequences).", metavar="N")] = 64
+    dtype: Annotated[
+        str,
+        _space(
+            "Precision of every layout: bf16 or fp8 (each framework's FP8 recipe, as predict "
+            "--dtype fp8).",
+            "--dtype",
+            metavar="NAME",
+        ),
+    ] = "bf16"
 
     def limits(self, max_p_oom: float) -> Any:
         """The search's limits: ``max_p_oom`` and this memory margin."""
@@ -409,6 +418,7 @@ class SpaceOptions:
             max_cp=self.max_cp,
             max_vpp=self.max_vpp,
             max_mbs=self.max_mbs,
+            dtype=cast(Any, self.dtype),
         )
 
 

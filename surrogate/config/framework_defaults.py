@@ -32,6 +32,7 @@ from surrogate.errors import ConfigError
 
 BRIDGE = "megatron-bridge 0.3.1"
 CORE = "megatron-core 0.16.1"
+TITAN = "torchtitan 0.2.2"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,6 +166,35 @@ FRAMEWORK_DEFAULTS: dict[str, tuple[Default, ...]] = {
             "surrogate.analytic.pipeline.slot_split)",
         ),
     ),
+    "torchtitan": (
+        Default(
+            setting="gradient_reduction",
+            value="fp32",
+            source=f"{TITAN} config/job_config.py: Training.mixed_precision_reduce = "
+            "'float32', FSDP2's MixedPrecisionPolicy reduce_dtype (models/llama3/infra/"
+            "parallelize.py); under DDP the parameters are fp32 "
+            "(FrameworkTraits.reduces_gradients_in_fp32)",
+        ),
+        Default(
+            setting="async_tp",
+            value="off",
+            when=_tp,
+            condition="tp > 1",
+            source=f"{TITAN} config/job_config.py: Parallelism.enable_async_tensor_parallel"
+            " = False, and it needs compile (FrameworkTraits.tp_comm_synchronous)",
+        ),
+        Default(
+            setting="float8",
+            value="tensorwise dynamic scaling, routed experts in bf16, bf16 all-gathers",
+            when=_fp8,
+            condition="dtype fp8",
+            source=f"{TITAN} config/job_config.py: Float8Linear.recipe_name = None "
+            "(tensorwise), enable_fsdp_float8_all_gather = False; "
+            "components/quantization/utils.py module_filter_fn converts nn.Linear only "
+            "(FrameworkTraits.fp8_experts_in_bf16); torchao 0.14.1 float8/float8_ops.py "
+            "torch._scaled_mm (FrameworkTraits.fp8_gemm_speedup)",
+        ),
+    ),
     "llm-foundry": (
         Default(
             setting="attention",
@@ -249,7 +279,7 @@ def defaults_line(layout: Any) -> str:
     items = assumed_for(layout)
     if not items:
         return ""
-    releases = sorted({r for r in (BRIDGE, CORE) if any(r in src for _, _, src in items)})
+    releases = sorted({r for r in (BRIDGE, CORE, TITAN) if any(r in src for _, _, src in items)})
     where = f" ({', '.join(releases)})" if releases else ""
     return f"{layout.framework} defaults assumed{where}: " + ", ".join(
         f"{s.replace('_', ' ')} {v}" for s, v, _ in items
@@ -263,7 +293,7 @@ def space_defaults_line(framework: str) -> str:
     items = [d for d in defaults_for(framework) if not d.column]
     if not items:
         return ""
-    releases = sorted({r for r in (BRIDGE, CORE) if any(r in d.source for d in items)})
+    releases = sorted({r for r in (BRIDGE, CORE, TITAN) if any(r in d.source for d in items)})
     where = f" ({', '.join(releases)})" if releases else ""
     name = _canonical(framework)
     return f"{name} defaults assumed{where}: " + ", ".join(

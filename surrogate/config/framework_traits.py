@@ -53,10 +53,30 @@ split Megatron-Bridge's Llama 3.1 405B recipe sets (megatron-bridge 0.3.1
 ``recipes/llama/llama3.py`` ``llama31_405b_pretrain_config``: 126 layers on pp 8 x vpp 8)."""
 
 
+SCALED_MM_FP8_SPEEDUP = 1.84
+"""An fp8 GEMM's speed over the same shape's bf16 GEMM on an H100: the median over the 301
+shapes with every side of at least 2048 of our own H100's fp8 (``torch._scaled_mm``, e4m3,
+cuBLASLt) and bf16 GEMMs (``datasets/h100/2026-11-23/gemm.jsonl``; 10th-90th percentile
+1.68-1.96; the datasheet's 2.0 is the bound), where the public profile's fp8 curve is its bf16
+curve at twice the peak (no public fp8 H100 table: 0.80 of the measured fp8 time in median,
+``docs/measurements.md``)."""
+
+UNFUSED_CE_LOGIT_BYTES = 12.0
+"""Bytes per logit alive at the loss under PyTorch's unfused cross entropy in fp32 with the
+bf16 logits freed before the backward (``FrameworkTraits.logit_bytes``): torchtitan 0.2.2's
+``cross_entropy_loss`` is ``F.cross_entropy(pred.flatten(0, 1).float(), labels)`` and its
+trainer deletes ``pred`` before ``loss.backward()`` (``components/loss.py``, ``train.py``); the
+project's own training step returns the same loss from its forward (``microbench.train_step``).
+In the forward the bf16 logits (2), their fp32 copy (4) and its log-softmax (4) coexist; in
+the backward the log-softmax's saved output (4), the gradient coming in (4) and the one going
+out (4): 12. Measured on a CPU, 12.0-12.1 (``python -m microbench.loss_peak``); the sets fitted
+on such runs agree (``pytorch/autocast`` 11.49, ``pytorch-fsdp2/bf16`` 11.42). Range 10-12
+(the forward's peak to the backward's)."""
+
 BF16_ACTIVATION_SCALE = 1.08
 """Stored activations over the derived count (``FrameworkTraits.activation_scale``) of a
 framework whose layer keeps what the count derives, with a bf16 residual stream, where no set
-is fitted on its own runs' memory: 1.08, the value every set fitted on runs whose activations
+is fitted on its own layouts' memory: 1.08, the value every set fitted on runs whose activations
 are bf16 agrees on (nanotron pp-fix 1.080 and pre-pp-fix 1.093 on the Playbook's cluster,
 ``pytorch-fsdp2/bf16`` 1.075 on our H100: ``surrogate/data/analytic_params.json``). The
 default set (1.20) pools runs whose residual stream is fp32 (PyTorch autocast's set fits 1.29:
@@ -130,20 +150,27 @@ class FrameworkTraits:
     backward in bf16 on H100. Not measured here: the lower end of that range, 1.5, as the
     prior. 1: the measured curve as it is (the others)."""
     fp8_gemm_speedup: float = 0.0
-    """Its fp8 GEMMs' speed over the same shape's bf16 GEMM: an fp8 layer GEMM takes the
-    profile's bf16 time divided by this. Megatron-Core: 1.84, the median over the 301 shapes
-    with every side of at least 2048 of our own H100's fp8 (``torch._scaled_mm``, cuBLASLt, as
-    Transformer Engine calls) and bf16 GEMMs (``datasets/h100/2026-11-23/gemm.jsonl``; 10th-90th
-    percentile 1.68-1.96; the datasheet's 2.0 is the bound), where the public profile's fp8
-    curve is its bf16 curve at twice the peak (no public fp8 H100 table: 0.80 of the measured
-    fp8 time in median, ``docs/measurements.md``). The measurement holds for any framework's
-    fp8 GEMMs; it is scoped to Megatron-Core so that the sets fitted on llm-foundry's fp8 runs
-    stay valid (moving them is a refit). 0: the profile's fp8 curve (the others)."""
+    """Its fp8 GEMMs' speed over the same shape's bf16 GEMM: an fp8 GEMM takes the profile's
+    bf16 time divided by this. :data:`SCALED_MM_FP8_SPEEDUP` (1.84) for Megatron-Core, whose
+    Transformer Engine GEMMs run on cuBLASLt as ``torch._scaled_mm`` does, and for torchtitan,
+    whose Float8 linears (torchao 0.14.1 ``float8/float8_linear.py``) call
+    ``torch._scaled_mm`` itself (``float8/float8_ops.py``), the output head's too. The
+    measurement holds for any framework's fp8 GEMMs; it is scoped to those two so that the
+    sets fitted on llm-foundry's fp8 runs stay valid (moving them is a refit). 0: the
+    profile's fp8 curve (the others)."""
     activation_scale: float = 0.0
     """Stored activations over the derived count (the free parameter ``activation_scale``) for
-    this framework where it takes a parameter set fitted on other frameworks' runs; 0: the
-    set's value. :data:`BF16_ACTIVATION_SCALE` (1.08) for the two frameworks whose runs measure
-    no memory and whose layer keeps the derived count with a bf16 residual stream:
+    this framework where no set of the layout's own kind is at hand (its framework version's,
+    or the measured set it takes, :attr:`autocast_parameters`, :attr:`fsdp_parameters`: the
+    default set or the priors stand in) and the layout's residual stream is bf16 (not under
+    autocast with fp32 parameters); 0: the set's value. :data:`BF16_ACTIVATION_SCALE` (1.08)
+    for the frameworks whose layer keeps the derived count with a bf16 residual stream:
+    torchtitan under FSDP2's bf16 ``param_dtype`` (sharded, or with tp, pp or cp:
+    ``mixed_precision_needs_sharding``), whose embedding, ``nn.RMSNorm`` outputs and residual
+    adds are bf16 (0.2.2 ``models/llama3/model/model.py``) and whose block saves the derived
+    count with the gathered TP inputs (:attr:`saves_gathered_tp_inputs`, measured on 0.2.2's
+    block); the project's FSDP2 step (bf16 parameters, ``microbench.train_step``); and the two
+    whose runs measure no memory:
     Megatron-Core trains bf16 parameters with a bf16 residual stream
     (``fp32_residual_connection`` off by default in megatron-core 0.16.1
     ``transformer_config.py``), and its layer's saved tensors match the derived count
@@ -155,6 +182,13 @@ class FrameworkTraits:
     and its ``MPTBlock`` saves the derived count: 16 T x h bf16 tensors with a GELU MLP
     (llm-foundry 0.2.0-0.4.0 ``layers/blocks.py``, ``attention.py``, ``ffn.py``; measured on
     0.3.0's block, ``tests/analytic/test_memory_measured_saves.py``)."""
+    logit_bytes: float = 0.0
+    """Bytes per logit at the loss (the free parameter ``logit_bytes``) where no set of the
+    layout's own kind is at hand, as :attr:`activation_scale`, and tp is 1; 0: the set's value.
+    :data:`UNFUSED_CE_LOGIT_BYTES` (12) for the frameworks whose loss is PyTorch's unfused fp32
+    cross entropy with the logits freed before the backward: torchtitan and the project's own
+    training steps. With tp > 1 torchtitan's loss parallel runs DTensor's vocab-parallel cross
+    entropy, not measured: the set's value there."""
     saves_gathered_tp_inputs: bool = False
     """Under sequence parallelism its column-parallel projections (QKV, the MLP's gate and up)
     keep their all-gathered, unsharded input for the weight gradient: two T x h bf16 tensors
@@ -238,7 +272,19 @@ class FrameworkTraits:
     ``backward_maybe_with_nosync``), under which FSDP2 accumulates the unsharded gradient in
     its reduce dtype, fp32 in torchtitan (``distributed/fsdp/_fully_shard/_fsdp_param.py``,
     ``to_accumulated_grad_if_needed``). So with pp > 1 and ZeRO-2 or 3 a rank holds 2 + 4
-    bytes per parameter of its stage unsharded, where the ZeRO count shards them."""
+    bytes per parameter of its stage unsharded, where the ZeRO count shards them; and it
+    gathers the parameters once a step (the first micro-batch's forward) and reduce-scatters
+    once (after the last backward), so its ZeRO-3 communicates as its ZeRO-2 there
+    (``surrogate.analytic.comm.dp_times_s``), not every micro-batch."""
+    reduces_gradients_in_fp32: bool = False
+    """Its data parallelism moves fp32 gradients, 4 bytes per parameter on the wire, without an
+    fp32 accumulation buffer (:attr:`fp32_grad_accumulation` implies the same on the wire):
+    torchtitan's FSDP2 reduce-scatters and HSDP all-reduces in ``reduce_dtype``, which its
+    ``training.mixed_precision_reduce`` fixes at float32 (0.2.2 ``config/job_config.py``; the
+    ``MixedPrecisionPolicy`` of ``models/llama3/infra/parallelize.py``), and under DDP its
+    parameters, so their gradients, are fp32 (autocast). False: bf16 gradients on the wire
+    unless it accumulates in fp32 (llm-foundry's FSDP ``mixed_precision: DEFAULT`` leaves
+    ``reduce_dtype`` unset, which FSDP takes as the bf16 ``param_dtype``)."""
     reduces_every_microbatch: bool = False
     """Without a pipeline its sharded data parallelism reduce-scatters the gradients after
     every micro-batch's backward, not once a step: torchtitan 0.3.0's trainer runs each
@@ -345,6 +391,14 @@ class FrameworkTraits:
     (``comm.ep_time_per_layer_s``). False: every routed copy (``alltoall``, torchtitan)."""
     moe_grouped_gemm: bool = False
     """One GEMM per local expert at its own rows' (TE ``GroupedLinear``; ``torch._grouped_mm``)."""
+    fp8_experts_in_bf16: bool = False
+    """Under fp8 its routed experts' GEMMs run in bf16: torchtitan's Float8 training converts
+    ``nn.Linear`` modules only (0.2.2 ``components/quantization/utils.py``,
+    ``module_filter_fn``), and its routed experts hold their weights as plain parameters of
+    ``GroupedExperts`` (``models/moe/moe.py``) run by ``torch._grouped_mm``; their fp8 grouped
+    GEMM is a separate prototype (``quantize.grouped_mm.float8``), off by default. Its shared
+    expert and router are ``nn.Linear`` and take fp8. False: every expert GEMM in fp8 (Megatron-
+    Core's Transformer Engine ``GroupedLinear``)."""
     moe_tp_needs_sequence_parallel: bool = False
     """Its MoE layer refuses tensor parallelism without sequence parallelism in training
     (megatron-core 0.16.1's ``MoELayer.forward`` raises a ValueError), so an MoE model's layout

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from surrogate.config.framework_traits import (
     BF16_ACTIVATION_SCALE,
+    SCALED_MM_FP8_SPEEDUP,
+    UNFUSED_CE_LOGIT_BYTES,
     FrameworkName,
     FrameworkTraits,
 )
@@ -105,7 +107,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             overlaps_dp_with_compute=True,
             overlaps_interleaved_pp_comm=True,
             hopper_attention_speedup=1.5,
-            fp8_gemm_speedup=1.84,
+            fp8_gemm_speedup=SCALED_MM_FP8_SPEEDUP,
             activation_scale=BF16_ACTIVATION_SCALE,
             fused_cross_entropy=True,
             partial_recompute=True,
@@ -166,6 +168,11 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
             # the local experts' token groups (offsets), a CUTLASS sm90 grouped kernel
             moe_grouped_gemm=True,
             moe_unfused_permutation=True,
+            fp8_gemm_speedup=SCALED_MM_FP8_SPEEDUP,
+            fp8_experts_in_bf16=True,
+            reduces_gradients_in_fp32=True,
+            activation_scale=BF16_ACTIVATION_SCALE,
+            logit_bytes=UNFUSED_CE_LOGIT_BYTES,
         ),
         FrameworkTraits(
             name="llm-foundry",
@@ -231,6 +238,7 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "AdamW), no data, tensor, pipeline, context or expert parallelism; full "
                 "recomputation by torch.utils.checkpoint per block"
             ),
+            logit_bytes=UNFUSED_CE_LOGIT_BYTES,
         ),
         FrameworkTraits(
             name="pytorch-fsdp2",
@@ -254,6 +262,9 @@ FRAMEWORKS: dict[str, FrameworkTraits] = {
                 "ZeRO-3 (reshard after forward) or ZeRO-2 (not); no tensor, pipeline, context "
                 "or expert parallelism"
             ),
+            reduces_gradients_in_fp32=True,
+            activation_scale=BF16_ACTIVATION_SCALE,
+            logit_bytes=UNFUSED_CE_LOGIT_BYTES,
         ),
     )
 }

@@ -267,9 +267,13 @@ def job_config_columns(path: str | Path, given: Mapping[str, Any]) -> dict[str, 
 _SET = re.compile(r"--set (\w+)=(\S+)")
 """``--set key=VALUE`` in ingest's messages (the same columns are predict's ``--key VALUE``)."""
 
-_FP8_LINEAR_CONVERTERS = ("float8", "quantize.linear.float8")
+FLOAT8_CONVERTER = "quantize.linear.float8"
+"""torchtitan 0.2.2's registered ``[model] converters`` name of torchao's Float8 linears
+(``components/quantization/float8.py``: tensorwise dynamic scaling by default; the routed
+experts stay bf16), what the analytic model takes fp8 to be there; launch files write it."""
+_FP8_LINEAR_CONVERTERS = ("float8", FLOAT8_CONVERTER)
 """``[model] converters`` that run the linears' GEMMs in float8 (torchao's Float8Linear; the
-older name and torchtitan 0.2.2's registered one)."""
+older name and :data:`FLOAT8_CONVERTER`)."""
 
 
 def _dtype(

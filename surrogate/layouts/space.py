@@ -39,7 +39,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from surrogate.config.checks import Dtype
+from surrogate.config.checks import DTYPES, Dtype
 from surrogate.config.framework_traits import Recompute, ZeroStage
 from surrogate.config.frameworks import DEFAULT_FRAMEWORK, FRAMEWORKS, get_framework
 from surrogate.config.gpus import canonical_gpu_name
@@ -114,6 +114,8 @@ class LayoutSpace:
         object.__setattr__(self, "gpu", canonical_gpu_name(self.gpu))  # unknown: say which exist
         if self.gpus_per_node < 1:
             raise ConfigError(f"gpus_per_node must be >= 1, got {self.gpus_per_node}")
+        if self.dtype not in DTYPES:
+            raise ConfigError(f"dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
         if self.global_batch_seqs < 1:
             raise ConfigError(f"global batch must be >= 1 sequence, got {self.global_batch_seqs}")
         if not self.node_counts or any(n < 1 for n in self.node_counts):

@@ -13,10 +13,11 @@ layout, where torchtitan's default 1 would lend tp to ep) and the pipeline split
 (:func:`torchtitan_stage_split`); ``[activation_checkpoint] mode``; ``[model] name``, the
 torchtitan model with the model's blocks (:func:`torchtitan_model`: llama3, llama4 for
 mixture-of-experts layers, deepseek_v3 for latent attention), and ``flavor``, a shipped
-flavour or ``custom``, whose shape the comment lines give. It reads back through
-:func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule and
-virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped), after
-comment lines that give the layout; the schedule names come from the framework's traits
+flavour or ``custom``, whose shape the comment lines give, and under fp8 ``converters``
+(torchao's Float8 linears, ``surrogate.ingest.torchtitan.FLOAT8_CONVERTER``). It reads back
+through :func:`surrogate.ingest.torchtitan.config_values` to the same layout, pipeline schedule
+and virtual stages included (:func:`torchtitan_toml`). tomli-w writes it (strings escaped),
+after comment lines that give the layout; the schedule names come from the framework's traits
 (:mod:`surrogate.config.frameworks`), which also decide which layouts can be written
 (:func:`launch_problem`).
 
@@ -50,6 +51,7 @@ from surrogate.config.presets import TORCHTITAN_FLAVOURS
 from surrogate.config.table import FlatTable, runs_as_another, take
 from surrogate.config.training import TrainingConfig
 from surrogate.errors import ConfigError
+from surrogate.ingest.torchtitan import FLOAT8_CONVERTER
 from surrogate.io.atomic import atomic_path
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,99}$")
@@ -116,8 +118,9 @@ def check_path(path: str | Path) -> str:
 
 LAUNCH_FRAMEWORK = "torchtitan"
 """The framework launch files are written for."""
-LAUNCH_DTYPES: tuple[str, ...] = ("bf16",)
-"""Dtypes the writer knows torchtitan's settings for (fp8 needs its float8 converters)."""
+LAUNCH_DTYPES: tuple[str, ...] = ("bf16", "fp8")
+"""Dtypes the writer knows torchtitan's settings for: fp8 is its Float8 converter
+(:data:`surrogate.ingest.torchtitan.FLOAT8_CONVERTER`)."""
 
 
 def launchable(table: FlatTable) -> np.ndarray:
@@ -336,6 +339,11 @@ def torchtitan_toml(
             + moe
             + "".join(f" {n}={getattr(m, n)}" for n in ARCHITECTURE_FIELDS if getattr(m, n))
         )
+    if lay.dtype == "fp8":
+        comments.append(
+            f"# fp8: torchao's Float8 linears ([model] converters {FLOAT8_CONVERTER}, "
+            "tensorwise); the cluster needs torchao installed"
+        )
     name, flav = flavour or (torchtitan_model(cfg), "custom")
     parallelism: dict[str, Any] = {
         "data_parallel_replicate_degree": replicate,
@@ -360,7 +368,11 @@ def torchtitan_toml(
         }
     doc = {
         "job": {"dump_folder": dump_folder, "description": run_name},
-        "model": {"name": name, "flavor": flav},
+        "model": {
+            "name": name,
+            "flavor": flav,
+            **({"converters": [FLOAT8_CONVERTER]} if lay.dtype == "fp8" else {}),
+        },
         "training": {
             "local_batch_size": local,
             "global_batch_size": local * lay.dp * (1 if lay.pp > 1 else lay.grad_accum),

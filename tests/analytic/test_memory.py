@@ -266,7 +266,8 @@ def test_megatron_keeps_its_linear_inputs_in_fp8(cols):
 def test_megatron_and_llm_foundry_state_their_activation_scale_the_others_take_their_sets(cols):
     """Megatron-Core's and llm-foundry's stored activations over the count are 1.08
     (FrameworkTraits: bf16 residual streams, no memory measured), not the default set's 1.20;
-    nanotron's and torchtitan's come from their parameter sets."""
+    nanotron's and torchtitan's under FSDP alone come from their parameter sets (torchtitan's
+    tp / pp / cp layouts take 1.08: tests/config/test_frameworks.py)."""
     for fw, z in (("megatron", 1), ("llm-foundry", 3)):
         c = cols("8b", dp=8, framework=fw, zero_stage=z)
         assert memory.activation_scale(c)[0] == 1.08
@@ -708,7 +709,7 @@ def test_all_forward_all_backward_holds_every_micro_batch(config):
     kw = dict(dp=1, pp=4, grad_accum=16, mbs=1, framework="torchtitan")
     afab = to_cols([config("8b", pp_schedule="afab", **kw)], shipped_parameter_sets())
     onef = to_cols([config("8b", **kw)], shipped_parameter_sets())
-    per_layer = activations.activation_bytes_per_layer(afab) * param(afab, "activation_scale")
+    per_layer = activations.activation_bytes_per_layer(afab) * memory.activation_scale(afab)
     for i in range(4):
         a, b = memory.stage_memory(afab, i), memory.stage_memory(onef, i)
         layers = (8, 9, 8, 7)[i]  # torchtitan's split of 32 layers + 2 slots (test_pipeline)

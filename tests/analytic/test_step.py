@@ -416,7 +416,7 @@ def test_megatron_accumulates_weight_gradients_in_the_gemm(cols):
 
 def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
     """fp8_head_in_bf16: the head's GEMM at the bf16 peak under fp8; in bf16 nothing
-    changes."""
+    changes. Without the trait it would take the measured fp8 speed-up, as the layers'."""
     fp8 = dict(cols("llama3-8b", dp=8, framework="megatron", dtype="fp8"))
     bf16 = dict(cols("llama3-8b", dp=8, framework="megatron"))
     assert step.lm_head_compute_s(fp8, PERF)[0] == pytest.approx(
@@ -424,7 +424,7 @@ def test_megatron_runs_its_output_head_in_bf16_under_fp8(cols):
     )
     at_fp8 = step.lm_head_compute_s(_megatron_without(fp8, "fp8_head_in_bf16"), PERF)[0]
     assert at_fp8 == pytest.approx(
-        step.lm_head_compute_s(fp8, PERF)[0] * fp8["peak_flops_bf16"][0] / fp8["peak_flops"][0]
+        step.lm_head_compute_s(fp8, PERF)[0] / fp8["fp8_gemm_speedup"][0]
     )
 
 
@@ -471,13 +471,15 @@ def test_megatron_attention_speedup_is_hopper_only(cols):
     assert h200["hopper"][0] == 1.0
 
 
-def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
-    """fp8_gemm_speedup: under fp8 a Megatron layer's GEMMs take the bf16 time / 1.84 (our
-    H100's measured median); in bf16 nothing changes; torchtitan keeps the profile's fp8."""
+@pytest.mark.parametrize("framework", ["megatron", "torchtitan"])
+def test_fp8_gemms_run_at_the_measured_speed_over_bf16(cols, framework):
+    """fp8_gemm_speedup: under fp8 a Megatron or torchtitan layer's GEMMs take the bf16 time /
+    1.84 (our H100's measured median; both call cuBLASLt's fp8 GEMM); in bf16 nothing changes;
+    llm-foundry keeps the profile's fp8."""
     from surrogate.hardware.profile import default_profile
 
     perf = default_profile("H100-SXM-80GB")
-    kw = dict(dp=8, framework="megatron")
+    kw = dict(dp=8, framework=framework, zero_stage=2 if framework == "torchtitan" else 0)
     bf16 = dict(cols("llama3-8b", **kw))
     fp8 = dict(cols("llama3-8b", dtype="fp8", **kw))
     gemms = {
@@ -485,12 +487,8 @@ def test_megatron_fp8_gemms_run_at_the_measured_speed_over_bf16(cols):
     }
     assert gemms["fp8"][0] == pytest.approx(gemms["bf16"][0] / 1.84)
     assert fp8["fp8_gemm_speedup"][0] == 1.84
-    assert (
-        dict(cols("llama3-8b", dp=8, framework="torchtitan", zero_stage=2, dtype="fp8"))[
-            "fp8_gemm_speedup"
-        ][0]
-        == 0.0
-    )
+    foundry = dict(cols("llama3-8b", dp=8, framework="llm-foundry", zero_stage=2, dtype="fp8"))
+    assert foundry["fp8_gemm_speedup"][0] == 0.0
 
 
 def test_torchtitan_tp_runs_synchronously_at_the_profile_time(cols):
@@ -583,3 +581,77 @@ def test_grouped_expert_gemms_run_at_their_own_rows(cols):
         step.layer_compute_s(titan, RowBound())[0][0]
         > step.layer_compute_s(titan_one, RowBound())[0][0]
     )
+
+
+def _torchtitan_without(c: dict, *terms: str) -> dict:
+    return {**c, **{t: np.zeros_like(c[t]) for t in terms}}
+
+
+def test_torchtitan_reduces_its_gradients_in_fp32(cols):
+    """reduces_gradients_in_fp32: torchtitan's FSDP2 reduce-scatters 4 bytes per parameter
+    (reduce_dtype float32), twice the bf16 bytes; its all-gathers stay bf16."""
+    from surrogate.analytic import comm
+
+    c = dict(cols("llama3-8b", dp=64, framework="torchtitan", zero_stage=3))
+    params = flops.total_params(c)
+    fp32 = comm.dp_times_s(c, PERF, params, np.zeros(1))
+    bf16 = comm.dp_times_s(
+        _torchtitan_without(c, "reduces_gradients_in_fp32"), PERF, params, np.zeros(1)
+    )
+    assert 1.8 < fp32["grad_reduce"][0] / bf16["grad_reduce"][0] <= 2.0
+    assert fp32["zero3_per_microbatch"][0] > bf16["zero3_per_microbatch"][0]
+    ag = comm.dp_times_s({**c, "zero_stage": np.full(1, 2.0)}, PERF, params, np.zeros(1))
+    assert ag["param_gather"][0] == pytest.approx(
+        comm.dp_times_s(
+            _torchtitan_without({**c, "zero_stage": np.full(1, 2.0)}, "reduces_gradients_in_fp32"),
+            PERF,
+            params,
+            np.zeros(1),
+        )["param_gather"][0]
+    )
+
+
+def test_torchtitan_runs_its_routed_experts_in_bf16_under_fp8(cols):
+    """fp8_experts_in_bf16: torchtitan's Float8 converts nn.Linear only, so its routed
+    experts' grouped GEMMs take their bf16 time under fp8; in bf16 nothing changes."""
+    fp8 = dict(cols("mixtral-8x7b", dp=8, ep=8, zero_stage=3, framework="torchtitan", dtype="fp8"))
+    bf16 = dict(cols("mixtral-8x7b", dp=8, ep=8, zero_stage=3, framework="torchtitan"))
+    all_fp8 = _torchtitan_without(fp8, "fp8_experts_in_bf16")
+    fp8_s, bf16_s, all_s = (step.layer_compute_s(c, PERF)[0][0] for c in (fp8, bf16, all_fp8))
+    assert all_s < fp8_s < bf16_s
+    assert step.layer_compute_s(_torchtitan_without(bf16, "fp8_experts_in_bf16"), PERF)[0][
+        0
+    ] == pytest.approx(bf16_s)
+
+
+def test_an_fp8_head_takes_the_frameworks_measured_speed_up(cols):
+    """torchtitan's output head is a Float8 linear under fp8: its GEMM takes the bf16 time
+    divided by the measured speed-up (fp8_gemm_speedup), as the layers' do."""
+    fp8 = dict(cols("llama3-8b", dp=8, framework="torchtitan", dtype="fp8"))
+    bf16 = dict(cols("llama3-8b", dp=8, framework="torchtitan"))
+    assert step.lm_head_compute_s(fp8, PERF)[0] == pytest.approx(
+        step.lm_head_compute_s(bf16, PERF)[0] / fp8["fp8_gemm_speedup"][0]
+    )
+
+
+def test_torchtitans_pipeline_gathers_and_reduces_once_a_step(cols):
+    """pipeline_keeps_fsdp_unsharded: with pp > 1 torchtitan's ZeRO-3 gathers once (the first
+    forward) and reduce-scatters once (after the last backward), as its ZeRO-2; without a
+    pipeline it gathers twice and reduces every micro-batch."""
+    from surrogate.analytic import comm
+
+    kw = dict(dp=8, tp=1, grad_accum=8, framework="torchtitan")
+    piped = dict(cols("llama3-70b", pp=4, zero_stage=3, **kw))
+    z2 = dict(cols("llama3-70b", pp=4, zero_stage=2, **kw))
+    flat = dict(cols("llama3-70b", pp=1, zero_stage=3, **kw))
+    n = flops.total_params(piped)
+    got, as_z2 = (comm.dp_times_s(c, PERF, n, np.zeros(1)) for c in (piped, z2))
+    assert got["zero3_per_microbatch"][0] == 0.0
+    assert (
+        got["param_gather"][0] == pytest.approx(as_z2["param_gather"][0])
+        and got["param_gather"][0] > 0
+    )
+    assert got["grad_reduce"][0] == pytest.approx(as_z2["grad_reduce"][0])
+    assert comm.dp_times_s(flat, PERF, n, np.zeros(1))["zero3_per_microbatch"][0] > 0
+    other = _torchtitan_without(piped, "pipeline_keeps_fsdp_unsharded")
+    assert comm.dp_times_s(other, PERF, n, np.zeros(1))["zero3_per_microbatch"][0] > 0

@@ -270,3 +270,19 @@ def test_the_search_stays_inside_each_physical_range(synthetic_block):
     assert fit.values["gemm_time_scale"] == pytest.approx(upper, rel=1e-3)
     lb, ub = free_bounds([PARAMETERS["nccl_sm_share"], PARAMETERS["layer_overhead_s"]])
     assert lb[0] == -np.inf and ub[1] == pytest.approx(np.log(5e-3))
+
+
+def test_a_version_fitted_from_scratch_fits_what_its_framework_states():
+    """Fitted on its own runs from the priors (no set of its own yet), the project's autocast
+    step fits its memory parameters freely, logit_bytes among them (the framework states 12,
+    which gives way to the fit: ParameterSets.as_own), and lands on the shipped set's value."""
+    from surrogate.analytic.params import ParameterSets
+    from surrogate.calibration.fit_params import fit_runs
+    from training.across import own_h100_runs
+
+    runs = own_h100_runs()
+    autocast = runs[runs["framework"] == "pytorch"].reset_index(drop=True)
+    fitted = fit_runs(autocast, group_by=None, sets=ParameterSets())["sets"]["pytorch/autocast"]
+    shipped = shipped_parameter_sets().values_for("pytorch/autocast")["logit_bytes"]
+    assert fitted["runs"]["memory"] > 0
+    assert fitted["values"]["logit_bytes"] == pytest.approx(shipped, rel=0.05)

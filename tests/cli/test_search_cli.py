@@ -547,3 +547,17 @@ def test_the_line_under_the_top_says_clear_lead_or_close_call() -> None:
     assert best_set_line(pd.DataFrame({"p_best": [0.4]})) is None
     assert odds_cell({"p_best": 0.4, "best_set": True}) == "40%*"
     assert odds_cell({"p_best": 0.4, "best_set": False}) == "40%"
+
+
+def test_search_takes_the_precision_of_its_layouts(capsys: pytest.CaptureFixture[str]) -> None:
+    """--dtype fp8 searches fp8 layouts (each framework's FP8 recipe, faster than bf16 here);
+    another precision is one error line naming those there are."""
+    base = ["search", *SMALL, "--json", "--top-k", "1", "--framework", "megatron", "--analytic"]
+    tops = {}
+    for dtype in ("bf16", "fp8"):
+        assert main([*base, "--dtype", dtype]) == 0
+        tops[dtype] = json.loads(capsys.readouterr().out)["top"][0]
+    assert tops["fp8"]["dtype"] == "fp8" and tops["bf16"]["dtype"] == "bf16"
+    assert tops["fp8"]["pred_tokens_per_s_per_gpu"] > tops["bf16"]["pred_tokens_per_s_per_gpu"]
+    assert main(["search", *SMALL, "--dtype", "fp16"]) == 2
+    assert "dtype must be one of bf16, fp8, got 'fp16'" in capsys.readouterr().err

@@ -57,4 +57,17 @@ def test_the_lines_predict_and_search_print():
     assert defaults_line(LayoutConfig(framework="nanotron")) == ""
     space = space_defaults_line("megatron-bridge")
     assert "tp comm overlap on [tp > 1]" in space and "distributed optimizer" not in space
-    assert space_defaults_line("torchtitan") == ""
+    assert space_defaults_line("nanotron") == ""
+    titan = space_defaults_line("torchtitan")
+    assert titan.startswith("torchtitan defaults assumed (torchtitan 0.2.2)")
+    assert "gradient reduction fp32" in titan and "routed experts in bf16" in titan
+
+
+def test_torchtitan_states_its_fp32_reduction_and_float8_recipe():
+    from surrogate.config.framework_defaults import defaults_line
+    from surrogate.config.layout import LayoutConfig
+
+    bf16 = defaults_line(LayoutConfig(framework="torchtitan", dp=8, zero_stage=3))
+    assert bf16 == "torchtitan defaults assumed (torchtitan 0.2.2): gradient reduction fp32"
+    fp8 = dict((s, v) for s, v, _ in assumed("torchtitan", tp=2, pp=1, dtype="fp8"))
+    assert fp8["float8"].startswith("tensorwise") and fp8["async_tp"] == "off"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import numpy as np
 import pytest
 
 from surrogate.config.frameworks import FRAMEWORKS, get_framework
@@ -265,14 +266,13 @@ MEGATRON_TERMS = (
     "fp8_head_in_bf16",
     "overlaps_dp_with_compute",
     "hopper_attention_speedup",
-    "fp8_gemm_speedup",
     "overlaps_interleaved_pp_comm",
 )
 
 
-def test_a_stated_activation_scale_is_the_bf16_prior_of_megatron_and_llm_foundry():
-    """activation_scale: 1.08 (BF16_ACTIVATION_SCALE) for the two frameworks whose runs measure
-    no memory and whose layer keeps the derived count with a bf16 residual stream, within the
+def test_a_stated_activation_scale_is_the_bf16_prior_of_megatron_llm_foundry_and_torchtitan():
+    """activation_scale: 1.08 (BF16_ACTIVATION_SCALE) for the frameworks whose layer keeps the
+    derived count with a bf16 residual stream where they take the default set, within the
     range of the sets fitted on bf16 runs; every other framework takes its parameter set's
     (0), so the sets fitted on their runs do not move."""
     from surrogate.analytic.params import ParameterSets
@@ -280,7 +280,12 @@ def test_a_stated_activation_scale_is_the_bf16_prior_of_megatron_and_llm_foundry
     from surrogate.config.framework_traits import BF16_ACTIVATION_SCALE
 
     stated = {name: fw.activation_scale for name, fw in FRAMEWORKS.items() if fw.activation_scale}
-    assert stated == {"megatron": BF16_ACTIVATION_SCALE, "llm-foundry": BF16_ACTIVATION_SCALE}
+    assert stated == {
+        "megatron": BF16_ACTIVATION_SCALE,
+        "llm-foundry": BF16_ACTIVATION_SCALE,
+        "torchtitan": BF16_ACTIVATION_SCALE,
+        "pytorch-fsdp2": BF16_ACTIVATION_SCALE,
+    }
     sets: ParameterSets = shipped_parameter_sets()
     bf16 = [
         sets.values_for(v)["activation_scale"] for v in ("nanotron/pp-fix", "pytorch-fsdp2/bf16")
@@ -308,6 +313,100 @@ def test_megatron_terms_are_scoped_to_megatron():
         "tp_comm_synchronous",
         "pipeline_keeps_fsdp_unsharded",
         "reduces_every_microbatch",
+        "fp8_experts_in_bf16",
     ):
         assert getattr(FRAMEWORKS["torchtitan"], term), term
         assert not any(getattr(fw, term) for n, fw in FRAMEWORKS.items() if n != "torchtitan")
+    # FSDP2 with an fp32 reduce_dtype: torchtitan's and the project's own FSDP2 step's
+    fp32 = {n for n, fw in FRAMEWORKS.items() if fw.reduces_gradients_in_fp32}
+    assert fp32 == {"torchtitan", "pytorch-fsdp2"}
+
+
+def test_the_measured_fp8_speed_up_is_that_of_the_frameworks_calling_scaled_mm():
+    """fp8_gemm_speedup: the H100's measured fp8 over bf16 GEMM speed (SCALED_MM_FP8_SPEEDUP)
+    for Megatron-Core (Transformer Engine on cuBLASLt) and torchtitan (torchao's Float8
+    linears call torch._scaled_mm); every other framework keeps the profile's fp8 curve (0), so
+    the sets fitted on llm-foundry's fp8 runs do not move."""
+    from surrogate.config.framework_traits import SCALED_MM_FP8_SPEEDUP
+
+    stated = {name: fw.fp8_gemm_speedup for name, fw in FRAMEWORKS.items() if fw.fp8_gemm_speedup}
+    assert stated == {"megatron": SCALED_MM_FP8_SPEEDUP, "torchtitan": SCALED_MM_FP8_SPEEDUP}
+    assert 1.0 < SCALED_MM_FP8_SPEEDUP <= 2.0  # the datasheet's fp8 / bf16 peak is the bound
+
+
+def test_stated_memory_values_hold_where_no_set_fitted_on_memory_is_at_hand(config):
+    """torchtitan's bf16 activation prior and 12 bytes per logit hold on its tp / pp / cp
+    layouts (the default set); on one GPU or under FSDP alone it takes the measured sets'
+    values while they are at hand, and the stated ones once they are not (a user who never
+    measured them): the activation prior where the residual stream is bf16 (not under
+    autocast), the logit bytes at tp 1."""
+    from surrogate.analytic.inputs import to_cols
+    from surrogate.analytic.memory import activation_scale, logits_bytes
+    from surrogate.analytic.params import DEFAULT_SET, ParameterSets
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.framework_traits import BF16_ACTIVATION_SCALE, UNFUSED_CE_LOGIT_BYTES
+
+    shipped = shipped_parameter_sets()
+    without = ParameterSets({k: v for k, v in shipped.sets.items() if k == DEFAULT_SET})
+    layouts = [dict(dp=1), dict(dp=8, zero_stage=3), dict(dp=4, tp=2, zero_stage=3)]
+    configs = [config("llama3-8b", framework="torchtitan", **kw) for kw in layouts]
+    c, bare = to_cols(configs, shipped), to_cols(configs, without)
+    assert activation_scale(c).tolist() == [
+        shipped.values_for("pytorch/autocast")["activation_scale"],
+        shipped.values_for("pytorch-fsdp2/bf16")["activation_scale"],
+        BF16_ACTIVATION_SCALE,
+    ]
+    default = without.values_for(DEFAULT_SET)
+    assert activation_scale(bare).tolist() == [
+        default["activation_scale"],  # autocast: an fp32 residual stream
+        BF16_ACTIVATION_SCALE,
+        BF16_ACTIVATION_SCALE,
+    ]
+    per_logit = logits_bytes(bare) / (
+        bare["mbs"] * bare["seq_len"] * bare["vocab_size"] / bare["tp"]
+    )
+    assert per_logit.tolist() == pytest.approx(
+        [UNFUSED_CE_LOGIT_BYTES, UNFUSED_CE_LOGIT_BYTES, default["logit_bytes"]]
+    )
+    shipped_logit = logits_bytes(c) / (c["mbs"] * c["seq_len"] * c["vocab_size"] / c["tp"])
+    assert shipped_logit[0] == pytest.approx(shipped.values_for("pytorch/autocast")["logit_bytes"])
+
+
+def test_a_set_fitted_without_memory_leaves_the_stated_values():
+    """A set fitted on runs that measured no memory (its ``runs`` record says 0, or a set
+    without a record: values given by hand or saved before the record) keeps its memory
+    parameters at the priors, so the stated values hold beside it; one fitted on memory
+    stands, and so does one a fit marks as its own (ParameterSets.as_own)."""
+    from surrogate.analytic.inputs import FRAMEWORK_VERSIONS
+    from surrogate.analytic.params import ParameterSets
+
+    code = FRAMEWORK_VERSIONS.index("megatron/core")
+    for entry, own in (
+        ({"values": {}, "runs": {"time": 26, "memory": 0}}, False),
+        ({"values": {}, "runs": {"time": 26, "memory": 40}}, True),
+        ({"values": {}}, False),
+    ):
+        sets = ParameterSets({"megatron/core": entry})
+        assert sets.memory_fitted_codes(np.array([code])).tolist() == [own]
+    for sets in (ParameterSets(), ParameterSets({"megatron/core": {"values": {}}})):
+        marked = sets.as_own(["megatron/core"])
+        assert marked.memory_fitted_codes(np.array([code])).tolist() == [True]
+        assert marked.values_for("megatron/core") == sets.values_for("megatron/core")
+
+
+def test_torchtitans_activation_scale_holds_where_it_takes_the_default_set(config):
+    """torchtitan's bf16 prior holds on its tp / pp / cp layouts (the default set); on one GPU
+    or under FSDP alone it takes the measured sets' own value (autocast's fp32 residuals,
+    FSDP2's bf16)."""
+    from surrogate.analytic.inputs import to_cols
+    from surrogate.analytic.memory import activation_scale
+    from surrogate.calibration.parameter_files import shipped_parameter_sets
+    from surrogate.config.framework_traits import BF16_ACTIVATION_SCALE
+
+    sets = shipped_parameter_sets()
+    layouts = [dict(dp=1), dict(dp=8, zero_stage=3), dict(dp=4, tp=2, zero_stage=3)]
+    c = to_cols([config("llama3-8b", framework="torchtitan", **kw) for kw in layouts], sets)
+    got = activation_scale(c).tolist()
+    assert got[0] == sets.values_for("pytorch/autocast")["activation_scale"]
+    assert got[1] == sets.values_for("pytorch-fsdp2/bf16")["activation_scale"]
+    assert got[2] == BF16_ACTIVATION_SCALE

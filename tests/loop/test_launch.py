@@ -214,8 +214,6 @@ def test_unlaunchable_layouts_are_refused() -> None:
         cfg(zero_stage=1)  # FSDP2 has no ZeRO-1: not even a configuration
     with pytest.raises(ConfigError, match="zero_stage > 0 needs dp x cp > 1"):
         torchtitan_toml(cfg(dp=1, tp=8, pp=2, grad_accum=64), run_name="z3")
-    with pytest.raises(ConfigError, match="only bf16 launch files are written, got fp8"):
-        torchtitan_toml(cfg(dtype="fp8"), run_name="fp8")
     with pytest.raises(ConfigError, match="launch files are torchtitan configs"):
         torchtitan_toml(cfg(framework="nanotron", zero_stage=1), run_name="n")
     with pytest.raises(ConfigError, match="always runs with sequence parallelism"):
@@ -236,14 +234,13 @@ def test_launchable_rows_are_those_without_a_launch_problem() -> None:
     configs = [
         *space.enumerate(),
         cfg(dp=1, tp=8, pp=2, grad_accum=64),
-        cfg(dtype="fp8"),
         cfg(sequence_parallel=False),
         cfg(recompute="full", recompute_layers=15),
         cfg(recompute="full", recompute_layers=16),
         cfg(pp=2, dp=4, recompute="full", recompute_layers=4),
     ]
     verdicts = [launch_problem(c) is None for c in configs]
-    assert 0 < sum(verdicts) < len(configs) - 6
+    assert 0 < sum(verdicts) < len(configs) - 5
     assert launchable(flat_table(configs)).tolist() == verdicts
 
 
@@ -683,3 +680,16 @@ def test_train_custom_registers_the_modelled_shape_where_torchtitan_is_installed
             built = module.Transformer(getattr(module, f"{name}_args")["custom"])
         counted = total_params(to_cols([one], shipped_parameter_sets()))
         assert sum(p.numel() for p in built.parameters()) == int(counted[0])
+
+
+def test_an_fp8_layout_launches_torchtitans_float8_and_reads_back() -> None:
+    """dtype fp8 writes torchao's Float8 converter ([model] converters), which the torchtitan
+    reader takes back as fp8; bf16 writes none."""
+    from surrogate.ingest.torchtitan import FLOAT8_CONVERTER, config_values
+
+    text = torchtitan_toml(cfg(dtype="fp8"), run_name="fp8")
+    doc = tomllib.loads(text)
+    assert doc["model"]["converters"] == [FLOAT8_CONVERTER]
+    assert "torchao" in text
+    assert config_values(doc, {})[0]["dtype"] == "fp8"
+    assert "converters" not in tomllib.loads(torchtitan_toml(cfg(), run_name="bf16"))["model"]
