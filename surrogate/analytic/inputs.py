@@ -266,6 +266,9 @@ def cols_from_table(table: FlatTable, sets: ParameterColumns) -> dict[str, Array
     cols["framework_logit_bytes"] = np.where(
         own | (cols["tp"] > 1), 0.0, cols["framework_logit_bytes"]
     )
+    # 1 where that set is at hand: its OOM margin is fitted on the framework's own runs, and
+    # elsewhere the prior's holds (surrogate.analytic.memory.oom_probability)
+    cols["memory_fitted"] = own.astype(np.float64)
     cols.update(sets.param_columns(cols["parameter_code"]))
     return cols
 

@@ -78,7 +78,7 @@ from surrogate.analytic.flops import (
     per_op_recompute,
 )
 from surrogate.analytic.inputs import Array, Cols
-from surrogate.analytic.params import param
+from surrogate.analytic.params import PARAMETERS, param
 from surrogate.config.gpus import GIB
 
 CUDA_CONTEXT_BYTES = 1.0 * GIB
@@ -471,10 +471,19 @@ def logged_reserved_bytes(c: Cols, breakdown: dict[str, Array]) -> Array:
 def oom_probability(c: Cols, breakdown: dict[str, Array]) -> Array:
     """P(the run needs more than the GPU has): log(need) ~ Normal(log(predicted total) +
     ``oom_log_margin``, ``memory_log_sd``): the memory model's fitted error, and where the
-    measured runs of the framework ran out of memory (``surrogate.calibration.fit_params``)."""
+    measured runs of the framework ran out of memory (``surrogate.calibration.fit_params``).
+
+    The margin is where one framework's runs ran out of memory against this model's estimate
+    (its allocator, its buffers outside it, the estimate's bias near capacity), so it holds
+    only where a set fitted on the framework's own memory is at hand (``memory_fitted``, as
+    ``FrameworkTraits.activation_scale``); elsewhere, with the default set or the priors
+    standing in, the prior's 0 holds: out of memory where the estimate reaches capacity."""
     from scipy.special import ndtr
 
     sd = np.asarray(param(c, "memory_log_sd"), dtype=np.float64)
-    margin = np.asarray(param(c, "oom_log_margin"), dtype=np.float64)
+    fitted = np.asarray(c.get("memory_fitted", 1.0), dtype=np.float64) > 0
+    margin = np.where(
+        fitted, param(c, "oom_log_margin"), PARAMETERS["oom_log_margin"].prior
+    ).astype(np.float64)
     z = (np.log(breakdown["total"] / c["memory_bytes"]) + margin) / np.maximum(sd, 1e-6)
     return np.asarray(ndtr(z), dtype=np.float64)

@@ -604,6 +604,22 @@ def test_oom_probability_is_half_where_the_margin_puts_the_boundary():
     np.testing.assert_allclose(priors[1], 0.5)  # prior margin 0: at capacity
 
 
+def test_the_oom_margin_holds_only_beside_a_set_fitted_on_the_frameworks_memory():
+    """A margin fitted where one framework's runs ran out of memory moves the boundary for
+    layouts of that framework's set (``memory_fitted`` 1); where the default set or the priors
+    stand in (0), the prior's 0 holds: even odds at capacity, whatever the set's margin."""
+    capacity = np.full(2, 80 * GIB)
+    c = {
+        "memory_bytes": capacity,
+        "p_memory_log_sd": np.full(2, 0.1),
+        "p_oom_log_margin": np.full(2, 0.05),
+        "memory_fitted": np.array([1.0, 0.0]),
+    }
+    p = memory.oom_probability(c, {"total": capacity})
+    assert p[0] > 0.5
+    assert p[1] == pytest.approx(0.5)
+
+
 def _layouts(config):
     """Pipelined layouts over frameworks, schedules, depths and micro-batch counts, dense and
     MoE (Mixtral with three leading dense layers, as DeepSeek's models have)."""

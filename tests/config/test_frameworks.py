@@ -370,6 +370,9 @@ def test_stated_memory_values_hold_where_no_set_fitted_on_memory_is_at_hand(conf
     )
     shipped_logit = logits_bytes(c) / (c["mbs"] * c["seq_len"] * c["vocab_size"] / c["tp"])
     assert shipped_logit[0] == pytest.approx(shipped.values_for("pytorch/autocast")["logit_bytes"])
+    # the OOM margin: the measured sets' own where they are at hand, the prior's elsewhere
+    assert c["memory_fitted"].tolist() == [1.0, 1.0, 0.0]
+    assert bare["memory_fitted"].tolist() == [0.0, 0.0, 0.0]
 
 
 def test_a_set_fitted_without_memory_leaves_the_stated_values():

@@ -188,8 +188,9 @@ def test_a_table_scored_in_slices_gives_the_whole_tables_answer(which):
 def test_published_mpt_runs_that_completed_are_said_to_fit() -> None:
     """MosaicML's 216 published MPT runs all completed, most near their GPU's capacity (each
     table's micro-batch is the fastest that fit): the analytic memory of llm-foundry's GELU MLP,
-    fused cross entropy and bf16 activation scale says so for all but 8 (3.7%; before the scale
-    four in five, before the other two under half)."""
+    fused cross entropy and bf16 activation scale says so for all (p_oom at most 0.50, at the
+    prior's OOM margin: no set is fitted on llm-foundry's memory; 8 under the default set's
+    margin, before the scale four in five, before the other two under half)."""
     from surrogate.ingest.llmfoundry import parse_llmfoundry
     from surrogate.io.datasource import data_dir
     from surrogate.prediction.scoring import score_runs
@@ -200,5 +201,5 @@ def test_published_mpt_runs_that_completed_are_said_to_fit() -> None:
     runs = parse_llmfoundry(path)[0]
     p_oom = score_runs(runs, model=None)["p_oom"].to_numpy()
     print(f"said to run out of memory: {np.mean(p_oom > 0.5):.1%}; Brier {np.mean(p_oom**2):.3f}")
-    assert np.mean(p_oom > 0.5) < 0.08
-    assert np.mean(p_oom**2) < 0.06
+    assert np.mean(p_oom > 0.5) < 0.01
+    assert np.mean(p_oom**2) < 0.035
