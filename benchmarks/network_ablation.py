@@ -2,7 +2,7 @@
 
     python benchmarks/network_ablation.py [--model-dir DIR] [--seed N] [--twins-only]
 
-Three parts (about 2 minutes; ``--twins-only``: the third alone, about 20 s):
+Three parts (about 2 minutes; ``--twins-only``: the third alone, about 6 s):
 
 1. **Ablation.** Every Playbook run is explained under its cluster's profile and the bandwidth
    it measured at start-up (``net_scale``, ``surrogate.runs.context``). Without that column
